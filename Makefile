@@ -1,0 +1,76 @@
+# One trainer, two backends: the orchestration in train_gpt.cu + core/ is plain C and is compiled twice,
+# linked with the CPU twins (kernels/*.c) into train_gpt_cpu and with the CUDA kernels
+# (kernels/backend_cuda.cu, which includes kernels/*.cuh) into train_gpt.
+CC        ?= gcc
+NVCC      ?= nvcc
+PYTHON    ?= /usr/bin/python3
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
+GPU_ARCHS ?= 80 90
+WARN      := -Wall -Wextra -Werror -Wno-unused-parameter
+CFLAGS    ?= -O3 -march=native
+CFLAGS    += $(WARN) -std=gnu11 -fopenmp -I. -Icore -MMD -MP
+LDLIBS    := -lm -fopenmp
+NVFLAGS   := -O3 -std=c++17 --expt-relaxed-constexpr -I. -Icore $(foreach a,$(GPU_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+             -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -Werror all-warnings -MMD -MP
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lcudart
+
+CORE_SRC    := $(wildcard core/*.c)
+CPU_KERNELS := $(wildcard kernels/*.c)
+B := build
+
+CORE_CPU_OBJ  := $(CORE_SRC:%.c=$(B)/cpu/%.o)
+CORE_CUDA_OBJ := $(CORE_SRC:%.c=$(B)/cuda/%.o)
+CPU_BACKEND   := $(CPU_KERNELS:%.c=$(B)/cpu/%.o)
+CUDA_BACKEND  := $(B)/cuda/kernels/backend_cuda.o
+
+.PHONY: all train_gpt_cpu test test-gpu bench run clean tests-bin
+all: train_gpt_cpu
+
+train_gpt_cpu: $(B)/cpu/train_gpt.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+train_gpt: $(B)/cuda/train_gpt.o $(CORE_CUDA_OBJ) $(CUDA_BACKEND)
+	$(NVCC) $(NVFLAGS) -o $@ $^ $(CUDA_LIBS) -Xcompiler -fopenmp
+
+# train_gpt.cu holds no CUDA syntax: it is compiled as C in both builds (the name follows llm.c).
+$(B)/cpu/train_gpt.o $(B)/cuda/train_gpt.o: train_gpt.cu
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -x c -c $< -o $@
+$(B)/cpu/%.o $(B)/cuda/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+$(B)/cuda/kernels/backend_cuda.o: kernels/backend_cuda.cu $(wildcard kernels/*.cuh) kernels/kernels.h kernels/dtype.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+# Test programs: one C source each, linked with the CPU backend (and, for the kernel check, the GPU one).
+TEST_SRC := $(filter-out tests/kernel_check.c,$(wildcard tests/test_*.c))
+TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/%)
+$(B)/test_%: $(B)/cpu/tests/test_%.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
+	$(CC) -o $@ $^ $(LDLIBS)
+$(B)/kernel_check_cpu: $(B)/cpu/tests/kernel_check.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
+	$(CC) -o $@ $^ $(LDLIBS)
+$(B)/kernel_check_gpu: $(B)/cuda/tests/kernel_check.o $(CORE_CUDA_OBJ) $(CUDA_BACKEND)
+	$(NVCC) $(NVFLAGS) -o $@ $^ $(CUDA_LIBS) -Xcompiler -fopenmp
+tests-bin: train_gpt_cpu $(TEST_BIN)
+
+# `make test`: every CPU test; last line "N passed, N failed"; non-zero exit on any failure.
+test: tests-bin
+	@PYTHON=$(PYTHON) bash tests/run_all.sh
+
+# `make test-gpu`: on a machine with a GPU, everything in tests/gpu/ (kernels vs CPU twins, a full step
+# vs train_gpt_cpu, ranks on one GPU, determinism, resume, benchmark); writes a report.
+test-gpu: train_gpt train_gpt_cpu $(B)/kernel_check_cpu $(B)/kernel_check_gpu
+	@PYTHON=$(PYTHON) bash tests/gpu/run_gpu.sh
+
+bench: train_gpt
+	@PYTHON=$(PYTHON) bash scripts/bench.sh
+
+# `make run`: the quick start. Prepares the default corpus if missing, then trains a small model on it.
+run: train_gpt_cpu
+	@bash scripts/quickstart.sh
+
+clean:
+	rm -rf $(B) train_gpt train_gpt_cpu
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)

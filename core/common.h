@@ -1,0 +1,33 @@
+// common.h: error reporting and checked stdio/allocation shared by every part of the trainer.
+// Every failure ends in one line on stderr naming the problem, and exit(1): bad input never crashes.
+#pragma once
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Print "error: <message>" (one line) and exit(1). printf-style.
+#if defined(__GNUC__)
+__attribute__((noreturn, format(printf, 1, 2)))
+#endif
+void fail(const char* fmt, ...);
+
+// Checked wrappers: on failure they call fail() with the path / size involved.
+void* xmalloc(size_t bytes);
+void* xcalloc(size_t n, size_t size);
+FILE* xfopen(const char* path, const char* mode);
+void xfread(void* dst, size_t size, size_t n, FILE* f, const char* path);   // fails on short read ("truncated")
+void xfwrite(const void* src, size_t size, size_t n, FILE* f, const char* path);
+void xfclose(FILE* f, const char* path);                                      // fflush + fsync + fclose, checked
+void xfseek(FILE* f, long long off, int whence, const char* path);
+long long file_size(const char* path);                                        // -1 if missing
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,126 @@
+// kernels.h: the backend contract. The orchestration (train_gpt.cu and its modules) calls only these
+// functions; the CPU build links kernels/*.c + backend_cpu.c, the CUDA build links backend_cuda.cu
+// (which includes kernels/*.cuh). Same names, same semantics, chosen at link time.
+//
+// Conventions (both backends):
+// - Pointers are backend memory (device memory on the GPU; plain host memory on the CPU), except where
+//   a parameter is documented as host memory.
+// - "X" tensors have the run's storage type `dt` (fp32, bf16 or fp16); other tensors are fp32 (float*)
+//   or int32 (int*). Arithmetic is fp32; a value is rounded to `dt` (round-to-nearest-even) when it is
+//   stored. The CPU backend stores bf16/fp16 as real 16-bit values, so its buffers have the GPU's layout.
+// - Parameter gradients ACCUMULATE (+=), so gradient accumulation needs no extra buffers. Activation
+//   gradients are OVERWRITTEN, except layernorm_backward's dinp, which accumulates (it is the residual).
+// - Kernels are asynchronous on the backend's main stream; be_download and be_synchronize wait.
+// - Shapes are in comments as (B,T,C); N = B*T rows.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DT_FP32 = 0, DT_BF16 = 1, DT_FP16 = 2 } DType;
+
+static inline size_t dtype_size(DType dt) { return dt == DT_FP32 ? 4 : 2; }
+static inline const char* dtype_name(DType dt) { return dt == DT_FP32 ? "fp32" : dt == DT_BF16 ? "bf16" : "fp16"; }
+
+// ---------------------------------------------------------------------------------------------------
+// Backend: device selection, memory, synchronization. Opaque; one per rank.
+typedef struct Backend Backend;
+
+Backend* backend_create(int local_rank);   // GPU: device local_rank % device count
+void backend_destroy(Backend* be);
+const char* backend_device_name(const Backend* be);   // "cpu" or e.g. "NVIDIA H100 80GB HBM3"
+int backend_is_gpu(const Backend* be);
+
+void* be_malloc(Backend* be, size_t bytes);            // fails (one-line error, exit 1) when out of memory
+void be_free(Backend* be, void* p);
+void be_memset0(Backend* be, void* p, size_t bytes);
+void be_upload(Backend* be, void* dst, const void* src_host, size_t bytes);
+void be_download(Backend* be, void* dst_host, const void* src, size_t bytes);   // synchronous
+void be_copy(Backend* be, void* dst, const void* src, size_t bytes);
+void be_synchronize(Backend* be);
+size_t be_peak_bytes(const Backend* be);               // high-water mark of be_malloc'd bytes
+
+// ---------------------------------------------------------------------------------------------------
+// Precision helpers (host side; the same rounding the kernels use when they store).
+float dtype_round(float x, DType dt);                  // round-to-nearest-even to dt, returned as float
+void host_to_dtype(void* dst, DType dt, const float* src, size_t n);   // host memory both sides
+void host_from_dtype(float* dst, const void* src, DType dt, size_t n);
+
+// Convert n elements between storage types (backend memory). Round-to-nearest-even.
+void convert(Backend* be, void* dst, DType dst_dt, const void* src, DType src_dt, size_t n);
+
+// ---------------------------------------------------------------------------------------------------
+// Layers.
+
+// out (B,T,C) X = wte[tokens[b,t]] (Vp,C) X + wpe[t] (maxT,C) X.   tokens (B,T) int
+void encoder_forward(Backend* be, DType dt, void* out, const int* tokens, const void* wte, const void* wpe,
+                     int B, int T, int C);
+// dwte += scatter of dout by token, dwpe[t] += sum_b dout[b,t]. Deterministic: every run gives the same bits.
+void encoder_backward(Backend* be, DType dt, void* dwte, void* dwpe, const void* dout, const int* tokens,
+                      int B, int T, int C);
+
+// out (N,C) X = (inp - mean) * rstd * w + b; mean, rstd (N) fp32 are saved for the backward. eps = 1e-5.
+void layernorm_forward(Backend* be, DType dt, void* out, float* mean, float* rstd, const void* inp,
+                       const void* w, const void* b, int N, int C);
+// dinp (N,C) +=, dw (C) +=, db (C) +=.
+void layernorm_backward(Backend* be, DType dt, void* dinp, void* dw, void* db, const void* dout,
+                        const void* inp, const void* w, const float* mean, const float* rstd, int N, int C);
+
+// out (N,OC) = inp (N,IC) @ w^T + bias, with w (OC,IC) row-major and bias (OC) or NULL.
+// If out_pre_gelu != NULL: out_pre_gelu = that product, out = gelu(out_pre_gelu)  (fused GELU epilogue).
+void matmul_forward(Backend* be, DType dt, void* out, void* out_pre_gelu, const void* inp, const void* w,
+                    const void* bias, int N, int IC, int OC);
+// dinp (N,IC) = dout @ w (overwritten); dw (OC,IC) += dout^T @ inp; dbias (OC) += column sums of dout
+// (dbias may be NULL). If inp_pre_gelu != NULL then inp = gelu(inp_pre_gelu) and dinp is the gradient
+// with respect to inp_pre_gelu (fused GELU backward): dinp = (dout @ w) * gelu'(inp_pre_gelu).
+void matmul_backward(Backend* be, DType dt, void* dinp, void* dw, void* dbias, const void* dout,
+                     const void* inp, const void* inp_pre_gelu, const void* w, int N, int IC, int OC);
+
+// Causal multi-head self-attention. qkv (B,T,3C) X packs [q | k | v], head h uses channels
+// [h*hs, (h+1)*hs) of each, hs = C/NH. out (B,T,C) X. lse (B,NH,T) fp32 = log-sum-exp of the scaled
+// scores q.k/sqrt(hs) over the causal row: all the backward needs (no (T,T) matrix is kept).
+void attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int C, int NH);
+// dqkv (B,T,3C) X overwritten. scratch: B*NH*T floats the kernel may use.
+void attention_backward(Backend* be, DType dt, void* dqkv, float* scratch, const void* dout, const void* qkv,
+                        const void* out, const float* lse, int B, int T, int C, int NH);
+
+// out = a + b (n elements). out may alias a or b.
+void residual_forward(Backend* be, DType dt, void* out, const void* a, const void* b, size_t n);
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void gelu_forward(Backend* be, DType dt, void* out, const void* inp, size_t n);
+// dinp = dout * gelu'(inp). dinp may alias dout.
+void gelu_backward(Backend* be, DType dt, void* dinp, const void* inp, const void* dout, size_t n);
+
+// Fused LM-head loss over logits (N,Vp) X whose first V columns are real:
+// losses[n] (fp32) = logsumexp(logits[n,:V]) - logits[n, targets[n]].
+// If write_dlogits: logits[n,v] is overwritten by dloss * (softmax[n,v] - [v == targets[n]]) for v < V
+// and 0 for V <= v < Vp. No probabilities are materialized.
+void classifier_forward(Backend* be, DType dt, void* logits, float* losses, const int* targets, int N, int V, int Vp,
+                        float dloss, int write_dlogits);
+
+// ---------------------------------------------------------------------------------------------------
+// Optimizer and norms.
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    float grad_scale;   // gradients are multiplied by this before use (clipping, loss-scale, 1/accumulation)
+    int step;           // 1-based, for bias correction
+    uint32_t seed;      // stochastic rounding of bf16 params: the noise is a function of (seed, offset + i)
+} AdamWArgs;
+
+// One contiguous span of n parameters. master, m, v fp32 (n). grads (n) of grad_dt.
+// master -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * master); then params (param_dt) = master
+// rounded (stochastically for bf16, by (seed, offset + i), so every rank holding a parameter gets the
+// same bits). When param_dt is fp32, params may alias master. offset = the span's canonical offset.
+void adamw_update(Backend* be, void* params, DType param_dt, float* master, const void* grads, DType grad_dt,
+                  float* m, float* v, size_t n, size_t offset, const AdamWArgs* args);
+
+// *acc (one fp32 in backend memory) += sum of x[i]^2 over n elements. Deterministic.
+void sum_squares(Backend* be, DType dt, float* acc, const void* x, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
