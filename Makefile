@@ -74,3 +74,8 @@ clean:
 	rm -rf $(B) train_gpt train_gpt_cpu
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
+
+# ---- data path (issue 3): the tokenizer helper behind scripts/tokenize.py (which runs this rule itself) ----
+$(B)/gpt2tok: tokenizer/gpt2tok.c tokenizer/unicode_tables.h
+	@mkdir -p $(B)
+	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)

@@ -63,3 +63,8 @@ long long file_size(const char* path) {
     if (stat(path, &st) != 0) return -1;
     return (long long)st.st_size;
 }
+
+void path_join(char* out, size_t size, const char* dir, const char* name) {
+    int n = snprintf(out, size, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= size) fail("path too long: %s/%s", dir, name);
+}

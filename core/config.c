@@ -1,0 +1,164 @@
+// config.c: flag parsing and the learning-rate schedule. See config.h.
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+
+#include "common.h"
+
+void config_usage(const char* prog) {
+    printf("usage: %s [flags]\n"
+           "data and files\n"
+           "  -i GLOB   training token shards (default data/kjv/train_*.bin)\n"
+           "  -j GLOB   validation token shards (default data/kjv/val_*.bin; \"\" for none)\n"
+           "  -e MODEL  d12|d24|d36|d48 (GPT-2 124M/350M/774M/1558M), L<n>C<n>H<n>[V<n>][T<n>] (custom,\n"
+           "            e.g. L4C256H4), or an llm.c model file to start from (default d12)\n"
+           "  -o DIR    output directory: log.jsonl and checkpoints (default: none)\n"
+           "  -tk FILE  tokenizer for decoding samples (default: tokenizer.bin beside the first shard)\n"
+           "batch\n"
+           "  -b N      micro-batch size in sequences (default 4)\n"
+           "  -t N      sequence length (default 1024)\n"
+           "  -ga N     gradient accumulation micro-steps per step (default 1)\n"
+           "  -d N      tokens per step; sets -ga = N / (b * t * data-parallel ranks)\n"
+           "optimization\n"
+           "  -x N      steps (default -1: one epoch of the training data)\n"
+           "  -l F      peak learning rate (default 3e-4)\n"
+           "  -u N      warm-up steps (default 0)\n"
+           "  -q F      final learning rate as a fraction of -l (default 1.0)\n"
+           "  -k S      schedule after warm-up: cosine|linear|constant (default cosine)\n"
+           "  -c F      AdamW weight decay on 2-D tensors (default 0.0)\n"
+           "  -gc F     clip the global gradient norm to F; 0 = off (default 1.0)\n"
+           "evaluation, sampling, checkpoints\n"
+           "  -v N      validation loss every N steps; 0 = off (default 20)\n"
+           "  -m N      validation batches (default 20)\n"
+           "  -s N      sample text every N steps; 0 = off (default 20)\n"
+           "  -g N      tokens per sample (default 64)\n"
+           "  -n N      checkpoint every N steps into -o; 0 = only at the end (default 0)\n"
+           "  -y 0|1    resume from the newest complete checkpoint in -o (default 0)\n"
+           "  -sh 0|1   shuffle the training windows each epoch (default 0)\n"
+           "  -seed N   random seed for initialization, shuffling and sampling (default 1337)\n"
+           "precision and parallelism\n"
+           "  -p P      fp32|bf16|fp16 storage (default fp32 on the CPU build, bf16 on the GPU build)\n"
+           "  -z N      ZeRO stage 0..3 (default 0)\n"
+           "  -pp N     pipeline stages (default 1)\n"
+           "  -r N      activation recompute level (default 0)\n"
+           "testing\n"
+           "  -dump DIR write step 0's logits and gradients (fp32) for comparison with scripts/reference.py\n"
+           "  -h        this help\n",
+           prog);
+}
+
+static long long parse_int(const char* flag, const char* s, long long lo, long long hi) {
+    char* end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end) fail("flag %s expects an integer, got '%s'", flag, s);
+    if (v < lo || v > hi) fail("flag %s = %lld is outside %lld..%lld", flag, v, lo, hi);
+    return v;
+}
+
+static float parse_float(const char* flag, const char* s, double lo, double hi) {
+    char* end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) fail("flag %s expects a number, got '%s'", flag, s);
+    if (v < lo || v > hi) fail("flag %s = %g is outside %g..%g", flag, v, lo, hi);
+    return (float)v;
+}
+
+static void set_defaults(Config* c) {
+    memset(c, 0, sizeof(*c));
+    c->train_pattern = "data/kjv/train_*.bin";
+    c->val_pattern = "data/kjv/val_*.bin";
+    c->model = "d12";
+    c->B = 4;
+    c->T = 1024;
+    c->grad_accum = 1;
+    c->max_steps = -1;
+    c->lr = 3e-4f;
+    c->final_lr_frac = 1.0f;
+    c->schedule = LR_COSINE;
+    c->grad_clip = 1.0f;
+    c->val_every = 20;
+    c->val_batches = 20;
+    c->sample_every = 20;
+    c->gen_tokens = 64;
+    c->seed = 1337;
+    c->precision = DT_FP32;
+    c->pipeline_stages = 1;
+}
+
+static void parse_one(Config* c, const char* f, const char* v) {
+    const long long BIG = 1LL << 40;
+    if (!strcmp(f, "-i")) c->train_pattern = v;
+    else if (!strcmp(f, "-j")) c->val_pattern = v;
+    else if (!strcmp(f, "-e")) c->model = v;
+    else if (!strcmp(f, "-o")) c->out_dir = v;
+    else if (!strcmp(f, "-tk")) c->tokenizer = v;
+    else if (!strcmp(f, "-dump")) c->dump_dir = v;
+    else if (!strcmp(f, "-b")) c->B = (int)parse_int(f, v, 1, 1 << 20);
+    else if (!strcmp(f, "-t")) c->T = (int)parse_int(f, v, 1, 1 << 20);
+    else if (!strcmp(f, "-ga")) c->grad_accum = (int)parse_int(f, v, 1, 1 << 20);
+    else if (!strcmp(f, "-d")) c->total_batch = parse_int(f, v, 1, BIG);
+    else if (!strcmp(f, "-x")) c->max_steps = (int)parse_int(f, v, -1, 1 << 30);
+    else if (!strcmp(f, "-l")) c->lr = parse_float(f, v, 0.0, 10.0);
+    else if (!strcmp(f, "-u")) c->warmup = (int)parse_int(f, v, 0, 1 << 30);
+    else if (!strcmp(f, "-q")) c->final_lr_frac = parse_float(f, v, 0.0, 1.0);
+    else if (!strcmp(f, "-c")) c->weight_decay = parse_float(f, v, 0.0, 10.0);
+    else if (!strcmp(f, "-gc")) c->grad_clip = parse_float(f, v, 0.0, 1e9);
+    else if (!strcmp(f, "-v")) c->val_every = (int)parse_int(f, v, 0, 1 << 30);
+    else if (!strcmp(f, "-m")) c->val_batches = (int)parse_int(f, v, 1, 1 << 30);
+    else if (!strcmp(f, "-s")) c->sample_every = (int)parse_int(f, v, 0, 1 << 30);
+    else if (!strcmp(f, "-g")) c->gen_tokens = (int)parse_int(f, v, 1, 1 << 20);
+    else if (!strcmp(f, "-n")) c->ckpt_every = (int)parse_int(f, v, 0, 1 << 30);
+    else if (!strcmp(f, "-y")) c->resume = (int)parse_int(f, v, 0, 1);
+    else if (!strcmp(f, "-sh")) c->shuffle = (int)parse_int(f, v, 0, 1);
+    else if (!strcmp(f, "-seed")) c->seed = (uint64_t)parse_int(f, v, 0, BIG);
+    else if (!strcmp(f, "-z")) c->zero_stage = (int)parse_int(f, v, 0, 3);
+    else if (!strcmp(f, "-pp")) c->pipeline_stages = (int)parse_int(f, v, 1, 1024);
+    else if (!strcmp(f, "-r")) c->recompute = (int)parse_int(f, v, 0, 3);
+    else if (!strcmp(f, "-k")) {
+        if (!strcmp(v, "cosine")) c->schedule = LR_COSINE;
+        else if (!strcmp(v, "linear")) c->schedule = LR_LINEAR;
+        else if (!strcmp(v, "constant")) c->schedule = LR_CONSTANT;
+        else fail("flag -k expects cosine|linear|constant, got '%s'", v);
+    } else if (!strcmp(f, "-p")) {
+        c->precision_set = 1;
+        if (!strcmp(v, "fp32")) c->precision = DT_FP32;
+        else if (!strcmp(v, "bf16")) c->precision = DT_BF16;
+        else if (!strcmp(v, "fp16")) c->precision = DT_FP16;
+        else fail("flag -p expects fp32|bf16|fp16, got '%s'", v);
+    } else fail("unknown flag '%s' (see -h)", f);
+}
+
+void config_parse(Config* c, int argc, char** argv) {
+    set_defaults(c);
+    for (int i = 1; i < argc; i += 2) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            config_usage(argv[0]);
+            exit(0);
+        }
+        if (argv[i][0] != '-') fail("expected a flag, got '%s' (see -h)", argv[i]);
+        if (i + 1 >= argc) fail("flag %s needs a value (see -h)", argv[i]);
+        parse_one(c, argv[i], argv[i + 1]);
+    }
+    // Parallelism beyond one rank lands with its own issue; until then asking for it is an error.
+    if (c->zero_stage != 0) fail("-z %d: ZeRO stages 1-3 are not yet supported", c->zero_stage);
+    if (c->pipeline_stages != 1) fail("-pp %d: pipeline parallelism is not yet supported", c->pipeline_stages);
+    if (c->recompute != 0) fail("-r %d: activation recompute is not yet supported", c->recompute);
+    if (c->precision_set && c->precision == DT_FP16) fail("-p fp16: fp16 with loss scaling is not yet supported");
+    if (c->resume && !c->out_dir) fail("-y 1 needs -o DIR to resume from");
+}
+
+const char* lr_schedule_name(LrSchedule s) { return s == LR_COSINE ? "cosine" : s == LR_LINEAR ? "linear" : "constant"; }
+
+float config_lr_at(const Config* c, int step, int max_steps) {
+    if (step < c->warmup) return c->lr * (float)(step + 1) / (float)c->warmup;
+    double frac = (double)(step - c->warmup) / (double)(max_steps - c->warmup > 1 ? max_steps - c->warmup : 1);
+    double lr_min = (double)c->lr * c->final_lr_frac;
+    switch (c->schedule) {
+        case LR_COSINE: return (float)(lr_min + 0.5 * (1.0 + cos(M_PI * frac)) * (c->lr - lr_min));
+        case LR_LINEAR: return (float)(c->lr - frac * (c->lr - lr_min));
+        default: return c->lr;
+    }
+}

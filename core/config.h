@@ -1,0 +1,53 @@
+// config.h: the command line, in llm.c's flag style. Parsing validates every value; a bad flag is a
+// one-line error and exit 1.
+#pragma once
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+
+typedef enum { LR_COSINE, LR_LINEAR, LR_CONSTANT } LrSchedule;
+
+typedef struct {
+    // data and files
+    const char* train_pattern;   // -i
+    const char* val_pattern;     // -j
+    const char* model;           // -e  d12|d24|d36|d48, L<n>C<n>H<n>[V<n>][T<n>], or a model file
+    const char* out_dir;         // -o
+    const char* tokenizer;       // -tk (default: tokenizer.bin beside the first training shard)
+    const char* dump_dir;        // -dump: step 0's logits and gradients, for the reference tests
+    // batch
+    int B;                       // -b micro-batch size
+    int T;                       // -t sequence length
+    int grad_accum;              // -ga micro-steps per step
+    long long total_batch;       // -d tokens per step (sets -ga); 0 = unset
+    // optimization
+    int max_steps;               // -x (-1: one epoch)
+    float lr;                    // -l
+    int warmup;                  // -u
+    float final_lr_frac;         // -q
+    LrSchedule schedule;         // -k
+    float weight_decay;          // -c
+    float grad_clip;             // -gc (0: off)
+    // evaluation, sampling, checkpoints
+    int val_every;               // -v (0: off)
+    int val_batches;             // -m
+    int sample_every;            // -s (0: off)
+    int gen_tokens;              // -g
+    int ckpt_every;              // -n (0: only at the end)
+    int resume;                  // -y
+    int shuffle;                 // -sh
+    uint64_t seed;               // -seed
+    // precision and parallelism
+    int precision_set;           // -p given?
+    DType precision;             // -p fp32|bf16|fp16
+    int zero_stage;              // -z
+    int pipeline_stages;         // -pp
+    int recompute;               // -r
+} Config;
+
+// Parses argv into cfg. Prints usage and exits 0 on -h.
+void config_parse(Config* cfg, int argc, char** argv);
+void config_usage(const char* prog);
+const char* lr_schedule_name(LrSchedule s);
+// Learning rate at step (0-based) of max_steps: warm-up, then the schedule down to lr * final_lr_frac.
+float config_lr_at(const Config* cfg, int step, int max_steps);

@@ -1,0 +1,49 @@
+// logger.c: see logger.h.
+#include "logger.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+
+#include "common.h"
+
+// Keeps the lines of an existing log whose "step" is below first_step (rewritten through a temporary file).
+static void truncate_log(const char* path, int first_step) {
+    FILE* in = fopen(path, "r");
+    if (!in) return;
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* out = xfopen(tmp, "w");
+    char line[8192];
+    while (fgets(line, sizeof(line), in)) {
+        const char* s = strstr(line, "\"step\":");
+        if (s && atoi(s + 7) >= first_step) continue;
+        xfwrite(line, 1, strlen(line), out, tmp);
+    }
+    fclose(in);
+    xfclose(out, tmp);
+    if (rename(tmp, path) != 0) fail("cannot replace %s: %s", path, strerror(errno));
+}
+
+void logger_open(Logger* lg, const char* dir, int first_step) {
+    lg->f = NULL;
+    if (!dir) return;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) fail("cannot create directory %s: %s", dir, strerror(errno));
+    snprintf(lg->path, sizeof(lg->path), "%s/log.jsonl", dir);
+    if (first_step > 0) truncate_log(lg->path, first_step);
+    lg->f = xfopen(lg->path, first_step > 0 ? "a" : "w");
+}
+
+void logger_line(Logger* lg, const char* fmt, ...) {
+    if (!lg->f) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int ok = vfprintf(lg->f, fmt, ap) >= 0 && fputc('\n', lg->f) != EOF && fflush(lg->f) == 0;
+    va_end(ap);
+    if (!ok) fail("write error in %s: %s", lg->path, strerror(errno));
+}
+
+void logger_close(Logger* lg) {
+    if (lg->f) xfclose(lg->f, lg->path);
+    lg->f = NULL;
+}

@@ -1,0 +1,17 @@
+// logger.h: DIR/log.jsonl, one JSON object per line, flushed as written so a crash loses nothing.
+#pragma once
+#include <stdio.h>
+
+typedef struct {
+    FILE* f;   // NULL when there is no output directory: logging is then a no-op
+    char path[4096];
+} Logger;
+
+// Opens DIR/log.jsonl. first_step > 0 (a resumed run): lines of steps >= first_step, written by the run
+// that was interrupted after its checkpoint, are dropped so every step appears once.
+void logger_open(Logger* lg, const char* dir, int first_step);
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+void logger_line(Logger* lg, const char* fmt, ...);   // fmt is one JSON object, without the newline
+void logger_close(Logger* lg);

@@ -1,0 +1,25 @@
+// memory.h: every backend allocation of the trainer is charged to a category, so each rank can say
+// where its bytes went (the log's start-up record, --estimate's check) instead of guessing.
+#pragma once
+#include <stddef.h>
+
+#include "kernels/kernels.h"
+
+typedef enum {
+    MEM_PARAMS,       // the working copy of the parameters in the run's dtype
+    MEM_GRADS,        // parameter gradients
+    MEM_MASTER,       // fp32 master weights (absent for fp32 runs: the parameters are the master)
+    MEM_OPTIMIZER,    // Adam moments m, v
+    MEM_ACTIVATIONS,  // saved activations, their gradients and kernel scratch
+    MEM_COMM,         // communication buffers
+    NUM_MEM_CATEGORIES
+} MemCategory;
+
+typedef struct {
+    size_t bytes[NUM_MEM_CATEGORIES];
+} MemLedger;
+
+const char* mem_category_name(MemCategory c);
+// be_malloc + charge; zero-filled so no stale memory is ever read.
+void* mem_alloc(Backend* be, MemLedger* ledger, MemCategory c, size_t bytes);
+size_t mem_total(const MemLedger* ledger);

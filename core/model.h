@@ -1,0 +1,92 @@
+// model.h: GPT-2's shape and the layer-ordered flat parameter buffer ("units").
+//
+// Every parameter lives in one flat buffer ordered by layer: unit 0 = embeddings (wte, wpe), unit 1+l =
+// block l (12 tensors), unit L+1 = final LayerNorm. Each unit is contiguous and padded so it splits evenly
+// across a data-parallel group: ZeRO-3 gathers a layer with one all-gather, ZeRO-2 reduces one with one
+// reduce-scatter, a pipeline stage owns a contiguous range of units. Files use llm.c's order instead
+// ("canonical": each of the 16 tensor kinds stacked over layers); the layout maps between the two.
+#pragma once
+#include <stddef.h>
+
+#include "kernels/kernels.h"
+
+typedef struct {
+    int L;      // layers
+    int C;      // channels
+    int NH;     // heads
+    int V;      // vocabulary
+    int Vp;     // vocabulary padded to a multiple of 128 (the wte rows beyond V are zero)
+    int maxT;   // maximum sequence length (wpe rows)
+} GPTShape;
+
+// The 16 tensor kinds, in llm.c's file order.
+typedef enum {
+    P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
+    P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB, NUM_PARAM_KINDS
+} ParamKind;
+
+typedef struct {
+    ParamKind kind;
+    int layer;          // block index, or -1 for wte/wpe/lnf
+    size_t offset;      // in the flat buffer (elements)
+    size_t size;        // elements
+    size_t canonical;   // offset in llm.c's file order
+    int decay;          // weight decay applies (2-D tensors: matrices and the two embeddings)
+} ParamTensor;
+
+typedef struct {
+    size_t offset;      // first element in the flat buffer
+    size_t size;        // elements holding parameters
+    size_t padded;      // size rounded up so the unit splits evenly (>= size)
+    int first_tensor;   // index into ParamLayout.tensors
+    int num_tensors;
+} Unit;
+
+#define MAX_LAYERS 256
+#define MAX_UNITS (MAX_LAYERS + 2)
+#define MAX_TENSORS (2 + 12 * MAX_LAYERS + 2)
+
+typedef struct {
+    GPTShape shape;
+    int num_units;
+    Unit units[MAX_UNITS];
+    int num_tensors;
+    ParamTensor tensors[MAX_TENSORS];
+    size_t total;        // elements in the flat buffer, padding included
+    size_t num_params;   // real parameters (the canonical count, wte padding rows included as in llm.c)
+} ParamLayout;
+
+// Parses -e: "d12" | "d24" | "d36" | "d48" (GPT-2 124M/350M/774M/1558M, maxT 1024, V 50257) or a custom
+// "L<layers>C<channels>H<heads>[V<vocab>][T<maxT>]" such as L2C64H4V512T64. Returns 0 if `spec` is
+// neither (then it names a model file). Fails on a malformed custom spec.
+int shape_from_spec(const char* spec, GPTShape* out);
+void shape_validate(const GPTShape* s);   // fails with a one-line error on an impossible shape
+size_t param_kind_elems(const GPTShape* s, ParamKind k);   // elements of one layer's tensor of kind k
+const char* param_kind_name(ParamKind k);
+
+// Units padded to a multiple of `pad_multiple` elements (e.g. 64 x DP size).
+void layout_build(ParamLayout* lay, const GPTShape* s, size_t pad_multiple);
+const ParamTensor* layout_tensor(const ParamLayout* lay, ParamKind kind, int layer);
+static inline int unit_of_block(int layer) { return 1 + layer; }
+
+// Pointer to a tensor inside a flat buffer of type dt.
+static inline void* tensor_ptr(void* base, const ParamTensor* t, DType dt) {
+    return (char*)base + t->offset * dtype_size(dt);
+}
+
+// One block's parameters (or their gradients) as pointers into a flat buffer.
+typedef struct {
+    void *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    void *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} BlockParams;
+// Embeddings and final LayerNorm.
+typedef struct {
+    void *wte, *wpe, *lnfw, *lnfb;
+} OuterParams;
+
+BlockParams block_params(const ParamLayout* lay, void* base, int layer, DType dt);
+OuterParams outer_params(const ParamLayout* lay, void* base, DType dt);
+
+// Host fp32 values for one tensor: GPT-2's initialization (std 0.02, residual projections
+// 0.02/sqrt(2L), biases 0, LayerNorm weights 1), a pure function of (seed, kind, layer).
+void init_tensor_values(float* out, const GPTShape* s, const ParamTensor* t, unsigned long long seed);

@@ -1,0 +1,287 @@
+// train_gpt.cu: the GPT-2 trainer. Plain C with no CUDA syntax: the same file builds train_gpt_cpu (CPU
+// backend) and train_gpt (CUDA backend); the backend is chosen at link time (kernels/kernels.h).
+//
+// Reads top to bottom: set-up (flags, backend, model, data, log), then the loop: at each step maybe
+// validate, sample and checkpoint, then one optimizer step over `ga` accumulated micro-batches.
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "core/checkpoint.h"
+#include "core/common.h"
+#include "core/config.h"
+#include "core/dataloader.h"
+#include "core/gpt.h"
+#include "core/logger.h"
+#include "core/optimizer.h"
+#include "core/rng.h"
+#include "core/tokenizer.h"
+
+typedef struct {
+    Config cfg;
+    Backend* be;
+    GPT gpt;
+    DataLoader* train;
+    DataLoader* val;        // NULL without -j
+    Tokenizer* tokenizer;   // NULL without a tokenizer file: samples print token ids
+    Logger log;
+    int first_step;         // 0, or the step a resumed run continues from
+    int max_steps;
+    int val_batches;
+    float* norm_acc;        // backend scratch for the gradient norm
+    int* inputs;            // (B*T) host
+    int* targets;           // (B*T) host
+} Trainer;
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static long long tokens_per_step(const Trainer* tr) {
+    return (long long)tr->cfg.B * tr->cfg.T * tr->cfg.grad_accum;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Set-up.
+
+static GPTShape resolve_shape(const Config* cfg) {
+    GPTShape s;
+    if (shape_from_spec(cfg->model, &s)) return s;
+    if (file_size(cfg->model) < 0) fail("-e %s: not a model name (d12|d24|d36|d48|L<n>C<n>H<n>...) nor an existing file", cfg->model);
+    return model_file_shape(cfg->model);
+}
+
+static void resolve_batch(Config* cfg, const GPTShape* s) {
+    if (cfg->T > s->maxT) fail("-t %d exceeds the model's maximum sequence length %d", cfg->T, s->maxT);
+    if (cfg->total_batch) {
+        long long per_micro = (long long)cfg->B * cfg->T;
+        if (cfg->total_batch % per_micro) fail("-d %lld is not a multiple of b*t = %lld", cfg->total_batch, per_micro);
+        cfg->grad_accum = (int)(cfg->total_batch / per_micro);
+    }
+}
+
+static void open_tokenizer(Trainer* tr) {
+    char path[PATH_MAX];
+    if (tr->cfg.tokenizer) {
+        snprintf(path, sizeof(path), "%s", tr->cfg.tokenizer);
+        if (file_size(path) < 0) fail("-tk %s: no such file", path);
+    } else {   // tokenizer.bin beside the training shards
+        const char* slash = strrchr(tr->cfg.train_pattern, '/');
+        int dir_len = slash ? (int)(slash - tr->cfg.train_pattern) : 1;
+        snprintf(path, sizeof(path), "%.*s/tokenizer.bin", dir_len, slash ? tr->cfg.train_pattern : ".");
+    }
+    tr->tokenizer = tokenizer_load(path);
+}
+
+static void log_memory(Trainer* tr) {
+    const MemLedger* m = &tr->gpt.mem;
+    char buf[512];
+    int n = 0;
+    for (int c = 0; c < NUM_MEM_CATEGORIES; c++)
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\"%s\": %zu", c ? ", " : "", mem_category_name((MemCategory)c), m->bytes[c]);
+    logger_line(&tr->log, "{\"step\": %d, \"rank\": 0, \"memory\": {%s}, \"total\": %zu}", tr->first_step, buf, mem_total(m));
+    printf("memory (rank 0): %.1f MiB total:", (double)mem_total(m) / (1 << 20));
+    for (int c = 0; c < NUM_MEM_CATEGORIES; c++) printf(" %s %.1f", mem_category_name((MemCategory)c), (double)m->bytes[c] / (1 << 20));
+    printf(" MiB\n");
+}
+
+static void load_or_init_model(Trainer* tr) {
+    char dir[PATH_MAX];
+    int step = tr->cfg.resume ? checkpoint_latest(tr->cfg.out_dir, dir, sizeof(dir)) : -1;
+    if (step >= 0) {
+        CheckpointInfo info;
+        checkpoint_load(&tr->gpt, tr->be, dir, &info);
+        if (info.tokens_per_step != tokens_per_step(tr))
+            fail("checkpoint %s was written with %lld tokens per step; this run has %lld (keep b*t*ga the same)", dir,
+                 info.tokens_per_step, tokens_per_step(tr));
+        if (info.seed != tr->cfg.seed) fail("checkpoint %s was written with -seed %llu; this run has %llu", dir, info.seed,
+                                            (unsigned long long)tr->cfg.seed);
+        tr->first_step = info.step;
+        printf("resumed from %s at step %d\n", dir, info.step);
+    } else if (shape_from_spec(tr->cfg.model, &(GPTShape){0})) {
+        model_init_random(&tr->gpt, tr->be, tr->cfg.seed);
+    } else {
+        model_file_load(&tr->gpt, tr->be, tr->cfg.model);
+    }
+}
+
+static void trainer_setup(Trainer* tr, int argc, char** argv) {
+    memset(tr, 0, sizeof(*tr));
+    Config* cfg = &tr->cfg;
+    config_parse(cfg, argc, argv);
+    GPTShape shape = resolve_shape(cfg);
+    resolve_batch(cfg, &shape);
+    tr->be = backend_create(0);
+    if (!cfg->precision_set) cfg->precision = backend_is_gpu(tr->be) ? DT_BF16 : DT_FP32;
+
+    int N = cfg->B * cfg->T;
+    tr->train = dataloader_open(cfg->train_pattern, cfg->B, cfg->T, 0, 1, cfg->shuffle, cfg->seed, shape.V);
+    if (cfg->val_pattern && cfg->val_pattern[0] && cfg->val_every > 0) {
+        tr->val = dataloader_open(cfg->val_pattern, cfg->B, cfg->T, 0, 1, 0, cfg->seed, shape.V);
+        long long w = dataloader_windows_per_epoch(tr->val);
+        tr->val_batches = cfg->val_batches < w ? cfg->val_batches : (int)w;
+    }
+    long long epoch_steps = dataloader_windows_per_epoch(tr->train) / cfg->grad_accum;
+    if (cfg->max_steps < 0 && epoch_steps < 1)
+        fail("one epoch of %s is shorter than one step (b*t*ga = %lld tokens); set -x", cfg->train_pattern, tokens_per_step(tr));
+    tr->max_steps = cfg->max_steps >= 0 ? cfg->max_steps : (int)epoch_steps;
+    open_tokenizer(tr);
+
+    gpt_create(&tr->gpt, tr->be, &shape, cfg->precision, cfg->B, cfg->T, 64);
+    tr->norm_acc = (float*)be_malloc(tr->be, sizeof(float));
+    tr->inputs = (int*)xmalloc((size_t)N * sizeof(int));
+    tr->targets = (int*)xmalloc((size_t)N * sizeof(int));
+    load_or_init_model(tr);
+    logger_open(&tr->log, cfg->out_dir, tr->first_step);
+    printf("model L=%d C=%d NH=%d V=%d maxT=%d: %zu parameters | %s on %s | b=%d t=%d ga=%d | %d steps\n", shape.L,
+           shape.C, shape.NH, shape.V, shape.maxT, tr->gpt.layout->num_params, dtype_name(cfg->precision),
+           backend_device_name(tr->be), cfg->B, cfg->T, cfg->grad_accum, tr->max_steps);
+    log_memory(tr);
+}
+
+static void trainer_teardown(Trainer* tr) {
+    logger_close(&tr->log);
+    dataloader_close(tr->train);
+    if (tr->val) dataloader_close(tr->val);
+    if (tr->tokenizer) tokenizer_free(tr->tokenizer);
+    be_free(tr->be, tr->norm_acc);
+    gpt_destroy(&tr->gpt, tr->be);
+    backend_destroy(tr->be);
+    free(tr->inputs);
+    free(tr->targets);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Evaluation and sampling.
+
+static void validate(Trainer* tr, int step) {
+    double sum = 0.0;
+    for (int i = 0; i < tr->val_batches; i++) {
+        dataloader_batch(tr->val, i, 1, 0, tr->inputs, tr->targets);
+        sum += gpt_forward(&tr->gpt, tr->be, tr->inputs, tr->targets, 0.0f, NULL);
+    }
+    double val_loss = sum / tr->val_batches;
+    printf("step %d | val loss %.6f\n", step, val_loss);
+    logger_line(&tr->log, "{\"step\": %d, \"val_loss\": %.9g}", step, val_loss);
+}
+
+// Samples the next token from the logits row `row` (softmax over the real vocabulary).
+static int sample_row(Trainer* tr, int row, Rng* rng) {
+    const GPTShape* s = &tr->gpt.shape;
+    size_t x = dtype_size(tr->gpt.dt);
+    void* raw = xmalloc((size_t)s->Vp * x);
+    float* p = (float*)xmalloc((size_t)s->V * sizeof(float));
+    be_download(tr->be, raw, (char*)tr->gpt.acts.logits + (size_t)row * s->Vp * x, (size_t)s->Vp * x);
+    host_from_dtype(p, raw, tr->gpt.dt, (size_t)s->V);
+    float mx = p[0];
+    for (int v = 1; v < s->V; v++) mx = p[v] > mx ? p[v] : mx;
+    double total = 0.0;
+    for (int v = 0; v < s->V; v++) total += exp((double)(p[v] - mx));
+    double coin = rng_uniform(rng) * total, acc = 0.0;
+    int token = s->V - 1;
+    for (int v = 0; v < s->V; v++) {
+        acc += exp((double)(p[v] - mx));
+        if (coin < acc) { token = v; break; }
+    }
+    free(p);
+    free(raw);
+    return token;
+}
+
+static void sample(Trainer* tr, int step) {
+    int T = tr->cfg.T, N = tr->cfg.B * T;
+    int eot = tr->tokenizer ? tokenizer_eot(tr->tokenizer) : (tr->gpt.shape.V > 50256 ? 50256 : tr->gpt.shape.V - 1);
+    int steps = tr->cfg.gen_tokens < T ? tr->cfg.gen_tokens : T - 1;
+    Rng rng = rng_seeded(tr->cfg.seed, 0x5a3b1e00ull + (uint64_t)step);   // the same text on a resumed run
+    for (int i = 0; i < N; i++) tr->inputs[i] = eot;
+    printf("step %d | sample: ", step);
+    for (int t = 1; t <= steps; t++) {
+        // Every position sees only its past, so recomputing the whole (B,T) forward is correct, if wasteful.
+        gpt_forward(&tr->gpt, tr->be, tr->inputs, NULL, 0.0f, NULL);
+        int token = sample_row(tr, t - 1, &rng);
+        tr->inputs[t] = token;
+        if (tr->tokenizer) fputs(tokenizer_decode(tr->tokenizer, token), stdout);
+        else printf("%d ", token);
+    }
+    printf("\n");
+    fflush(stdout);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// One optimizer step.
+
+typedef struct {
+    double loss, grad_norm;
+    float lr;
+} StepResult;
+
+static void dump_step0(Trainer* tr, const float* logits) {
+    char p[PATH_MAX];
+    size_t n = (size_t)tr->cfg.B * tr->cfg.T * tr->gpt.shape.V;
+    snprintf(p, sizeof(p), "%s/logits0.f32", tr->cfg.dump_dir);
+    FILE* f = xfopen(p, "wb");
+    xfwrite(logits, sizeof(float), n, f, p);
+    xfclose(f, p);
+    snprintf(p, sizeof(p), "%s/grads0.f32", tr->cfg.dump_dir);
+    write_canonical_f32(&tr->gpt, tr->be, tr->gpt.grads, tr->gpt.dt, p);
+}
+
+static StepResult train_step(Trainer* tr, int step) {
+    Config* cfg = &tr->cfg;
+    GPT* g = &tr->gpt;
+    int dump = cfg->dump_dir && step == 0;
+    float* logits = dump ? (float*)xmalloc((size_t)cfg->B * cfg->T * g->shape.V * sizeof(float)) : NULL;
+    // Each micro-batch's mean loss enters with weight 1/ga, so the gradient is that of the step's mean loss.
+    float dloss = 1.0f / ((float)cfg->B * cfg->T * cfg->grad_accum);
+    StepResult r = {0.0, 0.0, config_lr_at(cfg, step, tr->max_steps)};
+    be_memset0(tr->be, g->grads, g->layout->total * dtype_size(g->dt));
+    for (int micro = 0; micro < cfg->grad_accum; micro++) {
+        dataloader_batch(tr->train, step, cfg->grad_accum, micro, tr->inputs, tr->targets);
+        r.loss += gpt_forward(g, tr->be, tr->inputs, tr->targets, dloss, micro == 0 ? logits : NULL) / cfg->grad_accum;
+        gpt_backward(g, tr->be);
+    }
+    if (dump) dump_step0(tr, logits);
+    free(logits);
+    r.grad_norm = grad_global_norm(g, tr->be, tr->norm_acc);
+    OptimizerStep o = {r.lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, cfg->grad_clip, step, cfg->seed};
+    adamw_step(g, tr->be, &o, grad_clip_scale(r.grad_norm, cfg->grad_clip));
+    be_synchronize(tr->be);
+    return r;
+}
+
+static void report_step(Trainer* tr, int step, const StepResult* r, double seconds, double* avg_seconds) {
+    double tok_s = (double)tokens_per_step(tr) / seconds;
+    *avg_seconds = *avg_seconds <= 0.0 ? seconds : 0.9 * *avg_seconds + 0.1 * seconds;
+    double eta = *avg_seconds * (tr->max_steps - step - 1);
+    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | eta %.0fs\n", step + 1, tr->max_steps,
+           r->loss, r->lr, r->grad_norm, seconds * 1e3, tok_s, eta);
+    fflush(stdout);
+    logger_line(&tr->log, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"dt_ms\": %.3f, \"tok_s\": %.1f}",
+                step, r->loss, r->lr, r->grad_norm, seconds * 1e3, tok_s);
+}
+
+static int due(int every, int step, int last) { return every > 0 && (step % every == 0 || last); }
+
+int main(int argc, char** argv) {
+    Trainer tr;
+    trainer_setup(&tr, argc, argv);
+    double avg_seconds = 0.0;
+    for (int step = tr.first_step; step <= tr.max_steps; step++) {
+        int last = step == tr.max_steps;
+        if (tr.val && due(tr.cfg.val_every, step, last)) validate(&tr, step);
+        if (due(tr.cfg.sample_every, step, last) && step > tr.first_step) sample(&tr, step);
+        if (tr.cfg.out_dir && (last || (step > tr.first_step && due(tr.cfg.ckpt_every, step, 0)))) {
+            CheckpointInfo info = {step, tokens_per_step(&tr), tr.cfg.seed};
+            checkpoint_save(&tr.gpt, tr.be, &tr.cfg, &info);
+        }
+        if (last) break;
+        double t0 = now_seconds();
+        StepResult r = train_step(&tr, step);
+        report_step(&tr, step, &r, now_seconds() - t0, &avg_seconds);
+    }
+    trainer_teardown(&tr);
+    return 0;
+}
