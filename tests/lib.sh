@@ -1,5 +1,6 @@
 # lib.sh: sourced by tests/t_*.sh. Same protocol as testlib.h: one "ok NAME" / "FAIL NAME: why" per check.
 FAILED=0
+PYTHON=${PYTHON:-/usr/bin/python3}
 TMP=$(mktemp -d /tmp/gpt-test.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 t_ok() { echo "ok $1"; }

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Bad input ends with one line "error: ..." on stderr and a non-zero exit, never a crash or a hang.
+source "$(dirname "$0")/lib.sh"
+cd "$(dirname "$0")/.."
+$PYTHON scripts/make_shard.py -o "$TMP/ok.bin" -n 5000 -V 512 --seed 1 >/dev/null
+base=(-e L2C64H4V512T64 -i "$TMP/ok.bin" -j "" -b 2 -t 32 -x 1 -s 0)
+expect_error() {   # name, regex the error must match, args...
+    local name=$1 pattern=$2; shift 2
+    timeout 60 ./train_gpt_cpu "$@" >"$TMP/out" 2>"$TMP/err"; local rc=$?
+    local lines; lines=$(wc -l <"$TMP/err")
+    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ] && grep -Eq "^error: .*$pattern" "$TMP/err"; then t_ok "$name"
+    else t_fail "$name" "rc=$rc, stderr ($lines lines): $(head -c 300 "$TMP/err")"; fi
+}
+expect_error unknown_flag "unknown flag '-w'" "${base[@]}" -w 3
+expect_error missing_value "needs a value" "${base[@]}" -b
+expect_error bad_integer "expects an integer" "${base[@]}" -b four
+expect_error zero_batch "outside" "${base[@]}" -b 0
+expect_error bad_schedule "cosine\|linear\|constant" "${base[@]}" -k exp
+expect_error missing_shard "no token shard matches" "${base[@]}" -i "$TMP/nothing_*.bin"
+head -c 3000 "$TMP/ok.bin" > "$TMP/trunc.bin"
+expect_error truncated_shard "truncated" "${base[@]}" -i "$TMP/trunc.bin"
+head -c 500 "$TMP/ok.bin" > "$TMP/tiny.bin"
+expect_error shard_shorter_than_header "header|truncated" "${base[@]}" -i "$TMP/tiny.bin"
+{ printf '\x01\x02\x03\x04'; tail -c +5 "$TMP/ok.bin"; } > "$TMP/magic.bin"
+expect_error wrong_magic_shard "magic" "${base[@]}" -i "$TMP/magic.bin"
+expect_error batch_larger_than_data "tokens" "${base[@]}" -e L2C64H4V512T128 -b 64 -t 128
+expect_error t_beyond_model "maximum sequence length" "${base[@]}" -t 128
+expect_error token_out_of_vocab "vocab" "${base[@]}" -e L2C64H4V100T64
+expect_error model_spec "bad model spec" "${base[@]}" -e L2C64Q4
+expect_error heads_divide "divisible" "${base[@]}" -e L2C64H5
+expect_error missing_model_file "nor an existing file" "${base[@]}" -e "$TMP/none.bin"
+./train_gpt_cpu "${base[@]}" -x 0 -o "$TMP/m" >/dev/null 2>&1
+model="$TMP/m/ckpt_000000/model.bin"
+t_check model_written "[ -s '$model' ]"
+{ printf 'XXXX'; tail -c +5 "$model"; } > "$TMP/badmagic_model.bin"
+expect_error wrong_magic_model "not a model file" "${base[@]}" -e "$TMP/badmagic_model.bin"
+head -c 10000 "$model" > "$TMP/trunc_model.bin"
+expect_error truncated_model "truncated" "${base[@]}" -e "$TMP/trunc_model.bin"
+./train_gpt_cpu -e L3C64H4V512T64 -i "$TMP/ok.bin" -j "" -b 2 -t 32 -x 0 -s 0 -o "$TMP/m3" >/dev/null 2>&1
+mkdir -p "$TMP/other" && cp -r "$TMP/m3/ckpt_000000" "$TMP/other/"
+expect_error resume_other_shape "another shape" "${base[@]}" -o "$TMP/other" -y 1
+expect_error resume_needs_dir "needs -o" "${base[@]}" -y 1
+expect_error zero_not_yet "not yet supported" "${base[@]}" -z 2
+expect_error pp_not_yet "not yet supported" "${base[@]}" -pp 2
+expect_error recompute_not_yet "not yet supported" "${base[@]}" -r 1
+mkdir -p "$TMP/ro" && chmod 500 "$TMP/ro"
+if [ "$(id -u)" != 0 ]; then expect_error unwritable_output "cannot" "${base[@]}" -o "$TMP/ro/x"; fi
+t_finish
