@@ -1,0 +1,49 @@
+#!/usr/bin/python3
+"""Reads back what scripts/tokenize.py wrote, checking the formats on the way (for tests/t_tokenizer*.sh).
+  ids SHARD...          the shards' tokens, concatenated, one line of space-separated ids
+  decode TOKFILE SHARD  the shard's text, decoded with the tokenizer file, raw bytes to stdout"""
+import sys
+
+import numpy as np
+
+
+def shard_ids(path):
+    with open(path, 'rb') as f:
+        data = f.read()
+    head = np.frombuffer(data[:1024], dtype='<i4')
+    if len(head) != 256 or head[0] != 20240520 or head[1] != 1:
+        sys.exit(f'{path}: bad shard header {head[:3].tolist()}')
+    ids = np.frombuffer(data[1024:], dtype='<u2')
+    if len(ids) != head[2]:
+        sys.exit(f'{path}: header says {head[2]} tokens, file holds {len(ids)}')
+    return ids
+
+
+def decode_table(path):
+    with open(path, 'rb') as f:
+        data = f.read()
+    head = np.frombuffer(data[:1024], dtype='<i4')
+    if head[:4].tolist() != [20240328, 2, 50257, 50256]:
+        sys.exit(f'{path}: bad tokenizer header {head[:4].tolist()}')
+    table, pos = [], 1024
+    for _ in range(50257):
+        n = data[pos]
+        table.append(data[pos + 1:pos + 1 + n])
+        pos += 1 + n
+    if pos != len(data):
+        sys.exit(f'{path}: {len(data) - pos} trailing bytes')
+    return table
+
+
+def main(argv):
+    if argv[0] == 'ids':
+        print(' '.join(str(i) for p in argv[1:] for i in shard_ids(p).tolist()))
+    elif argv[0] == 'decode':
+        table = decode_table(argv[1])
+        sys.stdout.buffer.write(b''.join(table[i] for i in shard_ids(argv[2]).tolist()))
+    else:
+        sys.exit('usage: tokenizer_shards.py ids SHARD... | decode TOKFILE SHARD')
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])
