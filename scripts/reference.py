@@ -1,0 +1,521 @@
+#!/usr/bin/env python3
+"""Independent PyTorch reference for the GPT-2 trainer, written from DESIGN.md's spec.
+
+It reads and writes llm.c model files and token shards, follows the design's data order, LR schedule,
+AdamW and clipping exactly, and computes in float64 by default so that it is more accurate than the C
+code it checks. The same flags as train_gpt_cpu where they overlap.
+
+  reference.py -e MODEL.bin -i 'shards*.bin' -b 4 -t 64 -ga 2 -x 10 -l 1e-3 -u 3 -q 0.1 -k cosine \
+               -c 0.1 -gc 0.5 -o OUT -dump DUMP
+  reference.py -e L2C64H4V500T64 --seed 1 --save model.bin          # random model, for tests
+  reference.py -e d12 --bench --device cuda --dtype bfloat16 --compile -b 16 -t 1024 -x 30 --bench-out f.jsonl
+
+Runs on Debian's PyTorch 1.13 (CPU) and on PyTorch 2.x (CUDA): newer APIs (torch.compile,
+scaled_dot_product_attention, fused AdamW) are used only when asked for and present.
+"""
+import os
+import sys
+
+# Run as a script, Python puts scripts/ first on sys.path, where scripts/tokenize.py would shadow the
+# standard library's tokenize (which torch imports). Nothing here is imported from scripts/.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+
+import argparse
+import glob
+import json
+import math
+import re
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+MODEL_MAGIC = 20240326
+SHARD_MAGIC = 20240520
+HEADER_INTS = 256
+NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+         "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+# Decoupled weight decay touches only the matrices; biases and LayerNorm parameters are exempt (llm.c rule).
+DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
+PRESETS = {"d12": (12, 768, 12), "d24": (24, 1024, 16), "d36": (36, 1280, 20), "d48": (48, 1600, 25)}
+
+
+def die(msg):
+    print("error: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+class Config:
+    def __init__(self, maxT, V, L, NH, C, Vp):
+        self.maxT, self.V, self.L, self.NH, self.C, self.Vp = maxT, V, L, NH, C, Vp
+
+    def shapes(self):
+        maxT, V, L, C, Vp = self.maxT, self.V, self.L, self.C, self.Vp
+        return [(Vp, C), (maxT, C), (L, C), (L, C), (L, 3 * C, C), (L, 3 * C), (L, C, C), (L, C),
+                (L, C), (L, C), (L, 4 * C, C), (L, 4 * C), (L, C, 4 * C), (L, C), (C,), (C,)]
+
+    def numel(self):
+        return sum(int(np.prod(s)) for s in self.shapes())
+
+    def header(self, version):
+        h = np.zeros(HEADER_INTS, dtype=np.int32)
+        h[:8] = [MODEL_MAGIC, version, self.maxT, self.V, self.L, self.NH, self.C, self.Vp]
+        return h
+
+    def __repr__(self):
+        return "L%d C%d NH%d V%d Vp%d maxT%d" % (self.L, self.C, self.NH, self.V, self.Vp, self.maxT)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Files
+
+def read_model_header(path):
+    """Returns (Config, version). Checks magic, version, positive shapes, and that the size is exact."""
+    size = os.path.getsize(path) if os.path.isfile(path) else -1
+    if size < HEADER_INTS * 4:
+        die("%s: not a model file (missing or shorter than the 1024-byte header)" % path)
+    h = np.fromfile(path, dtype=np.int32, count=HEADER_INTS)
+    if h[0] != MODEL_MAGIC:
+        die("%s: bad model magic %d (want %d)" % (path, h[0], MODEL_MAGIC))
+    version = int(h[1])
+    if version not in (3, 5):
+        die("%s: unsupported model version %d (3 = fp32, 5 = bf16)" % (path, version))
+    maxT, V, L, NH, C, Vp = (int(x) for x in h[2:8])
+    if min(maxT, V, L, NH, C, Vp) <= 0 or Vp < V or C % NH:
+        die("%s: inconsistent model header maxT=%d V=%d L=%d NH=%d C=%d Vp=%d" % (path, maxT, V, L, NH, C, Vp))
+    cfg = Config(maxT, V, L, NH, C, Vp)
+    want = HEADER_INTS * 4 + cfg.numel() * (4 if version == 3 else 2)
+    if size != want:
+        die("%s: size %d bytes, header says %d (%s, version %d)" % (path, size, want, cfg, version))
+    return cfg, version
+
+
+def split_payload(flat, cfg):
+    """Splits a flat array (a model file's payload) into the 16 tensors, by the config's shapes."""
+    out, off = {}, 0
+    for name, shape in zip(NAMES, cfg.shapes()):
+        n = int(np.prod(shape))
+        out[name] = flat[off:off + n].reshape(shape)
+        off += n
+    assert off == flat.size
+    return out
+
+
+def bf16_bits_to_f32(u16):
+    return (u16.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16_bits(x):
+    # Round to nearest even on the upper 16 bits; NaN stays NaN (quiet bit set).
+    b = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(x)
+    rounded[nan] = ((b[nan] >> 16) | 0x40).astype(np.uint16)
+    return rounded
+
+
+def load_model(path):
+    """Returns (Config, {name: float32 numpy array})."""
+    cfg, version = read_model_header(path)
+    raw = np.fromfile(path, dtype=np.float32 if version == 3 else np.uint16, offset=HEADER_INTS * 4)
+    flat = raw if version == 3 else bf16_bits_to_f32(raw)
+    return cfg, split_payload(flat, cfg)
+
+
+def save_model(path, cfg, params, version=3):
+    """params: {name: array-like}. Writes atomically (tmp + rename) so a reader never sees half a file."""
+    flat = np.concatenate([np.asarray(params[n], dtype=np.float32).reshape(-1) for n in NAMES])
+    assert flat.size == cfg.numel()
+    payload = flat if version == 3 else f32_to_bf16_bits(flat)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(cfg.header(version).tobytes())
+        f.write(payload.tobytes())
+    os.replace(tmp, path)
+
+
+def read_shard(path):
+    size = os.path.getsize(path) if os.path.isfile(path) else -1
+    if size < HEADER_INTS * 4:
+        die("%s: not a token shard (missing or shorter than the 1024-byte header)" % path)
+    h = np.fromfile(path, dtype=np.int32, count=HEADER_INTS)
+    if h[0] != SHARD_MAGIC or h[1] != 1:
+        die("%s: bad shard header magic=%d version=%d (want %d, 1)" % (path, h[0], h[1], SHARD_MAGIC))
+    ntok = int(h[2])
+    if ntok < 0 or size != HEADER_INTS * 4 + 2 * ntok:
+        die("%s: size %d bytes, header says %d tokens (%d bytes)" % (path, size, ntok, HEADER_INTS * 4 + 2 * ntok))
+    return np.fromfile(path, dtype=np.uint16, offset=HEADER_INTS * 4)
+
+
+def load_tokens(pattern, V):
+    files = sorted(glob.glob(pattern))
+    if not files:
+        die("no token shards match %r" % pattern)
+    toks = np.concatenate([read_shard(f) for f in files]).astype(np.int64)
+    if toks.size and toks.max() >= V:
+        die("%s: token %d out of range for vocabulary %d" % (pattern, toks.max(), V))
+    return toks
+
+
+class Loader:
+    """Single rank, no shuffle: step s, micro-step m reads B*T+1 tokens at ((s*ga + m) mod W) * B*T."""
+
+    def __init__(self, tokens, B, T, ga):
+        self.tokens, self.B, self.T, self.ga = tokens, B, T, ga
+        self.W = (tokens.size - 1) // (B * T)
+        if self.W < 1:
+            die("%d tokens are too few for one micro-batch of B*T+1 = %d" % (tokens.size, B * T + 1))
+
+    def batch(self, step, micro):
+        BT = self.B * self.T
+        start = ((step * self.ga + micro) % self.W) * BT
+        buf = self.tokens[start:start + BT + 1]
+        return (torch.from_numpy(buf[:-1].reshape(self.B, self.T).copy()),
+                torch.from_numpy(buf[1:].reshape(self.B, self.T).copy()))
+
+
+# ------------------------------------------------------------------------------------------------------
+# Model
+
+def parse_spec(spec):
+    """'d12' or 'L2C64H4[V512][T64]' -> Config (V padded to a multiple of 128, as the design says)."""
+    if spec in PRESETS:
+        L, C, NH = PRESETS[spec]
+        V, maxT = 50257, 1024
+    else:
+        m = re.fullmatch(r"L(\d+)C(\d+)H(\d+)(?:V(\d+))?(?:T(\d+))?", spec)
+        if not m:
+            die("-e %r: neither a model file nor a spec like d12 or L2C64H4V512T64" % spec)
+        L, C, NH = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        V = int(m.group(4)) if m.group(4) else 50257
+        maxT = int(m.group(5)) if m.group(5) else 1024
+    if min(L, C, NH, V, maxT) <= 0 or C % NH:
+        die("-e %r: need positive sizes and C divisible by H" % spec)
+    return Config(maxT, V, L, NH, C, (V + 127) // 128 * 128)
+
+
+def random_params(cfg, seed):
+    """GPT-2 init: N(0, 0.02), residual output projections scaled by 1/sqrt(2L), biases 0, LN 1/0."""
+    g = np.random.default_rng(seed)
+    p = {}
+    for name, shape in zip(NAMES, cfg.shapes()):
+        if name in ("ln1w", "ln2w", "lnfw"):
+            p[name] = np.ones(shape, np.float32)
+        elif name in DECAYED:
+            std = 0.02 / math.sqrt(2 * cfg.L) if name in ("attprojw", "fcprojw") else 0.02
+            p[name] = (g.standard_normal(shape) * std).astype(np.float32)
+        else:
+            p[name] = np.zeros(shape, np.float32)
+    p["wte"][cfg.V:] = 0   # padded rows are never looked up; keep them inert
+    return p
+
+
+class GPT(torch.nn.Module):
+    """Parameters stay layer-stacked exactly as in the file, so gradients come out in the file's layout."""
+
+    def __init__(self, cfg, params, dtype, device, sdpa=False):
+        super().__init__()
+        self.cfg, self.sdpa = cfg, sdpa
+        self.p = torch.nn.ParameterDict({n: torch.nn.Parameter(torch.as_tensor(np.asarray(params[n]))
+                                                               .to(device=device, dtype=dtype))
+                                         for n in NAMES})
+
+    def params(self):
+        return [self.p[n] for n in NAMES]
+
+    @staticmethod
+    def layernorm(x, w, b):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)   # biased variance, as GPT-2 / llm.c
+        return (x - mean) * torch.rsqrt(var + 1e-5) * w + b
+
+    @staticmethod
+    def gelu(x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+    def attention(self, qkv, B, T):
+        C, NH = self.cfg.C, self.cfg.NH
+        hs = C // NH
+        # Packed [q | k | v]; head h owns channels h*hs .. (h+1)*hs of each.
+        q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in qkv.split(C, dim=-1))
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+            mask = torch.ones(T, T, dtype=torch.bool, device=qkv.device).tril()
+            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            y = att @ v
+        return y.transpose(1, 2).reshape(B, T, C)
+
+    def forward(self, idx, targets=None):
+        """Returns (logits over the real V columns, mean loss or None)."""
+        p, cfg = self.p, self.cfg
+        B, T = idx.shape
+        if T > cfg.maxT:
+            raise ValueError("T=%d exceeds the model's maxT=%d" % (T, cfg.maxT))
+        x = p["wte"][idx] + p["wpe"][:T]
+        for l in range(cfg.L):
+            h = self.layernorm(x, p["ln1w"][l], p["ln1b"][l])
+            qkv = h @ p["qkvw"][l].t() + p["qkvb"][l]
+            x = x + self.attention(qkv, B, T) @ p["attprojw"][l].t() + p["attprojb"][l]
+            h = self.layernorm(x, p["ln2w"][l], p["ln2b"][l])
+            h = self.gelu(h @ p["fcw"][l].t() + p["fcb"][l])
+            x = x + h @ p["fcprojw"][l].t() + p["fcprojb"][l]
+        x = self.layernorm(x, p["lnfw"], p["lnfb"])
+        # Tied head over all Vp rows, then only the real vocabulary enters the softmax (padding is inert).
+        logits = (x @ p["wte"].t())[..., :cfg.V]
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.reshape(-1, cfg.V).float() if logits.dtype in (torch.bfloat16, torch.float16)
+                                   else logits.reshape(-1, cfg.V), targets.reshape(-1))
+        return logits, loss
+
+
+# ------------------------------------------------------------------------------------------------------
+# Optimization
+
+def lr_at(step, args):
+    """The design's schedule; step is 0-based."""
+    lr, u, X = args.l, args.u, args.x
+    if step < u:
+        return lr * (step + 1) / u
+    frac = (step - u) / max(1, X - u)
+    lr_min = args.q * lr
+    if args.k == "cosine":
+        return lr_min + 0.5 * (1.0 + math.cos(math.pi * frac)) * (lr - lr_min)
+    if args.k == "linear":
+        return lr - frac * (lr - lr_min)
+    return lr
+
+
+class AdamW:
+    """AdamW written out, so the update is exactly the spec's (and checked against torch.optim.AdamW in tests)."""
+
+    def __init__(self, named_params, wd, b1=0.9, b2=0.95, eps=1e-8):
+        self.named = named_params
+        self.wd, self.b1, self.b2, self.eps, self.t = wd, b1, b2, eps, 0
+        self.m = {n: torch.zeros_like(p) for n, p in named_params}
+        self.v = {n: torch.zeros_like(p) for n, p in named_params}
+
+    @torch.no_grad()
+    def step(self, lr, grad_scale=1.0):
+        self.t += 1
+        bc1, bc2 = 1.0 - self.b1 ** self.t, 1.0 - self.b2 ** self.t
+        for n, p in self.named:
+            g = p.grad * grad_scale
+            self.m[n].mul_(self.b1).add_(g, alpha=1.0 - self.b1)
+            self.v[n].mul_(self.b2).add_(g * g, alpha=1.0 - self.b2)
+            update = (self.m[n] / bc1) / ((self.v[n] / bc2).sqrt() + self.eps)
+            if n in DECAYED:
+                update = update + self.wd * p
+            p.sub_(lr * update)
+
+
+def grad_norm(params):
+    return math.sqrt(sum(float((p.grad.double() ** 2).sum()) for p in params))
+
+
+def write_f32(path, arrays):
+    with open(path, "wb") as f:
+        for a in arrays:
+            f.write(np.ascontiguousarray(a.detach().cpu().float().numpy()).tobytes())
+
+
+def train(args, cfg, params):
+    dtype = {"float64": torch.float64, "float32": torch.float32}[args.dtype]
+    model = GPT(cfg, params, dtype, "cpu", sdpa=args.sdpa)
+    named = [(n, model.p[n]) for n in NAMES]
+    opt = AdamW(named, args.c)
+    loader = Loader(load_tokens(args.i, cfg.V), args.b, args.t, args.ga)
+    log = open(os.path.join(args.o, "log.jsonl"), "w") if args.o else None
+    if args.dump:
+        os.makedirs(args.dump, exist_ok=True)
+    for step in range(args.x):
+        t0 = time.time()
+        for p in model.params():
+            p.grad = None
+        loss_sum = 0.0
+        for micro in range(args.ga):
+            idx, tgt = loader.batch(step, micro)
+            logits, loss = model(idx, tgt)
+            (loss / args.ga).backward()
+            loss_sum += float(loss)
+            if step == 0 and micro == 0 and args.dump:
+                write_f32(os.path.join(args.dump, "logits0.f32"), [logits.reshape(-1, cfg.V)])
+        loss_mean = loss_sum / args.ga
+        norm = grad_norm(model.params())
+        if step == 0 and args.dump:
+            write_f32(os.path.join(args.dump, "grads0.f32"), [p.grad for p in model.params()])
+            with open(os.path.join(args.dump, "loss0.txt"), "w") as f:
+                f.write("%.9g\n" % loss_mean)
+        scale = args.gc / norm if args.gc > 0 and norm > args.gc else 1.0
+        lr = lr_at(step, args)
+        opt.step(lr, scale)
+        rec = {"step": step, "loss": loss_mean, "lr": lr, "grad_norm": norm,
+               "dt_ms": (time.time() - t0) * 1e3}
+        if log:
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+        if not args.quiet:
+            print("step %d loss %.6f lr %.3e grad_norm %.4f" % (step, loss_mean, lr, norm))
+    if log:
+        log.close()
+    if args.o:
+        save_model(os.path.join(args.o, "model_final.bin"), cfg,
+                   {n: model.p[n].detach().float().numpy() for n in NAMES})
+    return model
+
+
+# ------------------------------------------------------------------------------------------------------
+# Benchmark (GPU, PyTorch's fast paths); not a correctness reference.
+
+def bench(args, cfg, params):
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        die("--device cuda but torch.cuda.is_available() is False")
+    amp = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(args.dtype)
+    master = torch.float32 if amp is not None else {"float64": torch.float64, "float32": torch.float32}[args.dtype]
+    sdpa = args.sdpa or hasattr(F, "scaled_dot_product_attention")
+    if args.sdpa and not hasattr(F, "scaled_dot_product_attention"):
+        die("--sdpa needs PyTorch >= 2.0")
+    if dev.type == "cuda" and args.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    model = GPT(cfg, params, master, dev, sdpa=sdpa)
+    fwd = model
+    if args.compile:
+        if not hasattr(torch, "compile"):
+            die("--compile needs PyTorch >= 2.0")
+        fwd = torch.compile(model)
+    groups = [{"params": [model.p[n] for n in NAMES if n in DECAYED], "weight_decay": args.c},
+              {"params": [model.p[n] for n in NAMES if n not in DECAYED], "weight_decay": 0.0}]
+    kw = {}
+    import inspect
+    if dev.type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters:
+        kw["fused"] = True
+    opt = torch.optim.AdamW(groups, lr=args.l, betas=(0.9, 0.95), eps=1e-8, **kw)
+    if args.i:
+        loader = Loader(load_tokens(args.i, cfg.V), args.b, args.t, args.ga)
+        batch = lambda s, m: loader.batch(s, m)
+    else:
+        g = torch.Generator().manual_seed(args.seed)
+        fixed = torch.randint(0, cfg.V, (args.b, args.t + 1), generator=g)
+        batch = lambda s, m: (fixed[:, :-1], fixed[:, 1:])
+
+    def autocast():
+        if amp is None:
+            return torch.autocast(device_type=dev.type, enabled=False)
+        return torch.autocast(device_type=dev.type, dtype=amp)
+
+    timed = []
+    for step in range(args.x):
+        if dev.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss_sum = torch.zeros((), device=dev)
+        for micro in range(args.ga):
+            idx, tgt = (t.to(dev, non_blocking=True) for t in batch(step, micro))
+            with autocast():
+                _, loss = fwd(idx, tgt)
+            (loss / args.ga).backward()
+            loss_sum += loss.detach().float()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.gc if args.gc > 0 else float("inf"))
+        for grp in opt.param_groups:
+            grp["lr"] = lr_at(step, args)
+        opt.step()
+        if dev.type == "cuda":
+            end.record()
+            torch.cuda.synchronize()
+            ms = start.elapsed_time(end)
+        else:
+            ms = (time.perf_counter() - t0) * 1e3
+        if step >= args.bench_warmup:
+            timed.append(ms)
+        if not args.quiet:
+            print("step %d loss %.4f norm %.3f %.2f ms" % (step, float(loss_sum) / args.ga, float(norm), ms))
+    if not timed:
+        die("-x %d leaves no steps after --bench-warmup %d" % (args.x, args.bench_warmup))
+    ms = float(np.median(timed))
+    tok_s = args.b * args.t * args.ga / (ms / 1e3)
+    rec = {"bench": "pytorch", "torch": torch.__version__, "device": args.device,
+           "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+           "dtype": args.dtype, "compile": bool(args.compile), "sdpa": sdpa, "fused_adamw": bool(kw),
+           "model": repr(cfg), "B": args.b, "T": args.t, "ga": args.ga, "steps_timed": len(timed),
+           "ms_per_step_median": ms, "ms_per_step_mean": float(np.mean(timed)), "tok_s": tok_s}
+    if dev.type == "cuda":
+        rec["peak_mem_gib"] = torch.cuda.max_memory_allocated(dev) / 2 ** 30
+    print("bench: %.2f ms/step (median of %d), %.0f tokens/s" % (ms, len(timed), tok_s))
+    if args.bench_out:
+        with open(args.bench_out, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+# ------------------------------------------------------------------------------------------------------
+
+def main(argv=None):
+    # Single-dash long flags (-ga, -gc, -dump) follow the trainer's CLI.
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-e", required=True, help="model file, or a spec (d12, L2C64H4V512T64) for a random model")
+    ap.add_argument("-i", help="token shard glob (sorted, concatenated)")
+    ap.add_argument("-b", type=int, default=4)
+    ap.add_argument("-t", type=int, default=64)
+    ap.add_argument("-ga", type=int, default=1)
+    ap.add_argument("-x", type=int, default=10, help="steps")
+    ap.add_argument("-l", type=float, default=3e-4, help="peak learning rate")
+    ap.add_argument("-u", type=int, default=0, help="warm-up steps")
+    ap.add_argument("-q", type=float, default=1.0, help="final LR as a fraction of -l")
+    ap.add_argument("-k", default="cosine", choices=["cosine", "linear", "constant"])
+    ap.add_argument("-c", type=float, default=0.0, help="weight decay (2-D tensors only)")
+    ap.add_argument("-gc", type=float, default=1.0, help="clip the global grad norm to this (<= 0: off)")
+    ap.add_argument("-o", help="output dir: log.jsonl, model_final.bin")
+    ap.add_argument("-dump", help="dir for logits0.f32, grads0.f32, loss0.txt (step 0)")
+    ap.add_argument("--dtype", default="float64", choices=["float64", "float32", "bfloat16", "float16"])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--seed", type=int, default=1337, help="random model init / bench tokens")
+    ap.add_argument("--save", help="write the model (after loading or creating it, before training) here")
+    ap.add_argument("--save-version", type=int, default=3, choices=[3, 5], help="3 = fp32, 5 = bf16")
+    ap.add_argument("--sdpa", action="store_true", help="F.scaled_dot_product_attention (PyTorch >= 2.0)")
+    ap.add_argument("--bench", action="store_true", help="time training steps (PyTorch fast paths)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (bench, PyTorch >= 2.0)")
+    ap.add_argument("--tf32", action="store_true", help="bench: allow TF32 matmuls for float32")
+    ap.add_argument("--bench-warmup", type=int, default=5, help="untimed steps first")
+    ap.add_argument("--bench-out", help="append the bench result as one JSON line")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    for flag in ("b", "t", "ga"):
+        if getattr(args, flag) <= 0:
+            die("-%s must be positive" % flag)
+    if args.x < 0 or args.u < 0:
+        die("-x and -u must be >= 0")
+
+    if os.path.exists(args.e) or args.e.endswith(".bin"):
+        cfg, params = load_model(args.e)
+    else:
+        cfg = parse_spec(args.e)
+        params = random_params(cfg, args.seed)
+    if args.save:
+        save_model(args.save, cfg, params, args.save_version)
+    if args.x > 0 and args.t > cfg.maxT:
+        die("-t %d exceeds the model's maxT %d" % (args.t, cfg.maxT))
+    if args.o:
+        os.makedirs(args.o, exist_ok=True)
+    if args.bench:
+        bench(args, cfg, params)
+        return
+    if args.dtype not in ("float64", "float32"):
+        die("--dtype %s is for --bench; the reference computes in float64 or float32" % args.dtype)
+    if args.device != "cpu":
+        die("the reference runs on the CPU; --device is for --bench")
+    if args.x > 0:
+        if not args.i:
+            die("-i SHARDS is needed to train")
+        torch.set_num_threads(max(1, min(8, os.cpu_count() or 1)))
+        train(args, cfg, params)
+
+
+if __name__ == "__main__":
+    main()
