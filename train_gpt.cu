@@ -68,10 +68,10 @@ static void open_tokenizer(Trainer* tr) {
     if (tr->cfg.tokenizer) {
         snprintf(path, sizeof(path), "%s", tr->cfg.tokenizer);
         if (file_size(path) < 0) fail("-tk %s: no such file", path);
-    } else {   // tokenizer.bin beside the training shards
+    } else {   // gpt2_tokenizer.bin (llm.c's name) beside the training shards
         const char* slash = strrchr(tr->cfg.train_pattern, '/');
         int dir_len = slash ? (int)(slash - tr->cfg.train_pattern) : 1;
-        snprintf(path, sizeof(path), "%.*s/tokenizer.bin", dir_len, slash ? tr->cfg.train_pattern : ".");
+        snprintf(path, sizeof(path), "%.*s/gpt2_tokenizer.bin", dir_len, slash ? tr->cfg.train_pattern : ".");
     }
     tr->tokenizer = tokenizer_load(path);
 }

@@ -9,12 +9,12 @@
 void config_usage(const char* prog) {
     printf("usage: %s [flags]\n"
            "data and files\n"
-           "  -i GLOB   training token shards (default data/kjv/train_*.bin)\n"
-           "  -j GLOB   validation token shards (default data/kjv/val_*.bin; \"\" for none)\n"
+           "  -i GLOB   training token shards (default data/kjv/kjv_train_*.bin)\n"
+           "  -j GLOB   validation token shards (default data/kjv/kjv_val_*.bin; \"\" for none)\n"
            "  -e MODEL  d12|d24|d36|d48 (GPT-2 124M/350M/774M/1558M), L<n>C<n>H<n>[V<n>][T<n>] (custom,\n"
            "            e.g. L4C256H4), or an llm.c model file to start from (default d12)\n"
            "  -o DIR    output directory: log.jsonl and checkpoints (default: none)\n"
-           "  -tk FILE  tokenizer for decoding samples (default: tokenizer.bin beside the first shard)\n"
+           "  -tk FILE  tokenizer for decoding samples (default: gpt2_tokenizer.bin beside the shards)\n"
            "batch\n"
            "  -b N      micro-batch size in sequences (default 4)\n"
            "  -t N      sequence length (default 1024)\n"
@@ -68,8 +68,8 @@ static float parse_float(const char* flag, const char* s, double lo, double hi) 
 
 static void set_defaults(Config* c) {
     memset(c, 0, sizeof(*c));
-    c->train_pattern = "data/kjv/train_*.bin";
-    c->val_pattern = "data/kjv/val_*.bin";
+    c->train_pattern = "data/kjv/kjv_train_*.bin";
+    c->val_pattern = "data/kjv/kjv_val_*.bin";
     c->model = "d12";
     c->B = 4;
     c->T = 1024;

@@ -13,7 +13,7 @@ typedef struct {
     const char* val_pattern;     // -j
     const char* model;           // -e  d12|d24|d36|d48, L<n>C<n>H<n>[V<n>][T<n>], or a model file
     const char* out_dir;         // -o
-    const char* tokenizer;       // -tk (default: tokenizer.bin beside the first training shard)
+    const char* tokenizer;       // -tk (default: gpt2_tokenizer.bin beside the training shards)
     const char* dump_dir;        // -dump: step 0's logits and gradients, for the reference tests
     // batch
     int B;                       // -b micro-batch size
