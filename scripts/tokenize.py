@@ -225,8 +225,13 @@ def input_files(paths):
 # ---------- the helper ----------
 
 def ensure_helper():
-    r = subprocess.run(['make', '-s', '-C', ROOT, 'build/gpt2tok'], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT)
+    try:
+        r = subprocess.run(['make', '-s', '-C', ROOT, 'build/gpt2tok'], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT)
+    except FileNotFoundError:   # no make: a helper built earlier will do
+        if os.access(HELPER, os.X_OK):
+            return
+        raise Fail('build/gpt2tok is missing and make is not installed')
     if r.returncode != 0 or not os.access(HELPER, os.X_OK):
         last = r.stdout.decode(errors='replace').strip().splitlines()[-1:] or ['']
         raise Fail(f'could not build build/gpt2tok with make: {last[0]}')

@@ -2,6 +2,7 @@
 """Checks build/gpt2tok's ids against tests/data/tokenizer_expected.json (made by tiktoken, see
 tests/gen_tokenizer_expected.sh), all cases through one helper run. Prints "ok NAME" / "FAIL NAME: why"."""
 import importlib.util
+from array import array
 import json
 import os
 import sys
@@ -29,7 +30,7 @@ def main():
         cases = json.load(f)
     tokens, merges = tok.load_vocab()
     records = [('T', c['name'], c['text'].encode('utf-8'), 0) for c in cases]
-    got = [ids.tolist() for ids, _ in tok.encode_docs(iter(records), tok.model_bytes(tokens, merges), 2)]
+    got = [array('H', ids).tolist() for ids, _ in tok.encode_docs(iter(records), tok.model_bytes(tokens, merges), 2)]
     failed = 0
     for c, ids in zip(cases, got):
         name = 'tokenizer_ids_' + c['name']

@@ -146,12 +146,12 @@ static int is_white_space(uint32_t c) {
            c == 0x3000;
 }
 
-static int char_class(uint32_t c) {
-    if (c < 0x80) {
-        if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return UC_L;
-        if (c >= '0' && c <= '9') return UC_N;
-        return is_white_space(c) ? UC_WS : UC_OTHER;
-    }
+static const unsigned char ASCII_CLASS[128] = {   /* the common case without a search */
+    ['\t' ... '\r'] = UC_WS, [' '] = UC_WS, ['0' ... '9'] = UC_N, ['A' ... 'Z'] = UC_L, ['a' ... 'z'] = UC_L,
+};
+
+static inline int char_class(uint32_t c) {
+    if (c < 0x80) return ASCII_CLASS[c];
     if (is_white_space(c)) return UC_WS;
     size_t lo = 0, hi = sizeof UC_RANGES / sizeof UC_RANGES[0];
     while (lo < hi) {
@@ -163,7 +163,10 @@ static int char_class(uint32_t c) {
     return UC_OTHER;
 }
 
-static int class_at(const uint8_t *s, size_t i, int *n) { return char_class(utf8_decode(s + i, n)); }
+static inline int class_at(const uint8_t *s, size_t i, int *n) {
+    if (s[i] < 0x80) { *n = 1; return ASCII_CLASS[s[i]]; }
+    return char_class(utf8_decode(s + i, n));
+}
 
 /* ---------- pre-tokenization ----------
  * The pattern: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Tokenization throughput, ours vs npm's tiktoken (OpenAI's Rust tokenizer as WASM), on one text file
+# (default: the KJV dump, 4.3 MB). Best of RUNS runs each; MB = 10^6 bytes of UTF-8 input.
+# "per core" divides by CPU time (user + system), which stays meaningful when other work shares the cores;
+# wall-clock MB/s is shown too.
+#   helper    build/gpt2tok alone (the encoding work, as tiktoken is timed), 1 thread and all cores
+#   pipeline  scripts/tokenize.py --raw end to end (Python start, vocab load + sha256, helper), all cores
+#   tiktoken  encode_ordinary() only, file read and WASM start-up excluded (npm install --prefix . tiktoken)
+# usage: scripts/bench_tokenizer.sh [FILE] [RUNS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-/usr/bin/python3}
+RUNS=${2:-3}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if [ -n "${1:-}" ]; then FILE=$1; else FILE=$tmp/kjv.txt; bible -l0 gen1:1-rev22:21 > "$FILE"; fi
+make -s build/gpt2tok
+"$PY" - "$FILE" "$tmp" <<'PYEOF'
+import importlib.util, os, sys
+spec = importlib.util.spec_from_file_location('gpt2_tokenize', 'scripts/tokenize.py')
+tok = importlib.util.module_from_spec(spec); spec.loader.exec_module(tok)
+f, tmp = sys.argv[1], sys.argv[2]
+open(os.path.join(tmp, 'model.bin'), 'wb').write(tok.model_bytes(*tok.load_vocab()))
+open(os.path.join(tmp, 'docs.bin'), 'wb').write(tok.encode_record(('F', f, f, 0)))
+PYEOF
+bytes=$(stat -c %s "$FILE")
+cores=$(nproc)
+timed() {   # command...: prints "wall cpu" seconds of one run
+    local TIMEFORMAT='%R %U %S'
+    { time "$@" >/dev/null 2>&1; } 2>&1 | awk '{print $1, $2 + $3}'
+}
+best() {    # command...: the fastest "wall cpu" of RUNS runs (by CPU time)
+    for _ in $(seq "$RUNS"); do timed "$@"; done | sort -k2 -g | head -1
+}
+report() {  # label, "wall cpu"
+    echo "$2 $bytes" | awk -v label="$1" '{printf "%-32s wall %6.3f s %7.2f MB/s | cpu %6.3f s %7.2f MB/s per core\n",
+        label, $1, $3 / $1 / 1e6, $2, $3 / $2 / 1e6}'
+}
+echo "file: $FILE ($bytes bytes); $cores cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'); load $(cut -d' ' -f1 /proc/loadavg)"
+report "ours: gpt2tok -t 1" "$(best sh -c "build/gpt2tok $tmp/model.bin -t 1 < $tmp/docs.bin")"
+report "ours: gpt2tok -t $cores" "$(best sh -c "build/gpt2tok $tmp/model.bin -t $cores < $tmp/docs.bin")"
+report "ours: tokenize.py --raw" "$(best "$PY" scripts/tokenize.py --raw "$FILE" -o "$tmp/out.bin")"
+if [ -d node_modules/tiktoken ]; then
+    report "tiktoken (wasm) encode_ordinary" "$(for _ in $(seq "$RUNS"); do
+        node scripts/tiktoken_encode.js "$FILE" "$tmp/tt.u16" | cut -d' ' -f1,2; done | sort -k2 -g | head -1)"
+    if cmp -s <(tail -c +1025 "$tmp/out.bin") "$tmp/tt.u16"; then echo "ids: identical to tiktoken's"
+    else echo "ids: DIFFER from tiktoken's"; exit 1; fi
+else
+    echo "tiktoken: not installed (npm install --no-save --prefix . tiktoken)"
+fi
