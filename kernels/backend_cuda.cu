@@ -1,0 +1,190 @@
+// backend_cuda.cu: the CUDA backend, the one CUDA translation unit. It defines struct Backend and the
+// be_* / dtype functions of kernels.h, then includes one .cuh per layer whose launchers are the layer
+// functions of kernels.h (extern "C" through kernels.h). The .cuh files use struct Backend's fields, so
+// they are meant to be included here only, after it.
+#include "kernels/cuda_common.cuh"
+
+#define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
+// Kernel scratch (deterministic reductions' partials, the encoder's sort): separate from the cuBLASLt
+// workspace so a launcher can hold scratch across a cuBLASLt call. Work on one stream never overlaps.
+#define KERNEL_SCRATCH_BYTES ((size_t)32 << 20)
+
+typedef struct {
+    void* ptr;
+    size_t bytes;
+} Allocation;
+
+struct Backend {
+    int device;
+    cudaDeviceProp prop;
+    cudaStream_t stream;            // the main stream: every kernel, copy and memset goes here
+    cublasLtHandle_t lt;
+    void* lt_workspace;             // CUBLASLT_WORKSPACE_BYTES
+    void* scratch;                  // KERNEL_SCRATCH_BYTES
+    size_t bytes_allocated, peak_bytes;
+    Allocation* allocs;             // live be_malloc blocks, so be_free knows how many bytes it returns
+    int n_allocs, cap_allocs;
+};
+
+// Scratch of at least `bytes` for one launcher; valid until the next launcher on the stream.
+static void* be_scratch(Backend* be, size_t bytes, const char* who) {
+    if (bytes > KERNEL_SCRATCH_BYTES)
+        fail("%s needs %zu bytes of kernel scratch, the CUDA backend has %zu", who, bytes, (size_t)KERNEL_SCRATCH_BYTES);
+    return be->scratch;
+}
+
+static void* raw_malloc(Backend* be, size_t bytes, const char* what) {
+    void* p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaGetLastError();   // clear the sticky-free allocation error before asking again
+        cudaMemGetInfo(&free_b, &total_b);
+        fail("out of GPU memory allocating %zu bytes (%s; %zu bytes allocated by this backend, %zu free of %zu "
+             "on device %d: %s)", bytes, what, be->bytes_allocated, free_b, total_b, be->device,
+             cudaGetErrorString(e));
+    }
+    be->bytes_allocated += bytes;
+    if (be->bytes_allocated > be->peak_bytes) be->peak_bytes = be->bytes_allocated;
+    return p;
+}
+
+extern "C" {
+
+Backend* backend_create(int local_rank) {
+    int count = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&count));
+    if (count <= 0) fail("no CUDA device found");
+    Backend* be = (Backend*)xcalloc(1, sizeof(Backend));
+    be->device = (local_rank < 0 ? 0 : local_rank) % count;
+    CUDA_CHECK(cudaSetDevice(be->device));
+    CUDA_CHECK(cudaGetDeviceProperties(&be->prop, be->device));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasLtCreate(&be->lt));
+    be->lt_workspace = raw_malloc(be, CUBLASLT_WORKSPACE_BYTES, "cuBLASLt workspace");
+    be->scratch = raw_malloc(be, KERNEL_SCRATCH_BYTES, "kernel scratch");
+    return be;
+}
+
+void backend_destroy(Backend* be) {
+    if (!be) return;
+    CUDA_CHECK(cudaSetDevice(be->device));
+    CUDA_CHECK(cudaStreamSynchronize(be->stream));
+    for (int i = 0; i < be->n_allocs; i++) CUDA_CHECK(cudaFree(be->allocs[i].ptr));
+    CUDA_CHECK(cudaFree(be->lt_workspace));
+    CUDA_CHECK(cudaFree(be->scratch));
+    CUBLAS_CHECK(cublasLtDestroy(be->lt));
+    CUDA_CHECK(cudaStreamDestroy(be->stream));
+    free(be->allocs);
+    free(be);
+}
+
+const char* backend_device_name(const Backend* be) { return be->prop.name; }
+int backend_is_gpu(const Backend* be) { return 1; }
+
+void* be_malloc(Backend* be, size_t bytes) {
+    void* p = raw_malloc(be, bytes, "be_malloc");
+    if (be->n_allocs == be->cap_allocs) {
+        int cap = be->cap_allocs ? 2 * be->cap_allocs : 64;
+        Allocation* a = (Allocation*)realloc(be->allocs, (size_t)cap * sizeof(Allocation));
+        if (!a) fail("out of host memory tracking GPU allocations");
+        be->allocs = a;
+        be->cap_allocs = cap;
+    }
+    be->allocs[be->n_allocs].ptr = p;
+    be->allocs[be->n_allocs].bytes = bytes;
+    be->n_allocs++;
+    return p;
+}
+
+void be_free(Backend* be, void* p) {
+    if (!p) return;
+    for (int i = 0; i < be->n_allocs; i++) {
+        if (be->allocs[i].ptr != p) continue;
+        // cudaFree does not wait for our non-blocking stream: kernels may still be reading p.
+        CUDA_CHECK(cudaStreamSynchronize(be->stream));
+        CUDA_CHECK(cudaFree(p));
+        be->bytes_allocated -= be->allocs[i].bytes;
+        be->allocs[i] = be->allocs[--be->n_allocs];
+        return;
+    }
+    fail("be_free of a pointer that be_malloc did not return (%p)", p);
+}
+
+void be_memset0(Backend* be, void* p, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, be->stream)); }
+
+void be_upload(Backend* be, void* dst, const void* src_host, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, be->stream));
+    // The caller may reuse or free its host buffer as soon as we return.
+    CUDA_CHECK(cudaStreamSynchronize(be->stream));
+}
+
+void be_download(Backend* be, void* dst_host, const void* src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, be->stream));
+    CUDA_CHECK(cudaStreamSynchronize(be->stream));
+}
+
+void be_copy(Backend* be, void* dst, const void* src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, be->stream));
+}
+
+void be_synchronize(Backend* be) { CUDA_CHECK(cudaStreamSynchronize(be->stream)); }
+size_t be_peak_bytes(const Backend* be) { return be->peak_bytes; }
+
+// ---------------------------------------------------------------------------------------------------
+// Host-side precision helpers: identical to the CPU backend's (both use dtype.h).
+float dtype_round(float x, DType dt) {
+    switch (dt) {
+    case DT_BF16: return f32_from_bf16(bf16_from_f32(x));
+    case DT_FP16: return f32_from_fp16(fp16_from_f32(x));
+    default: return x;
+    }
+}
+
+void host_to_dtype(void* dst, DType dt, const float* src, size_t n) {
+    switch (dt) {
+    case DT_BF16: for (size_t i = 0; i < n; i++) ((uint16_t*)dst)[i] = bf16_from_f32(src[i]); break;
+    case DT_FP16: for (size_t i = 0; i < n; i++) ((uint16_t*)dst)[i] = fp16_from_f32(src[i]); break;
+    default: memmove(dst, src, n * sizeof(float)); break;
+    }
+}
+
+void host_from_dtype(float* dst, const void* src, DType dt, size_t n) {
+    switch (dt) {
+    case DT_BF16: for (size_t i = 0; i < n; i++) dst[i] = f32_from_bf16(((const uint16_t*)src)[i]); break;
+    case DT_FP16: for (size_t i = 0; i < n; i++) dst[i] = f32_from_fp16(((const uint16_t*)src)[i]); break;
+    default: memmove(dst, src, n * sizeof(float)); break;
+    }
+}
+
+}   // extern "C"
+
+// ---------------------------------------------------------------------------------------------------
+// convert: one element per thread, any alignment (it runs once per checkpoint / step, not per layer).
+template <typename Tout, typename Tin>
+__global__ void convert_kernel(Tout* dst, const Tin* src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = from_f<Tout>(to_f(src[i]));
+}
+
+extern "C" void convert(Backend* be, void* dst, DType dst_dt, const void* src, DType src_dt, size_t n) {
+    if (n == 0) return;
+    if (dst_dt == src_dt) {
+        if (dst != src) be_copy(be, dst, src, n * dtype_size(dst_dt));
+        return;
+    }
+    const int block = 256;
+    const int grid = (int)((n + block - 1) / block < 65536 ? (n + block - 1) / block : 65536);
+    DISPATCH_DTYPE(dst_dt, To, DISPATCH_DTYPE(src_dt, Ti, {
+        convert_kernel<To, Ti><<<grid, block, 0, be->stream>>>((To*)dst, (const Ti*)src, n);
+        LAUNCH_CHECK();
+    }));
+}
+
+#include "kernels/encoder.cuh"
+#include "kernels/layernorm.cuh"
+#include "kernels/matmul.cuh"
+#include "kernels/attention.cuh"
+#include "kernels/gelu.cuh"
+#include "kernels/classifier.cuh"
+#include "kernels/adamw.cuh"

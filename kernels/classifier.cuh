@@ -1,0 +1,68 @@
+// classifier.cuh: fused softmax + cross-entropy + dlogits over the (padded) vocabulary.
+// One block per row. Pass 1 keeps a running (max, scaled sum) per thread (online softmax), combined once
+// across the block; pass 2 rereads the row (from L2) to overwrite it with the gradient. No probabilities
+// are stored anywhere.
+#pragma once
+
+#define CLS_BLOCK 512
+
+template <typename T, bool VEC>
+__global__ void __launch_bounds__(CLS_BLOCK) classifier_kernel(T* logits, float* losses, const int* targets, int V,
+                                                               int Vp, float dloss, int write_dlogits) {
+    constexpr int P = VEC ? Pack128<T>::size : 1;
+    __shared__ float red[32];
+    const int row = blockIdx.x;
+    T* x = logits + (size_t)row * Vp;
+    float m = -INFINITY, s = 0.0f;
+    for (int c0 = threadIdx.x * P; c0 < V; c0 += blockDim.x * P) {
+        float v[P];
+        if (VEC) {
+            const Pack128<T> p = load128(x + c0);
+            for (int k = 0; k < P; k++) v[k] = c0 + k < V ? p.get(k) : -INFINITY;
+        } else {
+            v[0] = to_f(x[c0]);
+        }
+        float pm = v[0];
+        for (int k = 1; k < P; k++) pm = fmaxf(pm, v[k]);
+        if (pm > m) {
+            s *= expf(m - pm);   // m == -inf only while s == 0: exp(-inf) = 0 keeps it 0
+            m = pm;
+        }
+        for (int k = 0; k < P; k++) s += expf(v[k] - m);
+    }
+    const float M = block_max(m, red);
+    const float S = block_sum(m == -INFINITY ? 0.0f : s * expf(m - M), red);
+    const float lse = M + logf(S);
+    const int tgt = targets[row];
+    if (threadIdx.x == 0) losses[row] = lse - to_f(x[tgt]);
+    if (!write_dlogits) return;
+    __syncthreads();   // x[tgt] is read above before any thread overwrites it
+    for (int c0 = threadIdx.x * P; c0 < Vp; c0 += blockDim.x * P) {
+        if (VEC) {
+            Pack128<T> p = load128(x + c0);
+            for (int k = 0; k < P; k++) {
+                const int c = c0 + k;
+                p.set(k, c < V ? dloss * (expf(p.get(k) - lse) - (c == tgt ? 1.0f : 0.0f)) : 0.0f);
+            }
+            store128(x + c0, p);
+        } else {
+            x[c0] = from_f<T>(c0 < V ? dloss * (expf(to_f(x[c0]) - lse) - (c0 == tgt ? 1.0f : 0.0f)) : 0.0f);
+        }
+    }
+}
+
+extern "C" void classifier_forward(Backend* be, DType dt, void* logits, float* losses, const int* targets, int N, int V,
+                                   int Vp, float dloss, int write_dlogits) {
+    if (N <= 0) return;
+    if (V <= 0 || V > Vp) fail("classifier_forward: need 0 < V <= Vp (V=%d Vp=%d)", V, Vp);
+    const bool vec = aligned16(logits) && ((size_t)Vp * dtype_size(dt)) % 16 == 0;
+    DISPATCH_DTYPE(dt, X, {
+        if (vec)
+            classifier_kernel<X, true><<<N, CLS_BLOCK, 0, be->stream>>>((X*)logits, losses, targets, V, Vp, dloss,
+                                                                        write_dlogits);
+        else
+            classifier_kernel<X, false><<<N, CLS_BLOCK, 0, be->stream>>>((X*)logits, losses, targets, V, Vp, dloss,
+                                                                         write_dlogits);
+        LAUNCH_CHECK();
+    });
+}
