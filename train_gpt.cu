@@ -252,15 +252,35 @@ static StepResult train_step(Trainer* tr, int step) {
     return r;
 }
 
+// Model FLOPs per token: 6 per parameter (forward + backward matmuls) plus attention's 12·L·C·T.
+static double flops_per_token(const Trainer* tr) {
+    const GPTShape* s = &tr->gpt.shape;
+    return 6.0 * (double)tr->gpt.layout->num_params + 12.0 * s->L * s->C * (double)tr->cfg.T;
+}
+
+// Dense bf16 tensor-core peak of the GPUs we know, from the device name; 0 when unknown (no MFU shown).
+static double peak_flops(const Backend* be) {
+    const char* name = backend_device_name(be);
+    if (strstr(name, "H100") || strstr(name, "H200") || strstr(name, "GH200")) return 989e12;
+    if (strstr(name, "A100")) return 312e12;
+    return 0.0;
+}
+
 static void report_step(Trainer* tr, int step, const StepResult* r, double seconds, double* avg_seconds) {
     double tok_s = (double)tokens_per_step(tr) / seconds;
     *avg_seconds = *avg_seconds <= 0.0 ? seconds : 0.9 * *avg_seconds + 0.1 * seconds;
     double eta = *avg_seconds * (tr->max_steps - step - 1);
-    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | eta %.0fs\n", step + 1, tr->max_steps,
-           r->loss, r->lr, r->grad_norm, seconds * 1e3, tok_s, eta);
+    double peak = peak_flops(tr->be), mfu = peak > 0.0 ? tok_s * flops_per_token(tr) / peak : 0.0;
+    double peak_mib = (double)be_peak_bytes(tr->be) / (1 << 20);
+    char mfu_text[32] = "";
+    if (peak > 0.0) snprintf(mfu_text, sizeof(mfu_text), " | mfu %.1f%%", 100.0 * mfu);
+    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s | mem %.0f MiB | eta %.0fs\n", step + 1,
+           tr->max_steps, r->loss, r->lr, r->grad_norm, seconds * 1e3, tok_s, mfu_text, peak_mib, eta);
     fflush(stdout);
-    logger_line(&tr->log, "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"dt_ms\": %.3f, \"tok_s\": %.1f}",
-                step, r->loss, r->lr, r->grad_norm, seconds * 1e3, tok_s);
+    logger_line(&tr->log,
+                "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"dt_ms\": %.3f, \"tok_s\": %.1f, "
+                "\"mfu\": %.4f, \"peak_mem\": %zu}",
+                step, r->loss, r->lr, r->grad_norm, seconds * 1e3, tok_s, mfu, be_peak_bytes(tr->be));
 }
 
 static int due(int every, int step, int last) { return every > 0 && (step % every == 0 || last); }
