@@ -91,10 +91,10 @@ def load_vocab():
     """Returns (token bytes by id, merges as (a, b, merged) id triples in rank order)."""
     encoder = json.loads(read_checked('encoder.json').decode('utf-8'))
     lines = read_checked('vocab.bpe').decode('utf-8').split('\n')
-    byte_of = {c: b for b, c in bytes_to_unicode().items()}
+    to_latin1 = {ord(c): b for b, c in bytes_to_unicode().items()}   # then latin-1 is the identity on bytes
     tokens = [None] * len(encoder)
     for s, i in encoder.items():
-        tokens[i] = bytes(byte_of[c] for c in s) if i != EOT else b'<|endoftext|>'
+        tokens[i] = s.translate(to_latin1).encode('latin-1') if i != EOT else b'<|endoftext|>'
     merges = []
     for line in lines[1:]:
         if line:
