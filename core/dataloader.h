@@ -1,0 +1,38 @@
+// dataloader.h: token shards (llm.c format) read as one concatenated stream, in the DESIGN.md data order.
+//
+// Shard file: 256 x int32 header [20240520, 1, ntok, 0...] then ntok uint16 tokens, little-endian.
+// Nothing is read into memory up front: the loader keeps each shard's token offset in the stream and
+// reads one window (B*T+1 tokens) per batch with fseeko/fread, across shard boundaries where needed.
+//
+// Data order: the global window index of (step, micro-step) on DP rank r of N is
+//     w = (step*ga + micro)*N + r,   epoch e = w / W,   j = w % W,   W = (ntok - 1) / (B*T).
+// Without shuffling the window starts at token j*B*T; with shuffling at perm_e(j)*B*T, where perm_e is a
+// Fisher-Yates permutation of 0..W-1 seeded from (seed, e) only. So N ranks at ga=G see exactly the
+// windows one rank sees at ga=N*G, in the same order, and resuming at any step is exact.
+// Every failure (no match, bad header, bad size, too few tokens, token >= vocab) is one line + exit 1.
+#pragma once
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct DataLoader DataLoader;
+
+// Opens every file matching `pattern` (glob(3), sorted by name), validates each header and size.
+// rank/world = this rank's DP position; shuffle != 0 visits windows in a seeded random order per epoch
+// (identical on every rank); every token read is checked < vocab.
+DataLoader* dataloader_open(const char* pattern, int B, int T, int rank, int world, int shuffle, uint64_t seed,
+                            int vocab);
+// Fills inputs[i] = stream[start+i], targets[i] = stream[start+1+i] for i < B*T (int32 host arrays).
+void dataloader_batch(DataLoader* dl, long long step, int ga, int micro, int* inputs, int* targets);
+long long dataloader_windows_per_epoch(const DataLoader* dl);   // W = (ntok - 1) / (B*T)
+long long dataloader_num_tokens(const DataLoader* dl);
+int dataloader_num_shards(const DataLoader* dl);
+// Token offset in the stream where the window of (step, ga, micro) starts (what dataloader_batch reads).
+long long dataloader_window_start(DataLoader* dl, long long step, int ga, int micro);
+void dataloader_close(DataLoader* dl);
+
+#ifdef __cplusplus
+}
+#endif
