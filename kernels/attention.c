@@ -1,0 +1,134 @@
+// attention.c: causal multi-head self-attention (CPU twin), flash-attention style: the forward keeps only
+// the log-sum-exp of each score row, the backward recomputes probabilities from q, k and lse.
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu_common.h"
+
+// Element offsets into qkv (B,T,3C) of head h's q, k, v channels at row (b,t).
+typedef struct { int T, C, NH, hs; float scale; } AttnShape;
+static inline size_t q_at(const AttnShape* s, int b, int t, int h) { return ((size_t)b * s->T + t) * 3 * s->C + (size_t)h * s->hs; }
+static inline size_t k_at(const AttnShape* s, int b, int t, int h) { return q_at(s, b, t, h) + s->C; }
+static inline size_t v_at(const AttnShape* s, int b, int t, int h) { return q_at(s, b, t, h) + 2 * s->C; }
+static inline size_t o_at(const AttnShape* s, int b, int t, int h) { return ((size_t)b * s->T + t) * s->C + (size_t)h * s->hs; }
+
+static float dot(const void* x, size_t ox, const void* y, size_t oy, int n, DType dt) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += ld(x, ox + i, dt) * ld(y, oy + i, dt);
+    return s;
+}
+
+static AttnShape attn_shape(int T, int C, int NH) {
+    if (NH <= 0 || C % NH) fail("attention: C=%d is not a multiple of NH=%d", C, NH);
+    AttnShape s = {T, C, NH, C / NH, 1.0f / sqrtf((float)(C / NH))};
+    return s;
+}
+
+// One query row: scores into `row` (t+1 floats), acc (hs floats) for the output.
+static void attn_forward_row(const AttnShape* s, DType dt, void* out, float* lse, const void* qkv,
+                             int b, int h, int t, float* row, float* acc) {
+    size_t qo = q_at(s, b, t, h);
+    float mx = -INFINITY;
+    for (int j = 0; j <= t; j++) {
+        row[j] = dot(qkv, qo, qkv, k_at(s, b, j, h), s->hs, dt) * s->scale;
+        mx = fmaxf(mx, row[j]);
+    }
+    float sum = 0.0f;
+    for (int j = 0; j <= t; j++) sum += (row[j] = expf(row[j] - mx));
+    memset(acc, 0, sizeof(float) * s->hs);
+    for (int j = 0; j <= t; j++) {
+        float p = row[j] / sum;
+        size_t vo = v_at(s, b, j, h);
+        for (int i = 0; i < s->hs; i++) acc[i] += p * ld(qkv, vo + i, dt);
+    }
+    size_t oo = o_at(s, b, t, h);
+    for (int i = 0; i < s->hs; i++) st(out, oo + i, acc[i], dt);
+    lse[((size_t)b * s->NH + h) * s->T + t] = mx + logf(sum);
+}
+
+void attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
+    (void)be;
+    AttnShape s = attn_shape(T, C, NH);
+    int per_thread = T + s.hs;   // one score row + one output accumulator
+    float* buf = xmalloc(sizeof(float) * per_thread * omp_get_max_threads());
+#pragma omp parallel for schedule(dynamic, 8)
+    for (int r = 0; r < B * NH * T; r++) {
+        int t = r % T, h = (r / T) % NH, b = r / (T * NH);
+        float* mine = buf + (size_t)per_thread * omp_get_thread_num();
+        attn_forward_row(&s, dt, out, lse, qkv, b, h, t, mine, mine + T);
+    }
+    free(buf);
+}
+
+// p[i,j] and ds[i,j] = p (dp - D_i) with dp = dout_i . v_j, recomputed wherever they are needed.
+typedef struct { const AttnShape* s; DType dt; const void* dout; const void* qkv; const float* lse; const float* D; } AttnBwd;
+
+static void attn_p_ds(const AttnBwd* a, int b, int h, int i, int j, float* p, float* ds) {
+    const AttnShape* s = a->s;
+    size_t row = ((size_t)b * s->NH + h) * s->T + i;
+    float score = dot(a->qkv, q_at(s, b, i, h), a->qkv, k_at(s, b, j, h), s->hs, a->dt) * s->scale;
+    *p = expf(score - a->lse[row]);
+    float dp = dot(a->dout, o_at(s, b, i, h), a->qkv, v_at(s, b, j, h), s->hs, a->dt);
+    *ds = *p * (dp - a->D[row]);
+}
+
+// dq_i = scale * sum_{j<=i} ds_ij k_j.
+static void attn_dq_row(const AttnBwd* a, void* dqkv, int b, int h, int i, float* acc) {
+    const AttnShape* s = a->s;
+    memset(acc, 0, sizeof(float) * s->hs);
+    for (int j = 0; j <= i; j++) {
+        float p, ds;
+        attn_p_ds(a, b, h, i, j, &p, &ds);
+        size_t ko = k_at(s, b, j, h);
+        for (int c = 0; c < s->hs; c++) acc[c] += ds * ld(a->qkv, ko + c, a->dt);
+    }
+    size_t qo = q_at(s, b, i, h);
+    for (int c = 0; c < s->hs; c++) st(dqkv, qo + c, acc[c] * s->scale, a->dt);
+}
+
+// dk_j = scale * sum_{i>=j} ds_ij q_i,  dv_j = sum_{i>=j} p_ij dout_i.
+static void attn_dkv_row(const AttnBwd* a, void* dqkv, int b, int h, int j, float* acck, float* accv) {
+    const AttnShape* s = a->s;
+    memset(acck, 0, sizeof(float) * s->hs);
+    memset(accv, 0, sizeof(float) * s->hs);
+    for (int i = j; i < s->T; i++) {
+        float p, ds;
+        attn_p_ds(a, b, h, i, j, &p, &ds);
+        size_t qo = q_at(s, b, i, h), oo = o_at(s, b, i, h);
+        for (int c = 0; c < s->hs; c++) {
+            acck[c] += ds * ld(a->qkv, qo + c, a->dt);
+            accv[c] += p * ld(a->dout, oo + c, a->dt);
+        }
+    }
+    size_t ko = k_at(s, b, j, h), vo = v_at(s, b, j, h);
+    for (int c = 0; c < s->hs; c++) {
+        st(dqkv, ko + c, acck[c] * s->scale, a->dt);
+        st(dqkv, vo + c, accv[c], a->dt);
+    }
+}
+
+// Every output row (dq_i, or dk_j with dv_j) is summed by one thread in a fixed order, so the bits do not
+// depend on the thread count; the price is computing each score twice.
+void attention_backward(Backend* be, DType dt, void* dqkv, float* scratch, const void* dout, const void* qkv,
+                        const void* out, const float* lse, int B, int T, int C, int NH) {
+    (void)be;
+    AttnShape s = attn_shape(T, C, NH);
+    int rows = B * NH * T;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {   // D_i = dout_i . out_i, into scratch (B,NH,T)
+        int t = r % T, h = (r / T) % NH, b = r / (T * NH);
+        scratch[r] = dot(dout, o_at(&s, b, t, h), out, o_at(&s, b, t, h), s.hs, dt);
+    }
+    AttnBwd a = {&s, dt, dout, qkv, lse, scratch};
+    float* buf = xmalloc(sizeof(float) * 2 * s.hs * omp_get_max_threads());
+#pragma omp parallel
+    {
+        float* mine = buf + (size_t)2 * s.hs * omp_get_thread_num();
+#pragma omp for schedule(dynamic, 8)
+        for (int r = 0; r < rows; r++) attn_dq_row(&a, dqkv, r / (T * NH), (r / T) % NH, r % T, mine);
+#pragma omp for schedule(dynamic, 8)
+        for (int r = 0; r < rows; r++) attn_dkv_row(&a, dqkv, r / (T * NH), (r / T) % NH, r % T, mine, mine + s.hs);
+    }
+    free(buf);
+}

@@ -1,0 +1,65 @@
+// encoder.c: token + position embeddings (CPU twin).
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu_common.h"
+
+void encoder_forward(Backend* be, DType dt, void* out, const int* tokens, const void* wte, const void* wpe,
+                     int B, int T, int C) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        size_t tok = (size_t)tokens[bt], t = (size_t)(bt % T), o = (size_t)bt * C;
+        for (int c = 0; c < C; c++) st(out, o + c, ld(wte, tok * C + c, dt) + ld(wpe, t * C + c, dt), dt);
+    }
+}
+
+// Positions grouped by token, each group in increasing position order. Every row of dwte then gets one
+// fp32 sum in a fixed order and one rounding, whatever the thread count.
+typedef struct { int64_t* key; int* start; int ngroups; } TokenGroups;   // key = token << 32 | position
+
+static int cmp_i64(const void* a, const void* b) {
+    int64_t x = *(const int64_t*)a, y = *(const int64_t*)b;
+    return x < y ? -1 : x > y;
+}
+
+static TokenGroups group_by_token(const int* tokens, int n) {
+    TokenGroups g = {xmalloc(sizeof(int64_t) * (n ? n : 1)), xmalloc(sizeof(int) * (n + 1)), 0};
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0) fail("encoder_backward: negative token %d at position %d", tokens[i], i);
+        g.key[i] = (int64_t)((uint64_t)tokens[i] << 32 | (uint64_t)i);
+    }
+    qsort(g.key, n, sizeof(int64_t), cmp_i64);
+    for (int i = 0; i < n; i++)
+        if (i == 0 || g.key[i] >> 32 != g.key[i - 1] >> 32) g.start[g.ngroups++] = i;
+    g.start[g.ngroups] = n;
+    return g;
+}
+
+void encoder_backward(Backend* be, DType dt, void* dwte, void* dwpe, const void* dout, const int* tokens,
+                      int B, int T, int C) {
+    (void)be;
+    TokenGroups g = group_by_token(tokens, B * T);
+#pragma omp parallel
+    {
+        float* acc = xmalloc(sizeof(float) * C);
+#pragma omp for schedule(dynamic, 4)
+        for (int k = 0; k < g.ngroups; k++) {   // one output row of dwte per group
+            memset(acc, 0, sizeof(float) * C);
+            for (int i = g.start[k]; i < g.start[k + 1]; i++)
+                for (int c = 0; c < C; c++) acc[c] += ld(dout, (size_t)(g.key[i] & 0xffffffff) * C + c, dt);
+            size_t row = (size_t)(g.key[g.start[k]] >> 32) * C;
+            for (int c = 0; c < C; c++) st(dwte, row + c, ld(dwte, row + c, dt) + acc[c], dt);
+        }
+#pragma omp for schedule(static)
+        for (int t = 0; t < T; t++) {
+            memset(acc, 0, sizeof(float) * C);
+            for (int b = 0; b < B; b++)
+                for (int c = 0; c < C; c++) acc[c] += ld(dout, ((size_t)b * T + t) * C + c, dt);
+            for (int c = 0; c < C; c++) st(dwpe, (size_t)t * C + c, ld(dwpe, (size_t)t * C + c, dt) + acc[c], dt);
+        }
+        free(acc);
+    }
+    free(g.key);
+    free(g.start);
+}
