@@ -3,9 +3,11 @@
 //
 // Reads top to bottom: set-up (flags, backend, model, data, log), then the loop: at each step maybe
 // validate, sample and checkpoint, then one optimizer step over `ga` accumulated micro-batches.
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "core/checkpoint.h"
@@ -218,14 +220,20 @@ typedef struct {
     float lr;
 } StepResult;
 
-static void dump_step0(Trainer* tr, const float* logits) {
+// -dump: step 0's first-micro-batch logits (N x V), its loss, and the accumulated gradients (llm.c order).
+static void dump_step0(Trainer* tr, const float* logits, double loss) {
     char p[PATH_MAX];
     size_t n = (size_t)tr->cfg.B * tr->cfg.T * tr->gpt.shape.V;
-    snprintf(p, sizeof(p), "%s/logits0.f32", tr->cfg.dump_dir);
+    if (mkdir(tr->cfg.dump_dir, 0755) != 0 && errno != EEXIST) fail("cannot create -dump directory %s: %s", tr->cfg.dump_dir, strerror(errno));
+    path_join(p, sizeof(p), tr->cfg.dump_dir, "logits0.f32");
     FILE* f = xfopen(p, "wb");
     xfwrite(logits, sizeof(float), n, f, p);
     xfclose(f, p);
-    snprintf(p, sizeof(p), "%s/grads0.f32", tr->cfg.dump_dir);
+    path_join(p, sizeof(p), tr->cfg.dump_dir, "loss0.txt");
+    f = xfopen(p, "w");
+    if (fprintf(f, "%.9g\n", loss) < 0) fail("write error in %s", p);
+    xfclose(f, p);
+    path_join(p, sizeof(p), tr->cfg.dump_dir, "grads0.f32");
     write_canonical_f32(&tr->gpt, tr->be, tr->gpt.grads, tr->gpt.dt, p);
 }
 
@@ -243,7 +251,7 @@ static StepResult train_step(Trainer* tr, int step) {
         r.loss += gpt_forward(g, tr->be, tr->inputs, tr->targets, dloss, micro == 0 ? logits : NULL) / cfg->grad_accum;
         gpt_backward(g, tr->be);
     }
-    if (dump) dump_step0(tr, logits);
+    if (dump) dump_step0(tr, logits, r.loss);
     free(logits);
     r.grad_norm = grad_global_norm(g, tr->be, tr->norm_acc);
     OptimizerStep o = {r.lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, cfg->grad_clip, step, cfg->seed};
