@@ -75,7 +75,9 @@ static int lt_matmul(Backend* be, DType dt, void* d, const void* a, const void* 
         CUBLAS_CHECK(cublasLtMatmul(be->lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
                                     be->lt_workspace, ws, be->stream));
         ok = 1;
-    } else if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED) {
+    } else if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED && hs != CUBLAS_STATUS_INVALID_VALUE) {
+        // NOT_SUPPORTED / INVALID_VALUE here mean "no such combination" (seen: BGRADB with an fp32 bias
+        // vector and bf16 matrices on the H100); anything else is a real error.
         CUBLAS_CHECK(hs);
     }
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "common.h"
 #include "kernels/kernels.h"
@@ -514,6 +515,92 @@ static void t_convert(Ctx* c, const Shape* s) {
     end_test(c);
 }
 
+
+// ---------------------------------------------------------------------------------------------------
+// KERNEL_CHECK_BENCH=1 (GPU build only): time each kernel at GPT-2 124M training sizes (B=8, T=1024).
+// Prints "bench <kernel> <ms>" lines; inputs are a tiled random pattern (not zeros).
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+static void* bench_buf(Ctx* c, size_t n, DType dt, const float* pat, size_t npat) {
+    void* d = dalloc(c, n * dtype_size(dt));
+    const size_t chunk = npat;
+    for (size_t off = 0; off < n; off += chunk) {
+        const size_t k = n - off < chunk ? n - off : chunk;
+        put(c, (char*)d + off * dtype_size(dt), pat, k, dt);
+    }
+    return d;
+}
+#define BENCH(name, reps, call)                                                                          \
+    do {                                                                                                 \
+        call;                                                                                            \
+        be_synchronize(c->be);                                                                           \
+        const double t0_ = now_ms();                                                                     \
+        for (int r_ = 0; r_ < (reps); r_++) call;                                                        \
+        be_synchronize(c->be);                                                                           \
+        printf("bench %-28s %9.3f ms\n", name, (now_ms() - t0_) / (reps));                              \
+        fflush(stdout);                                                                                  \
+    } while (0)
+
+static void bench(Ctx* c) {
+    const DType dt = c->dt;
+    const int B = 8, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304, N = B * T;
+    const size_t npat = (size_t)1 << 20;
+    float* pat = hvals(c, 1201, npat, -1.0f, 1.0f, dt);
+    float* pos = hvals(c, 1202, npat, 0.5f, 1.0f, DT_FP32);
+    int* tok = (int*)xmalloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) tok[i] = (int)(mix64((uint64_t)i) % (uint64_t)V);
+    int* dtok = (int*)dalloc(c, (size_t)N * sizeof(int));
+    be_upload(c->be, dtok, tok, (size_t)N * sizeof(int));
+    void* qkv = bench_buf(c, (size_t)N * 3 * C, dt, pat, npat);
+    void* att = bench_buf(c, (size_t)N * C, dt, pat, npat);
+    void* datt = bench_buf(c, (size_t)N * C, dt, pat, npat);
+    void* dqkv = bench_buf(c, (size_t)N * 3 * C, dt, pat, npat);
+    float* lse = (float*)bench_buf(c, (size_t)B * NH * T, DT_FP32, pat, npat);
+    float* scr = (float*)bench_buf(c, (size_t)B * NH * T, DT_FP32, pat, npat);
+    BENCH("attention_forward", 10, attention_forward(c->be, dt, att, lse, qkv, B, T, C, NH));
+    BENCH("attention_backward", 10, attention_backward(c->be, dt, dqkv, scr, datt, qkv, att, lse, B, T, C, NH));
+    void* x = bench_buf(c, (size_t)N * C, dt, pat, npat);
+    void* w = bench_buf(c, (size_t)4 * C * C, dt, pat, npat);
+    void* bias = bench_buf(c, (size_t)4 * C, dt, pat, npat);
+    void* h = bench_buf(c, (size_t)N * 4 * C, dt, pat, npat);
+    void* hpre = bench_buf(c, (size_t)N * 4 * C, dt, pat, npat);
+    void* dw = bench_buf(c, (size_t)4 * C * C, dt, pat, npat);
+    void* db = bench_buf(c, (size_t)4 * C, dt, pat, npat);
+    BENCH("matmul_forward fc+gelu", 10, matmul_forward(c->be, dt, h, hpre, x, w, bias, N, C, 4 * C));
+    BENCH("matmul_forward fc", 10, matmul_forward(c->be, dt, h, NULL, x, w, bias, N, C, 4 * C));
+    BENCH("matmul_backward fcproj+gelu", 10, matmul_backward(c->be, dt, hpre, dw, db, x, h, hpre, w, N, 4 * C, C));
+    float* mean = (float*)bench_buf(c, N, DT_FP32, pos, npat);
+    float* rstd = (float*)bench_buf(c, N, DT_FP32, pos, npat);
+    void* lw = bench_buf(c, C, dt, pat, npat);
+    BENCH("layernorm_forward", 20, layernorm_forward(c->be, dt, att, mean, rstd, x, lw, lw, N, C));
+    BENCH("layernorm_backward", 20, layernorm_backward(c->be, dt, datt, lw, lw, x, att, lw, mean, rstd, N, C));
+    BENCH("gelu_forward", 20, gelu_forward(c->be, dt, h, hpre, (size_t)N * 4 * C));
+    BENCH("residual_forward", 20, residual_forward(c->be, dt, att, x, datt, (size_t)N * C));
+    void* wte = bench_buf(c, (size_t)Vp * C, dt, pat, npat);
+    void* wpe = bench_buf(c, (size_t)T * C, dt, pat, npat);
+    BENCH("encoder_forward", 20, encoder_forward(c->be, dt, att, dtok, wte, wpe, B, T, C));
+    BENCH("encoder_backward", 20, encoder_backward(c->be, dt, wte, wpe, x, dtok, B, T, C));
+    void* logits = bench_buf(c, (size_t)N * Vp, dt, pat, npat);
+    float* losses = (float*)dalloc(c, (size_t)N * 4);
+    BENCH("classifier_forward+dlogits", 5, classifier_forward(c->be, dt, logits, losses, dtok, N, V, Vp, 1.0f / N, 1));
+    end_test(c);   // (frees dtok too: nothing below uses it)
+    const size_t P = 124475904;   // GPT-2 124M parameter count (padded vocab)
+    void* params = bench_buf(c, P, dt, pat, npat);
+    void* grads = bench_buf(c, P, dt, pat, npat);
+    float* master = (float*)bench_buf(c, P, DT_FP32, pat, npat);
+    float* m = (float*)bench_buf(c, P, DT_FP32, pat, npat);
+    float* v = (float*)bench_buf(c, P, DT_FP32, pos, npat);
+    float* acc = (float*)dalloc(c, 4);
+    AdamWArgs a = {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 1234u};
+    BENCH("adamw_update 124M", 5, adamw_update(c->be, params, dt, master, grads, dt, m, v, P, 0, &a));
+    BENCH("sum_squares 124M", 5, sum_squares(c->be, dt, acc, grads, P));
+    end_test(c);
+    free(pat), free(pos), free(tok);
+}
+
 int main(int argc, char** argv) {
     if (argc != 4) fail("usage: %s OUTDIR SEED DTYPE(fp32|bf16|fp16)", argv[0]);
     Ctx c;
@@ -531,12 +618,14 @@ int main(int argc, char** argv) {
     c.be = backend_create(0);
     fprintf(stderr, "kernel_check: %s, seed %u, %s\n", backend_device_name(c.be), c.seed, dtype_name(c.dt));
 
-    // GPT-2 124M's layer shapes (classifier on 256 rows); an odd small one for tails; head sizes 24 and 128.
+    // GPT-2 124M's layer shapes (classifier on 256 rows); an odd small one for tails; head sizes 24 and 128;
+    // hs = 64 with T not a multiple of the attention tiles.
     const Shape shapes[] = {
         {"gpt2", 4, 256, 768, 12, 50257, 50304, 256},
         {"odd", 3, 67, 96, 6, 1000, 1024, 201},
         {"hs24", 2, 45, 72, 3, 300, 384, 90},
         {"hs128", 2, 80, 256, 2, 520, 640, 160},
+        {"hs64tail", 2, 75, 128, 2, 333, 384, 150},
     };
     const char* only = getenv("KERNEL_CHECK_SHAPES");   // e.g. "odd,hs24" for a quick run
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
@@ -555,6 +644,8 @@ int main(int argc, char** argv) {
         fprintf(stderr, "kernel_check: shape %s done\n", s->name);
     }
     xfclose(c.index, path);
+    const char* b = getenv("KERNEL_CHECK_BENCH");
+    if (b && b[0] == '1' && backend_is_gpu(c.be)) bench(&c);
     backend_destroy(c.be);
     return test_exit(&c.stats);
 }

@@ -2,15 +2,15 @@
 # check_kernels.sh: every kernel of the CUDA backend against its CPU twin. Builds nothing (make does:
 # build/kernel_check_cpu and build/kernel_check_gpu). For each seed and dtype it runs both binaries on the
 # same seeded inputs and compares their outputs with compare_kernels.py; then once more with the fused
-# cuBLASLt epilogues switched off, to check the explicit fallbacks.
+# cuBLASLt epilogues and the tensor-core attention switched off, to check the explicit fallbacks.
 #
 #   bash tests/gpu/check_kernels.sh [--dry-run]
 #
 # Without a GPU (no nvidia-smi), or with --dry-run, the CPU binary stands in for the GPU one: the
 # comparison is CPU against CPU, which proves the scripts end to end. Environment: SEEDS (default "1 2"),
 # DTYPES (default "fp32 bf16 fp16"), KERNEL_CHECK_SHAPES (default all; e.g. "odd,hs24"), KC_KEEP=1 keeps
-# the output directories. Output: the comparison tables, "ok NAME" / "FAIL NAME: why" lines, and last
-# "N passed, N failed". Exit status 1 on any failure.
+# the output directories, KC_BENCH=0 skips the timings that end a GPU run. Output: the comparison
+# tables, "ok NAME" / "FAIL NAME: why" lines, and last "N passed, N failed". Exit status 1 on any failure.
 set -u
 cd "$(dirname "$0")/../.."
 SEEDS=${SEEDS:-"1 2"}
@@ -79,11 +79,23 @@ for seed in $SEEDS; do
         run_pair "${dt}_s${seed}" "$seed" "$dt"
     done
 done
-# The unfused paths (plain product + separate GELU / bias-gradient kernels) on one seed.
+# The fallback paths on one seed: plain products + separate GELU / bias-gradient kernels, and the
+# CUDA-core attention forward where the tensor-core one would run.
 first_seed=${SEEDS%% *}
 for dt in $DTYPES; do
-    run_pair "${dt}_s${first_seed}_unfused" "$first_seed" "$dt" GPT_CUDA_NO_FUSED_EPILOGUES=1
+    run_pair "${dt}_s${first_seed}_fallback" "$first_seed" "$dt" GPT_CUDA_NO_FUSED_EPILOGUES=1 GPT_CUDA_ATTENTION_SCALAR=1
 done
+
+# Timings at GPT-2 124M training sizes (GPU only; KC_BENCH=0 skips).
+if [ "$DRY" = 0 ] && [ "${KC_BENCH:-1}" = 1 ]; then
+    for dt in bf16 fp32; do
+        echo "== bench $dt (B=8, T=1024, C=768, NH=12)"
+        KERNEL_CHECK_BENCH=1 KERNEL_CHECK_SHAPES=none "$GPU_BIN" "$WORK/bench_$dt" 1 "$dt" >"$WORK/bench_$dt.log" 2>&1
+        rc=$?
+        grep '^bench ' "$WORK/bench_$dt.log"
+        count "$WORK/bench_$dt.log" "$rc" "bench_$dt"
+    done
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
