@@ -61,10 +61,10 @@ test: tests-bin
 # `make test-gpu`: on a machine with a GPU, everything in tests/gpu/ (kernels vs CPU twins, a full step
 # vs train_gpt_cpu, ranks on one GPU, determinism, resume, benchmark); writes a report.
 test-gpu: train_gpt train_gpt_cpu $(B)/kernel_check_cpu $(B)/kernel_check_gpu
-	@PYTHON=$(PYTHON) bash tests/gpu/run_gpu.sh
+	@bash tests/gpu/run_gpu.sh
 
 bench: train_gpt
-	@PYTHON=$(PYTHON) bash scripts/bench.sh
+	@bash scripts/bench.sh
 
 # `make run`: the quick start. Prepares the default corpus if missing, then trains a small model on it.
 run: train_gpt_cpu

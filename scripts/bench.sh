@@ -56,7 +56,7 @@ mkdir -p "$(dirname "$REPORT")"
 {
     echo "# Benchmark"
     echo
-    echo "- date: $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "- date: $(date -u +%Y-%m-%dT%H:%MZ), commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
     echo "- device: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo "cpu (dry run)")"
     echo "- command: make bench (T=$T, $STEPS steps, median after 5 warm-up steps)"
     echo

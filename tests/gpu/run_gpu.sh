@@ -10,8 +10,11 @@
 set -u
 cd "$(dirname "$0")/../.."
 REPORT=${REPORT:-build/gpu_report.md}
+# The Python with numpy and torch (compare.py reads files through scripts/reference.py): the GPU machine's
+# python3, or Debian's /usr/bin/python3 here. Exported so check_kernels.sh uses the same one.
 PY=python3
-python3 -c 'import numpy' 2>/dev/null || PY=/usr/bin/python3
+python3 -c 'import numpy, torch' 2>/dev/null || PY=/usr/bin/python3
+export PYTHON=$PY
 GPU=./train_gpt
 DRY=""
 if [ "${1:-}" = "--dry-run" ] || ! command -v nvidia-smi >/dev/null 2>&1; then DRY="--dry-run"; GPU=./train_gpt_cpu; fi
@@ -80,7 +83,7 @@ mkdir -p "$(dirname "$REPORT")"
     echo "# GPU test report"
     echo
     echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
-    echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "- commit: ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
     echo "- device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "none (dry run: CPU build stands in)")"
     echo "- command: make test-gpu"
     echo
