@@ -1,0 +1,65 @@
+// comm.h: collectives over groups of ranks, counting the bytes each rank sends.
+//
+// Buffers are backend memory (host memory in the CPU build; device memory in the GPU build, which the MPI
+// backend stages through the host). Sums of bf16/fp16 are computed in fp32 and rounded once per pairwise
+// reduction. Every failure is a one-line error and exit 1; a rank that dies takes the job down (mpirun
+// aborts the others) instead of leaving them waiting.
+//
+// Byte counts follow the ring algorithms' per-rank traffic, so they are comparable across backends:
+// all-reduce of S bytes over N ranks sends 2(N-1)/N * S, reduce-scatter and all-gather of S total bytes
+// send (N-1)/N * S, broadcast sends S from the root (0 elsewhere), send/recv the bytes sent.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    COLL_ALLREDUCE, COLL_REDUCE_SCATTER, COLL_ALLGATHER, COLL_BROADCAST, COLL_SEND, NUM_COLLECTIVES
+} Collective;
+
+typedef struct Comm Comm;
+
+// The world: initializes MPI (a plain `./train_gpt_cpu` without mpirun is a world of one). argc/argv may
+// be NULL. be: the backend whose memory the collectives will see (for staging).
+Comm* comm_init_world(int* argc, char*** argv);
+void comm_attach_backend(Comm* c, Backend* be);   // before the first collective on backend memory
+// A sub-group: ranks of `parent` with the same color, ordered by key (MPI_Comm_split). Inherits the backend.
+Comm* comm_split(Comm* parent, int color, int key);
+int comm_rank(const Comm* c);
+int comm_size(const Comm* c);
+// Rank among the processes on this host (to pick a GPU), from the world communicator.
+int comm_local_rank(const Comm* world);
+
+// buf (n elements of dt) = elementwise sum over the group, on every rank.
+void comm_allreduce_sum(Comm* c, void* buf, size_t n, DType dt);
+// in holds size*n elements (rank k's slot = [k*n, (k+1)*n)); out (n) = the sum over ranks of slot `rank`.
+// out may point at in + rank*n (in place).
+void comm_reduce_scatter_sum(Comm* c, void* out, const void* in, size_t n, DType dt);
+// buf holds size*n elements; each rank contributes its slot [rank*n, (rank+1)*n); afterwards every rank
+// has every slot. In place.
+void comm_allgather(Comm* c, void* buf, size_t n, DType dt);
+void comm_broadcast(Comm* c, void* buf, size_t bytes, int root);
+void comm_send(Comm* c, const void* buf, size_t bytes, int peer, int tag);
+void comm_recv(Comm* c, void* buf, size_t bytes, int peer, int tag);
+void comm_barrier(Comm* c);
+// Host scalars (losses, norms, flags): xs[i] = sum over ranks of xs[i]. Not counted in the byte totals
+// (a few bytes per step) so the totals compare with the model-size formulas exactly.
+void comm_allreduce_host_sum(Comm* c, double* xs, int n);
+void comm_allreduce_host_max(Comm* c, double* xs, int n);
+
+// Bytes this rank sent through c, per collective, since the last reset.
+uint64_t comm_bytes_sent(const Comm* c, Collective k);
+void comm_reset_bytes(Comm* c);
+const char* collective_name(Collective k);
+
+void comm_free(Comm* c);       // a sub-group
+void comm_finalize(Comm* world);   // MPI_Finalize; frees the world
+
+#ifdef __cplusplus
+}
+#endif
