@@ -8,10 +8,10 @@
 // Work split: a query (or key) row is owned by a group of G consecutive lanes, each holding 16 of its
 // head dimensions in registers (G = 1,2,4,8 covers hs up to 16,32,64,128; dims past hs are zero). Dot
 // products are 16 FMAs per lane plus a log2(G) butterfly over the group.
-// These CUDA-core kernels are correct for every hs % 8 == 0 up to 128; for hs = 64 in bf16/fp16 the forward
-// and backward take the tensor-core kernels further down (GPT_CUDA_ATTENTION_SCALAR=1 forces these).
+// These CUDA-core kernels are correct for every hs % 8 == 0 up to 128 and are the path for fp32 and every
+// other head size; for hs = 64 in bf16/fp16 the forward and backward take the tensor-core (mma.sync,
+// FlashAttention-2) kernels further down (GPT_CUDA_ATTENTION_SCALAR=1 forces the CUDA-core ones).
 #pragma once
-#include <mma.h>
 
 #define ATT_THREADS 128
 #define ATT_TILE 32   // keys (forward, dq) or queries (dk/dv) per shared-memory tile
@@ -243,350 +243,460 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_kernel(T*
 
 
 // ---------------------------------------------------------------------------------------------------
-// Tensor-core forward for hs = 64 and 16-bit storage (WMMA 16x16x16, fp32 accumulation).
-// Block: 4 warps, a tile of 64 queries (16 per warp); key/value tiles of 64 in shared memory.
-// Per key tile, each warp computes S = Q K^T (16x64) into shared memory; two lanes per query row apply
-// the mask and the online softmax, keep the running max / sum and their half of the output row (32 fp32
-// registers), and write P (rounded to T) for the second product; P V (16x64) goes through shared memory
-// back to those lanes, which rescale and accumulate. Going through shared memory avoids relying on the
-// accumulator fragment's (unspecified) element-to-row mapping.
-#define TC_HS 64
-#define TC_BR 64                // queries per block
-#define TC_BC 64                // keys per tile
-#define TC_LDH (TC_HS + 8)      // padded row of 16-bit tiles (a multiple of 8, as WMMA requires)
-#define TC_LDF (TC_BC + 4)      // padded row of fp32 tiles (a multiple of 4)
-#define TC_SMEM_BYTES (3 * TC_BR * TC_LDH * 2 + 4 * 16 * TC_LDF * 4 + 4 * 16 * TC_LDH * 2)
+// Tensor-core path for hs = 64 and 16-bit storage: FlashAttention-2 on register-level mma.sync
+// (m16n8k16, fp32 accumulation). Each warp owns 16 rows (queries, or keys in the dk/dv kernel); its
+// A operands stay in registers for the whole kernel; the streamed tiles (64 rows x 64 dims) are
+// double-buffered through shared memory with cp.async (rows past T are zero-filled) and read with
+// ldmatrix (rows padded to 72 elements: conflict-free). A product's fp32 accumulators are re-packed in
+// registers as the next product's A operand (P, dS), rounded to T as the CUDA-core path's products are.
+// Causal tiles above a warp's diagonal are skipped; only tiles crossing it (or T) are masked.
+// Backward (FA2, deterministic, no atomics): a query-major kernel computes D = rowsum(dout * out) for its
+// rows (into `scratch`) and dq; then a key-major kernel accumulates dk, dv per key block in registers.
+#define FA_HS 64
+#define FA_LD 72          // padded shared-memory row (elements): 144 bytes, ldmatrix without bank conflicts
+#define FA_BT 64          // rows per streamed tile
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
 
-// (rows [t0, t0+64) of one 64-wide head slice) -> smem tile with leading dimension TC_LDH; zeros past T.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+// 16 bytes global -> shared, asynchronous; zero-fills when !valid (gmem must still be a valid address).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t* r, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+
+// c (16x8 fp32) += a (16x16, row) * b (16x8, col).
+template <typename T> __device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1);
+template <> __device__ __forceinline__ void mma16816<__nv_bfloat16>(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <> __device__ __forceinline__ void mma16816<__half>(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Two floats rounded to T, `lo` in the low half (the lower column of an mma fragment pair).
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    T v[2] = {from_f<T>(lo), from_f<T>(hi)};
+    uint32_t r;
+    memcpy(&r, v, 4);
+    return r;
+}
+
+// Rows [t0, t0+ROWS) of a 64-wide head slice (row stride ld elements) -> shared tile, asynchronously.
+template <typename T, int ROWS, int W>
+__device__ __forceinline__ void fa_load_tile(T* s, const T* base, size_t ld, int t0, int T_) {
+    for (int u = threadIdx.x; u < ROWS * 8; u += W * 32) {
+        const int r = u >> 3, c = (u & 7) * 8, t = t0 + r;
+        const bool ok = t < T_;
+        cp_async16(s + r * FA_LD + c, base + (size_t)(ok ? t : 0) * ld + c, ok);
+    }
+}
+// A fragments (16 rows x 64 dims, 4 k-steps) of the rows [row0, row0+16) of a shared tile.
+__device__ __forceinline__ void fa_load_a(uint32_t (*a)[4], const void* tile, int row0) {
+    const int lane = threadIdx.x % 32;
+    const unsigned short* s = (const unsigned short*)tile;
+    for (int kk = 0; kk < 4; kk++) ldsm_x4(a[kk], s + (row0 + (lane & 15)) * FA_LD + kk * 16 + (lane >> 4) * 8);
+}
+// acc (16 x NT*8) += A (16 x 64 dims, registers) * tile[n][dims]^T for tile rows [n0, n0+NT*8).
+template <typename T, int NT>
+__device__ __forceinline__ void fa_mma_abt(float (*acc)[4], const uint32_t (*a)[4], const T* tile, int n0) {
+    const int lane = threadIdx.x % 32;
+    for (int np = 0; np < NT / 2; np++)
+        for (int kk = 0; kk < 4; kk++) {
+            uint32_t b[4];
+            ldsm_x4(b, tile + (n0 + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * FA_LD + kk * 16 + ((lane >> 3) & 1) * 8);
+            mma16816<T>(acc[2 * np], a[kk], b[0], b[1]);
+            mma16816<T>(acc[2 * np + 1], a[kk], b[2], b[3]);
+        }
+}
+// acc (16 x 64 dims) += A (16 x KS*16, registers) * tile[k0 + k][dims] (rows k of the tile are the k index).
+template <typename T, int KS>
+__device__ __forceinline__ void fa_mma_ab(float (*acc)[4], const uint32_t (*a)[4], const T* tile, int k0) {
+    const int lane = threadIdx.x % 32;
+    for (int kk = 0; kk < KS; kk++)
+        for (int dp = 0; dp < 4; dp++) {
+            uint32_t b[4];
+            ldsm_x4_t(b, tile + (k0 + kk * 16 + (lane & 15)) * FA_LD + dp * 16 + (lane >> 4) * 8);
+            mma16816<T>(acc[2 * dp], a[kk], b[0], b[1]);
+            mma16816<T>(acc[2 * dp + 1], a[kk], b[2], b[3]);
+        }
+}
+// Accumulators acc (16 rows x 64 dims, times mul) -> T rows [row0, row0+16) of `stage` (the warp's own
+// rows of a shared tile) -> global rows (coalesced 16-byte stores), rows < T_ only.
 template <typename T>
-__device__ __forceinline__ void tc_load_tile(T* tile, const T* base, int ld, int col0, int t0, int T_) {
-    for (int u = threadIdx.x; u < 64 * (TC_HS / 8); u += blockDim.x) {
-        const int r = u / (TC_HS / 8), d = (u % (TC_HS / 8)) * 8, t = t0 + r;
-        int4 v = make_int4(0, 0, 0, 0);
-        if (t < T_) v = *reinterpret_cast<const int4*>(base + (size_t)t * ld + col0 + d);
-        *reinterpret_cast<int4*>(tile + r * TC_LDH + d) = v;
+__device__ __forceinline__ void fa_store_rows(const float (*acc)[4], float mul, T* stage, int row0, T* dst, size_t ld,
+                                              int t0, int T_) {
+    const int lane = threadIdx.x % 32, g = lane >> 2, tq = lane & 3;
+    uint32_t* s32 = (uint32_t*)stage;
+    for (int n = 0; n < 8; n++) {
+        s32[((row0 + g) * FA_LD + n * 8 + 2 * tq) / 2] = pack2<T>(acc[n][0] * mul, acc[n][1] * mul);
+        s32[((row0 + g + 8) * FA_LD + n * 8 + 2 * tq) / 2] = pack2<T>(acc[n][2] * mul, acc[n][3] * mul);
+    }
+    __syncwarp();
+    for (int u = lane; u < 128; u += 32) {
+        const int r = u >> 3, c = (u & 7) * 8, t = t0 + r;
+        if (t < T_) *reinterpret_cast<int4*>(dst + (size_t)t * ld + c) = *reinterpret_cast<const int4*>(stage + (row0 + r) * FA_LD + c);
     }
 }
 
-template <typename T>
-__global__ void __launch_bounds__(128) attention_forward_tc_kernel(T* out, float* lse, const T* qkv, int B, int T_,
-                                                                   int C, int NH) {
-    using namespace nvcuda;
-    extern __shared__ __align__(128) unsigned char tc_smem[];
-    T* Qs = reinterpret_cast<T*>(tc_smem);
-    T* Ks = Qs + TC_BR * TC_LDH;
-    T* Vs = Ks + TC_BC * TC_LDH;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float* Sw = reinterpret_cast<float*>(Vs + TC_BC * TC_LDH) + warp * 16 * TC_LDF;
-    T* Pw = reinterpret_cast<T*>(reinterpret_cast<float*>(Vs + TC_BC * TC_LDH) + 4 * 16 * TC_LDF) + warp * 16 * TC_LDH;
-
+template <int W> constexpr int fa_fwd_smem() { return (W * 16 + 4 * FA_BT) * FA_LD * 2; }
+template <typename T, int W>
+__global__ void __launch_bounds__(W * 32) attention_forward_fa_kernel(T* out, float* lse, const T* qkv, int T_,
+                                                                             int C, int NH) {
+    constexpr int BR = W * 16;
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    T* Qs = reinterpret_cast<T*>(fa_smem);   // BR rows
+    T* Ks = Qs + BR * FA_LD;                 // 2 stages
+    T* Vs = Ks + 2 * FA_BT * FA_LD;          // 2 stages
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tq = lane & 3;
     const int qt = gridDim.x - 1 - blockIdx.x;   // the longest rows first: better tail balance
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const int q0 = qt * TC_BR;
-    const T* base = qkv + (size_t)b * T_ * 3 * C;
-    const float scale = 1.0f / sqrtf((float)TC_HS);
+    const int q0 = qt * BR, r0 = q0 + warp * 16;   // block's and warp's first query
+    const size_t ld = (size_t)3 * C;
+    const T* qbase = qkv + (size_t)b * T_ * ld + h * FA_HS;
+    const T* kbase = qbase + C;
+    const T* vbase = qbase + 2 * C;
+    const int ntiles = (min(T_, q0 + BR) - 1) / FA_BT + 1;
+    const float sl2 = FA_LOG2E / sqrtf((float)FA_HS);   // scores in log2 units
 
-    tc_load_tile(Qs, base, 3 * C, h * TC_HS, q0, T_);
-    __syncthreads();
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> qf[TC_HS / 16];
-    for (int k = 0; k < TC_HS / 16; k++) wmma::load_matrix_sync(qf[k], Qs + warp * 16 * TC_LDH + k * 16, TC_LDH);
+    fa_load_tile<T, BR, W>(Qs, qbase, ld, q0, T_);
+    fa_load_tile<T, FA_BT, W>(Ks, kbase, ld, 0, T_);
+    fa_load_tile<T, FA_BT, W>(Vs, vbase, ld, 0, T_);
+    cp_async_commit();
 
-    const int r = lane / 2, half = lane % 2;
-    const int q = q0 + warp * 16 + r;   // this lane's query
-    float o[32];
-    for (int k = 0; k < 32; k++) o[k] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
+    uint32_t qf[4][4];
+    float o[8][4];
+    for (int n = 0; n < 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};   // rows g, g+8: running max (log2 units), partial sum
 
-    for (int kt = 0; kt <= qt; kt++) {
-        const int k0 = kt * TC_BC;
-        __syncthreads();   // every warp is done with the previous K/V tile
-        tc_load_tile(Ks, base, 3 * C, C + h * TC_HS, k0, T_);
-        tc_load_tile(Vs, base, 3 * C, 2 * C + h * TC_HS, k0, T_);
+    for (int j = 0; j < ntiles; j++) {
+        if (j + 1 < ntiles) {
+            const int st = (j + 1) & 1;
+            fa_load_tile<T, FA_BT, W>(Ks + st * FA_BT * FA_LD, kbase, ld, (j + 1) * FA_BT, T_);
+            fa_load_tile<T, FA_BT, W>(Vs + st * FA_BT * FA_LD, vbase, ld, (j + 1) * FA_BT, T_);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
         __syncthreads();
-
-        // S (16 x 64) = Q_w K^T: K stored [key][dim] is K^T in column-major order.
-        for (int n = 0; n < TC_BC / 16; n++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (int k = 0; k < TC_HS / 16; k++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kf;
-                wmma::load_matrix_sync(kf, Ks + n * 16 * TC_LDH + k * 16, TC_LDH);
-                wmma::mma_sync(acc, qf[k], kf, acc);
+        if (j == 0) fa_load_a(qf, Qs, warp * 16);
+        const int k0 = j * FA_BT;
+        // Tiles start at multiples of 16, so a tile the warp does not skip holds key k0 <= r0 <= every row:
+        // each row has a finite maximum.
+        if (k0 <= r0 + 15) {
+            const T* Kt = Ks + (j & 1) * FA_BT * FA_LD;
+            const T* Vt = Vs + (j & 1) * FA_BT * FA_LD;
+            float s[8][4];
+            for (int n = 0; n < 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            fa_mma_abt<T, 8>(s, qf, Kt, 0);
+            if (k0 + FA_BT - 1 > r0) {   // the tile crosses the warp's diagonal (keys past T are past it too)
+                for (int n = 0; n < 8; n++)
+                    for (int e = 0; e < 4; e++)
+                        if (k0 + n * 8 + 2 * tq + (e & 1) > r0 + g + (e >> 1) * 8) s[n][e] = -INFINITY;
             }
-            wmma::store_matrix_sync(Sw + n * 16, acc, TC_LDF, wmma::mem_row_major);
-        }
-        __syncwarp();
-        float p[32];
-        float tmax = -INFINITY;
-        for (int c = 0; c < 32; c++) {
-            const int key = k0 + half * 32 + c;
-            const float sv = key <= q ? Sw[r * TC_LDF + half * 32 + c] * scale : -INFINITY;
-            p[c] = sv;
-            tmax = fmaxf(tmax, sv);
-        }
-        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-        const float m_new = fmaxf(m, tmax);   // finite: key 0 <= q for every row
-        const float corr = expf(m - m_new);
-        float psum = 0.0f;
-        for (int c = 0; c < 32; c++) {
-            p[c] = expf(p[c] - m_new);
-            psum += p[c];
-            Pw[r * TC_LDH + half * 32 + c] = from_f<T>(p[c]);
-        }
-        psum += __shfl_xor_sync(0xffffffffu, psum, 1);
-        l = l * corr + psum;
-        m = m_new;
-        for (int k = 0; k < 32; k++) o[k] *= corr;
-        __syncwarp();
-
-        // P V (16 x 64) into Sw (S is dead: every lane has read its part).
-        for (int n = 0; n < TC_HS / 16; n++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (int k = 0; k < TC_BC / 16; k++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pf;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vf;
-                wmma::load_matrix_sync(pf, Pw + k * 16, TC_LDH);
-                wmma::load_matrix_sync(vf, Vs + k * 16 * TC_LDH + n * 16, TC_LDH);
-                wmma::mma_sync(acc, pf, vf, acc);
+            float corr[2];
+            for (int i = 0; i < 2; i++) {
+                float mx = -INFINITY;
+                for (int n = 0; n < 8; n++) mx = fmaxf(mx, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mnew = fmaxf(m[i], mx * sl2);
+                corr[i] = exp2f(m[i] - mnew);
+                m[i] = mnew;
+                l[i] *= corr[i];
             }
-            wmma::store_matrix_sync(Sw + n * 16, acc, TC_LDF, wmma::mem_row_major);
+            for (int n = 0; n < 8; n++) {
+                o[n][0] *= corr[0], o[n][1] *= corr[0];
+                o[n][2] *= corr[1], o[n][3] *= corr[1];
+            }
+            uint32_t pa[4][4];   // P as A fragments: key k-step n/2, halves by n parity
+            for (int n = 0; n < 8; n++) {
+                const float p0 = exp2f(fmaf(s[n][0], sl2, -m[0])), p1 = exp2f(fmaf(s[n][1], sl2, -m[0]));
+                const float p2 = exp2f(fmaf(s[n][2], sl2, -m[1])), p3 = exp2f(fmaf(s[n][3], sl2, -m[1]));
+                l[0] += p0 + p1;
+                l[1] += p2 + p3;
+                pa[n / 2][(n & 1) * 2 + 0] = pack2<T>(p0, p1);
+                pa[n / 2][(n & 1) * 2 + 1] = pack2<T>(p2, p3);
+            }
+            fa_mma_ab<T, 4>(o, pa, Vt, 0);
         }
-        __syncwarp();
-        for (int k = 0; k < 32; k++) o[k] += Sw[r * TC_LDF + half * 32 + k];
-        __syncwarp();   // Sw and Pw are rewritten by the next tile
+        __syncthreads();   // the stage read here is refilled next iteration
     }
-    if (q >= T_) return;
-    const float inv = 1.0f / l;
-    for (int k = 0; k < 32; k++) o[k] *= inv;
-    T* orow = out + ((size_t)b * T_ + q) * C + h * TC_HS + half * 32;
-    for (int u = 0; u < 4; u++) store8(orow + u * 8, o + u * 8);
-    if (half == 0) lse[(size_t)bh * T_ + q] = m + logf(l);
+    for (int i = 0; i < 2; i++) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    }
+    const float inv0 = 1.0f / l[0], inv1 = 1.0f / l[1];
+    for (int n = 0; n < 8; n++) {
+        o[n][0] *= inv0, o[n][1] *= inv0;
+        o[n][2] *= inv1, o[n][3] *= inv1;
+    }
+    // The warp's own Q rows are free (only this warp read them): stage the output there.
+    fa_store_rows<T>(o, 1.0f, Qs, warp * 16, out + (size_t)b * T_ * C + h * FA_HS, (size_t)C, r0, T_);
+    if (tq == 0) {
+        if (r0 + g < T_) lse[(size_t)bh * T_ + r0 + g] = (m[0] + log2f(l[0])) * FA_LN2;
+        if (r0 + g + 8 < T_) lse[(size_t)bh * T_ + r0 + g + 8] = (m[1] + log2f(l[1])) * FA_LN2;
+    }
 }
 
-// Tensor-core path: hs = 64, 16-bit storage, rows 16-byte aligned. Returns 0 when it does not apply.
+// Warps per block (16 owned rows each). 8 was slower on the H100 at B=16 T=1024 (reports/perf_notes.md).
+#define FA_WARPS 4
+template <typename T, int W> static void fa_forward(Backend* be, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
+    CUDA_CHECK(cudaFuncSetAttribute(attention_forward_fa_kernel<T, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    fa_fwd_smem<W>()));
+    const dim3 grid(ceil_div(T_, W * 16), B * NH);
+    attention_forward_fa_kernel<T, W><<<grid, W * 32, fa_fwd_smem<W>(), be->stream>>>(out, lse, qkv, T_, C, NH);
+    LAUNCH_CHECK();
+}
 template <typename T>
 static int attention_forward_tc(Backend* be, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
-    if (sizeof(T) != 2 || C / NH != TC_HS || ((size_t)3 * C * sizeof(T)) % 16 != 0 || !aligned16(qkv) ||
-        !aligned16(out))
+    if (sizeof(T) != 2 || C / NH != FA_HS || ((size_t)C * sizeof(T)) % 16 != 0 || !aligned16(qkv) || !aligned16(out))
         return 0;
-    CUDA_CHECK(cudaFuncSetAttribute(attention_forward_tc_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    TC_SMEM_BYTES));
-    const dim3 grid(ceil_div(T_, TC_BR), B * NH);
-    attention_forward_tc_kernel<T><<<grid, 128, TC_SMEM_BYTES, be->stream>>>(out, lse, qkv, B, T_, C, NH);
-    LAUNCH_CHECK();
+    fa_forward<T, FA_WARPS>(be, out, lse, qkv, B, T_, C, NH);
     return 1;
 }
 
-
-// ---------------------------------------------------------------------------------------------------
-// Tensor-core backward for hs = 64, 16-bit storage (FA2 recomputation, WMMA). Two kernels, one owner per
-// output: dq (query tiles of 64, 4 warps x 16 queries, loop over key tiles) and dk/dv (key tiles of 64,
-// 4 warps x 16 keys, loop over query tiles). S / dP go through per-warp fp32 shared tiles where two lanes
-// per row form P and dS (rounded to T for the next products); dq, dk, dv stay in accumulator fragments.
-#define TC_DQ_SMEM_BYTES (4 * 64 * TC_LDH * 2 + 4 * 2 * 16 * TC_LDF * 4 + 4 * 16 * TC_LDH * 2)
-#define TC_DKV_SMEM_BYTES (2 * 64 * TC_LDH * 2 + 4 * 2 * 16 * TC_LDF * 4 + 4 * 2 * 16 * TC_LDH * 2 + 2 * 64 * 4)
-
-// Write a warp's 16x64 fp32 accumulators (times `mul`) as T rows of `dst` (row stride ld), rows < nvalid.
-template <typename T>
-__device__ __forceinline__ void tc_store_rows(nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>* acc,
-                                              float* Sw, T* dst, size_t ld, int nvalid, float mul) {
-    using namespace nvcuda;
-    const int lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
-    for (int n = 0; n < TC_HS / 16; n++) wmma::store_matrix_sync(Sw + n * 16, acc[n], TC_LDF, wmma::mem_row_major);
-    __syncwarp();
-    if (r < nvalid) {
-        float v[32];
-        for (int k = 0; k < 32; k++) v[k] = Sw[r * TC_LDF + half * 32 + k] * mul;
-        for (int u = 0; u < 4; u++) store8(dst + (size_t)r * ld + half * 32 + u * 8, v + u * 8);
-    }
-    __syncwarp();
-}
-
-template <typename T>
-__global__ void __launch_bounds__(128) attention_backward_dq_tc_kernel(T* dqkv, const T* qkv, const T* dout,
-                                                                       const float* lse, const float* D, int B, int T_,
-                                                                       int C, int NH) {
-    using namespace nvcuda;
-    extern __shared__ __align__(128) unsigned char tc_smem[];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    T* Qs = reinterpret_cast<T*>(tc_smem);
-    T* dOs = Qs + 64 * TC_LDH;
-    T* Ks = dOs + 64 * TC_LDH;
-    T* Vs = Ks + 64 * TC_LDH;
-    float* Sw = reinterpret_cast<float*>(Vs + 64 * TC_LDH) + warp * 2 * 16 * TC_LDF;
-    float* dPw = Sw + 16 * TC_LDF;
-    T* dSw = reinterpret_cast<T*>(reinterpret_cast<float*>(Vs + 64 * TC_LDH) + 4 * 2 * 16 * TC_LDF) + warp * 16 * TC_LDH;
-
+// dq = scale * sum_j dS_ij k_j, query-major like the forward; also D = rowsum(dout * out) for its rows.
+// S and dP are formed 32 keys at a time (fewer live registers).
+template <int W> constexpr int fa_dq_smem() { return (2 * W * 16 + 4 * FA_BT) * FA_LD * 2; }
+template <typename T, int W>
+__global__ void __launch_bounds__(W * 32) attention_backward_dq_fa_kernel(T* dqkv, float* D, const T* qkv,
+                                                                                 const T* dout, const T* out,
+                                                                                 const float* lse, int T_, int C, int NH) {
+    constexpr int BR = W * 16;
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    T* Qs = reinterpret_cast<T*>(fa_smem);   // BR rows
+    T* dOs = Qs + BR * FA_LD;                // BR rows
+    T* Ks = dOs + BR * FA_LD;                // 2 stages
+    T* Vs = Ks + 2 * FA_BT * FA_LD;          // 2 stages
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tq = lane & 3;
     const int qt = gridDim.x - 1 - blockIdx.x;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const int q0 = qt * 64;
-    const T* base = qkv + (size_t)b * T_ * 3 * C;
-    const float scale = 1.0f / sqrtf((float)TC_HS);
-    tc_load_tile(Qs, base, 3 * C, h * TC_HS, q0, T_);
-    tc_load_tile(dOs, dout + (size_t)b * T_ * C, C, h * TC_HS, q0, T_);
-    __syncthreads();
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> qf[4], df[4];
-    for (int k = 0; k < 4; k++) {
-        wmma::load_matrix_sync(qf[k], Qs + warp * 16 * TC_LDH + k * 16, TC_LDH);
-        wmma::load_matrix_sync(df[k], dOs + warp * 16 * TC_LDH + k * 16, TC_LDH);
-    }
-    const int r = lane / 2, half = lane % 2;
-    const int q = q0 + warp * 16 + r;
-    const float lse_q = q < T_ ? lse[(size_t)bh * T_ + q] : 0.0f;
-    const float D_q = q < T_ ? D[(size_t)bh * T_ + q] : 0.0f;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> dq[4];
-    for (int n = 0; n < 4; n++) wmma::fill_fragment(dq[n], 0.0f);
+    const int q0 = qt * BR, r0 = q0 + warp * 16;
+    const size_t ld = (size_t)3 * C;
+    const T* qbase = qkv + (size_t)b * T_ * ld + h * FA_HS;
+    const T* kbase = qbase + C;
+    const T* vbase = qbase + 2 * C;
+    const T* dobase = dout + (size_t)b * T_ * C + h * FA_HS;
+    const int ntiles = (min(T_, q0 + BR) - 1) / FA_BT + 1;
+    const float scale = 1.0f / sqrtf((float)FA_HS), sl2 = scale * FA_LOG2E;
 
-    for (int kt = 0; kt <= qt; kt++) {
-        const int k0 = kt * 64;
-        __syncthreads();
-        tc_load_tile(Ks, base, 3 * C, C + h * TC_HS, k0, T_);
-        tc_load_tile(Vs, base, 3 * C, 2 * C + h * TC_HS, k0, T_);
-        __syncthreads();
-        for (int n = 0; n < 4; n++) {   // S = Q K^T, dP = dO V^T (16 x 64 keys)
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> s, dp;
-            wmma::fill_fragment(s, 0.0f);
-            wmma::fill_fragment(dp, 0.0f);
-            for (int k = 0; k < 4; k++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kf, vf;
-                wmma::load_matrix_sync(kf, Ks + n * 16 * TC_LDH + k * 16, TC_LDH);
-                wmma::load_matrix_sync(vf, Vs + n * 16 * TC_LDH + k * 16, TC_LDH);
-                wmma::mma_sync(s, qf[k], kf, s);
-                wmma::mma_sync(dp, df[k], vf, dp);
+    fa_load_tile<T, BR, W>(Qs, qbase, ld, q0, T_);
+    fa_load_tile<T, BR, W>(dOs, dobase, (size_t)C, q0, T_);
+    fa_load_tile<T, FA_BT, W>(Ks, kbase, ld, 0, T_);
+    fa_load_tile<T, FA_BT, W>(Vs, vbase, ld, 0, T_);
+    cp_async_commit();
+
+    // D for the warp's 16 rows: two lanes per row, 32 dims each, straight from global memory.
+    float Dv;
+    {
+        const int t = r0 + (lane >> 1), d0 = (lane & 1) * 32;
+        float acc = 0.0f;
+        if (t < T_) {
+            const size_t off = ((size_t)b * T_ + t) * C + h * FA_HS + d0;
+            for (int u = 0; u < 4; u++) {
+                float a[8], c[8];
+                load8(dout + off + u * 8, a);
+                load8(out + off + u * 8, c);
+                for (int k = 0; k < 8; k++) acc += a[k] * c[k];
             }
-            wmma::store_matrix_sync(Sw + n * 16, s, TC_LDF, wmma::mem_row_major);
-            wmma::store_matrix_sync(dPw + n * 16, dp, TC_LDF, wmma::mem_row_major);
         }
-        __syncwarp();
-        for (int c = 0; c < 32; c++) {
-            const int col = half * 32 + c, key = k0 + col;
-            const float p = key <= q ? expf(Sw[r * TC_LDF + col] * scale - lse_q) : 0.0f;
-            dSw[r * TC_LDH + col] = from_f<T>(p * (dPw[r * TC_LDF + col] - D_q));
-        }
-        __syncwarp();
-        for (int n = 0; n < 4; n++)   // dq += dS K  (keys x dims)
-            for (int k = 0; k < 4; k++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> kb;
-                wmma::load_matrix_sync(a, dSw + k * 16, TC_LDH);
-                wmma::load_matrix_sync(kb, Ks + k * 16 * TC_LDH + n * 16, TC_LDH);
-                wmma::mma_sync(dq[n], a, kb, dq[n]);
-            }
+        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+        if (t < T_ && (lane & 1) == 0) D[(size_t)bh * T_ + t] = acc;
+        Dv = acc;
     }
-    const int row0 = q0 + warp * 16;
-    tc_store_rows(dq, Sw, dqkv + ((size_t)b * T_ + row0) * 3 * C + h * TC_HS, (size_t)3 * C, T_ - row0, scale);
+    const float D0 = __shfl_sync(0xffffffffu, Dv, 2 * g), D1 = __shfl_sync(0xffffffffu, Dv, 2 * g + 16);
+    const float lse0 = r0 + g < T_ ? lse[(size_t)bh * T_ + r0 + g] * FA_LOG2E : 0.0f;
+    const float lse1 = r0 + g + 8 < T_ ? lse[(size_t)bh * T_ + r0 + g + 8] * FA_LOG2E : 0.0f;
+
+    uint32_t qf[4][4], df[4][4];
+    float dq[8][4];
+    for (int n = 0; n < 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+
+    for (int j = 0; j < ntiles; j++) {
+        if (j + 1 < ntiles) {
+            const int st = (j + 1) & 1;
+            fa_load_tile<T, FA_BT, W>(Ks + st * FA_BT * FA_LD, kbase, ld, (j + 1) * FA_BT, T_);
+            fa_load_tile<T, FA_BT, W>(Vs + st * FA_BT * FA_LD, vbase, ld, (j + 1) * FA_BT, T_);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (j == 0) {
+            fa_load_a(qf, Qs, warp * 16);
+            fa_load_a(df, dOs, warp * 16);
+        }
+        const T* Kt = Ks + (j & 1) * FA_BT * FA_LD;
+        const T* Vt = Vs + (j & 1) * FA_BT * FA_LD;
+        for (int hc = 0; hc < 2; hc++) {
+            const int k0 = j * FA_BT + hc * 32;
+            if (k0 > r0 + 15) continue;   // every key of the chunk is past every row of the warp
+            float s[4][4], dp[4][4];
+            for (int n = 0; n < 4; n++)
+                for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+            fa_mma_abt<T, 4>(s, qf, Kt, hc * 32);
+            fa_mma_abt<T, 4>(dp, df, Vt, hc * 32);
+            const bool mask = k0 + 31 > r0;
+            uint32_t dsa[2][4];
+            for (int n = 0; n < 4; n++) {
+                float ds[4];
+                for (int e = 0; e < 4; e++) {
+                    const int row = r0 + g + (e >> 1) * 8, key = k0 + n * 8 + 2 * tq + (e & 1);
+                    const float p = (mask && key > row) ? 0.0f : exp2f(fmaf(s[n][e], sl2, -(e >> 1 ? lse1 : lse0)));
+                    ds[e] = p * (dp[n][e] - (e >> 1 ? D1 : D0));
+                }
+                dsa[n / 2][(n & 1) * 2 + 0] = pack2<T>(ds[0], ds[1]);
+                dsa[n / 2][(n & 1) * 2 + 1] = pack2<T>(ds[2], ds[3]);
+            }
+            fa_mma_ab<T, 2>(dq, dsa, Kt, hc * 32);
+        }
+        __syncthreads();
+    }
+    fa_store_rows<T>(dq, scale, Qs, warp * 16, dqkv + (size_t)b * T_ * ld + h * FA_HS, ld, r0, T_);
 }
 
-template <typename T>
-__global__ void __launch_bounds__(128) attention_backward_dkdv_tc_kernel(T* dqkv, const T* qkv, const T* dout,
-                                                                         const float* lse, const float* D, int B,
-                                                                         int T_, int C, int NH) {
-    using namespace nvcuda;
-    extern __shared__ __align__(128) unsigned char tc_smem[];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    T* Qs = reinterpret_cast<T*>(tc_smem);
-    T* dOs = Qs + 64 * TC_LDH;
-    float* fbase = reinterpret_cast<float*>(dOs + 64 * TC_LDH);
-    float* Sw = fbase + warp * 2 * 16 * TC_LDF;
-    float* dPw = Sw + 16 * TC_LDF;
-    T* Pw = reinterpret_cast<T*>(fbase + 4 * 2 * 16 * TC_LDF) + warp * 2 * 16 * TC_LDH;
-    T* dSw = Pw + 16 * TC_LDH;
-    float* lses = reinterpret_cast<float*>(reinterpret_cast<T*>(fbase + 4 * 2 * 16 * TC_LDF) + 4 * 2 * 16 * TC_LDH);
-    float* Ds = lses + 64;
-
+// dk, dv: key-major. The block owns 64 keys (16 per warp, K and V rows as A fragments in registers) and
+// streams query tiles (Q, dO, lse, D) from its first key on: S^T = K Q^T, dP^T = V dO^T, P^T = exp(S^T -
+// lse), dS^T = P^T (dP^T - D); dv += P^T dO, dk += dS^T Q. 32 queries at a time.
+template <int W> constexpr int fa_dkv_smem() { return (2 * W * 16 + 4 * FA_BT) * FA_LD * 2 + 4 * FA_BT * 4; }
+template <typename T, int W>
+__global__ void __launch_bounds__(W * 32) attention_backward_dkdv_fa_kernel(T* dqkv, const T* qkv, const T* dout,
+                                                                                   const float* lse, const float* D,
+                                                                                   int T_, int C, int NH) {
+    constexpr int BK = W * 16;
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    T* Kb = reinterpret_cast<T*>(fa_smem);   // BK rows
+    T* Vb = Kb + BK * FA_LD;                 // BK rows
+    T* Qs = Vb + BK * FA_LD;                 // 2 stages
+    T* dOs = Qs + 2 * FA_BT * FA_LD;         // 2 stages
+    float* Ls = reinterpret_cast<float*>(dOs + 2 * FA_BT * FA_LD);   // 2 stages of lse * log2(e)
+    float* Ds = Ls + 2 * FA_BT;                                       // 2 stages of D
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tq = lane & 3;
     const int kb = blockIdx.x;   // the first key blocks see the most queries: scheduled first
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const int k0 = kb * 64;
-    const T* base = qkv + (size_t)b * T_ * 3 * C;
-    const T* dbase = dout + (size_t)b * T_ * C;
-    const float scale = 1.0f / sqrtf((float)TC_HS);
-    // Stage this block's K and V through the Q / dO tiles to get the warps' A fragments.
-    tc_load_tile(Qs, base, 3 * C, C + h * TC_HS, k0, T_);
-    tc_load_tile(dOs, base, 3 * C, 2 * C + h * TC_HS, k0, T_);
-    __syncthreads();
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> kf[4], vf[4];
-    for (int k = 0; k < 4; k++) {
-        wmma::load_matrix_sync(kf[k], Qs + warp * 16 * TC_LDH + k * 16, TC_LDH);
-        wmma::load_matrix_sync(vf[k], dOs + warp * 16 * TC_LDH + k * 16, TC_LDH);
-    }
-    const int r = lane / 2, half = lane % 2;
-    const int key = k0 + warp * 16 + r;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> dk[4], dv[4];
-    for (int n = 0; n < 4; n++) {
-        wmma::fill_fragment(dk[n], 0.0f);
-        wmma::fill_fragment(dv[n], 0.0f);
-    }
-    const int nqt = (T_ + 63) / 64;
-    for (int qt = kb; qt < nqt; qt++) {
-        const int q0 = qt * 64;
-        __syncthreads();   // fragments / previous tiles are read
-        tc_load_tile(Qs, base, 3 * C, h * TC_HS, q0, T_);
-        tc_load_tile(dOs, dbase, C, h * TC_HS, q0, T_);
-        if (threadIdx.x < 64) {
-            const int t = q0 + threadIdx.x;
-            lses[threadIdx.x] = t < T_ ? lse[(size_t)bh * T_ + t] : 0.0f;
-            Ds[threadIdx.x] = t < T_ ? D[(size_t)bh * T_ + t] : 0.0f;
+    const int k0 = kb * BK, kw = k0 + warp * 16;   // block's and warp's first key
+    const size_t ld = (size_t)3 * C;
+    const T* qbase = qkv + (size_t)b * T_ * ld + h * FA_HS;
+    const T* dobase = dout + (size_t)b * T_ * C + h * FA_HS;
+    const float* lrow = lse + (size_t)bh * T_;
+    const float* drow = D + (size_t)bh * T_;
+    const int jt0 = k0 / FA_BT, ntiles = (T_ - 1) / FA_BT + 1;
+    const float scale = 1.0f / sqrtf((float)FA_HS), sl2 = scale * FA_LOG2E;
+
+    fa_load_tile<T, BK, W>(Kb, qbase + C, ld, k0, T_);
+    fa_load_tile<T, BK, W>(Vb, qbase + 2 * C, ld, k0, T_);
+    cp_async_commit();
+    auto load_q = [&](int j, int st) {
+        fa_load_tile<T, FA_BT, W>(Qs + st * FA_BT * FA_LD, qbase, ld, j * FA_BT, T_);
+        fa_load_tile<T, FA_BT, W>(dOs + st * FA_BT * FA_LD, dobase, (size_t)C, j * FA_BT, T_);
+        for (int r = threadIdx.x; r < FA_BT; r += W * 32) {   // plain loads: visible after the barrier
+            const int t = j * FA_BT + r;
+            Ls[st * FA_BT + r] = t < T_ ? lrow[t] * FA_LOG2E : 0.0f;
+            Ds[st * FA_BT + r] = t < T_ ? drow[t] : 0.0f;
+        }
+        cp_async_commit();
+    };
+    load_q(jt0, 0);
+
+    uint32_t kf[4][4], vf[4][4];
+    float dk[8][4], dv[8][4];
+    for (int n = 0; n < 8; n++)
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+
+    for (int j = jt0; j < ntiles; j++) {
+        const int st = (j - jt0) & 1;
+        if (j + 1 < ntiles) {
+            load_q(j + 1, st ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
         }
         __syncthreads();
-        for (int n = 0; n < 4; n++) {   // S^T = K Q^T, dP^T = V dO^T (16 keys x 64 queries)
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> s, dp;
-            wmma::fill_fragment(s, 0.0f);
-            wmma::fill_fragment(dp, 0.0f);
-            for (int k = 0; k < 4; k++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> qb, db;
-                wmma::load_matrix_sync(qb, Qs + n * 16 * TC_LDH + k * 16, TC_LDH);
-                wmma::load_matrix_sync(db, dOs + n * 16 * TC_LDH + k * 16, TC_LDH);
-                wmma::mma_sync(s, kf[k], qb, s);
-                wmma::mma_sync(dp, vf[k], db, dp);
-            }
-            wmma::store_matrix_sync(Sw + n * 16, s, TC_LDF, wmma::mem_row_major);
-            wmma::store_matrix_sync(dPw + n * 16, dp, TC_LDF, wmma::mem_row_major);
+        if (j == jt0) {
+            fa_load_a(kf, Kb, warp * 16);
+            fa_load_a(vf, Vb, warp * 16);
         }
-        __syncwarp();
-        for (int c = 0; c < 32; c++) {
-            const int col = half * 32 + c, qi = q0 + col;
-            const float p = (key <= qi && qi < T_) ? expf(Sw[r * TC_LDF + col] * scale - lses[col]) : 0.0f;
-            Pw[r * TC_LDH + col] = from_f<T>(p);
-            dSw[r * TC_LDH + col] = from_f<T>(p * (dPw[r * TC_LDF + col] - Ds[col]));
-        }
-        __syncwarp();
-        for (int n = 0; n < 4; n++)   // dv += P^T dO, dk += dS^T Q  (queries x dims)
-            for (int k = 0; k < 4; k++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pa, sa;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> ob, qb;
-                wmma::load_matrix_sync(pa, Pw + k * 16, TC_LDH);
-                wmma::load_matrix_sync(sa, dSw + k * 16, TC_LDH);
-                wmma::load_matrix_sync(ob, dOs + k * 16 * TC_LDH + n * 16, TC_LDH);
-                wmma::load_matrix_sync(qb, Qs + k * 16 * TC_LDH + n * 16, TC_LDH);
-                wmma::mma_sync(dv[n], pa, ob, dv[n]);
-                wmma::mma_sync(dk[n], sa, qb, dk[n]);
+        const T* Qt = Qs + st * FA_BT * FA_LD;
+        const T* dOt = dOs + st * FA_BT * FA_LD;
+        const float* Lt = Ls + st * FA_BT;
+        const float* Dt = Ds + st * FA_BT;
+        for (int hc = 0; hc < 2; hc++) {
+            const int c0 = j * FA_BT + hc * 32;   // first query of the chunk
+            if (c0 + 31 < kw) continue;          // every query of the chunk is before every key of the warp
+            float s[4][4], dp[4][4];
+            for (int n = 0; n < 4; n++)
+                for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+            fa_mma_abt<T, 4>(s, kf, Qt, hc * 32);
+            fa_mma_abt<T, 4>(dp, vf, dOt, hc * 32);
+            const bool mask = c0 < kw + 15 || c0 + 31 >= T_;
+            uint32_t pa[2][4], dsa[2][4];
+            for (int n = 0; n < 4; n++) {
+                float p[4], ds[4];
+                for (int e = 0; e < 4; e++) {
+                    const int col = hc * 32 + n * 8 + 2 * tq + (e & 1), key = kw + g + (e >> 1) * 8, q = j * FA_BT + col;
+                    p[e] = (mask && (q < key || q >= T_)) ? 0.0f : exp2f(fmaf(s[n][e], sl2, -Lt[col]));
+                    ds[e] = p[e] * (dp[n][e] - Dt[col]);
+                }
+                pa[n / 2][(n & 1) * 2 + 0] = pack2<T>(p[0], p[1]);
+                pa[n / 2][(n & 1) * 2 + 1] = pack2<T>(p[2], p[3]);
+                dsa[n / 2][(n & 1) * 2 + 0] = pack2<T>(ds[0], ds[1]);
+                dsa[n / 2][(n & 1) * 2 + 1] = pack2<T>(ds[2], ds[3]);
             }
-        __syncwarp();
+            fa_mma_ab<T, 2>(dv, pa, dOt, hc * 32);
+            fa_mma_ab<T, 2>(dk, dsa, Qt, hc * 32);
+        }
+        __syncthreads();
     }
-    const int row0 = k0 + warp * 16;
-    T* rowp = dqkv + ((size_t)b * T_ + row0) * 3 * C + h * TC_HS;
-    tc_store_rows(dk, Sw, rowp + C, (size_t)3 * C, T_ - row0, scale);
-    tc_store_rows(dv, Sw, rowp + 2 * C, (size_t)3 * C, T_ - row0, 1.0f);
+    // The warp's own rows of Kb / Vb are free (only this warp read them): stage dk, dv there.
+    T* dst = dqkv + (size_t)b * T_ * ld + h * FA_HS;
+    fa_store_rows<T>(dk, scale, Kb, warp * 16, dst + C, ld, kw, T_);
+    fa_store_rows<T>(dv, 1.0f, Vb, warp * 16, dst + 2 * C, ld, kw, T_);
 }
 
-template <typename T>
-static int attention_backward_tc(Backend* be, T* dqkv, const float* D, const T* dout, const T* qkv, const float* lse,
-                                 int B, int T_, int C, int NH) {
-    if (sizeof(T) != 2 || C / NH != TC_HS || ((size_t)C * sizeof(T)) % 16 != 0 || !aligned16(qkv) ||
-        !aligned16(dqkv) || !aligned16(dout))
-        return 0;
-    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_tc_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    TC_DQ_SMEM_BYTES));
-    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_tc_kernel<T>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, TC_DKV_SMEM_BYTES));
-    const dim3 grid(ceil_div(T_, 64), B * NH);
-    attention_backward_dq_tc_kernel<T><<<grid, 128, TC_DQ_SMEM_BYTES, be->stream>>>(dqkv, qkv, dout, lse, D, B, T_,
-                                                                                    C, NH);
-    LAUNCH_CHECK();
-    attention_backward_dkdv_tc_kernel<T><<<grid, 128, TC_DKV_SMEM_BYTES, be->stream>>>(dqkv, qkv, dout, lse, D, B,
+template <typename T, int W>
+static void fa_backward(Backend* be, T* dqkv, float* D, const T* dout, const T* qkv, const T* out, const float* lse,
+                        int B, int T_, int C, int NH) {
+    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_fa_kernel<T, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    fa_dq_smem<W>()));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkdv_fa_kernel<T, W>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, fa_dkv_smem<W>()));
+    const dim3 grid(ceil_div(T_, W * 16), B * NH);
+    // dq first: it writes D, which the dk/dv kernel reads.
+    attention_backward_dq_fa_kernel<T, W><<<grid, W * 32, fa_dq_smem<W>(), be->stream>>>(dqkv, D, qkv, dout, out, lse,
                                                                                        T_, C, NH);
     LAUNCH_CHECK();
+    attention_backward_dkdv_fa_kernel<T, W><<<grid, W * 32, fa_dkv_smem<W>(), be->stream>>>(dqkv, qkv, dout, lse, D,
+                                                                                          T_, C, NH);
+    LAUNCH_CHECK();
+}
+template <typename T>
+static int attention_backward_tc(Backend* be, T* dqkv, float* D, const T* dout, const T* qkv, const T* out,
+                                 const float* lse, int B, int T_, int C, int NH) {
+    if (sizeof(T) != 2 || C / NH != FA_HS || ((size_t)C * sizeof(T)) % 16 != 0 || !aligned16(qkv) ||
+        !aligned16(dqkv) || !aligned16(dout) || !aligned16(out))
+        return 0;
+    fa_backward<T, FA_WARPS>(be, dqkv, D, dout, qkv, out, lse, B, T_, C, NH);
     return 1;
 }
 
@@ -631,13 +741,14 @@ extern "C" void attention_backward(Backend* be, DType dt, void* dqkv, float* scr
     const char* force_scalar = getenv("GPT_CUDA_ATTENTION_SCALAR");
     const bool scalar = force_scalar && force_scalar[0] == '1';
     DISPATCH_DTYPE(dt, X, {
+        if constexpr (sizeof(X) == 2) {   // the tensor-core path computes D itself
+            if (!scalar && attention_backward_tc(be, (X*)dqkv, D, (const X*)dout, (const X*)qkv, (const X*)out, lse,
+                                                 B, T, C, NH))
+                return;
+        }
         attention_backward_d_kernel<X><<<ceil_div((size_t)B * T * NH, 256), 256, 0, be->stream>>>(
             D, (const X*)dout, (const X*)out, B, T, C, NH);
         LAUNCH_CHECK();
-        if constexpr (sizeof(X) == 2) {
-            if (!scalar && attention_backward_tc(be, (X*)dqkv, D, (const X*)dout, (const X*)qkv, lse, B, T, C, NH))
-                return;
-        }
         ATT_DISPATCH_G(G, {
             const dim3 grid(ceil_div(T, ATT_THREADS / GG), B * NH);
             attention_backward_dq_kernel<X, GG><<<grid, ATT_THREADS, 0, be->stream>>>(

@@ -544,9 +544,12 @@ static void* bench_buf(Ctx* c, size_t n, DType dt, const float* pat, size_t npat
         fflush(stdout);                                                                                  \
     } while (0)
 
-static void bench(Ctx* c) {
+// KERNEL_CHECK_BENCH_B sets B (default 8); KERNEL_CHECK_BENCH=att times only the attention kernels.
+static void bench(Ctx* c, int only_attention) {
     const DType dt = c->dt;
-    const int B = 8, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304, N = B * T;
+    const char* bs = getenv("KERNEL_CHECK_BENCH_B");
+    const int B = bs && atoi(bs) > 0 ? atoi(bs) : 8;
+    const int T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304, N = B * T;
     const size_t npat = (size_t)1 << 20;
     float* pat = hvals(c, 1201, npat, -1.0f, 1.0f, dt);
     float* pos = hvals(c, 1202, npat, 0.5f, 1.0f, DT_FP32);
@@ -560,8 +563,14 @@ static void bench(Ctx* c) {
     void* dqkv = bench_buf(c, (size_t)N * 3 * C, dt, pat, npat);
     float* lse = (float*)bench_buf(c, (size_t)B * NH * T, DT_FP32, pat, npat);
     float* scr = (float*)bench_buf(c, (size_t)B * NH * T, DT_FP32, pat, npat);
-    BENCH("attention_forward", 10, attention_forward(c->be, dt, att, lse, qkv, B, T, C, NH));
-    BENCH("attention_backward", 10, attention_backward(c->be, dt, dqkv, scr, datt, qkv, att, lse, B, T, C, NH));
+    printf("bench B=%d T=%d C=%d NH=%d %s\n", B, T, C, NH, dtype_name(dt));
+    BENCH("attention_forward", 20, attention_forward(c->be, dt, att, lse, qkv, B, T, C, NH));
+    BENCH("attention_backward", 20, attention_backward(c->be, dt, dqkv, scr, datt, qkv, att, lse, B, T, C, NH));
+    if (only_attention) {
+        end_test(c);
+        free(pat), free(pos), free(tok);
+        return;
+    }
     void* x = bench_buf(c, (size_t)N * C, dt, pat, npat);
     void* w = bench_buf(c, (size_t)4 * C * C, dt, pat, npat);
     void* bias = bench_buf(c, (size_t)4 * C, dt, pat, npat);
@@ -645,7 +654,7 @@ int main(int argc, char** argv) {
     }
     xfclose(c.index, path);
     const char* b = getenv("KERNEL_CHECK_BENCH");
-    if (b && b[0] == '1' && backend_is_gpu(c.be)) bench(&c);
+    if (b && (b[0] == '1' || !strcmp(b, "att")) && backend_is_gpu(c.be)) bench(&c, !strcmp(b, "att"));
     backend_destroy(c.be);
     return test_exit(&c.stats);
 }
