@@ -14,7 +14,28 @@ NVFLAGS   := -O3 -std=c++17 --expt-relaxed-constexpr -I. -Icore $(foreach a,$(GP
              -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -Werror all-warnings -MMD -MP
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lcudart
 
-CORE_SRC    := $(wildcard core/*.c)
+# MPI (the comm layer, core/comm.h): with OpenMPI's mpicc on PATH, core/comm_mpi.c is compiled with its
+# flags and every program links libmpi; without it, core/comm_single.c, a world of one rank that refuses a
+# multi-rank launch. MPI=0|1 overrides the detection. nvcc takes -L/-l itself, other linker flags through
+# -Xlinker/-Xcompiler.
+MPICC ?= mpicc
+MPI   ?= $(if $(shell command -v $(MPICC) 2>/dev/null),1,0)
+ifeq ($(MPI),1)
+MPI_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell $(MPICC) --showme:link 2>/dev/null)
+ifeq ($(strip $(MPI_LIBS)),)
+$(error MPI=1 but "$(MPICC) --showme:link" gave nothing: install OpenMPI (openmpi-bin libopenmpi-dev) or build with MPI=0)
+endif
+COMM_UNUSED := core/comm_single.c
+else
+COMM_UNUSED := core/comm_mpi.c
+endif
+comma      := ,
+MPI_NVLIBS := $(foreach f,$(MPI_LIBS),$(if $(filter -L% -l%,$(f)),$(f),$(if $(filter -Wl$(comma)%,$(f)),-Xlinker $(patsubst -Wl$(comma)%,%,$(f)),-Xcompiler $(f))))
+LDLIBS     += $(MPI_LIBS)
+%/comm_mpi.o: CFLAGS += $(MPI_CFLAGS)
+
+CORE_SRC    := $(filter-out $(COMM_UNUSED),$(wildcard core/*.c)) zero.c
 CPU_KERNELS := $(wildcard kernels/*.c)
 B := build
 
@@ -30,13 +51,17 @@ train_gpt_cpu: $(B)/cpu/train_gpt.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
 	$(CC) -o $@ $^ $(LDLIBS)
 
 train_gpt: $(B)/cuda/train_gpt.o $(CORE_CUDA_OBJ) $(CUDA_BACKEND)
-	$(NVCC) $(NVFLAGS) -o $@ $^ $(CUDA_LIBS) -Xcompiler -fopenmp
+	$(NVCC) $(NVFLAGS) -o $@ $^ $(CUDA_LIBS) $(MPI_NVLIBS) -Xcompiler -fopenmp
 
 # train_gpt.cu holds no CUDA syntax: it is compiled as C in both builds (the name follows llm.c).
 $(B)/cpu/train_gpt.o $(B)/cuda/train_gpt.o: train_gpt.cu
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -x c -c $< -o $@
-$(B)/cpu/%.o $(B)/cuda/%.o: %.c
+# Two rules, not one with two targets: a pattern rule with several targets is one recipe making all of them.
+$(B)/cpu/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+$(B)/cuda/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 $(B)/cuda/kernels/backend_cuda.o: kernels/backend_cuda.cu $(wildcard kernels/*.cuh) kernels/kernels.h kernels/dtype.h
@@ -51,7 +76,7 @@ $(B)/test_%: $(B)/cpu/tests/test_%.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
 $(B)/kernel_check_cpu: $(B)/cpu/tests/kernel_check.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
 	$(CC) -o $@ $^ $(LDLIBS)
 $(B)/kernel_check_gpu: $(B)/cuda/tests/kernel_check.o $(CORE_CUDA_OBJ) $(CUDA_BACKEND)
-	$(NVCC) $(NVFLAGS) -o $@ $^ $(CUDA_LIBS) -Xcompiler -fopenmp
+	$(NVCC) $(NVFLAGS) -o $@ $^ $(CUDA_LIBS) $(MPI_NVLIBS) -Xcompiler -fopenmp
 tests-bin: train_gpt_cpu $(TEST_BIN)
 
 # `make test`: every CPU test; last line "N passed, N failed"; non-zero exit on any failure.

@@ -1,8 +1,10 @@
 // train_gpt.cu: the GPT-2 trainer. Plain C with no CUDA syntax: the same file builds train_gpt_cpu (CPU
 // backend) and train_gpt (CUDA backend); the backend is chosen at link time (kernels/kernels.h).
 //
-// Reads top to bottom: set-up (flags, backend, model, data, log), then the loop: at each step maybe
-// validate, sample and checkpoint, then one optimizer step over `ga` accumulated micro-batches.
+// Reads top to bottom: set-up (ranks, flags, backend, model, data, log), then the loop: at each step maybe
+// validate, sample and checkpoint, then one optimizer step over `ga` accumulated micro-batches on every
+// data-parallel rank, with ZeRO deciding where parameters, gradients and optimizer state live (zero.h).
+// Rank 0 prints and writes the log; every rank takes part in every collective.
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -11,6 +13,7 @@
 #include <time.h>
 
 #include "core/checkpoint.h"
+#include "core/comm.h"
 #include "core/common.h"
 #include "core/config.h"
 #include "core/dataloader.h"
@@ -19,10 +22,16 @@
 #include "core/optimizer.h"
 #include "core/rng.h"
 #include "core/tokenizer.h"
+#include "zero.h"
 
 typedef struct {
     Config cfg;
+    Comm* world;            // all ranks; also the data-parallel group until pipelines land
+    int rank, ranks;        // in the world
     Backend* be;
+    ParamLayout* layout;
+    MemLedger mem;
+    Zero zero;
     GPT gpt;
     DataLoader* train;
     DataLoader* val;        // NULL without -j
@@ -31,7 +40,6 @@ typedef struct {
     int first_step;         // 0, or the step a resumed run continues from
     int max_steps;
     int val_batches;
-    float* norm_acc;        // backend scratch for the gradient norm
     int* inputs;            // (B*T) host
     int* targets;           // (B*T) host
 } Trainer;
@@ -43,8 +51,10 @@ static double now_seconds(void) {
 }
 
 static long long tokens_per_step(const Trainer* tr) {
-    return (long long)tr->cfg.B * tr->cfg.T * tr->cfg.grad_accum;
+    return (long long)tr->cfg.B * tr->cfg.T * tr->cfg.grad_accum * tr->ranks;
 }
+
+static int is_root(const Trainer* tr) { return tr->rank == 0; }
 
 // ---------------------------------------------------------------------------------------------------
 // Set-up.
@@ -56,11 +66,12 @@ static GPTShape resolve_shape(const Config* cfg) {
     return model_file_shape(cfg->model);
 }
 
-static void resolve_batch(Config* cfg, const GPTShape* s) {
+static void resolve_batch(Config* cfg, const GPTShape* s, int ranks) {
     if (cfg->T > s->maxT) fail("-t %d exceeds the model's maximum sequence length %d", cfg->T, s->maxT);
     if (cfg->total_batch) {
-        long long per_micro = (long long)cfg->B * cfg->T;
-        if (cfg->total_batch % per_micro) fail("-d %lld is not a multiple of b*t = %lld", cfg->total_batch, per_micro);
+        long long per_micro = (long long)cfg->B * cfg->T * ranks;
+        if (cfg->total_batch % per_micro)
+            fail("-d %lld is not a multiple of b*t*ranks = %d*%d*%d", cfg->total_batch, cfg->B, cfg->T, ranks);
         cfg->grad_accum = (int)(cfg->total_batch / per_micro);
     }
 }
@@ -78,16 +89,61 @@ static void open_tokenizer(Trainer* tr) {
     tr->tokenizer = tokenizer_load(path);
 }
 
-static void log_memory(Trainer* tr) {
-    const MemLedger* m = &tr->gpt.mem;
-    char buf[512];
+// The flat buffer's units (padded elements each), so memory and traffic can be checked against the layout.
+static void log_layout(Trainer* tr) {
+    char buf[8192];
     int n = 0;
-    for (int c = 0; c < NUM_MEM_CATEGORIES; c++)
-        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\"%s\": %zu", c ? ", " : "", mem_category_name((MemCategory)c), m->bytes[c]);
-    logger_line(&tr->log, "{\"step\": %d, \"rank\": 0, \"memory\": {%s}, \"total\": %zu}", tr->first_step, buf, mem_total(m));
-    printf("memory (rank 0): %.1f MiB total:", (double)mem_total(m) / (1 << 20));
-    for (int c = 0; c < NUM_MEM_CATEGORIES; c++) printf(" %s %.1f", mem_category_name((MemCategory)c), (double)m->bytes[c] / (1 << 20));
-    printf(" MiB\n");
+    for (int u = 0; u < tr->layout->num_units && n < (int)sizeof(buf) - 32; u++)
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s%zu", u ? ", " : "", tr->layout->units[u].padded);
+    logger_line(&tr->log, "{\"step\": %d, \"layout\": {\"elements\": %zu, \"params\": %zu, \"ranks\": %d, \"zero\": %d, "
+                "\"dtype_bytes\": %zu, \"ga\": %d, \"B\": %d, \"T\": %d, \"recompute\": %d, \"L\": %d, \"C\": %d, \"NH\": %d, "
+                "\"Vp\": %d, \"units\": [%s]}}", tr->first_step, tr->layout->total, tr->layout->num_params, tr->ranks,
+                tr->cfg.zero_stage, dtype_size(tr->cfg.precision), tr->cfg.grad_accum, tr->cfg.B, tr->cfg.T, tr->cfg.recompute,
+                tr->layout->shape.L, tr->layout->shape.C, tr->layout->shape.NH, tr->layout->shape.Vp, buf);
+}
+
+// Each rank's bytes per category, gathered to rank 0 (a sum over a vector where each rank fills its row).
+static void log_memory(Trainer* tr) {
+    double* all = (double*)xcalloc((size_t)tr->ranks * NUM_MEM_CATEGORIES, sizeof(double));
+    for (int c = 0; c < NUM_MEM_CATEGORIES; c++) all[tr->rank * NUM_MEM_CATEGORIES + c] = (double)tr->mem.bytes[c];
+    comm_allreduce_host_sum(tr->world, all, tr->ranks * NUM_MEM_CATEGORIES);
+    for (int r = 0; r < tr->ranks && is_root(tr); r++) {
+        char buf[512];
+        int n = 0;
+        double total = 0.0;
+        for (int c = 0; c < NUM_MEM_CATEGORIES; c++) {
+            double b = all[r * NUM_MEM_CATEGORIES + c];
+            total += b;
+            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\"%s\": %.0f", c ? ", " : "", mem_category_name((MemCategory)c), b);
+        }
+        logger_line(&tr->log, "{\"step\": %d, \"rank\": %d, \"memory\": {%s}, \"total\": %.0f}", tr->first_step, r, buf, total);
+    }
+    if (is_root(tr)) {
+        printf("memory (rank 0): %.1f MiB total:", (double)mem_total(&tr->mem) / (1 << 20));
+        for (int c = 0; c < NUM_MEM_CATEGORIES; c++) printf(" %s %.1f", mem_category_name((MemCategory)c), (double)tr->mem.bytes[c] / (1 << 20));
+        printf(" MiB\n");
+    }
+    free(all);
+}
+
+// Bytes each rank sent per collective during the last step, gathered to rank 0; then the counters reset.
+static void log_comm(Trainer* tr, int step) {
+    double* all = (double*)xcalloc((size_t)tr->ranks * NUM_COLLECTIVES, sizeof(double));
+    for (int k = 0; k < NUM_COLLECTIVES; k++) all[tr->rank * NUM_COLLECTIVES + k] = (double)comm_bytes_sent(tr->world, (Collective)k);
+    comm_reset_bytes(tr->world);
+    comm_allreduce_host_sum(tr->world, all, tr->ranks * NUM_COLLECTIVES);
+    if (is_root(tr) && tr->ranks > 1) {
+        char buf[4096];
+        int n = 0;
+        for (int k = 0; k < NUM_COLLECTIVES; k++) {
+            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\"%s\": [", k ? ", " : "", collective_name((Collective)k));
+            for (int r = 0; r < tr->ranks && n < (int)sizeof(buf) - 32; r++)
+                n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s%.0f", r ? ", " : "", all[r * NUM_COLLECTIVES + k]);
+            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "]");
+        }
+        logger_line(&tr->log, "{\"step\": %d, \"comm_bytes\": {%s}}", step, buf);
+    }
+    free(all);
 }
 
 static void load_or_init_model(Trainer* tr) {
@@ -95,52 +151,62 @@ static void load_or_init_model(Trainer* tr) {
     int step = tr->cfg.resume ? checkpoint_latest(tr->cfg.out_dir, dir, sizeof(dir)) : -1;
     if (step >= 0) {
         CheckpointInfo info;
-        checkpoint_load(&tr->gpt, tr->be, dir, &info);
+        checkpoint_load(&tr->zero, tr->be, dir, &info);
         if (info.tokens_per_step != tokens_per_step(tr))
-            fail("checkpoint %s was written with %lld tokens per step; this run has %lld (keep b*t*ga the same)", dir,
+            fail("checkpoint %s was written with %lld tokens per step; this run has %lld (keep b*t*ga*ranks the same)", dir,
                  info.tokens_per_step, tokens_per_step(tr));
         if (info.seed != tr->cfg.seed) fail("checkpoint %s was written with -seed %llu; this run has %llu", dir, info.seed,
                                             (unsigned long long)tr->cfg.seed);
         tr->first_step = info.step;
-        printf("resumed from %s at step %d\n", dir, info.step);
-    } else if (shape_from_spec(tr->cfg.model, &(GPTShape){0})) {
-        model_init_random(&tr->gpt, tr->be, tr->cfg.seed);
-    } else {
-        model_file_load(&tr->gpt, tr->be, tr->cfg.model);
+        if (is_root(tr)) printf("resumed from %s at step %d (written by %d data-parallel ranks)\n", dir, info.step, info.dp);
+        return;
     }
+    int from_spec = shape_from_spec(tr->cfg.model, &(GPTShape){0});
+    float* flat = from_spec ? model_init(tr->layout, tr->cfg.seed) : model_file_read(tr->layout, tr->cfg.model);
+    zero_set_from_host(&tr->zero, tr->be, flat);
+    free(flat);
 }
 
 static void trainer_setup(Trainer* tr, int argc, char** argv) {
     memset(tr, 0, sizeof(*tr));
+    tr->world = comm_init_world(&argc, &argv);
+    tr->rank = comm_rank(tr->world);
+    tr->ranks = comm_size(tr->world);
     Config* cfg = &tr->cfg;
     config_parse(cfg, argc, argv);
     GPTShape shape = resolve_shape(cfg);
-    resolve_batch(cfg, &shape);
-    tr->be = backend_create(0);
+    resolve_batch(cfg, &shape, tr->ranks);
+    tr->be = backend_create(comm_local_rank(tr->world));
+    comm_attach_backend(tr->world, tr->be);
     if (!cfg->precision_set) cfg->precision = backend_is_gpu(tr->be) ? DT_BF16 : DT_FP32;
 
     int N = cfg->B * cfg->T;
-    tr->train = dataloader_open(cfg->train_pattern, cfg->B, cfg->T, 0, 1, cfg->shuffle, cfg->seed, shape.V);
+    tr->train = dataloader_open(cfg->train_pattern, cfg->B, cfg->T, tr->rank, tr->ranks, cfg->shuffle, cfg->seed, shape.V);
     if (cfg->val_pattern && cfg->val_pattern[0] && cfg->val_every > 0) {
-        tr->val = dataloader_open(cfg->val_pattern, cfg->B, cfg->T, 0, 1, 0, cfg->seed, shape.V);
+        tr->val = dataloader_open(cfg->val_pattern, cfg->B, cfg->T, tr->rank, tr->ranks, 0, cfg->seed, shape.V);
         long long w = dataloader_windows_per_epoch(tr->val);
         tr->val_batches = cfg->val_batches < w ? cfg->val_batches : (int)w;
     }
-    long long epoch_steps = dataloader_windows_per_epoch(tr->train) / cfg->grad_accum;
+    long long epoch_steps = dataloader_windows_per_epoch(tr->train) / ((long long)cfg->grad_accum * tr->ranks);
     if (cfg->max_steps < 0 && epoch_steps < 1)
-        fail("one epoch of %s is shorter than one step (b*t*ga = %lld tokens); set -x", cfg->train_pattern, tokens_per_step(tr));
+        fail("one epoch of %s is shorter than one step (b*t*ga*ranks = %lld tokens); set -x", cfg->train_pattern, tokens_per_step(tr));
     tr->max_steps = cfg->max_steps >= 0 ? cfg->max_steps : (int)epoch_steps;
     open_tokenizer(tr);
 
-    gpt_create(&tr->gpt, tr->be, &shape, cfg->precision, cfg->B, cfg->T, 64);
-    tr->norm_acc = (float*)be_malloc(tr->be, sizeof(float));
+    tr->layout = (ParamLayout*)xmalloc(sizeof(ParamLayout));
+    layout_build(tr->layout, &shape, zero_pad_multiple(tr->ranks));
+    zero_create(&tr->zero, tr->be, &tr->mem, tr->layout, cfg->zero_stage, tr->world, cfg->precision);
+    gpt_create(&tr->gpt, tr->be, &tr->mem, tr->layout, &tr->zero, cfg->precision, cfg->B, cfg->T, cfg->recompute);
     tr->inputs = (int*)xmalloc((size_t)N * sizeof(int));
     tr->targets = (int*)xmalloc((size_t)N * sizeof(int));
     load_or_init_model(tr);
-    logger_open(&tr->log, cfg->out_dir, tr->first_step);
-    printf("model L=%d C=%d NH=%d V=%d maxT=%d: %zu parameters | %s on %s | b=%d t=%d ga=%d | %d steps\n", shape.L,
-           shape.C, shape.NH, shape.V, shape.maxT, tr->gpt.layout->num_params, dtype_name(cfg->precision),
-           backend_device_name(tr->be), cfg->B, cfg->T, cfg->grad_accum, tr->max_steps);
+    if (is_root(tr)) logger_open(&tr->log, cfg->out_dir, tr->first_step);
+    if (is_root(tr))
+        printf("model L=%d C=%d NH=%d V=%d maxT=%d: %zu parameters | %s on %s | %d rank%s, ZeRO-%d | b=%d t=%d ga=%d | %d steps\n",
+               shape.L, shape.C, shape.NH, shape.V, shape.maxT, tr->layout->num_params, dtype_name(cfg->precision),
+               backend_device_name(tr->be), tr->ranks, tr->ranks > 1 ? "s" : "", cfg->zero_stage, cfg->B, cfg->T,
+               cfg->grad_accum, tr->max_steps);
+    log_layout(tr);
     log_memory(tr);
 }
 
@@ -149,24 +215,31 @@ static void trainer_teardown(Trainer* tr) {
     dataloader_close(tr->train);
     if (tr->val) dataloader_close(tr->val);
     if (tr->tokenizer) tokenizer_free(tr->tokenizer);
-    be_free(tr->be, tr->norm_acc);
     gpt_destroy(&tr->gpt, tr->be);
+    zero_destroy(&tr->zero, tr->be);
     backend_destroy(tr->be);
+    free(tr->layout);
     free(tr->inputs);
     free(tr->targets);
+    comm_finalize(tr->world);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Evaluation and sampling.
 
+// Validation windows 0..m-1, dealt round-robin to the ranks. Every rank runs the same number of forwards
+// (ZeRO-3 gathers are collective); a rank's extra window past m counts with weight 0.
 static void validate(Trainer* tr, int step) {
     double sum = 0.0;
-    for (int i = 0; i < tr->val_batches; i++) {
+    int rounds = (tr->val_batches + tr->ranks - 1) / tr->ranks;
+    for (int i = 0; i < rounds; i++) {
         dataloader_batch(tr->val, i, 1, 0, tr->inputs, tr->targets);
-        sum += gpt_forward(&tr->gpt, tr->be, tr->inputs, tr->targets, 0.0f, NULL);
+        double loss = gpt_forward(&tr->gpt, tr->be, tr->inputs, tr->targets, 0.0f, NULL);
+        if (i * tr->ranks + tr->rank < tr->val_batches) sum += loss;
     }
-    double val_loss = sum / tr->val_batches;
-    printf("step %d | val loss %.6f\n", step, val_loss);
+    comm_allreduce_host_sum(tr->world, &sum, 1);
+    double val_loss = sum / ((double)tr->val_batches * tr->cfg.B * tr->cfg.T);
+    if (is_root(tr)) printf("step %d | val loss %.6f\n", step, val_loss);
     logger_line(&tr->log, "{\"step\": %d, \"val_loss\": %.9g}", step, val_loss);
 }
 
@@ -199,29 +272,29 @@ static void sample(Trainer* tr, int step) {
     int steps = tr->cfg.gen_tokens < T ? tr->cfg.gen_tokens : T - 1;
     Rng rng = rng_seeded(tr->cfg.seed, 0x5a3b1e00ull + (uint64_t)step);   // the same text on a resumed run
     for (int i = 0; i < N; i++) tr->inputs[i] = eot;
-    printf("step %d | sample: ", step);
+    FILE* out = is_root(tr) ? stdout : NULL;   // every rank samples the same tokens; rank 0 prints them
+    if (out) fprintf(out, "step %d | sample: ", step);
     for (int t = 1; t <= steps; t++) {
         // Every position sees only its past, so recomputing the whole (B,T) forward is correct, if wasteful.
         gpt_forward(&tr->gpt, tr->be, tr->inputs, NULL, 0.0f, NULL);
         int token = sample_row(tr, t - 1, &rng);
         tr->inputs[t] = token;
-        if (tr->tokenizer) fputs(tokenizer_decode(tr->tokenizer, token), stdout);
-        else printf("%d ", token);
+        if (out && tr->tokenizer) fputs(tokenizer_decode(tr->tokenizer, token), out);
+        else if (out) fprintf(out, "%d ", token);
     }
-    printf("\n");
+    if (out) fprintf(out, "\n");
     fflush(stdout);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // One optimizer step.
 
-typedef struct {
-    double loss, grad_norm;
-    float lr;
-} StepResult;
 
-// -dump: step 0's first-micro-batch logits (N x V), its loss, and the accumulated gradients (llm.c order).
+// -dump: step 0's first-micro-batch logits (N x V), its loss, and the reduced gradients (llm.c order).
 static void dump_step0(Trainer* tr, const float* logits, double loss) {
+    float* grads = is_root(tr) ? (float*)xcalloc(tr->layout->total, sizeof(float)) : NULL;
+    zero_grads_to_host(&tr->zero, tr->be, grads);   // collective
+    if (!is_root(tr)) return;
     char p[PATH_MAX];
     size_t n = (size_t)tr->cfg.B * tr->cfg.T * tr->gpt.shape.V;
     if (mkdir(tr->cfg.dump_dir, 0755) != 0 && errno != EEXIST) fail("cannot create -dump directory %s: %s", tr->cfg.dump_dir, strerror(errno));
@@ -234,28 +307,39 @@ static void dump_step0(Trainer* tr, const float* logits, double loss) {
     if (fprintf(f, "%.9g\n", loss) < 0) fail("write error in %s", p);
     xfclose(f, p);
     path_join(p, sizeof(p), tr->cfg.dump_dir, "grads0.f32");
-    write_canonical_f32(&tr->gpt, tr->be, tr->gpt.grads, tr->gpt.dt, p);
+    model_file_write(tr->layout, grads, p, 0);
+    free(grads);
 }
+
+typedef struct {
+    double loss, grad_norm;
+    float lr;
+} StepResult;
 
 static StepResult train_step(Trainer* tr, int step) {
     Config* cfg = &tr->cfg;
     GPT* g = &tr->gpt;
     int dump = cfg->dump_dir && step == 0;
-    float* logits = dump ? (float*)xmalloc((size_t)cfg->B * cfg->T * g->shape.V * sizeof(float)) : NULL;
-    // Each micro-batch's mean loss enters with weight 1/ga, so the gradient is that of the step's mean loss.
-    float dloss = 1.0f / ((float)cfg->B * cfg->T * cfg->grad_accum);
+    double tokens = (double)cfg->B * cfg->T * cfg->grad_accum * tr->ranks;
+    float* logits = dump && is_root(tr) ? (float*)xmalloc((size_t)cfg->B * cfg->T * g->shape.V * sizeof(float)) : NULL;
+    // Every token of the global batch enters with weight 1/tokens: the summed gradient is that of the mean loss.
+    float dloss = (float)(1.0 / tokens);
     StepResult r = {0.0, 0.0, config_lr_at(cfg, step, tr->max_steps)};
-    be_memset0(tr->be, g->grads, g->layout->total * dtype_size(g->dt));
+    zero_begin_step(&tr->zero, tr->be);
     for (int micro = 0; micro < cfg->grad_accum; micro++) {
         dataloader_batch(tr->train, step, cfg->grad_accum, micro, tr->inputs, tr->targets);
-        r.loss += gpt_forward(g, tr->be, tr->inputs, tr->targets, dloss, micro == 0 ? logits : NULL) / cfg->grad_accum;
+        r.loss += gpt_forward(g, tr->be, tr->inputs, tr->targets, dloss, micro == 0 ? logits : NULL);
         gpt_backward(g, tr->be);
     }
+    comm_allreduce_host_sum(tr->world, &r.loss, 1);
+    r.loss /= tokens;
+    zero_reduce_grads(&tr->zero, tr->be);
     if (dump) dump_step0(tr, logits, r.loss);
     free(logits);
-    r.grad_norm = grad_global_norm(g, tr->be, tr->norm_acc);
-    OptimizerStep o = {r.lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, cfg->grad_clip, step, cfg->seed};
-    adamw_step(g, tr->be, &o, grad_clip_scale(r.grad_norm, cfg->grad_clip));
+    r.grad_norm = grad_global_norm(&tr->zero, tr->be);
+    OptimizerStep o = {r.lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, step, cfg->seed};
+    adamw_step(&tr->zero, tr->be, &o, grad_clip_scale(r.grad_norm, cfg->grad_clip));
+    zero_after_update(&tr->zero, tr->be);
     be_synchronize(tr->be);
     return r;
 }
@@ -275,6 +359,8 @@ static double peak_flops(const Backend* be) {
 }
 
 static void report_step(Trainer* tr, int step, const StepResult* r, double seconds, double* avg_seconds) {
+    log_comm(tr, step);
+    if (!is_root(tr)) return;
     double tok_s = (double)tokens_per_step(tr) / seconds;
     *avg_seconds = *avg_seconds <= 0.0 ? seconds : 0.9 * *avg_seconds + 0.1 * seconds;
     double eta = *avg_seconds * (tr->max_steps - step - 1);
@@ -302,8 +388,8 @@ int main(int argc, char** argv) {
         if (tr.val && due(tr.cfg.val_every, step, last)) validate(&tr, step);
         if (due(tr.cfg.sample_every, step, last) && step > tr.first_step) sample(&tr, step);
         if (tr.cfg.out_dir && (last || (step > tr.first_step && due(tr.cfg.ckpt_every, step, 0)))) {
-            CheckpointInfo info = {step, tokens_per_step(&tr), tr.cfg.seed};
-            checkpoint_save(&tr.gpt, tr.be, &tr.cfg, &info);
+            CheckpointInfo info = {step, tokens_per_step(&tr), tr.cfg.seed, tr.ranks};
+            checkpoint_save(&tr.zero, tr.be, tr.world, &tr.cfg, &info);
         }
         if (last) break;
         double t0 = now_seconds();

@@ -13,67 +13,11 @@
 // ---------------------------------------------------------------------------------------------------
 // The 16 llm.c tensors in file order, each kind stacked over layers.
 
-typedef void (*TensorVisitor)(GPT* g, Backend* be, const ParamTensor* t, void* ctx);
-
-static void for_each_canonical(GPT* g, Backend* be, TensorVisitor visit, void* ctx) {
-    for (int k = 0; k < NUM_PARAM_KINDS; k++) {
-        int block_kind = k >= P_LN1W && k <= P_FCPROJB;
-        for (int l = 0; l < (block_kind ? g->shape.L : 1); l++)
-            visit(g, be, layout_tensor(g->layout, (ParamKind)k, block_kind ? l : -1), ctx);
-    }
-}
-
-typedef struct {
-    FILE* f;
-    const char* path;
-    const void* flat;   // buffer to write from / NULL
-    DType dt;           // its storage type
-    int file_version;   // for reads: 3 fp32, 5 bf16
-} TensorIO;
-
-static void write_tensor(GPT* g, Backend* be, const ParamTensor* t, void* ctx) {
-    TensorIO* io = (TensorIO*)ctx;
-    size_t x = dtype_size(io->dt);
-    void* raw = xmalloc(t->size * x);
-    float* vals = (float*)xmalloc(t->size * sizeof(float));
-    be_download(be, raw, (const char*)io->flat + t->offset * x, t->size * x);
-    host_from_dtype(vals, raw, io->dt, t->size);
-    xfwrite(vals, sizeof(float), t->size, io->f, io->path);
-    free(vals);
-    free(raw);
-}
-
-// Uploads host fp32 values of one tensor into the parameters (rounded to dt) and the master copy.
-static void upload_tensor(GPT* g, Backend* be, const ParamTensor* t, const float* vals) {
-    if (g->dt != DT_FP32) {
-        void* low = xmalloc(t->size * dtype_size(g->dt));
-        host_to_dtype(low, g->dt, vals, t->size);
-        be_upload(be, tensor_ptr(g->params, t, g->dt), low, t->size * dtype_size(g->dt));
-        free(low);
-    }
-    be_upload(be, g->master + t->offset, vals, t->size * sizeof(float));
-}
-
-static void read_tensor(GPT* g, Backend* be, const ParamTensor* t, void* ctx) {
-    TensorIO* io = (TensorIO*)ctx;
-    float* vals = (float*)xmalloc(t->size * sizeof(float));
-    if (io->file_version == 5) {
-        uint16_t* raw = (uint16_t*)xmalloc(t->size * 2);
-        xfread(raw, 2, t->size, io->f, io->path);
-        host_from_dtype(vals, raw, DT_BF16, t->size);
-        free(raw);
-    } else {
-        xfread(vals, sizeof(float), t->size, io->f, io->path);
-    }
-    upload_tensor(g, be, t, vals);
-    free(vals);
-}
-
-static void init_tensor(GPT* g, Backend* be, const ParamTensor* t, void* ctx) {
-    float* vals = (float*)xmalloc(t->size * sizeof(float));
-    init_tensor_values(vals, &g->shape, t, *(unsigned long long*)ctx);
-    upload_tensor(g, be, t, vals);
-    free(vals);
+static const ParamTensor* canonical_tensor(const ParamLayout* lay, int i) {   // i-th tensor in file order
+    int L = lay->shape.L;
+    if (i < 2) return layout_tensor(lay, (ParamKind)i, -1);
+    if (i < 2 + 12 * L) return layout_tensor(lay, (ParamKind)(P_LN1W + (i - 2) / L), (i - 2) % L);
+    return layout_tensor(lay, (ParamKind)(P_LNFW + (i - 2 - 12 * L)), -1);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -109,20 +53,37 @@ GPTShape model_file_shape(const char* path) {
     return s;
 }
 
-void model_file_load(GPT* g, Backend* be, const char* path) {
+float* model_file_read(const ParamLayout* lay, const char* path) {
     GPTShape fs = model_file_shape(path);
-    if (memcmp(&fs, &g->shape, sizeof(fs)) != 0)
+    const GPTShape* want = &lay->shape;
+    if (memcmp(&fs, want, sizeof(fs)) != 0)
         fail("%s holds a model of another shape (L=%d C=%d NH=%d V=%d Vp=%d maxT=%d, expected L=%d C=%d NH=%d V=%d Vp=%d maxT=%d)",
-             path, fs.L, fs.C, fs.NH, fs.V, fs.Vp, fs.maxT, g->shape.L, g->shape.C, g->shape.NH, g->shape.V,
-             g->shape.Vp, g->shape.maxT);
+             path, fs.L, fs.C, fs.NH, fs.V, fs.Vp, fs.maxT, want->L, want->C, want->NH, want->V, want->Vp, want->maxT);
     FILE* f = xfopen(path, "rb");
-    TensorIO io = {f, path, NULL, DT_FP32, 0};
-    read_model_header(f, path, &io.file_version);
-    for_each_canonical(g, be, read_tensor, &io);
+    int version;
+    read_model_header(f, path, &version);
+    float* flat = (float*)xcalloc(lay->total, sizeof(float));
+    for (int i = 0; i < lay->num_tensors; i++) {
+        const ParamTensor* t = canonical_tensor(lay, i);
+        if (version == 5) {
+            uint16_t* raw = (uint16_t*)xmalloc(t->size * 2);
+            xfread(raw, 2, t->size, f, path);
+            host_from_dtype(flat + t->offset, raw, DT_BF16, t->size);
+            free(raw);
+        } else {
+            xfread(flat + t->offset, sizeof(float), t->size, f, path);
+        }
+    }
     fclose(f);
+    return flat;
 }
 
-void model_init_random(GPT* g, Backend* be, unsigned long long seed) { for_each_canonical(g, be, init_tensor, &seed); }
+float* model_init(const ParamLayout* lay, unsigned long long seed) {
+    float* flat = (float*)xcalloc(lay->total, sizeof(float));
+    for (int i = 0; i < lay->num_tensors; i++)
+        init_tensor_values(flat + lay->tensors[i].offset, &lay->shape, &lay->tensors[i], seed);
+    return flat;
+}
 
 static void write_model_header(const GPTShape* s, FILE* f, const char* path) {
     int h[256] = {0};
@@ -137,89 +98,111 @@ static void write_model_header(const GPTShape* s, FILE* f, const char* path) {
     xfwrite(h, sizeof(int), 256, f, path);
 }
 
-void model_file_save(GPT* g, Backend* be, const char* path) {
+void model_file_write(const ParamLayout* lay, const float* flat, const char* path, int header) {
     FILE* f = xfopen(path, "wb");
-    write_model_header(&g->shape, f, path);
-    TensorIO io = {f, path, g->master, DT_FP32, 3};
-    for_each_canonical(g, be, write_tensor, &io);
-    xfclose(f, path);
-}
-
-void write_canonical_f32(GPT* g, Backend* be, const void* flat, DType dt, const char* path) {
-    FILE* f = xfopen(path, "wb");
-    TensorIO io = {f, path, flat, dt, 3};
-    for_each_canonical(g, be, write_tensor, &io);
+    if (header) write_model_header(&lay->shape, f, path);
+    for (int i = 0; i < lay->num_tensors; i++) {
+        const ParamTensor* t = canonical_tensor(lay, i);
+        xfwrite(flat + t->offset, sizeof(float), t->size, f, path);
+    }
     xfclose(f, path);
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Optimizer state: header [magic, version, num_params, num_spans, working dtype], then per span
-// (canonical offset, count) and its master, m, v (fp32) and, when the run is not fp32, the working copy.
+// Optimizer state: header [magic, version, num_params, num_spans, working dtype, rank, dp, stage], then per
+// span (canonical offset, count) and its master, m, v (fp32) and, when the run is not fp32, the working copy.
 
 typedef struct {
-    long long header[8];
+    long long h[8];
 } StateHeader;
 
-static void state_save(GPT* g, Backend* be, const char* path) {
-    FILE* f = xfopen(path, "wb");
-    const ParamLayout* lay = g->layout;
-    StateHeader h = {{STATE_MAGIC, 1, (long long)lay->num_params, lay->num_tensors, g->dt, 0, 0, 0}};
-    xfwrite(&h, sizeof(h), 1, f, path);
-    for (int i = 0; i < lay->num_tensors; i++) {
-        const ParamTensor* t = &lay->tensors[i];
-        long long span[2] = {(long long)t->canonical, (long long)t->size};
-        xfwrite(span, sizeof(span), 1, f, path);
-        float* buf = (float*)xmalloc(t->size * sizeof(float));
-        float* sources[3] = {g->master, g->adam_m, g->adam_v};
-        for (int s = 0; s < 3; s++) {
-            be_download(be, buf, sources[s] + t->offset, t->size * sizeof(float));
-            xfwrite(buf, sizeof(float), t->size, f, path);
-        }
-        if (g->dt != DT_FP32) {
-            size_t bytes = t->size * dtype_size(g->dt);
-            be_download(be, buf, tensor_ptr(g->params, t, g->dt), bytes);
-            xfwrite(buf, 1, bytes, f, path);
-        }
-        free(buf);
-    }
-    xfclose(f, path);
+typedef struct {
+    Backend* be;
+    FILE* f;
+    const char* path;
+    long long spans;
+} StateWriter;
+
+static void count_span(Zero* z, const ParamTensor* t, size_t flat, size_t si, size_t n, void* ctx) {
+    ((StateWriter*)ctx)->spans++;
 }
 
-// The tensor holding canonical offset c (tensors do not overlap in canonical order).
+static void write_span(Zero* z, const ParamTensor* t, size_t flat, size_t si, size_t n, void* ctx) {
+    StateWriter* w = (StateWriter*)ctx;
+    long long span[2] = {(long long)(t->canonical + (flat - t->offset)), (long long)n};
+    xfwrite(span, sizeof(span), 1, w->f, w->path);
+    float* buf = (float*)xmalloc(n * sizeof(float));
+    float* sources[3] = {z->master + si, z->adam_m + si, z->adam_v + si};
+    for (int k = 0; k < 3; k++) {
+        be_download(w->be, buf, sources[k], n * sizeof(float));
+        xfwrite(buf, sizeof(float), n, w->f, w->path);
+    }
+    if (z->dt != DT_FP32) {
+        be_download(w->be, buf, zero_param_dest(z, flat, si), n * dtype_size(z->dt));
+        xfwrite(buf, dtype_size(z->dt), n, w->f, w->path);
+    }
+    free(buf);
+}
+
+static void state_save(Zero* z, Backend* be, const char* path) {
+    StateWriter w = {be, xfopen(path, "wb"), path, 0};
+    zero_for_each_span(z, 1, count_span, &w);
+    StateHeader h = {{STATE_MAGIC, 2, (long long)z->lay->num_params, w.spans, z->dt, z->rank, z->size, z->stage}};
+    xfwrite(&h, sizeof(h), 1, w.f, path);
+    zero_for_each_span(z, 1, write_span, &w);
+    xfclose(w.f, path);
+}
+
+// The tensor holding canonical range [c, c + count) (spans never cross tensors).
 static const ParamTensor* tensor_at_canonical(const ParamLayout* lay, long long c, long long count) {
     for (int i = 0; i < lay->num_tensors; i++) {
         const ParamTensor* t = &lay->tensors[i];
-        if (c >= (long long)t->canonical && c + count <= (long long)(t->canonical + t->size)) return t;
+        if (c >= (long long)t->canonical && count >= 0 && c + count <= (long long)(t->canonical + t->size)) return t;
     }
     return NULL;
 }
 
-static void state_load(GPT* g, Backend* be, const char* path) {
+// Uploads the part of one file span that this rank keeps: master, m, v where it owns them; the working
+// parameters everywhere it holds them (all of them below stage 3).
+static void restore_span(Zero* z, Backend* be, const ParamTensor* t, size_t flat0, size_t n, float* const vals[3], const void* params) {
+    size_t x = dtype_size(z->dt), a, b, si;
+    if (zero_owned_range(z, t->unit, flat0, flat0 + n, &a, &b, &si)) {
+        float* dests[3] = {z->master, z->adam_m, z->adam_v};
+        for (int k = 0; k < 3; k++) be_upload(be, dests[k] + si, vals[k] + (a - flat0), (b - a) * sizeof(float));
+        if (z->stage == 3) be_upload(be, zero_param_dest(z, a, si), (const char*)params + (a - flat0) * x, (b - a) * x);
+    }
+    if (z->stage < 3) be_upload(be, zero_param_dest(z, flat0, 0), params, n * x);
+}
+
+static void state_load(Zero* z, Backend* be, const char* path) {
     FILE* f = xfopen(path, "rb");
     StateHeader h;
     xfread(&h, sizeof(h), 1, f, path);
-    if (h.header[0] != STATE_MAGIC || h.header[1] != 1) fail("%s is not an optimizer state file (wrong magic)", path);
-    if (h.header[2] != (long long)g->layout->num_params)
-        fail("%s holds %lld parameters, the model has %zu", path, h.header[2], g->layout->num_params);
-    if (h.header[4] != (long long)g->dt)
-        fail("%s was written by a %s run; resuming in %s is not supported", path, dtype_name((DType)h.header[4]), dtype_name(g->dt));
-    for (long long i = 0; i < h.header[3]; i++) {
+    if (h.h[0] != STATE_MAGIC || h.h[1] != 2) fail("%s is not an optimizer state file (wrong magic or version)", path);
+    if (h.h[2] != (long long)z->lay->num_params)
+        fail("%s holds %lld parameters, the model has %zu", path, h.h[2], z->lay->num_params);
+    if (h.h[4] != (long long)z->dt)
+        fail("%s was written by a %s run; resuming in %s is not supported", path, dtype_name((DType)h.h[4]), dtype_name(z->dt));
+    size_t x = dtype_size(z->dt);
+    for (long long i = 0; i < h.h[3]; i++) {
         long long span[2];
         xfread(span, sizeof(span), 1, f, path);
-        const ParamTensor* t = tensor_at_canonical(g->layout, span[0], span[1]);
-        if (!t || span[1] < 0) fail("%s has a span [%lld, +%lld) outside the model", path, span[0], span[1]);
-        size_t off = t->offset + (size_t)(span[0] - (long long)t->canonical), n = (size_t)span[1];
-        float* buf = (float*)xmalloc(n * sizeof(float));
-        float* dests[3] = {g->master, g->adam_m, g->adam_v};
-        for (int s = 0; s < 3; s++) {
-            xfread(buf, sizeof(float), n, f, path);
-            be_upload(be, dests[s] + off, buf, n * sizeof(float));
+        const ParamTensor* t = tensor_at_canonical(z->lay, span[0], span[1]);
+        if (!t) fail("%s has a span [%lld, +%lld) outside the model", path, span[0], span[1]);
+        size_t n = (size_t)span[1], flat0 = t->offset + (size_t)(span[0] - (long long)t->canonical);
+        float* vals[3];
+        for (int k = 0; k < 3; k++) {
+            vals[k] = (float*)xmalloc(n * sizeof(float));
+            xfread(vals[k], sizeof(float), n, f, path);
         }
-        if (g->dt != DT_FP32) {
-            xfread(buf, dtype_size(g->dt), n, f, path);
-            be_upload(be, (char*)g->params + off * dtype_size(g->dt), buf, n * dtype_size(g->dt));
+        void* params = vals[0];   // fp32 runs: the working copy is the master
+        if (z->dt != DT_FP32) {
+            params = xmalloc(n * x);
+            xfread(params, x, n, f, path);
         }
-        free(buf);
+        restore_span(z, be, t, flat0, n, vals, params);
+        if (params != vals[0]) free(params);
+        for (int k = 0; k < 3; k++) free(vals[k]);
     }
     char extra;
     if (fread(&extra, 1, 1, f) == 1) fail("%s has trailing bytes after its last span", path);
@@ -254,40 +237,55 @@ static void sync_dir(const char* path) {
     close(fd);
 }
 
-static void write_manifest(const char* path, GPT* g, const Config* cfg, const CheckpointInfo* info) {
+static void write_manifest(const char* path, Zero* z, const Config* cfg, const CheckpointInfo* info) {
     FILE* f = xfopen(path, "w");
-    const GPTShape* s = &g->shape;
-    fprintf(f, "{\"step\": %d, \"tokens_per_step\": %lld, \"seed\": %llu,\n", info->step, info->tokens_per_step, info->seed);
+    const GPTShape* s = &z->lay->shape;
+    fprintf(f, "{\"step\": %d, \"tokens_per_step\": %lld, \"seed\": %llu, \"dp\": %d,\n", info->step,
+            info->tokens_per_step, info->seed, z->size);
     fprintf(f, " \"model\": {\"L\": %d, \"C\": %d, \"NH\": %d, \"V\": %d, \"Vp\": %d, \"maxT\": %d},\n", s->L, s->C,
             s->NH, s->V, s->Vp, s->maxT);
-    fprintf(f, " \"batch\": {\"B\": %d, \"T\": %d, \"ga\": %d}, \"precision\": \"%s\",\n", g->B, g->T, cfg->grad_accum,
-            dtype_name(g->dt));
-    fprintf(f, " \"topology\": {\"world\": 1, \"dp\": 1, \"pp\": 1, \"zero\": %d},\n", cfg->zero_stage);
-    fprintf(f, " \"data\": {\"train\": \"%s\", \"shuffle\": %d, \"next_step\": %d}}\n", cfg->train_pattern, cfg->shuffle, info->step);
+    fprintf(f, " \"batch\": {\"B\": %d, \"T\": %d, \"ga\": %d}, \"precision\": \"%s\",\n", cfg->B, cfg->T,
+            cfg->grad_accum, dtype_name(z->dt));
+    fprintf(f, " \"topology\": {\"world\": %d, \"pp\": 1, \"zero\": %d},\n", z->size, z->stage);
+    fprintf(f, " \"data\": {\"train\": \"%s\", \"shuffle\": %d, \"next_step\": %d}}\n", cfg->train_pattern,
+            cfg->shuffle, info->step);
     xfclose(f, path);
 }
 
-void checkpoint_save(GPT* g, Backend* be, const Config* cfg, const CheckpointInfo* info) {
-    char dir[PATH_MAX], tmp[PATH_MAX], p[PATH_MAX];
-    make_dir(cfg->out_dir);
-    char name[32];
+void checkpoint_save(Zero* z, Backend* be, Comm* world, const Config* cfg, const CheckpointInfo* info) {
+    char dir[PATH_MAX], tmp[PATH_MAX], p[PATH_MAX], name[64];
+    int root = comm_rank(world) == 0;
     snprintf(name, sizeof(name), "ckpt_%06d", info->step);
     path_join(dir, sizeof(dir), cfg->out_dir, name);
     path_join(tmp, sizeof(tmp), cfg->out_dir, "ckpt_tmp");
-    remove_tree(tmp);   // left by a crash mid-write
-    make_dir(tmp);
-    path_join(p, sizeof(p), tmp, "model.bin");
-    model_file_save(g, be, p);
-    path_join(p, sizeof(p), tmp, "state_rank0.bin");
-    state_save(g, be, p);
-    path_join(p, sizeof(p), tmp, "manifest.json");
-    write_manifest(p, g, cfg, info);
-    path_join(p, sizeof(p), tmp, "DONE");
-    xfclose(xfopen(p, "w"), p);
-    sync_dir(tmp);
-    remove_tree(dir);   // an older checkpoint of the same step (a re-run); the new one is complete
-    if (rename(tmp, dir) != 0) fail("cannot rename %s to %s: %s", tmp, dir, strerror(errno));
-    sync_dir(cfg->out_dir);
+    if (root) {
+        make_dir(cfg->out_dir);
+        remove_tree(tmp);   // left by a crash mid-write
+        make_dir(tmp);
+    }
+    comm_barrier(world);
+    snprintf(name, sizeof(name), "state_rank%d.bin", z->rank);
+    path_join(p, sizeof(p), tmp, name);
+    state_save(z, be, p);
+    float* flat = root ? (float*)xcalloc(z->lay->total, sizeof(float)) : NULL;
+    zero_master_to_host(z, be, flat);   // collective
+    if (root) {
+        path_join(p, sizeof(p), tmp, "model.bin");
+        model_file_write(z->lay, flat, p, 1);
+        path_join(p, sizeof(p), tmp, "manifest.json");
+        write_manifest(p, z, cfg, info);
+    }
+    free(flat);
+    comm_barrier(world);   // every state file is on disk before DONE
+    if (root) {
+        path_join(p, sizeof(p), tmp, "DONE");
+        xfclose(xfopen(p, "w"), p);
+        sync_dir(tmp);
+        remove_tree(dir);   // an older checkpoint of the same step (a re-run); the new one is complete
+        if (rename(tmp, dir) != 0) fail("cannot rename %s to %s: %s", tmp, dir, strerror(errno));
+        sync_dir(cfg->out_dir);
+    }
+    comm_barrier(world);
 }
 
 int checkpoint_latest(const char* out_dir, char* path, size_t path_size) {
@@ -319,7 +317,7 @@ static long long json_int(const char* text, const char* key, const char* path) {
     return strtoll(p + strlen(pat), NULL, 10);
 }
 
-void checkpoint_load(GPT* g, Backend* be, const char* dir, CheckpointInfo* info) {
+void checkpoint_load(Zero* z, Backend* be, const char* dir, CheckpointInfo* info) {
     char p[PATH_MAX];
     path_join(p, sizeof(p), dir, "manifest.json");
     long long n = file_size(p);
@@ -331,9 +329,18 @@ void checkpoint_load(GPT* g, Backend* be, const char* dir, CheckpointInfo* info)
     info->step = (int)json_int(text, "step", p);
     info->tokens_per_step = json_int(text, "tokens_per_step", p);
     info->seed = (unsigned long long)json_int(text, "seed", p);
+    info->dp = (int)json_int(text, "dp", p);
     free(text);
+    if (info->dp < 1) fail("%s: bad data-parallel size %d", p, info->dp);
     path_join(p, sizeof(p), dir, "model.bin");
-    model_file_load(g, be, p);   // checks the shape
-    path_join(p, sizeof(p), dir, "state_rank0.bin");
-    state_load(g, be, p);
+    float* flat = model_file_read(z->lay, p);   // checks the shape
+    zero_set_from_host(z, be, flat);
+    free(flat);
+    for (int r = 0; r < info->dp; r++) {
+        char name[64];
+        snprintf(name, sizeof(name), "state_rank%d.bin", r);
+        path_join(p, sizeof(p), dir, name);
+        if (file_size(p) < 0) fail("checkpoint %s lacks %s (written by %d data-parallel ranks)", dir, name, info->dp);
+        state_load(z, be, p);
+    }
 }

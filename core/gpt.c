@@ -8,124 +8,148 @@ static void* slice(void* base, size_t elems_per_layer, int l, DType dt) {
 }
 static float* fslice(float* base, size_t elems_per_layer, int l) { return base + (size_t)l * elems_per_layer; }
 
-static void activations_create(Activations* a, Backend* be, MemLedger* mem, const GPTShape* s, DType dt, int B, int T) {
-    size_t N = (size_t)B * T, C = (size_t)s->C, L = (size_t)s->L, x = dtype_size(dt);
-#define ACT(bytes) mem_alloc(be, mem, MEM_ACTIVATIONS, (bytes))
-    a->resid = ACT((L + 1) * N * C * x);
-    a->ln1 = ACT(L * N * C * x);
-    a->ln1_mean = (float*)ACT(L * N * 4);
-    a->ln1_rstd = (float*)ACT(L * N * 4);
-    a->qkv = ACT(L * N * 3 * C * x);
-    a->atty = ACT(L * N * C * x);
-    a->att_lse = (float*)ACT(L * N * (size_t)s->NH * 4);
-    a->resid2 = ACT(L * N * C * x);
-    a->ln2 = ACT(L * N * C * x);
-    a->ln2_mean = (float*)ACT(L * N * 4);
-    a->ln2_rstd = (float*)ACT(L * N * 4);
-    a->fch = ACT(L * N * 4 * C * x);
-    a->fch_gelu = ACT(L * N * 4 * C * x);
-    a->lnf = ACT(N * C * x);
-    a->lnf_mean = (float*)ACT(N * 4);
-    a->lnf_rstd = (float*)ACT(N * 4);
-    a->logits = ACT(N * (size_t)s->Vp * x);
-    a->losses = (float*)ACT(N * 4);
-    a->tokens = (int*)ACT(N * 4);
-    a->targets = (int*)ACT(N * 4);
-    a->proj = ACT(N * C * x);
-    a->dresid = ACT(N * C * x);
-    a->dsmall = ACT(N * C * x);
-    a->dbig = ACT(N * 4 * C * x);
-    a->att_scratch = (float*)ACT(N * (size_t)s->NH * 4);
-#undef ACT
+#define NUM_ACTIVATION_BUFFERS (sizeof(Activations) / sizeof(void*))   // Activations holds only pointers
+
+// Which per-layer activations each recompute level keeps for every layer; the others have one slot that
+// the forward overwrites layer after layer and the backward refills (block_recompute).
+typedef struct {
+    int ln;      // ln1, ln2 and their statistics
+    int att;     // attention output and its log-sum-exp
+    int gelu;    // fch_gelu
+    int mid;     // qkv, resid2, fch: everything inside the block but its input
+} Keep;
+
+static Keep keep_for(int recompute) {
+    Keep k = {recompute < 2, recompute < 2, recompute < 1, recompute < 3};
+    return k;
 }
 
-void gpt_create(GPT* g, Backend* be, const GPTShape* shape, DType dt, int B, int T, size_t pad_multiple) {
+// Bytes of each Activations buffer, in the struct's field order.
+static void activation_sizes(const GPTShape* s, DType dt, int B, int T, int recompute, size_t* bytes) {
+    size_t N = (size_t)B * T, C = (size_t)s->C, x = dtype_size(dt), NH = (size_t)s->NH;
+    Keep k = keep_for(recompute);
+    size_t L = (size_t)s->L, Lln = k.ln ? L : 1, Latt = k.att ? L : 1, Lgelu = k.gelu ? L : 1, Lmid = k.mid ? L : 1;
+    size_t sizes[] = {
+        (L + 1) * N * C * x,                         // resid (block inputs: always kept)
+        Lln * N * C * x, Lln * N * 4, Lln * N * 4,   // ln1, ln1_mean, ln1_rstd
+        Lmid * N * 3 * C * x,                        // qkv
+        Latt * N * C * x,                            // atty
+        Latt * N * NH * 4,                           // att_lse
+        Lmid * N * C * x,                            // resid2
+        Lln * N * C * x, Lln * N * 4, Lln * N * 4,   // ln2, ln2_mean, ln2_rstd
+        Lmid * N * 4 * C * x,                        // fch
+        Lgelu * N * 4 * C * x,                       // fch_gelu
+        N * C * x, N * 4, N * 4,               // lnf, lnf_mean, lnf_rstd
+        N * (size_t)s->Vp * x,                 // logits
+        N * 4, N * 4, N * 4,                   // losses, tokens, targets
+        N * C * x, N * C * x, N * C * x,       // proj, dresid, dsmall
+        N * 4 * C * x,                         // dbig
+        N * NH * 4,                            // att_scratch
+    };
+    _Static_assert(sizeof(sizes) / sizeof(sizes[0]) == NUM_ACTIVATION_BUFFERS, "one size per Activations field");
+    memcpy(bytes, sizes, sizeof(sizes));
+}
+
+size_t gpt_activation_bytes(const GPTShape* s, DType dt, int B, int T, int recompute) {
+    size_t bytes[NUM_ACTIVATION_BUFFERS], total = 0;
+    activation_sizes(s, dt, B, T, recompute, bytes);
+    for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++) total += bytes[i];
+    return total;
+}
+
+void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, Zero* zero, DType dt, int B, int T,
+                int recompute) {
     memset(g, 0, sizeof(*g));
-    g->shape = *shape;
+    g->shape = layout->shape;
+    g->layout = layout;
+    g->zero = zero;
     g->dt = dt;
     g->B = B;
     g->T = T;
-    g->layout = (ParamLayout*)xmalloc(sizeof(ParamLayout));
-    layout_build(g->layout, shape, pad_multiple);
-    size_t n = g->layout->total;
-    g->params = mem_alloc(be, &g->mem, MEM_PARAMS, n * dtype_size(dt));
-    g->grads = mem_alloc(be, &g->mem, MEM_GRADS, n * dtype_size(dt));
-    g->master = dt == DT_FP32 ? (float*)g->params : (float*)mem_alloc(be, &g->mem, MEM_MASTER, n * 4);
-    g->adam_m = (float*)mem_alloc(be, &g->mem, MEM_OPTIMIZER, n * 4);
-    g->adam_v = (float*)mem_alloc(be, &g->mem, MEM_OPTIMIZER, n * 4);
-    activations_create(&g->acts, be, &g->mem, shape, dt, B, T);
+    g->recompute = recompute;
+    size_t bytes[NUM_ACTIVATION_BUFFERS];
+    activation_sizes(&g->shape, dt, B, T, recompute, bytes);
+    void** bufs = (void**)&g->acts;
+    for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++) bufs[i] = mem_alloc(be, mem, MEM_ACTIVATIONS, bytes[i]);
 }
 
 void gpt_destroy(GPT* g, Backend* be) {
-    void** bufs = (void**)&g->acts;   // Activations holds only backend pointers
-    for (size_t i = 0; i < sizeof(Activations) / sizeof(void*); i++) be_free(be, bufs[i]);
-    if (g->master != (float*)g->params) be_free(be, g->master);
-    be_free(be, g->params);
-    be_free(be, g->grads);
-    be_free(be, g->adam_m);
-    be_free(be, g->adam_v);
-    free(g->layout);
+    void** bufs = (void**)&g->acts;
+    for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++) be_free(be, bufs[i]);
     memset(g, 0, sizeof(*g));
 }
 
-// One transformer block: resid[l] -> resid[l+1].
-static void block_forward(GPT* g, Backend* be, int l) {
-    const GPTShape* s = &g->shape;
+// Layer l's activations: its own slice where the recompute level keeps the tensor, the shared slot otherwise.
+typedef struct {
+    void *x, *ln1, *qkv, *atty, *resid2, *ln2, *fch, *fch_gelu, *out;
+    float *ln1_mean, *ln1_rstd, *att_lse, *ln2_mean, *ln2_rstd;
+} BlockActs;
+
+static BlockActs block_acts(GPT* g, int l) {
     Activations* a = &g->acts;
     DType dt = g->dt;
-    int B = g->B, T = g->T, N = B * T, C = s->C;
-    size_t NC = (size_t)N * C;
-    BlockParams p = block_params(g->layout, g->params, l, dt);
-    void* x = slice(a->resid, NC, l, dt);
-    void* ln1 = slice(a->ln1, NC, l, dt);
-    void* qkv = slice(a->qkv, 3 * NC, l, dt);
-    void* atty = slice(a->atty, NC, l, dt);
-    void* resid2 = slice(a->resid2, NC, l, dt);
-    void* ln2 = slice(a->ln2, NC, l, dt);
-    void* fch = slice(a->fch, 4 * NC, l, dt);
-    void* fch_gelu = slice(a->fch_gelu, 4 * NC, l, dt);
-
-    layernorm_forward(be, dt, ln1, fslice(a->ln1_mean, N, l), fslice(a->ln1_rstd, N, l), x, p.ln1w, p.ln1b, N, C);
-    matmul_forward(be, dt, qkv, NULL, ln1, p.qkvw, p.qkvb, N, C, 3 * C);
-    attention_forward(be, dt, atty, fslice(a->att_lse, (size_t)N * s->NH, l), qkv, B, T, C, s->NH);
-    matmul_forward(be, dt, a->proj, NULL, atty, p.attprojw, p.attprojb, N, C, C);
-    residual_forward(be, dt, resid2, x, a->proj, NC);
-    layernorm_forward(be, dt, ln2, fslice(a->ln2_mean, N, l), fslice(a->ln2_rstd, N, l), resid2, p.ln2w, p.ln2b, N, C);
-    matmul_forward(be, dt, fch_gelu, fch, ln2, p.fcw, p.fcb, N, C, 4 * C);
-    matmul_forward(be, dt, a->proj, NULL, fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
-    residual_forward(be, dt, slice(a->resid, NC, l + 1, dt), resid2, a->proj, NC);
+    size_t N = (size_t)g->B * g->T, NC = N * (size_t)g->shape.C, NNH = N * (size_t)g->shape.NH;
+    Keep k = keep_for(g->recompute);
+    int ln = k.ln ? l : 0, att = k.att ? l : 0, gelu = k.gelu ? l : 0, mid = k.mid ? l : 0;
+    BlockActs v = {slice(a->resid, NC, l, dt), slice(a->ln1, NC, ln, dt), slice(a->qkv, 3 * NC, mid, dt),
+                   slice(a->atty, NC, att, dt), slice(a->resid2, NC, mid, dt), slice(a->ln2, NC, ln, dt),
+                   slice(a->fch, 4 * NC, mid, dt), slice(a->fch_gelu, 4 * NC, gelu, dt), slice(a->resid, NC, l + 1, dt),
+                   fslice(a->ln1_mean, N, ln), fslice(a->ln1_rstd, N, ln), fslice(a->att_lse, NNH, att),
+                   fslice(a->ln2_mean, N, ln), fslice(a->ln2_rstd, N, ln)};
+    return v;
 }
 
-// dresid holds d(resid[l+1]) on entry and d(resid[l]) on exit; parameter gradients accumulate.
-static void block_backward(GPT* g, Backend* be, int l) {
-    const GPTShape* s = &g->shape;
+// One transformer block: v.x -> v.out. A recomputation (full recompute level) stops before the MLP's
+// output projection: the backward needs everything up to fch_gelu, and v.out is already in place.
+static void block_forward(GPT* g, Backend* be, BlockParams p, BlockActs v, int recomputing) {
+    DType dt = g->dt;
+    int B = g->B, T = g->T, N = B * T, C = g->shape.C;
+    size_t NC = (size_t)N * C;
+    void* proj = g->acts.proj;
+    layernorm_forward(be, dt, v.ln1, v.ln1_mean, v.ln1_rstd, v.x, p.ln1w, p.ln1b, N, C);
+    matmul_forward(be, dt, v.qkv, NULL, v.ln1, p.qkvw, p.qkvb, N, C, 3 * C);
+    attention_forward(be, dt, v.atty, v.att_lse, v.qkv, B, T, C, g->shape.NH);
+    matmul_forward(be, dt, proj, NULL, v.atty, p.attprojw, p.attprojb, N, C, C);
+    residual_forward(be, dt, v.resid2, v.x, proj, NC);
+    layernorm_forward(be, dt, v.ln2, v.ln2_mean, v.ln2_rstd, v.resid2, p.ln2w, p.ln2b, N, C);
+    matmul_forward(be, dt, v.fch_gelu, v.fch, v.ln2, p.fcw, p.fcb, N, C, 4 * C);
+    if (recomputing) return;
+    matmul_forward(be, dt, proj, NULL, v.fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
+    residual_forward(be, dt, v.out, v.resid2, proj, NC);
+}
+
+// Refills what the recompute level did not keep for layer l, with the same kernels as the forward, so the
+// values are bit-identical to the ones the forward computed (on the CPU backend; cuBLASLt's fused GELU
+// epilogue rounds differently from the separate GELU kernel).
+static void block_recompute(GPT* g, Backend* be, BlockParams p, BlockActs v) {
+    DType dt = g->dt;
+    int B = g->B, T = g->T, N = B * T, C = g->shape.C;
+    if (g->recompute >= 3) {
+        block_forward(g, be, p, v, 1);
+        return;
+    }
+    if (g->recompute >= 2) {
+        layernorm_forward(be, dt, v.ln1, v.ln1_mean, v.ln1_rstd, v.x, p.ln1w, p.ln1b, N, C);
+        attention_forward(be, dt, v.atty, v.att_lse, v.qkv, B, T, C, g->shape.NH);
+        layernorm_forward(be, dt, v.ln2, v.ln2_mean, v.ln2_rstd, v.resid2, p.ln2w, p.ln2b, N, C);
+    }
+    if (g->recompute >= 1) gelu_forward(be, dt, v.fch_gelu, v.fch, (size_t)N * 4 * C);
+}
+
+// g->acts.dresid holds d(out) on entry and d(x) on exit; parameter gradients accumulate.
+static void block_backward(GPT* g, Backend* be, BlockParams p, BlockParams dp, BlockActs v) {
     Activations* a = &g->acts;
     DType dt = g->dt;
-    int B = g->B, T = g->T, N = B * T, C = s->C;
-    size_t NC = (size_t)N * C;
-    BlockParams p = block_params(g->layout, g->params, l, dt);
-    BlockParams dp = block_params(g->layout, g->grads, l, dt);
-    void* x = slice(a->resid, NC, l, dt);
-    void* ln1 = slice(a->ln1, NC, l, dt);
-    void* qkv = slice(a->qkv, 3 * NC, l, dt);
-    void* atty = slice(a->atty, NC, l, dt);
-    void* resid2 = slice(a->resid2, NC, l, dt);
-    void* ln2 = slice(a->ln2, NC, l, dt);
-    void* fch = slice(a->fch, 4 * NC, l, dt);
-    void* fch_gelu = slice(a->fch_gelu, 4 * NC, l, dt);
-
-    // MLP: resid[l+1] = resid2 + fcproj(gelu(fc(ln2(resid2)))); the residual passes dresid through.
-    matmul_backward(be, dt, a->dbig, dp.fcprojw, dp.fcprojb, a->dresid, fch_gelu, fch, p.fcprojw, N, 4 * C, C);
-    matmul_backward(be, dt, a->dsmall, dp.fcw, dp.fcb, a->dbig, ln2, NULL, p.fcw, N, C, 4 * C);
-    layernorm_backward(be, dt, a->dresid, dp.ln2w, dp.ln2b, a->dsmall, resid2, p.ln2w,
-                       fslice(a->ln2_mean, N, l), fslice(a->ln2_rstd, N, l), N, C);
+    int B = g->B, T = g->T, N = B * T, C = g->shape.C;
+    // MLP: out = resid2 + fcproj(gelu(fc(ln2(resid2)))); the residual passes dresid through.
+    matmul_backward(be, dt, a->dbig, dp.fcprojw, dp.fcprojb, a->dresid, v.fch_gelu, v.fch, p.fcprojw, N, 4 * C, C);
+    matmul_backward(be, dt, a->dsmall, dp.fcw, dp.fcb, a->dbig, v.ln2, NULL, p.fcw, N, C, 4 * C);
+    layernorm_backward(be, dt, a->dresid, dp.ln2w, dp.ln2b, a->dsmall, v.resid2, p.ln2w, v.ln2_mean, v.ln2_rstd, N, C);
     // Attention: resid2 = x + attproj(attention(qkv(ln1(x)))).
-    matmul_backward(be, dt, a->dsmall, dp.attprojw, dp.attprojb, a->dresid, atty, NULL, p.attprojw, N, C, C);
-    attention_backward(be, dt, a->dbig, a->att_scratch, a->dsmall, qkv, atty, fslice(a->att_lse, (size_t)N * s->NH, l),
-                       B, T, C, s->NH);
-    matmul_backward(be, dt, a->dsmall, dp.qkvw, dp.qkvb, a->dbig, ln1, NULL, p.qkvw, N, C, 3 * C);
-    layernorm_backward(be, dt, a->dresid, dp.ln1w, dp.ln1b, a->dsmall, x, p.ln1w,
-                       fslice(a->ln1_mean, N, l), fslice(a->ln1_rstd, N, l), N, C);
+    matmul_backward(be, dt, a->dsmall, dp.attprojw, dp.attprojb, a->dresid, v.atty, NULL, p.attprojw, N, C, C);
+    attention_backward(be, dt, a->dbig, a->att_scratch, a->dsmall, v.qkv, v.atty, v.att_lse, B, T, C, g->shape.NH);
+    matmul_backward(be, dt, a->dsmall, dp.qkvw, dp.qkvb, a->dbig, v.ln1, NULL, p.qkvw, N, C, 3 * C);
+    layernorm_backward(be, dt, a->dresid, dp.ln1w, dp.ln1b, a->dsmall, v.x, p.ln1w, v.ln1_mean, v.ln1_rstd, N, C);
 }
 
 static void logits_to_host(GPT* g, Backend* be, float* out) {
@@ -144,16 +168,24 @@ static void logits_to_host(GPT* g, Backend* be, float* out) {
 
 double gpt_forward(GPT* g, Backend* be, const int* tokens, const int* targets, float dloss, float* logits_dump) {
     const GPTShape* s = &g->shape;
+    const ParamLayout* lay = g->layout;
     Activations* a = &g->acts;
     DType dt = g->dt;
-    int B = g->B, T = g->T, N = B * T, C = s->C;
-    OuterParams p = outer_params(g->layout, g->params, dt);
+    int B = g->B, T = g->T, N = B * T, C = s->C, fin = final_norm_unit(lay);
     be_upload(be, a->tokens, tokens, (size_t)N * sizeof(int));
-    encoder_forward(be, dt, a->resid, a->tokens, p.wte, p.wpe, B, T, C);
-    for (int l = 0; l < s->L; l++) block_forward(g, be, l);
+    EmbeddingParams emb = embedding_params(lay, zero_params(g->zero, be, 0), dt);
+    encoder_forward(be, dt, a->resid, a->tokens, emb.wte, emb.wpe, B, T, C);
+    for (int l = 0; l < s->L; l++) {
+        int u = unit_of_block(l);
+        block_forward(g, be, block_params(lay, zero_params(g->zero, be, u), l, dt), block_acts(g, l), 0);
+        zero_params_done(g->zero, u);
+    }
+    FinalNormParams fn = final_norm_params(lay, zero_params(g->zero, be, fin), dt);
     void* out = slice(a->resid, (size_t)N * C, s->L, dt);
-    layernorm_forward(be, dt, a->lnf, a->lnf_mean, a->lnf_rstd, out, p.lnfw, p.lnfb, N, C);
-    matmul_forward(be, dt, a->logits, NULL, a->lnf, p.wte, NULL, N, C, s->Vp);   // tied LM head
+    layernorm_forward(be, dt, a->lnf, a->lnf_mean, a->lnf_rstd, out, fn.lnfw, fn.lnfb, N, C);
+    matmul_forward(be, dt, a->logits, NULL, a->lnf, emb.wte, NULL, N, C, s->Vp);   // tied LM head
+    zero_params_done(g->zero, fin);
+    zero_params_done(g->zero, 0);
     if (logits_dump) logits_to_host(g, be, logits_dump);
     if (!targets) return 0.0;
     be_upload(be, a->targets, targets, (size_t)N * sizeof(int));
@@ -163,20 +195,36 @@ double gpt_forward(GPT* g, Backend* be, const int* tokens, const int* targets, f
     double sum = 0.0;
     for (int i = 0; i < N; i++) sum += losses[i];
     free(losses);
-    return sum / N;
+    return sum;
 }
 
 void gpt_backward(GPT* g, Backend* be) {
     const GPTShape* s = &g->shape;
+    const ParamLayout* lay = g->layout;
     Activations* a = &g->acts;
+    Zero* z = g->zero;
     DType dt = g->dt;
-    int B = g->B, T = g->T, N = B * T, C = s->C;
-    OuterParams p = outer_params(g->layout, g->params, dt);
-    OuterParams dp = outer_params(g->layout, g->grads, dt);
+    int B = g->B, T = g->T, N = B * T, C = s->C, fin = final_norm_unit(lay);
+    EmbeddingParams emb = embedding_params(lay, zero_params(z, be, 0), dt);
+    EmbeddingParams demb = embedding_params(lay, zero_grads(z, be, 0), dt);   // live until the encoder
+    FinalNormParams fn = final_norm_params(lay, zero_params(z, be, fin), dt);
+    FinalNormParams dfn = final_norm_params(lay, zero_grads(z, be, fin), dt);
     void* out = slice(a->resid, (size_t)N * C, s->L, dt);
-    matmul_backward(be, dt, a->dsmall, dp.wte, NULL, a->logits, a->lnf, NULL, p.wte, N, C, s->Vp);
+    matmul_backward(be, dt, a->dsmall, demb.wte, NULL, a->logits, a->lnf, NULL, emb.wte, N, C, s->Vp);
     be_memset0(be, a->dresid, (size_t)N * C * dtype_size(dt));   // layernorm_backward accumulates into it
-    layernorm_backward(be, dt, a->dresid, dp.lnfw, dp.lnfb, a->dsmall, out, p.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
-    for (int l = s->L - 1; l >= 0; l--) block_backward(g, be, l);
-    encoder_backward(be, dt, dp.wte, dp.wpe, a->dresid, a->tokens, B, T, C);
+    layernorm_backward(be, dt, a->dresid, dfn.lnfw, dfn.lnfb, a->dsmall, out, fn.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+    zero_grads_done(z, be, fin);
+    zero_params_done(z, fin);
+    for (int l = s->L - 1; l >= 0; l--) {
+        int u = unit_of_block(l);
+        BlockParams p = block_params(lay, zero_params(z, be, u), l, dt);   // ZeRO-3: one gather serves both
+        BlockActs v = block_acts(g, l);
+        block_recompute(g, be, p, v);
+        block_backward(g, be, p, block_params(lay, zero_grads(z, be, u), l, dt), v);
+        zero_grads_done(z, be, u);
+        zero_params_done(z, u);
+    }
+    encoder_backward(be, dt, demb.wte, demb.wpe, a->dresid, a->tokens, B, T, C);
+    zero_grads_done(z, be, 0);
+    zero_params_done(z, 0);
 }

@@ -3,9 +3,10 @@
 #pragma once
 #include "memory.h"
 #include "model.h"
+#include "zero.h"
 
 // Saved activations for one micro-batch of B x T tokens (N = B*T rows). Per-layer tensors are stacked
-// over layers; layer_slice() picks one.
+// over layers, or have a single slot when the recompute level refills them in the backward.
 typedef struct {
     void* resid;       // (L+1, N, C)  resid[l] = input of block l; resid[L] = output of the last block
     void* ln1;         // (L, N, C)
@@ -37,25 +38,24 @@ typedef struct {
 
 typedef struct {
     GPTShape shape;
-    ParamLayout* layout;
+    const ParamLayout* layout;
     DType dt;
     int B, T;
-    void* params;      // (total) dt
-    void* grads;       // (total) dt
-    float* master;     // (total) fp32; == params when dt is fp32
-    float* adam_m;     // (total) fp32
-    float* adam_v;     // (total) fp32
+    Zero* zero;        // where each unit's parameters and gradients live (zero.h)
+    int recompute;     // 0 keep everything; 1 recompute GELU; 2 + attention and LayerNorms; 3 whole blocks
     Activations acts;
-    MemLedger mem;
 } GPT;
 
-// Allocates everything for micro-batches of B x T. pad_multiple: see layout_build.
-void gpt_create(GPT* g, Backend* be, const GPTShape* shape, DType dt, int B, int T, size_t pad_multiple);
+// Allocates the activations for micro-batches of B x T; parameters and gradients come from `zero`.
+void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, Zero* zero, DType dt, int B, int T,
+                int recompute);
 void gpt_destroy(GPT* g, Backend* be);
+// Activation bytes gpt_create allocates (for the memory plan).
+size_t gpt_activation_bytes(const GPTShape* s, DType dt, int B, int T, int recompute);
 
 // Forward over B x T tokens (host int arrays). With targets: per-token losses land in acts.losses and
-// the mean loss over this micro-batch is returned; if dloss != 0 the logits are replaced by dlogits
-// scaled by dloss, ready for gpt_backward. Without targets: logits only, returns 0.
+// the sum of this micro-batch's token losses is returned; if dloss != 0 the logits are replaced by
+// dlogits scaled by dloss, ready for gpt_backward. Without targets: logits only, returns 0.
 // logits_dump (host, N x V floats) receives the logits before the loss when not NULL.
 double gpt_forward(GPT* g, Backend* be, const int* tokens, const int* targets, float dloss, float* logits_dump);
 // Backward of the last forward (which must have been called with dloss != 0); gradients accumulate.

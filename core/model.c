@@ -103,6 +103,7 @@ static void add_unit(ParamLayout* lay, const ParamKind* kinds, int n, int layer,
         t->offset = u->offset + off;
         t->canonical = canonical_offset(&lay->shape, kinds[i], layer);
         t->decay = is_matrix_kind(kinds[i]);
+        t->unit = lay->num_units - 1;
         off += (t->size + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
         lay->num_params += t->size;
     }
@@ -133,16 +134,22 @@ const ParamTensor* layout_tensor(const ParamLayout* lay, ParamKind kind, int lay
 }
 
 BlockParams block_params(const ParamLayout* lay, void* base, int layer, DType dt) {
-#define T(kind) tensor_ptr(base, layout_tensor(lay, kind, layer), dt)
+#define T(kind) tensor_in_unit(lay, base, layout_tensor(lay, kind, layer), dt)
     BlockParams p = {T(P_LN1W), T(P_LN1B), T(P_QKVW), T(P_QKVB), T(P_ATTPROJW), T(P_ATTPROJB),
                      T(P_LN2W), T(P_LN2B), T(P_FCW), T(P_FCB), T(P_FCPROJW), T(P_FCPROJB)};
 #undef T
     return p;
 }
 
-OuterParams outer_params(const ParamLayout* lay, void* base, DType dt) {
-    OuterParams p = {tensor_ptr(base, layout_tensor(lay, P_WTE, -1), dt), tensor_ptr(base, layout_tensor(lay, P_WPE, -1), dt),
-                     tensor_ptr(base, layout_tensor(lay, P_LNFW, -1), dt), tensor_ptr(base, layout_tensor(lay, P_LNFB, -1), dt)};
+EmbeddingParams embedding_params(const ParamLayout* lay, void* base, DType dt) {
+    EmbeddingParams p = {tensor_in_unit(lay, base, layout_tensor(lay, P_WTE, -1), dt),
+                         tensor_in_unit(lay, base, layout_tensor(lay, P_WPE, -1), dt)};
+    return p;
+}
+
+FinalNormParams final_norm_params(const ParamLayout* lay, void* base, DType dt) {
+    FinalNormParams p = {tensor_in_unit(lay, base, layout_tensor(lay, P_LNFW, -1), dt),
+                         tensor_in_unit(lay, base, layout_tensor(lay, P_LNFB, -1), dt)};
     return p;
 }
 

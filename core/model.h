@@ -32,6 +32,7 @@ typedef struct {
     size_t size;        // elements
     size_t canonical;   // offset in llm.c's file order
     int decay;          // weight decay applies (2-D tensors: matrices and the two embeddings)
+    int unit;           // the unit holding it
 } ParamTensor;
 
 typedef struct {
@@ -69,23 +70,28 @@ void layout_build(ParamLayout* lay, const GPTShape* s, size_t pad_multiple);
 const ParamTensor* layout_tensor(const ParamLayout* lay, ParamKind kind, int layer);
 static inline int unit_of_block(int layer) { return 1 + layer; }
 
-// Pointer to a tensor inside a flat buffer of type dt.
-static inline void* tensor_ptr(void* base, const ParamTensor* t, DType dt) {
-    return (char*)base + t->offset * dtype_size(dt);
+// Pointer to tensor t inside a buffer holding its unit (unit_base = the unit's first element, type dt):
+// the flat buffer at the unit's offset, or a gathered copy of just that unit (ZeRO-3).
+static inline void* tensor_in_unit(const ParamLayout* lay, void* unit_base, const ParamTensor* t, DType dt) {
+    return (char*)unit_base + (t->offset - lay->units[t->unit].offset) * dtype_size(dt);
 }
 
-// One block's parameters (or their gradients) as pointers into a flat buffer.
+// One block's parameters (or their gradients), from the base of the block's unit.
 typedef struct {
     void *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
     void *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 } BlockParams;
-// Embeddings and final LayerNorm.
 typedef struct {
-    void *wte, *wpe, *lnfw, *lnfb;
-} OuterParams;
+    void *wte, *wpe;   // unit 0
+} EmbeddingParams;
+typedef struct {
+    void *lnfw, *lnfb;   // unit L+1
+} FinalNormParams;
 
-BlockParams block_params(const ParamLayout* lay, void* base, int layer, DType dt);
-OuterParams outer_params(const ParamLayout* lay, void* base, DType dt);
+BlockParams block_params(const ParamLayout* lay, void* unit_base, int layer, DType dt);
+EmbeddingParams embedding_params(const ParamLayout* lay, void* unit_base, DType dt);
+FinalNormParams final_norm_params(const ParamLayout* lay, void* unit_base, DType dt);
+static inline int final_norm_unit(const ParamLayout* lay) { return lay->num_units - 1; }
 
 // Host fp32 values for one tensor: GPT-2's initialization (std 0.02, residual projections
 // 0.02/sqrt(2L), biases 0, LayerNorm weights 1), a pure function of (seed, kind, layer).

@@ -5,30 +5,44 @@
 
 #include "rng.h"
 
-double grad_global_norm(GPT* g, Backend* be, float* acc) {
-    const ParamLayout* lay = g->layout;
-    be_memset0(be, acc, sizeof(float));
-    for (int i = 0; i < lay->num_tensors; i++) {
-        const ParamTensor* t = &lay->tensors[i];
-        sum_squares(be, g->dt, acc, tensor_ptr(g->grads, t, g->dt), t->size);
-    }
-    float sum;
-    be_download(be, &sum, acc, sizeof(float));
-    return sqrt((double)sum);
+static void add_squares(Zero* z, const ParamTensor* t, size_t flat, size_t si, size_t n, void* ctx) {
+    DType gdt;
+    const void* g = zero_grad_source(z, flat, si, &gdt);
+    sum_squares((Backend*)ctx, gdt, z->norm_acc, g, n);
+}
+
+double grad_global_norm(Zero* z, Backend* be) {
+    be_memset0(be, z->norm_acc, sizeof(float));
+    zero_for_each_span(z, 0, add_squares, be);
+    float local;
+    be_download(be, &local, z->norm_acc, sizeof(float));
+    double sum = local;
+    // Stage 0: every rank holds the whole all-reduced gradient already; from stage 1 each holds a piece.
+    if (z->stage > 0 && z->size > 1) comm_allreduce_host_sum(z->dp, &sum, 1);
+    return sqrt(sum);
 }
 
 float grad_clip_scale(double norm, float clip) {
     return (clip > 0.0f && norm > clip) ? (float)(clip / norm) : 1.0f;
 }
 
-void adamw_step(GPT* g, Backend* be, const OptimizerStep* o, float grad_scale) {
-    const ParamLayout* lay = g->layout;
+typedef struct {
+    Backend* be;
+    AdamWArgs args;
+} UpdateCtx;
+
+static void update_span(Zero* z, const ParamTensor* t, size_t flat, size_t si, size_t n, void* ctx) {
+    UpdateCtx* c = (UpdateCtx*)ctx;
+    AdamWArgs a = c->args;
+    if (!t->decay) a.weight_decay = 0.0f;
+    DType gdt;
+    const void* g = zero_grad_source(z, flat, si, &gdt);
+    adamw_update(c->be, zero_param_dest(z, flat, si), z->dt, z->master + si, g, gdt, z->adam_m + si, z->adam_v + si, n,
+                 t->canonical + (flat - t->offset), &a);
+}
+
+void adamw_step(Zero* z, Backend* be, const OptimizerStep* o, float grad_scale) {
     Rng r = rng_seeded(o->seed, 0x5eed0000ull + (uint64_t)o->step);
-    AdamWArgs a = {o->lr, o->beta1, o->beta2, o->eps, 0.0f, grad_scale, o->step + 1, (uint32_t)rng_next_u64(&r)};
-    for (int i = 0; i < lay->num_tensors; i++) {
-        const ParamTensor* t = &lay->tensors[i];
-        a.weight_decay = t->decay ? o->weight_decay : 0.0f;
-        adamw_update(be, tensor_ptr(g->params, t, g->dt), g->dt, g->master + t->offset, tensor_ptr(g->grads, t, g->dt),
-                     g->dt, g->adam_m + t->offset, g->adam_v + t->offset, t->size, t->canonical, &a);
-    }
+    UpdateCtx c = {be, {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, grad_scale, o->step + 1, (uint32_t)rng_next_u64(&r)}};
+    zero_for_each_span(z, 0, update_span, &c);
 }

@@ -1,0 +1,115 @@
+// comm_single.c: comm.h for builds without MPI, a world of one rank. Every collective is the identity
+// (copies where out != in) and moves 0 bytes. A multi-rank launch is refused rather than run as N
+// independent single-rank jobs, which would train N unsynchronized copies of the model.
+#include "core/comm.h"
+
+#include "core/common.h"
+
+struct Comm {
+    Backend* be;
+    int is_world;
+};
+
+// The launchers' environment: OpenMPI (mpirun / PRRTE), MPICH's Hydra and other PMI/PMIx launchers.
+static int launched_ranks(void) {
+    const char* sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        const char* v = getenv(sizes[i]);
+        if (v && atoi(v) > 1) return atoi(v);
+    }
+    const char* ranks[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+    for (size_t i = 0; i < sizeof ranks / sizeof *ranks; i++) {
+        const char* v = getenv(ranks[i]);
+        if (v && atoi(v) > 0) return atoi(v) + 1;   // at least this many
+    }
+    return 1;
+}
+
+Comm* comm_init_world(int* argc, char*** argv) {
+    (void)argc;
+    (void)argv;
+    int n = launched_ranks();
+    if (n > 1) fail("this binary was built without MPI; rebuild with OpenMPI installed to run %d ranks", n);
+    Comm* c = xcalloc(1, sizeof(Comm));
+    c->is_world = 1;
+    return c;
+}
+
+void comm_attach_backend(Comm* c, Backend* be) { c->be = be; }
+
+Comm* comm_split(Comm* parent, int color, int key) {
+    (void)key;
+    if (color < 0) fail("comm_split: color %d must be >= 0", color);
+    Comm* c = xcalloc(1, sizeof(Comm));
+    c->be = parent->be;
+    return c;
+}
+
+int comm_rank(const Comm* c) {
+    (void)c;
+    return 0;
+}
+int comm_size(const Comm* c) {
+    (void)c;
+    return 1;
+}
+int comm_local_rank(const Comm* world) {
+    if (!world->is_world) fail("comm_local_rank: needs the world communicator");
+    return 0;
+}
+
+void comm_allreduce_sum(Comm* c, void* buf, size_t n, DType dt) {
+    (void)c, (void)buf, (void)n, (void)dt;
+}
+
+void comm_reduce_scatter_sum(Comm* c, void* out, const void* in, size_t n, DType dt) {
+    size_t bytes = n * dtype_size(dt);
+    if (out == in || bytes == 0) return;
+    const char *o = out, *i = in;
+    if (o < i + bytes && i < o + bytes) fail("comm_reduce_scatter_sum: out overlaps in but is not slot 0 (in place)");
+    if (c->be) be_copy(c->be, out, in, bytes);
+    else memcpy(out, in, bytes);
+}
+
+void comm_allgather(Comm* c, void* buf, size_t n, DType dt) {
+    (void)c, (void)buf, (void)n, (void)dt;
+}
+
+void comm_broadcast(Comm* c, void* buf, size_t bytes, int root) {
+    (void)buf, (void)bytes;
+    if (root != 0) fail("comm_broadcast: root %d outside a group of %d", root, comm_size(c));
+}
+
+void comm_send(Comm* c, const void* buf, size_t bytes, int peer, int tag) {
+    (void)c, (void)buf, (void)bytes, (void)tag;
+    fail("comm_send: peer %d is not another rank of this group (rank 0 of 1)", peer);
+}
+void comm_recv(Comm* c, void* buf, size_t bytes, int peer, int tag) {
+    (void)c, (void)buf, (void)bytes, (void)tag;
+    fail("comm_recv: peer %d is not another rank of this group (rank 0 of 1)", peer);
+}
+
+void comm_barrier(Comm* c) { (void)c; }
+void comm_allreduce_host_sum(Comm* c, double* xs, int n) { (void)c, (void)xs, (void)n; }
+void comm_allreduce_host_max(Comm* c, double* xs, int n) { (void)c, (void)xs, (void)n; }
+
+uint64_t comm_bytes_sent(const Comm* c, Collective k) {
+    (void)c, (void)k;
+    return 0;
+}
+void comm_reset_bytes(Comm* c) { (void)c; }
+
+const char* collective_name(Collective k) {
+    static const char* const names[NUM_COLLECTIVES] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
+                                                       "send"};
+    return (unsigned)k < NUM_COLLECTIVES ? names[k] : "?";
+}
+
+void comm_free(Comm* c) {
+    if (c && c->is_world) fail("comm_free: the world is released by comm_finalize");
+    free(c);
+}
+void comm_finalize(Comm* world) {
+    if (world && !world->is_world) fail("comm_finalize: needs the world communicator");
+    free(world);
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Checks a run's log.jsonl against DESIGN.md's ZeRO table: each rank's bytes per memory category and per
+collective must equal what the stage implies for the logged layout (exact formulas, padding included).
+
+  zero_check.py NAME LOG.jsonl      prints "ok NAME_memory", "ok NAME_comm" or FAIL lines; exit 1 on failure
+
+The run must have been made without validation or sampling (-v 0 -s 0), so each step's traffic is the
+training step's alone.
+"""
+import json
+import sys
+
+
+def expected_memory(lay):
+    P, N, x, z, U = lay["elements"], lay["ranks"], lay["dtype_bytes"], lay["zero"], lay["units"]
+    block, emb, final = max(U[1:]), U[0], U[-1]
+    state = P if z == 0 else P // N
+    alias = x == 4 and z in (0, 3)  # fp32 params are their own master where indexed alike
+    norm_acc = 4
+    if z < 3:
+        params = P * x
+    else:
+        params = state * x + 2 * block * x + emb * x + final * x
+    if z == 0:
+        grads = P * x + norm_acc
+    elif z == 1:
+        grads = P * x + state * x + norm_acc
+    else:
+        grads = 4 * state + 4 * (max(U) // N) + 2 * block * x + emb * x + norm_acc
+    return {"params": params, "grads": grads, "master": 0 if alias else 4 * state, "optimizer": 8 * state, "comm": 0}
+
+
+def expected_comm(lay):
+    P, N, x, z, U, ga = lay["elements"], lay["ranks"], lay["dtype_bytes"], lay["zero"], lay["units"], lay["ga"]
+    f = lambda s: s * (N - 1) // N  # ring algorithms: each rank sends (N-1)/N of the data
+    exp = {"allreduce": 0, "reduce_scatter": 0, "allgather": 0, "broadcast": 0, "send": 0}
+    if z == 0:
+        exp["allreduce"] = 2 * f(P * x)
+    elif z == 1:
+        exp["reduce_scatter"], exp["allgather"] = f(P * x), f(P * x)
+    elif z == 2:
+        exp["reduce_scatter"], exp["allgather"] = ga * f(P * x), f(P * x)
+    else:  # blocks gathered before forward and before backward; embeddings and final norm once per step
+        exp["reduce_scatter"] = ga * f(P * x)
+        exp["allgather"] = f(x * (2 * ga * sum(U[1:-1]) + U[0] + U[-1]))
+    return exp
+
+
+def main():
+    name, path = sys.argv[1], sys.argv[2]
+    recs = [json.loads(l) for l in open(path) if l.strip()]
+    lay = next(r["layout"] for r in recs if "layout" in r)
+    mem = {r["rank"]: r["memory"] for r in recs if "memory" in r}
+    failed = []
+    want = expected_memory(lay)
+    bad = ["rank %d %s: %d bytes, expected %d" % (rank, k, m[k], v)
+           for rank, m in sorted(mem.items()) for k, v in want.items() if m[k] != v]
+    if len(mem) != lay["ranks"]:
+        bad.append("memory records for %d ranks, expected %d" % (len(mem), lay["ranks"]))
+    print(("ok %s_memory" % name) if not bad else "FAIL %s_memory: %s" % (name, "; ".join(bad[:4])))
+    failed += bad
+    if lay["ranks"] > 1:
+        steps = [r for r in recs if "comm_bytes" in r]
+        want = expected_comm(lay)
+        bad = ["step %d %s rank %d: %d bytes, expected %d" % (r["step"], k, i, got, v)
+               for r in steps for k, v in want.items() for i, got in enumerate(r["comm_bytes"][k]) if got != v]
+        if not steps:
+            bad.append("no comm_bytes records")
+        print(("ok %s_comm" % name) if not bad else "FAIL %s_comm: %s" % (name, "; ".join(bad[:4])))
+        failed += bad
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

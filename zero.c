@@ -1,0 +1,327 @@
+// zero.c: ZeRO stages 0-3. See zero.h.
+#include "zero.h"
+
+#include "core/common.h"
+
+static size_t xs(const Zero* z) { return dtype_size(z->dt); }
+static void* at(void* base, size_t index, size_t elem_bytes) { return (char*)base + index * elem_bytes; }
+static const Unit* unit(const Zero* z, int u) { return &z->lay->units[u]; }
+static size_t piece(const Zero* z, int u) { return unit(z, u)->padded / (size_t)z->size; }
+static int final_unit(const Zero* z) { return z->lay->num_units - 1; }
+
+static size_t largest_block_unit(const ParamLayout* lay) {
+    size_t m = 0;
+    for (int u = 1; u < lay->num_units; u++) m = lay->units[u].padded > m ? lay->units[u].padded : m;
+    return m;
+}
+
+static void allocate_grads(Zero* z, Backend* be, MemLedger* mem) {
+    size_t total = z->lay->total, x = xs(z);
+    if (z->stage < 2) {
+        z->grads = mem_alloc(be, mem, MEM_GRADS, total * x);
+        if (z->stage == 1) z->grads_piece = mem_alloc(be, mem, MEM_GRADS, z->state_elems * x);
+        return;
+    }
+    size_t block = largest_block_unit(z->lay), max_piece = 0;
+    for (int u = 0; u < z->lay->num_units; u++) max_piece = piece(z, u) > max_piece ? piece(z, u) : max_piece;
+    z->grad_acc = (float*)mem_alloc(be, mem, MEM_GRADS, z->state_elems * 4);
+    z->piece_f32 = (float*)mem_alloc(be, mem, MEM_GRADS, max_piece * 4);
+    for (int s = 0; s < 2; s++) {
+        z->grad_slot[s] = mem_alloc(be, mem, MEM_GRADS, block * x);
+        z->grad_slot_unit[s] = -1;
+    }
+    z->emb_grads = mem_alloc(be, mem, MEM_GRADS, unit(z, 0)->padded * x);
+}
+
+static void allocate_params(Zero* z, Backend* be, MemLedger* mem) {
+    size_t x = xs(z);
+    z->params = mem_alloc(be, mem, MEM_PARAMS, (z->stage == 3 ? z->state_elems : z->lay->total) * x);
+    // fp32 parameters are their own master copy where both use the same indexing.
+    int alias = z->dt == DT_FP32 && (z->stage == 0 || z->stage == 3);
+    z->master = alias ? (float*)z->params : (float*)mem_alloc(be, mem, MEM_MASTER, z->state_elems * 4);
+    z->adam_m = (float*)mem_alloc(be, mem, MEM_OPTIMIZER, z->state_elems * 4);
+    z->adam_v = (float*)mem_alloc(be, mem, MEM_OPTIMIZER, z->state_elems * 4);
+    if (z->stage < 3) return;
+    size_t block = largest_block_unit(z->lay);
+    for (int s = 0; s < 2; s++) {
+        z->param_slot[s] = mem_alloc(be, mem, MEM_PARAMS, block * x);
+        z->param_slot_unit[s] = -1;
+    }
+    z->resident[0] = mem_alloc(be, mem, MEM_PARAMS, unit(z, 0)->padded * x);
+    z->resident[1] = mem_alloc(be, mem, MEM_PARAMS, unit(z, final_unit(z))->padded * x);
+}
+
+void zero_create(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, int stage, Comm* dp, DType dt) {
+    memset(z, 0, sizeof(*z));
+    z->stage = stage;
+    z->dp = dp;
+    z->rank = dp ? comm_rank(dp) : 0;
+    z->size = dp ? comm_size(dp) : 1;
+    z->dt = dt;
+    z->lay = lay;
+    size_t off = 0;
+    for (int u = 0; u < lay->num_units; u++) {
+        if (lay->units[u].padded % zero_pad_multiple(z->size) != 0)
+            fail("internal: unit %d (%zu elements) is not padded for %d ranks", u, lay->units[u].padded, z->size);
+        z->piece_offset[u] = off;
+        off += piece(z, u);
+    }
+    z->state_elems = stage == 0 ? lay->total : off;
+    allocate_params(z, be, mem);
+    allocate_grads(z, be, mem);
+    z->norm_acc = (float*)mem_alloc(be, mem, MEM_GRADS, sizeof(float));
+}
+
+void zero_destroy(Zero* z, Backend* be) {
+    void* owned[] = {z->params, z->adam_m, z->adam_v, z->grads, z->grads_piece, z->grad_acc, z->piece_f32,
+                     z->grad_slot[0], z->grad_slot[1], z->emb_grads, z->param_slot[0], z->param_slot[1],
+                     z->resident[0], z->resident[1], z->norm_acc};
+    for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++)
+        if (owned[i]) be_free(be, owned[i]);
+    if ((void*)z->master != z->params) be_free(be, z->master);
+    memset(z, 0, sizeof(*z));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Parameters for the walk.
+
+// All-gathers unit u's parameters from every rank's piece into buf (the unit's padded size).
+static void gather_unit(Zero* z, Backend* be, int u, void* buf) {
+    size_t p = piece(z, u), x = xs(z);
+    be_copy(be, at(buf, (size_t)z->rank * p, x), at(z->params, z->piece_offset[u], x), p * x);
+    if (z->size > 1) comm_allgather(z->dp, buf, p, z->dt);
+}
+
+static int find_slot(const int* slot_unit, int u) {
+    for (int s = 0; s < 2; s++)
+        if (slot_unit[s] == u) return s;
+    return -1;
+}
+
+static int take_slot(int* slot_unit, int u, const char* what) {
+    int s = find_slot(slot_unit, -1);
+    if (s < 0) fail("internal: no free %s buffer for unit %d (units %d and %d still held)", what, u, slot_unit[0], slot_unit[1]);
+    slot_unit[s] = u;
+    return s;
+}
+
+void* zero_params(Zero* z, Backend* be, int u) {
+    if (z->stage < 3) return at(z->params, unit(z, u)->offset, xs(z));
+    if (u == 0 || u == final_unit(z)) {   // small or shared by head and encoder: keep until the next update
+        int r = u == 0 ? 0 : 1;
+        if (!(z->resident_valid & (1 << r))) gather_unit(z, be, u, z->resident[r]);
+        z->resident_valid |= 1 << r;
+        return z->resident[r];
+    }
+    int s = find_slot(z->param_slot_unit, u);
+    if (s >= 0) return z->param_slot[s];
+    s = take_slot(z->param_slot_unit, u, "parameter");
+    gather_unit(z, be, u, z->param_slot[s]);
+    return z->param_slot[s];
+}
+
+void zero_params_done(Zero* z, int u) {
+    if (z->stage < 3 || u == 0 || u == final_unit(z)) return;
+    int s = find_slot(z->param_slot_unit, u);
+    if (s >= 0) z->param_slot_unit[s] = -1;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Gradients for the walk.
+
+void* zero_grads(Zero* z, Backend* be, int u) {
+    size_t x = xs(z);
+    if (z->stage < 2) return at(z->grads, unit(z, u)->offset, x);
+    if (u == 0) {
+        if (!z->emb_grads_live) be_memset0(be, z->emb_grads, unit(z, 0)->padded * x);
+        z->emb_grads_live = 1;
+        return z->emb_grads;
+    }
+    int s = find_slot(z->grad_slot_unit, u);
+    if (s >= 0) return z->grad_slot[s];
+    s = take_slot(z->grad_slot_unit, u, "gradient");
+    be_memset0(be, z->grad_slot[s], unit(z, u)->padded * x);
+    return z->grad_slot[s];
+}
+
+// Reduce-scatters a unit's gradient buffer and adds this rank's piece into the fp32 accumulator.
+static void reduce_into_accumulator(Zero* z, Backend* be, int u, void* buf) {
+    size_t p = piece(z, u), x = xs(z);
+    void* mine = at(buf, (size_t)z->rank * p, x);
+    if (z->size > 1) comm_reduce_scatter_sum(z->dp, mine, buf, p, z->dt);
+    float* acc = z->grad_acc + z->piece_offset[u];
+    convert(be, z->piece_f32, DT_FP32, mine, z->dt, p);
+    residual_forward(be, DT_FP32, acc, acc, z->piece_f32, p);
+}
+
+void zero_grads_done(Zero* z, Backend* be, int u) {
+    if (z->stage < 2) return;
+    if (u == 0) {
+        reduce_into_accumulator(z, be, 0, z->emb_grads);
+        z->emb_grads_live = 0;
+        return;
+    }
+    int s = find_slot(z->grad_slot_unit, u);
+    if (s < 0) fail("internal: gradients of unit %d finished but never requested", u);
+    reduce_into_accumulator(z, be, u, z->grad_slot[s]);
+    z->grad_slot_unit[s] = -1;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Step boundary.
+
+void zero_begin_step(Zero* z, Backend* be) {
+    if (z->stage < 2) be_memset0(be, z->grads, z->lay->total * xs(z));
+    else be_memset0(be, z->grad_acc, z->state_elems * 4);
+}
+
+void zero_reduce_grads(Zero* z, Backend* be) {
+    size_t x = xs(z);
+    if (z->stage == 0 && z->size > 1) comm_allreduce_sum(z->dp, z->grads, z->lay->total, z->dt);
+    if (z->stage != 1) return;
+    for (int u = 0; u < z->lay->num_units; u++) {
+        void* dst = at(z->grads_piece, z->piece_offset[u], x);
+        const void* src = at(z->grads, unit(z, u)->offset, x);
+        if (z->size > 1) comm_reduce_scatter_sum(z->dp, dst, src, piece(z, u), z->dt);
+        else be_copy(be, dst, src, piece(z, u) * x);
+    }
+}
+
+void zero_after_update(Zero* z, Backend* be) {
+    if (z->stage == 3) z->resident_valid = 0;
+    if ((z->stage != 1 && z->stage != 2) || z->size == 1) return;
+    for (int u = 0; u < z->lay->num_units; u++) comm_allgather(z->dp, at(z->params, unit(z, u)->offset, xs(z)), piece(z, u), z->dt);
+}
+
+void zero_for_each_part(Zero* z, int for_checkpoint, ZeroPartFn fn, void* ctx) {
+    for (int u = 0; u < z->lay->num_units; u++) {
+        const Unit* un = unit(z, u);
+        size_t real_end = un->offset + un->size;
+        if (z->stage == 0 && !for_checkpoint) {
+            fn(z, un->offset, real_end, un->offset, ctx);
+            continue;
+        }
+        size_t begin = un->offset + (size_t)z->rank * piece(z, u);
+        size_t end = begin + piece(z, u) < real_end ? begin + piece(z, u) : real_end;
+        if (begin < end) fn(z, begin, end, z->stage == 0 ? begin : z->piece_offset[u], ctx);
+    }
+}
+
+typedef struct {
+    ZeroSpanFn fn;
+    void* ctx;
+} SpanWalk;
+
+static void part_to_spans(Zero* z, size_t begin, size_t end, size_t si, void* ctx) {
+    SpanWalk* w = (SpanWalk*)ctx;
+    const ParamLayout* lay = z->lay;
+    for (int i = 0; i < lay->num_tensors; i++) {
+        const ParamTensor* t = &lay->tensors[i];
+        size_t a = t->offset > begin ? t->offset : begin;
+        size_t b = t->offset + t->size < end ? t->offset + t->size : end;
+        if (a < b) w->fn(z, t, a, si + (a - begin), b - a, w->ctx);
+    }
+}
+
+void zero_for_each_span(Zero* z, int for_checkpoint, ZeroSpanFn fn, void* ctx) {
+    SpanWalk w = {fn, ctx};
+    zero_for_each_part(z, for_checkpoint, part_to_spans, &w);
+}
+
+int zero_owned_range(const Zero* z, int u, size_t begin, size_t end, size_t* a, size_t* b, size_t* si) {
+    if (z->stage == 0) {
+        *a = begin, *b = end, *si = begin;
+        return begin < end;
+    }
+    size_t mine = unit(z, u)->offset + (size_t)z->rank * piece(z, u);
+    *a = begin > mine ? begin : mine;
+    *b = end < mine + piece(z, u) ? end : mine + piece(z, u);
+    *si = z->piece_offset[u] + (*a - mine);
+    return *a < *b;
+}
+
+const void* zero_grad_source(const Zero* z, size_t flat, size_t state_index, DType* dt) {
+    *dt = z->stage >= 2 ? DT_FP32 : z->dt;
+    if (z->stage == 0) return at(z->grads, flat, xs(z));
+    if (z->stage == 1) return at(z->grads_piece, state_index, xs(z));
+    return z->grad_acc + state_index;
+}
+
+void* zero_param_dest(const Zero* z, size_t flat, size_t state_index) {
+    return at(z->params, z->stage == 3 ? state_index : flat, xs(z));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Whole-model transfers through the host.
+
+typedef struct {
+    Backend* be;
+    const float* flat;
+} SetCtx;
+
+static void set_part(Zero* z, size_t begin, size_t end, size_t si, void* ctx) {
+    SetCtx* c = (SetCtx*)ctx;
+    size_t n = end - begin;
+    be_upload(c->be, z->master + si, c->flat + begin, n * 4);
+    if ((void*)z->master == z->params) return;
+    if (z->stage < 3) return;   // stages 0-2 set the full parameter buffer below
+    void* low = xmalloc(n * xs(z));
+    host_to_dtype(low, z->dt, c->flat + begin, n);
+    be_upload(c->be, at(z->params, si, xs(z)), low, n * xs(z));
+    free(low);
+}
+
+void zero_set_from_host(Zero* z, Backend* be, const float* flat) {
+    SetCtx c = {be, flat};
+    zero_for_each_part(z, 0, set_part, &c);
+    if (z->stage == 3 || (void*)z->master == z->params) return;
+    for (int u = 0; u < z->lay->num_units; u++) {   // stages 0-2 hold every parameter
+        const Unit* un = unit(z, u);
+        void* low = xmalloc(un->size * xs(z));
+        host_to_dtype(low, z->dt, flat + un->offset, un->size);
+        be_upload(be, at(z->params, un->offset, xs(z)), low, un->size * xs(z));
+        free(low);
+    }
+}
+
+// Gathers a buffer held as pieces (index = state index) into host fp32, flat layout.
+static void pieces_to_host(Zero* z, Backend* be, const void* pieces, DType dt, float* flat) {
+    size_t x = dtype_size(dt), largest = unit(z, 0)->padded;
+    for (int u = 1; u < z->lay->num_units; u++) largest = unit(z, u)->padded > largest ? unit(z, u)->padded : largest;
+    void* buf = be_malloc(be, largest * x);   // checkpoint time only, never in the step
+    void* host = xmalloc(largest * x);
+    for (int u = 0; u < z->lay->num_units; u++) {
+        size_t p = piece(z, u);
+        be_copy(be, at(buf, (size_t)z->rank * p, x), at((void*)pieces, z->piece_offset[u], x), p * x);
+        if (z->size > 1) comm_allgather(z->dp, buf, p, dt);
+        if (!flat) continue;
+        be_download(be, host, buf, unit(z, u)->size * x);
+        host_from_dtype(flat + unit(z, u)->offset, host, dt, unit(z, u)->size);
+    }
+    free(host);
+    be_free(be, buf);
+}
+
+// A full flat buffer (stage 0's) into host fp32.
+static void full_to_host(Zero* z, Backend* be, const void* full, DType dt, float* flat) {
+    size_t x = dtype_size(dt);
+    if (!flat) return;
+    for (int u = 0; u < z->lay->num_units; u++) {
+        const Unit* un = unit(z, u);
+        void* host = xmalloc(un->size * x);
+        be_download(be, host, at((void*)full, un->offset, x), un->size * x);
+        host_from_dtype(flat + un->offset, host, dt, un->size);
+        free(host);
+    }
+}
+
+void zero_master_to_host(Zero* z, Backend* be, float* flat) {
+    if (z->stage == 0) full_to_host(z, be, z->master, DT_FP32, flat);
+    else pieces_to_host(z, be, z->master, DT_FP32, flat);
+}
+
+void zero_grads_to_host(Zero* z, Backend* be, float* flat) {
+    if (z->stage == 0) full_to_host(z, be, z->grads, z->dt, flat);
+    else if (z->stage == 1) pieces_to_host(z, be, z->grads_piece, z->dt, flat);
+    else pieces_to_host(z, be, z->grad_acc, DT_FP32, flat);
+}
