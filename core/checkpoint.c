@@ -34,10 +34,13 @@ static GPTShape read_model_header(FILE* f, const char* path, int* version) {
     return s;
 }
 
+// SIZE_MAX when the count does not fit: a header's shape is untrusted, and C = 2^30 with L = 256 overflows.
 static size_t canonical_count(const GPTShape* s) {
-    size_t n = 0;
+    size_t n = 0, e;
     for (int k = 0; k < NUM_PARAM_KINDS; k++)
-        n += param_kind_elems(s, (ParamKind)k) * ((k >= P_LN1W && k <= P_FCPROJB) ? (size_t)s->L : 1);
+        if (__builtin_mul_overflow(param_kind_elems(s, (ParamKind)k), (k >= P_LN1W && k <= P_FCPROJB) ? (size_t)s->L : 1, &e) ||
+            __builtin_add_overflow(n, e, &n))
+            return SIZE_MAX;
     return n;
 }
 
@@ -46,9 +49,12 @@ GPTShape model_file_shape(const char* path) {
     int version;
     GPTShape s = read_model_header(f, path, &version);
     fclose(f);
-    long long want = 1024 + (long long)canonical_count(&s) * (version == 3 ? 4 : 2);
-    long long have = file_size(path);
-    if (have < want) fail("%s is truncated (%lld bytes, the header's shape needs %lld)", path, have, want);
+    size_t count = canonical_count(&s), elem = version == 3 ? 4 : 2;
+    long long have = file_size(path);   // >= 1024: the header was read
+    // Compared in elements, so a huge shape never overflows the byte count it would need.
+    if (count > (size_t)(have - 1024) / elem)
+        fail("%s is truncated (%lld bytes, the header's shape needs 1024 + %zu x %zu)", path, have, count, elem);
+    long long want = 1024 + (long long)(count * elem);
     if (have > want) fail("%s has %lld bytes after the tensors its header describes", path, have - want);
     return s;
 }
@@ -157,7 +163,9 @@ static void state_save(Zero* z, Backend* be, const char* path) {
 static const ParamTensor* tensor_at_canonical(const ParamLayout* lay, long long c, long long count) {
     for (int i = 0; i < lay->num_tensors; i++) {
         const ParamTensor* t = &lay->tensors[i];
-        if (c >= (long long)t->canonical && count >= 0 && c + count <= (long long)(t->canonical + t->size)) return t;
+        long long first = (long long)t->canonical, size = (long long)t->size;
+        // No c + count: both come from the file, and the sum can overflow.
+        if (c >= first && c - first <= size && count >= 0 && count <= size - (c - first)) return t;
     }
     return NULL;
 }
