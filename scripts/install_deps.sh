@@ -3,7 +3,7 @@
 #   install_deps.sh run    what `make run` needs (compiler, Python for the tokenizer, the KJV corpus)
 #   install_deps.sh test   what `make test` needs besides (PyTorch for the reference model, OpenMPI)
 set -euo pipefail
-want=(build-essential python3 python3-numpy python3-regex bible-kjv)
+want=(build-essential python3 python3-numpy python3-regex bible-kjv openmpi-bin libopenmpi-dev)
 [ "${1:-run}" = test ] && want+=(python3-torch openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${want[@]}"; do

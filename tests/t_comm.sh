@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The comm layer across processes: build/test_comm under mpirun with 1-4 ranks (and once with tiny MPI
+# chunks, to exercise the splitting of large transfers); the device-memory staging path against a fake GPU
+# backend; a rank that dies mid-run must end the whole job,
+# non-zero, within seconds; and the MPI-less backend must refuse a multi-rank launch. Each mpirun counts
+# as one check here (its failing checks are shown); the single-process run is build/test_comm itself.
+source "$(dirname "$0")/lib.sh"
+cd "$(dirname "$0")/.."
+# mpirun refuses to start as root without these; containers and CI often run as root.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+BIN=build/test_comm
+[ -x "$BIN" ] || { t_fail comm_binary "$BIN missing (make tests-bin)"; t_finish; }
+
+# name, expected rank count, command...: passes when it exits 0, reports no FAIL and prints its summary.
+run_ranks() {
+    local name=$1 np=$2; shift 2
+    local out="$TMP/$name.out" rc
+    timeout 300 "$@" > "$out" 2>&1; rc=$?
+    local checks
+    checks=$(sed -n "s/^# test_comm: $np ranks, \([0-9]*\) checks, 0 failed$/\1/p" "$out")
+    if [ "$rc" -eq 0 ] && [ -n "$checks" ] && ! grep -q '^FAIL' "$out"; then
+        t_ok "$name ($checks checks)"
+    else
+        grep '^FAIL' "$out" | head -20 | sed 's/^FAIL /    /'
+        t_fail "$name" "exit $rc; $(grep -c '^FAIL' "$out") failed checks; last line: $(tail -1 "$out")"
+    fi
+}
+
+# The MPI-less backend: a world of one that refuses to be one of several ranks.
+check_single() {   # binary
+    run_ranks comm_single_process 1 "$1"
+    local v
+    for v in OMPI_COMM_WORLD_SIZE=3 PMI_SIZE=2 PMIX_RANK=1; do
+        env "$v" "$1" > "$TMP/single.out" 2>&1
+        local rc=$?
+        t_check "comm_single_refuses_${v%%=*}" \
+            "[ $rc -eq 1 ] && grep -q '^error: this binary was built without MPI; rebuild with OpenMPI' '$TMP/single.out'" \
+            "exit $rc: $(head -c 200 "$TMP/single.out")"
+    done
+}
+
+if ! ldd "$BIN" | grep -q libmpi; then
+    echo "skip comm_mpirun: $BIN was built without MPI (MPI=0, or no mpicc when it was built)"
+    check_single "$BIN"
+    t_finish
+fi
+if ! command -v mpirun > /dev/null; then
+    t_fail comm_mpirun "$BIN links MPI but mpirun is not on PATH (apt-get install openmpi-bin)"
+    t_finish
+fi
+
+for np in 1 2 3 4; do
+    run_ranks "comm_mpirun_np$np" "$np" mpirun --oversubscribe -np "$np" "$BIN"
+done
+# 300 elements per MPI call: the 1031-element collectives go out in 4 pieces (the real limit is INT_MAX).
+run_ranks comm_mpirun_np3_chunked 3 mpirun --oversubscribe -np 3 -x GPT_COMM_MAX_COUNT=300 "$BIN"
+
+# The GPU build's staging path (download, MPI on the host, upload), against a fake GPU backend whose memory
+# faults on any access outside be_upload/be_download/be_copy.
+if ${MPICC:-mpicc} -std=gnu11 -O1 -Wall -Wextra -Werror -I. -Icore tests/test_comm.c core/comm_mpi.c core/common.c \
+        tests/fake_gpu_backend.c -lm -o "$TMP/test_comm_staged" > "$TMP/cc.out" 2>&1; then
+    run_ranks comm_staged_np3 3 mpirun --oversubscribe -np 3 "$TMP/test_comm_staged"
+    run_ranks comm_staged_np4_chunked 4 mpirun --oversubscribe -np 4 -x GPT_COMM_MAX_COUNT=300 "$TMP/test_comm_staged"
+else
+    t_fail comm_staged_builds "$(head -3 "$TMP/cc.out")"
+fi
+
+# A dying rank: rank 1 of 3 ends while the others wait in an all-reduce. OpenMPI's mpirun kills the job
+# when a rank exits non-zero, is killed by a signal, or exits without MPI_Finalize, even with status 0.
+for mode in abort exit3 exit0 fail kill; do
+    start=$(date +%s%N)
+    timeout 60 mpirun --oversubscribe -np 3 "$BIN" --die "$mode" > "$TMP/die.out" 2>&1; rc=$?
+    ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    t_check "comm_dead_rank_${mode}_ends_job" "[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $ms -lt 30000 ]" \
+        "mpirun exit $rc after $ms ms (124 = still hanging at the 60 s timeout)"
+    echo "# dead rank ($mode): mpirun exit $rc after $ms ms"
+done
+
+# The MPI-less backend, built on the side (it is not what the Makefile links when MPI is there).
+if ${CC:-gcc} -std=gnu11 -O1 -Wall -Wextra -Werror -fopenmp -I. -Icore tests/test_comm.c core/comm_single.c \
+        core/common.c kernels/backend_cpu.c -lm -o "$TMP/test_comm_single" > "$TMP/cc.out" 2>&1; then
+    check_single "$TMP/test_comm_single"
+else
+    t_fail comm_single_builds "$(head -3 "$TMP/cc.out")"
+fi
+t_finish

@@ -1,0 +1,406 @@
+// test_comm.c: the collectives of comm.h against host computations, on any number of ranks (one process
+// alone, or under mpirun; tests/t_comm.sh runs 1-4). Every rank can regenerate every rank's data (seeded
+// per world rank), so each checks its own results; verdicts are combined over the world and rank 0 prints
+// them. Buffers are backend memory, so linked with a GPU backend this checks the staging path too.
+//
+// Sums of rounded values depend on the order MPI adds them in, so a reduced element passes when it equals
+// the result of SOME pairwise reduction tree over the ranks' values (rounding after each add), enumerated
+// exactly for groups of up to 4; larger groups fall back to an error bound.
+//
+//   test_comm                 the checks
+//   test_comm --die MODE      rank 1 dies mid-run (MODE: abort, exit3, exit0, fail, kill) while the others wait in
+//                             a collective: the launcher must end the whole job.
+#include <signal.h>
+
+#include "core/comm.h"
+#include "core/common.h"
+#include "core/rng.h"
+#include "tests/testlib.h"
+
+#define SEED 20240611u
+
+typedef struct {
+    Comm* world;
+    int rank, size;
+    Backend* be;
+    TestStats st;
+} T;
+
+typedef struct {
+    Comm* c;
+    const char* name;
+    int members[64];   // world rank of each group rank
+    int n;
+} Group;
+
+// One verdict per check: a check fails if it failed on any rank; rank 0 prints it.
+static void verdict(T* t, const char* name, int ok, const char* why) {
+    if (!ok) fprintf(stderr, "rank %d: %s: %s\n", t->rank, name, why);
+    double v[2] = {ok ? 0 : 1, ok ? -1e9 : -(double)t->rank};   // any failure; the lowest failing rank
+    comm_allreduce_host_max(t->world, v, 2);
+    int all_ok = v[0] == 0;
+    if (all_ok) t->st.passed++;
+    else t->st.failed++;
+    if (t->rank != 0) return;
+    if (all_ok) printf("ok comm_np%d_%s\n", t->size, name);
+    else printf("FAIL comm_np%d_%s: failed on rank %d%s%s\n", t->size, name, (int)-v[1], ok ? "" : ": ", ok ? "" : why);
+    fflush(stdout);
+}
+
+// Nonzero values exactly representable in dt: random magnitudes over 8 binades, or small integers (whose
+// sums are exact in every order, for bitwise comparisons between algorithms).
+static void gen(float* v, size_t n, uint64_t stream, DType dt, int integers) {
+    Rng r = rng_seeded(SEED, stream);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t u = rng_next_u64(&r);
+        float sign = (u & 1) ? -1.0f : 1.0f;
+        if (integers) v[i] = sign * (float)(1 + (u >> 1) % 8);
+        else v[i] = dtype_round(sign * ldexpf(1.0f + rng_uniform(&r), (int)((u >> 1) % 8) - 4), dt);
+    }
+}
+
+static uint64_t stream_of(int test, int world_rank) { return (uint64_t)test * 1000 + (uint64_t)world_rank; }
+
+// Every result of a reduction tree over the values v[i] for i in mask, rounding to dt after each add.
+static int tree_results(const float* v, unsigned mask, DType dt, float* out, int cap) {
+    if ((mask & (mask - 1)) == 0) {
+        out[0] = v[__builtin_ctz(mask)];
+        return 1;
+    }
+    int k = 0;
+    unsigned low = mask & -mask;
+    for (unsigned a = (mask - 1) & mask; a; a = (a - 1) & mask) {
+        if (!(a & low)) continue;   // unordered splits: the part holding the lowest member
+        float ra[64], rb[64];
+        int na = tree_results(v, a, dt, ra, 64), nb = tree_results(v, mask ^ a, dt, rb, 64);
+        for (int i = 0; i < na; i++)
+            for (int j = 0; j < nb; j++) {
+                float x = dtype_round(ra[i] + rb[j], dt);
+                int seen = 0;
+                for (int q = 0; q < k && !seen; q++) seen = memcmp(&out[q], &x, 4) == 0;
+                if (!seen && k < cap) out[k++] = x;
+            }
+    }
+    return k;
+}
+
+// Is x a possible reduction of the n values v (each already in dt)?
+static int sum_ok(float x, const float* v, int n, DType dt) {
+    if (n <= 4) {
+        float r[64];
+        int k = tree_results(v, (1u << n) - 1, dt, r, 64);
+        for (int i = 0; i < k; i++)
+            if (memcmp(&r[i], &x, 4) == 0) return 1;
+        return 0;
+    }
+    double exact = 0, mag = 0;
+    for (int i = 0; i < n; i++) exact += v[i], mag += fabs(v[i]);
+    double u = dt == DT_FP32 ? 0x1p-24 : dt == DT_BF16 ? 0x1p-8 : 0x1p-11;
+    return fabs(x - exact) <= (n - 1) * u * mag * 1.001 + 1e-30;
+}
+
+static void* dev_from_host(T* t, const float* x, size_t n, DType dt) {
+    void* h = xmalloc(n * dtype_size(dt) + 1);
+    host_to_dtype(h, dt, x, n);
+    void* d = be_malloc(t->be, n * dtype_size(dt));
+    be_upload(t->be, d, h, n * dtype_size(dt));
+    free(h);
+    return d;
+}
+static void host_from_dev(T* t, float* x, const void* d, size_t n, DType dt) {
+    void* h = xmalloc(n * dtype_size(dt) + 1);
+    be_download(t->be, h, d, n * dtype_size(dt));
+    host_from_dtype(x, h, dt, n);
+    free(h);
+}
+
+static uint32_t hash_bytes(const void* p, size_t n) {
+    const unsigned char* b = p;
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 16777619u;
+    return h;
+}
+
+// Are the n floats at x identical on every rank of the group?
+static int same_on_group(Group* g, const float* x, size_t n) {
+    double h[2] = {hash_bytes(x, n * 4), 0};
+    h[1] = -h[0];
+    comm_allreduce_host_max(g->c, h, 2);
+    return h[0] == -h[1];
+}
+
+static uint64_t ring_bytes(int n, uint64_t s, int twice) { return n <= 1 ? 0 : (twice ? 2 : 1) * (uint64_t)(n - 1) * s / (uint64_t)n; }
+
+static int counters_are(Comm* c, Collective k, uint64_t expect) {
+    int ok = 1;
+    for (int j = 0; j < NUM_COLLECTIVES; j++) ok &= comm_bytes_sent(c, (Collective)j) == (j == (int)k ? expect : 0);
+    return ok;
+}
+
+static void test_reductions(T* t, Group* g, DType dt, size_t n, int test_id) {
+    int gr = comm_rank(g->c), gn = comm_size(g->c);
+    char name[160], why[160] = "";
+    size_t total = (size_t)gn * n;
+    float* mine = xmalloc(total * sizeof(float));
+    float* got = xmalloc(total * sizeof(float));
+    float* all = xmalloc((size_t)gn * total * sizeof(float));   // every member's input
+    float vals[64];
+    for (int k = 0; k < gn; k++) gen(all + (size_t)k * total, total, stream_of(test_id, g->members[k]), dt, 0);
+    memcpy(mine, all + (size_t)gr * total, total * sizeof(float));
+    size_t es = dtype_size(dt);
+
+    // all-reduce (in place) of the first n elements
+    comm_reset_bytes(g->c);
+    void* d = dev_from_host(t, mine, n, dt);
+    comm_allreduce_sum(g->c, d, n, dt);
+    host_from_dev(t, got, d, n, dt);
+    int ok = 1;
+    for (size_t i = 0; i < n && ok; i++) {
+        for (int k = 0; k < gn; k++) vals[k] = all[(size_t)k * total + i];
+        if (!sum_ok(got[i], vals, gn, dt)) {
+            ok = 0;
+            snprintf(why, sizeof why, "element %zu = %.9g, not a sum of the ranks' values", i, got[i]);
+        }
+    }
+    snprintf(name, sizeof name, "allreduce_%s_%s_n%zu", dtype_name(dt), g->name, n);
+    verdict(t, name, ok, why);
+    snprintf(name, sizeof name, "allreduce_%s_%s_n%zu_same_bits_on_every_rank", dtype_name(dt), g->name, n);
+    verdict(t, name, same_on_group(g, got, n), "results differ between ranks");
+    snprintf(name, sizeof name, "allreduce_%s_%s_n%zu_bytes", dtype_name(dt), g->name, n);
+    uint64_t expect = ring_bytes(gn, n * es, 1);
+    snprintf(why, sizeof why, "counted %llu, expected %llu", (unsigned long long)comm_bytes_sent(g->c, COLL_ALLREDUCE),
+             (unsigned long long)expect);
+    verdict(t, name, counters_are(g->c, COLL_ALLREDUCE, expect), why);
+    be_free(t->be, d);
+
+    // reduce-scatter, out of place and in place
+    for (int in_place = 0; in_place < 2; in_place++) {
+        comm_reset_bytes(g->c);
+        void* din = dev_from_host(t, mine, total, dt);
+        void* dout = in_place ? (char*)din + (size_t)gr * n * es : be_malloc(t->be, n * es);
+        comm_reduce_scatter_sum(g->c, dout, din, n, dt);
+        host_from_dev(t, got, din, total, dt);   // the other slots (all slots out of place) must be untouched
+        ok = 1;
+        snprintf(why, sizeof why, "input changed");
+        for (size_t i = 0; i < total && ok; i++)
+            if (!(in_place && i / n == (size_t)gr)) ok = memcmp(&got[i], &mine[i], 4) == 0;
+        host_from_dev(t, got, dout, n, dt);
+        for (size_t i = 0; i < n && ok; i++) {
+            for (int k = 0; k < gn; k++) vals[k] = all[(size_t)k * total + (size_t)gr * n + i];
+            if (!sum_ok(got[i], vals, gn, dt)) {
+                ok = 0;
+                snprintf(why, sizeof why, "element %zu = %.9g, not a sum of the ranks' values", i, got[i]);
+            }
+        }
+        snprintf(name, sizeof name, "reduce_scatter_%s_%s_%s_n%zu", in_place ? "inplace" : "outofplace",
+                 dtype_name(dt), g->name, n);
+        verdict(t, name, ok, why);
+        expect = ring_bytes(gn, total * es, 0);
+        snprintf(name, sizeof name, "reduce_scatter_%s_%s_%s_n%zu_bytes", in_place ? "inplace" : "outofplace",
+                 dtype_name(dt), g->name, n);
+        snprintf(why, sizeof why, "counted %llu, expected %llu",
+                 (unsigned long long)comm_bytes_sent(g->c, COLL_REDUCE_SCATTER), (unsigned long long)expect);
+        verdict(t, name, counters_are(g->c, COLL_REDUCE_SCATTER, expect), why);
+        if (!in_place) be_free(t->be, dout);
+        be_free(t->be, din);
+    }
+
+    // all-gather: own slot from `mine`, other slots hold a sentinel that must be overwritten
+    comm_reset_bytes(g->c);
+    for (size_t i = 0; i < total; i++) got[i] = i / n == (size_t)gr ? mine[i] : -3.0f;
+    d = dev_from_host(t, got, total, dt);
+    comm_allgather(g->c, d, n, dt);
+    host_from_dev(t, got, d, total, dt);
+    ok = 1;
+    for (size_t i = 0; i < total && ok; i++) {
+        size_t k = i / n;
+        ok = memcmp(&got[i], &all[k * total + i], 4) == 0;
+        if (!ok) snprintf(why, sizeof why, "element %zu (slot %zu) = %.9g, expected %.9g", i, k, got[i], all[k * total + i]);
+    }
+    snprintf(name, sizeof name, "allgather_%s_%s_n%zu", dtype_name(dt), g->name, n);
+    verdict(t, name, ok, why);
+    expect = ring_bytes(gn, total * es, 0);
+    snprintf(name, sizeof name, "allgather_%s_%s_n%zu_bytes", dtype_name(dt), g->name, n);
+    snprintf(why, sizeof why, "counted %llu, expected %llu", (unsigned long long)comm_bytes_sent(g->c, COLL_ALLGATHER),
+             (unsigned long long)expect);
+    verdict(t, name, counters_are(g->c, COLL_ALLGATHER, expect), why);
+    be_free(t->be, d);
+
+    // reduce-scatter + all-gather == all-reduce, bitwise, on integer data (exact in any order)
+    for (int k = 0; k < gn; k++) gen(all + (size_t)k * total, total, stream_of(test_id + 1, g->members[k]), dt, 1);
+    memcpy(mine, all + (size_t)gr * total, total * sizeof(float));
+    void* a = dev_from_host(t, mine, total, dt);
+    void* b = dev_from_host(t, mine, total, dt);
+    comm_allreduce_sum(g->c, a, total, dt);
+    comm_reduce_scatter_sum(g->c, (char*)b + (size_t)gr * n * es, b, n, dt);
+    comm_allgather(g->c, b, n, dt);
+    float* got2 = xmalloc(total * sizeof(float));
+    host_from_dev(t, got, a, total, dt);
+    host_from_dev(t, got2, b, total, dt);
+    ok = memcmp(got, got2, total * sizeof(float)) == 0;
+    snprintf(why, sizeof why, "results differ");
+    for (size_t i = 0; i < total && ok; i++) {
+        double s = 0;
+        for (int k = 0; k < gn; k++) s += all[(size_t)k * total + i];
+        ok = got[i] == (float)s;
+        if (!ok) snprintf(why, sizeof why, "element %zu = %.9g, exact sum %.9g", i, got[i], s);
+    }
+    snprintf(name, sizeof name, "reduce_scatter_allgather_eq_allreduce_%s_%s_n%zu", dtype_name(dt), g->name, n);
+    verdict(t, name, ok, why);
+    be_free(t->be, a);
+    be_free(t->be, b);
+    free(got2);
+    free(all);
+    free(got);
+    free(mine);
+}
+
+static void test_broadcast(T* t, Group* g, size_t bytes, int test_id) {
+    int gr = comm_rank(g->c), gn = comm_size(g->c);
+    unsigned char* expect = xmalloc(bytes + 1);
+    unsigned char* got = xmalloc(bytes + 1);
+    void* d = be_malloc(t->be, bytes);
+    // the first and last rank as roots: the same number of checks in every group, whatever its size
+    for (int which = 0; which < 2; which++) {
+        int root = which ? gn - 1 : 0;
+        Rng r = rng_seeded(SEED, stream_of(test_id, g->members[root]));
+        for (size_t i = 0; i < bytes; i++) expect[i] = (unsigned char)(rng_next_u64(&r) | 1);
+        memset(got, gr == root ? 0 : 0xee, bytes);
+        if (gr == root) memcpy(got, expect, bytes);
+        be_upload(t->be, d, got, bytes);
+        comm_reset_bytes(g->c);
+        comm_broadcast(g->c, d, bytes, root);
+        be_download(t->be, got, d, bytes);
+        char name[128];
+        snprintf(name, sizeof name, "broadcast_%s_root%s_%zub", g->name, which ? "last" : "first", bytes);
+        verdict(t, name, memcmp(got, expect, bytes) == 0, "data differs from the root's");
+        snprintf(name, sizeof name, "broadcast_%s_root%s_%zub_bytes", g->name, which ? "last" : "first", bytes);
+        verdict(t, name, counters_are(g->c, COLL_BROADCAST, gr == root && gn > 1 ? bytes : 0), "wrong count");
+    }
+    be_free(t->be, d);
+    free(got);
+    free(expect);
+}
+
+// Every rank sends two messages to its successor before receiving from its predecessor, and receives them
+// in the opposite order of their tags: only buffered sends get through this without deadlock.
+static void test_ring(T* t, size_t bytes) {
+    if (t->size < 2) return;
+    int next = (t->rank + 1) % t->size, prev = (t->rank + t->size - 1) % t->size;
+    size_t n = bytes / 4;
+    float *x = xmalloc(bytes), *y = xmalloc(bytes), *e = xmalloc(bytes);
+    comm_reset_bytes(t->world);
+    void* d1 = be_malloc(t->be, bytes);
+    void* d2 = be_malloc(t->be, bytes);
+    gen(x, n, stream_of(90, t->rank), DT_FP32, 0);
+    be_upload(t->be, d1, x, bytes);
+    comm_send(t->world, d1, bytes, next, 1);
+    gen(x, n, stream_of(91, t->rank), DT_FP32, 0);
+    be_upload(t->be, d1, x, bytes);   // the first send must have taken its own copy
+    comm_send(t->world, d1, bytes, next, 2);
+    comm_recv(t->world, d2, bytes, prev, 2);
+    be_download(t->be, y, d2, bytes);
+    gen(e, n, stream_of(91, prev), DT_FP32, 0);
+    int ok = memcmp(y, e, bytes) == 0;
+    comm_recv(t->world, d2, bytes, prev, 1);
+    be_download(t->be, y, d2, bytes);
+    gen(e, n, stream_of(90, prev), DT_FP32, 0);
+    ok &= memcmp(y, e, bytes) == 0;
+    char name[96];
+    snprintf(name, sizeof name, "ring_send_recv_%zub", bytes);
+    verdict(t, name, ok, "received data differs from what the predecessor sent");
+    snprintf(name, sizeof name, "ring_send_recv_%zub_bytes", bytes);
+    verdict(t, name, counters_are(t->world, COLL_SEND, 2 * bytes), "wrong count");
+    be_free(t->be, d1);
+    be_free(t->be, d2);
+    free(x), free(y), free(e);
+}
+
+static void test_host(T* t) {
+    double xs[3] = {t->rank + 0.5, -(double)t->rank, 1e300};
+    comm_allreduce_host_sum(t->world, xs, 2);
+    double n = t->size;
+    verdict(t, "host_allreduce_sum", xs[0] == n * (n - 1) / 2 + 0.5 * n && xs[1] == -n * (n - 1) / 2 && xs[2] == 1e300,
+            "wrong sums");
+    double ys[2] = {t->rank, -(double)t->rank};
+    comm_allreduce_host_max(t->world, ys, 2);
+    verdict(t, "host_allreduce_max", ys[0] == n - 1 && ys[1] == 0, "wrong maxima");
+    comm_reset_bytes(t->world);
+    comm_allreduce_host_sum(t->world, xs, 2);
+    int zero = 1;
+    for (int k = 0; k < NUM_COLLECTIVES; k++) zero &= comm_bytes_sent(t->world, (Collective)k) == 0;
+    verdict(t, "host_allreduce_not_counted", zero, "host reductions were counted");
+}
+
+static void die(T* t, const char* mode) {
+    float x = 1;
+    comm_allreduce_sum(t->world, &x, 1, DT_FP32);   // everyone is up and talking
+    if (t->rank == 1) {
+        if (!strcmp(mode, "abort")) abort();
+        if (!strcmp(mode, "exit3")) exit(3);
+        if (!strcmp(mode, "exit0")) exit(0);
+        if (!strcmp(mode, "fail")) fail("rank 1 gives up (test)");
+        if (!strcmp(mode, "kill")) raise(SIGKILL);
+    }
+    for (;;) comm_allreduce_sum(t->world, &x, 1, DT_FP32);   // waits for rank 1 forever
+}
+
+int main(int argc, char** argv) {
+    T t = {0};
+    t.world = comm_init_world(&argc, &argv);
+    t.rank = comm_rank(t.world);
+    t.size = comm_size(t.world);
+    t.be = backend_create(comm_local_rank(t.world));
+    comm_attach_backend(t.world, t.be);
+    if (argc == 3 && !strcmp(argv[1], "--die")) die(&t, argv[2]);
+    if (argc != 1) fail("usage: test_comm [--die abort|exit3|exit0|fail|kill]");
+
+    verdict(&t, "world_rank_size", t.rank >= 0 && t.rank < t.size, "rank outside [0, size)");
+    // mpirun starts every rank on this host in rank order
+    verdict(&t, "local_rank_is_world_rank_on_one_host", comm_local_rank(t.world) == t.rank, "local rank differs");
+
+    Group groups[3];
+    groups[0] = (Group){.c = t.world, .name = "world", .n = t.size};
+    for (int k = 0; k < t.size; k++) groups[0].members[k] = k;
+    // even/odd ranks, and the world in reverse order (the key decides the order)
+    groups[1] = (Group){.c = comm_split(t.world, t.rank % 2, t.rank), .name = "evenodd"};
+    for (int k = t.rank % 2; k < t.size; k += 2) groups[1].members[groups[1].n++] = k;
+    groups[2] = (Group){.c = comm_split(t.world, 0, -t.rank), .name = "reversed", .n = t.size};
+    for (int k = 0; k < t.size; k++) groups[2].members[k] = t.size - 1 - k;
+    for (int i = 0; i < 3; i++) {
+        int r = comm_rank(groups[i].c), ok = comm_size(groups[i].c) == groups[i].n && groups[i].members[r] == t.rank;
+        char name[64];
+        snprintf(name, sizeof name, "split_%s_rank_size", groups[i].name);
+        verdict(&t, name, ok, "group rank/size do not follow color and key");
+    }
+
+    int test_id = 0;
+    const size_t sizes[] = {1, 1031};
+    for (int gi = 0; gi < 3; gi++)
+        for (int dt = DT_FP32; dt <= DT_FP16; dt++)
+            for (size_t si = 0; si < 2; si++) {
+                // the world's counters must not see a sub-group's traffic
+                comm_reset_bytes(t.world);
+                test_reductions(&t, &groups[gi], (DType)dt, sizes[si], test_id += 2);
+                if (gi != 0) {
+                    int zero = 1;
+                    for (int k = 0; k < NUM_COLLECTIVES; k++) zero &= comm_bytes_sent(t.world, (Collective)k) == 0;
+                    char name[96];
+                    snprintf(name, sizeof name, "world_counters_ignore_%s_%s_n%zu", groups[gi].name, dtype_name((DType)dt),
+                             sizes[si]);
+                    verdict(&t, name, zero, "world counted sub-group bytes");
+                }
+            }
+    for (int gi = 0; gi < 3; gi++) test_broadcast(&t, &groups[gi], 1000, ++test_id);
+    test_ring(&t, 64);
+    test_ring(&t, 1u << 20);   // beyond any eager limit (rendezvous protocol)
+    test_host(&t);
+
+    comm_free(groups[1].c);
+    comm_free(groups[2].c);
+    int failed = t.st.failed;
+    if (t.rank == 0) printf("# test_comm: %d ranks, %d checks, %d failed\n", t.size, t.st.passed + t.st.failed, failed);
+    backend_destroy(t.be);
+    comm_finalize(t.world);
+    return failed ? 1 : 0;
+}
