@@ -1,0 +1,125 @@
+#!/usr/bin/python3
+"""Plots training runs from their log.jsonl files: loss (train and validation) above, tokens/s below.
+
+    scripts/plot.py out/run1/log.jsonl [out/run2/log.jsonl ...] -o loss.png
+
+Each run is named after the directory holding its log. Records with "loss" are training steps, with
+"val_loss" evaluations; everything else (memory, layout, comm_bytes) is ignored. A step logged twice
+(a resumed run redoing steps) keeps its last record. Needs Debian's python3-matplotlib; writes a PNG
+without a display (Agg). Errors: one line on stderr, exit 1.
+"""
+import os
+import sys
+
+# scripts/tokenize.py would shadow the standard library's tokenize (matplotlib reaches it through
+# linecache), because Python puts this script's directory first on the path.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import re  # noqa: E402
+
+# The C logger prints non-finite floats with %g ("nan", "-inf"), which JSON lacks; a diverging run is
+# exactly the one worth plotting, so map them to the spellings Python's json accepts.
+NONFINITE = re.compile(r'(?<=[:\[,]) *(-?)(nan|inf)\b', re.IGNORECASE)
+
+
+def die(msg):
+    print("error: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def run_name(path, taken):
+    d = os.path.dirname(os.path.abspath(path))
+    name = os.path.basename(d) or d
+    parent = os.path.dirname(d)
+    while name in taken and parent not in ("", "/"):   # two runs called "run1": prefix their parents
+        name = os.path.basename(parent) + "/" + name
+        parent = os.path.dirname(parent)
+    return name if name not in taken else path
+
+
+def read_log(path):
+    """{step: (loss, tok_s)}, {step: val_loss} from one log."""
+    train, val = {}, {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except (OSError, UnicodeDecodeError) as e:
+        die("cannot read %s: %s" % (path, e.strerror if isinstance(e, OSError) and e.strerror else e))
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        text = NONFINITE.sub(lambda m: " " + ("-Infinity" if m.group(2).lower() == "inf" and m.group(1) else
+                                                 "Infinity" if m.group(2).lower() == "inf" else "NaN"), line)
+        try:
+            rec = json.loads(text)
+        except ValueError:
+            if i == len(lines):   # a last line without its newline: the run is still writing it
+                continue
+            die("%s:%d is not a JSON object: %.60s" % (path, i, line))
+        if not isinstance(rec, dict) or "step" not in rec:
+            continue
+        try:
+            step = int(rec["step"])
+            if "loss" in rec:
+                tok_s = rec.get("tok_s")
+                train[step] = (float(rec["loss"]), float(tok_s) if tok_s is not None else math.nan)
+            elif "val_loss" in rec:
+                val[step] = float(rec["val_loss"])
+        except (TypeError, ValueError):
+            die("%s:%d has a non-numeric step, loss or tok_s" % (path, i))
+    if not train:
+        die("%s has no training steps (no record with \"loss\")" % path)
+    return train, val
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Plot train/validation loss and tokens/s of runs' log.jsonl files.")
+    ap.add_argument("logs", nargs="+", metavar="LOG", help="a run's log.jsonl (the run is named after its directory)")
+    ap.add_argument("-o", "--output", default="loss.png", help="PNG to write (default loss.png)")
+    ap.add_argument("--title", default=None, help="figure title")
+    args = ap.parse_args()
+
+    runs, taken = [], set()
+    for path in args.logs:
+        name = run_name(path, taken)
+        taken.add(name)
+        runs.append((name,) + read_log(path))
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        die("matplotlib is missing (Debian package python3-matplotlib): %s" % e)
+
+    fig, (ax_loss, ax_tok) = plt.subplots(2, 1, figsize=(10, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    for i, (name, train, val) in enumerate(runs):
+        color = "C%d" % (i % 10)
+        steps = sorted(train)
+        ax_loss.plot(steps, [train[s][0] for s in steps], color=color, lw=1.2, label=name + " train")
+        if val:
+            vs = sorted(val)
+            ax_loss.plot(vs, [val[s] for s in vs], color=color, ls="--", marker="o", ms=3, lw=1.2,
+                         label=name + " val")
+        ax_tok.plot(steps, [train[s][1] for s in steps], color=color, lw=1.0, label=name)
+    ax_loss.set_ylabel("loss")
+    ax_loss.grid(alpha=0.3)
+    ax_loss.legend(fontsize=8)
+    ax_tok.set_ylabel("tokens/s")
+    ax_tok.set_xlabel("step")
+    ax_tok.grid(alpha=0.3)
+    ax_tok.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
+    fig.suptitle(args.title or ", ".join(name for name, _, _ in runs))
+    fig.tight_layout()
+    try:
+        fig.savefig(args.output, dpi=100)
+    except OSError as e:
+        die("cannot write %s: %s" % (args.output, e.strerror or e))
+
+
+if __name__ == "__main__":
+    main()
