@@ -64,7 +64,7 @@ for r in $READERS; do
 done
 wait
 
-stat() { sed -n "s/^$2 *: *//p" "$FB/out/$1/default/fuzzer_stats" 2>/dev/null; }
+afl_stat() { sed -n "s/^$2 *: *//p" "$FB/out/$1/default/fuzzer_stats" 2>/dev/null; }
 for r in $READERS; do
     if [ ! -f "$FB/out/$r/default/fuzzer_stats" ]; then
         t_fail "fuzz_$r" "afl-fuzz did not run (exit $(cat "$FB/out/$r.rc")): $(grep -m1 -E 'PROGRAM ABORT|ERROR' "$FB/out/$r.log")"
@@ -72,8 +72,8 @@ for r in $READERS; do
     fi
     crashes=$(find "$FB/out/$r/default/crashes" -name 'id:*' | wc -l)
     hangs=$(find "$FB/out/$r/default/hangs" -name 'id:*' | wc -l)
-    echo "# fuzz $r: $(stat "$r" execs_done) inputs in $(stat "$r" run_time) s, $(stat "$r" corpus_count) in corpus," \
-         "$(stat "$r" bitmap_cvg) coverage, $crashes crashes, $hangs hangs"
+    echo "# fuzz $r: $(afl_stat "$r" execs_done) inputs in $(afl_stat "$r" run_time) s, $(afl_stat "$r" corpus_count) in corpus," \
+         "$(afl_stat "$r" bitmap_cvg) coverage, $crashes crashes, $hangs hangs"
     if [ "$crashes" -eq 0 ] && [ "$hangs" -eq 0 ]; then
         t_ok "fuzz_$r"
     else
