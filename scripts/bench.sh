@@ -2,7 +2,8 @@
 # `make bench`: train_gpt's throughput, MFU and peak memory for GPT-2 124M (d12) and 350M (d24) at T=1024,
 # next to the PyTorch reference (torch.compile, fused attention) on the same GPU in the same run.
 # MFU counts 6N + 12·L·C·T FLOPs per token against the GPU's dense bf16 peak (H100/H200: 989 TFLOP/s).
-# Writes a table to $BENCH_REPORT (default build/bench_report.md). Without a GPU (or with --dry-run) it
+# Writes a table to $BENCH_REPORT (default build/bench_report.md). BENCH_CASES="model B,..." and
+# BENCH_STEPS choose the runs. Without a GPU (or with --dry-run) it
 # runs tiny shapes with train_gpt_cpu, to prove the script end to end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,7 @@ if [ "${1:-}" = "--dry-run" ] || ! command -v nvidia-smi >/dev/null 2>&1; then
     BIN=./train_gpt_cpu; T=64; CASES=("L2C64H4T64 2"); DEVICE=cpu; REF_FLAGS=(--dtype float32); STEPS=6
 else
     BIN=./train_gpt; T=1024; CASES=("d12 16" "d24 8"); DEVICE=cuda; REF_FLAGS=(--dtype bfloat16 --compile)
+    [ -n "${BENCH_CASES:-}" ] && IFS=, read -ra CASES <<< "$BENCH_CASES"   # e.g. BENCH_CASES="d12 16,d48 4"
 fi
 $PY scripts/make_shard.py -o "$W/data.bin" -n 4000000 -V 50257 --seed 11 >/dev/null
 rows=()

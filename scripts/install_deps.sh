@@ -4,7 +4,7 @@
 #   install_deps.sh test   what `make test` needs besides (PyTorch for the reference model, OpenMPI)
 set -euo pipefail
 want=(build-essential python3 python3-numpy python3-regex bible-kjv openmpi-bin libopenmpi-dev)
-[ "${1:-run}" = test ] && want+=(python3-torch openmpi-bin libopenmpi-dev)
+[ "${1:-run}" = test ] && want+=(python3-torch python3-matplotlib afl++ clang)
 missing=()
 for p in "${want[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

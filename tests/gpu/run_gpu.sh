@@ -3,7 +3,7 @@
 #   1. every kernel (forward and backward) against its CPU twin, fp32/bf16/fp16 (check_kernels.sh)
 #   2. full training steps of a small model: train_gpt vs train_gpt_cpu from the same model file and data
 #      (fp32: losses, grad norms and step-0 gradients per tensor; bf16: losses within bf16 tolerance)
-#   3. several ranks on one GPU: reported as not built until data parallelism lands (issue 4)
+#   3. 2 and 4 ranks on the one GPU through the MPI backend under -z 0..3, and -r 1..3, against one rank
 #   4. determinism (two bf16 runs, identical bits) and bit-exact resume on the GPU
 #   5. a pass/fail table, written with the device, date and commit to $REPORT (default build/gpu_report.md)
 # Without a GPU (or with --dry-run) train_gpt_cpu stands in for train_gpt, proving the script end to end.
@@ -54,9 +54,30 @@ check step_fp32_norms_vs_cpu log fp32_norm "$W/gpu32/log.jsonl" "$W/cpu/log.json
 check step_fp32_grads_vs_cpu grads fp32_grads "$W/gpu32/grads0.f32" "$W/cpu/grads0.f32" "$MODEL" --tol 1e-4
 check step_bf16_losses_vs_cpu log bf16_loss "$W/gpu16/log.jsonl" "$W/cpu/log.jsonl" --steps 6 --tol 2e-2
 
-# 3. ranks on one GPU
-echo "skip ranks_on_one_gpu: data parallelism / ZeRO is not built yet (issue 4)"
-ROWS+=("| ranks_on_one_gpu | skip | data parallelism / ZeRO not built yet (issue 4) |")
+# 3. ranks on one GPU (MPI backend, staging through the host) and recompute levels, fp32, against the
+#    single-rank GPU run of the same global batch
+if command -v mpirun >/dev/null 2>&1 && ldd "$GPU" | grep -q libmpi; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    for layout in "2 0" "2 1" "2 2" "2 3" "4 3"; do
+        set -- $layout
+        np=$1 z=$2
+        mpirun --oversubscribe --bind-to none -np "$np" $GPU "${flags[@]}" -ga $((4 / np)) -p fp32 -z "$z" -o "$W/np${np}z$z" \
+            > "$W/np${np}z$z.txt" 2>&1 || record "ranks_np${np}_z$z" FAIL "$(grep -m1 error "$W/np${np}z$z.txt")"
+    done
+    $GPU "${flags[@]}" -ga 4 -p fp32 -o "$W/ga4" > /dev/null 2>&1
+    for d in np2z0 np2z1 np2z2 np2z3 np4z3; do
+        check "ranks_${d}_vs_single" log "$d" "$W/$d/log.jsonl" "$W/ga4/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
+    done
+else
+    echo "skip ranks_on_one_gpu: this build has no MPI (mpirun/libmpi not found)"
+    ROWS+=("| ranks_on_one_gpu | skip | no MPI on this machine: built with comm_single.c |")
+fi
+for r in 1 2 3; do
+    $GPU "${flags[@]}" -p fp32 -r $r -o "$W/r$r" > /dev/null 2>&1
+    check "recompute_r${r}_vs_r0" log "r$r" "$W/r$r/log.jsonl" "$W/gpu32/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
+done
+echo "skip pipeline_pp2: pipeline parallelism is not built yet (issue 6)"
+ROWS+=("| pipeline_pp2 | skip | pipeline parallelism not built yet (issue 6) |")
 
 # 4. determinism and resume
 $GPU "${flags[@]}" -p bf16 -o "$W/gpu16b" > "$W/gpu16b.txt" 2>&1
