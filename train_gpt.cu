@@ -17,6 +17,7 @@
 #include "core/common.h"
 #include "core/config.h"
 #include "core/dataloader.h"
+#include "core/estimate.h"
 #include "core/gpt.h"
 #include "core/logger.h"
 #include "core/optimizer.h"
@@ -176,9 +177,14 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     config_parse(cfg, argc, argv);
     GPTShape shape = resolve_shape(cfg);
     resolve_batch(cfg, &shape, tr->ranks);
+    if (!cfg->precision_set) cfg->precision = backend_build_is_gpu() ? DT_BF16 : DT_FP32;
+    if (cfg->estimate) {   // before any allocation, data or device
+        if (is_root(tr)) print_memory_plan(cfg, &shape, cfg->plan_ranks ? cfg->plan_ranks : tr->ranks);
+        comm_finalize(tr->world);
+        exit(0);
+    }
     tr->be = backend_create(comm_local_rank(tr->world));
     comm_attach_backend(tr->world, tr->be);
-    if (!cfg->precision_set) cfg->precision = backend_is_gpu(tr->be) ? DT_BF16 : DT_FP32;
 
     int N = cfg->B * cfg->T;
     tr->train = dataloader_open(cfg->train_pattern, cfg->B, cfg->T, tr->rank, tr->ranks, cfg->shuffle, cfg->seed, shape.V);

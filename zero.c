@@ -51,12 +51,13 @@ static void allocate_params(Zero* z, Backend* be, MemLedger* mem) {
     z->resident[1] = mem_alloc(be, mem, MEM_PARAMS, unit(z, final_unit(z))->padded * x);
 }
 
-void zero_create(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, int stage, Comm* dp, DType dt) {
+static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, int stage, Comm* dp, int rank,
+                      int size, DType dt) {
     memset(z, 0, sizeof(*z));
     z->stage = stage;
     z->dp = dp;
-    z->rank = dp ? comm_rank(dp) : 0;
-    z->size = dp ? comm_size(dp) : 1;
+    z->rank = rank;
+    z->size = size;
     z->dt = dt;
     z->lay = lay;
     size_t off = 0;
@@ -70,6 +71,15 @@ void zero_create(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, i
     allocate_params(z, be, mem);
     allocate_grads(z, be, mem);
     z->norm_acc = (float*)mem_alloc(be, mem, MEM_GRADS, sizeof(float));
+}
+
+void zero_create(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, int stage, Comm* dp, DType dt) {
+    zero_init(z, be, mem, lay, stage, dp, dp ? comm_rank(dp) : 0, dp ? comm_size(dp) : 1, dt);
+}
+
+void zero_plan(MemLedger* mem, const ParamLayout* lay, int stage, int size, DType dt) {
+    Zero z;
+    zero_init(&z, NULL, mem, lay, stage, NULL, 0, size, dt);
 }
 
 void zero_destroy(Zero* z, Backend* be) {

@@ -53,6 +53,8 @@ static inline size_t zero_pad_multiple(int size) { return (size_t)64 * (size_t)s
 
 void zero_create(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, int stage, Comm* dp, DType dt);
 void zero_destroy(Zero* z, Backend* be);
+// The bytes per category zero_create would allocate on each of `size` ranks, without allocating.
+void zero_plan(MemLedger* mem, const ParamLayout* lay, int stage, int size, DType dt);
 
 // Walk interface (gpt.c). Pointers are unit bases: tensor t of unit u lives at base + (t.offset - u.offset).
 void* zero_params(Zero* z, Backend* be, int unit);

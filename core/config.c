@@ -42,6 +42,10 @@ void config_usage(const char* prog) {
            "  -z N      ZeRO stage 0..3 (default 0)\n"
            "  -pp N     pipeline stages (default 1)\n"
            "  -r N      activation recompute: 0 keep all, 1 GELU, 2 + attention and LayerNorms, 3 whole blocks (default 0)\n"
+           "planning\n"
+           "  --estimate print each rank's memory per category (and a table across ZeRO stages and world sizes)\n"
+           "            for these flags without allocating anything, then exit\n"
+           "  -w N      world size for --estimate (default: the ranks it is launched on)\n"
            "testing\n"
            "  -dump DIR write step 0's logits and gradients (fp32) for comparison with scripts/reference.py\n"
            "  -h        this help\n",
@@ -117,6 +121,7 @@ static void parse_one(Config* c, const char* f, const char* v) {
     else if (!strcmp(f, "-z")) c->zero_stage = (int)parse_int(f, v, 0, 3);
     else if (!strcmp(f, "-pp")) c->pipeline_stages = (int)parse_int(f, v, 1, 1024);
     else if (!strcmp(f, "-r")) c->recompute = (int)parse_int(f, v, 0, 3);
+    else if (!strcmp(f, "-w")) c->plan_ranks = (int)parse_int(f, v, 1, 1 << 20);
     else if (!strcmp(f, "-k")) {
         if (!strcmp(v, "cosine")) c->schedule = LR_COSINE;
         else if (!strcmp(v, "linear")) c->schedule = LR_LINEAR;
@@ -137,6 +142,11 @@ void config_parse(Config* c, int argc, char** argv) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             config_usage(argv[0]);
             exit(0);
+        }
+        if (!strcmp(argv[i], "--estimate")) {   // the one flag without a value
+            c->estimate = 1;
+            i--;
+            continue;
         }
         if (argv[i][0] != '-') fail("expected a flag, got '%s' (see -h)", argv[i]);
         if (i + 1 >= argc) fail("flag %s needs a value (see -h)", argv[i]);

@@ -43,6 +43,9 @@ typedef struct {
     int zero_stage;              // -z
     int pipeline_stages;         // -pp
     int recompute;               // -r
+    // planning
+    int estimate;                // --estimate: print the memory plan and exit
+    int plan_ranks;              // -w: world size to plan for (default: the launched world)
 } Config;
 
 // Parses argv into cfg. Prints usage and exits 0 on -h.

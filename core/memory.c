@@ -7,9 +7,10 @@ static const char* const CATEGORY_NAMES[NUM_MEM_CATEGORIES] = {
 const char* mem_category_name(MemCategory c) { return CATEGORY_NAMES[c]; }
 
 void* mem_alloc(Backend* be, MemLedger* ledger, MemCategory c, size_t bytes) {
+    ledger->bytes[c] += bytes;
+    if (!be) return NULL;   // planning (--estimate): the same code path, counting only
     void* p = be_malloc(be, bytes);
     be_memset0(be, p, bytes);
-    ledger->bytes[c] += bytes;
     return p;
 }
 

@@ -20,6 +20,7 @@ typedef struct {
 } MemLedger;
 
 const char* mem_category_name(MemCategory c);
-// be_malloc + charge; zero-filled so no stale memory is ever read.
+// be_malloc + charge; zero-filled so no stale memory is ever read. With be == NULL it only charges the
+// ledger and returns NULL: --estimate runs the real allocation code without allocating.
 void* mem_alloc(Backend* be, MemLedger* ledger, MemCategory c, size_t bytes);
 size_t mem_total(const MemLedger* ledger);

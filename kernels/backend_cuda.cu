@@ -188,3 +188,5 @@ extern "C" void convert(Backend* be, void* dst, DType dst_dt, const void* src, D
 #include "kernels/gelu.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/adamw.cuh"
+
+int backend_build_is_gpu(void) { return 1; }

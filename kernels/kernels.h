@@ -33,6 +33,7 @@ Backend* backend_create(int local_rank);   // GPU: device local_rank % device co
 void backend_destroy(Backend* be);
 const char* backend_device_name(const Backend* be);   // "cpu" or e.g. "NVIDIA H100 80GB HBM3"
 int backend_is_gpu(const Backend* be);
+int backend_build_is_gpu(void);   // the same, known before any backend exists (this binary's build)
 
 void* be_malloc(Backend* be, size_t bytes);            // fails (one-line error, exit 1) when out of memory
 void be_free(Backend* be, void* p);
