@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -20,6 +21,7 @@
 #include "core/estimate.h"
 #include "core/gpt.h"
 #include "core/logger.h"
+#include "core/loss_scale.h"
 #include "core/optimizer.h"
 #include "core/rng.h"
 #include "core/tokenizer.h"
@@ -39,6 +41,8 @@ typedef struct {
     Tokenizer* tokenizer;   // NULL without a tokenizer file: samples print token ids
     Logger log;
     int first_step;         // 0, or the step a resumed run continues from
+    LossScaler scaler;      // fp16: dynamic loss scale; otherwise a scale of 1
+    int nonfinite_run;      // non-finite steps in a row (the -nf limit)
     int max_steps;
     int val_batches;
     int* inputs;            // (B*T) host
@@ -56,6 +60,32 @@ static long long tokens_per_step(const Trainer* tr) {
 }
 
 static int is_root(const Trainer* tr) { return tr->rank == 0; }
+
+// A double as JSON: non-finite values (a skipped step's loss or norm) become null, which JSON can express.
+static const char* json_number(char* buf, size_t size, double x) {
+    if (isfinite(x)) snprintf(buf, size, "%.9g", x);
+    else snprintf(buf, size, "null");
+    return buf;
+}
+
+// Preemption (SIGTERM from a scheduler, SIGINT from a terminal) is blocked from the start and polled between
+// steps, so there is no signal handler and no global flag; the ranks agree through an all-reduce, finish the
+// step, checkpoint and exit 0 together. (kill -9 still stops a run at once.)
+static void block_stop_signals(void) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    if (sigprocmask(SIG_BLOCK, &set, NULL) != 0) fail("cannot block SIGTERM/SIGINT: %s", strerror(errno));
+}
+
+static int stop_requested(Trainer* tr) {
+    sigset_t pending;
+    if (sigpending(&pending) != 0) fail("sigpending failed: %s", strerror(errno));
+    double stop = sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1;
+    comm_allreduce_host_max(tr->world, &stop, 1);
+    return stop > 0.0;
+}
 
 // ---------------------------------------------------------------------------------------------------
 // Set-up.
@@ -159,6 +189,11 @@ static void load_or_init_model(Trainer* tr) {
         if (info.seed != tr->cfg.seed) fail("checkpoint %s was written with -seed %llu; this run has %llu", dir, info.seed,
                                             (unsigned long long)tr->cfg.seed);
         tr->first_step = info.step;
+        if (tr->scaler.dynamic) {
+            tr->scaler.scale = info.scaler.scale;
+            tr->scaler.clean_steps = info.scaler.clean_steps;
+            tr->scaler.overflows_left = info.scaler.overflows_left;
+        }
         if (is_root(tr)) printf("resumed from %s at step %d (written by %d data-parallel ranks)\n", dir, info.step, info.dp);
         return;
     }
@@ -170,6 +205,7 @@ static void load_or_init_model(Trainer* tr) {
 
 static void trainer_setup(Trainer* tr, int argc, char** argv) {
     memset(tr, 0, sizeof(*tr));
+    block_stop_signals();   // before MPI and OpenMP start threads, which inherit the mask
     tr->world = comm_init_world(&argc, &argv);
     tr->rank = comm_rank(tr->world);
     tr->ranks = comm_size(tr->world);
@@ -205,6 +241,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     gpt_create(&tr->gpt, tr->be, &tr->mem, tr->layout, &tr->zero, cfg->precision, cfg->B, cfg->T, cfg->recompute);
     tr->inputs = (int*)xmalloc((size_t)N * sizeof(int));
     tr->targets = (int*)xmalloc((size_t)N * sizeof(int));
+    tr->scaler = loss_scaler_init(cfg->precision == DT_FP16, cfg->loss_scale);
     load_or_init_model(tr);
     if (is_root(tr)) logger_open(&tr->log, cfg->out_dir, tr->first_step);
     if (is_root(tr))
@@ -318,8 +355,10 @@ static void dump_step0(Trainer* tr, const float* logits, double loss) {
 }
 
 typedef struct {
-    double loss, grad_norm;
+    double loss, grad_norm;   // grad_norm: of the unscaled gradients
     float lr;
+    float loss_scale;         // the scale this step used
+    int skipped;              // non-finite loss or gradients: no update on any rank
 } StepResult;
 
 static StepResult train_step(Trainer* tr, int step) {
@@ -328,9 +367,10 @@ static StepResult train_step(Trainer* tr, int step) {
     int dump = cfg->dump_dir && step == 0;
     double tokens = (double)cfg->B * cfg->T * cfg->grad_accum * tr->ranks;
     float* logits = dump && is_root(tr) ? (float*)xmalloc((size_t)cfg->B * cfg->T * g->shape.V * sizeof(float)) : NULL;
-    // Every token of the global batch enters with weight 1/tokens: the summed gradient is that of the mean loss.
-    float dloss = (float)(1.0 / tokens);
-    StepResult r = {0.0, 0.0, config_lr_at(cfg, step, tr->max_steps)};
+    // Every token of the global batch enters with weight 1/tokens: the summed gradient is that of the mean
+    // loss (times the loss scale, which the optimizer divides back out).
+    float dloss = (float)(tr->scaler.scale / tokens);
+    StepResult r = {0.0, 0.0, config_lr_at(cfg, step, tr->max_steps), tr->scaler.scale, 0};
     zero_begin_step(&tr->zero, tr->be);
     for (int micro = 0; micro < cfg->grad_accum; micro++) {
         dataloader_batch(tr->train, step, cfg->grad_accum, micro, tr->inputs, tr->targets);
@@ -342,10 +382,15 @@ static StepResult train_step(Trainer* tr, int step) {
     zero_reduce_grads(&tr->zero, tr->be);
     if (dump) dump_step0(tr, logits, r.loss);
     free(logits);
-    r.grad_norm = grad_global_norm(&tr->zero, tr->be);
-    OptimizerStep o = {r.lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, step, cfg->seed};
-    adamw_step(&tr->zero, tr->be, &o, grad_clip_scale(r.grad_norm, cfg->grad_clip));
-    zero_after_update(&tr->zero, tr->be);
+    r.grad_norm = grad_global_norm(&tr->zero, tr->be) / r.loss_scale;
+    // The loss and the norm are all-reduced, so every rank reaches the same verdict.
+    r.skipped = !isfinite(r.loss) || !isfinite(r.grad_norm);
+    loss_scaler_update(&tr->scaler, r.skipped);
+    if (!r.skipped) {
+        OptimizerStep o = {r.lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, step, cfg->seed};
+        adamw_step(&tr->zero, tr->be, &o, grad_clip_scale(r.grad_norm, cfg->grad_clip) / r.loss_scale);
+        zero_after_update(&tr->zero, tr->be);
+    }
     be_synchronize(tr->be);
     return r;
 }
@@ -372,18 +417,41 @@ static void report_step(Trainer* tr, int step, const StepResult* r, double secon
     double eta = *avg_seconds * (tr->max_steps - step - 1);
     double peak = peak_flops(tr->be), mfu = peak > 0.0 ? tok_s * flops_per_token(tr) / peak : 0.0;
     double peak_mib = (double)be_peak_bytes(tr->be) / (1 << 20);
-    char mfu_text[32] = "";
+    char mfu_text[32] = "", extra[96] = "";
     if (peak > 0.0) snprintf(mfu_text, sizeof(mfu_text), " | mfu %.1f%%", 100.0 * mfu);
+    if (tr->scaler.dynamic) snprintf(extra, sizeof(extra), ", \"loss_scale\": %.9g", r->loss_scale);
+    if (r->skipped) {
+        size_t n = strlen(extra);
+        snprintf(extra + n, sizeof(extra) - n, ", \"skipped\": 1");
+        printf("step %5d/%d | non-finite loss or gradients (loss %g, norm %g): update skipped on every rank\n", step + 1,
+               tr->max_steps, r->loss, r->grad_norm);
+    }
     printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s | mem %.0f MiB | eta %.0fs\n", step + 1,
            tr->max_steps, r->loss, r->lr, r->grad_norm, seconds * 1e3, tok_s, mfu_text, peak_mib, eta);
     fflush(stdout);
+    char loss[32], norm[32];
     logger_line(&tr->log,
-                "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"dt_ms\": %.3f, \"tok_s\": %.1f, "
-                "\"mfu\": %.4f, \"peak_mem\": %zu}",
-                step, r->loss, r->lr, r->grad_norm, seconds * 1e3, tok_s, mfu, be_peak_bytes(tr->be));
+                "{\"step\": %d, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, \"dt_ms\": %.3f, \"tok_s\": %.1f, "
+                "\"mfu\": %.4f, \"peak_mem\": %zu%s}",
+                step, json_number(loss, sizeof(loss), r->loss), r->lr, json_number(norm, sizeof(norm), r->grad_norm),
+                seconds * 1e3, tok_s, mfu, be_peak_bytes(tr->be), extra);
+}
+
+// Skipped steps in a row end the run once they cannot be an fp16 overflow the loss scale will absorb.
+static void check_nonfinite(Trainer* tr, int step, const StepResult* r) {
+    int counts = r->skipped && (!tr->scaler.dynamic || r->loss_scale <= tr->scaler.min_scale);
+    tr->nonfinite_run = counts ? tr->nonfinite_run + 1 : r->skipped ? tr->nonfinite_run : 0;
+    if (tr->nonfinite_run >= tr->cfg.max_nonfinite)
+        fail("%d non-finite steps in a row (the last at step %d, loss %g, gradient norm %g); stopping (-nf %d)",
+             tr->nonfinite_run, step, r->loss, r->grad_norm, tr->cfg.max_nonfinite);
 }
 
 static int due(int every, int step, int last) { return every > 0 && (step % every == 0 || last); }
+
+static void save_checkpoint(Trainer* tr, int step) {
+    CheckpointInfo info = {step, tokens_per_step(tr), tr->cfg.seed, tr->ranks, tr->scaler};
+    checkpoint_save(&tr->zero, tr->be, tr->world, &tr->cfg, &info);
+}
 
 int main(int argc, char** argv) {
     Trainer tr;
@@ -393,14 +461,18 @@ int main(int argc, char** argv) {
         int last = step == tr.max_steps;
         if (tr.val && due(tr.cfg.val_every, step, last)) validate(&tr, step);
         if (due(tr.cfg.sample_every, step, last) && step > tr.first_step) sample(&tr, step);
-        if (tr.cfg.out_dir && (last || (step > tr.first_step && due(tr.cfg.ckpt_every, step, 0)))) {
-            CheckpointInfo info = {step, tokens_per_step(&tr), tr.cfg.seed, tr.ranks};
-            checkpoint_save(&tr.zero, tr.be, tr.world, &tr.cfg, &info);
-        }
+        if (tr.cfg.out_dir && (last || (step > tr.first_step && due(tr.cfg.ckpt_every, step, 0)))) save_checkpoint(&tr, step);
         if (last) break;
         double t0 = now_seconds();
         StepResult r = train_step(&tr, step);
         report_step(&tr, step, &r, now_seconds() - t0, &avg_seconds);
+        check_nonfinite(&tr, step, &r);
+        if (stop_requested(&tr)) {
+            if (tr.cfg.out_dir) save_checkpoint(&tr, step + 1);
+            if (is_root(&tr))
+                printf("stopped by a signal after step %d%s\n", step + 1, tr.cfg.out_dir ? "; checkpoint written, resume with -y 1" : " (no -o: nothing saved)");
+            break;
+        }
     }
     trainer_teardown(&tr);
     return 0;

@@ -250,6 +250,8 @@ static void write_manifest(const char* path, Zero* z, const Config* cfg, const C
     const GPTShape* s = &z->lay->shape;
     fprintf(f, "{\"step\": %d, \"tokens_per_step\": %lld, \"seed\": %llu, \"dp\": %d,\n", info->step,
             info->tokens_per_step, info->seed, z->size);
+    fprintf(f, " \"loss_scale\": %.9g, \"clean_steps\": %d, \"overflows_left\": %d,\n", info->scaler.scale,
+            info->scaler.clean_steps, info->scaler.overflows_left);
     fprintf(f, " \"model\": {\"L\": %d, \"C\": %d, \"NH\": %d, \"V\": %d, \"Vp\": %d, \"maxT\": %d},\n", s->L, s->C,
             s->NH, s->V, s->Vp, s->maxT);
     fprintf(f, " \"batch\": {\"B\": %d, \"T\": %d, \"ga\": %d}, \"precision\": \"%s\",\n", cfg->B, cfg->T,
@@ -317,12 +319,16 @@ int checkpoint_latest(const char* out_dir, char* path, size_t path_size) {
     return best;
 }
 
-static long long json_int(const char* text, const char* key, const char* path) {
+static const char* json_value(const char* text, const char* key, const char* path) {
     char pat[64];
     snprintf(pat, sizeof(pat), "\"%s\":", key);
     const char* p = strstr(text, pat);
     if (!p) fail("%s lacks \"%s\"", path, key);
-    return strtoll(p + strlen(pat), NULL, 10);
+    return p + strlen(pat);
+}
+
+static long long json_int(const char* text, const char* key, const char* path) {
+    return strtoll(json_value(text, key, path), NULL, 10);
 }
 
 void checkpoint_load(Zero* z, Backend* be, const char* dir, CheckpointInfo* info) {
@@ -338,7 +344,11 @@ void checkpoint_load(Zero* z, Backend* be, const char* dir, CheckpointInfo* info
     info->tokens_per_step = json_int(text, "tokens_per_step", p);
     info->seed = (unsigned long long)json_int(text, "seed", p);
     info->dp = (int)json_int(text, "dp", p);
+    info->scaler.scale = strtof(json_value(text, "loss_scale", p), NULL);
+    info->scaler.clean_steps = (int)json_int(text, "clean_steps", p);
+    info->scaler.overflows_left = (int)json_int(text, "overflows_left", p);
     free(text);
+    if (!(info->scaler.scale >= 1.0f)) fail("%s: bad loss scale", p);
     if (info->dp < 1) fail("%s: bad data-parallel size %d", p, info->dp);
     path_join(p, sizeof(p), dir, "model.bin");
     float* flat = model_file_read(z->lay, p);   // checks the shape

@@ -7,6 +7,7 @@
 // temporary name and renamed into place, so a crash mid-write leaves the previous checkpoint intact.
 #pragma once
 #include "config.h"
+#include "loss_scale.h"
 #include "zero.h"
 
 #define MODEL_MAGIC 20240326
@@ -26,6 +27,7 @@ typedef struct {
     long long tokens_per_step;  // B * T * ga * data-parallel ranks
     unsigned long long seed;
     int dp;                     // data-parallel ranks that wrote state files
+    LossScaler scaler;          // fp16 loss-scale state, so a resumed run scales exactly as before
 } CheckpointInfo;
 
 // Collective over `world`: every rank writes its state file, rank 0 the model file and manifest.

@@ -28,6 +28,10 @@ void config_usage(const char* prog) {
            "  -k S      schedule after warm-up: cosine|linear|constant (default cosine)\n"
            "  -c F      AdamW weight decay on 2-D tensors (default 0.0)\n"
            "  -gc F     clip the global gradient norm to F; 0 = off (default 1.0)\n"
+           "  -ls F     initial fp16 loss scale; dynamic: halves after 2 overflows, doubles after 1000 clean\n"
+           "            steps (default 65536)\n"
+           "  -nf N     stop with an error after N non-finite steps in a row; each is skipped on every rank\n"
+           "            (default 5; with fp16, counted once the loss scale is at its minimum 1)\n"
            "evaluation, sampling, checkpoints\n"
            "  -v N      validation loss every N steps; 0 = off (default 20)\n"
            "  -m N      validation batches (default 20)\n"
@@ -38,7 +42,8 @@ void config_usage(const char* prog) {
            "  -sh 0|1   shuffle the training windows each epoch (default 0)\n"
            "  -seed N   random seed for initialization, shuffling and sampling (default 1337)\n"
            "precision and parallelism\n"
-           "  -p P      fp32|bf16|fp16 storage (default fp32 on the CPU build, bf16 on the GPU build)\n"
+           "  -p P      fp32|bf16|fp16 storage, fp32 master weights; fp16 with dynamic loss scaling\n"
+           "            (default fp32 on the CPU build, bf16 on the GPU build)\n"
            "  -z N      ZeRO stage 0..3 (default 0)\n"
            "  -pp N     pipeline stages (default 1)\n"
            "  -r N      activation recompute: 0 keep all, 1 GELU, 2 + attention and LayerNorms, 3 whole blocks (default 0)\n"
@@ -83,6 +88,8 @@ static void set_defaults(Config* c) {
     c->final_lr_frac = 1.0f;
     c->schedule = LR_COSINE;
     c->grad_clip = 1.0f;
+    c->loss_scale = 65536.0f;
+    c->max_nonfinite = 5;
     c->val_every = 20;
     c->val_batches = 20;
     c->sample_every = 20;
@@ -110,6 +117,8 @@ static void parse_one(Config* c, const char* f, const char* v) {
     else if (!strcmp(f, "-q")) c->final_lr_frac = parse_float(f, v, 0.0, 1.0);
     else if (!strcmp(f, "-c")) c->weight_decay = parse_float(f, v, 0.0, 10.0);
     else if (!strcmp(f, "-gc")) c->grad_clip = parse_float(f, v, 0.0, 1e9);
+    else if (!strcmp(f, "-ls")) c->loss_scale = parse_float(f, v, 1.0, 1e30);
+    else if (!strcmp(f, "-nf")) c->max_nonfinite = (int)parse_int(f, v, 1, 1 << 30);
     else if (!strcmp(f, "-v")) c->val_every = (int)parse_int(f, v, 0, 1 << 30);
     else if (!strcmp(f, "-m")) c->val_batches = (int)parse_int(f, v, 1, 1 << 30);
     else if (!strcmp(f, "-s")) c->sample_every = (int)parse_int(f, v, 0, 1 << 30);
@@ -154,7 +163,6 @@ void config_parse(Config* c, int argc, char** argv) {
     }
     // Pipelines land with their own issue; until then asking for them is an error.
     if (c->pipeline_stages != 1) fail("-pp %d: pipeline parallelism is not yet supported", c->pipeline_stages);
-    if (c->precision_set && c->precision == DT_FP16) fail("-p fp16: fp16 with loss scaling is not yet supported");
     if (c->resume && !c->out_dir) fail("-y 1 needs -o DIR to resume from");
 }
 

@@ -28,6 +28,8 @@ typedef struct {
     LrSchedule schedule;         // -k
     float weight_decay;          // -c
     float grad_clip;             // -gc (0: off)
+    float loss_scale;            // -ls initial fp16 loss scale
+    int max_nonfinite;           // -nf stop after this many non-finite steps in a row
     // evaluation, sampling, checkpoints
     int val_every;               // -v (0: off)
     int val_batches;             // -m

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Faults and precision: fp16 with dynamic loss scaling trains like fp32; an overflow skips the step on every
+# rank and the scale follows its state machine; non-finite steps stop the run after -nf in a row; SIGTERM
+# finishes the step, checkpoints and exits 0 on every rank, and the resumed run ends bit-identical to an
+# uninterrupted one; a rank killed with -9 ends the whole job instead of hanging.
+source "$(dirname "$0")/lib.sh"
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+$PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 512 --seed 4 >/dev/null
+base=(-e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -s 0 -v 0 -l 1e-3)
+have_mpi=0
+command -v mpirun >/dev/null 2>&1 && ldd ./train_gpt_cpu | grep -q libmpi && have_mpi=1
+MPIRUN=(mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS)
+
+# fp16 follows fp32 (no overflow at the default scale on this model).
+./train_gpt_cpu "${base[@]}" -x 10 -p fp32 -o "$TMP/f32" > /dev/null 2>&1
+./train_gpt_cpu "${base[@]}" -x 10 -p fp16 -o "$TMP/f16" > /dev/null 2>&1
+out=$($PYTHON tests/compare.py log fp16_tracks_fp32 "$TMP/f16/log.jsonl" "$TMP/f32/log.jsonl" --steps 10 --tol 5e-3 --key loss)
+echo "$out" | grep -E '^(ok|FAIL) '; echo "$out" | grep -q '^FAIL' && FAILED=1
+
+# An absurd initial scale overflows: skipped steps, the scale halving every second overflow, then training.
+check_scaler() {   # name, log
+    $PYTHON - "$1" "$2" <<'PY'
+import json, sys
+name, path = sys.argv[1], sys.argv[2]
+steps = [json.loads(l) for l in open(path) if '"loss"' in l]
+bad = []
+scale, left = 1e12, 2
+for r in steps:
+    if abs(r["loss_scale"] - scale) > 1e-6 * scale:
+        bad.append("step %d: scale %g, expected %g" % (r["step"], r["loss_scale"], scale))
+        break
+    if r.get("skipped"):
+        left -= 1
+        if left == 0:
+            scale, left = max(scale / 2, 1.0), 2
+skipped = sum(1 for r in steps if r.get("skipped"))
+if not 2 <= skipped < len(steps) - 5:
+    bad.append("%d of %d steps skipped" % (skipped, len(steps)))
+if any(r["grad_norm"] is not None for r in steps if r.get("skipped")):
+    bad.append("a skipped step logged a finite norm")
+print("ok " + name if not bad else "FAIL %s: %s" % (name, "; ".join(bad)))
+sys.exit(1 if bad else 0)
+PY
+    [ $? -eq 0 ] || FAILED=1
+}
+./train_gpt_cpu "${base[@]}" -x 60 -p fp16 -ls 1e12 -o "$TMP/ovf" > /dev/null 2>&1
+check_scaler fp16_overflow_skips_and_rescales "$TMP/ovf/log.jsonl"
+if [ $have_mpi = 1 ]; then   # the verdict is global: both ranks skip together, or ZeRO-2's pieces would diverge
+    "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -b 1 -x 60 -p fp16 -ls 1e12 -z 2 -o "$TMP/ovf2" > /dev/null 2>&1
+    check_scaler fp16_overflow_two_ranks "$TMP/ovf2/log.jsonl"
+fi
+
+# A NaN weight: every step is non-finite; the run stops after -nf 3 with one error line.
+./train_gpt_cpu "${base[@]}" -x 0 -o "$TMP/m" > /dev/null 2>&1
+$PYTHON - "$TMP/m/ckpt_000000/model.bin" "$TMP/nan.bin" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+struct.pack_into("<f", b, 1024 + 4 * 100, float("nan"))   # a wte entry
+open(sys.argv[2], "wb").write(b)
+PY
+./train_gpt_cpu "${base[@]}" -e "$TMP/nan.bin" -x 20 -nf 3 -o "$TMP/nanrun" > "$TMP/nan.txt" 2> "$TMP/nan.err"
+rc=$?
+t_check nonfinite_stops_after_limit "[ $rc -eq 1 ] && [ \$(wc -l < $TMP/nan.err) -eq 1 ] && grep -q '3 non-finite steps in a row' $TMP/nan.err && [ \$(grep -c '\"skipped\": 1' $TMP/nanrun/log.jsonl) -eq 3 ]"
+t_check nonfinite_log_is_json "$PYTHON -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' $TMP/nanrun/log.jsonl"
+
+# SIGTERM to every rank (what a cluster scheduler sends): finish the step, checkpoint, exit 0; resuming to
+# the end gives the bits of an uninterrupted run with the same launch.
+sig=(-x 300 -k constant)
+launch=(./train_gpt_cpu)
+[ $have_mpi = 1 ] && launch=("${MPIRUN[@]}" -np 2 ./train_gpt_cpu) && sig+=(-b 1)
+"${launch[@]}" "${base[@]}" "${sig[@]}" -o "$TMP/whole" > /dev/null 2>&1
+"${launch[@]}" "${base[@]}" "${sig[@]}" -o "$TMP/cut" > "$TMP/cut.txt" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q '"step": 20,' "$TMP/cut/log.jsonl" 2>/dev/null && break; sleep 0.1; done
+pkill -TERM -f "^./train_gpt_cpu .*$TMP/cut"
+wait $pid
+rc=$?
+t_check sigterm_exits_zero "[ $rc -eq 0 ] && grep -q 'stopped by a signal after step' $TMP/cut.txt"
+stop=$(grep -o 'after step [0-9]*' "$TMP/cut.txt" | grep -o '[0-9]*$')
+t_check sigterm_checkpoint_complete "[ -n '$stop' ] && [ '$stop' -lt 300 ] && [ -f $TMP/cut/ckpt_$(printf %06d "${stop:-0}")/DONE ]"
+"${launch[@]}" "${base[@]}" "${sig[@]}" -o "$TMP/cut" -y 1 > "$TMP/cut2.txt" 2>&1
+t_check sigterm_resume_bit_identical "cmp -s $TMP/whole/ckpt_000300/model.bin $TMP/cut/ckpt_000300/model.bin"
+
+# kill -9 of one rank ends the job (no hang).
+if [ $have_mpi = 1 ]; then
+    "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -x 100000 > "$TMP/k9.txt" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do grep -q 'step  *5/' "$TMP/k9.txt" 2>/dev/null && break; sleep 0.1; done
+    victim=$(pgrep -f "train_gpt_cpu.*-x 100000" | tail -1)
+    start=$(date +%s)
+    kill -9 "$victim"
+    timeout 60 tail --pid=$pid -f /dev/null
+    wait $pid
+    rc=$?
+    t_check rank_killed_ends_job "[ $rc -ne 0 ] && [ \$(( \$(date +%s) - start )) -lt 60 ]"
+fi
+t_finish
