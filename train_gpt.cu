@@ -354,11 +354,31 @@ static void dump_step0(Trainer* tr, const float* logits, double loss) {
     free(grads);
 }
 
+// Wall-clock per phase, like DeepSpeed's wall_clock_breakdown. Only on breakdown steps (-lb) does each mark
+// synchronize the device, so other steps keep their asynchrony.
+typedef enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_COMM, PHASE_OPTIMIZER, NUM_PHASES } Phase;
+static const char* const PHASE_NAMES[NUM_PHASES] = {"data", "forward", "backward", "grad_reduce", "optimizer"};
+
+typedef struct {
+    int on;
+    double last;
+    double seconds[NUM_PHASES];
+} PhaseTimer;
+
+static void phase_mark(PhaseTimer* pt, Backend* be, Phase p) {
+    if (!pt->on) return;
+    be_synchronize(be);
+    double now = now_seconds();
+    pt->seconds[p] += now - pt->last;
+    pt->last = now;
+}
+
 typedef struct {
     double loss, grad_norm;   // grad_norm: of the unscaled gradients
     float lr;
     float loss_scale;         // the scale this step used
     int skipped;              // non-finite loss or gradients: no update on any rank
+    PhaseTimer phases;
 } StepResult;
 
 static StepResult train_step(Trainer* tr, int step) {
@@ -370,16 +390,22 @@ static StepResult train_step(Trainer* tr, int step) {
     // Every token of the global batch enters with weight 1/tokens: the summed gradient is that of the mean
     // loss (times the loss scale, which the optimizer divides back out).
     float dloss = (float)(tr->scaler.scale / tokens);
-    StepResult r = {0.0, 0.0, config_lr_at(cfg, step, tr->max_steps), tr->scaler.scale, 0};
+    StepResult r = {0.0, 0.0, config_lr_at(cfg, step, tr->max_steps), tr->scaler.scale, 0, {0, now_seconds(), {0}}};
+    PhaseTimer* pt = &r.phases;
+    pt->on = cfg->breakdown_every > 0 && (step + 1) % cfg->breakdown_every == 0;
     zero_begin_step(&tr->zero, tr->be);
     for (int micro = 0; micro < cfg->grad_accum; micro++) {
         dataloader_batch(tr->train, step, cfg->grad_accum, micro, tr->inputs, tr->targets);
+        phase_mark(pt, tr->be, PHASE_DATA);
         r.loss += gpt_forward(g, tr->be, tr->inputs, tr->targets, dloss, micro == 0 ? logits : NULL);
-        gpt_backward(g, tr->be);
+        phase_mark(pt, tr->be, PHASE_FORWARD);
+        gpt_backward(g, tr->be);   // ZeRO-2/3 reduce-scatters and gathers happen in here
+        phase_mark(pt, tr->be, PHASE_BACKWARD);
     }
     comm_allreduce_host_sum(tr->world, &r.loss, 1);
     r.loss /= tokens;
     zero_reduce_grads(&tr->zero, tr->be);
+    phase_mark(pt, tr->be, PHASE_COMM);
     if (dump) dump_step0(tr, logits, r.loss);
     free(logits);
     r.grad_norm = grad_global_norm(&tr->zero, tr->be) / r.loss_scale;
@@ -392,6 +418,7 @@ static StepResult train_step(Trainer* tr, int step) {
         zero_after_update(&tr->zero, tr->be);
     }
     be_synchronize(tr->be);
+    phase_mark(pt, tr->be, PHASE_OPTIMIZER);
     return r;
 }
 
@@ -409,9 +436,24 @@ static double peak_flops(const Backend* be) {
     return 0.0;
 }
 
+static void report_breakdown(Trainer* tr, int step, const PhaseTimer* pt) {
+    double total = 0.0;
+    char text[256], json[256];
+    int n = 0, m = 0;
+    for (int p = 0; p < NUM_PHASES; p++) total += pt->seconds[p];
+    for (int p = 0; p < NUM_PHASES; p++) {
+        n += snprintf(text + n, sizeof(text) - (size_t)n, " | %s %.1f ms (%.0f%%)", PHASE_NAMES[p], pt->seconds[p] * 1e3,
+                      total > 0.0 ? 100.0 * pt->seconds[p] / total : 0.0);
+        m += snprintf(json + m, sizeof(json) - (size_t)m, "%s\"%s\": %.3f", p ? ", " : "", PHASE_NAMES[p], pt->seconds[p] * 1e3);
+    }
+    printf("step %5d breakdown (synchronized)%s\n", step + 1, text);
+    logger_line(&tr->log, "{\"step\": %d, \"breakdown_ms\": {%s}}", step, json);
+}
+
 static void report_step(Trainer* tr, int step, const StepResult* r, double seconds, double* avg_seconds) {
     log_comm(tr, step);
     if (!is_root(tr)) return;
+    if (r->phases.on) report_breakdown(tr, step, &r->phases);
     double tok_s = (double)tokens_per_step(tr) / seconds;
     *avg_seconds = *avg_seconds <= 0.0 ? seconds : 0.9 * *avg_seconds + 0.1 * seconds;
     double eta = *avg_seconds * (tr->max_steps - step - 1);

@@ -37,6 +37,8 @@ void config_usage(const char* prog) {
            "  -m N      validation batches (default 20)\n"
            "  -s N      sample text every N steps; 0 = off (default 20)\n"
            "  -g N      tokens per sample (default 64)\n"
+           "  -lb N     every N steps, time per phase (data, forward, backward, grad reduce, optimizer),\n"
+           "            synchronizing the device on those steps only; 0 = off (default 0)\n"
            "  -n N      checkpoint every N steps into -o; 0 = only at the end (default 0)\n"
            "  -y 0|1    resume from the newest complete checkpoint in -o (default 0)\n"
            "  -sh 0|1   shuffle the training windows each epoch (default 0)\n"
@@ -122,6 +124,7 @@ static void parse_one(Config* c, const char* f, const char* v) {
     else if (!strcmp(f, "-v")) c->val_every = (int)parse_int(f, v, 0, 1 << 30);
     else if (!strcmp(f, "-m")) c->val_batches = (int)parse_int(f, v, 1, 1 << 30);
     else if (!strcmp(f, "-s")) c->sample_every = (int)parse_int(f, v, 0, 1 << 30);
+    else if (!strcmp(f, "-lb")) c->breakdown_every = (int)parse_int(f, v, 0, 1 << 30);
     else if (!strcmp(f, "-g")) c->gen_tokens = (int)parse_int(f, v, 1, 1 << 20);
     else if (!strcmp(f, "-n")) c->ckpt_every = (int)parse_int(f, v, 0, 1 << 30);
     else if (!strcmp(f, "-y")) c->resume = (int)parse_int(f, v, 0, 1);

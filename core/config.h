@@ -34,6 +34,7 @@ typedef struct {
     int val_every;               // -v (0: off)
     int val_batches;             // -m
     int sample_every;            // -s (0: off)
+    int breakdown_every;         // -lb: time per phase every N steps (0: off)
     int gen_tokens;              // -g
     int ckpt_every;              // -n (0: only at the end)
     int resume;                  // -y
