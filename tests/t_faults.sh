@@ -82,6 +82,21 @@ t_check sigterm_checkpoint_complete "[ -n '$stop' ] && [ '$stop' -lt 300 ] && [ 
 "${launch[@]}" "${base[@]}" "${sig[@]}" -o "$TMP/cut" -y 1 > "$TMP/cut2.txt" 2>&1
 t_check sigterm_resume_bit_identical "cmp -s $TMP/whole/ckpt_000300/model.bin $TMP/cut/ckpt_000300/model.bin"
 
+# A full disk mid-checkpoint (simulated with a 100 MB file-size limit: writes past it fail with EFBIG; the
+# model's 150 MB state file crosses it, MPI's own small files do not): one-line error, non-zero exit, the
+# previous checkpoint intact, and a later resume ends like an uninterrupted run.
+disk=(-e L4C512H8V512T64 -x 4 -n 2)
+./train_gpt_cpu "${base[@]}" "${disk[@]}" -o "$TMP/disk_ref" > /dev/null 2>&1
+./train_gpt_cpu "${base[@]}" "${disk[@]}" -o "$TMP/disk" > /dev/null 2>&1
+rm -rf "$TMP/disk/ckpt_000004"
+( trap '' XFSZ; ulimit -f 102400; exec ./train_gpt_cpu "${base[@]}" "${disk[@]}" -o "$TMP/disk" -y 1 ) > /dev/null 2> "$TMP/disk.err"
+rc=$?
+t_check full_disk_fails_cleanly "[ $rc -eq 1 ] && [ \$(wc -l < $TMP/disk.err) -eq 1 ] && grep -q 'error: write error' $TMP/disk.err"
+t_check full_disk_keeps_previous "[ -f $TMP/disk/ckpt_000002/DONE ] && [ ! -e $TMP/disk/ckpt_000004 ]"
+./train_gpt_cpu "${base[@]}" "${disk[@]}" -o "$TMP/disk" -y 1 > "$TMP/disk2.txt" 2>&1
+t_check full_disk_then_resume "grep -q 'resumed from .*ckpt_000002' $TMP/disk2.txt && cmp -s $TMP/disk/ckpt_000004/model.bin $TMP/disk_ref/ckpt_000004/model.bin"
+rm -rf "$TMP"/disk*   # 400 MB
+
 # kill -9 of one rank ends the job (no hang).
 if [ $have_mpi = 1 ]; then
     "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -x 100000 > "$TMP/k9.txt" 2>&1 &
