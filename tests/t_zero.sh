@@ -47,6 +47,25 @@ run split 2 2 -z 1 -y 1
 t_check resume_np4z3_to_np2z1_announced "grep -q 'resumed from .*ckpt_000006 at step 6 (written by 4' '$TMP/split.txt'"
 out=$($PYTHON tests/compare.py log resume_np4z3_to_np2z1_losses "$TMP/split/log.jsonl" "$TMP/ref/log.jsonl" --steps 12 --tol 1e-5 --key loss --key grad_norm)
 echo "$out" | grep -E '^(ok|FAIL) '; echo "$out" | grep -q '^FAIL' && FAILED=1
+# Streaming export of the sharded state: the master equals the consolidated model file bit for bit, and the
+# 4-rank ZeRO-3 run's Adam moments match the 1-rank ZeRO-0 run's.
+$PYTHON scripts/export_checkpoint.py "$TMP/z3_np4/ckpt_000012" "$TMP/x4" > /dev/null && $PYTHON scripts/export_checkpoint.py "$TMP/z0_np1/ckpt_000012" "$TMP/x1" > /dev/null
+t_check export_master_is_model "cmp -s $TMP/x4_model.bin $TMP/z3_np4/ckpt_000012/model.bin"
+$PYTHON - "$TMP/x4_adam.bin" "$TMP/x1_adam.bin" <<'PY'
+import struct, sys
+a, b = (open(p, "rb").read() for p in sys.argv[1:3])
+n = struct.unpack_from("<3i", a)[2]
+x, y = (struct.unpack_from("<%df" % (2 * n), d, 1024) for d in (a, b))
+num = sum((p - q) ** 2 for p, q in zip(x, y)) ** 0.5
+den = sum(q * q for q in y) ** 0.5
+ok = den > 0 and num / den < 1e-4 and len(a) == len(b)
+print("ok export_adam_np4z3_matches_np1" if ok else "FAIL export_adam_np4z3_matches_np1: rel err %g" % (num / max(den, 1e-30)))
+PY
+[ $? -eq 0 ] || FAILED=1
+rm "$TMP/z3_np4/ckpt_000012/state_rank2.bin"
+$PYTHON scripts/export_checkpoint.py "$TMP/z3_np4/ckpt_000012" "$TMP/x5" > /dev/null 2> "$TMP/x5.err"
+t_check export_detects_missing_spans "grep -q 'cover .* of .* parameters' $TMP/x5.err && [ ! -e $TMP/x5_model.bin ]"
+
 # A checkpoint whose rank-1 state file is missing.
 rm "$TMP/split/ckpt_000012/state_rank1.bin"
 "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${flags[@]}" -ga 2 -z 1 -o "$TMP/split" -y 1 > "$TMP/missing.txt" 2>&1
