@@ -153,6 +153,12 @@ static void log_memory(Trainer* tr) {
         printf("memory (rank 0): %.1f MiB total:", (double)mem_total(&tr->mem) / (1 << 20));
         for (int c = 0; c < NUM_MEM_CATEGORIES; c++) printf(" %s %.1f", mem_category_name((MemCategory)c), (double)tr->mem.bytes[c] / (1 << 20));
         printf(" MiB\n");
+        size_t keep_all = gpt_activation_bytes(&tr->layout->shape, tr->cfg.precision, tr->cfg.B, tr->cfg.T, 0);
+        size_t saved = keep_all - tr->mem.bytes[MEM_ACTIVATIONS];
+        if (tr->cfg.recompute > 0) printf("recompute -r %d saves %.1f MiB of activations per rank (-r 0 would need %.1f MiB)\n",
+                                          tr->cfg.recompute, (double)saved / (1 << 20), (double)keep_all / (1 << 20));
+        logger_line(&tr->log, "{\"step\": %d, \"recompute\": %d, \"activations\": %zu, \"activations_keep_all\": %zu, "
+                    "\"activations_saved\": %zu}", tr->first_step, tr->cfg.recompute, tr->mem.bytes[MEM_ACTIVATIONS], keep_all, saved);
     }
     free(all);
 }

@@ -37,6 +37,10 @@ def main():
         print("#   -r %d: %d activation bytes (predicted %d)" % (level, act, want))
         if act != want:
             bad.append("-r %d: %d bytes allocated, %d predicted" % (level, act, want))
+    for level, path in enumerate(logs):   # the log's own "bytes saved" record agrees with the -r 0 run
+        rec = next((json.loads(l) for l in open(path) if '"activations_saved"' in l), None)
+        if rec is None or rec["activations_saved"] != got[0] - got[level] or rec["activations_keep_all"] != got[0]:
+            bad.append("-r %d: logged saving %s, measured %d" % (level, rec and rec["activations_saved"], got[0] - got[level]))
     if any(b >= a for a, b in zip(got, got[1:])):
         bad.append("activation bytes do not decrease with the level: %s" % got)
     print(("ok %s" % name) if not bad else "FAIL %s: %s" % (name, "; ".join(bad)))
