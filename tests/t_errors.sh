@@ -11,7 +11,7 @@ expect_error() {   # name, regex the error must match, args...
     if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ] && grep -Eq "^error: .*$pattern" "$TMP/err"; then t_ok "$name"
     else t_fail "$name" "rc=$rc, stderr ($lines lines): $(head -c 300 "$TMP/err")"; fi
 }
-expect_error unknown_flag "unknown flag '-w'" "${base[@]}" -w 3
+expect_error unknown_flag "unknown flag '-qq'" "${base[@]}" -qq 3
 expect_error missing_value "needs a value" "${base[@]}" -b
 expect_error bad_integer "expects an integer" "${base[@]}" -b four
 expect_error zero_batch "outside" "${base[@]}" -b 0

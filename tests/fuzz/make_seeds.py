@@ -76,6 +76,7 @@ def state_file(s, rng, dt, rank, dp, stage):
 
 def manifest(s, dp, stage, dt):
     return ('{"step": 7, "tokens_per_step": 64, "seed": 1337, "dp": %d,\n'
+            ' "loss_scale": 65536, "clean_steps": 3, "overflows_left": 2,\n'
             ' "model": {"L": %d, "C": %d, "NH": %d, "V": %d, "Vp": %d, "maxT": %d},\n'
             ' "batch": {"B": 2, "T": 4, "ga": 1}, "precision": "%s",\n'
             ' "topology": {"world": %d, "pp": 1, "zero": %d},\n'
@@ -164,7 +165,7 @@ def main():
                   '"\\x80\\x00\\x00\\x00"', '"\\x00\\x01\\x00\\x00"'],
         "tokenizer": ['"%s"' % le32(TOK_MAGIC), '"\\x02\\x00\\x00\\x00"', '"\\x01\\x00\\x00\\x00"'],
         "checkpoint": ['"FILE"', '"%s"' % le32(STATE_MAGIC), '"%s"' % le32(MODEL_MAGIC)] +
-        ['"\\"%s\\": "' % k for k in ("step", "tokens_per_step", "seed", "dp")] +
+        ['"\\"%s\\": "' % k for k in ("step", "tokens_per_step", "seed", "dp", "loss_scale", "clean_steps", "overflows_left")] +
         ['"%s"' % "".join("\\x%02x" % b for b in struct.pack("<q", total))],
     }
     for reader, files in seeds.items():
