@@ -35,17 +35,52 @@ MPI_NVLIBS := $(foreach f,$(MPI_LIBS),$(if $(filter -L% -l%,$(f)),$(f),$(if $(fi
 LDLIBS     += $(MPI_LIBS)
 %/comm_mpi.o: CFLAGS += $(MPI_CFLAGS)
 
-CORE_SRC    := $(filter-out $(COMM_UNUSED),$(wildcard core/*.c)) zero.c
-CPU_KERNELS := $(wildcard kernels/*.c)
 B := build
 
+# NCCL (the GPU build's bulk collectives on device memory, core/comm_nccl.c, chosen at run time by -comm):
+# bootstrapped over MPI, so only with MPI=1, and only ever in train_gpt and the GPU test programs; the CPU
+# build does not see it. NCCL=0|1 overrides the detection. NCCL_HOME=DIR names an install (DIR/include/
+# nccl.h, DIR/lib*/libnccl.so.2); otherwise the header and the library are each taken from the first of
+# $(CUDA_HOME), /usr, /usr/local, and the pip wheel nvidia-nccl-cu* (site-packages/nvidia/nccl, asked of
+# python3 on PATH, then $(PYTHON)) that has them. A wheel ships libnccl.so.2 without the libnccl.so
+# symlink, hence -l:libnccl.so.2, and lives off the loader's path, hence the rpath.
+nccl_inc    = $(firstword $(foreach d,$(1),$(if $(wildcard $(d)/include/nccl.h),$(d)/include)))
+nccl_lib    = $(firstword $(foreach d,$(1),$(foreach l,lib64 lib lib/x86_64-linux-gnu lib/aarch64-linux-gnu,$(if $(wildcard $(d)/$(l)/libnccl.so.2),$(d)/$(l)))))
+NCCL_WHEEL  = $(shell for py in python3 $(PYTHON); do $$py -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null && break; done)
+NCCL_DIRS  := $(if $(NCCL_HOME),$(NCCL_HOME),$(CUDA_HOME) /usr /usr/local)
+ifneq ($(CUDA_HOME)$(NCCL_HOME),)
+# $(or) stops at its first non-empty argument: Python is asked only when the system has no NCCL.
+NCCL_INC   := $(or $(call nccl_inc,$(NCCL_DIRS)),$(if $(NCCL_HOME),,$(call nccl_inc,$(NCCL_WHEEL))))
+NCCL_LIB   := $(or $(call nccl_lib,$(NCCL_DIRS)),$(if $(NCCL_HOME),,$(call nccl_lib,$(NCCL_WHEEL))))
+endif
+NCCL       ?= $(if $(filter 1,$(MPI)),$(if $(and $(NCCL_INC),$(NCCL_LIB)),1,0),0)
+ifeq ($(NCCL),1)
+ifneq ($(MPI),1)
+$(error NCCL=1 needs MPI (NCCL is bootstrapped over it): install OpenMPI or build with NCCL=0)
+endif
+ifeq ($(and $(NCCL_INC),$(NCCL_LIB)),)
+$(error NCCL=1 but nccl.h (found: '$(NCCL_INC)') or libnccl.so.2 (found: '$(NCCL_LIB)') is missing under $(NCCL_DIRS) and the nvidia-nccl wheel: set NCCL_HOME=DIR or build with NCCL=0)
+endif
+NCCL_OBJ   := $(B)/cuda/core/comm_nccl.o
+CUDA_LIBS  += -L$(NCCL_LIB) -l:libnccl.so.2 -Xlinker -rpath=$(NCCL_LIB)
+$(NCCL_OBJ): CFLAGS += $(MPI_CFLAGS) -I$(NCCL_INC) -I$(CUDA_HOME)/include
+$(B)/cuda/core/comm_mpi.o: CFLAGS += -DGPT_NCCL
+endif
+CORE_SRC    := $(filter-out $(COMM_UNUSED) core/comm_nccl.c,$(wildcard core/*.c)) zero.c
+CPU_KERNELS := $(wildcard kernels/*.c)
+
 CORE_CPU_OBJ  := $(CORE_SRC:%.c=$(B)/cpu/%.o)
-CORE_CUDA_OBJ := $(CORE_SRC:%.c=$(B)/cuda/%.o)
+CORE_CUDA_OBJ := $(CORE_SRC:%.c=$(B)/cuda/%.o) $(NCCL_OBJ)
 CPU_BACKEND   := $(CPU_KERNELS:%.c=$(B)/cpu/%.o)
 CUDA_BACKEND  := $(B)/cuda/kernels/backend_cuda.o
 
 .PHONY: all train_gpt_cpu test test-gpu bench run clean tests-bin
 all: train_gpt_cpu
+
+# make does not track flags: a stamp per NCCL setting rebuilds the one object whose flags it changes.
+$(B)/cuda/.nccl-$(NCCL):
+	@mkdir -p $(dir $@) && rm -f $(B)/cuda/.nccl-* && touch $@
+$(B)/cuda/core/comm_mpi.o: $(B)/cuda/.nccl-$(NCCL)
 
 train_gpt_cpu: $(B)/cpu/train_gpt.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
 	$(CC) -o $@ $^ $(LDLIBS)
@@ -77,6 +112,9 @@ $(B)/kernel_check_cpu: $(B)/cpu/tests/kernel_check.o $(CORE_CPU_OBJ) $(CPU_BACKE
 	$(CC) -o $@ $^ $(LDLIBS)
 $(B)/kernel_check_gpu: $(B)/cuda/tests/kernel_check.o $(CORE_CUDA_OBJ) $(CUDA_BACKEND)
 	$(NVCC) $(NVFLAGS) -o $@ $^ $(CUDA_LIBS) $(MPI_NVLIBS) -Xcompiler -fopenmp
+# The comm tests on real device memory: the MPI staging path, and NCCL with --comm nccl.
+$(B)/comm_check_gpu: $(B)/cuda/tests/test_comm.o $(CORE_CUDA_OBJ) $(CUDA_BACKEND)
+	$(NVCC) $(NVFLAGS) -o $@ $^ $(CUDA_LIBS) $(MPI_NVLIBS) -Xcompiler -fopenmp
 tests-bin: train_gpt_cpu $(TEST_BIN)
 
 # `make test`: every CPU test; last line "N passed, N failed"; non-zero exit on any failure.
@@ -85,7 +123,7 @@ test: tests-bin
 
 # `make test-gpu`: on a machine with a GPU, everything in tests/gpu/ (kernels vs CPU twins, a full step
 # vs train_gpt_cpu, ranks on one GPU, determinism, resume, benchmark); writes a report.
-test-gpu: train_gpt train_gpt_cpu $(B)/kernel_check_cpu $(B)/kernel_check_gpu
+test-gpu: train_gpt train_gpt_cpu $(B)/kernel_check_cpu $(B)/kernel_check_gpu $(B)/comm_check_gpu
 	@bash tests/gpu/run_gpu.sh
 
 bench: train_gpt

@@ -227,6 +227,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     }
     tr->be = backend_create(comm_local_rank(tr->world));
     comm_attach_backend(tr->world, tr->be);
+    CommKind comm = comm_select(tr->world, cfg->comm);   // before zero_create splits or uses any group
 
     int N = cfg->B * cfg->T;
     tr->train = dataloader_open(cfg->train_pattern, cfg->B, cfg->T, tr->rank, tr->ranks, cfg->shuffle, cfg->seed, shape.V);
@@ -251,9 +252,9 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     load_or_init_model(tr);
     if (is_root(tr)) logger_open(&tr->log, cfg->out_dir, tr->first_step);
     if (is_root(tr))
-        printf("model L=%d C=%d NH=%d V=%d maxT=%d: %zu parameters | %s on %s | %d rank%s, ZeRO-%d | b=%d t=%d ga=%d | %d steps\n",
+        printf("model L=%d C=%d NH=%d V=%d maxT=%d: %zu parameters | %s on %s | %d rank%s (%s), ZeRO-%d | b=%d t=%d ga=%d | %d steps\n",
                shape.L, shape.C, shape.NH, shape.V, shape.maxT, tr->layout->num_params, dtype_name(cfg->precision),
-               backend_device_name(tr->be), tr->ranks, tr->ranks > 1 ? "s" : "", cfg->zero_stage, cfg->B, cfg->T,
+               backend_device_name(tr->be), tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), cfg->zero_stage, cfg->B, cfg->T,
                cfg->grad_accum, tr->max_steps);
     log_layout(tr);
     log_memory(tr);

@@ -1,9 +1,10 @@
 // comm.h: collectives over groups of ranks, counting the bytes each rank sends.
 //
 // Buffers are backend memory (host memory in the CPU build; device memory in the GPU build, which the MPI
-// backend stages through the host). Sums of bf16/fp16 are computed in fp32 and rounded once per pairwise
-// reduction. Every failure is a one-line error and exit 1; a rank that dies takes the job down (mpirun
-// aborts the others) instead of leaving them waiting.
+// backend stages through the host and the NCCL backend hands to NCCL, see comm_select). Sums of bf16/fp16
+// are computed in fp32 and rounded once per pairwise reduction (MPI; NCCL reduces in its own order with its
+// own 16-bit arithmetic); every rank of a group gets the same bits. Every failure is a one-line error and
+// exit 1; a rank that dies takes the job down (mpirun aborts the others) instead of leaving them waiting.
 //
 // Byte counts follow the ring algorithms' per-rank traffic, so they are comparable across backends:
 // all-reduce of S bytes over N ranks sends 2(N-1)/N * S, reduce-scatter and all-gather of S total bytes
@@ -34,6 +35,19 @@ int comm_rank(const Comm* c);
 int comm_size(const Comm* c);
 // Rank among the processes on this host (to pick a GPU), from the world communicator.
 int comm_local_rank(const Comm* world);
+
+// What moves backend memory in the bulk collectives (all-reduce, reduce-scatter, all-gather, broadcast).
+// Send/recv, barriers and the host scalar reductions always go through MPI.
+typedef enum { COMM_AUTO, COMM_MPI, COMM_NCCL } CommKind;
+int comm_nccl_built(void);   // this binary can use NCCL (a GPU build linked with MPI and NCCL)
+// Chooses for the world and every group split from it afterwards. COMM_AUTO: NCCL when it is built, the
+// backend is a GPU and every rank has a GPU of its own, else MPI. COMM_NCCL where that does not hold is a
+// one-line error (NCCL refuses two ranks on one GPU). Collective over the world with the same `want` on
+// every rank; after comm_attach_backend, before comm_split and the first collective. Returns MPI or NCCL.
+// With NCCL the collectives are enqueued on the backend's main stream and return before they finish
+// (ordered with the kernels by the stream; be_download waits), where MPI's return when done.
+CommKind comm_select(Comm* world, CommKind want);
+const char* comm_kind_name(CommKind k);
 
 // buf (n elements of dt) = elementwise sum over the group, on every rank.
 void comm_allreduce_sum(Comm* c, void* buf, size_t n, DType dt);

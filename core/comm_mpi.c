@@ -1,8 +1,12 @@
 // comm_mpi.c: comm.h over MPI (OpenMPI).
 //
 // Device buffers (a GPU backend is attached) are staged through a host buffer: download, MPI on the host,
-// upload. That is correct everywhere, including several ranks on one GPU, but not fast: the GPU build is
-// meant to use NCCL for the bulk collectives and this path for what NCCL cannot do.
+// upload. That is correct everywhere, including several ranks on one GPU, but not fast. In a GPU build with
+// NCCL, comm_select can hand the bulk collectives (all-reduce, reduce-scatter, all-gather, broadcast) of a
+// communicator and the groups split from it to NCCL (core/comm_nccl.c); this file still checks their
+// arguments and counts their bytes, so the counters are the same whichever library moves the data.
+// send/recv stay here, host-staged: their buffered semantics (send returns before the peer receives) are
+// what the pipeline schedule relies on, and ncclSend blocks its stream until the peer posts the receive.
 //
 // bf16/fp16 sums use our own MPI_Op (fp32 add, one round-to-nearest-even per pairwise reduction), since
 // MPI has no 16-bit float types. MPI counts are ints, so every transfer is split into chunks of at most
@@ -16,6 +20,7 @@
 #include <limits.h>
 #include <mpi.h>
 
+#include "core/comm_nccl.h"
 #include "core/common.h"
 #include "kernels/dtype.h"
 
@@ -38,6 +43,7 @@ struct Comm {
     PendingSend* sends;
     int nsends, sends_cap;
     uint64_t bytes[NUM_COLLECTIVES];
+    NcclGroup* nccl;         // non-NULL: the bulk collectives on device buffers go to NCCL
 };
 
 static void check(int rc, const char* what) {
@@ -142,6 +148,7 @@ Comm* comm_split(Comm* parent, int color, int key) {
     c->be = parent->be;
     c->max_count = parent->max_count;
     for (int i = 0; i < 3; i++) c->op_sum[i] = parent->op_sum[i];
+    if (parent->nccl) c->nccl = nccl_group_create(c->mc, c->rank, c->size, c->be);   // collective, like the split
     return c;
 }
 
@@ -150,6 +157,31 @@ int comm_size(const Comm* c) { return c->size; }
 int comm_local_rank(const Comm* world) {
     if (!world->is_world) fail("comm_local_rank: needs the world communicator");
     return world->local_rank;
+}
+
+int comm_nccl_built(void) { return NCCL_BUILT; }
+
+const char* comm_kind_name(CommKind k) { return k == COMM_NCCL ? "nccl" : k == COMM_MPI ? "mpi" : "auto"; }
+
+CommKind comm_select(Comm* world, CommKind want) {
+    if (!world->is_world) fail("comm_select: needs the world communicator");
+    if (world->nccl) fail("comm_select: called twice");
+    if (want == COMM_MPI) return COMM_MPI;
+    if (!comm_nccl_built() || !staged(world)) {
+        if (want == COMM_NCCL)
+            fail("-comm nccl: %s", !comm_nccl_built() ? "this binary was built without NCCL" : "needs a GPU backend");
+        return COMM_MPI;
+    }
+    // Every rank sees the same count, so every rank takes the same branch.
+    int gpus = nccl_distinct_gpus(world->mc);
+    if (gpus < world->size) {
+        if (want == COMM_NCCL)
+            fail("-comm nccl needs one GPU per rank (%d ranks share %d GPU%s); use -comm mpi to share a GPU", world->size,
+                 gpus, gpus == 1 ? "" : "s");
+        return COMM_MPI;
+    }
+    world->nccl = nccl_group_create(world->mc, world->rank, world->size, world->be);
+    return COMM_NCCL;
 }
 
 // In place on host memory, chunked.
@@ -165,7 +197,13 @@ static void allreduce_host(Comm* c, void* buf, size_t n, DType dt) {
 void comm_allreduce_sum(Comm* c, void* buf, size_t n, DType dt) {
     size_t bytes = mul_bytes(n, dtype_size(dt), "comm_allreduce_sum");
     count(c, COLL_ALLREDUCE, bytes);
-    if (c->size == 1 || n == 0) return;
+    if (n == 0) return;
+    // NCCL even on one rank (a copy), so a one-GPU machine exercises every NCCL call.
+    if (c->nccl) {
+        nccl_allreduce(c->nccl, buf, n, dt);
+        return;
+    }
+    if (c->size == 1) return;
     if (!staged(c)) {
         allreduce_host(c, buf, n, dt);
         return;
@@ -206,6 +244,10 @@ void comm_reduce_scatter_sum(Comm* c, void* out, const void* in, size_t n, DType
     if (!in_place && o < lo + total && lo < o + slot)
         fail("comm_reduce_scatter_sum: out overlaps in but is not slot %d (in place)", c->rank);
     if (n == 0) return;
+    if (c->nccl) {
+        nccl_reduce_scatter(c->nccl, out, in, n, dt);
+        return;
+    }
     if (c->size == 1) {
         if (!in_place) {
             if (staged(c)) be_copy(c->be, out, in, slot);
@@ -257,7 +299,12 @@ void comm_allgather(Comm* c, void* buf, size_t n, DType dt) {
     size_t slot = mul_bytes(n, dtype_size(dt), "comm_allgather");
     size_t total = mul_bytes(slot, (size_t)c->size, "comm_allgather");
     count(c, COLL_ALLGATHER, total);
-    if (c->size == 1 || n == 0) return;
+    if (n == 0) return;
+    if (c->nccl) {
+        nccl_allgather(c->nccl, buf, n, dt);
+        return;
+    }
+    if (c->size == 1) return;
     if (!staged(c)) {
         allgather_host(c, buf, n, dt);
         return;
@@ -279,7 +326,12 @@ static void bcast_host(Comm* c, void* buf, size_t bytes, int root) {
 void comm_broadcast(Comm* c, void* buf, size_t bytes, int root) {
     if (root < 0 || root >= c->size) fail("comm_broadcast: root %d outside a group of %d", root, c->size);
     if (c->rank == root) count(c, COLL_BROADCAST, bytes);
-    if (c->size == 1 || bytes == 0) return;
+    if (bytes == 0) return;
+    if (c->nccl) {
+        nccl_broadcast(c->nccl, buf, bytes, root);
+        return;
+    }
+    if (c->size == 1) return;
     if (!staged(c)) {
         bcast_host(c, buf, bytes, root);
         return;
@@ -357,6 +409,7 @@ void comm_recv(Comm* c, void* buf, size_t bytes, int peer, int tag) {
     if (staged(c) && bytes) be_upload(c->be, buf, h, bytes);
 }
 
+// Orders host-side work (files written before a DONE marker); device work is ordered by the stream.
 void comm_barrier(Comm* c) { check(MPI_Barrier(c->mc), "MPI_Barrier"); }
 
 void comm_allreduce_host_sum(Comm* c, double* xs, int n) {
@@ -377,6 +430,7 @@ const char* collective_name(Collective k) {
 
 static void release(Comm* c) {
     reap_sends(c, 1);
+    nccl_group_destroy(c->nccl);
     free(c->sends);
     free(c->stage);
     check(MPI_Comm_free(&c->mc), "MPI_Comm_free");

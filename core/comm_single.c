@@ -58,6 +58,14 @@ int comm_local_rank(const Comm* world) {
     return 0;
 }
 
+int comm_nccl_built(void) { return 0; }
+const char* comm_kind_name(CommKind k) { return k == COMM_NCCL ? "nccl" : k == COMM_MPI ? "mpi" : "auto"; }
+CommKind comm_select(Comm* world, CommKind want) {
+    if (!world->is_world) fail("comm_select: needs the world communicator");
+    if (want == COMM_NCCL) fail("-comm nccl: this binary was built without NCCL");
+    return COMM_MPI;
+}
+
 void comm_allreduce_sum(Comm* c, void* buf, size_t n, DType dt) {
     (void)c, (void)buf, (void)n, (void)dt;
 }

@@ -49,6 +49,9 @@ void config_usage(const char* prog) {
            "  -z N      ZeRO stage 0..3 (default 0)\n"
            "  -pp N     pipeline stages (default 1)\n"
            "  -r N      activation recompute: 0 keep all, 1 GELU, 2 + attention and LayerNorms, 3 whole blocks (default 0)\n"
+           "  -comm C   mpi|nccl: what moves GPU buffers in the collectives. nccl needs one GPU per rank; mpi stages\n"
+           "            through host memory and lets ranks share a GPU (default nccl on the GPU build with NCCL\n"
+           "            when every rank has its own GPU, else mpi)\n"
            "planning\n"
            "  --estimate print each rank's memory per category (and a table across ZeRO stages and world sizes)\n"
            "            for these flags without allocating anything, then exit\n"
@@ -139,6 +142,14 @@ static void parse_one(Config* c, const char* f, const char* v) {
         else if (!strcmp(v, "linear")) c->schedule = LR_LINEAR;
         else if (!strcmp(v, "constant")) c->schedule = LR_CONSTANT;
         else fail("flag -k expects cosine|linear|constant, got '%s'", v);
+    } else if (!strcmp(f, "-comm")) {
+        if (!strcmp(v, "mpi")) c->comm = COMM_MPI;
+        else if (!strcmp(v, "nccl")) c->comm = COMM_NCCL;
+        else fail("flag -comm expects mpi|nccl, got '%s'", v);
+        // Here rather than at comm_select, so the error comes before any device or data work.
+        if (c->comm == COMM_NCCL && !backend_build_is_gpu()) fail("-comm nccl needs the GPU build (train_gpt); this is the CPU build");
+        if (c->comm == COMM_NCCL && !comm_nccl_built())
+            fail("-comm nccl: this train_gpt was built without NCCL (rebuild with make NCCL=1 NCCL_HOME=DIR)");
     } else if (!strcmp(f, "-p")) {
         c->precision_set = 1;
         if (!strcmp(v, "fp32")) c->precision = DT_FP32;

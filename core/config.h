@@ -3,6 +3,7 @@
 #pragma once
 #include <stdint.h>
 
+#include "core/comm.h"
 #include "kernels/kernels.h"
 
 typedef enum { LR_COSINE, LR_LINEAR, LR_CONSTANT } LrSchedule;
@@ -46,6 +47,7 @@ typedef struct {
     int zero_stage;              // -z
     int pipeline_stages;         // -pp
     int recompute;               // -r
+    CommKind comm;               // -comm (COMM_AUTO unless given)
     // planning
     int estimate;                // --estimate: print the memory plan and exit
     int plan_ranks;              // -w: world size to plan for (default: the launched world)

@@ -32,6 +32,11 @@ int backend_is_gpu(const Backend* be) {
     return 0;
 }
 
+void* backend_stream(Backend* be) {
+    (void)be;
+    return NULL;
+}
+
 void* be_malloc(Backend* be, size_t bytes) {
     size_t total = (bytes + ALLOC_HEADER + ALLOC_HEADER - 1) / ALLOC_HEADER * ALLOC_HEADER;
     if (total < bytes) fail("out of host memory allocating %zu bytes", bytes);

@@ -81,6 +81,7 @@ void backend_destroy(Backend* be) {
 
 const char* backend_device_name(const Backend* be) { return be->prop.name; }
 int backend_is_gpu(const Backend* be) { return 1; }
+void* backend_stream(Backend* be) { return (void*)be->stream; }
 
 void* be_malloc(Backend* be, size_t bytes) {
     void* p = raw_malloc(be, bytes, "be_malloc");

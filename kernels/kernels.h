@@ -34,6 +34,9 @@ void backend_destroy(Backend* be);
 const char* backend_device_name(const Backend* be);   // "cpu" or e.g. "NVIDIA H100 80GB HBM3"
 int backend_is_gpu(const Backend* be);
 int backend_build_is_gpu(void);   // the same, known before any backend exists (this binary's build)
+// The main stream as a cudaStream_t (GPU; NULL on the CPU), for libraries that enqueue work in order with
+// the kernels (NCCL, core/comm_nccl.c).
+void* backend_stream(Backend* be);
 
 void* be_malloc(Backend* be, size_t bytes);            // fails (one-line error, exit 1) when out of memory
 void be_free(Backend* be, void* p);

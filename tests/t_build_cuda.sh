@@ -7,10 +7,15 @@ if ! command -v nvcc >/dev/null 2>&1; then
     echo "skip build_cuda: nvcc not found (install the CUDA toolkit to build train_gpt)"
     t_finish
 fi
-if make -s train_gpt build/kernel_check_gpu > "$TMP/build.log" 2>&1; then t_ok build_cuda_links
+if make -s train_gpt build/kernel_check_gpu build/comm_check_gpu > "$TMP/build.log" 2>&1; then t_ok build_cuda_links
 else t_fail build_cuda_links "$(grep -m3 -E 'error|Error' "$TMP/build.log")"; fi
 if command -v cuobjdump >/dev/null 2>&1 && [ -x train_gpt ]; then
     archs=$(cuobjdump --list-elf train_gpt 2>/dev/null | grep -o 'sm_[0-9]*' | sort -u | tr '\n' ' ')
     t_check build_cuda_has_sm80_sm90 "[[ '$archs' == *sm_80* && '$archs' == *sm_90* ]]" "machine code for: $archs"
+fi
+# NCCL, where the Makefile found it: linked (not run: no GPU here), and only into the GPU build.
+if [ -x train_gpt ] && make -s -p -n train_gpt 2>/dev/null | grep -q '^NCCL_OBJ := .*comm_nccl.o'; then
+    t_check build_cuda_links_nccl "ldd train_gpt | grep -q libnccl" "train_gpt does not link libnccl"
+    t_check build_cpu_has_no_nccl "! ldd train_gpt_cpu 2>/dev/null | grep -q libnccl" "train_gpt_cpu links libnccl"
 fi
 t_finish

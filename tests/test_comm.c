@@ -8,6 +8,8 @@
 // exactly for groups of up to 4; larger groups fall back to an error bound.
 //
 //   test_comm                 the checks
+//   test_comm --comm nccl     the checks with the bulk collectives on NCCL (a GPU build with NCCL,
+//                             build/comm_check_gpu; one GPU per rank); --comm mpi is the default
 //   test_comm --die MODE      rank 1 dies mid-run (MODE: abort, exit3, exit0, fail, kill) while the others wait in
 //                             a collective: the launcher must end the whole job.
 #include <signal.h>
@@ -353,7 +355,11 @@ int main(int argc, char** argv) {
     t.be = backend_create(comm_local_rank(t.world));
     comm_attach_backend(t.world, t.be);
     if (argc == 3 && !strcmp(argv[1], "--die")) die(&t, argv[2]);
-    if (argc != 1) fail("usage: test_comm [--die abort|exit3|exit0|fail|kill]");
+    CommKind kind = COMM_MPI;
+    if (argc == 3 && !strcmp(argv[1], "--comm") && !strcmp(argv[2], "nccl")) kind = COMM_NCCL;
+    else if (argc != 1 && !(argc == 3 && !strcmp(argv[1], "--comm") && !strcmp(argv[2], "mpi")))
+        fail("usage: test_comm [--comm mpi|nccl | --die abort|exit3|exit0|fail|kill]");
+    if (comm_select(t.world, kind) != kind) fail("comm_select did not give %s", comm_kind_name(kind));
 
     verdict(&t, "world_rank_size", t.rank >= 0 && t.rank < t.size, "rank outside [0, size)");
     // mpirun starts every rank on this host in rank order
@@ -399,7 +405,9 @@ int main(int argc, char** argv) {
     comm_free(groups[1].c);
     comm_free(groups[2].c);
     int failed = t.st.failed;
-    if (t.rank == 0) printf("# test_comm: %d ranks, %d checks, %d failed\n", t.size, t.st.passed + t.st.failed, failed);
+    if (t.rank == 0)
+        printf("# test_comm: %d ranks, %d checks, %d failed%s\n", t.size, t.st.passed + t.st.failed, failed,
+               kind == COMM_NCCL ? " (nccl)" : "");
     backend_destroy(t.be);
     comm_finalize(t.world);
     return failed ? 1 : 0;

@@ -3,7 +3,9 @@
 #   1. every kernel (forward and backward) against its CPU twin, fp32/bf16/fp16 (check_kernels.sh)
 #   2. full training steps of a small model: train_gpt vs train_gpt_cpu from the same model file and data
 #      (fp32: losses, grad norms and step-0 gradients per tensor; bf16: losses within bf16 tolerance)
-#   3. 2 and 4 ranks on the one GPU through the MPI backend under -z 0..3, and -r 1..3, against one rank
+#   3. 2 and 4 ranks on the one GPU through the MPI backend under -z 0..3, and -r 1..3, against one rank;
+#      then NCCL (-comm nccl): the comm tests on device memory, one rank against -comm mpi, and with 2+
+#      GPUs 2 ranks under -z 0..3 against one rank
 #   4. determinism (two bf16 runs, identical bits) and bit-exact resume on the GPU
 #   5. a pass/fail table, written with the device, date and commit to $REPORT (default build/gpu_report.md)
 # Without a GPU (or with --dry-run) train_gpt_cpu stands in for train_gpt, proving the script end to end.
@@ -61,7 +63,7 @@ if command -v mpirun >/dev/null 2>&1 && ldd "$GPU" | grep -q libmpi; then
     for layout in "2 0" "2 1" "2 2" "2 3" "4 3"; do
         set -- $layout
         np=$1 z=$2
-        mpirun --oversubscribe --bind-to none -np "$np" $GPU "${flags[@]}" -ga $((4 / np)) -p fp32 -z "$z" -o "$W/np${np}z$z" \
+        mpirun --oversubscribe --bind-to none -np "$np" $GPU "${flags[@]}" -ga $((4 / np)) -p fp32 -z "$z" -comm mpi -o "$W/np${np}z$z" \
             > "$W/np${np}z$z.txt" 2>&1 || record "ranks_np${np}_z$z" FAIL "$(grep -m1 error "$W/np${np}z$z.txt")"
     done
     $GPU "${flags[@]}" -ga 4 -p fp32 -o "$W/ga4" > /dev/null 2>&1
@@ -72,6 +74,59 @@ else
     echo "skip ranks_on_one_gpu: this build has no MPI (mpirun/libmpi not found)"
     ROWS+=("| ranks_on_one_gpu | skip | no MPI on this machine: built with comm_single.c |")
 fi
+
+# NCCL. One rank moves no gradients in training (the trainer skips collectives on one rank), so there the
+# comm tests (build/comm_check_gpu: every collective, fp32/bf16/fp16, world and split groups, in place and
+# not, byte counters) exercise each NCCL call on device memory, and the training run proves NCCL's setup and
+# teardown in the trainer with bit-identical logs. 2+ GPUs: real multi-rank NCCL traffic.
+fields() { grep -o '"step": [0-9]*, "\(loss\|val_loss\)": [^,}]*\(, "lr": [^,]*, "grad_norm": [^,]*\)\?' "$1"; }
+comm_test() {   # name, command...: test_comm's summary line becomes one row
+    local name=$1 out sum rc; shift
+    out=$("$@" 2>&1)
+    rc=$?
+    sum=$(echo "$out" | grep -m1 '^# test_comm:' | sed 's/^# //')
+    if [ $rc -eq 0 ] && echo "$sum" | grep -q ' 0 failed'; then record "$name" ok "$sum"
+    else record "$name" FAIL "${sum:-$(echo "$out" | grep -m1 -i error)} $(echo "$out" | grep -m2 '^FAIL' | tr '\n' ' ' | cut -c1-200)"; fi
+}
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ -n "$DRY" ]; then
+    echo "skip nccl: no GPU (dry run; train_gpt_cpu stands in and NCCL needs a GPU per rank)"
+    ROWS+=("| nccl | skip | no GPU (dry run): NCCL needs a GPU per rank |")
+elif ! ldd "$GPU" | grep -q libnccl; then
+    echo "skip nccl: train_gpt was built without NCCL"
+    ROWS+=("| nccl | skip | train_gpt built without NCCL (make NCCL=1 NCCL_HOME=DIR) |")
+else
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    comm_test comm_nccl_np1 build/comm_check_gpu --comm nccl
+    comm_test comm_staged_np1_gpu build/comm_check_gpu --comm mpi
+    $GPU "${flags[@]}" -p fp32 -z 0 -comm nccl -o "$W/nccl1" > "$W/nccl1.txt" 2>&1
+    $GPU "${flags[@]}" -p fp32 -z 0 -comm mpi -o "$W/mpi1" > "$W/mpi1.txt" 2>&1
+    if grep -q '1 rank (nccl)' "$W/nccl1.txt" && grep -q '1 rank (mpi)' "$W/mpi1.txt" && [ -n "$(fields "$W/mpi1/log.jsonl")" ] &&
+       diff <(fields "$W/nccl1/log.jsonl") <(fields "$W/mpi1/log.jsonl") >/dev/null; then
+        record nccl_np1_vs_mpi ok "one rank, -z 0: identical losses and norms, -comm nccl vs -comm mpi"
+    else
+        record nccl_np1_vs_mpi FAIL "$(grep -m1 error "$W/nccl1.txt" "$W/mpi1.txt" || echo 'logs differ or a banner lacks (nccl)/(mpi)')"
+    fi
+    $GPU "${flags[@]}" -p fp32 -x 1 -o "$W/auto1" > "$W/auto1.txt" 2>&1
+    grep -q '1 rank (nccl)' "$W/auto1.txt" && record nccl_is_default_on_own_gpu ok "no -comm: the banner says nccl" ||
+        record nccl_is_default_on_own_gpu FAIL "$(grep -m1 -E 'error|rank' "$W/auto1.txt")"
+    if [ "$NGPU" -ge 2 ]; then
+        comm_test comm_nccl_np2 mpirun --bind-to none -np 2 build/comm_check_gpu --comm nccl
+        [ -f "$W/ga4/log.jsonl" ] || $GPU "${flags[@]}" -ga 4 -p fp32 -o "$W/ga4" > /dev/null 2>&1
+        for z in 0 1 2 3; do
+            mpirun --bind-to none -np 2 $GPU "${flags[@]}" -ga 2 -p fp32 -z "$z" -comm nccl -o "$W/nccl2z$z" > "$W/nccl2z$z.txt" 2>&1 ||
+                record "nccl_np2_z${z}_run" FAIL "$(grep -m1 error "$W/nccl2z$z.txt")"
+            check "nccl_np2_z${z}_vs_single" log "nccl2z$z" "$W/nccl2z$z/log.jsonl" "$W/ga4/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
+        done
+    else
+        echo "skip nccl_np2: $NGPU GPU on this machine, 2 NCCL ranks need 2"
+        ROWS+=("| nccl_np2 | skip | $NGPU GPU: 2 NCCL ranks need 2 GPUs |")
+        out=$(mpirun --oversubscribe --bind-to none -np 2 $GPU "${flags[@]}" -x 1 -comm nccl -o "$W/shared" 2>&1)
+        [ $? -ne 0 ] && echo "$out" | grep -q 'needs one GPU per rank' && record nccl_refuses_shared_gpu ok "2 ranks on 1 GPU: one-line error" ||
+            record nccl_refuses_shared_gpu FAIL "$(echo "$out" | grep -m1 -E 'error|rank')"
+    fi
+fi
+
 for r in 1 2 3; do
     $GPU "${flags[@]}" -p fp32 -r $r -o "$W/r$r" > /dev/null 2>&1
     check "recompute_r${r}_vs_r0" log "r$r" "$W/r$r/log.jsonl" "$W/gpu32/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
@@ -81,7 +136,6 @@ ROWS+=("| pipeline_pp2 | skip | pipeline parallelism not built yet (issue 6) |")
 
 # 4. determinism and resume
 $GPU "${flags[@]}" -p bf16 -o "$W/gpu16b" > "$W/gpu16b.txt" 2>&1
-fields() { grep -o '"step": [0-9]*, "\(loss\|val_loss\)": [^,}]*\(, "lr": [^,]*, "grad_norm": [^,]*\)\?' "$1"; }
 if [ -n "$(fields "$W/gpu16/log.jsonl")" ] && diff <(fields "$W/gpu16/log.jsonl") <(fields "$W/gpu16b/log.jsonl") >/dev/null &&
    cmp -s "$W/gpu16/ckpt_000006/model.bin" "$W/gpu16b/ckpt_000006/model.bin"; then
     record determinism_bf16 ok "two runs: identical losses, norms and final model bits"

@@ -1,0 +1,50 @@
+// comm_nccl.h: the NCCL half of comm_mpi.c, internal to the comm layer (the program sees only comm.h).
+//
+// In a GPU build with NCCL (the Makefile defines GPT_NCCL for comm_mpi.c and links core/comm_nccl.c), a
+// Comm chosen for NCCL holds an NcclGroup: an NCCL communicator over the same ranks as its MPI
+// communicator, with the same rank numbers, plus the stream it enqueues on. comm_mpi.c still counts the
+// bytes, checks the arguments and does everything NCCL does not (send/recv, barriers, host scalars).
+//
+// Without NCCL (the CPU build, a GPU build without NCCL, tests/t_comm.sh's direct compile) the functions
+// are stubs: comm_select never creates a group there, so they are unreachable.
+#pragma once
+#include <mpi.h>
+
+#include "core/comm.h"
+#include "core/common.h"
+
+typedef struct NcclGroup NcclGroup;
+
+#ifdef GPT_NCCL
+// The number of distinct GPUs the ranks of `world` run on (by device UUID, so it also sees through
+// CUDA_VISIBLE_DEVICES). Collective over world; every rank gets the same answer.
+int nccl_distinct_gpus(MPI_Comm world);
+// An NCCL communicator over the ranks of mc (collective over mc), enqueuing on be's main stream.
+NcclGroup* nccl_group_create(MPI_Comm mc, int rank, int size, Backend* be);
+void nccl_group_destroy(NcclGroup* g);
+// comm.h's semantics; the caller has checked the arguments and counted the bytes.
+void nccl_allreduce(NcclGroup* g, void* buf, size_t n, DType dt);
+void nccl_reduce_scatter(NcclGroup* g, void* out, const void* in, size_t n, DType dt);
+void nccl_allgather(NcclGroup* g, void* buf, size_t n, DType dt);
+void nccl_broadcast(NcclGroup* g, void* buf, size_t bytes, int root);
+#define NCCL_BUILT 1
+#else
+#define NCCL_BUILT 0
+static inline int nccl_distinct_gpus(MPI_Comm world) {
+    (void)world;
+    return 0;
+}
+static inline NcclGroup* nccl_group_create(MPI_Comm mc, int rank, int size, Backend* be) {
+    (void)mc, (void)rank, (void)size, (void)be;
+    fail("internal: NCCL requested in a build without NCCL");
+}
+static inline void nccl_group_destroy(NcclGroup* g) { (void)g; }
+static inline void nccl_allreduce(NcclGroup* g, void* buf, size_t n, DType dt) { (void)g, (void)buf, (void)n, (void)dt; }
+static inline void nccl_reduce_scatter(NcclGroup* g, void* out, const void* in, size_t n, DType dt) {
+    (void)g, (void)out, (void)in, (void)n, (void)dt;
+}
+static inline void nccl_allgather(NcclGroup* g, void* buf, size_t n, DType dt) { (void)g, (void)buf, (void)n, (void)dt; }
+static inline void nccl_broadcast(NcclGroup* g, void* buf, size_t bytes, int root) {
+    (void)g, (void)buf, (void)bytes, (void)root;
+}
+#endif
