@@ -7,11 +7,15 @@ static size_t xs(const Zero* z) { return dtype_size(z->dt); }
 static void* at(void* base, size_t index, size_t elem_bytes) { return (char*)base + index * elem_bytes; }
 static const Unit* unit(const Zero* z, int u) { return &z->lay->units[u]; }
 static size_t piece(const Zero* z, int u) { return unit(z, u)->padded / (size_t)z->size; }
-static int final_unit(const Zero* z) { return z->lay->num_units - 1; }
+static int emb_unit(const Zero* z) { return z->lay->emb_unit; }
+static int final_unit(const Zero* z) { return z->lay->final_unit; }
+static int is_block(const Zero* z, int u) { return u != emb_unit(z) && u != final_unit(z); }
 
+// Largest unit other than the embeddings (the rotating buffers hold blocks and the final LayerNorm).
 static size_t largest_block_unit(const ParamLayout* lay) {
     size_t m = 0;
-    for (int u = 1; u < lay->num_units; u++) m = lay->units[u].padded > m ? lay->units[u].padded : m;
+    for (int u = 0; u < lay->num_units; u++)
+        if (u != lay->emb_unit) m = lay->units[u].padded > m ? lay->units[u].padded : m;
     return m;
 }
 
@@ -30,7 +34,7 @@ static void allocate_grads(Zero* z, Backend* be, MemLedger* mem) {
         z->grad_slot[s] = mem_alloc(be, mem, MEM_GRADS, block * x);
         z->grad_slot_unit[s] = -1;
     }
-    z->emb_grads = mem_alloc(be, mem, MEM_GRADS, unit(z, 0)->padded * x);
+    if (emb_unit(z) >= 0) z->emb_grads = mem_alloc(be, mem, MEM_GRADS, unit(z, emb_unit(z))->padded * x);
 }
 
 static void allocate_params(Zero* z, Backend* be, MemLedger* mem) {
@@ -47,8 +51,8 @@ static void allocate_params(Zero* z, Backend* be, MemLedger* mem) {
         z->param_slot[s] = mem_alloc(be, mem, MEM_PARAMS, block * x);
         z->param_slot_unit[s] = -1;
     }
-    z->resident[0] = mem_alloc(be, mem, MEM_PARAMS, unit(z, 0)->padded * x);
-    z->resident[1] = mem_alloc(be, mem, MEM_PARAMS, unit(z, final_unit(z))->padded * x);
+    if (emb_unit(z) >= 0) z->resident[0] = mem_alloc(be, mem, MEM_PARAMS, unit(z, emb_unit(z))->padded * x);
+    if (final_unit(z) >= 0) z->resident[1] = mem_alloc(be, mem, MEM_PARAMS, unit(z, final_unit(z))->padded * x);
 }
 
 static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, int stage, Comm* dp, int rank,
@@ -117,8 +121,8 @@ static int take_slot(int* slot_unit, int u, const char* what) {
 
 void* zero_params(Zero* z, Backend* be, int u) {
     if (z->stage < 3) return at(z->params, unit(z, u)->offset, xs(z));
-    if (u == 0 || u == final_unit(z)) {   // small or shared by head and encoder: keep until the next update
-        int r = u == 0 ? 0 : 1;
+    if (!is_block(z, u)) {   // small, or shared by the LM head and the encoder: keep until the next update
+        int r = u == emb_unit(z) ? 0 : 1;
         if (!(z->resident_valid & (1 << r))) gather_unit(z, be, u, z->resident[r]);
         z->resident_valid |= 1 << r;
         return z->resident[r];
@@ -131,7 +135,7 @@ void* zero_params(Zero* z, Backend* be, int u) {
 }
 
 void zero_params_done(Zero* z, int u) {
-    if (z->stage < 3 || u == 0 || u == final_unit(z)) return;
+    if (z->stage < 3 || !is_block(z, u)) return;
     int s = find_slot(z->param_slot_unit, u);
     if (s >= 0) z->param_slot_unit[s] = -1;
 }
@@ -142,8 +146,8 @@ void zero_params_done(Zero* z, int u) {
 void* zero_grads(Zero* z, Backend* be, int u) {
     size_t x = xs(z);
     if (z->stage < 2) return at(z->grads, unit(z, u)->offset, x);
-    if (u == 0) {
-        if (!z->emb_grads_live) be_memset0(be, z->emb_grads, unit(z, 0)->padded * x);
+    if (u == emb_unit(z)) {
+        if (!z->emb_grads_live) be_memset0(be, z->emb_grads, unit(z, u)->padded * x);
         z->emb_grads_live = 1;
         return z->emb_grads;
     }
@@ -166,8 +170,8 @@ static void reduce_into_accumulator(Zero* z, Backend* be, int u, void* buf) {
 
 void zero_grads_done(Zero* z, Backend* be, int u) {
     if (z->stage < 2) return;
-    if (u == 0) {
-        reduce_into_accumulator(z, be, 0, z->emb_grads);
+    if (u == emb_unit(z)) {
+        reduce_into_accumulator(z, be, u, z->emb_grads);
         z->emb_grads_live = 0;
         return;
     }
@@ -296,8 +300,8 @@ void zero_set_from_host(Zero* z, Backend* be, const float* flat) {
 
 // Gathers a buffer held as pieces (index = state index) into host fp32, flat layout.
 static void pieces_to_host(Zero* z, Backend* be, const void* pieces, DType dt, float* flat) {
-    size_t x = dtype_size(dt), largest = unit(z, 0)->padded;
-    for (int u = 1; u < z->lay->num_units; u++) largest = unit(z, u)->padded > largest ? unit(z, u)->padded : largest;
+    size_t x = dtype_size(dt), largest = 0;
+    for (int u = 0; u < z->lay->num_units; u++) largest = unit(z, u)->padded > largest ? unit(z, u)->padded : largest;
     void* buf = be_malloc(be, largest * x);   // checkpoint time only, never in the step
     void* host = xmalloc(largest * x);
     for (int u = 0; u < z->lay->num_units; u++) {

@@ -13,7 +13,10 @@
 // ---------------------------------------------------------------------------------------------------
 // The 16 llm.c tensors in file order, each kind stacked over layers.
 
-static const ParamTensor* canonical_tensor(const ParamLayout* lay, int i) {   // i-th tensor in file order
+#define NUM_FILE_TENSORS(lay) (4 + 12 * (lay)->shape.L)
+
+// The i-th tensor in file order, or NULL when the layout (a pipeline stage's) does not hold it.
+static const ParamTensor* canonical_tensor(const ParamLayout* lay, int i) {
     int L = lay->shape.L;
     if (i < 2) return layout_tensor(lay, (ParamKind)i, -1);
     if (i < 2 + 12 * L) return layout_tensor(lay, (ParamKind)(P_LN1W + (i - 2) / L), (i - 2) % L);
@@ -69,8 +72,9 @@ float* model_file_read(const ParamLayout* lay, const char* path) {
     int version;
     read_model_header(f, path, &version);
     float* flat = (float*)xcalloc(lay->total, sizeof(float));
-    for (int i = 0; i < lay->num_tensors; i++) {
+    for (int i = 0; i < NUM_FILE_TENSORS(lay); i++) {
         const ParamTensor* t = canonical_tensor(lay, i);
+        if (!t) fail("internal: model files are read into whole-model layouts");
         if (version == 5) {
             uint16_t* raw = (uint16_t*)xmalloc(t->size * 2);
             xfread(raw, 2, t->size, f, path);
@@ -107,8 +111,9 @@ static void write_model_header(const GPTShape* s, FILE* f, const char* path) {
 void model_file_write(const ParamLayout* lay, const float* flat, const char* path, int header) {
     FILE* f = xfopen(path, "wb");
     if (header) write_model_header(&lay->shape, f, path);
-    for (int i = 0; i < lay->num_tensors; i++) {
+    for (int i = 0; i < NUM_FILE_TENSORS(lay); i++) {
         const ParamTensor* t = canonical_tensor(lay, i);
+        if (!t) fail("internal: model files are written from whole-model layouts");
         xfwrite(flat + t->offset, sizeof(float), t->size, f, path);
     }
     xfclose(f, path);

@@ -173,10 +173,10 @@ double gpt_forward(GPT* g, Backend* be, const int* tokens, const int* targets, f
     DType dt = g->dt;
     int B = g->B, T = g->T, N = B * T, C = s->C, fin = final_norm_unit(lay);
     be_upload(be, a->tokens, tokens, (size_t)N * sizeof(int));
-    EmbeddingParams emb = embedding_params(lay, zero_params(g->zero, be, 0), dt);
+    EmbeddingParams emb = embedding_params(lay, zero_params(g->zero, be, lay->emb_unit), dt);
     encoder_forward(be, dt, a->resid, a->tokens, emb.wte, emb.wpe, B, T, C);
     for (int l = 0; l < s->L; l++) {
-        int u = unit_of_block(l);
+        int u = unit_of_block(lay, l);
         block_forward(g, be, block_params(lay, zero_params(g->zero, be, u), l, dt), block_acts(g, l), 0);
         zero_params_done(g->zero, u);
     }
@@ -185,7 +185,7 @@ double gpt_forward(GPT* g, Backend* be, const int* tokens, const int* targets, f
     layernorm_forward(be, dt, a->lnf, a->lnf_mean, a->lnf_rstd, out, fn.lnfw, fn.lnfb, N, C);
     matmul_forward(be, dt, a->logits, NULL, a->lnf, emb.wte, NULL, N, C, s->Vp);   // tied LM head
     zero_params_done(g->zero, fin);
-    zero_params_done(g->zero, 0);
+    zero_params_done(g->zero, lay->emb_unit);
     if (logits_dump) logits_to_host(g, be, logits_dump);
     if (!targets) return 0.0;
     be_upload(be, a->targets, targets, (size_t)N * sizeof(int));
@@ -205,8 +205,8 @@ void gpt_backward(GPT* g, Backend* be) {
     Zero* z = g->zero;
     DType dt = g->dt;
     int B = g->B, T = g->T, N = B * T, C = s->C, fin = final_norm_unit(lay);
-    EmbeddingParams emb = embedding_params(lay, zero_params(z, be, 0), dt);
-    EmbeddingParams demb = embedding_params(lay, zero_grads(z, be, 0), dt);   // live until the encoder
+    EmbeddingParams emb = embedding_params(lay, zero_params(z, be, lay->emb_unit), dt);
+    EmbeddingParams demb = embedding_params(lay, zero_grads(z, be, lay->emb_unit), dt);   // live until the encoder
     FinalNormParams fn = final_norm_params(lay, zero_params(z, be, fin), dt);
     FinalNormParams dfn = final_norm_params(lay, zero_grads(z, be, fin), dt);
     void* out = slice(a->resid, (size_t)N * C, s->L, dt);
@@ -216,7 +216,7 @@ void gpt_backward(GPT* g, Backend* be) {
     zero_grads_done(z, be, fin);
     zero_params_done(z, fin);
     for (int l = s->L - 1; l >= 0; l--) {
-        int u = unit_of_block(l);
+        int u = unit_of_block(lay, l);
         BlockParams p = block_params(lay, zero_params(z, be, u), l, dt);   // ZeRO-3: one gather serves both
         BlockActs v = block_acts(g, l);
         block_recompute(g, be, p, v);
@@ -225,6 +225,6 @@ void gpt_backward(GPT* g, Backend* be) {
         zero_params_done(z, u);
     }
     encoder_backward(be, dt, demb.wte, demb.wpe, a->dresid, a->tokens, B, T, C);
-    zero_grads_done(z, be, 0);
-    zero_params_done(z, 0);
+    zero_grads_done(z, be, lay->emb_unit);
+    zero_params_done(z, lay->emb_unit);
 }

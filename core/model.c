@@ -112,25 +112,45 @@ static void add_unit(ParamLayout* lay, const ParamKind* kinds, int n, int layer,
     lay->total += u->padded;
 }
 
-void layout_build(ParamLayout* lay, const GPTShape* s, size_t pad_multiple) {
+void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple, int first_block, int num_blocks,
+                        int with_embeddings, int with_final) {
     static const ParamKind EMB[] = {P_WTE, P_WPE};
     static const ParamKind BLOCK[] = {P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
                                       P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB};
     static const ParamKind FINAL[] = {P_LNFW, P_LNFB};
     if (pad_multiple == 0 || pad_multiple % TENSOR_ALIGN != 0) fail("internal: unit padding %zu must be a multiple of %d", pad_multiple, TENSOR_ALIGN);
+    if (first_block < 0 || num_blocks < 0 || first_block + num_blocks > s->L)
+        fail("internal: blocks [%d, %d) outside the model's %d", first_block, first_block + num_blocks, s->L);
     memset(lay, 0, sizeof(*lay));
     lay->shape = *s;
-    add_unit(lay, EMB, 2, -1, pad_multiple);
-    for (int l = 0; l < s->L; l++) add_unit(lay, BLOCK, 12, l, pad_multiple);
-    add_unit(lay, FINAL, 2, -1, pad_multiple);
+    lay->first_block = first_block;
+    lay->num_blocks = num_blocks;
+    lay->emb_unit = lay->final_unit = -1;
+    for (int l = 0; l < MAX_LAYERS; l++) lay->block_unit[l] = -1;
+    if (with_embeddings) {
+        lay->emb_unit = lay->num_units;
+        add_unit(lay, EMB, 2, -1, pad_multiple);
+    }
+    for (int l = first_block; l < first_block + num_blocks; l++) {
+        lay->block_unit[l] = lay->num_units;
+        add_unit(lay, BLOCK, 12, l, pad_multiple);
+    }
+    if (with_final) {
+        lay->final_unit = lay->num_units;
+        add_unit(lay, FINAL, 2, -1, pad_multiple);
+    }
+}
+
+void layout_build(ParamLayout* lay, const GPTShape* s, size_t pad_multiple) {
+    layout_build_stage(lay, s, pad_multiple, 0, s->L, 1, 1);
 }
 
 const ParamTensor* layout_tensor(const ParamLayout* lay, ParamKind kind, int layer) {
-    int idx;
-    if (kind == P_WTE || kind == P_WPE) idx = kind - P_WTE;
-    else if (kind == P_LNFW || kind == P_LNFB) idx = 2 + 12 * lay->shape.L + (kind - P_LNFW);
-    else idx = 2 + 12 * layer + (kind - P_LN1W);
-    return &lay->tensors[idx];
+    int u, i;
+    if (kind == P_WTE || kind == P_WPE) u = lay->emb_unit, i = kind - P_WTE;
+    else if (kind == P_LNFW || kind == P_LNFB) u = lay->final_unit, i = kind - P_LNFW;
+    else u = layer >= 0 && layer < lay->shape.L ? lay->block_unit[layer] : -1, i = kind - P_LN1W;
+    return u < 0 ? NULL : &lay->tensors[lay->units[u].first_tensor + i];
 }
 
 BlockParams block_params(const ParamLayout* lay, void* base, int layer, DType dt) {

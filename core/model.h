@@ -49,6 +49,10 @@ typedef struct {
 
 typedef struct {
     GPTShape shape;
+    int first_block, num_blocks;   // the blocks this layout holds: all of them, or a pipeline stage's range
+    int emb_unit;                  // unit of wte + wpe, or -1 when another stage holds them
+    int final_unit;                // unit of the final LayerNorm, or -1
+    int block_unit[MAX_LAYERS];    // unit of block l, or -1
     int num_units;
     Unit units[MAX_UNITS];
     int num_tensors;
@@ -65,10 +69,15 @@ void shape_validate(const GPTShape* s);   // fails with a one-line error on an i
 size_t param_kind_elems(const GPTShape* s, ParamKind k);   // elements of one layer's tensor of kind k
 const char* param_kind_name(ParamKind k);
 
-// Units padded to a multiple of `pad_multiple` elements (e.g. 64 x DP size).
+// Units padded to a multiple of `pad_multiple` elements (e.g. 64 x DP size). layout_build holds the whole
+// model; layout_build_stage a contiguous range of blocks, with the embeddings and/or the final LayerNorm
+// (a pipeline stage). Flat offsets are local to the layout; canonical offsets are the model's.
 void layout_build(ParamLayout* lay, const GPTShape* s, size_t pad_multiple);
+void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple, int first_block, int num_blocks,
+                        int with_embeddings, int with_final);
+// The tensor of `kind` (block kinds: of block `layer`), or NULL when this layout does not hold it.
 const ParamTensor* layout_tensor(const ParamLayout* lay, ParamKind kind, int layer);
-static inline int unit_of_block(int layer) { return 1 + layer; }
+static inline int unit_of_block(const ParamLayout* lay, int layer) { return lay->block_unit[layer]; }
 
 // Pointer to tensor t inside a buffer holding its unit (unit_base = the unit's first element, type dt):
 // the flat buffer at the unit's offset, or a gathered copy of just that unit (ZeRO-3).
@@ -91,7 +100,7 @@ typedef struct {
 BlockParams block_params(const ParamLayout* lay, void* unit_base, int layer, DType dt);
 EmbeddingParams embedding_params(const ParamLayout* lay, void* unit_base, DType dt);
 FinalNormParams final_norm_params(const ParamLayout* lay, void* unit_base, DType dt);
-static inline int final_norm_unit(const ParamLayout* lay) { return lay->num_units - 1; }
+static inline int final_norm_unit(const ParamLayout* lay) { return lay->final_unit; }
 
 // Host fp32 values for one tensor: GPT-2's initialization (std 0.02, residual projections
 // 0.02/sqrt(2L), biases 0, LayerNorm weights 1), a pure function of (seed, kind, layer).
