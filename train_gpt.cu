@@ -23,6 +23,7 @@
 #include "core/logger.h"
 #include "core/loss_scale.h"
 #include "core/optimizer.h"
+#include "core/report.h"
 #include "core/rng.h"
 #include "core/tokenizer.h"
 #include "zero.h"
@@ -49,24 +50,11 @@ typedef struct {
     int* targets;           // (B*T) host
 } Trainer;
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static long long tokens_per_step(const Trainer* tr) {
     return (long long)tr->cfg.B * tr->cfg.T * tr->cfg.grad_accum * tr->ranks;
 }
 
 static int is_root(const Trainer* tr) { return tr->rank == 0; }
-
-// A double as JSON: non-finite values (a skipped step's loss or norm) become null, which JSON can express.
-static const char* json_number(char* buf, size_t size, double x) {
-    if (isfinite(x)) snprintf(buf, size, "%.9g", x);
-    else snprintf(buf, size, "null");
-    return buf;
-}
 
 // Preemption (SIGTERM from a scheduler, SIGINT from a terminal) is blocked from the start and polled between
 // steps, so there is no signal handler and no global flag; the ranks agree through an all-reduce, finish the
@@ -118,69 +106,6 @@ static void open_tokenizer(Trainer* tr) {
         snprintf(path, sizeof(path), "%.*s/gpt2_tokenizer.bin", dir_len, slash ? tr->cfg.train_pattern : ".");
     }
     tr->tokenizer = tokenizer_load(path);
-}
-
-// The flat buffer's units (padded elements each), so memory and traffic can be checked against the layout.
-static void log_layout(Trainer* tr) {
-    char buf[8192];
-    int n = 0;
-    for (int u = 0; u < tr->layout->num_units && n < (int)sizeof(buf) - 32; u++)
-        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s%zu", u ? ", " : "", tr->layout->units[u].padded);
-    logger_line(&tr->log, "{\"step\": %d, \"layout\": {\"elements\": %zu, \"params\": %zu, \"ranks\": %d, \"zero\": %d, "
-                "\"dtype_bytes\": %zu, \"ga\": %d, \"B\": %d, \"T\": %d, \"recompute\": %d, \"L\": %d, \"C\": %d, \"NH\": %d, "
-                "\"Vp\": %d, \"units\": [%s]}}", tr->first_step, tr->layout->total, tr->layout->num_params, tr->ranks,
-                tr->cfg.zero_stage, dtype_size(tr->cfg.precision), tr->cfg.grad_accum, tr->cfg.B, tr->cfg.T, tr->cfg.recompute,
-                tr->layout->shape.L, tr->layout->shape.C, tr->layout->shape.NH, tr->layout->shape.Vp, buf);
-}
-
-// Each rank's bytes per category, gathered to rank 0 (a sum over a vector where each rank fills its row).
-static void log_memory(Trainer* tr) {
-    double* all = (double*)xcalloc((size_t)tr->ranks * NUM_MEM_CATEGORIES, sizeof(double));
-    for (int c = 0; c < NUM_MEM_CATEGORIES; c++) all[tr->rank * NUM_MEM_CATEGORIES + c] = (double)tr->mem.bytes[c];
-    comm_allreduce_host_sum(tr->world, all, tr->ranks * NUM_MEM_CATEGORIES);
-    for (int r = 0; r < tr->ranks && is_root(tr); r++) {
-        char buf[512];
-        int n = 0;
-        double total = 0.0;
-        for (int c = 0; c < NUM_MEM_CATEGORIES; c++) {
-            double b = all[r * NUM_MEM_CATEGORIES + c];
-            total += b;
-            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\"%s\": %.0f", c ? ", " : "", mem_category_name((MemCategory)c), b);
-        }
-        logger_line(&tr->log, "{\"step\": %d, \"rank\": %d, \"memory\": {%s}, \"total\": %.0f}", tr->first_step, r, buf, total);
-    }
-    if (is_root(tr)) {
-        printf("memory (rank 0): %.1f MiB total:", (double)mem_total(&tr->mem) / (1 << 20));
-        for (int c = 0; c < NUM_MEM_CATEGORIES; c++) printf(" %s %.1f", mem_category_name((MemCategory)c), (double)tr->mem.bytes[c] / (1 << 20));
-        printf(" MiB\n");
-        size_t keep_all = gpt_activation_bytes(&tr->layout->shape, tr->cfg.precision, tr->cfg.B, tr->cfg.T, 0);
-        size_t saved = keep_all - tr->mem.bytes[MEM_ACTIVATIONS];
-        if (tr->cfg.recompute > 0) printf("recompute -r %d saves %.1f MiB of activations per rank (-r 0 would need %.1f MiB)\n",
-                                          tr->cfg.recompute, (double)saved / (1 << 20), (double)keep_all / (1 << 20));
-        logger_line(&tr->log, "{\"step\": %d, \"recompute\": %d, \"activations\": %zu, \"activations_keep_all\": %zu, "
-                    "\"activations_saved\": %zu}", tr->first_step, tr->cfg.recompute, tr->mem.bytes[MEM_ACTIVATIONS], keep_all, saved);
-    }
-    free(all);
-}
-
-// Bytes each rank sent per collective during the last step, gathered to rank 0; then the counters reset.
-static void log_comm(Trainer* tr, int step) {
-    double* all = (double*)xcalloc((size_t)tr->ranks * NUM_COLLECTIVES, sizeof(double));
-    for (int k = 0; k < NUM_COLLECTIVES; k++) all[tr->rank * NUM_COLLECTIVES + k] = (double)comm_bytes_sent(tr->world, (Collective)k);
-    comm_reset_bytes(tr->world);
-    comm_allreduce_host_sum(tr->world, all, tr->ranks * NUM_COLLECTIVES);
-    if (is_root(tr) && tr->ranks > 1) {
-        char buf[4096];
-        int n = 0;
-        for (int k = 0; k < NUM_COLLECTIVES; k++) {
-            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\"%s\": [", k ? ", " : "", collective_name((Collective)k));
-            for (int r = 0; r < tr->ranks && n < (int)sizeof(buf) - 32; r++)
-                n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s%.0f", r ? ", " : "", all[r * NUM_COLLECTIVES + k]);
-            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "]");
-        }
-        logger_line(&tr->log, "{\"step\": %d, \"comm_bytes\": {%s}}", step, buf);
-    }
-    free(all);
 }
 
 static void load_or_init_model(Trainer* tr) {
@@ -256,8 +181,8 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
                shape.L, shape.C, shape.NH, shape.V, shape.maxT, tr->layout->num_params, dtype_name(cfg->precision),
                backend_device_name(tr->be), tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), cfg->zero_stage, cfg->B, cfg->T,
                cfg->grad_accum, tr->max_steps);
-    log_layout(tr);
-    log_memory(tr);
+    report_layout(&tr->log, tr->layout, cfg, tr->ranks, tr->first_step);
+    report_memory(&tr->log, tr->world, &tr->mem, cfg, tr->layout, tr->first_step);
 }
 
 static void trainer_teardown(Trainer* tr) {
@@ -361,25 +286,6 @@ static void dump_step0(Trainer* tr, const float* logits, double loss) {
     free(grads);
 }
 
-// Wall-clock per phase, like DeepSpeed's wall_clock_breakdown. Only on breakdown steps (-lb) does each mark
-// synchronize the device, so other steps keep their asynchrony.
-typedef enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_COMM, PHASE_OPTIMIZER, NUM_PHASES } Phase;
-static const char* const PHASE_NAMES[NUM_PHASES] = {"data", "forward", "backward", "grad_reduce", "optimizer"};
-
-typedef struct {
-    int on;
-    double last;
-    double seconds[NUM_PHASES];
-} PhaseTimer;
-
-static void phase_mark(PhaseTimer* pt, Backend* be, Phase p) {
-    if (!pt->on) return;
-    be_synchronize(be);
-    double now = now_seconds();
-    pt->seconds[p] += now - pt->last;
-    pt->last = now;
-}
-
 typedef struct {
     double loss, grad_norm;   // grad_norm: of the unscaled gradients
     float lr;
@@ -429,42 +335,14 @@ static StepResult train_step(Trainer* tr, int step) {
     return r;
 }
 
-// Model FLOPs per token: 6 per parameter (forward + backward matmuls) plus attention's 12·L·C·T.
-static double flops_per_token(const Trainer* tr) {
-    const GPTShape* s = &tr->gpt.shape;
-    return 6.0 * (double)tr->gpt.layout->num_params + 12.0 * s->L * s->C * (double)tr->cfg.T;
-}
-
-// Dense bf16 tensor-core peak of the GPUs we know, from the device name; 0 when unknown (no MFU shown).
-static double peak_flops(const Backend* be) {
-    const char* name = backend_device_name(be);
-    if (strstr(name, "H100") || strstr(name, "H200") || strstr(name, "GH200")) return 989e12;
-    if (strstr(name, "A100")) return 312e12;
-    return 0.0;
-}
-
-static void report_breakdown(Trainer* tr, int step, const PhaseTimer* pt) {
-    double total = 0.0;
-    char text[256], json[256];
-    int n = 0, m = 0;
-    for (int p = 0; p < NUM_PHASES; p++) total += pt->seconds[p];
-    for (int p = 0; p < NUM_PHASES; p++) {
-        n += snprintf(text + n, sizeof(text) - (size_t)n, " | %s %.1f ms (%.0f%%)", PHASE_NAMES[p], pt->seconds[p] * 1e3,
-                      total > 0.0 ? 100.0 * pt->seconds[p] / total : 0.0);
-        m += snprintf(json + m, sizeof(json) - (size_t)m, "%s\"%s\": %.3f", p ? ", " : "", PHASE_NAMES[p], pt->seconds[p] * 1e3);
-    }
-    printf("step %5d breakdown (synchronized)%s\n", step + 1, text);
-    logger_line(&tr->log, "{\"step\": %d, \"breakdown_ms\": {%s}}", step, json);
-}
-
 static void report_step(Trainer* tr, int step, const StepResult* r, double seconds, double* avg_seconds) {
-    log_comm(tr, step);
+    report_comm(&tr->log, tr->world, step);
     if (!is_root(tr)) return;
-    if (r->phases.on) report_breakdown(tr, step, &r->phases);
+    if (r->phases.on) report_breakdown(&tr->log, step, &r->phases);
     double tok_s = (double)tokens_per_step(tr) / seconds;
     *avg_seconds = *avg_seconds <= 0.0 ? seconds : 0.9 * *avg_seconds + 0.1 * seconds;
     double eta = *avg_seconds * (tr->max_steps - step - 1);
-    double peak = peak_flops(tr->be), mfu = peak > 0.0 ? tok_s * flops_per_token(tr) / peak : 0.0;
+    double peak = gpu_peak_flops(tr->be), mfu = peak > 0.0 ? tok_s * model_flops_per_token(tr->layout, tr->cfg.T) / peak : 0.0;
     double peak_mib = (double)be_peak_bytes(tr->be) / (1 << 20);
     char mfu_text[32] = "", extra[96] = "";
     if (peak > 0.0) snprintf(mfu_text, sizeof(mfu_text), " | mfu %.1f%%", 100.0 * mfu);

@@ -1,0 +1,121 @@
+// report.c: what the trainer tells a person and its log: layout, per-rank memory and traffic, phase timing,
+// model FLOPs. See report.h.
+#include "report.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "common.h"
+#include "gpt.h"
+
+double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char* json_number(char* buf, size_t size, double x) {
+    if (isfinite(x)) snprintf(buf, size, "%.9g", x);
+    else snprintf(buf, size, "null");
+    return buf;
+}
+
+void report_layout(Logger* log, const ParamLayout* lay, const Config* cfg, int ranks, int first_step) {
+    char buf[8192];
+    int n = 0;
+    for (int u = 0; u < lay->num_units && n < (int)sizeof(buf) - 32; u++)
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s%zu", u ? ", " : "", lay->units[u].padded);
+    logger_line(log, "{\"step\": %d, \"layout\": {\"elements\": %zu, \"params\": %zu, \"ranks\": %d, \"zero\": %d, "
+                "\"dtype_bytes\": %zu, \"ga\": %d, \"B\": %d, \"T\": %d, \"recompute\": %d, \"L\": %d, \"C\": %d, \"NH\": %d, "
+                "\"Vp\": %d, \"units\": [%s]}}", first_step, lay->total, lay->num_params, ranks, cfg->zero_stage,
+                dtype_size(cfg->precision), cfg->grad_accum, cfg->B, cfg->T, cfg->recompute, lay->shape.L, lay->shape.C,
+                lay->shape.NH, lay->shape.Vp, buf);
+}
+
+void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config* cfg, const ParamLayout* lay, int first_step) {
+    int rank = comm_rank(world), ranks = comm_size(world);
+    double* all = (double*)xcalloc((size_t)ranks * NUM_MEM_CATEGORIES, sizeof(double));
+    for (int c = 0; c < NUM_MEM_CATEGORIES; c++) all[rank * NUM_MEM_CATEGORIES + c] = (double)mem->bytes[c];
+    comm_allreduce_host_sum(world, all, ranks * NUM_MEM_CATEGORIES);
+    for (int r = 0; r < ranks && rank == 0; r++) {
+        char buf[512];
+        int n = 0;
+        double total = 0.0;
+        for (int c = 0; c < NUM_MEM_CATEGORIES; c++) {
+            double b = all[r * NUM_MEM_CATEGORIES + c];
+            total += b;
+            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\"%s\": %.0f", c ? ", " : "", mem_category_name((MemCategory)c), b);
+        }
+        logger_line(log, "{\"step\": %d, \"rank\": %d, \"memory\": {%s}, \"total\": %.0f}", first_step, r, buf, total);
+    }
+    if (rank == 0) {
+        printf("memory (rank 0): %.1f MiB total:", (double)mem_total(mem) / (1 << 20));
+        for (int c = 0; c < NUM_MEM_CATEGORIES; c++) printf(" %s %.1f", mem_category_name((MemCategory)c), (double)mem->bytes[c] / (1 << 20));
+        printf(" MiB\n");
+        size_t keep_all = gpt_activation_bytes(&lay->shape, cfg->precision, cfg->B, cfg->T, 0);
+        size_t saved = keep_all - mem->bytes[MEM_ACTIVATIONS];
+        if (cfg->recompute > 0) printf("recompute -r %d saves %.1f MiB of activations per rank (-r 0 would need %.1f MiB)\n",
+                                       cfg->recompute, (double)saved / (1 << 20), (double)keep_all / (1 << 20));
+        logger_line(log, "{\"step\": %d, \"recompute\": %d, \"activations\": %zu, \"activations_keep_all\": %zu, "
+                    "\"activations_saved\": %zu}", first_step, cfg->recompute, mem->bytes[MEM_ACTIVATIONS], keep_all, saved);
+    }
+    free(all);
+}
+
+void report_comm(Logger* log, Comm* world, int step) {
+    int rank = comm_rank(world), ranks = comm_size(world);
+    double* all = (double*)xcalloc((size_t)ranks * NUM_COLLECTIVES, sizeof(double));
+    for (int k = 0; k < NUM_COLLECTIVES; k++) all[rank * NUM_COLLECTIVES + k] = (double)comm_bytes_sent(world, (Collective)k);
+    comm_reset_bytes(world);
+    comm_allreduce_host_sum(world, all, ranks * NUM_COLLECTIVES);
+    if (rank == 0 && ranks > 1) {
+        char buf[4096];
+        int n = 0;
+        for (int k = 0; k < NUM_COLLECTIVES; k++) {
+            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\"%s\": [", k ? ", " : "", collective_name((Collective)k));
+            for (int r = 0; r < ranks && n < (int)sizeof(buf) - 32; r++)
+                n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s%.0f", r ? ", " : "", all[r * NUM_COLLECTIVES + k]);
+            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "]");
+        }
+        logger_line(log, "{\"step\": %d, \"comm_bytes\": {%s}}", step, buf);
+    }
+    free(all);
+}
+
+static const char* const PHASE_NAMES[NUM_PHASES] = {"data", "forward", "backward", "grad_reduce", "optimizer"};
+
+void phase_mark(PhaseTimer* pt, Backend* be, Phase p) {
+    if (!pt->on) return;
+    be_synchronize(be);
+    double now = now_seconds();
+    pt->seconds[p] += now - pt->last;
+    pt->last = now;
+}
+
+double model_flops_per_token(const ParamLayout* lay, int T) {
+    const GPTShape* s = &lay->shape;
+    return 6.0 * (double)lay->num_params + 12.0 * s->L * s->C * (double)T;
+}
+
+double gpu_peak_flops(const Backend* be) {
+    const char* name = backend_device_name(be);
+    if (strstr(name, "H100") || strstr(name, "H200") || strstr(name, "GH200")) return 989e12;
+    if (strstr(name, "A100")) return 312e12;
+    return 0.0;
+}
+
+void report_breakdown(Logger* log, int step, const PhaseTimer* pt) {
+    double total = 0.0;
+    char text[256], json[256];
+    int n = 0, m = 0;
+    for (int p = 0; p < NUM_PHASES; p++) total += pt->seconds[p];
+    for (int p = 0; p < NUM_PHASES; p++) {
+        n += snprintf(text + n, sizeof(text) - (size_t)n, " | %s %.1f ms (%.0f%%)", PHASE_NAMES[p], pt->seconds[p] * 1e3,
+                      total > 0.0 ? 100.0 * pt->seconds[p] / total : 0.0);
+        m += snprintf(json + m, sizeof(json) - (size_t)m, "%s\"%s\": %.3f", p ? ", " : "", PHASE_NAMES[p], pt->seconds[p] * 1e3);
+    }
+    printf("step %5d breakdown (synchronized)%s\n", step + 1, text);
+    logger_line(log, "{\"step\": %d, \"breakdown_ms\": {%s}}", step, json);
+}
+

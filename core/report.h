@@ -1,0 +1,36 @@
+// report.h: what the trainer tells a person and its log, apart from the per-step line: the layout, each
+// rank's memory per category and bytes per collective (gathered to rank 0), the wall-clock breakdown per
+// phase, and the FLOPs that MFU is measured against. Rank 0 prints; every rank takes part in the gathers.
+#pragma once
+#include "comm.h"
+#include "config.h"
+#include "logger.h"
+#include "memory.h"
+#include "model.h"
+
+double now_seconds(void);   // monotonic
+// A double as JSON: non-finite values (a skipped step's loss or norm) become null, which JSON can express.
+const char* json_number(char* buf, size_t size, double x);
+
+// The flat buffer's units (padded elements each), so memory and traffic can be checked against the layout.
+void report_layout(Logger* log, const ParamLayout* lay, const Config* cfg, int ranks, int first_step);
+// Each rank's bytes per category, and what recompute saves against -r 0.
+void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config* cfg, const ParamLayout* lay, int first_step);
+// Bytes each rank sent per collective since the last call; then the counters reset.
+void report_comm(Logger* log, Comm* world, int step);
+
+// Wall-clock per phase, like DeepSpeed's wall_clock_breakdown. Only on breakdown steps (-lb) does a mark
+// synchronize the device, so other steps keep their asynchrony.
+typedef enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_COMM, PHASE_OPTIMIZER, NUM_PHASES } Phase;
+typedef struct {
+    int on;
+    double last;
+    double seconds[NUM_PHASES];
+} PhaseTimer;
+void phase_mark(PhaseTimer* pt, Backend* be, Phase p);   // the time since the last mark goes to phase p
+void report_breakdown(Logger* log, int step, const PhaseTimer* pt);
+
+// Model FLOPs per token: 6 per parameter (forward + backward matmuls) plus attention's 12·L·C·T.
+double model_flops_per_token(const ParamLayout* lay, int T);
+// Dense bf16 tensor-core peak of the GPUs we know, from the device name; 0 when unknown (no MFU shown).
+double gpu_peak_flops(const Backend* be);
