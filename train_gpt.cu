@@ -3,7 +3,8 @@
 //
 // Reads top to bottom: set-up (ranks, flags, backend, model, data, log), then the loop: at each step maybe
 // validate, sample and checkpoint, then one optimizer step over `ga` accumulated micro-batches on every
-// data-parallel rank, with ZeRO deciding where parameters, gradients and optimizer state live (zero.h).
+// data-parallel replica, each micro-batch flowing through the pipeline's stages in 1F1B order (pipeline.h),
+// with ZeRO deciding where parameters, gradients and optimizer state live inside each stage (zero.h).
 // Rank 0 prints and writes the log; every rank takes part in every collective.
 #include <errno.h>
 #include <limits.h>
@@ -20,9 +21,11 @@
 #include "core/dataloader.h"
 #include "core/estimate.h"
 #include "core/gpt.h"
+#include "core/grid.h"
 #include "core/logger.h"
 #include "core/loss_scale.h"
 #include "core/optimizer.h"
+#include "core/pipeline.h"
 #include "core/report.h"
 #include "core/rng.h"
 #include "core/tokenizer.h"
@@ -30,10 +33,12 @@
 
 typedef struct {
     Config cfg;
-    Comm* world;            // all ranks; also the data-parallel group until pipelines land
+    Comm* world;            // all ranks
     int rank, ranks;        // in the world
+    Grid grid;              // stages x data-parallel replicas
     Backend* be;
-    ParamLayout* layout;
+    ParamLayout* layout;    // this stage's units
+    Pipeline pipe;
     MemLedger mem;
     Zero zero;
     GPT gpt;
@@ -51,7 +56,7 @@ typedef struct {
 } Trainer;
 
 static long long tokens_per_step(const Trainer* tr) {
-    return (long long)tr->cfg.B * tr->cfg.T * tr->cfg.grad_accum * tr->ranks;
+    return (long long)tr->cfg.B * tr->cfg.T * tr->cfg.grad_accum * tr->grid.dp;
 }
 
 static int is_root(const Trainer* tr) { return tr->rank == 0; }
@@ -85,14 +90,22 @@ static GPTShape resolve_shape(const Config* cfg) {
     return model_file_shape(cfg->model);
 }
 
-static void resolve_batch(Config* cfg, const GPTShape* s, int ranks) {
+// dp: data-parallel replicas (ranks / pipeline stages).
+static void resolve_batch(Config* cfg, const GPTShape* s, int dp) {
     if (cfg->T > s->maxT) fail("-t %d exceeds the model's maximum sequence length %d", cfg->T, s->maxT);
     if (cfg->total_batch) {
-        long long per_micro = (long long)cfg->B * cfg->T * ranks;
+        long long per_micro = (long long)cfg->B * cfg->T * dp;
         if (cfg->total_batch % per_micro)
-            fail("-d %lld is not a multiple of b*t*ranks = %d*%d*%d", cfg->total_batch, cfg->B, cfg->T, ranks);
+            fail("-d %lld is not a multiple of b*t*replicas = %d*%d*%d", cfg->total_batch, cfg->B, cfg->T, dp);
         cfg->grad_accum = (int)(cfg->total_batch / per_micro);
     }
+}
+
+// Checks the pipeline against the model and the world before anything is allocated.
+static void check_pipeline(const Config* cfg, const GPTShape* s, int ranks) {
+    int P = cfg->pipeline_stages;
+    if (P > s->L) fail("-pp %d: more pipeline stages than the model's %d layers (each stage needs a block)", P, s->L);
+    if (ranks % P != 0) fail("-pp %d does not divide the %d ranks into equal stages (launch a multiple of %d ranks)", P, ranks, P);
 }
 
 static void open_tokenizer(Trainer* tr) {
@@ -125,13 +138,49 @@ static void load_or_init_model(Trainer* tr) {
             tr->scaler.clean_steps = info.scaler.clean_steps;
             tr->scaler.overflows_left = info.scaler.overflows_left;
         }
-        if (is_root(tr)) printf("resumed from %s at step %d (written by %d data-parallel ranks)\n", dir, info.step, info.dp);
+        if (is_root(tr)) printf("resumed from %s at step %d (written by %d rank%s in %d stage%s)\n", dir, info.step, info.ranks,
+                                info.ranks > 1 ? "s" : "", info.pp, info.pp > 1 ? "s" : "");
         return;
     }
     int from_spec = shape_from_spec(tr->cfg.model, &(GPTShape){0});
     float* flat = from_spec ? model_init(tr->layout, tr->cfg.seed) : model_file_read(tr->layout, tr->cfg.model);
     zero_set_from_host(&tr->zero, tr->be, flat);
     free(flat);
+}
+
+static void open_data(Trainer* tr, const GPTShape* shape) {
+    Config* cfg = &tr->cfg;
+    const Grid* g = &tr->grid;   // every stage of a replica reads that replica's windows
+    tr->train = dataloader_open(cfg->train_pattern, cfg->B, cfg->T, g->dp_rank, g->dp, cfg->shuffle, cfg->seed, shape->V);
+    if (cfg->val_pattern && cfg->val_pattern[0] && cfg->val_every > 0) {
+        tr->val = dataloader_open(cfg->val_pattern, cfg->B, cfg->T, g->dp_rank, g->dp, 0, cfg->seed, shape->V);
+        long long w = dataloader_windows_per_epoch(tr->val);
+        tr->val_batches = cfg->val_batches < w ? cfg->val_batches : (int)w;
+    }
+    long long epoch_steps = dataloader_windows_per_epoch(tr->train) / ((long long)cfg->grad_accum * g->dp);
+    if (cfg->max_steps < 0 && epoch_steps < 1)
+        fail("one epoch of %s is shorter than one step (b*t*ga*replicas = %lld tokens); set -x", cfg->train_pattern, tokens_per_step(tr));
+    tr->max_steps = cfg->max_steps >= 0 ? cfg->max_steps : (int)epoch_steps;
+    int N = cfg->B * cfg->T;
+    tr->inputs = (int*)xmalloc((size_t)N * sizeof(int));
+    tr->targets = (int*)xmalloc((size_t)N * sizeof(int));
+}
+
+static void print_setup(const Trainer* tr, CommKind comm) {
+    const Config* cfg = &tr->cfg;
+    const GPTShape* s = &tr->layout->shape;
+    printf("model L=%d C=%d NH=%d V=%d maxT=%d: %zu parameters | %s on %s | %d rank%s (%s): %d stage%s x %d replica%s, "
+           "ZeRO-%d | b=%d t=%d ga=%d | %d steps\n",
+           s->L, s->C, s->NH, s->V, s->maxT, shape_param_count(s), dtype_name(cfg->precision), backend_device_name(tr->be),
+           tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), tr->grid.pp, tr->grid.pp > 1 ? "s" : "", tr->grid.dp,
+           tr->grid.dp > 1 ? "s" : "", cfg->zero_stage, cfg->B, cfg->T, cfg->grad_accum, tr->max_steps);
+    int P = tr->grid.pp, m = cfg->grad_accum;
+    if (P > 1)
+        printf("pipeline: 1F1B over %d stages, %d micro-batches per step: bubble (P-1)/m = %.1f%% of the useful time\n", P, m,
+               100.0 * schedule_bubble_fraction(P, m));
+    if (P > 1 && m < P)
+        fprintf(stderr, "warning: -ga %d < -pp %d: most of each step is pipeline bubble; use -ga >= %d (ideally several times -pp)\n", m,
+                P, P);
 }
 
 static void trainer_setup(Trainer* tr, int argc, char** argv) {
@@ -143,46 +192,35 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     Config* cfg = &tr->cfg;
     config_parse(cfg, argc, argv);
     GPTShape shape = resolve_shape(cfg);
-    resolve_batch(cfg, &shape, tr->ranks);
     if (!cfg->precision_set) cfg->precision = backend_build_is_gpu() ? DT_BF16 : DT_FP32;
+    int planned = cfg->estimate && cfg->plan_ranks ? cfg->plan_ranks : tr->ranks;
+    check_pipeline(cfg, &shape, planned);
+    resolve_batch(cfg, &shape, planned / cfg->pipeline_stages);
     if (cfg->estimate) {   // before any allocation, data or device
-        if (is_root(tr)) print_memory_plan(cfg, &shape, cfg->plan_ranks ? cfg->plan_ranks : tr->ranks);
+        if (is_root(tr)) print_memory_plan(cfg, &shape, planned);
         comm_finalize(tr->world);
         exit(0);
     }
     tr->be = backend_create(comm_local_rank(tr->world));
     comm_attach_backend(tr->world, tr->be);
-    CommKind comm = comm_select(tr->world, cfg->comm);   // before zero_create splits or uses any group
-
-    int N = cfg->B * cfg->T;
-    tr->train = dataloader_open(cfg->train_pattern, cfg->B, cfg->T, tr->rank, tr->ranks, cfg->shuffle, cfg->seed, shape.V);
-    if (cfg->val_pattern && cfg->val_pattern[0] && cfg->val_every > 0) {
-        tr->val = dataloader_open(cfg->val_pattern, cfg->B, cfg->T, tr->rank, tr->ranks, 0, cfg->seed, shape.V);
-        long long w = dataloader_windows_per_epoch(tr->val);
-        tr->val_batches = cfg->val_batches < w ? cfg->val_batches : (int)w;
-    }
-    long long epoch_steps = dataloader_windows_per_epoch(tr->train) / ((long long)cfg->grad_accum * tr->ranks);
-    if (cfg->max_steps < 0 && epoch_steps < 1)
-        fail("one epoch of %s is shorter than one step (b*t*ga*ranks = %lld tokens); set -x", cfg->train_pattern, tokens_per_step(tr));
-    tr->max_steps = cfg->max_steps >= 0 ? cfg->max_steps : (int)epoch_steps;
+    CommKind comm = comm_select(tr->world, cfg->comm);   // before any group is split
+    grid_create(&tr->grid, tr->world, cfg->pipeline_stages);
+    open_data(tr, &shape);
     open_tokenizer(tr);
 
+    const Grid* g = &tr->grid;
     tr->layout = (ParamLayout*)xmalloc(sizeof(ParamLayout));
-    layout_build(tr->layout, &shape, zero_pad_multiple(tr->ranks));
-    zero_create(&tr->zero, tr->be, &tr->mem, tr->layout, cfg->zero_stage, tr->world, cfg->precision);
-    gpt_create(&tr->gpt, tr->be, &tr->mem, tr->layout, &tr->zero, cfg->precision, cfg->B, cfg->T, cfg->recompute);
-    tr->inputs = (int*)xmalloc((size_t)N * sizeof(int));
-    tr->targets = (int*)xmalloc((size_t)N * sizeof(int));
+    pipeline_stage_layout(tr->layout, &shape, g->dp, g->pp, g->stage, cfg->T);
+    zero_create(&tr->zero, tr->be, &tr->mem, tr->layout, cfg->zero_stage, g->dp_group, g->tied, cfg->precision);
+    gpt_create(&tr->gpt, tr->be, &tr->mem, tr->layout, &tr->zero, cfg->precision, cfg->B, cfg->T, cfg->recompute,
+               pipeline_activation_sets(g->pp, g->stage, cfg->grad_accum));
+    pipeline_create(&tr->pipe, g, cfg->grad_accum);
     tr->scaler = loss_scaler_init(cfg->precision == DT_FP16, cfg->loss_scale);
     load_or_init_model(tr);
     if (is_root(tr)) logger_open(&tr->log, cfg->out_dir, tr->first_step);
-    if (is_root(tr))
-        printf("model L=%d C=%d NH=%d V=%d maxT=%d: %zu parameters | %s on %s | %d rank%s (%s), ZeRO-%d | b=%d t=%d ga=%d | %d steps\n",
-               shape.L, shape.C, shape.NH, shape.V, shape.maxT, tr->layout->num_params, dtype_name(cfg->precision),
-               backend_device_name(tr->be), tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), cfg->zero_stage, cfg->B, cfg->T,
-               cfg->grad_accum, tr->max_steps);
-    report_layout(&tr->log, tr->layout, cfg, tr->ranks, tr->first_step);
-    report_memory(&tr->log, tr->world, &tr->mem, cfg, tr->layout, tr->first_step);
+    if (is_root(tr)) print_setup(tr, comm);
+    report_layout(&tr->log, tr->layout, cfg, g->dp, tr->first_step);
+    report_memory(&tr->log, tr->world, &tr->mem, cfg, &tr->gpt, tr->first_step);
 }
 
 static void trainer_teardown(Trainer* tr) {
@@ -190,8 +228,10 @@ static void trainer_teardown(Trainer* tr) {
     dataloader_close(tr->train);
     if (tr->val) dataloader_close(tr->val);
     if (tr->tokenizer) tokenizer_free(tr->tokenizer);
+    pipeline_destroy(&tr->pipe);
     gpt_destroy(&tr->gpt, tr->be);
     zero_destroy(&tr->zero, tr->be);
+    grid_destroy(&tr->grid);
     backend_destroy(tr->be);
     free(tr->layout);
     free(tr->inputs);
@@ -202,15 +242,17 @@ static void trainer_teardown(Trainer* tr) {
 // ---------------------------------------------------------------------------------------------------
 // Evaluation and sampling.
 
-// Validation windows 0..m-1, dealt round-robin to the ranks. Every rank runs the same number of forwards
-// (ZeRO-3 gathers are collective); a rank's extra window past m counts with weight 0.
+// Validation windows 0..m-1, dealt round-robin to the replicas. Every rank runs the same number of
+// forwards (ZeRO-3 gathers are collective); a replica's extra window past m counts with weight 0. Only the
+// last stage has losses; the others add 0.
 static void validate(Trainer* tr, int step) {
+    const Grid* g = &tr->grid;
     double sum = 0.0;
-    int rounds = (tr->val_batches + tr->ranks - 1) / tr->ranks;
+    int rounds = (tr->val_batches + g->dp - 1) / g->dp;
     for (int i = 0; i < rounds; i++) {
         dataloader_batch(tr->val, i, 1, 0, tr->inputs, tr->targets);
-        double loss = gpt_forward(&tr->gpt, tr->be, tr->inputs, tr->targets, 0.0f, NULL);
-        if (i * tr->ranks + tr->rank < tr->val_batches) sum += loss;
+        double loss = pipeline_forward(&tr->pipe, &tr->gpt, tr->be, tr->inputs, tr->targets);
+        if (i * g->dp + g->dp_rank < tr->val_batches) sum += loss;
     }
     comm_allreduce_host_sum(tr->world, &sum, 1);
     double val_loss = sum / ((double)tr->val_batches * tr->cfg.B * tr->cfg.T);
@@ -247,12 +289,15 @@ static void sample(Trainer* tr, int step) {
     int steps = tr->cfg.gen_tokens < T ? tr->cfg.gen_tokens : T - 1;
     Rng rng = rng_seeded(tr->cfg.seed, 0x5a3b1e00ull + (uint64_t)step);   // the same text on a resumed run
     for (int i = 0; i < N; i++) tr->inputs[i] = eot;
-    FILE* out = is_root(tr) ? stdout : NULL;   // every rank samples the same tokens; rank 0 prints them
+    FILE* out = is_root(tr) ? stdout : NULL;   // every replica samples the same tokens; rank 0 prints them
     if (out) fprintf(out, "step %d | sample: ", step);
     for (int t = 1; t <= steps; t++) {
         // Every position sees only its past, so recomputing the whole (B,T) forward is correct, if wasteful.
-        gpt_forward(&tr->gpt, tr->be, tr->inputs, NULL, 0.0f, NULL);
-        int token = sample_row(tr, t - 1, &rng);
+        pipeline_forward(&tr->pipe, &tr->gpt, tr->be, tr->inputs, NULL);
+        // The last stage has the logits; the max over the world hands its token to every stage.
+        double shared = gpt_has_head(&tr->gpt) ? sample_row(tr, t - 1, &rng) : -1.0;
+        comm_allreduce_host_max(tr->world, &shared, 1);
+        int token = (int)shared;
         tr->inputs[t] = token;
         if (out && tr->tokenizer) fputs(tokenizer_decode(tr->tokenizer, token), out);
         else if (out) fprintf(out, "%d ", token);
@@ -265,25 +310,33 @@ static void sample(Trainer* tr, int step) {
 // One optimizer step.
 
 
-// -dump: step 0's first-micro-batch logits (N x V), its loss, and the reduced gradients (llm.c order).
+// -dump: step 0's first-micro-batch logits (N x V) and its loss, from the rank with the head of replica 0,
+// and the reduced gradients (llm.c order), each stage writing its own tensors.
 static void dump_step0(Trainer* tr, const float* logits, double loss) {
-    float* grads = is_root(tr) ? (float*)xcalloc(tr->layout->total, sizeof(float)) : NULL;
-    zero_grads_to_host(&tr->zero, tr->be, grads);   // collective
-    if (!is_root(tr)) return;
     char p[PATH_MAX];
-    size_t n = (size_t)tr->cfg.B * tr->cfg.T * tr->gpt.shape.V;
-    if (mkdir(tr->cfg.dump_dir, 0755) != 0 && errno != EEXIST) fail("cannot create -dump directory %s: %s", tr->cfg.dump_dir, strerror(errno));
-    path_join(p, sizeof(p), tr->cfg.dump_dir, "logits0.f32");
-    FILE* f = xfopen(p, "wb");
-    xfwrite(logits, sizeof(float), n, f, p);
-    xfclose(f, p);
-    path_join(p, sizeof(p), tr->cfg.dump_dir, "loss0.txt");
-    f = xfopen(p, "w");
-    if (fprintf(f, "%.9g\n", loss) < 0) fail("write error in %s", p);
-    xfclose(f, p);
     path_join(p, sizeof(p), tr->cfg.dump_dir, "grads0.f32");
-    model_file_write(tr->layout, grads, p, 0);
+    if (is_root(tr)) {
+        if (mkdir(tr->cfg.dump_dir, 0755) != 0 && errno != EEXIST) fail("cannot create -dump directory %s: %s", tr->cfg.dump_dir, strerror(errno));
+        model_file_create(&tr->layout->shape, p, 0);
+    }
+    comm_barrier(tr->world);
+    int writer = tr->grid.dp_rank == 0;
+    float* grads = writer ? (float*)xcalloc(tr->layout->total, sizeof(float)) : NULL;
+    zero_grads_to_host(&tr->zero, tr->be, grads);   // collective over the stage's replicas
+    if (writer) model_file_write_part(tr->layout, grads, p, 0);
     free(grads);
+    if (logits) {
+        size_t n = (size_t)tr->cfg.B * tr->cfg.T * tr->gpt.shape.V;
+        path_join(p, sizeof(p), tr->cfg.dump_dir, "logits0.f32");
+        FILE* f = xfopen(p, "wb");
+        xfwrite(logits, sizeof(float), n, f, p);
+        xfclose(f, p);
+        path_join(p, sizeof(p), tr->cfg.dump_dir, "loss0.txt");
+        f = xfopen(p, "w");
+        if (fprintf(f, "%.9g\n", loss) < 0) fail("write error in %s", p);
+        xfclose(f, p);
+    }
+    comm_barrier(tr->world);
 }
 
 typedef struct {
@@ -298,8 +351,9 @@ static StepResult train_step(Trainer* tr, int step) {
     Config* cfg = &tr->cfg;
     GPT* g = &tr->gpt;
     int dump = cfg->dump_dir && step == 0;
-    double tokens = (double)cfg->B * cfg->T * cfg->grad_accum * tr->ranks;
-    float* logits = dump && is_root(tr) ? (float*)xmalloc((size_t)cfg->B * cfg->T * g->shape.V * sizeof(float)) : NULL;
+    double tokens = (double)tokens_per_step(tr);
+    int dumps_logits = dump && gpt_has_head(g) && tr->grid.dp_rank == 0;
+    float* logits = dumps_logits ? (float*)xmalloc((size_t)cfg->B * cfg->T * g->shape.V * sizeof(float)) : NULL;
     // Every token of the global batch enters with weight 1/tokens: the summed gradient is that of the mean
     // loss (times the loss scale, which the optimizer divides back out).
     float dloss = (float)(tr->scaler.scale / tokens);
@@ -307,21 +361,14 @@ static StepResult train_step(Trainer* tr, int step) {
     PhaseTimer* pt = &r.phases;
     pt->on = cfg->breakdown_every > 0 && (step + 1) % cfg->breakdown_every == 0;
     zero_begin_step(&tr->zero, tr->be);
-    for (int micro = 0; micro < cfg->grad_accum; micro++) {
-        dataloader_batch(tr->train, step, cfg->grad_accum, micro, tr->inputs, tr->targets);
-        phase_mark(pt, tr->be, PHASE_DATA);
-        r.loss += gpt_forward(g, tr->be, tr->inputs, tr->targets, dloss, micro == 0 ? logits : NULL);
-        phase_mark(pt, tr->be, PHASE_FORWARD);
-        gpt_backward(g, tr->be);   // ZeRO-2/3 reduce-scatters and gathers happen in here
-        phase_mark(pt, tr->be, PHASE_BACKWARD);
-    }
-    comm_allreduce_host_sum(tr->world, &r.loss, 1);
+    r.loss = pipeline_train_step(&tr->pipe, g, tr->be, tr->train, step, tr->inputs, tr->targets, dloss, logits, pt);
+    comm_allreduce_host_sum(tr->world, &r.loss, 1);   // the last stage of each replica holds its losses
     r.loss /= tokens;
     zero_reduce_grads(&tr->zero, tr->be);
     phase_mark(pt, tr->be, PHASE_COMM);
     if (dump) dump_step0(tr, logits, r.loss);
     free(logits);
-    r.grad_norm = grad_global_norm(&tr->zero, tr->be) / r.loss_scale;
+    r.grad_norm = grad_global_norm(&tr->zero, tr->be, tr->grid.pp_group) / r.loss_scale;
     // The loss and the norm are all-reduced, so every rank reaches the same verdict.
     r.skipped = !isfinite(r.loss) || !isfinite(r.grad_norm);
     loss_scaler_update(&tr->scaler, r.skipped);
@@ -336,9 +383,9 @@ static StepResult train_step(Trainer* tr, int step) {
 }
 
 static void report_step(Trainer* tr, int step, const StepResult* r, double seconds, double* avg_seconds) {
-    report_comm(&tr->log, tr->world, step);
+    report_comm(&tr->log, &tr->grid, step);
+    if (r->phases.on) report_breakdown(&tr->log, &tr->grid, step, &r->phases, tr->cfg.grad_accum);
     if (!is_root(tr)) return;
-    if (r->phases.on) report_breakdown(&tr->log, step, &r->phases);
     double tok_s = (double)tokens_per_step(tr) / seconds;
     *avg_seconds = *avg_seconds <= 0.0 ? seconds : 0.9 * *avg_seconds + 0.1 * seconds;
     double eta = *avg_seconds * (tr->max_steps - step - 1);
@@ -376,8 +423,8 @@ static void check_nonfinite(Trainer* tr, int step, const StepResult* r) {
 static int due(int every, int step, int last) { return every > 0 && (step % every == 0 || last); }
 
 static void save_checkpoint(Trainer* tr, int step) {
-    CheckpointInfo info = {step, tokens_per_step(tr), tr->cfg.seed, tr->ranks, tr->scaler};
-    checkpoint_save(&tr->zero, tr->be, tr->world, &tr->cfg, &info);
+    CheckpointInfo info = {step, tokens_per_step(tr), tr->cfg.seed, tr->ranks, tr->grid.pp, tr->scaler};
+    checkpoint_save(&tr->zero, tr->be, &tr->grid, &tr->cfg, &info);
 }
 
 int main(int argc, char** argv) {

@@ -55,11 +55,12 @@ static void allocate_params(Zero* z, Backend* be, MemLedger* mem) {
     if (final_unit(z) >= 0) z->resident[1] = mem_alloc(be, mem, MEM_PARAMS, unit(z, final_unit(z))->padded * x);
 }
 
-static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, int stage, Comm* dp, int rank,
-                      int size, DType dt) {
+static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, int stage, Comm* dp, Comm* tied,
+                      int rank, int size, DType dt) {
     memset(z, 0, sizeof(*z));
     z->stage = stage;
     z->dp = dp;
+    z->tied = tied;
     z->rank = rank;
     z->size = size;
     z->dt = dt;
@@ -77,13 +78,13 @@ static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* l
     z->norm_acc = (float*)mem_alloc(be, mem, MEM_GRADS, sizeof(float));
 }
 
-void zero_create(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, int stage, Comm* dp, DType dt) {
-    zero_init(z, be, mem, lay, stage, dp, dp ? comm_rank(dp) : 0, dp ? comm_size(dp) : 1, dt);
+void zero_create(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, int stage, Comm* dp, Comm* tied, DType dt) {
+    zero_init(z, be, mem, lay, stage, dp, tied, dp ? comm_rank(dp) : 0, dp ? comm_size(dp) : 1, dt);
 }
 
 void zero_plan(MemLedger* mem, const ParamLayout* lay, int stage, int size, DType dt) {
     Zero z;
-    zero_init(&z, NULL, mem, lay, stage, NULL, 0, size, dt);
+    zero_init(&z, NULL, mem, lay, stage, NULL, NULL, 0, size, dt);
 }
 
 void zero_destroy(Zero* z, Backend* be) {
@@ -189,16 +190,26 @@ void zero_begin_step(Zero* z, Backend* be) {
     else be_memset0(be, z->grad_acc, z->state_elems * 4);
 }
 
+// The embedding unit's reduced gradient (what the optimizer will read for it) and its mirror's have the
+// same layout, so one all-reduce over the tied pair sums the LM head's and the encoder's contributions.
+static void sum_tied_embedding(Zero* z) {
+    int u = emb_unit(z);
+    if (!z->tied || u < 0) return;
+    if (z->stage == 0) comm_allreduce_sum(z->tied, at(z->grads, unit(z, u)->offset, xs(z)), unit(z, u)->padded, z->dt);
+    else if (z->stage == 1) comm_allreduce_sum(z->tied, at(z->grads_piece, z->piece_offset[u], xs(z)), piece(z, u), z->dt);
+    else comm_allreduce_sum(z->tied, z->grad_acc + z->piece_offset[u], piece(z, u), DT_FP32);
+}
+
 void zero_reduce_grads(Zero* z, Backend* be) {
     size_t x = xs(z);
     if (z->stage == 0 && z->size > 1) comm_allreduce_sum(z->dp, z->grads, z->lay->total, z->dt);
-    if (z->stage != 1) return;
-    for (int u = 0; u < z->lay->num_units; u++) {
+    for (int u = 0; z->stage == 1 && u < z->lay->num_units; u++) {
         void* dst = at(z->grads_piece, z->piece_offset[u], x);
         const void* src = at(z->grads, unit(z, u)->offset, x);
         if (z->size > 1) comm_reduce_scatter_sum(z->dp, dst, src, piece(z, u), z->dt);
         else be_copy(be, dst, src, piece(z, u) * x);
     }
+    sum_tied_embedding(z);
 }
 
 void zero_after_update(Zero* z, Backend* be) {
@@ -207,11 +218,12 @@ void zero_after_update(Zero* z, Backend* be) {
     for (int u = 0; u < z->lay->num_units; u++) comm_allgather(z->dp, at(z->params, unit(z, u)->offset, xs(z)), piece(z, u), z->dt);
 }
 
-void zero_for_each_part(Zero* z, int for_checkpoint, ZeroPartFn fn, void* ctx) {
+void zero_for_each_part(Zero* z, ZeroParts which, ZeroPartFn fn, void* ctx) {
     for (int u = 0; u < z->lay->num_units; u++) {
         const Unit* un = unit(z, u);
         size_t real_end = un->offset + un->size;
-        if (z->stage == 0 && !for_checkpoint) {
+        if (which != ZERO_UPDATE && unit_is_mirror(z->lay, u)) continue;
+        if (z->stage == 0 && which != ZERO_CHECKPOINT) {
             fn(z, un->offset, real_end, un->offset, ctx);
             continue;
         }
@@ -237,9 +249,9 @@ static void part_to_spans(Zero* z, size_t begin, size_t end, size_t si, void* ct
     }
 }
 
-void zero_for_each_span(Zero* z, int for_checkpoint, ZeroSpanFn fn, void* ctx) {
+void zero_for_each_span(Zero* z, ZeroParts which, ZeroSpanFn fn, void* ctx) {
     SpanWalk w = {fn, ctx};
-    zero_for_each_part(z, for_checkpoint, part_to_spans, &w);
+    zero_for_each_part(z, which, part_to_spans, &w);
 }
 
 int zero_owned_range(const Zero* z, int u, size_t begin, size_t end, size_t* a, size_t* b, size_t* si) {
@@ -287,7 +299,7 @@ static void set_part(Zero* z, size_t begin, size_t end, size_t si, void* ctx) {
 
 void zero_set_from_host(Zero* z, Backend* be, const float* flat) {
     SetCtx c = {be, flat};
-    zero_for_each_part(z, 0, set_part, &c);
+    zero_for_each_part(z, ZERO_UPDATE, set_part, &c);
     if (z->stage == 3 || (void*)z->master == z->params) return;
     for (int u = 0; u < z->lay->num_units; u++) {   // stages 0-2 hold every parameter
         const Unit* un = unit(z, u);

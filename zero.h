@@ -21,6 +21,7 @@
 typedef struct {
     int stage;
     Comm* dp;            // data-parallel group; NULL for a single process
+    Comm* tied;          // pipeline: stage 0 <-> last stage, summing the embedding and its mirror; else NULL
     int rank, size;      // in the DP group
     DType dt;
     const ParamLayout* lay;
@@ -51,7 +52,9 @@ typedef struct {
 // pad_multiple to pass to layout_build for a DP group of `size` ranks.
 static inline size_t zero_pad_multiple(int size) { return (size_t)64 * (size_t)size; }
 
-void zero_create(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, int stage, Comm* dp, DType dt);
+// tied: with a pipeline, the group joining this replica's first and last stage (grid.h), over which the
+// embedding unit's reduced gradients are summed with its mirror's in zero_reduce_grads; NULL otherwise.
+void zero_create(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, int stage, Comm* dp, Comm* tied, DType dt);
 void zero_destroy(Zero* z, Backend* be);
 // The bytes per category zero_create would allocate on each of `size` ranks, without allocating.
 void zero_plan(MemLedger* mem, const ParamLayout* lay, int stage, int size, DType dt);
@@ -63,20 +66,25 @@ void* zero_grads(Zero* z, Backend* be, int unit);        // accumulate into it
 void zero_grads_done(Zero* z, Backend* be, int unit);
 
 // Step boundary (train_gpt.cu): zero the gradients before the first micro-step; after the last one,
-// reduce them (stage 0 all-reduce, stage 1 reduce-scatter; stages 2-3 already did).
+// reduce them (stage 0 all-reduce, stage 1 reduce-scatter; stages 2-3 already did), then sum the tied
+// embedding's gradients with the other stage's copy.
 void zero_begin_step(Zero* z, Backend* be);
 void zero_reduce_grads(Zero* z, Backend* be);
 // After the optimizer wrote its parts: gather the updated parameters as the stage requires.
 void zero_after_update(Zero* z, Backend* be);
 
-// The parts of the flat buffer this rank updates (opt) or writes to a checkpoint (ckpt: always its pieces,
-// so checkpoints look the same for every stage). For each part, the callback gets the flat range and the
-// index of its first element in the state buffers.
+// The parts of the flat buffer this rank
+//   ZERO_UPDATE      updates: everything (stage 0) or its pieces, the mirror included (it must stay equal);
+//   ZERO_NORM        counts in the gradient norm: the same without the mirror (stage 0 counts wte once);
+//   ZERO_CHECKPOINT  writes to a checkpoint: always its pieces, so checkpoints look the same for every
+//                    stage, without the mirror.
+// For each part, the callback gets the flat range and the index of its first element in the state buffers.
+typedef enum { ZERO_UPDATE, ZERO_NORM, ZERO_CHECKPOINT } ZeroParts;
 typedef void (*ZeroPartFn)(Zero* z, size_t flat_begin, size_t flat_end, size_t state_index, void* ctx);
-void zero_for_each_part(Zero* z, int for_checkpoint, ZeroPartFn fn, void* ctx);
+void zero_for_each_part(Zero* z, ZeroParts which, ZeroPartFn fn, void* ctx);
 // The same, split at tensor boundaries: fn gets the tensor, the flat start, the state index and the count.
 typedef void (*ZeroSpanFn)(Zero* z, const ParamTensor* t, size_t flat, size_t state_index, size_t n, void* ctx);
-void zero_for_each_span(Zero* z, int for_checkpoint, ZeroSpanFn fn, void* ctx);
+void zero_for_each_span(Zero* z, ZeroParts which, ZeroSpanFn fn, void* ctx);
 // The part of [begin, end) (inside one unit) that this rank owns for the optimizer: [*a, *b) with state
 // index *si; returns 0 when it owns none of it.
 int zero_owned_range(const Zero* z, int unit, size_t begin, size_t end, size_t* a, size_t* b, size_t* si);

@@ -11,19 +11,6 @@
 #include "common.h"
 
 // ---------------------------------------------------------------------------------------------------
-// The 16 llm.c tensors in file order, each kind stacked over layers.
-
-#define NUM_FILE_TENSORS(lay) (4 + 12 * (lay)->shape.L)
-
-// The i-th tensor in file order, or NULL when the layout (a pipeline stage's) does not hold it.
-static const ParamTensor* canonical_tensor(const ParamLayout* lay, int i) {
-    int L = lay->shape.L;
-    if (i < 2) return layout_tensor(lay, (ParamKind)i, -1);
-    if (i < 2 + 12 * L) return layout_tensor(lay, (ParamKind)(P_LN1W + (i - 2) / L), (i - 2) % L);
-    return layout_tensor(lay, (ParamKind)(P_LNFW + (i - 2 - 12 * L)), -1);
-}
-
-// ---------------------------------------------------------------------------------------------------
 // Model files.
 
 static GPTShape read_model_header(FILE* f, const char* path, int* version) {
@@ -37,22 +24,12 @@ static GPTShape read_model_header(FILE* f, const char* path, int* version) {
     return s;
 }
 
-// SIZE_MAX when the count does not fit: a header's shape is untrusted, and C = 2^30 with L = 256 overflows.
-static size_t canonical_count(const GPTShape* s) {
-    size_t n = 0, e;
-    for (int k = 0; k < NUM_PARAM_KINDS; k++)
-        if (__builtin_mul_overflow(param_kind_elems(s, (ParamKind)k), (k >= P_LN1W && k <= P_FCPROJB) ? (size_t)s->L : 1, &e) ||
-            __builtin_add_overflow(n, e, &n))
-            return SIZE_MAX;
-    return n;
-}
-
 GPTShape model_file_shape(const char* path) {
     FILE* f = xfopen(path, "rb");
     int version;
     GPTShape s = read_model_header(f, path, &version);
     fclose(f);
-    size_t count = canonical_count(&s), elem = version == 3 ? 4 : 2;
+    size_t count = shape_param_count(&s), elem = version == 3 ? 4 : 2;
     long long have = file_size(path);   // >= 1024: the header was read
     // Compared in elements, so a huge shape never overflows the byte count it would need.
     if (count > (size_t)(have - 1024) / elem)
@@ -60,6 +37,11 @@ GPTShape model_file_shape(const char* path) {
     long long want = 1024 + (long long)(count * elem);
     if (have > want) fail("%s has %lld bytes after the tensors its header describes", path, have - want);
     return s;
+}
+
+// Positions f at the first element of canonical offset c (elements of elem bytes after `header` bytes).
+static void seek_canonical(FILE* f, const char* path, size_t header, size_t c, size_t elem) {
+    if (fseeko(f, (off_t)(header + c * elem), SEEK_SET) != 0) fail("cannot seek in %s: %s", path, strerror(errno));
 }
 
 float* model_file_read(const ParamLayout* lay, const char* path) {
@@ -71,10 +53,11 @@ float* model_file_read(const ParamLayout* lay, const char* path) {
     FILE* f = xfopen(path, "rb");
     int version;
     read_model_header(f, path, &version);
+    size_t elem = version == 3 ? 4 : 2;
     float* flat = (float*)xcalloc(lay->total, sizeof(float));
-    for (int i = 0; i < NUM_FILE_TENSORS(lay); i++) {
-        const ParamTensor* t = canonical_tensor(lay, i);
-        if (!t) fail("internal: model files are read into whole-model layouts");
+    for (int i = 0; i < lay->num_tensors; i++) {   // a stage reads its own tensors (and its mirror's)
+        const ParamTensor* t = &lay->tensors[i];
+        seek_canonical(f, path, 1024, t->canonical, elem);
         if (version == 5) {
             uint16_t* raw = (uint16_t*)xmalloc(t->size * 2);
             xfread(raw, 2, t->size, f, path);
@@ -108,15 +91,30 @@ static void write_model_header(const GPTShape* s, FILE* f, const char* path) {
     xfwrite(h, sizeof(int), 256, f, path);
 }
 
-void model_file_write(const ParamLayout* lay, const float* flat, const char* path, int header) {
+void model_file_create(const GPTShape* s, const char* path, int header) {
     FILE* f = xfopen(path, "wb");
-    if (header) write_model_header(&lay->shape, f, path);
-    for (int i = 0; i < NUM_FILE_TENSORS(lay); i++) {
-        const ParamTensor* t = canonical_tensor(lay, i);
-        if (!t) fail("internal: model files are written from whole-model layouts");
+    if (header) write_model_header(s, f, path);
+    // Sized up front (zero-filled, sparse where the filesystem allows) so each stage can write its part.
+    if (ftruncate(fileno(f), (off_t)((header ? 1024 : 0) + shape_param_count(s) * sizeof(float))) != 0)
+        fail("cannot size %s: %s", path, strerror(errno));
+    xfclose(f, path);
+}
+
+void model_file_write_part(const ParamLayout* lay, const float* flat, const char* path, int header) {
+    FILE* f = fopen(path, "r+b");
+    if (!f) fail("cannot open %s for writing: %s", path, strerror(errno));
+    for (int i = 0; i < lay->num_tensors; i++) {
+        const ParamTensor* t = &lay->tensors[i];
+        if (unit_is_mirror(lay, t->unit)) continue;   // stage 0 writes the embeddings
+        seek_canonical(f, path, header ? 1024 : 0, t->canonical, sizeof(float));
         xfwrite(flat + t->offset, sizeof(float), t->size, f, path);
     }
     xfclose(f, path);
+}
+
+void model_file_write(const ParamLayout* lay, const float* flat, const char* path, int header) {
+    model_file_create(&lay->shape, path, header);
+    model_file_write_part(lay, flat, path, header);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -155,24 +153,33 @@ static void write_span(Zero* z, const ParamTensor* t, size_t flat, size_t si, si
     free(buf);
 }
 
-static void state_save(Zero* z, Backend* be, const char* path) {
+static void state_save(Zero* z, Backend* be, const char* path, int world_rank) {
     StateWriter w = {be, xfopen(path, "wb"), path, 0};
-    zero_for_each_span(z, 1, count_span, &w);
-    StateHeader h = {{STATE_MAGIC, 2, (long long)z->lay->num_params, w.spans, z->dt, z->rank, z->size, z->stage}};
+    zero_for_each_span(z, ZERO_CHECKPOINT, count_span, &w);
+    StateHeader h = {{STATE_MAGIC, 2, (long long)shape_param_count(&z->lay->shape), w.spans, z->dt, world_rank, z->size, z->stage}};
     xfwrite(&h, sizeof(h), 1, w.f, path);
-    zero_for_each_span(z, 1, write_span, &w);
+    zero_for_each_span(z, ZERO_CHECKPOINT, write_span, &w);
     xfclose(w.f, path);
 }
 
-// The tensor holding canonical range [c, c + count) (spans never cross tensors).
-static const ParamTensor* tensor_at_canonical(const ParamLayout* lay, long long c, long long count) {
-    for (int i = 0; i < lay->num_tensors; i++) {
-        const ParamTensor* t = &lay->tensors[i];
-        long long first = (long long)t->canonical, size = (long long)t->size;
-        // No c + count: both come from the file, and the sum can overflow.
-        if (c >= first && c - first <= size && count >= 0 && count <= size - (c - first)) return t;
+// The model tensor (kind, layer) holding canonical range [c, c + count); 0 when the range is outside the
+// model or crosses a tensor boundary (spans never do). c and count come from a file, so nothing here may
+// overflow: no c + count.
+static int tensor_at_canonical(const GPTShape* s, long long c, long long count, ParamKind* kind, int* layer) {
+    if (c < 0 || count < 0) return 0;
+    size_t off = 0;
+    for (int k = 0; k < NUM_PARAM_KINDS; k++) {
+        size_t n = param_kind_elems(s, (ParamKind)k), reps = (k >= P_LN1W && k <= P_FCPROJB) ? (size_t)s->L : 1;
+        if ((size_t)c >= off + n * reps) {
+            off += n * reps;
+            continue;
+        }
+        size_t l = ((size_t)c - off) / n, into = (size_t)c - off - l * n;
+        *kind = (ParamKind)k;
+        *layer = reps > 1 ? (int)l : -1;
+        return (size_t)count <= n - into;
     }
-    return NULL;
+    return 0;
 }
 
 // Uploads the part of one file span that this rank keeps: master, m, v where it owns them; the working
@@ -192,17 +199,25 @@ static void state_load(Zero* z, Backend* be, const char* path) {
     StateHeader h;
     xfread(&h, sizeof(h), 1, f, path);
     if (h.h[0] != STATE_MAGIC || h.h[1] != 2) fail("%s is not an optimizer state file (wrong magic or version)", path);
-    if (h.h[2] != (long long)z->lay->num_params)
-        fail("%s holds %lld parameters, the model has %zu", path, h.h[2], z->lay->num_params);
+    size_t model_params = shape_param_count(&z->lay->shape);
+    if (h.h[2] != (long long)model_params) fail("%s holds %lld parameters, the model has %zu", path, h.h[2], model_params);
     if (h.h[4] != (long long)z->dt)
         fail("%s was written by a %s run; resuming in %s is not supported", path, dtype_name((DType)h.h[4]), dtype_name(z->dt));
     size_t x = dtype_size(z->dt);
     for (long long i = 0; i < h.h[3]; i++) {
         long long span[2];
         xfread(span, sizeof(span), 1, f, path);
-        const ParamTensor* t = tensor_at_canonical(z->lay, span[0], span[1]);
-        if (!t) fail("%s has a span [%lld, +%lld) outside the model", path, span[0], span[1]);
-        size_t n = (size_t)span[1], flat0 = t->offset + (size_t)(span[0] - (long long)t->canonical);
+        ParamKind kind;
+        int layer;
+        if (!tensor_at_canonical(&z->lay->shape, span[0], span[1], &kind, &layer))
+            fail("%s has a span [%lld, +%lld) outside the model", path, span[0], span[1]);
+        size_t n = (size_t)span[1];
+        const ParamTensor* t = layout_tensor(z->lay, kind, layer);
+        if (!t) {   // another pipeline stage's tensor
+            if (fseeko(f, (off_t)(n * (12 + (z->dt != DT_FP32 ? x : 0))), SEEK_CUR) != 0) fail("cannot seek in %s: %s", path, strerror(errno));
+            continue;
+        }
+        size_t flat0 = t->offset + (size_t)(span[0] - (long long)t->canonical);
         float* vals[3];
         for (int k = 0; k < 3; k++) {
             vals[k] = (float*)xmalloc(n * sizeof(float));
@@ -217,8 +232,10 @@ static void state_load(Zero* z, Backend* be, const char* path) {
         if (params != vals[0]) free(params);
         for (int k = 0; k < 3; k++) free(vals[k]);
     }
-    char extra;
-    if (fread(&extra, 1, 1, f) == 1) fail("%s has trailing bytes after its last span", path);
+    // Skipped spans seek rather than read, so a short file shows here as well as extra bytes do.
+    off_t end = ftello(f);
+    if (end < 0 || (long long)end != file_size(path))
+        fail("%s does not end after its last span (%lld bytes, the spans cover %lld)", path, file_size(path), (long long)end);
     fclose(f);
 }
 
@@ -250,26 +267,40 @@ static void sync_dir(const char* path) {
     close(fd);
 }
 
-static void write_manifest(const char* path, Zero* z, const Config* cfg, const CheckpointInfo* info) {
+static void write_manifest(const char* path, Zero* z, const Grid* g, const Config* cfg, const CheckpointInfo* info) {
     FILE* f = xfopen(path, "w");
     const GPTShape* s = &z->lay->shape;
-    fprintf(f, "{\"step\": %d, \"tokens_per_step\": %lld, \"seed\": %llu, \"dp\": %d,\n", info->step,
-            info->tokens_per_step, info->seed, z->size);
+    fprintf(f, "{\"step\": %d, \"tokens_per_step\": %lld, \"seed\": %llu, \"state_files\": %d,\n", info->step,
+            info->tokens_per_step, info->seed, comm_size(g->world));
     fprintf(f, " \"loss_scale\": %.9g, \"clean_steps\": %d, \"overflows_left\": %d,\n", info->scaler.scale,
             info->scaler.clean_steps, info->scaler.overflows_left);
     fprintf(f, " \"model\": {\"L\": %d, \"C\": %d, \"NH\": %d, \"V\": %d, \"Vp\": %d, \"maxT\": %d},\n", s->L, s->C,
             s->NH, s->V, s->Vp, s->maxT);
     fprintf(f, " \"batch\": {\"B\": %d, \"T\": %d, \"ga\": %d}, \"precision\": \"%s\",\n", cfg->B, cfg->T,
             cfg->grad_accum, dtype_name(z->dt));
-    fprintf(f, " \"topology\": {\"world\": %d, \"pp\": 1, \"zero\": %d},\n", z->size, z->stage);
+    fprintf(f, " \"topology\": {\"world\": %d, \"dp\": %d, \"pp\": %d, \"zero\": %d},\n", comm_size(g->world), g->dp, g->pp,
+            z->stage);
     fprintf(f, " \"data\": {\"train\": \"%s\", \"shuffle\": %d, \"next_step\": %d}}\n", cfg->train_pattern,
             cfg->shuffle, info->step);
     xfclose(f, path);
 }
 
-void checkpoint_save(Zero* z, Backend* be, Comm* world, const Config* cfg, const CheckpointInfo* info) {
+// model.bin: rank 0 sizes the file, then each stage's replica-0 rank gathers its stage's master weights
+// and writes its tensors in place, so no rank ever holds more than its own stage.
+static void model_save(Zero* z, Backend* be, const Grid* g, const char* path) {
+    if (comm_rank(g->world) == 0) model_file_create(&z->lay->shape, path, 1);
+    comm_barrier(g->world);
+    int writer = g->dp_rank == 0;
+    float* flat = writer ? (float*)xcalloc(z->lay->total, sizeof(float)) : NULL;
+    zero_master_to_host(z, be, flat);   // collective over the stage's replicas
+    if (writer) model_file_write_part(z->lay, flat, path, 1);
+    free(flat);
+}
+
+void checkpoint_save(Zero* z, Backend* be, const Grid* g, const Config* cfg, const CheckpointInfo* info) {
     char dir[PATH_MAX], tmp[PATH_MAX], p[PATH_MAX], name[64];
-    int root = comm_rank(world) == 0;
+    Comm* world = g->world;
+    int rank = comm_rank(world), root = rank == 0;
     snprintf(name, sizeof(name), "ckpt_%06d", info->step);
     path_join(dir, sizeof(dir), cfg->out_dir, name);
     path_join(tmp, sizeof(tmp), cfg->out_dir, "ckpt_tmp");
@@ -279,19 +310,16 @@ void checkpoint_save(Zero* z, Backend* be, Comm* world, const Config* cfg, const
         make_dir(tmp);
     }
     comm_barrier(world);
-    snprintf(name, sizeof(name), "state_rank%d.bin", z->rank);
+    snprintf(name, sizeof(name), "state_rank%d.bin", rank);
     path_join(p, sizeof(p), tmp, name);
-    state_save(z, be, p);
-    float* flat = root ? (float*)xcalloc(z->lay->total, sizeof(float)) : NULL;
-    zero_master_to_host(z, be, flat);   // collective
+    state_save(z, be, p, rank);
+    path_join(p, sizeof(p), tmp, "model.bin");
+    model_save(z, be, g, p);
     if (root) {
-        path_join(p, sizeof(p), tmp, "model.bin");
-        model_file_write(z->lay, flat, p, 1);
         path_join(p, sizeof(p), tmp, "manifest.json");
-        write_manifest(p, z, cfg, info);
+        write_manifest(p, z, g, cfg, info);
     }
-    free(flat);
-    comm_barrier(world);   // every state file is on disk before DONE
+    comm_barrier(world);   // every file is on disk before DONE
     if (root) {
         path_join(p, sizeof(p), tmp, "DONE");
         xfclose(xfopen(p, "w"), p);
@@ -348,22 +376,23 @@ void checkpoint_load(Zero* z, Backend* be, const char* dir, CheckpointInfo* info
     info->step = (int)json_int(text, "step", p);
     info->tokens_per_step = json_int(text, "tokens_per_step", p);
     info->seed = (unsigned long long)json_int(text, "seed", p);
-    info->dp = (int)json_int(text, "dp", p);
+    info->ranks = (int)json_int(text, "state_files", p);
+    info->pp = (int)json_int(text, "pp", p);
     info->scaler.scale = strtof(json_value(text, "loss_scale", p), NULL);
     info->scaler.clean_steps = (int)json_int(text, "clean_steps", p);
     info->scaler.overflows_left = (int)json_int(text, "overflows_left", p);
     free(text);
     if (!(info->scaler.scale >= 1.0f)) fail("%s: bad loss scale", p);
-    if (info->dp < 1) fail("%s: bad data-parallel size %d", p, info->dp);
+    if (info->ranks < 1 || info->pp < 1) fail("%s: bad topology (%d state files, %d stages)", p, info->ranks, info->pp);
     path_join(p, sizeof(p), dir, "model.bin");
     float* flat = model_file_read(z->lay, p);   // checks the shape
     zero_set_from_host(z, be, flat);
     free(flat);
-    for (int r = 0; r < info->dp; r++) {
+    for (int r = 0; r < info->ranks; r++) {
         char name[64];
         snprintf(name, sizeof(name), "state_rank%d.bin", r);
         path_join(p, sizeof(p), dir, name);
-        if (file_size(p) < 0) fail("checkpoint %s lacks %s (written by %d data-parallel ranks)", dir, name, info->dp);
+        if (file_size(p) < 0) fail("checkpoint %s lacks %s (written by %d ranks)", dir, name, info->ranks);
         state_load(z, be, p);
     }
 }

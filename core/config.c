@@ -175,8 +175,6 @@ void config_parse(Config* c, int argc, char** argv) {
         if (i + 1 >= argc) fail("flag %s needs a value (see -h)", argv[i]);
         parse_one(c, argv[i], argv[i + 1]);
     }
-    // Pipelines land with their own issue; until then asking for them is an error.
-    if (c->pipeline_stages != 1) fail("-pp %d: pipeline parallelism is not yet supported", c->pipeline_stages);
     if (c->resume && !c->out_dir) fail("-y 1 needs -o DIR to resume from");
 }
 

@@ -5,48 +5,83 @@
 
 #include "common.h"
 #include "gpt.h"
+#include "pipeline.h"
 #include "zero.h"
 
-void memory_plan(MemLedger* out, const GPTShape* s, int ranks, int stage, DType dt, int B, int T, int recompute) {
+void memory_plan(MemLedger* out, const Config* cfg, const GPTShape* s, int dp, int stage, int zero, int recompute) {
+    int P = cfg->pipeline_stages;
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
-    layout_build(lay, s, zero_pad_multiple(ranks));
+    pipeline_stage_layout(lay, s, dp, P, stage, cfg->T);
     memset(out, 0, sizeof(*out));
-    zero_plan(out, lay, stage, ranks, dt);
-    out->bytes[MEM_ACTIVATIONS] += gpt_activation_bytes(s, dt, B, T, recompute);
+    zero_plan(out, lay, zero, dp, cfg->precision);
+    out->bytes[MEM_ACTIVATIONS] += gpt_activation_bytes(lay, cfg->precision, cfg->B, cfg->T, recompute,
+                                                        pipeline_activation_sets(P, stage, cfg->grad_accum));
     free(lay);
 }
 
 static double gib(size_t bytes) { return (double)bytes / (double)(1ull << 30); }
 
+// The most any stage needs (every stage is the same without a pipeline).
+static size_t heaviest_stage(const Config* cfg, const GPTShape* s, int dp, int zero, int recompute, int category) {
+    size_t most = 0;
+    for (int st = 0; st < cfg->pipeline_stages; st++) {
+        MemLedger m;
+        memory_plan(&m, cfg, s, dp, st, zero, recompute);
+        size_t b = category < 0 ? mem_total(&m) : m.bytes[category];
+        most = b > most ? b : most;
+    }
+    return most;
+}
+
 static void print_table(const Config* cfg, const GPTShape* s, int ranks) {
+    int P = cfg->pipeline_stages;
     int sizes[] = {1, 2, 4, 8, 16, 64, ranks};
     int n = ranks == 1 || ranks == 2 || ranks == 4 || ranks == 8 || ranks == 16 || ranks == 64 ? 6 : 7;
-    printf("\nGiB per rank (model states + activations at -r %d, b=%d t=%d):\n  ranks     ZeRO-0     ZeRO-1     ZeRO-2     ZeRO-3\n",
-           cfg->recompute, cfg->B, cfg->T);
+    printf("\nGiB per rank%s (model states + activations at -r %d, b=%d t=%d%s):\n  ranks     ZeRO-0     ZeRO-1     ZeRO-2     ZeRO-3\n",
+           P > 1 ? " on the heaviest stage" : "", cfg->recompute, cfg->B, cfg->T, P > 1 ? ", -pp and -ga as given" : "");
     for (int i = 0; i < n; i++) {
+        if (sizes[i] % P != 0) continue;
         printf("  %5d", sizes[i]);
-        for (int z = 0; z < 4; z++) {
-            MemLedger m;
-            memory_plan(&m, s, sizes[i], z, cfg->precision, cfg->B, cfg->T, cfg->recompute);
-            printf(" %10.2f", gib(mem_total(&m)));
-        }
+        for (int z = 0; z < 4; z++) printf(" %10.2f", gib(heaviest_stage(cfg, s, sizes[i] / P, z, cfg->recompute, -1)));
         printf("\n");
     }
-    printf("\nactivations per rank by recompute level (b=%d t=%d):", cfg->B, cfg->T);
-    for (int r = 0; r <= 3; r++) printf("  -r %d: %.2f GiB", r, gib(gpt_activation_bytes(s, cfg->precision, cfg->B, cfg->T, r)));
+    printf("\nactivations per rank%s by recompute level (b=%d t=%d):", P > 1 ? " on the heaviest stage" : "", cfg->B, cfg->T);
+    for (int r = 0; r <= 3; r++) printf("  -r %d: %.2f GiB", r, gib(heaviest_stage(cfg, s, ranks / P, cfg->zero_stage, r, MEM_ACTIVATIONS)));
     printf("\n");
 }
 
+static void print_json(const char* prefix, const MemLedger* m) {
+    printf("%s{", prefix);
+    for (int c = 0; c < NUM_MEM_CATEGORIES; c++) printf("%s\"%s\": %zu", c ? ", " : "", mem_category_name((MemCategory)c), m->bytes[c]);
+    printf("}");
+}
+
 void print_memory_plan(const Config* cfg, const GPTShape* s, int ranks) {
+    int P = cfg->pipeline_stages, dp = ranks / P;
     MemLedger m;
-    memory_plan(&m, s, ranks, cfg->zero_stage, cfg->precision, cfg->B, cfg->T, cfg->recompute);
-    printf("memory plan per rank, nothing allocated: L=%d C=%d NH=%d V=%d | %s | %d rank%s, ZeRO-%d, -r %d | b=%d t=%d\n",
-           s->L, s->C, s->NH, s->V, dtype_name(cfg->precision), ranks, ranks > 1 ? "s" : "", cfg->zero_stage,
-           cfg->recompute, cfg->B, cfg->T);
+    memory_plan(&m, cfg, s, dp, 0, cfg->zero_stage, cfg->recompute);
+    printf("memory plan per rank, nothing allocated: L=%d C=%d NH=%d V=%d | %s | %d rank%s (%d stage%s x %d replica%s), ZeRO-%d, "
+           "-r %d | b=%d t=%d ga=%d\n",
+           s->L, s->C, s->NH, s->V, dtype_name(cfg->precision), ranks, ranks > 1 ? "s" : "", P, P > 1 ? "s" : "", dp,
+           dp > 1 ? "s" : "", cfg->zero_stage, cfg->recompute, cfg->B, cfg->T, cfg->grad_accum);
+    if (P > 1) printf("stage 0 (embeddings, the most activations in flight):\n");
     for (int c = 0; c < NUM_MEM_CATEGORIES; c++) printf("  %-12s %10.3f GiB\n", mem_category_name((MemCategory)c), gib(m.bytes[c]));
     printf("  %-12s %10.3f GiB\n", "total", gib(mem_total(&m)));
+    for (int st = 1; st < P; st++) {
+        MemLedger ms;
+        memory_plan(&ms, cfg, s, dp, st, cfg->zero_stage, cfg->recompute);
+        printf("stage %d%s: %.3f GiB (activations %.3f GiB)\n", st, st == P - 1 ? " (LM head)" : "", gib(mem_total(&ms)),
+               gib(ms.bytes[MEM_ACTIVATIONS]));
+    }
     print_table(cfg, s, ranks);
-    printf("plan: {");
-    for (int c = 0; c < NUM_MEM_CATEGORIES; c++) printf("%s\"%s\": %zu", c ? ", " : "", mem_category_name((MemCategory)c), m.bytes[c]);
-    printf("}\n");
+    print_json("plan: ", &m);
+    printf("\n");
+    if (P == 1) return;
+    printf("plan_stages: [");
+    for (int st = 0; st < P; st++) {
+        MemLedger ms;
+        memory_plan(&ms, cfg, s, dp, st, cfg->zero_stage, cfg->recompute);
+        print_json(st ? ", " : "", &ms);
+    }
+    printf("]\n");
 }

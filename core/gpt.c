@@ -24,11 +24,15 @@ static Keep keep_for(int recompute) {
     return k;
 }
 
-// Bytes of each Activations buffer, in the struct's field order.
-static void activation_sizes(const GPTShape* s, DType dt, int B, int T, int recompute, size_t* bytes) {
+// Bytes of each Activations buffer, in the struct's field order, and whether each set has its own copy
+// (per_set) or all sets share one. Only the stage's blocks count; the head's buffers exist only on the
+// stage with the head, the token ids only on the one with the encoder (its backward reads them).
+static void activation_sizes(const ParamLayout* lay, DType dt, int B, int T, int recompute, size_t* bytes, int* per_set) {
+    const GPTShape* s = &lay->shape;
     size_t N = (size_t)B * T, C = (size_t)s->C, x = dtype_size(dt), NH = (size_t)s->NH;
     Keep k = keep_for(recompute);
-    size_t L = (size_t)s->L, Lln = k.ln ? L : 1, Latt = k.att ? L : 1, Lgelu = k.gelu ? L : 1, Lmid = k.mid ? L : 1;
+    int head = lay->final_unit >= 0, enc = lay->emb_unit >= 0 && !lay->emb_mirror;
+    size_t L = (size_t)lay->num_blocks, Lln = k.ln ? L : 1, Latt = k.att ? L : 1, Lgelu = k.gelu ? L : 1, Lmid = k.mid ? L : 1;
     size_t sizes[] = {
         (L + 1) * N * C * x,                         // resid (block inputs: always kept)
         Lln * N * C * x, Lln * N * 4, Lln * N * 4,   // ln1, ln1_mean, ln1_rstd
@@ -39,26 +43,31 @@ static void activation_sizes(const GPTShape* s, DType dt, int B, int T, int reco
         Lln * N * C * x, Lln * N * 4, Lln * N * 4,   // ln2, ln2_mean, ln2_rstd
         Lmid * N * 4 * C * x,                        // fch
         Lgelu * N * 4 * C * x,                       // fch_gelu
-        N * C * x, N * 4, N * 4,               // lnf, lnf_mean, lnf_rstd
-        N * (size_t)s->Vp * x,                 // logits
-        N * 4, N * 4, N * 4,                   // losses, tokens, targets
+        head * N * C * x, head * N * 4, head * N * 4,   // lnf, lnf_mean, lnf_rstd
+        head * N * (size_t)s->Vp * x,                   // logits
+        head * N * 4, enc * N * 4, head * N * 4,        // losses, tokens, targets
         N * C * x, N * C * x, N * C * x,       // proj, dresid, dsmall
         N * 4 * C * x,                         // dbig
         N * NH * 4,                            // att_scratch
     };
+    int own[] = {1, k.ln, k.ln, k.ln, k.mid, k.att, k.att, k.mid, k.ln, k.ln, k.ln, k.mid, k.gelu,
+                 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0};
     _Static_assert(sizeof(sizes) / sizeof(sizes[0]) == NUM_ACTIVATION_BUFFERS, "one size per Activations field");
+    _Static_assert(sizeof(own) / sizeof(own[0]) == NUM_ACTIVATION_BUFFERS, "one flag per Activations field");
     memcpy(bytes, sizes, sizeof(sizes));
+    memcpy(per_set, own, sizeof(own));
 }
 
-size_t gpt_activation_bytes(const GPTShape* s, DType dt, int B, int T, int recompute) {
+size_t gpt_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, int recompute, int num_sets) {
     size_t bytes[NUM_ACTIVATION_BUFFERS], total = 0;
-    activation_sizes(s, dt, B, T, recompute, bytes);
-    for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++) total += bytes[i];
+    int per_set[NUM_ACTIVATION_BUFFERS];
+    activation_sizes(lay, dt, B, T, recompute, bytes, per_set);
+    for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++) total += bytes[i] * (size_t)(per_set[i] ? num_sets : 1);
     return total;
 }
 
 void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, Zero* zero, DType dt, int B, int T,
-                int recompute) {
+                int recompute, int num_sets) {
     memset(g, 0, sizeof(*g));
     g->shape = layout->shape;
     g->layout = layout;
@@ -67,19 +76,48 @@ void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, 
     g->B = B;
     g->T = T;
     g->recompute = recompute;
+    if (num_sets < 1 || (gpt_has_head(g) && num_sets != 1)) fail("internal: %d activation sets on this stage", num_sets);
+    g->num_sets = num_sets;
+    g->sets = (Activations*)xcalloc((size_t)num_sets, sizeof(Activations));
     size_t bytes[NUM_ACTIVATION_BUFFERS];
-    activation_sizes(&g->shape, dt, B, T, recompute, bytes);
-    void** bufs = (void**)&g->acts;
-    for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++) bufs[i] = mem_alloc(be, mem, MEM_ACTIVATIONS, bytes[i]);
+    int per_set[NUM_ACTIVATION_BUFFERS];
+    activation_sizes(layout, dt, B, T, recompute, bytes, per_set);
+    for (int k = 0; k < num_sets; k++) {
+        void** bufs = (void**)&g->sets[k];
+        void** first = (void**)&g->sets[0];
+        for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++)
+            bufs[i] = k > 0 && !per_set[i] ? first[i] : bytes[i] ? mem_alloc(be, mem, MEM_ACTIVATIONS, bytes[i]) : NULL;
+    }
+    g->acts = g->sets[0];
 }
 
 void gpt_destroy(GPT* g, Backend* be) {
-    void** bufs = (void**)&g->acts;
-    for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++) be_free(be, bufs[i]);
+    size_t bytes[NUM_ACTIVATION_BUFFERS];
+    int per_set[NUM_ACTIVATION_BUFFERS];
+    activation_sizes(g->layout, g->dt, g->B, g->T, g->recompute, bytes, per_set);
+    for (int k = 0; k < g->num_sets; k++) {
+        void** bufs = (void**)&g->sets[k];
+        for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++)
+            if (bufs[i] && (k == 0 || per_set[i])) be_free(be, bufs[i]);
+    }
+    free(g->sets);
     memset(g, 0, sizeof(*g));
 }
 
-// Layer l's activations: its own slice where the recompute level keeps the tensor, the shared slot otherwise.
+void* gpt_stage_input(GPT* g, int set) { return g->sets[set].resid; }
+void* gpt_stage_output(GPT* g, int set) {
+    return slice(g->sets[set].resid, (size_t)g->B * g->T * g->shape.C, g->layout->num_blocks, g->dt);
+}
+void* gpt_boundary_grad(GPT* g) { return g->sets[0].dresid; }
+size_t gpt_boundary_bytes(const GPT* g) { return (size_t)g->B * g->T * g->shape.C * dtype_size(g->dt); }
+
+static void use_set(GPT* g, int set) {
+    if (set < 0 || set >= g->num_sets) fail("internal: activation set %d of %d", set, g->num_sets);
+    g->acts = g->sets[set];
+}
+
+// Block l's activations (l counts the stage's blocks from 0): its own slice where the recompute level keeps
+// the tensor, the shared slot otherwise.
 typedef struct {
     void *x, *ln1, *qkv, *atty, *resid2, *ln2, *fch, *fch_gelu, *out;
     float *ln1_mean, *ln1_rstd, *att_lse, *ln2_mean, *ln2_rstd;
@@ -166,30 +204,23 @@ static void logits_to_host(GPT* g, Backend* be, float* out) {
     free(raw);
 }
 
-double gpt_forward(GPT* g, Backend* be, const int* tokens, const int* targets, float dloss, float* logits_dump) {
-    const GPTShape* s = &g->shape;
+// The LM head and the loss: final LayerNorm, logits = lnf . wte^T, then (with targets) the cross-entropy.
+static double head_forward(GPT* g, Backend* be, const int* targets, float dloss, float* logits_dump) {
     const ParamLayout* lay = g->layout;
     Activations* a = &g->acts;
     DType dt = g->dt;
-    int B = g->B, T = g->T, N = B * T, C = s->C, fin = final_norm_unit(lay);
-    be_upload(be, a->tokens, tokens, (size_t)N * sizeof(int));
+    int N = g->B * g->T, C = g->shape.C, fin = final_norm_unit(lay);
     EmbeddingParams emb = embedding_params(lay, zero_params(g->zero, be, lay->emb_unit), dt);
-    encoder_forward(be, dt, a->resid, a->tokens, emb.wte, emb.wpe, B, T, C);
-    for (int l = 0; l < s->L; l++) {
-        int u = unit_of_block(lay, l);
-        block_forward(g, be, block_params(lay, zero_params(g->zero, be, u), l, dt), block_acts(g, l), 0);
-        zero_params_done(g->zero, u);
-    }
     FinalNormParams fn = final_norm_params(lay, zero_params(g->zero, be, fin), dt);
-    void* out = slice(a->resid, (size_t)N * C, s->L, dt);
+    void* out = slice(a->resid, (size_t)N * C, lay->num_blocks, dt);
     layernorm_forward(be, dt, a->lnf, a->lnf_mean, a->lnf_rstd, out, fn.lnfw, fn.lnfb, N, C);
-    matmul_forward(be, dt, a->logits, NULL, a->lnf, emb.wte, NULL, N, C, s->Vp);   // tied LM head
+    matmul_forward(be, dt, a->logits, NULL, a->lnf, emb.wte, NULL, N, C, g->shape.Vp);   // tied LM head
     zero_params_done(g->zero, fin);
     zero_params_done(g->zero, lay->emb_unit);
     if (logits_dump) logits_to_host(g, be, logits_dump);
     if (!targets) return 0.0;
     be_upload(be, a->targets, targets, (size_t)N * sizeof(int));
-    classifier_forward(be, dt, a->logits, a->losses, a->targets, N, s->V, s->Vp, dloss, dloss != 0.0f);
+    classifier_forward(be, dt, a->logits, a->losses, a->targets, N, g->shape.V, g->shape.Vp, dloss, dloss != 0.0f);
     float* losses = (float*)xmalloc((size_t)N * sizeof(float));
     be_download(be, losses, a->losses, (size_t)N * sizeof(float));
     double sum = 0.0;
@@ -198,33 +229,68 @@ double gpt_forward(GPT* g, Backend* be, const int* tokens, const int* targets, f
     return sum;
 }
 
-void gpt_backward(GPT* g, Backend* be) {
-    const GPTShape* s = &g->shape;
+double gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* targets, float dloss, float* logits_dump) {
+    const ParamLayout* lay = g->layout;
+    DType dt = g->dt;
+    use_set(g, set);
+    Activations* a = &g->acts;
+    if (gpt_has_encoder(g)) {
+        be_upload(be, a->tokens, tokens, (size_t)g->B * g->T * sizeof(int));
+        EmbeddingParams emb = embedding_params(lay, zero_params(g->zero, be, lay->emb_unit), dt);
+        encoder_forward(be, dt, a->resid, a->tokens, emb.wte, emb.wpe, g->B, g->T, g->shape.C);
+        if (!gpt_has_head(g)) zero_params_done(g->zero, lay->emb_unit);
+    }
+    for (int i = 0; i < lay->num_blocks; i++) {
+        int l = lay->first_block + i, u = unit_of_block(lay, l);
+        block_forward(g, be, block_params(lay, zero_params(g->zero, be, u), l, dt), block_acts(g, i), 0);
+        zero_params_done(g->zero, u);
+    }
+    return gpt_has_head(g) ? head_forward(g, be, targets, dloss, logits_dump) : 0.0;
+}
+
+// dlogits -> the gradient of the last block's output, in acts.dresid; wte's and the final LayerNorm's
+// gradients accumulate. The embedding gradient buffer stays live for the encoder on a one-stage run.
+static void head_backward(GPT* g, Backend* be) {
     const ParamLayout* lay = g->layout;
     Activations* a = &g->acts;
     Zero* z = g->zero;
     DType dt = g->dt;
-    int B = g->B, T = g->T, N = B * T, C = s->C, fin = final_norm_unit(lay);
+    int N = g->B * g->T, C = g->shape.C, fin = final_norm_unit(lay);
     EmbeddingParams emb = embedding_params(lay, zero_params(z, be, lay->emb_unit), dt);
-    EmbeddingParams demb = embedding_params(lay, zero_grads(z, be, lay->emb_unit), dt);   // live until the encoder
+    EmbeddingParams demb = embedding_params(lay, zero_grads(z, be, lay->emb_unit), dt);
     FinalNormParams fn = final_norm_params(lay, zero_params(z, be, fin), dt);
     FinalNormParams dfn = final_norm_params(lay, zero_grads(z, be, fin), dt);
-    void* out = slice(a->resid, (size_t)N * C, s->L, dt);
-    matmul_backward(be, dt, a->dsmall, demb.wte, NULL, a->logits, a->lnf, NULL, emb.wte, N, C, s->Vp);
+    void* out = slice(a->resid, (size_t)N * C, lay->num_blocks, dt);
+    matmul_backward(be, dt, a->dsmall, demb.wte, NULL, a->logits, a->lnf, NULL, emb.wte, N, C, g->shape.Vp);
     be_memset0(be, a->dresid, (size_t)N * C * dtype_size(dt));   // layernorm_backward accumulates into it
     layernorm_backward(be, dt, a->dresid, dfn.lnfw, dfn.lnfb, a->dsmall, out, fn.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
     zero_grads_done(z, be, fin);
     zero_params_done(z, fin);
-    for (int l = s->L - 1; l >= 0; l--) {
-        int u = unit_of_block(lay, l);
+    if (!gpt_has_encoder(g)) {
+        zero_grads_done(z, be, lay->emb_unit);
+        zero_params_done(z, lay->emb_unit);
+    }
+}
+
+void gpt_backward(GPT* g, Backend* be, int set) {
+    const ParamLayout* lay = g->layout;
+    Zero* z = g->zero;
+    DType dt = g->dt;
+    use_set(g, set);
+    Activations* a = &g->acts;
+    if (gpt_has_head(g)) head_backward(g, be);
+    for (int i = lay->num_blocks - 1; i >= 0; i--) {
+        int l = lay->first_block + i, u = unit_of_block(lay, l);
         BlockParams p = block_params(lay, zero_params(z, be, u), l, dt);   // ZeRO-3: one gather serves both
-        BlockActs v = block_acts(g, l);
+        BlockActs v = block_acts(g, i);
         block_recompute(g, be, p, v);
         block_backward(g, be, p, block_params(lay, zero_grads(z, be, u), l, dt), v);
         zero_grads_done(z, be, u);
         zero_params_done(z, u);
     }
-    encoder_backward(be, dt, demb.wte, demb.wpe, a->dresid, a->tokens, B, T, C);
+    if (!gpt_has_encoder(g)) return;
+    EmbeddingParams demb = embedding_params(lay, zero_grads(z, be, lay->emb_unit), dt);   // still live with the head
+    encoder_backward(be, dt, demb.wte, demb.wpe, a->dresid, a->tokens, g->B, g->T, g->shape.C);
     zero_grads_done(z, be, lay->emb_unit);
     zero_params_done(z, lay->emb_unit);
 }

@@ -9,6 +9,7 @@
 // over layers, or have a single slot when the recompute level refills them in the backward.
 typedef struct {
     void* resid;       // (L+1, N, C)  resid[l] = input of block l; resid[L] = output of the last block
+                       // (L here and below: the stage's blocks, block l = the stage's l-th)
     void* ln1;         // (L, N, C)
     float* ln1_mean;   // (L, N)
     float* ln1_rstd;   // (L, N)
@@ -38,25 +39,45 @@ typedef struct {
 
 typedef struct {
     GPTShape shape;
-    const ParamLayout* layout;
+    const ParamLayout* layout;   // this rank's units: the whole model, or a pipeline stage's (model.h)
     DType dt;
     int B, T;
-    Zero* zero;        // where each unit's parameters and gradients live (zero.h)
-    int recompute;     // 0 keep everything; 1 recompute GELU; 2 + attention and LayerNorms; 3 whole blocks
-    Activations acts;
+    Zero* zero;          // where each unit's parameters and gradients live (zero.h)
+    int recompute;       // 0 keep everything; 1 recompute GELU; 2 + attention and LayerNorms; 3 whole blocks
+    int num_sets;        // activation sets: micro-batches whose forward is done and backward is not (1F1B)
+    Activations* sets;   // [num_sets]: the tensors kept per layer are each set's own; the single slots that
+                         // recompute refills, the work buffers and the head's buffers are shared
+    Activations acts;    // the set of the forward/backward under way
 } GPT;
 
-// Allocates the activations for micro-batches of B x T; parameters and gradients come from `zero`.
+// What the stage runs (the whole model without a pipeline): the embedding lookup, the LM head and loss.
+static inline int gpt_has_encoder(const GPT* g) { return g->layout->emb_unit >= 0 && !g->layout->emb_mirror; }
+static inline int gpt_has_head(const GPT* g) { return g->layout->final_unit >= 0; }
+
+// Allocates num_sets activation sets for micro-batches of B x T over the layout's blocks; parameters and
+// gradients come from `zero`. A stage with the LM head holds one set (1F1B runs its backward right after
+// its forward), so the logits are never duplicated.
 void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, Zero* zero, DType dt, int B, int T,
-                int recompute);
+                int recompute, int num_sets);
 void gpt_destroy(GPT* g, Backend* be);
 // Activation bytes gpt_create allocates (for the memory plan).
-size_t gpt_activation_bytes(const GPTShape* s, DType dt, int B, int T, int recompute);
+size_t gpt_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, int recompute, int num_sets);
 
-// Forward over B x T tokens (host int arrays). With targets: per-token losses land in acts.losses and
-// the sum of this micro-batch's token losses is returned; if dloss != 0 the logits are replaced by
-// dlogits scaled by dloss, ready for gpt_backward. Without targets: logits only, returns 0.
-// logits_dump (host, N x V floats) receives the logits before the loss when not NULL.
-double gpt_forward(GPT* g, Backend* be, const int* tokens, const int* targets, float dloss, float* logits_dump);
-// Backward of the last forward (which must have been called with dloss != 0); gradients accumulate.
-void gpt_backward(GPT* g, Backend* be);
+// Forward of one micro-batch of B x T tokens into activation set `set`. The first stage embeds `tokens`
+// (host ints); a later stage starts from gpt_stage_input(g, set), which the caller has filled. The stage
+// with the head, given targets, leaves per-token losses in acts.losses and returns the sum of this
+// micro-batch's token losses; if dloss != 0 the logits are replaced by dlogits scaled by dloss, ready for
+// gpt_backward. Without targets: logits only. Other stages return 0. logits_dump (host, N x V floats)
+// receives the logits before the loss when not NULL.
+double gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* targets, float dloss, float* logits_dump);
+// Backward of set `set`'s forward (which had dloss != 0); parameter gradients accumulate. The stage with
+// the head starts from its dlogits; a stage without it from gpt_boundary_grad, which the caller has filled
+// with d(output). Afterwards a stage without the encoder leaves d(input) in gpt_boundary_grad.
+void gpt_backward(GPT* g, Backend* be, int set);
+
+// The tensors that cross a stage boundary, (B,T,C) of type dt each: the first block's input and the last
+// block's output of a set, and the gradient of either (one buffer: the residual stream's gradient).
+void* gpt_stage_input(GPT* g, int set);
+void* gpt_stage_output(GPT* g, int set);
+void* gpt_boundary_grad(GPT* g);
+size_t gpt_boundary_bytes(const GPT* g);

@@ -79,6 +79,15 @@ size_t param_kind_elems(const GPTShape* s, ParamKind k) {
     }
 }
 
+size_t shape_param_count(const GPTShape* s) {
+    size_t n = 0, e;
+    for (int k = 0; k < NUM_PARAM_KINDS; k++)
+        if (__builtin_mul_overflow(param_kind_elems(s, (ParamKind)k), is_block_kind((ParamKind)k) ? (size_t)s->L : 1, &e) ||
+            __builtin_add_overflow(n, e, &n))
+            return SIZE_MAX;
+    return n;
+}
+
 // llm.c's order: each kind stacked over its layers.
 static size_t canonical_offset(const GPTShape* s, ParamKind kind, int layer) {
     size_t off = 0;
@@ -113,7 +122,7 @@ static void add_unit(ParamLayout* lay, const ParamKind* kinds, int n, int layer,
 }
 
 void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple, int first_block, int num_blocks,
-                        int with_embeddings, int with_final) {
+                        EmbeddingRole embeddings, int with_final) {
     static const ParamKind EMB[] = {P_WTE, P_WPE};
     static const ParamKind BLOCK[] = {P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
                                       P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB};
@@ -127,9 +136,11 @@ void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple
     lay->num_blocks = num_blocks;
     lay->emb_unit = lay->final_unit = -1;
     for (int l = 0; l < MAX_LAYERS; l++) lay->block_unit[l] = -1;
-    if (with_embeddings) {
+    if (embeddings != EMB_NONE) {
         lay->emb_unit = lay->num_units;
+        lay->emb_mirror = embeddings == EMB_MIRROR;
         add_unit(lay, EMB, 2, -1, pad_multiple);
+        if (lay->emb_mirror) lay->num_params = 0;   // counts the parameters this stage owns
     }
     for (int l = first_block; l < first_block + num_blocks; l++) {
         lay->block_unit[l] = lay->num_units;
@@ -142,7 +153,7 @@ void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple
 }
 
 void layout_build(ParamLayout* lay, const GPTShape* s, size_t pad_multiple) {
-    layout_build_stage(lay, s, pad_multiple, 0, s->L, 1, 1);
+    layout_build_stage(lay, s, pad_multiple, 0, s->L, EMB_OWN, 1);
 }
 
 const ParamTensor* layout_tensor(const ParamLayout* lay, ParamKind kind, int layer) {

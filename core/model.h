@@ -51,6 +51,7 @@ typedef struct {
     GPTShape shape;
     int first_block, num_blocks;   // the blocks this layout holds: all of them, or a pipeline stage's range
     int emb_unit;                  // unit of wte + wpe, or -1 when another stage holds them
+    int emb_mirror;                // emb_unit is the last pipeline stage's copy for the tied LM head (below)
     int final_unit;                // unit of the final LayerNorm, or -1
     int block_unit[MAX_LAYERS];    // unit of block l, or -1
     int num_units;
@@ -58,7 +59,8 @@ typedef struct {
     int num_tensors;
     ParamTensor tensors[MAX_TENSORS];
     size_t total;        // elements in the flat buffer, padding included
-    size_t num_params;   // real parameters (the canonical count, wte padding rows included as in llm.c)
+    size_t num_params;   // real parameters held (the canonical count, wte padding rows included as in llm.c;
+                         // a stage's own, without the mirror)
 } ParamLayout;
 
 // Parses -e: "d12" | "d24" | "d36" | "d48" (GPT-2 124M/350M/774M/1558M, maxT 1024, V 50257) or a custom
@@ -68,13 +70,24 @@ int shape_from_spec(const char* spec, GPTShape* out);
 void shape_validate(const GPTShape* s);   // fails with a one-line error on an impossible shape
 size_t param_kind_elems(const GPTShape* s, ParamKind k);   // elements of one layer's tensor of kind k
 const char* param_kind_name(ParamKind k);
+// Parameters of the whole model (llm.c's count); SIZE_MAX when it overflows (an untrusted file header's shape).
+size_t shape_param_count(const GPTShape* s);
 
 // Units padded to a multiple of `pad_multiple` elements (e.g. 64 x DP size). layout_build holds the whole
 // model; layout_build_stage a contiguous range of blocks, with the embeddings and/or the final LayerNorm
 // (a pipeline stage). Flat offsets are local to the layout; canonical offsets are the model's.
+//
+// The LM head is tied to wte, so the last pipeline stage needs wte although stage 0 owns it. It holds a
+// mirror: a unit built exactly like stage 0's embedding unit (wte and wpe, same padding), so both copies
+// split into the same ZeRO pieces, their gradients can be summed piece by piece, and the same AdamW update
+// keeps them equal. The mirror's wpe is unused (its gradient stays zero). Checkpoints and the gradient norm
+// skip the mirror; loading fills it from wte's canonical offsets like the original.
+typedef enum { EMB_NONE, EMB_OWN, EMB_MIRROR } EmbeddingRole;
 void layout_build(ParamLayout* lay, const GPTShape* s, size_t pad_multiple);
 void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple, int first_block, int num_blocks,
-                        int with_embeddings, int with_final);
+                        EmbeddingRole embeddings, int with_final);
+// A unit whose values another unit (on another stage) owns: skipped by checkpoints and the norm.
+static inline int unit_is_mirror(const ParamLayout* lay, int u) { return lay->emb_mirror && u == lay->emb_unit; }
 // The tensor of `kind` (block kinds: of block `layer`), or NULL when this layout does not hold it.
 const ParamTensor* layout_tensor(const ParamLayout* lay, ParamKind kind, int layer);
 static inline int unit_of_block(const ParamLayout* lay, int layer) { return lay->block_unit[layer]; }

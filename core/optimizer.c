@@ -11,14 +11,15 @@ static void add_squares(Zero* z, const ParamTensor* t, size_t flat, size_t si, s
     sum_squares((Backend*)ctx, gdt, z->norm_acc, g, n);
 }
 
-double grad_global_norm(Zero* z, Backend* be) {
+double grad_global_norm(Zero* z, Backend* be, Comm* pp) {
     be_memset0(be, z->norm_acc, sizeof(float));
-    zero_for_each_span(z, 0, add_squares, be);
+    zero_for_each_span(z, ZERO_NORM, add_squares, be);
     float local;
     be_download(be, &local, z->norm_acc, sizeof(float));
     double sum = local;
     // Stage 0: every rank holds the whole all-reduced gradient already; from stage 1 each holds a piece.
     if (z->stage > 0 && z->size > 1) comm_allreduce_host_sum(z->dp, &sum, 1);
+    if (pp) comm_allreduce_host_sum(pp, &sum, 1);   // the other stages' layers
     return sqrt(sum);
 }
 
@@ -44,5 +45,5 @@ static void update_span(Zero* z, const ParamTensor* t, size_t flat, size_t si, s
 void adamw_step(Zero* z, Backend* be, const OptimizerStep* o, float grad_scale) {
     Rng r = rng_seeded(o->seed, 0x5eed0000ull + (uint64_t)o->step);
     UpdateCtx c = {be, {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, grad_scale, o->step + 1, (uint32_t)rng_next_u64(&r)}};
-    zero_for_each_span(z, 0, update_span, &c);
+    zero_for_each_span(z, ZERO_UPDATE, update_span, &c);
 }

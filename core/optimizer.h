@@ -9,8 +9,10 @@ typedef struct {
     uint64_t seed;     // run seed; the rounding noise of step s is seeded from (seed, s)
 } OptimizerStep;
 
-// Global L2 norm of the reduced gradients: each rank sums the squares of what it owns, the group adds.
-double grad_global_norm(Zero* z, Backend* be);
+// Global L2 norm of the reduced gradients: each rank sums the squares of what it owns (the tied
+// embedding once: its mirror is skipped), the DP group adds, then the pipeline's stages (pp; NULL
+// without a pipeline).
+double grad_global_norm(Zero* z, Backend* be, Comm* pp);
 // Scale applied to the gradients: clip / norm when the norm exceeds the clip (clip > 0), else 1.
 float grad_clip_scale(double norm, float clip);
 // AdamW on every owned parameter (weight decay on 2-D tensors), gradients multiplied by grad_scale.

@@ -8,6 +8,7 @@
 
 #include "common.h"
 #include "gpt.h"
+#include "schedule.h"
 
 double now_seconds(void) {
     struct timespec ts;
@@ -33,11 +34,20 @@ void report_layout(Logger* log, const ParamLayout* lay, const Config* cfg, int r
                 lay->shape.NH, lay->shape.Vp, buf);
 }
 
-void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config* cfg, const ParamLayout* lay, int first_step) {
+// Every rank's n values, rank after rank, on every rank (a sum of one-hot rows: a few doubles per rank).
+static double* gather_rows(Comm* world, const double* mine, int n) {
     int rank = comm_rank(world), ranks = comm_size(world);
-    double* all = (double*)xcalloc((size_t)ranks * NUM_MEM_CATEGORIES, sizeof(double));
-    for (int c = 0; c < NUM_MEM_CATEGORIES; c++) all[rank * NUM_MEM_CATEGORIES + c] = (double)mem->bytes[c];
-    comm_allreduce_host_sum(world, all, ranks * NUM_MEM_CATEGORIES);
+    double* all = (double*)xcalloc((size_t)ranks * (size_t)n, sizeof(double));
+    memcpy(all + (size_t)rank * n, mine, (size_t)n * sizeof(double));
+    comm_allreduce_host_sum(world, all, ranks * n);
+    return all;
+}
+
+void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config* cfg, const GPT* g, int first_step) {
+    int rank = comm_rank(world), ranks = comm_size(world);
+    double mine[NUM_MEM_CATEGORIES];
+    for (int c = 0; c < NUM_MEM_CATEGORIES; c++) mine[c] = (double)mem->bytes[c];
+    double* all = gather_rows(world, mine, NUM_MEM_CATEGORIES);
     for (int r = 0; r < ranks && rank == 0; r++) {
         char buf[512];
         int n = 0;
@@ -53,7 +63,7 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
         printf("memory (rank 0): %.1f MiB total:", (double)mem_total(mem) / (1 << 20));
         for (int c = 0; c < NUM_MEM_CATEGORIES; c++) printf(" %s %.1f", mem_category_name((MemCategory)c), (double)mem->bytes[c] / (1 << 20));
         printf(" MiB\n");
-        size_t keep_all = gpt_activation_bytes(&lay->shape, cfg->precision, cfg->B, cfg->T, 0);
+        size_t keep_all = gpt_activation_bytes(g->layout, cfg->precision, cfg->B, cfg->T, 0, g->num_sets);
         size_t saved = keep_all - mem->bytes[MEM_ACTIVATIONS];
         if (cfg->recompute > 0) printf("recompute -r %d saves %.1f MiB of activations per rank (-r 0 would need %.1f MiB)\n",
                                        cfg->recompute, (double)saved / (1 << 20), (double)keep_all / (1 << 20));
@@ -63,12 +73,16 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
     free(all);
 }
 
-void report_comm(Logger* log, Comm* world, int step) {
-    int rank = comm_rank(world), ranks = comm_size(world);
-    double* all = (double*)xcalloc((size_t)ranks * NUM_COLLECTIVES, sizeof(double));
-    for (int k = 0; k < NUM_COLLECTIVES; k++) all[rank * NUM_COLLECTIVES + k] = (double)comm_bytes_sent(world, (Collective)k);
-    comm_reset_bytes(world);
-    comm_allreduce_host_sum(world, all, ranks * NUM_COLLECTIVES);
+void report_comm(Logger* log, const Grid* g, int step) {
+    Comm* groups[] = {g->world, g->dp_group != g->world ? g->dp_group : NULL, g->pp_group, g->tied};
+    double mine[NUM_COLLECTIVES] = {0};
+    for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
+        if (!groups[i]) continue;
+        for (int k = 0; k < NUM_COLLECTIVES; k++) mine[k] += (double)comm_bytes_sent(groups[i], (Collective)k);
+        comm_reset_bytes(groups[i]);
+    }
+    int rank = comm_rank(g->world), ranks = comm_size(g->world);
+    double* all = gather_rows(g->world, mine, NUM_COLLECTIVES);
     if (rank == 0 && ranks > 1) {
         char buf[4096];
         int n = 0;
@@ -83,7 +97,7 @@ void report_comm(Logger* log, Comm* world, int step) {
     free(all);
 }
 
-static const char* const PHASE_NAMES[NUM_PHASES] = {"data", "forward", "backward", "grad_reduce", "optimizer"};
+static const char* const PHASE_NAMES[NUM_PHASES] = {"data", "forward", "backward", "pipeline_wait", "grad_reduce", "optimizer"};
 
 void phase_mark(PhaseTimer* pt, Backend* be, Phase p) {
     if (!pt->on) return;
@@ -95,7 +109,7 @@ void phase_mark(PhaseTimer* pt, Backend* be, Phase p) {
 
 double model_flops_per_token(const ParamLayout* lay, int T) {
     const GPTShape* s = &lay->shape;
-    return 6.0 * (double)lay->num_params + 12.0 * s->L * s->C * (double)T;
+    return 6.0 * (double)shape_param_count(s) + 12.0 * s->L * s->C * (double)T;
 }
 
 double gpu_peak_flops(const Backend* be) {
@@ -105,17 +119,39 @@ double gpu_peak_flops(const Backend* be) {
     return 0.0;
 }
 
-void report_breakdown(Logger* log, int step, const PhaseTimer* pt) {
-    double total = 0.0;
-    char text[256], json[256];
-    int n = 0, m = 0;
-    for (int p = 0; p < NUM_PHASES; p++) total += pt->seconds[p];
-    for (int p = 0; p < NUM_PHASES; p++) {
-        n += snprintf(text + n, sizeof(text) - (size_t)n, " | %s %.1f ms (%.0f%%)", PHASE_NAMES[p], pt->seconds[p] * 1e3,
-                      total > 0.0 ? 100.0 * pt->seconds[p] / total : 0.0);
-        m += snprintf(json + m, sizeof(json) - (size_t)m, "%s\"%s\": %.3f", p ? ", " : "", PHASE_NAMES[p], pt->seconds[p] * 1e3);
+// One stage's line: its replica 0 rank's phases. The bubble it saw: waiting over the work it did.
+static void print_stage_line(int stage, const double* sec) {
+    double work = sec[PHASE_DATA] + sec[PHASE_FORWARD] + sec[PHASE_BACKWARD];
+    printf("  stage %d: forward %.1f ms, backward %.1f ms, waiting %.1f ms (%.0f%% of its work)\n", stage,
+           (sec[PHASE_DATA] + sec[PHASE_FORWARD]) * 1e3, sec[PHASE_BACKWARD] * 1e3, sec[PHASE_WAIT] * 1e3,
+           work > 0.0 ? 100.0 * sec[PHASE_WAIT] / work : 0.0);
+}
+
+void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt, int micro) {
+    double* all = gather_rows(g->world, pt->seconds, NUM_PHASES);
+    if (comm_rank(g->world) == 0) {
+        double total = 0.0;
+        char text[320], json[320], stages[2048];
+        int n = 0, m = 0, k = 0;
+        for (int p = 0; p < NUM_PHASES; p++) total += pt->seconds[p];
+        for (int p = 0; p < NUM_PHASES; p++) {
+            n += snprintf(text + n, sizeof(text) - (size_t)n, " | %s %.1f ms (%.0f%%)", PHASE_NAMES[p], pt->seconds[p] * 1e3,
+                          total > 0.0 ? 100.0 * pt->seconds[p] / total : 0.0);
+            m += snprintf(json + m, sizeof(json) - (size_t)m, "%s\"%s\": %.3f", p ? ", " : "", PHASE_NAMES[p], pt->seconds[p] * 1e3);
+        }
+        printf("step %5d breakdown (synchronized, rank 0)%s\n", step + 1, text);
+        logger_line(log, "{\"step\": %d, \"breakdown_ms\": {%s}}", step, json);
+        for (int s = 0; s < g->pp && g->pp > 1; s++) {
+            const double* sec = all + (size_t)s * g->dp * NUM_PHASES;   // world rank of (stage s, replica 0)
+            print_stage_line(s, sec);
+            k += snprintf(stages + k, sizeof(stages) - (size_t)k, "%s{\"forward\": %.3f, \"backward\": %.3f, \"wait\": %.3f}",
+                          s ? ", " : "", (sec[PHASE_DATA] + sec[PHASE_FORWARD]) * 1e3, sec[PHASE_BACKWARD] * 1e3, sec[PHASE_WAIT] * 1e3);
+            if (k >= (int)sizeof(stages) - 64) break;
+        }
+        if (g->pp > 1)
+            logger_line(log, "{\"step\": %d, \"pipeline_ms\": {\"bubble_theory\": %.6f, \"stages\": [%s]}}", step,
+                        schedule_bubble_fraction(g->pp, micro), stages);
     }
-    printf("step %5d breakdown (synchronized)%s\n", step + 1, text);
-    logger_line(log, "{\"step\": %d, \"breakdown_ms\": {%s}}", step, json);
+    free(all);
 }
 

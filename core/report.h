@@ -4,6 +4,8 @@
 #pragma once
 #include "comm.h"
 #include "config.h"
+#include "gpt.h"
+#include "grid.h"
 #include "logger.h"
 #include "memory.h"
 #include "model.h"
@@ -15,20 +17,23 @@ const char* json_number(char* buf, size_t size, double x);
 // The flat buffer's units (padded elements each), so memory and traffic can be checked against the layout.
 void report_layout(Logger* log, const ParamLayout* lay, const Config* cfg, int ranks, int first_step);
 // Each rank's bytes per category, and what recompute saves against -r 0.
-void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config* cfg, const ParamLayout* lay, int first_step);
-// Bytes each rank sent per collective since the last call; then the counters reset.
-void report_comm(Logger* log, Comm* world, int step);
+void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config* cfg, const GPT* g, int first_step);
+// Bytes each rank sent per collective (over all its groups) since the last call; then the counters reset.
+void report_comm(Logger* log, const Grid* g, int step);
 
 // Wall-clock per phase, like DeepSpeed's wall_clock_breakdown. Only on breakdown steps (-lb) does a mark
 // synchronize the device, so other steps keep their asynchrony.
-typedef enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_COMM, PHASE_OPTIMIZER, NUM_PHASES } Phase;
+// PHASE_WAIT: blocked receiving from another pipeline stage; a send's copy goes to the phase after it.
+typedef enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_WAIT, PHASE_COMM, PHASE_OPTIMIZER, NUM_PHASES } Phase;
 typedef struct {
     int on;
     double last;
     double seconds[NUM_PHASES];
 } PhaseTimer;
 void phase_mark(PhaseTimer* pt, Backend* be, Phase p);   // the time since the last mark goes to phase p
-void report_breakdown(Logger* log, int step, const PhaseTimer* pt);
+// Collective: rank 0 prints and logs its phases and, with a pipeline, each stage's forward, backward and
+// waiting time (replica 0's ranks) next to the bubble the schedule predicts for `micro` micro-batches.
+void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt, int micro);
 
 // Model FLOPs per token: 6 per parameter (forward + backward matmuls) plus attention's 12·L·C·T.
 double model_flops_per_token(const ParamLayout* lay, int T);

@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     Backend* be = backend_create(0);
     MemLedger mem = {{0}};
     Zero z;
-    zero_create(&z, be, &mem, lay, stage, NULL, dt);
+    zero_create(&z, be, &mem, lay, stage, NULL, NULL, dt);
     CheckpointInfo info = {0};
     checkpoint_load(&z, be, harness_dir(h), &info);
     if (info.dp < 1 || info.dp > parts - 2) harness_bug(h, "loaded with dp %d from %d state files", info.dp, parts - 2);

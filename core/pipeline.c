@@ -1,0 +1,69 @@
+// pipeline.c: see pipeline.h.
+#include "pipeline.h"
+
+#include "common.h"
+
+void pipeline_stage_layout(ParamLayout* lay, const GPTShape* s, int dp, int stages, int stage, int T) {
+    int first[MAX_LAYERS], count[MAX_LAYERS];
+    pipeline_split(s->L, stages, stages > 1 ? pipeline_head_cost(s->Vp, s->C, T) : 0.0, first, count);
+    int last = stage == stages - 1;
+    EmbeddingRole emb = stage == 0 ? EMB_OWN : last ? EMB_MIRROR : EMB_NONE;
+    layout_build_stage(lay, s, zero_pad_multiple(dp), first[stage], count[stage], emb, last);
+}
+
+int pipeline_activation_sets(int stages, int stage, int micro) { return stages - stage < micro ? stages - stage : micro; }
+
+void pipeline_create(Pipeline* p, const Grid* grid, int micro) {
+    p->grid = grid;
+    schedule_1f1b(grid->pp, micro, grid->stage, &p->sched);
+}
+
+void pipeline_destroy(Pipeline* p) { schedule_free(&p->sched); }
+
+double pipeline_train_step(Pipeline* p, GPT* g, Backend* be, DataLoader* data, int step, int* inputs, int* targets,
+                           float dloss, float* logits_dump, PhaseTimer* pt) {
+    Comm* pp = p->grid->pp_group;
+    const StageSchedule* s = &p->sched;
+    size_t bytes = gpt_boundary_bytes(g);
+    double loss = 0.0;
+    for (int i = 0; i < s->count; i++) {
+        Action a = s->actions[i];
+        int set = a.micro % g->num_sets;
+        switch (a.kind) {
+        case ACT_RECV_ACT:
+            comm_recv(pp, gpt_stage_input(g, set), bytes, a.peer, a.micro);
+            phase_mark(pt, be, PHASE_WAIT);
+            break;
+        case ACT_FORWARD:
+            if (gpt_has_encoder(g) || gpt_has_head(g)) dataloader_batch(data, step, s->num_micro, a.micro, inputs, targets);
+            phase_mark(pt, be, PHASE_DATA);
+            loss += gpt_forward(g, be, set, inputs, targets, dloss, a.micro == 0 ? logits_dump : NULL);
+            phase_mark(pt, be, PHASE_FORWARD);
+            break;
+        case ACT_SEND_ACT:
+            comm_send(pp, gpt_stage_output(g, set), bytes, a.peer, a.micro);
+            break;
+        case ACT_RECV_GRAD:
+            comm_recv(pp, gpt_boundary_grad(g), bytes, a.peer, a.micro);
+            phase_mark(pt, be, PHASE_WAIT);
+            break;
+        case ACT_BACKWARD:
+            gpt_backward(g, be, set);   // ZeRO-2/3 reduce-scatters and gathers happen in here
+            phase_mark(pt, be, PHASE_BACKWARD);
+            break;
+        case ACT_SEND_GRAD:
+            comm_send(pp, gpt_boundary_grad(g), bytes, a.peer, a.micro);
+            break;
+        }
+    }
+    return loss;
+}
+
+double pipeline_forward(Pipeline* p, GPT* g, Backend* be, const int* tokens, const int* targets) {
+    const Grid* grid = p->grid;
+    size_t bytes = gpt_boundary_bytes(g);
+    if (!grid_first_stage(grid)) comm_recv(grid->pp_group, gpt_stage_input(g, 0), bytes, grid->stage - 1, 0);
+    double loss = gpt_forward(g, be, 0, tokens, targets, 0.0f, NULL);
+    if (!grid_last_stage(grid)) comm_send(grid->pp_group, gpt_stage_output(g, 0), bytes, grid->stage + 1, 0);
+    return loss;
+}
