@@ -212,6 +212,28 @@ void zero_reduce_grads(Zero* z, Backend* be) {
     sum_tied_embedding(z);
 }
 
+// FNV-1a over the bytes of this rank's part of the embedding unit's parameters (working copy).
+static uint64_t embedding_hash(Zero* z, Backend* be) {
+    int u = emb_unit(z);
+    size_t x = xs(z), n = z->stage == 3 ? piece(z, u) : unit(z, u)->padded;
+    const void* src = z->stage == 3 ? at(z->params, z->piece_offset[u], x) : at(z->params, unit(z, u)->offset, x);
+    unsigned char* host = (unsigned char*)xmalloc(n * x);
+    be_download(be, host, src, n * x);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n * x; i++) h = (h ^ host[i]) * 1099511628211ull;
+    free(host);
+    return h;
+}
+
+int zero_tied_in_sync(Zero* z, Backend* be) {
+    if (!z->tied) return 1;
+    uint64_t h = embedding_hash(z, be);
+    // The hash as two exact 32-bit halves; equal on both ends iff max == -max(-x) for each.
+    double v[4] = {(double)(h >> 32), (double)(h & 0xffffffffu), -(double)(h >> 32), -(double)(h & 0xffffffffu)};
+    comm_allreduce_host_max(z->tied, v, 4);
+    return v[0] == -v[2] && v[1] == -v[3];
+}
+
 void zero_after_update(Zero* z, Backend* be) {
     if (z->stage == 3) z->resident_valid = 0;
     if ((z->stage != 1 && z->stage != 2) || z->size == 1) return;

@@ -72,6 +72,10 @@ void zero_begin_step(Zero* z, Backend* be);
 void zero_reduce_grads(Zero* z, Backend* be);
 // After the optimizer wrote its parts: gather the updated parameters as the stage requires.
 void zero_after_update(Zero* z, Backend* be);
+// With a pipeline: whether this rank's embedding parameters are bit-identical to the tied copy on the
+// other end (collective over the tied pair; 1 without one). The copies get the same summed gradients and
+// the same update, so a difference is a bug; checkpoints check it.
+int zero_tied_in_sync(Zero* z, Backend* be);
 
 // The parts of the flat buffer this rank
 //   ZERO_UPDATE      updates: everything (stage 0) or its pieces, the mirror included (it must stay equal);

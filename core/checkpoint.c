@@ -310,6 +310,8 @@ void checkpoint_save(Zero* z, Backend* be, const Grid* g, const Config* cfg, con
         make_dir(tmp);
     }
     comm_barrier(world);
+    if (!zero_tied_in_sync(z, be))   // a checkpoint keeps only stage 0's copy: never save a diverged pair
+        fail("internal: the last stage's copy of the tied embedding differs from stage 0's (replica %d)", g->dp_rank);
     snprintf(name, sizeof(name), "state_rank%d.bin", rank);
     path_join(p, sizeof(p), tmp, name);
     state_save(z, be, p, rank);

@@ -40,7 +40,7 @@ expect_error truncated_model "truncated" "${base[@]}" -e "$TMP/trunc_model.bin"
 mkdir -p "$TMP/other" && cp -r "$TMP/m3/ckpt_000000" "$TMP/other/"
 expect_error resume_other_shape "another shape" "${base[@]}" -o "$TMP/other" -y 1
 expect_error resume_needs_dir "needs -o" "${base[@]}" -y 1
-expect_error pp_not_yet "not yet supported" "${base[@]}" -pp 2
+expect_error pp_needs_ranks "-pp 2 does not divide the 1 ranks" "${base[@]}" -pp 2
 mkdir -p "$TMP/ro" && chmod 500 "$TMP/ro"
 if [ "$(id -u)" != 0 ]; then expect_error unwritable_output "cannot" "${base[@]}" -o "$TMP/ro/x"; fi
 t_finish

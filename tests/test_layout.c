@@ -6,6 +6,7 @@
 
 #include "core/common.h"
 #include "core/model.h"
+#include "core/pipeline.h"
 #include "core/schedule.h"
 #include "tests/testlib.h"
 
@@ -15,10 +16,12 @@ static size_t canonical_total(const GPTShape* s) {
     return n;
 }
 
-// Marks the canonical range of every tensor; returns 0 if some element is marked twice.
+// Marks the canonical range of every tensor the layout owns (not a mirror's); returns 0 if some element is
+// marked twice.
 static int mark(const ParamLayout* lay, unsigned char* seen) {
     for (int i = 0; i < lay->num_tensors; i++) {
         const ParamTensor* t = &lay->tensors[i];
+        if (unit_is_mirror(lay, t->unit)) continue;
         for (size_t j = 0; j < t->size; j++) {
             if (seen[t->canonical + j]) return 0;
             seen[t->canonical + j] = 1;
@@ -66,6 +69,18 @@ static void test_whole(TestStats* st) {
     free(lay);
 }
 
+// The last stage's mirror of the embedding unit has stage 0's unit shape: same padded size, same tensors at
+// the same places, same canonical offsets, so ZeRO cuts both into the same pieces.
+static int mirror_matches(const ParamLayout* first, const ParamLayout* last) {
+    const Unit *a = &first->units[first->emb_unit], *b = &last->units[last->emb_unit];
+    if (first->emb_mirror || !last->emb_mirror || a->padded != b->padded || a->size != b->size || a->num_tensors != b->num_tensors) return 0;
+    for (int i = 0; i < a->num_tensors; i++) {
+        const ParamTensor *x = &first->tensors[a->first_tensor + i], *y = &last->tensors[b->first_tensor + i];
+        if (x->kind != y->kind || x->canonical != y->canonical || x->offset - a->offset != y->offset - b->offset) return 0;
+    }
+    return 1;
+}
+
 static void test_stages(TestStats* st, const char* spec, int P) {
     GPTShape s;
     shape_from_spec(spec, &s);
@@ -74,16 +89,22 @@ static void test_stages(TestStats* st, const char* spec, int P) {
     size_t n = canonical_total(&s);
     unsigned char* seen = (unsigned char*)xcalloc(n, 1);
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
-    int once = 1, formed = 1, absent = 1;
+    ParamLayout* stage0 = (ParamLayout*)xmalloc(sizeof(ParamLayout));
+    int once = 1, formed = 1, absent = 1, mirror = 1;
     for (int p = 0; p < P; p++) {
-        layout_build_stage(lay, &s, 128, first[p], nb[p], p == 0, p == P - 1);
+        pipeline_stage_layout(lay, &s, 2, P, p, s.maxT);   // 2 replicas: units padded to 128
+        if (p == 0) memcpy(stage0, lay, sizeof(*lay));
+        int last = p == P - 1, has_mirror = last && P > 1;
         once &= mark(lay, seen);
-        formed &= units_well_formed(lay, 128) && lay->num_units == nb[p] + (p == 0) + (p == P - 1);
+        formed &= units_well_formed(lay, 128) && lay->num_units == nb[p] + (p == 0) + last + has_mirror &&
+                  lay->first_block == first[p] && lay->num_blocks == nb[p];
         for (int l = 0; l < s.L; l++) {   // a block of another stage is absent; one of this stage is found
             int here = l >= first[p] && l < first[p] + nb[p];
             absent &= (layout_tensor(lay, P_QKVW, l) != NULL) == here && (lay->block_unit[l] >= 0) == here;
         }
-        absent &= (layout_tensor(lay, P_WTE, -1) != NULL) == (p == 0) && (layout_tensor(lay, P_LNFW, -1) != NULL) == (p == P - 1);
+        absent &= (layout_tensor(lay, P_WTE, -1) != NULL) == (p == 0 || last) && (layout_tensor(lay, P_LNFW, -1) != NULL) == last;
+        absent &= (layout_tensor(lay, P_WPE, -1) != NULL) == (p == 0 || last) && lay->emb_mirror == has_mirror;
+        if (has_mirror) mirror &= mirror_matches(stage0, lay);
     }
     int all = 1;
     for (size_t i = 0; i < n; i++) all &= seen[i];
@@ -94,6 +115,9 @@ static void test_stages(TestStats* st, const char* spec, int P) {
     check_true(st, name, formed);
     snprintf(name, sizeof(name), "layout_stages_%s_P%d_lookups", spec, P);
     check_true(st, name, absent);
+    snprintf(name, sizeof(name), "layout_stages_%s_P%d_mirror_is_stage0_embedding", spec, P);
+    check_true(st, name, mirror);
+    free(stage0);
     free(lay);
     free(seen);
 }

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     zero_create(&z, be, &mem, lay, stage, NULL, NULL, dt);
     CheckpointInfo info = {0};
     checkpoint_load(&z, be, harness_dir(h), &info);
-    if (info.dp < 1 || info.dp > parts - 2) harness_bug(h, "loaded with dp %d from %d state files", info.dp, parts - 2);
+    if (info.ranks < 1 || info.ranks > parts - 2) harness_bug(h, "loaded %d state files of %d", info.ranks, parts - 2);
 
     float* flat = calloc(lay->total, sizeof(float));
     if (!flat) return 2;

@@ -75,14 +75,14 @@ def state_file(s, rng, dt, rank, dp, stage):
 
 
 def manifest(s, dp, stage, dt):
-    return ('{"step": 7, "tokens_per_step": 64, "seed": 1337, "dp": %d,\n'
+    return ('{"step": 7, "tokens_per_step": 64, "seed": 1337, "state_files": %d,\n'
             ' "loss_scale": 65536, "clean_steps": 3, "overflows_left": 2,\n'
             ' "model": {"L": %d, "C": %d, "NH": %d, "V": %d, "Vp": %d, "maxT": %d},\n'
             ' "batch": {"B": 2, "T": 4, "ga": 1}, "precision": "%s",\n'
-            ' "topology": {"world": %d, "pp": 1, "zero": %d},\n'
+            ' "topology": {"world": %d, "dp": %d, "pp": 1, "zero": %d},\n'
             ' "data": {"train": "x_*.bin", "shuffle": 0, "next_step": 7}}\n'
             % (dp, s["L"], s["C"], s["NH"], s["V"], s["Vp"], s["maxT"], ["fp32", "bf16", "fp16"][dt], dp,
-               stage)).encode()
+               dp, stage)).encode()
 
 
 def shard(rng, ntok, vocab):
