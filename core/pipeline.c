@@ -16,6 +16,9 @@ int pipeline_activation_sets(int stages, int stage, int micro) { return stages -
 void pipeline_create(Pipeline* p, const Grid* grid, int micro) {
     p->grid = grid;
     schedule_1f1b(grid->pp, micro, grid->stage, &p->sched);
+    if (p->sched.peak_in_flight != pipeline_activation_sets(grid->pp, grid->stage, micro))   // what gpt_create sized
+        fail("internal: stage %d holds %d micro-batches at once, %d activation sets planned", grid->stage,
+             p->sched.peak_in_flight, pipeline_activation_sets(grid->pp, grid->stage, micro));
 }
 
 void pipeline_destroy(Pipeline* p) { schedule_free(&p->sched); }

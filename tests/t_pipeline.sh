@@ -67,6 +67,13 @@ compare grads pp2_dump_grads "$TMP/dump/grads0.f32" "$TMP/ref/grads0.f32" "$MODE
 compare array pp2_dump_logits "$TMP/dump/logits0.f32" "$TMP/ref/logits0.f32" --tol 1e-6
 compare scalar pp2_dump_loss "$TMP/dump/loss0.txt" "$TMP/ref/loss0.txt" --tol 1e-6
 
+# Sampling: the last stage samples, every stage gets the token; the text equals the single-rank run's.
+run sample 2 -pp 2 -ga 8 -x 2 -v 0 -s 2 -g 8
+run sample_ref 1 -ga 8 -x 2 -v 0 -s 2 -g 8
+grep 'sample:' "$TMP/sample.txt" > "$TMP/sample.got"
+grep 'sample:' "$TMP/sample_ref.txt" > "$TMP/sample.want"
+t_check pipeline_sample_equals_single "[ -s '$TMP/sample.want' ] && cmp -s '$TMP/sample.got' '$TMP/sample.want'"
+
 # The log: the schedule's bubble (P-1)/m and every stage's time split, on -lb steps.
 run breakdown 4 -pp 4 -ga 8 -x 2 -lb 1 -v 0
 $PYTHON - "$TMP/breakdown/log.jsonl" <<'PY'

@@ -3,7 +3,8 @@
 #   1. every kernel (forward and backward) against its CPU twin, fp32/bf16/fp16 (check_kernels.sh)
 #   2. full training steps of a small model: train_gpt vs train_gpt_cpu from the same model file and data
 #      (fp32: losses, grad norms and step-0 gradients per tensor; bf16: losses within bf16 tolerance)
-#   3. 2 and 4 ranks on the one GPU through the MPI backend under -z 0..3, and -r 1..3, against one rank;
+#   3. 2 and 4 ranks on the one GPU through the MPI backend under -z 0..3, 1F1B pipelines (-pp 2 and 4, with
+#      data parallelism, ZeRO and recompute; bf16 with the tied-copy check), and -r 1..3, against one rank;
 #      then NCCL (-comm nccl): the comm tests on device memory, one rank against -comm mpi, and with 2+
 #      GPUs 2 ranks under -z 0..3 against one rank
 #   4. determinism (two bf16 runs, identical bits) and bit-exact resume on the GPU
@@ -131,8 +132,22 @@ for r in 1 2 3; do
     $GPU "${flags[@]}" -p fp32 -r $r -o "$W/r$r" > /dev/null 2>&1
     check "recompute_r${r}_vs_r0" log "r$r" "$W/r$r/log.jsonl" "$W/gpu32/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
 done
-echo "skip pipeline_pp2: pipeline parallelism is not built yet (issue 6)"
-ROWS+=("| pipeline_pp2 | skip | pipeline parallelism not built yet (issue 6) |")
+# 1F1B pipelines on the one GPU (MPI backend): np pp ga z r, each with the single-rank run's global batch. The
+# bf16 run checks the tied embedding's two copies stay bit-identical (the checkpoint at its end fails if not).
+if command -v mpirun >/dev/null 2>&1 && ldd "$GPU" | grep -q libmpi; then
+    for layout in "2 2 4 0 0" "4 2 2 3 1" "4 4 4 2 3"; do
+        set -- $layout
+        name=pp$2_np$1_z$4_r$5
+        mpirun --oversubscribe --bind-to none -np "$1" $GPU "${flags[@]}" -pp "$2" -ga "$3" -z "$4" -r "$5" -p fp32 -comm mpi -o "$W/$name" \
+            > "$W/$name.txt" 2>&1 || record "pipeline_${name}_run" FAIL "$(grep -m1 error "$W/$name.txt")"
+        check "pipeline_${name}_vs_single" log "$name" "$W/$name/log.jsonl" "$W/ga4/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
+    done
+    mpirun --oversubscribe --bind-to none -np 2 $GPU "${flags[@]}" -pp 2 -p bf16 -z 1 -comm mpi -o "$W/pp2bf16" > "$W/pp2bf16.txt" 2>&1 ||
+        record pipeline_pp2_bf16_run FAIL "$(grep -m1 error "$W/pp2bf16.txt")"
+    check pipeline_pp2_bf16_vs_single log pp2bf16 "$W/pp2bf16/log.jsonl" "$W/gpu16/log.jsonl" --steps 6 --tol 2e-2
+else
+    ROWS+=("| pipeline | skip | no MPI on this machine |")
+fi
 
 # 4. determinism and resume
 $GPU "${flags[@]}" -p bf16 -o "$W/gpu16b" > "$W/gpu16b.txt" 2>&1
