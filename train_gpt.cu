@@ -166,7 +166,7 @@ static void open_data(Trainer* tr, const GPTShape* shape) {
     tr->targets = (int*)xmalloc((size_t)N * sizeof(int));
 }
 
-static void print_setup(const Trainer* tr, CommKind comm) {
+static void print_setup(Trainer* tr, CommKind comm) {
     const Config* cfg = &tr->cfg;
     const GPTShape* s = &tr->layout->shape;
     printf("model L=%d C=%d NH=%d V=%d maxT=%d: %zu parameters | %s on %s | %d rank%s (%s): %d stage%s x %d replica%s, "
@@ -175,9 +175,16 @@ static void print_setup(const Trainer* tr, CommKind comm) {
            tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), tr->grid.pp, tr->grid.pp > 1 ? "s" : "", tr->grid.dp,
            tr->grid.dp > 1 ? "s" : "", cfg->zero_stage, cfg->B, cfg->T, cfg->grad_accum, tr->max_steps);
     int P = tr->grid.pp, m = cfg->grad_accum;
-    if (P > 1)
-        printf("pipeline: 1F1B over %d stages, %d micro-batches per step: bubble (P-1)/m = %.1f%% of the useful time\n", P, m,
-               100.0 * schedule_bubble_fraction(P, m));
+    if (P > 1) {
+        int first[MAX_LAYERS], count[MAX_LAYERS];
+        char blocks[1024];
+        pipeline_split(s->L, P, pipeline_head_cost(s->Vp, s->C, cfg->T), first, count);
+        for (int i = 0, n = 0; i < P && n < (int)sizeof(blocks) - 16; i++) n += snprintf(blocks + n, sizeof(blocks) - (size_t)n, "%s%d", i ? ", " : "", count[i]);
+        printf("pipeline: 1F1B over %d stages (blocks per stage: %s), %d micro-batches per step: bubble (P-1)/m = %.1f%% of the useful time\n",
+               P, blocks, m, 100.0 * schedule_bubble_fraction(P, m));
+        logger_line(&tr->log, "{\"step\": %d, \"pipeline\": {\"stages\": %d, \"micro_batches\": %d, \"blocks\": [%s], "
+                    "\"bubble_theory\": %.6f}}", tr->first_step, P, m, blocks, schedule_bubble_fraction(P, m));
+    }
     if (P > 1 && m < P)
         fprintf(stderr, "warning: -ga %d < -pp %d: most of each step is pipeline bubble; use -ga >= %d (ideally several times -pp)\n", m,
                 P, P);
