@@ -74,9 +74,10 @@ void comm_allgather(Comm* c, void* buf, size_t n, DType dt);
 // clears the handle, and waiting on a cleared one returns at once. Handles of one group may be waited for
 // in any order; every rank must start the group's collectives in the same order.
 //
-// Debug hook GPT_COMM_POISON=1 (MPI on host buffers): start fills what the collective will write with 0xff
-// bytes (a NaN in every dtype) and comm_wait checks that nobody wrote into the buffers meanwhile (a one-line
-// error), so reading a result before its wait or touching a buffer in flight cannot pass by luck.
+// Debug hook GPT_COMM_POISON=1 (the MPI path, host or staged device buffers; refused with NCCL): start
+// fills what the collective will write with 0xff bytes (a NaN in every dtype) and comm_wait checks that
+// nobody wrote into the buffers meanwhile (a one-line error), so reading a result before its wait or
+// touching a buffer in flight cannot pass by luck.
 #define COMM_MAX_IN_FLIGHT 8
 typedef struct {
     int slot;
