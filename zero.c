@@ -87,7 +87,10 @@ void zero_plan(MemLedger* mem, const ParamLayout* lay, int stage, int size, DTyp
     zero_init(&z, NULL, mem, lay, stage, NULL, NULL, 0, size, dt);
 }
 
+static void settle(Zero* z, Backend* be);
+
 void zero_destroy(Zero* z, Backend* be) {
+    settle(z, be);
     void* owned[] = {z->params, z->adam_m, z->adam_v, z->grads, z->grads_piece, z->grad_acc, z->piece_f32,
                      z->grad_slot[0], z->grad_slot[1], z->emb_grads, z->param_slot[0], z->param_slot[1],
                      z->resident[0], z->resident[1], z->norm_acc};
@@ -99,12 +102,32 @@ void zero_destroy(Zero* z, Backend* be) {
 
 // ---------------------------------------------------------------------------------------------------
 // Parameters for the walk.
+//
+// ZeRO-3 prefetch: when the walk asks for block l, the gather of the block it will ask for next starts
+// into the other buffer, so it runs while l computes: l+1 walking forward, l-1 backward. The direction
+// comes from the order of the requests (l after l-1: forward, after l+1: backward); a request after
+// neither begins a walk, which starts at an end of this layout's blocks and goes inward. gpt.c's walks
+// (and a 1F1B stage's) always cover all the blocks, so every prefetched block is asked for, the bytes
+// moved are those of the unprefetched walk (tests/zero_check.py), and zero.c needs no hint from the walk.
+// A prefetch nobody asks for would cost a gather, not correctness: it is dropped when its buffer is needed
+// and when the parameters change.
 
-// All-gathers unit u's parameters from every rank's piece into buf (the unit's padded size).
-static void gather_unit(Zero* z, Backend* be, int u, void* buf) {
+static CommHandle no_handle(void) { return (CommHandle){0, 0}; }
+
+// Starts the all-gather of unit u's parameters from every rank's piece into buf (the unit's padded size).
+static CommHandle gather_start(Zero* z, Backend* be, int u, void* buf) {
     size_t p = piece(z, u), x = xs(z);
     be_copy(be, at(buf, (size_t)z->rank * p, x), at(z->params, z->piece_offset[u], x), p * x);
-    if (z->size > 1) comm_allgather(z->dp, buf, p, z->dt);
+    return z->size > 1 ? comm_allgather_start(z->dp, buf, p, z->dt) : no_handle();
+}
+
+static void wait_for(Zero* z, CommHandle* h) {
+    if (z->size > 1) comm_wait(z->dp, h);
+}
+
+static void gather_unit(Zero* z, Backend* be, int u, void* buf) {
+    CommHandle h = gather_start(z, be, u, buf);
+    wait_for(z, &h);
 }
 
 static int find_slot(const int* slot_unit, int u) {
@@ -120,6 +143,54 @@ static int take_slot(int* slot_unit, int u, const char* what) {
     return s;
 }
 
+// The unit of block l when this layout holds it, else -1.
+static int held_block_unit(const Zero* z, int l) {
+    return l >= 0 && l < z->lay->shape.L ? z->lay->block_unit[l] : -1;
+}
+
+// The block unit the walk will ask for after block unit u, or -1 when that is not certain.
+static int next_block_unit(Zero* z, int u) {
+    int l = z->lay->first_block + (u - z->lay->block_unit[z->lay->first_block]), dir = 0;
+    if (z->walk_started && z->walk_last_block == l - 1) dir = 1;
+    else if (z->walk_started && z->walk_last_block == l + 1) dir = -1;
+    else if (held_block_unit(z, l - 1) < 0) dir = 1;
+    else if (held_block_unit(z, l + 1) < 0) dir = -1;
+    z->walk_last_block = l;
+    z->walk_started = 1;
+    return dir ? held_block_unit(z, l + dir) : -1;
+}
+
+// Finishes and forgets the gathers the walk has not asked for (parameters about to change, teardown).
+static void drop_prefetches(Zero* z) {
+    for (int s = 0; s < 2; s++) {
+        if (z->param_slot_held[s] || z->param_slot_unit[s] < 0) continue;
+        wait_for(z, &z->param_flight[s]);
+        z->param_slot_unit[s] = -1;
+    }
+}
+
+static void prefetch(Zero* z, Backend* be, int u) {
+    if (u < 0 || find_slot(z->param_slot_unit, u) >= 0) return;
+    int s = find_slot(z->param_slot_unit, -1);
+    if (s < 0) return;   // both buffers in use: the walk asks for it later and gathers it then
+    z->param_slot_unit[s] = u;
+    z->param_flight[s] = gather_start(z, be, u, z->param_slot[s]);
+}
+
+static void* block_params_of(Zero* z, Backend* be, int u) {
+    int s = find_slot(z->param_slot_unit, u);
+    if (s >= 0 && z->param_slot_held[s]) return z->param_slot[s];   // asked again while held: not a step
+    if (s < 0) {
+        if (find_slot(z->param_slot_unit, -1) < 0) drop_prefetches(z);   // a prefetch nobody asked for
+        s = take_slot(z->param_slot_unit, u, "parameter");
+        z->param_flight[s] = gather_start(z, be, u, z->param_slot[s]);
+    }
+    z->param_slot_held[s] = 1;
+    prefetch(z, be, next_block_unit(z, u));   // started before the wait below, so MPI progresses both
+    wait_for(z, &z->param_flight[s]);
+    return z->param_slot[s];
+}
+
 void* zero_params(Zero* z, Backend* be, int u) {
     if (z->stage < 3) return at(z->params, unit(z, u)->offset, xs(z));
     if (!is_block(z, u)) {   // small, or shared by the LM head and the encoder: keep until the next update
@@ -128,57 +199,123 @@ void* zero_params(Zero* z, Backend* be, int u) {
         z->resident_valid |= 1 << r;
         return z->resident[r];
     }
-    int s = find_slot(z->param_slot_unit, u);
-    if (s >= 0) return z->param_slot[s];
-    s = take_slot(z->param_slot_unit, u, "parameter");
-    gather_unit(z, be, u, z->param_slot[s]);
-    return z->param_slot[s];
+    return block_params_of(z, be, u);
+}
+
+void zero_prefetch(Zero* z, Backend* be, int u) {
+    if (z->stage == 3 && is_block(z, u)) prefetch(z, be, u);
 }
 
 void zero_params_done(Zero* z, int u) {
     if (z->stage < 3 || !is_block(z, u)) return;
     int s = find_slot(z->param_slot_unit, u);
-    if (s >= 0) z->param_slot_unit[s] = -1;
+    if (s < 0 || !z->param_slot_held[s]) return;
+    z->param_slot_unit[s] = -1;
+    z->param_slot_held[s] = 0;
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Gradients for the walk.
+//
+// Stages 2-3 overlap: a unit's reduce-scatter starts when the walk is done with its gradients and is
+// finished (waited for, then added into the fp32 accumulator) only when its buffer is needed again: two
+// units later with the two rotating buffers, the next micro-step for the embeddings, or zero_reduce_grads.
+// So each unit's reduce-scatter runs during the next unit's backward (bucket = unit). A unit's earlier
+// reduce-scatter is always finished before its next one starts, so every piece of the accumulator gets its
+// micro-steps' sums added in the same order, with the same bits, as when each was finished at once.
+
+static CommHandle reduce_start(Zero* z, int u, void* buf) {
+    size_t p = piece(z, u);
+    if (z->size == 1) return no_handle();
+    return comm_reduce_scatter_sum_start(z->dp, at(buf, (size_t)z->rank * p, xs(z)), buf, p, z->dt);
+}
+
+// Waits for unit u's reduce-scatter of buf and adds this rank's piece into the fp32 accumulator.
+static void reduce_into_accumulator(Zero* z, Backend* be, int u, void* buf, CommHandle* h) {
+    size_t p = piece(z, u);
+    wait_for(z, h);
+    float* acc = z->grad_acc + z->piece_offset[u];
+    convert(be, z->piece_f32, DT_FP32, at(buf, (size_t)z->rank * p, xs(z)), z->dt, p);
+    residual_forward(be, DT_FP32, acc, acc, z->piece_f32, p);
+}
+
+static void finish_grad_slot(Zero* z, Backend* be, int s) {
+    if (!z->grad_flight_live[s]) return;
+    reduce_into_accumulator(z, be, z->grad_flight_unit[s], z->grad_slot[s], &z->grad_flight[s]);
+    z->grad_flight_live[s] = 0;
+}
+
+static void finish_emb_grads(Zero* z, Backend* be) {
+    if (!z->emb_flight_live) return;
+    reduce_into_accumulator(z, be, emb_unit(z), z->emb_grads, &z->emb_flight);
+    z->emb_flight_live = 0;
+}
+
+static void finish_all_grads(Zero* z, Backend* be) {
+    if (z->stage < 2) return;
+    int first = z->grad_flight_seq[0] <= z->grad_flight_seq[1] ? 0 : 1;
+    finish_grad_slot(z, be, first);
+    finish_grad_slot(z, be, 1 - first);
+    finish_emb_grads(z, be);
+}
+
+// A gradient buffer for unit u: finishes u's previous reduce-scatter if it is still in flight, then takes a
+// buffer the walk does not hold, preferring one with nothing in flight, else the older reduce-scatter's.
+static int take_grad_slot(Zero* z, Backend* be, int u) {
+    for (int s = 0; s < 2; s++)
+        if (z->grad_flight_live[s] && z->grad_flight_unit[s] == u) finish_grad_slot(z, be, s);
+    int pick = -1;
+    for (int s = 0; s < 2; s++) {
+        if (z->grad_slot_unit[s] != -1) continue;
+        int idle = !z->grad_flight_live[s];
+        if (pick < 0 || (idle && z->grad_flight_live[pick]) ||
+            (!idle && z->grad_flight_live[pick] && z->grad_flight_seq[s] < z->grad_flight_seq[pick]))
+            pick = s;
+    }
+    if (pick < 0)
+        fail("internal: no free gradient buffer for unit %d (units %d and %d still held)", u, z->grad_slot_unit[0],
+             z->grad_slot_unit[1]);
+    finish_grad_slot(z, be, pick);
+    z->grad_slot_unit[pick] = u;
+    return pick;
+}
 
 void* zero_grads(Zero* z, Backend* be, int u) {
     size_t x = xs(z);
     if (z->stage < 2) return at(z->grads, unit(z, u)->offset, x);
     if (u == emb_unit(z)) {
+        finish_emb_grads(z, be);
         if (!z->emb_grads_live) be_memset0(be, z->emb_grads, unit(z, u)->padded * x);
         z->emb_grads_live = 1;
         return z->emb_grads;
     }
     int s = find_slot(z->grad_slot_unit, u);
     if (s >= 0) return z->grad_slot[s];
-    s = take_slot(z->grad_slot_unit, u, "gradient");
+    s = take_grad_slot(z, be, u);
     be_memset0(be, z->grad_slot[s], unit(z, u)->padded * x);
     return z->grad_slot[s];
 }
 
-// Reduce-scatters a unit's gradient buffer and adds this rank's piece into the fp32 accumulator.
-static void reduce_into_accumulator(Zero* z, Backend* be, int u, void* buf) {
-    size_t p = piece(z, u), x = xs(z);
-    void* mine = at(buf, (size_t)z->rank * p, x);
-    if (z->size > 1) comm_reduce_scatter_sum(z->dp, mine, buf, p, z->dt);
-    float* acc = z->grad_acc + z->piece_offset[u];
-    convert(be, z->piece_f32, DT_FP32, mine, z->dt, p);
-    residual_forward(be, DT_FP32, acc, acc, z->piece_f32, p);
+// Nothing of ours left in flight (teardown: the comm layer refuses to free a group that has some).
+static void settle(Zero* z, Backend* be) {
+    if (z->stage == 3) drop_prefetches(z);
+    finish_all_grads(z, be);
 }
 
 void zero_grads_done(Zero* z, Backend* be, int u) {
     if (z->stage < 2) return;
     if (u == emb_unit(z)) {
-        reduce_into_accumulator(z, be, u, z->emb_grads);
+        z->emb_flight = reduce_start(z, u, z->emb_grads);
+        z->emb_flight_live = 1;
         z->emb_grads_live = 0;
         return;
     }
     int s = find_slot(z->grad_slot_unit, u);
     if (s < 0) fail("internal: gradients of unit %d finished but never requested", u);
-    reduce_into_accumulator(z, be, u, z->grad_slot[s]);
+    z->grad_flight[s] = reduce_start(z, u, z->grad_slot[s]);
+    z->grad_flight_unit[s] = u;
+    z->grad_flight_live[s] = 1;
+    z->grad_flight_seq[s] = ++z->grad_seq;
     z->grad_slot_unit[s] = -1;
 }
 
@@ -202,6 +339,7 @@ static void sum_tied_embedding(Zero* z) {
 
 void zero_reduce_grads(Zero* z, Backend* be) {
     size_t x = xs(z);
+    finish_all_grads(z, be);
     if (z->stage == 0 && z->size > 1) comm_allreduce_sum(z->dp, z->grads, z->lay->total, z->dt);
     for (int u = 0; z->stage == 1 && u < z->lay->num_units; u++) {
         void* dst = at(z->grads_piece, z->piece_offset[u], x);
@@ -236,6 +374,7 @@ int zero_tied_in_sync(Zero* z, Backend* be) {
 
 void zero_after_update(Zero* z, Backend* be) {
     if (z->stage == 3) z->resident_valid = 0;
+    if (z->stage == 3) drop_prefetches(z);
     if ((z->stage != 1 && z->stage != 2) || z->size == 1) return;
     for (int u = 0; u < z->lay->num_units; u++) comm_allgather(z->dp, at(z->params, unit(z, u)->offset, xs(z)), piece(z, u), z->dt);
 }

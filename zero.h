@@ -11,6 +11,8 @@
 //   stage 3  + params: a block's params are all-gathered before its forward and again before its
 //            backward, into one of two rotating buffers; embeddings and final LayerNorm stay gathered
 //            from first use until the parameters change
+// Overlap (stages 2-3): a unit's reduce-scatter runs while the next unit's backward computes, and ZeRO-3
+// gathers the block the walk will ask for next while the current one computes (zero.c explains when).
 // The forward/backward walk (gpt.c) asks for each unit's parameters and gradient buffer through
 // zero_params / zero_grads and says when it is done; it never knows the stage.
 #pragma once
@@ -47,6 +49,17 @@ typedef struct {
     void* resident[2];   // unit 0 and unit L+1, gathered until the next update
     int resident_valid;
     float* norm_acc;     // one float of backend scratch
+    // Collectives in flight (comm.h's start/wait), overlapping the walk's compute; zero.c says when.
+    CommHandle grad_flight[2];        // stages 2-3: reduce-scatter of grad_slot[s], for unit grad_flight_unit[s]
+    int grad_flight_unit[2];
+    int grad_flight_live[2];
+    unsigned long grad_flight_seq[2]; // start order: the older one is finished first
+    unsigned long grad_seq;
+    CommHandle emb_flight;            // reduce-scatter of emb_grads
+    int emb_flight_live;
+    CommHandle param_flight[2];       // stage 3: gather into param_slot[s]; a prefetch until the walk asks
+    int param_slot_held[2];           // between zero_params and zero_params_done
+    int walk_last_block, walk_started;   // the block the walk asked for last (the prefetch direction)
 } Zero;
 
 // pad_multiple to pass to layout_build for a DP group of `size` ranks.
@@ -62,6 +75,11 @@ void zero_plan(MemLedger* mem, const ParamLayout* lay, int stage, int size, DTyp
 // Walk interface (gpt.c). Pointers are unit bases: tensor t of unit u lives at base + (t.offset - u.offset).
 void* zero_params(Zero* z, Backend* be, int unit);
 void zero_params_done(Zero* z, int unit);
+// Optional hint: the walk's next parameter request will be `unit`. ZeRO-3 starts gathering that block now
+// into a free buffer, so the gather overlaps the work before the request (gpt_backward: the LM head's
+// backward before the last block); otherwise it does nothing. zero.c infers the rest of a walk itself. A
+// hinted block must be asked for before the parameters change, or its gather's bytes are spent for nothing.
+void zero_prefetch(Zero* z, Backend* be, int unit);
 void* zero_grads(Zero* z, Backend* be, int unit);        // accumulate into it
 void zero_grads_done(Zero* z, Backend* be, int unit);
 

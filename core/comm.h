@@ -44,8 +44,8 @@ int comm_nccl_built(void);   // this binary can use NCCL (a GPU build linked wit
 // backend is a GPU and every rank has a GPU of its own, else MPI. COMM_NCCL where that does not hold is a
 // one-line error (NCCL refuses two ranks on one GPU). Collective over the world with the same `want` on
 // every rank; after comm_attach_backend, before comm_split and the first collective. Returns MPI or NCCL.
-// With NCCL the collectives are enqueued on the backend's main stream and return before they finish
-// (ordered with the kernels by the stream; be_download waits), where MPI's return when done.
+// With NCCL the collectives run on the backend's comm stream, behind the main stream's work so far, and the
+// main stream waits for them (no host blocking; be_download waits), where MPI's return when done.
 CommKind comm_select(Comm* world, CommKind want);
 const char* comm_kind_name(CommKind k);
 
@@ -57,6 +57,35 @@ void comm_reduce_scatter_sum(Comm* c, void* out, const void* in, size_t n, DType
 // buf holds size*n elements; each rank contributes its slot [rank*n, (rank+1)*n); afterwards every rank
 // has every slot. In place.
 void comm_allgather(Comm* c, void* buf, size_t n, DType dt);
+
+// Asynchronous reduce-scatter and all-gather, for overlapping ZeRO's collectives with compute: the same
+// arguments, results, bits and byte counts as the calls above (which are start + wait). Between start and
+// comm_wait the caller must neither read nor write any byte of the buffers (in and out); after comm_wait,
+// later work on the backend's main stream sees the result.
+//   NCCL            enqueued on the comm stream behind the main stream's work so far; comm_wait makes the
+//                   main stream wait for it; the host never blocks.
+//   MPI, host       MPI nonblocking collectives on a private host copy of the data (taken at start);
+//                   comm_wait completes them (MPI_Waitall) and writes the result into the buffer.
+//   MPI, device     the same through host staging: start downloads (waiting for the main stream), comm_wait
+//                   uploads. The copies make it a correctness path (several ranks on one GPU), not a fast one.
+// At most COMM_MAX_IN_FLIGHT collectives per group are started and not yet waited for; one more is an
+// error. Handles are plain values, and the slots behind them are reused, so the step allocates nothing
+// once every slot has seen its largest transfer. A zeroed handle stands for nothing in flight; comm_wait
+// clears the handle, and waiting on a cleared one returns at once. Handles of one group may be waited for
+// in any order; every rank must start the group's collectives in the same order.
+//
+// Debug hook GPT_COMM_POISON=1 (the MPI path, host or staged device buffers; refused with NCCL): start
+// fills what the collective will write with 0xff bytes (a NaN in every dtype) and comm_wait checks that
+// nobody wrote into the buffers meanwhile (a one-line error), so reading a result before its wait or
+// touching a buffer in flight cannot pass by luck.
+#define COMM_MAX_IN_FLIGHT 8
+typedef struct {
+    int slot;
+    uint32_t gen;   // 0: nothing in flight
+} CommHandle;
+CommHandle comm_reduce_scatter_sum_start(Comm* c, void* out, const void* in, size_t n, DType dt);
+CommHandle comm_allgather_start(Comm* c, void* buf, size_t n, DType dt);
+void comm_wait(Comm* c, CommHandle* h);
 void comm_broadcast(Comm* c, void* buf, size_t bytes, int root);
 void comm_send(Comm* c, const void* buf, size_t bytes, int peer, int tag);
 void comm_recv(Comm* c, void* buf, size_t bytes, int peer, int tag);

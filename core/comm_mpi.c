@@ -1,7 +1,11 @@
 // comm_mpi.c: comm.h over MPI (OpenMPI).
 //
 // Device buffers (a GPU backend is attached) are staged through a host buffer: download, MPI on the host,
-// upload. That is correct everywhere, including several ranks on one GPU, but not fast. In a GPU build with
+// upload. That is correct everywhere, including several ranks on one GPU, but not fast. Reduce-scatter and
+// all-gather (comm.h's start/wait) use MPI's nonblocking collectives on a private host copy per collective
+// in flight, for host and device buffers alike; the synchronous calls are start + wait, so both give the
+// same bits (MPI_Ireduce_scatter_block may add in another order than the blocking call would: with 3+
+// ranks, sums differ in their last bits from builds before start/wait existed). In a GPU build with
 // NCCL, comm_select can hand the bulk collectives (all-reduce, reduce-scatter, all-gather, broadcast) of a
 // communicator and the groups split from it to NCCL (core/comm_nccl.c); this file still checks their
 // arguments and counts their bytes, so the counters are the same whichever library moves the data.
@@ -30,6 +34,22 @@ typedef struct {
     int nreq;
 } PendingSend;
 
+// A reduce-scatter or all-gather started and not yet waited for (comm.h's CommHandle names one). The host
+// copy, the requests and the event stay with the slot for its next use.
+typedef struct {
+    uint32_t gen;          // the handle's; 0: the slot is free
+    Collective kind;
+    void* out;             // where the result goes (all-gather: the buffer)
+    const void* in;        // the input (all-gather: the buffer)
+    size_t n;              // elements per rank
+    DType dt;
+    unsigned char* host;   // private copy the MPI call works on (layouts at rs_post / ag_post)
+    size_t host_cap;
+    MPI_Request* reqs;     // one per chunk
+    int nreq, reqs_cap;
+    NcclEvent* done;       // NCCL: recorded on the comm stream when the collective has finished
+} InFlight;
+
 struct Comm {
     MPI_Comm mc;
     int rank, size;
@@ -44,6 +64,9 @@ struct Comm {
     int nsends, sends_cap;
     uint64_t bytes[NUM_COLLECTIVES];
     NcclGroup* nccl;         // non-NULL: the bulk collectives on device buffers go to NCCL
+    InFlight flight[COMM_MAX_IN_FLIGHT];
+    uint32_t next_gen;
+    int poison;              // GPT_COMM_POISON (comm.h)
 };
 
 static void check(int rc, const char* what) {
@@ -81,6 +104,9 @@ static unsigned char* stage(Comm* c, size_t bytes) {
     }
     return c->stage;
 }
+
+// Pieces of at most max_count (bytes or elements) that `count` is sent in.
+static size_t nchunks(const Comm* c, size_t count) { return count ? (count - 1) / c->max_count + 1 : 1; }
 
 static size_t mul_bytes(size_t a, size_t b, const char* what) {
     if (b && a > SIZE_MAX / b) fail("%s: %zu x %zu bytes overflows", what, a, b);
@@ -135,6 +161,9 @@ Comm* comm_init_world(int* argc, char*** argv) {
         if (*end || v < 1 || v > INT_MAX) fail("GPT_COMM_MAX_COUNT=%s: expected 1..%d", mx, INT_MAX);
         c->max_count = (size_t)v;
     }
+    const char* po = getenv("GPT_COMM_POISON");
+    if (po && *po && strcmp(po, "0") && strcmp(po, "1")) fail("GPT_COMM_POISON=%s: expected 0 or 1", po);
+    c->poison = po && !strcmp(po, "1");
     return c;
 }
 
@@ -147,6 +176,7 @@ Comm* comm_split(Comm* parent, int color, int key) {
     Comm* c = comm_new(mc, "MPI_Comm_set_errhandler");
     c->be = parent->be;
     c->max_count = parent->max_count;
+    c->poison = parent->poison;
     for (int i = 0; i < 3; i++) c->op_sum[i] = parent->op_sum[i];
     if (parent->nccl) c->nccl = nccl_group_create(c->mc, c->rank, c->size, c->be);   // collective, like the split
     return c;
@@ -173,6 +203,7 @@ CommKind comm_select(Comm* world, CommKind want) {
         return COMM_MPI;
     }
     // Every rank sees the same count, so every rank takes the same branch.
+    if (world->poison) fail("GPT_COMM_POISON checks the MPI path only; unset it or use -comm mpi");
     int gpus = nccl_distinct_gpus(world->mc);
     if (gpus < world->size) {
         if (want == COMM_NCCL)
@@ -200,7 +231,7 @@ void comm_allreduce_sum(Comm* c, void* buf, size_t n, DType dt) {
     if (n == 0) return;
     // NCCL even on one rank (a copy), so a one-GPU machine exercises every NCCL call.
     if (c->nccl) {
-        nccl_allreduce(c->nccl, buf, n, dt);
+        nccl_allreduce(c->nccl, buf, n, dt, NULL);
         return;
     }
     if (c->size == 1) return;
@@ -214,106 +245,226 @@ void comm_allreduce_sum(Comm* c, void* buf, size_t n, DType dt) {
     be_upload(c->be, buf, h, bytes);
 }
 
-// out (n, host) = sum over ranks of slot `rank` of in (size*n, host); out must not overlap in. When a
-// chunk is needed, its pieces of every slot are first packed contiguously into tmp.
-static void reduce_scatter_host(Comm* c, void* out, const void* in, size_t n, DType dt, unsigned char* tmp) {
-    size_t es = dtype_size(dt);
-    if (n <= c->max_count) {
-        check(MPI_Reduce_scatter_block(in, out, (int)n, mpi_type(dt), sum_op(c, dt), c->mc),
-              "MPI_Reduce_scatter_block");
-        return;
+// ---------------------------------------------------------------------------------------------------
+// Reduce-scatter and all-gather: started, then waited for (the synchronous calls are the two in a row).
+// The MPI path always works on the in-flight slot's private host copy: it is what lets the caller's
+// buffer be device memory (staging) or be poisoned (GPT_COMM_POISON) while MPI runs, and it keeps one
+// code path for every case. The extra copy of a unit per collective is small next to the compute.
+
+static CommHandle no_handle(void) { return (CommHandle){0, 0}; }
+
+static InFlight* flight_take(Comm* c, Collective k, CommHandle* h) {
+    for (int i = 0; i < COMM_MAX_IN_FLIGHT; i++) {
+        InFlight* f = &c->flight[i];
+        if (f->gen) continue;
+        if (++c->next_gen == 0) c->next_gen = 1;   // 0 marks a free slot and an empty handle
+        f->gen = c->next_gen;
+        f->kind = k;
+        f->nreq = 0;
+        *h = (CommHandle){i, f->gen};
+        if (c->nccl && !f->done) f->done = nccl_event_create();
+        return f;
     }
-    for (size_t off = 0; off < n; off += c->max_count) {
-        size_t m = n - off < c->max_count ? n - off : c->max_count;
-        for (int k = 0; k < c->size; k++)
-            memcpy(tmp + (size_t)k * m * es, (const char*)in + ((size_t)k * n + off) * es, m * es);
-        check(MPI_Reduce_scatter_block(tmp, (char*)out + off * es, (int)m, mpi_type(dt), sum_op(c, dt), c->mc),
-              "MPI_Reduce_scatter_block");
+    fail("%s: %d collectives already in flight on this group (COMM_MAX_IN_FLIGHT); wait for one first",
+         collective_name(k), COMM_MAX_IN_FLIGHT);
+}
+
+static unsigned char* flight_host(InFlight* f, size_t bytes) {
+    if (bytes > f->host_cap) {
+        free(f->host);
+        f->host = xmalloc(bytes);
+        f->host_cap = bytes;
+    }
+    return f->host;
+}
+
+static MPI_Request* flight_reqs(Comm* c, InFlight* f, size_t n) {
+    size_t k = nchunks(c, n);
+    if (k > INT_MAX) fail("%s: %zu elements is too many chunks", collective_name(f->kind), n);
+    if ((int)k > f->reqs_cap) {
+        free(f->reqs);
+        f->reqs = xmalloc(k * sizeof(MPI_Request));
+        f->reqs_cap = (int)k;
+    }
+    f->nreq = (int)k;
+    return f->reqs;
+}
+
+// The caller's buffers are backend memory: device memory is staged, host memory copied.
+static void from_user(Comm* c, void* host, const void* buf, size_t bytes) {
+    if (staged(c)) be_download(c->be, host, buf, bytes);
+    else if (bytes) memcpy(host, buf, bytes);
+}
+static void to_user(Comm* c, void* buf, const void* host, size_t bytes) {
+    if (staged(c)) be_upload(c->be, buf, host, bytes);
+    else if (bytes) memcpy(buf, host, bytes);
+}
+
+// GPT_COMM_POISON: scratch is `bytes` of host memory of the slot's own.
+static void poison(Comm* c, void* buf, size_t bytes, unsigned char* scratch) {
+    memset(scratch, 0xff, bytes);
+    to_user(c, buf, scratch, bytes);
+}
+// expect NULL: the poison.
+static void check_untouched(Comm* c, const InFlight* f, const void* buf, const unsigned char* expect, size_t bytes,
+                            unsigned char* scratch) {
+    from_user(c, scratch, buf, bytes);
+    for (size_t i = 0; i < bytes; i++)
+        if (scratch[i] != (expect ? expect[i] : 0xff))
+            fail("GPT_COMM_POISON: a buffer of a %s in flight (%zu elements of %s per rank) was written before "
+                 "comm_wait (byte %zu)", collective_name(f->kind), f->n, dtype_name(f->dt), i);
+}
+
+// Reduce-scatter slot host layout: [input copy (total) | chunk-packed input (total, chunked only) |
+// result (slot) | poison scratch (total, poison only)]. A chunk takes the same piece of every rank's slot,
+// packed contiguously, since MPI_Ireduce_scatter_block wants the pieces back to back.
+static void rs_post(Comm* c, InFlight* f, int chunked) {
+    size_t es = dtype_size(f->dt), n = f->n, total = (size_t)c->size * n * es;
+    unsigned char* src = f->host + (chunked ? total : 0);
+    unsigned char* result = f->host + (chunked ? 2 * total : total);
+    MPI_Request* reqs = flight_reqs(c, f, n);
+    for (int i = 0; i < f->nreq; i++) {
+        size_t off = (size_t)i * c->max_count, m = n - off < c->max_count ? n - off : c->max_count;
+        unsigned char* packed = src + (size_t)c->size * off * es;
+        for (int k = 0; chunked && k < c->size; k++)
+            memcpy(packed + (size_t)k * m * es, f->host + ((size_t)k * n + off) * es, m * es);
+        check(MPI_Ireduce_scatter_block(packed, result + off * es, (int)m, mpi_type(f->dt), sum_op(c, f->dt), c->mc,
+                                        &reqs[i]),
+              "MPI_Ireduce_scatter_block");
     }
 }
 
-void comm_reduce_scatter_sum(Comm* c, void* out, const void* in, size_t n, DType dt) {
+CommHandle comm_reduce_scatter_sum_start(Comm* c, void* out, const void* in, size_t n, DType dt) {
     size_t es = dtype_size(dt);
     size_t slot = mul_bytes(n, es, "comm_reduce_scatter_sum");
     size_t total = mul_bytes(slot, (size_t)c->size, "comm_reduce_scatter_sum");
     count(c, COLL_REDUCE_SCATTER, total);
     const char* lo = in;
-    const char* mine = lo + (size_t)c->rank * slot;
     const char* o = out;
-    int in_place = o == mine;
+    int in_place = o == lo + (size_t)c->rank * slot;
     if (!in_place && o < lo + total && lo < o + slot)
         fail("comm_reduce_scatter_sum: out overlaps in but is not slot %d (in place)", c->rank);
-    if (n == 0) return;
-    if (c->nccl) {
-        nccl_reduce_scatter(c->nccl, out, in, n, dt);
-        return;
+    CommHandle h = no_handle();
+    if (n == 0) return h;
+    if (c->nccl) {   // NCCL even on one rank (a copy), so a one-GPU machine exercises every NCCL call
+        InFlight* f = flight_take(c, COLL_REDUCE_SCATTER, &h);
+        nccl_reduce_scatter(c->nccl, out, in, n, dt, f->done);
+        return h;
     }
     if (c->size == 1) {
         if (!in_place) {
             if (staged(c)) be_copy(c->be, out, in, slot);
             else memcpy(out, in, slot);
         }
-        return;
+        return h;
     }
+    InFlight* f = flight_take(c, COLL_REDUCE_SCATTER, &h);
+    f->out = out, f->in = in, f->n = n, f->dt = dt;
     int chunked = n > c->max_count;
-    size_t pack = chunked ? mul_bytes((size_t)c->size, c->max_count * es, "comm_reduce_scatter_sum") : 0;
-    if (staged(c)) {
-        // [ in (total) | result (slot) | packing ]
-        unsigned char* h = stage(c, total + slot + pack);
-        be_download(c->be, h, in, total);
-        reduce_scatter_host(c, h + total, h, n, dt, h + total + slot);
-        be_upload(c->be, out, h + total, slot);
-    } else if (in_place || chunked) {
-        // MPI_IN_PLACE would leave the result in slot 0, clobbering it; the other slots stay as they were
-        // (as NCCL leaves them), so the result goes through the staging buffer instead.
-        unsigned char* h = stage(c, slot + pack);
-        reduce_scatter_host(c, h, in, n, dt, h + slot);
-        memcpy(out, h, slot);
-    } else {
-        reduce_scatter_host(c, out, in, n, dt, NULL);
-    }
+    size_t result = (chunked ? 2 : 1) * total;
+    unsigned char* host = flight_host(f, result + slot + (c->poison ? total : 0));
+    from_user(c, host, in, total);
+    if (c->poison) poison(c, out, slot, host + result + slot);
+    rs_post(c, f, chunked);
+    return h;
 }
 
-// In place on host memory. A chunk takes the same piece of every slot, described by a datatype whose
-// extent is one slot.
-static void allgather_host(Comm* c, void* buf, size_t n, DType dt) {
-    size_t es = dtype_size(dt);
-    if (n <= c->max_count) {
-        check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)n, mpi_type(dt), c->mc), "MPI_Allgather");
+// Poison mode: the input must be as it was at start, except the slot the result goes to (in place).
+static void rs_finish(Comm* c, InFlight* f) {
+    size_t es = dtype_size(f->dt), slot = f->n * es, total = (size_t)c->size * slot;
+    unsigned char* result = f->host + (f->n > c->max_count ? 2 : 1) * total;
+    if (c->poison) {
+        unsigned char* scratch = result + slot;
+        for (int k = 0; k < c->size; k++) {
+            const char* s = (const char*)f->in + (size_t)k * slot;
+            if (s != f->out) check_untouched(c, f, s, f->host + (size_t)k * slot, slot, scratch);
+        }
+        check_untouched(c, f, f->out, NULL, slot, scratch);
+    }
+    to_user(c, f->out, result, slot);
+}
+
+void comm_reduce_scatter_sum(Comm* c, void* out, const void* in, size_t n, DType dt) {
+    CommHandle h = comm_reduce_scatter_sum_start(c, out, in, n, dt);
+    comm_wait(c, &h);
+}
+
+// All-gather slot host layout: [the gathered buffer (total) | poison scratch (total, poison only)]. In
+// place; a chunk takes the same piece of every slot, described by a datatype whose extent is one slot
+// (freeing it at once is fine: MPI keeps it alive for the pending operation).
+static void ag_post(Comm* c, InFlight* f) {
+    size_t es = dtype_size(f->dt), n = f->n;
+    MPI_Request* reqs = flight_reqs(c, f, n);
+    if (f->nreq == 1) {
+        check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, f->host, (int)n, mpi_type(f->dt), c->mc, &reqs[0]),
+              "MPI_Iallgather");
         return;
     }
-    for (size_t off = 0; off < n; off += c->max_count) {
-        size_t m = n - off < c->max_count ? n - off : c->max_count;
+    for (int i = 0; i < f->nreq; i++) {
+        size_t off = (size_t)i * c->max_count, m = n - off < c->max_count ? n - off : c->max_count;
         MPI_Datatype piece, strided;
-        check(MPI_Type_contiguous((int)m, mpi_type(dt), &piece), "MPI_Type_contiguous");
+        check(MPI_Type_contiguous((int)m, mpi_type(f->dt), &piece), "MPI_Type_contiguous");
         check(MPI_Type_create_resized(piece, 0, (MPI_Aint)(n * es), &strided), "MPI_Type_create_resized");
         check(MPI_Type_commit(&strided), "MPI_Type_commit");
-        check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, (char*)buf + off * es, 1, strided, c->mc),
-              "MPI_Allgather");
+        check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, f->host + off * es, 1, strided, c->mc, &reqs[i]),
+              "MPI_Iallgather");
         check(MPI_Type_free(&strided), "MPI_Type_free");
         check(MPI_Type_free(&piece), "MPI_Type_free");
     }
 }
 
-void comm_allgather(Comm* c, void* buf, size_t n, DType dt) {
+CommHandle comm_allgather_start(Comm* c, void* buf, size_t n, DType dt) {
     size_t slot = mul_bytes(n, dtype_size(dt), "comm_allgather");
     size_t total = mul_bytes(slot, (size_t)c->size, "comm_allgather");
     count(c, COLL_ALLGATHER, total);
-    if (n == 0) return;
+    CommHandle h = no_handle();
+    if (n == 0) return h;
     if (c->nccl) {
-        nccl_allgather(c->nccl, buf, n, dt);
-        return;
+        InFlight* f = flight_take(c, COLL_ALLGATHER, &h);
+        nccl_allgather(c->nccl, buf, n, dt, f->done);
+        return h;
     }
-    if (c->size == 1) return;
-    if (!staged(c)) {
-        allgather_host(c, buf, n, dt);
-        return;
-    }
-    unsigned char* h = stage(c, total);
+    if (c->size == 1) return h;
+    InFlight* f = flight_take(c, COLL_ALLGATHER, &h);
+    f->out = buf, f->in = buf, f->n = n, f->dt = dt;
     size_t mine = (size_t)c->rank * slot;
-    be_download(c->be, h + mine, (const char*)buf + mine, slot);
-    allgather_host(c, h, n, dt);
-    be_upload(c->be, buf, h, total);
+    unsigned char* host = flight_host(f, mul_bytes(total, c->poison ? 2 : 1, "comm_allgather"));
+    from_user(c, host + mine, (const char*)buf + mine, slot);
+    for (int k = 0; c->poison && k < c->size; k++)
+        if (k != c->rank) poison(c, (char*)buf + (size_t)k * slot, slot, host + total);
+    ag_post(c, f);
+    return h;
+}
+
+// Poison mode: our own slot as it was, the others still poisoned.
+static void ag_finish(Comm* c, InFlight* f) {
+    size_t slot = f->n * dtype_size(f->dt), total = (size_t)c->size * slot;
+    for (int k = 0; c->poison && k < c->size; k++) {
+        const unsigned char* expect = k == c->rank ? f->host + (size_t)k * slot : NULL;
+        check_untouched(c, f, (char*)f->out + (size_t)k * slot, expect, slot, f->host + total);
+    }
+    to_user(c, f->out, f->host, total);
+}
+
+void comm_allgather(Comm* c, void* buf, size_t n, DType dt) {
+    CommHandle h = comm_allgather_start(c, buf, n, dt);
+    comm_wait(c, &h);
+}
+
+void comm_wait(Comm* c, CommHandle* h) {
+    if (!h->gen) return;
+    if (h->slot < 0 || h->slot >= COMM_MAX_IN_FLIGHT || c->flight[h->slot].gen != h->gen)
+        fail("internal: comm_wait on a handle that is not in flight on this group");
+    InFlight* f = &c->flight[h->slot];
+    if (c->nccl) {
+        nccl_wait(c->nccl, f->done);
+    } else {
+        check(MPI_Waitall(f->nreq, f->reqs, MPI_STATUSES_IGNORE), "MPI_Waitall");
+        if (f->kind == COLL_REDUCE_SCATTER) rs_finish(c, f);
+        else ag_finish(c, f);
+    }
+    f->gen = 0;
+    h->gen = 0;
 }
 
 static void bcast_host(Comm* c, void* buf, size_t bytes, int root) {
@@ -328,7 +479,7 @@ void comm_broadcast(Comm* c, void* buf, size_t bytes, int root) {
     if (c->rank == root) count(c, COLL_BROADCAST, bytes);
     if (bytes == 0) return;
     if (c->nccl) {
-        nccl_broadcast(c->nccl, buf, bytes, root);
+        nccl_broadcast(c->nccl, buf, bytes, root, NULL);
         return;
     }
     if (c->size == 1) return;
@@ -364,8 +515,6 @@ static void check_peer(const Comm* c, int peer, const char* what) {
     if (peer < 0 || peer >= c->size || peer == c->rank)
         fail("%s: peer %d is not another rank of this group (rank %d of %d)", what, peer, c->rank, c->size);
 }
-
-static size_t nchunks(const Comm* c, size_t bytes) { return bytes ? (bytes - 1) / c->max_count + 1 : 1; }
 
 void comm_send(Comm* c, const void* buf, size_t bytes, int peer, int tag) {
     check_peer(c, peer, "comm_send");
@@ -430,6 +579,13 @@ const char* collective_name(Collective k) {
 
 static void release(Comm* c) {
     reap_sends(c, 1);
+    for (int i = 0; i < COMM_MAX_IN_FLIGHT; i++) {
+        InFlight* f = &c->flight[i];
+        if (f->gen) fail("internal: a %s is still in flight when its group is freed", collective_name(f->kind));
+        free(f->host);
+        free(f->reqs);
+        nccl_event_destroy(f->done);
+    }
     nccl_group_destroy(c->nccl);
     free(c->sends);
     free(c->stage);

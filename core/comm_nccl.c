@@ -6,10 +6,13 @@
 // comm_split sub-group (a new MPI communicator per color, hence a new id per color) keeps the order its
 // key gave it, which the slot layout of reduce-scatter and all-gather depends on.
 //
-// Stream: every collective is enqueued on the backend's main stream, where every kernel and copy runs.
-// That gives the ordering with compute for free (a collective sees what the kernels before it wrote; the
-// kernels after it see its result) with no events and no host synchronization, at the price of no overlap
-// of communication with compute; a separate comm stream with events is the next step.
+// Streams: every collective, synchronous or not, of every group, runs on the backend's comm stream, so
+// this rank's NCCL work executes in the order it was issued (the same order on every rank) and never two
+// NCCL kernels at once, which could deadlock. A collective first makes the comm stream wait for an event
+// recorded on the main stream (it sees what the kernels before it wrote, and runs after the kernels
+// before it stopped reading a buffer it overwrites), then records its own `done` event; the main stream
+// waits for that one at once (synchronous calls) or when comm_wait says (asynchronous ones), so compute
+// issued in between overlaps the collective. No host synchronization anywhere.
 //
 // Errors: the communicators are blocking (NCCL's default config), so every call's result is final and
 // checked. A rank that dies leaves its peers spinning inside NCCL kernels; mpirun ends the job when the
@@ -25,7 +28,9 @@
 struct NcclGroup {
     ncclComm_t nc;
     int rank;
-    cudaStream_t stream;   // the backend's main stream (owned by the backend)
+    cudaStream_t main, comm;   // the backend's (owned by it)
+    cudaEvent_t ready;         // main's work so far; re-recorded per collective (a wait takes its state then)
+    cudaEvent_t sync_done;     // the synchronous collectives' `done`
 };
 
 static void nccl_check(ncclResult_t r, ncclComm_t nc, const char* what) {
@@ -81,34 +86,72 @@ NcclGroup* nccl_group_create(MPI_Comm mc, int rank, int size, Backend* be) {
     mpi_check(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, mc), "MPI_Bcast (ncclUniqueId)");
     NcclGroup* g = xcalloc(1, sizeof(NcclGroup));
     g->rank = rank;
-    g->stream = (cudaStream_t)backend_stream(be);
+    g->main = (cudaStream_t)backend_stream(be);
+    g->comm = (cudaStream_t)backend_comm_stream(be);
+    cuda_check(cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    cuda_check(cudaEventCreateWithFlags(&g->sync_done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     nccl_check(ncclCommInitRank(&g->nc, size, id, rank), NULL, "ncclCommInitRank");
     return g;
 }
 
+NcclEvent* nccl_event_create(void) {
+    cudaEvent_t e;
+    cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    return (NcclEvent*)e;
+}
+
+void nccl_event_destroy(NcclEvent* e) {
+    if (e) cuda_check(cudaEventDestroy((cudaEvent_t)e), "cudaEventDestroy");
+}
+
+void nccl_wait(NcclGroup* g, NcclEvent* done) {
+    cuda_check(cudaStreamWaitEvent(g->main, (cudaEvent_t)done, 0), "cudaStreamWaitEvent (main on comm)");
+}
+
+// Brackets each collective: the comm stream waits for main's work so far; afterwards `done` marks the end.
+static void begin(NcclGroup* g) {
+    cuda_check(cudaEventRecord(g->ready, g->main), "cudaEventRecord (main)");
+    cuda_check(cudaStreamWaitEvent(g->comm, g->ready, 0), "cudaStreamWaitEvent (comm on main)");
+}
+static void end(NcclGroup* g, NcclEvent* done) {
+    cudaEvent_t e = done ? (cudaEvent_t)done : g->sync_done;
+    cuda_check(cudaEventRecord(e, g->comm), "cudaEventRecord (comm)");
+    if (!done) nccl_wait(g, (NcclEvent*)e);
+}
+
 void nccl_group_destroy(NcclGroup* g) {
     if (!g) return;
-    // The backend may already have destroyed its stream (trainer teardown frees it first), but it
-    // synchronized it before: nothing of ours is in flight, and NCCL's finalize waits for its own work.
+    // The backend may already have destroyed its streams (trainer teardown frees it first), but it
+    // synchronized them before: nothing of ours is in flight, and NCCL's finalize waits for its own work.
     nccl_check(ncclCommFinalize(g->nc), g->nc, "ncclCommFinalize");
     nccl_check(ncclCommDestroy(g->nc), NULL, "ncclCommDestroy");
+    cuda_check(cudaEventDestroy(g->ready), "cudaEventDestroy");
+    cuda_check(cudaEventDestroy(g->sync_done), "cudaEventDestroy");
     free(g);
 }
 
-void nccl_allreduce(NcclGroup* g, void* buf, size_t n, DType dt) {
-    nccl_check(ncclAllReduce(buf, buf, n, nccl_type(dt), ncclSum, g->nc, g->stream), g->nc, "ncclAllReduce");
+void nccl_allreduce(NcclGroup* g, void* buf, size_t n, DType dt, NcclEvent* done) {
+    begin(g);
+    nccl_check(ncclAllReduce(buf, buf, n, nccl_type(dt), ncclSum, g->nc, g->comm), g->nc, "ncclAllReduce");
+    end(g, done);
 }
 
 // NCCL's in-place reduce-scatter is exactly comm.h's: out = in + rank * n, other slots left as they were.
-void nccl_reduce_scatter(NcclGroup* g, void* out, const void* in, size_t n, DType dt) {
-    nccl_check(ncclReduceScatter(in, out, n, nccl_type(dt), ncclSum, g->nc, g->stream), g->nc, "ncclReduceScatter");
+void nccl_reduce_scatter(NcclGroup* g, void* out, const void* in, size_t n, DType dt, NcclEvent* done) {
+    begin(g);
+    nccl_check(ncclReduceScatter(in, out, n, nccl_type(dt), ncclSum, g->nc, g->comm), g->nc, "ncclReduceScatter");
+    end(g, done);
 }
 
-void nccl_allgather(NcclGroup* g, void* buf, size_t n, DType dt) {
+void nccl_allgather(NcclGroup* g, void* buf, size_t n, DType dt, NcclEvent* done) {
     const char* mine = (const char*)buf + (size_t)g->rank * n * dtype_size(dt);   // in place: NCCL's convention
-    nccl_check(ncclAllGather(mine, buf, n, nccl_type(dt), g->nc, g->stream), g->nc, "ncclAllGather");
+    begin(g);
+    nccl_check(ncclAllGather(mine, buf, n, nccl_type(dt), g->nc, g->comm), g->nc, "ncclAllGather");
+    end(g, done);
 }
 
-void nccl_broadcast(NcclGroup* g, void* buf, size_t bytes, int root) {
-    nccl_check(ncclBroadcast(buf, buf, bytes, ncclUint8, root, g->nc, g->stream), g->nc, "ncclBroadcast");
+void nccl_broadcast(NcclGroup* g, void* buf, size_t bytes, int root, NcclEvent* done) {
+    begin(g);
+    nccl_check(ncclBroadcast(buf, buf, bytes, ncclUint8, root, g->nc, g->comm), g->nc, "ncclBroadcast");
+    end(g, done);
 }

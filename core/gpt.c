@@ -260,6 +260,8 @@ static void head_backward(GPT* g, Backend* be) {
     EmbeddingParams demb = embedding_params(lay, zero_grads(z, be, lay->emb_unit), dt);
     FinalNormParams fn = final_norm_params(lay, zero_params(z, be, fin), dt);
     FinalNormParams dfn = final_norm_params(lay, zero_grads(z, be, fin), dt);
+    // ZeRO-3: start gathering the last block, which the backward needs next, while the head computes.
+    zero_prefetch(z, be, unit_of_block(lay, lay->first_block + lay->num_blocks - 1));
     void* out = slice(a->resid, (size_t)N * C, lay->num_blocks, dt);
     matmul_backward(be, dt, a->dsmall, demb.wte, NULL, a->logits, a->lnf, NULL, emb.wte, N, C, g->shape.Vp);
     be_memset0(be, a->dresid, (size_t)N * C * dtype_size(dt));   // layernorm_backward accumulates into it

@@ -18,6 +18,7 @@ struct Backend {
     int device;
     cudaDeviceProp prop;
     cudaStream_t stream;            // the main stream: every kernel, copy and memset goes here
+    cudaStream_t comm_stream;       // NCCL's collectives (kernels.h); ordered with `stream` by the comm layer
     cublasLtHandle_t lt;
     void* lt_workspace;             // CUBLASLT_WORKSPACE_BYTES
     void* scratch;                  // KERNEL_SCRATCH_BYTES
@@ -60,6 +61,7 @@ Backend* backend_create(int local_rank) {
     CUDA_CHECK(cudaSetDevice(be->device));
     CUDA_CHECK(cudaGetDeviceProperties(&be->prop, be->device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&be->comm_stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasLtCreate(&be->lt));
     be->lt_workspace = raw_malloc(be, CUBLASLT_WORKSPACE_BYTES, "cuBLASLt workspace");
     be->scratch = raw_malloc(be, KERNEL_SCRATCH_BYTES, "kernel scratch");
@@ -69,12 +71,13 @@ Backend* backend_create(int local_rank) {
 void backend_destroy(Backend* be) {
     if (!be) return;
     CUDA_CHECK(cudaSetDevice(be->device));
-    CUDA_CHECK(cudaStreamSynchronize(be->stream));
+    be_synchronize(be);
     for (int i = 0; i < be->n_allocs; i++) CUDA_CHECK(cudaFree(be->allocs[i].ptr));
     CUDA_CHECK(cudaFree(be->lt_workspace));
     CUDA_CHECK(cudaFree(be->scratch));
     CUBLAS_CHECK(cublasLtDestroy(be->lt));
     CUDA_CHECK(cudaStreamDestroy(be->stream));
+    CUDA_CHECK(cudaStreamDestroy(be->comm_stream));
     free(be->allocs);
     free(be);
 }
@@ -82,6 +85,7 @@ void backend_destroy(Backend* be) {
 const char* backend_device_name(const Backend* be) { return be->prop.name; }
 int backend_is_gpu(const Backend* be) { return 1; }
 void* backend_stream(Backend* be) { return (void*)be->stream; }
+void* backend_comm_stream(Backend* be) { return (void*)be->comm_stream; }
 
 void* be_malloc(Backend* be, size_t bytes) {
     void* p = raw_malloc(be, bytes, "be_malloc");
@@ -102,8 +106,8 @@ void be_free(Backend* be, void* p) {
     if (!p) return;
     for (int i = 0; i < be->n_allocs; i++) {
         if (be->allocs[i].ptr != p) continue;
-        // cudaFree does not wait for our non-blocking stream: kernels may still be reading p.
-        CUDA_CHECK(cudaStreamSynchronize(be->stream));
+        // cudaFree does not wait for our non-blocking streams: kernels or a collective may still use p.
+        be_synchronize(be);
         CUDA_CHECK(cudaFree(p));
         be->bytes_allocated -= be->allocs[i].bytes;
         be->allocs[i] = be->allocs[--be->n_allocs];
@@ -129,7 +133,11 @@ void be_copy(Backend* be, void* dst, const void* src, size_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, be->stream));
 }
 
-void be_synchronize(Backend* be) { CUDA_CHECK(cudaStreamSynchronize(be->stream)); }
+// The comm stream too: a collective started and not yet waited for may still be writing backend memory.
+void be_synchronize(Backend* be) {
+    CUDA_CHECK(cudaStreamSynchronize(be->stream));
+    CUDA_CHECK(cudaStreamSynchronize(be->comm_stream));
+}
 size_t be_peak_bytes(const Backend* be) { return be->peak_bytes; }
 
 // ---------------------------------------------------------------------------------------------------

@@ -37,6 +37,11 @@ int backend_build_is_gpu(void);   // the same, known before any backend exists (
 // The main stream as a cudaStream_t (GPU; NULL on the CPU), for libraries that enqueue work in order with
 // the kernels (NCCL, core/comm_nccl.c).
 void* backend_stream(Backend* be);
+// The communication stream (GPU; NULL on the CPU): every NCCL collective of this rank, of every group, runs
+// on it in the order the program issued them, so collectives overlap the kernels but never each other (NCCL
+// kernels of two streams running at once can deadlock). The comm layer orders it against the main stream
+// with events of its own (core/comm_nccl.c); nothing else enqueues on it, so the backend needs no event API.
+void* backend_comm_stream(Backend* be);
 
 void* be_malloc(Backend* be, size_t bytes);            // fails (one-line error, exit 1) when out of memory
 void be_free(Backend* be, void* p);
@@ -44,7 +49,7 @@ void be_memset0(Backend* be, void* p, size_t bytes);
 void be_upload(Backend* be, void* dst, const void* src_host, size_t bytes);
 void be_download(Backend* be, void* dst_host, const void* src, size_t bytes);   // synchronous
 void be_copy(Backend* be, void* dst, const void* src, size_t bytes);
-void be_synchronize(Backend* be);
+void be_synchronize(Backend* be);                      // both streams
 size_t be_peak_bytes(const Backend* be);               // high-water mark of be_malloc'd bytes
 
 // ---------------------------------------------------------------------------------------------------

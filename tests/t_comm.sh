@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The comm layer across processes: build/test_comm under mpirun with 1-4 ranks (and once with tiny MPI
-# chunks, to exercise the splitting of large transfers); the device-memory staging path against a fake GPU
-# backend; a rank that dies mid-run must end the whole job,
+# chunks, to exercise the splitting of large transfers; and in poison mode); misuses of start/wait; the
+# device-memory staging path against a fake GPU backend; a rank that dies mid-run must end the whole job,
 # non-zero, within seconds; and the MPI-less backend must refuse a multi-rank launch. Each mpirun counts
 # as one check here (its failing checks are shown); the single-process run is build/test_comm itself.
 source "$(dirname "$0")/lib.sh"
@@ -54,6 +54,26 @@ for np in 1 2 3 4; do
 done
 # 300 elements per MPI call: the 1031-element collectives go out in 4 pieces (the real limit is INT_MAX).
 run_ranks comm_mpirun_np3_chunked 3 mpirun --oversubscribe -np 3 -x GPT_COMM_MAX_COUNT=300 "$BIN"
+# Poison mode: every check still passes, and buffers in flight read as poison (test_async's extra checks).
+run_ranks comm_mpirun_np3_poison 3 mpirun --oversubscribe -np 3 -x GPT_COMM_POISON=1 "$BIN"
+run_ranks comm_mpirun_np2_poison_chunked 2 mpirun --oversubscribe -np 2 -x GPT_COMM_POISON=1 -x GPT_COMM_MAX_COUNT=300 "$BIN"
+
+# Misuses of start/wait, each a one-line error and a non-zero exit.
+misuse() {   # name, expected error (grep -E), env..., -- mode
+    local name=$1 want=$2; shift 2
+    local envs=()
+    while [ "$1" != -- ]; do envs+=(-x "$1"); shift; done
+    timeout 60 mpirun --oversubscribe -np 2 "${envs[@]}" "$BIN" --misuse "$2" > "$TMP/misuse.out" 2>&1
+    local rc=$?
+    t_check "$name" "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qE 'error: $want' '$TMP/misuse.out'" \
+        "exit $rc: $(grep -m1 . "$TMP/misuse.out" | head -c 200)"
+}
+misuse comm_refuses_too_many_in_flight 'allgather: 8 collectives already in flight' -- too-many
+misuse comm_poison_detects_write_in_flight 'GPT_COMM_POISON: a buffer of a reduce_scatter in flight' GPT_COMM_POISON=1 -- write-in-flight
+# Without poison mode the same write goes unnoticed on the CPU (MPI works on a copy): the mode is needed.
+timeout 60 mpirun --oversubscribe -np 2 "$BIN" --misuse write-in-flight > "$TMP/misuse.out" 2>&1
+t_check comm_write_in_flight_unseen_without_poison "grep -q '^error: --misuse write-in-flight: not refused' '$TMP/misuse.out'" \
+    "$(grep -m1 error "$TMP/misuse.out")"
 
 # The GPU build's staging path (download, MPI on the host, upload), against a fake GPU backend whose memory
 # faults on any access outside be_upload/be_download/be_copy.
@@ -61,6 +81,7 @@ if ${MPICC:-mpicc} -std=gnu11 -O1 -Wall -Wextra -Werror -I. -Icore tests/test_co
         tests/fake_gpu_backend.c -lm -o "$TMP/test_comm_staged" > "$TMP/cc.out" 2>&1; then
     run_ranks comm_staged_np3 3 mpirun --oversubscribe -np 3 "$TMP/test_comm_staged"
     run_ranks comm_staged_np4_chunked 4 mpirun --oversubscribe -np 4 -x GPT_COMM_MAX_COUNT=300 "$TMP/test_comm_staged"
+    run_ranks comm_staged_np3_poison 3 mpirun --oversubscribe -np 3 -x GPT_COMM_POISON=1 "$TMP/test_comm_staged"
 else
     t_fail comm_staged_builds "$(head -3 "$TMP/cc.out")"
 fi

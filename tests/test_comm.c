@@ -10,6 +10,7 @@
 //   test_comm                 the checks
 //   test_comm --comm nccl     the checks with the bulk collectives on NCCL (a GPU build with NCCL,
 //                             build/comm_check_gpu; one GPU per rank); --comm mpi is the default
+//   test_comm --misuse MODE   a misuse of start/wait the comm layer must refuse (see misuse())
 //   test_comm --die MODE      rank 1 dies mid-run (MODE: abort, exit3, exit0, fail, kill) while the others wait in
 //                             a collective: the launcher must end the whole job.
 #include <signal.h>
@@ -257,6 +258,144 @@ static void test_reductions(T* t, Group* g, DType dt, size_t n, int test_id) {
     free(mine);
 }
 
+// The reduce-scatters (in place, out of place) and the all-gather of test_async, run one of three ways:
+// ASYNC_NONE the synchronous calls; ASYNC_EACH each started and waited for at once; ASYNC_ALL all three
+// started, then waited for in reverse order. res receives the in-place reduce-scatter's buffer (total),
+// the out-of-place one's result (n) and the all-gather's buffer (total).
+enum { ASYNC_NONE, ASYNC_EACH, ASYNC_ALL };
+
+static int poison_on(void) {
+    const char* p = getenv("GPT_COMM_POISON");
+    return p && !strcmp(p, "1");
+}
+
+// Are all `bytes` bytes at device pointer d the poison (0xff)?
+static int poisoned(T* t, const void* d, size_t bytes) {
+    unsigned char* h = xmalloc(bytes + 1);
+    be_download(t->be, h, d, bytes);
+    int ok = 1;
+    for (size_t i = 0; i < bytes && ok; i++) ok = h[i] == 0xff;
+    free(h);
+    return ok;
+}
+
+static void async_set(T* t, Group* g, DType dt, size_t n, const float* mine, int mode, float* res, int* poison_seen) {
+    int gr = comm_rank(g->c), gn = comm_size(g->c);
+    size_t total = (size_t)gn * n, es = dtype_size(dt);
+    float* ag = xmalloc(total * sizeof(float));
+    for (size_t i = 0; i < total; i++) ag[i] = i / n == (size_t)gr ? mine[i] : -3.0f;
+    void* a = dev_from_host(t, mine, total, dt);
+    void* b = dev_from_host(t, mine, total, dt);
+    void* o = be_malloc(t->be, n * es);
+    void* c = dev_from_host(t, ag, total, dt);
+    void* a_out = (char*)a + (size_t)gr * n * es;
+    if (mode == ASYNC_NONE) {
+        comm_reduce_scatter_sum(g->c, a_out, a, n, dt);
+        comm_reduce_scatter_sum(g->c, o, b, n, dt);
+        comm_allgather(g->c, c, n, dt);
+    } else if (mode == ASYNC_EACH) {
+        CommHandle h = comm_reduce_scatter_sum_start(g->c, a_out, a, n, dt);
+        comm_wait(g->c, &h);
+        h = comm_reduce_scatter_sum_start(g->c, o, b, n, dt);
+        comm_wait(g->c, &h);
+        h = comm_allgather_start(g->c, c, n, dt);
+        comm_wait(g->c, &h);
+        comm_wait(g->c, &h);   // a cleared handle: returns at once
+    } else {
+        CommHandle h[3] = {comm_reduce_scatter_sum_start(g->c, a_out, a, n, dt),
+                           comm_reduce_scatter_sum_start(g->c, o, b, n, dt), comm_allgather_start(g->c, c, n, dt)};
+        // In flight, poison mode: what the collectives will write reads as 0xff (nothing on one rank).
+        size_t before = (size_t)gr * n * es, after = (size_t)(gn - 1 - gr) * n * es;
+        *poison_seen = gn == 1 || (poisoned(t, a_out, n * es) && poisoned(t, o, n * es) && poisoned(t, c, before) &&
+                                   poisoned(t, (char*)c + before + n * es, after));
+        for (int i = 2; i >= 0; i--) comm_wait(g->c, &h[i]);
+    }
+    host_from_dev(t, res, a, total, dt);
+    host_from_dev(t, res + total, o, n, dt);
+    host_from_dev(t, res + total + n, c, total, dt);
+    be_free(t->be, a), be_free(t->be, b), be_free(t->be, o), be_free(t->be, c);
+    free(ag);
+}
+
+// Start/wait give the synchronous calls' bits, on values whose sums depend on the order of the additions,
+// and count the same bytes.
+static void test_async(T* t, Group* g, DType dt, size_t n, int test_id) {
+    int gn = comm_size(g->c);
+    size_t total = (size_t)gn * n, es = dtype_size(dt), m = 2 * total + n;
+    float* mine = xmalloc(total * sizeof(float));
+    float* res[3];
+    gen(mine, total, stream_of(test_id, t->rank), dt, 0);
+    int poison_seen = 1;
+    for (int mode = ASYNC_NONE; mode <= ASYNC_ALL; mode++) {
+        res[mode] = xmalloc(m * sizeof(float));
+        comm_reset_bytes(g->c);
+        async_set(t, g, dt, n, mine, mode, res[mode], &poison_seen);
+    }
+    static const char* const modes[3] = {"", "each", "all_in_flight"};
+    char name[160], why[160];
+    for (int mode = ASYNC_EACH; mode <= ASYNC_ALL; mode++) {
+        size_t bad = m;
+        for (size_t i = 0; i < m && bad == m; i++)
+            if (memcmp(&res[mode][i], &res[ASYNC_NONE][i], 4) != 0) bad = i;
+        snprintf(why, sizeof why, "element %zu differs: %.9g, synchronous %.9g", bad, bad < m ? res[mode][bad] : 0.0,
+                 bad < m ? res[ASYNC_NONE][bad] : 0.0);
+        snprintf(name, sizeof name, "async_%s_%s_%s_n%zu_same_bits_as_sync", modes[mode], dtype_name(dt), g->name, n);
+        verdict(t, name, bad == m, why);
+    }
+    uint64_t rs = comm_bytes_sent(g->c, COLL_REDUCE_SCATTER), ag = comm_bytes_sent(g->c, COLL_ALLGATHER);
+    uint64_t want = ring_bytes(gn, total * es, 0);
+    snprintf(why, sizeof why, "reduce_scatter %llu (expected %llu), allgather %llu (expected %llu)",
+             (unsigned long long)rs, (unsigned long long)(2 * want), (unsigned long long)ag, (unsigned long long)want);
+    snprintf(name, sizeof name, "async_%s_%s_n%zu_bytes", dtype_name(dt), g->name, n);
+    verdict(t, name, rs == 2 * want && ag == want && comm_bytes_sent(g->c, COLL_ALLREDUCE) == 0, why);
+    if (poison_on()) {
+        snprintf(name, sizeof name, "async_%s_%s_n%zu_poisoned_in_flight", dtype_name(dt), g->name, n);
+        verdict(t, name, poison_seen, "a buffer in flight did not read as poison");
+    }
+    for (int mode = 0; mode < 3; mode++) free(res[mode]);
+    free(mine);
+}
+
+// COMM_MAX_IN_FLIGHT all-gathers in flight at once, waited for in start order, each with the right result.
+static void test_in_flight_limit(T* t, size_t n) {
+    void* d[COMM_MAX_IN_FLIGHT];
+    CommHandle h[COMM_MAX_IN_FLIGHT];
+    size_t total = (size_t)t->size * n;
+    float* x = xmalloc(total * sizeof(float));
+    for (int k = 0; k < COMM_MAX_IN_FLIGHT; k++) {
+        for (size_t i = 0; i < total; i++) x[i] = i / n == (size_t)t->rank ? (float)(k * 1000 + t->rank) : -1.0f;
+        d[k] = dev_from_host(t, x, total, DT_FP32);
+        h[k] = comm_allgather_start(t->world, d[k], n, DT_FP32);
+    }
+    int ok = 1;
+    for (int k = 0; k < COMM_MAX_IN_FLIGHT; k++) {
+        comm_wait(t->world, &h[k]);
+        host_from_dev(t, x, d[k], total, DT_FP32);
+        for (size_t i = 0; i < total && ok; i++) ok = x[i] == (float)(k * 1000 + (int)(i / n));
+        be_free(t->be, d[k]);
+    }
+    verdict(t, "async_max_in_flight_allgathers", ok, "a result is wrong");
+    free(x);
+}
+
+// --misuse MODE (2+ ranks): a use the comm layer must refuse with a one-line error. too-many: one start
+// beyond COMM_MAX_IN_FLIGHT; write-in-flight (with GPT_COMM_POISON=1): a write into a buffer in flight.
+static void misuse(T* t, const char* mode) {
+    size_t n = 16;
+    void* d = be_malloc(t->be, (size_t)t->size * n * 4 * (COMM_MAX_IN_FLIGHT + 1));
+    be_memset0(t->be, d, (size_t)t->size * n * 4 * (COMM_MAX_IN_FLIGHT + 1));
+    if (!strcmp(mode, "too-many")) {
+        for (int k = 0; k <= COMM_MAX_IN_FLIGHT; k++)
+            comm_allgather_start(t->world, (float*)d + (size_t)k * t->size * n, n, DT_FP32);
+    } else if (!strcmp(mode, "write-in-flight")) {
+        CommHandle h = comm_reduce_scatter_sum_start(t->world, (float*)d + (size_t)t->rank * n, d, n, DT_FP32);
+        float one = 1;
+        be_upload(t->be, (float*)d + (size_t)((t->rank + 1) % t->size) * n, &one, 4);   // another rank's slot
+        comm_wait(t->world, &h);
+    }
+    fail("--misuse %s: not refused", mode);
+}
+
 static void test_broadcast(T* t, Group* g, size_t bytes, int test_id) {
     int gr = comm_rank(g->c), gn = comm_size(g->c);
     unsigned char* expect = xmalloc(bytes + 1);
@@ -355,10 +494,12 @@ int main(int argc, char** argv) {
     t.be = backend_create(comm_local_rank(t.world));
     comm_attach_backend(t.world, t.be);
     if (argc == 3 && !strcmp(argv[1], "--die")) die(&t, argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "--misuse")) misuse(&t, argv[2]);
     CommKind kind = COMM_MPI;
     if (argc == 3 && !strcmp(argv[1], "--comm") && !strcmp(argv[2], "nccl")) kind = COMM_NCCL;
     else if (argc != 1 && !(argc == 3 && !strcmp(argv[1], "--comm") && !strcmp(argv[2], "mpi")))
-        fail("usage: test_comm [--comm mpi|nccl | --die abort|exit3|exit0|fail|kill]");
+        fail("usage: test_comm [--comm mpi|nccl | --die abort|exit3|exit0|fail|kill | "
+             "--misuse too-many|write-in-flight]");
     if (comm_select(t.world, kind) != kind) fail("comm_select did not give %s", comm_kind_name(kind));
 
     verdict(&t, "world_rank_size", t.rank >= 0 && t.rank < t.size, "rank outside [0, size)");
@@ -397,6 +538,10 @@ int main(int argc, char** argv) {
                     verdict(&t, name, zero, "world counted sub-group bytes");
                 }
             }
+    for (int gi = 0; gi < 3; gi++)
+        for (int dt = DT_FP32; dt <= DT_FP16; dt++)
+            for (size_t si = 0; si < 2; si++) test_async(&t, &groups[gi], (DType)dt, sizes[si], ++test_id);
+    test_in_flight_limit(&t, 1031);
     for (int gi = 0; gi < 3; gi++) test_broadcast(&t, &groups[gi], 1000, ++test_id);
     test_ring(&t, 64);
     test_ring(&t, 1u << 20);   // beyond any eager limit (rendezvous protocol)

@@ -3,8 +3,9 @@
 #   1. every kernel (forward and backward) against its CPU twin, fp32/bf16/fp16 (check_kernels.sh)
 #   2. full training steps of a small model: train_gpt vs train_gpt_cpu from the same model file and data
 #      (fp32: losses, grad norms and step-0 gradients per tensor; bf16: losses within bf16 tolerance)
-#   3. 2 and 4 ranks on the one GPU through the MPI backend under -z 0..3, 1F1B pipelines (-pp 2 and 4, with
-#      data parallelism, ZeRO and recompute; bf16 with the tied-copy check), and -r 1..3, against one rank;
+#   3. 2 and 4 ranks on the one GPU through the MPI backend under -z 0..3 (and -z 2, 3 poisoned, see
+#      comm.h's GPT_COMM_POISON), 1F1B pipelines (-pp 2 and 4, with data parallelism, ZeRO and recompute;
+#      bf16 with the tied-copy check), and -r 1..3, against one rank;
 #      then NCCL (-comm nccl): the comm tests on device memory, one rank against -comm mpi, and with 2+
 #      GPUs 2 ranks under -z 0..3 against one rank
 #   4. determinism (two bf16 runs, identical bits) and bit-exact resume on the GPU
@@ -70,6 +71,18 @@ if command -v mpirun >/dev/null 2>&1 && ldd "$GPU" | grep -q libmpi; then
     $GPU "${flags[@]}" -ga 4 -p fp32 -o "$W/ga4" > /dev/null 2>&1
     for d in np2z0 np2z1 np2z2 np2z3 np4z3; do
         check "ranks_${d}_vs_single" log "$d" "$W/$d/log.jsonl" "$W/ga4/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
+    done
+    # Overlap on device memory: GPT_COMM_POISON=1 (comm.h) poisons every buffer of a collective in flight
+    # until its wait, so a missing or late wait in zero.c changes the bits of the runs above.
+    steplog() { grep -o '"step": [0-9]*, "loss": [^,]*, "lr": [^,]*, "grad_norm": [^,]*' "$1"; }
+    for z in 2 3; do
+        mpirun --oversubscribe --bind-to none -x GPT_COMM_POISON=1 -np 2 $GPU "${flags[@]}" -ga 2 -p fp32 -z "$z" -comm mpi \
+            -o "$W/np2z${z}p" > "$W/np2z${z}p.txt" 2>&1
+        if [ -n "$(steplog "$W/np2z${z}p/log.jsonl")" ] && diff <(steplog "$W/np2z${z}p/log.jsonl") <(steplog "$W/np2z$z/log.jsonl") >/dev/null; then
+            record "ranks_np2z${z}_poisoned_same_bits" ok "GPT_COMM_POISON=1: identical losses and norms"
+        else
+            record "ranks_np2z${z}_poisoned_same_bits" FAIL "$(grep -m1 error "$W/np2z${z}p.txt" || echo 'losses or norms differ')"
+        fi
     done
 else
     echo "skip ranks_on_one_gpu: this build has no MPI (mpirun/libmpi not found)"
