@@ -96,14 +96,17 @@ static MPI_Op sum_op(const Comm* c, DType dt) { return dt == DT_FP32 ? MPI_SUM :
 
 static int staged(const Comm* c) { return c->be && backend_is_gpu(c->be); }
 
-static unsigned char* stage(Comm* c, size_t bytes) {
-    if (bytes > c->stage_cap) {
-        free(c->stage);
-        c->stage = xmalloc(bytes);
-        c->stage_cap = bytes;
+// A host buffer of at least `bytes`, grown (never shrunk) on demand; its contents are not kept.
+static unsigned char* grown(unsigned char** buf, size_t* cap, size_t bytes) {
+    if (bytes > *cap) {
+        free(*buf);
+        *buf = xmalloc(bytes);
+        *cap = bytes;
     }
-    return c->stage;
+    return *buf;
 }
+
+static unsigned char* stage(Comm* c, size_t bytes) { return grown(&c->stage, &c->stage_cap, bytes); }
 
 // Pieces of at most max_count (bytes or elements) that `count` is sent in.
 static size_t nchunks(const Comm* c, size_t count) { return count ? (count - 1) / c->max_count + 1 : 1; }
@@ -269,14 +272,7 @@ static InFlight* flight_take(Comm* c, Collective k, CommHandle* h) {
          collective_name(k), COMM_MAX_IN_FLIGHT);
 }
 
-static unsigned char* flight_host(InFlight* f, size_t bytes) {
-    if (bytes > f->host_cap) {
-        free(f->host);
-        f->host = xmalloc(bytes);
-        f->host_cap = bytes;
-    }
-    return f->host;
-}
+static unsigned char* flight_host(InFlight* f, size_t bytes) { return grown(&f->host, &f->host_cap, bytes); }
 
 static MPI_Request* flight_reqs(Comm* c, InFlight* f, size_t n) {
     size_t k = nchunks(c, n);
