@@ -9,12 +9,7 @@
 # - a checkpoint missing a rank's state file is a clear error.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-MPIRUN=(mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS)
-if ! command -v mpirun >/dev/null 2>&1 || ! ldd ./train_gpt_cpu | grep -q libmpi; then
-    echo "skip zero: train_gpt_cpu was built without MPI (install openmpi-bin libopenmpi-dev and rebuild)"
-    t_finish
-fi
+mpi_or_skip zero
 $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 40000 -V 512 --seed 5 >/dev/null
 ./train_gpt_cpu -e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 0 -s 0 -o "$TMP/init" >/dev/null 2>&1
 MODEL="$TMP/init/ckpt_000000/model.bin"
