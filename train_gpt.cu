@@ -128,7 +128,7 @@ static void load_or_init_model(Trainer* tr) {
         CheckpointInfo info;
         checkpoint_load(&tr->zero, tr->be, dir, &info);
         if (info.tokens_per_step != tokens_per_step(tr))
-            fail("checkpoint %s was written with %lld tokens per step; this run has %lld (keep b*t*ga*ranks the same)", dir,
+            fail("checkpoint %s was written with %lld tokens per step; this run has %lld (keep b*t*ga*replicas the same)", dir,
                  info.tokens_per_step, tokens_per_step(tr));
         if (info.seed != tr->cfg.seed) fail("checkpoint %s was written with -seed %llu; this run has %llu", dir, info.seed,
                                             (unsigned long long)tr->cfg.seed);
@@ -396,7 +396,9 @@ static void report_step(Trainer* tr, int step, const StepResult* r, double secon
     double tok_s = (double)tokens_per_step(tr) / seconds;
     *avg_seconds = *avg_seconds <= 0.0 ? seconds : 0.9 * *avg_seconds + 0.1 * seconds;
     double eta = *avg_seconds * (tr->max_steps - step - 1);
-    double peak = gpu_peak_flops(tr->be), mfu = peak > 0.0 ? tok_s * model_flops_per_token(tr->layout, tr->cfg.T) / peak : 0.0;
+    // Per GPU: the job's model FLOPs over the peak of all its ranks' GPUs.
+    double peak = gpu_peak_flops(tr->be) * tr->ranks;
+    double mfu = peak > 0.0 ? tok_s * model_flops_per_token(tr->layout, tr->cfg.T) / peak : 0.0;
     double peak_mib = (double)be_peak_bytes(tr->be) / (1 << 20);
     char mfu_text[32] = "", extra[96] = "";
     if (peak > 0.0) snprintf(mfu_text, sizeof(mfu_text), " | mfu %.1f%%", 100.0 * mfu);
@@ -444,6 +446,7 @@ int main(int argc, char** argv) {
         if (due(tr.cfg.sample_every, step, last) && step > tr.first_step) sample(&tr, step);
         if (tr.cfg.out_dir && (last || (step > tr.first_step && due(tr.cfg.ckpt_every, step, 0)))) save_checkpoint(&tr, step);
         if (last) break;
+        report_comm_reset(&tr.grid);
         double t0 = now_seconds();
         StepResult r = train_step(&tr, step);
         report_step(&tr, step, &r, now_seconds() - t0, &avg_seconds);

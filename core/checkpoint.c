@@ -378,7 +378,8 @@ void checkpoint_load(Zero* z, Backend* be, const char* dir, CheckpointInfo* info
     info->step = (int)json_int(text, "step", p);
     info->tokens_per_step = json_int(text, "tokens_per_step", p);
     info->seed = (unsigned long long)json_int(text, "seed", p);
-    info->ranks = (int)json_int(text, "state_files", p);
+    // Manifests from before pipelines (no "state_files") had one state file per data-parallel rank.
+    info->ranks = (int)json_int(text, strstr(text, "\"state_files\":") ? "state_files" : "dp", p);
     info->pp = (int)json_int(text, "pp", p);
     info->scaler.scale = strtof(json_value(text, "loss_scale", p), NULL);
     info->scaler.clean_steps = (int)json_int(text, "clean_steps", p);

@@ -64,7 +64,7 @@ void print_memory_plan(const Config* cfg, const GPTShape* s, int ranks) {
            "-r %d | b=%d t=%d ga=%d\n",
            s->L, s->C, s->NH, s->V, dtype_name(cfg->precision), ranks, ranks > 1 ? "s" : "", P, P > 1 ? "s" : "", dp,
            dp > 1 ? "s" : "", cfg->zero_stage, cfg->recompute, cfg->B, cfg->T, cfg->grad_accum);
-    if (P > 1) printf("stage 0 (embeddings, the most activations in flight):\n");
+    if (P > 1) printf("stage 0 (embeddings, the most micro-batches in flight):\n");
     for (int c = 0; c < NUM_MEM_CATEGORIES; c++) printf("  %-12s %10.3f GiB\n", mem_category_name((MemCategory)c), gib(m.bytes[c]));
     printf("  %-12s %10.3f GiB\n", "total", gib(mem_total(&m)));
     for (int st = 1; st < P; st++) {
@@ -73,6 +73,9 @@ void print_memory_plan(const Config* cfg, const GPTShape* s, int ranks) {
         printf("stage %d%s: %.3f GiB (activations %.3f GiB)\n", st, st == P - 1 ? " (LM head)" : "", gib(mem_total(&ms)),
                gib(ms.bytes[MEM_ACTIVATIONS]));
     }
+    if (P > 1)
+        printf("heaviest stage: %.3f GiB (the table below; per-stage bytes in plan_stages)\n",
+               gib(heaviest_stage(cfg, s, dp, cfg->zero_stage, cfg->recompute, -1)));
     print_table(cfg, s, ranks);
     print_json("plan: ", &m);
     printf("\n");

@@ -23,6 +23,10 @@ void pipeline_create(Pipeline* p, const Grid* grid, int micro) {
 
 void pipeline_destroy(Pipeline* p) { schedule_free(&p->sched); }
 
+// MPI guarantees tags up to 32767 only; messages between two ranks arrive in order anyway, so the tag
+// is a check, not what pairs them.
+static int tag_of(int micro) { return micro % 32768; }
+
 double pipeline_train_step(Pipeline* p, GPT* g, Backend* be, DataLoader* data, int step, int* inputs, int* targets,
                            float dloss, float* logits_dump, PhaseTimer* pt) {
     Comm* pp = p->grid->pp_group;
@@ -34,7 +38,7 @@ double pipeline_train_step(Pipeline* p, GPT* g, Backend* be, DataLoader* data, i
         int set = a.micro % g->num_sets;
         switch (a.kind) {
         case ACT_RECV_ACT:
-            comm_recv(pp, gpt_stage_input(g, set), bytes, a.peer, a.micro);
+            comm_recv(pp, gpt_stage_input(g, set), bytes, a.peer, tag_of(a.micro));
             phase_mark(pt, be, PHASE_WAIT);
             break;
         case ACT_FORWARD:
@@ -44,10 +48,10 @@ double pipeline_train_step(Pipeline* p, GPT* g, Backend* be, DataLoader* data, i
             phase_mark(pt, be, PHASE_FORWARD);
             break;
         case ACT_SEND_ACT:
-            comm_send(pp, gpt_stage_output(g, set), bytes, a.peer, a.micro);
+            comm_send(pp, gpt_stage_output(g, set), bytes, a.peer, tag_of(a.micro));
             break;
         case ACT_RECV_GRAD:
-            comm_recv(pp, gpt_boundary_grad(g), bytes, a.peer, a.micro);
+            comm_recv(pp, gpt_boundary_grad(g), bytes, a.peer, tag_of(a.micro));
             phase_mark(pt, be, PHASE_WAIT);
             break;
         case ACT_BACKWARD:
@@ -55,7 +59,7 @@ double pipeline_train_step(Pipeline* p, GPT* g, Backend* be, DataLoader* data, i
             phase_mark(pt, be, PHASE_BACKWARD);
             break;
         case ACT_SEND_GRAD:
-            comm_send(pp, gpt_boundary_grad(g), bytes, a.peer, a.micro);
+            comm_send(pp, gpt_boundary_grad(g), bytes, a.peer, tag_of(a.micro));
             break;
         }
     }

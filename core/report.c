@@ -73,14 +73,21 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
     free(all);
 }
 
+// The grid's distinct groups (NULL where a group is the world or absent).
+#define GRID_GROUPS(g) {(g)->world, (g)->dp_group != (g)->world ? (g)->dp_group : NULL, (g)->pp_group, (g)->tied}
+
+void report_comm_reset(const Grid* g) {
+    Comm* groups[] = GRID_GROUPS(g);
+    for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++)
+        if (groups[i]) comm_reset_bytes(groups[i]);
+}
+
 void report_comm(Logger* log, const Grid* g, int step) {
-    Comm* groups[] = {g->world, g->dp_group != g->world ? g->dp_group : NULL, g->pp_group, g->tied};
+    Comm* groups[] = GRID_GROUPS(g);
     double mine[NUM_COLLECTIVES] = {0};
-    for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
-        if (!groups[i]) continue;
-        for (int k = 0; k < NUM_COLLECTIVES; k++) mine[k] += (double)comm_bytes_sent(groups[i], (Collective)k);
-        comm_reset_bytes(groups[i]);
-    }
+    for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++)
+        for (int k = 0; groups[i] && k < NUM_COLLECTIVES; k++) mine[k] += (double)comm_bytes_sent(groups[i], (Collective)k);
+    report_comm_reset(g);
     int rank = comm_rank(g->world), ranks = comm_size(g->world);
     double* all = gather_rows(g->world, mine, NUM_COLLECTIVES);
     if (rank == 0 && ranks > 1) {

@@ -20,6 +20,7 @@ void report_layout(Logger* log, const ParamLayout* lay, const Config* cfg, int r
 void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config* cfg, const GPT* g, int first_step);
 // Bytes each rank sent per collective (over all its groups) since the last call; then the counters reset.
 void report_comm(Logger* log, const Grid* g, int step);
+void report_comm_reset(const Grid* g);   // before a step: validation, samples and checkpoints are not its traffic
 
 // Wall-clock per phase, like DeepSpeed's wall_clock_breakdown. Only on breakdown steps (-lb) does a mark
 // synchronize the device, so other steps keep their asynchrony.
