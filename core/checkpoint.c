@@ -169,14 +169,14 @@ static int tensor_at_canonical(const GPTShape* s, long long c, long long count, 
     if (c < 0 || count < 0) return 0;
     size_t off = 0;
     for (int k = 0; k < NUM_PARAM_KINDS; k++) {
-        size_t n = param_kind_elems(s, (ParamKind)k), reps = (k >= P_LN1W && k <= P_FCPROJB) ? (size_t)s->L : 1;
+        size_t n = param_kind_elems(s, (ParamKind)k), reps = param_kind_layers(s, (ParamKind)k);
         if ((size_t)c >= off + n * reps) {
             off += n * reps;
             continue;
         }
         size_t l = ((size_t)c - off) / n, into = (size_t)c - off - l * n;
         *kind = (ParamKind)k;
-        *layer = reps > 1 ? (int)l : -1;
+        *layer = param_kind_is_block((ParamKind)k) ? (int)l : -1;   // block kinds even when L = 1
         return (size_t)count <= n - into;
     }
     return 0;

@@ -12,7 +12,6 @@ static const char* const KIND_NAMES[NUM_PARAM_KINDS] = {
 
 const char* param_kind_name(ParamKind k) { return KIND_NAMES[k]; }
 
-static int is_block_kind(ParamKind k) { return k >= P_LN1W && k <= P_FCPROJB; }
 static int is_matrix_kind(ParamKind k) {
     return k == P_WTE || k == P_WPE || k == P_QKVW || k == P_ATTPROJW || k == P_FCW || k == P_FCPROJW;
 }
@@ -79,10 +78,12 @@ size_t param_kind_elems(const GPTShape* s, ParamKind k) {
     }
 }
 
+size_t param_kind_layers(const GPTShape* s, ParamKind k) { return param_kind_is_block(k) ? (size_t)s->L : 1; }
+
 size_t shape_param_count(const GPTShape* s) {
     size_t n = 0, e;
     for (int k = 0; k < NUM_PARAM_KINDS; k++)
-        if (__builtin_mul_overflow(param_kind_elems(s, (ParamKind)k), is_block_kind((ParamKind)k) ? (size_t)s->L : 1, &e) ||
+        if (__builtin_mul_overflow(param_kind_elems(s, (ParamKind)k), param_kind_layers(s, (ParamKind)k), &e) ||
             __builtin_add_overflow(n, e, &n))
             return SIZE_MAX;
     return n;
@@ -91,7 +92,7 @@ size_t shape_param_count(const GPTShape* s) {
 // llm.c's order: each kind stacked over its layers.
 static size_t canonical_offset(const GPTShape* s, ParamKind kind, int layer) {
     size_t off = 0;
-    for (int k = 0; k < (int)kind; k++) off += param_kind_elems(s, (ParamKind)k) * (is_block_kind((ParamKind)k) ? s->L : 1);
+    for (int k = 0; k < (int)kind; k++) off += param_kind_elems(s, (ParamKind)k) * param_kind_layers(s, (ParamKind)k);
     return off + (layer > 0 ? (size_t)layer * param_kind_elems(s, kind) : 0);
 }
 

@@ -69,6 +69,8 @@ typedef struct {
 int shape_from_spec(const char* spec, GPTShape* out);
 void shape_validate(const GPTShape* s);   // fails with a one-line error on an impossible shape
 size_t param_kind_elems(const GPTShape* s, ParamKind k);   // elements of one layer's tensor of kind k
+static inline int param_kind_is_block(ParamKind k) { return k >= P_LN1W && k <= P_FCPROJB; }   // one per block
+size_t param_kind_layers(const GPTShape* s, ParamKind k);  // tensors of kind k in the model: L for block kinds, else 1
 const char* param_kind_name(ParamKind k);
 // Parameters of the whole model (llm.c's count); SIZE_MAX when it overflows (an untrusted file header's shape).
 size_t shape_param_count(const GPTShape* s);

@@ -20,6 +20,13 @@ for p in fp32 bf16; do
 done
 # The run must actually learn something for the comparison to mean anything: losses differ across steps.
 t_check resume_losses_vary "[ \$(fields $TMP/straight_fp32/log.jsonl | grep '\"loss\"' | cut -d, -f2 | sort -u | wc -l) -ge 9 ]"
+# A one-layer model: its block tensors are still per-layer kinds in the state files (the loader once took
+# them for single tensors when L = 1 and dropped their optimizer state).
+one=("${common[@]}" -e L1C64H4V512T64)
+./train_gpt_cpu "${one[@]}" -x 4 -o "$TMP/l1_straight" > /dev/null 2>&1
+./train_gpt_cpu "${one[@]}" -x 2 -o "$TMP/l1_split" > /dev/null 2>&1
+./train_gpt_cpu "${one[@]}" -x 4 -o "$TMP/l1_split" -y 1 > /dev/null 2>&1
+t_check resume_one_layer_model_identical "[ -s $TMP/l1_straight/ckpt_000004/model.bin ] && cmp -s $TMP/l1_straight/ckpt_000004/model.bin $TMP/l1_split/ckpt_000004/model.bin"
 # A crash mid-checkpoint leaves a temporary directory behind; resume must ignore it and use the last complete one.
 mkdir -p "$TMP/split_fp32/ckpt_tmp" && touch "$TMP/split_fp32/ckpt_tmp/model.bin"
 mkdir -p "$TMP/split_fp32/ckpt_000011"   # incomplete: no DONE
