@@ -58,33 +58,31 @@ static void print_json(const char* prefix, const MemLedger* m) {
 
 void print_memory_plan(const Config* cfg, const GPTShape* s, int ranks) {
     int P = cfg->pipeline_stages, dp = ranks / P;
-    MemLedger m;
-    memory_plan(&m, cfg, s, dp, 0, cfg->zero_stage, cfg->recompute);
+    MemLedger* plans = (MemLedger*)xmalloc((size_t)P * sizeof(MemLedger));   // one per pipeline stage
+    size_t heaviest = 0;
+    for (int st = 0; st < P; st++) {
+        memory_plan(&plans[st], cfg, s, dp, st, cfg->zero_stage, cfg->recompute);
+        heaviest = mem_total(&plans[st]) > heaviest ? mem_total(&plans[st]) : heaviest;
+    }
+    const MemLedger* m = &plans[0];
     printf("memory plan per rank, nothing allocated: L=%d C=%d NH=%d V=%d | %s | %d rank%s (%d stage%s x %d replica%s), ZeRO-%d, "
            "-r %d | b=%d t=%d ga=%d\n",
            s->L, s->C, s->NH, s->V, dtype_name(cfg->precision), ranks, ranks > 1 ? "s" : "", P, P > 1 ? "s" : "", dp,
            dp > 1 ? "s" : "", cfg->zero_stage, cfg->recompute, cfg->B, cfg->T, cfg->grad_accum);
     if (P > 1) printf("stage 0 (embeddings, the most micro-batches in flight):\n");
-    for (int c = 0; c < NUM_MEM_CATEGORIES; c++) printf("  %-12s %10.3f GiB\n", mem_category_name((MemCategory)c), gib(m.bytes[c]));
-    printf("  %-12s %10.3f GiB\n", "total", gib(mem_total(&m)));
-    for (int st = 1; st < P; st++) {
-        MemLedger ms;
-        memory_plan(&ms, cfg, s, dp, st, cfg->zero_stage, cfg->recompute);
-        printf("stage %d%s: %.3f GiB (activations %.3f GiB)\n", st, st == P - 1 ? " (LM head)" : "", gib(mem_total(&ms)),
-               gib(ms.bytes[MEM_ACTIVATIONS]));
-    }
-    if (P > 1)
-        printf("heaviest stage: %.3f GiB (the table below; per-stage bytes in plan_stages)\n",
-               gib(heaviest_stage(cfg, s, dp, cfg->zero_stage, cfg->recompute, -1)));
+    for (int c = 0; c < NUM_MEM_CATEGORIES; c++) printf("  %-12s %10.3f GiB\n", mem_category_name((MemCategory)c), gib(m->bytes[c]));
+    printf("  %-12s %10.3f GiB\n", "total", gib(mem_total(m)));
+    for (int st = 1; st < P; st++)
+        printf("stage %d%s: %.3f GiB (activations %.3f GiB)\n", st, st == P - 1 ? " (LM head)" : "", gib(mem_total(&plans[st])),
+               gib(plans[st].bytes[MEM_ACTIVATIONS]));
+    if (P > 1) printf("heaviest stage: %.3f GiB (the table below; per-stage bytes in plan_stages)\n", gib(heaviest));
     print_table(cfg, s, ranks);
-    print_json("plan: ", &m);
+    print_json("plan: ", m);
     printf("\n");
-    if (P == 1) return;
-    printf("plan_stages: [");
-    for (int st = 0; st < P; st++) {
-        MemLedger ms;
-        memory_plan(&ms, cfg, s, dp, st, cfg->zero_stage, cfg->recompute);
-        print_json(st ? ", " : "", &ms);
+    if (P > 1) {
+        printf("plan_stages: [");
+        for (int st = 0; st < P; st++) print_json(st ? ", " : "", &plans[st]);
+        printf("]\n");
     }
-    printf("]\n");
+    free(plans);
 }
