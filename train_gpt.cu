@@ -105,7 +105,7 @@ static void resolve_batch(Config* cfg, const GPTShape* s, int dp) {
 static void check_pipeline(const Config* cfg, const GPTShape* s, int ranks) {
     int P = cfg->pipeline_stages;
     if (P > s->L) fail("-pp %d: more pipeline stages than the model's %d layers (each stage needs a block)", P, s->L);
-    if (ranks % P != 0) fail("-pp %d does not divide the %d ranks into equal stages (launch a multiple of %d ranks)", P, ranks, P);
+    grid_check(P, ranks);
 }
 
 static void open_tokenizer(Trainer* tr) {

@@ -3,10 +3,14 @@
 
 #include "common.h"
 
-void grid_create(Grid* g, Comm* world, int stages) {
-    int rank = comm_rank(world), ranks = comm_size(world);
+void grid_check(int stages, int ranks) {
     if (stages < 1 || ranks % stages != 0)
         fail("-pp %d does not divide the %d ranks into equal stages (launch a multiple of %d ranks)", stages, ranks, stages);
+}
+
+void grid_create(Grid* g, Comm* world, int stages) {
+    int rank = comm_rank(world), ranks = comm_size(world);
+    grid_check(stages, ranks);
     memset(g, 0, sizeof(*g));
     g->world = world;
     g->pp = stages;

@@ -19,7 +19,9 @@ typedef struct {
     Comm* tied;
 } Grid;
 
-// Collective over world. Fails with one line when the world size is not a multiple of `stages`.
+// Fails with one line unless `ranks` (launched or planned) factor into `stages` equal stages.
+void grid_check(int stages, int ranks);
+// Collective over world; runs grid_check on the world size first.
 void grid_create(Grid* g, Comm* world, int stages);
 void grid_destroy(Grid* g);   // frees the sub-groups, not the world
 static inline int grid_first_stage(const Grid* g) { return g->stage == 0; }

@@ -7,13 +7,23 @@ t_ok() { echo "ok $1"; }
 t_fail() { echo "FAIL $1: $2"; FAILED=1; }
 t_check() { if eval "$2"; then t_ok "$1"; else t_fail "$1" "${3:-$2}"; fi; }   # name, shell condition[, why]
 t_finish() { exit "$FAILED"; }
-# Multi-rank tests: sets MPIRUN (root allowed, oversubscribed, one OpenMP thread per rank), or prints a skip
-# line and exits when mpirun or an MPI build of train_gpt_cpu is missing.
-mpi_or_skip() {   # name
+# Multi-rank tests. mpi_available: true when mpirun and an MPI build of train_gpt_cpu are both here; it sets
+# MPIRUN (root allowed, oversubscribed, one OpenMP thread per rank) either way.
+mpi_available() {
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
     MPIRUN=(mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS)
-    if ! command -v mpirun >/dev/null 2>&1 || ! ldd ./train_gpt_cpu | grep -q libmpi; then
+    command -v mpirun >/dev/null 2>&1 && ldd ./train_gpt_cpu | grep -q libmpi
+}
+mpi_or_skip() {   # name: prints a skip line and exits when MPI is missing
+    if ! mpi_available; then
         echo "skip $1: train_gpt_cpu was built without MPI (install openmpi-bin libopenmpi-dev and rebuild)"
         t_finish
     fi
+}
+# A random-init model.bin for SPEC (an -e model string) written once, so every run of a test starts from the
+# same weights whatever its layout; sets MODEL.
+init_model() {   # spec, data shard
+    ./train_gpt_cpu -e "$1" -i "$2" -j "" -b 2 -t 32 -x 0 -s 0 -o "$TMP/init" >/dev/null 2>&1
+    MODEL="$TMP/init/ckpt_000000/model.bin"
+    t_check init_model "[ -s '$MODEL' ]"
 }

@@ -3,17 +3,16 @@
 # must allocate exactly that (the issue asks within 1%; the plan runs the allocation code, so it is exact).
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 512 --seed 2 >/dev/null
 base=(-e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 1 -v 0 -s 0)
 have_mpi=0
-command -v mpirun >/dev/null 2>&1 && ldd ./train_gpt_cpu | grep -q libmpi && have_mpi=1
+mpi_available && have_mpi=1
 compare() {   # name, ranks, flags...
     local name=$1 np=$2; shift 2
     ./train_gpt_cpu "${base[@]}" "$@" --estimate -w "$np" > "$TMP/$name.plan" 2>&1 || { t_fail "$name" "--estimate failed"; return; }
     if [ "$np" -gt 1 ]; then
         [ $have_mpi = 1 ] || { echo "skip $name: no MPI"; return; }
-        mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS -np "$np" ./train_gpt_cpu "${base[@]}" "$@" -o "$TMP/$name" > /dev/null 2>&1
+        "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${base[@]}" "$@" -o "$TMP/$name" > /dev/null 2>&1
     else
         ./train_gpt_cpu "${base[@]}" "$@" -o "$TMP/$name" > /dev/null 2>&1
     fi

@@ -5,12 +5,10 @@
 # uninterrupted one; a rank killed with -9 ends the whole job instead of hanging.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 512 --seed 4 >/dev/null
 base=(-e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -s 0 -v 0 -l 1e-3)
 have_mpi=0
-command -v mpirun >/dev/null 2>&1 && ldd ./train_gpt_cpu | grep -q libmpi && have_mpi=1
-MPIRUN=(mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS)
+mpi_available && have_mpi=1
 
 # fp16 follows fp32 (no overflow at the default scale on this model).
 ./train_gpt_cpu "${base[@]}" -x 10 -p fp32 -o "$TMP/f32" > /dev/null 2>&1

@@ -14,9 +14,7 @@ source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
 mpi_or_skip pipeline
 $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 40000 -V 512 --seed 8 >/dev/null
-./train_gpt_cpu -e L4C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 0 -s 0 -o "$TMP/init" >/dev/null 2>&1
-MODEL="$TMP/init/ckpt_000000/model.bin"
-t_check init_model "[ -s '$MODEL' ]"
+init_model L4C64H4V512T64 "$TMP/data.bin"
 flags=(-e "$MODEL" -i "$TMP/data.bin" -j "$TMP/data.bin" -v 3 -m 2 -b 2 -t 32 -x 6 -l 2e-3 -u 2 -q 0.1 -c 0.1 -gc 1.0 -s 0 -sh 1)
 run() {   # dir, ranks, extra flags...
     local dir=$1 np=$2; shift 2

@@ -11,9 +11,7 @@ source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
 mpi_or_skip zero
 $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 40000 -V 512 --seed 5 >/dev/null
-./train_gpt_cpu -e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 0 -s 0 -o "$TMP/init" >/dev/null 2>&1
-MODEL="$TMP/init/ckpt_000000/model.bin"
-t_check init_model "[ -s '$MODEL' ]"
+init_model L2C64H4V512T64 "$TMP/data.bin"
 flags=(-e "$MODEL" -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 12 -l 2e-3 -u 3 -q 0.1 -c 0.1 -gc 1.0 -v 0 -s 0 -sh 1)
 run() {   # dir, ranks, ga, extra flags...
     local dir=$1 np=$2 ga=$3; shift 3
