@@ -28,6 +28,8 @@
 #include "core/pipeline.h"
 #include "core/report.h"
 #include "core/rng.h"
+#include "core/run_dir.h"
+#include "core/threads.h"
 #include "core/tokenizer.h"
 #include "zero.h"
 
@@ -35,6 +37,7 @@ typedef struct {
     Config cfg;
     Comm* world;            // all ranks
     int rank, ranks;        // in the world
+    int threads;            // OpenMP threads per rank
     Grid grid;              // stages x data-parallel replicas
     Backend* be;
     ParamLayout* layout;    // this stage's units
@@ -45,8 +48,10 @@ typedef struct {
     DataLoader* train;
     DataLoader* val;        // NULL without -j
     Tokenizer* tokenizer;   // NULL without a tokenizer file: samples print token ids
+    RunDir run_dir;         // -o, locked by rank 0
     Logger log;
     int first_step;         // 0, or the step a resumed run continues from
+    int resumed;            // the state at first_step was loaded from a checkpoint
     LossScaler scaler;      // fp16: dynamic loss scale; otherwise a scale of 1
     int nonfinite_run;      // non-finite steps in a row (the -nf limit)
     int max_steps;
@@ -61,21 +66,45 @@ static long long tokens_per_step(const Trainer* tr) {
 
 static int is_root(const Trainer* tr) { return tr->rank == 0; }
 
-// Preemption (SIGTERM from a scheduler, SIGINT from a terminal) is blocked from the start and polled between
-// steps, so there is no signal handler and no global flag; the ranks agree through an all-reduce, finish the
-// step, checkpoint and exit 0 together. (kill -9 still stops a run at once.)
-static void block_stop_signals(void) {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    if (sigprocmask(SIG_BLOCK, &set, NULL) != 0) fail("cannot block SIGTERM/SIGINT: %s", strerror(errno));
+// Preemption (SIGTERM from a scheduler, SIGINT from a terminal). During start-up both keep their default
+// action, so a trainer stuck loading ends at once. From the training loop on, the first one is caught by a
+// handler whose only work is putting both signals back to their default (sigaction is async-signal-safe):
+// the disposition itself then says "stop requested", so there is no global flag, and a second signal of
+// either kind ends the process at once, mid-step or mid-checkpoint. Between steps the ranks agree through an
+// all-reduce, finish the step, checkpoint and exit 0 together. Dispositions are per process, so threads of
+// MPI and OpenMP need nothing. A signal ignored when the trainer started (nohup, or SIGINT for a background
+// job of a script) stays ignored.
+typedef void (*SignalHandler)(int);
+
+static SignalHandler disposition(int sig) {
+    struct sigaction cur;
+    if (sigaction(sig, NULL, &cur) != 0) fail("cannot read the action of signal %d: %s", sig, strerror(errno));
+    return cur.sa_handler;
+}
+
+static void on_stop_signal(int sig) {
+    (void)sig;
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);   // async-signal-safe since POSIX.1-2016, like sigaction
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGTERM, &dfl, NULL);   // cannot fail: valid signals, a valid action
+    sigaction(SIGINT, &dfl, NULL);
+}
+
+static void catch_stop_signal(int sig) {
+    if (disposition(sig) == SIG_IGN) return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGTERM);   // a second signal during the handler waits for it, then ends us
+    sigaddset(&sa.sa_mask, SIGINT);
+    if (sigaction(sig, &sa, NULL) != 0) fail("cannot catch signal %d: %s", sig, strerror(errno));
 }
 
 static int stop_requested(Trainer* tr) {
-    sigset_t pending;
-    if (sigpending(&pending) != 0) fail("sigpending failed: %s", strerror(errno));
-    double stop = sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1;
+    double stop = disposition(SIGTERM) == SIG_DFL || disposition(SIGINT) == SIG_DFL;
     comm_allreduce_host_max(tr->world, &stop, 1);
     return stop > 0.0;
 }
@@ -97,7 +126,11 @@ static void resolve_batch(Config* cfg, const GPTShape* s, int dp) {
         long long per_micro = (long long)cfg->B * cfg->T * dp;
         if (cfg->total_batch % per_micro)
             fail("-d %lld is not a multiple of b*t*replicas = %d*%d*%d", cfg->total_batch, cfg->B, cfg->T, dp);
-        cfg->grad_accum = (int)(cfg->total_batch / per_micro);
+        long long ga = cfg->total_batch / per_micro;
+        if (ga < 1 || ga > 1 << 20)   // -ga's own range, checked before the narrowing to int
+            fail("-d %lld gives -ga %lld (d / (b*t*replicas = %d*%d*%d)), outside 1..%d", cfg->total_batch, ga, cfg->B,
+                 cfg->T, dp, 1 << 20);
+        cfg->grad_accum = (int)ga;
     }
 }
 
@@ -121,27 +154,55 @@ static void open_tokenizer(Trainer* tr) {
     tr->tokenizer = tokenizer_load(path);
 }
 
+// Rank 0 chooses the checkpoint (warning once about damaged newer ones); the others follow its choice.
+static int find_checkpoint(Trainer* tr, char* dir, size_t size) {
+    double step = -1.0;
+    if (is_root(tr)) step = checkpoint_find(tr->cfg.out_dir, &tr->layout->shape, dir, size, 1);
+    comm_allreduce_host_max(tr->world, &step, 1);
+    if (step >= 0.0) run_dir_checkpoint_path(dir, size, tr->cfg.out_dir, (int)step);
+    return (int)step;
+}
+
+// The checkpoint must continue this run: its recorded hyperparameters against this launch's (older
+// manifests record only the tokens per step and the seed), and not past this run's end.
+static void check_resume(const Trainer* tr, const CheckpointInfo* info, const char* dir) {
+    if (info->has_run) {
+        RunRecord now;
+        run_record_of(&now, &tr->cfg, tr->max_steps, tokens_per_step(tr));
+        run_record_check_resume(&info->run, &now, &tr->cfg, tr->max_steps, info->step, dir, is_root(tr));
+    } else if (info->tokens_per_step != tokens_per_step(tr)) {
+        fail("checkpoint %s was written with %lld tokens per step; this run has %lld (keep b*t*ga*replicas the same)", dir,
+             info->tokens_per_step, tokens_per_step(tr));
+    } else if (info->seed != tr->cfg.seed) {
+        fail("checkpoint %s was written with -seed %llu; this run has %llu", dir, info->seed, (unsigned long long)tr->cfg.seed);
+    }
+    if (info->step > tr->max_steps) fail("checkpoint %s is at step %d, past this run's last step %d (-x)", dir, info->step, tr->max_steps);
+}
+
+static void resume_from(Trainer* tr, const char* dir) {
+    CheckpointInfo info;
+    char why[512];
+    if (!checkpoint_inspect(dir, &tr->layout->shape, &info, why, sizeof(why))) fail("checkpoint %s: %s", dir, why);
+    check_resume(tr, &info, dir);   // before the (long) load
+    checkpoint_load(&tr->zero, tr->be, dir, &info);
+    tr->first_step = info.step;
+    tr->resumed = 1;
+    if (tr->scaler.dynamic) {
+        tr->scaler.scale = info.scaler.scale;
+        tr->scaler.clean_steps = info.scaler.clean_steps;
+        tr->scaler.overflows_left = info.scaler.overflows_left;
+    }
+    if (is_root(tr)) printf("resumed from %s at step %d (written by %d rank%s in %d stage%s)\n", dir, info.step, info.ranks,
+                            info.ranks > 1 ? "s" : "", info.pp, info.pp > 1 ? "s" : "");
+}
+
 static void load_or_init_model(Trainer* tr) {
     char dir[PATH_MAX];
-    int step = tr->cfg.resume ? checkpoint_latest(tr->cfg.out_dir, dir, sizeof(dir)) : -1;
-    if (step >= 0) {
-        CheckpointInfo info;
-        checkpoint_load(&tr->zero, tr->be, dir, &info);
-        if (info.tokens_per_step != tokens_per_step(tr))
-            fail("checkpoint %s was written with %lld tokens per step; this run has %lld (keep b*t*ga*replicas the same)", dir,
-                 info.tokens_per_step, tokens_per_step(tr));
-        if (info.seed != tr->cfg.seed) fail("checkpoint %s was written with -seed %llu; this run has %llu", dir, info.seed,
-                                            (unsigned long long)tr->cfg.seed);
-        tr->first_step = info.step;
-        if (tr->scaler.dynamic) {
-            tr->scaler.scale = info.scaler.scale;
-            tr->scaler.clean_steps = info.scaler.clean_steps;
-            tr->scaler.overflows_left = info.scaler.overflows_left;
-        }
-        if (is_root(tr)) printf("resumed from %s at step %d (written by %d rank%s in %d stage%s)\n", dir, info.step, info.ranks,
-                                info.ranks > 1 ? "s" : "", info.pp, info.pp > 1 ? "s" : "");
+    if (tr->cfg.resume && find_checkpoint(tr, dir, sizeof(dir)) >= 0) {
+        resume_from(tr, dir);
         return;
     }
+    if (tr->cfg.resume && is_root(tr)) printf("no checkpoint in %s: starting at step 0\n", tr->cfg.out_dir);
     int from_spec = shape_from_spec(tr->cfg.model, &(GPTShape){0});
     float* flat = from_spec ? model_init(tr->layout, tr->cfg.seed) : model_file_read(tr->layout, tr->cfg.model);
     zero_set_from_host(&tr->zero, tr->be, flat);
@@ -170,10 +231,11 @@ static void print_setup(Trainer* tr, CommKind comm) {
     const Config* cfg = &tr->cfg;
     const GPTShape* s = &tr->layout->shape;
     printf("model L=%d C=%d NH=%d V=%d maxT=%d: %zu parameters | %s on %s | %d rank%s (%s): %d stage%s x %d replica%s, "
-           "ZeRO-%d | b=%d t=%d ga=%d | %d steps\n",
+           "ZeRO-%d | %d thread%s per rank | b=%d t=%d ga=%d | %d steps\n",
            s->L, s->C, s->NH, s->V, s->maxT, shape_param_count(s), dtype_name(cfg->precision), backend_device_name(tr->be),
            tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), tr->grid.pp, tr->grid.pp > 1 ? "s" : "", tr->grid.dp,
-           tr->grid.dp > 1 ? "s" : "", cfg->zero_stage, cfg->B, cfg->T, cfg->grad_accum, tr->max_steps);
+           tr->grid.dp > 1 ? "s" : "", cfg->zero_stage, tr->threads, tr->threads > 1 ? "s" : "", cfg->B, cfg->T,
+           cfg->grad_accum, tr->max_steps);
     int P = tr->grid.pp, m = cfg->grad_accum;
     if (P > 1) {
         int first[MAX_LAYERS], count[MAX_LAYERS];
@@ -192,10 +254,10 @@ static void print_setup(Trainer* tr, CommKind comm) {
 
 static void trainer_setup(Trainer* tr, int argc, char** argv) {
     memset(tr, 0, sizeof(*tr));
-    block_stop_signals();   // before MPI and OpenMP start threads, which inherit the mask
     tr->world = comm_init_world(&argc, &argv);
     tr->rank = comm_rank(tr->world);
     tr->ranks = comm_size(tr->world);
+    tr->threads = threads_set_for_rank(comm_local_size(tr->world));
     Config* cfg = &tr->cfg;
     config_parse(cfg, argc, argv);
     GPTShape shape = resolve_shape(cfg);
@@ -208,6 +270,8 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
         comm_finalize(tr->world);
         exit(0);
     }
+    if (is_root(tr))   // before anything is written: one run per directory, never mixed with an earlier one
+        run_dir_open(&tr->run_dir, cfg->out_dir, cfg->start_over ? RUN_START_OVER : cfg->resume ? RUN_RESUME : RUN_FRESH);
     tr->be = backend_create(comm_local_rank(tr->world));
     comm_attach_backend(tr->world, tr->be);
     CommKind comm = comm_select(tr->world, cfg->comm);   // before any group is split
@@ -228,10 +292,13 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     if (is_root(tr)) print_setup(tr, comm);
     report_layout(&tr->log, tr->layout, cfg, g->dp, tr->first_step);
     report_memory(&tr->log, tr->world, &tr->mem, cfg, &tr->gpt, tr->first_step);
+    catch_stop_signal(SIGTERM);   // last: the training loop starts next
+    catch_stop_signal(SIGINT);
 }
 
 static void trainer_teardown(Trainer* tr) {
     logger_close(&tr->log);
+    run_dir_close(&tr->run_dir);
     dataloader_close(tr->train);
     if (tr->val) dataloader_close(tr->val);
     if (tr->tokenizer) tokenizer_free(tr->tokenizer);
@@ -406,10 +473,10 @@ static void report_step(Trainer* tr, int step, const StepResult* r, double secon
     if (r->skipped) {
         size_t n = strlen(extra);
         snprintf(extra + n, sizeof(extra) - n, ", \"skipped\": 1");
-        printf("step %5d/%d | non-finite loss or gradients (loss %g, norm %g): update skipped on every rank\n", step + 1,
+        printf("step %5d/%d | non-finite loss or gradients (loss %g, norm %g): update skipped on every rank\n", step,
                tr->max_steps, r->loss, r->grad_norm);
     }
-    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s | mem %.0f MiB | eta %.0fs\n", step + 1,
+    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s | mem %.0f MiB | eta %.0fs\n", step,
            tr->max_steps, r->loss, r->lr, r->grad_norm, seconds * 1e3, tok_s, mfu_text, peak_mib, eta);
     fflush(stdout);
     char loss[32], norm[32];
@@ -432,19 +499,35 @@ static void check_nonfinite(Trainer* tr, int step, const StepResult* r) {
 static int due(int every, int step, int last) { return every > 0 && (step % every == 0 || last); }
 
 static void save_checkpoint(Trainer* tr, int step) {
-    CheckpointInfo info = {step, tokens_per_step(tr), tr->cfg.seed, tr->ranks, tr->grid.pp, tr->scaler};
-    checkpoint_save(&tr->zero, tr->be, &tr->grid, &tr->cfg, &info);
+    CheckpointInfo info = {.step = step, .tokens_per_step = tokens_per_step(tr), .seed = tr->cfg.seed, .ranks = tr->ranks,
+                           .pp = tr->grid.pp, .scaler = tr->scaler, .has_run = 1};
+    run_record_of(&info.run, &tr->cfg, tr->max_steps, tokens_per_step(tr));
+    char dir[PATH_MAX];
+    double t0 = now_seconds();
+    checkpoint_save(&tr->zero, tr->be, &tr->grid, &tr->cfg, &info, dir, sizeof(dir));
+    if (is_root(tr)) printf("step %d | checkpoint %s written in %.1f s\n", step, dir, now_seconds() - t0);
+}
+
+static void print_finish(const Trainer* tr, int steps_done, double seconds) {
+    if (!is_root(tr)) return;
+    if (steps_done == 0 && tr->resumed) printf("the run had already reached step %d of %d: nothing left to train\n", tr->first_step, tr->max_steps);
+    else printf("trained %d step%s in %.1f s, now at step %d of %d\n", steps_done, steps_done == 1 ? "" : "s", seconds,
+                tr->first_step + steps_done, tr->max_steps);
+    if (tr->cfg.out_dir) printf("log: %s/log.jsonl; resume or extend with -y 1 -o %s\n", tr->cfg.out_dir, tr->cfg.out_dir);
+    fflush(stdout);
 }
 
 int main(int argc, char** argv) {
     Trainer tr;
     trainer_setup(&tr, argc, argv);
-    double avg_seconds = 0.0;
-    for (int step = tr.first_step; step <= tr.max_steps; step++) {
+    double avg_seconds = 0.0, start = now_seconds();
+    int step = tr.first_step;
+    for (; step <= tr.max_steps; step++) {
         int last = step == tr.max_steps;
+        int loaded = tr.resumed && step == tr.first_step;   // this state is already a checkpoint
         if (tr.val && due(tr.cfg.val_every, step, last)) validate(&tr, step);
         if (due(tr.cfg.sample_every, step, last) && step > tr.first_step) sample(&tr, step);
-        if (tr.cfg.out_dir && (last || (step > tr.first_step && due(tr.cfg.ckpt_every, step, 0)))) save_checkpoint(&tr, step);
+        if (tr.cfg.out_dir && !loaded && (last || (step > tr.first_step && due(tr.cfg.ckpt_every, step, 0)))) save_checkpoint(&tr, step);
         if (last) break;
         report_comm_reset(&tr.grid);
         double t0 = now_seconds();
@@ -455,9 +538,11 @@ int main(int argc, char** argv) {
             if (tr.cfg.out_dir) save_checkpoint(&tr, step + 1);
             if (is_root(&tr))
                 printf("stopped by a signal after step %d%s\n", step + 1, tr.cfg.out_dir ? "; checkpoint written, resume with -y 1" : " (no -o: nothing saved)");
+            step++;
             break;
         }
     }
+    print_finish(&tr, (step < tr.max_steps ? step : tr.max_steps) - tr.first_step, now_seconds() - start);
     trainer_teardown(&tr);
     return 0;
 }

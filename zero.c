@@ -19,11 +19,19 @@ static size_t largest_block_unit(const ParamLayout* lay) {
     return m;
 }
 
+// On one rank each unit's piece is the whole unit in its place: piece-indexed state and whole buffers share
+// indices, so a piece buffer may be the whole buffer itself.
+static int pieces_are_whole(const Zero* z) {
+    for (int u = 0; u < z->lay->num_units; u++)
+        if (z->piece_offset[u] != z->lay->units[u].offset || piece(z, u) != z->lay->units[u].padded) return 0;
+    return 1;
+}
+
 static void allocate_grads(Zero* z, Backend* be, MemLedger* mem) {
     size_t total = z->lay->total, x = xs(z);
     if (z->stage < 2) {
         z->grads = mem_alloc(be, mem, MEM_GRADS, total * x);
-        if (z->stage == 1) z->grads_piece = mem_alloc(be, mem, MEM_GRADS, z->state_elems * x);
+        if (z->stage == 1) z->grads_piece = pieces_are_whole(z) ? z->grads : mem_alloc(be, mem, MEM_GRADS, z->state_elems * x);
         return;
     }
     size_t block = largest_block_unit(z->lay), max_piece = 0;
@@ -41,7 +49,7 @@ static void allocate_params(Zero* z, Backend* be, MemLedger* mem) {
     size_t x = xs(z);
     z->params = mem_alloc(be, mem, MEM_PARAMS, (z->stage == 3 ? z->state_elems : z->lay->total) * x);
     // fp32 parameters are their own master copy where both use the same indexing.
-    int alias = z->dt == DT_FP32 && (z->stage == 0 || z->stage == 3);
+    int alias = z->dt == DT_FP32 && (z->stage == 0 || z->stage == 3 || pieces_are_whole(z));
     z->master = alias ? (float*)z->params : (float*)mem_alloc(be, mem, MEM_MASTER, z->state_elems * 4);
     z->adam_m = (float*)mem_alloc(be, mem, MEM_OPTIMIZER, z->state_elems * 4);
     z->adam_v = (float*)mem_alloc(be, mem, MEM_OPTIMIZER, z->state_elems * 4);
@@ -91,6 +99,7 @@ static void settle(Zero* z, Backend* be);
 
 void zero_destroy(Zero* z, Backend* be) {
     settle(z, be);
+    if (z->grads_piece == z->grads) z->grads_piece = NULL;   // an alias, not an allocation
     void* owned[] = {z->params, z->adam_m, z->adam_v, z->grads, z->grads_piece, z->grad_acc, z->piece_f32,
                      z->grad_slot[0], z->grad_slot[1], z->emb_grads, z->param_slot[0], z->param_slot[1],
                      z->resident[0], z->resident[1], z->norm_acc};
@@ -345,7 +354,7 @@ void zero_reduce_grads(Zero* z, Backend* be) {
         void* dst = at(z->grads_piece, z->piece_offset[u], x);
         const void* src = at(z->grads, unit(z, u)->offset, x);
         if (z->size > 1) comm_reduce_scatter_sum(z->dp, dst, src, piece(z, u), z->dt);
-        else be_copy(be, dst, src, piece(z, u) * x);
+        else if (dst != src) be_copy(be, dst, src, piece(z, u) * x);
     }
     sum_tied_embedding(z);
 }

@@ -5,10 +5,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
+#include <stdarg.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
+#include "fs.h"
+#include "run_dir.h"
 
 // ---------------------------------------------------------------------------------------------------
 // Model files.
@@ -44,12 +48,15 @@ static void seek_canonical(FILE* f, const char* path, size_t header, size_t c, s
     if (fseeko(f, (off_t)(header + c * elem), SEEK_SET) != 0) fail("cannot seek in %s: %s", path, strerror(errno));
 }
 
+static void check_same_shape(const GPTShape* fs, const GPTShape* want, const char* path) {
+    if (memcmp(fs, want, sizeof(*fs)) != 0)
+        fail("%s holds a model of another shape (L=%d C=%d NH=%d V=%d Vp=%d maxT=%d, expected L=%d C=%d NH=%d V=%d Vp=%d maxT=%d)",
+             path, fs->L, fs->C, fs->NH, fs->V, fs->Vp, fs->maxT, want->L, want->C, want->NH, want->V, want->Vp, want->maxT);
+}
+
 float* model_file_read(const ParamLayout* lay, const char* path) {
     GPTShape fs = model_file_shape(path);
-    const GPTShape* want = &lay->shape;
-    if (memcmp(&fs, want, sizeof(fs)) != 0)
-        fail("%s holds a model of another shape (L=%d C=%d NH=%d V=%d Vp=%d maxT=%d, expected L=%d C=%d NH=%d V=%d Vp=%d maxT=%d)",
-             path, fs.L, fs.C, fs.NH, fs.V, fs.Vp, fs.maxT, want->L, want->C, want->NH, want->V, want->Vp, want->maxT);
+    check_same_shape(&fs, &lay->shape, path);
     FILE* f = xfopen(path, "rb");
     int version;
     read_model_header(f, path, &version);
@@ -240,32 +247,7 @@ static void state_load(Zero* z, Backend* be, const char* path) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Checkpoint directories.
-
-static void make_dir(const char* path) {
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) fail("cannot create directory %s: %s", path, strerror(errno));
-}
-
-static void remove_tree(const char* path) {   // one level: checkpoint directories hold only files
-    DIR* d = opendir(path);
-    if (!d) return;
-    struct dirent* e;
-    char p[PATH_MAX];
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        path_join(p, sizeof(p), path, e->d_name);
-        if (unlink(p) != 0) fail("cannot remove %s: %s", p, strerror(errno));
-    }
-    closedir(d);
-    if (rmdir(path) != 0) fail("cannot remove %s: %s", path, strerror(errno));
-}
-
-static void sync_dir(const char* path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) fail("cannot open directory %s: %s", path, strerror(errno));
-    if (fsync(fd) != 0 && errno != EINVAL) fail("cannot sync directory %s: %s", path, strerror(errno));
-    close(fd);
-}
+// Writing a checkpoint directory.
 
 static void write_manifest(const char* path, Zero* z, const Grid* g, const Config* cfg, const CheckpointInfo* info) {
     FILE* f = xfopen(path, "w");
@@ -280,8 +262,9 @@ static void write_manifest(const char* path, Zero* z, const Grid* g, const Confi
             cfg->grad_accum, dtype_name(z->dt));
     fprintf(f, " \"topology\": {\"world\": %d, \"dp\": %d, \"pp\": %d, \"zero\": %d},\n", comm_size(g->world), g->dp, g->pp,
             z->stage);
-    fprintf(f, " \"data\": {\"train\": \"%s\", \"shuffle\": %d, \"next_step\": %d}}\n", cfg->train_pattern,
-            cfg->shuffle, info->step);
+    fprintf(f, " \"data\": {\"shuffle\": %d, \"next_step\": %d},\n ", cfg->shuffle, info->step);
+    run_record_write_json(f, &info->run, path);   // last: the keys above are looked up as the first match
+    fprintf(f, "}\n");
     xfclose(f, path);
 }
 
@@ -297,17 +280,29 @@ static void model_save(Zero* z, Backend* be, const Grid* g, const char* path) {
     free(flat);
 }
 
-void checkpoint_save(Zero* z, Backend* be, const Grid* g, const Config* cfg, const CheckpointInfo* info) {
-    char dir[PATH_MAX], tmp[PATH_MAX], p[PATH_MAX], name[64];
+// The finished ckpt_tmp takes the step's name. A directory already there (a damaged checkpoint of this
+// step: a complete one is never re-saved) is moved aside first and removed last, as an entry: a symlink
+// to storage elsewhere loses the link, never the files behind it. At every moment the newest complete
+// checkpoint is in place under its name.
+static void publish(const char* tmp, const char* dir, const char* out_dir) {
+    char old[PATH_MAX];
+    path_join(old, sizeof(old), out_dir, "ckpt_old");
+    remove_path(old);
+    if (path_exists(dir) && rename(dir, old) != 0) fail("cannot move %s aside: %s", dir, strerror(errno));
+    if (rename(tmp, dir) != 0) fail("cannot rename %s to %s: %s", tmp, dir, strerror(errno));
+    sync_dir(out_dir);
+    remove_path(old);
+}
+
+void checkpoint_save(Zero* z, Backend* be, const Grid* g, const Config* cfg, const CheckpointInfo* info, char* dir, size_t dir_size) {
+    char tmp[PATH_MAX], p[PATH_MAX], name[64];
     Comm* world = g->world;
     int rank = comm_rank(world), root = rank == 0;
-    snprintf(name, sizeof(name), "ckpt_%06d", info->step);
-    path_join(dir, sizeof(dir), cfg->out_dir, name);
+    run_dir_checkpoint_path(dir, dir_size, cfg->out_dir, info->step);
     path_join(tmp, sizeof(tmp), cfg->out_dir, "ckpt_tmp");
     if (root) {
-        make_dir(cfg->out_dir);
-        remove_tree(tmp);   // left by a crash mid-write
-        make_dir(tmp);
+        remove_path(tmp);   // left by a crash mid-write
+        make_dirs(tmp);
     }
     comm_barrier(world);
     if (!zero_tied_in_sync(z, be))   // a checkpoint keeps only stage 0's copy: never save a diverged pair
@@ -326,67 +321,251 @@ void checkpoint_save(Zero* z, Backend* be, const Grid* g, const Config* cfg, con
         path_join(p, sizeof(p), tmp, "DONE");
         xfclose(xfopen(p, "w"), p);
         sync_dir(tmp);
-        remove_tree(dir);   // an older checkpoint of the same step (a re-run); the new one is complete
-        if (rename(tmp, dir) != 0) fail("cannot rename %s to %s: %s", tmp, dir, strerror(errno));
-        sync_dir(cfg->out_dir);
+        publish(tmp, dir, cfg->out_dir);
     }
     comm_barrier(world);
 }
 
-int checkpoint_latest(const char* out_dir, char* path, size_t path_size) {
-    DIR* d = opendir(out_dir);
-    if (!d) return -1;
-    int best = -1;
-    struct dirent* e;
-    char done[PATH_MAX];
-    while ((e = readdir(d)) != NULL) {
-        int step;
-        char tail;
-        if (sscanf(e->d_name, "ckpt_%d%c", &step, &tail) != 1) continue;   // skips ckpt_tmp
-        path_join(done, sizeof(done), out_dir, e->d_name);
-        if (strlen(done) + 6 > sizeof(done)) continue;
-        strcat(done, "/DONE");
-        if (file_size(done) < 0 || step <= best) continue;
-        best = step;
-        path_join(path, path_size, out_dir, e->d_name);
-    }
-    closedir(d);
-    return best;
+// ---------------------------------------------------------------------------------------------------
+// Inspecting a checkpoint directory: everything a resume relies on, checked before anything is loaded,
+// without exiting, so a damaged newest checkpoint can be skipped for an older complete one.
+
+static int bad(char* why, size_t size, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(char* why, size_t size, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, size, fmt, ap);
+    va_end(ap);
+    return 0;
 }
 
-static const char* json_value(const char* text, const char* key, const char* path) {
+// A regular file (a FIFO would block the reader, a directory has no bytes); its size into *size.
+static int regular_file(const char* dir, const char* name, long long* size, char* why, size_t why_size) {
+    char p[PATH_MAX];
+    path_join(p, sizeof(p), dir, name);
+    struct stat st;
+    if (stat(p, &st) != 0) return bad(why, why_size, errno == ENOENT ? "%s is missing" : "%s: cannot stat", name);
+    if (!S_ISREG(st.st_mode)) return bad(why, why_size, "%s is not a regular file", name);
+    *size = (long long)st.st_size;
+    return 1;
+}
+
+// The value of "key": in text as a whole integer (or number), or 0 when missing or malformed.
+static const char* json_after(const char* text, const char* key) {
     char pat[64];
     snprintf(pat, sizeof(pat), "\"%s\":", key);
     const char* p = strstr(text, pat);
-    if (!p) fail("%s lacks \"%s\"", path, key);
-    return p + strlen(pat);
+    if (!p) return NULL;
+    for (p += strlen(pat); *p == ' '; p++) {}
+    return p;
+}
+static int json_ends_value(const char* end) { return *end == ',' || *end == '}' || *end == '\n'; }
+static int json_int(const char* text, const char* key, long long* v) {
+    const char* p = json_after(text, key);
+    if (!p) return 0;
+    char* end;
+    errno = 0;
+    *v = strtoll(p, &end, 10);
+    return !errno && end != p && json_ends_value(end);
+}
+static int json_float(const char* text, const char* key, double* v) {
+    const char* p = json_after(text, key);
+    if (!p) return 0;
+    char* end;
+    *v = strtod(p, &end);
+    return end != p && json_ends_value(end) && isfinite(*v);
 }
 
-static long long json_int(const char* text, const char* key, const char* path) {
-    return strtoll(json_value(text, key, path), NULL, 10);
+static char* read_text(const char* dir, const char* name, char* why, size_t why_size) {
+    long long n = 0;
+    if (!regular_file(dir, name, &n, why, why_size)) return NULL;
+    if (n <= 0 || n > (1 << 20)) return bad(why, why_size, "%s has %lld bytes", name, n), NULL;
+    char p[PATH_MAX];
+    path_join(p, sizeof(p), dir, name);
+    FILE* f = fopen(p, "rb");
+    char* text = (char*)xcalloc((size_t)n + 1, 1);
+    if (!f || fread(text, 1, (size_t)n, f) != (size_t)n) {
+        bad(why, why_size, "cannot read %s: %s", name, f ? "short read" : strerror(errno));
+        free(text);
+        text = NULL;
+    }
+    if (f) fclose(f);
+    return text;
+}
+
+static int parse_manifest(const char* text, const char* dir, CheckpointInfo* info, char* why, size_t n) {
+    long long step, tps, seed, ranks, pp, clean, left;
+    double scale;
+    // Manifests from before pipelines (no "state_files") had one state file per data-parallel rank.
+    const char* ranks_key = strstr(text, "\"state_files\":") ? "state_files" : "dp";
+    if (!json_int(text, "step", &step) || !json_int(text, "tokens_per_step", &tps) || !json_int(text, "seed", &seed) ||
+        !json_int(text, ranks_key, &ranks) || !json_int(text, "pp", &pp) || !json_float(text, "loss_scale", &scale) ||
+        !json_int(text, "clean_steps", &clean) || !json_int(text, "overflows_left", &left))
+        return bad(why, n, "manifest.json lacks a field or has a malformed one (step, tokens_per_step, seed, %s, pp, loss_scale, "
+                   "clean_steps, overflows_left)", ranks_key);
+    int named = run_dir_step_of(dir);
+    if (step < 0 || step > INT_MAX || (named >= 0 && step != named))
+        return bad(why, n, "manifest.json says step %lld, its directory's name %d", step, named);
+    if (ranks < 1 || ranks > (1 << 20) || pp < 1 || pp > ranks || tps < 1 || seed < 0)
+        return bad(why, n, "manifest.json: bad topology or batch (%lld state files, %lld stages, %lld tokens per step)", ranks, pp, tps);
+    if (!(scale >= 1.0) || clean < 0 || left < 0) return bad(why, n, "manifest.json: bad loss-scale state");
+    memset(info, 0, sizeof(*info));
+    info->step = (int)step;
+    info->tokens_per_step = tps;
+    info->seed = (unsigned long long)seed;
+    info->ranks = (int)ranks;
+    info->pp = (int)pp;
+    info->scaler.scale = (float)scale;
+    info->scaler.clean_steps = (int)clean;
+    info->scaler.overflows_left = (int)left;
+    info->has_run = run_record_parse_json(&info->run, text, why, n);
+    return why[0] == '\0' ? 1 : bad(why, n, "manifest.json: %.400s", why);
+}
+
+typedef struct {
+    long long start, count;   // canonical (llm.c-order) offset and length
+} Span;
+
+typedef struct {
+    Span* items;
+    size_t n, cap;
+} SpanList;
+
+static void span_push(SpanList* l, long long start, long long count) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 256;
+        Span* grown = (Span*)realloc(l->items, l->cap * sizeof(Span));
+        if (!grown) fail("out of host memory listing checkpoint spans");
+        l->items = grown;
+    }
+    l->items[l->n++] = (Span){start, count};
+}
+
+// One state file: its header names this rank, the model's size and the run's dtype; its spans lie inside
+// the model's tensors, and its bytes end after the last one. The spans go to `all`.
+static int inspect_state_file(const char* dir, int rank, const GPTShape* s, long long dt, SpanList* all, char* why, size_t n) {
+    char name[64], p[PATH_MAX];
+    snprintf(name, sizeof(name), "state_rank%d.bin", rank);
+    long long size = 0;
+    if (!regular_file(dir, name, &size, why, n)) return 0;
+    path_join(p, sizeof(p), dir, name);
+    FILE* f = fopen(p, "rb");
+    if (!f) return bad(why, n, "cannot open %s: %s", name, strerror(errno));
+    StateHeader h;
+    int ok = fread(&h, sizeof(h), 1, f) == 1;
+    if (!ok) bad(why, n, "%s is shorter than its header", name);
+    else if (h.h[0] != STATE_MAGIC || h.h[1] != 2) ok = bad(why, n, "%s is not an optimizer state file (magic or version)", name);
+    else if (h.h[2] != (long long)shape_param_count(s)) ok = bad(why, n, "%s holds %lld parameters, the model %zu", name, h.h[2], shape_param_count(s));
+    else if (h.h[4] != dt) ok = bad(why, n, "%s holds %s state, the manifest says %s", name, dtype_name((DType)(h.h[4] & 3)), dtype_name((DType)dt));
+    else if (h.h[5] != rank) ok = bad(why, n, "%s was written by rank %lld (a copied or renamed file)", name, h.h[5]);
+    long long per_elem = 12 + (dt != DT_FP32 ? (long long)dtype_size((DType)dt) : 0), pos = (long long)sizeof(h);
+    for (long long i = 0; ok && i < h.h[3]; i++) {
+        long long span[2];
+        ParamKind kind;
+        int layer;
+        if (fread(span, sizeof(span), 1, f) != 1) ok = bad(why, n, "%s is truncated in its span %lld", name, i);
+        else if (!tensor_at_canonical(s, span[0], span[1], &kind, &layer) || span[1] < 1)
+            ok = bad(why, n, "%s has a span [%lld, +%lld) outside the model's tensors", name, span[0], span[1]);
+        else if (span[1] > (size - pos - 16) / per_elem) ok = bad(why, n, "%s is truncated in its span %lld", name, i);
+        else {
+            pos += 16 + span[1] * per_elem;
+            ok = fseeko(f, (off_t)pos, SEEK_SET) == 0 || bad(why, n, "cannot seek in %s", name);
+            span_push(all, span[0], span[1]);
+        }
+    }
+    if (ok && pos != size) ok = bad(why, n, "%s has %lld bytes after its last span", name, size - pos);
+    fclose(f);
+    return ok;
+}
+
+static int by_start(const void* a, const void* b) {
+    long long x = ((const Span*)a)->start, y = ((const Span*)b)->start;
+    return (x > y) - (x < y);
+}
+
+// Together the state files must hold every parameter exactly once: a missing rank file named in the
+// manifest, a rank file copied over another, or a manifest claiming fewer ranks shows as a gap or an overlap.
+static int check_coverage(SpanList* all, size_t params, int ranks, char* why, size_t n) {
+    qsort(all->items, all->n, sizeof(Span), by_start);
+    long long next = 0;
+    for (size_t i = 0; i < all->n; i++) {
+        if (all->items[i].start != next)
+            return bad(why, n, "the %d state files %s parameters [%lld, %lld)", ranks, all->items[i].start > next ? "miss" : "repeat",
+                       all->items[i].start > next ? next : all->items[i].start, all->items[i].start > next ? all->items[i].start : next);
+        next += all->items[i].count;
+    }
+    if (next != (long long)params) return bad(why, n, "the %d state files miss parameters [%lld, %zu)", ranks, next, params);
+    return 1;
+}
+
+static int inspect_model_file(const char* dir, const GPTShape* s, char* why, size_t n) {
+    long long size = 0;
+    if (!regular_file(dir, "model.bin", &size, why, n)) return 0;
+    if (size != 1024 + (long long)shape_param_count(s) * 4)
+        return bad(why, n, "model.bin has %lld bytes, an fp32 model of this shape %lld", size, 1024 + (long long)shape_param_count(s) * 4);
+    return 1;
+}
+
+int checkpoint_inspect(const char* dir, const GPTShape* s, CheckpointInfo* info, char* why, size_t n) {
+    char* text = read_text(dir, "manifest.json", why, n);
+    if (!text) return 0;
+    int ok = parse_manifest(text, dir, info, why, n);
+    const char* prec = strstr(text, "\"precision\": \"");
+    long long dt = !prec ? -1 : !strncmp(prec + 14, "fp32\"", 5) ? DT_FP32 : !strncmp(prec + 14, "bf16\"", 5) ? DT_BF16
+                                                      : !strncmp(prec + 14, "fp16\"", 5) ? DT_FP16 : -1;
+    free(text);
+    if (ok && dt < 0) ok = bad(why, n, "manifest.json lacks a well-formed \"precision\"");
+    ok = ok && inspect_model_file(dir, s, why, n);
+    SpanList all = {0};
+    for (int r = 0; ok && r < info->ranks; r++) ok = inspect_state_file(dir, r, s, dt, &all, why, n);
+    ok = ok && check_coverage(&all, shape_param_count(s), info->ranks, why, n);
+    free(all.items);
+    return ok;
+}
+
+// Another shape is another run, not damage: an error rather than a fallback. A header that cannot be read
+// is left to the inspection.
+static void refuse_other_shape(const char* dir, const GPTShape* want) {
+    char p[PATH_MAX];
+    path_join(p, sizeof(p), dir, "model.bin");
+    struct stat st;
+    if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) return;
+    FILE* f = fopen(p, "rb");
+    int h[8];
+    int ok = f && fread(h, sizeof(int), 8, f) == 8;
+    if (f) fclose(f);
+    if (!ok || h[0] != MODEL_MAGIC) return;
+    GPTShape fs = {h[4], h[6], h[5], h[3], h[7], h[2]};   // header: maxT, V, L, NH, C, Vp
+    check_same_shape(&fs, want, p);
+}
+
+int checkpoint_find(const char* out_dir, const GPTShape* s, char* path, size_t size, int verbose) {
+    int* steps;
+    int count = run_dir_checkpoints(out_dir, &steps), found = -1;
+    char why[512], skipped[2048] = "";
+    size_t used = 0;
+    for (int i = 0; i < count && found < 0; i++) {
+        CheckpointInfo info;
+        run_dir_checkpoint_path(path, size, out_dir, steps[i]);
+        long long done_size = 0;
+        int ok = regular_file(path, "DONE", &done_size, why, sizeof(why)) || bad(why, sizeof(why), "no DONE marker (incomplete)");
+        if (ok) {
+            refuse_other_shape(path, s);
+            ok = checkpoint_inspect(path, s, &info, why, sizeof(why));
+        }
+        if (ok) found = steps[i];
+        int w = ok ? 0 : snprintf(skipped + used, sizeof(skipped) - used, "%s%s: %s", used ? "; " : "", path, why);
+        used = w > 0 && used + (size_t)w < sizeof(skipped) ? used + (size_t)w : used;
+    }
+    free(steps);
+    if (count > 0 && found < 0) fail("no usable checkpoint in %s (%s)", out_dir, skipped);
+    if (found >= 0 && used && verbose) fprintf(stderr, "warning: skipping damaged checkpoints: %s\n", skipped);
+    return found;
 }
 
 void checkpoint_load(Zero* z, Backend* be, const char* dir, CheckpointInfo* info) {
-    char p[PATH_MAX];
-    path_join(p, sizeof(p), dir, "manifest.json");
-    long long n = file_size(p);
-    if (n <= 0 || n > (1 << 20)) fail("checkpoint %s has no readable manifest.json", dir);
-    char* text = (char*)xcalloc((size_t)n + 1, 1);
-    FILE* f = xfopen(p, "rb");
-    xfread(text, 1, (size_t)n, f, p);
-    fclose(f);
-    info->step = (int)json_int(text, "step", p);
-    info->tokens_per_step = json_int(text, "tokens_per_step", p);
-    info->seed = (unsigned long long)json_int(text, "seed", p);
-    // Manifests from before pipelines (no "state_files") had one state file per data-parallel rank.
-    info->ranks = (int)json_int(text, strstr(text, "\"state_files\":") ? "state_files" : "dp", p);
-    info->pp = (int)json_int(text, "pp", p);
-    info->scaler.scale = strtof(json_value(text, "loss_scale", p), NULL);
-    info->scaler.clean_steps = (int)json_int(text, "clean_steps", p);
-    info->scaler.overflows_left = (int)json_int(text, "overflows_left", p);
-    free(text);
-    if (!(info->scaler.scale >= 1.0f)) fail("%s: bad loss scale", p);
-    if (info->ranks < 1 || info->pp < 1) fail("%s: bad topology (%d state files, %d stages)", p, info->ranks, info->pp);
+    char why[512], p[PATH_MAX];
+    if (!checkpoint_inspect(dir, &z->lay->shape, info, why, sizeof(why))) fail("checkpoint %s: %s", dir, why);
     path_join(p, sizeof(p), dir, "model.bin");
     float* flat = model_file_read(z->lay, p);   // checks the shape
     zero_set_from_host(z, be, flat);
@@ -395,7 +574,6 @@ void checkpoint_load(Zero* z, Backend* be, const char* dir, CheckpointInfo* info
         char name[64];
         snprintf(name, sizeof(name), "state_rank%d.bin", r);
         path_join(p, sizeof(p), dir, name);
-        if (file_size(p) < 0) fail("checkpoint %s lacks %s (written by %d ranks)", dir, name, info->ranks);
         state_load(z, be, p);
     }
 }

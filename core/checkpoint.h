@@ -9,6 +9,7 @@
 #include "config.h"
 #include "grid.h"
 #include "loss_scale.h"
+#include "run_record.h"
 #include "zero.h"
 
 #define MODEL_MAGIC 20240326
@@ -33,14 +34,25 @@ typedef struct {
     int ranks;                  // ranks that wrote state files (the world)
     int pp;                     // pipeline stages of the run that wrote it
     LossScaler scaler;          // fp16 loss-scale state, so a resumed run scales exactly as before
+    int has_run;                // 0: a manifest from before the hyperparameters were recorded
+    RunRecord run;              // the hyperparameters that define the run (run_record.h)
 } CheckpointInfo;
 
 // Collective over the grid: every rank writes its state file, each stage its part of the model file,
-// rank 0 the manifest. Spans of the tied embedding's mirror are left out (stage 0 writes wte).
-void checkpoint_save(Zero* z, Backend* be, const Grid* g, const Config* cfg, const CheckpointInfo* info);
-// Newest complete checkpoint directory in out_dir into path; returns its step or -1.
-int checkpoint_latest(const char* out_dir, char* path, size_t path_size);
-// Restores parameters, master weights and Adam state from dir, whatever topology and ZeRO stage wrote it
-// (each rank reads every state file and keeps what it owns, seeking past other stages' spans); checks
-// the model shape; fills info.
+// rank 0 the manifest, DONE and then the rename of OUT/ckpt_tmp to OUT/ckpt_<step> (its path into dir).
+// Spans of the tied embedding's mirror are left out (stage 0 writes wte).
+void checkpoint_save(Zero* z, Backend* be, const Grid* g, const Config* cfg, const CheckpointInfo* info, char* dir, size_t dir_size);
+
+// Checks everything a resume relies on without loading or exiting: the manifest's fields (its step the
+// directory's name), model.bin's size, each state file's header (the rank its name says, the model's
+// size, the manifest's dtype) and spans, and that the state files together hold every parameter exactly
+// once. Returns 1 and fills info, or 0 with the problem in why.
+int checkpoint_inspect(const char* dir, const GPTShape* shape, CheckpointInfo* info, char* why, size_t why_size);
+// The newest checkpoint in out_dir that has DONE and passes checkpoint_inspect: its path and step; -1 when
+// out_dir has no checkpoint at all. Damaged newer ones are skipped with a warning (when verbose); when
+// every one is damaged, or one holds a model of another shape, a one-line error.
+int checkpoint_find(const char* out_dir, const GPTShape* shape, char* path, size_t path_size, int verbose);
+// Restores parameters, master weights and Adam state from dir (checkpoint_inspect first: a problem is a
+// one-line error), whatever topology and ZeRO stage wrote it: each rank reads every state file and keeps
+// what it owns, seeking past other stages' spans. Fills info.
 void checkpoint_load(Zero* z, Backend* be, const char* dir, CheckpointInfo* info);

@@ -35,6 +35,8 @@ int comm_rank(const Comm* c);
 int comm_size(const Comm* c);
 // Rank among the processes on this host (to pick a GPU), from the world communicator.
 int comm_local_rank(const Comm* world);
+// How many of the world's ranks run on this host (to share its cores), from the world communicator.
+int comm_local_size(const Comm* world);
 
 // What moves backend memory in the bulk collectives (all-reduce, reduce-scatter, all-gather, broadcast).
 // Send/recv, barriers and the host scalar reductions always go through MPI.

@@ -54,6 +54,7 @@ struct Comm {
     MPI_Comm mc;
     int rank, size;
     int local_rank;          // world only
+    int local_size;          // world only: ranks on this host
     int is_world;
     Backend* be;             // NULL or a CPU backend: buffers are host memory
     MPI_Op op_sum[3];        // by DType; the bf16/fp16 ops are owned by the world, copied into sub-groups
@@ -155,6 +156,7 @@ Comm* comm_init_world(int* argc, char*** argv) {
     MPI_Comm node;
     check(MPI_Comm_split_type(mc, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
     check(MPI_Comm_rank(node, &c->local_rank), "MPI_Comm_rank");
+    check(MPI_Comm_size(node, &c->local_size), "MPI_Comm_size");
     check(MPI_Comm_free(&node), "MPI_Comm_free");
 
     const char* mx = getenv("GPT_COMM_MAX_COUNT");   // test hook: small chunks exercise the splitting
@@ -190,6 +192,10 @@ int comm_size(const Comm* c) { return c->size; }
 int comm_local_rank(const Comm* world) {
     if (!world->is_world) fail("comm_local_rank: needs the world communicator");
     return world->local_rank;
+}
+int comm_local_size(const Comm* world) {
+    if (!world->is_world) fail("comm_local_size: needs the world communicator");
+    return world->local_size;
 }
 
 int comm_nccl_built(void) { return NCCL_BUILT; }

@@ -2,17 +2,61 @@
 #include "common.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+// This process's rank as the launcher (OpenMPI, PMIx, PMI/Hydra) announced it, 0 without one. Read from the
+// environment because fail() may run before MPI is up, or after it broke.
+static int launcher_rank(void) {
+    const char* names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const char* v = getenv(names[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
+// An error every rank hits (a bad flag) should be printed once. Rank 0 prints at once and exits non-zero,
+// which makes mpirun kill the job while the other ranks wait here; an error only this rank hits is still
+// printed when the wait is over. The stop signals go back to their default action first, so mpirun's
+// SIGTERM ends the wait instead of counting as a stop request (train_gpt.cu).
+static void let_rank0_report_first(void) {
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    struct timespec left = {2, 0};
+    while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+    }
+}
+
+// One write(2) of the whole line: the ranks' stderr meet in mpirun's, where separate writes interleave.
+static void write_error_line(const char* line, size_t len) {
+    int fd = fileno(stderr);
+    if (fd < 0) {   // a stream without a descriptor: the fuzz harness captures stderr in memory
+        fwrite(line, 1, len, stderr);
+        return;
+    }
+    // If stderr is gone there is nowhere left to report that; only an interrupted write is tried again.
+    while (write(fd, line, len) < 0 && errno == EINTR) {
+    }
+}
+
+// At most PIPE_BUF bytes, which a pipe takes in one piece; a longer message is cut short.
 void fail(const char* fmt, ...) {
+    int rank = launcher_rank();
+    if (rank > 0) let_rank0_report_first();
+    char line[PIPE_BUF];
+    int n = rank > 0 ? snprintf(line, sizeof line, "error: rank %d: ", rank) : snprintf(line, sizeof line, "error: ");
     va_list ap;
     va_start(ap, fmt);
-    fputs("error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);   // leaves room for the newline
     va_end(ap);
-    fflush(stderr);
+    size_t len = strlen(line);
+    line[len++] = '\n';
+    write_error_line(line, len);
     exit(1);
 }
 
@@ -28,7 +72,24 @@ void* xcalloc(size_t n, size_t size) {
     return p;
 }
 
+// Reading takes regular files only: open(2) of a FIFO waits for a writer, forever for one named by mistake,
+// and a directory or a device is never a model, shard or tokenizer. O_NONBLOCK lets the open itself return
+// at once; reads block again once the file is known to be regular.
+static FILE* open_regular_for_reading(const char* path, const char* mode) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) fail("cannot open %s (%s): %s", path, mode, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) fail("cannot stat %s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) fail("%s is not a regular file", path);
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) fail("cannot set up reading %s: %s", path, strerror(errno));
+    FILE* f = fdopen(fd, mode);
+    if (!f) fail("cannot open %s (%s): %s", path, mode, strerror(errno));
+    return f;
+}
+
 FILE* xfopen(const char* path, const char* mode) {
+    if (!strcmp(mode, "r") || !strcmp(mode, "rb")) return open_regular_for_reading(path, mode);
     FILE* f = fopen(path, mode);
     if (!f) fail("cannot open %s (%s): %s", path, mode, strerror(errno));
     return f;

@@ -12,7 +12,11 @@
 extern "C" {
 #endif
 
-// Print "error: <message>" (one line) and exit(1). printf-style.
+// Print "error: <message>" (one line, one write(2), so ranks sharing mpirun's stderr do not interleave)
+// and exit(1). printf-style. Under a multi-rank launch a rank other than 0 (the launcher's environment:
+// OMPI_COMM_WORLD_RANK, else PMIX_RANK, else PMI_RANK) first puts SIGTERM/SIGINT back to their default and
+// waits about 2 s: an error every rank hits is printed by rank 0 alone (its non-zero exit makes mpirun kill
+// the waiting ranks), and one only rank r hits is printed after the wait as "error: rank r: <message>".
 #if defined(__GNUC__)
 __attribute__((noreturn, format(printf, 1, 2)))
 #endif
@@ -21,7 +25,7 @@ void fail(const char* fmt, ...);
 // Checked wrappers: on failure they call fail() with the path / size involved.
 void* xmalloc(size_t bytes);
 void* xcalloc(size_t n, size_t size);
-FILE* xfopen(const char* path, const char* mode);
+FILE* xfopen(const char* path, const char* mode);   // "r"/"rb": regular files only (a FIFO would block)
 void xfread(void* dst, size_t size, size_t n, FILE* f, const char* path);   // fails on short read ("truncated")
 void xfwrite(const void* src, size_t size, size_t n, FILE* f, const char* path);
 void xfclose(FILE* f, const char* path);                                      // fflush + fsync + fclose, checked

@@ -13,7 +13,8 @@ void config_usage(const char* prog) {
            "  -j GLOB   validation token shards (default data/kjv/kjv_val_*.bin; \"\" for none)\n"
            "  -e MODEL  d12|d24|d36|d48 (GPT-2 124M/350M/774M/1558M), L<n>C<n>H<n>[V<n>][T<n>] (custom,\n"
            "            e.g. L4C256H4), or an llm.c model file to start from (default d12)\n"
-           "  -o DIR    output directory: log.jsonl and checkpoints (default: none)\n"
+           "  -o DIR    output directory, created with its parents: log.jsonl and checkpoints; one run at a\n"
+           "            time (default: none)\n"
            "  -tk FILE  tokenizer for decoding samples (default: gpt2_tokenizer.bin beside the shards)\n"
            "batch\n"
            "  -b N      micro-batch size in sequences (default 4)\n"
@@ -41,7 +42,11 @@ void config_usage(const char* prog) {
            "            optimizer; with -pp each stage's split too),\n"
            "            synchronizing the device on those steps only; 0 = off (default 0)\n"
            "  -n N      checkpoint every N steps into -o; 0 = only at the end (default 0)\n"
-           "  -y 0|1    resume from the newest complete checkpoint in -o (default 0)\n"
+           "  -y 0|1|2  1: resume from the newest complete checkpoint in -o (an older one when a newer one is\n"
+           "            damaged; step 0 when there is none); refuses flags that change the run's results (-x, -l,\n"
+           "            -u, -q, -k, -c, -gc, -i, -sh); 2: resume with those changes, each printed (default 0)\n"
+           "  -ow 0|1   start over in an -o that holds an earlier run: delete its log and checkpoints. Without it a\n"
+           "            fresh run (-y 0) refuses such a directory (default 0)\n"
            "  -sh 0|1   shuffle the training windows each epoch (default 0)\n"
            "  -seed N   random seed for initialization, shuffling and sampling (default 1337)\n"
            "precision and parallelism\n"
@@ -131,7 +136,8 @@ static void parse_one(Config* c, const char* f, const char* v) {
     else if (!strcmp(f, "-lb")) c->breakdown_every = (int)parse_int(f, v, 0, 1 << 30);
     else if (!strcmp(f, "-g")) c->gen_tokens = (int)parse_int(f, v, 1, 1 << 20);
     else if (!strcmp(f, "-n")) c->ckpt_every = (int)parse_int(f, v, 0, 1 << 30);
-    else if (!strcmp(f, "-y")) c->resume = (int)parse_int(f, v, 0, 1);
+    else if (!strcmp(f, "-y")) c->resume = (int)parse_int(f, v, 0, 2);
+    else if (!strcmp(f, "-ow")) c->start_over = (int)parse_int(f, v, 0, 1);
     else if (!strcmp(f, "-sh")) c->shuffle = (int)parse_int(f, v, 0, 1);
     else if (!strcmp(f, "-seed")) c->seed = (uint64_t)parse_int(f, v, 0, BIG);
     else if (!strcmp(f, "-z")) c->zero_stage = (int)parse_int(f, v, 0, 3);
@@ -176,7 +182,9 @@ void config_parse(Config* c, int argc, char** argv) {
         if (i + 1 >= argc) fail("flag %s needs a value (see -h)", argv[i]);
         parse_one(c, argv[i], argv[i + 1]);
     }
-    if (c->resume && !c->out_dir) fail("-y 1 needs -o DIR to resume from");
+    if (c->resume && !c->out_dir) fail("-y %d needs -o DIR to resume from", c->resume);
+    if (c->start_over && !c->out_dir) fail("-ow 1 needs -o DIR to start over in");
+    if (c->start_over && c->resume) fail("-ow 1 (start over) and -y %d (resume) contradict each other", c->resume);
 }
 
 const char* lr_schedule_name(LrSchedule s) { return s == LR_COSINE ? "cosine" : s == LR_LINEAR ? "linear" : "constant"; }

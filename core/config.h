@@ -38,7 +38,8 @@ typedef struct {
     int breakdown_every;         // -lb: time per phase every N steps (0: off)
     int gen_tokens;              // -g
     int ckpt_every;              // -n (0: only at the end)
-    int resume;                  // -y
+    int resume;                  // -y: 0 fresh, 1 resume, 2 resume accepting changed hyperparameters
+    int start_over;              // -ow: delete an earlier run's log and checkpoints in -o first
     int shuffle;                 // -sh
     uint64_t seed;               // -seed
     // precision and parallelism

@@ -40,12 +40,12 @@ static uint32_t le32(const unsigned char* p) {
 
 // Validates one shard's header and size; returns its token count.
 static long long shard_check(const char* path) {
+    FILE* f = xfopen(path, "rb");   // first: the pattern may match a directory or a FIFO, which it refuses
     long long size = file_size(path);
     if (size < 0) fail("cannot stat token shard %s: %s", path, strerror(errno));
     if (size < SHARD_HEADER_BYTES)
         fail("token shard %s is shorter than its %d-byte header (%lld bytes)", path, SHARD_HEADER_BYTES, size);
     unsigned char h[SHARD_HEADER_BYTES];
-    FILE* f = xfopen(path, "rb");
     xfread(h, 1, sizeof h, f, path);
     if (fclose(f) != 0) fail("cannot close token shard %s: %s", path, strerror(errno));
     int32_t magic = (int32_t)le32(h), version = (int32_t)le32(h + 4), ntok = (int32_t)le32(h + 8);

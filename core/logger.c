@@ -3,14 +3,14 @@
 
 #include <errno.h>
 #include <stdarg.h>
-#include <sys/stat.h>
 
 #include "common.h"
+#include "fs.h"
 
 // Keeps the lines of an existing log whose "step" is below first_step (rewritten through a temporary file).
 static void truncate_log(const char* path, int first_step) {
-    FILE* in = fopen(path, "r");
-    if (!in) return;
+    if (!path_exists(path)) return;
+    FILE* in = xfopen(path, "r");   // a regular file only: a FIFO here would block the resume forever
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* out = xfopen(tmp, "w");
@@ -28,7 +28,6 @@ static void truncate_log(const char* path, int first_step) {
 void logger_open(Logger* lg, const char* dir, int first_step) {
     lg->f = NULL;
     if (!dir) return;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) fail("cannot create directory %s: %s", dir, strerror(errno));
     snprintf(lg->path, sizeof(lg->path), "%s/log.jsonl", dir);
     if (first_step > 0) truncate_log(lg->path, first_step);
     lg->f = xfopen(lg->path, first_step > 0 ? "a" : "w");

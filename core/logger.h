@@ -7,7 +7,7 @@ typedef struct {
     char path[4096];
 } Logger;
 
-// Opens DIR/log.jsonl. first_step > 0 (a resumed run): lines of steps >= first_step, written by the run
+// Opens DIR/log.jsonl (DIR exists: run_dir_open made it). first_step > 0 (a resumed run): lines of steps >= first_step, written by the run
 // that was interrupted after its checkpoint, are dropped so every step appears once.
 void logger_open(Logger* lg, const char* dir, int first_step);
 #if defined(__GNUC__)

@@ -25,9 +25,9 @@ Tokenizer* tokenizer_load(const char* path) {
         if (errno == ENOENT) return NULL;
         fail("cannot stat tokenizer %s: %s", path, strerror(errno));
     }
+    FILE* f = xfopen(path, "rb");   // before the size check: a FIFO's size of 0 would hide what it is
     if (size < TOK_HEADER_BYTES)
         fail("tokenizer %s is shorter than its %d-byte header (%lld bytes)", path, TOK_HEADER_BYTES, size);
-    FILE* f = xfopen(path, "rb");
     unsigned char h[TOK_HEADER_BYTES];
     xfread(h, 1, sizeof h, f, path);
     int32_t magic = le32(h), version = le32(h + 4), vocab = le32(h + 8);

@@ -54,8 +54,13 @@ extern "C" {
 
 Backend* backend_create(int local_rank) {
     int count = 0;
-    CUDA_CHECK(cudaGetDeviceCount(&count));
-    if (count <= 0) fail("no CUDA device found");
+    cudaError_t e = cudaGetDeviceCount(&count);
+    // The usual first-run mistake (the GPU build on a machine without a GPU) gets a message that says so,
+    // rather than CUDA's "driver version is insufficient".
+    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || (e == cudaSuccess && count <= 0))
+        fail("no usable CUDA GPU (cudaGetDeviceCount: %s): train_gpt needs an NVIDIA GPU and driver; train_gpt_cpu "
+             "is the CPU build", e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
+    CUDA_CHECK(e);
     Backend* be = (Backend*)xcalloc(1, sizeof(Backend));
     be->device = (local_rank < 0 ? 0 : local_rank) % count;
     CUDA_CHECK(cudaSetDevice(be->device));

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU build compiles and links on every CI run (nothing runs it here: CI has no GPU), with machine
-# code for each architecture the Makefile names (sm_80, sm_90 by default) and warnings as errors.
+# The GPU build compiles and links on every CI run (CI has no GPU: only its start-up runs, to its one-line
+# "no usable CUDA GPU"), with machine code for each architecture the Makefile names (sm_80, sm_90 by default)
+# and warnings as errors.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
 if ! command -v nvcc >/dev/null 2>&1; then
@@ -12,6 +13,14 @@ else t_fail build_cuda_links "$(grep -m3 -E 'error|Error' "$TMP/build.log")"; fi
 if command -v cuobjdump >/dev/null 2>&1 && [ -x train_gpt ]; then
     archs=$(cuobjdump --list-elf train_gpt 2>/dev/null | grep -o 'sm_[0-9]*' | sort -u | tr '\n' ' ')
     t_check build_cuda_has_sm80_sm90 "[[ '$archs' == *sm_80* && '$archs' == *sm_90* ]]" "machine code for: $archs"
+fi
+# Without a GPU (as in CI), train_gpt says so in one line instead of CUDA's "driver version is insufficient".
+if [ -x train_gpt ] && ! nvidia-smi -L >/dev/null 2>&1; then
+    $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 5000 -V 512 --seed 1 >/dev/null
+    timeout -k 5 60 ./train_gpt -e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 1 -s 0 >/dev/null 2>"$TMP/nogpu.err"
+    rc=$?
+    t_check build_cuda_says_no_gpu "[ $rc -eq 1 ] && [ \$(wc -l < '$TMP/nogpu.err') -eq 1 ] && grep -q '^error: no usable CUDA GPU' '$TMP/nogpu.err'" \
+        "exit $rc: $(head -c 300 "$TMP/nogpu.err")"
 fi
 # NCCL, where the Makefile found it: linked (not run: no GPU here), and only into the GPU build.
 if [ -x train_gpt ] && make -s -p -n train_gpt 2>/dev/null | grep -q '^NCCL_OBJ := .*comm_nccl.o'; then

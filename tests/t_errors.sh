@@ -6,7 +6,7 @@ $PYTHON scripts/make_shard.py -o "$TMP/ok.bin" -n 5000 -V 512 --seed 1 >/dev/nul
 base=(-e L2C64H4V512T64 -i "$TMP/ok.bin" -j "" -b 2 -t 32 -x 1 -s 0)
 expect_error() {   # name, regex the error must match, args...
     local name=$1 pattern=$2; shift 2
-    timeout 60 ./train_gpt_cpu "$@" >"$TMP/out" 2>"$TMP/err"; local rc=$?
+    timeout -k 5 60 ./train_gpt_cpu "$@" >"$TMP/out" 2>"$TMP/err"; local rc=$?   # -k: in case SIGTERM is not enough
     local lines; lines=$(wc -l <"$TMP/err")
     if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ] && grep -Eq "^error: .*$pattern" "$TMP/err"; then t_ok "$name"
     else t_fail "$name" "rc=$rc, stderr ($lines lines): $(head -c 300 "$TMP/err")"; fi
@@ -15,6 +15,10 @@ expect_error unknown_flag "unknown flag '-qq'" "${base[@]}" -qq 3
 expect_error missing_value "needs a value" "${base[@]}" -b
 expect_error bad_integer "expects an integer" "${base[@]}" -b four
 expect_error zero_batch "outside" "${base[@]}" -b 0
+# -d sets -ga = d / (b*t*replicas): the quotient gets -ga's range check (it once wrapped to 5, or went negative).
+expect_error tokens_per_step_wraps_ga "-d 4294967301 gives -ga 4294967301 .*outside 1\.\.1048576" "${base[@]}" -b 1 -t 1 -d 4294967301
+expect_error tokens_per_step_negative_ga "-d 2147483648 gives -ga 2147483648 .*outside" "${base[@]}" -b 1 -t 1 -d 2147483648
+expect_error tokens_per_step_above_ga "-d 1048577 gives -ga 1048577 .*outside" "${base[@]}" -b 1 -t 1 -d 1048577
 expect_error bad_schedule "cosine\|linear\|constant" "${base[@]}" -k exp
 expect_error missing_shard "no token shard matches" "${base[@]}" -i "$TMP/nothing_*.bin"
 head -c 3000 "$TMP/ok.bin" > "$TMP/trunc.bin"
@@ -29,6 +33,13 @@ expect_error token_out_of_vocab "vocab" "${base[@]}" -e L2C64H4V100T64
 expect_error model_spec "bad model spec" "${base[@]}" -e L2C64Q4
 expect_error heads_divide "divisible" "${base[@]}" -e L2C64H5
 expect_error missing_model_file "nor an existing file" "${base[@]}" -e "$TMP/none.bin"
+# Files read must be regular: opening a FIFO for reading waits for a writer, forever.
+mkfifo "$TMP/fifo" && mkdir -p "$TMP/shard_dir.bin"
+expect_error fifo_model "$TMP/fifo is not a regular file" "${base[@]}" -e "$TMP/fifo"
+expect_error fifo_shard "$TMP/fifo is not a regular file" "${base[@]}" -i "$TMP/fifo"
+expect_error fifo_val_shard "$TMP/fifo is not a regular file" "${base[@]}" -j "$TMP/fifo" -v 1
+expect_error fifo_tokenizer "$TMP/fifo is not a regular file" "${base[@]}" -tk "$TMP/fifo"
+expect_error directory_shard "shard_dir.bin is not a regular file" "${base[@]}" -i "$TMP/shard_*.bin"
 ./train_gpt_cpu "${base[@]}" -x 0 -o "$TMP/m" >/dev/null 2>&1
 model="$TMP/m/ckpt_000000/model.bin"
 t_check model_written "[ -s '$model' ]"
@@ -39,6 +50,10 @@ expect_error truncated_model "truncated" "${base[@]}" -e "$TMP/trunc_model.bin"
 ./train_gpt_cpu -e L3C64H4V512T64 -i "$TMP/ok.bin" -j "" -b 2 -t 32 -x 0 -s 0 -o "$TMP/m3" >/dev/null 2>&1
 mkdir -p "$TMP/other" && cp -r "$TMP/m3/ckpt_000000" "$TMP/other/"
 expect_error resume_other_shape "another shape" "${base[@]}" -o "$TMP/other" -y 1
+for f in model.bin state_rank0.bin; do
+    rm -rf "$TMP/fifo_ckpt" && cp -r "$TMP/m" "$TMP/fifo_ckpt" && rm "$TMP/fifo_ckpt/ckpt_000000/$f" && mkfifo "$TMP/fifo_ckpt/ckpt_000000/$f"
+    expect_error "fifo_checkpoint_${f%.bin}" "$f is not a regular file" "${base[@]}" -o "$TMP/fifo_ckpt" -y 1
+done
 expect_error resume_needs_dir "needs -o" "${base[@]}" -y 1
 expect_error pp_needs_ranks "-pp 2 does not divide the 1 ranks" "${base[@]}" -pp 2
 mkdir -p "$TMP/ro" && chmod 500 "$TMP/ro"

@@ -505,6 +505,7 @@ int main(int argc, char** argv) {
     verdict(&t, "world_rank_size", t.rank >= 0 && t.rank < t.size, "rank outside [0, size)");
     // mpirun starts every rank on this host in rank order
     verdict(&t, "local_rank_is_world_rank_on_one_host", comm_local_rank(t.world) == t.rank, "local rank differs");
+    verdict(&t, "local_size_is_world_size_on_one_host", comm_local_size(t.world) == t.size, "local size differs");
 
     Group groups[3];
     groups[0] = (Group){.c = t.world, .name = "world", .n = t.size};

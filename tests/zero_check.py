@@ -15,7 +15,8 @@ def expected_memory(lay):
     P, N, x, z, U = lay["elements"], lay["ranks"], lay["dtype_bytes"], lay["zero"], lay["units"]
     block, emb, final = max(U[1:]), U[0], U[-1]
     state = P if z == 0 else P // N
-    alias = x == 4 and z in (0, 3)  # fp32 params are their own master where indexed alike
+    whole = N == 1  # one rank: each piece is its whole unit in place, so piece buffers alias whole ones
+    alias = x == 4 and (z in (0, 3) or whole)  # fp32 params are their own master where indexed alike
     norm_acc = 4
     if z < 3:
         params = P * x
@@ -24,7 +25,7 @@ def expected_memory(lay):
     if z == 0:
         grads = P * x + norm_acc
     elif z == 1:
-        grads = P * x + state * x + norm_acc
+        grads = P * x + (0 if whole else state * x) + norm_acc
     else:
         grads = 4 * state + 4 * (max(U) // N) + 2 * block * x + emb * x + norm_acc
     return {"params": params, "grads": grads, "master": 0 if alias else 4 * state, "optimizer": 8 * state, "comm": 0}

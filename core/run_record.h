@@ -1,0 +1,32 @@
+// run_record.h: the hyperparameters that define a run, recorded in every checkpoint's manifest so a
+// resume can say what changed. Some may never change (the data position and the state files depend on
+// them); a change of the others makes the run differ from one launched with the new flags, so a resume
+// refuses it unless told (-y 2). A longer -x under a schedule that has not started to decay is fine.
+// Not recorded, because a resume may change them freely: the world size, -pp, -z, -r, the -b/-ga split of
+// the same tokens per step (results agree to rounding, tests/t_resume.sh), and what only observes the run
+// (-v, -m, -s, -g, -n, -lb, -nf, -comm).
+#pragma once
+#include <stdio.h>
+
+#include "config.h"
+
+#define RUN_RECORD_KEYS 13
+#define RUN_RECORD_VALUE 1024
+
+typedef struct {
+    char value[RUN_RECORD_KEYS][RUN_RECORD_VALUE];   // each formatted the same way when written and compared
+} RunRecord;
+
+// The record of this run: cfg with the resolved step count and tokens per step.
+void run_record_of(RunRecord* r, const Config* cfg, int max_steps, long long tokens_per_step);
+// Writes `"run": {...}` (no trailing comma or newline) to f.
+void run_record_write_json(FILE* f, const RunRecord* r, const char* path);
+// Parses the "run" object of a manifest's text. Returns 1 when read, 0 when the manifest has none (written
+// before runs were recorded); on a malformed object 0 with the problem in why (why[0] != 0).
+int run_record_parse_json(RunRecord* r, const char* text, char* why, size_t why_size);
+// A resume of checkpoint `ckpt` (at first_step) by a run with cfg and max_steps (its record: now): a
+// one-line error for a change of a value that may never change; for any other change unless -y 2
+// (cfg->resume == 2) or, for the learning-rate schedule's flags (-x, -l, -u, -q, -k), unless the steps
+// already taken keep their rates. What is accepted is printed (print: rank 0).
+void run_record_check_resume(const RunRecord* saved, const RunRecord* now, const Config* cfg, int max_steps, int first_step,
+                             const char* ckpt, int print);

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# The run directory (-o): created with its parents; one run at a time (a lock); a fresh run never mixes
+# with an earlier one; the hyperparameters that define a run are recorded and a resume that changes them
+# says so or refuses; checkpoint writing and cleanup never follow symlinks out of -o and never leave the
+# newest complete checkpoint missing; resume skips a damaged checkpoint for an older complete one; the
+# loader checks what the manifest claims (step, state files, spans) and refuses non-regular files.
+source "$(dirname "$0")/lib.sh"
+cd "$(dirname "$0")/.."
+$PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 512 --seed 11 >/dev/null
+base=(-e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -s 0 -l 1e-3 -k constant)
+run() { timeout 120 ./train_gpt_cpu "${base[@]}" "$@"; }
+one_error() {   # name, regex, stderr file, rc: exit 1 and exactly one line "error: ...regex"
+    if [ "$4" -eq 1 ] && [ "$(wc -l < "$3")" -eq 1 ] && grep -Eq "^error: .*$2" "$3"; then t_ok "$1"
+    else t_fail "$1" "rc=$4, stderr: $(head -c 300 "$3")"; fi
+}
+
+# -o with missing parents; the end of a run says where things are.
+run -x 4 -n 2 -o "$TMP/deep/er/run" > "$TMP/deep.txt" 2>&1
+t_check o_created_with_parents "[ -f $TMP/deep/er/run/ckpt_000004/DONE ] && [ -f $TMP/deep/er/run/log.jsonl ]"
+t_check checkpoint_announced "grep -q '^step 2 | checkpoint .*ckpt_000002 written' $TMP/deep.txt && grep -q '^step 4 | checkpoint .*ckpt_000004 written' $TMP/deep.txt"
+t_check run_end_announced "grep -q '^trained 4 steps in .* now at step 4 of 4' $TMP/deep.txt"
+t_check console_step_is_log_step "grep -q '^step  *0/4 | loss' $TMP/deep.txt && grep -q '\"step\": 0, \"loss\"' $TMP/deep/er/run/log.jsonl && ! grep -q '^step  *4/4 | loss' $TMP/deep.txt"
+
+# A second run on a directory in use is refused while the first goes on unharmed.
+timeout 120 ./train_gpt_cpu "${base[@]}" -x 100000 -o "$TMP/busy" > /dev/null 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q '"loss"' "$TMP/busy/log.jsonl" 2>/dev/null && break; sleep 0.1; done
+run -x 4 -o "$TMP/busy" -y 1 > /dev/null 2> "$TMP/busy.err"
+one_error second_run_refused "in use by another run \(process [0-9]+ holds" "$TMP/busy.err" $?
+t_check first_run_unharmed "kill -0 $pid"
+kill -TERM "$(pgrep -P $pid)"; wait $pid   # the trainer's own pid: timeout would pass the signal on twice
+t_check first_run_stops_cleanly "[ -f \$(ls -d $TMP/busy/ckpt_* | tail -1)/DONE ]"
+
+# A fresh run in a used directory is refused and changes nothing; -ow 1 starts over.
+sum_before=$(cd "$TMP/deep/er/run" && cat log.jsonl ckpt_*/* | md5sum)
+run -x 4 -o "$TMP/deep/er/run" > /dev/null 2> "$TMP/fresh.err"
+one_error fresh_run_refuses_used_dir "holds an earlier run \(2 checkpoints, the newest ckpt_000004\)" "$TMP/fresh.err" $?
+t_check refused_run_changed_nothing "[ \"\$(cd $TMP/deep/er/run && cat log.jsonl ckpt_*/* | md5sum)\" = '$sum_before' ]"
+run -x 3 -o "$TMP/deep/er/run" -ow 1 > /dev/null 2>&1
+t_check start_over_replaces_run "[ -f $TMP/deep/er/run/ckpt_000003/DONE ] && [ ! -e $TMP/deep/er/run/ckpt_000002 ] && [ ! -e $TMP/deep/er/run/ckpt_000004 ] && [ \$(grep -c '\"loss\"' $TMP/deep/er/run/log.jsonl) -eq 3 ]"
+run -x 3 -o "$TMP/x" -ow 1 -y 1 > /dev/null 2> "$TMP/owy.err"
+one_error start_over_contradicts_resume "contradict" "$TMP/owy.err" $?
+
+# Recorded hyperparameters: a resume says what changed, and refuses where the run would differ.
+run -x 4 -n 2 -u 1 -o "$TMP/hp" > /dev/null 2>&1
+t_check manifest_records_run "grep -q '\"run\": {.*\"lr\": \"0.001\".*\"schedule\": \"constant\"' $TMP/hp/ckpt_000004/manifest.json"
+rm -rf "$TMP/hp/ckpt_000004"
+run -x 4 -u 1 -l 2e-3 -o "$TMP/hp" -y 1 > /dev/null 2> "$TMP/hp1.err"
+one_error resume_refuses_changed_lr "would change -l 0.001 -> 0.002" "$TMP/hp1.err" $?
+run -x 4 -u 1 -c 0.1 -gc 0.5 -o "$TMP/hp" -y 1 > /dev/null 2> "$TMP/hp2.err"
+one_error resume_lists_every_change "would change -c 0 -> 0.1, -gc 1 -> 0.5" "$TMP/hp2.err" $?
+run -x 4 -u 1 -t 16 -b 4 -o "$TMP/hp" -y 1 > /dev/null 2> "$TMP/hp3.err"
+one_error resume_refuses_fixed_change "would change -t 32 -> 16, which a resume cannot change" "$TMP/hp3.err" $?
+run -x 4 -u 4 -o "$TMP/hp" -y 1 > /dev/null 2> "$TMP/hp4.err"
+one_error resume_refuses_changed_past_lr "would change -u 1 -> 4" "$TMP/hp4.err" $?
+run -x 4 -u 1 -l 2e-3 -o "$TMP/hp" -y 2 > "$TMP/hp5.txt" 2>&1
+t_check resume_y2_accepts_and_says "grep -q 'with changed hyperparameters (-y 2): -l 0.001 -> 0.002' $TMP/hp5.txt && [ -f $TMP/hp/ckpt_000004/DONE ]"
+# A longer -x under a constant schedule changes no rate already used: accepted, said, and bit-identical.
+run -x 6 -u 1 -o "$TMP/hp_straight" > /dev/null 2>&1
+run -x 4 -u 1 -o "$TMP/ext" > /dev/null 2>&1
+run -x 6 -u 1 -o "$TMP/ext" -y 1 > "$TMP/ext.txt" 2>&1
+t_check resume_longer_x_accepted "grep -q 'with -x 4 -> 6: the 4 steps taken keep their learning rates' $TMP/ext.txt"
+t_check resume_longer_x_bit_identical "cmp -s $TMP/hp_straight/ckpt_000006/model.bin $TMP/ext/ckpt_000006/model.bin"
+run -x 2 -u 1 -o "$TMP/ext" -y 2 > /dev/null 2> "$TMP/past.err"
+one_error resume_past_the_end "past this run's last step 2" "$TMP/past.err" $?
+
+# A finished job relaunched (a scheduler's requeue): nothing to train, and its checkpoint is not rewritten.
+ino=$(stat -c %i "$TMP/ext/ckpt_000006/model.bin")
+run -x 6 -u 1 -o "$TMP/ext" -y 1 > "$TMP/again.txt" 2>&1
+t_check finished_run_not_resaved "[ $? -eq 0 ] && grep -q 'already reached step 6 of 6' $TMP/again.txt && [ \$(stat -c %i $TMP/ext/ckpt_000006/model.bin) = $ino ]"
+
+# Symlinks: a checkpoint moved to other storage and linked back, and a ckpt_tmp linked to a directory.
+run -x 4 -n 2 -o "$TMP/ln" > /dev/null 2>&1
+mkdir -p "$TMP/store" "$TMP/precious"
+mv "$TMP/ln/ckpt_000004" "$TMP/store/" && ln -s "$TMP/store/ckpt_000004" "$TMP/ln/ckpt_000004"
+echo keep > "$TMP/precious/file" && ln -s "$TMP/precious" "$TMP/ln/ckpt_tmp"
+cp -r "$TMP/store/ckpt_000004" "$TMP/store_copy"
+run -x 4 -o "$TMP/ln" -y 1 > "$TMP/ln1.txt" 2>&1
+t_check symlinked_checkpoint_resumes "grep -q 'resumed from .*ckpt_000004 at step 4' $TMP/ln1.txt"
+t_check symlinked_checkpoint_intact "diff -r $TMP/store/ckpt_000004 $TMP/store_copy > /dev/null"
+t_check symlinked_tmp_target_intact "[ \"\$(cat $TMP/precious/file)\" = keep ] && [ ! -e $TMP/ln/ckpt_tmp ]"
+# A damaged step re-saved through a link: the link is replaced, the files behind it are not touched.
+rm "$TMP/store/ckpt_000004/manifest.json" && cp -r "$TMP/store/ckpt_000004" "$TMP/store_copy2"
+run -x 4 -o "$TMP/ln" -y 1 > "$TMP/ln2.txt" 2> "$TMP/ln2.err"
+t_check damaged_newest_skipped_with_warning "grep -q 'warning: skipping damaged checkpoints: .*ckpt_000004: manifest.json is missing' $TMP/ln2.err && grep -q 'resumed from .*ckpt_000002' $TMP/ln2.txt"
+t_check resaved_link_replaced "[ ! -L $TMP/ln/ckpt_000004 ] && [ -f $TMP/ln/ckpt_000004/DONE ] && [ -f $TMP/ln/ckpt_000004/manifest.json ]"
+t_check resaved_link_target_intact "diff -r $TMP/store/ckpt_000004 $TMP/store_copy2 > /dev/null"
+t_check fallback_resume_bit_identical "cmp -s $TMP/ln/ckpt_000004/model.bin $TMP/store_copy/model.bin"
+
+# What the loader checks. Each case damages the newest of two checkpoints (the older one is resumed, with
+# a warning naming the problem) or the only one (one-line error).
+run -x 4 -n 2 -o "$TMP/ld" > /dev/null 2>&1
+damaged() {   # name, regex of the problem; ckpt_000004 is damaged by the caller
+    run -x 4 -o "$TMP/ld" -y 1 > "$TMP/ld.txt" 2> "$TMP/ld.err"
+    local rc=$?
+    t_check "$1" "[ $rc -eq 0 ] && grep -Eq 'warning: skipping damaged checkpoints: .*ckpt_000004: .*$2' $TMP/ld.err && grep -q 'resumed from .*ckpt_000002' $TMP/ld.txt"
+}
+sed -i 's/"step": 4,/"step": 1,/' "$TMP/ld/ckpt_000004/manifest.json"
+damaged manifest_step_must_match_dir "manifest.json says step 1, its directory.s name 4"
+sed -i 's/"step": 4,/"step": "three",/' "$TMP/ld/ckpt_000004/manifest.json"
+damaged manifest_step_must_be_integer "lacks a field or has a malformed one"
+rm -f "$TMP/ld/ckpt_000004/state_rank0.bin" && mkfifo "$TMP/ld/ckpt_000004/state_rank0.bin"
+damaged fifo_state_file_refused "state_rank0.bin is not a regular file"
+rm -rf "$TMP/ld/ckpt_000004"; mkdir "$TMP/ld/ckpt_000004"; touch "$TMP/ld/ckpt_000004/DONE"; mkdir "$TMP/ld/ckpt_000004/manifest.json"
+damaged directory_manifest_refused "manifest.json is not a regular file"
+rm -rf "$TMP/ld/ckpt_000004"
+rm "$TMP/ld/ckpt_000002/model.bin"
+run -x 4 -o "$TMP/ld" -y 1 > /dev/null 2> "$TMP/none.err"
+one_error all_damaged_is_an_error "no usable checkpoint in .*ckpt_000002: model.bin is missing\)" "$TMP/none.err" $?
+
+# Two ranks' state files: the manifest's count, a rank file copied over another, and the spans.
+if mpi_available; then
+    "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -b 1 -z 1 -x 2 -o "$TMP/two" > /dev/null 2>&1
+    c="$TMP/two/ckpt_000002"
+    cp -r "$c" "$TMP/two_good"
+    expect_resume_error() {   # name, regex
+        "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -b 1 -z 1 -x 2 -o "$TMP/two" -y 1 > /dev/null 2> "$TMP/two.err"
+        local rc=$?
+        t_check "$1" "[ $rc -ne 0 ] && [ \$(grep -c '^error: ' $TMP/two.err) -eq 1 ] && grep -Eq '^error: no usable checkpoint.*$2' $TMP/two.err" "rc=$rc: $(head -c 300 "$TMP/two.err")"
+        rm -rf "$c" && cp -r "$TMP/two_good" "$c"
+    }
+    sed -i 's/"state_files": 2/"state_files": 1/' "$c/manifest.json"
+    expect_resume_error manifest_fewer_state_files "the 1 state files miss parameters"
+    cp "$c/state_rank0.bin" "$c/state_rank1.bin"
+    expect_resume_error copied_rank_file "state_rank1.bin was written by rank 0"
+    # The copy with its header's rank patched: only the spans can tell.
+    $PYTHON - "$c/state_rank0.bin" "$c/state_rank1.bin" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+struct.pack_into("<q", b, 5 * 8, 1)
+open(sys.argv[2], "wb").write(b)
+PY
+    expect_resume_error copied_rank_file_spans_overlap "the 2 state files repeat parameters"
+    "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -b 1 -z 1 -x 2 -o "$TMP/two" -y 1 > "$TMP/two_ok.txt" 2>&1
+    t_check intact_two_rank_checkpoint_resumes "grep -q 'already reached step 2' $TMP/two_ok.txt"
+fi
+
+# A FIFO in place of the log is refused, not waited on.
+run -x 2 -o "$TMP/fifo_log" > /dev/null 2>&1
+rm "$TMP/fifo_log/log.jsonl" && mkfifo "$TMP/fifo_log/log.jsonl"
+run -x 3 -o "$TMP/fifo_log" -y 1 > /dev/null 2> "$TMP/fifo_log.err"
+one_error fifo_log_refused "log.jsonl is not a regular file" "$TMP/fifo_log.err" $?
+
+# A stale ckpt_tmp (a crash or a full disk mid-checkpoint) is removed at start-up, before anything is written.
+run -x 2 -o "$TMP/st" > /dev/null 2>&1
+mkdir "$TMP/st/ckpt_tmp" && head -c 1000000 /dev/zero > "$TMP/st/ckpt_tmp/state_rank0.bin"
+run -x 3 -o "$TMP/st" -y 1 > /dev/null 2>&1
+t_check stale_tmp_removed "[ ! -e $TMP/st/ckpt_tmp ] && [ -f $TMP/st/ckpt_000003/DONE ]"
+t_finish
