@@ -66,7 +66,7 @@ CUDA_LIBS  += -L$(NCCL_LIB) -l:libnccl.so.2 -Xlinker -rpath=$(NCCL_LIB)
 $(NCCL_OBJ): CFLAGS += $(MPI_CFLAGS) -I$(NCCL_INC) -I$(CUDA_HOME)/include
 $(B)/cuda/core/comm_mpi.o: CFLAGS += -DGPT_NCCL
 endif
-CORE_SRC    := $(filter-out $(COMM_UNUSED) core/comm_nccl.c,$(wildcard core/*.c)) zero.c
+CORE_SRC    := $(wildcard base/*.c) $(filter-out $(COMM_UNUSED) core/comm_nccl.c,$(wildcard core/*.c)) zero.c
 CPU_KERNELS := $(wildcard kernels/*.c)
 
 CORE_CPU_OBJ  := $(CORE_SRC:%.c=$(B)/cpu/%.o)

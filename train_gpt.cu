@@ -16,7 +16,7 @@
 
 #include "core/checkpoint.h"
 #include "core/comm.h"
-#include "core/common.h"
+#include "base/common.h"
 #include "core/config.h"
 #include "core/dataloader.h"
 #include "core/estimate.h"

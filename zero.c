@@ -1,7 +1,7 @@
 // zero.c: ZeRO stages 0-3. See zero.h.
 #include "zero.h"
 
-#include "core/common.h"
+#include "base/common.h"
 
 static size_t xs(const Zero* z) { return dtype_size(z->dt); }
 static void* at(void* base, size_t index, size_t elem_bytes) { return (char*)base + index * elem_bytes; }

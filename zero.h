@@ -1,4 +1,4 @@
-// zero.h: ZeRO stages 0-3 over the layer-ordered flat parameter buffer (DESIGN.md's table).
+// zero.h: ZeRO stages 0-3 over the layer-ordered flat parameter buffer (the table in docs/ARCHITECTURE.md).
 //
 // Every unit (embeddings, each block, final LayerNorm) is padded to a multiple of 64·N elements, so it
 // splits into N equal "pieces", one per rank of the data-parallel group. Rank r's piece of unit u is

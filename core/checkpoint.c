@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "base/common.h"
 #include "fs.h"
 #include "run_dir.h"
 
@@ -350,7 +350,8 @@ static int regular_file(const char* dir, const char* name, long long* size, char
     return 1;
 }
 
-// The value of "key": in text as a whole integer (or number), or 0 when missing or malformed.
+// Where the value of "key": starts in text (spaces skipped), or NULL when the key is missing; json_int and
+// json_float then take it only as a whole integer or finite number.
 static const char* json_after(const char* text, const char* key) {
     char pat[64];
     snprintf(pat, sizeof(pat), "\"%s\":", key);

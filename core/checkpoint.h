@@ -1,10 +1,12 @@
 // checkpoint.h: llm.c model files, and checkpoints that resume bit-for-bit.
 //
 // A checkpoint is a directory OUT/ckpt_<step> holding model.bin (llm.c format, fp32 master weights),
-// state_rank<r>.bin (DP rank r's pieces of the fp32 master, Adam m and v, and the working copy when it is
-// not fp32, as spans of canonical = llm.c-order offsets, so another world size or ZeRO stage can re-cut
-// them), manifest.json (step, model, batch, topology, precision, seed) and DONE, written last. It is written under a
-// temporary name and renamed into place, so a crash mid-write leaves the previous checkpoint intact.
+// state_rank<r>.bin (world rank r's pieces of the fp32 master, Adam m and v, and the working copy when it
+// is not fp32, as spans of canonical = llm.c-order offsets, so another world size, ZeRO stage or pipeline
+// split can re-cut them), manifest.json (step, tokens per step, seed, state_files, loss-scale state, model,
+// batch, precision, topology, data, and "run": the recorded hyperparameters, run_record.h) and DONE, written
+// last. It is written as OUT/ckpt_tmp and renamed into place, so a crash mid-write leaves the previous
+// checkpoint intact.
 #pragma once
 #include "config.h"
 #include "grid.h"

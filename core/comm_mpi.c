@@ -25,7 +25,7 @@
 #include <mpi.h>
 
 #include "core/comm_nccl.h"
-#include "core/common.h"
+#include "base/common.h"
 #include "kernels/dtype.h"
 
 typedef struct {

@@ -16,7 +16,7 @@
 #include <mpi.h>
 
 #include "core/comm.h"
-#include "core/common.h"
+#include "base/common.h"
 
 typedef struct NcclGroup NcclGroup;
 typedef struct NcclEvent NcclEvent;   // a cudaEvent_t

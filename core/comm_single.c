@@ -3,7 +3,7 @@
 // independent single-rank jobs, which would train N unsynchronized copies of the model.
 #include "core/comm.h"
 
-#include "core/common.h"
+#include "base/common.h"
 
 struct Comm {
     Backend* be;

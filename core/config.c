@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <math.h>
 
-#include "common.h"
+#include "base/common.h"
 
 void config_usage(const char* prog) {
     printf("usage: %s [flags]\n"

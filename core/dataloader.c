@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <glob.h>
 
-#include "common.h"
+#include "base/common.h"
 
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1

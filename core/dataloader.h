@@ -1,4 +1,4 @@
-// dataloader.h: token shards (llm.c format) read as one concatenated stream, in the DESIGN.md data order.
+// dataloader.h: token shards (llm.c format) read as one concatenated stream, in the data order of docs/ARCHITECTURE.md.
 //
 // Shard file: 256 x int32 header [20240520, 1, ntok, 0...] then ntok uint16 tokens, little-endian.
 // Nothing is read into memory up front: the loader keeps each shard's token offset in the stream and

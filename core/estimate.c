@@ -3,7 +3,7 @@
 
 #include <stdio.h>
 
-#include "common.h"
+#include "base/common.h"
 #include "gpt.h"
 #include "pipeline.h"
 #include "zero.h"

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "base/common.h"
 
 void make_dirs(const char* path) {
     char p[PATH_MAX];

@@ -1,7 +1,7 @@
 // gpt.c: GPT-2 forward and backward as a walk over units. See gpt.h.
 #include "gpt.h"
 
-#include "common.h"
+#include "base/common.h"
 
 static void* slice(void* base, size_t elems_per_layer, int l, DType dt) {
     return (char*)base + (size_t)l * elems_per_layer * dtype_size(dt);

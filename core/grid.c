@@ -1,7 +1,7 @@
 // grid.c: see grid.h.
 #include "grid.h"
 
-#include "common.h"
+#include "base/common.h"
 
 void grid_check(int stages, int ranks) {
     if (stages < 1 || ranks % stages != 0)

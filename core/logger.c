@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <stdarg.h>
 
-#include "common.h"
+#include "base/common.h"
 #include "fs.h"
 
 // Keeps the lines of an existing log whose "step" is below first_step (rewritten through a temporary file).

@@ -3,7 +3,7 @@
 
 #include <math.h>
 
-#include "common.h"
+#include "base/common.h"
 #include "rng.h"
 
 static const char* const KIND_NAMES[NUM_PARAM_KINDS] = {

@@ -1,7 +1,7 @@
 // pipeline.c: see pipeline.h.
 #include "pipeline.h"
 
-#include "common.h"
+#include "base/common.h"
 
 void pipeline_stage_layout(ParamLayout* lay, const GPTShape* s, int dp, int stages, int stage, int T) {
     int first[MAX_LAYERS], count[MAX_LAYERS];

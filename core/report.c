@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common.h"
+#include "base/common.h"
 #include "gpt.h"
 #include "schedule.h"
 
@@ -91,15 +91,17 @@ void report_comm(Logger* log, const Grid* g, int step) {
     int rank = comm_rank(g->world), ranks = comm_size(g->world);
     double* all = gather_rows(g->world, mine, NUM_COLLECTIVES);
     if (rank == 0 && ranks > 1) {
-        char buf[4096];
-        int n = 0;
+        // Sized for every rank (a count is at most 20 digits), so no world is too large to log whole.
+        size_t size = (size_t)NUM_COLLECTIVES * ((size_t)ranks * 24 + 48), n = 0;
+        char* buf = (char*)xmalloc(size);
         for (int k = 0; k < NUM_COLLECTIVES; k++) {
-            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\"%s\": [", k ? ", " : "", collective_name((Collective)k));
-            for (int r = 0; r < ranks && n < (int)sizeof(buf) - 32; r++)
-                n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s%.0f", r ? ", " : "", all[r * NUM_COLLECTIVES + k]);
-            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "]");
+            n += (size_t)snprintf(buf + n, size - n, "%s\"%s\": [", k ? ", " : "", collective_name((Collective)k));
+            for (int r = 0; r < ranks; r++)
+                n += (size_t)snprintf(buf + n, size - n, "%s%.0f", r ? ", " : "", all[r * NUM_COLLECTIVES + k]);
+            n += (size_t)snprintf(buf + n, size - n, "]");
         }
         logger_line(log, "{\"step\": %d, \"comm_bytes\": {%s}}", step, buf);
+        free(buf);
     }
     free(all);
 }
@@ -146,7 +148,7 @@ void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt
                           total > 0.0 ? 100.0 * pt->seconds[p] / total : 0.0);
             m += snprintf(json + m, sizeof(json) - (size_t)m, "%s\"%s\": %.3f", p ? ", " : "", PHASE_NAMES[p], pt->seconds[p] * 1e3);
         }
-        printf("step %5d breakdown (synchronized, rank 0)%s\n", step + 1, text);
+        printf("step %5d breakdown (synchronized, rank 0)%s\n", step, text);
         logger_line(log, "{\"step\": %d, \"breakdown_ms\": {%s}}", step, json);
         for (int s = 0; s < g->pp && g->pp > 1; s++) {
             const double* sec = all + (size_t)s * g->dp * NUM_PHASES;   // world rank of (stage s, replica 0)

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "base/common.h"
 #include "fs.h"
 
 int run_dir_step_of(const char* path) {

@@ -3,7 +3,7 @@
 
 #include <math.h>
 
-#include "common.h"
+#include "base/common.h"
 
 // Far more micro-batches than any step uses, and small enough that 6 actions each fit an int.
 #define MAX_MICRO (1 << 24)

@@ -3,7 +3,7 @@
 
 #include <errno.h>
 
-#include "common.h"
+#include "base/common.h"
 
 #define TOK_MAGIC 20240328
 #define TOK_HEADER_BYTES 1024

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common.h"
+#include "base/common.h"
 #include "kernels/dtype.h"
 #include "kernels/kernels.h"
 

@@ -7,7 +7,7 @@
 #include <cublasLt.h>
 #include <string.h>
 
-#include "common.h"
+#include "base/common.h"
 #include "kernels/dtype.h"
 #include "kernels/kernels.h"
 

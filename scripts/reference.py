@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent PyTorch reference for the GPT-2 trainer, written from DESIGN.md's spec.
+"""Independent PyTorch reference for the GPT-2 trainer, written from the spec in docs/ARCHITECTURE.md and README.md.
 
 It reads and writes llm.c model files and token shards, follows the design's data order, LR schedule,
 AdamW and clipping exactly, and computes in float64 by default so that it is more accurate than the C

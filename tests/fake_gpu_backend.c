@@ -5,7 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "kernels/dtype.h"
 #include "kernels/kernels.h"
 

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "common.h"
+#include "base/common.h"
 #include "kernels/kernels.h"
 #include "tests/testlib.h"
 

@@ -79,7 +79,7 @@ t_check comm_write_in_flight_unseen_without_poison "grep -q 'error: --misuse wri
 
 # The GPU build's staging path (download, MPI on the host, upload), against a fake GPU backend whose memory
 # faults on any access outside be_upload/be_download/be_copy.
-if ${MPICC:-mpicc} -std=gnu11 -O1 -Wall -Wextra -Werror -I. -Icore tests/test_comm.c core/comm_mpi.c core/common.c \
+if ${MPICC:-mpicc} -std=gnu11 -O1 -Wall -Wextra -Werror -I. -Icore tests/test_comm.c core/comm_mpi.c base/common.c \
         tests/fake_gpu_backend.c -lm -o "$TMP/test_comm_staged" > "$TMP/cc.out" 2>&1; then
     run_ranks comm_staged_np3 3 mpirun --oversubscribe -np 3 "$TMP/test_comm_staged"
     run_ranks comm_staged_np4_chunked 4 mpirun --oversubscribe -np 4 -x GPT_COMM_MAX_COUNT=300 "$TMP/test_comm_staged"
@@ -101,7 +101,7 @@ done
 
 # The MPI-less backend, built on the side (it is not what the Makefile links when MPI is there).
 if ${CC:-gcc} -std=gnu11 -O1 -Wall -Wextra -Werror -fopenmp -I. -Icore tests/test_comm.c core/comm_single.c \
-        core/common.c kernels/backend_cpu.c -lm -o "$TMP/test_comm_single" > "$TMP/cc.out" 2>&1; then
+        base/common.c kernels/backend_cpu.c -lm -o "$TMP/test_comm_single" > "$TMP/cc.out" 2>&1; then
     check_single "$TMP/test_comm_single"
 else
     t_fail comm_single_builds "$(head -3 "$TMP/cc.out")"

@@ -16,7 +16,7 @@
 #include <signal.h>
 
 #include "core/comm.h"
-#include "core/common.h"
+#include "base/common.h"
 #include "core/rng.h"
 #include "tests/testlib.h"
 

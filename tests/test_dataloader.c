@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "base/common.h"
 #include "dataloader.h"
 #include "testlib.h"
 #include "tokenizer.h"
@@ -190,7 +190,7 @@ int main(void) {
         check_true(&st, "window_start_literal", dataloader_window_start(dl, 3, 2, 1) == 80);
         dataloader_close(dl);
     }
-    {   // Every (world, rank, ga, step, micro) against the DESIGN.md formula, into epoch 3.
+    {   // Every (world, rank, ga, step, micro) against the formula in docs/ARCHITECTURE.md, into epoch 3.
         int bad = 0, n = 0;
         for (int world = 1; world <= 3; world++)
             for (int rank = 0; rank < world; rank++) {

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "base/common.h"
 #include "kernels/dtype.h"
 #include "kernels/kernels.h"
 #include "tests/testlib.h"

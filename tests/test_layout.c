@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "core/model.h"
 #include "core/pipeline.h"
 #include "core/schedule.h"

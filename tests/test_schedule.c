@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common.h"
+#include "base/common.h"
 #include "schedule.h"
 #include "testlib.h"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks a run's log.jsonl against DESIGN.md's ZeRO table: each rank's bytes per memory category and per
+"""Checks a run's log.jsonl against the ZeRO table of docs/ARCHITECTURE.md: each rank's bytes per memory category and per
 collective must equal what the stage implies for the logged layout (exact formulas, padding included).
 
   zero_check.py NAME LOG.jsonl      prints "ok NAME_memory", "ok NAME_comm" or FAIL lines; exit 1 on failure

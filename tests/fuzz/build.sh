@@ -14,7 +14,7 @@ BASE="-g -O1 -std=gnu11 -I. -Icore $SAN"
 # opinions must not stop the fuzzing. No -fopenmp: no reader needs threads, and threads do not survive
 # the fork server's fork().
 # They go into one archive, so each harness links only what its reader reaches.
-PROJ="core/common.c core/dataloader.c core/tokenizer.c core/checkpoint.c core/model.c core/memory.c core/fs.c
+PROJ="base/common.c core/dataloader.c core/tokenizer.c core/checkpoint.c core/model.c core/memory.c core/fs.c
       core/run_dir.c core/run_record.c core/config.c
       core/comm_single.c zero.c $(ls kernels/*.c)"
 HARNESSES=${*:-dataloader model tokenizer checkpoint}

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "core/checkpoint.h"
-#include "core/common.h"
+#include "base/common.h"
 
 int main(int argc, char** argv) {
     unsigned char* in;

@@ -1,4 +1,5 @@
-// common.h: error reporting and checked stdio/allocation shared by every part of the trainer.
+// common.h: error reporting and checked stdio/allocation shared by every part of the trainer. The base
+// layer: it includes nothing of the project, so everything above (kernels/, core/, zero, the trainer) may use it.
 // Every failure ends in one line on stderr naming the problem, and exit(1): bad input never crashes.
 #pragma once
 #include <stdarg.h>
