@@ -38,12 +38,14 @@ typedef struct {
     Comm* world;            // all ranks
     int rank, ranks;        // in the world
     int threads;            // OpenMP threads per rank
+    PipelinePlan plan;      // the stages' blocks and activation sets, decided once
     Grid grid;              // stages x data-parallel replicas
     Backend* be;
     ParamLayout* layout;    // this stage's units
     Pipeline pipe;
     MemLedger mem;
-    Zero zero;
+    Zero* zero;
+    ModelState model_states;   // zero's, as the optimizer and the checkpoints see them
     GPT gpt;
     DataLoader* train;
     DataLoader* val;        // NULL without -j
@@ -119,10 +121,12 @@ static GPTShape resolve_shape(const Config* cfg) {
     return model_file_shape(cfg->model);
 }
 
-// dp: data-parallel replicas (ranks / pipeline stages).
-static void resolve_batch(Config* cfg, const GPTShape* s, int dp) {
+// -d sets -ga from the data-parallel replicas, ranks / stages. When the stages do not divide the ranks
+// there are no replicas to count: pipeline_plan, next, says so.
+static void resolve_batch(Config* cfg, const GPTShape* s, int ranks, int stages) {
     if (cfg->T > s->maxT) fail("-t %d exceeds the model's maximum sequence length %d", cfg->T, s->maxT);
-    if (cfg->total_batch) {
+    int dp = ranks / stages;
+    if (cfg->total_batch && ranks % stages == 0) {
         long long per_micro = (long long)cfg->B * cfg->T * dp;
         if (cfg->total_batch % per_micro)
             fail("-d %lld is not a multiple of b*t*replicas = %d*%d*%d", cfg->total_batch, cfg->B, cfg->T, dp);
@@ -134,11 +138,9 @@ static void resolve_batch(Config* cfg, const GPTShape* s, int dp) {
     }
 }
 
-// Checks the pipeline against the model and the world before anything is allocated.
-static void check_pipeline(const Config* cfg, const GPTShape* s, int ranks) {
-    int P = cfg->pipeline_stages;
-    if (P > s->L) fail("-pp %d: more pipeline stages than the model's %d layers (each stage needs a block)", P, s->L);
-    grid_check(P, ranks);
+// --estimate's planner for the model states: ZeRO's allocation code in counting mode.
+static void plan_zero_states(MemLedger* mem, const ParamLayout* lay, int zero, int dp, DType dt) {
+    zero_plan(mem, lay, zero_caps(zero), dp, dt);
 }
 
 static void open_tokenizer(Trainer* tr) {
@@ -184,7 +186,7 @@ static void resume_from(Trainer* tr, const char* dir) {
     char why[512];
     if (!checkpoint_inspect(dir, &tr->layout->shape, &info, why, sizeof(why))) fail("checkpoint %s: %s", dir, why);
     check_resume(tr, &info, dir);   // before the (long) load
-    checkpoint_load(&tr->zero, tr->be, dir, &info);
+    checkpoint_load(&tr->model_states, tr->be, dir, &info);
     tr->first_step = info.step;
     tr->resumed = 1;
     if (tr->scaler.dynamic) {
@@ -205,7 +207,7 @@ static void load_or_init_model(Trainer* tr) {
     if (tr->cfg.resume && is_root(tr)) printf("no checkpoint in %s: starting at step 0\n", tr->cfg.out_dir);
     int from_spec = shape_from_spec(tr->cfg.model, &(GPTShape){0});
     float* flat = from_spec ? model_init(tr->layout, tr->cfg.seed) : model_file_read(tr->layout, tr->cfg.model);
-    zero_set_from_host(&tr->zero, tr->be, flat);
+    zero_set_from_host(tr->zero, tr->be, flat);
     free(flat);
 }
 
@@ -236,16 +238,15 @@ static void print_setup(Trainer* tr, CommKind comm) {
            tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), tr->grid.pp, tr->grid.pp > 1 ? "s" : "", tr->grid.dp,
            tr->grid.dp > 1 ? "s" : "", cfg->zero_stage, tr->threads, tr->threads > 1 ? "s" : "", cfg->B, cfg->T,
            cfg->grad_accum, tr->max_steps);
-    int P = tr->grid.pp, m = cfg->grad_accum;
+    const PipelinePlan* plan = &tr->plan;
+    int P = plan->stages, m = plan->micro;
     if (P > 1) {
-        int first[MAX_LAYERS], count[MAX_LAYERS];
-        char blocks[1024];
-        pipeline_split(s->L, P, pipeline_head_cost(s->Vp, s->C, cfg->T), first, count);
-        for (int i = 0, n = 0; i < P && n < (int)sizeof(blocks) - 16; i++) n += snprintf(blocks + n, sizeof(blocks) - (size_t)n, "%s%d", i ? ", " : "", count[i]);
+        char blocks[MAX_LAYERS * 6];
+        for (int i = 0, n = 0; i < P; i++) n += snprintf(blocks + n, sizeof(blocks) - (size_t)n, "%s%d", i ? ", " : "", plan->count[i]);
         printf("pipeline: 1F1B over %d stages (blocks per stage: %s), %d micro-batches per step: bubble (P-1)/m = %.1f%% of the useful time\n",
-               P, blocks, m, 100.0 * schedule_bubble_fraction(P, m));
+               P, blocks, m, 100.0 * plan->bubble);
         logger_line(&tr->log, "{\"step\": %d, \"pipeline\": {\"stages\": %d, \"micro_batches\": %d, \"blocks\": [%s], "
-                    "\"bubble_theory\": %.6f}}", tr->first_step, P, m, blocks, schedule_bubble_fraction(P, m));
+                    "\"bubble_theory\": %.6f}}", tr->first_step, P, m, blocks, plan->bubble);
     }
     if (P > 1 && m < P)
         fprintf(stderr, "warning: -ga %d < -pp %d: most of each step is pipeline bubble; use -ga >= %d (ideally several times -pp)\n", m,
@@ -263,10 +264,10 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     GPTShape shape = resolve_shape(cfg);
     if (!cfg->precision_set) cfg->precision = backend_build_is_gpu() ? DT_BF16 : DT_FP32;
     int planned = cfg->estimate && cfg->plan_ranks ? cfg->plan_ranks : tr->ranks;
-    check_pipeline(cfg, &shape, planned);
-    resolve_batch(cfg, &shape, planned / cfg->pipeline_stages);
+    resolve_batch(cfg, &shape, planned, cfg->pipeline_stages);
+    pipeline_plan(&tr->plan, &shape, cfg->pipeline_stages, planned, cfg->T, cfg->grad_accum);
     if (cfg->estimate) {   // before any allocation, data or device
-        if (is_root(tr)) print_memory_plan(cfg, &shape, planned);
+        if (is_root(tr)) print_memory_plan(plan_zero_states, cfg, &tr->plan, &shape, planned);
         comm_finalize(tr->world);
         exit(0);
     }
@@ -281,11 +282,12 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
 
     const Grid* g = &tr->grid;
     tr->layout = (ParamLayout*)xmalloc(sizeof(ParamLayout));
-    pipeline_stage_layout(tr->layout, &shape, g->dp, g->pp, g->stage, cfg->T);
-    zero_create(&tr->zero, tr->be, &tr->mem, tr->layout, cfg->zero_stage, g->dp_group, g->tied, cfg->precision);
-    gpt_create(&tr->gpt, tr->be, &tr->mem, tr->layout, &tr->zero, cfg->precision, cfg->B, cfg->T, cfg->recompute,
-               pipeline_activation_sets(g->pp, g->stage, cfg->grad_accum));
-    pipeline_create(&tr->pipe, g, cfg->grad_accum);
+    pipeline_stage_layout(tr->layout, &tr->plan, &shape, g->dp, g->stage);
+    tr->zero = zero_create(tr->be, &tr->mem, tr->layout, zero_caps(cfg->zero_stage), g->dp_group, g->tied, cfg->precision);
+    tr->model_states = zero_model_state(tr->zero);
+    gpt_create(&tr->gpt, tr->be, &tr->mem, tr->layout, zero_param_store(tr->zero), cfg->precision, cfg->B, cfg->T, cfg->recompute,
+               tr->plan.sets[g->stage]);
+    pipeline_create(&tr->pipe, g, &tr->plan);
     tr->scaler = loss_scaler_init(cfg->precision == DT_FP16, cfg->loss_scale);
     load_or_init_model(tr);
     if (is_root(tr)) logger_open(&tr->log, cfg->out_dir, tr->first_step);
@@ -304,7 +306,7 @@ static void trainer_teardown(Trainer* tr) {
     if (tr->tokenizer) tokenizer_free(tr->tokenizer);
     pipeline_destroy(&tr->pipe);
     gpt_destroy(&tr->gpt, tr->be);
-    zero_destroy(&tr->zero, tr->be);
+    zero_destroy(tr->zero, tr->be);
     grid_destroy(&tr->grid);
     backend_destroy(tr->be);
     free(tr->layout);
@@ -396,7 +398,7 @@ static void dump_step0(Trainer* tr, const float* logits, double loss) {
     comm_barrier(tr->world);
     int writer = tr->grid.dp_rank == 0;
     float* grads = writer ? (float*)xcalloc(tr->layout->total, sizeof(float)) : NULL;
-    zero_grads_to_host(&tr->zero, tr->be, grads);   // collective over the stage's replicas
+    zero_grads_to_host(tr->zero, tr->be, grads);   // collective over the stage's replicas
     if (writer) model_file_write_part(tr->layout, grads, p, 0);
     free(grads);
     if (logits) {
@@ -434,22 +436,22 @@ static StepResult train_step(Trainer* tr, int step) {
     StepResult r = {0.0, 0.0, config_lr_at(cfg, step, tr->max_steps), tr->scaler.scale, 0, {0, now_seconds(), {0}}};
     PhaseTimer* pt = &r.phases;
     pt->on = cfg->breakdown_every > 0 && (step + 1) % cfg->breakdown_every == 0;
-    zero_begin_step(&tr->zero, tr->be);
+    zero_begin_step(tr->zero, tr->be);
     r.loss = pipeline_train_step(&tr->pipe, g, tr->be, tr->train, step, tr->inputs, tr->targets, dloss, logits, pt);
     comm_allreduce_host_sum(tr->world, &r.loss, 1);   // the last stage of each replica holds its losses
     r.loss /= tokens;
-    zero_reduce_grads(&tr->zero, tr->be);
+    zero_reduce_grads(tr->zero, tr->be);
     phase_mark(pt, tr->be, PHASE_COMM);
     if (dump) dump_step0(tr, logits, r.loss);
     free(logits);
-    r.grad_norm = grad_global_norm(&tr->zero, tr->be, tr->grid.pp_group) / r.loss_scale;
+    r.grad_norm = grad_global_norm(&tr->model_states, tr->be, tr->grid.pp_group) / r.loss_scale;
     // The loss and the norm are all-reduced, so every rank reaches the same verdict.
     r.skipped = !isfinite(r.loss) || !isfinite(r.grad_norm);
     loss_scaler_update(&tr->scaler, r.skipped);
     if (!r.skipped) {
         OptimizerStep o = {r.lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, step, cfg->seed};
-        adamw_step(&tr->zero, tr->be, &o, grad_clip_scale(r.grad_norm, cfg->grad_clip) / r.loss_scale);
-        zero_after_update(&tr->zero, tr->be);
+        adamw_step(&tr->model_states, tr->be, &o, grad_clip_scale(r.grad_norm, cfg->grad_clip) / r.loss_scale);
+        zero_after_update(tr->zero, tr->be);
     }
     be_synchronize(tr->be);
     phase_mark(pt, tr->be, PHASE_OPTIMIZER);
@@ -504,7 +506,7 @@ static void save_checkpoint(Trainer* tr, int step) {
     run_record_of(&info.run, &tr->cfg, tr->max_steps, tokens_per_step(tr));
     char dir[PATH_MAX];
     double t0 = now_seconds();
-    checkpoint_save(&tr->zero, tr->be, &tr->grid, &tr->cfg, &info, dir, sizeof(dir));
+    checkpoint_save(&tr->model_states, tr->be, &tr->grid, &tr->cfg, &info, dir, sizeof(dir));
     if (is_root(tr)) printf("step %d | checkpoint %s written in %.1f s\n", step, dir, now_seconds() - t0);
 }
 

@@ -1,7 +1,55 @@
-// zero.c: ZeRO stages 0-3. See zero.h.
+// zero.c: ZeRO by capabilities. See zero.h.
 #include "zero.h"
 
 #include "base/common.h"
+
+struct Zero {
+    ZeroCaps caps;
+    Comm* dp;            // data-parallel group; NULL for a single process
+    Comm* tied;          // pipeline: stage 0 <-> last stage, summing the embedding and its mirror; else NULL
+    int rank, size;      // in the DP group
+    DType dt;
+    const ParamLayout* lay;
+    size_t piece_offset[MAX_UNITS];   // state index of each unit's piece (shard_state)
+    size_t state_elems;  // elements of master / m / v held here: the layout's total, or the sum of the pieces
+    // Parameters: the full flat buffer, or this rank's pieces with shard_params; type dt.
+    void* params;
+    float* master;       // (state_elems) fp32; aliases params where both have the same indexing and type
+    float* adam_m;
+    float* adam_v;
+    // Gradients.
+    void* grads;         // without shard_grads: full flat buffer (dt), accumulating over micro-steps
+    void* grads_piece;   // shard_state without shard_grads: (state_elems) dt, the reduce-scattered gradient
+    float* grad_acc;     // shard_grads: (state_elems) fp32 accumulator
+    float* piece_f32;    // shard_grads: one piece converted to fp32 before it is added
+    void* grad_slot[2];  // shard_grads: rotating unit gradient buffers (dt), largest block unit
+    int grad_slot_unit[2];
+    void* emb_grads;     // shard_grads: unit 0's gradients (live from the LM head to the encoder)
+    int emb_grads_live;
+    // Gathered parameters (shard_params).
+    void* param_slot[2]; // rotating block buffers
+    int param_slot_unit[2];
+    void* resident[2];   // unit 0 and unit L+1, gathered until the next update
+    int resident_valid;
+    float* norm_acc;     // one float of backend scratch
+    // Collectives in flight (comm.h's start/wait), overlapping the walk's compute; see below for when.
+    CommHandle grad_flight[2];        // shard_grads: reduce-scatter of grad_slot[s], for unit grad_flight_unit[s]
+    int grad_flight_unit[2];
+    int grad_flight_live[2];
+    unsigned long grad_flight_seq[2]; // start order: the older one is finished first
+    unsigned long grad_seq;
+    CommHandle emb_flight;            // reduce-scatter of emb_grads
+    int emb_flight_live;
+    CommHandle param_flight[2];       // shard_params: gather into param_slot[s]; a prefetch until the walk asks
+    int param_slot_held[2];           // between the walk's params and params_done
+    int walk_last_block, walk_started;   // the block the walk asked for last (the prefetch direction)
+};
+
+ZeroCaps zero_caps(int stage) {
+    if (stage < 0 || stage > 3) fail("internal: ZeRO stage %d (0..3)", stage);
+    ZeroCaps c = {stage >= 1, stage >= 2, stage >= 3};
+    return c;
+}
 
 static size_t xs(const Zero* z) { return dtype_size(z->dt); }
 static void* at(void* base, size_t index, size_t elem_bytes) { return (char*)base + index * elem_bytes; }
@@ -10,6 +58,16 @@ static size_t piece(const Zero* z, int u) { return unit(z, u)->padded / (size_t)
 static int emb_unit(const Zero* z) { return z->lay->emb_unit; }
 static int final_unit(const Zero* z) { return z->lay->final_unit; }
 static int is_block(const Zero* z, int u) { return u != emb_unit(z) && u != final_unit(z); }
+
+// The reduced gradient, what the optimizer reads: with shard_state, this rank's piece of each unit
+// (indexed like the state: a piece); otherwise the whole all-reduced buffer (indexed like the layout).
+static int reduced_is_piece(const Zero* z) { return z->caps.shard_state; }
+
+static void* reduced_grads(const Zero* z, DType* dt) {
+    *dt = z->caps.shard_grads ? DT_FP32 : z->dt;
+    if (z->caps.shard_grads) return z->grad_acc;
+    return reduced_is_piece(z) ? z->grads_piece : z->grads;
+}
 
 // Largest unit other than the embeddings (the rotating buffers hold blocks and the final LayerNorm).
 static size_t largest_block_unit(const ParamLayout* lay) {
@@ -29,9 +87,9 @@ static int pieces_are_whole(const Zero* z) {
 
 static void allocate_grads(Zero* z, Backend* be, MemLedger* mem) {
     size_t total = z->lay->total, x = xs(z);
-    if (z->stage < 2) {
+    if (!z->caps.shard_grads) {
         z->grads = mem_alloc(be, mem, MEM_GRADS, total * x);
-        if (z->stage == 1) z->grads_piece = pieces_are_whole(z) ? z->grads : mem_alloc(be, mem, MEM_GRADS, z->state_elems * x);
+        if (reduced_is_piece(z)) z->grads_piece = pieces_are_whole(z) ? z->grads : mem_alloc(be, mem, MEM_GRADS, z->state_elems * x);
         return;
     }
     size_t block = largest_block_unit(z->lay), max_piece = 0;
@@ -47,13 +105,15 @@ static void allocate_grads(Zero* z, Backend* be, MemLedger* mem) {
 
 static void allocate_params(Zero* z, Backend* be, MemLedger* mem) {
     size_t x = xs(z);
-    z->params = mem_alloc(be, mem, MEM_PARAMS, (z->stage == 3 ? z->state_elems : z->lay->total) * x);
-    // fp32 parameters are their own master copy where both use the same indexing.
-    int alias = z->dt == DT_FP32 && (z->stage == 0 || z->stage == 3 || pieces_are_whole(z));
+    z->params = mem_alloc(be, mem, MEM_PARAMS, (z->caps.shard_params ? z->state_elems : z->lay->total) * x);
+    // fp32 parameters are their own master copy where both use the same indexing: both whole, both pieces,
+    // or pieces that are the whole unit in its place.
+    int same_indexing = z->caps.shard_params == z->caps.shard_state || pieces_are_whole(z);
+    int alias = z->dt == DT_FP32 && same_indexing;
     z->master = alias ? (float*)z->params : (float*)mem_alloc(be, mem, MEM_MASTER, z->state_elems * 4);
     z->adam_m = (float*)mem_alloc(be, mem, MEM_OPTIMIZER, z->state_elems * 4);
     z->adam_v = (float*)mem_alloc(be, mem, MEM_OPTIMIZER, z->state_elems * 4);
-    if (z->stage < 3) return;
+    if (!z->caps.shard_params) return;
     size_t block = largest_block_unit(z->lay);
     for (int s = 0; s < 2; s++) {
         z->param_slot[s] = mem_alloc(be, mem, MEM_PARAMS, block * x);
@@ -63,10 +123,13 @@ static void allocate_params(Zero* z, Backend* be, MemLedger* mem) {
     if (final_unit(z) >= 0) z->resident[1] = mem_alloc(be, mem, MEM_PARAMS, unit(z, final_unit(z))->padded * x);
 }
 
-static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, int stage, Comm* dp, Comm* tied,
+static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, Comm* dp, Comm* tied,
                       int rank, int size, DType dt) {
+    if ((caps.shard_grads && !caps.shard_state) || (caps.shard_params && !caps.shard_grads))
+        fail("internal: ZeRO capabilities out of order (state %d, gradients %d, parameters %d)", caps.shard_state,
+             caps.shard_grads, caps.shard_params);
     memset(z, 0, sizeof(*z));
-    z->stage = stage;
+    z->caps = caps;
     z->dp = dp;
     z->tied = tied;
     z->rank = rank;
@@ -75,24 +138,26 @@ static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* l
     z->lay = lay;
     size_t off = 0;
     for (int u = 0; u < lay->num_units; u++) {
-        if (lay->units[u].padded % zero_pad_multiple(z->size) != 0)
+        if (lay->units[u].padded % layout_pad_multiple(z->size) != 0)
             fail("internal: unit %d (%zu elements) is not padded for %d ranks", u, lay->units[u].padded, z->size);
         z->piece_offset[u] = off;
         off += piece(z, u);
     }
-    z->state_elems = stage == 0 ? lay->total : off;
+    z->state_elems = caps.shard_state ? off : lay->total;
     allocate_params(z, be, mem);
     allocate_grads(z, be, mem);
     z->norm_acc = (float*)mem_alloc(be, mem, MEM_GRADS, sizeof(float));
 }
 
-void zero_create(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, int stage, Comm* dp, Comm* tied, DType dt) {
-    zero_init(z, be, mem, lay, stage, dp, tied, dp ? comm_rank(dp) : 0, dp ? comm_size(dp) : 1, dt);
+Zero* zero_create(Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, Comm* dp, Comm* tied, DType dt) {
+    Zero* z = (Zero*)xmalloc(sizeof(Zero));
+    zero_init(z, be, mem, lay, caps, dp, tied, dp ? comm_rank(dp) : 0, dp ? comm_size(dp) : 1, dt);
+    return z;
 }
 
-void zero_plan(MemLedger* mem, const ParamLayout* lay, int stage, int size, DType dt) {
+void zero_plan(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int size, DType dt) {
     Zero z;
-    zero_init(&z, NULL, mem, lay, stage, NULL, NULL, 0, size, dt);
+    zero_init(&z, NULL, mem, lay, caps, NULL, NULL, 0, size, dt);
 }
 
 static void settle(Zero* z, Backend* be);
@@ -106,14 +171,14 @@ void zero_destroy(Zero* z, Backend* be) {
     for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++)
         if (owned[i]) be_free(be, owned[i]);
     if ((void*)z->master != z->params) be_free(be, z->master);
-    memset(z, 0, sizeof(*z));
+    free(z);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Parameters for the walk.
 //
-// ZeRO-3 prefetch: when the walk asks for block l, the gather of the block it will ask for next starts
-// into the other buffer, so it runs while l computes: l+1 walking forward, l-1 backward. The direction
+// Prefetch (shard_params): when the walk asks for block l, the gather of the block it will ask for next
+// starts into the other buffer, so it runs while l computes: l+1 walking forward, l-1 backward. The direction
 // comes from the order of the requests (l after l-1: forward, after l+1: backward); a request after
 // neither begins a walk, which starts at an end of this layout's blocks and goes inward. gpt.c's walks
 // (and a 1F1B stage's) always cover all the blocks, so every prefetched block is asked for, the bytes
@@ -200,8 +265,9 @@ static void* block_params_of(Zero* z, Backend* be, int u) {
     return z->param_slot[s];
 }
 
-void* zero_params(Zero* z, Backend* be, int u) {
-    if (z->stage < 3) return at(z->params, unit(z, u)->offset, xs(z));
+static void* walk_params(void* ctx, Backend* be, int u) {
+    Zero* z = (Zero*)ctx;
+    if (!z->caps.shard_params) return at(z->params, unit(z, u)->offset, xs(z));
     if (!is_block(z, u)) {   // small, or shared by the LM head and the encoder: keep until the next update
         int r = u == emb_unit(z) ? 0 : 1;
         if (!(z->resident_valid & (1 << r))) gather_unit(z, be, u, z->resident[r]);
@@ -211,12 +277,14 @@ void* zero_params(Zero* z, Backend* be, int u) {
     return block_params_of(z, be, u);
 }
 
-void zero_prefetch(Zero* z, Backend* be, int u) {
-    if (z->stage == 3 && is_block(z, u)) prefetch(z, be, u);
+static void walk_prefetch(void* ctx, Backend* be, int u) {
+    Zero* z = (Zero*)ctx;
+    if (z->caps.shard_params && is_block(z, u)) prefetch(z, be, u);
 }
 
-void zero_params_done(Zero* z, int u) {
-    if (z->stage < 3 || !is_block(z, u)) return;
+static void walk_params_done(void* ctx, int u) {
+    Zero* z = (Zero*)ctx;
+    if (!z->caps.shard_params || !is_block(z, u)) return;
     int s = find_slot(z->param_slot_unit, u);
     if (s < 0 || !z->param_slot_held[s]) return;
     z->param_slot_unit[s] = -1;
@@ -226,7 +294,7 @@ void zero_params_done(Zero* z, int u) {
 // ---------------------------------------------------------------------------------------------------
 // Gradients for the walk.
 //
-// Stages 2-3 overlap: a unit's reduce-scatter starts when the walk is done with its gradients and is
+// shard_grads overlaps: a unit's reduce-scatter starts when the walk is done with its gradients and is
 // finished (waited for, then added into the fp32 accumulator) only when its buffer is needed again: two
 // units later with the two rotating buffers, the next micro-step for the embeddings, or zero_reduce_grads.
 // So each unit's reduce-scatter runs during the next unit's backward (bucket = unit). A unit's earlier
@@ -261,7 +329,7 @@ static void finish_emb_grads(Zero* z, Backend* be) {
 }
 
 static void finish_all_grads(Zero* z, Backend* be) {
-    if (z->stage < 2) return;
+    if (!z->caps.shard_grads) return;
     int first = z->grad_flight_seq[0] <= z->grad_flight_seq[1] ? 0 : 1;
     finish_grad_slot(z, be, first);
     finish_grad_slot(z, be, 1 - first);
@@ -289,9 +357,10 @@ static int take_grad_slot(Zero* z, Backend* be, int u) {
     return pick;
 }
 
-void* zero_grads(Zero* z, Backend* be, int u) {
+static void* walk_grads(void* ctx, Backend* be, int u) {
+    Zero* z = (Zero*)ctx;
     size_t x = xs(z);
-    if (z->stage < 2) return at(z->grads, unit(z, u)->offset, x);
+    if (!z->caps.shard_grads) return at(z->grads, unit(z, u)->offset, x);
     if (u == emb_unit(z)) {
         finish_emb_grads(z, be);
         if (!z->emb_grads_live) be_memset0(be, z->emb_grads, unit(z, u)->padded * x);
@@ -307,12 +376,13 @@ void* zero_grads(Zero* z, Backend* be, int u) {
 
 // Nothing of ours left in flight (teardown: the comm layer refuses to free a group that has some).
 static void settle(Zero* z, Backend* be) {
-    if (z->stage == 3) drop_prefetches(z);
+    if (z->caps.shard_params) drop_prefetches(z);
     finish_all_grads(z, be);
 }
 
-void zero_grads_done(Zero* z, Backend* be, int u) {
-    if (z->stage < 2) return;
+static void walk_grads_done(void* ctx, Backend* be, int u) {
+    Zero* z = (Zero*)ctx;
+    if (!z->caps.shard_grads) return;
     if (u == emb_unit(z)) {
         z->emb_flight = reduce_start(z, u, z->emb_grads);
         z->emb_flight_live = 1;
@@ -332,7 +402,7 @@ void zero_grads_done(Zero* z, Backend* be, int u) {
 // Step boundary.
 
 void zero_begin_step(Zero* z, Backend* be) {
-    if (z->stage < 2) be_memset0(be, z->grads, z->lay->total * xs(z));
+    if (!z->caps.shard_grads) be_memset0(be, z->grads, z->lay->total * xs(z));
     else be_memset0(be, z->grad_acc, z->state_elems * 4);
 }
 
@@ -341,29 +411,39 @@ void zero_begin_step(Zero* z, Backend* be) {
 static void sum_tied_embedding(Zero* z) {
     int u = emb_unit(z);
     if (!z->tied || u < 0) return;
-    if (z->stage == 0) comm_allreduce_sum(z->tied, at(z->grads, unit(z, u)->offset, xs(z)), unit(z, u)->padded, z->dt);
-    else if (z->stage == 1) comm_allreduce_sum(z->tied, at(z->grads_piece, z->piece_offset[u], xs(z)), piece(z, u), z->dt);
-    else comm_allreduce_sum(z->tied, z->grad_acc + z->piece_offset[u], piece(z, u), DT_FP32);
+    DType dt;
+    void* g = reduced_grads(z, &dt);
+    if (reduced_is_piece(z)) comm_allreduce_sum(z->tied, at(g, z->piece_offset[u], dtype_size(dt)), piece(z, u), dt);
+    else comm_allreduce_sum(z->tied, at(g, unit(z, u)->offset, dtype_size(dt)), unit(z, u)->padded, dt);
 }
 
-void zero_reduce_grads(Zero* z, Backend* be) {
+// Without shard_grads the walk only accumulated: the whole gradient is reduced now, all-reduced, or
+// reduce-scattered unit by unit into the pieces that sharded state is updated from.
+static void reduce_at_boundary(Zero* z, Backend* be) {
     size_t x = xs(z);
-    finish_all_grads(z, be);
-    if (z->stage == 0 && z->size > 1) comm_allreduce_sum(z->dp, z->grads, z->lay->total, z->dt);
-    for (int u = 0; z->stage == 1 && u < z->lay->num_units; u++) {
+    if (!reduced_is_piece(z)) {
+        if (z->size > 1) comm_allreduce_sum(z->dp, z->grads, z->lay->total, z->dt);
+        return;
+    }
+    for (int u = 0; u < z->lay->num_units; u++) {
         void* dst = at(z->grads_piece, z->piece_offset[u], x);
         const void* src = at(z->grads, unit(z, u)->offset, x);
         if (z->size > 1) comm_reduce_scatter_sum(z->dp, dst, src, piece(z, u), z->dt);
         else if (dst != src) be_copy(be, dst, src, piece(z, u) * x);
     }
+}
+
+void zero_reduce_grads(Zero* z, Backend* be) {
+    finish_all_grads(z, be);
+    if (!z->caps.shard_grads) reduce_at_boundary(z, be);
     sum_tied_embedding(z);
 }
 
 // FNV-1a over the bytes of this rank's part of the embedding unit's parameters (working copy).
 static uint64_t embedding_hash(Zero* z, Backend* be) {
     int u = emb_unit(z);
-    size_t x = xs(z), n = z->stage == 3 ? piece(z, u) : unit(z, u)->padded;
-    const void* src = z->stage == 3 ? at(z->params, z->piece_offset[u], x) : at(z->params, unit(z, u)->offset, x);
+    size_t x = xs(z), n = z->caps.shard_params ? piece(z, u) : unit(z, u)->padded;
+    const void* src = at(z->params, z->caps.shard_params ? z->piece_offset[u] : unit(z, u)->offset, x);
     unsigned char* host = (unsigned char*)xmalloc(n * x);
     be_download(be, host, src, n * x);
     uint64_t h = 1469598103934665603ull;
@@ -372,7 +452,10 @@ static uint64_t embedding_hash(Zero* z, Backend* be) {
     return h;
 }
 
-int zero_tied_in_sync(Zero* z, Backend* be) {
+// With a pipeline: whether this rank's embedding parameters are bit-identical to the tied copy on the
+// other end (collective over the tied pair; 1 without one). The copies get the same summed gradients and
+// the same update, so a difference is a bug; checkpoints check it.
+static int tied_in_sync(Zero* z, Backend* be) {
     if (!z->tied) return 1;
     uint64_t h = embedding_hash(z, be);
     // The hash as two exact 32-bit halves; equal on both ends iff max == -max(-x) for each.
@@ -382,50 +465,39 @@ int zero_tied_in_sync(Zero* z, Backend* be) {
 }
 
 void zero_after_update(Zero* z, Backend* be) {
-    if (z->stage == 3) z->resident_valid = 0;
-    if (z->stage == 3) drop_prefetches(z);
-    if ((z->stage != 1 && z->stage != 2) || z->size == 1) return;
+    if (z->caps.shard_params) {
+        z->resident_valid = 0;
+        drop_prefetches(z);
+    }
+    // Sharded state over whole parameters: each rank updated its pieces and gathers the others'.
+    if (!z->caps.shard_state || z->caps.shard_params || z->size == 1) return;
     for (int u = 0; u < z->lay->num_units; u++) comm_allgather(z->dp, at(z->params, unit(z, u)->offset, xs(z)), piece(z, u), z->dt);
 }
 
-void zero_for_each_part(Zero* z, ZeroParts which, ZeroPartFn fn, void* ctx) {
+// The parts of the flat buffer `which` names (model_state.h), each with the state index of its first
+// element: with shard_state this rank's pieces; without, whole units, except that a checkpoint always
+// takes pieces, so checkpoints are cut alike whatever the capabilities.
+typedef void (*PartFn)(Zero* z, size_t flat_begin, size_t flat_end, size_t state_index, void* ctx);
+
+static void for_each_part(Zero* z, StateParts which, PartFn fn, void* ctx) {
     for (int u = 0; u < z->lay->num_units; u++) {
         const Unit* un = unit(z, u);
         size_t real_end = un->offset + un->size;
-        if (which != ZERO_UPDATE && unit_is_mirror(z->lay, u)) continue;
-        if (z->stage == 0 && which != ZERO_CHECKPOINT) {
+        if (which != STATE_UPDATE && unit_is_mirror(z->lay, u)) continue;
+        if (!z->caps.shard_state && which != STATE_CHECKPOINT) {
             fn(z, un->offset, real_end, un->offset, ctx);
             continue;
         }
         size_t begin = un->offset + (size_t)z->rank * piece(z, u);
         size_t end = begin + piece(z, u) < real_end ? begin + piece(z, u) : real_end;
-        if (begin < end) fn(z, begin, end, z->stage == 0 ? begin : z->piece_offset[u], ctx);
+        if (begin < end) fn(z, begin, end, z->caps.shard_state ? z->piece_offset[u] : begin, ctx);
     }
 }
 
-typedef struct {
-    ZeroSpanFn fn;
-    void* ctx;
-} SpanWalk;
-
-static void part_to_spans(Zero* z, size_t begin, size_t end, size_t si, void* ctx) {
-    SpanWalk* w = (SpanWalk*)ctx;
-    const ParamLayout* lay = z->lay;
-    for (int i = 0; i < lay->num_tensors; i++) {
-        const ParamTensor* t = &lay->tensors[i];
-        size_t a = t->offset > begin ? t->offset : begin;
-        size_t b = t->offset + t->size < end ? t->offset + t->size : end;
-        if (a < b) w->fn(z, t, a, si + (a - begin), b - a, w->ctx);
-    }
-}
-
-void zero_for_each_span(Zero* z, ZeroParts which, ZeroSpanFn fn, void* ctx) {
-    SpanWalk w = {fn, ctx};
-    zero_for_each_part(z, which, part_to_spans, &w);
-}
-
-int zero_owned_range(const Zero* z, int u, size_t begin, size_t end, size_t* a, size_t* b, size_t* si) {
-    if (z->stage == 0) {
+// The part of [begin, end) (inside one unit) whose state this rank holds: [*a, *b) with state index *si;
+// returns 0 when it holds none of it.
+static int owned_range(const Zero* z, int u, size_t begin, size_t end, size_t* a, size_t* b, size_t* si) {
+    if (!z->caps.shard_state) {
         *a = begin, *b = end, *si = begin;
         return begin < end;
     }
@@ -436,15 +508,47 @@ int zero_owned_range(const Zero* z, int u, size_t begin, size_t end, size_t* a, 
     return *a < *b;
 }
 
-const void* zero_grad_source(const Zero* z, size_t flat, size_t state_index, DType* dt) {
-    *dt = z->stage >= 2 ? DT_FP32 : z->dt;
-    if (z->stage == 0) return at(z->grads, flat, xs(z));
-    if (z->stage == 1) return at(z->grads_piece, state_index, xs(z));
-    return z->grad_acc + state_index;
+// Where the working parameters of flat index `flat` (state index si) live.
+static void* param_dest(const Zero* z, size_t flat, size_t si) {
+    return at(z->params, z->caps.shard_params ? si : flat, xs(z));
 }
 
-void* zero_param_dest(const Zero* z, size_t flat, size_t state_index) {
-    return at(z->params, z->stage == 3 ? state_index : flat, xs(z));
+static StateSpan span_at(const Zero* z, const ParamTensor* t, size_t flat, size_t si, size_t n) {
+    StateSpan s = {t, flat, n, param_dest(z, flat, si), z->master + si, z->adam_m + si, z->adam_v + si, NULL, DT_FP32};
+    void* g = reduced_grads(z, &s.grad_dt);
+    s.grad = at(g, reduced_is_piece(z) ? si : flat, dtype_size(s.grad_dt));
+    return s;
+}
+
+typedef struct {
+    StateSpanFn fn;
+    void* ctx;
+} SpanWalk;
+
+static void part_to_spans(Zero* z, size_t begin, size_t end, size_t si, void* ctx) {
+    SpanWalk* w = (SpanWalk*)ctx;
+    const ParamLayout* lay = z->lay;
+    for (int i = 0; i < lay->num_tensors; i++) {
+        const ParamTensor* t = &lay->tensors[i];
+        size_t a = t->offset > begin ? t->offset : begin;
+        size_t b = t->offset + t->size < end ? t->offset + t->size : end;
+        if (a >= b) continue;
+        StateSpan s = span_at(z, t, a, si + (a - begin), b - a);
+        w->fn(&s, w->ctx);
+    }
+}
+
+static void state_for_each_span(void* ctx, StateParts which, StateSpanFn fn, void* fn_ctx) {
+    SpanWalk w = {fn, fn_ctx};
+    for_each_part((Zero*)ctx, which, part_to_spans, &w);
+}
+
+static int state_owned_span(void* ctx, const ParamTensor* t, size_t flat, size_t n, StateSpan* out) {
+    const Zero* z = (const Zero*)ctx;
+    size_t a, b, si;
+    if (!owned_range(z, t->unit, flat, flat + n, &a, &b, &si)) return 0;
+    *out = span_at(z, t, a, si, b - a);
+    return 1;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -460,7 +564,7 @@ static void set_part(Zero* z, size_t begin, size_t end, size_t si, void* ctx) {
     size_t n = end - begin;
     be_upload(c->be, z->master + si, c->flat + begin, n * 4);
     if ((void*)z->master == z->params) return;
-    if (z->stage < 3) return;   // stages 0-2 set the full parameter buffer below
+    if (!z->caps.shard_params) return;   // whole parameters are set below
     void* low = xmalloc(n * xs(z));
     host_to_dtype(low, z->dt, c->flat + begin, n);
     be_upload(c->be, at(z->params, si, xs(z)), low, n * xs(z));
@@ -469,9 +573,9 @@ static void set_part(Zero* z, size_t begin, size_t end, size_t si, void* ctx) {
 
 void zero_set_from_host(Zero* z, Backend* be, const float* flat) {
     SetCtx c = {be, flat};
-    zero_for_each_part(z, ZERO_UPDATE, set_part, &c);
-    if (z->stage == 3 || (void*)z->master == z->params) return;
-    for (int u = 0; u < z->lay->num_units; u++) {   // stages 0-2 hold every parameter
+    for_each_part(z, STATE_UPDATE, set_part, &c);
+    if (z->caps.shard_params || (void*)z->master == z->params) return;
+    for (int u = 0; u < z->lay->num_units; u++) {   // every parameter is held here
         const Unit* un = unit(z, u);
         void* low = xmalloc(un->size * xs(z));
         host_to_dtype(low, z->dt, flat + un->offset, un->size);
@@ -498,7 +602,7 @@ static void pieces_to_host(Zero* z, Backend* be, const void* pieces, DType dt, f
     be_free(be, buf);
 }
 
-// A full flat buffer (stage 0's) into host fp32.
+// A whole flat buffer into host fp32.
 static void full_to_host(Zero* z, Backend* be, const void* full, DType dt, float* flat) {
     size_t x = dtype_size(dt);
     if (!flat) return;
@@ -512,12 +616,32 @@ static void full_to_host(Zero* z, Backend* be, const void* full, DType dt, float
 }
 
 void zero_master_to_host(Zero* z, Backend* be, float* flat) {
-    if (z->stage == 0) full_to_host(z, be, z->master, DT_FP32, flat);
-    else pieces_to_host(z, be, z->master, DT_FP32, flat);
+    if (z->caps.shard_state) pieces_to_host(z, be, z->master, DT_FP32, flat);
+    else full_to_host(z, be, z->master, DT_FP32, flat);
 }
 
 void zero_grads_to_host(Zero* z, Backend* be, float* flat) {
-    if (z->stage == 0) full_to_host(z, be, z->grads, z->dt, flat);
-    else if (z->stage == 1) pieces_to_host(z, be, z->grads_piece, z->dt, flat);
-    else pieces_to_host(z, be, z->grad_acc, DT_FP32, flat);
+    DType dt;
+    const void* g = reduced_grads(z, &dt);
+    if (reduced_is_piece(z)) pieces_to_host(z, be, g, dt, flat);
+    else full_to_host(z, be, g, dt, flat);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The interfaces below ZeRO.
+
+ParamStore zero_param_store(Zero* z) {
+    ParamStore s = {z, walk_params, walk_params_done, walk_prefetch, walk_grads, walk_grads_done};
+    return s;
+}
+
+static void state_set_from_host(void* z, Backend* be, const float* flat) { zero_set_from_host((Zero*)z, be, flat); }
+static void state_master_to_host(void* z, Backend* be, float* flat) { zero_master_to_host((Zero*)z, be, flat); }
+static int state_tied_in_sync(void* z, Backend* be) { return tied_in_sync((Zero*)z, be); }
+
+ModelState zero_model_state(Zero* z) {
+    ModelState s = {z, z->lay, z->dt, z->caps.shard_params ? NULL : z->params, reduced_is_piece(z) && z->size > 1 ? z->dp : NULL,
+                    z->norm_acc, state_for_each_span, state_owned_span, state_set_from_host, state_master_to_host,
+                    state_tied_in_sync};
+    return s;
 }

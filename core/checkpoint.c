@@ -134,38 +134,39 @@ typedef struct {
 
 typedef struct {
     Backend* be;
+    DType dt;
     FILE* f;
     const char* path;
     long long spans;
 } StateWriter;
 
-static void count_span(Zero* z, const ParamTensor* t, size_t flat, size_t si, size_t n, void* ctx) {
-    ((StateWriter*)ctx)->spans++;
-}
+static void count_span(const StateSpan* s, void* ctx) { ((StateWriter*)ctx)->spans++; }
 
-static void write_span(Zero* z, const ParamTensor* t, size_t flat, size_t si, size_t n, void* ctx) {
+static void write_span(const StateSpan* s, void* ctx) {
     StateWriter* w = (StateWriter*)ctx;
-    long long span[2] = {(long long)(t->canonical + (flat - t->offset)), (long long)n};
+    size_t n = s->n;
+    long long span[2] = {(long long)(s->t->canonical + (s->flat - s->t->offset)), (long long)n};
     xfwrite(span, sizeof(span), 1, w->f, w->path);
     float* buf = (float*)xmalloc(n * sizeof(float));
-    float* sources[3] = {z->master + si, z->adam_m + si, z->adam_v + si};
+    float* sources[3] = {s->master, s->m, s->v};
     for (int k = 0; k < 3; k++) {
         be_download(w->be, buf, sources[k], n * sizeof(float));
         xfwrite(buf, sizeof(float), n, w->f, w->path);
     }
-    if (z->dt != DT_FP32) {
-        be_download(w->be, buf, zero_param_dest(z, flat, si), n * dtype_size(z->dt));
-        xfwrite(buf, dtype_size(z->dt), n, w->f, w->path);
+    if (w->dt != DT_FP32) {
+        be_download(w->be, buf, s->params, n * dtype_size(w->dt));
+        xfwrite(buf, dtype_size(w->dt), n, w->f, w->path);
     }
     free(buf);
 }
 
-static void state_save(Zero* z, Backend* be, const char* path, int world_rank) {
-    StateWriter w = {be, xfopen(path, "wb"), path, 0};
-    zero_for_each_span(z, ZERO_CHECKPOINT, count_span, &w);
-    StateHeader h = {{STATE_MAGIC, 2, (long long)shape_param_count(&z->lay->shape), w.spans, z->dt, world_rank, z->size, z->stage}};
+// dp and zero_stage are recorded for whoever reads the file; loading needs neither.
+static void state_save(const ModelState* ms, Backend* be, const char* path, int world_rank, int dp, int zero_stage) {
+    StateWriter w = {be, ms->dt, xfopen(path, "wb"), path, 0};
+    ms->for_each_span(ms->ctx, STATE_CHECKPOINT, count_span, &w);
+    StateHeader h = {{STATE_MAGIC, 2, (long long)shape_param_count(&ms->lay->shape), w.spans, ms->dt, world_rank, dp, zero_stage}};
     xfwrite(&h, sizeof(h), 1, w.f, path);
-    zero_for_each_span(z, ZERO_CHECKPOINT, write_span, &w);
+    ms->for_each_span(ms->ctx, STATE_CHECKPOINT, write_span, &w);
     xfclose(w.f, path);
 }
 
@@ -190,38 +191,40 @@ static int tensor_at_canonical(const GPTShape* s, long long c, long long count, 
 }
 
 // Uploads the part of one file span that this rank keeps: master, m, v where it owns them; the working
-// parameters everywhere it holds them (all of them below stage 3).
-static void restore_span(Zero* z, Backend* be, const ParamTensor* t, size_t flat0, size_t n, float* const vals[3], const void* params) {
-    size_t x = dtype_size(z->dt), a, b, si;
-    if (zero_owned_range(z, t->unit, flat0, flat0 + n, &a, &b, &si)) {
-        float* dests[3] = {z->master, z->adam_m, z->adam_v};
-        for (int k = 0; k < 3; k++) be_upload(be, dests[k] + si, vals[k] + (a - flat0), (b - a) * sizeof(float));
-        if (z->stage == 3) be_upload(be, zero_param_dest(z, a, si), (const char*)params + (a - flat0) * x, (b - a) * x);
+// parameters everywhere it holds them (the whole span where it holds all of them, else its own part).
+static void restore_span(const ModelState* ms, Backend* be, const ParamTensor* t, size_t flat0, size_t n, float* const vals[3],
+                         const void* params) {
+    size_t x = dtype_size(ms->dt);
+    StateSpan s;
+    if (ms->owned_span(ms->ctx, t, flat0, n, &s)) {
+        float* dests[3] = {s.master, s.m, s.v};
+        for (int k = 0; k < 3; k++) be_upload(be, dests[k], vals[k] + (s.flat - flat0), s.n * sizeof(float));
+        if (!ms->whole_params) be_upload(be, s.params, (const char*)params + (s.flat - flat0) * x, s.n * x);
     }
-    if (z->stage < 3) be_upload(be, zero_param_dest(z, flat0, 0), params, n * x);
+    if (ms->whole_params) be_upload(be, (char*)ms->whole_params + flat0 * x, params, n * x);
 }
 
-static void state_load(Zero* z, Backend* be, const char* path) {
+static void state_load(const ModelState* ms, Backend* be, const char* path) {
     FILE* f = xfopen(path, "rb");
     StateHeader h;
     xfread(&h, sizeof(h), 1, f, path);
     if (h.h[0] != STATE_MAGIC || h.h[1] != 2) fail("%s is not an optimizer state file (wrong magic or version)", path);
-    size_t model_params = shape_param_count(&z->lay->shape);
+    size_t model_params = shape_param_count(&ms->lay->shape);
     if (h.h[2] != (long long)model_params) fail("%s holds %lld parameters, the model has %zu", path, h.h[2], model_params);
-    if (h.h[4] != (long long)z->dt)
-        fail("%s was written by a %s run; resuming in %s is not supported", path, dtype_name((DType)h.h[4]), dtype_name(z->dt));
-    size_t x = dtype_size(z->dt);
+    if (h.h[4] != (long long)ms->dt)
+        fail("%s was written by a %s run; resuming in %s is not supported", path, dtype_name((DType)h.h[4]), dtype_name(ms->dt));
+    size_t x = dtype_size(ms->dt);
     for (long long i = 0; i < h.h[3]; i++) {
         long long span[2];
         xfread(span, sizeof(span), 1, f, path);
         ParamKind kind;
         int layer;
-        if (!tensor_at_canonical(&z->lay->shape, span[0], span[1], &kind, &layer))
+        if (!tensor_at_canonical(&ms->lay->shape, span[0], span[1], &kind, &layer))
             fail("%s has a span [%lld, +%lld) outside the model", path, span[0], span[1]);
         size_t n = (size_t)span[1];
-        const ParamTensor* t = layout_tensor(z->lay, kind, layer);
+        const ParamTensor* t = layout_tensor(ms->lay, kind, layer);
         if (!t) {   // another pipeline stage's tensor
-            if (fseeko(f, (off_t)(n * (12 + (z->dt != DT_FP32 ? x : 0))), SEEK_CUR) != 0) fail("cannot seek in %s: %s", path, strerror(errno));
+            if (fseeko(f, (off_t)(n * (12 + (ms->dt != DT_FP32 ? x : 0))), SEEK_CUR) != 0) fail("cannot seek in %s: %s", path, strerror(errno));
             continue;
         }
         size_t flat0 = t->offset + (size_t)(span[0] - (long long)t->canonical);
@@ -231,11 +234,11 @@ static void state_load(Zero* z, Backend* be, const char* path) {
             xfread(vals[k], sizeof(float), n, f, path);
         }
         void* params = vals[0];   // fp32 runs: the working copy is the master
-        if (z->dt != DT_FP32) {
+        if (ms->dt != DT_FP32) {
             params = xmalloc(n * x);
             xfread(params, x, n, f, path);
         }
-        restore_span(z, be, t, flat0, n, vals, params);
+        restore_span(ms, be, t, flat0, n, vals, params);
         if (params != vals[0]) free(params);
         for (int k = 0; k < 3; k++) free(vals[k]);
     }
@@ -249,9 +252,9 @@ static void state_load(Zero* z, Backend* be, const char* path) {
 // ---------------------------------------------------------------------------------------------------
 // Writing a checkpoint directory.
 
-static void write_manifest(const char* path, Zero* z, const Grid* g, const Config* cfg, const CheckpointInfo* info) {
+static void write_manifest(const char* path, const ModelState* ms, const Grid* g, const Config* cfg, const CheckpointInfo* info) {
     FILE* f = xfopen(path, "w");
-    const GPTShape* s = &z->lay->shape;
+    const GPTShape* s = &ms->lay->shape;
     fprintf(f, "{\"step\": %d, \"tokens_per_step\": %lld, \"seed\": %llu, \"state_files\": %d,\n", info->step,
             info->tokens_per_step, info->seed, comm_size(g->world));
     fprintf(f, " \"loss_scale\": %.9g, \"clean_steps\": %d, \"overflows_left\": %d,\n", info->scaler.scale,
@@ -259,9 +262,9 @@ static void write_manifest(const char* path, Zero* z, const Grid* g, const Confi
     fprintf(f, " \"model\": {\"L\": %d, \"C\": %d, \"NH\": %d, \"V\": %d, \"Vp\": %d, \"maxT\": %d},\n", s->L, s->C,
             s->NH, s->V, s->Vp, s->maxT);
     fprintf(f, " \"batch\": {\"B\": %d, \"T\": %d, \"ga\": %d}, \"precision\": \"%s\",\n", cfg->B, cfg->T,
-            cfg->grad_accum, dtype_name(z->dt));
+            cfg->grad_accum, dtype_name(ms->dt));
     fprintf(f, " \"topology\": {\"world\": %d, \"dp\": %d, \"pp\": %d, \"zero\": %d},\n", comm_size(g->world), g->dp, g->pp,
-            z->stage);
+            cfg->zero_stage);
     fprintf(f, " \"data\": {\"shuffle\": %d, \"next_step\": %d},\n ", cfg->shuffle, info->step);
     run_record_write_json(f, &info->run, path);   // last: the keys above are looked up as the first match
     fprintf(f, "}\n");
@@ -270,13 +273,13 @@ static void write_manifest(const char* path, Zero* z, const Grid* g, const Confi
 
 // model.bin: rank 0 sizes the file, then each stage's replica-0 rank gathers its stage's master weights
 // and writes its tensors in place, so no rank ever holds more than its own stage.
-static void model_save(Zero* z, Backend* be, const Grid* g, const char* path) {
-    if (comm_rank(g->world) == 0) model_file_create(&z->lay->shape, path, 1);
+static void model_save(const ModelState* ms, Backend* be, const Grid* g, const char* path) {
+    if (comm_rank(g->world) == 0) model_file_create(&ms->lay->shape, path, 1);
     comm_barrier(g->world);
     int writer = g->dp_rank == 0;
-    float* flat = writer ? (float*)xcalloc(z->lay->total, sizeof(float)) : NULL;
-    zero_master_to_host(z, be, flat);   // collective over the stage's replicas
-    if (writer) model_file_write_part(z->lay, flat, path, 1);
+    float* flat = writer ? (float*)xcalloc(ms->lay->total, sizeof(float)) : NULL;
+    ms->master_to_host(ms->ctx, be, flat);   // collective over the stage's replicas
+    if (writer) model_file_write_part(ms->lay, flat, path, 1);
     free(flat);
 }
 
@@ -294,7 +297,7 @@ static void publish(const char* tmp, const char* dir, const char* out_dir) {
     remove_path(old);
 }
 
-void checkpoint_save(Zero* z, Backend* be, const Grid* g, const Config* cfg, const CheckpointInfo* info, char* dir, size_t dir_size) {
+void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Config* cfg, const CheckpointInfo* info, char* dir, size_t dir_size) {
     char tmp[PATH_MAX], p[PATH_MAX], name[64];
     Comm* world = g->world;
     int rank = comm_rank(world), root = rank == 0;
@@ -305,16 +308,16 @@ void checkpoint_save(Zero* z, Backend* be, const Grid* g, const Config* cfg, con
         make_dirs(tmp);
     }
     comm_barrier(world);
-    if (!zero_tied_in_sync(z, be))   // a checkpoint keeps only stage 0's copy: never save a diverged pair
+    if (!ms->tied_in_sync(ms->ctx, be))   // a checkpoint keeps only stage 0's copy: never save a diverged pair
         fail("internal: the last stage's copy of the tied embedding differs from stage 0's (replica %d)", g->dp_rank);
     snprintf(name, sizeof(name), "state_rank%d.bin", rank);
     path_join(p, sizeof(p), tmp, name);
-    state_save(z, be, p, rank);
+    state_save(ms, be, p, rank, g->dp, cfg->zero_stage);
     path_join(p, sizeof(p), tmp, "model.bin");
-    model_save(z, be, g, p);
+    model_save(ms, be, g, p);
     if (root) {
         path_join(p, sizeof(p), tmp, "manifest.json");
-        write_manifest(p, z, g, cfg, info);
+        write_manifest(p, ms, g, cfg, info);
     }
     comm_barrier(world);   // every file is on disk before DONE
     if (root) {
@@ -564,17 +567,17 @@ int checkpoint_find(const char* out_dir, const GPTShape* s, char* path, size_t s
     return found;
 }
 
-void checkpoint_load(Zero* z, Backend* be, const char* dir, CheckpointInfo* info) {
+void checkpoint_load(const ModelState* ms, Backend* be, const char* dir, CheckpointInfo* info) {
     char why[512], p[PATH_MAX];
-    if (!checkpoint_inspect(dir, &z->lay->shape, info, why, sizeof(why))) fail("checkpoint %s: %s", dir, why);
+    if (!checkpoint_inspect(dir, &ms->lay->shape, info, why, sizeof(why))) fail("checkpoint %s: %s", dir, why);
     path_join(p, sizeof(p), dir, "model.bin");
-    float* flat = model_file_read(z->lay, p);   // checks the shape
-    zero_set_from_host(z, be, flat);
+    float* flat = model_file_read(ms->lay, p);   // checks the shape
+    ms->set_from_host(ms->ctx, be, flat);
     free(flat);
     for (int r = 0; r < info->ranks; r++) {
         char name[64];
         snprintf(name, sizeof(name), "state_rank%d.bin", r);
         path_join(p, sizeof(p), dir, name);
-        state_load(z, be, p);
+        state_load(ms, be, p);
     }
 }

@@ -11,8 +11,8 @@
 #include "config.h"
 #include "grid.h"
 #include "loss_scale.h"
+#include "model_state.h"
 #include "run_record.h"
-#include "zero.h"
 
 #define MODEL_MAGIC 20240326
 #define STATE_MAGIC 20261122
@@ -43,7 +43,7 @@ typedef struct {
 // Collective over the grid: every rank writes its state file, each stage its part of the model file,
 // rank 0 the manifest, DONE and then the rename of OUT/ckpt_tmp to OUT/ckpt_<step> (its path into dir).
 // Spans of the tied embedding's mirror are left out (stage 0 writes wte).
-void checkpoint_save(Zero* z, Backend* be, const Grid* g, const Config* cfg, const CheckpointInfo* info, char* dir, size_t dir_size);
+void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Config* cfg, const CheckpointInfo* info, char* dir, size_t dir_size);
 
 // Checks everything a resume relies on without loading or exiting: the manifest's fields (its step the
 // directory's name), model.bin's size, each state file's header (the rank its name says, the model's
@@ -57,4 +57,4 @@ int checkpoint_find(const char* out_dir, const GPTShape* shape, char* path, size
 // Restores parameters, master weights and Adam state from dir (checkpoint_inspect first: a problem is a
 // one-line error), whatever topology and ZeRO stage wrote it: each rank reads every state file and keeps
 // what it owns, seeking past other stages' spans. Fills info.
-void checkpoint_load(Zero* z, Backend* be, const char* dir, CheckpointInfo* info);
+void checkpoint_load(const ModelState* ms, Backend* be, const char* dir, CheckpointInfo* info);

@@ -6,35 +6,35 @@
 #include "base/common.h"
 #include "gpt.h"
 #include "pipeline.h"
-#include "zero.h"
 
-void memory_plan(MemLedger* out, const Config* cfg, const GPTShape* s, int dp, int stage, int zero, int recompute) {
-    int P = cfg->pipeline_stages;
+void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int dp,
+                 int stage, int zero, int recompute) {
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
-    pipeline_stage_layout(lay, s, dp, P, stage, cfg->T);
+    pipeline_stage_layout(lay, plan, s, dp, stage);
     memset(out, 0, sizeof(*out));
-    zero_plan(out, lay, zero, dp, cfg->precision);
+    states(out, lay, zero, dp, cfg->precision);
     out->bytes[MEM_ACTIVATIONS] += gpt_activation_bytes(lay, cfg->precision, cfg->B, cfg->T, recompute,
-                                                        pipeline_activation_sets(P, stage, cfg->grad_accum));
+                                                        plan->sets[stage]);
     free(lay);
 }
 
 static double gib(size_t bytes) { return (double)bytes / (double)(1ull << 30); }
 
 // The most any stage needs (every stage is the same without a pipeline).
-static size_t heaviest_stage(const Config* cfg, const GPTShape* s, int dp, int zero, int recompute, int category) {
+static size_t heaviest_stage(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int dp,
+                             int zero, int recompute, int category) {
     size_t most = 0;
-    for (int st = 0; st < cfg->pipeline_stages; st++) {
+    for (int st = 0; st < plan->stages; st++) {
         MemLedger m;
-        memory_plan(&m, cfg, s, dp, st, zero, recompute);
+        memory_plan(&m, states, cfg, plan, s, dp, st, zero, recompute);
         size_t b = category < 0 ? mem_total(&m) : m.bytes[category];
         most = b > most ? b : most;
     }
     return most;
 }
 
-static void print_table(const Config* cfg, const GPTShape* s, int ranks) {
-    int P = cfg->pipeline_stages;
+static void print_table(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks) {
+    int P = plan->stages;
     int sizes[] = {1, 2, 4, 8, 16, 64, ranks};
     int n = ranks == 1 || ranks == 2 || ranks == 4 || ranks == 8 || ranks == 16 || ranks == 64 ? 6 : 7;
     printf("\nGiB per rank%s (model states + activations at -r %d, b=%d t=%d%s):\n  ranks     ZeRO-0     ZeRO-1     ZeRO-2     ZeRO-3\n",
@@ -42,11 +42,12 @@ static void print_table(const Config* cfg, const GPTShape* s, int ranks) {
     for (int i = 0; i < n; i++) {
         if (sizes[i] % P != 0) continue;
         printf("  %5d", sizes[i]);
-        for (int z = 0; z < 4; z++) printf(" %10.2f", gib(heaviest_stage(cfg, s, sizes[i] / P, z, cfg->recompute, -1)));
+        for (int z = 0; z < 4; z++) printf(" %10.2f", gib(heaviest_stage(states, cfg, plan, s, sizes[i] / P, z, cfg->recompute, -1)));
         printf("\n");
     }
     printf("\nactivations per rank%s by recompute level (b=%d t=%d):", P > 1 ? " on the heaviest stage" : "", cfg->B, cfg->T);
-    for (int r = 0; r <= 3; r++) printf("  -r %d: %.2f GiB", r, gib(heaviest_stage(cfg, s, ranks / P, cfg->zero_stage, r, MEM_ACTIVATIONS)));
+    for (int r = 0; r <= 3; r++)
+        printf("  -r %d: %.2f GiB", r, gib(heaviest_stage(states, cfg, plan, s, ranks / P, cfg->zero_stage, r, MEM_ACTIVATIONS)));
     printf("\n");
 }
 
@@ -56,12 +57,12 @@ static void print_json(const char* prefix, const MemLedger* m) {
     printf("}");
 }
 
-void print_memory_plan(const Config* cfg, const GPTShape* s, int ranks) {
-    int P = cfg->pipeline_stages, dp = ranks / P;
+void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks) {
+    int P = plan->stages, dp = ranks / P;
     MemLedger* plans = (MemLedger*)xmalloc((size_t)P * sizeof(MemLedger));   // one per pipeline stage
     size_t heaviest = 0;
     for (int st = 0; st < P; st++) {
-        memory_plan(&plans[st], cfg, s, dp, st, cfg->zero_stage, cfg->recompute);
+        memory_plan(&plans[st], states, cfg, plan, s, dp, st, cfg->zero_stage, cfg->recompute);
         heaviest = mem_total(&plans[st]) > heaviest ? mem_total(&plans[st]) : heaviest;
     }
     const MemLedger* m = &plans[0];
@@ -76,7 +77,7 @@ void print_memory_plan(const Config* cfg, const GPTShape* s, int ranks) {
         printf("stage %d%s: %.3f GiB (activations %.3f GiB)\n", st, st == P - 1 ? " (LM head)" : "", gib(mem_total(&plans[st])),
                gib(plans[st].bytes[MEM_ACTIVATIONS]));
     if (P > 1) printf("heaviest stage: %.3f GiB (the table below; per-stage bytes in plan_stages)\n", gib(heaviest));
-    print_table(cfg, s, ranks);
+    print_table(states, cfg, plan, s, ranks);
     print_json("plan: ", m);
     printf("\n");
     if (P > 1) {

@@ -4,10 +4,17 @@
 #include "config.h"
 #include "memory.h"
 #include "model.h"
+#include "pipeline.h"
 
-// Bytes per category one rank would allocate: pipeline stage `stage` of cfg's -pp with `dp` replicas,
-// ZeRO stage `zero`, recompute level `recompute` (cfg supplies precision, b, t and ga).
-void memory_plan(MemLedger* out, const Config* cfg, const GPTShape* s, int dp, int stage, int zero, int recompute);
+// The bytes one stage's model states (parameters, gradients, master weights, Adam) take under ZeRO stage
+// `zero` on `dp` ranks. The policy above the orchestration answers it (the trainer passes ZeRO's own
+// allocation code in counting mode), so this planner stays below it.
+typedef void (*StatePlanner)(MemLedger* mem, const ParamLayout* lay, int zero, int dp, DType dt);
+
+// Bytes per category one rank would allocate: stage `stage` of the pipeline plan with `dp` replicas, ZeRO
+// stage `zero`, recompute level `recompute` (cfg supplies precision, b and t).
+void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int dp,
+                 int stage, int zero, int recompute);
 // Prints the plan for this configuration, a table across ZeRO stages and world sizes, and activation bytes
 // per recompute level; then a one-line JSON record of the configuration's plan for scripts.
-void print_memory_plan(const Config* cfg, const GPTShape* s, int ranks);
+void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks);

@@ -1,14 +1,14 @@
 // gpt.c: GPT-2 forward and backward as a walk over units. See gpt.h.
 #include "gpt.h"
 
+#include <stddef.h>
+
 #include "base/common.h"
 
 static void* slice(void* base, size_t elems_per_layer, int l, DType dt) {
     return (char*)base + (size_t)l * elems_per_layer * dtype_size(dt);
 }
 static float* fslice(float* base, size_t elems_per_layer, int l) { return base + (size_t)l * elems_per_layer; }
-
-#define NUM_ACTIVATION_BUFFERS (sizeof(Activations) / sizeof(void*))   // Activations holds only pointers
 
 // Which per-layer activations each recompute level keeps for every layer; the others have one slot that
 // the forward overwrites layer after layer and the backward refills (block_recompute).
@@ -24,82 +24,137 @@ static Keep keep_for(int recompute) {
     return k;
 }
 
-// Bytes of each Activations buffer, in the struct's field order, and whether each set has its own copy
-// (per_set) or all sets share one. Only the stage's blocks count; the head's buffers exist only on the
-// stage with the head, the token ids only on the one with the encoder (its backward reads them).
-static void activation_sizes(const ParamLayout* lay, DType dt, int B, int T, int recompute, size_t* bytes, int* per_set) {
+// Every Activations buffer, described once: how many (N, width) slices it holds on this stage, and of what.
+typedef enum {
+    RESIDUAL,    // L + 1: each of the stage's blocks' input, then the last block's output
+    PER_BLOCK,   // L when the recompute level keeps it for every block (its Keep flag), else one slot
+    WORK,        // one, shared by the blocks and the activation sets
+    HEAD,        // one on the stage with the LM head, none elsewhere
+    ENCODER,     // one on the stage with the embedding lookup (its backward reads the tokens)
+} Extent;
+typedef enum { KEPT_ALWAYS, KEPT_LN, KEPT_ATT, KEPT_GELU, KEPT_MID } KeptBy;
+typedef enum { W_1, W_C, W_3C, W_4C, W_NH, W_VP } Width;   // elements per token
+typedef enum { E_DT, E_F32, E_I32 } Elem;                   // the run's dtype, fp32, int32
+
+typedef struct {
+    size_t field;   // offsetof(Activations, ...)
+    Extent extent;
+    KeptBy kept;
+    Width width;
+    Elem elem;
+} ActivationBuffer;
+
+#define BUF(name, extent, kept, width, elem) {offsetof(Activations, name), extent, kept, width, elem}
+static const ActivationBuffer BUFFERS[] = {
+    BUF(resid, RESIDUAL, KEPT_ALWAYS, W_C, E_DT),
+    BUF(ln1, PER_BLOCK, KEPT_LN, W_C, E_DT),
+    BUF(ln1_mean, PER_BLOCK, KEPT_LN, W_1, E_F32),
+    BUF(ln1_rstd, PER_BLOCK, KEPT_LN, W_1, E_F32),
+    BUF(qkv, PER_BLOCK, KEPT_MID, W_3C, E_DT),
+    BUF(atty, PER_BLOCK, KEPT_ATT, W_C, E_DT),
+    BUF(att_lse, PER_BLOCK, KEPT_ATT, W_NH, E_F32),
+    BUF(resid2, PER_BLOCK, KEPT_MID, W_C, E_DT),
+    BUF(ln2, PER_BLOCK, KEPT_LN, W_C, E_DT),
+    BUF(ln2_mean, PER_BLOCK, KEPT_LN, W_1, E_F32),
+    BUF(ln2_rstd, PER_BLOCK, KEPT_LN, W_1, E_F32),
+    BUF(fch, PER_BLOCK, KEPT_MID, W_4C, E_DT),
+    BUF(fch_gelu, PER_BLOCK, KEPT_GELU, W_4C, E_DT),
+    BUF(lnf, HEAD, KEPT_ALWAYS, W_C, E_DT),
+    BUF(lnf_mean, HEAD, KEPT_ALWAYS, W_1, E_F32),
+    BUF(lnf_rstd, HEAD, KEPT_ALWAYS, W_1, E_F32),
+    BUF(logits, HEAD, KEPT_ALWAYS, W_VP, E_DT),
+    BUF(losses, HEAD, KEPT_ALWAYS, W_1, E_F32),
+    BUF(tokens, ENCODER, KEPT_ALWAYS, W_1, E_I32),
+    BUF(targets, HEAD, KEPT_ALWAYS, W_1, E_I32),
+    BUF(proj, WORK, KEPT_ALWAYS, W_C, E_DT),
+    BUF(dresid, WORK, KEPT_ALWAYS, W_C, E_DT),
+    BUF(dsmall, WORK, KEPT_ALWAYS, W_C, E_DT),
+    BUF(dbig, WORK, KEPT_ALWAYS, W_4C, E_DT),
+    BUF(att_scratch, WORK, KEPT_ALWAYS, W_NH, E_F32),
+};
+#undef BUF
+#define NUM_ACTIVATION_BUFFERS (sizeof(BUFFERS) / sizeof(BUFFERS[0]))
+_Static_assert(NUM_ACTIVATION_BUFFERS == sizeof(Activations) / sizeof(void*), "one BUFFERS row per Activations field");
+
+static int kept_every_block(KeptBy kept, Keep k) {
+    switch (kept) {
+        case KEPT_LN: return k.ln;
+        case KEPT_ATT: return k.att;
+        case KEPT_GELU: return k.gelu;
+        case KEPT_MID: return k.mid;
+        default: return 1;
+    }
+}
+
+// Each set has its own copy of what outlives the forward until that micro-batch's backward: the residual
+// stream, the per-block tensors kept for every block, the token ids. The rest is shared by the sets.
+static int per_set(const ActivationBuffer* b, Keep k) {
+    return b->extent == RESIDUAL || b->extent == ENCODER || (b->extent == PER_BLOCK && kept_every_block(b->kept, k));
+}
+
+static size_t buffer_bytes(const ActivationBuffer* b, const ParamLayout* lay, DType dt, int B, int T, Keep k) {
     const GPTShape* s = &lay->shape;
-    size_t N = (size_t)B * T, C = (size_t)s->C, x = dtype_size(dt), NH = (size_t)s->NH;
-    Keep k = keep_for(recompute);
+    size_t L = (size_t)lay->num_blocks, C = (size_t)s->C;
     int head = lay->final_unit >= 0, enc = lay->emb_unit >= 0 && !lay->emb_mirror;
-    size_t L = (size_t)lay->num_blocks, Lln = k.ln ? L : 1, Latt = k.att ? L : 1, Lgelu = k.gelu ? L : 1, Lmid = k.mid ? L : 1;
-    size_t sizes[] = {
-        (L + 1) * N * C * x,                         // resid (block inputs: always kept)
-        Lln * N * C * x, Lln * N * 4, Lln * N * 4,   // ln1, ln1_mean, ln1_rstd
-        Lmid * N * 3 * C * x,                        // qkv
-        Latt * N * C * x,                            // atty
-        Latt * N * NH * 4,                           // att_lse
-        Lmid * N * C * x,                            // resid2
-        Lln * N * C * x, Lln * N * 4, Lln * N * 4,   // ln2, ln2_mean, ln2_rstd
-        Lmid * N * 4 * C * x,                        // fch
-        Lgelu * N * 4 * C * x,                       // fch_gelu
-        head * N * C * x, head * N * 4, head * N * 4,   // lnf, lnf_mean, lnf_rstd
-        head * N * (size_t)s->Vp * x,                   // logits
-        head * N * 4, enc * N * 4, head * N * 4,        // losses, tokens, targets
-        N * C * x, N * C * x, N * C * x,       // proj, dresid, dsmall
-        N * 4 * C * x,                         // dbig
-        N * NH * 4,                            // att_scratch
-    };
-    int own[] = {1, k.ln, k.ln, k.ln, k.mid, k.att, k.att, k.mid, k.ln, k.ln, k.ln, k.mid, k.gelu,
-                 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0};
-    _Static_assert(sizeof(sizes) / sizeof(sizes[0]) == NUM_ACTIVATION_BUFFERS, "one size per Activations field");
-    _Static_assert(sizeof(own) / sizeof(own[0]) == NUM_ACTIVATION_BUFFERS, "one flag per Activations field");
-    memcpy(bytes, sizes, sizeof(sizes));
-    memcpy(per_set, own, sizeof(own));
+    size_t slices = b->extent == RESIDUAL ? L + 1 : b->extent == PER_BLOCK ? (kept_every_block(b->kept, k) ? L : 1)
+                    : b->extent == HEAD ? (size_t)head : b->extent == ENCODER ? (size_t)enc : 1;
+    size_t width[] = {1, C, 3 * C, 4 * C, (size_t)s->NH, (size_t)s->Vp};
+    size_t elem = b->elem == E_DT ? dtype_size(dt) : 4;
+    return slices * (size_t)B * (size_t)T * width[b->width] * elem;
+}
+
+static void** buffer_in(Activations* a, const ActivationBuffer* b) { return (void**)((char*)a + b->field); }
+
+// The table names every field exactly once (the static assert checks only the count).
+static void check_buffer_table(void) {
+    int seen[NUM_ACTIVATION_BUFFERS] = {0};
+    for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++) {
+        size_t f = BUFFERS[i].field / sizeof(void*);
+        if (BUFFERS[i].field % sizeof(void*) || f >= NUM_ACTIVATION_BUFFERS || seen[f]++)
+            fail("internal: gpt.c's BUFFERS table names Activations field %zu twice or not at all", f);
+    }
 }
 
 size_t gpt_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, int recompute, int num_sets) {
-    size_t bytes[NUM_ACTIVATION_BUFFERS], total = 0;
-    int per_set[NUM_ACTIVATION_BUFFERS];
-    activation_sizes(lay, dt, B, T, recompute, bytes, per_set);
-    for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++) total += bytes[i] * (size_t)(per_set[i] ? num_sets : 1);
+    Keep k = keep_for(recompute);
+    size_t total = 0;
+    for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++)
+        total += buffer_bytes(&BUFFERS[i], lay, dt, B, T, k) * (size_t)(per_set(&BUFFERS[i], k) ? num_sets : 1);
     return total;
 }
 
-void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, Zero* zero, DType dt, int B, int T,
+void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, DType dt, int B, int T,
                 int recompute, int num_sets) {
     memset(g, 0, sizeof(*g));
     g->shape = layout->shape;
     g->layout = layout;
-    g->zero = zero;
+    g->store = store;
     g->dt = dt;
     g->B = B;
     g->T = T;
     g->recompute = recompute;
     if (num_sets < 1 || (gpt_has_head(g) && num_sets != 1)) fail("internal: %d activation sets on this stage", num_sets);
+    check_buffer_table();
     g->num_sets = num_sets;
     g->sets = (Activations*)xcalloc((size_t)num_sets, sizeof(Activations));
-    size_t bytes[NUM_ACTIVATION_BUFFERS];
-    int per_set[NUM_ACTIVATION_BUFFERS];
-    activation_sizes(layout, dt, B, T, recompute, bytes, per_set);
-    for (int k = 0; k < num_sets; k++) {
-        void** bufs = (void**)&g->sets[k];
-        void** first = (void**)&g->sets[0];
-        for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++)
-            bufs[i] = k > 0 && !per_set[i] ? first[i] : bytes[i] ? mem_alloc(be, mem, MEM_ACTIVATIONS, bytes[i]) : NULL;
-    }
+    Keep k = keep_for(recompute);
+    for (int set = 0; set < num_sets; set++)
+        for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++) {
+            const ActivationBuffer* b = &BUFFERS[i];
+            size_t bytes = buffer_bytes(b, layout, dt, B, T, k);
+            *buffer_in(&g->sets[set], b) = set > 0 && !per_set(b, k) ? *buffer_in(&g->sets[0], b)
+                                           : bytes ? mem_alloc(be, mem, MEM_ACTIVATIONS, bytes) : NULL;
+        }
     g->acts = g->sets[0];
 }
 
 void gpt_destroy(GPT* g, Backend* be) {
-    size_t bytes[NUM_ACTIVATION_BUFFERS];
-    int per_set[NUM_ACTIVATION_BUFFERS];
-    activation_sizes(g->layout, g->dt, g->B, g->T, g->recompute, bytes, per_set);
-    for (int k = 0; k < g->num_sets; k++) {
-        void** bufs = (void**)&g->sets[k];
-        for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++)
-            if (bufs[i] && (k == 0 || per_set[i])) be_free(be, bufs[i]);
-    }
+    Keep k = keep_for(g->recompute);
+    for (int set = 0; set < g->num_sets; set++)
+        for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++) {
+            void* buf = *buffer_in(&g->sets[set], &BUFFERS[i]);
+            if (buf && (set == 0 || per_set(&BUFFERS[i], k))) be_free(be, buf);
+        }
     free(g->sets);
     memset(g, 0, sizeof(*g));
 }
@@ -210,13 +265,13 @@ static double head_forward(GPT* g, Backend* be, const int* targets, float dloss,
     Activations* a = &g->acts;
     DType dt = g->dt;
     int N = g->B * g->T, C = g->shape.C, fin = final_norm_unit(lay);
-    EmbeddingParams emb = embedding_params(lay, zero_params(g->zero, be, lay->emb_unit), dt);
-    FinalNormParams fn = final_norm_params(lay, zero_params(g->zero, be, fin), dt);
+    EmbeddingParams emb = embedding_params(lay, store_params(&g->store, be, lay->emb_unit), dt);
+    FinalNormParams fn = final_norm_params(lay, store_params(&g->store, be, fin), dt);
     void* out = slice(a->resid, (size_t)N * C, lay->num_blocks, dt);
     layernorm_forward(be, dt, a->lnf, a->lnf_mean, a->lnf_rstd, out, fn.lnfw, fn.lnfb, N, C);
     matmul_forward(be, dt, a->logits, NULL, a->lnf, emb.wte, NULL, N, C, g->shape.Vp);   // tied LM head
-    zero_params_done(g->zero, fin);
-    zero_params_done(g->zero, lay->emb_unit);
+    store_params_done(&g->store, fin);
+    store_params_done(&g->store, lay->emb_unit);
     if (logits_dump) logits_to_host(g, be, logits_dump);
     if (!targets) return 0.0;
     be_upload(be, a->targets, targets, (size_t)N * sizeof(int));
@@ -236,14 +291,14 @@ double gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* t
     Activations* a = &g->acts;
     if (gpt_has_encoder(g)) {
         be_upload(be, a->tokens, tokens, (size_t)g->B * g->T * sizeof(int));
-        EmbeddingParams emb = embedding_params(lay, zero_params(g->zero, be, lay->emb_unit), dt);
+        EmbeddingParams emb = embedding_params(lay, store_params(&g->store, be, lay->emb_unit), dt);
         encoder_forward(be, dt, a->resid, a->tokens, emb.wte, emb.wpe, g->B, g->T, g->shape.C);
-        if (!gpt_has_head(g)) zero_params_done(g->zero, lay->emb_unit);
+        if (!gpt_has_head(g)) store_params_done(&g->store, lay->emb_unit);
     }
     for (int i = 0; i < lay->num_blocks; i++) {
         int l = lay->first_block + i, u = unit_of_block(lay, l);
-        block_forward(g, be, block_params(lay, zero_params(g->zero, be, u), l, dt), block_acts(g, i), 0);
-        zero_params_done(g->zero, u);
+        block_forward(g, be, block_params(lay, store_params(&g->store, be, u), l, dt), block_acts(g, i), 0);
+        store_params_done(&g->store, u);
     }
     return gpt_has_head(g) ? head_forward(g, be, targets, dloss, logits_dump) : 0.0;
 }
@@ -253,46 +308,46 @@ double gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* t
 static void head_backward(GPT* g, Backend* be) {
     const ParamLayout* lay = g->layout;
     Activations* a = &g->acts;
-    Zero* z = g->zero;
+    const ParamStore* ps = &g->store;
     DType dt = g->dt;
     int N = g->B * g->T, C = g->shape.C, fin = final_norm_unit(lay);
-    EmbeddingParams emb = embedding_params(lay, zero_params(z, be, lay->emb_unit), dt);
-    EmbeddingParams demb = embedding_params(lay, zero_grads(z, be, lay->emb_unit), dt);
-    FinalNormParams fn = final_norm_params(lay, zero_params(z, be, fin), dt);
-    FinalNormParams dfn = final_norm_params(lay, zero_grads(z, be, fin), dt);
-    // ZeRO-3: start gathering the last block, which the backward needs next, while the head computes.
-    zero_prefetch(z, be, unit_of_block(lay, lay->first_block + lay->num_blocks - 1));
+    EmbeddingParams emb = embedding_params(lay, store_params(ps, be, lay->emb_unit), dt);
+    EmbeddingParams demb = embedding_params(lay, store_grads(ps, be, lay->emb_unit), dt);
+    FinalNormParams fn = final_norm_params(lay, store_params(ps, be, fin), dt);
+    FinalNormParams dfn = final_norm_params(lay, store_grads(ps, be, fin), dt);
+    // The backward needs the last block next: a store that gathers may start now, while the head computes.
+    store_prefetch(ps, be, unit_of_block(lay, lay->first_block + lay->num_blocks - 1));
     void* out = slice(a->resid, (size_t)N * C, lay->num_blocks, dt);
     matmul_backward(be, dt, a->dsmall, demb.wte, NULL, a->logits, a->lnf, NULL, emb.wte, N, C, g->shape.Vp);
     be_memset0(be, a->dresid, (size_t)N * C * dtype_size(dt));   // layernorm_backward accumulates into it
     layernorm_backward(be, dt, a->dresid, dfn.lnfw, dfn.lnfb, a->dsmall, out, fn.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
-    zero_grads_done(z, be, fin);
-    zero_params_done(z, fin);
+    store_grads_done(ps, be, fin);
+    store_params_done(ps, fin);
     if (!gpt_has_encoder(g)) {
-        zero_grads_done(z, be, lay->emb_unit);
-        zero_params_done(z, lay->emb_unit);
+        store_grads_done(ps, be, lay->emb_unit);
+        store_params_done(ps, lay->emb_unit);
     }
 }
 
 void gpt_backward(GPT* g, Backend* be, int set) {
     const ParamLayout* lay = g->layout;
-    Zero* z = g->zero;
+    const ParamStore* ps = &g->store;
     DType dt = g->dt;
     use_set(g, set);
     Activations* a = &g->acts;
     if (gpt_has_head(g)) head_backward(g, be);
     for (int i = lay->num_blocks - 1; i >= 0; i--) {
         int l = lay->first_block + i, u = unit_of_block(lay, l);
-        BlockParams p = block_params(lay, zero_params(z, be, u), l, dt);   // ZeRO-3: one gather serves both
+        BlockParams p = block_params(lay, store_params(ps, be, u), l, dt);   // one request (a gather) serves both
         BlockActs v = block_acts(g, i);
         block_recompute(g, be, p, v);
-        block_backward(g, be, p, block_params(lay, zero_grads(z, be, u), l, dt), v);
-        zero_grads_done(z, be, u);
-        zero_params_done(z, u);
+        block_backward(g, be, p, block_params(lay, store_grads(ps, be, u), l, dt), v);
+        store_grads_done(ps, be, u);
+        store_params_done(ps, u);
     }
     if (!gpt_has_encoder(g)) return;
-    EmbeddingParams demb = embedding_params(lay, zero_grads(z, be, lay->emb_unit), dt);   // still live with the head
+    EmbeddingParams demb = embedding_params(lay, store_grads(ps, be, lay->emb_unit), dt);   // still live with the head
     encoder_backward(be, dt, demb.wte, demb.wpe, a->dresid, a->tokens, g->B, g->T, g->shape.C);
-    zero_grads_done(z, be, lay->emb_unit);
-    zero_params_done(z, lay->emb_unit);
+    store_grads_done(ps, be, lay->emb_unit);
+    store_params_done(ps, lay->emb_unit);
 }

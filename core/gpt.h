@@ -3,7 +3,7 @@
 #pragma once
 #include "memory.h"
 #include "model.h"
-#include "zero.h"
+#include "param_store.h"
 
 // Saved activations for one micro-batch of B x T tokens (N = B*T rows). Per-layer tensors are stacked
 // over layers, or have a single slot when the recompute level refills them in the backward.
@@ -42,7 +42,7 @@ typedef struct {
     const ParamLayout* layout;   // this rank's units: the whole model, or a pipeline stage's (model.h)
     DType dt;
     int B, T;
-    Zero* zero;          // where each unit's parameters and gradients live (zero.h)
+    ParamStore store;    // where each unit's parameters and gradients live (param_store.h)
     int recompute;       // 0 keep everything; 1 recompute GELU; 2 + attention and LayerNorms; 3 whole blocks
     int num_sets;        // activation sets: micro-batches whose forward is done and backward is not (1F1B)
     Activations* sets;   // [num_sets]: the tensors kept per layer are each set's own; the single slots that
@@ -55,9 +55,9 @@ static inline int gpt_has_encoder(const GPT* g) { return g->layout->emb_unit >= 
 static inline int gpt_has_head(const GPT* g) { return g->layout->final_unit >= 0; }
 
 // Allocates num_sets activation sets for micro-batches of B x T over the layout's blocks; parameters and
-// gradients come from `zero`. A stage with the LM head holds one set (1F1B runs its backward right after
+// gradients come from `store`. A stage with the LM head holds one set (1F1B runs its backward right after
 // its forward), so the logits are never duplicated.
-void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, Zero* zero, DType dt, int B, int T,
+void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, DType dt, int B, int T,
                 int recompute, int num_sets);
 void gpt_destroy(GPT* g, Backend* be);
 // Activation bytes gpt_create allocates (for the memory plan).

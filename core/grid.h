@@ -21,7 +21,7 @@ typedef struct {
 
 // Fails with one line unless `ranks` (launched or planned) factor into `stages` equal stages.
 void grid_check(int stages, int ranks);
-// Collective over world; runs grid_check on the world size first.
+// Collective over world, whose size pipeline_plan has checked with grid_check.
 void grid_create(Grid* g, Comm* world, int stages);
 void grid_destroy(Grid* g);   // frees the sub-groups, not the world
 static inline int grid_first_stage(const Grid* g) { return g->stage == 0; }

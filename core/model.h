@@ -75,7 +75,7 @@ const char* param_kind_name(ParamKind k);
 // Parameters of the whole model (llm.c's count); SIZE_MAX when it overflows (an untrusted file header's shape).
 size_t shape_param_count(const GPTShape* s);
 
-// Units padded to a multiple of `pad_multiple` elements (e.g. 64 x DP size). layout_build holds the whole
+// Units padded to a multiple of `pad_multiple` elements (layout_pad_multiple). layout_build holds the whole
 // model; layout_build_stage a contiguous range of blocks, with the embeddings and/or the final LayerNorm
 // (a pipeline stage). Flat offsets are local to the layout; canonical offsets are the model's.
 //
@@ -85,6 +85,9 @@ size_t shape_param_count(const GPTShape* s);
 // keeps them equal. The mirror's wpe is unused (its gradient stays zero). Checkpoints and the gradient norm
 // skip the mirror; loading fills it from wte's canonical offsets like the original.
 typedef enum { EMB_NONE, EMB_OWN, EMB_MIRROR } EmbeddingRole;
+// The pad_multiple that lets every unit split into `pieces` equal pieces of whole 64-element groups (ZeRO
+// cuts each unit into one piece per rank of a data-parallel group).
+static inline size_t layout_pad_multiple(int pieces) { return (size_t)64 * (size_t)pieces; }
 void layout_build(ParamLayout* lay, const GPTShape* s, size_t pad_multiple);
 void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple, int first_block, int num_blocks,
                         EmbeddingRole embeddings, int with_final);

@@ -5,20 +5,24 @@
 
 #include "rng.h"
 
-static void add_squares(Zero* z, const ParamTensor* t, size_t flat, size_t si, size_t n, void* ctx) {
-    DType gdt;
-    const void* g = zero_grad_source(z, flat, si, &gdt);
-    sum_squares((Backend*)ctx, gdt, z->norm_acc, g, n);
+typedef struct {
+    Backend* be;
+    float* acc;
+} NormCtx;
+
+static void add_squares(const StateSpan* s, void* ctx) {
+    NormCtx* c = (NormCtx*)ctx;
+    sum_squares(c->be, s->grad_dt, c->acc, s->grad, s->n);
 }
 
-double grad_global_norm(Zero* z, Backend* be, Comm* pp) {
-    be_memset0(be, z->norm_acc, sizeof(float));
-    zero_for_each_span(z, ZERO_NORM, add_squares, be);
+double grad_global_norm(const ModelState* ms, Backend* be, Comm* pp) {
+    NormCtx c = {be, ms->scratch};
+    be_memset0(be, c.acc, sizeof(float));
+    ms->for_each_span(ms->ctx, STATE_NORM, add_squares, &c);
     float local;
-    be_download(be, &local, z->norm_acc, sizeof(float));
+    be_download(be, &local, c.acc, sizeof(float));
     double sum = local;
-    // Stage 0: every rank holds the whole all-reduced gradient already; from stage 1 each holds a piece.
-    if (z->stage > 0 && z->size > 1) comm_allreduce_host_sum(z->dp, &sum, 1);
+    if (ms->parts) comm_allreduce_host_sum(ms->parts, &sum, 1);   // the other parts of this stage's units
     if (pp) comm_allreduce_host_sum(pp, &sum, 1);   // the other stages' layers
     return sqrt(sum);
 }
@@ -29,21 +33,20 @@ float grad_clip_scale(double norm, float clip) {
 
 typedef struct {
     Backend* be;
+    DType dt;
     AdamWArgs args;
 } UpdateCtx;
 
-static void update_span(Zero* z, const ParamTensor* t, size_t flat, size_t si, size_t n, void* ctx) {
+static void update_span(const StateSpan* s, void* ctx) {
     UpdateCtx* c = (UpdateCtx*)ctx;
     AdamWArgs a = c->args;
-    if (!t->decay) a.weight_decay = 0.0f;
-    DType gdt;
-    const void* g = zero_grad_source(z, flat, si, &gdt);
-    adamw_update(c->be, zero_param_dest(z, flat, si), z->dt, z->master + si, g, gdt, z->adam_m + si, z->adam_v + si, n,
-                 t->canonical + (flat - t->offset), &a);
+    if (!s->t->decay) a.weight_decay = 0.0f;
+    adamw_update(c->be, s->params, c->dt, s->master, s->grad, s->grad_dt, s->m, s->v, s->n,
+                 s->t->canonical + (s->flat - s->t->offset), &a);
 }
 
-void adamw_step(Zero* z, Backend* be, const OptimizerStep* o, float grad_scale) {
+void adamw_step(const ModelState* ms, Backend* be, const OptimizerStep* o, float grad_scale) {
     Rng r = rng_seeded(o->seed, 0x5eed0000ull + (uint64_t)o->step);
-    UpdateCtx c = {be, {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, grad_scale, o->step + 1, (uint32_t)rng_next_u64(&r)}};
-    zero_for_each_span(z, ZERO_UPDATE, update_span, &c);
+    UpdateCtx c = {be, ms->dt, {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, grad_scale, o->step + 1, (uint32_t)rng_next_u64(&r)}};
+    ms->for_each_span(ms->ctx, STATE_UPDATE, update_span, &c);
 }

@@ -1,7 +1,7 @@
-// optimizer.h: the step after the gradients are reduced: global norm, clipping, AdamW over the parts of
-// the parameters this rank owns (all of them at ZeRO stage 0, its pieces from stage 1 on).
+// optimizer.h: the step after the gradients are reduced: global norm, clipping, AdamW over the spans of
+// the model states this rank holds (model_state.h: all of them, or its pieces where ZeRO shards the state).
 #pragma once
-#include "zero.h"
+#include "model_state.h"
 
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
@@ -9,11 +9,11 @@ typedef struct {
     uint64_t seed;     // run seed; the rounding noise of step s is seeded from (seed, s)
 } OptimizerStep;
 
-// Global L2 norm of the reduced gradients: each rank sums the squares of what it owns (the tied
-// embedding once: its mirror is skipped), the DP group adds, then the pipeline's stages (pp; NULL
-// without a pipeline).
-double grad_global_norm(Zero* z, Backend* be, Comm* pp);
+// Global L2 norm of the reduced gradients: each rank sums the squares of what it holds (the tied
+// embedding once: its mirror is skipped), the ranks holding other parts add, then the pipeline's stages
+// (pp; NULL without a pipeline).
+double grad_global_norm(const ModelState* ms, Backend* be, Comm* pp);
 // Scale applied to the gradients: clip / norm when the norm exceeds the clip (clip > 0), else 1.
 float grad_clip_scale(double norm, float clip);
 // AdamW on every owned parameter (weight decay on 2-D tensors), gradients multiplied by grad_scale.
-void adamw_step(Zero* z, Backend* be, const OptimizerStep* o, float grad_scale);
+void adamw_step(const ModelState* ms, Backend* be, const OptimizerStep* o, float grad_scale);

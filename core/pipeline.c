@@ -3,22 +3,29 @@
 
 #include "base/common.h"
 
-void pipeline_stage_layout(ParamLayout* lay, const GPTShape* s, int dp, int stages, int stage, int T) {
-    int first[MAX_LAYERS], count[MAX_LAYERS];
-    pipeline_split(s->L, stages, stages > 1 ? pipeline_head_cost(s->Vp, s->C, T) : 0.0, first, count);
-    int last = stage == stages - 1;
-    EmbeddingRole emb = stage == 0 ? EMB_OWN : last ? EMB_MIRROR : EMB_NONE;
-    layout_build_stage(lay, s, zero_pad_multiple(dp), first[stage], count[stage], emb, last);
+void pipeline_plan(PipelinePlan* plan, const GPTShape* s, int stages, int ranks, int T, int micro) {
+    if (stages > s->L) fail("-pp %d: more pipeline stages than the model's %d layers (each stage needs a block)", stages, s->L);
+    grid_check(stages, ranks);
+    memset(plan, 0, sizeof(*plan));
+    plan->stages = stages;
+    plan->micro = micro;
+    pipeline_split(s->L, stages, stages > 1 ? pipeline_head_cost(s->Vp, s->C, T) : 0.0, plan->first, plan->count);
+    for (int st = 0; st < stages; st++) plan->sets[st] = stages - st < micro ? stages - st : micro;
+    plan->bubble = schedule_bubble_fraction(stages, micro);
 }
 
-int pipeline_activation_sets(int stages, int stage, int micro) { return stages - stage < micro ? stages - stage : micro; }
+void pipeline_stage_layout(ParamLayout* lay, const PipelinePlan* plan, const GPTShape* s, int dp, int stage) {
+    int last = stage == plan->stages - 1;
+    EmbeddingRole emb = stage == 0 ? EMB_OWN : last ? EMB_MIRROR : EMB_NONE;
+    layout_build_stage(lay, s, layout_pad_multiple(dp), plan->first[stage], plan->count[stage], emb, last);
+}
 
-void pipeline_create(Pipeline* p, const Grid* grid, int micro) {
+void pipeline_create(Pipeline* p, const Grid* grid, const PipelinePlan* plan) {
     p->grid = grid;
-    schedule_1f1b(grid->pp, micro, grid->stage, &p->sched);
-    if (p->sched.peak_in_flight != pipeline_activation_sets(grid->pp, grid->stage, micro))   // what gpt_create sized
+    schedule_1f1b(grid->pp, plan->micro, grid->stage, &p->sched);
+    if (p->sched.peak_in_flight != plan->sets[grid->stage])   // what gpt_create sized
         fail("internal: stage %d holds %d micro-batches at once, %d activation sets planned", grid->stage,
-             p->sched.peak_in_flight, pipeline_activation_sets(grid->pp, grid->stage, micro));
+             p->sched.peak_in_flight, plan->sets[grid->stage]);
 }
 
 void pipeline_destroy(Pipeline* p) { schedule_free(&p->sched); }

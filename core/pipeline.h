@@ -10,21 +10,35 @@
 #include "dataloader.h"
 #include "gpt.h"
 #include "grid.h"
-#include "report.h"
+#include "phase_timer.h"
 #include "schedule.h"
+
+// The pipeline's shape, decided once at set-up from the flags and used by everything that depends on it:
+// the stage layouts, the activation sets gpt_create allocates, the schedule's check, --estimate and the
+// start-up line. One stage (no -pp) is the same plan with P = 1.
+typedef struct {
+    int stages;                  // P
+    int micro;                   // m = -ga micro-batches per step
+    int first[MAX_LAYERS];       // stage s runs blocks first[s] .. first[s] + count[s] - 1
+    int count[MAX_LAYERS];       //   (pipeline_split: balanced with the LM head's cost)
+    int sets[MAX_LAYERS];        // activation sets stage s needs: min(P - s, m), 1F1B's micro-batches in flight
+    double bubble;               // (P - 1) / m: idle over useful time, per stage
+} PipelinePlan;
+
+// Checks -pp against the model (a block per stage at least) and against `ranks` (the launched world, or
+// --estimate's -w), one-line errors, then splits the blocks at sequence length T.
+void pipeline_plan(PipelinePlan* plan, const GPTShape* s, int stages, int ranks, int T, int micro);
 
 typedef struct {
     const Grid* grid;
     StageSchedule sched;   // this stage's actions for m = ga micro-batches
 } Pipeline;
 
-// Stage `stage` of `stages`: its blocks (pipeline_split, balanced with the LM head's cost at sequence length
-// T), the embeddings on the first stage, the final LayerNorm and the head's mirror of them on the last;
-// units padded for `dp` replicas. With one stage, the whole model.
-void pipeline_stage_layout(ParamLayout* lay, const GPTShape* s, int dp, int stages, int stage, int T);
-// The number of activation sets stage `stage` of `stages` needs for `micro` micro-batches: min(P - s, m).
-int pipeline_activation_sets(int stages, int stage, int micro);
-void pipeline_create(Pipeline* p, const Grid* grid, int micro);
+// Stage `stage` of the plan: its blocks, the embeddings on the first stage, the final LayerNorm and the
+// head's mirror of the embeddings on the last; units padded for `dp` replicas. One stage: the whole model.
+void pipeline_stage_layout(ParamLayout* lay, const PipelinePlan* plan, const GPTShape* s, int dp, int stage);
+// Checks that the 1F1B schedule holds no more micro-batches at once than the plan's activation sets.
+void pipeline_create(Pipeline* p, const Grid* grid, const PipelinePlan* plan);
 void pipeline_destroy(Pipeline* p);
 
 // One step's forwards and backwards over `ga` micro-batches of step `step` (gradients accumulate through

@@ -4,17 +4,10 @@
 
 #include <math.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/common.h"
 #include "gpt.h"
 #include "schedule.h"
-
-double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 const char* json_number(char* buf, size_t size, double x) {
     if (isfinite(x)) snprintf(buf, size, "%.9g", x);
@@ -106,16 +99,6 @@ void report_comm(Logger* log, const Grid* g, int step) {
     free(all);
 }
 
-static const char* const PHASE_NAMES[NUM_PHASES] = {"data", "forward", "backward", "pipeline_wait", "grad_reduce", "optimizer"};
-
-void phase_mark(PhaseTimer* pt, Backend* be, Phase p) {
-    if (!pt->on) return;
-    be_synchronize(be);
-    double now = now_seconds();
-    pt->seconds[p] += now - pt->last;
-    pt->last = now;
-}
-
 double model_flops_per_token(const ParamLayout* lay, int T) {
     const GPTShape* s = &lay->shape;
     return 6.0 * (double)shape_param_count(s) + 12.0 * s->L * s->C * (double)T;
@@ -144,9 +127,9 @@ void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt
         int n = 0, m = 0, k = 0;
         for (int p = 0; p < NUM_PHASES; p++) total += pt->seconds[p];
         for (int p = 0; p < NUM_PHASES; p++) {
-            n += snprintf(text + n, sizeof(text) - (size_t)n, " | %s %.1f ms (%.0f%%)", PHASE_NAMES[p], pt->seconds[p] * 1e3,
+            n += snprintf(text + n, sizeof(text) - (size_t)n, " | %s %.1f ms (%.0f%%)", phase_name((Phase)p), pt->seconds[p] * 1e3,
                           total > 0.0 ? 100.0 * pt->seconds[p] / total : 0.0);
-            m += snprintf(json + m, sizeof(json) - (size_t)m, "%s\"%s\": %.3f", p ? ", " : "", PHASE_NAMES[p], pt->seconds[p] * 1e3);
+            m += snprintf(json + m, sizeof(json) - (size_t)m, "%s\"%s\": %.3f", p ? ", " : "", phase_name((Phase)p), pt->seconds[p] * 1e3);
         }
         printf("step %5d breakdown (synchronized, rank 0)%s\n", step, text);
         logger_line(log, "{\"step\": %d, \"breakdown_ms\": {%s}}", step, json);

@@ -9,8 +9,8 @@
 #include "logger.h"
 #include "memory.h"
 #include "model.h"
+#include "phase_timer.h"
 
-double now_seconds(void);   // monotonic
 // A double as JSON: non-finite values (a skipped step's loss or norm) become null, which JSON can express.
 const char* json_number(char* buf, size_t size, double x);
 
@@ -22,16 +22,6 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
 void report_comm(Logger* log, const Grid* g, int step);
 void report_comm_reset(const Grid* g);   // before a step: validation, samples and checkpoints are not its traffic
 
-// Wall-clock per phase, like DeepSpeed's wall_clock_breakdown. Only on breakdown steps (-lb) does a mark
-// synchronize the device, so other steps keep their asynchrony.
-// PHASE_WAIT: blocked receiving from another pipeline stage; a send's copy goes to the phase after it.
-typedef enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_WAIT, PHASE_COMM, PHASE_OPTIMIZER, NUM_PHASES } Phase;
-typedef struct {
-    int on;
-    double last;
-    double seconds[NUM_PHASES];
-} PhaseTimer;
-void phase_mark(PhaseTimer* pt, Backend* be, Phase p);   // the time since the last mark goes to phase p
 // Collective: rank 0 prints and logs its phases and, with a pipeline, each stage's forward, backward and
 // waiting time (replica 0's ranks) next to the bubble the schedule predicts for `micro` micro-batches.
 void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt, int micro);

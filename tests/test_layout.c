@@ -84,15 +84,16 @@ static int mirror_matches(const ParamLayout* first, const ParamLayout* last) {
 static void test_stages(TestStats* st, const char* spec, int P) {
     GPTShape s;
     shape_from_spec(spec, &s);
-    int first[16], nb[16];
-    pipeline_split(s.L, P, pipeline_head_cost(s.Vp, s.C, s.maxT), first, nb);
+    PipelinePlan plan;
+    pipeline_plan(&plan, &s, P, P, s.maxT, 1);
+    const int *first = plan.first, *nb = plan.count;
     size_t n = canonical_total(&s);
     unsigned char* seen = (unsigned char*)xcalloc(n, 1);
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     ParamLayout* stage0 = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     int once = 1, formed = 1, absent = 1, mirror = 1;
     for (int p = 0; p < P; p++) {
-        pipeline_stage_layout(lay, &s, 2, P, p, s.maxT);   // 2 replicas: units padded to 128
+        pipeline_stage_layout(lay, &plan, &s, 2, p);   // 2 replicas: units padded to 128
         if (p == 0) memcpy(stage0, lay, sizeof(*lay));
         int last = p == P - 1, has_mirror = last && P > 1;
         once &= mark(lay, seen);

@@ -12,6 +12,7 @@
 
 #include "core/checkpoint.h"
 #include "core/memory.h"
+#include "zero.h"
 
 static const char* const FILES[] = {"manifest.json", "model.bin", "state_rank0.bin", "state_rank1.bin",
                                     "state_rank2.bin"};
@@ -33,20 +34,20 @@ int main(int argc, char** argv) {
     GPTShape shape = {1, 8, 1, 128, 128, 4};   // L C NH V Vp maxT
     ParamLayout* lay = calloc(1, sizeof *lay);
     if (!lay) return 2;
-    layout_build(lay, &shape, zero_pad_multiple(1));
+    layout_build(lay, &shape, layout_pad_multiple(1));
     Backend* be = backend_create(0);
     MemLedger mem = {{0}};
-    Zero z;
-    zero_create(&z, be, &mem, lay, stage, NULL, NULL, dt);
+    Zero* z = zero_create(be, &mem, lay, zero_caps(stage), NULL, NULL, dt);
+    ModelState ms = zero_model_state(z);
     CheckpointInfo info = {0};
-    checkpoint_load(&z, be, harness_dir(h), &info);
+    checkpoint_load(&ms, be, harness_dir(h), &info);
     if (info.ranks < 1 || info.ranks > parts - 2) harness_bug(h, "loaded %d state files of %d", info.ranks, parts - 2);
 
     float* flat = calloc(lay->total, sizeof(float));
     if (!flat) return 2;
-    zero_master_to_host(&z, be, flat);
+    zero_master_to_host(z, be, flat);
     free(flat);
-    zero_destroy(&z, be);
+    zero_destroy(z, be);
     backend_destroy(be);
     free(lay);
     free(in);

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
         GPTShape fixed = {1, 8, 1, 128, 128, 4};   // L C NH V Vp maxT
         layout_build(lay, &fixed, 64);
     } else {
-        layout_build(lay, &s, zero_pad_multiple(1 + (pick >> 1 & 3)));
+        layout_build(lay, &s, layout_pad_multiple(1 + (pick >> 1 & 3)));
     }
     // Accepted: the header's shape accounts for every byte after the header.
     if (1024 + lay->num_params * elem != n && !(pick & 1))

@@ -1,0 +1,44 @@
+// model_state.h: what the optimizer (optimizer.h) and the checkpoints (checkpoint.h) see of the model
+// states this rank holds: working parameters, fp32 master weights, Adam's m and v, reduced gradients. They
+// see spans inside one tensor each and act on those, so they stay below the policy that decides which
+// spans a rank holds and where they live (ZeRO provides one: zero_model_state in zero.h).
+#pragma once
+#include "comm.h"
+#include "model.h"
+
+// The spans a rank updates (the tied embedding's mirror included: it must stay equal to the original),
+// counts in the gradient norm (the same without the mirror), or writes to a checkpoint (its share without
+// the mirror, cut the same way however the states are held, so that any layout resumes any other).
+typedef enum { STATE_UPDATE, STATE_NORM, STATE_CHECKPOINT } StateParts;
+
+// n elements from flat index `flat` of tensor t; every pointer is backend memory at the span's start.
+typedef struct {
+    const ParamTensor* t;
+    size_t flat, n;
+    void* params;            // working copy, ModelState.dt
+    float* master;
+    float* m;
+    float* v;
+    const void* grad;        // reduced gradient, grad_dt
+    DType grad_dt;
+} StateSpan;
+typedef void (*StateSpanFn)(const StateSpan* s, void* ctx);
+
+typedef struct {
+    void* ctx;
+    const ParamLayout* lay;
+    DType dt;                // of the working copy
+    void* whole_params;      // the working copy in the flat layout where this rank holds all of it, else NULL
+    Comm* parts;             // the group whose ranks' STATE_NORM spans are disjoint parts of the same units,
+                             // so a sum over spans adds over it; NULL where this rank's cover them all
+    float* scratch;          // one fp32 of backend memory for reductions (the norm)
+    void (*for_each_span)(void* ctx, StateParts which, StateSpanFn fn, void* fn_ctx);
+    // The part of [flat, flat + n) inside tensor t whose master, m and v this rank holds; 0 if none.
+    int (*owned_span)(void* ctx, const ParamTensor* t, size_t flat, size_t n, StateSpan* out);
+    // Whole-model transfers through host fp32 in the flat layout; collective over the holders of parts.
+    // master_to_host with flat = NULL only takes part in the gathers.
+    void (*set_from_host)(void* ctx, Backend* be, const float* flat);
+    void (*master_to_host)(void* ctx, Backend* be, float* flat);
+    // With a pipeline: whether the tied embedding's two copies are bit-identical (collective over the pair).
+    int (*tied_in_sync)(void* ctx, Backend* be);
+} ModelState;

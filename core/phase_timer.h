@@ -1,0 +1,17 @@
+// phase_timer.h: wall-clock per phase of a training step, like DeepSpeed's wall_clock_breakdown. Only on
+// breakdown steps (-lb) does a mark synchronize the device, so other steps keep their asynchrony. The
+// executor marks phases; report.h prints and logs them.
+#pragma once
+#include "kernels/kernels.h"
+
+double now_seconds(void);   // monotonic
+
+// PHASE_WAIT: blocked receiving from another pipeline stage; a send's copy goes to the phase after it.
+typedef enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_WAIT, PHASE_COMM, PHASE_OPTIMIZER, NUM_PHASES } Phase;
+typedef struct {
+    int on;
+    double last;
+    double seconds[NUM_PHASES];
+} PhaseTimer;
+void phase_mark(PhaseTimer* pt, Backend* be, Phase p);   // the time since the last mark goes to phase p
+const char* phase_name(Phase p);                          // as logged: "data", "forward", ...
