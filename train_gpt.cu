@@ -138,9 +138,16 @@ static void resolve_batch(Config* cfg, const GPTShape* s, int ranks, int stages)
     }
 }
 
+// -z names what is sharded; -offload adds where the state lives.
+static ZeroCaps caps_of(int zero, int offload) {
+    ZeroCaps caps = zero_caps(zero);
+    caps.state_on_host = offload;
+    return caps;
+}
+
 // --estimate's planner for the model states: ZeRO's allocation code in counting mode.
-static void plan_zero_states(MemLedger* mem, const ParamLayout* lay, int zero, int dp, DType dt) {
-    zero_plan(mem, lay, zero_caps(zero), dp, dt);
+static void plan_zero_states(MemLedger* mem, const ParamLayout* lay, int zero, int offload, int dp, DType dt) {
+    zero_plan(mem, lay, caps_of(zero, offload), dp, dt);
 }
 
 static void open_tokenizer(Trainer* tr) {
@@ -233,11 +240,11 @@ static void print_setup(Trainer* tr, CommKind comm) {
     const Config* cfg = &tr->cfg;
     const GPTShape* s = &tr->layout->shape;
     printf("model L=%d C=%d NH=%d V=%d maxT=%d: %zu parameters | %s on %s | %d rank%s (%s): %d stage%s x %d replica%s, "
-           "ZeRO-%d | %d thread%s per rank | b=%d t=%d ga=%d | %d steps\n",
+           "ZeRO-%d%s | %d thread%s per rank | b=%d t=%d ga=%d | %d steps\n",
            s->L, s->C, s->NH, s->V, s->maxT, shape_param_count(s), dtype_name(cfg->precision), backend_device_name(tr->be),
            tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), tr->grid.pp, tr->grid.pp > 1 ? "s" : "", tr->grid.dp,
-           tr->grid.dp > 1 ? "s" : "", cfg->zero_stage, tr->threads, tr->threads > 1 ? "s" : "", cfg->B, cfg->T,
-           cfg->grad_accum, tr->max_steps);
+           tr->grid.dp > 1 ? "s" : "", cfg->zero_stage, cfg->offload ? ", state on host" : "", tr->threads,
+           tr->threads > 1 ? "s" : "", cfg->B, cfg->T, cfg->grad_accum, tr->max_steps);
     const PipelinePlan* plan = &tr->plan;
     int P = plan->stages, m = plan->micro;
     if (P > 1) {
@@ -283,7 +290,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     const Grid* g = &tr->grid;
     tr->layout = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     pipeline_stage_layout(tr->layout, &tr->plan, &shape, g->dp, g->stage);
-    tr->zero = zero_create(tr->be, &tr->mem, tr->layout, zero_caps(cfg->zero_stage), g->dp_group, g->tied, cfg->precision);
+    tr->zero = zero_create(tr->be, &tr->mem, tr->layout, caps_of(cfg->zero_stage, cfg->offload), g->dp_group, g->tied, cfg->precision);
     tr->model_states = zero_model_state(tr->zero);
     gpt_create(&tr->gpt, tr->be, &tr->mem, tr->layout, zero_param_store(tr->zero), cfg->precision, cfg->B, cfg->T, cfg->recompute,
                tr->plan.sets[g->stage]);

@@ -32,6 +32,8 @@ struct Zero {
     void* resident[2];   // unit 0 and unit L+1, gathered until the next update
     int resident_valid;
     float* norm_acc;     // one float of backend scratch
+    void* host_stage;    // state_on_host: the optimizer's staging (model_state.h), host_stage_elems elements
+    size_t host_stage_elems;
     // Collectives in flight (comm.h's start/wait), overlapping the walk's compute; see below for when.
     CommHandle grad_flight[2];        // shard_grads: reduce-scatter of grad_slot[s], for unit grad_flight_unit[s]
     int grad_flight_unit[2];
@@ -47,7 +49,7 @@ struct Zero {
 
 ZeroCaps zero_caps(int stage) {
     if (stage < 0 || stage > 3) fail("internal: ZeRO stage %d (0..3)", stage);
-    ZeroCaps c = {stage >= 1, stage >= 2, stage >= 3};
+    ZeroCaps c = {stage >= 1, stage >= 2, stage >= 3, 0};
     return c;
 }
 
@@ -103,16 +105,35 @@ static void allocate_grads(Zero* z, Backend* be, MemLedger* mem) {
     if (emb_unit(z) >= 0) z->emb_grads = mem_alloc(be, mem, MEM_GRADS, unit(z, emb_unit(z))->padded * x);
 }
 
+// The optimizer stages a span through host memory this many elements at a time (state_on_host): a fixed
+// bound, so the staging buffer does not grow with the model.
+#define HOST_STAGE_ELEMS ((size_t)1 << 20)
+
+// Master and Adam state: backend memory in category c, or host memory with state_on_host.
+static float* alloc_state(Zero* z, Backend* be, MemLedger* mem, MemCategory c) {
+    size_t bytes = z->state_elems * 4;
+    return (float*)(z->caps.state_on_host ? mem_alloc_host(be, mem, bytes) : mem_alloc(be, mem, c, bytes));
+}
+
+static void free_state(Zero* z, Backend* be, void* p) {
+    if (z->caps.state_on_host) be_host_free(be, p);
+    else be_free(be, p);
+}
+
 static void allocate_params(Zero* z, Backend* be, MemLedger* mem) {
     size_t x = xs(z);
     z->params = mem_alloc(be, mem, MEM_PARAMS, (z->caps.shard_params ? z->state_elems : z->lay->total) * x);
-    // fp32 parameters are their own master copy where both use the same indexing: both whole, both pieces,
-    // or pieces that are the whole unit in its place.
+    // fp32 parameters are their own master copy where both use the same indexing (both whole, both pieces,
+    // or pieces that are the whole unit in its place) and the same memory (not with state_on_host).
     int same_indexing = z->caps.shard_params == z->caps.shard_state || pieces_are_whole(z);
-    int alias = z->dt == DT_FP32 && same_indexing;
-    z->master = alias ? (float*)z->params : (float*)mem_alloc(be, mem, MEM_MASTER, z->state_elems * 4);
-    z->adam_m = (float*)mem_alloc(be, mem, MEM_OPTIMIZER, z->state_elems * 4);
-    z->adam_v = (float*)mem_alloc(be, mem, MEM_OPTIMIZER, z->state_elems * 4);
+    int alias = z->dt == DT_FP32 && same_indexing && !z->caps.state_on_host;
+    z->master = alias ? (float*)z->params : alloc_state(z, be, mem, MEM_MASTER);
+    z->adam_m = alloc_state(z, be, mem, MEM_OPTIMIZER);
+    z->adam_v = alloc_state(z, be, mem, MEM_OPTIMIZER);
+    if (z->caps.state_on_host) {   // a gradient (at most fp32) and a working copy (dt) per staged element
+        z->host_stage_elems = z->state_elems < HOST_STAGE_ELEMS ? z->state_elems : HOST_STAGE_ELEMS;
+        z->host_stage = mem_alloc_host(be, mem, z->host_stage_elems * (4 + x));
+    }
     if (!z->caps.shard_params) return;
     size_t block = largest_block_unit(z->lay);
     for (int s = 0; s < 2; s++) {
@@ -165,12 +186,14 @@ static void settle(Zero* z, Backend* be);
 void zero_destroy(Zero* z, Backend* be) {
     settle(z, be);
     if (z->grads_piece == z->grads) z->grads_piece = NULL;   // an alias, not an allocation
-    void* owned[] = {z->params, z->adam_m, z->adam_v, z->grads, z->grads_piece, z->grad_acc, z->piece_f32,
-                     z->grad_slot[0], z->grad_slot[1], z->emb_grads, z->param_slot[0], z->param_slot[1],
-                     z->resident[0], z->resident[1], z->norm_acc};
+    void* owned[] = {z->params, z->grads, z->grads_piece, z->grad_acc, z->piece_f32, z->grad_slot[0], z->grad_slot[1],
+                     z->emb_grads, z->param_slot[0], z->param_slot[1], z->resident[0], z->resident[1], z->norm_acc};
     for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++)
         if (owned[i]) be_free(be, owned[i]);
-    if ((void*)z->master != z->params) be_free(be, z->master);
+    free_state(z, be, z->adam_m);
+    free_state(z, be, z->adam_v);
+    if ((void*)z->master != z->params) free_state(z, be, z->master);
+    if (z->host_stage) be_host_free(be, z->host_stage);
     free(z);
 }
 
@@ -562,7 +585,8 @@ typedef struct {
 static void set_part(Zero* z, size_t begin, size_t end, size_t si, void* ctx) {
     SetCtx* c = (SetCtx*)ctx;
     size_t n = end - begin;
-    be_upload(c->be, z->master + si, c->flat + begin, n * 4);
+    if (z->caps.state_on_host) memcpy(z->master + si, c->flat + begin, n * 4);
+    else be_upload(c->be, z->master + si, c->flat + begin, n * 4);
     if ((void*)z->master == z->params) return;
     if (!z->caps.shard_params) return;   // whole parameters are set below
     void* low = xmalloc(n * xs(z));
@@ -584,15 +608,18 @@ void zero_set_from_host(Zero* z, Backend* be, const float* flat) {
     }
 }
 
-// Gathers a buffer held as pieces (index = state index) into host fp32, flat layout.
-static void pieces_to_host(Zero* z, Backend* be, const void* pieces, DType dt, float* flat) {
+// Gathers a buffer held as pieces (index = state index; host memory where on_host) into host fp32, flat layout.
+static void pieces_to_host(Zero* z, Backend* be, const void* pieces, DType dt, int on_host, float* flat) {
     size_t x = dtype_size(dt), largest = 0;
     for (int u = 0; u < z->lay->num_units; u++) largest = unit(z, u)->padded > largest ? unit(z, u)->padded : largest;
     void* buf = be_malloc(be, largest * x);   // checkpoint time only, never in the step
     void* host = xmalloc(largest * x);
     for (int u = 0; u < z->lay->num_units; u++) {
         size_t p = piece(z, u);
-        be_copy(be, at(buf, (size_t)z->rank * p, x), at((void*)pieces, z->piece_offset[u], x), p * x);
+        void* mine = at(buf, (size_t)z->rank * p, x);
+        const void* src = at((void*)pieces, z->piece_offset[u], x);
+        if (on_host) be_upload(be, mine, src, p * x);   // the gather runs on backend memory
+        else be_copy(be, mine, src, p * x);
         if (z->size > 1) comm_allgather(z->dp, buf, p, dt);
         if (!flat) continue;
         be_download(be, host, buf, unit(z, u)->size * x);
@@ -602,29 +629,32 @@ static void pieces_to_host(Zero* z, Backend* be, const void* pieces, DType dt, f
     be_free(be, buf);
 }
 
-// A whole flat buffer into host fp32.
-static void full_to_host(Zero* z, Backend* be, const void* full, DType dt, float* flat) {
+// A whole flat buffer (host memory where on_host) into host fp32.
+static void full_to_host(Zero* z, Backend* be, const void* full, DType dt, int on_host, float* flat) {
     size_t x = dtype_size(dt);
     if (!flat) return;
     for (int u = 0; u < z->lay->num_units; u++) {
         const Unit* un = unit(z, u);
         void* host = xmalloc(un->size * x);
-        be_download(be, host, at((void*)full, un->offset, x), un->size * x);
+        const void* src = at((void*)full, un->offset, x);
+        if (on_host) memcpy(host, src, un->size * x);
+        else be_download(be, host, src, un->size * x);
         host_from_dtype(flat + un->offset, host, dt, un->size);
         free(host);
     }
 }
 
 void zero_master_to_host(Zero* z, Backend* be, float* flat) {
-    if (z->caps.shard_state) pieces_to_host(z, be, z->master, DT_FP32, flat);
-    else full_to_host(z, be, z->master, DT_FP32, flat);
+    int on_host = z->caps.state_on_host;
+    if (z->caps.shard_state) pieces_to_host(z, be, z->master, DT_FP32, on_host, flat);
+    else full_to_host(z, be, z->master, DT_FP32, on_host, flat);
 }
 
 void zero_grads_to_host(Zero* z, Backend* be, float* flat) {
     DType dt;
     const void* g = reduced_grads(z, &dt);
-    if (reduced_is_piece(z)) pieces_to_host(z, be, g, dt, flat);
-    else full_to_host(z, be, g, dt, flat);
+    if (reduced_is_piece(z)) pieces_to_host(z, be, g, dt, 0, flat);
+    else full_to_host(z, be, g, dt, 0, flat);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -641,7 +671,7 @@ static int state_tied_in_sync(void* z, Backend* be) { return tied_in_sync((Zero*
 
 ModelState zero_model_state(Zero* z) {
     ModelState s = {z, z->lay, z->dt, z->caps.shard_params ? NULL : z->params, reduced_is_piece(z) && z->size > 1 ? z->dp : NULL,
-                    z->norm_acc, state_for_each_span, state_owned_span, state_set_from_host, state_master_to_host,
-                    state_tied_in_sync};
+                    z->norm_acc, z->caps.state_on_host, z->host_stage, z->host_stage_elems, state_for_each_span,
+                    state_owned_span, state_set_from_host, state_master_to_host, state_tied_in_sync};
     return s;
 }

@@ -12,6 +12,8 @@
 //   shard_params  params are pieces: a block is all-gathered before its forward and again before its
 //                 backward, into one of two rotating buffers; embeddings and final LayerNorm stay gathered
 //                 from first use until the parameters change
+//   state_on_host the master + Adam state held here (whole or pieces) live in host memory; the optimizer
+//                 updates them there, one staged chunk of a span at a time (core/optimizer.c)
 // Overlap (shard_grads, shard_params): a unit's reduce-scatter runs while the next unit's backward
 // computes, and the gather of the block the walk will ask for next runs while the current one computes
 // (zero.c explains when).
@@ -26,16 +28,19 @@
 #include "core/model_state.h"
 #include "core/param_store.h"
 
-// What is sharded over the data-parallel group. Each implies the one before it: sharded gradients are
-// reduced into pieces, which only sharded state can consume, and gathered parameters need their gradients
-// reduced unit by unit. Where the state lives (offload: a state_on_host) would be one more field.
+// What is sharded over the data-parallel group, and where the state lives. Each shard_* implies the one
+// before it: sharded gradients are reduced into pieces, which only sharded state can consume, and gathered
+// parameters need their gradients reduced unit by unit. state_on_host composes with any of them.
 typedef struct {
     int shard_state;    // fp32 master weights and Adam m, v
     int shard_grads;    // gradients, reduced unit by unit during the backward
     int shard_params;   // working parameters, gathered unit by unit for the walk
+    int state_on_host;  // the master, m, v this rank holds live in (pinned) host memory, where the optimizer
+                        // updates them; the reduced gradient comes down and the working copy goes up (-offload)
 } ZeroCaps;
 
-// -z: stage 0 shards nothing, 1 the state, 2 also the gradients, 3 also the parameters.
+// -z: stage 0 shards nothing, 1 the state, 2 also the gradients, 3 also the parameters. The state stays in
+// backend memory; -offload sets state_on_host on top.
 ZeroCaps zero_caps(int stage);
 
 typedef struct Zero Zero;

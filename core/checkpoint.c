@@ -134,6 +134,7 @@ typedef struct {
 
 typedef struct {
     Backend* be;
+    const ModelState* ms;
     DType dt;
     FILE* f;
     const char* path;
@@ -150,7 +151,7 @@ static void write_span(const StateSpan* s, void* ctx) {
     float* buf = (float*)xmalloc(n * sizeof(float));
     float* sources[3] = {s->master, s->m, s->v};
     for (int k = 0; k < 3; k++) {
-        be_download(w->be, buf, sources[k], n * sizeof(float));
+        state_download(w->ms, w->be, buf, sources[k], n * sizeof(float));
         xfwrite(buf, sizeof(float), n, w->f, w->path);
     }
     if (w->dt != DT_FP32) {
@@ -162,7 +163,7 @@ static void write_span(const StateSpan* s, void* ctx) {
 
 // dp and zero_stage are recorded for whoever reads the file; loading needs neither.
 static void state_save(const ModelState* ms, Backend* be, const char* path, int world_rank, int dp, int zero_stage) {
-    StateWriter w = {be, ms->dt, xfopen(path, "wb"), path, 0};
+    StateWriter w = {be, ms, ms->dt, xfopen(path, "wb"), path, 0};
     ms->for_each_span(ms->ctx, STATE_CHECKPOINT, count_span, &w);
     StateHeader h = {{STATE_MAGIC, 2, (long long)shape_param_count(&ms->lay->shape), w.spans, ms->dt, world_rank, dp, zero_stage}};
     xfwrite(&h, sizeof(h), 1, w.f, path);
@@ -198,7 +199,7 @@ static void restore_span(const ModelState* ms, Backend* be, const ParamTensor* t
     StateSpan s;
     if (ms->owned_span(ms->ctx, t, flat0, n, &s)) {
         float* dests[3] = {s.master, s.m, s.v};
-        for (int k = 0; k < 3; k++) be_upload(be, dests[k], vals[k] + (s.flat - flat0), s.n * sizeof(float));
+        for (int k = 0; k < 3; k++) state_upload(ms, be, dests[k], vals[k] + (s.flat - flat0), s.n * sizeof(float));
         if (!ms->whole_params) be_upload(be, s.params, (const char*)params + (s.flat - flat0) * x, s.n * x);
     }
     if (ms->whole_params) be_upload(be, (char*)ms->whole_params + flat0 * x, params, n * x);

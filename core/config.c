@@ -55,6 +55,9 @@ void config_usage(const char* prog) {
            "  -z N      ZeRO stage 0..3 (default 0)\n"
            "  -pp N     1F1B pipeline stages; ranks form N stages x ranks/N data-parallel replicas (default 1)\n"
            "  -r N      activation recompute: 0 keep all, 1 GELU, 2 + attention and LayerNorms, 3 whole blocks (default 0)\n"
+           "  -offload 0|1  keep each rank's fp32 master weights and Adam m, v (its pieces with -z >= 1) in host\n"
+           "            memory (pinned on the GPU build); the optimizer runs there on the downloaded gradient and\n"
+           "            uploads the new parameters. Same results bit for bit (default 0)\n"
            "  -comm C   mpi|nccl: what moves GPU buffers in the collectives. nccl needs one GPU per rank; mpi stages\n"
            "            through host memory and lets ranks share a GPU (default nccl on the GPU build with NCCL\n"
            "            when every rank has its own GPU, else mpi)\n"
@@ -143,6 +146,7 @@ static void parse_one(Config* c, const char* f, const char* v) {
     else if (!strcmp(f, "-z")) c->zero_stage = (int)parse_int(f, v, 0, 3);
     else if (!strcmp(f, "-pp")) c->pipeline_stages = (int)parse_int(f, v, 1, 1024);
     else if (!strcmp(f, "-r")) c->recompute = (int)parse_int(f, v, 0, 3);
+    else if (!strcmp(f, "-offload")) c->offload = (int)parse_int(f, v, 0, 1);
     else if (!strcmp(f, "-w")) c->plan_ranks = (int)parse_int(f, v, 1, 1 << 20);
     else if (!strcmp(f, "-k")) {
         if (!strcmp(v, "cosine")) c->schedule = LR_COSINE;

@@ -48,6 +48,7 @@ typedef struct {
     int zero_stage;              // -z
     int pipeline_stages;         // -pp
     int recompute;               // -r
+    int offload;                 // -offload: each rank's fp32 master and Adam state in host memory
     CommKind comm;               // -comm (COMM_AUTO unless given)
     // planning
     int estimate;                // --estimate: print the memory plan and exit

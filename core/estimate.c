@@ -12,13 +12,16 @@ void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const P
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     pipeline_stage_layout(lay, plan, s, dp, stage);
     memset(out, 0, sizeof(*out));
-    states(out, lay, zero, dp, cfg->precision);
+    states(out, lay, zero, cfg->offload, dp, cfg->precision);
     out->bytes[MEM_ACTIVATIONS] += gpt_activation_bytes(lay, cfg->precision, cfg->B, cfg->T, recompute,
                                                         plan->sets[stage]);
     free(lay);
 }
 
 static double gib(size_t bytes) { return (double)bytes / (double)(1ull << 30); }
+
+#define DEVICE_TOTAL (-1)   // heaviest_stage's category: all backend bytes
+#define HOST_TOTAL (-2)     // all host bytes (-offload)
 
 // The most any stage needs (every stage is the same without a pipeline).
 static size_t heaviest_stage(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int dp,
@@ -27,23 +30,39 @@ static size_t heaviest_stage(StatePlanner states, const Config* cfg, const Pipel
     for (int st = 0; st < plan->stages; st++) {
         MemLedger m;
         memory_plan(&m, states, cfg, plan, s, dp, st, zero, recompute);
-        size_t b = category < 0 ? mem_total(&m) : m.bytes[category];
+        size_t b = category == DEVICE_TOTAL ? mem_total(&m)
+                   : category == HOST_TOTAL ? mem_host_total(&m)
+                                            : m.bytes[category];
         most = b > most ? b : most;
     }
     return most;
 }
 
-static void print_table(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks) {
+// One row per world size, one column per ZeRO stage, of the heaviest stage's bytes in `category`.
+static void print_rows(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks,
+                       int category) {
     int P = plan->stages;
     int sizes[] = {1, 2, 4, 8, 16, 64, ranks};
     int n = ranks == 1 || ranks == 2 || ranks == 4 || ranks == 8 || ranks == 16 || ranks == 64 ? 6 : 7;
-    printf("\nGiB per rank%s (model states + activations at -r %d, b=%d t=%d%s):\n  ranks     ZeRO-0     ZeRO-1     ZeRO-2     ZeRO-3\n",
-           P > 1 ? " on the heaviest stage" : "", cfg->recompute, cfg->B, cfg->T, P > 1 ? ", -pp and -ga as given" : "");
+    printf("  ranks     ZeRO-0     ZeRO-1     ZeRO-2     ZeRO-3\n");
     for (int i = 0; i < n; i++) {
         if (sizes[i] % P != 0) continue;
         printf("  %5d", sizes[i]);
-        for (int z = 0; z < 4; z++) printf(" %10.2f", gib(heaviest_stage(states, cfg, plan, s, sizes[i] / P, z, cfg->recompute, -1)));
+        for (int z = 0; z < 4; z++)
+            printf(" %10.2f", gib(heaviest_stage(states, cfg, plan, s, sizes[i] / P, z, cfg->recompute, category)));
         printf("\n");
+    }
+}
+
+static void print_table(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks) {
+    int P = plan->stages;
+    printf("\n%sGiB per rank%s (model states + activations at -r %d, b=%d t=%d%s):\n", cfg->offload ? "device " : "",
+           P > 1 ? " on the heaviest stage" : "", cfg->recompute, cfg->B, cfg->T, P > 1 ? ", -pp and -ga as given" : "");
+    print_rows(states, cfg, plan, s, ranks, DEVICE_TOTAL);
+    if (cfg->offload) {   // what -offload moved: each rank's master, Adam state and staging buffer
+        printf("\nhost GiB per rank%s (-offload 1: fp32 master, Adam m, v, staging):\n",
+               P > 1 ? " on the heaviest stage" : "");
+        print_rows(states, cfg, plan, s, ranks, HOST_TOTAL);
     }
     printf("\nactivations per rank%s by recompute level (b=%d t=%d):", P > 1 ? " on the heaviest stage" : "", cfg->B, cfg->T);
     for (int r = 0; r <= 3; r++)
@@ -71,11 +90,17 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
            s->L, s->C, s->NH, s->V, dtype_name(cfg->precision), ranks, ranks > 1 ? "s" : "", P, P > 1 ? "s" : "", dp,
            dp > 1 ? "s" : "", cfg->zero_stage, cfg->recompute, cfg->B, cfg->T, cfg->grad_accum);
     if (P > 1) printf("stage 0 (embeddings, the most micro-batches in flight):\n");
-    for (int c = 0; c < NUM_MEM_CATEGORIES; c++) printf("  %-12s %10.3f GiB\n", mem_category_name((MemCategory)c), gib(m->bytes[c]));
-    printf("  %-12s %10.3f GiB\n", "total", gib(mem_total(m)));
-    for (int st = 1; st < P; st++)
-        printf("stage %d%s: %.3f GiB (activations %.3f GiB)\n", st, st == P - 1 ? " (LM head)" : "", gib(mem_total(&plans[st])),
+    for (int c = 0; c < NUM_MEM_CATEGORIES; c++)   // host categories are empty without -offload
+        if (cfg->offload || !mem_category_on_host((MemCategory)c))
+            printf("  %-12s %10.3f GiB\n", mem_category_name((MemCategory)c), gib(m->bytes[c]));
+    printf("  %-12s %10.3f GiB\n", cfg->offload ? "device total" : "total", gib(mem_total(m)));
+    if (cfg->offload) printf("  %-12s %10.3f GiB\n", "host total", gib(mem_host_total(m)));
+    for (int st = 1; st < P; st++) {
+        printf("stage %d%s: %.3f GiB (activations %.3f GiB)", st, st == P - 1 ? " (LM head)" : "", gib(mem_total(&plans[st])),
                gib(plans[st].bytes[MEM_ACTIVATIONS]));
+        if (cfg->offload) printf(", host %.3f GiB", gib(mem_host_total(&plans[st])));
+        printf("\n");
+    }
     if (P > 1) printf("heaviest stage: %.3f GiB (the table below; per-stage bytes in plan_stages)\n", gib(heaviest));
     print_table(states, cfg, plan, s, ranks);
     print_json("plan: ", m);

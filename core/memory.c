@@ -1,8 +1,10 @@
 // memory.c: see memory.h.
 #include "memory.h"
 
+#include <string.h>
+
 static const char* const CATEGORY_NAMES[NUM_MEM_CATEGORIES] = {
-    "params", "grads", "master", "optimizer", "activations", "comm"};
+    "params", "grads", "master", "optimizer", "activations", "comm", "host_state"};
 
 const char* mem_category_name(MemCategory c) { return CATEGORY_NAMES[c]; }
 
@@ -14,8 +16,22 @@ void* mem_alloc(Backend* be, MemLedger* ledger, MemCategory c, size_t bytes) {
     return p;
 }
 
-size_t mem_total(const MemLedger* ledger) {
+void* mem_alloc_host(Backend* be, MemLedger* ledger, size_t bytes) {
+    ledger->bytes[MEM_HOST_STATE] += bytes;
+    if (!be) return NULL;
+    void* p = be_host_alloc(be, bytes);
+    memset(p, 0, bytes);
+    return p;
+}
+
+int mem_category_on_host(MemCategory c) { return c == MEM_HOST_STATE; }
+
+static size_t sum_where(const MemLedger* ledger, int on_host) {
     size_t total = 0;
-    for (int c = 0; c < NUM_MEM_CATEGORIES; c++) total += ledger->bytes[c];
+    for (int c = 0; c < NUM_MEM_CATEGORIES; c++)
+        if (mem_category_on_host((MemCategory)c) == on_host) total += ledger->bytes[c];
     return total;
 }
+
+size_t mem_total(const MemLedger* ledger) { return sum_where(ledger, 0); }
+size_t mem_host_total(const MemLedger* ledger) { return sum_where(ledger, 1); }

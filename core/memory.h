@@ -1,5 +1,7 @@
 // memory.h: every backend allocation of the trainer is charged to a category, so each rank can say
-// where its bytes went (the log's start-up record, --estimate's check) instead of guessing.
+// where its bytes went (the log's start-up record, --estimate's check) instead of guessing. Host memory the
+// trainer keeps per rank for the model states (-offload) has a category of its own, counted apart from the
+// backend's: totals are backend bytes.
 #pragma once
 #include <stddef.h>
 
@@ -12,6 +14,7 @@ typedef enum {
     MEM_OPTIMIZER,    // Adam moments m, v
     MEM_ACTIVATIONS,  // saved activations, their gradients and kernel scratch
     MEM_COMM,         // communication buffers
+    MEM_HOST_STATE,   // host memory (-offload): fp32 master, Adam m, v and the optimizer's staging buffer
     NUM_MEM_CATEGORIES
 } MemCategory;
 
@@ -23,4 +26,9 @@ const char* mem_category_name(MemCategory c);
 // be_malloc + charge; zero-filled so no stale memory is ever read. With be == NULL it only charges the
 // ledger and returns NULL: --estimate runs the real allocation code without allocating.
 void* mem_alloc(Backend* be, MemLedger* ledger, MemCategory c, size_t bytes);
+// The same for host memory (be_host_alloc; free with be_host_free), charged to MEM_HOST_STATE.
+void* mem_alloc_host(Backend* be, MemLedger* ledger, size_t bytes);
+int mem_category_on_host(MemCategory c);
+// Bytes of backend memory (every category but the host ones), and of host memory.
 size_t mem_total(const MemLedger* ledger);
+size_t mem_host_total(const MemLedger* ledger);

@@ -3,6 +3,8 @@
 // see spans inside one tensor each and act on those, so they stay below the policy that decides which
 // spans a rank holds and where they live (ZeRO provides one: zero_model_state in zero.h).
 #pragma once
+#include <string.h>
+
 #include "comm.h"
 #include "model.h"
 
@@ -11,7 +13,8 @@
 // the mirror, cut the same way however the states are held, so that any layout resumes any other).
 typedef enum { STATE_UPDATE, STATE_NORM, STATE_CHECKPOINT } StateParts;
 
-// n elements from flat index `flat` of tensor t; every pointer is backend memory at the span's start.
+// n elements from flat index `flat` of tensor t; every pointer points at the span's start, into backend
+// memory, except master, m and v where ModelState.state_on_host says they are host memory.
 typedef struct {
     const ParamTensor* t;
     size_t flat, n;
@@ -32,6 +35,11 @@ typedef struct {
     Comm* parts;             // the group whose ranks' STATE_NORM spans are disjoint parts of the same units,
                              // so a sum over spans adds over it; NULL where this rank's cover them all
     float* scratch;          // one fp32 of backend memory for reductions (the norm)
+    int state_on_host;       // master, m and v are host memory (-offload): copy them with memcpy, not be_*
+    // With state_on_host, the optimizer's staging: host memory for host_stage_elems elements of a gradient
+    // (4 bytes each at most) followed by as many of the working copy (dt); NULL otherwise.
+    void* host_stage;
+    size_t host_stage_elems;
     void (*for_each_span)(void* ctx, StateParts which, StateSpanFn fn, void* fn_ctx);
     // The part of [flat, flat + n) inside tensor t whose master, m and v this rank holds; 0 if none.
     int (*owned_span)(void* ctx, const ParamTensor* t, size_t flat, size_t n, StateSpan* out);
@@ -42,3 +50,13 @@ typedef struct {
     // With a pipeline: whether the tied embedding's two copies are bit-identical (collective over the pair).
     int (*tied_in_sync)(void* ctx, Backend* be);
 } ModelState;
+
+// Master, m and v to or from host memory, wherever the ModelState keeps them.
+static inline void state_download(const ModelState* ms, Backend* be, void* dst_host, const void* src, size_t bytes) {
+    if (ms->state_on_host) memcpy(dst_host, src, bytes);
+    else be_download(be, dst_host, src, bytes);
+}
+static inline void state_upload(const ModelState* ms, Backend* be, void* dst, const void* src_host, size_t bytes) {
+    if (ms->state_on_host) memcpy(dst, src_host, bytes);
+    else be_upload(be, dst, src_host, bytes);
+}

@@ -3,6 +3,7 @@
 
 #include <math.h>
 
+#include "kernels/adamw_host.h"
 #include "rng.h"
 
 typedef struct {
@@ -33,20 +34,36 @@ float grad_clip_scale(double norm, float clip) {
 
 typedef struct {
     Backend* be;
-    DType dt;
+    const ModelState* ms;
     AdamWArgs args;
 } UpdateCtx;
+
+// State on the host (-offload): the span goes through the staging buffer a chunk at a time: its reduced
+// gradient down, AdamW on the host over master, m, v (adamw_host: the CPU twin's own code, so the same
+// bits, and a chunk's noise still keyed by its canonical offsets), the new working copy up.
+static void update_span_on_host(const ModelState* ms, Backend* be, const StateSpan* s, size_t offset, const AdamWArgs* a) {
+    size_t gx = dtype_size(s->grad_dt), x = dtype_size(ms->dt), chunk = ms->host_stage_elems;
+    void* grad = ms->host_stage;
+    void* params = (char*)ms->host_stage + chunk * 4;
+    for (size_t i = 0; i < s->n; i += chunk) {
+        size_t k = s->n - i < chunk ? s->n - i : chunk;
+        be_download(be, grad, (const char*)s->grad + i * gx, k * gx);
+        adamw_host(params, ms->dt, s->master + i, grad, s->grad_dt, s->m + i, s->v + i, k, offset + i, a);
+        be_upload(be, (char*)s->params + i * x, params, k * x);
+    }
+}
 
 static void update_span(const StateSpan* s, void* ctx) {
     UpdateCtx* c = (UpdateCtx*)ctx;
     AdamWArgs a = c->args;
     if (!s->t->decay) a.weight_decay = 0.0f;
-    adamw_update(c->be, s->params, c->dt, s->master, s->grad, s->grad_dt, s->m, s->v, s->n,
-                 s->t->canonical + (s->flat - s->t->offset), &a);
+    size_t offset = s->t->canonical + (s->flat - s->t->offset);
+    if (c->ms->state_on_host) update_span_on_host(c->ms, c->be, s, offset, &a);
+    else adamw_update(c->be, s->params, c->ms->dt, s->master, s->grad, s->grad_dt, s->m, s->v, s->n, offset, &a);
 }
 
 void adamw_step(const ModelState* ms, Backend* be, const OptimizerStep* o, float grad_scale) {
     Rng r = rng_seeded(o->seed, 0x5eed0000ull + (uint64_t)o->step);
-    UpdateCtx c = {be, ms->dt, {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, grad_scale, o->step + 1, (uint32_t)rng_next_u64(&r)}};
+    UpdateCtx c = {be, ms, {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, grad_scale, o->step + 1, (uint32_t)rng_next_u64(&r)}};
     ms->for_each_span(ms->ctx, STATE_UPDATE, update_span, &c);
 }

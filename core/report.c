@@ -20,11 +20,12 @@ void report_layout(Logger* log, const ParamLayout* lay, const Config* cfg, int r
     int n = 0;
     for (int u = 0; u < lay->num_units && n < (int)sizeof(buf) - 32; u++)
         n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s%zu", u ? ", " : "", lay->units[u].padded);
+    // "offload" only when on, so the records of runs without it stay as they were.
     logger_line(log, "{\"step\": %d, \"layout\": {\"elements\": %zu, \"params\": %zu, \"ranks\": %d, \"zero\": %d, "
                 "\"dtype_bytes\": %zu, \"ga\": %d, \"B\": %d, \"T\": %d, \"recompute\": %d, \"L\": %d, \"C\": %d, \"NH\": %d, "
-                "\"Vp\": %d, \"units\": [%s]}}", first_step, lay->total, lay->num_params, ranks, cfg->zero_stage,
+                "\"Vp\": %d, \"units\": [%s]%s}}", first_step, lay->total, lay->num_params, ranks, cfg->zero_stage,
                 dtype_size(cfg->precision), cfg->grad_accum, cfg->B, cfg->T, cfg->recompute, lay->shape.L, lay->shape.C,
-                lay->shape.NH, lay->shape.Vp, buf);
+                lay->shape.NH, lay->shape.Vp, buf, cfg->offload ? ", \"offload\": 1" : "");
 }
 
 // Every rank's n values, rank after rank, on every rank (a sum of one-hot rows: a few doubles per rank).
@@ -47,14 +48,16 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
         double total = 0.0;
         for (int c = 0; c < NUM_MEM_CATEGORIES; c++) {
             double b = all[r * NUM_MEM_CATEGORIES + c];
-            total += b;
+            if (!mem_category_on_host((MemCategory)c)) total += b;   // "total": backend memory
             n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\"%s\": %.0f", c ? ", " : "", mem_category_name((MemCategory)c), b);
         }
         logger_line(log, "{\"step\": %d, \"rank\": %d, \"memory\": {%s}, \"total\": %.0f}", first_step, r, buf, total);
     }
     if (rank == 0) {
         printf("memory (rank 0): %.1f MiB total:", (double)mem_total(mem) / (1 << 20));
-        for (int c = 0; c < NUM_MEM_CATEGORIES; c++) printf(" %s %.1f", mem_category_name((MemCategory)c), (double)mem->bytes[c] / (1 << 20));
+        for (int c = 0; c < NUM_MEM_CATEGORIES; c++)   // host categories are empty without -offload
+            if (cfg->offload || !mem_category_on_host((MemCategory)c))
+                printf(" %s %.1f", mem_category_name((MemCategory)c), (double)mem->bytes[c] / (1 << 20));
         printf(" MiB\n");
         size_t keep_all = gpt_activation_bytes(g->layout, cfg->precision, cfg->B, cfg->T, 0, g->num_sets);
         size_t saved = keep_all - mem->bytes[MEM_ACTIVATIONS];

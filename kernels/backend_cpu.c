@@ -86,6 +86,17 @@ void be_synchronize(Backend* be) { (void)be; }
 
 size_t be_peak_bytes(const Backend* be) { return be->bytes_peak; }
 
+// The CPU has no pinned memory: host buffers are plain heap memory, outside the backend's byte ledger.
+void* be_host_alloc(Backend* be, size_t bytes) {
+    (void)be;
+    return xmalloc(bytes ? bytes : 1);
+}
+
+void be_host_free(Backend* be, void* p) {
+    (void)be;
+    free(p);
+}
+
 float dtype_round(float x, DType dt) { return round_to(x, dt); }
 
 void host_to_dtype(void* dst, DType dt, const float* src, size_t n) {

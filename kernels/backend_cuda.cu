@@ -145,6 +145,20 @@ void be_synchronize(Backend* be) {
 }
 size_t be_peak_bytes(const Backend* be) { return be->peak_bytes; }
 
+// Pinned, so the copies of offloaded state are DMA transfers the GPU can overlap with compute later.
+void* be_host_alloc(Backend* be, size_t bytes) {
+    void* p = NULL;
+    cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) fail("out of pinned host memory allocating %zu bytes: %s", bytes, cudaGetErrorString(e));
+    return p;
+}
+
+void be_host_free(Backend* be, void* p) {
+    if (!p) return;
+    be_synchronize(be);   // no copy on either stream may still read or write it
+    CUDA_CHECK(cudaFreeHost(p));
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Host-side precision helpers: identical to the CPU backend's (both use dtype.h).
 float dtype_round(float x, DType dt) {

@@ -1,5 +1,5 @@
 // cpu_common.h: element access and small math shared by the CPU twins (private to kernels/*.c).
-// Every kernel computes in fp32 and stores through st(), so bf16/fp16 buffers hold exactly the bits the
+// Every kernel computes in fp32 and stores through st() (host_elem.h), so bf16/fp16 buffers hold exactly the bits the
 // GPU would write with round-to-nearest-even.
 #pragma once
 #include <math.h>
@@ -8,32 +8,8 @@
 
 #include "base/common.h"
 #include "kernels/dtype.h"
+#include "kernels/host_elem.h"
 #include "kernels/kernels.h"
-
-static inline float ld(const void* p, size_t i, DType dt) {
-    switch (dt) {
-    case DT_BF16: return f32_from_bf16(((const uint16_t*)p)[i]);
-    case DT_FP16: return f32_from_fp16(((const uint16_t*)p)[i]);
-    default: return ((const float*)p)[i];
-    }
-}
-
-static inline void st(void* p, size_t i, float x, DType dt) {
-    switch (dt) {
-    case DT_BF16: ((uint16_t*)p)[i] = bf16_from_f32(x); break;
-    case DT_FP16: ((uint16_t*)p)[i] = fp16_from_f32(x); break;
-    default: ((float*)p)[i] = x; break;
-    }
-}
-
-// The value st() would store, as fp32: used where a later computation must see the stored value.
-static inline float round_to(float x, DType dt) {
-    switch (dt) {
-    case DT_BF16: return f32_from_bf16(bf16_from_f32(x));
-    case DT_FP16: return f32_from_fp16(fp16_from_f32(x));
-    default: return x;
-    }
-}
 
 // n consecutive elements starting at element `off` into fp32.
 static inline void ld_row(float* dst, const void* src, size_t off, size_t n, DType dt) {

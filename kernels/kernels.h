@@ -51,6 +51,11 @@ void be_download(Backend* be, void* dst_host, const void* src, size_t bytes);   
 void be_copy(Backend* be, void* dst, const void* src, size_t bytes);
 void be_synchronize(Backend* be);                      // both streams
 size_t be_peak_bytes(const Backend* be);               // high-water mark of be_malloc'd bytes
+// Host memory the host computes on and the backend copies to and from (optimizer state kept on the host,
+// -offload): page-locked on the GPU (cudaMallocHost), so be_upload/be_download move it by DMA at full speed;
+// plain malloc on the CPU. Fails like be_malloc; not counted by be_peak_bytes. Free only with be_host_free.
+void* be_host_alloc(Backend* be, size_t bytes);
+void be_host_free(Backend* be, void* p);
 
 // ---------------------------------------------------------------------------------------------------
 // Precision helpers (host side; the same rounding the kernels use when they store).

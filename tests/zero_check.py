@@ -28,7 +28,11 @@ def expected_memory(lay):
         grads = P * x + (0 if whole else state * x) + norm_acc
     else:
         grads = 4 * state + 4 * (max(U) // N) + 2 * block * x + emb * x + norm_acc
-    return {"params": params, "grads": grads, "master": 0 if alias else 4 * state, "optimizer": 8 * state, "comm": 0}
+    if lay.get("offload"):  # master and Adam on the host (never aliased there), plus the optimizer's staging
+        stage = min(state, 1 << 20) * (4 + x)
+        return {"params": params, "grads": grads, "master": 0, "optimizer": 0, "comm": 0, "host_state": 12 * state + stage}
+    return {"params": params, "grads": grads, "master": 0 if alias else 4 * state, "optimizer": 8 * state, "comm": 0,
+            "host_state": 0}
 
 
 def expected_comm(lay):

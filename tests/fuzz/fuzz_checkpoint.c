@@ -1,8 +1,8 @@
 // fuzz_checkpoint.c: checkpoint directories through checkpoint_load (manifest, model file, state files).
 //
-// Input: one parameter byte (ZeRO stage in bits 0-1, run dtype in the rest), then the directory's files
-// separated by "FILE": manifest.json, model.bin, state_rank0.bin, state_rank1.bin, state_rank2.bin (a
-// manifest may claim any number of ranks; missing files must be reported, not crash). One rank on the
+// Input: one parameter byte (ZeRO stage in bits 0-1, run dtype in bits 2-6, -offload in bit 7), then the
+// directory's files separated by "FILE": manifest.json, model.bin, state_rank0.bin, state_rank1.bin,
+// state_rank2.bin (a manifest may claim any number of ranks; missing files must be reported, not crash). One rank on the
 // CPU backend (no Comm), a fixed tiny model so inputs stay a few KiB; the model and state are read
 // back afterwards so every byte the loader placed is touched under ASan.
 #include "harness.h"
@@ -23,8 +23,9 @@ int main(int argc, char** argv) {
     size_t n;
     Harness* h = harness_begin(argc, argv, 1, &in, &n);
     if (n < 1) return 0;
-    int stage = in[0] & 3;
-    DType dt = (DType)((in[0] >> 2) % 3);
+    ZeroCaps caps = zero_caps(in[0] & 3);
+    caps.state_on_host = in[0] >> 7;   // master, m, v in host memory: the loader must memcpy, not upload
+    DType dt = (DType)(((in[0] >> 2) & 31) % 3);
     const unsigned char* part[NFILES];
     size_t len[NFILES];
     int parts = harness_split(in + 1, n - 1, "FILE", NFILES, part, len);
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
     layout_build(lay, &shape, layout_pad_multiple(1));
     Backend* be = backend_create(0);
     MemLedger mem = {{0}};
-    Zero* z = zero_create(be, &mem, lay, zero_caps(stage), NULL, NULL, dt);
+    Zero* z = zero_create(be, &mem, lay, caps, NULL, NULL, dt);
     ModelState ms = zero_model_state(z);
     CheckpointInfo info = {0};
     checkpoint_load(&ms, be, harness_dir(h), &info);

@@ -142,14 +142,14 @@ def main():
         "bad_truncated": tokenizer_file(rng, 20)[:-1],
         "bad_eot": tokenizer_file(rng, 20, eot=20),
     }
-    # Checkpoints: a parameter byte (stage | dtype << 2), then the files separated by "FILE".
+    # Checkpoints: a parameter byte (stage | dtype << 2 | offload << 7), then the files separated by "FILE".
     s = FIXED
     _, total = canonical_tensors(s)
     ck = {}
-    for name, stage, dt, dp in [("fp32_z0", 0, 0, 1), ("bf16_z2", 2, 1, 1), ("fp32_z3_from_two_ranks", 3, 0, 2),
-                                ("fp16_z1", 1, 2, 1)]:
+    for name, stage, dt, dp, offload in [("fp32_z0", 0, 0, 1, 0), ("bf16_z2", 2, 1, 1, 0), ("fp32_z3_from_two_ranks", 3, 0, 2, 0),
+                                         ("fp16_z1", 1, 2, 1, 0), ("fp32_z1_offload", 1, 0, 2, 1), ("bf16_z3_offload", 3, 1, 1, 1)]:
         files = [manifest(s, dp, stage, dt), model_file(s, rng)] + [state_file(s, rng, dt, r, dp, stage) for r in range(dp)]
-        ck["valid_" + name] = bytes([stage | dt << 2]) + b"FILE".join(files)
+        ck["valid_" + name] = bytes([stage | dt << 2 | offload << 7]) + b"FILE".join(files)
     good = [manifest(s, 1, 0, 0), model_file(s, rng), state_file(s, rng, 0, 0, 1, 0)]
     ck["bad_missing_rank"] = bytes([0]) + b"FILE".join([manifest(s, 2, 0, 0)] + good[1:])
     ck["bad_dtype"] = bytes([1 << 2]) + b"FILE".join(good)

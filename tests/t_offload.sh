@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# -offload 1 keeps each rank's fp32 master and Adam m, v in host memory and runs AdamW there (adamw_host, the
+# CPU twin's own code). On the CPU build it must change nothing but where the bytes are: the same losses and
+# norms, and the same final model.bin and state files bit for bit, for every -z on 1 and 2 ranks, with a
+# pipeline, recompute, bf16 and fp16; checkpoints written with it resume without it and the other way round;
+# the memory record and --estimate move exactly the master and Adam bytes to host_state.
+source "$(dirname "$0")/lib.sh"
+cd "$(dirname "$0")/.."
+$PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 512 --seed 5 >/dev/null || t_fail shard "make_shard failed"
+base=(-e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -v 0 -s 0 -l 1e-3 -u 2 -c 0.1 -sh 1)
+have_mpi=0
+mpi_available && have_mpi=1
+fields() { grep -o '"step": [0-9]*, "loss": [^,]*, "lr": [^,]*, "grad_norm": [^,]*' "$1"; }
+
+train() {   # ranks, out dir, flags...
+    local np=$1 out=$2; shift 2
+    if [ "$np" -gt 1 ]; then "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${base[@]}" "$@" -o "$out" > "$out.txt" 2>&1
+    else ./train_gpt_cpu "${base[@]}" "$@" -o "$out" > "$out.txt" 2>&1; fi
+}
+
+# Same log fields and same checkpoint files (model.bin, every state file) at step STEP.
+same_run() {   # name, dir a, dir b, step
+    local a=$2 b=$3 ck=ckpt_$(printf %06d "$4") bad=""
+    [ -n "$(fields "$a/log.jsonl")" ] || bad="no steps in $a/log.jsonl"
+    [ -z "$bad" ] && ! diff <(fields "$a/log.jsonl") <(fields "$b/log.jsonl") > /dev/null && bad="losses or norms differ"
+    for f in "$a/$ck"/model.bin "$a/$ck"/state_rank*.bin; do
+        [ -z "$bad" ] && { [ -s "$f" ] || bad="$f missing"; }
+        [ -z "$bad" ] && ! cmp -s "$f" "$b/$ck/$(basename "$f")" && bad="$(basename "$f") differs"
+    done
+    if [ -z "$bad" ]; then t_ok "$1"; else t_fail "$1" "$bad"; fi
+}
+
+pair() {   # name, ranks, flags...: offload off vs on over 6 steps
+    local name=$1 np=$2; shift 2
+    if [ "$np" -gt 1 ] && [ $have_mpi = 0 ]; then echo "skip $name: no MPI"; return; fi
+    train "$np" "$TMP/${name}_off" -x 6 "$@" || { t_fail "$name" "offload 0 run failed: $(tail -1 "$TMP/${name}_off.txt")"; return; }
+    train "$np" "$TMP/${name}_on" -x 6 -offload 1 "$@" || { t_fail "$name" "offload 1 run failed: $(tail -1 "$TMP/${name}_on.txt")"; return; }
+    same_run "$name" "$TMP/${name}_off" "$TMP/${name}_on" 6
+}
+
+for z in 0 1 2 3; do
+    pair "offload_np1_z$z" 1 -z $z
+    pair "offload_np2_z$z" 2 -z $z
+done
+pair offload_np2_pp2_z1 2 -pp 2 -z 1 -ga 2
+pair offload_np2_z2_r3 2 -z 2 -r 3
+pair offload_np2_z1_bf16 2 -z 1 -p bf16
+pair offload_np2_z3_bf16 2 -z 3 -p bf16
+pair offload_np1_z0_fp16 1 -p fp16
+pair offload_np2_z2_fp16 2 -z 2 -p fp16
+# The run must learn for the comparison to mean anything: its losses change from step to step.
+t_check offload_losses_vary "[ \$(fields $TMP/offload_np1_z0_on/log.jsonl | cut -d, -f2 | sort -u | wc -l) -ge 6 ]"
+
+# Each rank's memory record: what zero_check.py's table says, host_state included.
+if [ $have_mpi = 1 ]; then
+    train 2 "$TMP/zc" -x 1 -z 1 -p bf16 -offload 1 || t_fail offload_zero_check "run failed"
+    $PYTHON tests/zero_check.py offload_np2_z1_bf16 "$TMP/zc/log.jsonl" | grep -v _comm || FAILED=1
+fi
+
+# Cross-resume: a checkpoint at step 3 of a run without offload, resumed with it, ends as the straight run
+# does (and the other way round).
+cross() {   # name, offload of the first half, of the second; flags...
+    local name=$1 first=$2 second=$3; shift 3
+    train 1 "$TMP/${name}_straight" -x 6 "$@" || { t_fail "$name" "straight run failed"; return; }
+    train 1 "$TMP/$name" -x 6 -n 3 -offload "$first" "$@" || { t_fail "$name" "first half failed"; return; }
+    rm -rf "$TMP/$name/ckpt_000006"
+    train 1 "$TMP/$name" -x 6 -y 1 -offload "$second" "$@" || { t_fail "$name" "resume failed: $(tail -1 "$TMP/$name.txt")"; return; }
+    grep -q 'resumed from .*ckpt_000003 at step 3' "$TMP/$name.txt" || { t_fail "$name" "did not resume at step 3"; return; }
+    same_run "$name" "$TMP/${name}_straight" "$TMP/$name" 6
+}
+cross offload_resume_off_to_on_bf16 0 1 -p bf16
+cross offload_resume_on_to_off_bf16 1 0 -p bf16
+cross offload_resume_on_to_off_fp32_z1 1 0 -z 1
+
+# --estimate: -offload 1 moves the master and Adam bytes (those of the plan without it) into host_state, next
+# to the staging buffer (min(state, 2^20) elements of a gradient, 4 bytes at most, and a working value);
+# the backend's bytes drop by exactly the bytes moved.
+estimate_moves() {   # name, ranks, bytes per value of -p, flags...
+    local name=$1 np=$2 x=$3; shift 3
+    ./train_gpt_cpu "${base[@]}" -x 1 "$@" --estimate -w "$np" > "$TMP/$name.off" 2>&1 || { t_fail "$name" "--estimate failed"; return; }
+    ./train_gpt_cpu "${base[@]}" -x 1 "$@" -offload 1 --estimate -w "$np" > "$TMP/$name.on" 2>&1 || { t_fail "$name" "--estimate -offload 1 failed"; return; }
+    $PYTHON - "$name" "$TMP/$name.off" "$TMP/$name.on" "$x" <<'PY'
+import json, sys
+name, x = sys.argv[1], int(sys.argv[4])
+off, on = [json.loads(next(l for l in open(p) if l.startswith("plan: "))[6:]) for p in sys.argv[2:4]]
+device = lambda m: sum(v for k, v in m.items() if k != "host_state")
+moved = off["master"] + off["optimizer"]
+state = off["optimizer"] // 8
+bad = []
+if off["host_state"] != 0: bad.append("host_state %d without -offload" % off["host_state"])
+if on["master"] or on["optimizer"]: bad.append("device master %d, optimizer %d with -offload" % (on["master"], on["optimizer"]))
+if device(off) - device(on) != moved: bad.append("device bytes dropped by %d, moved %d" % (device(off) - device(on), moved))
+# fp32 master weights aliased the parameters on the device; on the host they are a buffer of their own.
+master = moved - 8 * state if off["master"] else 4 * state
+stage = min(state, 1 << 20) * (4 + x)
+if on["host_state"] != 8 * state + master + stage: bad.append("host_state %d, expected %d" % (on["host_state"], 8 * state + master + stage))
+print("ok %s" % name if not bad else "FAIL %s: %s" % (name, "; ".join(bad)))
+PY
+}
+estimate_moves offload_estimate_np2_z1_bf16 2 2 -z 1 -p bf16
+estimate_moves offload_estimate_np1_z0_fp32 1 4
+estimate_moves offload_estimate_np4_z3_bf16 4 2 -z 3 -p bf16
+estimate_moves offload_estimate_np4_pp2_z2_fp16 4 2 -pp 2 -z 2 -p fp16
+./train_gpt_cpu "${base[@]}" -x 1 -z 1 -p bf16 -offload 1 --estimate -w 2 > "$TMP/est.txt" 2>&1
+t_check offload_estimate_prints_host "grep -q '^  host total' '$TMP/est.txt' && grep -q '^host GiB per rank' '$TMP/est.txt'"
+t_finish
