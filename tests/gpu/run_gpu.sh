@@ -2,7 +2,8 @@
 # `make test-gpu`: everything a GPU lease must check, in one command. Sections:
 #   1. every kernel (forward and backward) against its CPU twin, fp32/bf16/fp16 (check_kernels.sh)
 #   2. full training steps of a small model: train_gpt vs train_gpt_cpu from the same model file and data
-#      (fp32: losses, grad norms and step-0 gradients per tensor; bf16: losses within bf16 tolerance)
+#      (fp32: losses, grad norms and step-0 gradients per tensor; bf16: losses within bf16 tolerance), and
+#      -offload 1 against the device-side optimizer
 #   3. 2 and 4 ranks on the one GPU through the MPI backend under -z 0..3 (and -z 2, 3 poisoned, see
 #      comm.h's GPT_COMM_POISON), 1F1B pipelines (-pp 2 and 4, with data parallelism, ZeRO and recompute;
 #      bf16 with the tied-copy check), and -r 1..3, against one rank;
@@ -57,6 +58,13 @@ check step_fp32_losses_vs_cpu log fp32_loss "$W/gpu32/log.jsonl" "$W/cpu/log.jso
 check step_fp32_norms_vs_cpu log fp32_norm "$W/gpu32/log.jsonl" "$W/cpu/log.jsonl" --steps 6 --tol 1e-3 --key grad_norm
 check step_fp32_grads_vs_cpu grads fp32_grads "$W/gpu32/grads0.f32" "$W/cpu/grads0.f32" "$MODEL" --tol 1e-4
 check step_bf16_losses_vs_cpu log bf16_loss "$W/gpu16/log.jsonl" "$W/cpu/log.jsonl" --steps 6 --tol 2e-2
+# ZeRO-Offload (-offload 1): master and Adam state in pinned host memory, AdamW on the host (adamw_host) instead
+# of the CUDA kernel, gradients down and parameters up through the staging buffer. Same math, so the losses
+# follow the device-side runs to rounding (the CUDA kernel and the host loop may contract differently).
+$GPU "${flags[@]}" -p fp32 -offload 1 -o "$W/off32" > "$W/off32.txt" 2>&1 || record offload_fp32_run FAIL "$(grep -m1 error "$W/off32.txt")"
+$GPU "${flags[@]}" -p bf16 -offload 1 -o "$W/off16" > "$W/off16.txt" 2>&1 || record offload_bf16_run FAIL "$(grep -m1 error "$W/off16.txt")"
+check offload_fp32_vs_device log off32 "$W/off32/log.jsonl" "$W/gpu32/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
+check offload_bf16_vs_device log off16 "$W/off16/log.jsonl" "$W/gpu16/log.jsonl" --steps 6 --tol 2e-2
 
 # 3. ranks on one GPU (MPI backend, staging through the host) and recompute levels, fp32, against the
 #    single-rank GPU run of the same global batch
