@@ -150,6 +150,21 @@ static void plan_zero_states(MemLedger* mem, const ParamLayout* lay, int zero, i
     zero_plan(mem, lay, caps_of(zero, offload), dp, dt);
 }
 
+// -offload: the state this rank keeps on the host, planned before it is allocated, against its share of the
+// host's available memory (the ranks of one host split it evenly), so a model too large for the host is
+// one clear error instead of the kernel's OOM killer mid-allocation.
+static void check_host_memory(const Trainer* tr) {
+    if (!tr->cfg.offload) return;
+    MemLedger plan = {{0}};
+    plan_zero_states(&plan, tr->layout, tr->cfg.zero_stage, 1, tr->grid.dp, tr->cfg.precision);
+    size_t need = mem_host_total(&plan), avail = host_memory_available();
+    int local = comm_local_size(tr->world);
+    if (avail > 0 && need > avail / (size_t)local)
+        fail("-offload 1: this rank's host state needs %.2f GiB, but the host has %.2f GiB available for its %d rank%s "
+             "(%.2f GiB each); use more ranks or hosts, a higher -z, or a smaller model", (double)need / (1 << 30),
+             (double)avail / (1 << 30), local, local > 1 ? "s" : "", (double)avail / (1 << 30) / local);
+}
+
 static void open_tokenizer(Trainer* tr) {
     char path[PATH_MAX];
     if (tr->cfg.tokenizer) {
@@ -290,6 +305,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     const Grid* g = &tr->grid;
     tr->layout = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     pipeline_stage_layout(tr->layout, &tr->plan, &shape, g->dp, g->stage);
+    check_host_memory(tr);
     tr->zero = zero_create(tr->be, &tr->mem, tr->layout, caps_of(cfg->zero_stage, cfg->offload), g->dp_group, g->tied, cfg->precision);
     tr->model_states = zero_model_state(tr->zero);
     gpt_create(&tr->gpt, tr->be, &tr->mem, tr->layout, zero_param_store(tr->zero), cfg->precision, cfg->B, cfg->T, cfg->recompute,

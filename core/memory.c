@@ -1,7 +1,11 @@
 // memory.c: see memory.h.
 #include "memory.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "base/common.h"
 
 static const char* const CATEGORY_NAMES[NUM_MEM_CATEGORIES] = {
     "params", "grads", "master", "optimizer", "activations", "comm", "host_state"};
@@ -35,3 +39,20 @@ static size_t sum_where(const MemLedger* ledger, int on_host) {
 
 size_t mem_total(const MemLedger* ledger) { return sum_where(ledger, 0); }
 size_t mem_host_total(const MemLedger* ledger) { return sum_where(ledger, 1); }
+
+size_t host_memory_available(void) {
+    const char* forced = getenv("GPT_HOST_MEM_AVAILABLE");
+    if (forced && *forced) {
+        char* end;
+        unsigned long long v = strtoull(forced, &end, 10);
+        if (*end || forced[0] == '-') fail("GPT_HOST_MEM_AVAILABLE=%s: expected a byte count", forced);
+        return (size_t)v;
+    }
+    FILE* f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof(line), f) && sscanf(line, "MemAvailable: %llu kB", &kib) != 1) {}
+    fclose(f);
+    return (size_t)kib * 1024;
+}

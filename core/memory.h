@@ -32,3 +32,6 @@ int mem_category_on_host(MemCategory c);
 // Bytes of backend memory (every category but the host ones), and of host memory.
 size_t mem_total(const MemLedger* ledger);
 size_t mem_host_total(const MemLedger* ledger);
+// The host memory a new allocation can get without swapping: MemAvailable of /proc/meminfo, or the value of
+// GPT_HOST_MEM_AVAILABLE (bytes; the tests' way to play a small host). 0 when neither can be read.
+size_t host_memory_available(void);

@@ -103,4 +103,14 @@ estimate_moves offload_estimate_np4_z3_bf16 4 2 -z 3 -p bf16
 estimate_moves offload_estimate_np4_pp2_z2_fp16 4 2 -pp 2 -z 2 -p fp16
 ./train_gpt_cpu "${base[@]}" -x 1 -z 1 -p bf16 -offload 1 --estimate -w 2 > "$TMP/est.txt" 2>&1
 t_check offload_estimate_prints_host "grep -q '^  host total' '$TMP/est.txt' && grep -q '^host GiB per rank' '$TMP/est.txt'"
+
+# The host's memory is checked before the state is allocated: one line, not the OOM killer. The host this
+# test plays has 1 MB available (GPT_HOST_MEM_AVAILABLE); the model's state needs several.
+GPT_HOST_MEM_AVAILABLE=1000000 ./train_gpt_cpu "${base[@]}" -x 1 -offload 1 > /dev/null 2> "$TMP/host.err"
+rc=$?
+t_check offload_host_memory_checked "[ $rc -eq 1 ] && [ \$(wc -l < $TMP/host.err) -eq 1 ] && grep -q '^error: -offload 1: this rank.s host state needs .* GiB, but the host has' $TMP/host.err"
+GPT_HOST_MEM_AVAILABLE=1000000 ./train_gpt_cpu "${base[@]}" -x 1 > /dev/null 2>&1
+t_check offload_host_check_only_with_offload "[ $? -eq 0 ]"
+GPT_HOST_MEM_AVAILABLE=100000000000 ./train_gpt_cpu "${base[@]}" -x 1 -offload 1 > /dev/null 2>&1
+t_check offload_host_memory_enough_runs "[ $? -eq 0 ]"
 t_finish
