@@ -8,12 +8,14 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 GPU_ARCHS ?= 80 90
 WARN      := -Wall -Wextra -Werror -Wno-unused-parameter
 CFLAGS    ?= -O3 -march=native
-CFLAGS    += $(WARN) -std=gnu11 -fopenmp -I. -Icore -MMD -MP
+CFLAGS    += $(WARN) -std=gnu11 -fopenmp -fno-math-errno -I. -Icore -MMD -MP
 LDLIBS    := -lm -fopenmp
 NVFLAGS   := -O3 -std=c++17 --expt-relaxed-constexpr -I. -Icore $(foreach a,$(GPU_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
              -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -Werror all-warnings -MMD -MP
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lcudart
 
+# -fno-math-errno: nothing reads errno after a math call, and without it sqrtf cannot vectorize (the
+# host AdamW, kernels/adamw_host.h); results are the same, correctly rounded either way.
 # MPI (the comm layer, core/comm.h): with OpenMPI's mpicc on PATH, core/comm_mpi.c is compiled with its
 # flags and every program links libmpi; without it, core/comm_single.c, a world of one rank that refuses a
 # multi-rank launch. MPI=0|1 overrides the detection. nvcc takes -L/-l itself, other linker flags through
@@ -74,7 +76,7 @@ CORE_CUDA_OBJ := $(CORE_SRC:%.c=$(B)/cuda/%.o) $(NCCL_OBJ)
 CPU_BACKEND   := $(CPU_KERNELS:%.c=$(B)/cpu/%.o)
 CUDA_BACKEND  := $(B)/cuda/kernels/backend_cuda.o
 
-.PHONY: all train_gpt_cpu test test-gpu bench run clean tests-bin
+.PHONY: all train_gpt_cpu test test-gpu bench bench-cpu run clean tests-bin
 all: train_gpt_cpu
 
 # make does not track flags: a stamp per NCCL setting rebuilds the one object whose flags it changes.
@@ -128,6 +130,13 @@ test-gpu: train_gpt train_gpt_cpu $(B)/kernel_check_cpu $(B)/kernel_check_gpu $(
 
 bench: train_gpt
 	@bash scripts/bench.sh
+
+# `make bench-cpu`: -offload's host AdamW against the bandwidth floor and PyTorch's CPU AdamW (scripts/bench_cpu.sh).
+$(B)/bench_adamw: bench/bench_adamw.c base/common.c kernels/adamw_host.h kernels/host_elem.h kernels/dtype.h
+	@mkdir -p $(B)
+	$(CC) $(CFLAGS) -o $@ bench/bench_adamw.c base/common.c $(LDLIBS)
+bench-cpu: $(B)/bench_adamw
+	@bash scripts/bench_cpu.sh
 
 # `make run`: the quick start. Prepares the default corpus if missing, then trains a small model on it.
 run: train_gpt_cpu
