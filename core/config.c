@@ -65,6 +65,8 @@ void config_usage(const char* prog) {
            "  --estimate print each rank's memory per category (and a table across ZeRO stages and world sizes)\n"
            "            for these flags without allocating anything, then exit\n"
            "  -w N      world size for --estimate (default: the ranks it is launched on)\n"
+           "  -gpu-mem G, -host-mem G  with --estimate: also the largest GPT-2/GPT-3 shape whose states and\n"
+           "            activations fit G GiB of device (and host) memory per rank, for each ZeRO stage, -offload and -r\n"
            "testing\n"
            "  -dump DIR write step 0's logits and gradients (fp32) for comparison with scripts/reference.py\n"
            "  -h        this help\n",
@@ -148,6 +150,8 @@ static void parse_one(Config* c, const char* f, const char* v) {
     else if (!strcmp(f, "-r")) c->recompute = (int)parse_int(f, v, 0, 3);
     else if (!strcmp(f, "-offload")) c->offload = (int)parse_int(f, v, 0, 1);
     else if (!strcmp(f, "-w")) c->plan_ranks = (int)parse_int(f, v, 1, 1 << 20);
+    else if (!strcmp(f, "-gpu-mem")) c->gpu_mem_gib = parse_float(f, v, 0.001, 1e6);
+    else if (!strcmp(f, "-host-mem")) c->host_mem_gib = parse_float(f, v, 0.001, 1e6);
     else if (!strcmp(f, "-k")) {
         if (!strcmp(v, "cosine")) c->schedule = LR_COSINE;
         else if (!strcmp(v, "linear")) c->schedule = LR_LINEAR;
@@ -188,6 +192,8 @@ void config_parse(Config* c, int argc, char** argv) {
     }
     if (c->resume && !c->out_dir) fail("-y %d needs -o DIR to resume from", c->resume);
     if (c->start_over && !c->out_dir) fail("-ow 1 needs -o DIR to start over in");
+    if ((c->gpu_mem_gib > 0 || c->host_mem_gib > 0) && !c->estimate) fail("-gpu-mem and -host-mem plan with --estimate only");
+    if (c->host_mem_gib > 0 && !(c->gpu_mem_gib > 0)) fail("-host-mem needs -gpu-mem (the table is per device budget)");
     if (c->start_over && c->resume) fail("-ow 1 (start over) and -y %d (resume) contradict each other", c->resume);
 }
 

@@ -53,6 +53,8 @@ typedef struct {
     // planning
     int estimate;                // --estimate: print the memory plan and exit
     int plan_ranks;              // -w: world size to plan for (default: the launched world)
+    float gpu_mem_gib;           // -gpu-mem: device memory per rank for --estimate's largest-model table (0: none)
+    float host_mem_gib;          // -host-mem: host memory per rank for that table (0: unlimited)
 } Config;
 
 // Parses argv into cfg. Prints usage and exits 0 on -h.

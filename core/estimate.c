@@ -76,6 +76,52 @@ static void print_json(const char* prefix, const MemLedger* m) {
     printf("}");
 }
 
+// The GPT-2 and GPT-3 shapes, smallest first: what "the largest model that fits" is chosen from.
+static const char* const LADDER[][2] = {
+    {"124M", "L12C768H12"},  {"350M", "L24C1024H16"}, {"774M", "L36C1280H20"},  {"1.6B", "L48C1600H25"},
+    {"2.7B", "L32C2560H32"}, {"6.7B", "L32C4096H32"}, {"13B", "L40C5120H40"},   {"30B", "L48C7168H56"},
+    {"65B", "L80C8192H64"},  {"175B", "L96C12288H96"},
+};
+#define LADDER_SIZE (int)(sizeof(LADDER) / sizeof(LADDER[0]))
+
+// Whether every stage of shape s fits the budgets under ZeRO stage zero, offload and recompute level r.
+static int fits(StatePlanner states, const Config* cfg, const GPTShape* s, int ranks, int zero, int offload, int r) {
+    if (s->L < cfg->pipeline_stages) return 0;
+    Config c = *cfg;
+    c.offload = offload;
+    PipelinePlan plan;
+    pipeline_plan(&plan, s, cfg->pipeline_stages, ranks, cfg->T, cfg->grad_accum);
+    double gpu = cfg->gpu_mem_gib * (double)(1ull << 30), host = cfg->host_mem_gib * (double)(1ull << 30);
+    int dp = ranks / plan.stages;
+    return (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, DEVICE_TOTAL) <= gpu &&
+           (host <= 0.0 || (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, HOST_TOTAL) <= host);
+}
+
+// -gpu-mem (-host-mem): per ZeRO stage and -offload, per -r, the largest shape of LADDER that fits.
+static void print_capacity(StatePlanner states, const Config* cfg, int ranks) {
+    char host[64] = "";
+    if (cfg->host_mem_gib > 0) snprintf(host, sizeof(host), " and -host-mem %g GiB", cfg->host_mem_gib);
+    printf("\nlargest GPT shape per rank within -gpu-mem %g GiB%s (%d rank%s, -pp %d, b=%d t=%d, %s):\n  ZeRO  offload",
+           cfg->gpu_mem_gib, host, ranks, ranks > 1 ? "s" : "", cfg->pipeline_stages, cfg->B, cfg->T, dtype_name(cfg->precision));
+    for (int r = 0; r <= 3; r++) printf("      -r %d", r);
+    printf("\n");
+    for (int zero = 0; zero < 4; zero++)
+        for (int offload = 0; offload <= 1; offload++) {
+            printf("  %4d  %7d", zero, offload);
+            for (int r = 0; r <= 3; r++) {
+                const char* best = "-";
+                for (int i = 0; i < LADDER_SIZE; i++) {
+                    char spec[64];
+                    GPTShape s;
+                    snprintf(spec, sizeof(spec), "%sT%d", LADDER[i][1], cfg->T > 1024 ? cfg->T : 1024);
+                    if (shape_from_spec(spec, &s) && fits(states, cfg, &s, ranks, zero, offload, r)) best = LADDER[i][0];
+                }
+                printf(" %9s", best);
+            }
+            printf("\n");
+        }
+}
+
 void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks) {
     int P = plan->stages, dp = ranks / P;
     MemLedger* plans = (MemLedger*)xmalloc((size_t)P * sizeof(MemLedger));   // one per pipeline stage
@@ -110,5 +156,6 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
         for (int st = 0; st < P; st++) print_json(st ? ", " : "", &plans[st]);
         printf("]\n");
     }
+    if (cfg->gpu_mem_gib > 0) print_capacity(states, cfg, ranks);
     free(plans);
 }
