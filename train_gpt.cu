@@ -20,6 +20,7 @@
 #include "core/config.h"
 #include "core/dataloader.h"
 #include "core/estimate.h"
+#include "core/fs.h"
 #include "core/gpt.h"
 #include "core/grid.h"
 #include "core/logger.h"
@@ -226,7 +227,9 @@ static void load_or_init_model(Trainer* tr) {
         resume_from(tr, dir);
         return;
     }
-    if (tr->cfg.resume && is_root(tr)) printf("no checkpoint in %s: starting at step 0\n", tr->cfg.out_dir);
+    char log[PATH_MAX];   // say so where an earlier run's log is about to be replaced, not on a first run
+    if (tr->cfg.resume && is_root(tr) && (path_join(log, sizeof(log), tr->cfg.out_dir, "log.jsonl"), path_exists(log)))
+        printf("no checkpoint in %s: starting at step 0\n", tr->cfg.out_dir);
     int from_spec = shape_from_spec(tr->cfg.model, &(GPTShape){0});
     float* flat = from_spec ? model_init(tr->layout, tr->cfg.seed) : model_file_read(tr->layout, tr->cfg.model);
     zero_set_from_host(tr->zero, tr->be, flat);

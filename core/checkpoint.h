@@ -54,7 +54,7 @@ int checkpoint_inspect(const char* dir, const GPTShape* shape, CheckpointInfo* i
 // out_dir has no checkpoint at all. Damaged newer ones are skipped with a warning (when verbose); when
 // every one is damaged, or one holds a model of another shape, a one-line error.
 int checkpoint_find(const char* out_dir, const GPTShape* shape, char* path, size_t path_size, int verbose);
-// Restores parameters, master weights and Adam state from dir (checkpoint_inspect first: a problem is a
-// one-line error), whatever topology and ZeRO stage wrote it: each rank reads every state file and keeps
-// what it owns, seeking past other stages' spans. Fills info.
-void checkpoint_load(const ModelState* ms, Backend* be, const char* dir, CheckpointInfo* info);
+// Restores parameters, master weights and Adam state from dir, which passed checkpoint_inspect (info is
+// what it filled: nothing is checked twice), whatever topology and ZeRO stage wrote it: each rank reads every
+// state file and keeps what it owns, seeking past other stages' spans.
+void checkpoint_load(const ModelState* ms, Backend* be, const char* dir, const CheckpointInfo* info);

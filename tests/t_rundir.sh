@@ -135,6 +135,12 @@ PY
     t_check intact_two_rank_checkpoint_resumes "grep -q 'already reached step 2' $TMP/two_ok.txt"
 fi
 
+# -y 1 with no checkpoint starts at step 0; it says so only where an earlier run's log is replaced.
+run -x 1 -o "$TMP/y1" -y 1 > "$TMP/y1a.txt" 2>&1
+rm -rf "$TMP/y1"/ckpt_*
+run -x 1 -o "$TMP/y1" -y 1 > "$TMP/y1b.txt" 2>&1
+t_check y1_without_checkpoint_says_so_once "! grep -q 'no checkpoint in' $TMP/y1a.txt && grep -q 'no checkpoint in .*: starting at step 0' $TMP/y1b.txt"
+
 # A FIFO in place of the log is refused, not waited on.
 run -x 2 -o "$TMP/fifo_log" > /dev/null 2>&1
 rm "$TMP/fifo_log/log.jsonl" && mkfifo "$TMP/fifo_log/log.jsonl"

@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdlib.h>
 
+#include "base/common.h"
 #include "core/checkpoint.h"
 #include "core/memory.h"
 #include "zero.h"
@@ -41,6 +42,8 @@ int main(int argc, char** argv) {
     Zero* z = zero_create(be, &mem, lay, caps, NULL, NULL, dt);
     ModelState ms = zero_model_state(z);
     CheckpointInfo info = {0};
+    char why[512];
+    if (!checkpoint_inspect(harness_dir(h), &lay->shape, &info, why, sizeof(why))) fail("checkpoint: %s", why);
     checkpoint_load(&ms, be, harness_dir(h), &info);
     if (info.ranks < 1 || info.ranks > parts - 2) harness_bug(h, "loaded %d state files of %d", info.ranks, parts - 2);
 
