@@ -139,12 +139,8 @@ static void resolve_batch(Config* cfg, const GPTShape* s, int ranks, int stages)
     }
 }
 
-// -z names what is sharded; -offload adds where the state lives.
-static ZeroCaps caps_of(int zero, int offload) {
-    ZeroCaps caps = zero_caps(zero);
-    caps.state_on_host = offload;
-    return caps;
-}
+// -z names what is sharded; -offload adds what of it lives on the host.
+static ZeroCaps caps_of(int zero, int offload) { return zero_offload(zero_caps(zero), offload); }
 
 // --estimate's planner for the model states: ZeRO's allocation code in counting mode.
 static void plan_zero_states(MemLedger* mem, const ParamLayout* lay, int zero, int offload, int dp, DType dt) {
@@ -157,12 +153,12 @@ static void plan_zero_states(MemLedger* mem, const ParamLayout* lay, int zero, i
 static void check_host_memory(const Trainer* tr) {
     if (!tr->cfg.offload) return;
     MemLedger plan = {{0}};
-    plan_zero_states(&plan, tr->layout, tr->cfg.zero_stage, 1, tr->grid.dp, tr->cfg.precision);
+    plan_zero_states(&plan, tr->layout, tr->cfg.zero_stage, tr->cfg.offload, tr->grid.dp, tr->cfg.precision);
     size_t need = mem_host_total(&plan), avail = host_memory_available();
     int local = comm_local_size(tr->world);
     if (avail > 0 && need > avail / (size_t)local)
-        fail("-offload 1: this rank's host state needs %.2f GiB, but the host has %.2f GiB available for its %d rank%s "
-             "(%.2f GiB each); use more ranks or hosts, a higher -z, or a smaller model", (double)need / (1 << 30),
+        fail("-offload %d: this rank's host state needs %.2f GiB, but the host has %.2f GiB available for its %d rank%s "
+             "(%.2f GiB each); use more ranks or hosts, a higher -z, or a smaller model", tr->cfg.offload, (double)need / (1 << 30),
              (double)avail / (1 << 30), local, local > 1 ? "s" : "", (double)avail / (1 << 30) / local);
 }
 
@@ -254,6 +250,12 @@ static void open_data(Trainer* tr, const GPTShape* shape) {
     tr->targets = (int*)xmalloc((size_t)N * sizeof(int));
 }
 
+static const char* offload_text(const Config* cfg) {
+    if (cfg->offload == 0) return "";
+    if (cfg->offload == 1) return ", state on host";
+    return cfg->zero_stage == 3 ? ", state, gradient and parameter pieces on host" : ", state and gradient pieces on host";
+}
+
 static void print_setup(Trainer* tr, CommKind comm) {
     const Config* cfg = &tr->cfg;
     const GPTShape* s = &tr->layout->shape;
@@ -261,7 +263,7 @@ static void print_setup(Trainer* tr, CommKind comm) {
            "ZeRO-%d%s | %d thread%s per rank | b=%d t=%d ga=%d | %d steps\n",
            s->L, s->C, s->NH, s->V, s->maxT, shape_param_count(s), dtype_name(cfg->precision), backend_device_name(tr->be),
            tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), tr->grid.pp, tr->grid.pp > 1 ? "s" : "", tr->grid.dp,
-           tr->grid.dp > 1 ? "s" : "", cfg->zero_stage, cfg->offload ? ", state on host" : "", tr->threads,
+           tr->grid.dp > 1 ? "s" : "", cfg->zero_stage, offload_text(cfg), tr->threads,
            tr->threads > 1 ? "s" : "", cfg->B, cfg->T, cfg->grad_accum, tr->max_steps);
     const PipelinePlan* plan = &tr->plan;
     int P = plan->stages, m = plan->micro;

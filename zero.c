@@ -2,6 +2,7 @@
 #include "zero.h"
 
 #include "base/common.h"
+#include "kernels/host_elem.h"
 
 struct Zero {
     ZeroCaps caps;
@@ -12,7 +13,8 @@ struct Zero {
     const ParamLayout* lay;
     size_t piece_offset[MAX_UNITS];   // state index of each unit's piece (shard_state)
     size_t state_elems;  // elements of master / m / v held here: the layout's total, or the sum of the pieces
-    // Parameters: the full flat buffer, or this rank's pieces with shard_params; type dt.
+    // Parameters: the full flat buffer, or this rank's pieces with shard_params (host memory with
+    // params_on_host); type dt.
     void* params;
     float* master;       // (state_elems) fp32; aliases params where both have the same indexing and type
     float* adam_m;
@@ -20,8 +22,10 @@ struct Zero {
     // Gradients.
     void* grads;         // without shard_grads: full flat buffer (dt), accumulating over micro-steps
     void* grads_piece;   // shard_state without shard_grads: (state_elems) dt, the reduce-scattered gradient
-    float* grad_acc;     // shard_grads: (state_elems) fp32 accumulator
-    float* piece_f32;    // shard_grads: one piece converted to fp32 before it is added
+    float* grad_acc;     // shard_grads: (state_elems) fp32 accumulator; host memory with grads_on_host
+    float* piece_f32;    // shard_grads: one piece converted to fp32 before it is added (grads_on_host: the
+                         // tied embedding's piece, summed over the pair on the backend)
+    void* grad_landing;  // grads_on_host: one piece (dt) of host memory, where each reduced piece comes down
     void* grad_slot[2];  // shard_grads: rotating unit gradient buffers (dt), largest block unit
     int grad_slot_unit[2];
     void* emb_grads;     // shard_grads: unit 0's gradients (live from the LM head to the encoder)
@@ -49,8 +53,16 @@ struct Zero {
 
 ZeroCaps zero_caps(int stage) {
     if (stage < 0 || stage > 3) fail("internal: ZeRO stage %d (0..3)", stage);
-    ZeroCaps c = {stage >= 1, stage >= 2, stage >= 3, 0};
+    ZeroCaps c = {stage >= 1, stage >= 2, stage >= 3, 0, 0, 0};
     return c;
+}
+
+ZeroCaps zero_offload(ZeroCaps caps, int level) {
+    if (level < 0 || level > 2) fail("internal: offload level %d (0..2)", level);
+    caps.state_on_host = level >= 1;
+    caps.grads_on_host = level >= 2 && caps.shard_grads;
+    caps.params_on_host = level >= 2 && caps.shard_params;
+    return caps;
 }
 
 static size_t xs(const Zero* z) { return dtype_size(z->dt); }
@@ -96,7 +108,12 @@ static void allocate_grads(Zero* z, Backend* be, MemLedger* mem) {
     }
     size_t block = largest_block_unit(z->lay), max_piece = 0;
     for (int u = 0; u < z->lay->num_units; u++) max_piece = piece(z, u) > max_piece ? piece(z, u) : max_piece;
-    z->grad_acc = (float*)mem_alloc(be, mem, MEM_GRADS, z->state_elems * 4);
+    if (z->caps.grads_on_host) {
+        z->grad_acc = (float*)mem_alloc_host(be, mem, MEM_HOST_GRADS, z->state_elems * 4);
+        z->grad_landing = mem_alloc_host(be, mem, MEM_HOST_GRADS, max_piece * x);
+    } else {
+        z->grad_acc = (float*)mem_alloc(be, mem, MEM_GRADS, z->state_elems * 4);
+    }
     z->piece_f32 = (float*)mem_alloc(be, mem, MEM_GRADS, max_piece * 4);
     for (int s = 0; s < 2; s++) {
         z->grad_slot[s] = mem_alloc(be, mem, MEM_GRADS, block * x);
@@ -112,17 +129,26 @@ static void allocate_grads(Zero* z, Backend* be, MemLedger* mem) {
 // Master and Adam state: backend memory in category c, or host memory with state_on_host.
 static float* alloc_state(Zero* z, Backend* be, MemLedger* mem, MemCategory c) {
     size_t bytes = z->state_elems * 4;
-    return (float*)(z->caps.state_on_host ? mem_alloc_host(be, mem, bytes) : mem_alloc(be, mem, c, bytes));
+    return (float*)(z->caps.state_on_host ? mem_alloc_host(be, mem, MEM_HOST_STATE, bytes) : mem_alloc(be, mem, c, bytes));
 }
 
-static void free_state(Zero* z, Backend* be, void* p) {
-    if (z->caps.state_on_host) be_host_free(be, p);
+static void free_where(Backend* be, int on_host, void* p) {
+    if (!p) return;
+    if (on_host) be_host_free(be, p);
     else be_free(be, p);
+}
+
+// The optimizer's staging bytes per element (model_state.h): a gradient where it must come down, a working
+// value where it must go up.
+static size_t stage_elem_bytes(const Zero* z) {
+    if (!z->caps.state_on_host) return 0;
+    return (z->caps.grads_on_host ? 0 : 4) + (z->caps.params_on_host ? 0 : xs(z));
 }
 
 static void allocate_params(Zero* z, Backend* be, MemLedger* mem) {
     size_t x = xs(z);
-    z->params = mem_alloc(be, mem, MEM_PARAMS, (z->caps.shard_params ? z->state_elems : z->lay->total) * x);
+    if (z->caps.params_on_host) z->params = mem_alloc_host(be, mem, MEM_HOST_PARAMS, z->state_elems * x);
+    else z->params = mem_alloc(be, mem, MEM_PARAMS, (z->caps.shard_params ? z->state_elems : z->lay->total) * x);
     // fp32 parameters are their own master copy where both use the same indexing (both whole, both pieces,
     // or pieces that are the whole unit in its place) and the same memory (not with state_on_host).
     int same_indexing = z->caps.shard_params == z->caps.shard_state || pieces_are_whole(z);
@@ -130,9 +156,9 @@ static void allocate_params(Zero* z, Backend* be, MemLedger* mem) {
     z->master = alias ? (float*)z->params : alloc_state(z, be, mem, MEM_MASTER);
     z->adam_m = alloc_state(z, be, mem, MEM_OPTIMIZER);
     z->adam_v = alloc_state(z, be, mem, MEM_OPTIMIZER);
-    if (z->caps.state_on_host) {   // a gradient (at most fp32) and a working copy (dt) per staged element
+    if (stage_elem_bytes(z)) {
         z->host_stage_elems = z->state_elems < HOST_STAGE_ELEMS ? z->state_elems : HOST_STAGE_ELEMS;
-        z->host_stage = mem_alloc_host(be, mem, z->host_stage_elems * (4 + x));
+        z->host_stage = mem_alloc_host(be, mem, MEM_HOST_STATE, z->host_stage_elems * stage_elem_bytes(z));
     }
     if (!z->caps.shard_params) return;
     size_t block = largest_block_unit(z->lay);
@@ -149,6 +175,9 @@ static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* l
     if ((caps.shard_grads && !caps.shard_state) || (caps.shard_params && !caps.shard_grads))
         fail("internal: ZeRO capabilities out of order (state %d, gradients %d, parameters %d)", caps.shard_state,
              caps.shard_grads, caps.shard_params);
+    if ((caps.grads_on_host && !(caps.shard_grads && caps.state_on_host)) || (caps.params_on_host && !(caps.shard_params && caps.grads_on_host)))
+        fail("internal: offload without its sharding (gradients on host %d, parameters on host %d)", caps.grads_on_host,
+             caps.params_on_host);
     memset(z, 0, sizeof(*z));
     z->caps = caps;
     z->dp = dp;
@@ -186,14 +215,16 @@ static void settle(Zero* z, Backend* be);
 void zero_destroy(Zero* z, Backend* be) {
     settle(z, be);
     if (z->grads_piece == z->grads) z->grads_piece = NULL;   // an alias, not an allocation
-    void* owned[] = {z->params, z->grads, z->grads_piece, z->grad_acc, z->piece_f32, z->grad_slot[0], z->grad_slot[1],
-                     z->emb_grads, z->param_slot[0], z->param_slot[1], z->resident[0], z->resident[1], z->norm_acc};
-    for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++)
-        if (owned[i]) be_free(be, owned[i]);
-    free_state(z, be, z->adam_m);
-    free_state(z, be, z->adam_v);
-    if ((void*)z->master != z->params) free_state(z, be, z->master);
-    if (z->host_stage) be_host_free(be, z->host_stage);
+    void* owned[] = {z->grads, z->grads_piece, z->piece_f32, z->grad_slot[0], z->grad_slot[1], z->emb_grads,
+                     z->param_slot[0], z->param_slot[1], z->resident[0], z->resident[1], z->norm_acc};
+    for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++) free_where(be, 0, owned[i]);
+    free_where(be, z->caps.params_on_host, z->params);
+    free_where(be, z->caps.grads_on_host, z->grad_acc);
+    free_where(be, 1, z->grad_landing);
+    free_where(be, z->caps.state_on_host, z->adam_m);
+    free_where(be, z->caps.state_on_host, z->adam_v);
+    if ((void*)z->master != z->params) free_where(be, z->caps.state_on_host, z->master);
+    free_where(be, 1, z->host_stage);
     free(z);
 }
 
@@ -214,7 +245,9 @@ static CommHandle no_handle(void) { return (CommHandle){0, 0}; }
 // Starts the all-gather of unit u's parameters from every rank's piece into buf (the unit's padded size).
 static CommHandle gather_start(Zero* z, Backend* be, int u, void* buf) {
     size_t p = piece(z, u), x = xs(z);
-    be_copy(be, at(buf, (size_t)z->rank * p, x), at(z->params, z->piece_offset[u], x), p * x);
+    void* mine = at(buf, (size_t)z->rank * p, x);
+    if (z->caps.params_on_host) be_upload(be, mine, at(z->params, z->piece_offset[u], x), p * x);
+    else be_copy(be, mine, at(z->params, z->piece_offset[u], x), p * x);
     return z->size > 1 ? comm_allgather_start(z->dp, buf, p, z->dt) : no_handle();
 }
 
@@ -330,12 +363,19 @@ static CommHandle reduce_start(Zero* z, int u, void* buf) {
     return comm_reduce_scatter_sum_start(z->dp, at(buf, (size_t)z->rank * p, xs(z)), buf, p, z->dt);
 }
 
-// Waits for unit u's reduce-scatter of buf and adds this rank's piece into the fp32 accumulator.
+// Waits for unit u's reduce-scatter of buf and adds this rank's piece into the fp32 accumulator: on the
+// backend, or (grads_on_host) on the host after the piece came down, with the same fp32 additions.
 static void reduce_into_accumulator(Zero* z, Backend* be, int u, void* buf, CommHandle* h) {
     size_t p = piece(z, u);
     wait_for(z, h);
     float* acc = z->grad_acc + z->piece_offset[u];
-    convert(be, z->piece_f32, DT_FP32, at(buf, (size_t)z->rank * p, xs(z)), z->dt, p);
+    const void* mine = at(buf, (size_t)z->rank * p, xs(z));
+    if (z->caps.grads_on_host) {
+        be_download(be, z->grad_landing, mine, p * xs(z));
+        host_accumulate(acc, z->grad_landing, z->dt, p);
+        return;
+    }
+    convert(be, z->piece_f32, DT_FP32, mine, z->dt, p);
     residual_forward(be, DT_FP32, acc, acc, z->piece_f32, p);
 }
 
@@ -426,18 +466,31 @@ static void walk_grads_done(void* ctx, Backend* be, int u) {
 
 void zero_begin_step(Zero* z, Backend* be) {
     if (!z->caps.shard_grads) be_memset0(be, z->grads, z->lay->total * xs(z));
+    else if (z->caps.grads_on_host) memset(z->grad_acc, 0, z->state_elems * 4);
     else be_memset0(be, z->grad_acc, z->state_elems * 4);
 }
 
 // The embedding unit's reduced gradient (what the optimizer will read for it) and its mirror's have the
 // same layout, so one all-reduce over the tied pair sums the LM head's and the encoder's contributions.
-static void sum_tied_embedding(Zero* z) {
+// With grads_on_host the piece goes through the backend, where the collectives run.
+static void sum_tied_embedding(Zero* z, Backend* be) {
     int u = emb_unit(z);
     if (!z->tied || u < 0) return;
     DType dt;
     void* g = reduced_grads(z, &dt);
-    if (reduced_is_piece(z)) comm_allreduce_sum(z->tied, at(g, z->piece_offset[u], dtype_size(dt)), piece(z, u), dt);
-    else comm_allreduce_sum(z->tied, at(g, unit(z, u)->offset, dtype_size(dt)), unit(z, u)->padded, dt);
+    if (!reduced_is_piece(z)) {
+        comm_allreduce_sum(z->tied, at(g, unit(z, u)->offset, dtype_size(dt)), unit(z, u)->padded, dt);
+        return;
+    }
+    size_t p = piece(z, u);
+    float* mine = (float*)at(g, z->piece_offset[u], dtype_size(dt));
+    if (!z->caps.grads_on_host) {
+        comm_allreduce_sum(z->tied, mine, p, dt);
+        return;
+    }
+    be_upload(be, z->piece_f32, mine, p * 4);
+    comm_allreduce_sum(z->tied, z->piece_f32, p, DT_FP32);
+    be_download(be, mine, z->piece_f32, p * 4);
 }
 
 // Without shard_grads the walk only accumulated: the whole gradient is reduced now, all-reduced, or
@@ -459,7 +512,7 @@ static void reduce_at_boundary(Zero* z, Backend* be) {
 void zero_reduce_grads(Zero* z, Backend* be) {
     finish_all_grads(z, be);
     if (!z->caps.shard_grads) reduce_at_boundary(z, be);
-    sum_tied_embedding(z);
+    sum_tied_embedding(z, be);
 }
 
 // FNV-1a over the bytes of this rank's part of the embedding unit's parameters (working copy).
@@ -468,7 +521,8 @@ static uint64_t embedding_hash(Zero* z, Backend* be) {
     size_t x = xs(z), n = z->caps.shard_params ? piece(z, u) : unit(z, u)->padded;
     const void* src = at(z->params, z->caps.shard_params ? z->piece_offset[u] : unit(z, u)->offset, x);
     unsigned char* host = (unsigned char*)xmalloc(n * x);
-    be_download(be, host, src, n * x);
+    if (z->caps.params_on_host) memcpy(host, src, n * x);
+    else be_download(be, host, src, n * x);
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n * x; i++) h = (h ^ host[i]) * 1099511628211ull;
     free(host);
@@ -589,6 +643,10 @@ static void set_part(Zero* z, size_t begin, size_t end, size_t si, void* ctx) {
     else be_upload(c->be, z->master + si, c->flat + begin, n * 4);
     if ((void*)z->master == z->params) return;
     if (!z->caps.shard_params) return;   // whole parameters are set below
+    if (z->caps.params_on_host) {
+        host_to_dtype(at(z->params, si, xs(z)), z->dt, c->flat + begin, n);
+        return;
+    }
     void* low = xmalloc(n * xs(z));
     host_to_dtype(low, z->dt, c->flat + begin, n);
     be_upload(c->be, at(z->params, si, xs(z)), low, n * xs(z));
@@ -653,7 +711,7 @@ void zero_master_to_host(Zero* z, Backend* be, float* flat) {
 void zero_grads_to_host(Zero* z, Backend* be, float* flat) {
     DType dt;
     const void* g = reduced_grads(z, &dt);
-    if (reduced_is_piece(z)) pieces_to_host(z, be, g, dt, 0, flat);
+    if (reduced_is_piece(z)) pieces_to_host(z, be, g, dt, z->caps.grads_on_host, flat);
     else full_to_host(z, be, g, dt, 0, flat);
 }
 
@@ -671,7 +729,8 @@ static int state_tied_in_sync(void* z, Backend* be) { return tied_in_sync((Zero*
 
 ModelState zero_model_state(Zero* z) {
     ModelState s = {z, z->lay, z->dt, z->caps.shard_params ? NULL : z->params, reduced_is_piece(z) && z->size > 1 ? z->dp : NULL,
-                    z->norm_acc, z->caps.state_on_host, z->host_stage, z->host_stage_elems, state_for_each_span,
-                    state_owned_span, state_set_from_host, state_master_to_host, state_tied_in_sync};
+                    z->norm_acc, z->caps.state_on_host, z->caps.grads_on_host, z->caps.params_on_host, z->host_stage,
+                    z->host_stage_elems, state_for_each_span, state_owned_span, state_set_from_host, state_master_to_host,
+                    state_tied_in_sync};
     return s;
 }

@@ -14,6 +14,11 @@
 //                 from first use until the parameters change
 //   state_on_host the master + Adam state held here (whole or pieces) live in host memory; the optimizer
 //                 updates them there, one staged chunk of a span at a time (core/optimizer.c)
+//   grads_on_host (with shard_grads) the fp32 piece accumulator lives in host memory: each unit's piece comes
+//                 down as its reduce-scatter finishes, during the backward, and is added there
+//   params_on_host (with shard_params) the working parameter pieces live in host memory: a gather starts by
+//                 uploading this rank's piece, and the optimizer writes the new pieces in place
+//                 (ZeRO-Infinity's shape: the device holds the walk's buffers, the host the model)
 // Overlap (shard_grads, shard_params): a unit's reduce-scatter runs while the next unit's backward
 // computes, and the gather of the block the walk will ask for next runs while the current one computes
 // (zero.c explains when).
@@ -37,11 +42,16 @@ typedef struct {
     int shard_params;   // working parameters, gathered unit by unit for the walk
     int state_on_host;  // the master, m, v this rank holds live in (pinned) host memory, where the optimizer
                         // updates them; the reduced gradient comes down and the working copy goes up (-offload)
+    int grads_on_host;  // shard_grads and state_on_host: the reduced gradient pieces accumulate on the host
+    int params_on_host; // shard_params and grads_on_host: the working parameter pieces live on the host
 } ZeroCaps;
 
-// -z: stage 0 shards nothing, 1 the state, 2 also the gradients, 3 also the parameters. The state stays in
-// backend memory; -offload sets state_on_host on top.
+// -z: stage 0 shards nothing, 1 the state, 2 also the gradients, 3 also the parameters. Everything stays in
+// backend memory; -offload moves some of it to the host (zero_offload).
 ZeroCaps zero_caps(int stage);
+// -offload on top of caps: 1 moves the optimizer state to the host, 2 also what the stage shards of the
+// gradients and the parameters (grads_on_host with shard_grads, params_on_host with shard_params).
+ZeroCaps zero_offload(ZeroCaps caps, int level);
 
 typedef struct Zero Zero;
 

@@ -151,11 +151,11 @@ static void write_span(const StateSpan* s, void* ctx) {
     float* buf = (float*)xmalloc(n * sizeof(float));
     float* sources[3] = {s->master, s->m, s->v};
     for (int k = 0; k < 3; k++) {
-        state_download(w->ms, w->be, buf, sources[k], n * sizeof(float));
+        copy_to_host(w->be, w->ms->state_on_host, buf, sources[k], n * sizeof(float));
         xfwrite(buf, sizeof(float), n, w->f, w->path);
     }
     if (w->dt != DT_FP32) {
-        be_download(w->be, buf, s->params, n * dtype_size(w->dt));
+        copy_to_host(w->be, w->ms->params_on_host, buf, s->params, n * dtype_size(w->dt));
         xfwrite(buf, dtype_size(w->dt), n, w->f, w->path);
     }
     free(buf);
@@ -199,8 +199,8 @@ static void restore_span(const ModelState* ms, Backend* be, const ParamTensor* t
     StateSpan s;
     if (ms->owned_span(ms->ctx, t, flat0, n, &s)) {
         float* dests[3] = {s.master, s.m, s.v};
-        for (int k = 0; k < 3; k++) state_upload(ms, be, dests[k], vals[k] + (s.flat - flat0), s.n * sizeof(float));
-        if (!ms->whole_params) be_upload(be, s.params, (const char*)params + (s.flat - flat0) * x, s.n * x);
+        for (int k = 0; k < 3; k++) copy_from_host(be, ms->state_on_host, dests[k], vals[k] + (s.flat - flat0), s.n * sizeof(float));
+        if (!ms->whole_params) copy_from_host(be, ms->params_on_host, s.params, (const char*)params + (s.flat - flat0) * x, s.n * x);
     }
     if (ms->whole_params) be_upload(be, (char*)ms->whole_params + flat0 * x, params, n * x);
 }

@@ -55,9 +55,11 @@ void config_usage(const char* prog) {
            "  -z N      ZeRO stage 0..3 (default 0)\n"
            "  -pp N     1F1B pipeline stages; ranks form N stages x ranks/N data-parallel replicas (default 1)\n"
            "  -r N      activation recompute: 0 keep all, 1 GELU, 2 + attention and LayerNorms, 3 whole blocks (default 0)\n"
-           "  -offload 0|1  keep each rank's fp32 master weights and Adam m, v (its pieces with -z >= 1) in host\n"
-           "            memory (pinned on the GPU build); the optimizer runs there on the downloaded gradient and\n"
-           "            uploads the new parameters. Same results bit for bit (default 0)\n"
+           "  -offload 0|1|2  1: keep each rank's fp32 master weights and Adam m, v (its pieces with -z >= 1) in\n"
+           "            host memory (pinned on the GPU build); the optimizer runs there on the downloaded gradient and\n"
+           "            uploads the new parameters. 2 (-z 2 or 3): also accumulate the gradient pieces on the host, each\n"
+           "            unit's as its reduce-scatter ends, and with -z 3 keep the parameter pieces there, uploaded for\n"
+           "            each gather. Same results bit for bit (default 0)\n"
            "  -comm C   mpi|nccl: what moves GPU buffers in the collectives. nccl needs one GPU per rank; mpi stages\n"
            "            through host memory and lets ranks share a GPU (default nccl on the GPU build with NCCL\n"
            "            when every rank has its own GPU, else mpi)\n"
@@ -148,7 +150,7 @@ static void parse_one(Config* c, const char* f, const char* v) {
     else if (!strcmp(f, "-z")) c->zero_stage = (int)parse_int(f, v, 0, 3);
     else if (!strcmp(f, "-pp")) c->pipeline_stages = (int)parse_int(f, v, 1, 1024);
     else if (!strcmp(f, "-r")) c->recompute = (int)parse_int(f, v, 0, 3);
-    else if (!strcmp(f, "-offload")) c->offload = (int)parse_int(f, v, 0, 1);
+    else if (!strcmp(f, "-offload")) c->offload = (int)parse_int(f, v, 0, 2);
     else if (!strcmp(f, "-w")) c->plan_ranks = (int)parse_int(f, v, 1, 1 << 20);
     else if (!strcmp(f, "-gpu-mem")) c->gpu_mem_gib = parse_float(f, v, 0.001, 1e6);
     else if (!strcmp(f, "-host-mem")) c->host_mem_gib = parse_float(f, v, 0.001, 1e6);
@@ -194,6 +196,9 @@ void config_parse(Config* c, int argc, char** argv) {
     if (c->start_over && !c->out_dir) fail("-ow 1 needs -o DIR to start over in");
     if ((c->gpu_mem_gib > 0 || c->host_mem_gib > 0) && !c->estimate) fail("-gpu-mem and -host-mem plan with --estimate only");
     if (c->host_mem_gib > 0 && !(c->gpu_mem_gib > 0)) fail("-host-mem needs -gpu-mem (the table is per device budget)");
+    if (c->offload == 2 && c->zero_stage < 2)
+        fail("-offload 2 moves the sharded gradients (and with -z 3 the parameters) to the host: it needs -z 2 or 3, "
+             "not -z %d (-offload 1 moves the optimizer state at any -z)", c->zero_stage);
     if (c->start_over && c->resume) fail("-ow 1 (start over) and -y %d (resume) contradict each other", c->resume);
 }
 

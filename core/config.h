@@ -48,7 +48,8 @@ typedef struct {
     int zero_stage;              // -z
     int pipeline_stages;         // -pp
     int recompute;               // -r
-    int offload;                 // -offload: each rank's fp32 master and Adam state in host memory
+    int offload;                 // -offload: 1 each rank's fp32 master and Adam state in host memory, 2 also
+                                 // its gradient pieces (-z >= 2) and parameter pieces (-z 3)
     CommKind comm;               // -comm (COMM_AUTO unless given)
     // planning
     int estimate;                // --estimate: print the memory plan and exit

@@ -59,9 +59,9 @@ static void print_table(StatePlanner states, const Config* cfg, const PipelinePl
     printf("\n%sGiB per rank%s (model states + activations at -r %d, b=%d t=%d%s):\n", cfg->offload ? "device " : "",
            P > 1 ? " on the heaviest stage" : "", cfg->recompute, cfg->B, cfg->T, P > 1 ? ", -pp and -ga as given" : "");
     print_rows(states, cfg, plan, s, ranks, DEVICE_TOTAL);
-    if (cfg->offload) {   // what -offload moved: each rank's master, Adam state and staging buffer
-        printf("\nhost GiB per rank%s (-offload 1: fp32 master, Adam m, v, staging):\n",
-               P > 1 ? " on the heaviest stage" : "");
+    if (cfg->offload) {   // what -offload moved: each rank's master, Adam state and staging buffer (and pieces)
+        printf("\nhost GiB per rank%s (-offload %d: fp32 master, Adam m, v, staging%s):\n", P > 1 ? " on the heaviest stage" : "",
+               cfg->offload, cfg->offload == 2 ? "; gradient pieces at -z >= 2, parameter pieces at -z 3" : "");
         print_rows(states, cfg, plan, s, ranks, HOST_TOTAL);
     }
     printf("\nactivations per rank%s by recompute level (b=%d t=%d):", P > 1 ? " on the heaviest stage" : "", cfg->B, cfg->T);
@@ -106,7 +106,7 @@ static void print_capacity(StatePlanner states, const Config* cfg, int ranks) {
     for (int r = 0; r <= 3; r++) printf("      -r %d", r);
     printf("\n");
     for (int zero = 0; zero < 4; zero++)
-        for (int offload = 0; offload <= 1; offload++) {
+        for (int offload = 0; offload <= (zero >= 2 ? 2 : 1); offload++) {   // -offload 2 needs -z >= 2
             printf("  %4d  %7d", zero, offload);
             for (int r = 0; r <= 3; r++) {
                 const char* best = "-";

@@ -8,7 +8,7 @@
 #include "base/common.h"
 
 static const char* const CATEGORY_NAMES[NUM_MEM_CATEGORIES] = {
-    "params", "grads", "master", "optimizer", "activations", "comm", "host_state"};
+    "params", "grads", "master", "optimizer", "activations", "comm", "host_state", "host_grads", "host_params"};
 
 const char* mem_category_name(MemCategory c) { return CATEGORY_NAMES[c]; }
 
@@ -20,15 +20,16 @@ void* mem_alloc(Backend* be, MemLedger* ledger, MemCategory c, size_t bytes) {
     return p;
 }
 
-void* mem_alloc_host(Backend* be, MemLedger* ledger, size_t bytes) {
-    ledger->bytes[MEM_HOST_STATE] += bytes;
+void* mem_alloc_host(Backend* be, MemLedger* ledger, MemCategory c, size_t bytes) {
+    if (!mem_category_on_host(c)) fail("internal: memory category %s is not host memory", mem_category_name(c));
+    ledger->bytes[c] += bytes;
     if (!be) return NULL;
     void* p = be_host_alloc(be, bytes);
     memset(p, 0, bytes);
     return p;
 }
 
-int mem_category_on_host(MemCategory c) { return c == MEM_HOST_STATE; }
+int mem_category_on_host(MemCategory c) { return c == MEM_HOST_STATE || c == MEM_HOST_GRADS || c == MEM_HOST_PARAMS; }
 
 static size_t sum_where(const MemLedger* ledger, int on_host) {
     size_t total = 0;

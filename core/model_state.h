@@ -14,7 +14,7 @@
 typedef enum { STATE_UPDATE, STATE_NORM, STATE_CHECKPOINT } StateParts;
 
 // n elements from flat index `flat` of tensor t; every pointer points at the span's start, into backend
-// memory, except master, m and v where ModelState.state_on_host says they are host memory.
+// memory, except where ModelState's *_on_host flags say host memory (master, m, v; grad; params).
 typedef struct {
     const ParamTensor* t;
     size_t flat, n;
@@ -36,8 +36,11 @@ typedef struct {
                              // so a sum over spans adds over it; NULL where this rank's cover them all
     float* scratch;          // one fp32 of backend memory for reductions (the norm)
     int state_on_host;       // master, m and v are host memory (-offload): copy them with memcpy, not be_*
+    int grads_on_host;       // the spans' reduced gradients are host memory (-offload 2)
+    int params_on_host;      // the spans' working parameters are host memory (-offload 2 with -z 3)
     // With state_on_host, the optimizer's staging: host memory for host_stage_elems elements of a gradient
-    // (4 bytes each at most) followed by as many of the working copy (dt); NULL otherwise.
+    // (4 bytes each at most; none with grads_on_host) followed by as many of the working copy (dt; none with
+    // params_on_host); NULL where neither moves.
     void* host_stage;
     size_t host_stage_elems;
     void (*for_each_span)(void* ctx, StateParts which, StateSpanFn fn, void* fn_ctx);
@@ -51,12 +54,12 @@ typedef struct {
     int (*tied_in_sync)(void* ctx, Backend* be);
 } ModelState;
 
-// Master, m and v to or from host memory, wherever the ModelState keeps them.
-static inline void state_download(const ModelState* ms, Backend* be, void* dst_host, const void* src, size_t bytes) {
-    if (ms->state_on_host) memcpy(dst_host, src, bytes);
+// To or from host memory, from or to memory that is host memory where on_host, else the backend's.
+static inline void copy_to_host(Backend* be, int on_host, void* dst_host, const void* src, size_t bytes) {
+    if (on_host) memcpy(dst_host, src, bytes);
     else be_download(be, dst_host, src, bytes);
 }
-static inline void state_upload(const ModelState* ms, Backend* be, void* dst, const void* src_host, size_t bytes) {
-    if (ms->state_on_host) memcpy(dst, src_host, bytes);
+static inline void copy_from_host(Backend* be, int on_host, void* dst, const void* src_host, size_t bytes) {
+    if (on_host) memcpy(dst, src_host, bytes);
     else be_upload(be, dst, src_host, bytes);
 }

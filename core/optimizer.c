@@ -8,20 +8,23 @@
 
 typedef struct {
     Backend* be;
-    float* acc;
+    float* acc;        // backend scratch
+    float host_acc;    // gradients on the host: the same fp32 additions, made here
+    int on_host;
 } NormCtx;
 
 static void add_squares(const StateSpan* s, void* ctx) {
     NormCtx* c = (NormCtx*)ctx;
-    sum_squares(c->be, s->grad_dt, c->acc, s->grad, s->n);
+    if (c->on_host) c->host_acc += (float)sum_squares_host(s->grad_dt, s->grad, s->n);
+    else sum_squares(c->be, s->grad_dt, c->acc, s->grad, s->n);
 }
 
 double grad_global_norm(const ModelState* ms, Backend* be, Comm* pp) {
-    NormCtx c = {be, ms->scratch};
-    be_memset0(be, c.acc, sizeof(float));
+    NormCtx c = {be, ms->scratch, 0.0f, ms->grads_on_host};
+    if (!c.on_host) be_memset0(be, c.acc, sizeof(float));
     ms->for_each_span(ms->ctx, STATE_NORM, add_squares, &c);
-    float local;
-    be_download(be, &local, c.acc, sizeof(float));
+    float local = c.host_acc;
+    if (!c.on_host) be_download(be, &local, c.acc, sizeof(float));
     double sum = local;
     if (ms->parts) comm_allreduce_host_sum(ms->parts, &sum, 1);   // the other parts of this stage's units
     if (pp) comm_allreduce_host_sum(pp, &sum, 1);   // the other stages' layers
@@ -39,17 +42,22 @@ typedef struct {
 } UpdateCtx;
 
 // State on the host (-offload): the span goes through the staging buffer a chunk at a time: its reduced
-// gradient down, AdamW on the host over master, m, v (adamw_host: the CPU twin's own code, so the same
-// bits, and a chunk's noise still keyed by its canonical offsets), the new working copy up.
+// gradient down (unless it is on the host already), AdamW on the host over master, m, v (adamw_host: the
+// CPU twin's own code, so the same bits, and a chunk's noise still keyed by its canonical offsets), the new
+// working copy up (unless the working copy lives on the host: then it is written in place).
 static void update_span_on_host(const ModelState* ms, Backend* be, const StateSpan* s, size_t offset, const AdamWArgs* a) {
-    size_t gx = dtype_size(s->grad_dt), x = dtype_size(ms->dt), chunk = ms->host_stage_elems;
-    void* grad = ms->host_stage;
-    void* params = (char*)ms->host_stage + chunk * 4;
+    size_t gx = dtype_size(s->grad_dt), x = dtype_size(ms->dt);
+    size_t chunk = ms->host_stage ? ms->host_stage_elems : s->n;   // nothing staged: the span at once
+    void* stage_grad = ms->host_stage;
+    void* stage_params = (char*)ms->host_stage + (ms->grads_on_host ? 0 : chunk * 4);
     for (size_t i = 0; i < s->n; i += chunk) {
         size_t k = s->n - i < chunk ? s->n - i : chunk;
-        be_download(be, grad, (const char*)s->grad + i * gx, k * gx);
-        adamw_host(params, ms->dt, s->master + i, grad, s->grad_dt, s->m + i, s->v + i, k, offset + i, a);
-        be_upload(be, (char*)s->params + i * x, params, k * x);
+        const void* grad = (const char*)s->grad + i * gx;
+        void* params = ms->params_on_host ? (char*)s->params + i * x : stage_params;
+        if (!ms->grads_on_host) be_download(be, stage_grad, grad, k * gx);
+        adamw_host(params, ms->dt, s->master + i, ms->grads_on_host ? grad : stage_grad, s->grad_dt, s->m + i, s->v + i, k,
+                   offset + i, a);
+        if (!ms->params_on_host) be_upload(be, (char*)s->params + i * x, params, k * x);
     }
 }
 

@@ -15,6 +15,8 @@ const char* json_number(char* buf, size_t size, double x) {
     return buf;
 }
 
+static const char* const OFFLOAD_FIELD[] = {"", ", \"offload\": 1", ", \"offload\": 2"};
+
 void report_layout(Logger* log, const ParamLayout* lay, const Config* cfg, int ranks, int first_step) {
     char buf[8192];
     int n = 0;
@@ -25,7 +27,7 @@ void report_layout(Logger* log, const ParamLayout* lay, const Config* cfg, int r
                 "\"dtype_bytes\": %zu, \"ga\": %d, \"B\": %d, \"T\": %d, \"recompute\": %d, \"L\": %d, \"C\": %d, \"NH\": %d, "
                 "\"Vp\": %d, \"units\": [%s]%s}}", first_step, lay->total, lay->num_params, ranks, cfg->zero_stage,
                 dtype_size(cfg->precision), cfg->grad_accum, cfg->B, cfg->T, cfg->recompute, lay->shape.L, lay->shape.C,
-                lay->shape.NH, lay->shape.Vp, buf, cfg->offload ? ", \"offload\": 1" : "");
+                lay->shape.NH, lay->shape.Vp, buf, OFFLOAD_FIELD[cfg->offload]);
 }
 
 // Every rank's n values, rank after rank, on every rank (a sum of one-hot rows: a few doubles per rank).

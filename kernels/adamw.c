@@ -11,24 +11,8 @@ void adamw_update(Backend* be, void* params, DType param_dt, float* master, cons
     adamw_host(params, param_dt, master, grads, grad_dt, m, v, n, offset, a);
 }
 
-#define SQ_CHUNK 65536   // fixed partition: the partial sums and their order do not depend on threads
-
+// The sum is sum_squares_host's, shared with the gradient norm of gradients kept on the host.
 void sum_squares(Backend* be, DType dt, float* acc, const void* x, size_t n) {
     (void)be;
-    size_t nchunks = (n + SQ_CHUNK - 1) / SQ_CHUNK;
-    double* part = xmalloc(sizeof(double) * (nchunks ? nchunks : 1));
-#pragma omp parallel for schedule(static)
-    for (size_t k = 0; k < nchunks; k++) {
-        size_t i1 = (k + 1) * SQ_CHUNK < n ? (k + 1) * SQ_CHUNK : n;
-        double s = 0.0;
-        for (size_t i = k * SQ_CHUNK; i < i1; i++) {
-            double e = ld(x, i, dt);
-            s += e * e;
-        }
-        part[k] = s;
-    }
-    double total = 0.0;
-    for (size_t k = 0; k < nchunks; k++) total += part[k];
-    free(part);
-    *acc += (float)total;
+    *acc += (float)sum_squares_host(dt, x, n);
 }

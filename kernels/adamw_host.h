@@ -1,9 +1,13 @@
-// adamw_host.h: the AdamW step over one span in host memory, the one definition of its arithmetic on the
-// host. The CPU twin adamw_update (kernels/adamw.c) is this function; the optimizer calls it directly for
-// state kept in host memory (-offload, core/optimizer.c), so both give the same bits by construction.
-// The CUDA kernel (adamw.cuh) computes the same expression per element.
+// adamw_host.h: the AdamW step over one span in host memory and the sum of squares the gradient norm adds,
+// the one definition of their arithmetic on the host. The CPU twins adamw_update and sum_squares
+// (kernels/adamw.c) are these functions; the optimizer calls them directly for state and gradients kept in
+// host memory (-offload, core/optimizer.c), so both give the same bits by construction. The CUDA kernels
+// (adamw.cuh) compute the same AdamW expression per element; their sum of squares adds in another order.
 #pragma once
 #include <math.h>
+#include <stdlib.h>
+
+#include "base/common.h"
 
 #include "kernels/host_elem.h"
 
@@ -54,4 +58,26 @@ static inline void adamw_host(void* params, DType param_dt, float* master, const
             else st(params, i, w, param_dt);
         }
     }
+}
+
+#define SUM_SQUARES_CHUNK 65536   // fixed partition: the partial sums and their order do not depend on threads
+
+// The sum of x[i]^2 over n elements of host memory, in double: per fixed chunk, then the chunks in order.
+static inline double sum_squares_host(DType dt, const void* x, size_t n) {
+    size_t nchunks = (n + SUM_SQUARES_CHUNK - 1) / SUM_SQUARES_CHUNK;
+    double* part = (double*)xmalloc(sizeof(double) * (nchunks ? nchunks : 1));
+#pragma omp parallel for schedule(static)
+    for (size_t k = 0; k < nchunks; k++) {
+        size_t i1 = (k + 1) * SUM_SQUARES_CHUNK < n ? (k + 1) * SUM_SQUARES_CHUNK : n;
+        double s = 0.0;
+        for (size_t i = k * SUM_SQUARES_CHUNK; i < i1; i++) {
+            double e = ld(x, i, dt);
+            s += e * e;
+        }
+        part[k] = s;
+    }
+    double total = 0.0;
+    for (size_t k = 0; k < nchunks; k++) total += part[k];
+    free(part);
+    return total;
 }

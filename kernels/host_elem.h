@@ -32,3 +32,9 @@ static inline float round_to(float x, DType dt) {
     default: return x;
     }
 }
+
+// acc[i] += x[i] in fp32 over host memory: the same additions as convert + residual_forward on the backend.
+static inline void host_accumulate(float* acc, const void* x, DType dt, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) acc[i] += ld(x, i, dt);
+}

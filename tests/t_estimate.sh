@@ -34,6 +34,7 @@ compare estimate_np2_z1 2 -z 1
 compare estimate_np2_z2_bf16 2 -z 2 -p bf16
 compare estimate_np4_z3_r2 4 -z 3 -r 2
 compare estimate_np2_z2_bf16_offload 2 -z 2 -p bf16 -offload 1   # host_state planned as allocated too
+compare estimate_np2_z3_bf16_offload2 2 -z 3 -p bf16 -offload 2   # and host_grads, host_params
 # The plan needs no data and no device: it works with a shard pattern that matches nothing.
 ./train_gpt_cpu -e d48 -i "$TMP/none_*.bin" -b 4 -t 1024 -z 3 -w 64 --estimate > "$TMP/d48.txt" 2>&1
 t_check estimate_needs_no_data "grep -q '^plan: ' '$TMP/d48.txt' && grep -q 'ZeRO-3' '$TMP/d48.txt'"
@@ -47,29 +48,48 @@ import json, subprocess, sys
 ladder = ["124M", "350M", "774M", "1.6B", "2.7B", "6.7B", "13B", "30B", "65B", "175B"]
 specs = ["L12C768H12", "L24C1024H16", "L36C1280H20", "L48C1600H25", "L32C2560H32", "L32C4096H32", "L40C5120H40",
          "L48C7168H56", "L80C8192H64", "L96C12288H96"]
-lines = open(sys.argv[1]).read().split("largest GPT shape")[1].splitlines()[2:10]
+lines = open(sys.argv[1]).read().split("largest GPT shape")[1].splitlines()[2:12]
 table = {(int(l.split()[0]), int(l.split()[1])): l.split()[2:6] for l in lines}
 bad = []
 rank = lambda name: ladder.index(name) if name in ladder else -1
 for (z, o), cells in table.items():
     for r in range(3):
         if rank(cells[r + 1]) < rank(cells[r]): bad.append("z%d o%d: -r %d fits less than -r %d" % (z, o, r + 1, r))
-    if o == 1 and any(rank(a) < rank(b) for a, b in zip(cells, table[(z, 0)])): bad.append("z%d: offload fits less" % z)
-    if z > 0 and any(rank(a) < rank(b) for a, b in zip(cells, table[(z - 1, o)])): bad.append("z%d o%d: fits less than z%d" % (z, o, z - 1))
+    # -offload 1 moves the state off the device, which 128 GiB of host holds at these sizes; -offload 2 also moves
+    # the gradient and parameter pieces, which may not fit the host where level 1 does (checked below without it).
+    if o == 1 and any(rank(a) < rank(b) for a, b in zip(cells, table[(z, 0)])): bad.append("z%d: offload 1 fits less" % z)
+    if z > 0 and (z - 1, o) in table and any(rank(a) < rank(b) for a, b in zip(cells, table[(z - 1, o)])):
+        bad.append("z%d o%d: fits less than z%d" % (z, o, z - 1))
 def plan(spec, z, o, r):
     out = subprocess.run(["./train_gpt_cpu", "-e", spec + "T1024", "--estimate", "-w", "8", "-z", str(z), "-offload", str(o),
                           "-r", str(r), "-p", "bf16", "-b", "4", "-t", "1024"], capture_output=True, text=True).stdout
     p = json.loads(out.split("plan: ")[1].splitlines()[0])
-    return sum(v for k, v in p.items() if k != "host_state") / 2**30, p["host_state"] / 2**30
-for z, o, r in [(3, 1, 3), (1, 0, 0), (0, 1, 2)]:
+    host = sum(v for k, v in p.items() if k.startswith("host_"))
+    return (sum(p.values()) - host) / 2**30, host / 2**30
+for z, o, r in [(3, 1, 3), (1, 0, 0), (0, 1, 2), (3, 2, 3), (2, 2, 1)]:
     i = rank(table[(z, o)][r])
     dev, host = plan(specs[i], z, o, r)
     if not (dev <= 80 and host <= 128): bad.append("z%d o%d r%d: %s needs %.1f/%.1f GiB" % (z, o, r, ladder[i], dev, host))
     if i + 1 < len(specs):
         dev, host = plan(specs[i + 1], z, o, r)
         if dev <= 80 and host <= 128: bad.append("z%d o%d r%d: %s fits too (%.1f/%.1f GiB)" % (z, o, r, ladder[i + 1], dev, host))
-if len(table) != 8: bad.append("%d rows" % len(table))
+if sorted(table) != [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1), (2, 2), (3, 0), (3, 1), (3, 2)]:
+    bad.append("rows %s" % sorted(table))
 print("ok estimate_largest_model_table" if not bad else "FAIL estimate_largest_model_table: " + "; ".join(bad))
+sys.exit(1 if bad else 0)
+PY
+[ $? -eq 0 ] || FAILED=1
+# Without -host-mem only the device binds, and each offload level keeps less there: it never fits less.
+./train_gpt_cpu -e d12 --estimate -w 8 -gpu-mem 80 -p bf16 -b 4 -t 1024 > "$TMP/cap_device.txt" 2>&1
+$PYTHON - "$TMP/cap_device.txt" <<'PY'
+import sys
+ladder = ["124M", "350M", "774M", "1.6B", "2.7B", "6.7B", "13B", "30B", "65B", "175B"]
+lines = open(sys.argv[1]).read().split("largest GPT shape")[1].splitlines()[2:12]
+table = {(int(l.split()[0]), int(l.split()[1])): [ladder.index(c) if c in ladder else -1 for c in l.split()[2:6]] for l in lines}
+bad = ["z%d o%d fits less than o%d" % (z, o, o - 1) for (z, o), cells in table.items() if o > 0
+       and any(a < b for a, b in zip(cells, table[(z, o - 1)]))]
+if table.get((3, 2), [-1] * 4)[3] <= table.get((3, 1), [99] * 4)[3]: bad.append("z3: offload 2 fits no larger model than offload 1 at -r 3")
+print("ok estimate_offload_levels_fit_more" if not bad else "FAIL estimate_offload_levels_fit_more: " + "; ".join(bad))
 sys.exit(1 if bad else 0)
 PY
 [ $? -eq 0 ] || FAILED=1

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # -offload 1 keeps each rank's fp32 master and Adam m, v in host memory and runs AdamW there (adamw_host, the
-# CPU twin's own code). On the CPU build it must change nothing but where the bytes are: the same losses and
-# norms, and the same final model.bin and state files bit for bit, for every -z on 1 and 2 ranks, with a
-# pipeline, recompute, bf16 and fp16; checkpoints written with it resume without it and the other way round;
-# the memory record and --estimate move exactly the master and Adam bytes to host_state.
+# CPU twin's own code); -offload 2 (-z 2, 3) also accumulates the reduced gradient pieces on the host
+# (host_accumulate, the same fp32 additions) and with -z 3 keeps the parameter pieces there. On the CPU build
+# neither may change anything but where the bytes are: the same losses and norms, and the same final
+# model.bin and state files bit for bit, for every -z on 1, 2 and 4 ranks, with a pipeline (the tied
+# embedding's sum), recompute, bf16 and fp16; checkpoints written with either resume without it and the other
+# way round; the memory record and --estimate move exactly the bytes each level names to the host.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
 $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 512 --seed 5 >/dev/null || t_fail shard "make_shard failed"
@@ -30,32 +32,52 @@ same_run() {   # name, dir a, dir b, step
     if [ -z "$bad" ]; then t_ok "$1"; else t_fail "$1" "$bad"; fi
 }
 
-pair() {   # name, ranks, flags...: offload off vs on over 6 steps
-    local name=$1 np=$2; shift 2
+pair() {   # name, ranks, offload level, flags...: offload off vs on over 6 steps
+    local name=$1 np=$2 level=$3; shift 3
     if [ "$np" -gt 1 ] && [ $have_mpi = 0 ]; then echo "skip $name: no MPI"; return; fi
-    train "$np" "$TMP/${name}_off" -x 6 "$@" || { t_fail "$name" "offload 0 run failed: $(tail -1 "$TMP/${name}_off.txt")"; return; }
-    train "$np" "$TMP/${name}_on" -x 6 -offload 1 "$@" || { t_fail "$name" "offload 1 run failed: $(tail -1 "$TMP/${name}_on.txt")"; return; }
+    [ -d "$TMP/${name}_off" ] || train "$np" "$TMP/${name}_off" -x 6 "$@" ||
+        { t_fail "$name" "offload 0 run failed: $(tail -1 "$TMP/${name}_off.txt")"; return; }
+    train "$np" "$TMP/${name}_on" -x 6 -offload "$level" "$@" ||
+        { t_fail "$name" "offload $level run failed: $(tail -1 "$TMP/${name}_on.txt")"; return; }
     same_run "$name" "$TMP/${name}_off" "$TMP/${name}_on" 6
 }
 
 for z in 0 1 2 3; do
-    pair "offload_np1_z$z" 1 -z $z
-    pair "offload_np2_z$z" 2 -z $z
+    pair "offload_np1_z$z" 1 1 -z $z
+    pair "offload_np2_z$z" 2 1 -z $z
 done
-pair offload_np2_pp2_z1 2 -pp 2 -z 1 -ga 2
-pair offload_np2_z2_r3 2 -z 2 -r 3
-pair offload_np2_z1_bf16 2 -z 1 -p bf16
-pair offload_np2_z3_bf16 2 -z 3 -p bf16
-pair offload_np1_z0_fp16 1 -p fp16
-pair offload_np2_z2_fp16 2 -z 2 -p fp16
+pair offload_np4_z3 4 1 -z 3
+pair offload_np2_pp2_z1 2 1 -pp 2 -z 1 -ga 2
+pair offload_np2_z2_r3 2 1 -z 2 -r 3
+pair offload_np2_z1_bf16 2 1 -z 1 -p bf16
+pair offload_np2_z3_bf16 2 1 -z 3 -p bf16
+pair offload_np1_z0_fp16 1 1 -p fp16
+pair offload_np2_z2_fp16 2 1 -z 2 -p fp16
+# -offload 2: gradient pieces on the host at -z 2, parameter pieces too at -z 3.
+for z in 2 3; do
+    pair "offload2_np1_z$z" 1 2 -z $z
+    pair "offload2_np2_z$z" 2 2 -z $z
+    pair "offload2_np4_z${z}_bf16" 4 2 -z $z -p bf16
+done
+pair offload2_np2_pp2_z3 2 2 -pp 2 -z 3 -ga 2
+pair offload2_np4_pp2_z3_bf16 4 2 -pp 2 -z 3 -ga 2 -p bf16
+pair offload2_np2_z3_r3 2 2 -z 3 -r 3
+pair offload2_np2_z2_r2_bf16 2 2 -z 2 -r 2 -p bf16 -ga 2
+pair offload2_np2_z3_fp16 2 2 -z 3 -p fp16
 # The run must learn for the comparison to mean anything: its losses change from step to step.
 t_check offload_losses_vary "[ \$(fields $TMP/offload_np1_z0_on/log.jsonl | cut -d, -f2 | sort -u | wc -l) -ge 6 ]"
 
 # Each rank's memory record: what zero_check.py's table says, host_state included.
-if [ $have_mpi = 1 ]; then
-    train 2 "$TMP/zc" -x 1 -z 1 -p bf16 -offload 1 || t_fail offload_zero_check "run failed"
-    $PYTHON tests/zero_check.py offload_np2_z1_bf16 "$TMP/zc/log.jsonl" | grep -v _comm || FAILED=1
-fi
+zero_check() {   # name, ranks, flags...
+    local name=$1 np=$2; shift 2
+    if [ "$np" -gt 1 ] && [ $have_mpi = 0 ]; then echo "skip $name: no MPI"; return; fi
+    train "$np" "$TMP/$name" -x 1 "$@" || { t_fail "$name" "run failed"; return; }
+    $PYTHON tests/zero_check.py "$name" "$TMP/$name/log.jsonl" | grep -v _comm || FAILED=1
+}
+zero_check offload_np2_z1_bf16 2 -z 1 -p bf16 -offload 1
+zero_check offload2_np2_z2_bf16 2 -z 2 -p bf16 -offload 2
+zero_check offload2_np2_z3_fp32 2 -z 3 -offload 2
+zero_check offload2_np1_z3_bf16 1 -z 3 -p bf16 -offload 2
 
 # Cross-resume: a checkpoint at step 3 of a run without offload, resumed with it, ends as the straight run
 # does (and the other way round).
@@ -71,6 +93,9 @@ cross() {   # name, offload of the first half, of the second; flags...
 cross offload_resume_off_to_on_bf16 0 1 -p bf16
 cross offload_resume_on_to_off_bf16 1 0 -p bf16
 cross offload_resume_on_to_off_fp32_z1 1 0 -z 1
+cross offload_resume_2_to_0_bf16_z3 2 0 -z 3 -p bf16
+cross offload_resume_0_to_2_bf16_z3 0 2 -z 3 -p bf16
+cross offload_resume_2_to_1_fp32_z2 2 1 -z 2
 
 # --estimate: -offload 1 moves the master and Adam bytes (those of the plan without it) into host_state, next
 # to the staging buffer (min(state, 2^20) elements of a gradient, 4 bytes at most, and a working value);

@@ -6,7 +6,7 @@
 #      -offload 1 against the device-side optimizer
 #   3. 2 and 4 ranks on the one GPU through the MPI backend under -z 0..3 (and -z 2, 3 poisoned, see
 #      comm.h's GPT_COMM_POISON), 1F1B pipelines (-pp 2 and 4, with data parallelism, ZeRO and recompute;
-#      bf16 with the tied-copy check), and -r 1..3, against one rank;
+#      bf16 with the tied-copy check), -offload 2 under -z 2 and 3, and -r 1..3, against one rank;
 #      then NCCL (-comm nccl): the comm tests on device memory, one rank against -comm mpi, and with 2+
 #      GPUs 2 ranks under -z 0..3 against one rank
 #   4. determinism (two bf16 runs, identical bits) and bit-exact resume on the GPU
@@ -91,6 +91,18 @@ if command -v mpirun >/dev/null 2>&1 && ldd "$GPU" | grep -q libmpi; then
         else
             record "ranks_np2z${z}_poisoned_same_bits" FAIL "$(grep -m1 error "$W/np2z${z}p.txt" || echo 'losses or norms differ')"
         fi
+    done
+    # -offload 2: each unit's reduced gradient piece comes down as its reduce-scatter ends and is added on the
+    # host; with -z 3 the parameter pieces live in pinned host memory, uploaded for each gather. The gradient
+    # norm is summed on the host (another order than the device's), hence a tolerance, not identical bits.
+    $GPU "${flags[@]}" -ga 4 -p fp32 -z 3 -offload 2 -o "$W/off2np1z3" > "$W/off2np1z3.txt" 2>&1 ||
+        record offload2_np1_z3_run FAIL "$(grep -m1 error "$W/off2np1z3.txt")"
+    for z in 2 3; do
+        mpirun --oversubscribe --bind-to none -np 2 $GPU "${flags[@]}" -ga 2 -p fp32 -z "$z" -offload 2 -comm mpi \
+            -o "$W/off2np2z$z" > "$W/off2np2z$z.txt" 2>&1 || record "offload2_np2_z${z}_run" FAIL "$(grep -m1 error "$W/off2np2z$z.txt")"
+    done
+    for d in off2np1z3 off2np2z2 off2np2z3; do
+        check "${d}_vs_single" log "$d" "$W/$d/log.jsonl" "$W/ga4/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
     done
 else
     echo "skip ranks_on_one_gpu: this build has no MPI (mpirun/libmpi not found)"
