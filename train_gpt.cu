@@ -19,6 +19,7 @@
 #include "base/common.h"
 #include "core/config.h"
 #include "core/dataloader.h"
+#include "core/delayed_update.h"
 #include "core/estimate.h"
 #include "core/fs.h"
 #include "core/gpt.h"
@@ -47,6 +48,7 @@ typedef struct {
     MemLedger mem;
     Zero* zero;
     ModelState model_states;   // zero's, as the optimizer and the checkpoints see them
+    DelayedUpdate* delayed;    // -dpu; NULL otherwise
     GPT gpt;
     DataLoader* train;
     DataLoader* val;        // NULL without -j
@@ -139,12 +141,17 @@ static void resolve_batch(Config* cfg, const GPTShape* s, int ranks, int stages)
     }
 }
 
-// -z names what is sharded; -offload adds what of it lives on the host.
-static ZeroCaps caps_of(int zero, int offload) { return zero_offload(zero_caps(zero), offload); }
+// -z names what is sharded; -offload adds what of it lives on the host, -dpu the host buffers of the update
+// in flight.
+static ZeroCaps caps_of(const Config* cfg, int zero) {
+    ZeroCaps caps = zero_offload(zero_caps(zero), cfg->offload);
+    caps.delayed_update = cfg->delay_from > 0;
+    return caps;
+}
 
 // --estimate's planner for the model states: ZeRO's allocation code in counting mode.
-static void plan_zero_states(MemLedger* mem, const ParamLayout* lay, int zero, int offload, int dp, DType dt) {
-    zero_plan(mem, lay, caps_of(zero, offload), dp, dt);
+static void plan_zero_states(MemLedger* mem, const ParamLayout* lay, const Config* cfg, int zero, int dp) {
+    zero_plan(mem, lay, caps_of(cfg, zero), dp, cfg->precision);
 }
 
 // -offload: the state this rank keeps on the host, planned before it is allocated, against its share of the
@@ -153,7 +160,7 @@ static void plan_zero_states(MemLedger* mem, const ParamLayout* lay, int zero, i
 static void check_host_memory(const Trainer* tr) {
     if (!tr->cfg.offload) return;
     MemLedger plan = {{0}};
-    plan_zero_states(&plan, tr->layout, tr->cfg.zero_stage, tr->cfg.offload, tr->grid.dp, tr->cfg.precision);
+    plan_zero_states(&plan, tr->layout, &tr->cfg, tr->cfg.zero_stage, tr->grid.dp);
     size_t need = mem_host_total(&plan), avail = host_memory_available();
     int local = comm_local_size(tr->world);
     if (avail > 0 && need > avail / (size_t)local)
@@ -256,14 +263,21 @@ static const char* offload_text(const Config* cfg) {
     return cfg->zero_stage == 3 ? ", state, gradient and parameter pieces on host" : ", state and gradient pieces on host";
 }
 
+static const char* delay_text(const Config* cfg, char* buf, size_t size) {
+    if (cfg->delay_from > 0) snprintf(buf, size, ", updates one step late from step %d", cfg->delay_from);
+    else buf[0] = 0;
+    return buf;
+}
+
 static void print_setup(Trainer* tr, CommKind comm) {
     const Config* cfg = &tr->cfg;
     const GPTShape* s = &tr->layout->shape;
+    char delay[64];
     printf("model L=%d C=%d NH=%d V=%d maxT=%d: %zu parameters | %s on %s | %d rank%s (%s): %d stage%s x %d replica%s, "
-           "ZeRO-%d%s | %d thread%s per rank | b=%d t=%d ga=%d | %d steps\n",
+           "ZeRO-%d%s%s | %d thread%s per rank | b=%d t=%d ga=%d | %d steps\n",
            s->L, s->C, s->NH, s->V, s->maxT, shape_param_count(s), dtype_name(cfg->precision), backend_device_name(tr->be),
            tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), tr->grid.pp, tr->grid.pp > 1 ? "s" : "", tr->grid.dp,
-           tr->grid.dp > 1 ? "s" : "", cfg->zero_stage, offload_text(cfg), tr->threads,
+           tr->grid.dp > 1 ? "s" : "", cfg->zero_stage, offload_text(cfg), delay_text(cfg, delay, sizeof(delay)), tr->threads,
            tr->threads > 1 ? "s" : "", cfg->B, cfg->T, cfg->grad_accum, tr->max_steps);
     const PipelinePlan* plan = &tr->plan;
     int P = plan->stages, m = plan->micro;
@@ -311,8 +325,9 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->layout = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     pipeline_stage_layout(tr->layout, &tr->plan, &shape, g->dp, g->stage);
     check_host_memory(tr);
-    tr->zero = zero_create(tr->be, &tr->mem, tr->layout, caps_of(cfg->zero_stage, cfg->offload), g->dp_group, g->tied, cfg->precision);
+    tr->zero = zero_create(tr->be, &tr->mem, tr->layout, caps_of(cfg, cfg->zero_stage), g->dp_group, g->tied, cfg->precision);
     tr->model_states = zero_model_state(tr->zero);
+    if (cfg->delay_from > 0) tr->delayed = delayed_update_create(&tr->model_states);
     gpt_create(&tr->gpt, tr->be, &tr->mem, tr->layout, zero_param_store(tr->zero), cfg->precision, cfg->B, cfg->T, cfg->recompute,
                tr->plan.sets[g->stage]);
     pipeline_create(&tr->pipe, g, &tr->plan);
@@ -334,6 +349,7 @@ static void trainer_teardown(Trainer* tr) {
     if (tr->tokenizer) tokenizer_free(tr->tokenizer);
     pipeline_destroy(&tr->pipe);
     gpt_destroy(&tr->gpt, tr->be);
+    if (tr->delayed) delayed_update_destroy(tr->delayed);
     zero_destroy(tr->zero, tr->be);
     grid_destroy(&tr->grid);
     backend_destroy(tr->be);
@@ -451,6 +467,33 @@ typedef struct {
     PhaseTimer phases;
 } StepResult;
 
+// -dpu: the update in flight (the last step's) lands now; the caller redistributes the parameters if one did.
+static int land_delayed_update(Trainer* tr) { return tr->delayed && delayed_update_finish(tr->delayed, tr->be); }
+
+// Every update in flight has landed: before anything reads or saves the parameters or the state.
+static void settle_updates(Trainer* tr) {
+    if (land_delayed_update(tr)) zero_after_update(tr->zero, tr->be);
+}
+
+// The optimizer's part of step `step`: the last step's delayed update lands (whatever this step's verdict),
+// then this step's runs now, or from -dpu's step on, starts on the host to land at the end of the next step.
+static void update(Trainer* tr, int step, const StepResult* r, PhaseTimer* pt) {
+    const Config* cfg = &tr->cfg;
+    phase_mark(pt, tr->be, PHASE_OPTIMIZER);   // the norm
+    int landed = land_delayed_update(tr);
+    phase_mark(pt, tr->be, PHASE_UPDATE_WAIT);
+    if (landed) pt->overlapped = delayed_update_seconds(tr->delayed);
+    OptimizerStep o = {r->lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, step, cfg->seed};
+    float grad_scale = grad_clip_scale(r->grad_norm, cfg->grad_clip) / r->loss_scale;
+    if (!r->skipped && tr->delayed && step >= cfg->delay_from) {
+        if (landed) zero_after_update(tr->zero, tr->be);
+        delayed_update_start(tr->delayed, tr->be, &o, grad_scale);
+        return;
+    }
+    if (!r->skipped) adamw_step(&tr->model_states, tr->be, &o, grad_scale);
+    if (landed || !r->skipped) zero_after_update(tr->zero, tr->be);
+}
+
 static StepResult train_step(Trainer* tr, int step) {
     Config* cfg = &tr->cfg;
     GPT* g = &tr->gpt;
@@ -461,7 +504,7 @@ static StepResult train_step(Trainer* tr, int step) {
     // Every token of the global batch enters with weight 1/tokens: the summed gradient is that of the mean
     // loss (times the loss scale, which the optimizer divides back out).
     float dloss = (float)(tr->scaler.scale / tokens);
-    StepResult r = {0.0, 0.0, config_lr_at(cfg, step, tr->max_steps), tr->scaler.scale, 0, {0, now_seconds(), {0}}};
+    StepResult r = {0.0, 0.0, config_lr_at(cfg, step, tr->max_steps), tr->scaler.scale, 0, {0, now_seconds(), {0}, 0.0}};
     PhaseTimer* pt = &r.phases;
     pt->on = cfg->breakdown_every > 0 && (step + 1) % cfg->breakdown_every == 0;
     zero_begin_step(tr->zero, tr->be);
@@ -476,11 +519,7 @@ static StepResult train_step(Trainer* tr, int step) {
     // The loss and the norm are all-reduced, so every rank reaches the same verdict.
     r.skipped = !isfinite(r.loss) || !isfinite(r.grad_norm);
     loss_scaler_update(&tr->scaler, r.skipped);
-    if (!r.skipped) {
-        OptimizerStep o = {r.lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, step, cfg->seed};
-        adamw_step(&tr->model_states, tr->be, &o, grad_clip_scale(r.grad_norm, cfg->grad_clip) / r.loss_scale);
-        zero_after_update(tr->zero, tr->be);
-    }
+    update(tr, step, &r, pt);
     be_synchronize(tr->be);
     phase_mark(pt, tr->be, PHASE_OPTIMIZER);
     return r;
@@ -555,9 +594,13 @@ int main(int argc, char** argv) {
     for (; step <= tr.max_steps; step++) {
         int last = step == tr.max_steps;
         int loaded = tr.resumed && step == tr.first_step;   // this state is already a checkpoint
-        if (tr.val && due(tr.cfg.val_every, step, last)) validate(&tr, step);
-        if (due(tr.cfg.sample_every, step, last) && step > tr.first_step) sample(&tr, step);
-        if (tr.cfg.out_dir && !loaded && (last || (step > tr.first_step && due(tr.cfg.ckpt_every, step, 0)))) save_checkpoint(&tr, step);
+        int val = tr.val && due(tr.cfg.val_every, step, last);
+        int smp = due(tr.cfg.sample_every, step, last) && step > tr.first_step;
+        int save = tr.cfg.out_dir && !loaded && (last || (step > tr.first_step && due(tr.cfg.ckpt_every, step, 0)));
+        if (val || smp || save || last) settle_updates(&tr);
+        if (val) validate(&tr, step);
+        if (smp) sample(&tr, step);
+        if (save) save_checkpoint(&tr, step);
         if (last) break;
         report_comm_reset(&tr.grid);
         double t0 = now_seconds();
@@ -565,6 +608,7 @@ int main(int argc, char** argv) {
         report_step(&tr, step, &r, now_seconds() - t0, &avg_seconds);
         check_nonfinite(&tr, step, &r);
         if (stop_requested(&tr)) {
+            settle_updates(&tr);
             if (tr.cfg.out_dir) save_checkpoint(&tr, step + 1);
             if (is_root(&tr))
                 printf("stopped by a signal after step %d%s\n", step + 1, tr.cfg.out_dir ? "; checkpoint written, resume with -y 1" : " (no -o: nothing saved)");

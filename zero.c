@@ -38,6 +38,8 @@ struct Zero {
     float* norm_acc;     // one float of backend scratch
     void* host_stage;    // state_on_host: the optimizer's staging (model_state.h), host_stage_elems elements
     size_t host_stage_elems;
+    void* pending_grad;  // delayed_update: (state_elems) of the reduced gradient's type, host memory
+    void* pending_params; // delayed_update: (state_elems) dt, host memory
     // Collectives in flight (comm.h's start/wait), overlapping the walk's compute; see below for when.
     CommHandle grad_flight[2];        // shard_grads: reduce-scatter of grad_slot[s], for unit grad_flight_unit[s]
     int grad_flight_unit[2];
@@ -53,7 +55,7 @@ struct Zero {
 
 ZeroCaps zero_caps(int stage) {
     if (stage < 0 || stage > 3) fail("internal: ZeRO stage %d (0..3)", stage);
-    ZeroCaps c = {stage >= 1, stage >= 2, stage >= 3, 0, 0, 0};
+    ZeroCaps c = {stage >= 1, stage >= 2, stage >= 3, 0, 0, 0, 0};
     return c;
 }
 
@@ -77,8 +79,10 @@ static int is_block(const Zero* z, int u) { return u != emb_unit(z) && u != fina
 // (indexed like the state: a piece); otherwise the whole all-reduced buffer (indexed like the layout).
 static int reduced_is_piece(const Zero* z) { return z->caps.shard_state; }
 
+static DType reduced_dtype(const Zero* z) { return z->caps.shard_grads ? DT_FP32 : z->dt; }
+
 static void* reduced_grads(const Zero* z, DType* dt) {
-    *dt = z->caps.shard_grads ? DT_FP32 : z->dt;
+    *dt = reduced_dtype(z);
     if (z->caps.shard_grads) return z->grad_acc;
     return reduced_is_piece(z) ? z->grads_piece : z->grads;
 }
@@ -156,6 +160,10 @@ static void allocate_params(Zero* z, Backend* be, MemLedger* mem) {
     z->master = alias ? (float*)z->params : alloc_state(z, be, mem, MEM_MASTER);
     z->adam_m = alloc_state(z, be, mem, MEM_OPTIMIZER);
     z->adam_v = alloc_state(z, be, mem, MEM_OPTIMIZER);
+    if (z->caps.delayed_update) {
+        z->pending_grad = mem_alloc_host(be, mem, MEM_HOST_STATE, z->state_elems * dtype_size(reduced_dtype(z)));
+        z->pending_params = mem_alloc_host(be, mem, MEM_HOST_STATE, z->state_elems * x);
+    }
     if (stage_elem_bytes(z)) {
         z->host_stage_elems = z->state_elems < HOST_STAGE_ELEMS ? z->state_elems : HOST_STAGE_ELEMS;
         z->host_stage = mem_alloc_host(be, mem, MEM_HOST_STATE, z->host_stage_elems * stage_elem_bytes(z));
@@ -175,6 +183,7 @@ static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* l
     if ((caps.shard_grads && !caps.shard_state) || (caps.shard_params && !caps.shard_grads))
         fail("internal: ZeRO capabilities out of order (state %d, gradients %d, parameters %d)", caps.shard_state,
              caps.shard_grads, caps.shard_params);
+    if (caps.delayed_update && !caps.state_on_host) fail("internal: a delayed update needs the state on the host");
     if ((caps.grads_on_host && !(caps.shard_grads && caps.state_on_host)) || (caps.params_on_host && !(caps.shard_params && caps.grads_on_host)))
         fail("internal: offload without its sharding (gradients on host %d, parameters on host %d)", caps.grads_on_host,
              caps.params_on_host);
@@ -225,6 +234,8 @@ void zero_destroy(Zero* z, Backend* be) {
     free_where(be, z->caps.state_on_host, z->adam_v);
     if ((void*)z->master != z->params) free_where(be, z->caps.state_on_host, z->master);
     free_where(be, 1, z->host_stage);
+    free_where(be, 1, z->pending_grad);
+    free_where(be, 1, z->pending_params);
     free(z);
 }
 
@@ -730,7 +741,7 @@ static int state_tied_in_sync(void* z, Backend* be) { return tied_in_sync((Zero*
 ModelState zero_model_state(Zero* z) {
     ModelState s = {z, z->lay, z->dt, z->caps.shard_params ? NULL : z->params, reduced_is_piece(z) && z->size > 1 ? z->dp : NULL,
                     z->norm_acc, z->caps.state_on_host, z->caps.grads_on_host, z->caps.params_on_host, z->host_stage,
-                    z->host_stage_elems, state_for_each_span, state_owned_span, state_set_from_host, state_master_to_host,
+                    z->host_stage_elems, z->pending_grad, z->pending_params, state_for_each_span, state_owned_span, state_set_from_host, state_master_to_host,
                     state_tied_in_sync};
     return s;
 }

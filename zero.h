@@ -44,6 +44,7 @@ typedef struct {
                         // updates them; the reduced gradient comes down and the working copy goes up (-offload)
     int grads_on_host;  // shard_grads and state_on_host: the reduced gradient pieces accumulate on the host
     int params_on_host; // shard_params and grads_on_host: the working parameter pieces live on the host
+    int delayed_update; // state_on_host and -dpu: host buffers for the update in flight (model_state.h)
 } ZeroCaps;
 
 // -z: stage 0 shards nothing, 1 the state, 2 also the gradients, 3 also the parameters. Everything stays in

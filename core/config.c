@@ -60,6 +60,10 @@ void config_usage(const char* prog) {
            "            uploads the new parameters. 2 (-z 2 or 3): also accumulate the gradient pieces on the host, each\n"
            "            unit's as its reduce-scatter ends, and with -z 3 keep the parameter pieces there, uploaded for\n"
            "            each gather. Same results bit for bit (default 0)\n"
+           "  -dpu W    with -offload: from step W on, run each step's host update while the device computes the\n"
+           "            next step, which uses the parameters before it (ZeRO-Offload's delayed parameter update;\n"
+           "            updates land one step late, and land at once before each checkpoint, evaluation and the\n"
+           "            end). 0: off (default 0)\n"
            "  -comm C   mpi|nccl: what moves GPU buffers in the collectives. nccl needs one GPU per rank; mpi stages\n"
            "            through host memory and lets ranks share a GPU (default nccl on the GPU build with NCCL\n"
            "            when every rank has its own GPU, else mpi)\n"
@@ -151,6 +155,7 @@ static void parse_one(Config* c, const char* f, const char* v) {
     else if (!strcmp(f, "-pp")) c->pipeline_stages = (int)parse_int(f, v, 1, 1024);
     else if (!strcmp(f, "-r")) c->recompute = (int)parse_int(f, v, 0, 3);
     else if (!strcmp(f, "-offload")) c->offload = (int)parse_int(f, v, 0, 2);
+    else if (!strcmp(f, "-dpu")) c->delay_from = (int)parse_int(f, v, 0, 1 << 30);
     else if (!strcmp(f, "-w")) c->plan_ranks = (int)parse_int(f, v, 1, 1 << 20);
     else if (!strcmp(f, "-gpu-mem")) c->gpu_mem_gib = parse_float(f, v, 0.001, 1e6);
     else if (!strcmp(f, "-host-mem")) c->host_mem_gib = parse_float(f, v, 0.001, 1e6);
@@ -196,6 +201,8 @@ void config_parse(Config* c, int argc, char** argv) {
     if (c->start_over && !c->out_dir) fail("-ow 1 needs -o DIR to start over in");
     if ((c->gpu_mem_gib > 0 || c->host_mem_gib > 0) && !c->estimate) fail("-gpu-mem and -host-mem plan with --estimate only");
     if (c->host_mem_gib > 0 && !(c->gpu_mem_gib > 0)) fail("-host-mem needs -gpu-mem (the table is per device budget)");
+    if (c->delay_from > 0 && !c->offload)
+        fail("-dpu %d delays the host's update behind the device's next step: it needs -offload 1 or 2", c->delay_from);
     if (c->offload == 2 && c->zero_stage < 2)
         fail("-offload 2 moves the sharded gradients (and with -z 3 the parameters) to the host: it needs -z 2 or 3, "
              "not -z %d (-offload 1 moves the optimizer state at any -z)", c->zero_stage);

@@ -50,6 +50,7 @@ typedef struct {
     int recompute;               // -r
     int offload;                 // -offload: 1 each rank's fp32 master and Adam state in host memory, 2 also
                                  // its gradient pieces (-z >= 2) and parameter pieces (-z 3)
+    int delay_from;              // -dpu: from this step on each update lands one step late (0: never)
     CommKind comm;               // -comm (COMM_AUTO unless given)
     // planning
     int estimate;                // --estimate: print the memory plan and exit

@@ -12,7 +12,7 @@ void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const P
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     pipeline_stage_layout(lay, plan, s, dp, stage);
     memset(out, 0, sizeof(*out));
-    states(out, lay, zero, cfg->offload, dp, cfg->precision);
+    states(out, lay, cfg, zero, dp);
     out->bytes[MEM_ACTIVATIONS] += gpt_activation_bytes(lay, cfg->precision, cfg->B, cfg->T, recompute,
                                                         plan->sets[stage]);
     free(lay);

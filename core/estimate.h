@@ -7,9 +7,10 @@
 #include "pipeline.h"
 
 // The bytes one stage's model states (parameters, gradients, master weights, Adam) take under ZeRO stage
-// `zero` on `dp` ranks, with the state in host memory where `offload`. The policy above the orchestration
-// answers it (the trainer passes ZeRO's own allocation code in counting mode), so this planner stays below it.
-typedef void (*StatePlanner)(MemLedger* mem, const ParamLayout* lay, int zero, int offload, int dp, DType dt);
+// `zero` on `dp` ranks, with what cfg says of precision, -offload and -dpu. The policy above the
+// orchestration answers it (the trainer passes ZeRO's own allocation code in counting mode), so this planner
+// stays below it.
+typedef void (*StatePlanner)(MemLedger* mem, const ParamLayout* lay, const Config* cfg, int zero, int dp);
 
 // Bytes per category one rank would allocate: stage `stage` of the pipeline plan with `dp` replicas, ZeRO
 // stage `zero`, recompute level `recompute` (cfg supplies precision, b and t).

@@ -43,6 +43,11 @@ typedef struct {
     // params_on_host); NULL where neither moves.
     void* host_stage;
     size_t host_stage_elems;
+    // With a delayed update (-dpu, delayed_update.h): host memory for the gradient of the update in flight
+    // (the grad_dt of the spans) and the working copy it computes (dt), each as many elements as this rank
+    // holds state for, packed in STATE_UPDATE order; NULL otherwise.
+    void* pending_grad;
+    void* pending_params;
     void (*for_each_span)(void* ctx, StateParts which, StateSpanFn fn, void* fn_ctx);
     // The part of [flat, flat + n) inside tensor t whose master, m and v this rank holds; 0 if none.
     int (*owned_span)(void* ctx, const ParamTensor* t, size_t flat, size_t n, StateSpan* out);

@@ -61,17 +61,29 @@ static void update_span_on_host(const ModelState* ms, Backend* be, const StateSp
     }
 }
 
+AdamWArgs adamw_span_args(const AdamWArgs* a, const StateSpan* s) {
+    AdamWArgs out = *a;
+    if (!s->t->decay) out.weight_decay = 0.0f;
+    return out;
+}
+
+size_t adamw_span_offset(const StateSpan* s) { return s->t->canonical + (s->flat - s->t->offset); }
+
 static void update_span(const StateSpan* s, void* ctx) {
     UpdateCtx* c = (UpdateCtx*)ctx;
-    AdamWArgs a = c->args;
-    if (!s->t->decay) a.weight_decay = 0.0f;
-    size_t offset = s->t->canonical + (s->flat - s->t->offset);
+    AdamWArgs a = adamw_span_args(&c->args, s);
+    size_t offset = adamw_span_offset(s);
     if (c->ms->state_on_host) update_span_on_host(c->ms, c->be, s, offset, &a);
     else adamw_update(c->be, s->params, c->ms->dt, s->master, s->grad, s->grad_dt, s->m, s->v, s->n, offset, &a);
 }
 
-void adamw_step(const ModelState* ms, Backend* be, const OptimizerStep* o, float grad_scale) {
+AdamWArgs adamw_args(const OptimizerStep* o, float grad_scale) {
     Rng r = rng_seeded(o->seed, 0x5eed0000ull + (uint64_t)o->step);
-    UpdateCtx c = {be, ms, {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, grad_scale, o->step + 1, (uint32_t)rng_next_u64(&r)}};
+    AdamWArgs a = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, grad_scale, o->step + 1, (uint32_t)rng_next_u64(&r)};
+    return a;
+}
+
+void adamw_step(const ModelState* ms, Backend* be, const OptimizerStep* o, float grad_scale) {
+    UpdateCtx c = {be, ms, adamw_args(o, grad_scale)};
     ms->for_each_span(ms->ctx, STATE_UPDATE, update_span, &c);
 }

@@ -17,3 +17,9 @@ double grad_global_norm(const ModelState* ms, Backend* be, Comm* pp);
 float grad_clip_scale(double norm, float clip);
 // AdamW on every owned parameter (weight decay on 2-D tensors), gradients multiplied by grad_scale.
 void adamw_step(const ModelState* ms, Backend* be, const OptimizerStep* o, float grad_scale);
+// The pieces of that step, for whoever runs it elsewhere (delayed_update.h): its arguments (the rounding
+// seed drawn from (seed, step)), a span's (no decay off 2-D tensors), and the canonical offset of a span's
+// first element, which keys its rounding noise.
+AdamWArgs adamw_args(const OptimizerStep* o, float grad_scale);
+AdamWArgs adamw_span_args(const AdamWArgs* a, const StateSpan* s);
+size_t adamw_span_offset(const StateSpan* s);

@@ -18,6 +18,7 @@ void phase_mark(PhaseTimer* pt, Backend* be, Phase p) {
 }
 
 const char* phase_name(Phase p) {
-    static const char* const names[NUM_PHASES] = {"data", "forward", "backward", "pipeline_wait", "grad_reduce", "optimizer"};
+    static const char* const names[NUM_PHASES] = {"data", "forward", "backward", "pipeline_wait", "grad_reduce", "optimizer",
+                                                         "update_wait"};
     return names[p];
 }

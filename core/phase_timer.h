@@ -7,11 +7,13 @@
 double now_seconds(void);   // monotonic
 
 // PHASE_WAIT: blocked receiving from another pipeline stage; a send's copy goes to the phase after it.
-typedef enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_WAIT, PHASE_COMM, PHASE_OPTIMIZER, NUM_PHASES } Phase;
+// PHASE_UPDATE_WAIT (-dpu): blocked until the last step's host update, which ran behind this step, landed.
+typedef enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_WAIT, PHASE_COMM, PHASE_OPTIMIZER, PHASE_UPDATE_WAIT, NUM_PHASES } Phase;
 typedef struct {
     int on;
     double last;
     double seconds[NUM_PHASES];
+    double overlapped;   // -dpu: how long the host update that landed in this step ran, behind the phases above
 } PhaseTimer;
 void phase_mark(PhaseTimer* pt, Backend* be, Phase p);   // the time since the last mark goes to phase p
 const char* phase_name(Phase p);                          // as logged: "data", "forward", ...

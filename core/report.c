@@ -128,13 +128,17 @@ void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt
     double* all = gather_rows(g->world, pt->seconds, NUM_PHASES);
     if (comm_rank(g->world) == 0) {
         double total = 0.0;
-        char text[320], json[320], stages[2048];
+        char text[512], json[512], stages[2048];
         int n = 0, m = 0, k = 0;
         for (int p = 0; p < NUM_PHASES; p++) total += pt->seconds[p];
         for (int p = 0; p < NUM_PHASES; p++) {
             n += snprintf(text + n, sizeof(text) - (size_t)n, " | %s %.1f ms (%.0f%%)", phase_name((Phase)p), pt->seconds[p] * 1e3,
                           total > 0.0 ? 100.0 * pt->seconds[p] / total : 0.0);
             m += snprintf(json + m, sizeof(json) - (size_t)m, "%s\"%s\": %.3f", p ? ", " : "", phase_name((Phase)p), pt->seconds[p] * 1e3);
+        }
+        if (pt->overlapped > 0.0) {   // not a phase: it ran beside them
+            n += snprintf(text + n, sizeof(text) - (size_t)n, " | host update %.1f ms, overlapped", pt->overlapped * 1e3);
+            logger_line(log, "{\"step\": %d, \"host_update_overlapped_ms\": %.3f}", step, pt->overlapped * 1e3);
         }
         printf("step %5d breakdown (synchronized, rank 0)%s\n", step, text);
         logger_line(log, "{\"step\": %d, \"breakdown_ms\": {%s}}", step, json);

@@ -331,6 +331,31 @@ def write_f32(path, arrays):
             f.write(np.ascontiguousarray(a.detach().cpu().float().numpy()).tobytes())
 
 
+def land(model, opt, pending):
+    """Applies an update in flight (the gradients it saved, its LR and gradient scale); returns None."""
+    if pending:
+        grads, lr, scale = pending
+        for p, g in zip(model.params(), grads):
+            p.grad = g
+        opt.step(lr, scale)
+    return None
+
+
+def delayed_step(model, opt, step, lr, scale, pending, args):
+    """The optimizer's part of a step, with -dpu W: the update in flight (the last step's gradients) lands
+    first; from step W on this step's update is only saved, to land a step later, except that every update
+    lands after each -n-th step (the trainer's checkpoints) and at the end. Returns the update in flight."""
+    current = ([p.grad.clone() for p in model.params()], lr, scale)
+    pending = land(model, opt, pending)
+    if args.dpu and step >= args.dpu:
+        pending = current
+    else:
+        pending = land(model, opt, current)
+    if step + 1 == args.x or (args.n > 0 and (step + 1) % args.n == 0):
+        pending = land(model, opt, pending)
+    return pending
+
+
 def train(args, cfg, params):
     dtype = {"float64": torch.float64, "float32": torch.float32}[args.dtype]
     model = GPT(cfg, params, dtype, "cpu", sdpa=args.sdpa)
@@ -340,6 +365,7 @@ def train(args, cfg, params):
     log = open(os.path.join(args.o, "log.jsonl"), "w") if args.o else None
     if args.dump:
         os.makedirs(args.dump, exist_ok=True)
+    pending = None
     for step in range(args.x):
         t0 = time.time()
         for p in model.params():
@@ -360,7 +386,7 @@ def train(args, cfg, params):
                 f.write("%.9g\n" % loss_mean)
         scale = args.gc / norm if args.gc > 0 and norm > args.gc else 1.0
         lr = lr_at(step, args)
-        opt.step(lr, scale)
+        pending = delayed_step(model, opt, step, lr, scale, pending, args)
         rec = {"step": step, "loss": loss_mean, "lr": lr, "grad_norm": norm,
                "dt_ms": (time.time() - t0) * 1e3}
         if log:
@@ -480,6 +506,8 @@ def main(argv=None):
     ap.add_argument("-c", type=float, default=0.0, help="weight decay (2-D tensors only)")
     ap.add_argument("-gc", type=float, default=1.0, help="clip the global grad norm to this (<= 0: off)")
     ap.add_argument("-o", help="output dir: log.jsonl, model_final.bin")
+    ap.add_argument("-dpu", type=int, default=0, help="delay each update by one step from this step on (0: off)")
+    ap.add_argument("-n", type=int, default=0, help="with -dpu: every update lands after each N-th step")
     ap.add_argument("-dump", help="dir for logits0.f32, grads0.f32, loss0.txt (step 0)")
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32", "bfloat16", "float16"])
     ap.add_argument("--device", default="cpu")

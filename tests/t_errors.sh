@@ -58,6 +58,8 @@ expect_error resume_needs_dir "needs -o" "${base[@]}" -y 1
 expect_error pp_needs_ranks "-pp 2 does not divide the 1 ranks" "${base[@]}" -pp 2
 expect_error offload2_needs_sharded_grads "-offload 2 .* needs -z 2 or 3, not -z 1" "${base[@]}" -z 1 -offload 2
 expect_error offload_level_range "outside" "${base[@]}" -offload 3
+expect_error dpu_needs_offload "-dpu 2 delays .* needs -offload 1 or 2" "${base[@]}" -dpu 2
+expect_error dpu_negative "outside" "${base[@]}" -dpu -1 -offload 1
 mkdir -p "$TMP/ro" && chmod 500 "$TMP/ro"
 if [ "$(id -u)" != 0 ]; then expect_error unwritable_output "cannot" "${base[@]}" -o "$TMP/ro/x"; fi
 t_finish
