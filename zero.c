@@ -611,23 +611,31 @@ static StateSpan span_at(const Zero* z, const ParamTensor* t, size_t flat, size_
 typedef struct {
     StateSpanFn fn;
     void* ctx;
+    StateParts which;
 } SpanWalk;
 
+// A part's spans: one per canonical run of each tensor inside it (so a span's elements are contiguous in
+// llm.c's order), without tensor-group copies except for the update.
 static void part_to_spans(Zero* z, size_t begin, size_t end, size_t si, void* ctx) {
     SpanWalk* w = (SpanWalk*)ctx;
     const ParamLayout* lay = z->lay;
     for (int i = 0; i < lay->num_tensors; i++) {
         const ParamTensor* t = &lay->tensors[i];
+        if (t->replica && w->which != STATE_UPDATE) continue;
         size_t a = t->offset > begin ? t->offset : begin;
         size_t b = t->offset + t->size < end ? t->offset + t->size : end;
-        if (a >= b) continue;
-        StateSpan s = span_at(z, t, a, si + (a - begin), b - a);
-        w->fn(&s, w->ctx);
+        while (a < b) {
+            size_t n = tensor_run_left(t, a - t->offset);
+            n = n < b - a ? n : b - a;
+            StateSpan s = span_at(z, t, a, si + (a - begin), n);
+            w->fn(&s, w->ctx);
+            a += n;
+        }
     }
 }
 
 static void state_for_each_span(void* ctx, StateParts which, StateSpanFn fn, void* fn_ctx) {
-    SpanWalk w = {fn, fn_ctx};
+    SpanWalk w = {fn, fn_ctx, which};
     for_each_part((Zero*)ctx, which, part_to_spans, &w);
 }
 

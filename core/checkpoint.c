@@ -62,18 +62,20 @@ float* model_file_read(const ParamLayout* lay, const char* path) {
     read_model_header(f, path, &version);
     size_t elem = version == 3 ? 4 : 2;
     float* flat = (float*)xcalloc(lay->total, sizeof(float));
-    for (int i = 0; i < lay->num_tensors; i++) {   // a stage reads its own tensors (and its mirror's)
+    uint16_t* raw = version == 5 ? (uint16_t*)xmalloc(lay->total * 2) : NULL;
+    for (int i = 0; i < lay->num_tensors; i++) {   // a stage reads its own tensors (and its mirror's), run by run
         const ParamTensor* t = &lay->tensors[i];
-        seek_canonical(f, path, 1024, t->canonical, elem);
-        if (version == 5) {
-            uint16_t* raw = (uint16_t*)xmalloc(t->size * 2);
-            xfread(raw, 2, t->size, f, path);
-            host_from_dtype(flat + t->offset, raw, DT_BF16, t->size);
-            free(raw);
-        } else {
-            xfread(flat + t->offset, sizeof(float), t->size, f, path);
+        for (size_t j = 0; j < t->size; j += t->run) {
+            seek_canonical(f, path, 1024, tensor_canonical(t, j), elem);
+            if (raw) {
+                xfread(raw, 2, t->run, f, path);
+                host_from_dtype(flat + t->offset + j, raw, DT_BF16, t->run);
+            } else {
+                xfread(flat + t->offset + j, sizeof(float), t->run, f, path);
+            }
         }
     }
+    free(raw);
     fclose(f);
     return flat;
 }
@@ -112,9 +114,11 @@ void model_file_write_part(const ParamLayout* lay, const float* flat, const char
     if (!f) fail("cannot open %s for writing: %s", path, strerror(errno));
     for (int i = 0; i < lay->num_tensors; i++) {
         const ParamTensor* t = &lay->tensors[i];
-        if (unit_is_mirror(lay, t->unit)) continue;   // stage 0 writes the embeddings
-        seek_canonical(f, path, header ? 1024 : 0, t->canonical, sizeof(float));
-        xfwrite(flat + t->offset, sizeof(float), t->size, f, path);
+        if (tensor_is_copy(lay, t)) continue;   // its owner (stage 0, tensor rank 0) writes it
+        for (size_t j = 0; j < t->size; j += t->run) {
+            seek_canonical(f, path, header ? 1024 : 0, tensor_canonical(t, j), sizeof(float));
+            xfwrite(flat + t->offset + j, sizeof(float), t->run, f, path);
+        }
     }
     xfclose(f, path);
 }
@@ -146,7 +150,7 @@ static void count_span(const StateSpan* s, void* ctx) { ((StateWriter*)ctx)->spa
 static void write_span(const StateSpan* s, void* ctx) {
     StateWriter* w = (StateWriter*)ctx;
     size_t n = s->n;
-    long long span[2] = {(long long)(s->t->canonical + (s->flat - s->t->offset)), (long long)n};
+    long long span[2] = {(long long)tensor_canonical(s->t, s->flat - s->t->offset), (long long)n};   // inside one run
     xfwrite(span, sizeof(span), 1, w->f, w->path);
     float* buf = (float*)xmalloc(n * sizeof(float));
     float* sources[3] = {s->master, s->m, s->v};
@@ -205,6 +209,22 @@ static void restore_span(const ModelState* ms, Backend* be, const ParamTensor* t
     if (ms->whole_params) be_upload(be, (char*)ms->whole_params + flat0 * x, params, n * x);
 }
 
+// One file span's values (canonical offset c), restored where this layout's tensor holds them.
+typedef struct {
+    const ModelState* ms;
+    Backend* be;
+    size_t c;
+    float* const* vals;
+    const void* params;
+} SpanValues;
+
+static void restore_overlap(const ParamTensor* t, size_t index, size_t canonical, size_t n, void* ctx) {
+    SpanValues* sv = (SpanValues*)ctx;
+    size_t skip = canonical - sv->c, x = dtype_size(sv->ms->dt);
+    float* vals[3] = {sv->vals[0] + skip, sv->vals[1] + skip, sv->vals[2] + skip};
+    restore_span(sv->ms, sv->be, t, t->offset + index, n, vals, (const char*)sv->params + skip * x);
+}
+
 static void state_load(const ModelState* ms, Backend* be, const char* path) {
     FILE* f = xfopen(path, "rb");
     StateHeader h;
@@ -223,7 +243,6 @@ static void state_load(const ModelState* ms, Backend* be, const char* path) {
             if (fseeko(f, (off_t)(n * (12 + (ms->dt != DT_FP32 ? x : 0))), SEEK_CUR) != 0) fail("cannot seek in %s: %s", path, strerror(errno));
             continue;
         }
-        size_t flat0 = t->offset + (size_t)(span[0] - (long long)t->canonical);
         float* vals[3];
         for (int k = 0; k < 3; k++) {
             vals[k] = (float*)xmalloc(n * sizeof(float));
@@ -234,7 +253,8 @@ static void state_load(const ModelState* ms, Backend* be, const char* path) {
             params = xmalloc(n * x);
             xfread(params, x, n, f, path);
         }
-        restore_span(ms, be, t, flat0, n, vals, params);
+        SpanValues sv = {ms, be, (size_t)span[0], vals, params};
+        tensor_overlaps(t, (size_t)span[0], n, restore_overlap, &sv);
         if (params != vals[0]) free(params);
         for (int k = 0; k < 3; k++) free(vals[k]);
     }

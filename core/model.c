@@ -96,6 +96,59 @@ static size_t canonical_offset(const GPTShape* s, ParamKind kind, int layer) {
     return off + (layer > 0 ? (size_t)layer * param_kind_elems(s, kind) : 0);
 }
 
+// How tensor parallelism cuts a kind (model.h): a (rows x cols) matrix in llm.c's row-major order (a bias is
+// rows x 1) keeps, per rank, a 1/tp share of the rows of each of `sections` equal row blocks (CUT_ROWS: q, k
+// and v are three), or of the columns of every row (CUT_COLS); CUT_NONE is held whole.
+typedef enum { CUT_NONE, CUT_ROWS, CUT_COLS } Cut;
+typedef struct {
+    Cut cut;
+    size_t rows, cols, sections;
+} TensorCut;
+
+static TensorCut tensor_cut(const GPTShape* s, ParamKind k) {
+    size_t C = (size_t)s->C;
+    switch (k) {
+        case P_QKVW: return (TensorCut){CUT_ROWS, 3 * C, C, 3};
+        case P_QKVB: return (TensorCut){CUT_ROWS, 3 * C, 1, 3};
+        case P_FCW: return (TensorCut){CUT_ROWS, 4 * C, C, 1};
+        case P_FCB: return (TensorCut){CUT_ROWS, 4 * C, 1, 1};
+        case P_ATTPROJW: return (TensorCut){CUT_COLS, C, C, 1};
+        case P_FCPROJW: return (TensorCut){CUT_COLS, C, 4 * C, 1};
+        default: return (TensorCut){CUT_NONE, param_kind_elems(s, k), 1, 1};
+    }
+}
+
+// Rank r of tp's share of t's kind: its size and canonical runs (t->canonical is the whole tensor's start).
+static void cut_tensor(ParamTensor* t, const GPTShape* s, int r, int tp) {
+    TensorCut c = tensor_cut(s, t->kind);
+    size_t whole = param_kind_elems(s, t->kind);
+    t->size = t->run = t->stride = whole;
+    t->replica = c.cut == CUT_NONE && r > 0;
+    if (tp == 1 || c.cut == CUT_NONE) return;
+    if (c.cut == CUT_ROWS) {   // of each section, rows [r, r + 1) * rows / (sections * tp): one run per section
+        size_t section_rows = c.rows / c.sections, mine = section_rows / (size_t)tp;
+        t->run = mine * c.cols;
+        t->stride = section_rows * c.cols;
+        t->canonical += (size_t)r * t->run;
+        t->size = c.sections * t->run;
+    } else {                   // of each row, columns [r, r + 1) * cols / tp: one run per row
+        t->run = c.cols / (size_t)tp;
+        t->stride = c.cols;
+        t->canonical += (size_t)r * t->run;
+        t->size = c.rows * t->run;
+    }
+    if (t->size == t->run) t->stride = t->size;   // one run: contiguous
+}
+
+void tensor_overlaps(const ParamTensor* t, size_t c, size_t count, TensorRunFn fn, void* ctx) {
+    size_t runs = t->size / t->run;
+    for (size_t k = 0; k < runs; k++) {
+        size_t begin = t->canonical + k * t->stride, end = begin + t->run;
+        size_t a = begin > c ? begin : c, b = end < c + count ? end : c + count;
+        if (a < b) fn(t, k * t->run + (a - begin), a, b - a, ctx);
+    }
+}
+
 // Tensors start on 64-element boundaries so every tensor is 128-byte aligned in any storage type.
 #define TENSOR_ALIGN 64
 
@@ -109,13 +162,13 @@ static void add_unit(ParamLayout* lay, const ParamKind* kinds, int n, int layer,
         ParamTensor* t = &lay->tensors[lay->num_tensors++];
         t->kind = kinds[i];
         t->layer = layer;
-        t->size = param_kind_elems(&lay->shape, kinds[i]);
-        t->offset = u->offset + off;
         t->canonical = canonical_offset(&lay->shape, kinds[i], layer);
+        cut_tensor(t, &lay->shape, lay->tp_rank, lay->tp_size);
+        t->offset = u->offset + off;
         t->decay = is_matrix_kind(kinds[i]);
         t->unit = lay->num_units - 1;
         off += (t->size + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
-        lay->num_params += t->size;
+        if (!t->replica) lay->num_params += t->size;
     }
     u->size = off;
     u->padded = (off + pad_multiple - 1) / pad_multiple * pad_multiple;
@@ -123,7 +176,7 @@ static void add_unit(ParamLayout* lay, const ParamKind* kinds, int n, int layer,
 }
 
 void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple, int first_block, int num_blocks,
-                        EmbeddingRole embeddings, int with_final) {
+                        EmbeddingRole embeddings, int with_final, int tp_rank, int tp_size) {
     static const ParamKind EMB[] = {P_WTE, P_WPE};
     static const ParamKind BLOCK[] = {P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
                                       P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB};
@@ -131,8 +184,12 @@ void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple
     if (pad_multiple == 0 || pad_multiple % TENSOR_ALIGN != 0) fail("internal: unit padding %zu must be a multiple of %d", pad_multiple, TENSOR_ALIGN);
     if (first_block < 0 || num_blocks < 0 || first_block + num_blocks > s->L)
         fail("internal: blocks [%d, %d) outside the model's %d", first_block, first_block + num_blocks, s->L);
+    if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size || s->NH % tp_size != 0)
+        fail("internal: tensor-parallel rank %d of %d for %d heads", tp_rank, tp_size, s->NH);
     memset(lay, 0, sizeof(*lay));
     lay->shape = *s;
+    lay->tp_rank = tp_rank;
+    lay->tp_size = tp_size;
     lay->first_block = first_block;
     lay->num_blocks = num_blocks;
     lay->emb_unit = lay->final_unit = -1;
@@ -154,7 +211,7 @@ void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple
 }
 
 void layout_build(ParamLayout* lay, const GPTShape* s, size_t pad_multiple) {
-    layout_build_stage(lay, s, pad_multiple, 0, s->L, EMB_OWN, 1);
+    layout_build_stage(lay, s, pad_multiple, 0, s->L, EMB_OWN, 1, 0, 1);
 }
 
 const ParamTensor* layout_tensor(const ParamLayout* lay, ParamKind kind, int layer) {
@@ -185,20 +242,33 @@ FinalNormParams final_norm_params(const ParamLayout* lay, void* base, DType dt) 
     return p;
 }
 
-void init_tensor_values(float* out, const GPTShape* s, const ParamTensor* t, unsigned long long seed) {
-    ParamKind k = t->kind;
+// The whole tensor of t's kind and layer (n elements).
+static void init_whole(float* out, const GPTShape* s, ParamKind k, int layer, size_t n, unsigned long long seed) {
     if (k == P_LN1W || k == P_LN2W || k == P_LNFW) {
-        for (size_t i = 0; i < t->size; i++) out[i] = 1.0f;
+        for (size_t i = 0; i < n; i++) out[i] = 1.0f;
         return;
     }
     if (!is_matrix_kind(k)) {   // biases
-        memset(out, 0, t->size * sizeof(float));
+        memset(out, 0, n * sizeof(float));
         return;
     }
     // Residual projections are scaled down by sqrt(2L) so the residual stream's variance stays bounded.
     float std = (k == P_ATTPROJW || k == P_FCPROJW) ? 0.02f / sqrtf(2.0f * (float)s->L) : 0.02f;
-    Rng rng = rng_seeded(seed, (unsigned long long)k * 1000003ull + (unsigned long long)(t->layer + 1));
-    size_t real = k == P_WTE ? (size_t)s->V * s->C : t->size;   // padded vocabulary rows stay zero
+    Rng rng = rng_seeded(seed, (unsigned long long)k * 1000003ull + (unsigned long long)(layer + 1));
+    size_t real = k == P_WTE ? (size_t)s->V * s->C : n;   // padded vocabulary rows stay zero
     for (size_t i = 0; i < real; i++) out[i] = std * rng_normal(&rng);
-    for (size_t i = real; i < t->size; i++) out[i] = 0.0f;
+    for (size_t i = real; i < n; i++) out[i] = 0.0f;
+}
+
+void init_tensor_values(float* out, const GPTShape* s, const ParamTensor* t, unsigned long long seed) {
+    size_t whole = param_kind_elems(s, t->kind);
+    if (t->size == whole) {
+        init_whole(out, s, t->kind, t->layer, whole, seed);
+        return;
+    }
+    float* all = (float*)xmalloc(whole * sizeof(float));   // a shard: its elements of the whole tensor's values
+    init_whole(all, s, t->kind, t->layer, whole, seed);
+    size_t base = canonical_offset(s, t->kind, t->layer);
+    for (size_t i = 0; i < t->size; i += t->run) memcpy(out + i, all + (tensor_canonical(t, i) - base), t->run * sizeof(float));
+    free(all);
 }

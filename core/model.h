@@ -29,11 +29,24 @@ typedef struct {
     ParamKind kind;
     int layer;          // block index, or -1 for wte/wpe/lnf
     size_t offset;      // in the flat buffer (elements)
-    size_t size;        // elements
-    size_t canonical;   // offset in llm.c's file order
+    size_t size;        // elements held here
+    // Where they sit in llm.c's file order: runs of `run` contiguous elements, `stride` apart, the first at
+    // `canonical`. A tensor held whole is one run (run == stride == size); a tensor-parallel shard of a
+    // matrix cut by columns is one run per row (tensor_canonical).
+    size_t canonical, run, stride;
+    int replica;        // a copy of values another rank of the tensor group writes (tensor_is_copy)
     int decay;          // weight decay applies (2-D tensors: matrices and the two embeddings)
     int unit;           // the unit holding it
 } ParamTensor;
+
+// The canonical offset of element i of t.
+static inline size_t tensor_canonical(const ParamTensor* t, size_t i) { return t->canonical + i / t->run * t->stride + i % t->run; }
+// Elements of t from element i to the end of its run.
+static inline size_t tensor_run_left(const ParamTensor* t, size_t i) { return t->run - i % t->run; }
+// Calls fn for each stretch of [c, c + count) (canonical offsets) that t holds: its first element's index
+// in t, its canonical offset and its length, in canonical order.
+typedef void (*TensorRunFn)(const ParamTensor* t, size_t index, size_t canonical, size_t n, void* ctx);
+void tensor_overlaps(const ParamTensor* t, size_t c, size_t count, TensorRunFn fn, void* ctx);
 
 typedef struct {
     size_t offset;      // first element in the flat buffer
@@ -49,6 +62,7 @@ typedef struct {
 
 typedef struct {
     GPTShape shape;
+    int tp_rank, tp_size;          // this layout's shard of each block (tensor parallelism; 0, 1 for whole blocks)
     int first_block, num_blocks;   // the blocks this layout holds: all of them, or a pipeline stage's range
     int emb_unit;                  // unit of wte + wpe, or -1 when another stage holds them
     int emb_mirror;                // emb_unit is the last pipeline stage's copy for the tied LM head (below)
@@ -88,11 +102,24 @@ typedef enum { EMB_NONE, EMB_OWN, EMB_MIRROR } EmbeddingRole;
 // The pad_multiple that lets every unit split into `pieces` equal pieces of whole 64-element groups (ZeRO
 // cuts each unit into one piece per rank of a data-parallel group).
 static inline size_t layout_pad_multiple(int pieces) { return (size_t)64 * (size_t)pieces; }
+//
+// Tensor parallelism (tp_size > 1) cuts each block as Megatron-LM does: qkv and fc column-parallel (each rank
+// holds its heads' rows of q, k and v, and its quarter-hidden rows of fc, with their biases), the attention
+// and MLP projections row-parallel (each rank holds the matching columns). LayerNorms, the projections'
+// biases, the embeddings and the final LayerNorm are held whole by every rank of the tensor group; rank 0's
+// copies are the ones written (ParamTensor.replica on the others).
 void layout_build(ParamLayout* lay, const GPTShape* s, size_t pad_multiple);
 void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple, int first_block, int num_blocks,
-                        EmbeddingRole embeddings, int with_final);
+                        EmbeddingRole embeddings, int with_final, int tp_rank, int tp_size);
 // A unit whose values another unit (on another stage) owns: skipped by checkpoints and the norm.
 static inline int unit_is_mirror(const ParamLayout* lay, int u) { return lay->emb_mirror && u == lay->emb_unit; }
+// A tensor whose values another rank owns (a mirror's, or a tensor-group copy): skipped by checkpoints and
+// the norm, updated like the original so it stays equal.
+static inline int tensor_is_copy(const ParamLayout* lay, const ParamTensor* t) { return t->replica || unit_is_mirror(lay, t->unit); }
+// The per-rank widths of a tensor-parallel block: heads, attention channels (C/tp), MLP hidden (4C/tp).
+static inline int layout_heads(const ParamLayout* lay) { return lay->shape.NH / lay->tp_size; }
+static inline int layout_attn_channels(const ParamLayout* lay) { return lay->shape.C / lay->tp_size; }
+static inline int layout_mlp_channels(const ParamLayout* lay) { return 4 * lay->shape.C / lay->tp_size; }
 // The tensor of `kind` (block kinds: of block `layer`), or NULL when this layout does not hold it.
 const ParamTensor* layout_tensor(const ParamLayout* lay, ParamKind kind, int layer);
 static inline int unit_of_block(const ParamLayout* lay, int layer) { return lay->block_unit[layer]; }

@@ -67,7 +67,7 @@ AdamWArgs adamw_span_args(const AdamWArgs* a, const StateSpan* s) {
     return out;
 }
 
-size_t adamw_span_offset(const StateSpan* s) { return s->t->canonical + (s->flat - s->t->offset); }
+size_t adamw_span_offset(const StateSpan* s) { return tensor_canonical(s->t, s->flat - s->t->offset); }
 
 static void update_span(const StateSpan* s, void* ctx) {
     UpdateCtx* c = (UpdateCtx*)ctx;

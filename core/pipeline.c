@@ -17,7 +17,7 @@ void pipeline_plan(PipelinePlan* plan, const GPTShape* s, int stages, int ranks,
 void pipeline_stage_layout(ParamLayout* lay, const PipelinePlan* plan, const GPTShape* s, int dp, int stage) {
     int last = stage == plan->stages - 1;
     EmbeddingRole emb = stage == 0 ? EMB_OWN : last ? EMB_MIRROR : EMB_NONE;
-    layout_build_stage(lay, s, layout_pad_multiple(dp), plan->first[stage], plan->count[stage], emb, last);
+    layout_build_stage(lay, s, layout_pad_multiple(dp), plan->first[stage], plan->count[stage], emb, last, 0, 1);
 }
 
 void pipeline_create(Pipeline* p, const Grid* grid, const PipelinePlan* plan) {

@@ -1,6 +1,8 @@
-// test_layout.c: the layer-ordered parameter layout, whole and per pipeline stage. A model split into stages
-// must hold every parameter exactly once (same canonical offsets), each stage's flat buffer must be its own
-// (starting at 0, units padded), and lookups of what a stage does not hold must say so.
+// test_layout.c: the layer-ordered parameter layout, whole, per pipeline stage and per tensor-parallel rank.
+// A model split into stages or tensor shards must hold every parameter exactly once (same canonical
+// offsets, copies aside), each stage's flat buffer must be its own (starting at 0, units padded), lookups of
+// what a stage does not hold must say so, and a shard's runs, overlaps and initial values must be the whole
+// tensor's at the canonical places.
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,15 +18,15 @@ static size_t canonical_total(const GPTShape* s) {
     return n;
 }
 
-// Marks the canonical range of every tensor the layout owns (not a mirror's); returns 0 if some element is
-// marked twice.
+// Marks the canonical offset of every element the layout owns (not a mirror's or a tensor-group copy's);
+// returns 0 if some element is marked twice.
 static int mark(const ParamLayout* lay, unsigned char* seen) {
     for (int i = 0; i < lay->num_tensors; i++) {
         const ParamTensor* t = &lay->tensors[i];
-        if (unit_is_mirror(lay, t->unit)) continue;
+        if (tensor_is_copy(lay, t)) continue;
         for (size_t j = 0; j < t->size; j++) {
-            if (seen[t->canonical + j]) return 0;
-            seen[t->canonical + j] = 1;
+            if (seen[tensor_canonical(t, j)]) return 0;
+            seen[tensor_canonical(t, j)] = 1;
         }
     }
     return 1;
@@ -123,9 +125,97 @@ static void test_stages(TestStats* st, const char* spec, int P) {
     free(seen);
 }
 
+// tensor_overlaps of a canonical range lands each element once, at the index whose canonical offset it is.
+typedef struct {
+    size_t c, count;
+    unsigned char* hit;   // per element of [c, c + count)
+    int ok;
+} OverlapCheck;
+
+static void check_overlap(const ParamTensor* t, size_t index, size_t canonical, size_t n, void* ctx) {
+    OverlapCheck* o = (OverlapCheck*)ctx;
+    for (size_t i = 0; i < n; i++) {
+        size_t c = canonical + i;
+        if (c < o->c || c >= o->c + o->count || tensor_canonical(t, index + i) != c || o->hit[c - o->c]) o->ok = 0;
+        else o->hit[c - o->c] = 1;
+    }
+}
+
+// Tensor parallelism over tp ranks of each pipeline stage: the shards and the copies of rank 0 hold every
+// element once; the copies are exactly the kinds held whole; each shard has the Megatron widths; a range
+// of each tensor is found once across the ranks; and a shard's initial values are the whole tensor's.
+static void test_tensor_parallel(TestStats* st, const char* spec, int P, int tp) {
+    GPTShape s;
+    shape_from_spec(spec, &s);
+    PipelinePlan plan;
+    pipeline_plan(&plan, &s, P, P, s.maxT, 1);
+    size_t n = canonical_total(&s), C = (size_t)s.C;
+    unsigned char* seen = (unsigned char*)xcalloc(n, 1);
+    ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
+    ParamLayout* whole = (ParamLayout*)xmalloc(sizeof(ParamLayout));
+    layout_build(whole, &s, 64);
+    int once = 1, copies = 1, widths = 1, formed = 1, values = 1;
+    OverlapCheck ov[NUM_PARAM_KINDS];
+    for (int k = 0; k < NUM_PARAM_KINDS; k++) {   // a range inside each tensor of block 0 (or the tensor)
+        const ParamTensor* w = layout_tensor(whole, (ParamKind)k, 0);
+        ov[k] = (OverlapCheck){w->canonical + w->size / 3, w->size / 2 + 1, (unsigned char*)xcalloc(w->size, 1), 1};
+    }
+    for (int p = 0; p < P; p++)
+        for (int r = 0; r < tp; r++) {
+            layout_build_stage(lay, &s, 128, plan.first[p], plan.count[p], p == 0 ? EMB_OWN : p == P - 1 ? EMB_MIRROR : EMB_NONE,
+                               p == P - 1, r, tp);
+            once &= mark(lay, seen);
+            formed &= units_well_formed(lay, 128);
+            widths &= layout_heads(lay) == s.NH / tp && layout_attn_channels(lay) == (int)C / tp;
+            for (int i = 0; i < lay->num_tensors; i++) {
+                const ParamTensor* t = &lay->tensors[i];
+                const ParamTensor* w = layout_tensor(whole, t->kind, t->layer);
+                int held_whole = t->kind != P_QKVW && t->kind != P_QKVB && t->kind != P_FCW && t->kind != P_FCB &&
+                                 t->kind != P_ATTPROJW && t->kind != P_FCPROJW;
+                copies &= t->replica == (held_whole && r > 0) && (held_whole ? t->size == w->size : t->size * (size_t)tp == w->size);
+                if (t->kind == P_ATTPROJW) widths &= t->run == C / (size_t)tp && t->stride == C;
+                if (t->kind == P_QKVW) widths &= t->run == C / (size_t)tp * C && t->stride == C * C;
+                if (t->layer == 0 || (t->layer < 0 && !unit_is_mirror(lay, t->unit))) {
+                    if (!t->replica) tensor_overlaps(t, ov[t->kind].c, ov[t->kind].count, check_overlap, &ov[t->kind]);
+                    float* mine = (float*)xmalloc(t->size * sizeof(float));
+                    float* all = (float*)xmalloc(w->size * sizeof(float));
+                    init_tensor_values(mine, &s, t, 42);
+                    init_tensor_values(all, &s, w, 42);
+                    for (size_t j = 0; j < t->size; j++) values &= mine[j] == all[tensor_canonical(t, j) - w->canonical];
+                    free(mine);
+                    free(all);
+                }
+            }
+        }
+    int all = 1, found = 1;
+    for (size_t i = 0; i < n; i++) all &= seen[i];
+    for (int k = 0; k < NUM_PARAM_KINDS; k++) {
+        for (size_t i = 0; i < ov[k].count; i++) found &= ov[k].hit[i];
+        found &= ov[k].ok;
+        free(ov[k].hit);
+    }
+    char name[96];
+    snprintf(name, sizeof(name), "layout_tp%d_%s_P%d_cover_once", tp, spec, P);
+    check_true(st, name, once && all);
+    snprintf(name, sizeof(name), "layout_tp%d_%s_P%d_copies_are_whole_kinds", tp, spec, P);
+    check_true(st, name, copies);
+    snprintf(name, sizeof(name), "layout_tp%d_%s_P%d_megatron_widths", tp, spec, P);
+    check_true(st, name, widths && formed);
+    snprintf(name, sizeof(name), "layout_tp%d_%s_P%d_overlaps_find_each_element_once", tp, spec, P);
+    check_true(st, name, found);
+    snprintf(name, sizeof(name), "layout_tp%d_%s_P%d_shard_values_are_the_whole_tensors", tp, spec, P);
+    check_true(st, name, values);
+    free(whole);
+    free(lay);
+    free(seen);
+}
+
 int main(void) {
     TestStats st = {0, 0};
     test_whole(&st);
+    test_tensor_parallel(&st, "L3C64H4V1000T64", 1, 2);
+    test_tensor_parallel(&st, "L3C64H4V1000T64", 1, 4);
+    test_tensor_parallel(&st, "L4C64H4V1000T64", 2, 2);
     test_stages(&st, "L12C64H4V1000T64", 4);
     test_stages(&st, "L7C64H4V1000T64", 3);
     test_stages(&st, "L3C64H4V1000T64", 3);

@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# t_hf.sh: scripts/export_hf.py and scripts/import_hf.py, Hugging Face GPT-2 interop. Export then import
+# gives the model file back bit for bit (V=500, padded to 512; V=50257 from a checkpoint directory, cut and
+# padded again; bf16); the exported safetensors has a valid header and HF's names and shapes, and an
+# independent PyTorch GPT-2 written here in HF's convention (Conv1D x @ W + b, tanh GELU, tied head) reads
+# it by name and gives the trainer's step-0 logits; a pytorch_model.bin with `transformer.` names and
+# mask buffers, and a BF16 safetensors, import to the same file; the trainer trains from an imported file;
+# bad input ends in one `error:` line. The checks in Python read and write safetensors with their own code.
+source "$(dirname "$0")/lib.sh"
+cd "$(dirname "$0")/.."
+BIN=./train_gpt_cpu
+if [ ! -x "$BIN" ]; then
+    t_fail trainer_built "$BIN is missing (run: make train_gpt_cpu)"
+    t_finish
+fi
+
+cat > "$TMP/hfcheck.py" <<'PY'
+"""Checks for t_hf.sh, independent of scripts/hf_format.py. Modes:
+  header NAME DIR MODEL.bin      safetensors header, HF names and shapes, config.json, tokenizer files
+  logits NAME DIR SHARD LOGITS B T   HF-convention forward of DIR's weights vs the trainer's logits
+  variants SRC OUT               HF folders derived from SRC: pt, bf16, missing, shape, dtype, untied, notgpt2
+  losses NAME LOG N              N finite losses in a trainer log.jsonl
+"""
+import json, math, os, shutil, struct, sys
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+SUFFIXES = ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+            "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+            "mlp.c_proj.weight", "mlp.c_proj.bias"]
+
+
+def report(name, bad):
+    print("ok %s" % name if not bad else "FAIL %s: %s" % (name, "; ".join(bad)))
+
+
+def read_st(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    return json.loads(raw[8:8 + n]), n, raw[8 + n:]
+
+
+def st_tensors(path):
+    header, _, data = read_st(path)
+    return {k: np.frombuffer(data, "<f4", math.prod(e["shape"]), e["data_offsets"][0]).reshape(e["shape"])
+            for k, e in header.items() if k != "__metadata__"}
+
+
+def write_st(path, tensors):   # [(name, safetensors dtype, array)], written in reverse order
+    header, blobs, off = {}, [], 0
+    for name, dtype, a in reversed(tensors):
+        b = np.ascontiguousarray(a).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def model_header(path):   # maxT, V, L, NH, C
+    return [int(x) for x in np.fromfile(path, np.int32, 8)[2:7]]
+
+
+def hf_shapes(maxT, V, L, C):
+    per = {"attn.c_attn.weight": (C, 3 * C), "attn.c_attn.bias": (3 * C,), "attn.c_proj.weight": (C, C),
+           "mlp.c_fc.weight": (C, 4 * C), "mlp.c_fc.bias": (4 * C,), "mlp.c_proj.weight": (4 * C, C)}
+    out = {"wte.weight": (V, C), "wpe.weight": (maxT, C), "ln_f.weight": (C,), "ln_f.bias": (C,)}
+    out.update({"h.%d.%s" % (l, s): per.get(s, (C,)) for l in range(L) for s in SUFFIXES})
+    return out
+
+
+def header(name, d, model):
+    maxT, V, L, NH, C = model_header(model)
+    h, n, data = read_st(os.path.join(d, "model.safetensors"))
+    bad = [] if (8 + n) % 8 == 0 else ["data starts at %d, not 8-byte aligned" % (8 + n)]
+    if h.pop("__metadata__", None) != {"format": "pt"}:
+        bad.append("__metadata__ is not {'format': 'pt'}")
+    end = 0
+    for k, e in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"]):
+        b, en = e["data_offsets"]
+        if b != end or en - b != 4 * math.prod(e["shape"]) or e["dtype"] != "F32":
+            bad.append("%s: offsets %s, shape %s, dtype %s after byte %d" % (k, e["data_offsets"], e["shape"], e["dtype"], end))
+        end = en
+    if end != len(data):
+        bad.append("tensors end at %d of %d data bytes" % (end, len(data)))
+    got = {k: tuple(e["shape"]) for k, e in h.items()}
+    want = hf_shapes(maxT, V, L, C)
+    if got != want:
+        bad.append("names/shapes differ: %s" % sorted(set(got.items()) ^ set(want.items()))[:4])
+    report(name + "_safetensors_header", bad)
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    want = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": C, "n_layer": L, "n_head": NH,
+            "n_positions": maxT, "n_ctx": maxT, "vocab_size": V, "activation_function": "gelu_new",
+            "layer_norm_epsilon": 1e-5, "bos_token_id": 50256, "eos_token_id": 50256, "tie_word_embeddings": True}
+    gen = json.load(open(os.path.join(d, "generation_config.json")))
+    report(name + "_config", ["%s=%r, want %r" % (k, cfg.get(k), v) for k, v in want.items() if cfg.get(k) != v]
+           + ([] if gen.get("eos_token_id") == 50256 else ["generation_config %r" % gen]))
+    same = lambda a, b: open(os.path.join(d, a), "rb").read() == open(os.path.join("data/tokenizer", b), "rb").read()
+    report(name + "_tokenizer_files", [f for f, g in (("vocab.json", "encoder.json"), ("merges.txt", "vocab.bpe"))
+                                       if not same(f, g)])
+
+
+def hf_forward(w, cfg, idx):
+    """GPT-2 as Hugging Face computes it, in float64: Conv1D is x @ W + b, W of shape (in, out)."""
+    w = {k: torch.from_numpy(v.astype(np.float64)) for k, v in w.items()}
+    B, T = idx.shape
+    C, NH = cfg["n_embd"], cfg["n_head"]
+    ln = lambda x, p: F.layer_norm(x, (C,), w[p + ".weight"], w[p + ".bias"], eps=cfg["layer_norm_epsilon"])
+    conv = lambda x, p: x @ w[p + ".weight"] + w[p + ".bias"]
+    x = w["wte.weight"][idx] + w["wpe.weight"][:T]
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    for l in range(cfg["n_layer"]):
+        p = "h.%d." % l
+        q, k, v = (t.reshape(B, T, NH, C // NH).transpose(1, 2) for t in conv(ln(x, p + "ln_1"), p + "attn.c_attn").split(C, -1))
+        att = (q @ k.transpose(-1, -2) / math.sqrt(C // NH)).masked_fill(~mask, float("-inf")).softmax(-1)
+        x = x + conv((att @ v).transpose(1, 2).reshape(B, T, C), p + "attn.c_proj")
+        x = x + conv(F.gelu(conv(ln(x, p + "ln_2"), p + "mlp.c_fc"), approximate="tanh"), p + "mlp.c_proj")
+    return ln(x, "ln_f") @ w["wte.weight"].T
+
+
+def logits(name, d, shard, path, B, T):
+    B, T = int(B), int(T)
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    tokens = np.fromfile(shard, np.uint16, offset=1024)[:B * T].astype(np.int64).reshape(B, T)
+    ours = hf_forward(st_tensors(os.path.join(d, "model.safetensors")), cfg, torch.from_numpy(tokens)).numpy()
+    theirs = np.fromfile(path, np.float32)
+    if theirs.size != B * T * cfg["vocab_size"]:
+        return report(name, ["%s has %d floats, want B*T*V = %d" % (path, theirs.size, B * T * cfg["vocab_size"])])
+    err = float(np.abs(ours.reshape(-1) - theirs).max())
+    report(name, [] if err <= 1e-5 else ["max |HF forward - trainer| = %.3g > 1e-5" % err])
+    print("# %s: max abs error %.2g over %d logits" % (name, err, theirs.size))
+
+
+def folder(out, sub, cfg):
+    d = os.path.join(out, sub)
+    os.makedirs(d)
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    return d
+
+
+def variants(src, out):
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    w = st_tensors(os.path.join(src, "model.safetensors"))
+    T = cfg["n_positions"]
+    sd = {"transformer." + k: torch.from_numpy(v.copy()) for k, v in w.items()}
+    for l in range(cfg["n_layer"]):
+        sd["transformer.h.%d.attn.bias" % l] = torch.ones(1, 1, T, T, dtype=torch.bool).tril()
+        sd["transformer.h.%d.attn.masked_bias" % l] = torch.tensor(-1e4)
+    sd["lm_head.weight"] = sd["transformer.wte.weight"].clone()
+    torch.save(sd, os.path.join(folder(out, "pt", cfg), "pytorch_model.bin"))
+    sd["lm_head.weight"][0, 0] += 1
+    torch.save(sd, os.path.join(folder(out, "untied", cfg), "pytorch_model.bin"))
+    f32 = [(k, "F32", v) for k, v in w.items()]
+    bf16 = [(k, "BF16", torch.from_numpy(v.copy()).bfloat16().view(torch.int16).numpy()) for k, v in w.items()]
+    write_st(os.path.join(folder(out, "bf16", cfg), "model.safetensors"), bf16)
+    write_st(os.path.join(folder(out, "missing", cfg), "model.safetensors"),
+             [t for t in f32 if t[0] != "h.1.mlp.c_fc.bias"])
+    write_st(os.path.join(folder(out, "shape", cfg), "model.safetensors"),
+             [(k, d, v.T if k == "h.0.attn.c_attn.weight" else v) for k, d, v in f32])
+    write_st(os.path.join(folder(out, "dtype", cfg), "model.safetensors"),
+             [(k, "I32", v.astype(np.int32)) if k == "h.0.ln_2.weight" else (k, d, v) for k, d, v in f32])
+    write_st(os.path.join(folder(out, "notgpt2", dict(cfg, model_type="llama")), "model.safetensors"), f32)
+
+
+def losses(name, log, n):
+    vals = [json.loads(l)["loss"] for l in open(log) if '"loss"' in l]
+    report(name, [] if len(vals) == int(n) and all(math.isfinite(v) for v in vals) else ["losses %s" % vals])
+
+
+{"header": header, "logits": logits, "variants": variants, "losses": losses}[sys.argv[1]](*sys.argv[2:])
+PY
+
+# Runs the checker; a crash without a FAIL line is still a FAIL.
+check() {   # name, args...
+    local name=$1; shift
+    local out rc
+    out=$("$PYTHON" "$TMP/hfcheck.py" "$@" 2>&1); rc=$?
+    printf '%s\n' "$out" | grep -E '^(ok|FAIL|#) '
+    if printf '%s\n' "$out" | grep -q '^FAIL '; then FAILED=1
+    elif [ "$rc" -ne 0 ]; then t_fail "$name" "exited $rc: $(printf '%s\n' "$out" | tail -1)"; fi
+}
+run() {   # name, command...: quiet; FAILs with the last lines of its output
+    local name=$1; shift
+    "$@" > "$TMP/$name.log" 2>&1 && return 0
+    t_fail "$name" "'$*' failed: $(tail -2 "$TMP/$name.log" | tr '\n' ' ')"
+    return 1
+}
+export_hf() { run "$1" "$PYTHON" scripts/export_hf.py "$2" "$3"; }
+import_hf() { local name=$1; shift; run "$name" "$PYTHON" scripts/import_hf.py "$@"; }
+same_file() {   # name, a, b
+    if [ -s "$2" ] && cmp -s "$2" "$3"; then t_ok "$1"; else t_fail "$1" "$2 and $3 differ (or are missing)"; fi
+}
+
+run shard "$PYTHON" scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 500 --seed 7 || t_finish
+# A: V=500, padded to 512, given as a model file. B: GPT-2's V=50257 (padded to 50304), given as the
+# checkpoint directory; exporting cuts wte to 50257 rows, importing pads it again.
+run init_a $BIN -e L2C64H4V500T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 0 -s 0 -o "$TMP/a" || t_finish
+run init_b $BIN -e L1C64H2V50257T32 -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 0 -s 0 -o "$TMP/b" || t_finish
+A=$TMP/a/ckpt_000000/model.bin
+B=$TMP/b/ckpt_000000/model.bin
+
+export_hf export_a "$A" "$TMP/hf_a" && import_hf import_a "$TMP/hf_a" "$TMP/a2.bin" && same_file roundtrip_v500 "$A" "$TMP/a2.bin"
+export_hf export_b "$TMP/b/ckpt_000000" "$TMP/hf_b" && import_hf import_b "$TMP/hf_b" "$TMP/b2.bin" &&
+    same_file roundtrip_v50257_from_checkpoint_dir "$B" "$TMP/b2.bin"
+# bf16 (version 5): import rounds to bf16; exporting that file and importing it again changes no bit.
+import_hf import_a_bf16 "$TMP/hf_a" "$TMP/a16.bin" --bf16 && export_hf export_a16 "$TMP/a16.bin" "$TMP/hf_a16" &&
+    import_hf import_a16 "$TMP/hf_a16" "$TMP/a16_2.bin" --bf16 && same_file roundtrip_bf16 "$TMP/a16.bin" "$TMP/a16_2.bin"
+t_check bf16_is_version_5 "[ \"\$(od -An -tu4 -j4 -N4 '$TMP/a16.bin' | tr -d ' ')\" = 5 ]"
+
+check header_a header hf_a "$TMP/hf_a" "$A"
+check header_b header hf_b "$TMP/hf_b" "$B"
+
+# The trainer's step-0 logits (B*T x V, fp32) against the HF-convention forward of the exported weights.
+for m in a b; do
+    model=$TMP/$m/ckpt_000000/model.bin
+    mkdir -p "$TMP/dump_$m"
+    run "dump_$m" $BIN -e "$model" -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 1 -s 0 -v 0 -dump "$TMP/dump_$m" -o "$TMP/run_$m" &&
+        check "logits_$m" logits "hf_logits_match_trainer_$m" "$TMP/hf_$m" "$TMP/data.bin" "$TMP/dump_$m/logits0.f32" 2 32
+done
+
+check variants variants "$TMP/hf_a" "$TMP/v"
+import_hf import_pt "$TMP/v/pt" "$TMP/pt.bin" && same_file import_pytorch_model_bin "$TMP/a2.bin" "$TMP/pt.bin"
+import_hf import_bf16_st "$TMP/v/bf16" "$TMP/bf16.bin" --bf16 && same_file import_bf16_safetensors "$TMP/a16.bin" "$TMP/bf16.bin"
+
+# Training starts from an imported file (the V=50257 one: its padding rows came from the importer).
+run train_imported $BIN -e "$TMP/b2.bin" -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 2 -s 0 -v 0 -o "$TMP/run_imported" &&
+    check train_imported losses train_from_imported "$TMP/run_imported/log.jsonl" 2
+
+# Bad input: exit 1, one stderr line `error: ...` matching the pattern, no output file.
+expect_error() {   # name, pattern, folder
+    rm -f "$TMP/bad.bin"
+    "$PYTHON" scripts/import_hf.py "$3" "$TMP/bad.bin" > /dev/null 2> "$TMP/err"; local rc=$?
+    if [ $rc -eq 1 ] && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -Eq "^error: .*$2" "$TMP/err" && [ ! -e "$TMP/bad.bin" ]; then
+        t_ok "$1"
+    else t_fail "$1" "rc=$rc, stderr: $(head -c 300 "$TMP/err")"; fi
+}
+expect_error error_missing_tensor "tensor h\.1\.mlp\.c_fc\.bias is missing" "$TMP/v/missing"
+expect_error error_wrong_shape "tensor h\.0\.attn\.c_attn\.weight has shape \[192, 64\], config.json says \[64, 192\]" "$TMP/v/shape"
+expect_error error_dtype "tensor h\.0\.ln_2\.weight has dtype I32" "$TMP/v/dtype"
+expect_error error_untied_head "lm_head\.weight differs from wte\.weight" "$TMP/v/untied"
+expect_error error_not_gpt2 "model_type 'llama' is not gpt2" "$TMP/v/notgpt2"
+expect_error error_missing_folder "no such folder" "$TMP/nothing"
+mkdir -p "$TMP/empty" && cp "$TMP/hf_a/config.json" "$TMP/empty/"
+expect_error error_no_weights "neither model.safetensors nor pytorch_model.bin" "$TMP/empty"
+t_finish
