@@ -32,21 +32,25 @@ def model_path(src):
     return os.path.join(src, "model.bin")
 
 
-def export(src, outdir):
-    cfg, params = hf.load_model(model_path(src))
-    for ours, _ in TOKENIZER_FILES:
-        if not os.path.isfile(os.path.join(TOKENIZER, ours)):
-            hf.die("%s is missing: the tokenizer files come from data/tokenizer/" % os.path.join(TOKENIZER, ours))
-    try:
-        os.makedirs(outdir, exist_ok=True)
-    except OSError as e:
-        hf.die("cannot create %s (%s)" % (outdir, e.strerror))
+def write_folder(cfg, params, outdir):
+    os.makedirs(outdir, exist_ok=True)
     hf.write_safetensors(os.path.join(outdir, "model.safetensors"), hf.to_hf(cfg, params), {"format": "pt"})
     hf.write_json(os.path.join(outdir, "config.json"), hf.config_to_hf(cfg))
     hf.write_json(os.path.join(outdir, "generation_config.json"),
                   {"bos_token_id": hf.GPT2_TOKEN, "eos_token_id": hf.GPT2_TOKEN})
     for ours, theirs in TOKENIZER_FILES:
         shutil.copyfile(os.path.join(TOKENIZER, ours), os.path.join(outdir, theirs))
+
+
+def export(src, outdir):
+    cfg, params = hf.load_model(model_path(src))
+    for ours, _ in TOKENIZER_FILES:
+        if not os.path.isfile(os.path.join(TOKENIZER, ours)):
+            hf.die("%s is missing: the tokenizer files come from data/tokenizer/" % os.path.join(TOKENIZER, ours))
+    try:
+        write_folder(cfg, params, outdir)
+    except OSError as e:
+        hf.die("cannot write %s (%s)" % (e.filename or outdir, e.strerror))
     print("exported %s (%d parameters without padding) to %s" % (cfg, cfg.numel() - (cfg.Vp - cfg.V) * cfg.C, outdir))
     if cfg.V != hf.GPT2_TOKEN + 1:
         print("warning: vocabulary %d is not GPT-2's %d; vocab.json and merges.txt are GPT-2's tokenizer"

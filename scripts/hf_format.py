@@ -4,9 +4,9 @@ a Hugging Face GPT-2 checkpoint (names, transposes, the padded vocabulary, confi
 Written from the published formats. safetensors: an 8-byte little-endian header length N, N bytes of JSON
 {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}} (space-padded so
 the data starts 8-byte aligned), then the raw little-endian tensors, offsets relative to the data start.
-Model files are read and written by scripts/reference.py (load_model, save_model), imported from here.
+Model files are read by scripts/reference.py's load_model and written in its format by save_model here.
 The scripts that import this module first move scripts/ to the end of sys.path, because
-scripts/tokenize.py would shadow the standard library's tokenize, which torch and numpy's tools import.
+scripts/tokenize.py would otherwise shadow the standard library's tokenize, which torch imports.
 """
 import json
 import math
@@ -22,11 +22,11 @@ import reference as ref
 # (GPT-2's Conv1D keeps weights as (in, out) and computes x @ W + b; llm.c keeps (out, in)).
 LAYER = [("ln1w", "ln_1.weight", False), ("ln1b", "ln_1.bias", False),
          ("qkvw", "attn.c_attn.weight", True), ("qkvb", "attn.c_attn.bias", False),
-         ("attprojw", "attn.c_proj.weight", False), ("attprojb", "attn.c_proj.bias", False),
+         ("attprojw", "attn.c_proj.weight", True), ("attprojb", "attn.c_proj.bias", False),
          ("ln2w", "ln_2.weight", False), ("ln2b", "ln_2.bias", False),
          ("fcw", "mlp.c_fc.weight", True), ("fcb", "mlp.c_fc.bias", False),
          ("fcprojw", "mlp.c_proj.weight", True), ("fcprojb", "mlp.c_proj.bias", False)]
-# Stored by some HF versions but not parameters: the causal mask and its fill value; the tied head.
+# Buffers some HF versions store, not parameters: the causal mask and its fill value.
 IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
 TIED_HEAD = "lm_head.weight"
 # Byte size of each safetensors dtype we decode; anything else is refused when a parameter needs it.
@@ -35,8 +35,7 @@ GPT2_TOKEN = 50256   # <|endoftext|>: GPT-2's bos and eos
 
 
 die = ref.die   # one convention for every script: "error: ..." on stderr, exit 1
-# Model files: reference.py's reader and writer (header and size checks, bf16 rounding), not a second copy.
-load_model, save_model = ref.load_model, ref.save_model
+load_model = ref.load_model   # the model-file reader, with its header and size checks
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -76,7 +75,7 @@ def _check_entry(path, name, e, data_size):
 
 
 def read_safetensors(path):
-    """Returns ({name: Entry}, metadata). The data is memory-mapped and decoded only on demand (decode), so a
+    """Returns {name: Entry}. The data is memory-mapped and decoded only on demand (decode), so a
     checkpoint may hold buffers in dtypes no parameter uses (the boolean attention masks) and a large model is
     not read twice."""
     size = os.path.getsize(path)
@@ -88,7 +87,7 @@ def read_safetensors(path):
         if name != "__metadata__":
             dtype, shape, begin, end = _check_entry(path, name, e, data.size)
             entries[name] = Entry(dtype, shape, data[begin:end])
-    return entries, header.get("__metadata__", {})
+    return entries
 
 
 def decode(path, name, entry):
@@ -105,19 +104,31 @@ def decode(path, name, entry):
 
 
 def write_safetensors(path, tensors, metadata):
-    """tensors: [(name, array)] written as F32 in that order. Atomic (tmp + rename), like save_model."""
-    arrays = [(name, np.ascontiguousarray(a, dtype="<f4")) for name, a in tensors]
+    """tensors: [(name, array)] written as F32 in that order, each converted (transposed views made contiguous)
+    only as it is written, so a large model is not held twice. Atomic (tmp + rename), like save_model."""
     header, offset = {"__metadata__": metadata}, 0
-    for name, a in arrays:
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
+    for name, a in tensors:
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + 4 * a.size]}
+        offset += 4 * a.size
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
     text += b" " * (-len(text) % 8)   # 8 + len(text) is then a multiple of 8: the data starts aligned
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text)
-        for _, a in arrays:
-            a.tofile(f)
+        for _, a in tensors:
+            np.ascontiguousarray(a, dtype="<f4").tofile(f)
+    os.replace(tmp, path)
+
+
+def save_model(path, cfg, params, version):
+    """reference.save_model's file (its header, its bf16 rounding), written a tensor at a time: for gpt2-xl
+    that one concatenates and copies 6 GB twice more. Atomic (tmp + rename)."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(cfg.header(version).tobytes())
+        for name in ref.NAMES:
+            a = np.ascontiguousarray(params[name], dtype=np.float32)
+            (a if version == 3 else ref.f32_to_bf16_bits(a)).tofile(f)
     os.replace(tmp, path)
 
 
@@ -152,9 +163,12 @@ def from_hf(cfg, get):
     wte = np.zeros((cfg.Vp, cfg.C), np.float32)
     wte[:cfg.V] = get("wte.weight")
     params = {"wte": wte, "wpe": get("wpe.weight"), "lnfw": get("ln_f.weight"), "lnfb": get("ln_f.bias")}
+    shapes = dict(zip(ref.NAMES, cfg.shapes()))
     for name, hf, transposed in LAYER:
-        layers = [get("h.%d.%s" % (l, hf)) for l in range(cfg.L)]
-        params[name] = np.stack([a.T if transposed else a for a in layers])
+        params[name] = np.empty(shapes[name], np.float32)   # filled layer by layer: one copy in memory
+        for l in range(cfg.L):
+            a = get("h.%d.%s" % (l, hf))
+            params[name][l] = a.T if transposed else a
     return params
 
 
@@ -173,22 +187,22 @@ def config_from_hf(path):
     """config.json -> reference.Config; dies if it is not a GPT-2 config this trainer computes the same way."""
     try:
         with open(path) as f:
-            hf = json.load(f)
+            conf = json.load(f)
     except (OSError, ValueError) as e:
         die("%s: cannot read (%s)" % (path, e))
-    if not isinstance(hf, dict) or hf.get("model_type") != "gpt2":
-        die("%s: model_type %r is not gpt2" % (path, hf.get("model_type") if isinstance(hf, dict) else hf))
+    if not isinstance(conf, dict) or conf.get("model_type") != "gpt2":
+        die("%s: model_type %r is not gpt2" % (path, conf.get("model_type") if isinstance(conf, dict) else conf))
     sizes = {}
     for key in ("n_positions", "vocab_size", "n_layer", "n_head", "n_embd"):
-        if type(hf.get(key)) is not int or hf[key] <= 0:
-            die("%s: %s is %r, not a positive integer" % (path, key, hf.get(key)))
-        sizes[key] = hf[key]
+        if type(conf.get(key)) is not int or conf[key] <= 0:
+            die("%s: %s is %r, not a positive integer" % (path, key, conf.get(key)))
+        sizes[key] = conf[key]
     C, NH = sizes["n_embd"], sizes["n_head"]
     if C % NH:
         die("%s: n_embd %d is not a multiple of n_head %d" % (path, C, NH))
     for key, accepted in _fixed_settings(C).items():
-        if hf.get(key, accepted[0]) not in accepted:
-            die("%s: %s is %r; the trainer computes GPT-2 with %r" % (path, key, hf[key], accepted[0]))
+        if conf.get(key, accepted[0]) not in accepted:
+            die("%s: %s is %r; the trainer computes GPT-2 with %r" % (path, key, conf[key], accepted[0]))
     V = sizes["vocab_size"]
     return ref.Config(sizes["n_positions"], V, sizes["n_layer"], NH, C, (V + 127) // 128 * 128)
 

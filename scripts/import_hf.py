@@ -29,8 +29,7 @@ def load_weights(folder):
     """-> (path, {name without `transformer.`: safetensors Entry or torch tensor}, decoder to float32)."""
     st, pt = os.path.join(folder, "model.safetensors"), os.path.join(folder, "pytorch_model.bin")
     if os.path.isfile(st):
-        entries, _ = hf.read_safetensors(st)
-        return st, strip_prefix(entries), lambda name, e: hf.decode(st, name, e)
+        return st, strip_prefix(hf.read_safetensors(st)), lambda name, e: hf.decode(st, name, e)
     if os.path.isfile(pt):
         return pt, strip_prefix(torch_state_dict(pt)), lambda name, t: torch_to_f32(pt, name, t)
     hf.die("%s has neither model.safetensors nor pytorch_model.bin" % folder)
@@ -99,8 +98,10 @@ def main():
     get = getter(path, tensors, decode, shapes)
     check_extras(path, tensors, shapes, decode, get)
     params = hf.from_hf(cfg, get)
-    version = 5 if args.bf16 else 3
-    hf.save_model(args.out, cfg, params, version)
+    try:
+        hf.save_model(args.out, cfg, params, 5 if args.bf16 else 3)
+    except OSError as e:
+        hf.die("cannot write %s (%s)" % (args.out, e.strerror))
     print("imported %s (%d parameters) from %s to %s (%s)"
           % (cfg, cfg.numel(), path, args.out, "bf16" if args.bf16 else "fp32"))
 

@@ -21,7 +21,7 @@ cat > "$TMP/hfcheck.py" <<'PY'
   variants SRC OUT               HF folders derived from SRC: pt, bf16, missing, shape, dtype, untied, notgpt2
   losses NAME LOG N              N finite losses in a trainer log.jsonl
 """
-import json, math, os, shutil, struct, sys
+import json, math, os, struct, sys
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -207,7 +207,9 @@ export_hf export_b "$TMP/b/ckpt_000000" "$TMP/hf_b" && import_hf import_b "$TMP/
 # bf16 (version 5): import rounds to bf16; exporting that file and importing it again changes no bit.
 import_hf import_a_bf16 "$TMP/hf_a" "$TMP/a16.bin" --bf16 && export_hf export_a16 "$TMP/a16.bin" "$TMP/hf_a16" &&
     import_hf import_a16 "$TMP/hf_a16" "$TMP/a16_2.bin" --bf16 && same_file roundtrip_bf16 "$TMP/a16.bin" "$TMP/a16_2.bin"
-t_check bf16_is_version_5 "[ \"\$(od -An -tu4 -j4 -N4 '$TMP/a16.bin' | tr -d ' ')\" = 5 ]"
+run ref_bf16 "$PYTHON" scripts/reference.py -e "$A" -x 0 --save "$TMP/a_ref16.bin" --save-version 5 &&
+    same_file import_bf16_matches_reference_save "$TMP/a_ref16.bin" "$TMP/a16.bin"
+t_check bf16_is_version_5 "[ \"\$(od -An -tu4 -j4 -N4 '$TMP/a16.bin' 2>/dev/null | tr -d ' ')\" = 5 ]"
 
 check header_a header hf_a "$TMP/hf_a" "$A"
 check header_b header hf_b "$TMP/hf_b" "$B"
@@ -222,6 +224,8 @@ done
 
 check variants variants "$TMP/hf_a" "$TMP/v"
 import_hf import_pt "$TMP/v/pt" "$TMP/pt.bin" && same_file import_pytorch_model_bin "$TMP/a2.bin" "$TMP/pt.bin"
+t_check import_pt_skips_buffers_silently "[ -s '$TMP/import_pt.log' ] && ! grep -q warning '$TMP/import_pt.log'" \
+    "$(cat "$TMP/import_pt.log")"
 import_hf import_bf16_st "$TMP/v/bf16" "$TMP/bf16.bin" --bf16 && same_file import_bf16_safetensors "$TMP/a16.bin" "$TMP/bf16.bin"
 
 # Training starts from an imported file (the V=50257 one: its padding rows came from the importer).
