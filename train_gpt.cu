@@ -124,12 +124,12 @@ static GPTShape resolve_shape(const Config* cfg) {
     return model_file_shape(cfg->model);
 }
 
-// -d sets -ga from the data-parallel replicas, ranks / stages. When the stages do not divide the ranks
-// there are no replicas to count: pipeline_plan, next, says so.
-static void resolve_batch(Config* cfg, const GPTShape* s, int ranks, int stages) {
+// -d sets -ga from the data-parallel replicas, ranks / (stages x tensor ranks). When those do not divide the
+// ranks there are no replicas to count: pipeline_plan, next, says so.
+static void resolve_batch(Config* cfg, const GPTShape* s, int ranks, int per_replica) {
     if (cfg->T > s->maxT) fail("-t %d exceeds the model's maximum sequence length %d", cfg->T, s->maxT);
-    int dp = ranks / stages;
-    if (cfg->total_batch && ranks % stages == 0) {
+    int dp = ranks / per_replica;
+    if (cfg->total_batch && ranks % per_replica == 0) {
         long long per_micro = (long long)cfg->B * cfg->T * dp;
         if (cfg->total_batch % per_micro)
             fail("-d %lld is not a multiple of b*t*replicas = %d*%d*%d", cfg->total_batch, cfg->B, cfg->T, dp);
@@ -273,11 +273,13 @@ static void print_setup(Trainer* tr, CommKind comm) {
     const Config* cfg = &tr->cfg;
     const GPTShape* s = &tr->layout->shape;
     char delay[64];
-    printf("model L=%d C=%d NH=%d V=%d maxT=%d: %zu parameters | %s on %s | %d rank%s (%s): %d stage%s x %d replica%s, "
+    char tensor[48] = "";
+    if (tr->grid.tp > 1) snprintf(tensor, sizeof(tensor), " x %d tensor ranks", tr->grid.tp);
+    printf("model L=%d C=%d NH=%d V=%d maxT=%d: %zu parameters | %s on %s | %d rank%s (%s): %d stage%s x %d replica%s%s, "
            "ZeRO-%d%s%s | %d thread%s per rank | b=%d t=%d ga=%d | %d steps\n",
            s->L, s->C, s->NH, s->V, s->maxT, shape_param_count(s), dtype_name(cfg->precision), backend_device_name(tr->be),
            tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), tr->grid.pp, tr->grid.pp > 1 ? "s" : "", tr->grid.dp,
-           tr->grid.dp > 1 ? "s" : "", cfg->zero_stage, offload_text(cfg), delay_text(cfg, delay, sizeof(delay)), tr->threads,
+           tr->grid.dp > 1 ? "s" : "", tensor, cfg->zero_stage, offload_text(cfg), delay_text(cfg, delay, sizeof(delay)), tr->threads,
            tr->threads > 1 ? "s" : "", cfg->B, cfg->T, cfg->grad_accum, tr->max_steps);
     const PipelinePlan* plan = &tr->plan;
     int P = plan->stages, m = plan->micro;
@@ -305,8 +307,8 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     GPTShape shape = resolve_shape(cfg);
     if (!cfg->precision_set) cfg->precision = backend_build_is_gpu() ? DT_BF16 : DT_FP32;
     int planned = cfg->estimate && cfg->plan_ranks ? cfg->plan_ranks : tr->ranks;
-    resolve_batch(cfg, &shape, planned, cfg->pipeline_stages);
-    pipeline_plan(&tr->plan, &shape, cfg->pipeline_stages, planned, cfg->T, cfg->grad_accum);
+    resolve_batch(cfg, &shape, planned, cfg->pipeline_stages * cfg->tensor_parallel);
+    pipeline_plan(&tr->plan, &shape, cfg->pipeline_stages, cfg->tensor_parallel, planned, cfg->T, cfg->grad_accum);
     if (cfg->estimate) {   // before any allocation, data or device
         if (is_root(tr)) print_memory_plan(plan_zero_states, cfg, &tr->plan, &shape, planned);
         comm_finalize(tr->world);
@@ -317,18 +319,18 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->be = backend_create(comm_local_rank(tr->world));
     comm_attach_backend(tr->world, tr->be);
     CommKind comm = comm_select(tr->world, cfg->comm);   // before any group is split
-    grid_create(&tr->grid, tr->world, cfg->pipeline_stages);
+    grid_create(&tr->grid, tr->world, cfg->pipeline_stages, cfg->tensor_parallel);
     open_data(tr, &shape);
     open_tokenizer(tr);
 
     const Grid* g = &tr->grid;
     tr->layout = (ParamLayout*)xmalloc(sizeof(ParamLayout));
-    pipeline_stage_layout(tr->layout, &tr->plan, &shape, g->dp, g->stage);
+    pipeline_stage_layout(tr->layout, &tr->plan, &shape, g->dp, g->stage, g->tp_rank);
     check_host_memory(tr);
     tr->zero = zero_create(tr->be, &tr->mem, tr->layout, caps_of(cfg, cfg->zero_stage), g->dp_group, g->tied, cfg->precision);
     tr->model_states = zero_model_state(tr->zero);
     if (cfg->delay_from > 0) tr->delayed = delayed_update_create(&tr->model_states);
-    gpt_create(&tr->gpt, tr->be, &tr->mem, tr->layout, zero_param_store(tr->zero), cfg->precision, cfg->B, cfg->T, cfg->recompute,
+    gpt_create(&tr->gpt, tr->be, &tr->mem, tr->layout, zero_param_store(tr->zero), g->tp_group, cfg->precision, cfg->B, cfg->T, cfg->recompute,
                tr->plan.sets[g->stage]);
     pipeline_create(&tr->pipe, g, &tr->plan);
     tr->scaler = loss_scaler_init(cfg->precision == DT_FP16, cfg->loss_scale);
@@ -372,7 +374,7 @@ static void validate(Trainer* tr, int step) {
     for (int i = 0; i < rounds; i++) {
         dataloader_batch(tr->val, i, 1, 0, tr->inputs, tr->targets);
         double loss = pipeline_forward(&tr->pipe, &tr->gpt, tr->be, tr->inputs, tr->targets);
-        if (i * g->dp + g->dp_rank < tr->val_batches) sum += loss;
+        if (i * g->dp + g->dp_rank < tr->val_batches && g->tp_rank == 0) sum += loss;   // a tensor group's losses are one
     }
     comm_allreduce_host_sum(tr->world, &sum, 1);
     double val_loss = sum / ((double)tr->val_batches * tr->cfg.B * tr->cfg.T);
@@ -499,7 +501,7 @@ static StepResult train_step(Trainer* tr, int step) {
     GPT* g = &tr->gpt;
     int dump = cfg->dump_dir && step == 0;
     double tokens = (double)tokens_per_step(tr);
-    int dumps_logits = dump && gpt_has_head(g) && tr->grid.dp_rank == 0;
+    int dumps_logits = dump && gpt_has_head(g) && tr->grid.dp_rank == 0 && tr->grid.tp_rank == 0;
     float* logits = dumps_logits ? (float*)xmalloc((size_t)cfg->B * cfg->T * g->shape.V * sizeof(float)) : NULL;
     // Every token of the global batch enters with weight 1/tokens: the summed gradient is that of the mean
     // loss (times the loss scale, which the optimizer divides back out).
@@ -509,13 +511,14 @@ static StepResult train_step(Trainer* tr, int step) {
     pt->on = cfg->breakdown_every > 0 && (step + 1) % cfg->breakdown_every == 0;
     zero_begin_step(tr->zero, tr->be);
     r.loss = pipeline_train_step(&tr->pipe, g, tr->be, tr->train, step, tr->inputs, tr->targets, dloss, logits, pt);
+    if (tr->grid.tp_rank > 0) r.loss = 0.0;            // its tensor group's rank 0 holds the same losses
     comm_allreduce_host_sum(tr->world, &r.loss, 1);   // the last stage of each replica holds its losses
     r.loss /= tokens;
     zero_reduce_grads(tr->zero, tr->be);
     phase_mark(pt, tr->be, PHASE_COMM);
     if (dump) dump_step0(tr, logits, r.loss);
     free(logits);
-    r.grad_norm = grad_global_norm(&tr->model_states, tr->be, tr->grid.pp_group) / r.loss_scale;
+    r.grad_norm = grad_global_norm(&tr->model_states, tr->be, tr->grid.tp_group, tr->grid.pp_group) / r.loss_scale;
     // The loss and the norm are all-reduced, so every rank reaches the same verdict.
     r.skipped = !isfinite(r.loss) || !isfinite(r.grad_norm);
     loss_scaler_update(&tr->scaler, r.skipped);

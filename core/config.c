@@ -54,6 +54,8 @@ void config_usage(const char* prog) {
            "            (default fp32 on the CPU build, bf16 on the GPU build)\n"
            "  -z N      ZeRO stage 0..3 (default 0)\n"
            "  -pp N     1F1B pipeline stages; ranks form N stages x ranks/N data-parallel replicas (default 1)\n"
+           "  -tp N     tensor parallelism: N neighbouring ranks share each block, Megatron-style (heads and the MLP\n"
+           "            split; N divides the heads); ranks form stages x replicas x N (default 1)\n"
            "  -r N      activation recompute: 0 keep all, 1 GELU, 2 + attention and LayerNorms, 3 whole blocks (default 0)\n"
            "  -offload 0|1|2  1: keep each rank's fp32 master weights and Adam m, v (its pieces with -z >= 1) in\n"
            "            host memory (pinned on the GPU build); the optimizer runs there on the downloaded gradient and\n"
@@ -119,6 +121,7 @@ static void set_defaults(Config* c) {
     c->seed = 1337;
     c->precision = DT_FP32;
     c->pipeline_stages = 1;
+    c->tensor_parallel = 1;
 }
 
 static void parse_one(Config* c, const char* f, const char* v) {
@@ -153,6 +156,7 @@ static void parse_one(Config* c, const char* f, const char* v) {
     else if (!strcmp(f, "-seed")) c->seed = (uint64_t)parse_int(f, v, 0, BIG);
     else if (!strcmp(f, "-z")) c->zero_stage = (int)parse_int(f, v, 0, 3);
     else if (!strcmp(f, "-pp")) c->pipeline_stages = (int)parse_int(f, v, 1, 1024);
+    else if (!strcmp(f, "-tp")) c->tensor_parallel = (int)parse_int(f, v, 1, 1024);
     else if (!strcmp(f, "-r")) c->recompute = (int)parse_int(f, v, 0, 3);
     else if (!strcmp(f, "-offload")) c->offload = (int)parse_int(f, v, 0, 2);
     else if (!strcmp(f, "-dpu")) c->delay_from = (int)parse_int(f, v, 0, 1 << 30);

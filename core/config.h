@@ -47,6 +47,7 @@ typedef struct {
     DType precision;             // -p fp32|bf16|fp16
     int zero_stage;              // -z
     int pipeline_stages;         // -pp
+    int tensor_parallel;         // -tp: ranks sharing each block (Megatron's tensor parallelism)
     int recompute;               // -r
     int offload;                 // -offload: 1 each rank's fp32 master and Adam state in host memory, 2 also
                                  // its gradient pieces (-z >= 2) and parameter pieces (-z 3)

@@ -10,7 +10,7 @@
 void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int dp,
                  int stage, int zero, int recompute) {
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
-    pipeline_stage_layout(lay, plan, s, dp, stage);
+    pipeline_stage_layout(lay, plan, s, dp, stage, 0);   // every tensor rank holds as much as rank 0
     memset(out, 0, sizeof(*out));
     states(out, lay, cfg, zero, dp);
     out->bytes[MEM_ACTIVATIONS] += gpt_activation_bytes(lay, cfg->precision, cfg->B, cfg->T, recompute,
@@ -41,15 +41,15 @@ static size_t heaviest_stage(StatePlanner states, const Config* cfg, const Pipel
 // One row per world size, one column per ZeRO stage, of the heaviest stage's bytes in `category`.
 static void print_rows(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks,
                        int category) {
-    int P = plan->stages;
+    int group = plan->stages * plan->tp;   // ranks per replica
     int sizes[] = {1, 2, 4, 8, 16, 64, ranks};
     int n = ranks == 1 || ranks == 2 || ranks == 4 || ranks == 8 || ranks == 16 || ranks == 64 ? 6 : 7;
     printf("  ranks     ZeRO-0     ZeRO-1     ZeRO-2     ZeRO-3\n");
     for (int i = 0; i < n; i++) {
-        if (sizes[i] % P != 0) continue;
+        if (sizes[i] % group != 0) continue;
         printf("  %5d", sizes[i]);
         for (int z = 0; z < 4; z++)
-            printf(" %10.2f", gib(heaviest_stage(states, cfg, plan, s, sizes[i] / P, z, cfg->recompute, category)));
+            printf(" %10.2f", gib(heaviest_stage(states, cfg, plan, s, sizes[i] / group, z, cfg->recompute, category)));
         printf("\n");
     }
 }
@@ -66,7 +66,7 @@ static void print_table(StatePlanner states, const Config* cfg, const PipelinePl
     }
     printf("\nactivations per rank%s by recompute level (b=%d t=%d):", P > 1 ? " on the heaviest stage" : "", cfg->B, cfg->T);
     for (int r = 0; r <= 3; r++)
-        printf("  -r %d: %.2f GiB", r, gib(heaviest_stage(states, cfg, plan, s, ranks / P, cfg->zero_stage, r, MEM_ACTIVATIONS)));
+        printf("  -r %d: %.2f GiB", r, gib(heaviest_stage(states, cfg, plan, s, plan_replicas(plan, ranks), cfg->zero_stage, r, MEM_ACTIVATIONS)));
     printf("\n");
 }
 
@@ -86,13 +86,13 @@ static const char* const LADDER[][2] = {
 
 // Whether every stage of shape s fits the budgets under ZeRO stage zero, offload and recompute level r.
 static int fits(StatePlanner states, const Config* cfg, const GPTShape* s, int ranks, int zero, int offload, int r) {
-    if (s->L < cfg->pipeline_stages) return 0;
+    if (s->L < cfg->pipeline_stages || s->NH % cfg->tensor_parallel != 0) return 0;
     Config c = *cfg;
     c.offload = offload;
     PipelinePlan plan;
-    pipeline_plan(&plan, s, cfg->pipeline_stages, ranks, cfg->T, cfg->grad_accum);
+    pipeline_plan(&plan, s, cfg->pipeline_stages, cfg->tensor_parallel, ranks, cfg->T, cfg->grad_accum);
     double gpu = cfg->gpu_mem_gib * (double)(1ull << 30), host = cfg->host_mem_gib * (double)(1ull << 30);
-    int dp = ranks / plan.stages;
+    int dp = plan_replicas(&plan, ranks);
     return (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, DEVICE_TOTAL) <= gpu &&
            (host <= 0.0 || (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, HOST_TOTAL) <= host);
 }
@@ -123,7 +123,7 @@ static void print_capacity(StatePlanner states, const Config* cfg, int ranks) {
 }
 
 void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks) {
-    int P = plan->stages, dp = ranks / P;
+    int P = plan->stages, dp = plan_replicas(plan, ranks);
     MemLedger* plans = (MemLedger*)xmalloc((size_t)P * sizeof(MemLedger));   // one per pipeline stage
     size_t heaviest = 0;
     for (int st = 0; st < P; st++) {

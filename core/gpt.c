@@ -33,7 +33,7 @@ typedef enum {
     ENCODER,     // one on the stage with the embedding lookup (its backward reads the tokens)
 } Extent;
 typedef enum { KEPT_ALWAYS, KEPT_LN, KEPT_ATT, KEPT_GELU, KEPT_MID } KeptBy;
-typedef enum { W_1, W_C, W_3C, W_4C, W_NH, W_VP } Width;   // elements per token
+typedef enum { W_1, W_C, W_CA, W_3CA, W_4CA, W_NHA, W_VP } Width;   // elements per token; *A: a tensor rank's share
 typedef enum { E_DT, E_F32, E_I32 } Elem;                   // the run's dtype, fp32, int32
 
 typedef struct {
@@ -50,15 +50,15 @@ static const ActivationBuffer BUFFERS[] = {
     BUF(ln1, PER_BLOCK, KEPT_LN, W_C, E_DT),
     BUF(ln1_mean, PER_BLOCK, KEPT_LN, W_1, E_F32),
     BUF(ln1_rstd, PER_BLOCK, KEPT_LN, W_1, E_F32),
-    BUF(qkv, PER_BLOCK, KEPT_MID, W_3C, E_DT),
-    BUF(atty, PER_BLOCK, KEPT_ATT, W_C, E_DT),
-    BUF(att_lse, PER_BLOCK, KEPT_ATT, W_NH, E_F32),
+    BUF(qkv, PER_BLOCK, KEPT_MID, W_3CA, E_DT),
+    BUF(atty, PER_BLOCK, KEPT_ATT, W_CA, E_DT),
+    BUF(att_lse, PER_BLOCK, KEPT_ATT, W_NHA, E_F32),
     BUF(resid2, PER_BLOCK, KEPT_MID, W_C, E_DT),
     BUF(ln2, PER_BLOCK, KEPT_LN, W_C, E_DT),
     BUF(ln2_mean, PER_BLOCK, KEPT_LN, W_1, E_F32),
     BUF(ln2_rstd, PER_BLOCK, KEPT_LN, W_1, E_F32),
-    BUF(fch, PER_BLOCK, KEPT_MID, W_4C, E_DT),
-    BUF(fch_gelu, PER_BLOCK, KEPT_GELU, W_4C, E_DT),
+    BUF(fch, PER_BLOCK, KEPT_MID, W_4CA, E_DT),
+    BUF(fch_gelu, PER_BLOCK, KEPT_GELU, W_4CA, E_DT),
     BUF(lnf, HEAD, KEPT_ALWAYS, W_C, E_DT),
     BUF(lnf_mean, HEAD, KEPT_ALWAYS, W_1, E_F32),
     BUF(lnf_rstd, HEAD, KEPT_ALWAYS, W_1, E_F32),
@@ -69,8 +69,8 @@ static const ActivationBuffer BUFFERS[] = {
     BUF(proj, WORK, KEPT_ALWAYS, W_C, E_DT),
     BUF(dresid, WORK, KEPT_ALWAYS, W_C, E_DT),
     BUF(dsmall, WORK, KEPT_ALWAYS, W_C, E_DT),
-    BUF(dbig, WORK, KEPT_ALWAYS, W_4C, E_DT),
-    BUF(att_scratch, WORK, KEPT_ALWAYS, W_NH, E_F32),
+    BUF(dbig, WORK, KEPT_ALWAYS, W_4CA, E_DT),
+    BUF(att_scratch, WORK, KEPT_ALWAYS, W_NHA, E_F32),
 };
 #undef BUF
 #define NUM_ACTIVATION_BUFFERS (sizeof(BUFFERS) / sizeof(BUFFERS[0]))
@@ -98,7 +98,8 @@ static size_t buffer_bytes(const ActivationBuffer* b, const ParamLayout* lay, DT
     int head = lay->final_unit >= 0, enc = lay->emb_unit >= 0 && !lay->emb_mirror;
     size_t slices = b->extent == RESIDUAL ? L + 1 : b->extent == PER_BLOCK ? (kept_every_block(b->kept, k) ? L : 1)
                     : b->extent == HEAD ? (size_t)head : b->extent == ENCODER ? (size_t)enc : 1;
-    size_t width[] = {1, C, 3 * C, 4 * C, (size_t)s->NH, (size_t)s->Vp};
+    size_t CA = (size_t)layout_attn_channels(lay);
+    size_t width[] = {1, C, CA, 3 * CA, (size_t)layout_mlp_channels(lay), (size_t)layout_heads(lay), (size_t)s->Vp};
     size_t elem = b->elem == E_DT ? dtype_size(dt) : 4;
     return slices * (size_t)B * (size_t)T * width[b->width] * elem;
 }
@@ -123,12 +124,14 @@ size_t gpt_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, int 
     return total;
 }
 
-void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, DType dt, int B, int T,
-                int recompute, int num_sets) {
+void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, DType dt, int B,
+                int T, int recompute, int num_sets) {
     memset(g, 0, sizeof(*g));
+    if ((tp ? comm_size(tp) : 1) != layout->tp_size) fail("internal: a layout for %d tensor ranks on a group of %d", layout->tp_size, tp ? comm_size(tp) : 1);
     g->shape = layout->shape;
     g->layout = layout;
     g->store = store;
+    g->tp = tp;
     g->dt = dt;
     g->B = B;
     g->T = T;
@@ -181,33 +184,59 @@ typedef struct {
 static BlockActs block_acts(GPT* g, int l) {
     Activations* a = &g->acts;
     DType dt = g->dt;
-    size_t N = (size_t)g->B * g->T, NC = N * (size_t)g->shape.C, NNH = N * (size_t)g->shape.NH;
+    const ParamLayout* lay = g->layout;
+    size_t N = (size_t)g->B * g->T, NC = N * (size_t)g->shape.C, NCA = N * (size_t)layout_attn_channels(lay);
+    size_t NCF = N * (size_t)layout_mlp_channels(lay), NNH = N * (size_t)layout_heads(lay);
     Keep k = keep_for(g->recompute);
     int ln = k.ln ? l : 0, att = k.att ? l : 0, gelu = k.gelu ? l : 0, mid = k.mid ? l : 0;
-    BlockActs v = {slice(a->resid, NC, l, dt), slice(a->ln1, NC, ln, dt), slice(a->qkv, 3 * NC, mid, dt),
-                   slice(a->atty, NC, att, dt), slice(a->resid2, NC, mid, dt), slice(a->ln2, NC, ln, dt),
-                   slice(a->fch, 4 * NC, mid, dt), slice(a->fch_gelu, 4 * NC, gelu, dt), slice(a->resid, NC, l + 1, dt),
+    BlockActs v = {slice(a->resid, NC, l, dt), slice(a->ln1, NC, ln, dt), slice(a->qkv, 3 * NCA, mid, dt),
+                   slice(a->atty, NCA, att, dt), slice(a->resid2, NC, mid, dt), slice(a->ln2, NC, ln, dt),
+                   slice(a->fch, NCF, mid, dt), slice(a->fch_gelu, NCF, gelu, dt), slice(a->resid, NC, l + 1, dt),
                    fslice(a->ln1_mean, N, ln), fslice(a->ln1_rstd, N, ln), fslice(a->att_lse, NNH, att),
                    fslice(a->ln2_mean, N, ln), fslice(a->ln2_rstd, N, ln)};
     return v;
+}
+
+// Tensor parallelism (Megatron's f and g): a row-parallel projection leaves each rank a partial sum of the
+// whole (N, C) output, and a column-parallel layer's backward a partial sum of its input's gradient; the
+// tensor group adds them. Nothing to add without one.
+static void tensor_sum(GPT* g, void* buf, size_t n) {
+    if (g->tp) comm_allreduce_sum(g->tp, buf, n, g->dt);
+}
+
+// A row-parallel projection's bias is added once, by tensor rank 0, before the sum; every rank still
+// computes its gradient (the same on all), so every copy gets the same update.
+static const void* row_bias(const GPT* g, const void* bias) { return g->layout->tp_rank == 0 ? bias : NULL; }
+
+// Per rank: C the model's width, CA = C/tp attention channels in NH/tp heads, CF = 4C/tp MLP channels.
+typedef struct {
+    int B, T, N, C, CA, CF, NH;
+} BlockDims;
+
+static BlockDims block_dims(const GPT* g) {
+    const ParamLayout* lay = g->layout;
+    BlockDims d = {g->B, g->T, g->B * g->T, g->shape.C, layout_attn_channels(lay), layout_mlp_channels(lay), layout_heads(lay)};
+    return d;
 }
 
 // One transformer block: v.x -> v.out. A recomputation (full recompute level) stops before the MLP's
 // output projection: the backward needs everything up to fch_gelu, and v.out is already in place.
 static void block_forward(GPT* g, Backend* be, BlockParams p, BlockActs v, int recomputing) {
     DType dt = g->dt;
-    int B = g->B, T = g->T, N = B * T, C = g->shape.C;
-    size_t NC = (size_t)N * C;
+    BlockDims d = block_dims(g);
+    size_t NC = (size_t)d.N * d.C;
     void* proj = g->acts.proj;
-    layernorm_forward(be, dt, v.ln1, v.ln1_mean, v.ln1_rstd, v.x, p.ln1w, p.ln1b, N, C);
-    matmul_forward(be, dt, v.qkv, NULL, v.ln1, p.qkvw, p.qkvb, N, C, 3 * C);
-    attention_forward(be, dt, v.atty, v.att_lse, v.qkv, B, T, C, g->shape.NH);
-    matmul_forward(be, dt, proj, NULL, v.atty, p.attprojw, p.attprojb, N, C, C);
+    layernorm_forward(be, dt, v.ln1, v.ln1_mean, v.ln1_rstd, v.x, p.ln1w, p.ln1b, d.N, d.C);
+    matmul_forward(be, dt, v.qkv, NULL, v.ln1, p.qkvw, p.qkvb, d.N, d.C, 3 * d.CA);
+    attention_forward(be, dt, v.atty, v.att_lse, v.qkv, d.B, d.T, d.CA, d.NH);
+    matmul_forward(be, dt, proj, NULL, v.atty, p.attprojw, row_bias(g, p.attprojb), d.N, d.CA, d.C);
+    tensor_sum(g, proj, NC);
     residual_forward(be, dt, v.resid2, v.x, proj, NC);
-    layernorm_forward(be, dt, v.ln2, v.ln2_mean, v.ln2_rstd, v.resid2, p.ln2w, p.ln2b, N, C);
-    matmul_forward(be, dt, v.fch_gelu, v.fch, v.ln2, p.fcw, p.fcb, N, C, 4 * C);
+    layernorm_forward(be, dt, v.ln2, v.ln2_mean, v.ln2_rstd, v.resid2, p.ln2w, p.ln2b, d.N, d.C);
+    matmul_forward(be, dt, v.fch_gelu, v.fch, v.ln2, p.fcw, p.fcb, d.N, d.C, d.CF);
     if (recomputing) return;
-    matmul_forward(be, dt, proj, NULL, v.fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
+    matmul_forward(be, dt, proj, NULL, v.fch_gelu, p.fcprojw, row_bias(g, p.fcprojb), d.N, d.CF, d.C);
+    tensor_sum(g, proj, NC);
     residual_forward(be, dt, v.out, v.resid2, proj, NC);
 }
 
@@ -216,33 +245,36 @@ static void block_forward(GPT* g, Backend* be, BlockParams p, BlockActs v, int r
 // epilogue rounds differently from the separate GELU kernel).
 static void block_recompute(GPT* g, Backend* be, BlockParams p, BlockActs v) {
     DType dt = g->dt;
-    int B = g->B, T = g->T, N = B * T, C = g->shape.C;
+    BlockDims d = block_dims(g);
     if (g->recompute >= 3) {
         block_forward(g, be, p, v, 1);
         return;
     }
     if (g->recompute >= 2) {
-        layernorm_forward(be, dt, v.ln1, v.ln1_mean, v.ln1_rstd, v.x, p.ln1w, p.ln1b, N, C);
-        attention_forward(be, dt, v.atty, v.att_lse, v.qkv, B, T, C, g->shape.NH);
-        layernorm_forward(be, dt, v.ln2, v.ln2_mean, v.ln2_rstd, v.resid2, p.ln2w, p.ln2b, N, C);
+        layernorm_forward(be, dt, v.ln1, v.ln1_mean, v.ln1_rstd, v.x, p.ln1w, p.ln1b, d.N, d.C);
+        attention_forward(be, dt, v.atty, v.att_lse, v.qkv, d.B, d.T, d.CA, d.NH);
+        layernorm_forward(be, dt, v.ln2, v.ln2_mean, v.ln2_rstd, v.resid2, p.ln2w, p.ln2b, d.N, d.C);
     }
-    if (g->recompute >= 1) gelu_forward(be, dt, v.fch_gelu, v.fch, (size_t)N * 4 * C);
+    if (g->recompute >= 1) gelu_forward(be, dt, v.fch_gelu, v.fch, (size_t)d.N * d.CF);
 }
 
 // g->acts.dresid holds d(out) on entry and d(x) on exit; parameter gradients accumulate.
 static void block_backward(GPT* g, Backend* be, BlockParams p, BlockParams dp, BlockActs v) {
     Activations* a = &g->acts;
     DType dt = g->dt;
-    int B = g->B, T = g->T, N = B * T, C = g->shape.C;
+    BlockDims d = block_dims(g);
+    size_t NC = (size_t)d.N * d.C;
     // MLP: out = resid2 + fcproj(gelu(fc(ln2(resid2)))); the residual passes dresid through.
-    matmul_backward(be, dt, a->dbig, dp.fcprojw, dp.fcprojb, a->dresid, v.fch_gelu, v.fch, p.fcprojw, N, 4 * C, C);
-    matmul_backward(be, dt, a->dsmall, dp.fcw, dp.fcb, a->dbig, v.ln2, NULL, p.fcw, N, C, 4 * C);
-    layernorm_backward(be, dt, a->dresid, dp.ln2w, dp.ln2b, a->dsmall, v.resid2, p.ln2w, v.ln2_mean, v.ln2_rstd, N, C);
+    matmul_backward(be, dt, a->dbig, dp.fcprojw, dp.fcprojb, a->dresid, v.fch_gelu, v.fch, p.fcprojw, d.N, d.CF, d.C);
+    matmul_backward(be, dt, a->dsmall, dp.fcw, dp.fcb, a->dbig, v.ln2, NULL, p.fcw, d.N, d.C, d.CF);
+    tensor_sum(g, a->dsmall, NC);
+    layernorm_backward(be, dt, a->dresid, dp.ln2w, dp.ln2b, a->dsmall, v.resid2, p.ln2w, v.ln2_mean, v.ln2_rstd, d.N, d.C);
     // Attention: resid2 = x + attproj(attention(qkv(ln1(x)))).
-    matmul_backward(be, dt, a->dsmall, dp.attprojw, dp.attprojb, a->dresid, v.atty, NULL, p.attprojw, N, C, C);
-    attention_backward(be, dt, a->dbig, a->att_scratch, a->dsmall, v.qkv, v.atty, v.att_lse, B, T, C, g->shape.NH);
-    matmul_backward(be, dt, a->dsmall, dp.qkvw, dp.qkvb, a->dbig, v.ln1, NULL, p.qkvw, N, C, 3 * C);
-    layernorm_backward(be, dt, a->dresid, dp.ln1w, dp.ln1b, a->dsmall, v.x, p.ln1w, v.ln1_mean, v.ln1_rstd, N, C);
+    matmul_backward(be, dt, a->dsmall, dp.attprojw, dp.attprojb, a->dresid, v.atty, NULL, p.attprojw, d.N, d.CA, d.C);
+    attention_backward(be, dt, a->dbig, a->att_scratch, a->dsmall, v.qkv, v.atty, v.att_lse, d.B, d.T, d.CA, d.NH);
+    matmul_backward(be, dt, a->dsmall, dp.qkvw, dp.qkvb, a->dbig, v.ln1, NULL, p.qkvw, d.N, d.C, 3 * d.CA);
+    tensor_sum(g, a->dsmall, NC);
+    layernorm_backward(be, dt, a->dresid, dp.ln1w, dp.ln1b, a->dsmall, v.x, p.ln1w, v.ln1_mean, v.ln1_rstd, d.N, d.C);
 }
 
 static void logits_to_host(GPT* g, Backend* be, float* out) {

@@ -1,6 +1,7 @@
 // gpt.h: the GPT-2 model on a backend: its parameter buffers, activations, and the forward/backward walk
 // over layers. Everything here is expressed in kernels.h calls, so it is the same on the CPU and the GPU.
 #pragma once
+#include "comm.h"
 #include "memory.h"
 #include "model.h"
 #include "param_store.h"
@@ -13,6 +14,8 @@ typedef struct {
     void* ln1;         // (L, N, C)
     float* ln1_mean;   // (L, N)
     float* ln1_rstd;   // (L, N)
+    // With tensor parallelism (-tp) the block's inner widths are this rank's shard: 3C, C (atty), NH and
+    // 4C below are 3C/tp, C/tp, NH/tp and 4C/tp; everything of width C is whole on every rank.
     void* qkv;         // (L, N, 3C)
     void* atty;        // (L, N, C)    attention output before its projection
     float* att_lse;    // (L, B, NH, T)
@@ -43,6 +46,7 @@ typedef struct {
     DType dt;
     int B, T;
     ParamStore store;    // where each unit's parameters and gradients live (param_store.h)
+    Comm* tp;            // the tensor group (grid.h), NULL without tensor parallelism
     int recompute;       // 0 keep everything; 1 recompute GELU; 2 + attention and LayerNorms; 3 whole blocks
     int num_sets;        // activation sets: micro-batches whose forward is done and backward is not (1F1B)
     Activations* sets;   // [num_sets]: the tensors kept per layer are each set's own; the single slots that
@@ -57,8 +61,8 @@ static inline int gpt_has_head(const GPT* g) { return g->layout->final_unit >= 0
 // Allocates num_sets activation sets for micro-batches of B x T over the layout's blocks; parameters and
 // gradients come from `store`. A stage with the LM head holds one set (1F1B runs its backward right after
 // its forward), so the logits are never duplicated.
-void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, DType dt, int B, int T,
-                int recompute, int num_sets);
+void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, DType dt, int B,
+                int T, int recompute, int num_sets);
 void gpt_destroy(GPT* g, Backend* be);
 // Activation bytes gpt_create allocates (for the memory plan).
 size_t gpt_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, int recompute, int num_sets);

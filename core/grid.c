@@ -3,38 +3,47 @@
 
 #include "base/common.h"
 
-void grid_check(int stages, int ranks) {
-    if (stages < 1 || ranks % stages != 0)
-        fail("-pp %d does not divide the %d ranks into equal stages (launch a multiple of %d ranks)", stages, ranks, stages);
+void grid_check(int stages, int tp, int ranks, int heads) {
+    if (tp < 1 || heads % tp != 0) fail("-tp %d does not divide the model's %d attention heads", tp, heads);
+    if (ranks % tp != 0) fail("-tp %d does not divide the %d ranks into tensor groups (launch a multiple of %d ranks)", tp, ranks, tp);
+    if (stages < 1 || ranks % (stages * tp) != 0)
+        fail("-pp %d does not divide the %d ranks into equal stages (launch a multiple of %d ranks)", stages, ranks, stages * tp);
 }
 
-void grid_create(Grid* g, Comm* world, int stages) {
+// Every rank takes part in each split; a rank outside a group passes its own color and drops the result.
+static Comm* split_or_null(Comm* world, int member, int color, int key) {
+    Comm* c = comm_split(world, member ? color : comm_size(world) + comm_rank(world), key);
+    if (member) return c;
+    comm_free(c);
+    return NULL;
+}
+
+void grid_create(Grid* g, Comm* world, int stages, int tp) {
     int rank = comm_rank(world), ranks = comm_size(world);
-    if (stages < 1 || ranks % stages != 0) fail("internal: grid of %d stages on %d ranks (pipeline_plan checks this)", stages, ranks);
+    if (stages < 1 || tp < 1 || ranks % (stages * tp) != 0)
+        fail("internal: grid of %d stages x tp %d on %d ranks (pipeline_plan checks this)", stages, tp, ranks);
     memset(g, 0, sizeof(*g));
     g->world = world;
     g->pp = stages;
-    g->dp = ranks / stages;
-    g->stage = rank / g->dp;
-    g->dp_rank = rank % g->dp;
-    if (stages == 1) {   // no sub-groups: ZeRO works on the world, as without a pipeline
+    g->tp = tp;
+    g->dp = ranks / (stages * tp);
+    g->tp_rank = rank % tp;
+    g->dp_rank = rank / tp % g->dp;
+    g->stage = rank / (tp * g->dp);
+    if (stages == 1 && tp == 1) {   // no sub-groups: ZeRO works on the world
         g->dp_group = world;
         return;
     }
-    g->dp_group = comm_split(world, g->stage, g->dp_rank);
-    g->pp_group = comm_split(world, g->dp_rank, g->stage);
-    // Every rank takes part in the split; the stages in between get a group of one and drop it.
-    int tied = grid_first_stage(g) || grid_last_stage(g);
-    g->tied = comm_split(world, tied ? g->dp_rank : g->dp + rank, g->stage);
-    if (!tied) {
-        comm_free(g->tied);
-        g->tied = NULL;
-    }
+    g->dp_group = comm_split(world, g->stage * tp + g->tp_rank, g->dp_rank);
+    g->tp_group = split_or_null(world, tp > 1, g->stage * g->dp + g->dp_rank, g->tp_rank);
+    g->pp_group = split_or_null(world, stages > 1, g->dp_rank * tp + g->tp_rank, g->stage);
+    g->tied = split_or_null(world, stages > 1 && (grid_first_stage(g) || grid_last_stage(g)), g->dp_rank * tp + g->tp_rank, g->stage);
 }
 
 void grid_destroy(Grid* g) {
     if (g->dp_group != g->world) comm_free(g->dp_group);
     comm_free(g->pp_group);
+    comm_free(g->tp_group);
     comm_free(g->tied);
     memset(g, 0, sizeof(*g));
 }

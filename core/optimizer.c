@@ -19,7 +19,7 @@ static void add_squares(const StateSpan* s, void* ctx) {
     else sum_squares(c->be, s->grad_dt, c->acc, s->grad, s->n);
 }
 
-double grad_global_norm(const ModelState* ms, Backend* be, Comm* pp) {
+double grad_global_norm(const ModelState* ms, Backend* be, Comm* tp, Comm* pp) {
     NormCtx c = {be, ms->scratch, 0.0f, ms->grads_on_host};
     if (!c.on_host) be_memset0(be, c.acc, sizeof(float));
     ms->for_each_span(ms->ctx, STATE_NORM, add_squares, &c);
@@ -27,6 +27,7 @@ double grad_global_norm(const ModelState* ms, Backend* be, Comm* pp) {
     if (!c.on_host) be_download(be, &local, c.acc, sizeof(float));
     double sum = local;
     if (ms->parts) comm_allreduce_host_sum(ms->parts, &sum, 1);   // the other parts of this stage's units
+    if (tp) comm_allreduce_host_sum(tp, &sum, 1);   // the other shards of this stage's blocks
     if (pp) comm_allreduce_host_sum(pp, &sum, 1);   // the other stages' layers
     return sqrt(sum);
 }

@@ -10,9 +10,9 @@ typedef struct {
 } OptimizerStep;
 
 // Global L2 norm of the reduced gradients: each rank sums the squares of what it holds (the tied
-// embedding once: its mirror is skipped), the ranks holding other parts add, then the pipeline's stages
-// (pp; NULL without a pipeline).
-double grad_global_norm(const ModelState* ms, Backend* be, Comm* pp);
+// embedding and a tensor group's whole tensors once: their copies are skipped), the ranks holding other
+// parts add, then the tensor group's shards (tp), then the pipeline's stages (pp; each NULL without).
+double grad_global_norm(const ModelState* ms, Backend* be, Comm* tp, Comm* pp);
 // Scale applied to the gradients: clip / norm when the norm exceeds the clip (clip > 0), else 1.
 float grad_clip_scale(double norm, float clip);
 // AdamW on every owned parameter (weight decay on 2-D tensors), gradients multiplied by grad_scale.

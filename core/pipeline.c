@@ -3,21 +3,22 @@
 
 #include "base/common.h"
 
-void pipeline_plan(PipelinePlan* plan, const GPTShape* s, int stages, int ranks, int T, int micro) {
+void pipeline_plan(PipelinePlan* plan, const GPTShape* s, int stages, int tp, int ranks, int T, int micro) {
     if (stages > s->L) fail("-pp %d: more pipeline stages than the model's %d layers (each stage needs a block)", stages, s->L);
-    grid_check(stages, ranks);
+    grid_check(stages, tp, ranks, s->NH);
     memset(plan, 0, sizeof(*plan));
     plan->stages = stages;
+    plan->tp = tp;
     plan->micro = micro;
     pipeline_split(s->L, stages, stages > 1 ? pipeline_head_cost(s->Vp, s->C, T) : 0.0, plan->first, plan->count);
     for (int st = 0; st < stages; st++) plan->sets[st] = stages - st < micro ? stages - st : micro;
     plan->bubble = schedule_bubble_fraction(stages, micro);
 }
 
-void pipeline_stage_layout(ParamLayout* lay, const PipelinePlan* plan, const GPTShape* s, int dp, int stage) {
+void pipeline_stage_layout(ParamLayout* lay, const PipelinePlan* plan, const GPTShape* s, int dp, int stage, int tp_rank) {
     int last = stage == plan->stages - 1;
     EmbeddingRole emb = stage == 0 ? EMB_OWN : last ? EMB_MIRROR : EMB_NONE;
-    layout_build_stage(lay, s, layout_pad_multiple(dp), plan->first[stage], plan->count[stage], emb, last, 0, 1);
+    layout_build_stage(lay, s, layout_pad_multiple(dp), plan->first[stage], plan->count[stage], emb, last, tp_rank, plan->tp);
 }
 
 void pipeline_create(Pipeline* p, const Grid* grid, const PipelinePlan* plan) {

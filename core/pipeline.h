@@ -18,6 +18,7 @@
 // start-up line. One stage (no -pp) is the same plan with P = 1.
 typedef struct {
     int stages;                  // P
+    int tp;                      // -tp: ranks sharing each stage's blocks (grid.h); the replicas are ranks / (P * tp)
     int micro;                   // m = -ga micro-batches per step
     int first[MAX_LAYERS];       // stage s runs blocks first[s] .. first[s] + count[s] - 1
     int count[MAX_LAYERS];       //   (pipeline_split: balanced with the LM head's cost)
@@ -25,18 +26,21 @@ typedef struct {
     double bubble;               // (P - 1) / m: idle over useful time, per stage
 } PipelinePlan;
 
-// Checks -pp against the model (a block per stage at least) and against `ranks` (the launched world, or
-// --estimate's -w), one-line errors, then splits the blocks at sequence length T.
-void pipeline_plan(PipelinePlan* plan, const GPTShape* s, int stages, int ranks, int T, int micro);
+// Checks -pp and -tp against the model (a block per stage at least, heads divisible) and against `ranks`
+// (the launched world, or --estimate's -w), one-line errors, then splits the blocks at sequence length T.
+void pipeline_plan(PipelinePlan* plan, const GPTShape* s, int stages, int tp, int ranks, int T, int micro);
+// The data-parallel replicas of `ranks` under the plan.
+static inline int plan_replicas(const PipelinePlan* plan, int ranks) { return ranks / (plan->stages * plan->tp); }
 
 typedef struct {
     const Grid* grid;
     StageSchedule sched;   // this stage's actions for m = ga micro-batches
 } Pipeline;
 
-// Stage `stage` of the plan: its blocks, the embeddings on the first stage, the final LayerNorm and the
-// head's mirror of the embeddings on the last; units padded for `dp` replicas. One stage: the whole model.
-void pipeline_stage_layout(ParamLayout* lay, const PipelinePlan* plan, const GPTShape* s, int dp, int stage);
+// Stage `stage` of the plan: its blocks (tensor rank tp_rank's shard of each), the embeddings on the first
+// stage, the final LayerNorm and the head's mirror of the embeddings on the last; units padded for `dp`
+// replicas. One stage: the whole model.
+void pipeline_stage_layout(ParamLayout* lay, const PipelinePlan* plan, const GPTShape* s, int dp, int stage, int tp_rank);
 // Checks that the 1F1B schedule holds no more micro-batches at once than the plan's activation sets.
 void pipeline_create(Pipeline* p, const Grid* grid, const PipelinePlan* plan);
 void pipeline_destroy(Pipeline* p);

@@ -22,12 +22,14 @@ void report_layout(Logger* log, const ParamLayout* lay, const Config* cfg, int r
     int n = 0;
     for (int u = 0; u < lay->num_units && n < (int)sizeof(buf) - 32; u++)
         n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s%zu", u ? ", " : "", lay->units[u].padded);
+    char tp_field[32] = "";   // "tp" only with tensor parallelism, likewise
+    if (cfg->tensor_parallel > 1) snprintf(tp_field, sizeof(tp_field), ", \"tp\": %d", cfg->tensor_parallel);
     // "offload" only when on, so the records of runs without it stay as they were.
     logger_line(log, "{\"step\": %d, \"layout\": {\"elements\": %zu, \"params\": %zu, \"ranks\": %d, \"zero\": %d, "
                 "\"dtype_bytes\": %zu, \"ga\": %d, \"B\": %d, \"T\": %d, \"recompute\": %d, \"L\": %d, \"C\": %d, \"NH\": %d, "
-                "\"Vp\": %d, \"units\": [%s]%s}}", first_step, lay->total, lay->num_params, ranks, cfg->zero_stage,
+                "\"Vp\": %d, \"units\": [%s]%s%s}}", first_step, lay->total, lay->num_params, ranks, cfg->zero_stage,
                 dtype_size(cfg->precision), cfg->grad_accum, cfg->B, cfg->T, cfg->recompute, lay->shape.L, lay->shape.C,
-                lay->shape.NH, lay->shape.Vp, buf, OFFLOAD_FIELD[cfg->offload]);
+                lay->shape.NH, lay->shape.Vp, buf, OFFLOAD_FIELD[cfg->offload], tp_field);
 }
 
 // Every rank's n values, rank after rank, on every rank (a sum of one-hot rows: a few doubles per rank).

@@ -87,7 +87,7 @@ static void test_stages(TestStats* st, const char* spec, int P) {
     GPTShape s;
     shape_from_spec(spec, &s);
     PipelinePlan plan;
-    pipeline_plan(&plan, &s, P, P, s.maxT, 1);
+    pipeline_plan(&plan, &s, P, 1, P, s.maxT, 1);
     const int *first = plan.first, *nb = plan.count;
     size_t n = canonical_total(&s);
     unsigned char* seen = (unsigned char*)xcalloc(n, 1);
@@ -95,7 +95,7 @@ static void test_stages(TestStats* st, const char* spec, int P) {
     ParamLayout* stage0 = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     int once = 1, formed = 1, absent = 1, mirror = 1;
     for (int p = 0; p < P; p++) {
-        pipeline_stage_layout(lay, &plan, &s, 2, p);   // 2 replicas: units padded to 128
+        pipeline_stage_layout(lay, &plan, &s, 2, p, 0);   // 2 replicas: units padded to 128
         if (p == 0) memcpy(stage0, lay, sizeof(*lay));
         int last = p == P - 1, has_mirror = last && P > 1;
         once &= mark(lay, seen);
@@ -148,7 +148,7 @@ static void test_tensor_parallel(TestStats* st, const char* spec, int P, int tp)
     GPTShape s;
     shape_from_spec(spec, &s);
     PipelinePlan plan;
-    pipeline_plan(&plan, &s, P, P, s.maxT, 1);
+    pipeline_plan(&plan, &s, P, 1, P, s.maxT, 1);
     size_t n = canonical_total(&s), C = (size_t)s.C;
     unsigned char* seen = (unsigned char*)xcalloc(n, 1);
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));

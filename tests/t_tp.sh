@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# -tp N: tensor parallelism (Megatron's column- then row-parallel pairs in every block; core/gpt.c,
+# core/model.c). Against the one-rank run of the same global batch, from the same model file:
+#   - losses and gradient norms within 1e-5 at every step, and the final parameters within 1e-5 per tensor
+#     (the key bias, whose exact gradient is 0, only within the LRs' sum: compare.py --kbias-bound);
+#   - for -tp 2 and 4, alone and with 2 replicas, with -pp 2, under each -z, each -r, with -offload 2, and in
+#     bf16 (losses and norms within 2e-2: stochastic rounding moves small weights by whole bf16 steps);
+#   - not bitwise: a row-parallel projection sums N partial products where one rank sums one, so the
+#     additions happen in another order;
+#   - checkpoints are one format: a run saved at -tp 2 -pp 2 -z 3 resumes at -tp 1, at -tp 4 and on one
+#     rank, and its model.bin equals the one-rank run's within the same tolerance;
+#   - one-line errors for a -tp that does not divide the heads or the ranks.
+source "$(dirname "$0")/lib.sh"
+cd "$(dirname "$0")/.."
+mpi_or_skip t_tp
+$PYTHON scripts/make_shard.py -o "$TMP/train.bin" -n 20000 -V 500 --seed 7 >/dev/null || t_fail shard "make_shard failed"
+init_model L2C64H4V500T64 "$TMP/train.bin"
+base=(-e "$MODEL" -i "$TMP/train.bin" -j "" -b 2 -t 32 -x 6 -l 1e-3 -u 2 -c 0.1 -v 0 -s 0 -gc 1.0)
+KB=$($PYTHON -c "print(sum(1e-3 * min(1.0, (s + 1) / 2) for s in range(6)))")   # bound on the key bias's drift
+
+train() {   # ranks, out dir, flags...
+    local np=$1 out=$2; shift 2
+    if [ "$np" -gt 1 ]; then "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${base[@]}" "$@" -o "$out" > "$out.txt" 2>&1
+    else ./train_gpt_cpu "${base[@]}" "$@" -o "$out" > "$out.txt" 2>&1; fi
+}
+compare_runs() {   # name, dir, reference dir, tolerance ("losses" as a 5th argument: the log only)
+    local out
+    out=$($PYTHON tests/compare.py log "$1" "$2/log.jsonl" "$3/log.jsonl" --steps 6 --tol "$4" --key loss --key grad_norm 2>&1)
+    echo "$out" | grep -q "^ok" || { t_fail "$1" "$(echo "$out" | grep FAIL | cut -c1-300)"; return; }
+    [ "${5:-}" = losses ] && { t_ok "$1"; return; }
+    out=$($PYTHON tests/compare.py models "$1" "$2/ckpt_000006/model.bin" "$3/ckpt_000006/model.bin" --tol "$4" --abs "$4" \
+        --kbias-bound "$KB" 2>&1)
+    echo "$out" | grep -q "^ok" && t_ok "$1" || t_fail "$1" "final model: $(echo "$out" | grep FAIL | cut -c1-300)"
+}
+# The one-rank references: one per global batch (-ga replicas) and precision.
+for ga in 1 2; do train 1 "$TMP/ref_ga$ga" -ga $ga || t_fail reference "one-rank run failed"; done
+train 1 "$TMP/ref_bf16" -p bf16 || t_fail reference "one-rank bf16 run failed"
+case_tp() {   # name, ranks, reference, tolerance, flags...
+    local name=$1 np=$2 ref=$3 tol=$4 what=""; shift 4
+    [ "$ref" = ref_bf16 ] && what=losses   # bf16's stochastic rounding makes small weights differ by whole steps
+    train "$np" "$TMP/$name" "$@" || { t_fail "$name" "run failed: $(grep -m1 error "$TMP/$name.txt")"; return; }
+    compare_runs "$name" "$TMP/$name" "$TMP/$ref" "$tol" $what
+}
+case_tp tp2 2 ref_ga1 1e-5 -tp 2
+case_tp tp4 4 ref_ga1 1e-5 -tp 4
+for z in 1 2 3; do case_tp "tp2_dp2_z$z" 4 ref_ga2 1e-5 -tp 2 -z $z; done
+case_tp tp2_pp2 4 ref_ga2 1e-5 -tp 2 -pp 2 -ga 2
+case_tp tp2_pp2_dp2_z3 8 ref_ga2 1e-5 -tp 2 -pp 2 -z 3
+for r in 1 2 3; do case_tp "tp2_r$r" 2 ref_ga1 1e-5 -tp 2 -r $r; done
+case_tp tp4_z3_r3_offload2 4 ref_ga1 1e-5 -tp 4 -z 3 -r 3 -offload 2
+case_tp tp2_bf16 2 ref_bf16 2e-2 -tp 2 -p bf16
+t_check tp_announced "grep -q 'x 2 tensor ranks' '$TMP/tp2.txt'"
+t_check tp_logged "grep -q '\"tp\": 2' '$TMP/tp2/log.jsonl'"
+
+# Checkpoints: saved at -tp 2 -pp 2 -z 3 after step 3 (of 6), resumed under other layouts; each ends where
+# the one-rank run does.
+train 4 "$TMP/saved" -tp 2 -pp 2 -z 3 -ga 2 -n 3 || t_fail tp_checkpoint "run failed: $(grep -m1 error "$TMP/saved.txt")"
+resume_as() {   # name, ranks, flags...
+    local name=$1 np=$2; shift 2
+    mkdir -p "$TMP/$name" && cp -r "$TMP/saved/ckpt_000003" "$TMP/$name/"
+    cp "$TMP/saved/log.jsonl" "$TMP/$name/log.jsonl"
+    train "$np" "$TMP/$name" -y 1 "$@" || { t_fail "$name" "resume failed: $(grep -m1 error "$TMP/$name.txt")"; return; }
+    grep -q 'resumed from .*ckpt_000003 at step 3' "$TMP/$name.txt" || { t_fail "$name" "did not resume at step 3"; return; }
+    compare_runs "$name" "$TMP/$name" "$TMP/ref_ga2" 1e-5
+}
+resume_as tp_resume_on_one_rank 1 -ga 2
+resume_as tp_resume_at_tp4 4 -tp 4 -ga 2
+resume_as tp_resume_at_tp2_dp2_z1 4 -tp 2 -z 1
+
+# Bad layouts: one line each.
+"${MPIRUN[@]}" -np 3 ./train_gpt_cpu "${base[@]}" -tp 3 > /dev/null 2> "$TMP/heads.err"
+t_check tp_must_divide_heads "grep -q 'error: -tp 3 does not divide the model.s 4 attention heads' '$TMP/heads.err'"
+./train_gpt_cpu "${base[@]}" -tp 2 > /dev/null 2> "$TMP/ranks.err"
+t_check tp_must_divide_ranks "[ \$(wc -l < '$TMP/ranks.err') -eq 1 ] && grep -q 'error: -tp 2 does not divide the 1 ranks' '$TMP/ranks.err'"
+t_finish
