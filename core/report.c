@@ -74,7 +74,7 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
 }
 
 // The grid's distinct groups (NULL where a group is the world or absent).
-#define GRID_GROUPS(g) {(g)->world, (g)->dp_group != (g)->world ? (g)->dp_group : NULL, (g)->pp_group, (g)->tied}
+#define GRID_GROUPS(g) {(g)->world, (g)->dp_group != (g)->world ? (g)->dp_group : NULL, (g)->pp_group, (g)->tied, (g)->tp_group}
 
 void report_comm_reset(const Grid* g) {
     Comm* groups[] = GRID_GROUPS(g);
@@ -82,12 +82,8 @@ void report_comm_reset(const Grid* g) {
         if (groups[i]) comm_reset_bytes(groups[i]);
 }
 
-void report_comm(Logger* log, const Grid* g, int step) {
-    Comm* groups[] = GRID_GROUPS(g);
-    double mine[NUM_COLLECTIVES] = {0};
-    for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++)
-        for (int k = 0; groups[i] && k < NUM_COLLECTIVES; k++) mine[k] += (double)comm_bytes_sent(groups[i], (Collective)k);
-    report_comm_reset(g);
+// One log record `key` of every rank's bytes per collective (collective over the world).
+static void log_bytes(Logger* log, const Grid* g, int step, const char* key, const double* mine) {
     int rank = comm_rank(g->world), ranks = comm_size(g->world);
     double* all = gather_rows(g->world, mine, NUM_COLLECTIVES);
     if (rank == 0 && ranks > 1) {
@@ -100,10 +96,21 @@ void report_comm(Logger* log, const Grid* g, int step) {
                 n += (size_t)snprintf(buf + n, size - n, "%s%.0f", r ? ", " : "", all[r * NUM_COLLECTIVES + k]);
             n += (size_t)snprintf(buf + n, size - n, "]");
         }
-        logger_line(log, "{\"step\": %d, \"comm_bytes\": {%s}}", step, buf);
+        logger_line(log, "{\"step\": %d, \"%s\": {%s}}", step, key, buf);
         free(buf);
     }
     free(all);
+}
+
+void report_comm(Logger* log, const Grid* g, int step) {
+    Comm* groups[] = GRID_GROUPS(g);
+    double mine[NUM_COLLECTIVES] = {0}, tensor[NUM_COLLECTIVES] = {0};
+    for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++)
+        for (int k = 0; groups[i] && k < NUM_COLLECTIVES; k++) mine[k] += (double)comm_bytes_sent(groups[i], (Collective)k);
+    for (int k = 0; g->tp_group && k < NUM_COLLECTIVES; k++) tensor[k] = (double)comm_bytes_sent(g->tp_group, (Collective)k);
+    report_comm_reset(g);
+    log_bytes(log, g, step, "comm_bytes", mine);
+    if (g->tp > 1) log_bytes(log, g, step, "tp_comm_bytes", tensor);   // the tensor group's part of the above
 }
 
 double model_flops_per_token(const ParamLayout* lay, int T) {

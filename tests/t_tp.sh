@@ -49,6 +49,27 @@ case_tp tp2_pp2_dp2_z3 8 ref_ga2 1e-5 -tp 2 -pp 2 -z 3
 for r in 1 2 3; do case_tp "tp2_r$r" 2 ref_ga1 1e-5 -tp 2 -r $r; done
 case_tp tp4_z3_r3_offload2 4 ref_ga1 1e-5 -tp 4 -z 3 -r 3 -offload 2
 case_tp tp2_bf16 2 ref_bf16 2e-2 -tp 2 -p bf16
+# Traffic: per micro-batch and block, the forward all-reduces two (B*T, C) partial sums in the tensor group and
+# the backward two (a third with -r 3: the recomputed attention projection); a ring all-reduce sends
+# 2(T-1)/T of the bytes. Nothing else moves in the tensor group.
+$PYTHON - "$TMP" <<'PY'
+import json, sys
+d = sys.argv[1]
+def check(run, tp, ga, blocks, per_block, B=2, T=32, C=64, x=4):
+    recs = [json.loads(l) for l in open("%s/%s/log.jsonl" % (d, run))]
+    rows = [r["tp_comm_bytes"] for r in recs if "tp_comm_bytes" in r]
+    want = ga * blocks * per_block * 2 * (tp - 1) * B * T * C * x // tp
+    bad = ["step %d rank %d: %s %d, expected %d" % (i, rank, k, v, want if k == "allreduce" else 0)
+           for i, row in enumerate(rows) for k, vals in row.items() for rank, v in enumerate(vals)
+           if v != (want if k == "allreduce" else 0)]
+    if len(rows) != 6: bad.append("%d tp_comm_bytes records" % len(rows))
+    print("ok tp_traffic_%s" % run if not bad else "FAIL tp_traffic_%s: %s" % (run, "; ".join(bad[:3])))
+    return not bad
+ok = check("tp2", 2, 1, 2, 4) & check("tp4", 4, 1, 2, 4) & check("tp2_r3", 2, 1, 2, 5) & check("tp2_pp2", 2, 2, 1, 4)
+sys.exit(0 if ok else 1)
+PY
+[ $? -eq 0 ] || FAILED=1
+$PYTHON tests/zero_check.py tp2_dp2_z3 "$TMP/tp2_dp2_z3/log.jsonl" | grep -v _comm || FAILED=1   # bytes per category
 t_check tp_announced "grep -q 'x 2 tensor ranks' '$TMP/tp2.txt'"
 t_check tp_logged "grep -q '\"tp\": 2' '$TMP/tp2/log.jsonl'"
 
