@@ -330,7 +330,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->zero = zero_create(tr->be, &tr->mem, tr->layout, caps_of(cfg, cfg->zero_stage), g->dp_group, g->tied, cfg->precision);
     tr->model_states = zero_model_state(tr->zero);
     if (cfg->delay_from > 0) tr->delayed = delayed_update_create(&tr->model_states);
-    gpt_create(&tr->gpt, tr->be, &tr->mem, tr->layout, zero_param_store(tr->zero), g->tp_group, cfg->precision, cfg->B, cfg->T, cfg->recompute,
+    gpt_create(&tr->gpt, tr->be, &tr->mem, tr->layout, zero_param_store(tr->zero), g->tp_group, cfg->sequence_parallel, cfg->precision, cfg->B, cfg->T, cfg->recompute,
                tr->plan.sets[g->stage]);
     pipeline_create(&tr->pipe, g, &tr->plan);
     tr->scaler = loss_scaler_init(cfg->precision == DT_FP16, cfg->loss_scale);

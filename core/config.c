@@ -56,6 +56,8 @@ void config_usage(const char* prog) {
            "  -pp N     1F1B pipeline stages; ranks form N stages x ranks/N data-parallel replicas (default 1)\n"
            "  -tp N     tensor parallelism: N neighbouring ranks share each block, Megatron-style (heads and the MLP\n"
            "            split; N divides the heads); ranks form stages x replicas x N (default 1)\n"
+           "  -sp 0|1   with -tp: sequence parallelism; LayerNorms and residual adds on each rank's b*t/N rows,\n"
+           "            all-reduces become reduce-scatter + all-gather, stages send 1/N of the activations (default 0)\n"
            "  -r N      activation recompute: 0 keep all, 1 GELU, 2 + attention and LayerNorms, 3 whole blocks (default 0)\n"
            "  -offload 0|1|2  1: keep each rank's fp32 master weights and Adam m, v (its pieces with -z >= 1) in\n"
            "            host memory (pinned on the GPU build); the optimizer runs there on the downloaded gradient and\n"
@@ -157,6 +159,7 @@ static void parse_one(Config* c, const char* f, const char* v) {
     else if (!strcmp(f, "-z")) c->zero_stage = (int)parse_int(f, v, 0, 3);
     else if (!strcmp(f, "-pp")) c->pipeline_stages = (int)parse_int(f, v, 1, 1024);
     else if (!strcmp(f, "-tp")) c->tensor_parallel = (int)parse_int(f, v, 1, 1024);
+    else if (!strcmp(f, "-sp")) c->sequence_parallel = (int)parse_int(f, v, 0, 1);
     else if (!strcmp(f, "-r")) c->recompute = (int)parse_int(f, v, 0, 3);
     else if (!strcmp(f, "-offload")) c->offload = (int)parse_int(f, v, 0, 2);
     else if (!strcmp(f, "-dpu")) c->delay_from = (int)parse_int(f, v, 0, 1 << 30);
@@ -205,6 +208,9 @@ void config_parse(Config* c, int argc, char** argv) {
     if (c->start_over && !c->out_dir) fail("-ow 1 needs -o DIR to start over in");
     if ((c->gpu_mem_gib > 0 || c->host_mem_gib > 0) && !c->estimate) fail("-gpu-mem and -host-mem plan with --estimate only");
     if (c->host_mem_gib > 0 && !(c->gpu_mem_gib > 0)) fail("-host-mem needs -gpu-mem (the table is per device budget)");
+    if (c->sequence_parallel && c->tensor_parallel < 2) fail("-sp 1 splits the rows over the tensor group: it needs -tp 2 or more");
+    if (c->sequence_parallel && ((long long)c->B * c->T) % c->tensor_parallel)
+        fail("-sp 1: b*t = %d*%d rows do not split evenly over -tp %d ranks", c->B, c->T, c->tensor_parallel);
     if (c->delay_from > 0 && !c->offload)
         fail("-dpu %d delays the host's update behind the device's next step: it needs -offload 1 or 2", c->delay_from);
     if (c->offload == 2 && c->zero_stage < 2)

@@ -48,6 +48,7 @@ typedef struct {
     int zero_stage;              // -z
     int pipeline_stages;         // -pp
     int tensor_parallel;         // -tp: ranks sharing each block (Megatron's tensor parallelism)
+    int sequence_parallel;       // -sp: with -tp, the regions between the parallel layers split by rows
     int recompute;               // -r
     int offload;                 // -offload: 1 each rank's fp32 master and Adam state in host memory, 2 also
                                  // its gradient pieces (-z >= 2) and parameter pieces (-z 3)

@@ -13,8 +13,8 @@ void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const P
     pipeline_stage_layout(lay, plan, s, dp, stage, 0);   // every tensor rank holds as much as rank 0
     memset(out, 0, sizeof(*out));
     states(out, lay, cfg, zero, dp);
-    out->bytes[MEM_ACTIVATIONS] += gpt_activation_bytes(lay, cfg->precision, cfg->B, cfg->T, recompute,
-                                                        plan->sets[stage]);
+    out->bytes[MEM_ACTIVATIONS] += gpt_activation_bytes(lay, cfg->precision, cfg->B, cfg->T, recompute, plan->sets[stage],
+                                                        cfg->sequence_parallel);
     free(lay);
 }
 

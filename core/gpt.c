@@ -36,43 +36,48 @@ typedef enum { KEPT_ALWAYS, KEPT_LN, KEPT_ATT, KEPT_GELU, KEPT_MID } KeptBy;
 typedef enum { W_1, W_C, W_CA, W_3CA, W_4CA, W_NHA, W_VP } Width;   // elements per token; *A: a tensor rank's share
 typedef enum { E_DT, E_F32, E_I32 } Elem;                   // the run's dtype, fp32, int32
 
+typedef enum { ALL_ROWS, OWN_ROWS } Rows;   // OWN_ROWS: this rank's N / tp under sequence parallelism
+
 typedef struct {
     size_t field;   // offsetof(Activations, ...)
     Extent extent;
     KeptBy kept;
     Width width;
     Elem elem;
+    Rows rows;
 } ActivationBuffer;
 
-#define BUF(name, extent, kept, width, elem) {offsetof(Activations, name), extent, kept, width, elem}
+#define BUF(name, extent, kept, width, elem) {offsetof(Activations, name), extent, kept, width, elem, ALL_ROWS}
+#define OWN(name, extent, kept, width, elem) {offsetof(Activations, name), extent, kept, width, elem, OWN_ROWS}
 static const ActivationBuffer BUFFERS[] = {
-    BUF(resid, RESIDUAL, KEPT_ALWAYS, W_C, E_DT),
+    OWN(resid, RESIDUAL, KEPT_ALWAYS, W_C, E_DT),
     BUF(ln1, PER_BLOCK, KEPT_LN, W_C, E_DT),
-    BUF(ln1_mean, PER_BLOCK, KEPT_LN, W_1, E_F32),
-    BUF(ln1_rstd, PER_BLOCK, KEPT_LN, W_1, E_F32),
+    OWN(ln1_mean, PER_BLOCK, KEPT_LN, W_1, E_F32),
+    OWN(ln1_rstd, PER_BLOCK, KEPT_LN, W_1, E_F32),
     BUF(qkv, PER_BLOCK, KEPT_MID, W_3CA, E_DT),
     BUF(atty, PER_BLOCK, KEPT_ATT, W_CA, E_DT),
     BUF(att_lse, PER_BLOCK, KEPT_ATT, W_NHA, E_F32),
-    BUF(resid2, PER_BLOCK, KEPT_MID, W_C, E_DT),
+    OWN(resid2, PER_BLOCK, KEPT_MID, W_C, E_DT),
     BUF(ln2, PER_BLOCK, KEPT_LN, W_C, E_DT),
-    BUF(ln2_mean, PER_BLOCK, KEPT_LN, W_1, E_F32),
-    BUF(ln2_rstd, PER_BLOCK, KEPT_LN, W_1, E_F32),
+    OWN(ln2_mean, PER_BLOCK, KEPT_LN, W_1, E_F32),
+    OWN(ln2_rstd, PER_BLOCK, KEPT_LN, W_1, E_F32),
     BUF(fch, PER_BLOCK, KEPT_MID, W_4CA, E_DT),
     BUF(fch_gelu, PER_BLOCK, KEPT_GELU, W_4CA, E_DT),
     BUF(lnf, HEAD, KEPT_ALWAYS, W_C, E_DT),
-    BUF(lnf_mean, HEAD, KEPT_ALWAYS, W_1, E_F32),
-    BUF(lnf_rstd, HEAD, KEPT_ALWAYS, W_1, E_F32),
+    OWN(lnf_mean, HEAD, KEPT_ALWAYS, W_1, E_F32),
+    OWN(lnf_rstd, HEAD, KEPT_ALWAYS, W_1, E_F32),
     BUF(logits, HEAD, KEPT_ALWAYS, W_VP, E_DT),
     BUF(losses, HEAD, KEPT_ALWAYS, W_1, E_F32),
     BUF(tokens, ENCODER, KEPT_ALWAYS, W_1, E_I32),
     BUF(targets, HEAD, KEPT_ALWAYS, W_1, E_I32),
     BUF(proj, WORK, KEPT_ALWAYS, W_C, E_DT),
-    BUF(dresid, WORK, KEPT_ALWAYS, W_C, E_DT),
+    OWN(dresid, WORK, KEPT_ALWAYS, W_C, E_DT),
     BUF(dsmall, WORK, KEPT_ALWAYS, W_C, E_DT),
     BUF(dbig, WORK, KEPT_ALWAYS, W_4CA, E_DT),
     BUF(att_scratch, WORK, KEPT_ALWAYS, W_NHA, E_F32),
 };
 #undef BUF
+#undef OWN
 #define NUM_ACTIVATION_BUFFERS (sizeof(BUFFERS) / sizeof(BUFFERS[0]))
 _Static_assert(NUM_ACTIVATION_BUFFERS == sizeof(Activations) / sizeof(void*), "one BUFFERS row per Activations field");
 
@@ -92,7 +97,7 @@ static int per_set(const ActivationBuffer* b, Keep k) {
     return b->extent == RESIDUAL || b->extent == ENCODER || (b->extent == PER_BLOCK && kept_every_block(b->kept, k));
 }
 
-static size_t buffer_bytes(const ActivationBuffer* b, const ParamLayout* lay, DType dt, int B, int T, Keep k) {
+static size_t buffer_bytes(const ActivationBuffer* b, const ParamLayout* lay, DType dt, int B, int T, Keep k, int sp) {
     const GPTShape* s = &lay->shape;
     size_t L = (size_t)lay->num_blocks, C = (size_t)s->C;
     int head = lay->final_unit >= 0, enc = lay->emb_unit >= 0 && !lay->emb_mirror;
@@ -101,7 +106,8 @@ static size_t buffer_bytes(const ActivationBuffer* b, const ParamLayout* lay, DT
     size_t CA = (size_t)layout_attn_channels(lay);
     size_t width[] = {1, C, CA, 3 * CA, (size_t)layout_mlp_channels(lay), (size_t)layout_heads(lay), (size_t)s->Vp};
     size_t elem = b->elem == E_DT ? dtype_size(dt) : 4;
-    return slices * (size_t)B * (size_t)T * width[b->width] * elem;
+    size_t rows = (size_t)B * (size_t)T / (b->rows == OWN_ROWS && sp ? (size_t)lay->tp_size : 1);
+    return slices * rows * width[b->width] * elem;
 }
 
 static void** buffer_in(Activations* a, const ActivationBuffer* b) { return (void**)((char*)a + b->field); }
@@ -116,18 +122,21 @@ static void check_buffer_table(void) {
     }
 }
 
-size_t gpt_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, int recompute, int num_sets) {
+size_t gpt_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, int recompute, int num_sets, int sp) {
     Keep k = keep_for(recompute);
     size_t total = 0;
     for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++)
-        total += buffer_bytes(&BUFFERS[i], lay, dt, B, T, k) * (size_t)(per_set(&BUFFERS[i], k) ? num_sets : 1);
+        total += buffer_bytes(&BUFFERS[i], lay, dt, B, T, k, sp) * (size_t)(per_set(&BUFFERS[i], k) ? num_sets : 1);
     return total;
 }
 
-void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, DType dt, int B,
-                int T, int recompute, int num_sets) {
+void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, int sp, DType dt,
+                int B, int T, int recompute, int num_sets) {
     memset(g, 0, sizeof(*g));
     if ((tp ? comm_size(tp) : 1) != layout->tp_size) fail("internal: a layout for %d tensor ranks on a group of %d", layout->tp_size, tp ? comm_size(tp) : 1);
+    if (sp && (!tp || (B * T) % layout->tp_size)) fail("internal: sequence parallelism over %d ranks for %d rows", layout->tp_size, B * T);
+    g->sp = sp && tp;
+    g->rows = g->sp ? B * T / layout->tp_size : B * T;
     g->shape = layout->shape;
     g->layout = layout;
     g->store = store;
@@ -144,7 +153,7 @@ void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, 
     for (int set = 0; set < num_sets; set++)
         for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++) {
             const ActivationBuffer* b = &BUFFERS[i];
-            size_t bytes = buffer_bytes(b, layout, dt, B, T, k);
+            size_t bytes = buffer_bytes(b, layout, dt, B, T, k, g->sp);
             *buffer_in(&g->sets[set], b) = set > 0 && !per_set(b, k) ? *buffer_in(&g->sets[0], b)
                                            : bytes ? mem_alloc(be, mem, MEM_ACTIVATIONS, bytes) : NULL;
         }
@@ -164,10 +173,10 @@ void gpt_destroy(GPT* g, Backend* be) {
 
 void* gpt_stage_input(GPT* g, int set) { return g->sets[set].resid; }
 void* gpt_stage_output(GPT* g, int set) {
-    return slice(g->sets[set].resid, (size_t)g->B * g->T * g->shape.C, g->layout->num_blocks, g->dt);
+    return slice(g->sets[set].resid, (size_t)g->rows * g->shape.C, g->layout->num_blocks, g->dt);
 }
 void* gpt_boundary_grad(GPT* g) { return g->sets[0].dresid; }
-size_t gpt_boundary_bytes(const GPT* g) { return (size_t)g->B * g->T * g->shape.C * dtype_size(g->dt); }
+size_t gpt_boundary_bytes(const GPT* g) { return (size_t)g->rows * g->shape.C * dtype_size(g->dt); }
 
 static void use_set(GPT* g, int set) {
     if (set < 0 || set >= g->num_sets) fail("internal: activation set %d of %d", set, g->num_sets);
@@ -185,37 +194,93 @@ static BlockActs block_acts(GPT* g, int l) {
     Activations* a = &g->acts;
     DType dt = g->dt;
     const ParamLayout* lay = g->layout;
-    size_t N = (size_t)g->B * g->T, NC = N * (size_t)g->shape.C, NCA = N * (size_t)layout_attn_channels(lay);
-    size_t NCF = N * (size_t)layout_mlp_channels(lay), NNH = N * (size_t)layout_heads(lay);
+    size_t N = (size_t)g->B * g->T, R = (size_t)g->rows, C = (size_t)g->shape.C;
+    size_t NCA = N * (size_t)layout_attn_channels(lay), NCF = N * (size_t)layout_mlp_channels(lay), NNH = N * (size_t)layout_heads(lay);
     Keep k = keep_for(g->recompute);
     int ln = k.ln ? l : 0, att = k.att ? l : 0, gelu = k.gelu ? l : 0, mid = k.mid ? l : 0;
-    BlockActs v = {slice(a->resid, NC, l, dt), slice(a->ln1, NC, ln, dt), slice(a->qkv, 3 * NCA, mid, dt),
-                   slice(a->atty, NCA, att, dt), slice(a->resid2, NC, mid, dt), slice(a->ln2, NC, ln, dt),
-                   slice(a->fch, NCF, mid, dt), slice(a->fch_gelu, NCF, gelu, dt), slice(a->resid, NC, l + 1, dt),
-                   fslice(a->ln1_mean, N, ln), fslice(a->ln1_rstd, N, ln), fslice(a->att_lse, NNH, att),
-                   fslice(a->ln2_mean, N, ln), fslice(a->ln2_rstd, N, ln)};
+    BlockActs v = {slice(a->resid, R * C, l, dt), slice(a->ln1, N * C, ln, dt), slice(a->qkv, 3 * NCA, mid, dt),
+                   slice(a->atty, NCA, att, dt), slice(a->resid2, R * C, mid, dt), slice(a->ln2, N * C, ln, dt),
+                   slice(a->fch, NCF, mid, dt), slice(a->fch_gelu, NCF, gelu, dt), slice(a->resid, R * C, l + 1, dt),
+                   fslice(a->ln1_mean, R, ln), fslice(a->ln1_rstd, R, ln), fslice(a->att_lse, NNH, att),
+                   fslice(a->ln2_mean, R, ln), fslice(a->ln2_rstd, R, ln)};
     return v;
 }
 
-// Tensor parallelism (Megatron's f and g): a row-parallel projection leaves each rank a partial sum of the
+// ---------------------------------------------------------------------------------------------------
+// Tensor parallelism (Megatron's f and g). A row-parallel projection leaves each rank a partial sum of the
 // whole (N, C) output, and a column-parallel layer's backward a partial sum of its input's gradient; the
-// tensor group adds them. Nothing to add without one.
-static void tensor_sum(GPT* g, void* buf, size_t n) {
-    if (g->tp) comm_allreduce_sum(g->tp, buf, n, g->dt);
+// tensor group adds them: an all-reduce, or with sequence parallelism a reduce-scatter that leaves each rank
+// the sum of its own rows, the only ones the LayerNorms and residual adds between the parallel layers then
+// compute. Their outputs are all-gathered before the next parallel layer needs every row. Without a tensor
+// group all of this is nothing.
+
+// This rank's first row in a buffer of all N rows (0 without sequence parallelism).
+static size_t own_row(const GPT* g) { return g->sp ? (size_t)g->layout->tp_rank * g->rows : 0; }
+static void* own_rows(const GPT* g, void* all) { return slice(all, (size_t)g->shape.C, (int)own_row(g), g->dt); }
+
+// Adds the partial sums in `all` (N, C) over the tensor group; returns where this rank's rows of the sum are.
+static void* sum_partials(GPT* g, void* all) {
+    size_t NC = (size_t)g->B * g->T * g->shape.C;
+    if (!g->tp) return all;
+    if (!g->sp) {
+        comm_allreduce_sum(g->tp, all, NC, g->dt);
+        return all;
+    }
+    void* mine = own_rows(g, all);
+    comm_reduce_scatter_sum(g->tp, mine, all, (size_t)g->rows * g->shape.C, g->dt);
+    return mine;
+}
+
+// Every row of a tensor whose rows are split (-sp): this rank's rows copied into `all` (N, C), then gathered.
+// Without sequence parallelism `mine` is already every row.
+static void* gather_rows(GPT* g, Backend* be, void* all, const void* mine) {
+    if (!g->sp) return (void*)mine;
+    size_t n = (size_t)g->rows * g->shape.C;
+    be_copy(be, own_rows(g, all), mine, n * dtype_size(g->dt));
+    comm_allgather(g->tp, all, n, g->dt);
+    return all;
+}
+
+// LayerNorm of this rank's rows of inp into `out`, which then holds every row (gathered under -sp).
+static void norm_forward(GPT* g, Backend* be, void* out, float* mean, float* rstd, const void* inp, const void* w,
+                         const void* b) {
+    layernorm_forward(be, g->dt, own_rows(g, out), mean, rstd, inp, w, b, g->rows, g->shape.C);
+    if (g->sp) comm_allgather(g->tp, out, (size_t)g->rows * g->shape.C, g->dt);
+}
+
+// LayerNorm backward over this rank's rows (dinp accumulates). Under -sp each rank's weight and bias
+// gradients cover its rows only: they are made in scratch (dbig, free at every call site), summed over the
+// tensor group, then added, so every copy of the LayerNorm gets the same gradient.
+static void norm_backward(GPT* g, Backend* be, void* dinp, void* dw, void* db, const void* dout, const void* inp,
+                          const void* w, const float* mean, const float* rstd) {
+    DType dt = g->dt;
+    size_t C = (size_t)g->shape.C;
+    if (!g->sp) {
+        layernorm_backward(be, dt, dinp, dw, db, dout, inp, w, mean, rstd, g->rows, (int)C);
+        return;
+    }
+    void* sdw = g->acts.dbig;
+    void* sdb = slice(g->acts.dbig, C, 1, dt);
+    be_memset0(be, sdw, 2 * C * dtype_size(dt));
+    layernorm_backward(be, dt, dinp, sdw, sdb, dout, inp, w, mean, rstd, g->rows, (int)C);
+    comm_allreduce_sum(g->tp, sdw, 2 * C, dt);
+    residual_forward(be, dt, dw, dw, sdw, C);
+    residual_forward(be, dt, db, db, sdb, C);
 }
 
 // A row-parallel projection's bias is added once, by tensor rank 0, before the sum; every rank still
 // computes its gradient (the same on all), so every copy gets the same update.
 static const void* row_bias(const GPT* g, const void* bias) { return g->layout->tp_rank == 0 ? bias : NULL; }
 
-// Per rank: C the model's width, CA = C/tp attention channels in NH/tp heads, CF = 4C/tp MLP channels.
+// Per rank: C the model's width, CA = C/tp attention channels in NH/tp heads, CF = 4C/tp MLP channels; N
+// rows enter the parallel layers, R = g->rows (N, or N/tp under -sp) the regions between them.
 typedef struct {
-    int B, T, N, C, CA, CF, NH;
+    int B, T, N, R, C, CA, CF, NH;
 } BlockDims;
 
 static BlockDims block_dims(const GPT* g) {
     const ParamLayout* lay = g->layout;
-    BlockDims d = {g->B, g->T, g->B * g->T, g->shape.C, layout_attn_channels(lay), layout_mlp_channels(lay), layout_heads(lay)};
+    BlockDims d = {g->B, g->T, g->B * g->T, g->rows, g->shape.C, layout_attn_channels(lay), layout_mlp_channels(lay), layout_heads(lay)};
     return d;
 }
 
@@ -224,20 +289,18 @@ static BlockDims block_dims(const GPT* g) {
 static void block_forward(GPT* g, Backend* be, BlockParams p, BlockActs v, int recomputing) {
     DType dt = g->dt;
     BlockDims d = block_dims(g);
-    size_t NC = (size_t)d.N * d.C;
+    size_t RC = (size_t)d.R * d.C;
     void* proj = g->acts.proj;
-    layernorm_forward(be, dt, v.ln1, v.ln1_mean, v.ln1_rstd, v.x, p.ln1w, p.ln1b, d.N, d.C);
+    norm_forward(g, be, v.ln1, v.ln1_mean, v.ln1_rstd, v.x, p.ln1w, p.ln1b);
     matmul_forward(be, dt, v.qkv, NULL, v.ln1, p.qkvw, p.qkvb, d.N, d.C, 3 * d.CA);
     attention_forward(be, dt, v.atty, v.att_lse, v.qkv, d.B, d.T, d.CA, d.NH);
     matmul_forward(be, dt, proj, NULL, v.atty, p.attprojw, row_bias(g, p.attprojb), d.N, d.CA, d.C);
-    tensor_sum(g, proj, NC);
-    residual_forward(be, dt, v.resid2, v.x, proj, NC);
-    layernorm_forward(be, dt, v.ln2, v.ln2_mean, v.ln2_rstd, v.resid2, p.ln2w, p.ln2b, d.N, d.C);
+    residual_forward(be, dt, v.resid2, v.x, sum_partials(g, proj), RC);
+    norm_forward(g, be, v.ln2, v.ln2_mean, v.ln2_rstd, v.resid2, p.ln2w, p.ln2b);
     matmul_forward(be, dt, v.fch_gelu, v.fch, v.ln2, p.fcw, p.fcb, d.N, d.C, d.CF);
     if (recomputing) return;
     matmul_forward(be, dt, proj, NULL, v.fch_gelu, p.fcprojw, row_bias(g, p.fcprojb), d.N, d.CF, d.C);
-    tensor_sum(g, proj, NC);
-    residual_forward(be, dt, v.out, v.resid2, proj, NC);
+    residual_forward(be, dt, v.out, v.resid2, sum_partials(g, proj), RC);
 }
 
 // Refills what the recompute level did not keep for layer l, with the same kernels as the forward, so the
@@ -251,30 +314,30 @@ static void block_recompute(GPT* g, Backend* be, BlockParams p, BlockActs v) {
         return;
     }
     if (g->recompute >= 2) {
-        layernorm_forward(be, dt, v.ln1, v.ln1_mean, v.ln1_rstd, v.x, p.ln1w, p.ln1b, d.N, d.C);
+        norm_forward(g, be, v.ln1, v.ln1_mean, v.ln1_rstd, v.x, p.ln1w, p.ln1b);
         attention_forward(be, dt, v.atty, v.att_lse, v.qkv, d.B, d.T, d.CA, d.NH);
-        layernorm_forward(be, dt, v.ln2, v.ln2_mean, v.ln2_rstd, v.resid2, p.ln2w, p.ln2b, d.N, d.C);
+        norm_forward(g, be, v.ln2, v.ln2_mean, v.ln2_rstd, v.resid2, p.ln2w, p.ln2b);
     }
     if (g->recompute >= 1) gelu_forward(be, dt, v.fch_gelu, v.fch, (size_t)d.N * d.CF);
 }
 
-// g->acts.dresid holds d(out) on entry and d(x) on exit; parameter gradients accumulate.
+// g->acts.dresid holds d(out) on entry and d(x) on exit (this rank's rows under -sp); parameter gradients
+// accumulate. Under -sp the parallel layers take every row of dresid, gathered into proj (free here).
 static void block_backward(GPT* g, Backend* be, BlockParams p, BlockParams dp, BlockActs v) {
     Activations* a = &g->acts;
     DType dt = g->dt;
     BlockDims d = block_dims(g);
-    size_t NC = (size_t)d.N * d.C;
     // MLP: out = resid2 + fcproj(gelu(fc(ln2(resid2)))); the residual passes dresid through.
-    matmul_backward(be, dt, a->dbig, dp.fcprojw, dp.fcprojb, a->dresid, v.fch_gelu, v.fch, p.fcprojw, d.N, d.CF, d.C);
+    void* dout = gather_rows(g, be, a->proj, a->dresid);
+    matmul_backward(be, dt, a->dbig, dp.fcprojw, dp.fcprojb, dout, v.fch_gelu, v.fch, p.fcprojw, d.N, d.CF, d.C);
     matmul_backward(be, dt, a->dsmall, dp.fcw, dp.fcb, a->dbig, v.ln2, NULL, p.fcw, d.N, d.C, d.CF);
-    tensor_sum(g, a->dsmall, NC);
-    layernorm_backward(be, dt, a->dresid, dp.ln2w, dp.ln2b, a->dsmall, v.resid2, p.ln2w, v.ln2_mean, v.ln2_rstd, d.N, d.C);
+    norm_backward(g, be, a->dresid, dp.ln2w, dp.ln2b, sum_partials(g, a->dsmall), v.resid2, p.ln2w, v.ln2_mean, v.ln2_rstd);
     // Attention: resid2 = x + attproj(attention(qkv(ln1(x)))).
-    matmul_backward(be, dt, a->dsmall, dp.attprojw, dp.attprojb, a->dresid, v.atty, NULL, p.attprojw, d.N, d.CA, d.C);
+    dout = gather_rows(g, be, a->proj, a->dresid);
+    matmul_backward(be, dt, a->dsmall, dp.attprojw, dp.attprojb, dout, v.atty, NULL, p.attprojw, d.N, d.CA, d.C);
     attention_backward(be, dt, a->dbig, a->att_scratch, a->dsmall, v.qkv, v.atty, v.att_lse, d.B, d.T, d.CA, d.NH);
     matmul_backward(be, dt, a->dsmall, dp.qkvw, dp.qkvb, a->dbig, v.ln1, NULL, p.qkvw, d.N, d.C, 3 * d.CA);
-    tensor_sum(g, a->dsmall, NC);
-    layernorm_backward(be, dt, a->dresid, dp.ln1w, dp.ln1b, a->dsmall, v.x, p.ln1w, v.ln1_mean, v.ln1_rstd, d.N, d.C);
+    norm_backward(g, be, a->dresid, dp.ln1w, dp.ln1b, sum_partials(g, a->dsmall), v.x, p.ln1w, v.ln1_mean, v.ln1_rstd);
 }
 
 static void logits_to_host(GPT* g, Backend* be, float* out) {
@@ -299,8 +362,8 @@ static double head_forward(GPT* g, Backend* be, const int* targets, float dloss,
     int N = g->B * g->T, C = g->shape.C, fin = final_norm_unit(lay);
     EmbeddingParams emb = embedding_params(lay, store_params(&g->store, be, lay->emb_unit), dt);
     FinalNormParams fn = final_norm_params(lay, store_params(&g->store, be, fin), dt);
-    void* out = slice(a->resid, (size_t)N * C, lay->num_blocks, dt);
-    layernorm_forward(be, dt, a->lnf, a->lnf_mean, a->lnf_rstd, out, fn.lnfw, fn.lnfb, N, C);
+    void* out = slice(a->resid, (size_t)g->rows * C, lay->num_blocks, dt);
+    norm_forward(g, be, a->lnf, a->lnf_mean, a->lnf_rstd, out, fn.lnfw, fn.lnfb);
     matmul_forward(be, dt, a->logits, NULL, a->lnf, emb.wte, NULL, N, C, g->shape.Vp);   // tied LM head
     store_params_done(&g->store, fin);
     store_params_done(&g->store, lay->emb_unit);
@@ -324,7 +387,9 @@ double gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* t
     if (gpt_has_encoder(g)) {
         be_upload(be, a->tokens, tokens, (size_t)g->B * g->T * sizeof(int));
         EmbeddingParams emb = embedding_params(lay, store_params(&g->store, be, lay->emb_unit), dt);
-        encoder_forward(be, dt, a->resid, a->tokens, emb.wte, emb.wpe, g->B, g->T, g->shape.C);
+        // Under -sp every rank embeds every row (in proj) and keeps its own.
+        encoder_forward(be, dt, g->sp ? a->proj : a->resid, a->tokens, emb.wte, emb.wpe, g->B, g->T, g->shape.C);
+        if (g->sp) be_copy(be, a->resid, own_rows(g, a->proj), (size_t)g->rows * g->shape.C * dtype_size(dt));
         if (!gpt_has_head(g)) store_params_done(&g->store, lay->emb_unit);
     }
     for (int i = 0; i < lay->num_blocks; i++) {
@@ -349,10 +414,11 @@ static void head_backward(GPT* g, Backend* be) {
     FinalNormParams dfn = final_norm_params(lay, store_grads(ps, be, fin), dt);
     // The backward needs the last block next: a store that gathers may start now, while the head computes.
     store_prefetch(ps, be, unit_of_block(lay, lay->first_block + lay->num_blocks - 1));
-    void* out = slice(a->resid, (size_t)N * C, lay->num_blocks, dt);
+    void* out = slice(a->resid, (size_t)g->rows * C, lay->num_blocks, dt);
     matmul_backward(be, dt, a->dsmall, demb.wte, NULL, a->logits, a->lnf, NULL, emb.wte, N, C, g->shape.Vp);
-    be_memset0(be, a->dresid, (size_t)N * C * dtype_size(dt));   // layernorm_backward accumulates into it
-    layernorm_backward(be, dt, a->dresid, dfn.lnfw, dfn.lnfb, a->dsmall, out, fn.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+    be_memset0(be, a->dresid, (size_t)g->rows * C * dtype_size(dt));   // layernorm_backward accumulates into it
+    // d(lnf) is whole and the same on every tensor rank: each takes its own rows.
+    norm_backward(g, be, a->dresid, dfn.lnfw, dfn.lnfb, own_rows(g, a->dsmall), out, fn.lnfw, a->lnf_mean, a->lnf_rstd);
     store_grads_done(ps, be, fin);
     store_params_done(ps, fin);
     if (!gpt_has_encoder(g)) {
@@ -379,7 +445,7 @@ void gpt_backward(GPT* g, Backend* be, int set) {
     }
     if (!gpt_has_encoder(g)) return;
     EmbeddingParams demb = embedding_params(lay, store_grads(ps, be, lay->emb_unit), dt);   // still live with the head
-    encoder_backward(be, dt, demb.wte, demb.wpe, a->dresid, a->tokens, g->B, g->T, g->shape.C);
+    encoder_backward(be, dt, demb.wte, demb.wpe, gather_rows(g, be, a->proj, a->dresid), a->tokens, g->B, g->T, g->shape.C);
     store_grads_done(ps, be, lay->emb_unit);
     store_params_done(ps, lay->emb_unit);
 }

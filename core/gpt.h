@@ -9,34 +9,36 @@
 // Saved activations for one micro-batch of B x T tokens (N = B*T rows). Per-layer tensors are stacked
 // over layers, or have a single slot when the recompute level refills them in the backward.
 typedef struct {
-    void* resid;       // (L+1, N, C)  resid[l] = input of block l; resid[L] = output of the last block
+    void* resid;       // (L+1, N, C)  rows; resid[l] = input of block l; resid[L] = output of the last block
                        // (L here and below: the stage's blocks, block l = the stage's l-th)
     void* ln1;         // (L, N, C)
-    float* ln1_mean;   // (L, N)
-    float* ln1_rstd;   // (L, N)
+    float* ln1_mean;   // (L, N)       rows
+    float* ln1_rstd;   // (L, N)       rows
     // With tensor parallelism (-tp) the block's inner widths are this rank's shard: 3C, C (atty), NH and
-    // 4C below are 3C/tp, C/tp, NH/tp and 4C/tp; everything of width C is whole on every rank.
+    // 4C below are 3C/tp, C/tp, NH/tp and 4C/tp; everything of width C is whole on every rank, except that
+    // with sequence parallelism (-sp) resid, resid2, dresid and the LayerNorms' statistics hold only this
+    // rank's N/tp rows (marked "rows" below), and ln1, ln2 and lnf are gathered from every rank's rows.
     void* qkv;         // (L, N, 3C)
     void* atty;        // (L, N, C)    attention output before its projection
     float* att_lse;    // (L, B, NH, T)
-    void* resid2;      // (L, N, C)    resid + attention projection
+    void* resid2;      // (L, N, C)    rows; resid + attention projection
     void* ln2;         // (L, N, C)
-    float* ln2_mean;   // (L, N)
-    float* ln2_rstd;   // (L, N)
+    float* ln2_mean;   // (L, N)       rows
+    float* ln2_rstd;   // (L, N)       rows
     void* fch;         // (L, N, 4C)   fc output before GELU
     void* fch_gelu;    // (L, N, 4C)
     void* lnf;         // (N, C)
-    float* lnf_mean;   // (N)
-    float* lnf_rstd;   // (N)
+    float* lnf_mean;   // (N)          rows
+    float* lnf_rstd;   // (N)          rows
     void* logits;      // (N, Vp)      overwritten by dlogits in training
     float* losses;     // (N)
     int* tokens;       // (N)
     int* targets;      // (N)
     // Work buffers: projections before the residual add, and the backward's gradients.
-    void* proj;        // (N, C)
-    void* dresid;      // (N, C)   gradient of the residual stream, carried down the blocks
+    void* proj;        // (N, C)   a partial sum before the tensor group adds it; -sp: a gathered gradient too
+    void* dresid;      // (N, C)   rows; gradient of the residual stream, carried down the blocks
     void* dsmall;      // (N, C)
-    void* dbig;        // (N, 4C)  dfch, then dqkv
+    void* dbig;        // (N, 4C)  dfch, then dqkv; -sp: between them, a LayerNorm's parameter gradients
     float* att_scratch;  // (B, NH, T)
 } Activations;
 
@@ -47,6 +49,8 @@ typedef struct {
     int B, T;
     ParamStore store;    // where each unit's parameters and gradients live (param_store.h)
     Comm* tp;            // the tensor group (grid.h), NULL without tensor parallelism
+    int sp;              // sequence parallelism: the regions outside the tensor-parallel layers split by rows
+    int rows;            // rows of the "rows" buffers: N, or N / tp with sp
     int recompute;       // 0 keep everything; 1 recompute GELU; 2 + attention and LayerNorms; 3 whole blocks
     int num_sets;        // activation sets: micro-batches whose forward is done and backward is not (1F1B)
     Activations* sets;   // [num_sets]: the tensors kept per layer are each set's own; the single slots that
@@ -61,11 +65,11 @@ static inline int gpt_has_head(const GPT* g) { return g->layout->final_unit >= 0
 // Allocates num_sets activation sets for micro-batches of B x T over the layout's blocks; parameters and
 // gradients come from `store`. A stage with the LM head holds one set (1F1B runs its backward right after
 // its forward), so the logits are never duplicated.
-void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, DType dt, int B,
-                int T, int recompute, int num_sets);
+void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, int sp, DType dt,
+                int B, int T, int recompute, int num_sets);
 void gpt_destroy(GPT* g, Backend* be);
 // Activation bytes gpt_create allocates (for the memory plan).
-size_t gpt_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, int recompute, int num_sets);
+size_t gpt_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, int recompute, int num_sets, int sp);
 
 // Forward of one micro-batch of B x T tokens into activation set `set`. The first stage embeds `tokens`
 // (host ints); a later stage starts from gpt_stage_input(g, set), which the caller has filled. The stage
@@ -79,8 +83,9 @@ double gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* t
 // with d(output). Afterwards a stage without the encoder leaves d(input) in gpt_boundary_grad.
 void gpt_backward(GPT* g, Backend* be, int set);
 
-// The tensors that cross a stage boundary, (B,T,C) of type dt each: the first block's input and the last
-// block's output of a set, and the gradient of either (one buffer: the residual stream's gradient).
+// The tensors that cross a stage boundary, (B,T,C) of type dt each (this rank's rows of them with -sp): the
+// first block's input and the last block's output of a set, and the gradient of either (one buffer: the
+// residual stream's gradient).
 void* gpt_stage_input(GPT* g, int set);
 void* gpt_stage_output(GPT* g, int set);
 void* gpt_boundary_grad(GPT* g);

@@ -63,7 +63,7 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
             if (cfg->offload || !mem_category_on_host((MemCategory)c))
                 printf(" %s %.1f", mem_category_name((MemCategory)c), (double)mem->bytes[c] / (1 << 20));
         printf(" MiB\n");
-        size_t keep_all = gpt_activation_bytes(g->layout, cfg->precision, cfg->B, cfg->T, 0, g->num_sets);
+        size_t keep_all = gpt_activation_bytes(g->layout, cfg->precision, cfg->B, cfg->T, 0, g->num_sets, g->sp);
         size_t saved = keep_all - mem->bytes[MEM_ACTIVATIONS];
         if (cfg->recompute > 0) printf("recompute -r %d saves %.1f MiB of activations per rank (-r 0 would need %.1f MiB)\n",
                                        cfg->recompute, (double)saved / (1 << 20), (double)keep_all / (1 << 20));

@@ -9,6 +9,8 @@
 #     additions happen in another order;
 #   - checkpoints are one format: a run saved at -tp 2 -pp 2 -z 3 resumes at -tp 1, at -tp 4 and on one
 #     rank, and its model.bin equals the one-rank run's within the same tolerance;
+#   - -sp 1 (sequence parallelism) likewise, and the bytes each rank sends in the tensor group per step, with
+#     and without it, equal the formulas below;
 #   - one-line errors for a -tp that does not divide the heads or the ranks.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
@@ -49,23 +51,50 @@ case_tp tp2_pp2_dp2_z3 8 ref_ga2 1e-5 -tp 2 -pp 2 -z 3
 for r in 1 2 3; do case_tp "tp2_r$r" 2 ref_ga1 1e-5 -tp 2 -r $r; done
 case_tp tp4_z3_r3_offload2 4 ref_ga1 1e-5 -tp 4 -z 3 -r 3 -offload 2
 case_tp tp2_bf16 2 ref_bf16 2e-2 -tp 2 -p bf16
-# Traffic: per micro-batch and block, the forward all-reduces two (B*T, C) partial sums in the tensor group and
-# the backward two (a third with -r 3: the recomputed attention projection); a ring all-reduce sends
-# 2(T-1)/T of the bytes. Nothing else moves in the tensor group.
+# -sp 1: the LayerNorms and residual adds on each rank's rows; reduce-scatter and all-gather instead of
+# all-reduce; the LayerNorms' parameter gradients summed over the group.
+case_tp sp_tp2 2 ref_ga1 1e-5 -tp 2 -sp 1
+case_tp sp_tp4_z3 4 ref_ga1 1e-5 -tp 4 -sp 1 -z 3
+case_tp sp_tp2_dp2_z2_r2 4 ref_ga2 1e-5 -tp 2 -sp 1 -z 2 -r 2
+case_tp sp_tp2_r3 2 ref_ga1 1e-5 -tp 2 -sp 1 -r 3
+case_tp sp_tp2_pp2 4 ref_ga2 1e-5 -tp 2 -sp 1 -pp 2 -ga 2
+case_tp sp_tp2_bf16 2 ref_bf16 2e-2 -tp 2 -sp 1 -p bf16
+# Traffic in the tensor group per micro-batch, S = B*T*C*x bytes of one activation, ring collectives (an
+# all-reduce sends 2(T-1)/T of its bytes, a reduce-scatter or all-gather (T-1)/T):
+#   -sp 0: per block 4 all-reduces of S (2 forward, 2 backward), 5 with -r 3 (the recomputed attention
+#          projection);
+#   -sp 1: per block 4 reduce-scatters of S (5 with -r 3) and 4 all-gathers of S (+2 with -r 2 or 3: the
+#          recomputed LayerNorms), 2 all-reduces of a LayerNorm's 2C gradients; plus, with the head and the
+#          embeddings on the stage, 2 all-gathers of S (lnf, the encoder's gradient) and 1 all-reduce of 2C.
+# Nothing else moves in the tensor group.
 $PYTHON - "$TMP" <<'PY'
 import json, sys
 d = sys.argv[1]
-def check(run, tp, ga, blocks, per_block, B=2, T=32, C=64, x=4):
+def check(run, tp, ga, blocks, r=0, sp=0, ends=1, B=2, T=32, C=64, x=4):
+    S, ring = B * T * C * x, (tp - 1) / tp
+    if sp:
+        want = {"allgather": blocks * (4 + (2 if r >= 2 else 0)) + 2 * ends, "reduce_scatter": blocks * (4 + (r == 3)),
+                "allreduce": 0}
+        want = {k: ga * n * ring * S for k, n in want.items()}
+        want["allreduce"] = ga * (2 * blocks + ends) * 2 * ring * 2 * C * x
+    else:
+        want = {"allreduce": ga * blocks * (4 + (r == 3)) * 2 * ring * S}
     recs = [json.loads(l) for l in open("%s/%s/log.jsonl" % (d, run))]
     rows = [r["tp_comm_bytes"] for r in recs if "tp_comm_bytes" in r]
-    want = ga * blocks * per_block * 2 * (tp - 1) * B * T * C * x // tp
-    bad = ["step %d rank %d: %s %d, expected %d" % (i, rank, k, v, want if k == "allreduce" else 0)
-           for i, row in enumerate(rows) for k, vals in row.items() for rank, v in enumerate(vals)
-           if v != (want if k == "allreduce" else 0)]
+    bad = ["step %d rank %d: %s %d, expected %d" % (i, rank, k, v, want.get(k, 0))
+           for i, row in enumerate(rows) for k, vals in row.items() for rank, v in enumerate(vals) if v != want.get(k, 0)]
     if len(rows) != 6: bad.append("%d tp_comm_bytes records" % len(rows))
     print("ok tp_traffic_%s" % run if not bad else "FAIL tp_traffic_%s: %s" % (run, "; ".join(bad[:3])))
     return not bad
-ok = check("tp2", 2, 1, 2, 4) & check("tp4", 4, 1, 2, 4) & check("tp2_r3", 2, 1, 2, 5) & check("tp2_pp2", 2, 2, 1, 4)
+ok = check("tp2", 2, 1, 2) & check("tp4", 4, 1, 2) & check("tp2_r3", 2, 1, 2, r=3) & check("tp2_pp2", 2, 2, 1)
+ok &= check("sp_tp2", 2, 1, 2, sp=1) & check("sp_tp4_z3", 4, 1, 2, sp=1) & check("sp_tp2_r3", 2, 1, 2, r=3, sp=1)
+ok &= check("sp_tp2_dp2_z2_r2", 2, 1, 2, r=2, sp=1)
+# Between pipeline stages each rank sends its own rows only: half of what -sp 0 sends at -tp 2.
+sends = [[r["comm_bytes"]["send"] for r in map(json.loads, open("%s/%s/log.jsonl" % (d, run))) if "comm_bytes" in r]
+         for run in ("tp2_pp2", "sp_tp2_pp2")]
+halved = len(sends[0]) == 6 and sends[0] == [[2 * v for v in row] for row in sends[1]] and min(sends[1][0]) > 0
+print("ok sp_pipeline_sends_own_rows" if halved else "FAIL sp_pipeline_sends_own_rows: %s vs %s" % (sends[0][:1], sends[1][:1]))
+ok &= halved
 sys.exit(0 if ok else 1)
 PY
 [ $? -eq 0 ] || FAILED=1
@@ -91,6 +120,8 @@ resume_as tp_resume_at_tp2_dp2_z1 4 -tp 2 -z 1
 # Bad layouts: one line each.
 "${MPIRUN[@]}" -np 3 ./train_gpt_cpu "${base[@]}" -tp 3 > /dev/null 2> "$TMP/heads.err"
 t_check tp_must_divide_heads "grep -q 'error: -tp 3 does not divide the model.s 4 attention heads' '$TMP/heads.err'"
+./train_gpt_cpu "${base[@]}" -sp 1 > /dev/null 2> "$TMP/sp.err"
+t_check sp_needs_tp "grep -q 'error: -sp 1 splits the rows over the tensor group: it needs -tp 2 or more' '$TMP/sp.err'"
 ./train_gpt_cpu "${base[@]}" -tp 2 > /dev/null 2> "$TMP/ranks.err"
 t_check tp_must_divide_ranks "[ \$(wc -l < '$TMP/ranks.err') -eq 1 ] && grep -q 'error: -tp 2 does not divide the 1 ranks' '$TMP/ranks.err'"
 t_finish

@@ -6,7 +6,7 @@
 #      -offload 1 against the device-side optimizer
 #   3. 2 and 4 ranks on the one GPU through the MPI backend under -z 0..3 (and -z 2, 3 poisoned, see
 #      comm.h's GPT_COMM_POISON), 1F1B pipelines (-pp 2 and 4, with data parallelism, ZeRO and recompute;
-#      bf16 with the tied-copy check), -offload 2 under -z 2 and 3, -tp 2 under -z 0 and 3, and -r 1..3,
+#      bf16 with the tied-copy check), -offload 2 under -z 2 and 3, -tp 2 under -z 0 and 3 and with -sp 1, and -r 1..3,
 #      against one rank;
 #      then NCCL (-comm nccl): the comm tests on device memory, one rank against -comm mpi, and with 2+
 #      GPUs 2 ranks under -z 0..3 against one rank
@@ -107,7 +107,9 @@ if command -v mpirun >/dev/null 2>&1 && ldd "$GPU" | grep -q libmpi; then
         mpirun --oversubscribe --bind-to none -np 2 $GPU "${flags[@]}" -ga 4 -p fp32 -tp 2 -z "$z" -comm mpi \
             -o "$W/tp2z$z" > "$W/tp2z$z.txt" 2>&1 || record "tp2_z${z}_run" FAIL "$(grep -m1 error "$W/tp2z$z.txt")"
     done
-    for d in off2np1z3 off2np2z2 off2np2z3 tp2z0 tp2z3; do
+    mpirun --oversubscribe --bind-to none -np 2 $GPU "${flags[@]}" -ga 4 -p fp32 -tp 2 -sp 1 -comm mpi \
+        -o "$W/tp2sp" > "$W/tp2sp.txt" 2>&1 || record "tp2_sp_run" FAIL "$(grep -m1 error "$W/tp2sp.txt")"
+    for d in off2np1z3 off2np2z2 off2np2z3 tp2z0 tp2z3 tp2sp; do
         check "${d}_vs_single" log "$d" "$W/$d/log.jsonl" "$W/ga4/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
     done
 else
