@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/checkpoint.h"
 #include "core/comm.h"
@@ -169,6 +170,26 @@ static void check_host_memory(const Trainer* tr) {
              (double)avail / (1 << 30), local, local > 1 ? "s" : "", (double)avail / (1 << 30) / local);
 }
 
+// Every rank writes its state file into -o, and loading may read any rank's: -o must be one directory that
+// every host sees. Rank 0 leaves a file named by a token only this start-up knows; a rank that cannot see it
+// is on a host with a directory of its own there, which would fail at the first checkpoint.
+static void check_out_dir_shared(Trainer* tr) {
+    if (!tr->cfg.out_dir || tr->ranks == 1) return;
+    double token = is_root(tr) ? (double)getpid() * 1e6 + fmod(now_seconds() * 1e3, 1e6) : -1.0;
+    comm_allreduce_host_max(tr->world, &token, 1);
+    char name[64], path[PATH_MAX];
+    snprintf(name, sizeof(name), ".shared_%.0f", token);
+    path_join(path, sizeof(path), tr->cfg.out_dir, name);
+    if (is_root(tr)) xfclose(xfopen(path, "w"), path);
+    comm_barrier(tr->world);
+    int seen = path_exists(path);
+    comm_barrier(tr->world);
+    if (is_root(tr)) remove_path(path);
+    if (!seen)
+        fail("-o %s is not shared: this rank does not see the files rank 0 writes there; on several hosts -o must be one "
+             "directory that every host mounts (node-local checkpoint directories are not supported)", tr->cfg.out_dir);
+}
+
 static void open_tokenizer(Trainer* tr) {
     char path[PATH_MAX];
     if (tr->cfg.tokenizer) {
@@ -316,6 +337,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     }
     if (is_root(tr))   // before anything is written: one run per directory, never mixed with an earlier one
         run_dir_open(&tr->run_dir, cfg->out_dir, cfg->start_over ? RUN_START_OVER : cfg->resume ? RUN_RESUME : RUN_FRESH);
+    check_out_dir_shared(tr);
     tr->be = backend_create(comm_local_rank(tr->world));
     comm_attach_backend(tr->world, tr->be);
     CommKind comm = comm_select(tr->world, cfg->comm);   // before any group is split

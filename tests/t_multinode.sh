@@ -4,9 +4,9 @@
 # (scripts/netns_agent.sh), every byte between the ranks over TCP on the veth. 2 hosts x 2 ranks under -z 2
 # and under -pp 2 log the same losses and norms, bit for bit, and end in the same checkpoint as 4 ranks on
 # one host (same ranks, same reduction order); the ranks really ran 2 per namespace, node-local ranks 0 and
-# 1 on each; the veth carried the traffic. Then storage that is not shared: each host sees its own
-# directory at the run's -o path (a bind mount in each host's mount namespace); a run checkpoints at step 3
-# and a second one resumes from there with -y 1 and must end as the straight single-host run does.
+# 1 on each; the veth carried the traffic. A run over both hosts checkpoints into a shared -o and a second
+# launch resumes from it, ending as the straight single-host run does. With storage that is not shared
+# (each host sees its own directory at the -o path) the trainer refuses at start-up with one line.
 # Needs root, ip (iproute2), unshare and an MPI build; otherwise one "skip" line.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
@@ -98,32 +98,28 @@ for layout in z2 pp2; do
     same_run "multinode_${layout}_same_as_one_host" "$TMP/one_$layout" 6 "$TMP/two_$layout"
 done
 
-# No shared filesystem: the same path, $TMP/shared (left empty here), is host a's directory on host a and
-# host b's on host b. The trainer's rank 0 makes ckpt_tmp, model.bin, manifest.json and DONE; every rank
-# writes its state_rank<r>.bin into ckpt_tmp.
+# Checkpoints across hosts with one shared -o: a run checkpoints at step 3, a second two-host launch resumes
+# from there with -y 1 and ends as the straight single-host run does.
+two_hosts shared_first "$TMP/shared_run" -z 2 -n 3 || t_fail multinode_resume_shared_fs "first run failed: $(first_error "$TMP/shared_first.txt")"
+rm -rf "$TMP/shared_run/ckpt_000006"
+if ! two_hosts shared_resumed "$TMP/shared_run" -z 2 -n 3 -y 1; then
+    t_fail multinode_resume_shared_fs "resume failed: $(first_error "$TMP/shared_resumed.txt")"
+elif ! grep -q 'resumed from .*ckpt_000003 at step 3' "$TMP/shared_resumed.txt"; then
+    t_fail multinode_resume_shared_fs "did not resume at step 3: $(head -1 "$TMP/shared_resumed.txt")"
+else
+    same_run multinode_resume_shared_fs "$TMP/one_z2" 6 "$TMP/shared_run"
+fi
+
+# No shared filesystem: the same path, $TMP/shared, is host a's directory on host a and host b's on host b
+# (a bind mount in each host's mount namespace). Every rank writes its state file into -o and loading may
+# read any rank's, so the trainer refuses at start-up, before any step, with one line naming -o; node-local
+# checkpoint directories are not supported.
 mkdir -p "$TMP/shared" "$TMP/host_a" "$TMP/host_b"
 export NETNS_BIND_A=$TMP/host_a:$TMP/shared NETNS_BIND_B=$TMP/host_b:$TMP/shared
-if two_hosts split_first "$TMP/shared" -z 2 -n 3 && [ -e "$TMP/host_a/ckpt_000003/DONE" ]; then
-    t_ok multinode_ckpt_without_shared_fs
-    rm -rf "$TMP"/host_[ab]/ckpt_000006   # the run is lost after its checkpoint at step 3
-else
-    t_fail multinode_ckpt_without_shared_fs "checkpoint at step 3 with a directory per host: $(first_error "$TMP/split_first.txt")"
-    # Resume is checked on its own all the same: a checkpoint at step 3 laid out as the hosts' ranks write it
-    # (host a: the log, model.bin, manifest.json, DONE, state_rank0-1; host b: state_rank2-3), from a run
-    # that had shared storage.
-    (unset NETNS_BIND_A NETNS_BIND_B; two_hosts split_shared "$TMP/split_shared" -z 2 -n 3) ||
-        t_fail multinode_ckpt_shared_fs "$(first_error "$TMP/split_shared.txt")"
-    rm -rf "$TMP"/host_[ab]/* "$TMP/split_shared/ckpt_000006" "$TMP/split_shared/lock"
-    cp -a "$TMP/split_shared/." "$TMP/host_a/"
-    mkdir -p "$TMP/host_b/ckpt_000003"
-    mv "$TMP"/host_a/ckpt_000003/state_rank[23].bin "$TMP/host_b/ckpt_000003/"
-fi
-if ! two_hosts split_resumed "$TMP/shared" -z 2 -y 1; then
-    t_fail multinode_resume_without_shared_fs "resume from step 3 with a directory per host: $(first_error "$TMP/split_resumed.txt")"
-elif ! grep -q 'resumed from .*ckpt_000003 at step 3' "$TMP/split_resumed.txt"; then
-    t_fail multinode_resume_without_shared_fs "did not resume at step 3: $(head -1 "$TMP/split_resumed.txt")"
-else
-    same_run multinode_resume_without_shared_fs "$TMP/one_z2" 6 "$TMP/host_a" "$TMP/host_b"
-fi
+two_hosts split "$TMP/shared" -z 2 -n 3
+rc=$?
+t_check multinode_unshared_out_dir_refused "[ $rc -ne 0 ] && grep -q '^error: rank [23]: -o $TMP/shared is not shared: this rank does not see' '$TMP/split.txt' && \
+    [ ! -e '$TMP/host_a/ckpt_000003' ] && ! grep -q '\"step\": 0, \"loss' '$TMP/host_a/log.jsonl' 2>/dev/null" \
+    "rc $rc: $(first_error "$TMP/split.txt")"
 t_check multinode_shared_path_untouched "[ -z \"\$(ls -A $TMP/shared)\" ]" "$TMP/shared holds files: the bind mounts leaked"
 t_finish
