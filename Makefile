@@ -68,7 +68,7 @@ CUDA_LIBS  += -L$(NCCL_LIB) -l:libnccl.so.2 -Xlinker -rpath=$(NCCL_LIB)
 $(NCCL_OBJ): CFLAGS += $(MPI_CFLAGS) -I$(NCCL_INC) -I$(CUDA_HOME)/include
 $(B)/cuda/core/comm_mpi.o: CFLAGS += -DGPT_NCCL
 endif
-CORE_SRC    := $(wildcard base/*.c) $(filter-out $(COMM_UNUSED) core/comm_nccl.c,$(wildcard core/*.c)) zero.c
+CORE_SRC    := $(wildcard base/*.c) $(filter-out $(COMM_UNUSED) core/comm_nccl.c,$(wildcard core/*.c)) zero.c tokenizer/bpe.c
 CPU_KERNELS := $(wildcard kernels/*.c)
 
 CORE_CPU_OBJ  := $(CORE_SRC:%.c=$(B)/cpu/%.o)
@@ -148,6 +148,6 @@ clean:
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 
 # ---- data path (issue 3): the tokenizer helper behind scripts/tokenize.py (which runs this rule itself) ----
-$(B)/gpt2tok: tokenizer/gpt2tok.c tokenizer/unicode_tables.h
+$(B)/gpt2tok: tokenizer/gpt2tok.c tokenizer/bpe.c tokenizer/bpe.h tokenizer/unicode_tables.h
 	@mkdir -p $(B)
-	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
+	$(CC) $(CFLAGS) -Itokenizer -o $@ tokenizer/gpt2tok.c tokenizer/bpe.c $(LDLIBS)

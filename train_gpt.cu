@@ -34,6 +34,7 @@
 #include "core/run_dir.h"
 #include "core/threads.h"
 #include "core/tokenizer.h"
+#include "tokenizer/bpe.h"
 #include "zero.h"
 
 typedef struct {
@@ -54,6 +55,7 @@ typedef struct {
     DataLoader* train;
     DataLoader* val;        // NULL without -j
     Tokenizer* tokenizer;   // NULL without a tokenizer file: samples print token ids
+    char tokenizer_path[PATH_MAX];   // where it was looked for (-prompt's merges file sits beside it)
     RunDir run_dir;         // -o, locked by rank 0
     Logger log;
     int first_step;         // 0, or the step a resumed run continues from
@@ -191,14 +193,15 @@ static void check_out_dir_shared(Trainer* tr) {
 }
 
 static void open_tokenizer(Trainer* tr) {
-    char path[PATH_MAX];
+    char* path = tr->tokenizer_path;
+    size_t size = sizeof(tr->tokenizer_path);
     if (tr->cfg.tokenizer) {
-        snprintf(path, sizeof(path), "%s", tr->cfg.tokenizer);
+        snprintf(path, size, "%s", tr->cfg.tokenizer);
         if (file_size(path) < 0) fail("-tk %s: no such file", path);
     } else {   // gpt2_tokenizer.bin (llm.c's name) beside the training shards
         const char* slash = strrchr(tr->cfg.train_pattern, '/');
         int dir_len = slash ? (int)(slash - tr->cfg.train_pattern) : 1;
-        snprintf(path, sizeof(path), "%.*s/gpt2_tokenizer.bin", dir_len, slash ? tr->cfg.train_pattern : ".");
+        snprintf(path, size, "%.*s/gpt2_tokenizer.bin", dir_len, slash ? tr->cfg.train_pattern : ".");
     }
     tr->tokenizer = tokenizer_load(path);
 }
@@ -263,6 +266,10 @@ static void load_or_init_model(Trainer* tr) {
 static void open_data(Trainer* tr, const GPTShape* shape) {
     Config* cfg = &tr->cfg;
     const Grid* g = &tr->grid;   // every stage of a replica reads that replica's windows
+    int N = cfg->B * cfg->T;
+    tr->inputs = (int*)xmalloc((size_t)N * sizeof(int));
+    tr->targets = (int*)xmalloc((size_t)N * sizeof(int));
+    if (cfg->prompt) return;   // generation reads no data and takes no step
     tr->train = dataloader_open(cfg->train_pattern, cfg->B, cfg->T, g->dp_rank, g->dp, cfg->shuffle, cfg->seed, shape->V);
     if (cfg->val_pattern && cfg->val_pattern[0] && cfg->val_every > 0) {
         tr->val = dataloader_open(cfg->val_pattern, cfg->B, cfg->T, g->dp_rank, g->dp, 0, cfg->seed, shape->V);
@@ -273,9 +280,6 @@ static void open_data(Trainer* tr, const GPTShape* shape) {
     if (cfg->max_steps < 0 && epoch_steps < 1)
         fail("one epoch of %s is shorter than one step (b*t*ga*replicas = %lld tokens); set -x", cfg->train_pattern, tokens_per_step(tr));
     tr->max_steps = cfg->max_steps >= 0 ? cfg->max_steps : (int)epoch_steps;
-    int N = cfg->B * cfg->T;
-    tr->inputs = (int*)xmalloc((size_t)N * sizeof(int));
-    tr->targets = (int*)xmalloc((size_t)N * sizeof(int));
 }
 
 static const char* offload_text(const Config* cfg) {
@@ -405,23 +409,59 @@ static void validate(Trainer* tr, int step) {
 }
 
 // Samples the next token from the logits row `row` (softmax over the real vocabulary).
-static int sample_row(Trainer* tr, int row, Rng* rng) {
+typedef struct {
+    float temperature;   // 0: the most likely token
+    int top_k;           // 0: every token
+} Sampling;
+
+typedef struct {
+    float logit;
+    int id;
+} Candidate;
+
+// Larger logit first, the lower id among equals: a total order, so top-k never depends on qsort.
+static int by_logit(const void* a, const void* b) {
+    const Candidate *x = (const Candidate*)a, *y = (const Candidate*)b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return x->id - y->id;
+}
+
+// Zeroes the weight of every token outside the k most likely.
+static void keep_top_k(double* w, const float* p, int V, int k) {
+    if (k <= 0 || k >= V) return;
+    Candidate* c = (Candidate*)xmalloc((size_t)V * sizeof(Candidate));
+    for (int v = 0; v < V; v++) c[v] = (Candidate){p[v], v};
+    qsort(c, (size_t)V, sizeof(Candidate), by_logit);
+    for (int i = k; i < V; i++) w[c[i].id] = 0.0;
+    free(c);
+}
+
+// A token drawn from row `row`'s logits: softmax(logits / temperature) over the top k, one uniform draw.
+static int sample_row(Trainer* tr, int row, Rng* rng, Sampling how) {
     const GPTShape* s = &tr->gpt.shape;
     size_t x = dtype_size(tr->gpt.dt);
     void* raw = xmalloc((size_t)s->Vp * x);
     float* p = (float*)xmalloc((size_t)s->V * sizeof(float));
+    double* w = (double*)xmalloc((size_t)s->V * sizeof(double));
     be_download(tr->be, raw, (char*)tr->gpt.acts.logits + (size_t)row * s->Vp * x, (size_t)s->Vp * x);
     host_from_dtype(p, raw, tr->gpt.dt, (size_t)s->V);
-    float mx = p[0];
-    for (int v = 1; v < s->V; v++) mx = p[v] > mx ? p[v] : mx;
-    double total = 0.0;
-    for (int v = 0; v < s->V; v++) total += exp((double)(p[v] - mx));
-    double coin = rng_uniform(rng) * total, acc = 0.0;
-    int token = s->V - 1;
-    for (int v = 0; v < s->V; v++) {
-        acc += exp((double)(p[v] - mx));
-        if (coin < acc) { token = v; break; }
+    int best = 0;
+    for (int v = 1; v < s->V; v++) best = p[v] > p[best] ? v : best;
+    int token = best;
+    if (how.temperature > 0.0f) {
+        float mx = p[best];
+        for (int v = 0; v < s->V; v++) w[v] = exp((double)((p[v] - mx) / how.temperature));
+        keep_top_k(w, p, s->V, how.top_k);
+        double total = 0.0, acc = 0.0;
+        for (int v = 0; v < s->V; v++) total += w[v];
+        double coin = rng_uniform(rng) * total;
+        for (token = s->V - 1; token > 0 && w[token] == 0.0; token--) {}   // the last one that can be drawn
+        for (int v = 0; v < s->V; v++) {
+            acc += w[v];
+            if (coin < acc) { token = v; break; }
+        }
     }
+    free(w);
     free(p);
     free(raw);
     return token;
@@ -439,7 +479,7 @@ static void sample(Trainer* tr, int step) {
         // Every position sees only its past, so recomputing the whole (B,T) forward is correct, if wasteful.
         pipeline_forward(&tr->pipe, &tr->gpt, tr->be, tr->inputs, NULL);
         // The last stage has the logits; the max over the world hands its token to every stage.
-        double shared = gpt_has_head(&tr->gpt) ? sample_row(tr, t - 1, &rng) : -1.0;
+        double shared = gpt_has_head(&tr->gpt) ? sample_row(tr, t - 1, &rng, (Sampling){1.0f, 0}) : -1.0;
         comm_allreduce_host_max(tr->world, &shared, 1);
         int token = (int)shared;
         tr->inputs[t] = token;
@@ -448,6 +488,73 @@ static void sample(Trainer* tr, int step) {
     }
     if (out) fprintf(out, "\n");
     fflush(stdout);
+}
+
+// -prompt's text as token ids (*n of them), encoded like scripts/tokenize.py does, with the merges file it
+// writes beside the tokenizer.
+static int* encode_prompt(Trainer* tr, int* n) {
+    if (!tr->tokenizer) fail("-prompt needs the tokenizer: %s does not exist (give -tk, or -i shards prepared by scripts/tokenize.py)", tr->tokenizer_path);
+    char merges[PATH_MAX];
+    const char* slash = strrchr(tr->tokenizer_path, '/');
+    snprintf(merges, sizeof(merges), "%.*s/gpt2_merges.bin", slash ? (int)(slash - tr->tokenizer_path) : 1, slash ? tr->tokenizer_path : ".");
+    if (file_size(merges) < 0)
+        fail("-prompt: no %s beside the tokenizer (scripts/tokenize.py writes it; re-run scripts/prepare_kjv.sh for the quick start's data)", merges);
+    const char* text = tr->cfg.prompt;
+    BpeModel model;
+    bpe_model_load(&model, merges);
+    BpeWorker* worker = bpe_worker_new(&model);
+    BpeTokens ids = {0};
+    size_t bad = bpe_encode_span(worker, (const uint8_t*)text, 0, strlen(text), 0, &ids);
+    if (bad != SIZE_MAX) fail("-prompt is not valid UTF-8 at byte %zu", bad);
+    int* out = (int*)xmalloc(ids.n * sizeof(int));
+    for (size_t i = 0; i < ids.n; i++) {
+        if (ids.v[i] >= tr->gpt.shape.V) fail("-prompt encodes to token %d, outside the model's vocabulary of %d", ids.v[i], tr->gpt.shape.V);
+        out[i] = ids.v[i];
+    }
+    *n = (int)ids.n;
+    free(ids.v);
+    bpe_worker_free(worker);
+    bpe_model_free(&model);
+    return out;
+}
+
+// -prompt: -g tokens after the prompt, sampled with -temp and -topk from -seed's stream and printed as they
+// come. The model sees the last -t tokens: the window slides once the text outgrows it. Every rank runs the
+// forwards; the head's ranks draw the same token and the max over the world hands it to every stage.
+static void generate(Trainer* tr) {
+    const Config* cfg = &tr->cfg;
+    int T = cfg->T, N = cfg->B * T, n = 0;
+    int* prompt = encode_prompt(tr, &n);
+    int* text = (int*)xmalloc((size_t)(n + cfg->gen_tokens) * sizeof(int));
+    memcpy(text, prompt, (size_t)n * sizeof(int));
+    Rng rng = rng_seeded(cfg->seed, 0x9e4e0000ull);
+    Sampling how = {cfg->temperature, cfg->top_k};
+    FILE* out = is_root(tr) ? stdout : NULL;
+    if (out) {
+        fprintf(out, "prompt: %d token%s [", n, n == 1 ? "" : "s");
+        for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? ", " : "", prompt[i]);
+        fprintf(out, "]\n%s", cfg->prompt);
+    }
+    for (int len = n; len < n + cfg->gen_tokens; len++) {
+        int start = len > T ? len - T : 0, window = len - start;
+        for (int i = 0; i < N; i++) tr->inputs[i] = i < window ? text[start + i] : 0;   // later positions never reach it
+        pipeline_forward(&tr->pipe, &tr->gpt, tr->be, tr->inputs, NULL);
+        double shared = gpt_has_head(&tr->gpt) ? sample_row(tr, window - 1, &rng, how) : -1.0;
+        comm_allreduce_host_max(tr->world, &shared, 1);
+        text[len] = (int)shared;
+        if (out) {
+            fputs(tokenizer_decode(tr->tokenizer, text[len]), out);
+            fflush(out);
+        }
+    }
+    if (out) {   // the ids too, for scripts comparing generations
+        fprintf(out, "\nids: [");
+        for (int i = n; i < n + cfg->gen_tokens; i++) fprintf(out, "%s%d", i > n ? ", " : "", text[i]);
+        fprintf(out, "]\n");
+    }
+    fflush(stdout);
+    free(text);
+    free(prompt);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -614,6 +721,11 @@ static void print_finish(const Trainer* tr, int steps_done, double seconds) {
 int main(int argc, char** argv) {
     Trainer tr;
     trainer_setup(&tr, argc, argv);
+    if (tr.cfg.prompt) {
+        generate(&tr);
+        trainer_teardown(&tr);
+        return 0;
+    }
     double avg_seconds = 0.0, start = now_seconds();
     int step = tr.first_step;
     for (; step <= tr.max_steps; step++) {

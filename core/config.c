@@ -38,6 +38,10 @@ void config_usage(const char* prog) {
            "  -m N      validation batches (default 20)\n"
            "  -s N      sample text every N steps; 0 = off (default 20)\n"
            "  -g N      tokens per sample (default 64)\n"
+           "  -prompt TEXT  generate -g tokens after TEXT with -e's model, printing them as they come, then exit\n"
+           "            (no training; encoded with gpt2_merges.bin beside the tokenizer; seeded by -seed)\n"
+           "  -temp F   sampling temperature, 0 = always the most likely token (default 1)\n"
+           "  -topk K   sample among the K most likely tokens only; 0 = all (default 0)\n"
            "  -lb N     every N steps, time per phase (data, forward, backward, pipeline wait, grad reduce,\n"
            "            optimizer; with -pp each stage's split too),\n"
            "            synchronizing the device on those steps only; 0 = off (default 0)\n"
@@ -120,6 +124,7 @@ static void set_defaults(Config* c) {
     c->val_batches = 20;
     c->sample_every = 20;
     c->gen_tokens = 64;
+    c->temperature = 1.0f;
     c->seed = 1337;
     c->precision = DT_FP32;
     c->pipeline_stages = 1;
@@ -151,6 +156,9 @@ static void parse_one(Config* c, const char* f, const char* v) {
     else if (!strcmp(f, "-s")) c->sample_every = (int)parse_int(f, v, 0, 1 << 30);
     else if (!strcmp(f, "-lb")) c->breakdown_every = (int)parse_int(f, v, 0, 1 << 30);
     else if (!strcmp(f, "-g")) c->gen_tokens = (int)parse_int(f, v, 1, 1 << 20);
+    else if (!strcmp(f, "-prompt")) c->prompt = v;
+    else if (!strcmp(f, "-temp")) c->temperature = parse_float(f, v, 0.0, 100.0);
+    else if (!strcmp(f, "-topk")) c->top_k = (int)parse_int(f, v, 0, 1 << 20);
     else if (!strcmp(f, "-n")) c->ckpt_every = (int)parse_int(f, v, 0, 1 << 30);
     else if (!strcmp(f, "-y")) c->resume = (int)parse_int(f, v, 0, 2);
     else if (!strcmp(f, "-ow")) c->start_over = (int)parse_int(f, v, 0, 1);
@@ -208,6 +216,8 @@ void config_parse(Config* c, int argc, char** argv) {
     if (c->start_over && !c->out_dir) fail("-ow 1 needs -o DIR to start over in");
     if ((c->gpu_mem_gib > 0 || c->host_mem_gib > 0) && !c->estimate) fail("-gpu-mem and -host-mem plan with --estimate only");
     if (c->host_mem_gib > 0 && !(c->gpu_mem_gib > 0)) fail("-host-mem needs -gpu-mem (the table is per device budget)");
+    if (c->prompt && c->out_dir) fail("-prompt generates from -e's model and exits: it writes no run directory (drop -o)");
+    if (c->prompt && !c->prompt[0]) fail("-prompt needs some text");
     if (c->sequence_parallel && c->tensor_parallel < 2) fail("-sp 1 splits the rows over the tensor group: it needs -tp 2 or more");
     if (c->sequence_parallel && ((long long)c->B * c->T) % c->tensor_parallel)
         fail("-sp 1: b*t = %d*%d rows do not split evenly over -tp %d ranks", c->B, c->T, c->tensor_parallel);

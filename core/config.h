@@ -37,6 +37,9 @@ typedef struct {
     int sample_every;            // -s (0: off)
     int breakdown_every;         // -lb: time per phase every N steps (0: off)
     int gen_tokens;              // -g
+    const char* prompt;          // -prompt: generate -g tokens after this text with -e's model, then exit
+    float temperature;           // -temp: sampling temperature; 0 = the most likely token (default 1)
+    int top_k;                   // -topk: sample among the k most likely tokens; 0 = all
     int ckpt_every;              // -n (0: only at the end)
     int resume;                  // -y: 0 fresh, 1 resume, 2 resume accepting changed hyperparameters
     int start_over;              // -ow: delete an earlier run's log and checkpoints in -o first

@@ -9,7 +9,8 @@ OUT=data/kjv
 PYTHON=${PYTHON:-/usr/bin/python3}
 
 # The train shard is renamed into place last, so its presence means the previous run finished.
-if [ -f "$OUT/kjv_train_000001.bin" ] && [ -f "$OUT/kjv_val_000000.bin" ] && [ -f "$OUT/gpt2_tokenizer.bin" ]; then
+if [ -f "$OUT/kjv_train_000001.bin" ] && [ -f "$OUT/kjv_val_000000.bin" ] && [ -f "$OUT/gpt2_tokenizer.bin" ] \
+    && [ -f "$OUT/gpt2_merges.bin" ]; then
     exit 0
 fi
 if ! command -v bible >/dev/null; then

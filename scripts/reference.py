@@ -402,6 +402,28 @@ def train(args, cfg, params):
     return model
 
 
+@torch.no_grad()
+def greedy(args, cfg, params):
+    """The trainer's -temp 0 written out: N times, the most likely next token (the lowest id among equals)
+    given the last -t tokens. Prints the ids and the smallest gap between the two most likely logits, below
+    which float32 and float64 may rightly pick differently."""
+    model = GPT(cfg, params, {"float64": torch.float64, "float32": torch.float32}[args.dtype], "cpu")
+    ids = [int(x) for x in args.prompt_ids.split(",") if x]
+    if not ids:
+        die("--greedy needs --prompt-ids")
+    start, gap = len(ids), float("inf")
+    for _ in range(args.greedy):
+        window = ids[-args.t:]
+        logits, _ = model(torch.tensor([window]))
+        row = logits[0, -1, :cfg.V]
+        top = torch.topk(row, 2).values
+        gap = min(gap, float(top[0] - top[1]))
+        best = float(row.max())
+        ids.append(int((row == best).nonzero()[0]))
+    print("ids: [%s]" % ", ".join(str(i) for i in ids[start:]))
+    print("min_gap: %.9g" % gap)
+
+
 # ------------------------------------------------------------------------------------------------------
 # Benchmark (GPU, PyTorch's fast paths); not a correctness reference.
 
@@ -507,6 +529,8 @@ def main(argv=None):
     ap.add_argument("-gc", type=float, default=1.0, help="clip the global grad norm to this (<= 0: off)")
     ap.add_argument("-o", help="output dir: log.jsonl, model_final.bin")
     ap.add_argument("-dpu", type=int, default=0, help="delay each update by one step from this step on (0: off)")
+    ap.add_argument("--greedy", type=int, default=0, help="continue --prompt-ids by N most likely tokens")
+    ap.add_argument("--prompt-ids", default="", help="comma-separated token ids for --greedy")
     ap.add_argument("-n", type=int, default=0, help="with -dpu: every update lands after each N-th step")
     ap.add_argument("-dump", help="dir for logits0.f32, grads0.f32, loss0.txt (step 0)")
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32", "bfloat16", "float16"])
@@ -546,6 +570,9 @@ def main(argv=None):
         die("--dtype %s is for --bench; the reference computes in float64 or float32" % args.dtype)
     if args.device != "cpu":
         die("the reference runs on the CPU; --device is for --bench")
+    if args.greedy:
+        greedy(args, cfg, params)
+        return
     if args.x > 0:
         if not args.i:
             die("-i SHARDS is needed to train")

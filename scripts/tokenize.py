@@ -13,7 +13,7 @@ end-of-text token 50256. The token stream is cut into shards of --shard-size tok
                    --shard-size too), the rest is train; shard numbers continue across both.
 A shard: 256 x int32 header [20240520, 1, ntok], then ntok x uint16. OUTDIR also gets gpt2_tokenizer.bin
 (the trainer's decoding table: [20240328, 2, 50257, 50256] header, then each token as uint8 length +
-bytes). The output does not depend on -j.
+bytes) and gpt2_merges.bin (the merges in gpt2tok's compact form, with which the trainer encodes -prompt). The output does not depend on -j.
 
 --raw writes the ids of FILE's bytes as one shard-format file: no end-of-text token, no split.
 The text "<|endoftext|>" inside a document is ordinary text; only the separator is 50256.
@@ -397,6 +397,7 @@ def cmd_shards(args, tokens, model):
     if not os.access(args.out, os.W_OK):
         raise Fail(f'cannot write to {args.out}: permission denied')
     write_atomic(os.path.join(args.out, 'gpt2_tokenizer.bin'), [tokenizer_file_bytes(tokens)])
+    write_atomic(os.path.join(args.out, 'gpt2_merges.bin'), [model])   # the trainer's -prompt encodes with it
     with tempfile.NamedTemporaryFile(dir=args.out, prefix=f'.{args.name}-spool-') as spool:
         prog = spool_tokens(files, model, args, spool)
         total = prog.tokens

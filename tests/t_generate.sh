@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# -prompt TEXT: generation from a model file. The prompt is encoded in C (tokenizer/bpe.c, with the merges
+# file scripts/tokenize.py writes) exactly as tokenize.py encodes it; -temp 0 continues with the most likely
+# token at every step, the same ids scripts/reference.py's float64 --greedy picks (the window sliding past
+# -t included); sampling is reproducible from -seed and changes with it; -topk 1 is greedy; a pipeline
+# generates what one rank does; bad input is one line.
+source "$(dirname "$0")/lib.sh"
+cd "$(dirname "$0")/.."
+# A small GPT-2-vocabulary model trained a little on a text, so its most likely tokens stand well apart.
+mkdir -p "$TMP/text" "$TMP/data"
+for i in $(seq 1 60); do echo "In the beginning the cat sat on the mat, and the dog lay by the door. Number $i."; done > "$TMP/text/a.txt"
+$PYTHON scripts/tokenize.py "$TMP/text" -o "$TMP/data" --name t --val-fraction 0.1 --quiet > "$TMP/tok.txt" 2>&1 ||
+    { t_fail tokenize "$(tail -1 "$TMP/tok.txt")"; t_finish; }
+t_check merges_written "[ -s $TMP/data/gpt2_merges.bin ]"
+./train_gpt_cpu -e L2C64H2T64 -i "$TMP/data/t_train_*.bin" -j "" -b 4 -t 32 -x 40 -l 3e-3 -u 5 -v 0 -s 0 -o "$TMP/run" \
+    > "$TMP/train.txt" 2>&1 || { t_fail train "$(tail -1 "$TMP/train.txt")"; t_finish; }
+MODEL=$TMP/run/ckpt_000040/model.bin
+gen() {   # out file, flags...
+    local out=$1; shift
+    ./train_gpt_cpu -e "$MODEL" -tk "$TMP/data/gpt2_tokenizer.bin" -b 1 -t 16 -g 24 "$@" > "$out" 2> "$out.err"
+}
+ids() { grep '^ids: ' "$1"; }
+PROMPT="The dog lay by the door, and the"
+
+# Encoding: the ids the trainer prints are tokenize.py's for the same text.
+gen "$TMP/g0" -prompt "$PROMPT" -temp 0 || t_fail generate_runs "$(cat "$TMP/g0.err")"
+printf '%s' "$PROMPT" > "$TMP/prompt.txt"
+$PYTHON scripts/tokenize.py --raw "$TMP/prompt.txt" -o "$TMP/prompt.bin" --quiet > /dev/null 2>&1
+want=$($PYTHON -c "
+import numpy as np, sys
+d = np.fromfile('$TMP/prompt.bin', dtype=np.uint16, offset=1024)
+print('prompt: %d tokens [%s]' % (len(d), ', '.join(map(str, d))))")
+t_check prompt_encoded_like_tokenize_py "grep -qxF '$want' $TMP/g0" "trainer: $(grep '^prompt' "$TMP/g0"); tokenize.py: $want"
+t_check generation_prints_text "grep -F '$PROMPT' $TMP/g0 | grep -v '^prompt' | awk '{ exit !(length(\$0) > ${#PROMPT}) }'"
+
+# Greedy against the float64 reference, over 24 tokens of a 16-token window (it slides after 8).
+prompt_ids=$(grep '^prompt' "$TMP/g0" | sed 's/.*\[\(.*\)\]/\1/; s/ //g')
+$PYTHON scripts/reference.py -e "$MODEL" --greedy 24 --prompt-ids "$prompt_ids" -t 16 > "$TMP/ref.txt" 2>&1
+gap=$(sed -n 's/^min_gap: //p' "$TMP/ref.txt")
+t_check greedy_margin_clear "$PYTHON -c 'import sys; sys.exit(0 if float(\"$gap\") > 1e-3 else 1)'" "the two best logits come within $gap: the comparison would not mean anything"
+t_check greedy_matches_reference "[ \"\$(ids $TMP/g0)\" = \"\$(ids $TMP/ref.txt)\" ]" "trainer $(ids "$TMP/g0"); reference $(ids "$TMP/ref.txt")"
+
+# Sampling: the same seed gives the same tokens, another seed others; greedy ignores the seed; top-k 1 is greedy.
+gen "$TMP/s1" -prompt "$PROMPT" -seed 1
+gen "$TMP/s1b" -prompt "$PROMPT" -seed 1
+gen "$TMP/s2" -prompt "$PROMPT" -seed 2
+gen "$TMP/g2" -prompt "$PROMPT" -temp 0 -seed 2
+gen "$TMP/k1" -prompt "$PROMPT" -topk 1 -seed 3
+t_check sampling_reproducible "[ -n \"\$(ids $TMP/s1)\" ] && [ \"\$(ids $TMP/s1)\" = \"\$(ids $TMP/s1b)\" ]"
+t_check sampling_follows_seed "[ \"\$(ids $TMP/s1)\" != \"\$(ids $TMP/s2)\" ]"
+t_check greedy_ignores_seed "[ \"\$(ids $TMP/g0)\" = \"\$(ids $TMP/g2)\" ]"
+t_check topk1_is_greedy "[ \"\$(ids $TMP/g0)\" = \"\$(ids $TMP/k1)\" ]"
+
+# A pipeline of 2 stages generates what one rank does.
+if mpi_available; then
+    "${MPIRUN[@]}" -np 2 ./train_gpt_cpu -e "$MODEL" -tk "$TMP/data/gpt2_tokenizer.bin" -b 1 -t 16 -g 24 -prompt "$PROMPT" -seed 1 \
+        -pp 2 > "$TMP/pp.txt" 2>&1
+    t_check pipeline_generates_the_same "[ \"\$(ids $TMP/pp.txt)\" = \"\$(ids $TMP/s1)\" ]" "pp2: $(ids "$TMP/pp.txt")"
+fi
+
+# Bad input: one line each.
+expect_error() {   # name, pattern, flags...
+    local name=$1 pattern=$2; shift 2
+    ./train_gpt_cpu -e "$MODEL" -tk "$TMP/data/gpt2_tokenizer.bin" -b 1 -t 16 "$@" > /dev/null 2> "$TMP/err"
+    local rc=$?
+    t_check "$name" "[ $rc -ne 0 ] && [ \$(wc -l < $TMP/err) -eq 1 ] && grep -q '$pattern' $TMP/err" "rc $rc: $(cat "$TMP/err")"
+}
+expect_error prompt_takes_no_run_dir "writes no run directory" -prompt "hi" -o "$TMP/x"
+expect_error prompt_invalid_utf8 "not valid UTF-8 at byte 2" -prompt $'hi\xff'
+cp "$TMP/data/gpt2_tokenizer.bin" "$TMP/lonely_tokenizer.bin"
+expect_error prompt_needs_merges "no .*gpt2_merges.bin beside the tokenizer" -prompt "hi" -tk "$TMP/lonely_tokenizer.bin"
+t_finish
