@@ -101,8 +101,9 @@ static int fits(StatePlanner states, const Config* cfg, const GPTShape* s, int r
 static void print_capacity(StatePlanner states, const Config* cfg, int ranks) {
     char host[64] = "";
     if (cfg->host_mem_gib > 0) snprintf(host, sizeof(host), " and -host-mem %g GiB", cfg->host_mem_gib);
-    printf("\nlargest GPT shape per rank within -gpu-mem %g GiB%s (%d rank%s, -pp %d, b=%d t=%d, %s):\n  ZeRO  offload",
-           cfg->gpu_mem_gib, host, ranks, ranks > 1 ? "s" : "", cfg->pipeline_stages, cfg->B, cfg->T, dtype_name(cfg->precision));
+    printf("\nlargest GPT shape per rank within -gpu-mem %g GiB%s (%d rank%s, -pp %d, -tp %d%s, b=%d t=%d, %s):\n  ZeRO  offload",
+           cfg->gpu_mem_gib, host, ranks, ranks > 1 ? "s" : "", cfg->pipeline_stages, cfg->tensor_parallel,
+           cfg->sequence_parallel ? " -sp 1" : "", cfg->B, cfg->T, dtype_name(cfg->precision));
     for (int r = 0; r <= 3; r++) printf("      -r %d", r);
     printf("\n");
     for (int zero = 0; zero < 4; zero++)
@@ -131,10 +132,11 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
         heaviest = mem_total(&plans[st]) > heaviest ? mem_total(&plans[st]) : heaviest;
     }
     const MemLedger* m = &plans[0];
-    printf("memory plan per rank, nothing allocated: L=%d C=%d NH=%d V=%d | %s | %d rank%s (%d stage%s x %d replica%s), ZeRO-%d, "
-           "-r %d | b=%d t=%d ga=%d\n",
+    printf("memory plan per rank, nothing allocated: L=%d C=%d NH=%d V=%d | %s | %d rank%s (%d stage%s x %d replica%s x %d "
+           "tensor rank%s%s), ZeRO-%d, -r %d | b=%d t=%d ga=%d\n",
            s->L, s->C, s->NH, s->V, dtype_name(cfg->precision), ranks, ranks > 1 ? "s" : "", P, P > 1 ? "s" : "", dp,
-           dp > 1 ? "s" : "", cfg->zero_stage, cfg->recompute, cfg->B, cfg->T, cfg->grad_accum);
+           dp > 1 ? "s" : "", plan->tp, plan->tp > 1 ? "s" : "", cfg->sequence_parallel ? ", -sp" : "", cfg->zero_stage,
+           cfg->recompute, cfg->B, cfg->T, cfg->grad_accum);
     if (P > 1) printf("stage 0 (embeddings, the most micro-batches in flight):\n");
     for (int c = 0; c < NUM_MEM_CATEGORIES; c++)   // host categories are empty without -offload
         if (cfg->offload || !mem_category_on_host((MemCategory)c))
