@@ -535,6 +535,7 @@ static void generate(Trainer* tr) {
         for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? ", " : "", prompt[i]);
         fprintf(out, "]\n%s", cfg->prompt);
     }
+    int generated = cfg->gen_tokens;
     for (int len = n; len < n + cfg->gen_tokens; len++) {
         int start = len > T ? len - T : 0, window = len - start;
         for (int i = 0; i < N; i++) tr->inputs[i] = i < window ? text[start + i] : 0;   // later positions never reach it
@@ -546,10 +547,14 @@ static void generate(Trainer* tr) {
             fputs(tokenizer_decode(tr->tokenizer, text[len]), out);
             fflush(out);
         }
+        if (stop_requested(tr)) {   // Ctrl-C: end the text here (a second one kills)
+            generated = len + 1 - n;
+            break;
+        }
     }
     if (out) {   // the ids too, for scripts comparing generations
         fprintf(out, "\nids: [");
-        for (int i = n; i < n + cfg->gen_tokens; i++) fprintf(out, "%s%d", i > n ? ", " : "", text[i]);
+        for (int i = n; i < n + generated; i++) fprintf(out, "%s%d", i > n ? ", " : "", text[i]);
         fprintf(out, "]\n");
     }
     fflush(stdout);

@@ -58,6 +58,16 @@ if mpi_available; then
     t_check pipeline_generates_the_same "[ \"\$(ids $TMP/pp.txt)\" = \"\$(ids $TMP/s1)\" ]" "pp2: $(ids "$TMP/pp.txt")"
 fi
 
+# SIGTERM (or Ctrl-C) ends the text where it is: the ids so far, exit 0.
+./train_gpt_cpu -e "$MODEL" -tk "$TMP/data/gpt2_tokenizer.bin" -b 1 -t 16 -g 1000000 -prompt "$PROMPT" > "$TMP/long.txt" 2>&1 &
+pid=$!
+for _ in $(seq 50); do grep -q "^$PROMPT" "$TMP/long.txt" 2>/dev/null && break; sleep 0.1; done
+sleep 0.5; kill -TERM $pid
+for _ in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+kill -0 $pid 2>/dev/null && { kill -KILL $pid; echo "(still generating 10 s after SIGTERM)" >> "$TMP/long.txt"; }
+wait $pid; rc=$?
+t_check generation_stops_on_sigterm "[ $rc -eq 0 ] && [ \$(ids $TMP/long.txt | tr ',' '\n' | wc -l) -ge 1 ]" "rc $rc: $(tail -c 200 "$TMP/long.txt")"
+
 # Bad input: one line each.
 expect_error() {   # name, pattern, flags...
     local name=$1 pattern=$2; shift 2
