@@ -26,7 +26,7 @@ t_check tokenizer_cli_stream '[ "$(cd "$TMP/out" && ids $shards)" = "$expect" ]'
 t_check tokenizer_cli_val_first '[ "$(echo $shards | cut -d" " -f1)" = t_val_000000.bin ] &&
     [ "$(echo $shards | cut -d" " -f2)" = t_train_000001.bin ] && [ "$(ids "$TMP/out/t_val_000000.bin" | wc -w)" -eq 4 ]' \
     "expected t_val_000000.bin (4 tokens) then t_train_000001.bin..., got: $shards"
-t_check tokenizer_cli_no_leftovers '[ -z "$(ls -A "$TMP/out" | grep -v "^t_.*\.bin$" | grep -v "^gpt2_tokenizer.bin$")" ]' \
+t_check tokenizer_cli_no_leftovers '[ -z "$(ls -A "$TMP/out" | grep -v "^t_.*\.bin$" | grep -v "^gpt2_\(tokenizer\|merges\).bin$")" ]' \
     "temporary files left in the output directory: $(ls -A "$TMP/out" | tr '\n' ' ')"
 t_check tokenizer_cli_progress 'grep -q "MB/s" "$TMP/err"' "no throughput report on stderr"
 
@@ -60,7 +60,7 @@ printf 'good text\n' > "$TMP/good.txt"
 printf 'caf\xe9 latin-1\n' > "$TMP/bad.txt"
 : > "$TMP/empty.txt"
 expect_error tokenizer_err_not_utf8 'bad.txt: not valid UTF-8 at byte 3' $TOK "$TMP/good.txt" "$TMP/bad.txt" -o "$TMP/e1"
-t_check tokenizer_err_no_partial_shards '[ -z "$(ls -A "$TMP/e1" | grep -v "^gpt2_tokenizer.bin$")" ]' \
+t_check tokenizer_err_no_partial_shards '[ -z "$(ls -A "$TMP/e1" | grep -v "^gpt2_\(tokenizer\|merges\).bin$")" ]' \
     "left behind: $(ls -A "$TMP/e1" | tr '\n' ' ')"
 expect_error tokenizer_err_raw_not_utf8 'not valid UTF-8' $TOK --raw "$TMP/bad.txt" -o "$TMP/e2.bin"
 t_check tokenizer_err_raw_no_output '[ -z "$(ls "$TMP" | grep "^e2")" ]' "--raw left $(ls "$TMP" | grep "^e2")"
