@@ -640,7 +640,7 @@ static StepResult train_step(Trainer* tr, int step) {
     // Every token of the global batch enters with weight 1/tokens: the summed gradient is that of the mean
     // loss (times the loss scale, which the optimizer divides back out).
     float dloss = (float)(tr->scaler.scale / tokens);
-    StepResult r = {0.0, 0.0, config_lr_at(cfg, step, tr->max_steps), tr->scaler.scale, 0, {0, now_seconds(), {0}, 0.0}};
+    StepResult r = {0.0, 0.0, config_lr_at(cfg, step, tr->max_steps), tr->scaler.scale, 0, {0, now_seconds(), {0}, 0.0, 0.0}};
     PhaseTimer* pt = &r.phases;
     pt->on = cfg->breakdown_every > 0 && (step + 1) % cfg->breakdown_every == 0;
     zero_begin_step(tr->zero, tr->be);
@@ -649,6 +649,7 @@ static StepResult train_step(Trainer* tr, int step) {
     comm_allreduce_host_sum(tr->world, &r.loss, 1);   // the last stage of each replica holds its losses
     r.loss /= tokens;
     zero_reduce_grads(tr->zero, tr->be);
+    pt->host_copies = zero_host_copy_seconds(tr->zero);   // read every step, so it covers this step only
     phase_mark(pt, tr->be, PHASE_COMM);
     if (dump) dump_step0(tr, logits, r.loss);
     free(logits);

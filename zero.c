@@ -2,6 +2,7 @@
 #include "zero.h"
 
 #include "base/common.h"
+#include "core/phase_timer.h"
 #include "kernels/host_elem.h"
 
 struct Zero {
@@ -51,6 +52,7 @@ struct Zero {
     CommHandle param_flight[2];       // shard_params: gather into param_slot[s]; a prefetch until the walk asks
     int param_slot_held[2];           // between the walk's params and params_done
     int walk_last_block, walk_started;   // the block the walk asked for last (the prefetch direction)
+    double host_copy_seconds;            // grads_on_host / params_on_host: the walk's copies since last read
 };
 
 ZeroCaps zero_caps(int stage) {
@@ -257,8 +259,13 @@ static CommHandle no_handle(void) { return (CommHandle){0, 0}; }
 static CommHandle gather_start(Zero* z, Backend* be, int u, void* buf) {
     size_t p = piece(z, u), x = xs(z);
     void* mine = at(buf, (size_t)z->rank * p, x);
-    if (z->caps.params_on_host) be_upload(be, mine, at(z->params, z->piece_offset[u], x), p * x);
-    else be_copy(be, mine, at(z->params, z->piece_offset[u], x), p * x);
+    if (z->caps.params_on_host) {
+        double t0 = now_seconds();
+        be_upload(be, mine, at(z->params, z->piece_offset[u], x), p * x);
+        z->host_copy_seconds += now_seconds() - t0;
+    } else {
+        be_copy(be, mine, at(z->params, z->piece_offset[u], x), p * x);
+    }
     return z->size > 1 ? comm_allgather_start(z->dp, buf, p, z->dt) : no_handle();
 }
 
@@ -382,8 +389,10 @@ static void reduce_into_accumulator(Zero* z, Backend* be, int u, void* buf, Comm
     float* acc = z->grad_acc + z->piece_offset[u];
     const void* mine = at(buf, (size_t)z->rank * p, xs(z));
     if (z->caps.grads_on_host) {
+        double t0 = now_seconds();
         be_download(be, z->grad_landing, mine, p * xs(z));
         host_accumulate(acc, z->grad_landing, z->dt, p);
+        z->host_copy_seconds += now_seconds() - t0;
         return;
     }
     convert(be, z->piece_f32, DT_FP32, mine, z->dt, p);
@@ -550,6 +559,12 @@ static int tied_in_sync(Zero* z, Backend* be) {
     double v[4] = {(double)(h >> 32), (double)(h & 0xffffffffu), -(double)(h >> 32), -(double)(h & 0xffffffffu)};
     comm_allreduce_host_max(z->tied, v, 4);
     return v[0] == -v[2] && v[1] == -v[3];
+}
+
+double zero_host_copy_seconds(Zero* z) {
+    double s = z->host_copy_seconds;
+    z->host_copy_seconds = 0.0;
+    return s;
 }
 
 void zero_after_update(Zero* z, Backend* be) {

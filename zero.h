@@ -75,6 +75,9 @@ void zero_begin_step(Zero* z, Backend* be);
 void zero_reduce_grads(Zero* z, Backend* be);
 // After the optimizer wrote its spans: gather the updated parameters as the capabilities require.
 void zero_after_update(Zero* z, Backend* be);
+// grads_on_host / params_on_host: wall time spent in the walk copying pieces to and from the host and adding
+// them there since the last call (the copies wait for the backend; -lb shows it). 0 without them.
+double zero_host_copy_seconds(Zero* z);
 
 // Whole-model transfers through host memory (fp32, flat layout, layout->total elements): set the
 // parameters and master weights (initialization, model files); read back the master weights or the

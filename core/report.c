@@ -145,6 +145,10 @@ void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt
                           total > 0.0 ? 100.0 * pt->seconds[p] / total : 0.0);
             m += snprintf(json + m, sizeof(json) - (size_t)m, "%s\"%s\": %.3f", p ? ", " : "", phase_name((Phase)p), pt->seconds[p] * 1e3);
         }
+        if (pt->host_copies > 0.0) {   // not a phase: part of the forward's and backward's time
+            n += snprintf(text + n, sizeof(text) - (size_t)n, " | host copies %.1f ms, within them", pt->host_copies * 1e3);
+            logger_line(log, "{\"step\": %d, \"offload_host_copies_ms\": %.3f}", step, pt->host_copies * 1e3);
+        }
         if (pt->overlapped > 0.0) {   // not a phase: it ran beside them
             n += snprintf(text + n, sizeof(text) - (size_t)n, " | host update %.1f ms, overlapped", pt->overlapped * 1e3);
             logger_line(log, "{\"step\": %d, \"host_update_overlapped_ms\": %.3f}", step, pt->overlapped * 1e3);

@@ -67,6 +67,12 @@ pair offload2_np2_z3_fp16 2 2 -z 3 -p fp16
 # The run must learn for the comparison to mean anything: its losses change from step to step.
 t_check offload_losses_vary "[ \$(fields $TMP/offload_np1_z0_on/log.jsonl | cut -d, -f2 | sort -u | wc -l) -ge 6 ]"
 
+# -lb: the walk's copies to and from the host (-offload 2) are reported within the forward and backward,
+# every step; nothing of the kind without them.
+train 1 "$TMP/lb2" -x 4 -z 3 -offload 2 -lb 1 && train 1 "$TMP/lb0" -x 4 -z 3 -lb 1 || t_fail offload2_breakdown "run failed"
+t_check offload2_breakdown_shows_host_copies "[ \$(grep -c '\"offload_host_copies_ms\": [0-9.]*[1-9]' $TMP/lb2/log.jsonl) -eq 4 ] &&
+    [ \$(grep -c offload_host_copies_ms $TMP/lb0/log.jsonl) -eq 0 ] && grep -q 'host copies .* ms, within them' $TMP/lb2.txt"
+
 # Each rank's memory record: what zero_check.py's table says, host_state included.
 zero_check() {   # name, ranks, flags...
     local name=$1 np=$2; shift 2
