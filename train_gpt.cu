@@ -356,8 +356,8 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->zero = zero_create(tr->be, &tr->mem, tr->layout, caps_of(cfg, cfg->zero_stage), g->dp_group, g->tied, cfg->precision);
     tr->model_states = zero_model_state(tr->zero);
     if (cfg->delay_from > 0) tr->delayed = delayed_update_create(&tr->model_states);
-    gpt_create(&tr->gpt, tr->be, &tr->mem, tr->layout, zero_param_store(tr->zero), g->tp_group, cfg->sequence_parallel, cfg->precision, cfg->B, cfg->T, cfg->recompute,
-               tr->plan.sets[g->stage]);
+    gpt_create(&tr->gpt, tr->be, &tr->mem, tr->layout, zero_param_store(tr->zero), g->tp_group, cfg->sequence_parallel,
+               cfg->precision, cfg->B, cfg->T, cfg->recompute, tr->plan.sets[g->stage]);
     pipeline_create(&tr->pipe, g, &tr->plan);
     tr->scaler = loss_scaler_init(cfg->precision == DT_FP16, cfg->loss_scale);
     load_or_init_model(tr);
@@ -408,7 +408,7 @@ static void validate(Trainer* tr, int step) {
     logger_line(&tr->log, "{\"step\": %d, \"val_loss\": %.9g}", step, val_loss);
 }
 
-// Samples the next token from the logits row `row` (softmax over the real vocabulary).
+// How the next token is drawn from a row of logits (over the real vocabulary).
 typedef struct {
     float temperature;   // 0: the most likely token
     int top_k;           // 0: every token

@@ -133,8 +133,9 @@ size_t gpt_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, int 
 void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, int sp, DType dt,
                 int B, int T, int recompute, int num_sets) {
     memset(g, 0, sizeof(*g));
-    if ((tp ? comm_size(tp) : 1) != layout->tp_size) fail("internal: a layout for %d tensor ranks on a group of %d", layout->tp_size, tp ? comm_size(tp) : 1);
-    if (sp && (!tp || (B * T) % layout->tp_size)) fail("internal: sequence parallelism over %d ranks for %d rows", layout->tp_size, B * T);
+    int tp_ranks = tp ? comm_size(tp) : 1;
+    if (tp_ranks != layout->tp_size) fail("internal: a layout for %d tensor ranks on a group of %d", layout->tp_size, tp_ranks);
+    if (sp && (!tp || (B * T) % tp_ranks)) fail("internal: sequence parallelism over %d ranks for %d rows", tp_ranks, B * T);
     g->sp = sp && tp;
     g->rows = g->sp ? B * T / layout->tp_size : B * T;
     g->shape = layout->shape;
@@ -195,7 +196,8 @@ static BlockActs block_acts(GPT* g, int l) {
     DType dt = g->dt;
     const ParamLayout* lay = g->layout;
     size_t N = (size_t)g->B * g->T, R = (size_t)g->rows, C = (size_t)g->shape.C;
-    size_t NCA = N * (size_t)layout_attn_channels(lay), NCF = N * (size_t)layout_mlp_channels(lay), NNH = N * (size_t)layout_heads(lay);
+    size_t NCA = N * (size_t)layout_attn_channels(lay), NCF = N * (size_t)layout_mlp_channels(lay);
+    size_t NNH = N * (size_t)layout_heads(lay);
     Keep k = keep_for(g->recompute);
     int ln = k.ln ? l : 0, att = k.att ? l : 0, gelu = k.gelu ? l : 0, mid = k.mid ? l : 0;
     BlockActs v = {slice(a->resid, R * C, l, dt), slice(a->ln1, N * C, ln, dt), slice(a->qkv, 3 * NCA, mid, dt),
@@ -280,7 +282,8 @@ typedef struct {
 
 static BlockDims block_dims(const GPT* g) {
     const ParamLayout* lay = g->layout;
-    BlockDims d = {g->B, g->T, g->B * g->T, g->rows, g->shape.C, layout_attn_channels(lay), layout_mlp_channels(lay), layout_heads(lay)};
+    BlockDims d = {g->B, g->T, g->B * g->T, g->rows, g->shape.C,
+                   layout_attn_channels(lay), layout_mlp_channels(lay), layout_heads(lay)};
     return d;
 }
 
