@@ -102,15 +102,27 @@ static void log_bytes(Logger* log, const Grid* g, int step, const char* key, con
     free(all);
 }
 
+// Every rank's bytes per collective, summed over its groups ("comm_bytes"); and where the grid has more than
+// one kind of group (a pipeline or tensor parallelism), per group too ("dp_comm_bytes", "pp_comm_bytes",
+// "tied_comm_bytes", "tp_comm_bytes"; a rank outside a group counts 0 there), so each can be checked
+// against its own formula.
 void report_comm(Logger* log, const Grid* g, int step) {
     Comm* groups[] = GRID_GROUPS(g);
-    double mine[NUM_COLLECTIVES] = {0}, tensor[NUM_COLLECTIVES] = {0};
-    for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++)
-        for (int k = 0; groups[i] && k < NUM_COLLECTIVES; k++) mine[k] += (double)comm_bytes_sent(groups[i], (Collective)k);
-    for (int k = 0; g->tp_group && k < NUM_COLLECTIVES; k++) tensor[k] = (double)comm_bytes_sent(g->tp_group, (Collective)k);
+    static const char* const KEYS[] = {"world_comm_bytes", "dp_comm_bytes", "pp_comm_bytes", "tied_comm_bytes", "tp_comm_bytes"};
+    enum { NUM_GROUPS = sizeof(groups) / sizeof(groups[0]) };
+    double per[NUM_GROUPS][NUM_COLLECTIVES] = {{0}}, mine[NUM_COLLECTIVES] = {0};
+    for (int i = 0; i < NUM_GROUPS; i++)
+        for (int k = 0; groups[i] && k < NUM_COLLECTIVES; k++) {
+            per[i][k] = (double)comm_bytes_sent(groups[i], (Collective)k);
+            mine[k] += per[i][k];
+        }
     report_comm_reset(g);
     log_bytes(log, g, step, "comm_bytes", mine);
-    if (g->tp > 1) log_bytes(log, g, step, "tp_comm_bytes", tensor);   // the tensor group's part of the above
+    if (g->pp == 1 && g->tp == 1) return;   // the world is the one group
+    for (int i = 1; i < NUM_GROUPS; i++) {   // world collectives are the trainer's few host sums
+        int present = i == 1 || (i == 2 && g->pp > 1) || (i == 3 && g->pp > 1) || (i == 4 && g->tp > 1);
+        if (present) log_bytes(log, g, step, KEYS[i], per[i]);
+    }
 }
 
 double model_flops_per_token(const ParamLayout* lay, int T) {

@@ -74,10 +74,12 @@ def main():
     print(("ok %s_memory" % name) if not bad else "FAIL %s_memory: %s" % (name, "; ".join(bad[:4])))
     failed += bad
     if lay["ranks"] > 1:
-        steps = [r for r in recs if "comm_bytes" in r]
+        # With tensor parallelism the data-parallel group's own record ("dp_comm_bytes") is what ZeRO sends.
+        key = "dp_comm_bytes" if any("dp_comm_bytes" in r for r in recs) else "comm_bytes"
+        steps = [r for r in recs if key in r]
         want = expected_comm(lay)
         bad = ["step %d %s rank %d: %d bytes, expected %d" % (r["step"], k, i, got, v)
-               for r in steps for k, v in want.items() for i, got in enumerate(r["comm_bytes"][k]) if got != v]
+               for r in steps for k, v in want.items() for i, got in enumerate(r[key][k]) if got != v]
         if not steps:
             bad.append("no comm_bytes records")
         print(("ok %s_comm" % name) if not bad else "FAIL %s_comm: %s" % (name, "; ".join(bad[:4])))
