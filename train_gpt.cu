@@ -199,9 +199,7 @@ static void open_tokenizer(Trainer* tr) {
         snprintf(path, size, "%s", tr->cfg.tokenizer);
         if (file_size(path) < 0) fail("-tk %s: no such file", path);
     } else {   // gpt2_tokenizer.bin (llm.c's name) beside the training shards
-        const char* slash = strrchr(tr->cfg.train_pattern, '/');
-        int dir_len = slash ? (int)(slash - tr->cfg.train_pattern) : 1;
-        snprintf(path, size, "%.*s/gpt2_tokenizer.bin", dir_len, slash ? tr->cfg.train_pattern : ".");
+        path_beside(path, size, tr->cfg.train_pattern, "gpt2_tokenizer.bin");
     }
     tr->tokenizer = tokenizer_load(path);
 }
@@ -495,8 +493,7 @@ static void sample(Trainer* tr, int step) {
 static int* encode_prompt(Trainer* tr, int* n) {
     if (!tr->tokenizer) fail("-prompt needs the tokenizer: %s does not exist (give -tk, or -i shards prepared by scripts/tokenize.py)", tr->tokenizer_path);
     char merges[PATH_MAX];
-    const char* slash = strrchr(tr->tokenizer_path, '/');
-    snprintf(merges, sizeof(merges), "%.*s/gpt2_merges.bin", slash ? (int)(slash - tr->tokenizer_path) : 1, slash ? tr->tokenizer_path : ".");
+    path_beside(merges, sizeof(merges), tr->tokenizer_path, "gpt2_merges.bin");
     if (file_size(merges) < 0)
         fail("-prompt: no %s beside the tokenizer (scripts/tokenize.py writes it; re-run scripts/prepare_kjv.sh for the quick start's data)", merges);
     const char* text = tr->cfg.prompt;

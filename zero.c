@@ -255,17 +255,19 @@ void zero_destroy(Zero* z, Backend* be) {
 
 static CommHandle no_handle(void) { return (CommHandle){0, 0}; }
 
+// A piece into backend memory (where collectives run), from host memory where on_host, else from the backend.
+static void piece_to_backend(Backend* be, int on_host, void* dst, const void* src, size_t bytes) {
+    if (on_host) be_upload(be, dst, src, bytes);
+    else be_copy(be, dst, src, bytes);
+}
+
 // Starts the all-gather of unit u's parameters from every rank's piece into buf (the unit's padded size).
 static CommHandle gather_start(Zero* z, Backend* be, int u, void* buf) {
     size_t p = piece(z, u), x = xs(z);
-    void* mine = at(buf, (size_t)z->rank * p, x);
-    if (z->caps.params_on_host) {
-        double t0 = now_seconds();
-        be_upload(be, mine, at(z->params, z->piece_offset[u], x), p * x);
-        z->host_copy_seconds += now_seconds() - t0;
-    } else {
-        be_copy(be, mine, at(z->params, z->piece_offset[u], x), p * x);
-    }
+    double t0 = now_seconds();
+    const void* src = at(z->params, z->piece_offset[u], x);
+    piece_to_backend(be, z->caps.params_on_host, at(buf, (size_t)z->rank * p, x), src, p * x);
+    if (z->caps.params_on_host) z->host_copy_seconds += now_seconds() - t0;
     return z->size > 1 ? comm_allgather_start(z->dp, buf, p, z->dt) : no_handle();
 }
 
@@ -541,8 +543,7 @@ static uint64_t embedding_hash(Zero* z, Backend* be) {
     size_t x = xs(z), n = z->caps.shard_params ? piece(z, u) : unit(z, u)->padded;
     const void* src = at(z->params, z->caps.shard_params ? z->piece_offset[u] : unit(z, u)->offset, x);
     unsigned char* host = (unsigned char*)xmalloc(n * x);
-    if (z->caps.params_on_host) memcpy(host, src, n * x);
-    else be_download(be, host, src, n * x);
+    copy_to_host(be, z->caps.params_on_host, host, src, n * x);
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n * x; i++) h = (h ^ host[i]) * 1099511628211ull;
     free(host);
@@ -673,17 +674,12 @@ typedef struct {
 static void set_part(Zero* z, size_t begin, size_t end, size_t si, void* ctx) {
     SetCtx* c = (SetCtx*)ctx;
     size_t n = end - begin;
-    if (z->caps.state_on_host) memcpy(z->master + si, c->flat + begin, n * 4);
-    else be_upload(c->be, z->master + si, c->flat + begin, n * 4);
+    copy_from_host(c->be, z->caps.state_on_host, z->master + si, c->flat + begin, n * 4);
     if ((void*)z->master == z->params) return;
     if (!z->caps.shard_params) return;   // whole parameters are set below
-    if (z->caps.params_on_host) {
-        host_to_dtype(at(z->params, si, xs(z)), z->dt, c->flat + begin, n);
-        return;
-    }
     void* low = xmalloc(n * xs(z));
     host_to_dtype(low, z->dt, c->flat + begin, n);
-    be_upload(c->be, at(z->params, si, xs(z)), low, n * xs(z));
+    copy_from_host(c->be, z->caps.params_on_host, at(z->params, si, xs(z)), low, n * xs(z));
     free(low);
 }
 
@@ -710,8 +706,7 @@ static void pieces_to_host(Zero* z, Backend* be, const void* pieces, DType dt, i
         size_t p = piece(z, u);
         void* mine = at(buf, (size_t)z->rank * p, x);
         const void* src = at((void*)pieces, z->piece_offset[u], x);
-        if (on_host) be_upload(be, mine, src, p * x);   // the gather runs on backend memory
-        else be_copy(be, mine, src, p * x);
+        piece_to_backend(be, on_host, mine, src, p * x);   // the gather runs on backend memory
         if (z->size > 1) comm_allgather(z->dp, buf, p, dt);
         if (!flat) continue;
         be_download(be, host, buf, unit(z, u)->size * x);
@@ -729,8 +724,7 @@ static void full_to_host(Zero* z, Backend* be, const void* full, DType dt, int o
         const Unit* un = unit(z, u);
         void* host = xmalloc(un->size * x);
         const void* src = at((void*)full, un->offset, x);
-        if (on_host) memcpy(host, src, un->size * x);
-        else be_download(be, host, src, un->size * x);
+        copy_to_host(be, on_host, host, src, un->size * x);
         host_from_dtype(flat + un->offset, host, dt, un->size);
         free(host);
     }
@@ -764,7 +758,7 @@ static int state_tied_in_sync(void* z, Backend* be) { return tied_in_sync((Zero*
 ModelState zero_model_state(Zero* z) {
     ModelState s = {z, z->lay, z->dt, z->caps.shard_params ? NULL : z->params, reduced_is_piece(z) && z->size > 1 ? z->dp : NULL,
                     z->norm_acc, z->caps.state_on_host, z->caps.grads_on_host, z->caps.params_on_host, z->host_stage,
-                    z->host_stage_elems, z->pending_grad, z->pending_params, state_for_each_span, state_owned_span, state_set_from_host, state_master_to_host,
-                    state_tied_in_sync};
+                    z->host_stage_elems, z->pending_grad, z->pending_params, state_for_each_span, state_owned_span,
+                    state_set_from_host, state_master_to_host, state_tied_in_sync};
     return s;
 }

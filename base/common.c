@@ -129,3 +129,9 @@ void path_join(char* out, size_t size, const char* dir, const char* name) {
     int n = snprintf(out, size, "%s/%s", dir, name);
     if (n < 0 || (size_t)n >= size) fail("path too long: %s/%s", dir, name);
 }
+
+void path_beside(char* out, size_t size, const char* path, const char* name) {
+    const char* slash = strrchr(path, '/');
+    int n = slash ? snprintf(out, size, "%.*s/%s", (int)(slash - path), path, name) : snprintf(out, size, "./%s", name);
+    if (n < 0 || (size_t)n >= size) fail("path too long: %s beside %s", name, path);
+}

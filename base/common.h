@@ -34,6 +34,8 @@ void xfseek(FILE* f, long long off, int whence, const char* path);
 long long file_size(const char* path);                                        // -1 if missing
 // out = dir + "/" + name; fails if it does not fit in size bytes.
 void path_join(char* out, size_t size, const char* dir, const char* name);
+// out = the file `name` in the directory of `path` ("." when path has no '/'); fails like path_join.
+void path_beside(char* out, size_t size, const char* path, const char* name);
 
 #ifdef __cplusplus
 }

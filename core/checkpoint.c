@@ -62,7 +62,9 @@ float* model_file_read(const ParamLayout* lay, const char* path) {
     read_model_header(f, path, &version);
     size_t elem = version == 3 ? 4 : 2;
     float* flat = (float*)xcalloc(lay->total, sizeof(float));
-    uint16_t* raw = version == 5 ? (uint16_t*)xmalloc(lay->total * 2) : NULL;
+    size_t longest_run = 1;   // bf16 files are read a run at a time through this much scratch
+    for (int i = 0; i < lay->num_tensors; i++) longest_run = lay->tensors[i].run > longest_run ? lay->tensors[i].run : longest_run;
+    uint16_t* raw = version == 5 ? (uint16_t*)xmalloc(longest_run * 2) : NULL;
     for (int i = 0; i < lay->num_tensors; i++) {   // a stage reads its own tensors (and its mirror's), run by run
         const ParamTensor* t = &lay->tensors[i];
         for (size_t j = 0; j < t->size; j += t->run) {

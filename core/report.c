@@ -82,47 +82,49 @@ void report_comm_reset(const Grid* g) {
         if (groups[i]) comm_reset_bytes(groups[i]);
 }
 
-// One log record `key` of every rank's bytes per collective (collective over the world).
-static void log_bytes(Logger* log, const Grid* g, int step, const char* key, const double* mine) {
-    int rank = comm_rank(g->world), ranks = comm_size(g->world);
-    double* all = gather_rows(g->world, mine, NUM_COLLECTIVES);
-    if (rank == 0 && ranks > 1) {
-        // Sized for every rank (a count is at most 20 digits), so no world is too large to log whole.
-        size_t size = (size_t)NUM_COLLECTIVES * ((size_t)ranks * 24 + 48), n = 0;
-        char* buf = (char*)xmalloc(size);
-        for (int k = 0; k < NUM_COLLECTIVES; k++) {
-            n += (size_t)snprintf(buf + n, size - n, "%s\"%s\": [", k ? ", " : "", collective_name((Collective)k));
-            for (int r = 0; r < ranks; r++)
-                n += (size_t)snprintf(buf + n, size - n, "%s%.0f", r ? ", " : "", all[r * NUM_COLLECTIVES + k]);
-            n += (size_t)snprintf(buf + n, size - n, "]");
-        }
-        logger_line(log, "{\"step\": %d, \"%s\": {%s}}", step, key, buf);
-        free(buf);
+// One log record `key`: every rank's bytes per collective, read from the gathered rows (`width` values per
+// rank, this record's starting at `col`).
+static void log_bytes(Logger* log, int step, const char* key, const double* all, int ranks, int width, int col) {
+    // Sized for every rank (a count is at most 20 digits), so no world is too large to log whole.
+    size_t size = (size_t)NUM_COLLECTIVES * ((size_t)ranks * 24 + 48), n = 0;
+    char* buf = (char*)xmalloc(size);
+    for (int k = 0; k < NUM_COLLECTIVES; k++) {
+        n += (size_t)snprintf(buf + n, size - n, "%s\"%s\": [", k ? ", " : "", collective_name((Collective)k));
+        for (int r = 0; r < ranks; r++)
+            n += (size_t)snprintf(buf + n, size - n, "%s%.0f", r ? ", " : "", all[(size_t)r * width + col + k]);
+        n += (size_t)snprintf(buf + n, size - n, "]");
     }
-    free(all);
+    logger_line(log, "{\"step\": %d, \"%s\": {%s}}", step, key, buf);
+    free(buf);
 }
 
 // Every rank's bytes per collective, summed over its groups ("comm_bytes"); and where the grid has more than
 // one kind of group (a pipeline or tensor parallelism), per group too ("dp_comm_bytes", "pp_comm_bytes",
 // "tied_comm_bytes", "tp_comm_bytes"; a rank outside a group counts 0 there), so each can be checked
-// against its own formula.
+// against its own formula. One gather over the world carries them all.
 void report_comm(Logger* log, const Grid* g, int step) {
     Comm* groups[] = GRID_GROUPS(g);
-    static const char* const KEYS[] = {"world_comm_bytes", "dp_comm_bytes", "pp_comm_bytes", "tied_comm_bytes", "tp_comm_bytes"};
-    enum { NUM_GROUPS = sizeof(groups) / sizeof(groups[0]) };
-    double per[NUM_GROUPS][NUM_COLLECTIVES] = {{0}}, mine[NUM_COLLECTIVES] = {0};
+    enum { NUM_GROUPS = sizeof(groups) / sizeof(groups[0]), WIDTH = (1 + NUM_GROUPS) * NUM_COLLECTIVES };
+    // Per group (in GRID_GROUPS' order) its record's name, and whether the grid has that kind of group. The
+    // world's own collectives are the trainer's few host sums: counted in the total, never logged apart.
+    const char* keys[NUM_GROUPS] = {NULL, "dp_comm_bytes", "pp_comm_bytes", "tied_comm_bytes", "tp_comm_bytes"};
+    int logged[NUM_GROUPS] = {0, 1, g->pp > 1, g->pp > 1, g->tp > 1};
+    double mine[WIDTH] = {0};   // the total, then each group
     for (int i = 0; i < NUM_GROUPS; i++)
         for (int k = 0; groups[i] && k < NUM_COLLECTIVES; k++) {
-            per[i][k] = (double)comm_bytes_sent(groups[i], (Collective)k);
-            mine[k] += per[i][k];
+            double b = (double)comm_bytes_sent(groups[i], (Collective)k);
+            mine[k] += b;
+            mine[(1 + i) * NUM_COLLECTIVES + k] = b;
         }
     report_comm_reset(g);
-    log_bytes(log, g, step, "comm_bytes", mine);
-    if (g->pp == 1 && g->tp == 1) return;   // the world is the one group
-    for (int i = 1; i < NUM_GROUPS; i++) {   // world collectives are the trainer's few host sums
-        int present = i == 1 || (i == 2 && g->pp > 1) || (i == 3 && g->pp > 1) || (i == 4 && g->tp > 1);
-        if (present) log_bytes(log, g, step, KEYS[i], per[i]);
+    int ranks = comm_size(g->world);
+    double* all = gather_rows(g->world, mine, WIDTH);
+    if (comm_rank(g->world) == 0 && ranks > 1) {
+        log_bytes(log, step, "comm_bytes", all, ranks, WIDTH, 0);
+        for (int i = 0; i < NUM_GROUPS && (g->pp > 1 || g->tp > 1); i++)   // more than one kind of group
+            if (logged[i]) log_bytes(log, step, keys[i], all, ranks, WIDTH, (1 + i) * NUM_COLLECTIVES);
     }
+    free(all);
 }
 
 double model_flops_per_token(const ParamLayout* lay, int T) {

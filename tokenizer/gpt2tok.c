@@ -23,10 +23,6 @@
 #define BATCH_BYTES (8u << 20)   /* enough work per batch to keep every thread busy */
 #define CHUNK_BYTES (64u << 10)  /* small enough to balance, large enough to amortize the split scan */
 
-#define die bpe_die
-#define xmalloc bpe_xmalloc
-#define xrealloc bpe_xrealloc
-
 static int read_exact(FILE *f, void *buf, size_t n) { return fread(buf, 1, n, f) == n; }
 
 /* ---------- encoding a chunk (tokenizer/bpe.c) ---------- */
@@ -63,7 +59,7 @@ static size_t next_cut(const uint8_t *s, size_t from, size_t len) {
 static void add_chunk(Batch *b, size_t doc, size_t start, size_t end, int nonspace_after) {
     if (b->nchunks == b->cap_chunks) {
         b->cap_chunks = b->cap_chunks ? 2 * b->cap_chunks : 256;
-        b->chunks = xrealloc(b->chunks, b->cap_chunks * sizeof *b->chunks);
+        b->chunks = bpe_xrealloc(b->chunks, b->cap_chunks * sizeof *b->chunks);
     }
     b->chunks[b->nchunks++] = (Chunk){doc, start, end, nonspace_after, SIZE_MAX, {0}};
 }
@@ -83,7 +79,7 @@ static void split_docs(Batch *b) {
 }
 
 static void write_all(const void *p, size_t n) {
-    if (fwrite(p, 1, n, stdout) != n) die("stdout", strerror(errno));
+    if (fwrite(p, 1, n, stdout) != n) bpe_die("stdout", strerror(errno));
 }
 
 /* Emits each document's ids (or stops at the first bad document) and frees the batch. */
@@ -96,7 +92,7 @@ static void flush_batch(Batch *b) {
             if (b->chunks[c].bad_at != SIZE_MAX) {
                 char msg[96];
                 snprintf(msg, sizeof msg, "not valid UTF-8 at byte %zu", b->chunks[c].bad_at);
-                die(b->docs[d].label, msg);
+                bpe_die(b->docs[d].label, msg);
             }
             ntok += b->chunks[c].out.n;
         }
@@ -106,7 +102,7 @@ static void flush_batch(Batch *b) {
     for (size_t k = 0; k < b->nchunks; k++) free(b->chunks[k].out.v);
     for (size_t d = 0; d < b->ndocs; d++) { free(b->docs[d].label); free(b->docs[d].text); }
     b->ndocs = b->bytes = b->nchunks = 0;
-    if (fflush(stdout) != 0) die("stdout", strerror(errno));
+    if (fflush(stdout) != 0) bpe_die("stdout", strerror(errno));
 }
 
 static void run_batch(Batch *b, BpeWorker **workers) {
@@ -121,14 +117,14 @@ static void run_batch(Batch *b, BpeWorker **workers) {
 
 static uint8_t *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
-    if (!f) die(path, strerror(errno));
+    if (!f) bpe_die(path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(f), &st) != 0) die(path, strerror(errno));
-    if (!S_ISREG(st.st_mode)) die(path, "not a regular file");
-    if (st.st_size == 0) die(path, "empty file");
-    uint8_t *buf = xmalloc((size_t)st.st_size);
-    if (!read_exact(f, buf, (size_t)st.st_size)) die(path, ferror(f) ? strerror(errno) : "file shrank while reading");
-    if (fclose(f) != 0) die(path, strerror(errno));
+    if (fstat(fileno(f), &st) != 0) bpe_die(path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) bpe_die(path, "not a regular file");
+    if (st.st_size == 0) bpe_die(path, "empty file");
+    uint8_t *buf = bpe_xmalloc((size_t)st.st_size);
+    if (!read_exact(f, buf, (size_t)st.st_size)) bpe_die(path, ferror(f) ? strerror(errno) : "file shrank while reading");
+    if (fclose(f) != 0) bpe_die(path, strerror(errno));
     *len = (size_t)st.st_size;
     return buf;
 }
@@ -139,23 +135,23 @@ static int read_doc(Doc *d) {
     if (kind == EOF) return 0;
     uint32_t n;
     if ((kind != 'F' && kind != 'T') || !read_exact(stdin, &n, sizeof n) || n > 65536)
-        die("stdin", "bad document record");
-    d->label = xmalloc(n + 1);
-    if (!read_exact(stdin, d->label, n)) die("stdin", "truncated document record");
+        bpe_die("stdin", "bad document record");
+    d->label = bpe_xmalloc(n + 1);
+    if (!read_exact(stdin, d->label, n)) bpe_die("stdin", "truncated document record");
     d->label[n] = 0;
     if (kind == 'F') { d->text = read_file(d->label, &d->len); return 1; }
     uint64_t m;
-    if (!read_exact(stdin, &m, sizeof m)) die("stdin", "truncated document record");
-    d->text = xmalloc((size_t)m);
+    if (!read_exact(stdin, &m, sizeof m)) bpe_die("stdin", "truncated document record");
+    d->text = bpe_xmalloc((size_t)m);
     d->len = (size_t)m;
-    if (!read_exact(stdin, d->text, d->len)) die("stdin", "truncated document record");
+    if (!read_exact(stdin, d->text, d->len)) bpe_die("stdin", "truncated document record");
     return 1;
 }
 
 static void add_doc(Batch *b, Doc d) {
     if (b->ndocs == b->cap_docs) {
         b->cap_docs = b->cap_docs ? 2 * b->cap_docs : 64;
-        b->docs = xrealloc(b->docs, b->cap_docs * sizeof *b->docs);
+        b->docs = bpe_xrealloc(b->docs, b->cap_docs * sizeof *b->docs);
     }
     b->docs[b->ndocs++] = d;
     b->bytes += d.len;
@@ -168,13 +164,13 @@ int main(int argc, char **argv) {
     }
     if (argc == 4) {
         int t = atoi(argv[3]);
-        if (t < 1) die("-t", "needs a positive thread count");
+        if (t < 1) bpe_die("-t", "needs a positive thread count");
         omp_set_num_threads(t);
     }
     BpeModel m;
     bpe_model_load(&m, argv[1]);
     int nthreads = omp_get_max_threads();
-    BpeWorker **workers = xmalloc((size_t)nthreads * sizeof *workers);
+    BpeWorker **workers = bpe_xmalloc((size_t)nthreads * sizeof *workers);
     for (int t = 0; t < nthreads; t++) workers[t] = bpe_worker_new(&m);
     Batch b = {0};
     Doc d;
