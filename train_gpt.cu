@@ -3,8 +3,9 @@
 //
 // Reads top to bottom: set-up (ranks, flags, backend, model, data, log), then the loop: at each step maybe
 // validate, sample and checkpoint, then one optimizer step over `ga` accumulated micro-batches on every
-// data-parallel replica, each micro-batch flowing through the pipeline's stages in 1F1B order (pipeline.h),
-// with ZeRO deciding where parameters, gradients and optimizer state live inside each stage (zero.h).
+// data-parallel replica, each micro-batch flowing through the pipeline's stages in its schedule's order
+// (-ps; pipeline.h), with ZeRO deciding where parameters, gradients and optimizer state live inside each
+// stage (zero.h).
 // Rank 0 prints and writes the log; every rank takes part in every collective.
 #include <errno.h>
 #include <limits.h>
@@ -51,7 +52,9 @@ typedef struct {
     Zero* zero;
     ModelState model_states;   // zero's, as the optimizer and the checkpoints see them
     DelayedUpdate* delayed;    // -dpu; NULL otherwise
-    GPT gpt;
+    GPT gpt[MAX_MODEL_CHUNKS];   // one per model chunk of this stage (one without interleaving)
+    ParamLayout* chunk_layout;   // [chunks]: each chunk's view of `layout` (layout_chunk_view)
+    int chunks;
     DataLoader* train;
     DataLoader* val;        // NULL without -j
     Tokenizer* tokenizer;   // NULL without a tokenizer file: samples print token ids
@@ -73,6 +76,24 @@ static long long tokens_per_step(const Trainer* tr) {
 }
 
 static int is_root(const Trainer* tr) { return tr->rank == 0; }
+
+// The chunk with the LM head (on the last stage; elsewhere a chunk without one).
+static GPT* head_chunk(Trainer* tr) { return pipeline_head_chunk(&tr->pipe, tr->gpt); }
+
+// One GPT per model chunk of this stage, each walking its view of the stage's layout with its own
+// activation sets; they share the parameter store (ZeRO) and the stash sizing of the schedule.
+static void create_chunks(Trainer* tr) {
+    const Config* cfg = &tr->cfg;
+    const Grid* g = &tr->grid;
+    tr->chunks = tr->layout->num_chunks;
+    tr->chunk_layout = (ParamLayout*)xmalloc((size_t)tr->chunks * sizeof(ParamLayout));
+    for (int c = 0; c < tr->chunks; c++) {
+        layout_chunk_view(tr->layout, c, &tr->chunk_layout[c]);
+        gpt_create(&tr->gpt[c], tr->be, &tr->mem, &tr->chunk_layout[c], zero_param_store(tr->zero), g->tp_group,
+                   cfg->sequence_parallel, cfg->precision, cfg->B, cfg->T, cfg->recompute, tr->plan.sets[g->stage][c],
+                   tr->plan.stash[g->stage]);
+    }
+}
 
 // Preemption (SIGTERM from a scheduler, SIGINT from a terminal). During start-up both keep their default
 // action, so a trainer stuck loading ends at once. From the training loop on, the first one is caught by a
@@ -307,12 +328,17 @@ static void print_setup(Trainer* tr, CommKind comm) {
     const PipelinePlan* plan = &tr->plan;
     int P = plan->stages, m = plan->micro;
     if (P > 1) {
-        char blocks[MAX_LAYERS * 6];
-        for (int i = 0, n = 0; i < P; i++) n += snprintf(blocks + n, sizeof(blocks) - (size_t)n, "%s%d", i ? ", " : "", plan->count[i]);
-        printf("pipeline: 1F1B over %d stages (blocks per stage: %s), %d micro-batches per step: bubble (P-1)/m = %.1f%% of the useful time\n",
-               P, blocks, m, 100.0 * plan->bubble);
-        logger_line(&tr->log, "{\"step\": %d, \"pipeline\": {\"stages\": %d, \"micro_batches\": %d, \"blocks\": [%s], "
-                    "\"bubble_theory\": %.6f}}", tr->first_step, P, m, blocks, plan->bubble);
+        char blocks[MAX_LAYERS * 6], chunks[64] = "";
+        for (int i = 0, n = 0; i < P * plan->chunks; i++)
+            n += snprintf(blocks + n, sizeof(blocks) - (size_t)n, "%s%d", i ? ", " : "", plan->count[i]);
+        if (plan->chunks > 1) snprintf(chunks, sizeof(chunks), " x %d virtual stages each", plan->chunks);
+        const char* formula[] = {"(P-1)/m", "(P-1)/(V m)", "(P-1)/(3m)"};
+        printf("pipeline: %s over %d stages%s (blocks per %sstage: %s), %d micro-batches per step: bubble %s = %.1f%% of "
+               "the useful time\n", schedule_kind_name(plan->schedule), P, chunks, plan->chunks > 1 ? "virtual " : "", blocks,
+               m, formula[plan->schedule], 100.0 * plan->bubble);
+        logger_line(&tr->log, "{\"step\": %d, \"pipeline\": {\"schedule\": \"%s\", \"stages\": %d, \"micro_batches\": %d, "
+                    "\"blocks\": [%s], \"bubble_theory\": %.6f}}", tr->first_step, schedule_kind_name(plan->schedule), P, m,
+                    blocks, plan->bubble);
     }
     if (P > 1 && m < P)
         fprintf(stderr, "warning: -ga %d < -pp %d: most of each step is pipeline bubble; use -ga >= %d (ideally several times -pp)\n", m,
@@ -331,7 +357,8 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     if (!cfg->precision_set) cfg->precision = backend_build_is_gpu() ? DT_BF16 : DT_FP32;
     int planned = cfg->estimate && cfg->plan_ranks ? cfg->plan_ranks : tr->ranks;
     resolve_batch(cfg, &shape, planned, cfg->pipeline_stages * cfg->tensor_parallel);
-    pipeline_plan(&tr->plan, &shape, cfg->pipeline_stages, cfg->tensor_parallel, planned, cfg->T, cfg->grad_accum);
+    pipeline_plan(&tr->plan, &shape, cfg->pipeline_stages, cfg->pipe_schedule, cfg->virtual_stages, cfg->tensor_parallel, planned,
+                  cfg->T, cfg->grad_accum);
     if (cfg->estimate) {   // before any allocation, data or device
         if (is_root(tr)) print_memory_plan(plan_zero_states, cfg, &tr->plan, &shape, planned);
         comm_finalize(tr->world);
@@ -354,15 +381,14 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->zero = zero_create(tr->be, &tr->mem, tr->layout, caps_of(cfg, cfg->zero_stage), g->dp_group, g->tied, cfg->precision);
     tr->model_states = zero_model_state(tr->zero);
     if (cfg->delay_from > 0) tr->delayed = delayed_update_create(&tr->model_states);
-    gpt_create(&tr->gpt, tr->be, &tr->mem, tr->layout, zero_param_store(tr->zero), g->tp_group, cfg->sequence_parallel,
-               cfg->precision, cfg->B, cfg->T, cfg->recompute, tr->plan.sets[g->stage]);
+    create_chunks(tr);
     pipeline_create(&tr->pipe, g, &tr->plan);
     tr->scaler = loss_scaler_init(cfg->precision == DT_FP16, cfg->loss_scale);
     load_or_init_model(tr);
     if (is_root(tr)) logger_open(&tr->log, cfg->out_dir, tr->first_step);
     if (is_root(tr)) print_setup(tr, comm);
     report_layout(&tr->log, tr->layout, cfg, g->dp, tr->first_step);
-    report_memory(&tr->log, tr->world, &tr->mem, cfg, &tr->gpt, tr->first_step);
+    report_memory(&tr->log, tr->world, &tr->mem, cfg, tr->gpt, tr->chunks, tr->first_step);
     catch_stop_signal(SIGTERM);   // last: the training loop starts next
     catch_stop_signal(SIGINT);
 }
@@ -374,7 +400,8 @@ static void trainer_teardown(Trainer* tr) {
     if (tr->val) dataloader_close(tr->val);
     if (tr->tokenizer) tokenizer_free(tr->tokenizer);
     pipeline_destroy(&tr->pipe);
-    gpt_destroy(&tr->gpt, tr->be);
+    for (int c = 0; c < tr->chunks; c++) gpt_destroy(&tr->gpt[c], tr->be);
+    free(tr->chunk_layout);
     if (tr->delayed) delayed_update_destroy(tr->delayed);
     zero_destroy(tr->zero, tr->be);
     grid_destroy(&tr->grid);
@@ -397,7 +424,7 @@ static void validate(Trainer* tr, int step) {
     int rounds = (tr->val_batches + g->dp - 1) / g->dp;
     for (int i = 0; i < rounds; i++) {
         dataloader_batch(tr->val, i, 1, 0, tr->inputs, tr->targets);
-        double loss = pipeline_forward(&tr->pipe, &tr->gpt, tr->be, tr->inputs, tr->targets);
+        double loss = pipeline_forward(&tr->pipe, tr->gpt, tr->be, tr->inputs, tr->targets);
         if (i * g->dp + g->dp_rank < tr->val_batches && g->tp_rank == 0) sum += loss;   // a tensor group's losses are one
     }
     comm_allreduce_host_sum(tr->world, &sum, 1);
@@ -436,13 +463,14 @@ static void keep_top_k(double* w, const float* p, int V, int k) {
 
 // A token drawn from row `row`'s logits: softmax(logits / temperature) over the top k, one uniform draw.
 static int sample_row(Trainer* tr, int row, Rng* rng, Sampling how) {
-    const GPTShape* s = &tr->gpt.shape;
-    size_t x = dtype_size(tr->gpt.dt);
+    const GPT* g = head_chunk(tr);
+    const GPTShape* s = &g->shape;
+    size_t x = dtype_size(g->dt);
     void* raw = xmalloc((size_t)s->Vp * x);
     float* p = (float*)xmalloc((size_t)s->V * sizeof(float));
     double* w = (double*)xmalloc((size_t)s->V * sizeof(double));
-    be_download(tr->be, raw, (char*)tr->gpt.acts.logits + (size_t)row * s->Vp * x, (size_t)s->Vp * x);
-    host_from_dtype(p, raw, tr->gpt.dt, (size_t)s->V);
+    be_download(tr->be, raw, (char*)g->acts.logits + (size_t)row * s->Vp * x, (size_t)s->Vp * x);
+    host_from_dtype(p, raw, g->dt, (size_t)s->V);
     int best = 0;
     for (int v = 1; v < s->V; v++) best = p[v] > p[best] ? v : best;
     int token = best;
@@ -467,7 +495,7 @@ static int sample_row(Trainer* tr, int row, Rng* rng, Sampling how) {
 
 static void sample(Trainer* tr, int step) {
     int T = tr->cfg.T, N = tr->cfg.B * T;
-    int eot = tr->tokenizer ? tokenizer_eot(tr->tokenizer) : (tr->gpt.shape.V > 50256 ? 50256 : tr->gpt.shape.V - 1);
+    int eot = tr->tokenizer ? tokenizer_eot(tr->tokenizer) : (tr->gpt[0].shape.V > 50256 ? 50256 : tr->gpt[0].shape.V - 1);
     int steps = tr->cfg.gen_tokens < T ? tr->cfg.gen_tokens : T - 1;
     Rng rng = rng_seeded(tr->cfg.seed, 0x5a3b1e00ull + (uint64_t)step);   // the same text on a resumed run
     for (int i = 0; i < N; i++) tr->inputs[i] = eot;
@@ -475,9 +503,9 @@ static void sample(Trainer* tr, int step) {
     if (out) fprintf(out, "step %d | sample: ", step);
     for (int t = 1; t <= steps; t++) {
         // Every position sees only its past, so recomputing the whole (B,T) forward is correct, if wasteful.
-        pipeline_forward(&tr->pipe, &tr->gpt, tr->be, tr->inputs, NULL);
+        pipeline_forward(&tr->pipe, tr->gpt, tr->be, tr->inputs, NULL);
         // The last stage has the logits; the max over the world hands its token to every stage.
-        double shared = gpt_has_head(&tr->gpt) ? sample_row(tr, t - 1, &rng, (Sampling){1.0f, 0}) : -1.0;
+        double shared = gpt_has_head(head_chunk(tr)) ? sample_row(tr, t - 1, &rng, (Sampling){1.0f, 0}) : -1.0;
         comm_allreduce_host_max(tr->world, &shared, 1);
         int token = (int)shared;
         tr->inputs[t] = token;
@@ -505,7 +533,8 @@ static int* encode_prompt(Trainer* tr, int* n) {
     if (bad != SIZE_MAX) fail("-prompt is not valid UTF-8 at byte %zu", bad);
     int* out = (int*)xmalloc(ids.n * sizeof(int));
     for (size_t i = 0; i < ids.n; i++) {
-        if (ids.v[i] >= tr->gpt.shape.V) fail("-prompt encodes to token %d, outside the model's vocabulary of %d", ids.v[i], tr->gpt.shape.V);
+        if (ids.v[i] >= tr->gpt[0].shape.V)
+            fail("-prompt encodes to token %d, outside the model's vocabulary of %d", ids.v[i], tr->gpt[0].shape.V);
         out[i] = ids.v[i];
     }
     *n = (int)ids.n;
@@ -536,8 +565,8 @@ static void generate(Trainer* tr) {
     for (int len = n; len < n + cfg->gen_tokens; len++) {
         int start = len > T ? len - T : 0, window = len - start;
         for (int i = 0; i < N; i++) tr->inputs[i] = i < window ? text[start + i] : 0;   // later positions never reach it
-        pipeline_forward(&tr->pipe, &tr->gpt, tr->be, tr->inputs, NULL);
-        double shared = gpt_has_head(&tr->gpt) ? sample_row(tr, window - 1, &rng, how) : -1.0;
+        pipeline_forward(&tr->pipe, tr->gpt, tr->be, tr->inputs, NULL);
+        double shared = gpt_has_head(head_chunk(tr)) ? sample_row(tr, window - 1, &rng, how) : -1.0;
         comm_allreduce_host_max(tr->world, &shared, 1);
         text[len] = (int)shared;
         if (out) {
@@ -579,7 +608,7 @@ static void dump_step0(Trainer* tr, const float* logits, double loss) {
     if (writer) model_file_write_part(tr->layout, grads, p, 0);
     free(grads);
     if (logits) {
-        size_t n = (size_t)tr->cfg.B * tr->cfg.T * tr->gpt.shape.V;
+        size_t n = (size_t)tr->cfg.B * tr->cfg.T * tr->gpt[0].shape.V;
         path_join(p, sizeof(p), tr->cfg.dump_dir, "logits0.f32");
         FILE* f = xfopen(p, "wb");
         xfwrite(logits, sizeof(float), n, f, p);
@@ -629,7 +658,7 @@ static void update(Trainer* tr, int step, const StepResult* r, PhaseTimer* pt) {
 
 static StepResult train_step(Trainer* tr, int step) {
     Config* cfg = &tr->cfg;
-    GPT* g = &tr->gpt;
+    GPT* g = head_chunk(tr);
     int dump = cfg->dump_dir && step == 0;
     double tokens = (double)tokens_per_step(tr);
     int dumps_logits = dump && gpt_has_head(g) && tr->grid.dp_rank == 0 && tr->grid.tp_rank == 0;
@@ -641,7 +670,7 @@ static StepResult train_step(Trainer* tr, int step) {
     PhaseTimer* pt = &r.phases;
     pt->on = cfg->breakdown_every > 0 && (step + 1) % cfg->breakdown_every == 0;
     zero_begin_step(tr->zero, tr->be);
-    r.loss = pipeline_train_step(&tr->pipe, g, tr->be, tr->train, step, tr->inputs, tr->targets, dloss, logits, pt);
+    r.loss = pipeline_train_step(&tr->pipe, tr->gpt, tr->be, tr->train, step, tr->inputs, tr->targets, dloss, logits, pt);
     if (tr->grid.tp_rank > 0) r.loss = 0.0;            // its tensor group's rank 0 holds the same losses
     comm_allreduce_host_sum(tr->world, &r.loss, 1);   // the last stage of each replica holds its losses
     r.loss /= tokens;
@@ -662,7 +691,7 @@ static StepResult train_step(Trainer* tr, int step) {
 
 static void report_step(Trainer* tr, int step, const StepResult* r, double seconds, double* avg_seconds) {
     report_comm(&tr->log, &tr->grid, step);
-    if (r->phases.on) report_breakdown(&tr->log, &tr->grid, step, &r->phases, tr->cfg.grad_accum);
+    if (r->phases.on) report_breakdown(&tr->log, &tr->grid, step, &r->phases, &tr->plan);
     if (!is_root(tr)) return;
     double tok_s = (double)tokens_per_step(tr) / seconds;
     *avg_seconds = *avg_seconds <= 0.0 ? seconds : 0.9 * *avg_seconds + 0.1 * seconds;

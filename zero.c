@@ -300,7 +300,7 @@ static int held_block_unit(const Zero* z, int l) {
 
 // The block unit the walk will ask for after block unit u, or -1 when that is not certain.
 static int next_block_unit(Zero* z, int u) {
-    int l = z->lay->first_block + (u - z->lay->block_unit[z->lay->first_block]), dir = 0;
+    int l = z->lay->tensors[unit(z, u)->first_tensor].layer, dir = 0;   // the block unit u holds
     if (z->walk_started && z->walk_last_block == l - 1) dir = 1;
     else if (z->walk_started && z->walk_last_block == l + 1) dir = -1;
     else if (held_block_unit(z, l - 1) < 0) dir = 1;

@@ -57,7 +57,10 @@ void config_usage(const char* prog) {
            "  -p P      fp32|bf16|fp16 storage, fp32 master weights; fp16 with dynamic loss scaling\n"
            "            (default fp32 on the CPU build, bf16 on the GPU build)\n"
            "  -z N      ZeRO stage 0..3 (default 0)\n"
-           "  -pp N     1F1B pipeline stages; ranks form N stages x ranks/N data-parallel replicas (default 1)\n"
+           "  -pp N     pipeline stages; ranks form N stages x ranks/N data-parallel replicas (default 1)\n"
+           "  -ps S     pipeline schedule: 1f1b | interleaved (with -vp V model chunks per rank: bubble (P-1)/(V m))\n"
+           "            | zb (zero bubble, ZB-H1: weight gradients deferred into the bubble) (default 1f1b)\n"
+           "  -vp V     with -ps interleaved: virtual stages per rank, 2..8 (default 2)\n"
            "  -tp N     tensor parallelism: N neighbouring ranks share each block, Megatron-style (heads and the MLP\n"
            "            split; N divides the heads); ranks form stages x replicas x N (default 1)\n"
            "  -sp 0|1   with -tp: sequence parallelism; LayerNorms and residual adds on each rank's b*t/N rows,\n"
@@ -129,6 +132,7 @@ static void set_defaults(Config* c) {
     c->precision = DT_FP32;
     c->pipeline_stages = 1;
     c->tensor_parallel = 1;
+    c->virtual_stages = 0;   // 0: not given (2 under -ps interleaved, else 1)
 }
 
 static void parse_one(Config* c, const char* f, const char* v) {
@@ -166,6 +170,9 @@ static void parse_one(Config* c, const char* f, const char* v) {
     else if (!strcmp(f, "-seed")) c->seed = (uint64_t)parse_int(f, v, 0, BIG);
     else if (!strcmp(f, "-z")) c->zero_stage = (int)parse_int(f, v, 0, 3);
     else if (!strcmp(f, "-pp")) c->pipeline_stages = (int)parse_int(f, v, 1, 1024);
+    else if (!strcmp(f, "-ps")) {
+        if (!schedule_kind_parse(v, &c->pipe_schedule)) fail("-ps %s: the schedule must be 1f1b, interleaved or zb", v);
+    } else if (!strcmp(f, "-vp")) c->virtual_stages = (int)parse_int(f, v, 1, MAX_CHUNKS);
     else if (!strcmp(f, "-tp")) c->tensor_parallel = (int)parse_int(f, v, 1, 1024);
     else if (!strcmp(f, "-sp")) c->sequence_parallel = (int)parse_int(f, v, 0, 1);
     else if (!strcmp(f, "-r")) c->recompute = (int)parse_int(f, v, 0, 3);
@@ -221,6 +228,7 @@ void config_parse(Config* c, int argc, char** argv) {
     if (c->sequence_parallel && c->tensor_parallel < 2) fail("-sp 1 splits the rows over the tensor group: it needs -tp 2 or more");
     if (c->sequence_parallel && ((long long)c->B * c->T) % c->tensor_parallel)
         fail("-sp 1: b*t = %d*%d rows do not split evenly over -tp %d ranks", c->B, c->T, c->tensor_parallel);
+    if (!c->virtual_stages) c->virtual_stages = c->pipe_schedule == SCHEDULE_INTERLEAVED ? 2 : 1;
     if (c->delay_from > 0 && !c->offload)
         fail("-dpu %d delays the host's update behind the device's next step: it needs -offload 1 or 2", c->delay_from);
     if (c->offload == 2 && c->zero_stage < 2)

@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "core/comm.h"
+#include "core/schedule.h"
 #include "kernels/kernels.h"
 
 typedef enum { LR_COSINE, LR_LINEAR, LR_CONSTANT } LrSchedule;
@@ -50,6 +51,8 @@ typedef struct {
     DType precision;             // -p fp32|bf16|fp16
     int zero_stage;              // -z
     int pipeline_stages;         // -pp
+    ScheduleKind pipe_schedule;  // -ps: the pipeline schedule (core/schedule.h)
+    int virtual_stages;          // -vp: model chunks per rank under -ps interleaved (1 otherwise)
     int tensor_parallel;         // -tp: ranks sharing each block (Megatron's tensor parallelism)
     int sequence_parallel;       // -sp: with -tp, the regions between the parallel layers split by rows
     int recompute;               // -r

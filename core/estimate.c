@@ -13,8 +13,13 @@ void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const P
     pipeline_stage_layout(lay, plan, s, dp, stage, 0);   // every tensor rank holds as much as rank 0
     memset(out, 0, sizeof(*out));
     states(out, lay, cfg, zero, dp);
-    out->bytes[MEM_ACTIVATIONS] += gpt_activation_bytes(lay, cfg->precision, cfg->B, cfg->T, recompute, plan->sets[stage],
-                                                        cfg->sequence_parallel);
+    ParamLayout* chunk = (ParamLayout*)xmalloc(sizeof(ParamLayout));
+    for (int c = 0; c < lay->num_chunks; c++) {
+        layout_chunk_view(lay, c, chunk);
+        out->bytes[MEM_ACTIVATIONS] += gpt_activation_bytes(chunk, cfg->precision, cfg->B, cfg->T, recompute,
+                                                            plan->sets[stage][c], plan->stash[stage], cfg->sequence_parallel);
+    }
+    free(chunk);
     free(lay);
 }
 
@@ -54,6 +59,37 @@ static void print_rows(StatePlanner states, const Config* cfg, const PipelinePla
     }
 }
 
+// Each schedule's activation sets (per chunk with interleaving, each set 1/V of a stage's) and zb's stash
+// per stage, and the heaviest stage's activation bytes under each (at -r as given), with the bubble each buys.
+static void print_schedules(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks) {
+    printf("\nactivations per rank on the heaviest stage by schedule (-r %d, m=%d):\n", cfg->recompute, plan->micro);
+    int P = plan->stages, m = plan->micro, V = plan->chunks > 1 ? plan->chunks : 2;
+    const ScheduleKind kinds[] = {SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, SCHEDULE_ZB};
+    for (int k = 0; k < 3; k++) {
+        int chunks = kinds[k] == SCHEDULE_INTERLEAVED ? V : 1;
+        if (kinds[k] == SCHEDULE_INTERLEAVED && (m % P || P * V > s->L)) {
+            printf("  -ps interleaved -vp %d: not possible here (needs -ga a multiple of -pp and %d layers)\n", V, P * V);
+            continue;
+        }
+        PipelinePlan other;
+        pipeline_plan(&other, s, P, kinds[k], chunks, plan->tp, ranks, cfg->T, m);
+        char name[32];
+        snprintf(name, sizeof(name), chunks > 1 ? "%s -vp %d" : "%s", schedule_kind_name(kinds[k]), chunks);
+        printf("  -ps %-18s %.3f GiB, bubble %.1f%%; sets per stage", name,
+               gib(heaviest_stage(states, cfg, &other, s, plan_replicas(plan, ranks), cfg->zero_stage, cfg->recompute, MEM_ACTIVATIONS)),
+               100.0 * other.bubble);
+        for (int st = 0; st < P; st++) {
+            printf(" ");
+            for (int c = 0; c < chunks; c++) printf("%s%d", c ? "+" : "", other.sets[st][c]);
+        }
+        if (kinds[k] == SCHEDULE_ZB) {
+            printf(", W stash per stage");
+            for (int st = 0; st < P; st++) printf(" %d", other.stash[st]);
+        }
+        printf("\n");
+    }
+}
+
 static void print_table(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks) {
     int P = plan->stages;
     printf("\n%sGiB per rank%s (model states + activations at -r %d, b=%d t=%d%s):\n", cfg->offload ? "device " : "",
@@ -68,6 +104,7 @@ static void print_table(StatePlanner states, const Config* cfg, const PipelinePl
     for (int r = 0; r <= 3; r++)
         printf("  -r %d: %.2f GiB", r, gib(heaviest_stage(states, cfg, plan, s, plan_replicas(plan, ranks), cfg->zero_stage, r, MEM_ACTIVATIONS)));
     printf("\n");
+    if (P > 1) print_schedules(states, cfg, plan, s, ranks);
 }
 
 static void print_json(const char* prefix, const MemLedger* m) {
@@ -90,7 +127,8 @@ static int fits(StatePlanner states, const Config* cfg, const GPTShape* s, int r
     Config c = *cfg;
     c.offload = offload;
     PipelinePlan plan;
-    pipeline_plan(&plan, s, cfg->pipeline_stages, cfg->tensor_parallel, ranks, cfg->T, cfg->grad_accum);
+    pipeline_plan(&plan, s, cfg->pipeline_stages, cfg->pipe_schedule, cfg->virtual_stages, cfg->tensor_parallel, ranks, cfg->T,
+                  cfg->grad_accum);
     double gpu = cfg->gpu_mem_gib * (double)(1ull << 30), host = cfg->host_mem_gib * (double)(1ull << 30);
     int dp = plan_replicas(&plan, ranks);
     return (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, DEVICE_TOTAL) <= gpu &&

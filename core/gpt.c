@@ -122,16 +122,28 @@ static void check_buffer_table(void) {
     }
 }
 
-size_t gpt_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, int recompute, int num_sets, int sp) {
+// The stash's fields (WeightGradStash, in order): elements of each over the stage's blocks.
+#define NUM_STASH_FIELDS (sizeof(WeightGradStash) / sizeof(void*))
+static void stash_elems(const ParamLayout* lay, int B, int T, int sp, size_t elems[NUM_STASH_FIELDS]) {
+    size_t L = (size_t)lay->num_blocks, N = (size_t)B * (size_t)T, C = (size_t)lay->shape.C;
+    size_t R = sp ? N / (size_t)lay->tp_size : N, CA = (size_t)layout_attn_channels(lay), CF = (size_t)layout_mlp_channels(lay);
+    size_t per_block[NUM_STASH_FIELDS] = {N * C, N * CF, R * C, N * C, N * 3 * CA, R * C};
+    for (size_t f = 0; f < NUM_STASH_FIELDS; f++) elems[f] = L * per_block[f];
+}
+
+size_t gpt_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, int recompute, int num_sets, int num_stash,
+                            int sp) {
     Keep k = keep_for(recompute);
-    size_t total = 0;
+    size_t total = 0, elems[NUM_STASH_FIELDS];
     for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++)
         total += buffer_bytes(&BUFFERS[i], lay, dt, B, T, k, sp) * (size_t)(per_set(&BUFFERS[i], k) ? num_sets : 1);
+    stash_elems(lay, B, T, sp, elems);
+    for (size_t f = 0; f < NUM_STASH_FIELDS; f++) total += elems[f] * dtype_size(dt) * (size_t)num_stash;
     return total;
 }
 
 void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, int sp, DType dt,
-                int B, int T, int recompute, int num_sets) {
+                int B, int T, int recompute, int num_sets, int num_stash) {
     memset(g, 0, sizeof(*g));
     int tp_ranks = tp ? comm_size(tp) : 1;
     if (tp_ranks != layout->tp_size) fail("internal: a layout for %d tensor ranks on a group of %d", layout->tp_size, tp_ranks);
@@ -146,7 +158,7 @@ void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, 
     g->B = B;
     g->T = T;
     g->recompute = recompute;
-    if (num_sets < 1 || (gpt_has_head(g) && num_sets != 1)) fail("internal: %d activation sets on this stage", num_sets);
+    if (num_sets < 1 || num_stash < 0) fail("internal: %d activation sets, %d stash slots on this stage", num_sets, num_stash);
     check_buffer_table();
     g->num_sets = num_sets;
     g->sets = (Activations*)xcalloc((size_t)num_sets, sizeof(Activations));
@@ -159,6 +171,13 @@ void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, 
                                            : bytes ? mem_alloc(be, mem, MEM_ACTIVATIONS, bytes) : NULL;
         }
     g->acts = g->sets[0];
+    g->num_stash = num_stash;
+    g->stash = (WeightGradStash*)xcalloc((size_t)(num_stash ? num_stash : 1), sizeof(WeightGradStash));
+    size_t elems[NUM_STASH_FIELDS];
+    stash_elems(layout, B, T, g->sp, elems);
+    for (int slot = 0; slot < num_stash; slot++)
+        for (size_t f = 0; f < NUM_STASH_FIELDS; f++)
+            ((void**)&g->stash[slot])[f] = mem_alloc(be, mem, MEM_ACTIVATIONS, elems[f] * dtype_size(dt));
 }
 
 void gpt_destroy(GPT* g, Backend* be) {
@@ -168,6 +187,9 @@ void gpt_destroy(GPT* g, Backend* be) {
             void* buf = *buffer_in(&g->sets[set], &BUFFERS[i]);
             if (buf && (set == 0 || per_set(&BUFFERS[i], k))) be_free(be, buf);
         }
+    for (int slot = 0; slot < g->num_stash; slot++)
+        for (size_t f = 0; f < NUM_STASH_FIELDS; f++) be_free(be, ((void**)&g->stash[slot])[f]);
+    free(g->stash);
     free(g->sets);
     memset(g, 0, sizeof(*g));
 }
@@ -343,6 +365,65 @@ static void block_backward(GPT* g, Backend* be, BlockParams p, BlockParams dp, B
     norm_backward(g, be, a->dresid, dp.ln1w, dp.ln1b, sum_partials(g, a->dsmall), v.x, p.ln1w, v.ln1_mean, v.ln1_rstd);
 }
 
+// zb's halves of block_backward. B writes each output gradient that a weight gradient needs into `w`, the
+// block's slices of a stash slot (copied where the buffer it sits in is reused before W), and computes the
+// LayerNorms' input gradients with their parameter gradients dropped into scratch (dbig, free here: the
+// kernel makes all three at once); W makes those again, from the stash, with the input gradient dropped.
+static void norm_backward_input(GPT* g, Backend* be, void* dinp, const void* dout, const void* inp, const void* w,
+                                const float* mean, const float* rstd) {
+    size_t C = (size_t)g->shape.C;
+    void* drop = g->acts.dbig;
+    be_memset0(be, drop, 2 * C * dtype_size(g->dt));
+    layernorm_backward(be, g->dt, dinp, drop, slice(drop, C, 1, g->dt), dout, inp, w, mean, rstd, g->rows, (int)C);
+}
+
+static void norm_backward_weight(GPT* g, Backend* be, void* dw, void* db, const void* dout, const void* inp, const void* w,
+                                 const float* mean, const float* rstd) {
+    void* drop = g->acts.dsmall;
+    be_memset0(be, drop, (size_t)g->rows * g->shape.C * dtype_size(g->dt));
+    norm_backward(g, be, drop, dw, db, dout, inp, w, mean, rstd);
+}
+
+static void block_backward_input(GPT* g, Backend* be, BlockParams p, BlockActs v, WeightGradStash w) {
+    Activations* a = &g->acts;
+    DType dt = g->dt;
+    BlockDims d = block_dims(g);
+    size_t NC = (size_t)d.N * d.C * dtype_size(dt), RC = (size_t)d.R * d.C * dtype_size(dt);
+    be_copy(be, w.dfcproj, gather_rows(g, be, a->proj, a->dresid), NC);
+    matmul_backward_input(be, dt, w.dfch, w.dfcproj, v.fch, p.fcprojw, d.N, d.CF, d.C);
+    matmul_backward_input(be, dt, a->dsmall, w.dfch, NULL, p.fcw, d.N, d.C, d.CF);
+    be_copy(be, w.dln2, sum_partials(g, a->dsmall), RC);
+    norm_backward_input(g, be, a->dresid, w.dln2, v.resid2, p.ln2w, v.ln2_mean, v.ln2_rstd);
+    be_copy(be, w.dattproj, gather_rows(g, be, a->proj, a->dresid), NC);
+    matmul_backward_input(be, dt, a->dsmall, w.dattproj, NULL, p.attprojw, d.N, d.CA, d.C);
+    attention_backward(be, dt, w.dqkv, a->att_scratch, a->dsmall, v.qkv, v.atty, v.att_lse, d.B, d.T, d.CA, d.NH);
+    matmul_backward_input(be, dt, a->dsmall, w.dqkv, NULL, p.qkvw, d.N, d.C, 3 * d.CA);
+    be_copy(be, w.dln1, sum_partials(g, a->dsmall), RC);
+    norm_backward_input(g, be, a->dresid, w.dln1, v.x, p.ln1w, v.ln1_mean, v.ln1_rstd);
+}
+
+static void block_backward_weight(GPT* g, Backend* be, BlockParams p, BlockParams dp, BlockActs v, WeightGradStash w) {
+    DType dt = g->dt;
+    BlockDims d = block_dims(g);
+    matmul_backward_weight(be, dt, dp.fcprojw, dp.fcprojb, w.dfcproj, v.fch_gelu, d.N, d.CF, d.C);
+    matmul_backward_weight(be, dt, dp.fcw, dp.fcb, w.dfch, v.ln2, d.N, d.C, d.CF);
+    norm_backward_weight(g, be, dp.ln2w, dp.ln2b, w.dln2, v.resid2, p.ln2w, v.ln2_mean, v.ln2_rstd);
+    matmul_backward_weight(be, dt, dp.attprojw, dp.attprojb, w.dattproj, v.atty, d.N, d.CA, d.C);
+    matmul_backward_weight(be, dt, dp.qkvw, dp.qkvb, w.dqkv, v.ln1, d.N, d.C, 3 * d.CA);
+    norm_backward_weight(g, be, dp.ln1w, dp.ln1b, w.dln1, v.x, p.ln1w, v.ln1_mean, v.ln1_rstd);
+}
+
+// Block l's slices (l counts the stage's blocks) of stash slot `slot`.
+static WeightGradStash stash_of_block(GPT* g, int slot, int l) {
+    if (slot < 0 || slot >= g->num_stash) fail("internal: stash slot %d of %d", slot, g->num_stash);
+    size_t elems[NUM_STASH_FIELDS];
+    stash_elems(g->layout, g->B, g->T, g->sp, elems);
+    WeightGradStash w = g->stash[slot];
+    for (size_t f = 0; f < NUM_STASH_FIELDS; f++)
+        ((void**)&w)[f] = slice(((void**)&w)[f], elems[f] / (size_t)g->layout->num_blocks, l, g->dt);
+    return w;
+}
+
 static void logits_to_host(GPT* g, Backend* be, float* out) {
     int N = g->B * g->T, V = g->shape.V, Vp = g->shape.Vp;
     size_t x = dtype_size(g->dt);
@@ -430,7 +511,9 @@ static void head_backward(GPT* g, Backend* be) {
     }
 }
 
-void gpt_backward(GPT* g, Backend* be, int set) {
+// The backward walk: the head, the blocks from the last, the embeddings. slot < 0: each block's whole
+// backward (gpt_backward); else zb's B, the weight gradients' inputs left in that stash slot.
+static void backward_walk(GPT* g, Backend* be, int set, int slot) {
     const ParamLayout* lay = g->layout;
     const ParamStore* ps = &g->store;
     DType dt = g->dt;
@@ -442,8 +525,12 @@ void gpt_backward(GPT* g, Backend* be, int set) {
         BlockParams p = block_params(lay, store_params(ps, be, u), l, dt);   // one request (a gather) serves both
         BlockActs v = block_acts(g, i);
         block_recompute(g, be, p, v);
-        block_backward(g, be, p, block_params(lay, store_grads(ps, be, u), l, dt), v);
-        store_grads_done(ps, be, u);
+        if (slot >= 0) {
+            block_backward_input(g, be, p, v, stash_of_block(g, slot, i));
+        } else {
+            block_backward(g, be, p, block_params(lay, store_grads(ps, be, u), l, dt), v);
+            store_grads_done(ps, be, u);
+        }
         store_params_done(ps, u);
     }
     if (!gpt_has_encoder(g)) return;
@@ -451,4 +538,25 @@ void gpt_backward(GPT* g, Backend* be, int set) {
     encoder_backward(be, dt, demb.wte, demb.wpe, gather_rows(g, be, a->proj, a->dresid), a->tokens, g->B, g->T, g->shape.C);
     store_grads_done(ps, be, lay->emb_unit);
     store_params_done(ps, lay->emb_unit);
+}
+
+void gpt_backward(GPT* g, Backend* be, int set) { backward_walk(g, be, set, -1); }
+void gpt_backward_input(GPT* g, Backend* be, int set, int slot) { backward_walk(g, be, set, slot); }
+
+// W walks the blocks in the backward's order, so a store that gathers (ZeRO-3) prefetches as it does there.
+// The parameters are asked for too: the recompute levels refill what B refilled, and the LayerNorm kernel
+// takes its weight.
+void gpt_backward_weight(GPT* g, Backend* be, int set, int slot) {
+    const ParamLayout* lay = g->layout;
+    const ParamStore* ps = &g->store;
+    use_set(g, set);
+    for (int i = lay->num_blocks - 1; i >= 0; i--) {
+        int l = lay->first_block + i, u = unit_of_block(lay, l);
+        BlockParams p = block_params(lay, store_params(ps, be, u), l, g->dt);
+        BlockActs v = block_acts(g, i);
+        block_recompute(g, be, p, v);
+        block_backward_weight(g, be, p, block_params(lay, store_grads(ps, be, u), l, g->dt), v, stash_of_block(g, slot, i));
+        store_grads_done(ps, be, u);
+        store_params_done(ps, u);
+    }
 }

@@ -42,6 +42,18 @@ typedef struct {
     float* att_scratch;  // (B, NH, T)
 } Activations;
 
+// zb's stash: what a deferred weight-gradient pass (W) needs from its input-gradient pass (B), for each of
+// the stage's blocks (L slices): the gradients w.r.t. the outputs of the block's four matmuls and two
+// LayerNorms. The layer inputs W also needs stay in the micro-batch's activation set until W.
+typedef struct {
+    void* dfcproj;    // (L, N, C)    d(MLP projection output), every row
+    void* dfch;       // (L, N, 4C)   d(fc output), before GELU
+    void* dln2;       // (L, N, C)    rows; d(ln2 output)
+    void* dattproj;   // (L, N, C)    d(attention projection output), every row
+    void* dqkv;       // (L, N, 3C)
+    void* dln1;       // (L, N, C)    rows; d(ln1 output)
+} WeightGradStash;
+
 typedef struct {
     GPTShape shape;
     const ParamLayout* layout;   // this rank's units: the whole model, or a pipeline stage's (model.h)
@@ -56,20 +68,23 @@ typedef struct {
     Activations* sets;   // [num_sets]: the tensors kept per layer are each set's own; the single slots that
                          // recompute refills, the work buffers and the head's buffers are shared
     Activations acts;    // the set of the forward/backward under way
+    int num_stash;       // zb's deferred weight gradients at once (0 without zb)
+    WeightGradStash* stash;   // [num_stash]
 } GPT;
 
 // What the stage runs (the whole model without a pipeline): the embedding lookup, the LM head and loss.
 static inline int gpt_has_encoder(const GPT* g) { return g->layout->emb_unit >= 0 && !g->layout->emb_mirror; }
 static inline int gpt_has_head(const GPT* g) { return g->layout->final_unit >= 0; }
 
-// Allocates num_sets activation sets for micro-batches of B x T over the layout's blocks; parameters and
-// gradients come from `store`. A stage with the LM head holds one set (1F1B runs its backward right after
-// its forward), so the logits are never duplicated.
+// Allocates num_sets activation sets and num_stash weight-gradient stash slots for micro-batches of B x T
+// over the layout's blocks; parameters and gradients come from `store`. The LM head's buffers (logits) are
+// one, shared by the sets: the schedule runs each of that stage's backwards before its next forward.
 void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, int sp, DType dt,
-                int B, int T, int recompute, int num_sets);
+                int B, int T, int recompute, int num_sets, int num_stash);
 void gpt_destroy(GPT* g, Backend* be);
 // Activation bytes gpt_create allocates (for the memory plan).
-size_t gpt_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, int recompute, int num_sets, int sp);
+size_t gpt_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, int recompute, int num_sets, int num_stash,
+                            int sp);
 
 // Forward of one micro-batch of B x T tokens into activation set `set`. The first stage embeds `tokens`
 // (host ints); a later stage starts from gpt_stage_input(g, set), which the caller has filled. The stage
@@ -82,6 +97,13 @@ double gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* t
 // the head starts from its dlogits; a stage without it from gpt_boundary_grad, which the caller has filled
 // with d(output). Afterwards a stage without the encoder leaves d(input) in gpt_boundary_grad.
 void gpt_backward(GPT* g, Backend* be, int set);
+// zb's halves of gpt_backward (same inputs, same outputs, same bits): B computes the input gradients
+// (everything gpt_backward does but the blocks' weight gradients) and leaves what those need in stash slot
+// `slot`; W, later, computes the blocks' weight gradients from that slot and set `set`, which must still
+// hold the micro-batch's activations, and hands each block's gradients to the store (ZeRO's reductions).
+// The head's and the embeddings' gradients are B's: they are small, or on the stage that runs W at once.
+void gpt_backward_input(GPT* g, Backend* be, int set, int slot);
+void gpt_backward_weight(GPT* g, Backend* be, int set, int slot);
 
 // The tensors that cross a stage boundary, (B,T,C) of type dt each (this rank's rows of them with -sp): the
 // first block's input and the last block's output of a set, and the gradient of either (one buffer: the

@@ -175,23 +175,32 @@ static void add_unit(ParamLayout* lay, const ParamKind* kinds, int n, int layer,
     lay->total += u->padded;
 }
 
-void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple, int first_block, int num_blocks,
-                        EmbeddingRole embeddings, int with_final, int tp_rank, int tp_size) {
+void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple, const int* first_block, const int* num_blocks,
+                        int chunks, EmbeddingRole embeddings, int with_final, int tp_rank, int tp_size) {
     static const ParamKind EMB[] = {P_WTE, P_WPE};
     static const ParamKind BLOCK[] = {P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
                                       P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB};
     static const ParamKind FINAL[] = {P_LNFW, P_LNFB};
     if (pad_multiple == 0 || pad_multiple % TENSOR_ALIGN != 0) fail("internal: unit padding %zu must be a multiple of %d", pad_multiple, TENSOR_ALIGN);
-    if (first_block < 0 || num_blocks < 0 || first_block + num_blocks > s->L)
-        fail("internal: blocks [%d, %d) outside the model's %d", first_block, first_block + num_blocks, s->L);
+    if (chunks < 1 || chunks > MAX_MODEL_CHUNKS) fail("internal: %d model chunks in a layout", chunks);
+    for (int c = 0; c < chunks; c++)
+        if (first_block[c] < 0 || num_blocks[c] < 0 || first_block[c] + num_blocks[c] > s->L ||
+            (c > 0 && first_block[c] < first_block[c - 1] + num_blocks[c - 1]))
+            fail("internal: blocks [%d, %d) outside the model's %d or before the previous chunk's", first_block[c],
+                 first_block[c] + num_blocks[c], s->L);
     if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size || s->NH % tp_size != 0)
         fail("internal: tensor-parallel rank %d of %d for %d heads", tp_rank, tp_size, s->NH);
     memset(lay, 0, sizeof(*lay));
     lay->shape = *s;
     lay->tp_rank = tp_rank;
     lay->tp_size = tp_size;
-    lay->first_block = first_block;
-    lay->num_blocks = num_blocks;
+    lay->first_block = first_block[0];
+    lay->num_chunks = chunks;
+    for (int c = 0; c < chunks; c++) {
+        lay->chunk_first[c] = first_block[c];
+        lay->chunk_count[c] = num_blocks[c];
+        lay->num_blocks += num_blocks[c];
+    }
     lay->emb_unit = lay->final_unit = -1;
     for (int l = 0; l < MAX_LAYERS; l++) lay->block_unit[l] = -1;
     if (embeddings != EMB_NONE) {
@@ -200,10 +209,11 @@ void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple
         add_unit(lay, EMB, 2, -1, pad_multiple);
         if (lay->emb_mirror) lay->num_params = 0;   // counts the parameters this stage owns
     }
-    for (int l = first_block; l < first_block + num_blocks; l++) {
-        lay->block_unit[l] = lay->num_units;
-        add_unit(lay, BLOCK, 12, l, pad_multiple);
-    }
+    for (int c = 0; c < chunks; c++)
+        for (int l = first_block[c]; l < first_block[c] + num_blocks[c]; l++) {
+            lay->block_unit[l] = lay->num_units;
+            add_unit(lay, BLOCK, 12, l, pad_multiple);
+        }
     if (with_final) {
         lay->final_unit = lay->num_units;
         add_unit(lay, FINAL, 2, -1, pad_multiple);
@@ -211,7 +221,19 @@ void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple
 }
 
 void layout_build(ParamLayout* lay, const GPTShape* s, size_t pad_multiple) {
-    layout_build_stage(lay, s, pad_multiple, 0, s->L, EMB_OWN, 1, 0, 1);
+    int first = 0;
+    layout_build_stage(lay, s, pad_multiple, &first, &s->L, 1, EMB_OWN, 1, 0, 1);
+}
+
+void layout_chunk_view(const ParamLayout* lay, int c, ParamLayout* view) {
+    if (c < 0 || c >= lay->num_chunks) fail("internal: chunk %d of %d", c, lay->num_chunks);
+    int last = c == lay->num_chunks - 1;
+    *view = *lay;
+    view->num_chunks = 1;
+    view->first_block = view->chunk_first[0] = lay->chunk_first[c];
+    view->num_blocks = view->chunk_count[0] = lay->chunk_count[c];
+    if (lay->emb_unit >= 0 && !(lay->emb_mirror ? last : c == 0)) view->emb_unit = -1, view->emb_mirror = 0;
+    if (!last) view->final_unit = -1;
 }
 
 const ParamTensor* layout_tensor(const ParamLayout* lay, ParamKind kind, int layer) {

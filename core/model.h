@@ -57,13 +57,17 @@ typedef struct {
 } Unit;
 
 #define MAX_LAYERS 256
+#define MAX_MODEL_CHUNKS 8   // = schedule.h's MAX_CHUNKS (pipeline.c checks)
 #define MAX_UNITS (MAX_LAYERS + 2)
 #define MAX_TENSORS (2 + 12 * MAX_LAYERS + 2)
 
 typedef struct {
     GPTShape shape;
     int tp_rank, tp_size;          // this layout's shard of each block (tensor parallelism; 0, 1 for whole blocks)
-    int first_block, num_blocks;   // the blocks this layout holds: all of them, or a pipeline stage's range
+    int first_block, num_blocks;   // the blocks this layout holds: all of them, or a pipeline stage's range;
+                                   // with interleaving (num_chunks > 1) num_blocks counts every chunk's
+    int num_chunks;                // model chunks (virtual pipeline stages) of this layout: 1 but interleaved
+    int chunk_first[MAX_MODEL_CHUNKS], chunk_count[MAX_MODEL_CHUNKS];   // chunk c: blocks first .. first + count - 1
     int emb_unit;                  // unit of wte + wpe, or -1 when another stage holds them
     int emb_mirror;                // emb_unit is the last pipeline stage's copy for the tied LM head (below)
     int final_unit;                // unit of the final LayerNorm, or -1
@@ -90,8 +94,9 @@ const char* param_kind_name(ParamKind k);
 size_t shape_param_count(const GPTShape* s);
 
 // Units padded to a multiple of `pad_multiple` elements (layout_pad_multiple). layout_build holds the whole
-// model; layout_build_stage a contiguous range of blocks, with the embeddings and/or the final LayerNorm
-// (a pipeline stage). Flat offsets are local to the layout; canonical offsets are the model's.
+// model; layout_build_stage `chunks` contiguous ranges of blocks (a pipeline stage: one range, or one per
+// virtual stage with interleaving), with the embeddings and/or the final LayerNorm. Flat offsets are local
+// to the layout; canonical offsets are the model's.
 //
 // The LM head is tied to wte, so the last pipeline stage needs wte although stage 0 owns it. It holds a
 // mirror: a unit built exactly like stage 0's embedding unit (wte and wpe, same padding), so both copies
@@ -109,8 +114,12 @@ static inline size_t layout_pad_multiple(int pieces) { return (size_t)64 * (size
 // biases, the embeddings and the final LayerNorm are held whole by every rank of the tensor group; rank 0's
 // copies are the ones written (ParamTensor.replica on the others).
 void layout_build(ParamLayout* lay, const GPTShape* s, size_t pad_multiple);
-void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple, int first_block, int num_blocks,
-                        EmbeddingRole embeddings, int with_final, int tp_rank, int tp_size);
+void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple, const int* first_block, const int* num_blocks,
+                        int chunks, EmbeddingRole embeddings, int with_final, int tp_rank, int tp_size);
+// Chunk c of `lay` as a layout of its own for the forward/backward walk: the same units and tensors (so the
+// same parameter store serves it), its one range of blocks, the embeddings only on the chunk that runs them
+// (the first chunk, or the last for the LM head's mirror) and the final LayerNorm on the last.
+void layout_chunk_view(const ParamLayout* lay, int c, ParamLayout* view);
 // A unit whose values another unit (on another stage) owns: skipped by checkpoints and the norm.
 static inline int unit_is_mirror(const ParamLayout* lay, int u) { return lay->emb_mirror && u == lay->emb_unit; }
 // A tensor whose values another rank owns (a mirror's, or a tensor-group copy): skipped by checkpoints and

@@ -41,7 +41,8 @@ static double* gather_rows(Comm* world, const double* mine, int n) {
     return all;
 }
 
-void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config* cfg, const GPT* g, int first_step) {
+void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config* cfg, const GPT* chunks, int num_chunks,
+                   int first_step) {
     int rank = comm_rank(world), ranks = comm_size(world);
     double mine[NUM_MEM_CATEGORIES];
     for (int c = 0; c < NUM_MEM_CATEGORIES; c++) mine[c] = (double)mem->bytes[c];
@@ -63,7 +64,11 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
             if (cfg->offload || !mem_category_on_host((MemCategory)c))
                 printf(" %s %.1f", mem_category_name((MemCategory)c), (double)mem->bytes[c] / (1 << 20));
         printf(" MiB\n");
-        size_t keep_all = gpt_activation_bytes(g->layout, cfg->precision, cfg->B, cfg->T, 0, g->num_sets, g->sp);
+        size_t keep_all = 0;
+        for (int c = 0; c < num_chunks; c++) {
+            const GPT* g = &chunks[c];
+            keep_all += gpt_activation_bytes(g->layout, cfg->precision, cfg->B, cfg->T, 0, g->num_sets, g->num_stash, g->sp);
+        }
         size_t saved = keep_all - mem->bytes[MEM_ACTIVATIONS];
         if (cfg->recompute > 0) printf("recompute -r %d saves %.1f MiB of activations per rank (-r 0 would need %.1f MiB)\n",
                                        cfg->recompute, (double)saved / (1 << 20), (double)keep_all / (1 << 20));
@@ -147,7 +152,7 @@ static void print_stage_line(int stage, const double* sec) {
            work > 0.0 ? 100.0 * sec[PHASE_WAIT] / work : 0.0);
 }
 
-void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt, int micro) {
+void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt, const PipelinePlan* plan) {
     double* all = gather_rows(g->world, pt->seconds, NUM_PHASES);
     if (comm_rank(g->world) == 0) {
         double total = 0.0;
@@ -170,15 +175,15 @@ void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt
         printf("step %5d breakdown (synchronized, rank 0)%s\n", step, text);
         logger_line(log, "{\"step\": %d, \"breakdown_ms\": {%s}}", step, json);
         for (int s = 0; s < g->pp && g->pp > 1; s++) {
-            const double* sec = all + (size_t)s * g->dp * NUM_PHASES;   // world rank of (stage s, replica 0)
+            const double* sec = all + (size_t)s * g->dp * g->tp * NUM_PHASES;   // world rank of (stage s, replica 0, tensor rank 0)
             print_stage_line(s, sec);
             k += snprintf(stages + k, sizeof(stages) - (size_t)k, "%s{\"forward\": %.3f, \"backward\": %.3f, \"wait\": %.3f}",
                           s ? ", " : "", (sec[PHASE_DATA] + sec[PHASE_FORWARD]) * 1e3, sec[PHASE_BACKWARD] * 1e3, sec[PHASE_WAIT] * 1e3);
             if (k >= (int)sizeof(stages) - 64) break;
         }
         if (g->pp > 1)
-            logger_line(log, "{\"step\": %d, \"pipeline_ms\": {\"bubble_theory\": %.6f, \"stages\": [%s]}}", step,
-                        schedule_bubble_fraction(g->pp, micro), stages);
+            logger_line(log, "{\"step\": %d, \"pipeline_ms\": {\"schedule\": \"%s\", \"bubble_theory\": %.6f, \"stages\": [%s]}}",
+                        step, schedule_kind_name(plan->schedule), plan->bubble, stages);
     }
     free(all);
 }

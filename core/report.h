@@ -10,6 +10,7 @@
 #include "memory.h"
 #include "model.h"
 #include "phase_timer.h"
+#include "pipeline.h"
 
 // A double as JSON: non-finite values (a skipped step's loss or norm) become null, which JSON can express.
 const char* json_number(char* buf, size_t size, double x);
@@ -17,14 +18,15 @@ const char* json_number(char* buf, size_t size, double x);
 // The flat buffer's units (padded elements each), so memory and traffic can be checked against the layout.
 void report_layout(Logger* log, const ParamLayout* lay, const Config* cfg, int ranks, int first_step);
 // Each rank's bytes per category, and what recompute saves against -r 0.
-void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config* cfg, const GPT* g, int first_step);
+void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config* cfg, const GPT* chunks, int num_chunks,
+                   int first_step);
 // Bytes each rank sent per collective (over all its groups) since the last call; then the counters reset.
 void report_comm(Logger* log, const Grid* g, int step);
 void report_comm_reset(const Grid* g);   // before a step: validation, samples and checkpoints are not its traffic
 
 // Collective: rank 0 prints and logs its phases and, with a pipeline, each stage's forward, backward and
-// waiting time (replica 0's ranks) next to the bubble the schedule predicts for `micro` micro-batches.
-void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt, int micro);
+// waiting time (replica 0's ranks) next to the bubble the plan's schedule predicts.
+void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt, const PipelinePlan* plan);
 
 // Model FLOPs per token: 6 per parameter (forward + backward matmuls) plus attention's 12·L·C·T.
 double model_flops_per_token(const ParamLayout* lay, int T);

@@ -1,62 +1,178 @@
 // schedule.c: see schedule.h.
 #include "schedule.h"
 
+#include <limits.h>
 #include <math.h>
+#include <string.h>
 
 #include "base/common.h"
 
-// Far more micro-batches than any step uses, and small enough that 6 actions each fit an int.
+// Far more micro-batches than any step uses, and small enough that 7 actions each fit an int.
 #define MAX_MICRO (1 << 24)
 
-static void push(StageSchedule* s, ActionKind kind, int micro, int peer) {
-    s->actions[s->count++] = (Action){kind, micro, peer};
+static void push(StageSchedule* s, ActionKind kind, int micro, int chunk, int peer) {
+    s->actions[s->count++] = (Action){kind, micro, chunk, peer};
 }
 
-// "RECV_ACT F SEND_ACT": receive only if a stage feeds this one, send only if one follows.
-static void emit_forward(StageSchedule* s, int micro) {
-    int prev = s->stage - 1, next = s->stage + 1;
-    if (prev >= 0) push(s, ACT_RECV_ACT, micro, prev);
-    push(s, ACT_FORWARD, micro, -1);
-    if (next < s->num_stages) push(s, ACT_SEND_ACT, micro, next);
+// Virtual stage chunk * P + stage: the neighbours are the next and previous stages around the ring.
+static int virtual_stage(const StageSchedule* s, int chunk) { return chunk * s->num_stages + s->stage; }
+static int is_first_virtual(const StageSchedule* s, int chunk) { return virtual_stage(s, chunk) == 0; }
+static int is_last_virtual(const StageSchedule* s, int chunk) {
+    return virtual_stage(s, chunk) == s->num_stages * s->num_chunks - 1;
+}
+static int prev_stage(const StageSchedule* s) { return (s->stage + s->num_stages - 1) % s->num_stages; }
+static int next_stage(const StageSchedule* s) { return (s->stage + 1) % s->num_stages; }
+
+// "RECV_ACT F SEND_ACT": receive only if a virtual stage feeds this one, send only if one follows.
+static void emit_forward(StageSchedule* s, int micro, int chunk) {
+    if (!is_first_virtual(s, chunk)) push(s, ACT_RECV_ACT, micro, chunk, prev_stage(s));
+    push(s, ACT_FORWARD, micro, chunk, -1);
+    if (!is_last_virtual(s, chunk)) push(s, ACT_SEND_ACT, micro, chunk, next_stage(s));
 }
 
-// "RECV_GRAD B SEND_GRAD": the last stage starts backward from its own loss; stage 0 has no one to send to.
-static void emit_backward(StageSchedule* s, int micro) {
-    int prev = s->stage - 1, next = s->stage + 1;
-    if (next < s->num_stages) push(s, ACT_RECV_GRAD, micro, next);
-    push(s, ACT_BACKWARD, micro, -1);
-    if (prev >= 0) push(s, ACT_SEND_GRAD, micro, prev);
+// "RECV_GRAD B SEND_GRAD" (B: the whole backward, or zb's input half): the last virtual stage starts from
+// its own loss; the first has no one to send to.
+static void emit_backward(StageSchedule* s, ActionKind kind, int micro, int chunk) {
+    if (!is_last_virtual(s, chunk)) push(s, ACT_RECV_GRAD, micro, chunk, next_stage(s));
+    push(s, kind, micro, chunk, -1);
+    if (!is_first_virtual(s, chunk)) push(s, ACT_SEND_GRAD, micro, chunk, prev_stage(s));
 }
 
-// Forwards done minus backwards done, at its highest: the activations this stage must keep at once.
-static int peak_in_flight(const StageSchedule* s) {
-    int live = 0, peak = 0;
+// The peaks the memory plan uses: activation sets live from F to the action that frees them (the backward,
+// or zb's W), in all and per chunk, and zb's deferred W's.
+static void count_peaks(StageSchedule* s) {
+    int live = 0, deferred = 0, live_chunk[MAX_CHUNKS] = {0};
     for (int i = 0; i < s->count; i++) {
-        if (s->actions[i].kind == ACT_FORWARD) live++;
-        if (s->actions[i].kind == ACT_BACKWARD) live--;
-        if (live > peak) peak = live;
+        const Action* a = &s->actions[i];
+        int d = a->kind == ACT_FORWARD ? 1 : a->kind == ACT_BACKWARD || a->kind == ACT_BACKWARD_WEIGHT ? -1 : 0;
+        live += d, live_chunk[a->chunk] += d;
+        deferred += a->kind == ACT_BACKWARD_INPUT ? 1 : a->kind == ACT_BACKWARD_WEIGHT ? -1 : 0;
+        if (live > s->peak_in_flight) s->peak_in_flight = live;
+        if (live_chunk[a->chunk] > s->peak_chunk[a->chunk]) s->peak_chunk[a->chunk] = live_chunk[a->chunk];
+        if (deferred > s->peak_deferred) s->peak_deferred = deferred;
     }
-    return peak;
 }
 
-void schedule_1f1b(int num_stages, int num_micro, int stage, StageSchedule* out) {
-    if (num_stages < 1 || num_micro < 1 || num_micro > MAX_MICRO || stage < 0 || stage >= num_stages)
-        fail("schedule: bad arguments (stages %d, micro-batches %d, stage %d): need stages >= 1, "
-             "1 <= micro-batches <= %d, 0 <= stage < stages", num_stages, num_micro, stage, MAX_MICRO);
-    int P = num_stages, m = num_micro, s = stage;
+static void build_1f1b(StageSchedule* s) {
+    int P = s->num_stages, m = s->num_micro;
     // Stage s must have P-s-1 micro-batches in the pipe ahead of it before its first backward can arrive:
     // that is how long the gradient of micro 0 takes to come back from the last stage.
-    int warmup = P - s - 1 < m ? P - s - 1 : m;
-    *out = (StageSchedule){.stage = s, .num_stages = P, .num_micro = m, .num_warmup = warmup};
-    out->actions = xmalloc((size_t)6 * (size_t)m * sizeof(Action));   // at most 3 per F and 3 per B
+    int warmup = P - s->stage - 1 < m ? P - s->stage - 1 : m;
+    s->num_warmup = warmup;
     int fwd = 0, bwd = 0;   // next micro-batch to run forward / backward
-    for (int i = 0; i < warmup; i++) emit_forward(out, fwd++);
+    for (int i = 0; i < warmup; i++) emit_forward(s, fwd++, 0);
     for (int i = 0; i < m - warmup; i++) {
-        emit_forward(out, fwd++);
-        emit_backward(out, bwd++);
+        emit_forward(s, fwd++, 0);
+        emit_backward(s, ACT_BACKWARD, bwd++, 0);
     }
-    for (int i = 0; i < warmup; i++) emit_backward(out, bwd++);
-    out->peak_in_flight = peak_in_flight(out);
+    for (int i = 0; i < warmup; i++) emit_backward(s, ACT_BACKWARD, bwd++, 0);
+}
+
+// Interleaving's k-th forward (or backward) of a stage: groups of P micro-batches per chunk, the chunks in
+// order for forwards and reversed for backwards.
+static int interleaved_micro(const StageSchedule* s, int k) {
+    int P = s->num_stages, V = s->num_chunks;
+    return k / (P * V) * P + k % P;
+}
+static int interleaved_chunk(const StageSchedule* s, int k, int backward) {
+    int c = k / s->num_stages % s->num_chunks;
+    return backward ? s->num_chunks - 1 - c : c;
+}
+
+static void build_interleaved(StageSchedule* s) {
+    int P = s->num_stages, V = s->num_chunks, total = s->num_micro * V;
+    // Megatron's warm-up: enough forwards that the first backward's gradient has come back through the
+    // later stages (twice their number: there and back) and every chunk's first group is in flight.
+    int warmup = (P - s->stage - 1) * 2 + (V - 1) * P;
+    if (warmup > total) warmup = total;
+    s->num_warmup = warmup;
+    int fwd = 0, bwd = 0;
+    for (int i = 0; i < warmup; i++, fwd++) emit_forward(s, interleaved_micro(s, fwd), interleaved_chunk(s, fwd, 0));
+    for (int i = 0; i < total - warmup; i++, fwd++, bwd++) {
+        emit_forward(s, interleaved_micro(s, fwd), interleaved_chunk(s, fwd, 0));
+        emit_backward(s, ACT_BACKWARD, interleaved_micro(s, bwd), interleaved_chunk(s, bwd, 1));
+    }
+    for (; bwd < total; bwd++) emit_backward(s, ACT_BACKWARD, interleaved_micro(s, bwd), interleaved_chunk(s, bwd, 1));
+}
+
+// zb: the greedy pass over the ideal timeline with unit-time F, B and W (schedule.h), run for every stage
+// at once, since each stage's choices depend on when its neighbours' messages arrive; `s` keeps its own.
+typedef struct {
+    int f, b, w;        // forwards, input-gradient backwards and weight-gradient backwards done
+    long long free_at;  // the time step at which the stage can start its next action
+} ZbStage;
+
+// What stage q runs at time t, or -1 if it waits. ready_f/ready_b: when each micro's input/gradient is there.
+static int zb_choice(const ZbStage* st, int q, int P, int m, long long t, const long long* ready_f, const long long* ready_b) {
+    int in_flight_cap = P - q < m ? P - q : m;   // 1F1B's bound on micro-batches between F and B
+    int deferral_cap = q + 1;                    // deferred W's: the later stages need them to keep B's moving
+    if (st->b < st->f && ready_b[st->b] <= t && st->b - st->w < deferral_cap) return ACT_BACKWARD_INPUT;
+    if (st->f < m && ready_f[st->f] <= t && st->f - st->b < in_flight_cap) return ACT_FORWARD;
+    if (st->w < st->b) return ACT_BACKWARD_WEIGHT;
+    return -1;
+}
+
+static void build_zb(StageSchedule* s) {
+    int P = s->num_stages, m = s->num_micro;
+    size_t n = (size_t)P * (size_t)m;
+    long long* ready_f = xmalloc(n * sizeof(long long));   // [stage][micro]
+    long long* ready_b = xmalloc(n * sizeof(long long));
+    for (size_t i = 0; i < n; i++) ready_f[i] = i < (size_t)m ? 0 : LLONG_MAX, ready_b[i] = LLONG_MAX;
+    ZbStage* st = xcalloc((size_t)P, sizeof(ZbStage));
+    int finished = 0;
+    for (long long t = 0; finished < P; t++) {
+        if (t > 4LL * (long long)(m + P) + 8) fail("internal: the zb schedule for P=%d, m=%d does not finish", P, m);
+        for (int q = 0; q < P; q++) {
+            ZbStage* z = &st[q];
+            if (z->free_at > t || z->w == m) continue;
+            int kind = zb_choice(z, q, P, m, t, ready_f + (size_t)q * m, ready_b + (size_t)q * m);
+            if (kind < 0) continue;
+            int micro = kind == ACT_FORWARD ? z->f++ : kind == ACT_BACKWARD_INPUT ? z->b++ : z->w++;
+            z->free_at = t + 1;
+            if (kind == ACT_FORWARD) {   // the last stage's own loss is its gradient
+                if (q + 1 < P) ready_f[(size_t)(q + 1) * m + micro] = t + 1;
+                else ready_b[(size_t)q * m + micro] = t + 1;
+            }
+            if (kind == ACT_BACKWARD_INPUT && q > 0) ready_b[(size_t)(q - 1) * m + micro] = t + 1;
+            finished += z->w == m;
+            if (q != s->stage) continue;
+            if (kind == ACT_FORWARD) emit_forward(s, micro, 0);
+            else if (kind == ACT_BACKWARD_INPUT) emit_backward(s, ACT_BACKWARD_INPUT, micro, 0);
+            else push(s, ACT_BACKWARD_WEIGHT, micro, 0, -1);
+            if (kind == ACT_FORWARD && z->b == 0) s->num_warmup = z->f;
+        }
+    }
+    free(st);
+    free(ready_b);
+    free(ready_f);
+}
+
+void schedule_check(ScheduleKind kind, int num_stages, int num_micro, int num_chunks) {
+    int P = num_stages, m = num_micro, V = num_chunks;
+    if (P < 1 || m < 1 || m > MAX_MICRO)
+        fail("schedule: bad arguments (stages %d, micro-batches %d): need stages >= 1, 1 <= micro-batches <= %d", P, m,
+             MAX_MICRO);
+    if (kind != SCHEDULE_INTERLEAVED && V != 1)
+        fail("-vp %d: virtual stages need -ps interleaved (the schedule is %s)", V, schedule_kind_name(kind));
+    if (kind != SCHEDULE_INTERLEAVED) return;
+    if (P < 2) fail("-ps interleaved needs a pipeline (-pp >= 2)");
+    if (V < 2 || V > MAX_CHUNKS) fail("-ps interleaved: -vp %d must be 2..%d virtual stages per rank", V, MAX_CHUNKS);
+    if (m % P) fail("-ps interleaved needs -ga divisible by -pp (micro-batches %d, stages %d)", m, P);
+}
+
+void schedule_build(ScheduleKind kind, int num_stages, int num_micro, int num_chunks, int stage, StageSchedule* out) {
+    schedule_check(kind, num_stages, num_micro, num_chunks);
+    if (stage < 0 || stage >= num_stages)
+        fail("schedule: bad arguments (stages %d, micro-batches %d, stage %d): need 0 <= stage < stages", num_stages,
+             num_micro, stage);
+    *out = (StageSchedule){.kind = kind, .stage = stage, .num_stages = num_stages, .num_micro = num_micro,
+                           .num_chunks = num_chunks};
+    // At most 3 actions per F, 3 per B and 1 per W, for every chunk.
+    out->actions = xmalloc((size_t)7 * (size_t)num_micro * (size_t)num_chunks * sizeof(Action));
+    if (kind == SCHEDULE_1F1B) build_1f1b(out);
+    else if (kind == SCHEDULE_INTERLEAVED) build_interleaved(out);
+    else build_zb(out);
+    count_peaks(out);
 }
 
 void schedule_free(StageSchedule* s) {
@@ -65,10 +181,25 @@ void schedule_free(StageSchedule* s) {
     s->count = 0;
 }
 
-double schedule_bubble_fraction(int num_stages, int num_micro) {
-    if (num_stages < 1 || num_micro < 1)
-        fail("schedule: bad arguments (stages %d, micro-batches %d): both must be >= 1", num_stages, num_micro);
-    return (double)(num_stages - 1) / (double)num_micro;
+const char* schedule_kind_name(ScheduleKind k) {
+    return k == SCHEDULE_1F1B ? "1f1b" : k == SCHEDULE_INTERLEAVED ? "interleaved" : "zb";
+}
+
+int schedule_kind_parse(const char* name, ScheduleKind* out) {
+    const ScheduleKind kinds[] = {SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, SCHEDULE_ZB};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, schedule_kind_name(kinds[i])) == 0) return *out = kinds[i], 1;
+    return 0;
+}
+
+double schedule_bubble(ScheduleKind kind, int num_stages, int num_micro, int num_chunks) {
+    if (num_stages < 1 || num_micro < 1 || num_chunks < 1)
+        fail("schedule: bad arguments (stages %d, micro-batches %d, chunks %d): all must be >= 1", num_stages, num_micro,
+             num_chunks);
+    double P = num_stages, m = num_micro;
+    if (kind == SCHEDULE_INTERLEAVED) return (P - 1) / (num_chunks * m);
+    if (kind == SCHEDULE_ZB) return (P - 1) / (3 * m);
+    return (P - 1) / m;
 }
 
 const char* schedule_action_name(ActionKind k) {
@@ -79,26 +210,24 @@ const char* schedule_action_name(ActionKind k) {
     case ACT_RECV_GRAD: return "RECV_GRAD";
     case ACT_BACKWARD: return "BACKWARD";
     case ACT_SEND_GRAD: return "SEND_GRAD";
+    case ACT_BACKWARD_INPUT: return "BACKWARD_INPUT";
+    case ACT_BACKWARD_WEIGHT: return "BACKWARD_WEIGHT";
     }
     return "?";
 }
 
 static void print_action(FILE* f, const Action* a) {
-    switch (a->kind) {
-    case ACT_FORWARD: fprintf(f, "F%d", a->micro); break;
-    case ACT_BACKWARD: fprintf(f, "B%d", a->micro); break;
-    case ACT_RECV_ACT: fprintf(f, "<%d:%d", a->peer, a->micro); break;
-    case ACT_SEND_ACT: fprintf(f, ">%d:%d", a->peer, a->micro); break;
-    case ACT_RECV_GRAD: fprintf(f, "<<%d:%d", a->peer, a->micro); break;
-    case ACT_SEND_GRAD: fprintf(f, ">>%d:%d", a->peer, a->micro); break;
-    }
+    const char* pre[] = {"<%d:", "F", ">%d:", "<<%d:", "B", ">>%d:", "B", "W"};
+    fprintf(f, pre[a->kind], a->peer);
+    fprintf(f, "%d", a->micro);
+    if (a->chunk) fprintf(f, ".%d", a->chunk);
 }
 
 void schedule_print(FILE* f, const StageSchedule* s, int with_comm) {
     fprintf(f, "stage %d:", s->stage);
     for (int i = 0; i < s->count; i++) {
         const Action* a = &s->actions[i];
-        if (!with_comm && a->kind != ACT_FORWARD && a->kind != ACT_BACKWARD) continue;
+        if (!with_comm && !action_is_compute(a->kind)) continue;
         fputc(' ', f);
         print_action(f, a);
     }

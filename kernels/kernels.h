@@ -92,6 +92,12 @@ void matmul_forward(Backend* be, DType dt, void* out, void* out_pre_gelu, const 
 // with respect to inp_pre_gelu (fused GELU backward): dinp = (dout @ w) * gelu'(inp_pre_gelu).
 void matmul_backward(Backend* be, DType dt, void* dinp, void* dw, void* dbias, const void* dout,
                      const void* inp, const void* inp_pre_gelu, const void* w, int N, int IC, int OC);
+// The two halves of matmul_backward, for schedules that run them apart (zero-bubble pipelines: the input
+// gradient goes upstream at once, the weight gradient waits). Each gives the bits matmul_backward gives.
+void matmul_backward_input(Backend* be, DType dt, void* dinp, const void* dout, const void* inp_pre_gelu, const void* w,
+                           int N, int IC, int OC);
+void matmul_backward_weight(Backend* be, DType dt, void* dw, void* dbias, const void* dout, const void* inp, int N, int IC,
+                            int OC);
 
 // Causal multi-head self-attention. qkv (B,T,3C) X packs [q | k | v], head h uses channels
 // [h*hs, (h+1)*hs) of each, hs = C/NH. out (B,T,C) X. lse (B,NH,T) fp32 = log-sum-exp of the scaled

@@ -206,18 +206,27 @@ static void dbias_accumulate(DType dt, void* dbias, const void* dout, int N, int
     }
 }
 
-void matmul_backward(Backend* be, DType dt, void* dinp, void* dw, void* dbias, const void* dout,
-                     const void* inp, const void* inp_pre_gelu, const void* w, int N, int IC, int OC) {
+void matmul_backward_input(Backend* be, DType dt, void* dinp, const void* dout, const void* inp_pre_gelu, const void* w,
+                           int N, int IC, int OC) {
     (void)be;
     View dout_rows = {dout, (size_t)OC, 1, dt};   // (N,OC)
     View w_rows = {w, (size_t)IC, 1, dt};         // (OC,IC)
     DinpCtx dctx = {dt, dinp, inp_pre_gelu, IC};
     gemm(dout_rows, w_rows, N, IC, OC, epi_dinp, &dctx);
+}
 
+void matmul_backward_weight(Backend* be, DType dt, void* dw, void* dbias, const void* dout, const void* inp, int N, int IC,
+                            int OC) {
+    (void)be;
     View dout_t = {dout, 1, (size_t)OC, dt};      // dout^T (OC,N)
     View inp_rows = {inp, (size_t)IC, 1, dt};     // (N,IC)
     DwCtx wctx = {dt, dw, IC};
     gemm(dout_t, inp_rows, OC, IC, N, epi_dw_accumulate, &wctx);
-
     if (dbias) dbias_accumulate(dt, dbias, dout, N, OC);
+}
+
+void matmul_backward(Backend* be, DType dt, void* dinp, void* dw, void* dbias, const void* dout,
+                     const void* inp, const void* inp_pre_gelu, const void* w, int N, int IC, int OC) {
+    matmul_backward_input(be, dt, dinp, dout, inp_pre_gelu, w, N, IC, OC);
+    matmul_backward_weight(be, dt, dw, dbias, dout, inp, N, IC, OC);
 }

@@ -140,8 +140,8 @@ extern "C" void matmul_forward(Backend* be, DType dt, void* out, void* out_pre_g
         fail("matmul_forward: cuBLASLt has no algorithm for N=%d IC=%d OC=%d (%s)", N, IC, OC, dtype_name(dt));
 }
 
-extern "C" void matmul_backward(Backend* be, DType dt, void* dinp, void* dw, void* dbias, const void* dout,
-                                const void* inp, const void* inp_pre_gelu, const void* w, int N, int IC, int OC) {
+extern "C" void matmul_backward_input(Backend* be, DType dt, void* dinp, const void* dout, const void* inp_pre_gelu,
+                                      const void* w, int N, int IC, int OC) {
     const int fuse = lt_fusion_allowed();
     // dinp (N,IC) = dout @ w: column-major D (IC,N) = w as (IC,OC) * dout as (OC,N).
     const LtEpilogue plain = {NULL, CUDA_R_32F, NULL, 0, CUBLASLT_EPILOGUE_DEFAULT};
@@ -157,12 +157,17 @@ extern "C" void matmul_backward(Backend* be, DType dt, void* dinp, void* dw, voi
         // Fallback for the fused GELU backward: multiply by gelu'(pre) in a separate pass.
         if (inp_pre_gelu) gelu_backward(be, dt, dinp, inp_pre_gelu, dinp, (size_t)N * IC);
     }
+}
 
+extern "C" void matmul_backward_weight(Backend* be, DType dt, void* dw, void* dbias, const void* dout, const void* inp,
+                                       int N, int IC, int OC) {
+    const int fuse = lt_fusion_allowed();
+    const LtEpilogue plain = {NULL, CUDA_R_32F, NULL, 0, CUBLASLT_EPILOGUE_DEFAULT};
     // dw (OC,IC) += dout^T @ inp: column-major D (IC,OC) = inp as (IC,N) * (dout as (OC,N))^T, beta = 1.
     // With BGRADB the same call also reduces op(B) = dout over N into an fp32 scratch vector, which is then
     // added to dbias (the epilogue overwrites; the contract accumulates).
     float* bias_sum = NULL;
-    done = 0;
+    int done = 0;
     if (dbias && fuse) {
         bias_sum = (float*)be_scratch(be, (size_t)OC * sizeof(float), "matmul_backward dbias");
         const LtEpilogue bg = {bias_sum, CUDA_R_32F, NULL, 0, CUBLASLT_EPILOGUE_BGRADB};
@@ -193,4 +198,11 @@ extern "C" void matmul_backward(Backend* be, DType dt, void* dinp, void* dw, voi
             LAUNCH_CHECK();
         });
     }
+}
+
+// The same launches as before the split, in the same order.
+extern "C" void matmul_backward(Backend* be, DType dt, void* dinp, void* dw, void* dbias, const void* dout,
+                                const void* inp, const void* inp_pre_gelu, const void* w, int N, int IC, int OC) {
+    matmul_backward_input(be, dt, dinp, dout, inp_pre_gelu, w, N, IC, OC);
+    matmul_backward_weight(be, dt, dw, dbias, dout, inp, N, IC, OC);
 }

@@ -87,7 +87,7 @@ static void test_stages(TestStats* st, const char* spec, int P) {
     GPTShape s;
     shape_from_spec(spec, &s);
     PipelinePlan plan;
-    pipeline_plan(&plan, &s, P, 1, P, s.maxT, 1);
+    pipeline_plan(&plan, &s, P, SCHEDULE_1F1B, 1, 1, P, s.maxT, 1);
     const int *first = plan.first, *nb = plan.count;
     size_t n = canonical_total(&s);
     unsigned char* seen = (unsigned char*)xcalloc(n, 1);
@@ -148,7 +148,7 @@ static void test_tensor_parallel(TestStats* st, const char* spec, int P, int tp)
     GPTShape s;
     shape_from_spec(spec, &s);
     PipelinePlan plan;
-    pipeline_plan(&plan, &s, P, 1, P, s.maxT, 1);
+    pipeline_plan(&plan, &s, P, SCHEDULE_1F1B, 1, 1, P, s.maxT, 1);
     size_t n = canonical_total(&s), C = (size_t)s.C;
     unsigned char* seen = (unsigned char*)xcalloc(n, 1);
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
@@ -162,7 +162,7 @@ static void test_tensor_parallel(TestStats* st, const char* spec, int P, int tp)
     }
     for (int p = 0; p < P; p++)
         for (int r = 0; r < tp; r++) {
-            layout_build_stage(lay, &s, 128, plan.first[p], plan.count[p], p == 0 ? EMB_OWN : p == P - 1 ? EMB_MIRROR : EMB_NONE,
+            layout_build_stage(lay, &s, 128, &plan.first[p], &plan.count[p], 1, p == 0 ? EMB_OWN : p == P - 1 ? EMB_MIRROR : EMB_NONE,
                                p == P - 1, r, tp);
             once &= mark(lay, seen);
             formed &= units_well_formed(lay, 128);

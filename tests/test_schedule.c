@@ -1,11 +1,12 @@
-// test_schedule.c: the 1F1B schedule and the stage split (core/schedule.h), exhaustively for P = 1..8
-// stages and m = 1..16 micro-batches (m < P included). Each property is checked by code written from the
-// spec, not from the generator, and each checker is shown to fail on a broken schedule (the "catches"
-// checks), so a checker that silently accepts everything cannot pass.
+// test_schedule.c: the pipeline schedules (1f1b, interleaved, zb) and the stage split (core/schedule.h),
+// exhaustively for P = 1..8 stages, m = 1..16 micro-batches (m < P included) and V = 2..4 virtual stages.
+// Each property is checked by code written from the spec, not from the generator, and each checker is
+// shown to fail on a broken schedule (the "catches" checks), so a checker that silently accepts everything
+// cannot pass.
 //
-//   ./build/test_schedule              run the checks
-//   ./build/test_schedule print P m    print every stage's schedule (compute, then with communication)
-//                                      and the d12 split on P stages, for the docs
+//   ./build/test_schedule                      run the checks
+//   ./build/test_schedule print KIND P m [V]   print every stage's schedule (compute, then with
+//                                              communication), its bubble and peaks, and the d12 split
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,12 +20,20 @@
 
 #define MAX_P 8
 #define MAX_M 16
+#define MAX_V 4
+#define MAX_MSG (MAX_V * MAX_M + 8)
 
 static int imin(int a, int b) { return a < b ? a : b; }
+static int imax(int a, int b) { return a > b ? a : b; }
 
-// Every stage's schedule for (P, m); ss has room for MAX_P.
-static void build_all(int P, int m, StageSchedule* ss) {
-    for (int s = 0; s < P; s++) schedule_1f1b(P, m, s, &ss[s]);
+typedef struct {
+    ScheduleKind kind;
+    int P, m, V;
+} Case;
+
+// Every stage's schedule for the case; ss has room for MAX_P.
+static void build_all(Case c, StageSchedule* ss) {
+    for (int s = 0; s < c.P; s++) schedule_build(c.kind, c.P, c.m, c.V, s, &ss[s]);
 }
 static void free_all(int P, StageSchedule* ss) {
     for (int s = 0; s < P; s++) schedule_free(&ss[s]);
@@ -38,179 +47,237 @@ static StageSchedule copy_schedule(const StageSchedule* s) {
     return c;
 }
 
+static int is_zb(const StageSchedule* st) { return st->kind == SCHEDULE_ZB; }
+// The backward that sends a gradient upstream: the whole backward, or zb's B.
+static ActionKind upstream_backward(const StageSchedule* st) { return is_zb(st) ? ACT_BACKWARD_INPUT : ACT_BACKWARD; }
+static int vstage(const StageSchedule* st, int chunk) { return chunk * st->num_stages + st->stage; }
+static int first_v(const StageSchedule* st, int chunk) { return vstage(st, chunk) == 0; }
+static int last_v(const StageSchedule* st, int chunk) { return vstage(st, chunk) == st->num_stages * st->num_chunks - 1; }
+
 // ---- per-stage order ----
 
-static int is_compute(ActionKind k) { return k == ACT_FORWARD || k == ACT_BACKWARD; }
-
-// Valid for any pipeline schedule: forwards 0..m-1 in order, backwards 0..m-1 in order, B_i after F_i.
-// Returns NULL or why not (a static string).
+// Valid for any schedule: per chunk, forwards 0..m-1 in order, backwards 0..m-1 in order after their
+// forwards; under zb the B's and the W's each in order, each W after its B; only the schedule's kinds.
 static const char* check_valid_order(const StageSchedule* st) {
-    int fwd = 0, bwd = 0;
+    int fwd[MAX_CHUNKS] = {0}, bwd[MAX_CHUNKS] = {0}, wgt[MAX_CHUNKS] = {0};
+    ActionKind back = upstream_backward(st);
     for (int i = 0; i < st->count; i++) {
         const Action* a = &st->actions[i];
-        if (a->kind == ACT_FORWARD && a->micro != fwd++) return "forwards out of order";
-        if (a->kind == ACT_BACKWARD && a->micro != bwd++) return "backwards out of order";
-        if (a->kind == ACT_BACKWARD && a->micro >= fwd) return "backward before its forward";
+        if (a->chunk < 0 || a->chunk >= st->num_chunks) return "chunk out of range";
+        int c = a->chunk;
+        if (a->kind == ACT_FORWARD && a->micro != fwd[c]++) return "forwards out of order";
+        if (a->kind == back && a->micro != bwd[c]++) return "backwards out of order";
+        if (a->kind == back && a->micro >= fwd[c]) return "backward before its forward";
+        if (a->kind == ACT_BACKWARD_WEIGHT && (!is_zb(st) || a->micro != wgt[c]++)) return "weight gradients out of order";
+        if (a->kind == ACT_BACKWARD_WEIGHT && a->micro >= bwd[c]) return "weight gradient before its input gradient";
+        if (action_is_compute(a->kind) && a->kind != ACT_FORWARD && a->kind != back && a->kind != ACT_BACKWARD_WEIGHT)
+            return "a backward kind this schedule does not use";
     }
-    if (fwd != st->num_micro || bwd != st->num_micro) return "not every micro-batch ran forward and backward";
+    for (int c = 0; c < st->num_chunks; c++)
+        if (fwd[c] != st->num_micro || bwd[c] != st->num_micro || wgt[c] != (is_zb(st) ? st->num_micro : 0))
+            return "not every micro-batch ran every pass";
     return NULL;
 }
 
-// The 1F1B shape: compute string F^w (F B)^(m-w) B^w with w = min(P-s-1, m), i.e. a warm-up of exactly w
-// forwards, a steady state that alternates F/B, and a cool-down of w backwards.
-static const char* check_1f1b_shape(const StageSchedule* st) {
-    int P = st->num_stages, m = st->num_micro, w = imin(P - st->stage - 1, m);
-    if (st->num_warmup != w) return "num_warmup != min(P-s-1, m)";
-    char want[4 * MAX_M + 1], got[4 * MAX_M + 1];
-    int n = 0, k = 0;
-    for (int i = 0; i < w; i++) want[n++] = 'F';
-    for (int i = 0; i < m - w; i++) want[n++] = 'F', want[n++] = 'B';
-    for (int i = 0; i < w; i++) want[n++] = 'B';
-    for (int i = 0; i < st->count && k < 4 * MAX_M; i++)
-        if (is_compute(st->actions[i].kind)) got[k++] = st->actions[i].kind == ACT_FORWARD ? 'F' : 'B';
-    want[n] = got[k] = 0;
-    return strcmp(want, got) ? "compute order is not F^w (FB)^(m-w) B^w" : NULL;
+// The compute letters of a list: F, B (either backward that sends upstream), W.
+static int compute_string(const StageSchedule* st, char* out, int cap) {
+    int k = 0;
+    for (int i = 0; i < st->count && k < cap - 1; i++) {
+        ActionKind t = st->actions[i].kind;
+        if (action_is_compute(t)) out[k++] = t == ACT_FORWARD ? 'F' : t == ACT_BACKWARD_WEIGHT ? 'W' : 'B';
+    }
+    out[k] = 0;
+    return k;
 }
 
-// Communication around each compute action: F is [RECV_ACT from s-1] F [SEND_ACT to s+1] and B is
-// [RECV_GRAD from s+1] B [SEND_GRAD to s-1], the bracketed parts present exactly when that neighbour exists.
+// 1F1B's shape F^w (F B)^(n-w) B^w over n compute pairs with warm-up w.
+static const char* check_warmup_shape(const StageSchedule* st, int n, int w) {
+    if (st->num_warmup != w) return "num_warmup is not the schedule's warm-up";
+    char want[8 * MAX_V * MAX_M + 1], got[8 * MAX_V * MAX_M + 1];
+    int k = 0;
+    for (int i = 0; i < w; i++) want[k++] = 'F';
+    for (int i = 0; i < n - w; i++) want[k++] = 'F', want[k++] = 'B';
+    for (int i = 0; i < w; i++) want[k++] = 'B';
+    want[k] = 0;
+    compute_string(st, got, (int)sizeof got);
+    return strcmp(want, got) ? "compute order is not F^w (FB)^(n-w) B^w" : NULL;
+}
+
+// Interleaving's order (Megatron): forward k runs chunk (k / P) % V on micro (k / PV) P + k % P, backward
+// k the chunks reversed.
+static const char* check_interleaved_chunks(const StageSchedule* st) {
+    int P = st->num_stages, V = st->num_chunks, f = 0, b = 0;
+    for (int i = 0; i < st->count; i++) {
+        const Action* a = &st->actions[i];
+        int isf = a->kind == ACT_FORWARD, isb = a->kind == ACT_BACKWARD;
+        if (!isf && !isb) continue;
+        int k = isf ? f++ : b++, c = k / P % V;
+        if (a->micro != k / (P * V) * P + k % P || a->chunk != (isf ? c : V - 1 - c)) return "chunk order is not Megatron's";
+    }
+    return NULL;
+}
+
+// zb's rules (schedule.h): at every point at most min(P - s, m) micro-batches between F and B, at most
+// s + 1 W's deferred.
+static const char* check_zb_bounds(const StageSchedule* st) {
+    int f = 0, b = 0, w = 0, cap = imin(st->num_stages - st->stage, st->num_micro);
+    for (int i = 0; i < st->count; i++) {
+        ActionKind t = st->actions[i].kind;
+        f += t == ACT_FORWARD, b += t == ACT_BACKWARD_INPUT, w += t == ACT_BACKWARD_WEIGHT;
+        if (f - b > cap) return "more micro-batches between F and B than 1F1B holds";
+        if (b - w > st->stage + 1) return "more deferred W's than s + 1";
+    }
+    return NULL;
+}
+
+static const char* check_shape(const StageSchedule* st) {
+    int P = st->num_stages, m = st->num_micro, V = st->num_chunks, s = st->stage;
+    if (st->kind == SCHEDULE_1F1B) return check_warmup_shape(st, m, imin(P - s - 1, m));
+    if (st->kind == SCHEDULE_INTERLEAVED) {
+        const char* why = check_warmup_shape(st, m * V, imin((P - s - 1) * 2 + (V - 1) * P, m * V));
+        return why ? why : check_interleaved_chunks(st);
+    }
+    return check_zb_bounds(st);
+}
+
+// Communication around each compute action: F is [RECV_ACT from the previous stage] F [SEND_ACT to the
+// next] and B [RECV_GRAD from the next] B [SEND_GRAD to the previous], the bracketed parts present exactly
+// when that virtual neighbour exists (stages wrap around with interleaving); W has none.
 static const char* check_comm_local(const StageSchedule* st) {
-    int s = st->stage, first = s == 0, last = s == st->num_stages - 1;
+    int P = st->num_stages, prev = (st->stage + P - 1) % P, next = (st->stage + 1) % P, want = 0;
     for (int i = 0; i < st->count; i++) {
         const Action* a = &st->actions[i];
         if (a->micro < 0 || a->micro >= st->num_micro) return "micro index out of range";
-        if (is_compute(a->kind) && a->peer != -1) return "compute action with a peer";
-        if ((a->kind == ACT_RECV_ACT || a->kind == ACT_SEND_GRAD) && (first || a->peer != s - 1))
-            return "act receive / grad send not with stage s-1 (or on stage 0)";
-        if ((a->kind == ACT_SEND_ACT || a->kind == ACT_RECV_GRAD) && (last || a->peer != s + 1))
-            return "act send / grad receive not with stage s+1 (or on the last stage)";
-    }
-    // Adjacency: walk compute actions and look at their neighbours.
-    for (int i = 0; i < st->count; i++) {
-        const Action* a = &st->actions[i];
-        if (!is_compute(a->kind)) continue;
-        int fw = a->kind == ACT_FORWARD, has_in = fw ? !first : !last, has_out = fw ? !last : !first;
+        if (action_is_compute(a->kind) != (a->peer == -1)) return "compute with a peer, or communication without";
+        if ((a->kind == ACT_RECV_ACT || a->kind == ACT_SEND_GRAD) && (first_v(st, a->chunk) || a->peer != prev))
+            return "act receive / grad send not with the previous stage (or on virtual stage 0)";
+        if ((a->kind == ACT_SEND_ACT || a->kind == ACT_RECV_GRAD) && (last_v(st, a->chunk) || a->peer != next))
+            return "act send / grad receive not with the next stage (or on the last virtual stage)";
+        if (!action_is_compute(a->kind) || a->kind == ACT_BACKWARD_WEIGHT) continue;
+        int fw = a->kind == ACT_FORWARD, has_in = fw ? !first_v(st, a->chunk) : !last_v(st, a->chunk);
+        int has_out = fw ? !last_v(st, a->chunk) : !first_v(st, a->chunk);
         ActionKind in = fw ? ACT_RECV_ACT : ACT_RECV_GRAD, out = fw ? ACT_SEND_ACT : ACT_SEND_GRAD;
-        if (has_in && (i == 0 || st->actions[i - 1].kind != in || st->actions[i - 1].micro != a->micro))
+        const Action* b = i > 0 ? &st->actions[i - 1] : NULL;
+        const Action* n = i + 1 < st->count ? &st->actions[i + 1] : NULL;
+        if (has_in && (!b || b->kind != in || b->micro != a->micro || b->chunk != a->chunk))
             return "compute not preceded by the receive of its input";
-        if (has_out && (i + 1 >= st->count || st->actions[i + 1].kind != out || st->actions[i + 1].micro != a->micro))
+        if (has_out && (!n || n->kind != out || n->micro != a->micro || n->chunk != a->chunk))
             return "compute not followed by the send of its output";
+        want += has_in + has_out;
     }
     int ncomm = 0;
-    for (int i = 0; i < st->count; i++) ncomm += !is_compute(st->actions[i].kind);
-    int want = st->num_micro * (2 * !first + 2 * !last);
+    for (int i = 0; i < st->count; i++) ncomm += !action_is_compute(st->actions[i].kind);
     return ncomm == want ? NULL : "stray communication actions";
-}
-
-// ---- links between stages ----
-
-// The micro indices of the actions of one kind, in order; returns how many.
-static int micros_of(const StageSchedule* st, ActionKind k, int* out) {
-    int n = 0;
-    for (int i = 0; i < st->count; i++)
-        if (st->actions[i].kind == k) out[n++] = st->actions[i].micro;
-    return n;
-}
-
-// Both ends of a link list the same micro-batches in the same order (so FIFO delivery pairs them right).
-static int same_sequence(const StageSchedule* a, ActionKind ka, const StageSchedule* b, ActionKind kb) {
-    int x[4 * MAX_M + 8], y[4 * MAX_M + 8];
-    int nx = micros_of(a, ka, x), ny = micros_of(b, kb, y);
-    return nx == ny && memcmp(x, y, (size_t)nx * sizeof(int)) == 0;
-}
-
-static const char* check_links(int P, const StageSchedule* ss) {
-    for (int s = 0; s + 1 < P; s++) {
-        if (!same_sequence(&ss[s], ACT_SEND_ACT, &ss[s + 1], ACT_RECV_ACT)) return "act sends != next stage's receives";
-        if (!same_sequence(&ss[s + 1], ACT_SEND_GRAD, &ss[s], ACT_RECV_GRAD)) return "grad sends != previous stage's receives";
-    }
-    return NULL;
 }
 
 // ---- in-flight activations ----
 
-static int count_peak(const StageSchedule* st) {
-    int live = 0, peak = 0;
+// Recounted from the list: sets live from F to the backward that frees them (W under zb), deferred W's.
+static void recount_peaks(const StageSchedule* st, int* sets, int* deferred) {
+    int live = 0, def = 0;
+    *sets = *deferred = 0;
     for (int i = 0; i < st->count; i++) {
-        live += st->actions[i].kind == ACT_FORWARD;
-        live -= st->actions[i].kind == ACT_BACKWARD;
-        peak = live > peak ? live : peak;
+        ActionKind t = st->actions[i].kind;
+        live += t == ACT_FORWARD;
+        live -= t == (is_zb(st) ? ACT_BACKWARD_WEIGHT : ACT_BACKWARD);
+        def += (t == ACT_BACKWARD_INPUT) - (t == ACT_BACKWARD_WEIGHT);
+        *sets = imax(*sets, live), *deferred = imax(*deferred, def);
     }
-    return peak;
 }
 
+// What schedule.h states: 1f1b min(P - s, m); interleaved its warm-up + 1 chunk-micros (at most m V); zb
+// min(P + 1, m) sets and min(s + 1, max(1, m - P + s + 1)) deferred W's.
 static const char* check_peak(const StageSchedule* st) {
-    int want = imin(st->num_stages - st->stage, st->num_micro), got = count_peak(st);
-    if (got != want) return "peak in-flight activations != min(P-s, m)";
-    return st->peak_in_flight == got ? NULL : "peak_in_flight field disagrees with the list";
+    int P = st->num_stages, m = st->num_micro, V = st->num_chunks, s = st->stage, sets, deferred;
+    recount_peaks(st, &sets, &deferred);
+    int want_sets = st->kind == SCHEDULE_1F1B ? imin(P - s, m)
+                    : st->kind == SCHEDULE_INTERLEAVED ? imin((P - s - 1) * 2 + (V - 1) * P + 1, m * V)
+                                                       : imin(P + 1, m);
+    int want_deferred = is_zb(st) ? imin(s + 1, imax(1, m - P + s + 1)) : 0;
+    if (sets != want_sets) return "peak in-flight activations != the schedule's stated peak";
+    if (deferred != want_deferred) return "peak deferred W's != the schedule's stated peak";
+    if (st->peak_in_flight != sets || st->peak_deferred != deferred) return "peak fields disagree with the list";
+    int chunk_sum = 0;
+    for (int c = 0; c < V; c++) chunk_sum += st->peak_chunk[c];
+    return chunk_sum >= sets && st->peak_chunk[0] >= 1 ? NULL : "per-chunk peaks cannot hold the stage's peak";
 }
 
 // ---- discrete-event simulation ----
 //
-// Every stage runs its list. A send appends (micro, time) to its link's FIFO and never blocks (buffered);
-// a receive blocks until its link is non-empty, then takes the oldest message, which must be its micro.
-// Compute advances the stage's clock by t_f or t_b, and a receive moves it to the message's send time if
-// later, so the clocks give the ideal (no comm cost) timeline. act[s] carries activations s -> s+1,
-// grad[s] gradients s+1 -> s. The outcome is the same whichever runnable stage goes first (blocking
-// receives on FIFO links are deterministic), which the tests confirm with several policies. The rendezvous
-// mode models unbuffered sends, to show that the buffering is needed.
+// Every stage runs its list. A send appends (sender's virtual stage, micro, time) to the FIFO of its link
+// (src, dst, kind: activations or gradients) and never blocks (buffered); a receive blocks until its link
+// is non-empty, then takes the oldest message, which must come from its virtual neighbour and carry its
+// micro: so both ends must list each link's messages in the same order. Compute advances the stage's clock
+// by its time, and a receive moves it to the message's send time if later, so the clocks give the ideal
+// (no comm cost) timeline. The outcome is the same whichever runnable stage goes first (blocking receives
+// on FIFO links are deterministic), which the tests confirm with several policies. The rendezvous mode
+// models unbuffered sends, to show that the buffering is needed.
 
-typedef struct { int micro[4 * MAX_M + 8]; double time[4 * MAX_M + 8]; int head, tail; } Link;
+typedef struct { int vs[MAX_MSG], micro[MAX_MSG]; double time[MAX_MSG]; int head, tail; } Link;
 typedef struct {
     int P;
     const StageSchedule* ss;
     int pc[MAX_P];
     double clock[MAX_P];
-    Link act[MAX_P], grad[MAX_P];
-    double tf, tb;
-    int rendezvous;   // unbuffered sends: a send waits until the peer's next action is its receive
+    Link link[2][MAX_P][MAX_P];   // [0 activations, 1 gradients][src][dst]
+    double t_f, t_b, t_w;         // F, B (the whole backward, or zb's B), W
+    int rendezvous;               // unbuffered sends: a send waits until the peer's next action is its receive
 } Sim;
 
 typedef enum { STEP_OK, STEP_ERROR } StepResult;
 
-// The link a send/receive of stage s uses, or NULL if its peer is not the right neighbour.
+static int is_send(ActionKind k) { return k == ACT_SEND_ACT || k == ACT_SEND_GRAD; }
+static int is_grad(ActionKind k) { return k == ACT_SEND_GRAD || k == ACT_RECV_GRAD; }
+
+// The link a send/receive of stage s uses, or NULL if its peer is not a stage.
 static Link* link_for(Sim* sim, int s, const Action* a) {
-    switch (a->kind) {
-    case ACT_SEND_ACT: return a->peer == s + 1 && s + 1 < sim->P ? &sim->act[s] : NULL;
-    case ACT_RECV_ACT: return a->peer == s - 1 && s >= 1 ? &sim->act[s - 1] : NULL;
-    case ACT_SEND_GRAD: return a->peer == s - 1 && s >= 1 ? &sim->grad[s - 1] : NULL;
-    case ACT_RECV_GRAD: return a->peer == s + 1 && s + 1 < sim->P ? &sim->grad[s] : NULL;
-    default: return NULL;
-    }
+    if (a->peer < 0 || a->peer >= sim->P) return NULL;
+    return is_send(a->kind) ? &sim->link[is_grad(a->kind)][s][a->peer] : &sim->link[is_grad(a->kind)][a->peer][s];
+}
+
+// The virtual stage a received message must come from: the previous one for activations, the next for gradients.
+static int expected_sender(const StageSchedule* st, const Action* a) {
+    return vstage(st, a->chunk) + (a->kind == ACT_RECV_ACT ? -1 : 1);
 }
 
 // Is the peer's next action the receive matching send a? (For rendezvous sends.)
-static int peer_waits_for(const Sim* sim, const Action* a) {
+static int peer_waits_for(const Sim* sim, int s, const Action* a) {
     if (a->peer < 0 || a->peer >= sim->P || sim->pc[a->peer] >= sim->ss[a->peer].count) return 0;
-    const Action* r = &sim->ss[a->peer].actions[sim->pc[a->peer]];
+    const StageSchedule* peer = &sim->ss[a->peer];
+    const Action* r = &peer->actions[sim->pc[a->peer]];
     ActionKind want = a->kind == ACT_SEND_ACT ? ACT_RECV_ACT : ACT_RECV_GRAD;
-    return r->kind == want && r->micro == a->micro;
+    return r->kind == want && r->micro == a->micro && expected_sender(peer, r) == vstage(&sim->ss[s], a->chunk);
 }
 
 // Can stage s's next action run now? Compute always can, buffered sends too; receives need a message.
 static int can_step(Sim* sim, int s) {
     if (sim->pc[s] >= sim->ss[s].count) return 0;
     const Action* a = &sim->ss[s].actions[sim->pc[s]];
-    if (a->kind == ACT_SEND_ACT || a->kind == ACT_SEND_GRAD) return !sim->rendezvous || peer_waits_for(sim, a);
-    if (a->kind == ACT_FORWARD || a->kind == ACT_BACKWARD) return 1;
+    if (is_send(a->kind)) return !sim->rendezvous || peer_waits_for(sim, s, a);
+    if (action_is_compute(a->kind)) return 1;
     Link* l = link_for(sim, s, a);
     return l == NULL || l->head < l->tail;   // a bad peer "runs" so that step() reports it
 }
 
+static double compute_time(const Sim* sim, ActionKind k) {
+    return k == ACT_FORWARD ? sim->t_f : k == ACT_BACKWARD_WEIGHT ? sim->t_w : sim->t_b;
+}
+
 static StepResult step(Sim* sim, int s) {
-    const Action* a = &sim->ss[s].actions[sim->pc[s]++];
-    if (a->kind == ACT_FORWARD || a->kind == ACT_BACKWARD) {
-        sim->clock[s] += a->kind == ACT_FORWARD ? sim->tf : sim->tb;
+    const StageSchedule* st = &sim->ss[s];
+    const Action* a = &st->actions[sim->pc[s]++];
+    if (action_is_compute(a->kind)) {
+        sim->clock[s] += compute_time(sim, a->kind);
         return STEP_OK;
     }
     Link* l = link_for(sim, s, a);
     if (!l) return STEP_ERROR;
-    if (a->kind == ACT_SEND_ACT || a->kind == ACT_SEND_GRAD) {
-        if (l->tail >= 4 * MAX_M + 8) return STEP_ERROR;
-        l->micro[l->tail] = a->micro, l->time[l->tail++] = sim->clock[s];
+    if (is_send(a->kind)) {
+        if (l->tail >= MAX_MSG) return STEP_ERROR;
+        l->vs[l->tail] = vstage(st, a->chunk), l->micro[l->tail] = a->micro, l->time[l->tail++] = sim->clock[s];
         return STEP_OK;
     }
-    if (l->micro[l->head] != a->micro) return STEP_ERROR;
+    if (l->micro[l->head] != a->micro || l->vs[l->head] != expected_sender(st, a)) return STEP_ERROR;
     if (l->time[l->head] > sim->clock[s]) sim->clock[s] = l->time[l->head];
     l->head++;
     return STEP_OK;
@@ -229,12 +296,13 @@ static int pick(Sim* sim, int policy, unsigned* rng, int last) {
     return runnable[0];
 }
 
+typedef struct { double t_f, t_b, t_w; } Times;
+
 // Runs the pipeline to completion or deadlock. Returns NULL if every stage finished with every message
 // consumed; *makespan = the latest clock.
-static const char* simulate_ex(int P, const StageSchedule* ss, int policy, double tf, double tb, int rendezvous,
-                               double* makespan) {
+static const char* simulate_ex(int P, const StageSchedule* ss, int policy, Times t, int rendezvous, double* makespan) {
     Sim* sim = xcalloc(1, sizeof(Sim));
-    sim->P = P, sim->ss = ss, sim->tf = tf, sim->tb = tb, sim->rendezvous = rendezvous;
+    sim->P = P, sim->ss = ss, sim->t_f = t.t_f, sim->t_b = t.t_b, sim->t_w = t.t_w, sim->rendezvous = rendezvous;
     unsigned rng = 12345u + (unsigned)policy;
     const char* why = NULL;
     for (int s = -1; (s = pick(sim, policy, &rng, s)) >= 0;)
@@ -242,53 +310,79 @@ static const char* simulate_ex(int P, const StageSchedule* ss, int policy, doubl
     *makespan = 0;
     for (int s = 0; s < P && !why; s++) {
         if (sim->pc[s] < ss[s].count) why = "deadlock: a stage is blocked forever";
-        if (sim->act[s].head != sim->act[s].tail || sim->grad[s].head != sim->grad[s].tail) why = "unreceived messages";
+        for (int d = 0; d < P; d++)
+            for (int k = 0; k < 2; k++)
+                if (sim->link[k][s][d].head != sim->link[k][s][d].tail) why = "unreceived messages";
         if (sim->clock[s] > *makespan) *makespan = sim->clock[s];
     }
     free(sim);
     return why;
 }
 
-static const char* simulate(int P, const StageSchedule* ss, int policy, double tf, double tb, double* makespan) {
-    return simulate_ex(P, ss, policy, tf, tb, 0, makespan);
+// Unit times for the ideal timeline: a backward is twice a forward (split evenly between zb's B and W).
+static const Times UNIT_TIMES = {1.0, 2.0, 1.0};
+
+static const char* simulate(int P, const StageSchedule* ss, int policy, Times t, double* makespan) {
+    return simulate_ex(P, ss, policy, t, 0, makespan);
 }
 
-// schedule.h says buffering is what makes the order safe: with rendezvous sends, P=2, m=2 deadlocks (stage 0
-// sends act 1 while stage 1 sends grad 0), while P=1 and m=1 (nothing to cross) still finish.
+// schedule.h says buffering is what makes the order safe: with rendezvous sends, 1F1B's P=2, m=2 deadlocks
+// (stage 0 sends act 1 while stage 1 sends grad 0), while P=1 and m=1 (nothing to cross) still finish.
 static void test_rendezvous(TestStats* st) {
     int results[3];
     const int cases[3][2] = {{2, 2}, {1, 4}, {4, 1}};
     for (int i = 0; i < 3; i++) {
         StageSchedule ss[MAX_P];
         double t;
-        build_all(cases[i][0], cases[i][1], ss);
-        results[i] = simulate_ex(cases[i][0], ss, 0, 1, 2, 1, &t) == NULL;
-        free_all(cases[i][0], ss);
+        Case c = {SCHEDULE_1F1B, cases[i][0], cases[i][1], 1};
+        build_all(c, ss);
+        results[i] = simulate_ex(c.P, ss, 0, UNIT_TIMES, 1, &t) == NULL;
+        free_all(c.P, ss);
     }
     test_report(st, !results[0], "rendezvous_sends_deadlock_P2_m2", "finished %g (want 0)", results[0], 0);
     test_report(st, results[1] && results[2], "rendezvous_sends_fine_P1_or_m1", "P1 m4 %g, P4 m1 %g", results[1], results[2]);
 }
 
-static const char* check_deadlock_free(int P, const StageSchedule* ss) {
-    for (int policy = 0; policy < 4; policy++) {
-        double t;
-        const char* why = simulate(P, ss, policy, 1.0, 2.0, &t);
-        if (why) return why;
-    }
+static const char* check_deadlock_free(Case c, const StageSchedule* ss) {
+    const Times times[2] = {UNIT_TIMES, {1.0, 0.5, 3.0}};   // the lists' own timeline, and a lopsided one
+    for (int policy = 0; policy < 4; policy++)
+        for (int i = 0; i < 2; i++) {
+            double t;
+            const char* why = simulate(c.P, ss, policy, times[i], &t);
+            if (why) return why;
+        }
     return NULL;
 }
 
-// With equal stages the step takes (m + P - 1)(t_f + t_b), so the bubble (idle per stage / useful work per
-// stage) is (P - 1)/m: schedule_bubble_fraction must match the simulated timeline, for t_b = t_f and 2 t_f.
-static const char* check_bubble(int P, int m, const StageSchedule* ss) {
+// The simulated bubble: (step - work) / work per stage, work = m V (t_f + t_b (+ t_w)).
+static double simulated_bubble(Case c, const StageSchedule* ss, Times t, const char** why) {
+    double step_time;
+    *why = simulate(c.P, ss, 0, t, &step_time);
+    double work = c.m * c.V * (t.t_f + t.t_b + (c.kind == SCHEDULE_ZB ? t.t_w : 0.0));
+    return (step_time - work) / work;
+}
+
+// schedule_bubble against the timeline: 1f1b for t_b = t_f and 2 t_f; interleaved with every chunk taking
+// 1/V of a stage's time; zb with t_f = t_b = t_w (the times it is built for) when m >= P, and never worse
+// than 1F1B with the same total backward otherwise.
+static const char* check_bubble(Case c, const StageSchedule* ss) {
+    const char* why;
+    if (c.kind == SCHEDULE_ZB) {
+        Times equal = {1.0, 1.0, 1.0};
+        double b = simulated_bubble(c, ss, equal, &why), theory = schedule_bubble(c.kind, c.P, c.m, c.V);
+        if (why) return why;
+        if (c.m >= c.P && fabs(b - theory) > 1e-12) return printf("# zb P=%d m=%d: %g vs %g\n", c.P, c.m, b, theory), "zb bubble != (P-1)/(3m)";
+        if (b > schedule_bubble_fraction(c.P, c.m) + 1e-12) return "zb bubble worse than 1F1B's";
+        return NULL;
+    }
     const double tbs[2] = {1.0, 2.0};
     for (int i = 0; i < 2; i++) {
-        double t;
-        if (simulate(P, ss, 0, 1.0, tbs[i], &t)) return "simulation failed";
-        double work = m * (1.0 + tbs[i]), sim_bubble = (t - work) / work;
-        if (fabs(sim_bubble - schedule_bubble_fraction(P, m)) > 1e-12) {
-            printf("# P=%d m=%d t_b=%g: step %g, simulated bubble %g, schedule_bubble_fraction %g\n", P, m, tbs[i],
-                   t, sim_bubble, schedule_bubble_fraction(P, m));
+        Times t = {1.0 / c.V, tbs[i] / c.V, 0.0};
+        double b = simulated_bubble(c, ss, t, &why), theory = schedule_bubble(c.kind, c.P, c.m, c.V);
+        if (why) return why;
+        if (fabs(b - theory) > 1e-12) {
+            printf("# %s P=%d m=%d V=%d t_b=%g: simulated bubble %g, schedule_bubble %g\n", schedule_kind_name(c.kind), c.P,
+                   c.m, c.V, tbs[i], b, theory);
             return "bubble fraction != simulated idle / work";
         }
     }
@@ -297,55 +391,73 @@ static const char* check_bubble(int P, int m, const StageSchedule* ss) {
 
 // ---- the grid ----
 
-typedef const char* (*PipeCheck)(int P, int m, const StageSchedule* ss);
+typedef const char* (*PipeCheck)(Case c, const StageSchedule* ss);
 
 #define PER_STAGE(name, fn)                                               \
-    static const char* name(int P, int m, const StageSchedule* ss) {      \
-        (void)m;                                                          \
-        for (int s = 0; s < P; s++) {                                     \
+    static const char* name(Case c, const StageSchedule* ss) {            \
+        for (int s = 0; s < c.P; s++) {                                   \
             const char* why = fn(&ss[s]);                                 \
             if (why) return why;                                          \
         }                                                                 \
         return NULL;                                                      \
     }
 PER_STAGE(pipe_valid_order, check_valid_order)
-PER_STAGE(pipe_1f1b_shape, check_1f1b_shape)
+PER_STAGE(pipe_shape, check_shape)
 PER_STAGE(pipe_comm_local, check_comm_local)
 PER_STAGE(pipe_peak, check_peak)
-static const char* pipe_links(int P, int m, const StageSchedule* ss) { return (void)m, check_links(P, ss); }
-static const char* pipe_deadlock(int P, int m, const StageSchedule* ss) { return (void)m, check_deadlock_free(P, ss); }
 
-// One check line per (property, P), covering m = 1..16; a failure names the first (P, m) and why.
+// The cases of a schedule, in order: P = 1..8, m = 1..16 and V = 2..4 where interleaving allows (P >= 2,
+// P | m), else V = 1. Start from c->P == 0; returns 0 after the last.
+static int next_case(ScheduleKind kind, Case* c) {
+    int lo_v = kind == SCHEDULE_INTERLEAVED ? 2 : 1, hi_v = kind == SCHEDULE_INTERLEAVED ? MAX_V : 1;
+    if (c->P == 0) *c = (Case){kind, 1, 1, lo_v - 1};
+    for (;;) {
+        if (c->V < hi_v) c->V++;
+        else if (c->V = lo_v, c->m < MAX_M) c->m++;
+        else if (c->m = 1, c->P < MAX_P) c->P++;
+        else return 0;
+        if (kind != SCHEDULE_INTERLEAVED || (c->P >= 2 && c->m % c->P == 0)) return 1;
+    }
+}
+
+// One check line per (property, schedule, P), covering every m (and V); a failure names the first case.
 static void grid_check(TestStats* st, const char* prop, PipeCheck fn) {
-    for (int P = 1; P <= MAX_P; P++) {
-        int bad_m = 0;
-        for (int m = 1; m <= MAX_M && !bad_m; m++) {
+    const ScheduleKind kinds[3] = {SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, SCHEDULE_ZB};
+    for (int k = 0; k < 3; k++) {
+        int bad[MAX_P + 1] = {0}, ran[MAX_P + 1] = {0};
+        Case c = {0};
+        while (next_case(kinds[k], &c)) {
+            if (bad[c.P]) continue;
             StageSchedule ss[MAX_P];
-            build_all(P, m, ss);
-            const char* why = fn(P, m, ss);
-            if (why) printf("# %s P=%d m=%d: %s\n", prop, P, m, why), bad_m = m;
-            free_all(P, ss);
+            build_all(c, ss);
+            const char* why = fn(c, ss);
+            if (why) printf("# %s %s P=%d m=%d V=%d: %s\n", prop, schedule_kind_name(c.kind), c.P, c.m, c.V, why), bad[c.P] = c.m;
+            ran[c.P]++;
+            free_all(c.P, ss);
         }
-        char name[96];
-        snprintf(name, sizeof name, "schedule_%s_P%d_m1-%d", prop, P, MAX_M);
-        test_report(st, bad_m == 0, name, "first failure at P=%g m=%g", P, bad_m);
+        for (int P = 1; P <= MAX_P; P++) {
+            if (!ran[P]) continue;
+            char name[96];
+            snprintf(name, sizeof name, "schedule_%s_%s_P%d", schedule_kind_name(kinds[k]), prop, P);
+            test_report(st, bad[P] == 0, name, "first failure at m=%g (of %g cases)", bad[P], ran[P]);
+        }
     }
 }
 
 // ---- the checkers catch broken schedules ----
 
-// Applies `breakit` to stage `s` of (P, m) and expects `fn` to reject the result.
-static void catches(TestStats* st, const char* name, int P, int m, int s, void (*breakit)(StageSchedule*), PipeCheck fn) {
+// Applies `breakit` to stage `s` of the case and expects `fn` to reject the result.
+static void catches(TestStats* st, const char* name, Case c, int s, void (*breakit)(StageSchedule*), PipeCheck fn) {
     StageSchedule ss[MAX_P];
-    build_all(P, m, ss);
+    build_all(c, ss);
     StageSchedule orig = ss[s];
     ss[s] = copy_schedule(&orig);
-    int ok_before = fn(P, m, ss) == NULL;
+    int ok_before = fn(c, ss) == NULL;
     breakit(&ss[s]);
-    int rejected = fn(P, m, ss) != NULL;
+    int rejected = fn(c, ss) != NULL;
     free(ss[s].actions);
     ss[s] = orig;
-    free_all(P, ss);
+    free_all(c.P, ss);
     test_report(st, ok_before && rejected, name, "accepted before breaking %g, rejected after %g", ok_before, rejected);
 }
 
@@ -399,21 +511,64 @@ static void break_peak(StageSchedule* s) {
     memcpy(&s->actions[s->count - n], grp, (size_t)n * sizeof(Action));
 }
 static void break_peak_field(StageSchedule* s) { s->peak_in_flight++; }
+// Interleaving: the first forward's send claims the wrong chunk (so the next stage gets a message it does
+// not expect from that virtual stage).
+static void break_chunk(StageSchedule* s) { s->actions[index_of(s, ACT_SEND_ACT, 0)].chunk ^= 1; }
+// zb: run W 0 right after the first forward, before its B.
+static void break_w_before_b(StageSchedule* s) {
+    int w = index_of(s, ACT_BACKWARD_WEIGHT, 0), f = index_of(s, ACT_FORWARD, 0);
+    Action a = s->actions[w];
+    memmove(&s->actions[f + 2], &s->actions[f + 1], (size_t)(w - f - 1) * sizeof(Action));
+    s->actions[f + 1] = a;
+}
+// zb: every W right after its B (and B's send): 1F1B's timeline again, bubble and all.
+static void break_eager_w(StageSchedule* s) {
+    Action* out = xmalloc((size_t)s->count * sizeof(Action));
+    int k = 0;
+    for (int i = 0; i < s->count; i++) {
+        const Action* a = &s->actions[i];
+        if (a->kind == ACT_BACKWARD_WEIGHT) continue;
+        out[k++] = *a;
+        int b_done = a->kind == ACT_BACKWARD_INPUT && (i + 1 >= s->count || s->actions[i + 1].kind != ACT_SEND_GRAD);
+        if (b_done || (a->kind == ACT_SEND_GRAD && s->actions[i - 1].kind == ACT_BACKWARD_INPUT))
+            out[k++] = (Action){ACT_BACKWARD_WEIGHT, a->micro, a->chunk, -1};
+    }
+    memcpy(s->actions, out, (size_t)k * sizeof(Action));
+    free(out);
+}
+// zb: defer every W to the end (the stash the schedule does not plan for).
+static void break_defer_all(StageSchedule* s) {
+    int n = 0;
+    Action* w = xmalloc((size_t)s->count * sizeof(Action));
+    for (int i = 0, k = 0; i < s->count; i++)
+        if (s->actions[i].kind == ACT_BACKWARD_WEIGHT) w[n++] = s->actions[i];
+        else s->actions[k++] = s->actions[i];
+    memcpy(&s->actions[s->count - n], w, (size_t)n * sizeof(Action));
+    free(w);
+}
 
 static void test_checkers_catch(TestStats* st) {
-    catches(st, "catches_forward_order", 4, 6, 2, break_forward_order, pipe_valid_order);
-    catches(st, "catches_extra_warmup", 4, 6, 1, break_warmup, pipe_1f1b_shape);
-    catches(st, "catches_missing_backward", 3, 5, 0, break_drop_last, pipe_valid_order);
-    catches(st, "catches_missing_send", 3, 5, 1, break_drop_last, pipe_comm_local);
-    catches(st, "catches_missing_send_link", 3, 5, 1, break_drop_last, pipe_links);
-    catches(st, "catches_wrong_peer", 4, 3, 1, break_peer, pipe_comm_local);
-    catches(st, "catches_wrong_peer_sim", 4, 3, 1, break_peer, pipe_deadlock);
-    catches(st, "catches_deadlock", 2, 2, 0, break_recv_first, pipe_deadlock);
-    catches(st, "catches_deadlock_deep", 6, 9, 3, break_recv_first, pipe_deadlock);
-    catches(st, "catches_unreceived_message", 3, 5, 0, break_drop_recv, pipe_deadlock);
-    catches(st, "catches_peak", 4, 8, 0, break_peak, pipe_peak);
-    catches(st, "catches_peak_field", 4, 8, 0, break_peak_field, pipe_peak);
-    catches(st, "catches_forward_order_link", 4, 6, 2, break_forward_order, pipe_links);
+    Case c46 = {SCHEDULE_1F1B, 4, 6, 1}, c35 = {SCHEDULE_1F1B, 3, 5, 1}, c43 = {SCHEDULE_1F1B, 4, 3, 1};
+    Case c22 = {SCHEDULE_1F1B, 2, 2, 1}, c69 = {SCHEDULE_1F1B, 6, 9, 1}, c48 = {SCHEDULE_1F1B, 4, 8, 1};
+    Case i48 = {SCHEDULE_INTERLEAVED, 4, 8, 2}, z48 = {SCHEDULE_ZB, 4, 8, 1};
+    catches(st, "catches_forward_order", c46, 2, break_forward_order, pipe_valid_order);
+    catches(st, "catches_extra_warmup", c46, 1, break_warmup, pipe_shape);
+    catches(st, "catches_missing_backward", c35, 0, break_drop_last, pipe_valid_order);
+    catches(st, "catches_missing_send", c35, 1, break_drop_last, pipe_comm_local);
+    catches(st, "catches_wrong_peer", c43, 1, break_peer, pipe_comm_local);
+    catches(st, "catches_wrong_peer_sim", c43, 1, break_peer, check_deadlock_free);
+    catches(st, "catches_deadlock", c22, 0, break_recv_first, check_deadlock_free);
+    catches(st, "catches_deadlock_deep", c69, 3, break_recv_first, check_deadlock_free);
+    catches(st, "catches_unreceived_message", c35, 0, break_drop_recv, check_deadlock_free);
+    catches(st, "catches_peak", c48, 0, break_peak, pipe_peak);
+    catches(st, "catches_peak_field", c48, 0, break_peak_field, pipe_peak);
+    catches(st, "catches_forward_order_link", c46, 2, break_forward_order, check_deadlock_free);
+    catches(st, "catches_interleaved_wrong_chunk", i48, 1, break_chunk, check_deadlock_free);
+    catches(st, "catches_interleaved_order", i48, 1, break_forward_order, pipe_shape);
+    catches(st, "catches_zb_w_before_b", z48, 2, break_w_before_b, pipe_valid_order);
+    catches(st, "catches_zb_deferral", z48, 1, break_defer_all, pipe_shape);
+    catches(st, "catches_zb_deferral_peak", z48, 1, break_defer_all, pipe_peak);
+    catches(st, "catches_zb_bubble", z48, 0, break_eager_w, check_bubble);
 }
 
 // ---- split ----
@@ -512,17 +667,18 @@ static void test_head_cost(TestStats* st) {
 
 typedef struct { const char* name; int fn, a, b, c; double h; const char* want; } ErrCase;
 
+// fn: 0 1f1b (P, m, stage), 1 bubble (P, m), 2 split (L, P, head), 3 head cost (V, C, T), 4 interleaved
+// (P, m, V), 5 zb with V virtual stages (P, m, V).
 static void run_error_case(const ErrCase* e) {
     int first[64], nb[64];
-    if (e->fn == 0) {
-        StageSchedule s;
-        schedule_1f1b(e->a, e->b, e->c, &s);
-    } else if (e->fn == 1) {
-        schedule_bubble_fraction(e->a, e->b);
-    } else if (e->fn == 2) {
-        pipeline_split(e->a, e->b, e->h, first, nb);
-    } else {
-        pipeline_head_cost(e->a, e->b, e->c);
+    StageSchedule s;
+    switch (e->fn) {
+    case 0: schedule_1f1b(e->a, e->b, e->c, &s); break;
+    case 1: schedule_bubble_fraction(e->a, e->b); break;
+    case 2: pipeline_split(e->a, e->b, e->h, first, nb); break;
+    case 3: pipeline_head_cost(e->a, e->b, e->c); break;
+    case 4: schedule_build(SCHEDULE_INTERLEAVED, e->a, e->b, e->c, 0, &s); break;
+    default: schedule_build(SCHEDULE_ZB, e->a, e->b, e->c, 0, &s); break;
     }
 }
 
@@ -565,20 +721,31 @@ static void test_errors(TestStats* st) {
         {"error_split_zero_stages", 2, 4, 0, 0, 1.0, "stages 0"},
         {"error_split_negative_head", 2, 12, 4, 0, -1.0, "head cost -1"},
         {"error_head_cost_bad_shape", 3, 50304, 0, 1024, 0, "C 0"},
+        {"error_interleaved_ga_not_multiple", 4, 4, 6, 2, 0, "-ga divisible by -pp (micro-batches 6, stages 4)"},
+        {"error_interleaved_one_stage", 4, 1, 4, 2, 0, "needs a pipeline"},
+        {"error_interleaved_one_chunk", 4, 2, 4, 1, 0, "-vp 1 must be 2..8"},
+        {"error_interleaved_too_many_chunks", 4, 2, 4, 9, 0, "-vp 9 must be 2..8"},
+        {"error_virtual_stages_without_interleaving", 5, 2, 4, 2, 0, "-vp 2: virtual stages need -ps interleaved"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_error(st, &cases[i]);
 }
 
 // ---- print mode ----
 
-static void print_mode(int P, int m) {
-    StageSchedule ss[MAX_P];
+static void print_mode(const char* kind_name, int P, int m, int V) {
+    ScheduleKind kind;
+    if (!schedule_kind_parse(kind_name, &kind)) fail("print: unknown schedule %s (1f1b, interleaved or zb)", kind_name);
     if (P < 1 || P > MAX_P) fail("print: P must be 1..%d", MAX_P);
-    build_all(P, m, ss);
-    printf("1F1B, P=%d stages, m=%d micro-batches, bubble (P-1)/m = %.3f\n", P, m, schedule_bubble_fraction(P, m));
+    StageSchedule ss[MAX_P];
+    Case c = {kind, P, m, V};
+    build_all(c, ss);
+    printf("%s, P=%d stages, m=%d micro-batches, V=%d: bubble %.3f\n", kind_name, P, m, V, schedule_bubble(kind, P, m, V));
     for (int s = 0; s < P; s++) schedule_print(stdout, &ss[s], 0);
-    printf("with communication (<s act from s, >s act to s, <<s grad from s, >>s grad to s; :micro):\n");
+    printf("with communication (<s act from s, >s act to s, <<s grad from s, >>s grad to s; :micro[.chunk]):\n");
     for (int s = 0; s < P; s++) schedule_print(stdout, &ss[s], 1);
+    for (int s = 0; s < P; s++)
+        printf("stage %d: warm-up %d, peak activation sets %d, peak deferred W's %d\n", s, ss[s].num_warmup,
+               ss[s].peak_in_flight, ss[s].peak_deferred);
     free_all(P, ss);
     double h = pipeline_head_cost(50304, 768, 1024);
     int first[MAX_P], nb[MAX_P];
@@ -591,18 +758,17 @@ static void print_mode(int P, int m) {
 }
 
 int main(int argc, char** argv) {
-    if (argc == 4 && strcmp(argv[1], "print") == 0) {
-        print_mode(atoi(argv[2]), atoi(argv[3]));
+    if ((argc == 5 || argc == 6) && strcmp(argv[1], "print") == 0) {
+        print_mode(argv[2], atoi(argv[3]), atoi(argv[4]), argc == 6 ? atoi(argv[5]) : 1);
         return 0;
     }
     TestStats st = {0, 0};
     grid_check(&st, "valid_order", pipe_valid_order);
-    grid_check(&st, "1f1b_shape", pipe_1f1b_shape);
+    grid_check(&st, "shape", pipe_shape);
     grid_check(&st, "comm_local", pipe_comm_local);
-    grid_check(&st, "links_match", pipe_links);
-    grid_check(&st, "peak_in_flight", pipe_peak);
-    grid_check(&st, "deadlock_free", pipe_deadlock);
-    grid_check(&st, "bubble_fraction", check_bubble);
+    grid_check(&st, "peak", pipe_peak);
+    grid_check(&st, "deadlock_free", check_deadlock_free);
+    grid_check(&st, "bubble", check_bubble);
     test_checkers_catch(&st);
     test_rendezvous(&st);
     test_split(&st);

@@ -6,7 +6,7 @@
 #      -offload 1 against the device-side optimizer
 #   3. 2 and 4 ranks on the one GPU through the MPI backend under -z 0..3 (and -z 2, 3 poisoned, see
 #      comm.h's GPT_COMM_POISON), 1F1B pipelines (-pp 2 and 4, with data parallelism, ZeRO and recompute;
-#      bf16 with the tied-copy check), -offload 2 under -z 2 and 3, -tp 2 under -z 0 and 3 and with -sp 1, and -r 1..3,
+#      bf16 with the tied-copy check; -ps zb against 1f1b, bit for bit), -offload 2 under -z 2 and 3, -tp 2 under -z 0 and 3 and with -sp 1, and -r 1..3,
 #      against one rank;
 #      then NCCL (-comm nccl): the comm tests on device memory, one rank against -comm mpi, and with 2+
 #      GPUs 2 ranks under -z 0..3 against one rank
@@ -183,6 +183,16 @@ if command -v mpirun >/dev/null 2>&1 && ldd "$GPU" | grep -q libmpi; then
             > "$W/$name.txt" 2>&1 || record "pipeline_${name}_run" FAIL "$(grep -m1 error "$W/$name.txt")"
         check "pipeline_${name}_vs_single" log "$name" "$W/$name/log.jsonl" "$W/ga4/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
     done
+    # -ps zb: each backward split into B and W (matmul_backward_input/_weight), W deferred: the same bits as
+    # the 1F1B run of the same layout above.
+    mpirun --oversubscribe --bind-to none -np 4 $GPU "${flags[@]}" -pp 2 -ga 2 -z 3 -r 1 -p fp32 -ps zb -comm mpi -o "$W/zb" \
+        > "$W/zb.txt" 2>&1 || record pipeline_zb_run FAIL "$(grep -m1 error "$W/zb.txt")"
+    if cmp -s "$W/zb/ckpt_000006/model.bin" "$W/pp2_np4_z3_r1/ckpt_000006/model.bin" && diff <(fields "$W/zb/log.jsonl") \
+        <(fields "$W/pp2_np4_z3_r1/log.jsonl") > /dev/null; then
+        record pipeline_zb_bits_equal_1f1b ok "-ps zb -pp 2 x 2 replicas, -z 3 -r 1: model and losses identical to 1f1b"
+    else
+        record pipeline_zb_bits_equal_1f1b FAIL "-ps zb differs from -ps 1f1b on the same layout"
+    fi
     mpirun --oversubscribe --bind-to none -np 2 $GPU "${flags[@]}" -pp 2 -p bf16 -z 1 -comm mpi -o "$W/pp2bf16" > "$W/pp2bf16.txt" 2>&1 ||
         record pipeline_pp2_bf16_run FAIL "$(grep -m1 error "$W/pp2bf16.txt")"
     check pipeline_pp2_bf16_vs_single log pp2bf16 "$W/pp2bf16/log.jsonl" "$W/gpu16/log.jsonl" --steps 6 --tol 2e-2
