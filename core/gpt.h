@@ -30,8 +30,9 @@ typedef struct {
     void* lnf;         // (N, C)
     float* lnf_mean;   // (N)          rows
     float* lnf_rstd;   // (N)          rows
-    void* logits;      // (N, Vp)      overwritten by dlogits in training
+    void* logits;      // (N, Vp/tp)   this rank's vocabulary columns; overwritten by dlogits in training
     float* losses;     // (N)
+    float* vocab_stats;  // (3, N)     -tp: the cross-entropy's row max, then sum of exp and target logit; else NULL
     int* tokens;       // (N)
     int* targets;      // (N)
     // Work buffers: projections before the residual add, and the backward's gradients.
@@ -82,6 +83,11 @@ double gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* t
 // the head starts from its dlogits; a stage without it from gpt_boundary_grad, which the caller has filled
 // with d(output). Afterwards a stage without the encoder leaves d(input) in gpt_boundary_grad.
 void gpt_backward(GPT* g, Backend* be, int set);
+
+// Rows [first, first + rows) of the last forward's logits, their V real columns, into out (host, rows x V
+// floats). Under -tp each rank holds Vp/tp columns, so every rank of the tensor group calls it and gets the
+// whole rows (summed on the host, where none of the step's traffic is counted).
+void gpt_logits_to_host(GPT* g, Backend* be, int first, int rows, float* out);
 
 // The tensors that cross a stage boundary, (B,T,C) of type dt each (this rank's rows of them with -sp): the
 // first block's input and the last block's output of a set, and the gradient of either (one buffer: the

@@ -30,3 +30,49 @@ void classifier_forward(Backend* be, DType dt, void* logits, float* losses, cons
     for (int n = 0; n < N; n++)
         losses[n] = classifier_row(dt, logits, (size_t)n * Vp, targets[n], V, Vp, dloss, write_dlogits);
 }
+
+// The vocabulary-parallel steps (kernels.h). Each row's scalars are fp32 between steps because the tensor
+// group sums them in fp32; the row's own sum is kept in double like classifier_row's.
+
+void classifier_vocab_max(Backend* be, DType dt, float* rowmax, const void* logits, int N, int real, int Vl) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float mx = -INFINITY;
+        for (int v = 0; v < real; v++) mx = fmaxf(mx, ld(logits, (size_t)n * Vl + v, dt));
+        rowmax[n] = mx;
+    }
+}
+
+void classifier_vocab_sums(Backend* be, DType dt, float* stats, const void* logits, const float* rowmax,
+                           const int* targets, int v0, int N, int real, int Vl) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        size_t o = (size_t)n * Vl;
+        double sum = 0.0;
+        for (int v = 0; v < real; v++) sum += expf(ld(logits, o + v, dt) - rowmax[n]);
+        int t = targets[n] - v0;
+        stats[n] = (float)sum;
+        stats[N + n] = t >= 0 && t < real ? ld(logits, o + t, dt) : 0.0f;
+    }
+}
+
+void classifier_vocab_finish(Backend* be, DType dt, void* logits, float* losses, const float* rowmax,
+                             const float* stats, const int* targets, int v0, int N, int real, int Vl, float dloss,
+                             int write_dlogits) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float lse = rowmax[n] + (float)log((double)stats[n]);
+        losses[n] = lse - stats[N + n];
+        if (!write_dlogits) continue;
+        size_t o = (size_t)n * Vl;
+        int t = targets[n] - v0;
+        for (int v = 0; v < real; v++) {
+            float p = expf(ld(logits, o + v, dt) - lse);
+            st(logits, o + v, dloss * (p - (v == t ? 1.0f : 0.0f)), dt);
+        }
+        for (int v = real; v < Vl; v++) st(logits, o + v, 0.0f, dt);
+    }
+}
