@@ -33,8 +33,8 @@ typedef enum {
     ENCODER,     // one on the stage with the embedding lookup (its backward reads the tokens)
 } Extent;
 typedef enum { KEPT_ALWAYS, KEPT_LN, KEPT_ATT, KEPT_GELU, KEPT_MID } KeptBy;
-// Elements per token; *A: a tensor rank's share; W_VPA: its vocabulary columns (Vp/tp); W_VSTAT: 3 under
-// -tp (the vocabulary-parallel cross-entropy's row scalars), 0 without.
+// Elements per token; *A: a tensor rank's share; W_VPA: its vocabulary columns (Vp/tp); W_VSTAT: 1 + 3 tp
+// under -tp (the vocabulary-parallel cross-entropy's row max and every rank's row sums), 0 without.
 typedef enum { W_1, W_C, W_CA, W_3CA, W_4CA, W_NHA, W_VPA, W_VSTAT } Width;
 typedef enum { E_DT, E_F32, E_I32 } Elem;                   // the run's dtype, fp32, int32
 
@@ -108,7 +108,7 @@ static size_t buffer_bytes(const ActivationBuffer* b, const ParamLayout* lay, DT
                     : b->extent == HEAD ? (size_t)head : b->extent == ENCODER ? (size_t)enc : 1;
     size_t CA = (size_t)layout_attn_channels(lay);
     size_t width[] = {1, C, CA, 3 * CA, (size_t)layout_mlp_channels(lay), (size_t)layout_heads(lay),
-                      (size_t)layout_vocab_rows(lay), lay->tp_size > 1 ? 3u : 0u};
+                      (size_t)layout_vocab_rows(lay), lay->tp_size > 1 ? 1 + 3 * (size_t)lay->tp_size : 0};
     size_t elem = b->elem == E_DT ? dtype_size(dt) : 4;
     size_t rows = (size_t)B * (size_t)T / (b->rows == OWN_ROWS && sp ? (size_t)lay->tp_size : 1);
     return slices * rows * width[b->width] * elem;
@@ -414,13 +414,14 @@ static void vocab_cross_entropy(GPT* g, Backend* be, const int* targets, float d
     int real = layout_vocab_real(lay);
     for (int n = 0; n < N; n++)   // each kernel sees only its columns, so the range is checked here
         if (targets[n] < 0 || targets[n] >= V) fail("classifier: target %d at row %d outside [0, %d)", targets[n], n, V);
+    int ranks = lay->tp_size;
     float* rowmax = a->vocab_stats;   // (N)
-    float* stats = a->vocab_stats + N;   // (2, N): sum of exp, target logit
+    float* all = a->vocab_stats + N;   // (tp, 3, N): each rank's sum of exp (hi, lo) and target logit
     classifier_vocab_max(be, g->dt, rowmax, a->logits, N, real, Vl);
     comm_allreduce_max_f32(g->tp, rowmax, (size_t)N);
-    classifier_vocab_sums(be, g->dt, stats, a->logits, rowmax, a->targets, v0, N, real, Vl);
-    comm_allreduce_sum(g->tp, stats, 2 * (size_t)N, DT_FP32);
-    classifier_vocab_finish(be, g->dt, a->logits, a->losses, rowmax, stats, a->targets, v0, N, real, Vl, dloss,
+    classifier_vocab_sums(be, g->dt, all + (size_t)lay->tp_rank * 3 * N, a->logits, rowmax, a->targets, v0, N, real, Vl);
+    comm_allgather(g->tp, all, 3 * (size_t)N, DT_FP32);   // not a sum: the ranks' normalizers add in double
+    classifier_vocab_finish(be, g->dt, a->logits, a->losses, rowmax, all, ranks, a->targets, v0, N, real, Vl, dloss,
                             dloss != 0.0f);
 }
 

@@ -32,7 +32,7 @@ typedef struct {
     float* lnf_rstd;   // (N)          rows
     void* logits;      // (N, Vp/tp)   this rank's vocabulary columns; overwritten by dlogits in training
     float* losses;     // (N)
-    float* vocab_stats;  // (3, N)     -tp: the cross-entropy's row max, then sum of exp and target logit; else NULL
+    float* vocab_stats;  // (1 + 3 tp, N)  -tp: the cross-entropy's row max, then every rank's sums; else NULL
     int* tokens;       // (N)
     int* targets;      // (N)
     // Work buffers: projections before the residual add, and the backward's gradients.

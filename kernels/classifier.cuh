@@ -93,22 +93,30 @@ __global__ void __launch_bounds__(CLS_BLOCK) classifier_vocab_sums_kernel(float*
     float s = 0.0f;
     for (int c = threadIdx.x; c < real; c += blockDim.x) s += expf(to_f(x[c]) - M);
     s = block_sum(s, red);
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0) {   // a float sum: lo is 0
         const int t = targets[row] - v0;
         stats[row] = s;
-        stats[N + row] = t >= 0 && t < real ? to_f(x[t]) : 0.0f;
+        stats[N + row] = 0.0f;
+        stats[2 * (size_t)N + row] = t >= 0 && t < real ? to_f(x[t]) : 0.0f;
     }
 }
 
 template <typename T>
 __global__ void __launch_bounds__(CLS_BLOCK) classifier_vocab_finish_kernel(T* logits, float* losses,
-                                                                            const float* rowmax, const float* stats,
-                                                                            const int* targets, int v0, int N,
-                                                                            int real, int Vl, float dloss,
+                                                                            const float* rowmax, const float* all,
+                                                                            int ranks, const int* targets, int v0,
+                                                                            int N, int real, int Vl, float dloss,
                                                                             int write_dlogits) {
     const int row = blockIdx.x;
-    const float lse = rowmax[row] + logf(stats[row]);
-    if (threadIdx.x == 0) losses[row] = lse - stats[N + row];
+    double sum = 0.0;   // every thread adds the ranks' few scalars itself: no shared memory, same order
+    float target = 0.0f;
+    for (int k = 0; k < ranks; k++) {
+        const float* s = all + (size_t)k * 3 * N;
+        sum += (double)s[row] + (double)s[N + row];
+        target += s[2 * (size_t)N + row];
+    }
+    const float lse = rowmax[row] + (float)log(sum);
+    if (threadIdx.x == 0) losses[row] = lse - target;
     if (!write_dlogits) return;
     T* x = logits + (size_t)row * Vl;
     const int t = targets[row] - v0;
@@ -141,13 +149,15 @@ extern "C" void classifier_vocab_sums(Backend* be, DType dt, float* stats, const
 }
 
 extern "C" void classifier_vocab_finish(Backend* be, DType dt, void* logits, float* losses, const float* rowmax,
-                                        const float* stats, const int* targets, int v0, int N, int real, int Vl,
-                                        float dloss, int write_dlogits) {
+                                        const float* all, int ranks, const int* targets, int v0, int N, int real,
+                                        int Vl, float dloss, int write_dlogits) {
     classifier_vocab_check("classifier_vocab_finish", N, real, Vl);
+    if (ranks < 1) fail("classifier_vocab_finish: %d ranks", ranks);
     if (N == 0) return;
     DISPATCH_DTYPE(dt, X, {
-        classifier_vocab_finish_kernel<X><<<N, CLS_BLOCK, 0, be->stream>>>((X*)logits, losses, rowmax, stats, targets,
-                                                                           v0, N, real, Vl, dloss, write_dlogits);
+        classifier_vocab_finish_kernel<X><<<N, CLS_BLOCK, 0, be->stream>>>((X*)logits, losses, rowmax, all, ranks,
+                                                                           targets, v0, N, real, Vl, dloss,
+                                                                           write_dlogits);
         LAUNCH_CHECK();
     });
 }

@@ -127,18 +127,21 @@ void classifier_forward(Backend* be, DType dt, void* logits, float* losses, cons
 
 // The vocabulary-parallel cross-entropy (-tp N) over this rank's logits (N,Vl) X: columns [v0, v0 + Vl) of
 // the vocabulary, of which the first `real` = clamp(V - v0, 0, Vl) are real. Three steps, each followed by
-// a sum or max over the tensor group, so no rank ever holds a whole row:
+// a max or an all-gather over the tensor group, so no rank ever holds a whole row:
 // 1. rowmax (N) fp32 = the max of the row's real logits here (-inf when real == 0); then the group's max.
 void classifier_vocab_max(Backend* be, DType dt, float* rowmax, const void* logits, int N, int real, int Vl);
-// 2. stats (2N) fp32: stats[n] = sum of exp(logit - rowmax[n]) over the row's real columns here;
-//    stats[N + n] = the target's logit when v0 <= targets[n] < v0 + real, else 0. Then the group's sum.
+// 2. stats (3, N) fp32: the sum of exp(logit - rowmax[n]) over the row's real columns here as two floats,
+//    stats[n] + stats[N + n] (hi and lo: the normalizer keeps double precision across ranks, so the loss
+//    has the one-rank kernel's bits wherever the double sums round alike); stats[2N + n] = the target's
+//    logit when v0 <= targets[n] < v0 + real, else 0. Then the group all-gathers every rank's stats.
 void classifier_vocab_sums(Backend* be, DType dt, float* stats, const void* logits, const float* rowmax,
                            const int* targets, int v0, int N, int real, int Vl);
-// 3. losses[n] = rowmax[n] + log(stats[n]) - stats[N + n]; if write_dlogits, the logits are overwritten as
+// 3. all (ranks, 3, N): every rank's step-2 stats. losses[n] = rowmax[n] + log(S) - the target's logit, S the
+//    sum over ranks of hi + lo (in double, rank order); if write_dlogits, the logits are overwritten as
 //    classifier_forward's are: dloss * (softmax - [column == target]) on real columns, 0 on the rest.
 void classifier_vocab_finish(Backend* be, DType dt, void* logits, float* losses, const float* rowmax,
-                             const float* stats, const int* targets, int v0, int N, int real, int Vl, float dloss,
-                             int write_dlogits);
+                             const float* all, int ranks, const int* targets, int v0, int N, int real, int Vl,
+                             float dloss, int write_dlogits);
 
 // ---------------------------------------------------------------------------------------------------
 // Optimizer and norms.
