@@ -133,9 +133,8 @@ resume_as tp_resume_at_tp2_dp2_z1 4 -tp 2 -z 1
 
 # The logits are each rank's vocabulary columns, (B*T, Vp/tp): doubling the vocabulary (Vp 512 -> 1024) adds
 # B*T * 512/tp * 4 bytes of activations on every rank, where a whole-vocabulary head would add B*T * 512 * 4.
-init_model L2C64H4V1000T64 "$TMP/train.bin"
-MODEL_V1000=$MODEL
-init_model L2C64H4V500T64 "$TMP/train.bin"
+./train_gpt_cpu -e L2C64H4V1000T64 -i "$TMP/train.bin" -j "" -b 2 -t 32 -x 0 -s 0 -o "$TMP/init_v1000" >/dev/null 2>&1
+MODEL_V1000="$TMP/init_v1000/ckpt_000000/model.bin"
 for tp in 1 2 4; do
     for v in 500 1000; do
         m=$MODEL; [ $v = 1000 ] && m=$MODEL_V1000
@@ -154,6 +153,18 @@ for tp in (1, 2, 4):
     got = [b - a for a, b in zip(small, big)]
     ok = len(got) == tp and all(g == want for g in got)
     print("ok logits_per_rank_tp%d" % tp if ok else "FAIL logits_per_rank_tp%d: activations grew by %s, expected %d per rank" % (tp, got, want))
+PY
+[ $? -eq 0 ] || FAILED=1
+
+# -dump's logits (B*T x V) are whole rows under -tp too: each rank's columns, assembled.
+train 1 "$TMP/dump1" -x 1 -dump "$TMP/dump1.d" && train 2 "$TMP/dump2" -x 1 -tp 2 -dump "$TMP/dump2.d" ||
+    t_fail tp_dump_logits "run failed"
+$PYTHON - "$TMP" <<'PY'
+import sys, numpy as np
+d = sys.argv[1]
+a, b = (np.fromfile("%s/dump%d.d/logits0.f32" % (d, k), dtype=np.float32) for k in (1, 2))
+ok = a.size == 2 * 32 * 500 and a.size == b.size and np.abs(a - b).max() <= 1e-5 * max(1.0, np.abs(a).max())
+print("ok tp_dump_logits" if ok else "FAIL tp_dump_logits: sizes %d %d, max diff %g" % (a.size, b.size, np.abs(a - b).max() if a.size == b.size else -1))
 PY
 [ $? -eq 0 ] || FAILED=1
 
