@@ -463,14 +463,11 @@ static void keep_top_k(double* w, const float* p, int V, int k) {
 
 // A token drawn from row `row`'s logits: softmax(logits / temperature) over the top k, one uniform draw.
 static int sample_row(Trainer* tr, int row, Rng* rng, Sampling how) {
-    const GPT* g = head_chunk(tr);
+    GPT* g = head_chunk(tr);
     const GPTShape* s = &g->shape;
-    size_t x = dtype_size(g->dt);
-    void* raw = xmalloc((size_t)s->Vp * x);
     float* p = (float*)xmalloc((size_t)s->V * sizeof(float));
     double* w = (double*)xmalloc((size_t)s->V * sizeof(double));
-    be_download(tr->be, raw, (char*)g->acts.logits + (size_t)row * s->Vp * x, (size_t)s->Vp * x);
-    host_from_dtype(p, raw, g->dt, (size_t)s->V);
+    gpt_logits_to_host(g, tr->be, row, 1, p);   // collective over the tensor group
     int best = 0;
     for (int v = 1; v < s->V; v++) best = p[v] > p[best] ? v : best;
     int token = best;
@@ -489,7 +486,6 @@ static int sample_row(Trainer* tr, int row, Rng* rng, Sampling how) {
     }
     free(w);
     free(p);
-    free(raw);
     return token;
 }
 
@@ -592,7 +588,8 @@ static void generate(Trainer* tr) {
 // One optimizer step.
 
 
-// -dump: step 0's first-micro-batch logits (N x V) and its loss, from the rank with the head of replica 0,
+// -dump: step 0's first-micro-batch logits (N x V) and its loss, from the rank with the head of replica 0
+// (tensor rank 0; every tensor rank gathers them, since each holds a slice of the vocabulary),
 // and the reduced gradients (llm.c order), each stage writing its own tensors.
 static void dump_step0(Trainer* tr, const float* logits, double loss) {
     char p[PATH_MAX];
@@ -607,7 +604,7 @@ static void dump_step0(Trainer* tr, const float* logits, double loss) {
     zero_grads_to_host(tr->zero, tr->be, grads);   // collective over the stage's replicas
     if (writer) model_file_write_part(tr->layout, grads, p, 0);
     free(grads);
-    if (logits) {
+    if (logits && tr->grid.tp_rank == 0) {
         size_t n = (size_t)tr->cfg.B * tr->cfg.T * tr->gpt[0].shape.V;
         path_join(p, sizeof(p), tr->cfg.dump_dir, "logits0.f32");
         FILE* f = xfopen(p, "wb");
@@ -661,7 +658,7 @@ static StepResult train_step(Trainer* tr, int step) {
     GPT* g = head_chunk(tr);
     int dump = cfg->dump_dir && step == 0;
     double tokens = (double)tokens_per_step(tr);
-    int dumps_logits = dump && gpt_has_head(g) && tr->grid.dp_rank == 0 && tr->grid.tp_rank == 0;
+    int dumps_logits = dump && gpt_has_head(g) && tr->grid.dp_rank == 0;
     float* logits = dumps_logits ? (float*)xmalloc((size_t)cfg->B * cfg->T * g->shape.V * sizeof(float)) : NULL;
     // Every token of the global batch enters with weight 1/tokens: the summed gradient is that of the mean
     // loss (times the loss scale, which the optimizer divides back out).

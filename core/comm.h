@@ -53,6 +53,9 @@ const char* comm_kind_name(CommKind k);
 
 // buf (n elements of dt) = elementwise sum over the group, on every rank.
 void comm_allreduce_sum(Comm* c, void* buf, size_t n, DType dt);
+// buf (n fp32) = elementwise max over the group, on every rank (the vocabulary-parallel cross-entropy's
+// row maxima). Counted as an all-reduce.
+void comm_allreduce_max_f32(Comm* c, float* buf, size_t n);
 // in holds size*n elements (rank k's slot = [k*n, (k+1)*n)); out (n) = the sum over ranks of slot `rank`.
 // out may point at in + rank*n (in place).
 void comm_reduce_scatter_sum(Comm* c, void* out, const void* in, size_t n, DType dt);

@@ -254,6 +254,24 @@ void comm_allreduce_sum(Comm* c, void* buf, size_t n, DType dt) {
     be_upload(c->be, buf, h, bytes);
 }
 
+void comm_allreduce_max_f32(Comm* c, float* buf, size_t n) {
+    size_t bytes = mul_bytes(n, sizeof(float), "comm_allreduce_max_f32");
+    count(c, COLL_ALLREDUCE, bytes);
+    if (n == 0) return;
+    if (c->nccl) {
+        nccl_allreduce_max_f32(c->nccl, buf, n, NULL);
+        return;
+    }
+    if (c->size == 1) return;
+    float* h = staged(c) ? (float*)stage(c, bytes) : buf;
+    if (h != buf) be_download(c->be, h, buf, bytes);
+    for (size_t off = 0; off < n; off += c->max_count) {
+        size_t m = n - off < c->max_count ? n - off : c->max_count;
+        check(MPI_Allreduce(MPI_IN_PLACE, h + off, (int)m, MPI_FLOAT, MPI_MAX, c->mc), "MPI_Allreduce (max)");
+    }
+    if (h != buf) be_upload(c->be, buf, h, bytes);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Reduce-scatter and all-gather: started, then waited for (the synchronous calls are the two in a row).
 // The MPI path always works on the in-flight slot's private host copy: it is what lets the caller's

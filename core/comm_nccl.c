@@ -136,6 +136,12 @@ void nccl_allreduce(NcclGroup* g, void* buf, size_t n, DType dt, NcclEvent* done
     end(g, done);
 }
 
+void nccl_allreduce_max_f32(NcclGroup* g, float* buf, size_t n, NcclEvent* done) {
+    begin(g);
+    nccl_check(ncclAllReduce(buf, buf, n, ncclFloat32, ncclMax, g->nc, g->comm), g->nc, "ncclAllReduce (max)");
+    end(g, done);
+}
+
 // NCCL's in-place reduce-scatter is exactly comm.h's: out = in + rank * n, other slots left as they were.
 void nccl_reduce_scatter(NcclGroup* g, void* out, const void* in, size_t n, DType dt, NcclEvent* done) {
     begin(g);

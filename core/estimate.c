@@ -123,7 +123,8 @@ static const char* const LADDER[][2] = {
 
 // Whether every stage of shape s fits the budgets under ZeRO stage zero, offload and recompute level r.
 static int fits(StatePlanner states, const Config* cfg, const GPTShape* s, int ranks, int zero, int offload, int r) {
-    if (s->L < cfg->pipeline_stages || s->NH % cfg->tensor_parallel != 0) return 0;
+    if (s->L < cfg->pipeline_stages || s->NH % cfg->tensor_parallel != 0 || !shape_splits_vocab(s, cfg->tensor_parallel))
+        return 0;
     Config c = *cfg;
     c.offload = offload;
     PipelinePlan plan;

@@ -33,7 +33,9 @@ typedef enum {
     ENCODER,     // one on the stage with the embedding lookup (its backward reads the tokens)
 } Extent;
 typedef enum { KEPT_ALWAYS, KEPT_LN, KEPT_ATT, KEPT_GELU, KEPT_MID } KeptBy;
-typedef enum { W_1, W_C, W_CA, W_3CA, W_4CA, W_NHA, W_VP } Width;   // elements per token; *A: a tensor rank's share
+// Elements per token; *A: a tensor rank's share; W_VPA: its vocabulary columns (Vp/tp); W_VSTAT: 1 + 3 tp
+// under -tp (the vocabulary-parallel cross-entropy's row max and every rank's row sums), 0 without.
+typedef enum { W_1, W_C, W_CA, W_3CA, W_4CA, W_NHA, W_VPA, W_VSTAT } Width;
 typedef enum { E_DT, E_F32, E_I32 } Elem;                   // the run's dtype, fp32, int32
 
 typedef enum { ALL_ROWS, OWN_ROWS } Rows;   // OWN_ROWS: this rank's N / tp under sequence parallelism
@@ -66,8 +68,9 @@ static const ActivationBuffer BUFFERS[] = {
     BUF(lnf, HEAD, KEPT_ALWAYS, W_C, E_DT),
     OWN(lnf_mean, HEAD, KEPT_ALWAYS, W_1, E_F32),
     OWN(lnf_rstd, HEAD, KEPT_ALWAYS, W_1, E_F32),
-    BUF(logits, HEAD, KEPT_ALWAYS, W_VP, E_DT),
+    BUF(logits, HEAD, KEPT_ALWAYS, W_VPA, E_DT),
     BUF(losses, HEAD, KEPT_ALWAYS, W_1, E_F32),
+    BUF(vocab_stats, HEAD, KEPT_ALWAYS, W_VSTAT, E_F32),
     BUF(tokens, ENCODER, KEPT_ALWAYS, W_1, E_I32),
     BUF(targets, HEAD, KEPT_ALWAYS, W_1, E_I32),
     BUF(proj, WORK, KEPT_ALWAYS, W_C, E_DT),
@@ -104,7 +107,8 @@ static size_t buffer_bytes(const ActivationBuffer* b, const ParamLayout* lay, DT
     size_t slices = b->extent == RESIDUAL ? L + 1 : b->extent == PER_BLOCK ? (kept_every_block(b->kept, k) ? L : 1)
                     : b->extent == HEAD ? (size_t)head : b->extent == ENCODER ? (size_t)enc : 1;
     size_t CA = (size_t)layout_attn_channels(lay);
-    size_t width[] = {1, C, CA, 3 * CA, (size_t)layout_mlp_channels(lay), (size_t)layout_heads(lay), (size_t)s->Vp};
+    size_t width[] = {1, C, CA, 3 * CA, (size_t)layout_mlp_channels(lay), (size_t)layout_heads(lay),
+                      (size_t)layout_vocab_rows(lay), lay->tp_size > 1 ? 1 + 3 * (size_t)lay->tp_size : 0};
     size_t elem = b->elem == E_DT ? dtype_size(dt) : 4;
     size_t rows = (size_t)B * (size_t)T / (b->rows == OWN_ROWS && sp ? (size_t)lay->tp_size : 1);
     return slices * rows * width[b->width] * elem;
@@ -424,18 +428,82 @@ static WeightGradStash stash_of_block(GPT* g, int slot, int l) {
     return w;
 }
 
-static void logits_to_host(GPT* g, Backend* be, float* out) {
-    int N = g->B * g->T, V = g->shape.V, Vp = g->shape.Vp;
+// ---------------------------------------------------------------------------------------------------
+// The vocabulary-parallel embedding, LM head and cross-entropy (Megatron's). Under -tp each rank holds wte's
+// vocabulary rows [v0, v0 + Vl) (layout_vocab_*), so the logits (N, Vl) are its columns of the whole (N, Vp)
+// and no rank ever holds a whole row: the embedding is a sum over the group, the softmax's max, normalizer
+// and target logit are all-reduced row scalars, and the head's input gradient a sum of partial products.
+
+void gpt_logits_to_host(GPT* g, Backend* be, int first, int rows, float* out) {
+    const ParamLayout* lay = g->layout;
+    int V = g->shape.V, Vl = layout_vocab_rows(lay), v0 = layout_vocab_first(lay), real = layout_vocab_real(lay);
     size_t x = dtype_size(g->dt);
-    char* raw = (char*)xmalloc((size_t)N * Vp * x);
-    float* row = (float*)xmalloc((size_t)V * sizeof(float));
-    be_download(be, raw, g->acts.logits, (size_t)N * Vp * x);
-    for (int n = 0; n < N; n++) {
-        host_from_dtype(row, raw + (size_t)n * Vp * x, g->dt, (size_t)V);
-        memcpy(out + (size_t)n * V, row, (size_t)V * sizeof(float));
+    char* raw = (char*)xmalloc((size_t)rows * Vl * x);
+    be_download(be, raw, (char*)g->acts.logits + (size_t)first * Vl * x, (size_t)rows * Vl * x);
+    if (!g->tp) {
+        for (int n = 0; n < rows; n++) host_from_dtype(out + (size_t)n * V, raw + (size_t)n * Vl * x, g->dt, (size_t)V);
+        free(raw);
+        return;
+    }
+    // Each rank adds its columns into zeros: every value is one rank's plus exact zeros.
+    float* mine = (float*)xmalloc((size_t)(real ? real : 1) * sizeof(float));
+    double* row = (double*)xmalloc((size_t)V * sizeof(double));
+    for (int n = 0; n < rows; n++) {
+        host_from_dtype(mine, raw + (size_t)n * Vl * x, g->dt, (size_t)real);
+        for (int v = 0; v < V; v++) row[v] = v >= v0 && v < v0 + real ? (double)mine[v - v0] : 0.0;
+        comm_allreduce_host_sum(g->tp, row, V);
+        for (int v = 0; v < V; v++) out[(size_t)n * V + v] = (float)row[v];
     }
     free(row);
+    free(mine);
     free(raw);
+}
+
+// The embedding of every token into acts.resid (this rank's rows under -sp). Under -tp each rank embeds the
+// tokens of its vocabulary rows (zeros for the others; wpe added by rank 0 only) into every row, and the
+// group adds them: x + 0 is exact, so the sum has encoder_forward's bits in fp32.
+static void embed(GPT* g, Backend* be, EmbeddingParams emb) {
+    const ParamLayout* lay = g->layout;
+    Activations* a = &g->acts;
+    size_t NC = (size_t)g->B * g->T * g->shape.C;
+    if (!g->tp) {
+        encoder_forward(be, g->dt, a->resid, a->tokens, emb.wte, emb.wpe, g->B, g->T, g->shape.C);
+        return;
+    }
+    void* all = g->sp ? a->proj : a->resid;   // (N, C); proj is free before the first block
+    encoder_forward_vocab(be, g->dt, all, a->tokens, emb.wte, lay->tp_rank == 0 ? emb.wpe : NULL, layout_vocab_first(lay),
+                          layout_vocab_rows(lay), g->B, g->T, g->shape.C);
+    if (g->sp) comm_reduce_scatter_sum(g->tp, a->resid, all, (size_t)g->rows * g->shape.C, g->dt);
+    else comm_allreduce_sum(g->tp, all, NC, g->dt);
+}
+
+// The embedding's backward from d(input of the first block) (every row, gathered under -sp): each rank
+// scatters into its own vocabulary rows only; wpe's gradient is whole on every rank.
+static void embed_backward(GPT* g, Backend* be, EmbeddingParams demb, const void* dout) {
+    const ParamLayout* lay = g->layout;
+    if (!g->tp) encoder_backward(be, g->dt, demb.wte, demb.wpe, dout, g->acts.tokens, g->B, g->T, g->shape.C);
+    else encoder_backward_vocab(be, g->dt, demb.wte, demb.wpe, dout, g->acts.tokens, layout_vocab_first(lay),
+                                layout_vocab_rows(lay), g->B, g->T, g->shape.C);
+}
+
+// The cross-entropy over this rank's logits columns, in three steps with the group's max and sums between
+// (kernels.h); every rank ends with the same losses and its own columns' dlogits.
+static void vocab_cross_entropy(GPT* g, Backend* be, const int* targets, float dloss) {
+    const ParamLayout* lay = g->layout;
+    Activations* a = &g->acts;
+    int N = g->B * g->T, V = g->shape.V, v0 = layout_vocab_first(lay), Vl = layout_vocab_rows(lay);
+    int real = layout_vocab_real(lay);
+    for (int n = 0; n < N; n++)   // each kernel sees only its columns, so the range is checked here
+        if (targets[n] < 0 || targets[n] >= V) fail("classifier: target %d at row %d outside [0, %d)", targets[n], n, V);
+    int ranks = lay->tp_size;
+    float* rowmax = a->vocab_stats;   // (N)
+    float* all = a->vocab_stats + N;   // (tp, 3, N): each rank's sum of exp (hi, lo) and target logit
+    classifier_vocab_max(be, g->dt, rowmax, a->logits, N, real, Vl);
+    comm_allreduce_max_f32(g->tp, rowmax, (size_t)N);
+    classifier_vocab_sums(be, g->dt, all + (size_t)lay->tp_rank * 3 * N, a->logits, rowmax, a->targets, v0, N, real, Vl);
+    comm_allgather(g->tp, all, 3 * (size_t)N, DT_FP32);   // not a sum: the ranks' normalizers add in double
+    classifier_vocab_finish(be, g->dt, a->logits, a->losses, rowmax, all, ranks, a->targets, v0, N, real, Vl, dloss,
+                            dloss != 0.0f);
 }
 
 // The LM head and the loss: final LayerNorm, logits = lnf . wte^T, then (with targets) the cross-entropy.
@@ -448,13 +516,15 @@ static double head_forward(GPT* g, Backend* be, const int* targets, float dloss,
     FinalNormParams fn = final_norm_params(lay, store_params(&g->store, be, fin), dt);
     void* out = slice(a->resid, (size_t)g->rows * C, lay->num_blocks, dt);
     norm_forward(g, be, a->lnf, a->lnf_mean, a->lnf_rstd, out, fn.lnfw, fn.lnfb);
-    matmul_forward(be, dt, a->logits, NULL, a->lnf, emb.wte, NULL, N, C, g->shape.Vp);   // tied LM head
+    // Tied LM head: (N, Vp/tp) = lnf . (this rank's wte rows)^T.
+    matmul_forward(be, dt, a->logits, NULL, a->lnf, emb.wte, NULL, N, C, layout_vocab_rows(lay));
     store_params_done(&g->store, fin);
     store_params_done(&g->store, lay->emb_unit);
-    if (logits_dump) logits_to_host(g, be, logits_dump);
+    if (logits_dump) gpt_logits_to_host(g, be, 0, N, logits_dump);
     if (!targets) return 0.0;
     be_upload(be, a->targets, targets, (size_t)N * sizeof(int));
-    classifier_forward(be, dt, a->logits, a->losses, a->targets, N, g->shape.V, g->shape.Vp, dloss, dloss != 0.0f);
+    if (g->tp) vocab_cross_entropy(g, be, targets, dloss);
+    else classifier_forward(be, dt, a->logits, a->losses, a->targets, N, g->shape.V, g->shape.Vp, dloss, dloss != 0.0f);
     float* losses = (float*)xmalloc((size_t)N * sizeof(float));
     be_download(be, losses, a->losses, (size_t)N * sizeof(float));
     double sum = 0.0;
@@ -471,9 +541,7 @@ double gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* t
     if (gpt_has_encoder(g)) {
         be_upload(be, a->tokens, tokens, (size_t)g->B * g->T * sizeof(int));
         EmbeddingParams emb = embedding_params(lay, store_params(&g->store, be, lay->emb_unit), dt);
-        // Under -sp every rank embeds every row (in proj) and keeps its own.
-        encoder_forward(be, dt, g->sp ? a->proj : a->resid, a->tokens, emb.wte, emb.wpe, g->B, g->T, g->shape.C);
-        if (g->sp) be_copy(be, a->resid, own_rows(g, a->proj), (size_t)g->rows * g->shape.C * dtype_size(dt));
+        embed(g, be, emb);
         if (!gpt_has_head(g)) store_params_done(&g->store, lay->emb_unit);
     }
     for (int i = 0; i < lay->num_blocks; i++) {
@@ -499,10 +567,11 @@ static void head_backward(GPT* g, Backend* be) {
     // The backward needs the last block next: a store that gathers may start now, while the head computes.
     store_prefetch(ps, be, unit_of_block(lay, lay->first_block + lay->num_blocks - 1));
     void* out = slice(a->resid, (size_t)g->rows * C, lay->num_blocks, dt);
-    matmul_backward(be, dt, a->dsmall, demb.wte, NULL, a->logits, a->lnf, NULL, emb.wte, N, C, g->shape.Vp);
+    // (N, C) d(lnf): under -tp a partial product over this rank's vocabulary columns, which the group adds
+    // (a reduce-scatter into each rank's rows under -sp), like a row-parallel projection's output.
+    matmul_backward(be, dt, a->dsmall, demb.wte, NULL, a->logits, a->lnf, NULL, emb.wte, N, C, layout_vocab_rows(lay));
     be_memset0(be, a->dresid, (size_t)g->rows * C * dtype_size(dt));   // layernorm_backward accumulates into it
-    // d(lnf) is whole and the same on every tensor rank: each takes its own rows.
-    norm_backward(g, be, a->dresid, dfn.lnfw, dfn.lnfb, own_rows(g, a->dsmall), out, fn.lnfw, a->lnf_mean, a->lnf_rstd);
+    norm_backward(g, be, a->dresid, dfn.lnfw, dfn.lnfb, sum_partials(g, a->dsmall), out, fn.lnfw, a->lnf_mean, a->lnf_rstd);
     store_grads_done(ps, be, fin);
     store_params_done(ps, fin);
     if (!gpt_has_encoder(g)) {
@@ -535,7 +604,7 @@ static void backward_walk(GPT* g, Backend* be, int set, int slot) {
     }
     if (!gpt_has_encoder(g)) return;
     EmbeddingParams demb = embedding_params(lay, store_grads(ps, be, lay->emb_unit), dt);   // still live with the head
-    encoder_backward(be, dt, demb.wte, demb.wpe, gather_rows(g, be, a->proj, a->dresid), a->tokens, g->B, g->T, g->shape.C);
+    embed_backward(g, be, demb, gather_rows(g, be, a->proj, a->dresid));
     store_grads_done(ps, be, lay->emb_unit);
     store_params_done(ps, lay->emb_unit);
 }

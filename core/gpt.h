@@ -30,8 +30,9 @@ typedef struct {
     void* lnf;         // (N, C)
     float* lnf_mean;   // (N)          rows
     float* lnf_rstd;   // (N)          rows
-    void* logits;      // (N, Vp)      overwritten by dlogits in training
+    void* logits;      // (N, Vp/tp)   this rank's vocabulary columns; overwritten by dlogits in training
     float* losses;     // (N)
+    float* vocab_stats;  // (1 + 3 tp, N)  -tp: the cross-entropy's row max, then every rank's sums; else NULL
     int* tokens;       // (N)
     int* targets;      // (N)
     // Work buffers: projections before the residual add, and the backward's gradients.
@@ -104,6 +105,11 @@ void gpt_backward(GPT* g, Backend* be, int set);
 // The head's and the embeddings' gradients are B's: they are small, or on the stage that runs W at once.
 void gpt_backward_input(GPT* g, Backend* be, int set, int slot);
 void gpt_backward_weight(GPT* g, Backend* be, int set, int slot);
+
+// Rows [first, first + rows) of the last forward's logits, their V real columns, into out (host, rows x V
+// floats). Under -tp each rank holds Vp/tp columns, so every rank of the tensor group calls it and gets the
+// whole rows (summed on the host, where none of the step's traffic is counted).
+void gpt_logits_to_host(GPT* g, Backend* be, int first, int rows, float* out);
 
 // The tensors that cross a stage boundary, (B,T,C) of type dt each (this rank's rows of them with -sp): the
 // first block's input and the last block's output of a set, and the gradient of either (one buffer: the

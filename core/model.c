@@ -78,6 +78,8 @@ size_t param_kind_elems(const GPTShape* s, ParamKind k) {
     }
 }
 
+int shape_splits_vocab(const GPTShape* s, int tp) { return tp >= 1 && s->Vp % (8 * tp) == 0; }
+
 size_t param_kind_layers(const GPTShape* s, ParamKind k) { return param_kind_is_block(k) ? (size_t)s->L : 1; }
 
 size_t shape_param_count(const GPTShape* s) {
@@ -114,6 +116,7 @@ static TensorCut tensor_cut(const GPTShape* s, ParamKind k) {
         case P_FCB: return (TensorCut){CUT_ROWS, 4 * C, 1, 1};
         case P_ATTPROJW: return (TensorCut){CUT_COLS, C, C, 1};
         case P_FCPROJW: return (TensorCut){CUT_COLS, C, 4 * C, 1};
+        case P_WTE: return (TensorCut){CUT_ROWS, (size_t)s->Vp, C, 1};   // the vocabulary-parallel embedding and head
         default: return (TensorCut){CUT_NONE, param_kind_elems(s, k), 1, 1};
     }
 }
@@ -190,6 +193,9 @@ void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple
                  first_block[c] + num_blocks[c], s->L);
     if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size || s->NH % tp_size != 0)
         fail("internal: tensor-parallel rank %d of %d for %d heads", tp_rank, tp_size, s->NH);
+    if (!shape_splits_vocab(s, tp_size))
+        fail("-tp %d does not split the padded vocabulary of %d rows into equal multiples of 8 (it needs a multiple of %d)",
+             tp_size, s->Vp, 8 * tp_size);
     memset(lay, 0, sizeof(*lay));
     lay->shape = *s;
     lay->tp_rank = tp_rank;

@@ -90,6 +90,10 @@ size_t param_kind_elems(const GPTShape* s, ParamKind k);   // elements of one la
 static inline int param_kind_is_block(ParamKind k) { return k >= P_LN1W && k <= P_FCPROJB; }   // one per block
 size_t param_kind_layers(const GPTShape* s, ParamKind k);  // tensors of kind k in the model: L for block kinds, else 1
 const char* param_kind_name(ParamKind k);
+// Whether -tp can split wte's Vp rows (and the logits' columns) evenly, in multiples of 8 rows per rank so a
+// rank's logits rows stay 16-byte aligned in 16-bit types. Vp is a multiple of 128, so tp = 1, 2, 4, 8, 16
+// always can: GPT-2's 50304 = 128 * 393 splits up to -tp 16 (and 3, 6, 12, ...).
+int shape_splits_vocab(const GPTShape* s, int tp);
 // Parameters of the whole model (llm.c's count); SIZE_MAX when it overflows (an untrusted file header's shape).
 size_t shape_param_count(const GPTShape* s);
 
@@ -110,9 +114,11 @@ static inline size_t layout_pad_multiple(int pieces) { return (size_t)64 * (size
 //
 // Tensor parallelism (tp_size > 1) cuts each block as Megatron-LM does: qkv and fc column-parallel (each rank
 // holds its heads' rows of q, k and v, and its quarter-hidden rows of fc, with their biases), the attention
-// and MLP projections row-parallel (each rank holds the matching columns). LayerNorms, the projections'
-// biases, the embeddings and the final LayerNorm are held whole by every rank of the tensor group; rank 0's
-// copies are the ones written (ParamTensor.replica on the others).
+// and MLP projections row-parallel (each rank holds the matching columns), and wte by vocabulary rows (rank r
+// holds rows [r, r + 1) * Vp / tp: the vocabulary-parallel embedding and LM head; the mirror likewise).
+// LayerNorms, the projections' biases, wpe and the final LayerNorm are held whole by every rank of the tensor
+// group; rank 0's copies are the ones written (ParamTensor.replica on the others). Fails with a one-line error
+// when tp does not split the vocabulary (shape_splits_vocab).
 void layout_build(ParamLayout* lay, const GPTShape* s, size_t pad_multiple);
 void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple, const int* first_block, const int* num_blocks,
                         int chunks, EmbeddingRole embeddings, int with_final, int tp_rank, int tp_size);
@@ -129,6 +135,14 @@ static inline int tensor_is_copy(const ParamLayout* lay, const ParamTensor* t) {
 static inline int layout_heads(const ParamLayout* lay) { return lay->shape.NH / lay->tp_size; }
 static inline int layout_attn_channels(const ParamLayout* lay) { return lay->shape.C / lay->tp_size; }
 static inline int layout_mlp_channels(const ParamLayout* lay) { return 4 * lay->shape.C / lay->tp_size; }
+// The vocabulary rows (wte rows, logits columns) a tensor rank holds: [layout_vocab_first, + layout_vocab_rows),
+// of which layout_vocab_real are real tokens (< V; the rest is padding).
+static inline int layout_vocab_rows(const ParamLayout* lay) { return lay->shape.Vp / lay->tp_size; }
+static inline int layout_vocab_first(const ParamLayout* lay) { return lay->tp_rank * layout_vocab_rows(lay); }
+static inline int layout_vocab_real(const ParamLayout* lay) {
+    int real = lay->shape.V - layout_vocab_first(lay), rows = layout_vocab_rows(lay);
+    return real < 0 ? 0 : real > rows ? rows : real;
+}
 // The tensor of `kind` (block kinds: of block `layer`), or NULL when this layout does not hold it.
 const ParamTensor* layout_tensor(const ParamLayout* lay, ParamKind kind, int layer);
 static inline int unit_of_block(const ParamLayout* lay, int layer) { return lay->block_unit[layer]; }

@@ -30,3 +30,57 @@ void classifier_forward(Backend* be, DType dt, void* logits, float* losses, cons
     for (int n = 0; n < N; n++)
         losses[n] = classifier_row(dt, logits, (size_t)n * Vp, targets[n], V, Vp, dloss, write_dlogits);
 }
+
+// The vocabulary-parallel steps (kernels.h). The normalizer travels as two floats per rank and is added in
+// double, so it is classifier_row's double sum up to the order of its additions.
+
+void classifier_vocab_max(Backend* be, DType dt, float* rowmax, const void* logits, int N, int real, int Vl) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float mx = -INFINITY;
+        for (int v = 0; v < real; v++) mx = fmaxf(mx, ld(logits, (size_t)n * Vl + v, dt));
+        rowmax[n] = mx;
+    }
+}
+
+void classifier_vocab_sums(Backend* be, DType dt, float* stats, const void* logits, const float* rowmax,
+                           const int* targets, int v0, int N, int real, int Vl) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        size_t o = (size_t)n * Vl;
+        double sum = 0.0;
+        for (int v = 0; v < real; v++) sum += expf(ld(logits, o + v, dt) - rowmax[n]);
+        int t = targets[n] - v0;
+        stats[n] = (float)sum;
+        stats[N + n] = (float)(sum - (double)stats[n]);
+        stats[2 * (size_t)N + n] = t >= 0 && t < real ? ld(logits, o + t, dt) : 0.0f;
+    }
+}
+
+void classifier_vocab_finish(Backend* be, DType dt, void* logits, float* losses, const float* rowmax,
+                             const float* all, int ranks, const int* targets, int v0, int N, int real, int Vl,
+                             float dloss, int write_dlogits) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        double sum = 0.0;
+        float target = 0.0f;   // one rank's logit, zeros from the others
+        for (int k = 0; k < ranks; k++) {
+            const float* s = all + (size_t)k * 3 * N;
+            sum += (double)s[n] + (double)s[N + n];
+            target += s[2 * (size_t)N + n];
+        }
+        float lse = rowmax[n] + (float)log(sum);
+        losses[n] = lse - target;
+        if (!write_dlogits) continue;
+        size_t o = (size_t)n * Vl;
+        int t = targets[n] - v0;
+        for (int v = 0; v < real; v++) {
+            float p = expf(ld(logits, o + v, dt) - lse);
+            st(logits, o + v, dloss * (p - (v == t ? 1.0f : 0.0f)), dt);
+        }
+        for (int v = real; v < Vl; v++) st(logits, o + v, 0.0f, dt);
+    }
+}

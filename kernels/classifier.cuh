@@ -66,3 +66,98 @@ extern "C" void classifier_forward(Backend* be, DType dt, void* logits, float* l
         LAUNCH_CHECK();
     });
 }
+
+// ---------------------------------------------------------------------------------------------------
+// The vocabulary-parallel cross-entropy (kernels.h): one block per row for each step, scalar loads (a rank's
+// Vl columns need not keep 16-byte packs aligned). Exactly three passes over the rank's logits: max, sums,
+// and (with dlogits) the rewrite.
+
+template <typename T>
+__global__ void __launch_bounds__(CLS_BLOCK) classifier_vocab_max_kernel(float* rowmax, const T* logits, int real, int Vl) {
+    __shared__ float red[32];
+    const T* x = logits + (size_t)blockIdx.x * Vl;
+    float m = -INFINITY;
+    for (int c = threadIdx.x; c < real; c += blockDim.x) m = fmaxf(m, to_f(x[c]));
+    m = block_max(m, red);
+    if (threadIdx.x == 0) rowmax[blockIdx.x] = m;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(CLS_BLOCK) classifier_vocab_sums_kernel(float* stats, const T* logits,
+                                                                          const float* rowmax, const int* targets,
+                                                                          int v0, int N, int real, int Vl) {
+    __shared__ float red[32];
+    const int row = blockIdx.x;
+    const T* x = logits + (size_t)row * Vl;
+    const float M = rowmax[row];
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < real; c += blockDim.x) s += expf(to_f(x[c]) - M);
+    s = block_sum(s, red);
+    if (threadIdx.x == 0) {   // a float sum: lo is 0
+        const int t = targets[row] - v0;
+        stats[row] = s;
+        stats[N + row] = 0.0f;
+        stats[2 * (size_t)N + row] = t >= 0 && t < real ? to_f(x[t]) : 0.0f;
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(CLS_BLOCK) classifier_vocab_finish_kernel(T* logits, float* losses,
+                                                                            const float* rowmax, const float* all,
+                                                                            int ranks, const int* targets, int v0,
+                                                                            int N, int real, int Vl, float dloss,
+                                                                            int write_dlogits) {
+    const int row = blockIdx.x;
+    double sum = 0.0;   // every thread adds the ranks' few scalars itself: no shared memory, same order
+    float target = 0.0f;
+    for (int k = 0; k < ranks; k++) {
+        const float* s = all + (size_t)k * 3 * N;
+        sum += (double)s[row] + (double)s[N + row];
+        target += s[2 * (size_t)N + row];
+    }
+    const float lse = rowmax[row] + (float)log(sum);
+    if (threadIdx.x == 0) losses[row] = lse - target;
+    if (!write_dlogits) return;
+    T* x = logits + (size_t)row * Vl;
+    const int t = targets[row] - v0;
+    for (int c = threadIdx.x; c < Vl; c += blockDim.x)
+        x[c] = from_f<T>(c < real ? dloss * (expf(to_f(x[c]) - lse) - (c == t ? 1.0f : 0.0f)) : 0.0f);
+}
+
+static void classifier_vocab_check(const char* who, int N, int real, int Vl) {
+    if (N < 0 || real < 0 || real > Vl) fail("%s: need 0 <= real <= Vl (N=%d real=%d Vl=%d)", who, N, real, Vl);
+}
+
+extern "C" void classifier_vocab_max(Backend* be, DType dt, float* rowmax, const void* logits, int N, int real, int Vl) {
+    classifier_vocab_check("classifier_vocab_max", N, real, Vl);
+    if (N == 0) return;
+    DISPATCH_DTYPE(dt, X, {
+        classifier_vocab_max_kernel<X><<<N, CLS_BLOCK, 0, be->stream>>>(rowmax, (const X*)logits, real, Vl);
+        LAUNCH_CHECK();
+    });
+}
+
+extern "C" void classifier_vocab_sums(Backend* be, DType dt, float* stats, const void* logits, const float* rowmax,
+                                      const int* targets, int v0, int N, int real, int Vl) {
+    classifier_vocab_check("classifier_vocab_sums", N, real, Vl);
+    if (N == 0) return;
+    DISPATCH_DTYPE(dt, X, {
+        classifier_vocab_sums_kernel<X><<<N, CLS_BLOCK, 0, be->stream>>>(stats, (const X*)logits, rowmax, targets, v0,
+                                                                         N, real, Vl);
+        LAUNCH_CHECK();
+    });
+}
+
+extern "C" void classifier_vocab_finish(Backend* be, DType dt, void* logits, float* losses, const float* rowmax,
+                                        const float* all, int ranks, const int* targets, int v0, int N, int real,
+                                        int Vl, float dloss, int write_dlogits) {
+    classifier_vocab_check("classifier_vocab_finish", N, real, Vl);
+    if (ranks < 1) fail("classifier_vocab_finish: %d ranks", ranks);
+    if (N == 0) return;
+    DISPATCH_DTYPE(dt, X, {
+        classifier_vocab_finish_kernel<X><<<N, CLS_BLOCK, 0, be->stream>>>((X*)logits, losses, rowmax, all, ranks,
+                                                                           targets, v0, N, real, Vl, dloss,
+                                                                           write_dlogits);
+        LAUNCH_CHECK();
+    });
+}

@@ -1,4 +1,5 @@
 // encoder.c: token + position embeddings (CPU twin).
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,20 @@ void encoder_forward(Backend* be, DType dt, void* out, const int* tokens, const 
     }
 }
 
+void encoder_forward_vocab(Backend* be, DType dt, void* out, const int* tokens, const void* wte, const void* wpe,
+                           int v0, int Vl, int B, int T, int C) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        int mine = tokens[bt] >= v0 && tokens[bt] - v0 < Vl;
+        size_t row = mine ? (size_t)(tokens[bt] - v0) : 0, t = (size_t)(bt % T), o = (size_t)bt * C;
+        for (int c = 0; c < C; c++) {
+            float e = mine ? ld(wte, row * C + c, dt) : 0.0f, p = wpe ? ld(wpe, t * C + c, dt) : 0.0f;
+            st(out, o + c, e + p, dt);
+        }
+    }
+}
+
 // Positions grouped by token, each group in increasing position order. Every row of dwte then gets one
 // fp32 sum in a fixed order and one rounding, whatever the thread count.
 typedef struct { int64_t* key; int* start; int ngroups; } TokenGroups;   // key = token << 32 | position
@@ -23,23 +38,24 @@ static int cmp_i64(const void* a, const void* b) {
     return x < y ? -1 : x > y;
 }
 
-static TokenGroups group_by_token(const int* tokens, int n) {
+// Only the tokens in [v0, v0 + Vl) are grouped (the rows of this rank's wte shard; keys hold token - v0).
+static TokenGroups group_by_token(const int* tokens, int n, int v0, int Vl) {
     TokenGroups g = {xmalloc(sizeof(int64_t) * (n ? n : 1)), xmalloc(sizeof(int) * (n + 1)), 0};
+    int m = 0;
     for (int i = 0; i < n; i++) {
         if (tokens[i] < 0) fail("encoder_backward: negative token %d at position %d", tokens[i], i);
-        g.key[i] = (int64_t)((uint64_t)tokens[i] << 32 | (uint64_t)i);
+        if (tokens[i] >= v0 && tokens[i] - v0 < Vl) g.key[m++] = (int64_t)((uint64_t)(tokens[i] - v0) << 32 | (uint64_t)i);
     }
-    qsort(g.key, n, sizeof(int64_t), cmp_i64);
-    for (int i = 0; i < n; i++)
+    qsort(g.key, m, sizeof(int64_t), cmp_i64);
+    for (int i = 0; i < m; i++)
         if (i == 0 || g.key[i] >> 32 != g.key[i - 1] >> 32) g.start[g.ngroups++] = i;
-    g.start[g.ngroups] = n;
+    g.start[g.ngroups] = m;
     return g;
 }
 
-void encoder_backward(Backend* be, DType dt, void* dwte, void* dwpe, const void* dout, const int* tokens,
-                      int B, int T, int C) {
-    (void)be;
-    TokenGroups g = group_by_token(tokens, B * T);
+static void backward_range(DType dt, void* dwte, void* dwpe, const void* dout, const int* tokens, int v0, int Vl,
+                           int B, int T, int C) {
+    TokenGroups g = group_by_token(tokens, B * T, v0, Vl);
 #pragma omp parallel
     {
         float* acc = xmalloc(sizeof(float) * C);
@@ -62,4 +78,16 @@ void encoder_backward(Backend* be, DType dt, void* dwte, void* dwpe, const void*
     }
     free(g.key);
     free(g.start);
+}
+
+void encoder_backward(Backend* be, DType dt, void* dwte, void* dwpe, const void* dout, const int* tokens,
+                      int B, int T, int C) {
+    (void)be;
+    backward_range(dt, dwte, dwpe, dout, tokens, 0, INT_MAX, B, T, C);
+}
+
+void encoder_backward_vocab(Backend* be, DType dt, void* dwte, void* dwpe, const void* dout, const int* tokens,
+                            int v0, int Vl, int B, int T, int C) {
+    (void)be;
+    backward_range(dt, dwte, dwpe, dout, tokens, v0, Vl, B, T, C);
 }

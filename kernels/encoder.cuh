@@ -109,3 +109,107 @@ extern "C" void encoder_backward(Backend* be, DType dt, void* dwte, void* dwpe, 
         LAUNCH_CHECK();
     });
 }
+
+// ---------------------------------------------------------------------------------------------------
+// The vocabulary-parallel embedding (kernels.h): this rank's wte rows are [v0, v0 + Vl).
+
+// out (B,T,C) = (token in range ? wte[token - v0] : 0) + (wpe ? wpe[t] : 0); one 16-byte pack per thread.
+template <typename T>
+__global__ void encoder_forward_vocab_kernel(T* out, const int* tokens, const T* wte, const T* wpe, int v0, int Vl,
+                                             int B, int T_, int C) {
+    constexpr int P = Pack128<T>::size;
+    const size_t idx = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
+    if (idx >= (size_t)B * T_ * C) return;
+    const size_t bt = idx / C;
+    const int c = (int)(idx % C), t = (int)(bt % T_), row = tokens[bt] - v0;
+    float v[P];
+    for (int k = 0; k < P; k++) v[k] = 0.0f;
+    if (row >= 0 && row < Vl) {
+        const Pack128<T> e = load128(wte + (size_t)row * C + c);
+        for (int k = 0; k < P; k++) v[k] = e.get(k);
+    }
+    if (wpe) {
+        const Pack128<T> p = load128(wpe + (size_t)t * C + c);
+        for (int k = 0; k < P; k++) v[k] += p.get(k);
+    }
+    Pack128<T> o;
+    for (int k = 0; k < P; k++) o.set(k, v[k]);
+    store128(out + idx, o);
+}
+
+// The sort key of each position: its row in this rank's shard, or Vl (sorted last, skipped) when the token is
+// another rank's.
+__global__ void encoder_vocab_keys_kernel(int* keys, const int* tokens, int v0, int Vl, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int row = tokens[i] - v0;
+    keys[i] = row >= 0 && row < Vl ? row : Vl;
+}
+
+// encoder_backward_wte_kernel over the sorted keys, skipping the run of other ranks' tokens (key Vl).
+template <typename T>
+__global__ void encoder_backward_vocab_wte_kernel(T* dwte, const T* dout, const int* sorted_row, const int* sorted_pos,
+                                                  int N, int C, int Vl) {
+    constexpr int P = Pack128<T>::size;
+    const int i = blockIdx.x;
+    const int row = sorted_row[i];
+    if (row == Vl || (i > 0 && sorted_row[i - 1] == row)) return;
+    int end = i + 1;
+    while (end < N && sorted_row[end] == row) end++;
+    for (int c = threadIdx.x * P; c < C; c += blockDim.x * P) {
+        float acc[P];
+        for (int k = 0; k < P; k++) acc[k] = 0.0f;
+        for (int j = i; j < end; j++) {
+            const Pack128<T> d = load128(dout + (size_t)sorted_pos[j] * C + c);
+            for (int k = 0; k < P; k++) acc[k] += d.get(k);
+        }
+        Pack128<T> w = load128(dwte + (size_t)row * C + c);
+        for (int k = 0; k < P; k++) w.set(k, w.get(k) + acc[k]);
+        store128(dwte + (size_t)row * C + c, w);
+    }
+}
+
+extern "C" void encoder_forward_vocab(Backend* be, DType dt, void* out, const int* tokens, const void* wte,
+                                      const void* wpe, int v0, int Vl, int B, int T, int C) {
+    if (C % 8 != 0) fail("encoder_forward_vocab: C=%d must be a multiple of 8", C);
+    DISPATCH_DTYPE(dt, X, {
+        const int block = 256;
+        const size_t packs = (size_t)B * T * C / Pack128<X>::size;
+        encoder_forward_vocab_kernel<X><<<ceil_div(packs, block), block, 0, be->stream>>>(
+            (X*)out, tokens, (const X*)wte, (const X*)wpe, v0, Vl, B, T, C);
+        LAUNCH_CHECK();
+    });
+}
+
+extern "C" void encoder_backward_vocab(Backend* be, DType dt, void* dwte, void* dwpe, const void* dout,
+                                       const int* tokens, int v0, int Vl, int B, int T, int C) {
+    if (C % 8 != 0) fail("encoder_backward_vocab: C=%d must be a multiple of 8", C);
+    const int N = B * T;
+    // Scratch: keys, sorted keys, positions in and out, then cub's temporary storage.
+    size_t cub_bytes = 0;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, cub_bytes, (const int*)NULL, (int*)NULL, (const int*)NULL,
+                                               (int*)NULL, N, 0, 32, be->stream));
+    const size_t ints = ((size_t)4 * N + 63) / 64 * 64;   // keeps cub's storage 256-byte aligned
+    int* s = (int*)be_scratch(be, ints * sizeof(int) + cub_bytes, "encoder_backward_vocab");
+    int* keys = s;
+    int* sorted_row = s + N;
+    int* pos = s + 2 * N;
+    int* sorted_pos = s + 3 * N;
+    void* cub_tmp = s + ints;
+    encoder_iota_kernel<<<ceil_div(N, 256), 256, 0, be->stream>>>(pos, N);
+    LAUNCH_CHECK();
+    encoder_vocab_keys_kernel<<<ceil_div(N, 256), 256, 0, be->stream>>>(keys, tokens, v0, Vl, N);
+    LAUNCH_CHECK();
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_tmp, cub_bytes, keys, sorted_row, pos, sorted_pos, N, 0, 32,
+                                               be->stream));
+    DISPATCH_DTYPE(dt, X, {
+        constexpr int P = Pack128<X>::size;
+        const int threads = C / P < 256 ? ((C / P + 31) / 32) * 32 : 256;
+        encoder_backward_vocab_wte_kernel<X><<<N, threads, 0, be->stream>>>((X*)dwte, (const X*)dout, sorted_row,
+                                                                            sorted_pos, N, C, Vl);
+        LAUNCH_CHECK();
+        const size_t packs = (size_t)T * C / P;
+        encoder_backward_wpe_kernel<X><<<ceil_div(packs, 256), 256, 0, be->stream>>>((X*)dwpe, (const X*)dout, B, T, C);
+        LAUNCH_CHECK();
+    });
+}

@@ -76,6 +76,16 @@ void encoder_forward(Backend* be, DType dt, void* out, const int* tokens, const 
 void encoder_backward(Backend* be, DType dt, void* dwte, void* dwpe, const void* dout, const int* tokens,
                       int B, int T, int C);
 
+// The vocabulary-parallel embedding (-tp N): this rank holds wte rows [v0, v0 + Vl) as wte (Vl,C).
+// out (B,T,C) X = (v0 <= tok < v0 + Vl ? wte[tok - v0] : 0) + (wpe ? wpe[t] : 0), tok = tokens[b,t]; the
+// tensor group's sum of every rank's out is encoder_forward's (one rank passes wpe, the others NULL).
+void encoder_forward_vocab(Backend* be, DType dt, void* out, const int* tokens, const void* wte, const void* wpe,
+                           int v0, int Vl, int B, int T, int C);
+// dwte (Vl,C) += scatter of the rows of dout whose token is in [v0, v0 + Vl); dwpe as encoder_backward.
+// Deterministic like encoder_backward.
+void encoder_backward_vocab(Backend* be, DType dt, void* dwte, void* dwpe, const void* dout, const int* tokens,
+                            int v0, int Vl, int B, int T, int C);
+
 // out (N,C) X = (inp - mean) * rstd * w + b; mean, rstd (N) fp32 are saved for the backward. eps = 1e-5.
 void layernorm_forward(Backend* be, DType dt, void* out, float* mean, float* rstd, const void* inp,
                        const void* w, const void* b, int N, int C);
@@ -120,6 +130,24 @@ void gelu_backward(Backend* be, DType dt, void* dinp, const void* inp, const voi
 // and 0 for V <= v < Vp. No probabilities are materialized.
 void classifier_forward(Backend* be, DType dt, void* logits, float* losses, const int* targets, int N, int V, int Vp,
                         float dloss, int write_dlogits);
+
+// The vocabulary-parallel cross-entropy (-tp N) over this rank's logits (N,Vl) X: columns [v0, v0 + Vl) of
+// the vocabulary, of which the first `real` = clamp(V - v0, 0, Vl) are real. Three steps, each followed by
+// a max or an all-gather over the tensor group, so no rank ever holds a whole row:
+// 1. rowmax (N) fp32 = the max of the row's real logits here (-inf when real == 0); then the group's max.
+void classifier_vocab_max(Backend* be, DType dt, float* rowmax, const void* logits, int N, int real, int Vl);
+// 2. stats (3, N) fp32: the sum of exp(logit - rowmax[n]) over the row's real columns here as two floats,
+//    stats[n] + stats[N + n] (hi and lo: the normalizer keeps double precision across ranks, so the loss
+//    has the one-rank kernel's bits wherever the double sums round alike); stats[2N + n] = the target's
+//    logit when v0 <= targets[n] < v0 + real, else 0. Then the group all-gathers every rank's stats.
+void classifier_vocab_sums(Backend* be, DType dt, float* stats, const void* logits, const float* rowmax,
+                           const int* targets, int v0, int N, int real, int Vl);
+// 3. all (ranks, 3, N): every rank's step-2 stats. losses[n] = rowmax[n] + log(S) - the target's logit, S the
+//    sum over ranks of hi + lo (in double, rank order); if write_dlogits, the logits are overwritten as
+//    classifier_forward's are: dloss * (softmax - [column == target]) on real columns, 0 on the rest.
+void classifier_vocab_finish(Backend* be, DType dt, void* logits, float* losses, const float* rowmax,
+                             const float* all, int ranks, const int* targets, int v0, int N, int real, int Vl,
+                             float dloss, int write_dlogits);
 
 // ---------------------------------------------------------------------------------------------------
 // Optimizer and norms.

@@ -432,6 +432,96 @@ static void t_classifier(Ctx* c, const Shape* s) {
     end_test(c);
 }
 
+// The vocabulary-parallel kernels on the second of two tensor ranks' slices: v0 = Vp/2, Vl = Vp/2, so its
+// columns end in the padding (real < Vl) and half the tokens and targets are another rank's.
+static void t_encoder_vocab(Ctx* c, const Shape* s) {
+    const DType dt = c->dt;
+    const int B = s->B, T = s->T, C = s->C, N = B * T, Vl = s->Vp / 2, v0 = s->Vp / 2;
+    int* tok = (int*)xmalloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) {
+        const uint64_t u = mix64(((uint64_t)c->seed << 32) ^ (0x70d0000u + (uint64_t)i));
+        tok[i] = (i % 2) ? (int)(u % (uint64_t)s->V) : v0 + (int)(u % 5u) * 3;   // repeats in this rank's range
+    }
+    int* dtok = (int*)dalloc(c, (size_t)N * sizeof(int));
+    be_upload(c->be, dtok, tok, (size_t)N * sizeof(int));
+    float* hwte = hvals(c, 111, (size_t)Vl * C, -0.5f, 0.5f, dt);
+    float* hwpe = hvals(c, 112, (size_t)T * C, -0.2f, 0.2f, dt);
+    void* wte = dnew(c, hwte, (size_t)Vl * C, dt);
+    void* wpe = dnew(c, hwpe, (size_t)T * C, dt);
+    Outs o;
+    for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
+        outs_begin(&o, s, with_wpe ? "encoder_forward_vocab_wpe" : "encoder_forward_vocab");
+        void* outp = dpoisoned(c, (size_t)N * C * dtype_size(dt));
+        encoder_forward_vocab(c->be, dt, outp, dtok, wte, with_wpe ? wpe : NULL, v0, Vl, B, T, C);
+        out(c, &o, 0, "out", outp, dt, (size_t)N * C);
+        outs_end(&o);
+    }
+    float* hdout = hvals(c, 113, (size_t)N * C, -1.0f, 1.0f, dt);
+    void* dout = dnew(c, hdout, (size_t)N * C, dt);
+    outs_begin(&o, s, "encoder_backward_vocab");
+    for (int rep = 0; rep < 2; rep++) {
+        put(c, wte, hwte, (size_t)Vl * C, dt);
+        put(c, wpe, hwpe, (size_t)T * C, dt);
+        encoder_backward_vocab(c->be, dt, wte, wpe, dout, dtok, v0, Vl, B, T, C);
+        out(c, &o, rep, "dwte", wte, dt, (size_t)Vl * C);
+        out(c, &o, rep, "dwpe", wpe, dt, (size_t)T * C);
+    }
+    outs_end(&o);
+    free(tok), free(hwte), free(hwpe), free(hdout);
+    end_test(c);
+}
+
+static void t_classifier_vocab(Ctx* c, const Shape* s) {
+    const DType dt = c->dt;
+    const int N = s->cls_rows < s->B * s->T ? s->cls_rows : s->B * s->T, Vl = s->Vp / 2, v0 = s->Vp / 2;
+    const int real = s->V - v0, ranks = 2;
+    float* hl = hvals(c, 711, (size_t)N * Vl, -4.0f, 4.0f, dt);
+    int* tg = (int*)xmalloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) tg[i] = (int)(mix64(((uint64_t)c->seed << 32) ^ (0x7b000u + (uint64_t)i)) % (uint64_t)s->V);
+    tg[0] = s->V - 1;
+    int* dtg = (int*)dalloc(c, (size_t)N * sizeof(int));
+    be_upload(c->be, dtg, tg, (size_t)N * sizeof(int));
+    void* logits = dnew(c, hl, (size_t)N * Vl, dt);
+    float* rowmax = (float*)dpoisoned(c, (size_t)N * 4);
+    Outs o;
+    outs_begin(&o, s, "classifier_vocab_max");
+    classifier_vocab_max(c->be, dt, rowmax, logits, N, real, Vl);
+    out(c, &o, 0, "rowmax", rowmax, DT_FP32, N);
+    outs_end(&o);
+    // The group's max as the other rank might raise it: 0.5 above this rank's bound, the same on both builds.
+    float* hmax = hvals(c, 712, (size_t)N, 4.0f, 4.5f, DT_FP32);
+    float* gmax = (float*)dnew(c, hmax, (size_t)N, DT_FP32);
+    float* stats = (float*)dpoisoned(c, (size_t)3 * N * 4);
+    outs_begin(&o, s, "classifier_vocab_sums");
+    classifier_vocab_sums(c->be, dt, stats, logits, gmax, dtg, v0, N, real, Vl);
+    out(c, &o, 0, "sum", stats, DT_FP32, N);                       // hi; lo differs (0 on the GPU) and is tiny
+    out(c, &o, 0, "target", stats + (size_t)2 * N, DT_FP32, N);
+    outs_end(&o);
+    // Every rank's stats, synthesized: positive normalizers, this rank's target logits from the logits.
+    float* hall = hvals(c, 713, (size_t)ranks * 3 * N, 0.5f, 40.0f, DT_FP32);
+    for (int n = 0; n < N; n++) {
+        int t = tg[n] - v0;
+        hall[N + n] = hall[3 * N + N + n] = 0.0f;                    // lo
+        hall[2 * N + n] = t < 0 ? hl[n] : 0.0f;                      // rank 0's target logit, or 0
+        hall[3 * N + 2 * N + n] = t >= 0 ? hl[(size_t)n * Vl + t] : 0.0f;
+    }
+    float* all = (float*)dnew(c, hall, (size_t)ranks * 3 * N, DT_FP32);
+    float* losses = (float*)dpoisoned(c, (size_t)N * 4);
+    outs_begin(&o, s, "classifier_vocab_finish_loss_only");
+    classifier_vocab_finish(c->be, dt, logits, losses, gmax, all, ranks, dtg, v0, N, real, Vl, 1.0f / N, 0);
+    out(c, &o, 0, "losses", losses, DT_FP32, N);
+    out(c, &o, 0, "logits", logits, dt, (size_t)N * Vl);   // untouched
+    outs_end(&o);
+    outs_begin(&o, s, "classifier_vocab_finish_dlogits");
+    poison(c, losses, (size_t)N * 4);
+    classifier_vocab_finish(c->be, dt, logits, losses, gmax, all, ranks, dtg, v0, N, real, Vl, 1.0f / N, 1);
+    out(c, &o, 0, "losses", losses, DT_FP32, N);
+    out(c, &o, 0, "dlogits", logits, dt, (size_t)N * Vl);
+    outs_end(&o);
+    free(hl), free(tg), free(hmax), free(hall);
+    end_test(c);
+}
+
 static void t_adamw(Ctx* c, const Shape* s) {
     const DType dt = c->dt;
     const size_t n = (size_t)s->C * 1000 + 7;
@@ -647,6 +737,8 @@ int main(int argc, char** argv) {
         t_attention(&c, s);
         t_elementwise(&c, s);
         t_classifier(&c, s);
+        t_encoder_vocab(&c, s);
+        t_classifier_vocab(&c, s);
         t_adamw(&c, s);
         t_sum_squares(&c, s);
         t_convert(&c, s);

@@ -56,6 +56,10 @@ if mpi_available; then
     "${MPIRUN[@]}" -np 2 ./train_gpt_cpu -e "$MODEL" -tk "$TMP/data/gpt2_tokenizer.bin" -b 1 -t 16 -g 24 -prompt "$PROMPT" -seed 1 \
         -pp 2 > "$TMP/pp.txt" 2>&1
     t_check pipeline_generates_the_same "[ \"\$(ids $TMP/pp.txt)\" = \"\$(ids $TMP/s1)\" ]" "pp2: $(ids "$TMP/pp.txt")"
+    # Each tensor rank holds a slice of the vocabulary's logits; the sampler sees the whole rows.
+    "${MPIRUN[@]}" -np 2 ./train_gpt_cpu -e "$MODEL" -tk "$TMP/data/gpt2_tokenizer.bin" -b 1 -t 16 -g 24 -prompt "$PROMPT" -seed 1 \
+        -tp 2 > "$TMP/tp.txt" 2>&1
+    t_check tensor_parallel_generates_the_same "[ \"\$(ids $TMP/tp.txt)\" = \"\$(ids $TMP/s1)\" ]" "tp2: $(ids "$TMP/tp.txt")"
 fi
 
 # SIGTERM (or Ctrl-C) ends the text where it is: the ids so far, exit 0.

@@ -62,33 +62,45 @@ case_tp sp_tp2_bf16 2 ref_bf16 2e-2 -tp 2 -sp 1 -p bf16
 # Traffic in the tensor group per micro-batch, S = B*T*C*x bytes of one activation, ring collectives (an
 # all-reduce sends 2(T-1)/T of its bytes, a reduce-scatter or all-gather (T-1)/T):
 #   -sp 0: per block 4 all-reduces of S (2 forward, 2 backward), 5 with -r 3 (the recomputed attention
-#          projection);
+#          projection); 1 more on the stage with the embeddings (the vocabulary-parallel lookup's sum) and 1
+#          on the stage with the head (d(lnf), a sum of the ranks' vocabulary columns' products);
 #   -sp 1: per block 4 reduce-scatters of S (5 with -r 3) and 4 all-gathers of S (+2 with -r 2 or 3: the
 #          recomputed LayerNorms), 2 all-reduces of a LayerNorm's 2C gradients; plus, with the head and the
-#          embeddings on the stage, 2 all-gathers of S (lnf, the encoder's gradient) and 1 all-reduce of 2C.
-# Nothing else moves in the tensor group.
+#          embeddings on the stage, 2 all-gathers of S (lnf, the encoder's gradient), 1 all-reduce of 2C and
+#          2 reduce-scatters of S (the lookup and d(lnf), as the two all-reduces above);
+#   both:  on the stage with the head, the vocabulary-parallel cross-entropy's all-reduce (max) of B*T fp32
+#          and all-gather of every rank's 3 B*T fp32 (two-float normalizer and target logit).
+# Nothing else moves in the tensor group: the logits (B*T x Vp) never do.
 $PYTHON - "$TMP" <<'PY'
 import json, sys
 d = sys.argv[1]
-def check(run, tp, ga, blocks, r=0, sp=0, ends=1, B=2, T=32, C=64, x=4):
-    S, ring = B * T * C * x, (tp - 1) / tp
-    if sp:
-        want = {"allgather": blocks * (4 + (2 if r >= 2 else 0)) + 2 * ends, "reduce_scatter": blocks * (4 + (r == 3)),
-                "allreduce": 0}
-        want = {k: ga * n * ring * S for k, n in want.items()}
-        want["allreduce"] = ga * (2 * blocks + ends) * 2 * ring * 2 * C * x
-    else:
-        want = {"allreduce": ga * blocks * (4 + (r == 3)) * 2 * ring * S}
+def check(run, tp, ga, blocks, r=0, sp=0, stages=1, dp=1, B=2, T=32, C=64, x=4):
+    S, ring, N = B * T * C * x, (tp - 1) / tp, B * T
     recs = [json.loads(l) for l in open("%s/%s/log.jsonl" % (d, run))]
     rows = [r["tp_comm_bytes"] for r in recs if "tp_comm_bytes" in r]
-    bad = ["step %d rank %d: %s %d, expected %d" % (i, rank, k, v, want.get(k, 0))
-           for i, row in enumerate(rows) for k, vals in row.items() for rank, v in enumerate(vals) if v != want.get(k, 0)]
+    bad = []
+    for rank in range(tp * dp * stages):
+        stage = rank // (tp * dp)
+        enc, head = int(stage == 0), int(stage == stages - 1)
+        if sp:
+            want = {"allgather": blocks * (4 + (2 if r >= 2 else 0)) + enc + head,
+                    "reduce_scatter": blocks * (4 + (r == 3)) + enc + head}
+            want = {k: ga * n * ring * S for k, n in want.items()}
+            want["allreduce"] = ga * ((2 * blocks + head) * 2 * ring * 2 * C * x + head * 2 * ring * N * 4)
+        else:
+            want = {"allreduce": ga * ((blocks * (4 + (r == 3)) + enc + head) * 2 * ring * S + head * 2 * ring * N * 4),
+                    "allgather": 0}
+        want["allgather"] += ga * head * ring * tp * 3 * N * 4
+        bad += ["step %d rank %d: %s %d, expected %d" % (i, rank, k, row.get(k, [0] * (rank + 1))[rank], v)
+                for i, row in enumerate(rows) for k, v in want.items() if row.get(k, [0] * (rank + 1))[rank] != v]
+        bad += ["step %d rank %d: %s %d, expected 0" % (i, rank, k, vals[rank])
+                for i, row in enumerate(rows) for k, vals in row.items() if k not in want and vals[rank] != 0]
     if len(rows) != 6: bad.append("%d tp_comm_bytes records" % len(rows))
     print("ok tp_traffic_%s" % run if not bad else "FAIL tp_traffic_%s: %s" % (run, "; ".join(bad[:3])))
     return not bad
-ok = check("tp2", 2, 1, 2) & check("tp4", 4, 1, 2) & check("tp2_r3", 2, 1, 2, r=3) & check("tp2_pp2", 2, 2, 1)
+ok = check("tp2", 2, 1, 2) & check("tp4", 4, 1, 2) & check("tp2_r3", 2, 1, 2, r=3) & check("tp2_pp2", 2, 2, 1, stages=2)
 ok &= check("sp_tp2", 2, 1, 2, sp=1) & check("sp_tp4_z3", 4, 1, 2, sp=1) & check("sp_tp2_r3", 2, 1, 2, r=3, sp=1)
-ok &= check("sp_tp2_dp2_z2_r2", 2, 1, 2, r=2, sp=1)
+ok &= check("sp_tp2_dp2_z2_r2", 2, 1, 2, r=2, sp=1, dp=2)
 # Between pipeline stages each rank sends its own rows only: half of what -sp 0 sends at -tp 2.
 sends = [[r["comm_bytes"]["send"] for r in map(json.loads, open("%s/%s/log.jsonl" % (d, run))) if "comm_bytes" in r]
          for run in ("tp2_pp2", "sp_tp2_pp2")]
@@ -119,6 +131,43 @@ resume_as tp_resume_on_one_rank 1 -ga 2
 resume_as tp_resume_at_tp4 4 -tp 4 -ga 2
 resume_as tp_resume_at_tp2_dp2_z1 4 -tp 2 -z 1
 
+# The logits are each rank's vocabulary columns, (B*T, Vp/tp): doubling the vocabulary (Vp 512 -> 1024) adds
+# B*T * 512/tp * 4 bytes of activations on every rank, where a whole-vocabulary head would add B*T * 512 * 4.
+./train_gpt_cpu -e L2C64H4V1000T64 -i "$TMP/train.bin" -j "" -b 2 -t 32 -x 0 -s 0 -o "$TMP/init_v1000" >/dev/null 2>&1
+MODEL_V1000="$TMP/init_v1000/ckpt_000000/model.bin"
+for tp in 1 2 4; do
+    for v in 500 1000; do
+        m=$MODEL; [ $v = 1000 ] && m=$MODEL_V1000
+        [ "$tp" -gt 1 ] && tpf=(-tp "$tp") || tpf=()
+        train "$tp" "$TMP/mem_tp${tp}_v$v" -e "$m" -x 1 "${tpf[@]}" || t_fail "logits_per_rank_tp$tp" "run failed"
+    done
+done
+$PYTHON - "$TMP" <<'PY'
+import json, sys
+d = sys.argv[1]
+def acts(run):
+    return [r["memory"]["activations"] for r in map(json.loads, open("%s/%s/log.jsonl" % (d, run))) if "memory" in r]
+for tp in (1, 2, 4):
+    small, big = acts("mem_tp%d_v500" % tp), acts("mem_tp%d_v1000" % tp)
+    want = 2 * 32 * (1024 - 512) // tp * 4
+    got = [b - a for a, b in zip(small, big)]
+    ok = len(got) == tp and all(g == want for g in got)
+    print("ok logits_per_rank_tp%d" % tp if ok else "FAIL logits_per_rank_tp%d: activations grew by %s, expected %d per rank" % (tp, got, want))
+PY
+[ $? -eq 0 ] || FAILED=1
+
+# -dump's logits (B*T x V) are whole rows under -tp too: each rank's columns, assembled.
+train 1 "$TMP/dump1" -x 1 -dump "$TMP/dump1.d" && train 2 "$TMP/dump2" -x 1 -tp 2 -dump "$TMP/dump2.d" ||
+    t_fail tp_dump_logits "run failed"
+$PYTHON - "$TMP" <<'PY'
+import sys, numpy as np
+d = sys.argv[1]
+a, b = (np.fromfile("%s/dump%d.d/logits0.f32" % (d, k), dtype=np.float32) for k in (1, 2))
+ok = a.size == 2 * 32 * 500 and a.size == b.size and np.abs(a - b).max() <= 1e-5 * max(1.0, np.abs(a).max())
+print("ok tp_dump_logits" if ok else "FAIL tp_dump_logits: sizes %d %d, max diff %g" % (a.size, b.size, np.abs(a - b).max() if a.size == b.size else -1))
+PY
+[ $? -eq 0 ] || FAILED=1
+
 # Bad layouts: one line each.
 "${MPIRUN[@]}" -np 3 ./train_gpt_cpu "${base[@]}" -tp 3 > /dev/null 2> "$TMP/heads.err"
 t_check tp_must_divide_heads "grep -q 'error: -tp 3 does not divide the model.s 4 attention heads' '$TMP/heads.err'"
@@ -126,4 +175,12 @@ t_check tp_must_divide_heads "grep -q 'error: -tp 3 does not divide the model.s 
 t_check sp_needs_tp "grep -q 'error: -sp 1 splits the rows over the tensor group: it needs -tp 2 or more' '$TMP/sp.err'"
 ./train_gpt_cpu "${base[@]}" -tp 2 > /dev/null 2> "$TMP/ranks.err"
 t_check tp_must_divide_ranks "[ \$(wc -l < '$TMP/ranks.err') -eq 1 ] && grep -q 'error: -tp 2 does not divide the 1 ranks' '$TMP/ranks.err'"
+# A -tp that does not split the padded vocabulary into equal multiples of 8 rows (Vp 128 over 3 ranks):
+# one line, from the real run and from --estimate alike.
+$PYTHON scripts/make_shard.py -o "$TMP/v100.bin" -n 2000 -V 100 --seed 7 >/dev/null || t_fail shard "make_shard failed"
+vocab_err='error: -tp 3 does not split the padded vocabulary of 128 rows into equal multiples of 8 (it needs a multiple of 24)'
+"${MPIRUN[@]}" -np 3 ./train_gpt_cpu -e L1C48H3V100T64 -i "$TMP/v100.bin" -j "" -b 2 -t 32 -x 1 -tp 3 -o "$TMP/v100" > /dev/null 2> "$TMP/vocab.err"
+t_check tp_must_split_vocab "grep -q '$vocab_err' '$TMP/vocab.err'"   # every rank's line, mpirun's after them
+./train_gpt_cpu -e L1C48H3V100T64 -b 2 -t 32 -tp 3 --estimate -w 3 > /dev/null 2> "$TMP/vocab_est.err"
+t_check tp_must_split_vocab_estimate "[ \$(wc -l < '$TMP/vocab_est.err') -eq 1 ] && grep -q '$vocab_err' '$TMP/vocab_est.err'"
 t_finish

@@ -693,6 +693,107 @@ static void test_classifier(TestStats* s, Backend* be) {
     free(x); free(logits); free(gfd); free(c.logits);
 }
 
+// The vocabulary-parallel embedding and cross-entropy (-tp): `tp` simulated tensor ranks, each with its slice of
+// the vocabulary, whose results summed (as the tensor group sums them) must be the whole-vocabulary kernels'.
+static void test_encoder_vocab(TestStats* s, Backend* be) {
+    enum { B = 2, T = 5, C = 8, Vp = 16, TP = 4, VL = Vp / TP };
+    Rng r = {53};
+    int tokens[B * T];
+    for (int i = 0; i < B * T; i++) tokens[i] = (int)(rng_next(&r) % 11);
+    tokens[7] = tokens[3];
+    tokens[9] = tokens[3];
+    float *wte = rand_vec(&r, Vp * C, 1, DT_FP32), *wpe = rand_vec(&r, T * C, 1, DT_FP32), *dy = rand_vec(&r, B * T * C, 1, DT_FP32);
+    float *g0 = rand_vec(&r, Vp * C, 1, DT_FP32), *p0 = rand_vec(&r, T * C, 1, DT_FP32);
+    float *whole = dev_zeros(be, DT_FP32, B * T * C), *part = dev_zeros(be, DT_FP32, B * T * C);
+    float sum[B * T * C] = {0};
+    encoder_forward(be, DT_FP32, whole, tokens, wte, wpe, B, T, C);
+    for (int k = 0; k < TP; k++) {   // rank 0 adds wpe
+        encoder_forward_vocab(be, DT_FP32, part, tokens, wte + k * VL * C, k == 0 ? wpe : NULL, k * VL, VL, B, T, C);
+        for (int i = 0; i < B * T * C; i++) sum[i] += part[i];
+    }
+    check_true(s, "encoder_forward_vocab_sum_is_whole", same_bits(sum, whole, sizeof(sum)));
+    // Backward: each rank's slice of dwte, and its (whole) dwpe, against encoder_backward's.
+    float *dwte = dev_from(be, DT_FP32, g0, Vp * C), *dwpe = dev_from(be, DT_FP32, p0, T * C);
+    encoder_backward(be, DT_FP32, dwte, dwpe, dy, tokens, B, T, C);
+    int ok_te = 1, ok_pe = 1;
+    for (int k = 0; k < TP; k++) {
+        float *mte = dev_from(be, DT_FP32, g0 + k * VL * C, VL * C), *mpe = dev_from(be, DT_FP32, p0, T * C);
+        encoder_backward_vocab(be, DT_FP32, mte, mpe, dy, tokens, k * VL, VL, B, T, C);
+        ok_te &= same_bits(mte, dwte + k * VL * C, sizeof(float) * VL * C);
+        ok_pe &= same_bits(mpe, dwpe, sizeof(float) * T * C);
+        be_free(be, mte); be_free(be, mpe);
+    }
+    check_true(s, "encoder_backward_vocab_slices_are_whole", ok_te);
+    check_true(s, "encoder_backward_vocab_dwpe_whole", ok_pe);
+    free(wte); free(wpe); free(dy); free(g0); free(p0);
+    be_free(be, whole); be_free(be, part); be_free(be, dwte); be_free(be, dwpe);
+}
+
+static void test_classifier_vocab(TestStats* s, Backend* be) {
+    // V = 11 of Vp = 16 over 4 ranks: rank 2 holds 3 real columns and 1 padded, rank 3 only padding.
+    enum { N = 10, V = 11, Vp = 16, TP = 4, VL = Vp / TP };
+    Rng r = {73};
+    int targets[N];
+    for (int n = 0; n < N; n++) targets[n] = (int)(rng_next(&r) % V);
+    targets[0] = V - 1;   // on rank 2, beside its padding
+    targets[1] = 0;
+    float *x = rand_vec(&r, N * Vp, 4, DT_FP32), losses[N], ref_losses[N];
+    for (int n = 0; n < N; n++)   // huge padded logits: they must not enter the max or the sum
+        for (int v = V; v < Vp; v++) x[n * Vp + v] += 100.0f;
+    float* ref = host_of(x, DT_FP32, N * Vp);
+    classifier_forward(be, DT_FP32, ref, ref_losses, targets, N, V, Vp, 1.0f / N, 1);
+    for (int with_dlogits = 0; with_dlogits < 2; with_dlogits++) {
+        float part[TP][N * VL], rowmax[TP][N], stats[TP][3 * N], gmax[N], rank0_losses[N];
+        for (int k = 0; k < TP; k++)
+            for (int n = 0; n < N; n++) memcpy(part[k] + n * VL, x + n * Vp + k * VL, sizeof(float) * VL);
+        int real[TP];
+        for (int k = 0; k < TP; k++) real[k] = V - k * VL < 0 ? 0 : V - k * VL > VL ? VL : V - k * VL;
+        for (int k = 0; k < TP; k++) classifier_vocab_max(be, DT_FP32, rowmax[k], part[k], N, real[k], VL);
+        int ok = 1;
+        for (int n = 0; n < N; n++) ok &= rowmax[3][n] == -INFINITY;
+        if (!with_dlogits) check_true(s, "classifier_vocab_max_padding_only_rank", ok);
+        for (int n = 0; n < N; n++) {   // the group's max, then sums in rank order
+            gmax[n] = rowmax[0][n];
+            for (int k = 1; k < TP; k++) gmax[n] = fmaxf(gmax[n], rowmax[k][n]);
+        }
+        for (int k = 0; k < TP; k++) classifier_vocab_sums(be, DT_FP32, stats[k], part[k], gmax, targets, k * VL, N, real[k], VL);
+        ok = 1;   // the target's logit from its rank, zeros from the others
+        for (int n = 0; n < N; n++)
+            for (int k = 0; k < TP; k++) ok &= stats[k][2 * N + n] == (targets[n] / VL == k ? x[n * Vp + targets[n]] : 0.0f);
+        if (!with_dlogits) check_true(s, "classifier_vocab_target_logit_from_its_rank", ok);
+        int same_losses = 1;
+        double worst = 0.0;
+        for (int k = 0; k < TP; k++) {
+            classifier_vocab_finish(be, DT_FP32, part[k], losses, gmax, &stats[0][0], TP, targets, k * VL, N, real[k], VL,
+                                    1.0f / N, with_dlogits);
+            for (int n = 0; n < N; n++) worst = fmax(worst, fabs(losses[n] - ref_losses[n]) / fabs(ref_losses[n]));
+            if (k == 0) memcpy(rank0_losses, losses, sizeof(losses));
+            same_losses &= same_bits(losses, rank0_losses, sizeof(losses));   // every rank gets rank 0's bits
+        }
+        check_close(s, with_dlogits ? "classifier_vocab_loss_with_dlogits" : "classifier_vocab_loss", worst, 1e-6);
+        check_true(s, with_dlogits ? "classifier_vocab_losses_same_on_ranks_dlogits" : "classifier_vocab_losses_same_on_ranks",
+                   same_losses);
+        if (!with_dlogits) {
+            ok = 1;
+            for (int k = 0; k < TP; k++)
+                for (int n = 0; n < N; n++) ok &= same_bits(part[k] + n * VL, x + n * Vp + k * VL, sizeof(float) * VL);
+            check_true(s, "classifier_vocab_no_dlogits_leaves_logits", ok);
+            continue;
+        }
+        float got[N * Vp];
+        double want[N * Vp];
+        for (int k = 0; k < TP; k++)
+            for (int n = 0; n < N; n++)
+                for (int v = 0; v < VL; v++) got[n * Vp + k * VL + v] = part[k][n * VL + v], want[n * Vp + k * VL + v] = ref[n * Vp + k * VL + v];
+        check_close(s, "classifier_vocab_dlogits_match_whole", rel_err(got, want, N * Vp), 1e-6);
+        ok = 1;
+        for (int n = 0; n < N; n++)
+            for (int v = V; v < Vp; v++) ok &= got[n * Vp + v] == 0.0f;
+        check_true(s, "classifier_vocab_padded_dlogits_zero", ok);
+    }
+    free(x); free(ref);
+}
+
 static Outs run_classifier(Backend* be, DType dt, DType rd) {
     enum { N = 67, V = 500, Vp = 512 };
     Rng r = {72};
@@ -875,6 +976,8 @@ int main(void) {
     test_encoder(&s, be);
     test_gelu(&s, be);
     test_classifier(&s, be);
+    test_encoder_vocab(&s, be);
+    test_classifier_vocab(&s, be);
     test_adamw(&s, be);
     test_sum_squares(&s, be);
     const Case cases[] = {{"matmul", run_matmul}, {"layernorm", run_layernorm}, {"attention", run_attention},

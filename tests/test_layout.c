@@ -171,10 +171,13 @@ static void test_tensor_parallel(TestStats* st, const char* spec, int P, int tp)
                 const ParamTensor* t = &lay->tensors[i];
                 const ParamTensor* w = layout_tensor(whole, t->kind, t->layer);
                 int held_whole = t->kind != P_QKVW && t->kind != P_QKVB && t->kind != P_FCW && t->kind != P_FCB &&
-                                 t->kind != P_ATTPROJW && t->kind != P_FCPROJW;
+                                 t->kind != P_ATTPROJW && t->kind != P_FCPROJW && t->kind != P_WTE;
                 copies &= t->replica == (held_whole && r > 0) && (held_whole ? t->size == w->size : t->size * (size_t)tp == w->size);
                 if (t->kind == P_ATTPROJW) widths &= t->run == C / (size_t)tp && t->stride == C;
                 if (t->kind == P_QKVW) widths &= t->run == C / (size_t)tp * C && t->stride == C * C;
+                if (t->kind == P_WTE)   // the vocabulary-parallel embedding: rows [r, r + 1) * Vp / tp, one run
+                    widths &= t->run == t->size && t->canonical == w->canonical + (size_t)r * (size_t)(s.Vp / tp) * C &&
+                              layout_vocab_first(lay) == r * s.Vp / tp && layout_vocab_rows(lay) == s.Vp / tp;
                 if (t->layer == 0 || (t->layer < 0 && !unit_is_mirror(lay, t->unit))) {
                     if (!t->replica) tensor_overlaps(t, ov[t->kind].c, ov[t->kind].count, check_overlap, &ov[t->kind]);
                     float* mine = (float*)xmalloc(t->size * sizeof(float));
@@ -210,9 +213,30 @@ static void test_tensor_parallel(TestStats* st, const char* spec, int P, int tp)
     free(seen);
 }
 
+// The vocabulary split: which -tp can cut Vp rows in equal multiples of 8, and each rank's real rows.
+static void test_vocab_split(TestStats* st) {
+    GPTShape s;
+    shape_from_spec("L1C64H4V1000T64", &s);   // Vp 1024
+    check_true(st, "vocab_split_allowed", shape_splits_vocab(&s, 1) && shape_splits_vocab(&s, 2) && shape_splits_vocab(&s, 128));
+    check_true(st, "vocab_split_refused", !shape_splits_vocab(&s, 3) && !shape_splits_vocab(&s, 256));
+    GPTShape gpt2;
+    shape_from_spec("d12", &gpt2);   // Vp 50304 = 128 * 393
+    check_true(st, "vocab_split_gpt2", shape_splits_vocab(&gpt2, 16) && shape_splits_vocab(&gpt2, 3) && !shape_splits_vocab(&gpt2, 32));
+    ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
+    int real[4], ok = 1, first = 0, count = 1;
+    for (int r = 0; r < 4; r++) {
+        layout_build_stage(lay, &s, 64, &first, &count, 1, EMB_OWN, 1, r, 4);
+        real[r] = layout_vocab_real(lay);
+        ok &= layout_vocab_rows(lay) == 256 && layout_vocab_first(lay) == 256 * r;
+    }
+    check_true(st, "vocab_split_real_rows", ok && real[0] == 256 && real[2] == 256 && real[3] == 1000 - 768);
+    free(lay);
+}
+
 int main(void) {
     TestStats st = {0, 0};
     test_whole(&st);
+    test_vocab_split(&st);
     test_tensor_parallel(&st, "L3C64H4V1000T64", 1, 2);
     test_tensor_parallel(&st, "L3C64H4V1000T64", 1, 4);
     test_tensor_parallel(&st, "L4C64H4V1000T64", 2, 2);
