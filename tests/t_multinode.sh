@@ -176,6 +176,25 @@ for layout in z2 pp2; do
     own_files "multinode_nodelocal_${layout}_own_files_after_resume" "$run"
 done
 
+# bf16: the working copy of the pieces other replicas own comes only from their state files (rounded
+# stochastically, it is not model.bin's fp32 rounded), on the other host: a resume still ends bit for bit
+# as the run it continues.
+if two_hosts nl_bf16 "$TMP/shared/nl_bf16" -z 1 -p bf16 -n 3; then
+    mkdir -p "$TMP/bf16_straight/ckpt_000006"
+    cp "$A/nl_bf16/log.jsonl" "$TMP/bf16_straight/"
+    cp "$A/nl_bf16/ckpt_000006/"* "$B/nl_bf16/ckpt_000006/"state_rank*.bin "$TMP/bf16_straight/ckpt_000006/"
+    rm -rf "$A/nl_bf16/ckpt_000006" "$B/nl_bf16/ckpt_000006"
+    two_hosts nl_bf16_resumed "$TMP/shared/nl_bf16" -z 1 -p bf16 -n 3 -y 1
+    rc=$?
+    if [ $rc != 0 ] || ! grep -q "resumed from $TMP/shared/nl_bf16/ckpt_000003 at step 3 " "$TMP/nl_bf16_resumed.txt"; then
+        t_fail multinode_nodelocal_bf16_resume "rc $rc: $(grep -m1 -e resumed -e '^error' "$TMP/nl_bf16_resumed.txt")"
+    else
+        same_run multinode_nodelocal_bf16_resume "$TMP/bf16_straight" 6 "$A/nl_bf16" "$B/nl_bf16"
+    fi
+else
+    t_fail multinode_nodelocal_bf16_resume "two-host run failed: $(first_error "$TMP/nl_bf16.txt")"
+fi
+
 # Another topology over the same two hosts: 1 rank each under -z 1 (same tokens per step) resumes from
 # the -z 2 run's step 3, each state file read on the host that has it; the losses match the straight run
 # within 1e-5 (other ranks, other sums).
