@@ -59,7 +59,7 @@ typedef struct {
     DataLoader* val;        // NULL without -j
     Tokenizer* tokenizer;   // NULL without a tokenizer file: samples print token ids
     char tokenizer_path[PATH_MAX];   // where it was looked for (-prompt's merges file sits beside it)
-    RunDir run_dir;         // -o, locked by rank 0
+    RunDir run_dir;         // -o, locked by rank 0 (node-local: by each host's lowest rank)
     Logger log;
     int first_step;         // 0, or the step a resumed run continues from
     int resumed;            // the state at first_step was loaded from a checkpoint
@@ -193,26 +193,6 @@ static void check_host_memory(const Trainer* tr) {
              (double)avail / (1 << 30), local, local > 1 ? "s" : "", (double)avail / (1 << 30) / local);
 }
 
-// Every rank writes its state file into -o, and loading may read any rank's: -o must be one directory that
-// every host sees. Rank 0 leaves a file named by a token only this start-up knows; a rank that cannot see it
-// is on a host with a directory of its own there, which would fail at the first checkpoint.
-static void check_out_dir_shared(Trainer* tr) {
-    if (!tr->cfg.out_dir || tr->ranks == 1) return;
-    double token = is_root(tr) ? (double)getpid() * 1e6 + fmod(now_seconds() * 1e3, 1e6) : -1.0;
-    comm_allreduce_host_max(tr->world, &token, 1);
-    char name[64], path[PATH_MAX];
-    snprintf(name, sizeof(name), ".shared_%.0f", token);
-    path_join(path, sizeof(path), tr->cfg.out_dir, name);
-    if (is_root(tr)) xfclose(xfopen(path, "w"), path);
-    comm_barrier(tr->world);
-    int seen = path_exists(path);
-    comm_barrier(tr->world);
-    if (is_root(tr)) remove_path(path);
-    if (!seen)
-        fail("-o %s is not shared: this rank does not see the files rank 0 writes there; on several hosts -o must be one "
-             "directory that every host mounts (node-local checkpoint directories are not supported)", tr->cfg.out_dir);
-}
-
 static void open_tokenizer(Trainer* tr) {
     char* path = tr->tokenizer_path;
     size_t size = sizeof(tr->tokenizer_path);
@@ -225,12 +205,19 @@ static void open_tokenizer(Trainer* tr) {
     tr->tokenizer = tokenizer_load(path);
 }
 
-// Rank 0 chooses the checkpoint (warning once about damaged newer ones); the others follow its choice.
-static int find_checkpoint(Trainer* tr, char* dir, size_t size) {
+// The checkpoint to resume (its path into dir and its manifest into info), or -1. With one -o, rank 0 chooses
+// (warning once about damaged newer ones), the others follow and every rank inspects it; with node-local
+// directories the ranks choose together the newest one complete on every host.
+static int find_checkpoint(Trainer* tr, char* dir, size_t size, CheckpointInfo* info) {
+    if (tr->run_dir.node_local)
+        return checkpoint_find_hosts(tr->cfg.out_dir, tr->world, &tr->layout->shape, dir, size, info, is_root(tr));
     double step = -1.0;
     if (is_root(tr)) step = checkpoint_find(tr->cfg.out_dir, &tr->layout->shape, dir, size, 1);
     comm_allreduce_host_max(tr->world, &step, 1);
-    if (step >= 0.0) run_dir_checkpoint_path(dir, size, tr->cfg.out_dir, (int)step);
+    if (step < 0.0) return -1;
+    run_dir_checkpoint_path(dir, size, tr->cfg.out_dir, (int)step);
+    char why[512];
+    if (!checkpoint_inspect(dir, &tr->layout->shape, info, why, sizeof(why))) fail("checkpoint %s: %s", dir, why);
     return (int)step;
 }
 
@@ -250,12 +237,11 @@ static void check_resume(const Trainer* tr, const CheckpointInfo* info, const ch
     if (info->step > tr->max_steps) fail("checkpoint %s is at step %d, past this run's last step %d (-x)", dir, info->step, tr->max_steps);
 }
 
-static void resume_from(Trainer* tr, const char* dir) {
-    CheckpointInfo info;
-    char why[512];
-    if (!checkpoint_inspect(dir, &tr->layout->shape, &info, why, sizeof(why))) fail("checkpoint %s: %s", dir, why);
+static void resume_from(Trainer* tr, const char* dir, const CheckpointInfo* found) {
+    CheckpointInfo info = *found;
     check_resume(tr, &info, dir);   // before the (long) load
-    checkpoint_load(&tr->model_states, tr->be, dir, &info);
+    if (tr->run_dir.node_local) checkpoint_load_hosts(&tr->model_states, tr->be, tr->world, dir, &info);
+    else checkpoint_load(&tr->model_states, tr->be, dir, &info);
     tr->first_step = info.step;
     tr->resumed = 1;
     if (tr->scaler.dynamic) {
@@ -269,8 +255,9 @@ static void resume_from(Trainer* tr, const char* dir) {
 
 static void load_or_init_model(Trainer* tr) {
     char dir[PATH_MAX];
-    if (tr->cfg.resume && find_checkpoint(tr, dir, sizeof(dir)) >= 0) {
-        resume_from(tr, dir);
+    CheckpointInfo info;
+    if (tr->cfg.resume && find_checkpoint(tr, dir, sizeof(dir), &info) >= 0) {
+        resume_from(tr, dir, &info);
         return;
     }
     char log[PATH_MAX];   // say so where an earlier run's log is about to be replaced, not on a first run
@@ -325,6 +312,9 @@ static void print_setup(Trainer* tr, CommKind comm) {
            tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), tr->grid.pp, tr->grid.pp > 1 ? "s" : "", tr->grid.dp,
            tr->grid.dp > 1 ? "s" : "", tensor, cfg->zero_stage, offload_text(cfg), delay_text(cfg, delay, sizeof(delay)), tr->threads,
            tr->threads > 1 ? "s" : "", cfg->B, cfg->T, cfg->grad_accum, tr->max_steps);
+    if (tr->run_dir.node_local)
+        printf("-o %s: node-local directories on %d hosts (no shared filesystem): model.bin and the log in rank 0's\n",
+               cfg->out_dir, tr->run_dir.dirs);
     const PipelinePlan* plan = &tr->plan;
     int P = plan->stages, m = plan->micro;
     if (P > 1) {
@@ -364,9 +354,8 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
         comm_finalize(tr->world);
         exit(0);
     }
-    if (is_root(tr))   // before anything is written: one run per directory, never mixed with an earlier one
-        run_dir_open(&tr->run_dir, cfg->out_dir, cfg->start_over ? RUN_START_OVER : cfg->resume ? RUN_RESUME : RUN_FRESH);
-    check_out_dir_shared(tr);
+    // Before anything is written: one run per directory, never mixed with an earlier one; shared or node-local.
+    run_dir_setup(&tr->run_dir, tr->world, cfg->out_dir, cfg->start_over ? RUN_START_OVER : cfg->resume ? RUN_RESUME : RUN_FRESH);
     tr->be = backend_create(comm_local_rank(tr->world));
     comm_attach_backend(tr->world, tr->be);
     CommKind comm = comm_select(tr->world, cfg->comm);   // before any group is split
@@ -734,7 +723,7 @@ static void save_checkpoint(Trainer* tr, int step) {
     run_record_of(&info.run, &tr->cfg, tr->max_steps, tokens_per_step(tr));
     char dir[PATH_MAX];
     double t0 = now_seconds();
-    checkpoint_save(&tr->model_states, tr->be, &tr->grid, &tr->cfg, &info, dir, sizeof(dir));
+    checkpoint_save(&tr->model_states, tr->be, &tr->grid, &tr->cfg, &tr->run_dir, &info, dir, sizeof(dir));
     if (is_root(tr)) printf("step %d | checkpoint %s written in %.1f s\n", step, dir, now_seconds() - t0);
 }
 

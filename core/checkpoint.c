@@ -227,46 +227,60 @@ static void restore_overlap(const ParamTensor* t, size_t index, size_t canonical
     restore_span(sv->ms, sv->be, t, t->offset + index, n, vals, (const char*)sv->params + skip * x);
 }
 
-static void state_load(const ModelState* ms, Backend* be, const char* path) {
-    FILE* f = xfopen(path, "rb");
+// Where a state file's bytes come from: the file itself, or (node-local directories) the rank that reads it,
+// through a broadcast that every rank takes part in (f is NULL on the others).
+typedef struct {
+    FILE* f;
+    const char* path;
+    Comm* world;   // NULL: read f directly
+    int root;
+} StateReader;
+
+static void reader_get(StateReader* r, void* buf, size_t bytes) {
+    if (r->f) xfread(buf, 1, bytes, r->f, r->path);
+    if (r->world) comm_broadcast_host(r->world, buf, bytes, r->root);
+}
+
+static void state_load(const ModelState* ms, Backend* be, StateReader* r) {
     StateHeader h;
-    xfread(&h, sizeof(h), 1, f, path);   // header, spans and size passed inspect_state_file
+    reader_get(r, &h, sizeof(h));   // header, spans and size passed inspect_state_file
     size_t x = dtype_size(ms->dt);
     for (long long i = 0; i < h.h[3]; i++) {
         long long span[2];
-        xfread(span, sizeof(span), 1, f, path);
+        reader_get(r, span, sizeof(span));
         ParamKind kind;
         int layer;
         if (!tensor_at_canonical(&ms->lay->shape, span[0], span[1], &kind, &layer))
-            fail("%s changed after it was inspected (span [%lld, +%lld))", path, span[0], span[1]);
+            fail("%s changed after it was inspected (span [%lld, +%lld))", r->path, span[0], span[1]);
         size_t n = (size_t)span[1];
         const ParamTensor* t = layout_tensor(ms->lay, kind, layer);
-        if (!t) {   // another pipeline stage's tensor
-            if (fseeko(f, (off_t)(n * (12 + (ms->dt != DT_FP32 ? x : 0))), SEEK_CUR) != 0) fail("cannot seek in %s: %s", path, strerror(errno));
+        if (!t && !r->world) {   // another pipeline stage's tensor; a broadcast span is taken by every rank
+            if (fseeko(r->f, (off_t)(n * (12 + (ms->dt != DT_FP32 ? x : 0))), SEEK_CUR) != 0)
+                fail("cannot seek in %s: %s", r->path, strerror(errno));
             continue;
         }
         float* vals[3];
         for (int k = 0; k < 3; k++) {
             vals[k] = (float*)xmalloc(n * sizeof(float));
-            xfread(vals[k], sizeof(float), n, f, path);
+            reader_get(r, vals[k], n * sizeof(float));
         }
         void* params = vals[0];   // fp32 runs: the working copy is the master
         if (ms->dt != DT_FP32) {
             params = xmalloc(n * x);
-            xfread(params, x, n, f, path);
+            reader_get(r, params, n * x);
         }
         SpanValues sv = {ms, be, (size_t)span[0], vals, params};
-        tensor_overlaps(t, (size_t)span[0], n, restore_overlap, &sv);
+        if (t) tensor_overlaps(t, (size_t)span[0], n, restore_overlap, &sv);
         if (params != vals[0]) free(params);
         for (int k = 0; k < 3; k++) free(vals[k]);
     }
-    fclose(f);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Writing a checkpoint directory.
 
-static void write_manifest(const char* path, const ModelState* ms, const Grid* g, const Config* cfg, const CheckpointInfo* info) {
+static void write_manifest(const char* path, const ModelState* ms, const Grid* g, const Config* cfg, const CheckpointInfo* info,
+                           int host_dirs) {
     FILE* f = xfopen(path, "w");
     const GPTShape* s = &ms->lay->shape;
     fprintf(f, "{\"step\": %d, \"tokens_per_step\": %lld, \"seed\": %llu, \"state_files\": %d,\n", info->step,
@@ -280,20 +294,80 @@ static void write_manifest(const char* path, const ModelState* ms, const Grid* g
     fprintf(f, " \"topology\": {\"world\": %d, \"dp\": %d, \"pp\": %d, \"zero\": %d},\n", comm_size(g->world), g->dp, g->pp,
             cfg->zero_stage);
     fprintf(f, " \"data\": {\"shuffle\": %d, \"next_step\": %d},\n ", cfg->shuffle, info->step);
+    if (host_dirs) fprintf(f, "\"host_dirs\": %d,\n ", host_dirs);   // only then: shared -o manifests stay as they were
     run_record_write_json(f, &info->run, path);   // last: the keys above are looked up as the first match
     fprintf(f, "}\n");
     xfclose(f, path);
 }
 
+#define MODEL_PART_TAG 7301
+
+// Node-local directories keep model.bin in rank 0's only: a stage writer on another host sends it its
+// tensors, each as a header (runs, run length), the runs' canonical offsets and the values; (0, 0) ends.
+static void send_model_part(const ParamLayout* lay, const float* flat, Comm* world) {
+    for (int i = 0; i < lay->num_tensors; i++) {
+        const ParamTensor* t = &lay->tensors[i];
+        if (tensor_is_copy(lay, t)) continue;   // its owner writes it
+        long long head[2] = {(long long)(t->size / t->run), (long long)t->run};
+        long long* canon = (long long*)xmalloc((size_t)head[0] * sizeof(long long));
+        for (long long j = 0; j < head[0]; j++) canon[j] = (long long)tensor_canonical(t, (size_t)j * t->run);
+        comm_send_host(world, head, sizeof(head), 0, MODEL_PART_TAG);
+        comm_send_host(world, canon, (size_t)head[0] * sizeof(long long), 0, MODEL_PART_TAG);
+        comm_send_host(world, flat + t->offset, t->size * sizeof(float), 0, MODEL_PART_TAG);
+        free(canon);
+    }
+    long long end[2] = {0, 0};
+    comm_send_host(world, end, sizeof(end), 0, MODEL_PART_TAG);
+}
+
+static void recv_model_part(Comm* world, int from, const char* path, long long params) {
+    FILE* f = fopen(path, "r+b");
+    if (!f) fail("cannot open %s for writing: %s", path, strerror(errno));
+    long long head[2];
+    for (;;) {
+        comm_recv_host(world, head, sizeof(head), from, MODEL_PART_TAG);
+        if (head[0] == 0) break;
+        if (head[0] < 0 || head[1] < 1 || head[0] > params / head[1])
+            fail("internal: rank %d sent a model part of %lld runs of %lld values", from, head[0], head[1]);
+        size_t runs = (size_t)head[0], run = (size_t)head[1];
+        long long* canon = (long long*)xmalloc(runs * sizeof(long long));
+        float* vals = (float*)xmalloc(runs * run * sizeof(float));
+        comm_recv_host(world, canon, runs * sizeof(long long), from, MODEL_PART_TAG);
+        comm_recv_host(world, vals, runs * run * sizeof(float), from, MODEL_PART_TAG);
+        for (size_t j = 0; j < runs; j++) {
+            if (canon[j] < 0 || canon[j] > params - (long long)run) fail("internal: rank %d sent a run at %lld", from, canon[j]);
+            seek_canonical(f, path, 1024, (size_t)canon[j], sizeof(float));
+            xfwrite(vals + j * run, sizeof(float), run, f, path);
+        }
+        free(vals);
+        free(canon);
+    }
+    xfclose(f, path);
+}
+
+// Rank 0 takes the parts of the writers that flagged `sends`, in rank order.
+static void model_parts_to_root(const ParamLayout* lay, const float* flat, int sends, Comm* world, const char* path) {
+    int size = comm_size(world), rank = comm_rank(world);
+    double* from = (double*)xcalloc((size_t)size, sizeof(double));
+    from[rank] = sends;
+    comm_allreduce_host_sum(world, from, size);
+    if (sends) send_model_part(lay, flat, world);
+    for (int r = 1; rank == 0 && r < size; r++)
+        if (from[r] > 0) recv_model_part(world, r, path, (long long)shape_param_count(&lay->shape));
+    free(from);
+}
+
 // model.bin: rank 0 sizes the file, then each stage's replica-0 rank gathers its stage's master weights
-// and writes its tensors in place, so no rank ever holds more than its own stage.
-static void model_save(const ModelState* ms, Backend* be, const Grid* g, const char* path) {
+// and writes its tensors in place (or sends them to rank 0 from another host's directory), so no rank
+// ever holds more than its own stage.
+static void model_save(const ModelState* ms, Backend* be, const Grid* g, const RunDir* rd, const char* path) {
     if (comm_rank(g->world) == 0) model_file_create(&ms->lay->shape, path, 1);
     comm_barrier(g->world);
-    int writer = g->dp_rank == 0;
+    int writer = g->dp_rank == 0, sends = writer && !rd->root_dir;
     float* flat = writer ? (float*)xcalloc(ms->lay->total, sizeof(float)) : NULL;
     ms->master_to_host(ms->ctx, be, flat);   // collective over the stage's replicas
-    if (writer) model_file_write_part(ms->lay, flat, path, 1);
+    if (writer && !sends) model_file_write_part(ms->lay, flat, path, 1);
+    if (rd->node_local) model_parts_to_root(ms->lay, flat, sends, g->world, path);
     free(flat);
 }
 
@@ -311,13 +385,14 @@ static void publish(const char* tmp, const char* dir, const char* out_dir) {
     remove_path(old);
 }
 
-void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Config* cfg, const CheckpointInfo* info, char* dir, size_t dir_size) {
+void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Config* cfg, const RunDir* rd, const CheckpointInfo* info,
+                     char* dir, size_t dir_size) {
     char tmp[PATH_MAX], p[PATH_MAX], name[64];
     Comm* world = g->world;
-    int rank = comm_rank(world), root = rank == 0;
+    int rank = comm_rank(world), manager = rd->manager;   // of this rank's directory
     run_dir_checkpoint_path(dir, dir_size, cfg->out_dir, info->step);
     path_join(tmp, sizeof(tmp), cfg->out_dir, "ckpt_tmp");
-    if (root) {
+    if (manager) {
         remove_path(tmp);   // left by a crash mid-write
         make_dirs(tmp);
     }
@@ -328,13 +403,13 @@ void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Con
     path_join(p, sizeof(p), tmp, name);
     state_save(ms, be, p, rank, g->dp, cfg->zero_stage);
     path_join(p, sizeof(p), tmp, "model.bin");
-    model_save(ms, be, g, p);
-    if (root) {
+    model_save(ms, be, g, rd, p);
+    if (manager) {
         path_join(p, sizeof(p), tmp, "manifest.json");
-        write_manifest(p, ms, g, cfg, info);
+        write_manifest(p, ms, g, cfg, info, rd->node_local ? rd->dirs : 0);
     }
-    comm_barrier(world);   // every file is on disk before DONE
-    if (root) {
+    comm_barrier(world);   // every file on every host is on disk before any DONE
+    if (manager) {
         path_join(p, sizeof(p), tmp, "DONE");
         xfclose(xfopen(p, "w"), p);
         sync_dir(tmp);
@@ -436,6 +511,10 @@ static int parse_manifest(const char* text, const char* dir, CheckpointInfo* inf
     info->scaler.scale = (float)scale;
     info->scaler.clean_steps = (int)clean;
     info->scaler.overflows_left = (int)left;
+    long long dirs = 0;   // absent: one directory
+    if (strstr(text, "\"host_dirs\":") && (!json_int(text, "host_dirs", &dirs) || dirs < 2 || dirs > ranks))
+        return bad(why, n, "manifest.json has a malformed \"host_dirs\"");
+    info->host_dirs = (int)dirs;
     info->has_run = run_record_parse_json(&info->run, text, why, n);
     return why[0] == '\0' ? 1 : bad(why, n, "manifest.json: %.400s", why);
 }
@@ -524,18 +603,37 @@ static int inspect_model_file(const char* dir, const GPTShape* s, char* why, siz
     return 1;
 }
 
+// The dtype the manifest's "precision" names, or -1.
+static long long manifest_dtype(const char* text) {
+    const char* prec = strstr(text, "\"precision\": \"");
+    return !prec ? -1 : !strncmp(prec + 14, "fp32\"", 5) ? DT_FP32 : !strncmp(prec + 14, "bf16\"", 5) ? DT_BF16
+                        : !strncmp(prec + 14, "fp16\"", 5) ? DT_FP16 : -1;
+}
+
+#define COPY_HINT "copy the hosts' checkpoint directories onto one shared filesystem, or resume on the hosts that hold them"
+
+// A state file missing from a checkpoint that several hosts wrote into their own directories is on one of
+// the others: say so (returns 1), rather than only that it is missing.
+static int missing_on_other_host(const char* dir, int rank, const CheckpointInfo* info, char* why, size_t n) {
+    char name[64], p[PATH_MAX];
+    snprintf(name, sizeof(name), "state_rank%d.bin", rank);
+    path_join(p, sizeof(p), dir, name);
+    if (info->host_dirs < 2 || path_exists(p)) return 0;
+    bad(why, n, "%s is missing: the checkpoint was written into %d hosts' own directories; " COPY_HINT, name, info->host_dirs);
+    return 1;
+}
+
 int checkpoint_inspect(const char* dir, const GPTShape* s, CheckpointInfo* info, char* why, size_t n) {
     char* text = read_text(dir, "manifest.json", why, n);
     if (!text) return 0;
     int ok = parse_manifest(text, dir, info, why, n);
-    const char* prec = strstr(text, "\"precision\": \"");
-    long long dt = !prec ? -1 : !strncmp(prec + 14, "fp32\"", 5) ? DT_FP32 : !strncmp(prec + 14, "bf16\"", 5) ? DT_BF16
-                                                      : !strncmp(prec + 14, "fp16\"", 5) ? DT_FP16 : -1;
+    long long dt = manifest_dtype(text);
     free(text);
     if (ok && dt < 0) ok = bad(why, n, "manifest.json lacks a well-formed \"precision\"");
     ok = ok && inspect_model_file(dir, s, why, n);
     SpanList all = {0};
-    for (int r = 0; ok && r < info->ranks; r++) ok = inspect_state_file(dir, r, s, dt, &all, why, n);
+    for (int r = 0; ok && r < info->ranks; r++)
+        ok = !missing_on_other_host(dir, r, info, why, n) && inspect_state_file(dir, r, s, dt, &all, why, n);
     ok = ok && check_coverage(&all, shape_param_count(s), info->ranks, why, n);
     free(all.items);
     return ok;
@@ -591,6 +689,169 @@ void checkpoint_load(const ModelState* ms, Backend* be, const char* dir, const C
         char name[64];
         snprintf(name, sizeof(name), "state_rank%d.bin", r);
         path_join(p, sizeof(p), dir, name);
-        state_load(ms, be, p);
+        StateReader reader = {xfopen(p, "rb"), p, NULL, 0};
+        state_load(ms, be, &reader);
+        fclose(reader.f);
     }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Node-local directories (run_dir.h): each host's directory holds its ranks' state files, the manifest
+// and DONE; rank 0's also model.bin. The ranks agree on what every host holds through the world.
+
+#define WHY_SIZE 512
+
+// Whether `ok` holds on every rank; where not, every rank's why (WHY_SIZE bytes) becomes the lowest
+// failing rank's.
+static int agree(Comm* world, int ok, char* why) {
+    int size = comm_size(world);
+    double first = ok ? 0.0 : (double)(size - comm_rank(world));
+    comm_allreduce_host_max(world, &first, 1);
+    if (first == 0.0) return 1;
+    comm_broadcast_host(world, why, WHY_SIZE, size - (int)first);
+    why[WHY_SIZE - 1] = '\0';
+    return 0;
+}
+
+// For each of n state files in dir, the lowest rank whose host's directory holds it; -1 where none does.
+static int* state_holders(Comm* world, const char* dir, int n) {
+    int size = comm_size(world);
+    double* v = (double*)xmalloc((size_t)n * sizeof(double));
+    for (int r = 0; r < n; r++) {
+        char name[64], p[PATH_MAX];
+        snprintf(name, sizeof(name), "state_rank%d.bin", r);
+        path_join(p, sizeof(p), dir, name);
+        v[r] = path_exists(p) ? (double)(size - comm_rank(world)) : 0.0;
+    }
+    comm_allreduce_host_max(world, v, n);
+    int* holders = (int*)xmalloc((size_t)n * sizeof(int));
+    for (int r = 0; r < n; r++) holders[r] = v[r] > 0.0 ? size - (int)v[r] : -1;
+    free(v);
+    return holders;
+}
+
+static unsigned text_hash(const char* text) {   // FNV-1a: the hosts' manifests compared without sending them
+    unsigned h = 2166136261u;
+    for (const unsigned char* c = (const unsigned char*)text; *c; c++) h = (h ^ *c) * 16777619u;
+    return h;
+}
+
+// What this rank's host holds of dir: DONE, a manifest (its hash), model.bin when there (well sized).
+static int inspect_local(const char* dir, const GPTShape* s, CheckpointInfo* info, long long* dt, unsigned* hash, int* has_model,
+                         char* why) {
+    long long size = 0;
+    char p[PATH_MAX];
+    if (!regular_file(dir, "DONE", &size, why, WHY_SIZE)) return bad(why, WHY_SIZE, "no DONE marker (incomplete)");
+    char* text = read_text(dir, "manifest.json", why, WHY_SIZE);
+    if (!text) return 0;
+    int ok = parse_manifest(text, dir, info, why, WHY_SIZE);
+    *dt = manifest_dtype(text);
+    *hash = text_hash(text);
+    free(text);
+    if (ok && *dt < 0) ok = bad(why, WHY_SIZE, "manifest.json lacks a well-formed \"precision\"");
+    path_join(p, sizeof(p), dir, "model.bin");
+    *has_model = path_exists(p);
+    return ok && (!*has_model || inspect_model_file(dir, s, why, WHY_SIZE));
+}
+
+// State file r, inspected by its holder; its spans go to every rank's `all`.
+static int state_file_spans(Comm* world, const char* dir, int r, int holder, const GPTShape* s, long long dt, SpanList* all, char* why) {
+    SpanList mine = {0};
+    long long head[2] = {0, 0};   // ok, spans
+    if (comm_rank(world) == holder) {
+        head[0] = inspect_state_file(dir, r, s, dt, &mine, why, WHY_SIZE);
+        head[1] = (long long)mine.n;
+    }
+    comm_broadcast_host(world, head, sizeof(head), holder);
+    if (!head[0]) {
+        comm_broadcast_host(world, why, WHY_SIZE, holder);
+        why[WHY_SIZE - 1] = '\0';
+        free(mine.items);
+        return 0;
+    }
+    if (comm_rank(world) != holder) {
+        mine.items = (Span*)xmalloc((size_t)head[1] * sizeof(Span));
+        mine.n = (size_t)head[1];
+    }
+    comm_broadcast_host(world, mine.items, mine.n * sizeof(Span), holder);
+    for (size_t i = 0; i < mine.n; i++) span_push(all, mine.items[i].start, mine.items[i].count);
+    free(mine.items);
+    return 1;
+}
+
+// checkpoint_inspect over the hosts' directories; the same answer (and why) on every rank.
+static int inspect_hosts(Comm* world, const char* dir, const GPTShape* s, CheckpointInfo* info, char* why) {
+    long long dt = -1;
+    unsigned hash = 0;
+    int has_model = 0;
+    char mine[WHY_SIZE];
+    int ok = inspect_local(dir, s, info, &dt, &hash, &has_model, mine);
+    if (!ok) snprintf(why, WHY_SIZE, "on the host of rank %d: %.480s", comm_rank(world), mine);
+    if (!agree(world, ok, why)) return 0;
+    double seen[3] = {hash, -(double)hash, has_model};
+    comm_allreduce_host_max(world, seen, 3);
+    if (seen[0] != -seen[1]) return bad(why, WHY_SIZE, "the hosts' manifest.json differ");
+    if (seen[2] == 0.0) return bad(why, WHY_SIZE, "model.bin is on no host");
+    int* holders = state_holders(world, dir, info->ranks);
+    SpanList all = {0};
+    for (int r = 0; ok && r < info->ranks; r++)
+        ok = holders[r] >= 0 ? state_file_spans(world, dir, r, holders[r], s, dt, &all, why)
+                             : bad(why, WHY_SIZE, "state_rank%d.bin is on no host; " COPY_HINT, r);
+    ok = ok && check_coverage(&all, shape_param_count(s), info->ranks, why, WHY_SIZE);
+    free(all.items);
+    free(holders);
+    return ok;
+}
+
+// The newest step of this host's that is at most bound, least over the hosts: -1 when some host has none.
+static int common_candidate(Comm* world, const int* steps, int count, int bound) {
+    double c = 1.0;   // negated: a max over ranks is the least step
+    for (int i = 0; i < count && c > 0.0; i++)
+        if (steps[i] <= bound) c = -(double)steps[i];
+    comm_allreduce_host_max(world, &c, 1);
+    return c > 0.0 ? -1 : (int)-c;
+}
+
+int checkpoint_find_hosts(const char* out_dir, Comm* world, const GPTShape* s, char* path, size_t size, CheckpointInfo* info,
+                          int verbose) {
+    int* steps;
+    int count = run_dir_checkpoints(out_dir, &steps), found = -1, bound = INT_MAX;
+    double any = count;
+    comm_allreduce_host_max(world, &any, 1);
+    char why[WHY_SIZE], skipped[2048] = "";
+    size_t used = 0;
+    for (int step; any > 0.0 && found < 0 && (step = common_candidate(world, steps, count, bound)) >= 0; bound = step - 1) {
+        run_dir_checkpoint_path(path, size, out_dir, step);
+        refuse_other_shape(path, s);
+        if (inspect_hosts(world, path, s, info, why)) {
+            found = step;
+            break;
+        }
+        int w = snprintf(skipped + used, sizeof(skipped) - used, "%s%s: %s", used ? "; " : "", path, why);
+        used = w > 0 && used + (size_t)w < sizeof(skipped) ? used + (size_t)w : used;
+    }
+    free(steps);
+    if (any > 0.0 && found < 0)
+        fail("no checkpoint in %s is complete on every host (%s)", out_dir, used ? skipped : "some host's directory holds none");
+    if (found >= 0 && used && verbose) fprintf(stderr, "warning: skipping checkpoints incomplete on some host: %s\n", skipped);
+    return found;
+}
+
+void checkpoint_load_hosts(const ModelState* ms, Backend* be, Comm* world, const char* dir, const CheckpointInfo* info) {
+    // Every value a rank keeps comes from the state files (their coverage was checked); the padding starts
+    // at zero, as model_file_read leaves it.
+    float* flat = (float*)xcalloc(ms->lay->total, sizeof(float));
+    ms->set_from_host(ms->ctx, be, flat);
+    free(flat);
+    int* holders = state_holders(world, dir, info->ranks);
+    for (int r = 0; r < info->ranks; r++) {
+        char name[64], p[PATH_MAX];
+        snprintf(name, sizeof(name), "state_rank%d.bin", r);
+        path_join(p, sizeof(p), dir, name);
+        if (holders[r] < 0) fail("%s: %s is on no host (removed after it was inspected); " COPY_HINT, dir, name);
+        StateReader reader = {comm_rank(world) == holders[r] ? xfopen(p, "rb") : NULL, p, world, holders[r]};
+        state_load(ms, be, &reader);
+        if (reader.f) fclose(reader.f);
+    }
+    free(holders);
 }

@@ -12,6 +12,7 @@
 #include "grid.h"
 #include "loss_scale.h"
 #include "model_state.h"
+#include "run_dir.h"
 #include "run_record.h"
 
 #define MODEL_MAGIC 20240326
@@ -38,12 +39,16 @@ typedef struct {
     LossScaler scaler;          // fp16 loss-scale state, so a resumed run scales exactly as before
     int has_run;                // 0: a manifest from before the hyperparameters were recorded
     RunRecord run;              // the hyperparameters that define the run (run_record.h)
+    int host_dirs;              // written into this many hosts' own directories (node-local -o); 0: one directory
 } CheckpointInfo;
 
 // Collective over the grid: every rank writes its state file, each stage its part of the model file,
-// rank 0 the manifest, DONE and then the rename of OUT/ckpt_tmp to OUT/ckpt_<step> (its path into dir).
-// Spans of the tied embedding's mirror are left out (stage 0 writes wte).
-void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Config* cfg, const CheckpointInfo* info, char* dir, size_t dir_size);
+// rd's managers the manifest, DONE and then the rename of OUT/ckpt_tmp to OUT/ckpt_<step> (its path into
+// dir). Spans of the tied embedding's mirror are left out (stage 0 writes wte). With node-local
+// directories (run_dir.h) each rank's state file lands in its host's directory, the manifest and DONE in
+// every host's, and model.bin in rank 0's only: writers on other hosts send their parts to rank 0.
+void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Config* cfg, const RunDir* rd, const CheckpointInfo* info,
+                     char* dir, size_t dir_size);
 
 // Checks everything a resume relies on without loading or exiting: the manifest's fields (its step the
 // directory's name), model.bin's size, each state file's header (the rank its name says, the model's
@@ -58,3 +63,15 @@ int checkpoint_find(const char* out_dir, const GPTShape* shape, char* path, size
 // what it filled: nothing is checked twice), whatever topology and ZeRO stage wrote it: each rank reads every
 // state file and keeps what it owns, seeking past other stages' spans.
 void checkpoint_load(const ModelState* ms, Backend* be, const char* dir, const CheckpointInfo* info);
+
+// Node-local directories (run_dir.h), collective over the world. find: the newest checkpoint complete on
+// every host, the same on every rank: DONE and the same manifest in each host's directory, model.bin
+// (well sized) in at least one, and each state file in at least one, read there by the lowest rank that
+// has it (checkpoint_inspect's checks) and together covering every parameter once. Newer ones incomplete
+// on some host are skipped with a warning (when verbose); -1 when no host has a checkpoint; a one-line
+// error when none is complete everywhere. load: checkpoint_load's result for any topology, each state file
+// read by that lowest rank and broadcast to every rank; model.bin is not needed (the state files hold
+// every value a rank keeps).
+int checkpoint_find_hosts(const char* out_dir, Comm* world, const GPTShape* shape, char* path, size_t path_size,
+                          CheckpointInfo* info, int verbose);
+void checkpoint_load_hosts(const ModelState* ms, Backend* be, Comm* world, const char* dir, const CheckpointInfo* info);

@@ -37,6 +37,9 @@ int comm_size(const Comm* c);
 int comm_local_rank(const Comm* world);
 // How many of the world's ranks run on this host (to share its cores), from the world communicator.
 int comm_local_size(const Comm* world);
+// The world rank of this host's lowest rank (0 on rank 0's host), from the world communicator: ranks with
+// the same value share a host, and that rank speaks for it (node-local run directories, run_dir.h).
+int comm_host_leader(const Comm* world);
 
 // What moves backend memory in the bulk collectives (all-reduce, reduce-scatter, all-gather, broadcast).
 // Send/recv, barriers and the host scalar reductions always go through MPI.
@@ -95,6 +98,11 @@ void comm_broadcast(Comm* c, void* buf, size_t bytes, int root);
 void comm_send(Comm* c, const void* buf, size_t bytes, int peer, int tag);
 void comm_recv(Comm* c, void* buf, size_t bytes, int peer, int tag);
 void comm_barrier(Comm* c);
+// Host memory, always through MPI (never NCCL, never staged), not counted in the byte totals: what the
+// checkpoints move between hosts (file contents, span lists, messages). send blocks until it is received.
+void comm_broadcast_host(Comm* c, void* buf, size_t bytes, int root);
+void comm_send_host(Comm* c, const void* buf, size_t bytes, int peer, int tag);
+void comm_recv_host(Comm* c, void* buf, size_t bytes, int peer, int tag);
 // Host scalars (losses, norms, flags): xs[i] = sum over ranks of xs[i]. Not counted in the byte totals
 // (a few bytes per step) so the totals compare with the model-size formulas exactly.
 void comm_allreduce_host_sum(Comm* c, double* xs, int n);

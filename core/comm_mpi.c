@@ -55,6 +55,7 @@ struct Comm {
     int rank, size;
     int local_rank;          // world only
     int local_size;          // world only: ranks on this host
+    int host_leader;         // world only: the world rank of this host's lowest rank
     int is_world;
     Backend* be;             // NULL or a CPU backend: buffers are host memory
     MPI_Op op_sum[3];        // by DType; the bf16/fp16 ops are owned by the world, copied into sub-groups
@@ -157,6 +158,8 @@ Comm* comm_init_world(int* argc, char*** argv) {
     check(MPI_Comm_split_type(mc, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
     check(MPI_Comm_rank(node, &c->local_rank), "MPI_Comm_rank");
     check(MPI_Comm_size(node, &c->local_size), "MPI_Comm_size");
+    c->host_leader = c->rank;   // node rank 0 has the lowest world rank (the split's key)
+    check(MPI_Bcast(&c->host_leader, 1, MPI_INT, 0, node), "MPI_Bcast");
     check(MPI_Comm_free(&node), "MPI_Comm_free");
 
     const char* mx = getenv("GPT_COMM_MAX_COUNT");   // test hook: small chunks exercise the splitting
@@ -196,6 +199,10 @@ int comm_local_rank(const Comm* world) {
 int comm_local_size(const Comm* world) {
     if (!world->is_world) fail("comm_local_size: needs the world communicator");
     return world->local_size;
+}
+int comm_host_leader(const Comm* world) {
+    if (!world->is_world) fail("comm_host_leader: needs the world communicator");
+    return world->host_leader;
 }
 
 int comm_nccl_built(void) { return NCCL_BUILT; }
@@ -576,6 +583,31 @@ void comm_recv(Comm* c, void* buf, size_t bytes, int peer, int tag) {
             fail("comm_recv: expected %zu bytes from rank %d (tag %d), got %d", m, peer, tag, got);
     }
     if (staged(c) && bytes) be_upload(c->be, buf, h, bytes);
+}
+
+void comm_broadcast_host(Comm* c, void* buf, size_t bytes, int root) {
+    if (root < 0 || root >= c->size) fail("comm_broadcast_host: root %d outside a group of %d", root, c->size);
+    if (c->size > 1) bcast_host(c, buf, bytes, root);
+}
+
+void comm_send_host(Comm* c, const void* buf, size_t bytes, int peer, int tag) {
+    check_peer(c, peer, "comm_send_host");
+    for (size_t off = 0, k = nchunks(c, bytes), i = 0; i < k; i++, off += c->max_count) {
+        size_t m = bytes - off < c->max_count ? bytes - off : c->max_count;
+        check(MPI_Send((const char*)buf + off, (int)m, MPI_BYTE, peer, tag, c->mc), "MPI_Send");
+    }
+}
+
+void comm_recv_host(Comm* c, void* buf, size_t bytes, int peer, int tag) {
+    check_peer(c, peer, "comm_recv_host");
+    for (size_t off = 0, k = nchunks(c, bytes), i = 0; i < k; i++, off += c->max_count) {
+        size_t m = bytes - off < c->max_count ? bytes - off : c->max_count;
+        MPI_Status st;
+        check(MPI_Recv((char*)buf + off, (int)m, MPI_BYTE, peer, tag, c->mc, &st), "MPI_Recv");
+        int got = 0;
+        check(MPI_Get_count(&st, MPI_BYTE, &got), "MPI_Get_count");
+        if ((size_t)got != m) fail("comm_recv_host: expected %zu bytes from rank %d (tag %d), got %d", m, peer, tag, got);
+    }
 }
 
 // Orders host-side work (files written before a DONE marker); device work is ordered by the stream.

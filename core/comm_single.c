@@ -61,6 +61,10 @@ int comm_local_size(const Comm* world) {
     if (!world->is_world) fail("comm_local_size: needs the world communicator");
     return 1;
 }
+int comm_host_leader(const Comm* world) {
+    if (!world->is_world) fail("comm_host_leader: needs the world communicator");
+    return 0;
+}
 
 int comm_nccl_built(void) { return 0; }
 const char* comm_kind_name(CommKind k) { return k == COMM_NCCL ? "nccl" : k == COMM_MPI ? "mpi" : "auto"; }
@@ -115,6 +119,19 @@ void comm_send(Comm* c, const void* buf, size_t bytes, int peer, int tag) {
 void comm_recv(Comm* c, void* buf, size_t bytes, int peer, int tag) {
     (void)c, (void)buf, (void)bytes, (void)tag;
     fail("comm_recv: peer %d is not another rank of this group (rank 0 of 1)", peer);
+}
+
+void comm_broadcast_host(Comm* c, void* buf, size_t bytes, int root) {
+    (void)buf, (void)bytes;
+    if (root != 0) fail("comm_broadcast_host: root %d outside a group of %d", root, comm_size(c));
+}
+void comm_send_host(Comm* c, const void* buf, size_t bytes, int peer, int tag) {
+    (void)c, (void)buf, (void)bytes, (void)tag;
+    fail("comm_send_host: peer %d is not another rank of this group (rank 0 of 1)", peer);
+}
+void comm_recv_host(Comm* c, void* buf, size_t bytes, int peer, int tag) {
+    (void)c, (void)buf, (void)bytes, (void)tag;
+    fail("comm_recv_host: peer %d is not another rank of this group (rank 0 of 1)", peer);
 }
 
 void comm_barrier(Comm* c) { (void)c; }

@@ -6,7 +6,10 @@
 # one host (same ranks, same reduction order); the ranks really ran 2 per namespace, node-local ranks 0 and
 # 1 on each; the veth carried the traffic. A run over both hosts checkpoints into a shared -o and a second
 # launch resumes from it, ending as the straight single-host run does. With storage that is not shared
-# (each host sees its own directory at the -o path) the trainer refuses at start-up with one line.
+# (each host sees its own directory at the -o path) the run is node-local: the same losses and files,
+# each host holding its own ranks' state files; resumes from the checkpoint complete on both hosts, also
+# when one host's newest is missing or damaged and under another topology; one host alone stops with
+# one line, and copying the files together makes an ordinary checkpoint.
 # Needs root, ip (iproute2), unshare and an MPI build; otherwise one "skip" line.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
@@ -32,8 +35,9 @@ base=(-e "$MODEL" -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 6 -l 1e-3 -u 2 -c 0.1 -
 printf '10.77.0.1 slots=2\n10.77.0.2 slots=2\n' > "$TMP/hostfile"
 # mpirun runs on host a (the root namespace has no route to the hosts' network: its orted would never call
 # back) and starts host b's orted through the agent; out-of-band and MPI traffic both on the veth subnet.
-MULTI=(--hostfile "$TMP/hostfile" -np 4 --mca plm_rsh_agent "$PWD/scripts/netns_agent.sh" --mca plm_rsh_no_tree_spawn 1
-       --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24)
+NET=(--mca plm_rsh_agent "$PWD/scripts/netns_agent.sh" --mca plm_rsh_no_tree_spawn 1
+     --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24)
+MULTI=(--hostfile "$TMP/hostfile" -np 4 "${NET[@]}")
 # Each rank first records where it runs: world rank, OpenMPI's node-local rank, network namespace, hostname.
 cat > "$TMP/rank.sh" <<EOF
 #!/bin/sh
@@ -110,16 +114,126 @@ else
     same_run multinode_resume_shared_fs "$TMP/one_z2" 6 "$TMP/shared_run"
 fi
 
-# No shared filesystem: the same path, $TMP/shared, is host a's directory on host a and host b's on host b
-# (a bind mount in each host's mount namespace). Every rank writes its state file into -o and loading may
-# read any rank's, so the trainer refuses at start-up, before any step, with one line naming -o; node-local
-# checkpoint directories are not supported.
-mkdir -p "$TMP/shared" "$TMP/host_a" "$TMP/host_b"
-export NETNS_BIND_A=$TMP/host_a:$TMP/shared NETNS_BIND_B=$TMP/host_b:$TMP/shared
-two_hosts split "$TMP/shared" -z 2 -n 3
+# No shared filesystem: the same path, $TMP/shared, is host a's directory ($TMP/host_a) on host a and host
+# b's ($TMP/host_b) on host b (a bind mount in each host's mount namespace). The trainer finds that -o is
+# not shared and runs node-local: each host's lowest rank manages its host's directory, every rank writes
+# its state file there, model.bin and the log land in rank 0's, and a resume agrees on the newest
+# checkpoint complete on every host, each state file read where it lies and broadcast.
+A=$TMP/host_a B=$TMP/host_b
+mkdir -p "$TMP/shared" "$A" "$B"
+export NETNS_BIND_A=$A:$TMP/shared NETNS_BIND_B=$B:$TMP/shared
+
+listing() { (cd "$1" 2>/dev/null && ls -A | paste -sd' '); }
+# Host a holds ranks 0 and 1's state files and model.bin, host b ranks 2 and 3's; both the manifest and
+# DONE; the log and nothing temporary on host a, no log on host b.
+own_files() {   # name, run
+    local bad="" ck
+    for ck in ckpt_000003 ckpt_000006; do
+        [ "$(listing "$A/$2/$ck")" = "DONE manifest.json model.bin state_rank0.bin state_rank1.bin" ] || bad="$bad host a $ck: $(listing "$A/$2/$ck");"
+        [ "$(listing "$B/$2/$ck")" = "DONE manifest.json state_rank2.bin state_rank3.bin" ] || bad="$bad host b $ck: $(listing "$B/$2/$ck");"
+    done
+    [ "$(listing "$A/$2")" = "ckpt_000003 ckpt_000006 lock log.jsonl" ] || bad="$bad host a: $(listing "$A/$2");"
+    [ "$(listing "$B/$2")" = "ckpt_000003 ckpt_000006 lock" ] || bad="$bad host b: $(listing "$B/$2");"
+    cmp -s "$A/$2/ckpt_000006/manifest.json" "$B/$2/ckpt_000006/manifest.json" || bad="$bad the hosts' manifests differ;"
+    grep -q '"host_dirs": 2,' "$A/$2/ckpt_000006/manifest.json" || bad="$bad the manifest lacks \"host_dirs\": 2;"
+    if [ -z "$bad" ]; then t_ok "$1"; else t_fail "$1" "$bad"; fi
+}
+# A second launch resumes from the per-host directories at step 3 and ends as the straight single-host run.
+resumed_at_3() {   # name, run, layout, pattern the output must hold ('' for none), flags...
+    local name=$1 run=$2 layout=$3 want=$4 rc out=$TMP/$1.txt
+    shift 4
+    two_hosts "$name" "$TMP/shared/$run" "$@" -n 3 -y 1
+    rc=$?
+    if [ $rc != 0 ]; then t_fail "$name" "resume failed (rc $rc): $(first_error "$out")"
+    elif ! grep -q "resumed from $TMP/shared/$run/ckpt_000003 at step 3 " "$out"; then
+        t_fail "$name" "did not resume at step 3: $(grep -m1 -e resumed -e '^error' "$out")"
+    elif [ -n "$want" ] && ! grep -q -- "$want" "$out"; then t_fail "$name" "no '$want' in the output: $(grep -m1 warning "$out")"
+    else same_run "$name" "$TMP/one_$layout" 6 "$A/$run" "$B/$run"; fi
+}
+
+for layout in z2 pp2; do
+    case $layout in z2) flags=(-z 2) ;; pp2) flags=(-pp 2 -z 1 -ga 2) ;; esac
+    run=nl_$layout
+    if ! two_hosts "$run" "$TMP/shared/$run" "${flags[@]}" -n 3; then
+        t_fail "multinode_nodelocal_$layout" "two-host run failed: $(first_error "$TMP/$run.txt")"
+        continue
+    fi
+    same_run "multinode_nodelocal_${layout}_same_as_one_host" "$TMP/one_$layout" 6 "$A/$run" "$B/$run"
+    own_files "multinode_nodelocal_${layout}_own_files_per_host" "$run"
+    case $layout in
+    z2)   # host b lost its newest checkpoint: both hosts resume from the one they share
+        rm -rf "$B/$run/ckpt_000006"
+        resumed_at_3 multinode_nodelocal_z2_resume_newest_missing_on_b "$run" z2 "" "${flags[@]}"
+        # a state file on no host: the newest is skipped with a warning naming it
+        rm -f "$B/$run/ckpt_000006/state_rank3.bin"
+        resumed_at_3 multinode_nodelocal_z2_resume_state_file_lost "$run" z2 \
+            "warning: skipping checkpoints incomplete on some host: .*ckpt_000006: state_rank3.bin is on no host" "${flags[@]}" ;;
+    pp2)  # host b's newest is incomplete (no DONE): host a's complete one is not taken alone
+        rm -f "$B/$run/ckpt_000006/DONE"
+        resumed_at_3 multinode_nodelocal_pp2_resume_newest_incomplete_on_b "$run" pp2 \
+            "warning: skipping checkpoints incomplete on some host: .*ckpt_000006: on the host of rank 2: no DONE marker" "${flags[@]}" ;;
+    esac
+    own_files "multinode_nodelocal_${layout}_own_files_after_resume" "$run"
+done
+
+# bf16: the working copy of the pieces other replicas own comes only from their state files (rounded
+# stochastically, it is not model.bin's fp32 rounded), on the other host: a resume still ends bit for bit
+# as the run it continues.
+if two_hosts nl_bf16 "$TMP/shared/nl_bf16" -z 1 -p bf16 -n 3; then
+    mkdir -p "$TMP/bf16_straight/ckpt_000006"
+    cp "$A/nl_bf16/log.jsonl" "$TMP/bf16_straight/"
+    cp "$A/nl_bf16/ckpt_000006/"* "$B/nl_bf16/ckpt_000006/"state_rank*.bin "$TMP/bf16_straight/ckpt_000006/"
+    rm -rf "$A/nl_bf16/ckpt_000006" "$B/nl_bf16/ckpt_000006"
+    two_hosts nl_bf16_resumed "$TMP/shared/nl_bf16" -z 1 -p bf16 -n 3 -y 1
+    rc=$?
+    if [ $rc != 0 ] || ! grep -q "resumed from $TMP/shared/nl_bf16/ckpt_000003 at step 3 " "$TMP/nl_bf16_resumed.txt"; then
+        t_fail multinode_nodelocal_bf16_resume "rc $rc: $(grep -m1 -e resumed -e '^error' "$TMP/nl_bf16_resumed.txt")"
+    else
+        same_run multinode_nodelocal_bf16_resume "$TMP/bf16_straight" 6 "$A/nl_bf16" "$B/nl_bf16"
+    fi
+else
+    t_fail multinode_nodelocal_bf16_resume "two-host run failed: $(first_error "$TMP/nl_bf16.txt")"
+fi
+
+# Another topology over the same two hosts: 1 rank each under -z 1 (same tokens per step) resumes from
+# the -z 2 run's step 3, each state file read on the host that has it; the losses match the straight run
+# within 1e-5 (other ranks, other sums).
+printf '10.77.0.1 slots=1\n10.77.0.2 slots=1\n' > "$TMP/hostfile1"
+rm -rf "$A/nl_z2/ckpt_000006" "$B/nl_z2/ckpt_000006"
+timeout -k 5 120 "$hosts" exec a "${MPIRUN[@]}" --hostfile "$TMP/hostfile1" -np 2 "${NET[@]}" ./train_gpt_cpu "${base[@]}" -z 1 -ga 2 \
+    -o "$TMP/shared/nl_z2" -n 3 -y 1 > "$TMP/nl_topology.txt" 2>&1
 rc=$?
-t_check multinode_unshared_out_dir_refused "[ $rc -ne 0 ] && grep -q '^error: rank [23]: -o $TMP/shared is not shared: this rank does not see' '$TMP/split.txt' && \
-    [ ! -e '$TMP/host_a/ckpt_000003' ] && ! grep -q '\"step\": 0, \"loss' '$TMP/host_a/log.jsonl' 2>/dev/null" \
-    "rc $rc: $(first_error "$TMP/split.txt")"
+close=$($PYTHON - "$TMP/one_z2/log.jsonl" "$A/nl_z2/log.jsonl" <<'PY'
+import json, sys
+def losses(p):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+print(int(sorted(a) == sorted(b) == list(range(6)) and all(abs(a[s] - b[s]) <= 1e-5 for s in a)))
+PY
+)
+t_check multinode_nodelocal_resume_other_topology "[ $rc = 0 ] && [ '$close' = 1 ] && \
+    grep -q 'resumed from $TMP/shared/nl_z2/ckpt_000003 at step 3 (written by 4 ranks' '$TMP/nl_topology.txt'" \
+    "rc $rc, losses within 1e-5: $close: $(first_error "$TMP/nl_topology.txt")"
+
+# One host alone cannot resume what two hosts wrote into their own directories: one line naming the state
+# file that is on the other host and what to do, before any step.
+timeout -k 5 120 "$hosts" exec a "${MPIRUN[@]}" -np 4 ./train_gpt_cpu "${base[@]}" -pp 2 -z 1 -ga 2 -o "$TMP/shared/nl_pp2" -y 1 \
+    > "$TMP/nl_one_host.txt" 2>&1
+rc=$?
+t_check multinode_nodelocal_one_host_refused "[ $rc -ne 0 ] && [ \$(grep -c '^error' '$TMP/nl_one_host.txt') = 1 ] && \
+    grep -q '^error: no usable checkpoint in $TMP/shared/nl_pp2 (.*state_rank2.bin is missing: the checkpoint was written into 2 hosts. own directories; copy .* onto one shared filesystem' '$TMP/nl_one_host.txt' && \
+    ! grep -q '^step ' '$TMP/nl_one_host.txt'" "rc $rc: $(first_error "$TMP/nl_one_host.txt")"
+# The way out that line names: host b's state files copied beside host a's make an ordinary checkpoint,
+# and 4 ranks on host a resume from it, ending as the straight run.
+cp "$B/nl_pp2/ckpt_000003/"state_rank*.bin "$A/nl_pp2/ckpt_000003/"
+rm -rf "$A/nl_pp2/ckpt_000006"
+timeout -k 5 120 "$hosts" exec a "${MPIRUN[@]}" -np 4 ./train_gpt_cpu "${base[@]}" -pp 2 -z 1 -ga 2 -o "$TMP/shared/nl_pp2" -y 1 \
+    > "$TMP/nl_copied.txt" 2>&1
+rc=$?
+if [ $rc != 0 ] || ! grep -q "resumed from $TMP/shared/nl_pp2/ckpt_000003 at step 3 " "$TMP/nl_copied.txt"; then
+    t_fail multinode_nodelocal_copied_resumes_on_one_host "rc $rc: $(grep -m1 -e resumed -e '^error' "$TMP/nl_copied.txt")"
+else
+    same_run multinode_nodelocal_copied_resumes_on_one_host "$TMP/one_pp2" 6 "$A/nl_pp2"
+fi
 t_check multinode_shared_path_untouched "[ -z \"\$(ls -A $TMP/shared)\" ]" "$TMP/shared holds files: the bind mounts leaked"
 t_finish

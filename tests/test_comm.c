@@ -473,6 +473,32 @@ static void test_host(T* t) {
     verdict(t, "host_allreduce_not_counted", zero, "host reductions were counted");
 }
 
+// The checkpoints' host transfers: a broadcast from the last rank, then each rank sends to its successor
+// (even ranks send first, odd ranks receive first, so every blocking send meets its receive); neither is counted.
+static void test_host_transfers(T* t) {
+    enum { N = 1031 };
+    unsigned char buf[N], want[N];
+    for (int i = 0; i < N; i++) want[i] = buf[i] = (unsigned char)(i * 7 + (t->rank == t->size - 1 ? 3 : 0));
+    for (int i = 0; i < N; i++) want[i] = (unsigned char)(i * 7 + 3);
+    comm_reset_bytes(t->world);
+    comm_broadcast_host(t->world, buf, N, t->size - 1);
+    verdict(t, "host_broadcast", memcmp(buf, want, N) == 0, "received bytes differ from the root's");
+    if (t->size > 1) {
+        int next = (t->rank + 1) % t->size, prev = (t->rank + t->size - 1) % t->size, ok = 1;
+        for (int i = 0; i < N; i++) want[i] = (unsigned char)(i + prev);
+        for (int phase = 0; phase < 2; phase++) {
+            for (int i = 0; i < N; i++) buf[i] = (unsigned char)(i + t->rank);
+            if ((t->rank % 2 == 0) == (phase == 0)) comm_send_host(t->world, buf, N, next, 5);
+            else comm_recv_host(t->world, buf, N, prev, 5), ok &= memcmp(buf, want, N) == 0;
+        }
+        verdict(t, "host_send_recv", ok, "received bytes differ from the predecessor's");
+    }
+    int zero = 1;
+    for (int k = 0; k < NUM_COLLECTIVES; k++) zero &= comm_bytes_sent(t->world, (Collective)k) == 0;
+    verdict(t, "host_transfers_not_counted", zero, "host transfers were counted");
+    verdict(t, "host_leader_is_rank_0_on_one_host", comm_host_leader(t->world) == 0, "host leader is not rank 0");
+}
+
 static void die(T* t, const char* mode) {
     float x = 1;
     comm_allreduce_sum(t->world, &x, 1, DT_FP32);   // everyone is up and talking
@@ -547,6 +573,7 @@ int main(int argc, char** argv) {
     test_ring(&t, 64);
     test_ring(&t, 1u << 20);   // beyond any eager limit (rendezvous protocol)
     test_host(&t);
+    test_host_transfers(&t);
 
     comm_free(groups[1].c);
     comm_free(groups[2].c);
