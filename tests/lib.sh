@@ -20,6 +20,15 @@ mpi_or_skip() {   # name: prints a skip line and exits when MPI is missing
         t_finish
     fi
 }
+# tests/compare.py (log, models, grads, array, scalar: see its -h) as checks: prints its ok/FAIL lines and
+# records a failure.
+compare_py() {   # compare.py arguments...
+    local out
+    out=$($PYTHON tests/compare.py "$@")
+    echo "$out" | grep -E '^(ok|FAIL) '
+    echo "$out" | grep -q '^FAIL' && FAILED=1
+    [ -n "$out" ] || t_fail "$2" "compare.py printed nothing"
+}
 # A random-init model.bin for SPEC (an -e model string) written once, so every run of a test starts from the
 # same weights whatever its layout; sets MODEL.
 init_model() {   # spec, data shard

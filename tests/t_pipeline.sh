@@ -21,13 +21,6 @@ run() {   # dir, ranks, extra flags...
     "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${flags[@]}" -o "$TMP/$dir" "$@" > "$TMP/$dir.txt" 2>&1 ||
         t_fail "$dir" "exited non-zero: $(grep -m1 error "$TMP/$dir.txt")"
 }
-compare() {   # compare.py arguments...: prints its ok/FAIL lines, records a failure
-    local out
-    out=$($PYTHON tests/compare.py "$@")
-    echo "$out" | grep -E '^(ok|FAIL) '
-    echo "$out" | grep -q '^FAIL' && FAILED=1
-    [ -n "$out" ] || t_fail "$2" "compare.py printed nothing"
-}
 val_losses_match() {   # name, run dir: every val_loss equals the reference's to 1e-5
     $PYTHON - "$1" "$TMP/$2/log.jsonl" "$TMP/ref/log.jsonl" <<'PY'
 import json, sys
@@ -47,10 +40,10 @@ for layout in "2 2 8 0 0" "2 2 8 1 1" "2 2 8 2 2" "2 2 8 3 3" "4 4 8 0 3" "4 4 8
     set -- $layout
     name=np$1_pp$2_z$4_r$5
     run "$name" "$1" -pp "$2" -ga "$3" -z "$4" -r "$5"
-    compare log "${name}_vs_single" "$TMP/$name/log.jsonl" "$TMP/ref/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
+    compare_py log "${name}_vs_single" "$TMP/$name/log.jsonl" "$TMP/ref/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
     # Per tensor under 1e-5; elementwise 1e-5 absolute: with 2 replicas, Adam turns the reordered sum of a
     # near-zero gradient into a 5.8e-6 difference on one attprojw element, exactly as plain -np 2 does.
-    compare models "${name}_final_params" "$TMP/$name/ckpt_000006/model.bin" "$TMP/ref/ckpt_000006/model.bin" --tol 1e-5 --abs 1e-5 --kbias-bound 0.03
+    compare_py models "${name}_final_params" "$TMP/$name/ckpt_000006/model.bin" "$TMP/ref/ckpt_000006/model.bin" --tol 1e-5 --abs 1e-5 --kbias-bound 0.03
     val_losses_match "${name}_val_losses" "$name"
 done
 
@@ -66,9 +59,9 @@ t_check pipeline_z3_poisoned_bits_equal "cmp -s '$TMP/poison3/ckpt_000006/model.
 
 # Step-0 gradients, logits and loss through 2 stages x 2 replicas under ZeRO-2.
 run dump 4 -pp 2 -ga 4 -z 2 -x 1 -dump "$TMP/dump"
-compare grads pp2_dump_grads "$TMP/dump/grads0.f32" "$TMP/ref/grads0.f32" "$MODEL" --tol 1e-5
-compare array pp2_dump_logits "$TMP/dump/logits0.f32" "$TMP/ref/logits0.f32" --tol 1e-6
-compare scalar pp2_dump_loss "$TMP/dump/loss0.txt" "$TMP/ref/loss0.txt" --tol 1e-6
+compare_py grads pp2_dump_grads "$TMP/dump/grads0.f32" "$TMP/ref/grads0.f32" "$MODEL" --tol 1e-5
+compare_py array pp2_dump_logits "$TMP/dump/logits0.f32" "$TMP/ref/logits0.f32" --tol 1e-6
+compare_py scalar pp2_dump_loss "$TMP/dump/loss0.txt" "$TMP/ref/loss0.txt" --tol 1e-6
 
 # Sampling: the last stage samples, every stage gets the token; the text equals the single-rank run's.
 run sample 2 -pp 2 -ga 8 -x 2 -v 0 -s 2 -g 8
@@ -96,9 +89,9 @@ rm -rf "$TMP/split/ckpt_000006"
 cp -r "$TMP/split" "$TMP/split1"
 run split 2 -pp 2 -ga 8 -z 1 -y 1
 t_check resume_pp4_to_pp2_announced "grep -q 'resumed from .*ckpt_000003 at step 3 (written by 8 ranks in 4 stages)' '$TMP/split.txt'"
-compare log resume_pp4_to_pp2_losses "$TMP/split/log.jsonl" "$TMP/ref/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
+compare_py log resume_pp4_to_pp2_losses "$TMP/split/log.jsonl" "$TMP/ref/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
 run split1 1 -ga 8 -y 1
-compare log resume_pp4_to_single_losses "$TMP/split1/log.jsonl" "$TMP/ref/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
+compare_py log resume_pp4_to_single_losses "$TMP/split1/log.jsonl" "$TMP/ref/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
 # A manifest from before pipelines (one state file per data-parallel rank, "dp" at the top) still loads.
 mkdir -p "$TMP/old" && cp -r "$TMP/split1/ckpt_000006" "$TMP/old/"
 sed -i 's/"state_files"/"dp"/; s/"world": 1, "dp": 1, "pp": 1/"world": 1, "pp": 1/' "$TMP/old/ckpt_000006/manifest.json"
@@ -137,5 +130,5 @@ t_check world_not_divisible "[ $rc -ne 0 ] && grep -q 'error: -pp 2 does not div
 run small_ga 4 -pp 4 -ga 2 -x 3 -v 0
 run small_ga_ref 1 -ga 2 -x 3 -v 0
 t_check ga_below_pp_warns "grep -q 'warning: -ga 2 < -pp 4' '$TMP/small_ga.txt'"
-compare log ga_below_pp_vs_single "$TMP/small_ga/log.jsonl" "$TMP/small_ga_ref/log.jsonl" --steps 3 --tol 1e-5 --key loss --key grad_norm
+compare_py log ga_below_pp_vs_single "$TMP/small_ga/log.jsonl" "$TMP/small_ga_ref/log.jsonl" --steps 3 --tol 1e-5 --key loss --key grad_norm
 t_finish

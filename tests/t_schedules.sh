@@ -23,13 +23,6 @@ run() {   # dir, ranks, extra flags... (a schedule that deadlocked would hang: t
     timeout 300 "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${flags[@]}" -o "$TMP/$dir" "$@" > "$TMP/$dir.txt" 2>&1 ||
         t_fail "$dir" "exited non-zero: $(grep -m1 error "$TMP/$dir.txt")"
 }
-compare() {   # compare.py arguments...: prints its ok/FAIL lines, records a failure
-    local out
-    out=$($PYTHON tests/compare.py "$@")
-    echo "$out" | grep -E '^(ok|FAIL) '
-    echo "$out" | grep -q '^FAIL' && FAILED=1
-    [ -n "$out" ] || t_fail "$2" "compare.py printed nothing"
-}
 # Every loss, validation loss and gradient norm of a log, as printed (the bits).
 numbers() { grep -o '"\(loss\|val_loss\|grad_norm\)": [^,}]*' "$1"; }
 same_bits() {   # name, dir a, dir b: final model and every logged number identical
@@ -44,7 +37,7 @@ same_bits() {   # name, dir a, dir b: final model and every logged number identi
 run ref 1 -ga 8
 # np, then the layout's flags; each runs under 1f1b and zb.
 layouts=("1 -ga 8 -r 3" "2 -pp 2 -ga 8 -z 0" "4 -pp 4 -ga 8 -z 3 -r 1" "4 -pp 2 -ga 4 -z 2 -r 3" "4 -pp 2 -ga 4 -z 1 -r 2"
-         "8 -pp 4 -ga 4 -z 3 -r 0" "4 -pp 2 -tp 2 -sp 1 -ga 8 -z 2 -r 2" "4 -pp 2 -ga 4 -z 3 -offload 2")
+         "4 -pp 2 -tp 2 -sp 1 -ga 8 -z 2 -r 2" "4 -pp 2 -ga 4 -z 3 -offload 2")
 for layout in "${layouts[@]}"; do
     set -- $layout
     np=$1; shift
@@ -52,11 +45,11 @@ for layout in "${layouts[@]}"; do
     run "f_$name" "$np" "$@"
     run "zb_$name" "$np" "$@" -ps zb
     same_bits "zb_bits_equal_1f1b_$name" "zb_$name" "f_$name"
-    compare log "zb_vs_single_$name" "$TMP/zb_$name/log.jsonl" "$TMP/ref/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
+    compare_py log "zb_vs_single_$name" "$TMP/zb_$name/log.jsonl" "$TMP/ref/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
     # (-tp's row-parallel sums make 1f1b itself differ from one rank by up to 3.4e-5 in a few weights after
     # 6 Adam steps on these flags; zb's bits are 1f1b's, checked above.)
     case $name in *tp*) continue ;; esac
-    compare models "zb_final_params_$name" "$TMP/zb_$name/ckpt_000006/model.bin" "$TMP/ref/ckpt_000006/model.bin" --tol 1e-5 --abs 1e-5 --kbias-bound 0.03
+    compare_py models "zb_final_params_$name" "$TMP/zb_$name/ckpt_000006/model.bin" "$TMP/ref/ckpt_000006/model.bin" --tol 1e-5 --abs 1e-5 --kbias-bound 0.03
 done
 for p in bf16 fp16; do
     run "f_$p" 2 -pp 2 -ga 4 -z 1 -p "$p"
@@ -65,46 +58,53 @@ for p in bf16 fp16; do
 done
 
 # ZeRO-2/3 with W starting the reductions: a buffer used before its collective's wait reads NaN.
-for z in 2 3; do
-    timeout 300 "${MPIRUN[@]}" -x GPT_COMM_POISON=1 -np 4 ./train_gpt_cpu "${flags[@]}" -pp 2 -ga 4 -z $z -r 1 -ps zb -o "$TMP/poison$z" \
-        > "$TMP/poison$z.txt" 2>&1 || t_fail "poison_z$z" "exited non-zero: $(grep -m1 error "$TMP/poison$z.txt")"
-done
-for z in 2 3; do
-    run "f_z${z}r1" 4 -pp 2 -ga 4 -z $z -r 1
-    same_bits "zb_z${z}_poisoned_bits_equal" "poison$z" "f_z${z}r1"
-done
-
-# Interleaved: np, then the layout's flags, against the single-rank run (the 4-layer model has room for
-# 2 x 2 virtual stages; an 8-layer one for 4 x 2 and 2 x 4).
-il_layouts=("2 -pp 2 -vp 2 -ga 8 -z 0" "4 -pp 2 -vp 2 -ga 4 -z 3 -r 1" "4 -pp 2 -vp 2 -ga 4 -z 2 -r 3")
-check_single() {   # name, run dir, reference dir[, reference dir for the final model]
-    compare log "$1_vs_single" "$TMP/$2/log.jsonl" "$TMP/$3/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
-    compare models "$1_final_params" "$TMP/$2/ckpt_000006/model.bin" "$TMP/${4:-$3}/ckpt_000006/model.bin" --tol 1e-5 --abs 1e-5 --kbias-bound 0.03
+# Against the 1f1b runs above: -z 2 -r 3, and -z 3 (-offload 2 keeps the bits of -offload 0).
+poisoned() {   # name, flags...
+    local name=$1; shift
+    timeout 300 "${MPIRUN[@]}" -x GPT_COMM_POISON=1 -np 4 ./train_gpt_cpu "${flags[@]}" "$@" -o "$TMP/$name" \
+        > "$TMP/$name.txt" 2>&1 || t_fail "$name" "exited non-zero: $(grep -m1 error "$TMP/$name.txt")"
 }
-for layout in "${il_layouts[@]}"; do
-    set -- $layout
-    np=$1; shift
-    name=il_np${np}$(echo "$*" | tr -d ' ')
-    run "$name" "$np" "$@" -ps interleaved
-    check_single "$name" "$name" ref
-done
-# With -tp the final model against 1f1b's on the same tensor layout (see above).
-run il_tp 4 -pp 2 -vp 2 -tp 2 -sp 1 -ga 8 -z 2 -r 2 -ps interleaved
-check_single il_tp2_sp1 il_tp ref "f_np4-pp2-tp2-sp1-ga8-z2-r2"
+poisoned poison2 -pp 2 -ga 4 -z 2 -r 3 -ps zb
+same_bits zb_z2_poisoned_bits_equal poison2 "f_np4-pp2-ga4-z2-r3"
+poisoned poison3 -pp 2 -ga 4 -z 3 -ps zb
+same_bits zb_z3_poisoned_bits_equal poison3 "f_np4-pp2-ga4-z3-offload2"
+
+# Interleaved against the single-rank run (the 4-layer model has room for 2 x 2 virtual stages; an
+# 8-layer one for 4 x 2 and 2 x 4).
+check_single() {   # name, run dir, reference dir[, reference dir for the final model]
+    compare_py log "$1_vs_single" "$TMP/$2/log.jsonl" "$TMP/$3/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
+    compare_py models "$1_final_params" "$TMP/$2/ckpt_000006/model.bin" "$TMP/${4:-$3}/ckpt_000006/model.bin" --tol 1e-5 --abs 1e-5 --kbias-bound 0.03
+    # The validation forward goes through every chunk of every stage in virtual-stage order.
+    $PYTHON - "$1_val_losses" "$TMP/$2/log.jsonl" "$TMP/$3/log.jsonl" <<'PY'
+import json, sys
+name, a, b = sys.argv[1:4]
+val = lambda p: {r["step"]: r["val_loss"] for r in map(json.loads, open(p)) if "val_loss" in r}
+x, y = val(a), val(b)
+bad = [s for s in y if s not in x or abs(x[s] - y[s]) > 1e-5 * abs(y[s])]
+print("ok %s" % name if y and not bad else "FAIL %s: steps %s differ (%d reference values)" % (name, bad, len(y)))
+PY
+    [ $? -eq 0 ] || FAILED=1
+}
 flags8=("${flags[@]}")
 flags8[1]=L8C64H4V512T64   # -e: a random 8-layer model, initialized alike on every layout
 run8() { local saved=("${flags[@]}"); flags=("${flags8[@]}"); run "$@"; flags=("${saved[@]}"); }
+interleaved_case() {   # runner (run or run8), name prefix, reference dir, ranks, flags...
+    local runner=$1 prefix=$2 ref=$3 np=$4; shift 4
+    local name=${prefix}_np${np}$(echo "$*" | tr -d ' ')
+    $runner "$name" "$np" "$@" -ps interleaved
+    check_single "$name" "$name" "$ref"
+}
+interleaved_case run il ref 2 -pp 2 -vp 2 -ga 8 -z 0
+interleaved_case run il ref 4 -pp 2 -vp 2 -ga 4 -z 3 -r 1
+interleaved_case run il ref 4 -pp 2 -vp 2 -ga 4 -z 2 -r 3
 run8 ref8 1 -ga 8
-for layout in "4 -pp 4 -vp 2 -ga 8 -z 3" "2 -pp 2 -vp 4 -ga 8 -z 2 -r 1"; do
-    set -- $layout
-    np=$1; shift
-    name=il8_np${np}$(echo "$*" | tr -d ' ')
-    run8 "$name" "$np" "$@" -ps interleaved
-    check_single "$name" "$name" ref8
-done
+interleaved_case run8 il8 ref8 4 -pp 4 -vp 2 -ga 8 -z 3
+interleaved_case run8 il8 ref8 2 -pp 2 -vp 4 -ga 8 -z 2 -r 1
+# With -tp the final model against 1f1b's on the same tensor layout (see above).
+run il_tp 4 -pp 2 -vp 2 -tp 2 -sp 1 -ga 8 -z 2 -r 2 -ps interleaved
+check_single il_tp2_sp1 il_tp ref "f_np4-pp2-tp2-sp1-ga8-z2-r2"
 t_check interleaved_split_printed "grep -q 'pipeline: interleaved over 4 stages x 2 virtual stages each (blocks per virtual stage: 1, 1, 1, 1, 1, 1, 1, 1)' '$TMP/il8_np4-pp4-vp2-ga8-z3.txt'"
-timeout 300 "${MPIRUN[@]}" -x GPT_COMM_POISON=1 -np 4 ./train_gpt_cpu "${flags[@]}" -pp 2 -vp 2 -ga 4 -z 3 -r 1 -ps interleaved \
-    -o "$TMP/il_poison" > "$TMP/il_poison.txt" 2>&1 || t_fail il_poison "exited non-zero: $(grep -m1 error "$TMP/il_poison.txt")"
+poisoned il_poison -pp 2 -vp 2 -ga 4 -z 3 -r 1 -ps interleaved
 same_bits interleaved_z3_poisoned_bits_equal il_poison "il_np4-pp2-vp2-ga4-z3-r1"
 
 # Resume across schedules: checkpoint at step 3 under one, finish under the other.
@@ -116,11 +116,11 @@ same_bits resume_zb_to_1f1b_bits zb_to_f "f_np4-pp2-ga4-z2-r3"
 run f_to_zb 4 -pp 2 -ga 4 -z 2 -r 3 -n 3
 rm -rf "$TMP/f_to_zb/ckpt_000006"
 run f_to_zb 2 -pp 2 -ga 8 -z 1 -y 1 -ps zb
-compare log resume_1f1b_to_zb_other_layout "$TMP/f_to_zb/log.jsonl" "$TMP/ref/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
+compare_py log resume_1f1b_to_zb_other_layout "$TMP/f_to_zb/log.jsonl" "$TMP/ref/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
 run il_to_zb 4 -pp 2 -vp 2 -ga 4 -z 3 -r 1 -n 3 -ps interleaved
 rm -rf "$TMP/il_to_zb/ckpt_000006"
 run il_to_zb 2 -pp 2 -ga 8 -z 2 -y 1 -ps zb
-compare log resume_interleaved_to_zb "$TMP/il_to_zb/log.jsonl" "$TMP/ref/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
+compare_py log resume_interleaved_to_zb "$TMP/il_to_zb/log.jsonl" "$TMP/ref/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
 run il_again 4 -pp 2 -vp 2 -ga 4 -z 3 -r 1 -ps interleaved -n 3
 rm -rf "$TMP/il_again/ckpt_000006"
 run il_again 4 -pp 2 -vp 2 -ga 4 -z 3 -r 1 -ps interleaved -y 1

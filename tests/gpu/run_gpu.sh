@@ -6,7 +6,7 @@
 #      -offload 1 against the device-side optimizer
 #   3. 2 and 4 ranks on the one GPU through the MPI backend under -z 0..3 (and -z 2, 3 poisoned, see
 #      comm.h's GPT_COMM_POISON), 1F1B pipelines (-pp 2 and 4, with data parallelism, ZeRO and recompute;
-#      bf16 with the tied-copy check; -ps zb against 1f1b, bit for bit), -offload 2 under -z 2 and 3, -tp 2 under -z 0 and 3 and with -sp 1, and -r 1..3,
+#      bf16 with the tied-copy check; -ps zb against 1f1b, bit for bit; -ps interleaved against one rank), -offload 2 under -z 2 and 3, -tp 2 under -z 0 and 3 and with -sp 1, and -r 1..3,
 #      against one rank;
 #      then NCCL (-comm nccl): the comm tests on device memory, one rank against -comm mpi, and with 2+
 #      GPUs 2 ranks under -z 0..3 against one rank
@@ -193,6 +193,10 @@ if command -v mpirun >/dev/null 2>&1 && ldd "$GPU" | grep -q libmpi; then
     else
         record pipeline_zb_bits_equal_1f1b FAIL "-ps zb differs from -ps 1f1b on the same layout"
     fi
+    # -ps interleaved: 2 ranks x 2 model chunks each (one GPT per chunk), against one rank.
+    mpirun --oversubscribe --bind-to none -np 2 $GPU "${flags[@]}" -pp 2 -ps interleaved -vp 2 -ga 4 -z 2 -p fp32 -comm mpi \
+        -o "$W/il" > "$W/il.txt" 2>&1 || record pipeline_interleaved_run FAIL "$(grep -m1 error "$W/il.txt")"
+    check pipeline_interleaved_vs_single log il "$W/il/log.jsonl" "$W/ga4/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
     mpirun --oversubscribe --bind-to none -np 2 $GPU "${flags[@]}" -pp 2 -p bf16 -z 1 -comm mpi -o "$W/pp2bf16" > "$W/pp2bf16.txt" 2>&1 ||
         record pipeline_pp2_bf16_run FAIL "$(grep -m1 error "$W/pp2bf16.txt")"
     check pipeline_pp2_bf16_vs_single log pp2bf16 "$W/pp2bf16/log.jsonl" "$W/gpu16/log.jsonl" --steps 6 --tol 2e-2
