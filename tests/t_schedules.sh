@@ -100,6 +100,10 @@ interleaved_case run il ref 4 -pp 2 -vp 2 -ga 4 -z 2 -r 3
 run8 ref8 1 -ga 8
 interleaved_case run8 il8 ref8 4 -pp 4 -vp 2 -ga 8 -z 3
 interleaved_case run8 il8 ref8 2 -pp 2 -vp 4 -ga 8 -z 2 -r 1
+# Sampling runs the forward through every chunk too: the text equals one rank's.
+run il_sample 2 -pp 2 -vp 2 -ga 8 -x 2 -v 0 -s 2 -g 8 -ps interleaved
+run sample_ref 1 -ga 8 -x 2 -v 0 -s 2 -g 8
+t_check interleaved_sample_equals_single "grep -q 'sample:' '$TMP/sample_ref.txt' && [ \"\$(grep 'sample:' '$TMP/il_sample.txt')\" = \"\$(grep 'sample:' '$TMP/sample_ref.txt')\" ]"
 # With -tp the final model against 1f1b's on the same tensor layout (see above).
 run il_tp 4 -pp 2 -vp 2 -tp 2 -sp 1 -ga 8 -z 2 -r 2 -ps interleaved
 check_single il_tp2_sp1 il_tp ref "f_np4-pp2-tp2-sp1-ga8-z2-r2"
