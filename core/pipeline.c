@@ -10,6 +10,11 @@ void pipeline_plan(PipelinePlan* plan, const GPTShape* s, int stages, ScheduleKi
     if (stages > s->L) fail("-pp %d: more pipeline stages than the model's %d layers (each stage needs a block)", stages, s->L);
     grid_check(stages, tp, ranks, s->NH);
     schedule_check(schedule, stages, micro, chunks);
+    // Interleaving sends several boundaries' messages the same way between two ranks; only distinct tags keep
+    // them apart (tag_of).
+    if (schedule == SCHEDULE_INTERLEAVED && 2LL * stages * chunks * micro > 32768)
+        fail("-ps interleaved: -pp %d x -vp %d x -ga %d needs more than MPI's 32768 message tags; use fewer micro-batches",
+             stages, chunks, micro);
     if (stages * chunks > s->L)
         fail("-pp %d -vp %d: %d virtual stages but the model has %d layers (each needs a block)", stages, chunks,
              stages * chunks, s->L);
@@ -73,8 +78,9 @@ void pipeline_destroy(Pipeline* p) { schedule_free(&p->sched); }
 // A message is (direction, boundary, micro), the boundary between virtual stages b and b + 1 (b = chunk * P +
 // stage of the lower one): with interleaving two stages exchange activations and gradients of several
 // chunks in the same direction, and stage P-1's chunk c talks to stage 0's chunk c + 1, so both ends name the
-// message by the boundary, not by their own chunk. MPI guarantees tags up to 32767 only; past that,
-// messages of one tag between two ranks still arrive in the order both ends list them.
+// message by the boundary, not by their own chunk. MPI guarantees tags up to 32767 only: pipeline_plan keeps
+// interleaved steps within that; with one chunk a direction carries one kind of message, whose order both
+// ends list alike, so tags that wrap still pair correctly.
 static int tag_of(const StageSchedule* s, const Action* a) {
     int gradient = a->kind == ACT_RECV_GRAD || a->kind == ACT_SEND_GRAD;
     int vs = a->chunk * s->num_stages + s->stage;
