@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every CPU test: the C test programs in build/, then each tests/t_*.sh script. Every check prints
 # "ok NAME" or "FAIL NAME: why"; a program or script that exits non-zero without printing a FAIL counts
-# as one failure of its own. Last line: "N passed, N failed". Exit status 1 if anything failed.
+# as one failure of its own. Each program's or script's wall time follows as a "# NAME: N s" line. Last
+# line: "N passed, N failed". Exit status 1 if anything failed.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHON=${PYTHON:-/usr/bin/python3}
@@ -9,8 +10,9 @@ passed=0
 failed=0
 run_one() {   # name, command...
     local name=$1; shift
-    local out rc
+    local out rc start=$SECONDS
     out=$("$@" 2>&1); rc=$?
+    echo "# $name: $((SECONDS - start)) s"   # where the suite's time goes
     printf '%s\n' "$out" | grep -E '^(ok|FAIL) ' || true
     local p f
     p=$(printf '%s\n' "$out" | grep -c '^ok ')
