@@ -29,6 +29,18 @@ compare_py() {   # compare.py arguments...
     echo "$out" | grep -q '^FAIL' && FAILED=1
     [ -n "$out" ] || t_fail "$2" "compare.py printed nothing"
 }
+# Every validation loss of a run's log equals the reference log's, to 1e-5 relative.
+val_losses_match() {   # name, log.jsonl, reference log.jsonl
+    $PYTHON - "$1" "$2" "$3" <<'PY'
+import json, sys
+name, a, b = sys.argv[1:4]
+val = lambda p: {r["step"]: r["val_loss"] for r in map(json.loads, open(p)) if "val_loss" in r}
+x, y = val(a), val(b)
+bad = [s for s in y if s not in x or abs(x[s] - y[s]) > 1e-5 * abs(y[s])]
+print("ok %s" % name if y and not bad else "FAIL %s: steps %s differ (%d reference values)" % (name, bad, len(y)))
+PY
+    [ $? -eq 0 ] || FAILED=1
+}
 # A random-init model.bin for SPEC (an -e model string) written once, so every run of a test starts from the
 # same weights whatever its layout; sets MODEL.
 init_model() {   # spec, data shard

@@ -75,15 +75,7 @@ check_single() {   # name, run dir, reference dir[, reference dir for the final 
     compare_py log "$1_vs_single" "$TMP/$2/log.jsonl" "$TMP/$3/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
     compare_py models "$1_final_params" "$TMP/$2/ckpt_000006/model.bin" "$TMP/${4:-$3}/ckpt_000006/model.bin" --tol 1e-5 --abs 1e-5 --kbias-bound 0.03
     # The validation forward goes through every chunk of every stage in virtual-stage order.
-    $PYTHON - "$1_val_losses" "$TMP/$2/log.jsonl" "$TMP/$3/log.jsonl" <<'PY'
-import json, sys
-name, a, b = sys.argv[1:4]
-val = lambda p: {r["step"]: r["val_loss"] for r in map(json.loads, open(p)) if "val_loss" in r}
-x, y = val(a), val(b)
-bad = [s for s in y if s not in x or abs(x[s] - y[s]) > 1e-5 * abs(y[s])]
-print("ok %s" % name if y and not bad else "FAIL %s: steps %s differ (%d reference values)" % (name, bad, len(y)))
-PY
-    [ $? -eq 0 ] || FAILED=1
+    val_losses_match "$1_val_losses" "$TMP/$2/log.jsonl" "$TMP/$3/log.jsonl"
 }
 flags8=("${flags[@]}")
 flags8[1]=L8C64H4V512T64   # -e: a random 8-layer model, initialized alike on every layout
