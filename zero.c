@@ -2,6 +2,7 @@
 #include "zero.h"
 
 #include "base/common.h"
+#include "core/grad_landing.h"
 #include "core/phase_timer.h"
 #include "kernels/host_elem.h"
 
@@ -26,7 +27,7 @@ struct Zero {
     float* grad_acc;     // shard_grads: (state_elems) fp32 accumulator; host memory with grads_on_host
     float* piece_f32;    // shard_grads: one piece converted to fp32 before it is added (grads_on_host: the
                          // tied embedding's piece, summed over the pair on the backend)
-    void* grad_landing;  // grads_on_host: one piece (dt) of host memory, where each reduced piece comes down
+    GradLanding* landing; // grads_on_host: how each reduced piece comes down and is added (core/grad_landing.h)
     void* grad_slot[2];  // shard_grads: rotating unit gradient buffers (dt), largest block unit
     int grad_slot_unit[2];
     void* emb_grads;     // shard_grads: unit 0's gradients (live from the LM head to the encoder)
@@ -35,6 +36,9 @@ struct Zero {
     void* param_slot[2]; // rotating block buffers
     int param_slot_unit[2];
     void* resident[2];   // unit 0 and unit L+1, gathered until the next update
+    // params_on_host: the upload of this rank's piece into param_slot[s] (uploaded[s]) or resident[r]
+    // (uploaded[2 + r]), which the main stream waits for where the walk needs the buffer.
+    BeEvent* uploaded[4];
     int resident_valid;
     float* norm_acc;     // one float of backend scratch
     void* host_stage;    // state_on_host: the optimizer's staging (model_state.h), host_stage_elems elements
@@ -116,7 +120,7 @@ static void allocate_grads(Zero* z, Backend* be, MemLedger* mem) {
     for (int u = 0; u < z->lay->num_units; u++) max_piece = piece(z, u) > max_piece ? piece(z, u) : max_piece;
     if (z->caps.grads_on_host) {
         z->grad_acc = (float*)mem_alloc_host(be, mem, MEM_HOST_GRADS, z->state_elems * 4);
-        z->grad_landing = mem_alloc_host(be, mem, MEM_HOST_GRADS, max_piece * x);
+        z->landing = grad_landing_create(be, mem, z->dt, max_piece);
     } else {
         z->grad_acc = (float*)mem_alloc(be, mem, MEM_GRADS, z->state_elems * 4);
     }
@@ -168,7 +172,7 @@ static void allocate_params(Zero* z, Backend* be, MemLedger* mem) {
     }
     if (stage_elem_bytes(z)) {
         z->host_stage_elems = z->state_elems < HOST_STAGE_ELEMS ? z->state_elems : HOST_STAGE_ELEMS;
-        z->host_stage = mem_alloc_host(be, mem, MEM_HOST_STATE, z->host_stage_elems * stage_elem_bytes(z));
+        z->host_stage = mem_alloc_host(be, mem, MEM_HOST_STATE, 2 * z->host_stage_elems * stage_elem_bytes(z));
     }
     if (!z->caps.shard_params) return;
     size_t block = largest_block_unit(z->lay);
@@ -178,6 +182,8 @@ static void allocate_params(Zero* z, Backend* be, MemLedger* mem) {
     }
     if (emb_unit(z) >= 0) z->resident[0] = mem_alloc(be, mem, MEM_PARAMS, unit(z, emb_unit(z))->padded * x);
     if (final_unit(z) >= 0) z->resident[1] = mem_alloc(be, mem, MEM_PARAMS, unit(z, final_unit(z))->padded * x);
+    if (z->caps.params_on_host && be)
+        for (int i = 0; i < 4; i++) z->uploaded[i] = be_event_create(be);
 }
 
 static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, Comm* dp, Comm* tied,
@@ -231,13 +237,15 @@ void zero_destroy(Zero* z, Backend* be) {
     for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++) free_where(be, 0, owned[i]);
     free_where(be, z->caps.params_on_host, z->params);
     free_where(be, z->caps.grads_on_host, z->grad_acc);
-    free_where(be, 1, z->grad_landing);
+    grad_landing_destroy(z->landing, be);
     free_where(be, z->caps.state_on_host, z->adam_m);
     free_where(be, z->caps.state_on_host, z->adam_v);
     if ((void*)z->master != z->params) free_where(be, z->caps.state_on_host, z->master);
     free_where(be, 1, z->host_stage);
     free_where(be, 1, z->pending_grad);
     free_where(be, 1, z->pending_params);
+    for (int i = 0; i < 4; i++)
+        if (z->uploaded[i]) be_event_destroy(be, z->uploaded[i]);
     free(z);
 }
 
@@ -255,19 +263,23 @@ void zero_destroy(Zero* z, Backend* be) {
 
 static CommHandle no_handle(void) { return (CommHandle){0, 0}; }
 
-// A piece into backend memory (where collectives run), from host memory where on_host, else from the backend.
-static void piece_to_backend(Backend* be, int on_host, void* dst, const void* src, size_t bytes) {
-    if (on_host) be_upload(be, dst, src, bytes);
-    else be_copy(be, dst, src, bytes);
-}
-
 // Starts the all-gather of unit u's parameters from every rank's piece into buf (the unit's padded size).
-static CommHandle gather_start(Zero* z, Backend* be, int u, void* buf) {
+// With params_on_host this rank's piece goes up on the copy stream (event uploaded), after the main stream's
+// work so far, which includes the last reads of buf. On one rank the main stream waits for it only in
+// finish_gather, so a prefetched block's upload overlaps the block computing now; with more ranks the
+// collective must follow it, and the comm layer orders collectives after the main stream, so the main stream
+// waits at once.
+static CommHandle gather_start(Zero* z, Backend* be, int u, void* buf, BeEvent* uploaded) {
     size_t p = piece(z, u), x = xs(z);
-    double t0 = now_seconds();
+    void* mine = at(buf, (size_t)z->rank * p, x);
     const void* src = at(z->params, z->piece_offset[u], x);
-    piece_to_backend(be, z->caps.params_on_host, at(buf, (size_t)z->rank * p, x), src, p * x);
-    if (z->caps.params_on_host) z->host_copy_seconds += now_seconds() - t0;
+    if (!z->caps.params_on_host) be_copy(be, mine, src, p * x);
+    else {
+        double t0 = now_seconds();
+        be_upload_async(be, mine, src, p * x, uploaded);
+        if (z->size > 1) be_stream_wait(be, uploaded);
+        z->host_copy_seconds += now_seconds() - t0;
+    }
     return z->size > 1 ? comm_allgather_start(z->dp, buf, p, z->dt) : no_handle();
 }
 
@@ -275,9 +287,15 @@ static void wait_for(Zero* z, CommHandle* h) {
     if (z->size > 1) comm_wait(z->dp, h);
 }
 
-static void gather_unit(Zero* z, Backend* be, int u, void* buf) {
-    CommHandle h = gather_start(z, be, u, buf);
-    wait_for(z, &h);
+// The main stream's next work sees the gathered unit.
+static void finish_gather(Zero* z, Backend* be, CommHandle* h, BeEvent* uploaded) {
+    wait_for(z, h);
+    if (z->caps.params_on_host && z->size == 1) be_stream_wait(be, uploaded);
+}
+
+static void gather_unit(Zero* z, Backend* be, int u, void* buf, BeEvent* uploaded) {
+    CommHandle h = gather_start(z, be, u, buf, uploaded);
+    finish_gather(z, be, &h, uploaded);
 }
 
 static int find_slot(const int* slot_unit, int u) {
@@ -314,7 +332,7 @@ static int next_block_unit(Zero* z, int u) {
 static void drop_prefetches(Zero* z) {
     for (int s = 0; s < 2; s++) {
         if (z->param_slot_held[s] || z->param_slot_unit[s] < 0) continue;
-        wait_for(z, &z->param_flight[s]);
+        wait_for(z, &z->param_flight[s]);   // its upload may still run: the slot's next one queues after it
         z->param_slot_unit[s] = -1;
     }
 }
@@ -324,7 +342,7 @@ static void prefetch(Zero* z, Backend* be, int u) {
     int s = find_slot(z->param_slot_unit, -1);
     if (s < 0) return;   // both buffers in use: the walk asks for it later and gathers it then
     z->param_slot_unit[s] = u;
-    z->param_flight[s] = gather_start(z, be, u, z->param_slot[s]);
+    z->param_flight[s] = gather_start(z, be, u, z->param_slot[s], z->uploaded[s]);
 }
 
 static void* block_params_of(Zero* z, Backend* be, int u) {
@@ -333,11 +351,11 @@ static void* block_params_of(Zero* z, Backend* be, int u) {
     if (s < 0) {
         if (find_slot(z->param_slot_unit, -1) < 0) drop_prefetches(z);   // a prefetch nobody asked for
         s = take_slot(z->param_slot_unit, u, "parameter");
-        z->param_flight[s] = gather_start(z, be, u, z->param_slot[s]);
+        z->param_flight[s] = gather_start(z, be, u, z->param_slot[s], z->uploaded[s]);
     }
     z->param_slot_held[s] = 1;
     prefetch(z, be, next_block_unit(z, u));   // started before the wait below, so MPI progresses both
-    wait_for(z, &z->param_flight[s]);
+    finish_gather(z, be, &z->param_flight[s], z->uploaded[s]);
     return z->param_slot[s];
 }
 
@@ -346,7 +364,7 @@ static void* walk_params(void* ctx, Backend* be, int u) {
     if (!z->caps.shard_params) return at(z->params, unit(z, u)->offset, xs(z));
     if (!is_block(z, u)) {   // small, or shared by the LM head and the encoder: keep until the next update
         int r = u == emb_unit(z) ? 0 : 1;
-        if (!(z->resident_valid & (1 << r))) gather_unit(z, be, u, z->resident[r]);
+        if (!(z->resident_valid & (1 << r))) gather_unit(z, be, u, z->resident[r], z->uploaded[2 + r]);
         z->resident_valid |= 1 << r;
         return z->resident[r];
     }
@@ -384,17 +402,15 @@ static CommHandle reduce_start(Zero* z, int u, void* buf) {
 }
 
 // Waits for unit u's reduce-scatter of buf and adds this rank's piece into the fp32 accumulator: on the
-// backend, or (grads_on_host) on the host after the piece came down, with the same fp32 additions.
+// backend, or (grads_on_host) on the host, with the same fp32 additions, once the piece has come down
+// (queued: finish_all_grads drains it).
 static void reduce_into_accumulator(Zero* z, Backend* be, int u, void* buf, CommHandle* h) {
     size_t p = piece(z, u);
     wait_for(z, h);
     float* acc = z->grad_acc + z->piece_offset[u];
     const void* mine = at(buf, (size_t)z->rank * p, xs(z));
     if (z->caps.grads_on_host) {
-        double t0 = now_seconds();
-        be_download(be, z->grad_landing, mine, p * xs(z));
-        host_accumulate(acc, z->grad_landing, z->dt, p);
-        z->host_copy_seconds += now_seconds() - t0;
+        grad_landing_add(z->landing, be, acc, mine, p);
         return;
     }
     convert(be, z->piece_f32, DT_FP32, mine, z->dt, p);
@@ -419,6 +435,7 @@ static void finish_all_grads(Zero* z, Backend* be) {
     finish_grad_slot(z, be, first);
     finish_grad_slot(z, be, 1 - first);
     finish_emb_grads(z, be);
+    if (z->caps.grads_on_host) grad_landing_drain(z->landing);
 }
 
 // A gradient buffer for unit u: finishes u's previous reduce-scatter if it is still in flight, then takes a
@@ -563,7 +580,7 @@ static int tied_in_sync(Zero* z, Backend* be) {
 }
 
 double zero_host_copy_seconds(Zero* z) {
-    double s = z->host_copy_seconds;
+    double s = z->host_copy_seconds + (z->landing ? grad_landing_wait_seconds(z->landing) : 0.0);
     z->host_copy_seconds = 0.0;
     return s;
 }
@@ -706,7 +723,8 @@ static void pieces_to_host(Zero* z, Backend* be, const void* pieces, DType dt, i
         size_t p = piece(z, u);
         void* mine = at(buf, (size_t)z->rank * p, x);
         const void* src = at((void*)pieces, z->piece_offset[u], x);
-        piece_to_backend(be, on_host, mine, src, p * x);   // the gather runs on backend memory
+        if (on_host) be_upload(be, mine, src, p * x);   // the gather runs on backend memory
+        else be_copy(be, mine, src, p * x);
         if (z->size > 1) comm_allgather(z->dp, buf, p, dt);
         if (!flat) continue;
         be_download(be, host, buf, unit(z, u)->size * x);

@@ -86,6 +86,7 @@ static void wait_update(DelayedUpdate* d) {
 int delayed_update_finish(DelayedUpdate* d, Backend* be) {
     if (!d->in_flight) return 0;
     wait_update(d);
+    if (d->ms.params_on_host) be_synchronize(be);   // no upload of a piece (zero.c's gathers) still reads it
     for (int i = 0; i < d->num_spans; i++) {
         const StateSpan* s = &d->spans[i].span;
         copy_from_host(be, d->ms.params_on_host, s->params, pending_at(d->ms.pending_params, d->spans[i].at, d->ms.dt),

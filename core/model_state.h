@@ -38,9 +38,10 @@ typedef struct {
     int state_on_host;       // master, m and v are host memory (-offload): copy them with memcpy, not be_*
     int grads_on_host;       // the spans' reduced gradients are host memory (-offload 2)
     int params_on_host;      // the spans' working parameters are host memory (-offload 2 with -z 3)
-    // With state_on_host, the optimizer's staging: host memory for host_stage_elems elements of a gradient
-    // (4 bytes each at most; none with grads_on_host) followed by as many of the working copy (dt; none with
-    // params_on_host); NULL where neither moves.
+    // With state_on_host, the optimizer's staging: two buffers (one computed on while the other's copies
+    // run), each host memory for host_stage_elems elements of a gradient (4 bytes each at most; none with
+    // grads_on_host) followed by as many of the working copy (dt; none with params_on_host); NULL where
+    // neither moves.
     void* host_stage;
     size_t host_stage_elems;
     // With a delayed update (-dpu, delayed_update.h): host memory for the gradient of the update in flight

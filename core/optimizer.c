@@ -2,7 +2,9 @@
 #include "optimizer.h"
 
 #include <math.h>
+#include <stdlib.h>
 
+#include "base/common.h"
 #include "kernels/adamw_host.h"
 #include "rng.h"
 
@@ -42,26 +44,6 @@ typedef struct {
     AdamWArgs args;
 } UpdateCtx;
 
-// State on the host (-offload): the span goes through the staging buffer a chunk at a time: its reduced
-// gradient down (unless it is on the host already), AdamW on the host over master, m, v (adamw_host: the
-// CPU twin's own code, so the same bits, and a chunk's noise still keyed by its canonical offsets), the new
-// working copy up (unless the working copy lives on the host: then it is written in place).
-static void update_span_on_host(const ModelState* ms, Backend* be, const StateSpan* s, size_t offset, const AdamWArgs* a) {
-    size_t gx = dtype_size(s->grad_dt), x = dtype_size(ms->dt);
-    size_t chunk = ms->host_stage ? ms->host_stage_elems : s->n;   // nothing staged: the span at once
-    void* stage_grad = ms->host_stage;
-    void* stage_params = (char*)ms->host_stage + (ms->grads_on_host ? 0 : chunk * 4);
-    for (size_t i = 0; i < s->n; i += chunk) {
-        size_t k = s->n - i < chunk ? s->n - i : chunk;
-        const void* grad = (const char*)s->grad + i * gx;
-        void* params = ms->params_on_host ? (char*)s->params + i * x : stage_params;
-        if (!ms->grads_on_host) be_download(be, stage_grad, grad, k * gx);
-        adamw_host(params, ms->dt, s->master + i, ms->grads_on_host ? grad : stage_grad, s->grad_dt, s->m + i, s->v + i, k,
-                   offset + i, a);
-        if (!ms->params_on_host) be_upload(be, (char*)s->params + i * x, params, k * x);
-    }
-}
-
 AdamWArgs adamw_span_args(const AdamWArgs* a, const StateSpan* s) {
     AdamWArgs out = *a;
     if (!s->t->decay) out.weight_decay = 0.0f;
@@ -73,9 +55,117 @@ size_t adamw_span_offset(const StateSpan* s) { return tensor_canonical(s->t, s->
 static void update_span(const StateSpan* s, void* ctx) {
     UpdateCtx* c = (UpdateCtx*)ctx;
     AdamWArgs a = adamw_span_args(&c->args, s);
-    size_t offset = adamw_span_offset(s);
-    if (c->ms->state_on_host) update_span_on_host(c->ms, c->be, s, offset, &a);
-    else adamw_update(c->be, s->params, c->ms->dt, s->master, s->grad, s->grad_dt, s->m, s->v, s->n, offset, &a);
+    adamw_update(c->be, s->params, c->ms->dt, s->master, s->grad, s->grad_dt, s->m, s->v, s->n, adamw_span_offset(s), &a);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// State on the host (-offload). The spans go through the two staging buffers a chunk at a time: a chunk's
+// reduced gradient comes down (unless it is on the host already), AdamW runs on the host over master, m, v
+// (adamw_host: the CPU twin's own code, so the same bits, each chunk's noise keyed by its canonical offsets),
+// and the new working copy goes up (unless it lives on the host: then it is written in place). The copies
+// run on the copy stream, so chunk c+1's download and chunk c-1's upload overlap chunk c's host update.
+
+typedef struct {
+    StateSpan* spans;
+    int n, cap;
+} SpanList;
+
+static void list_span(const StateSpan* s, void* ctx) {
+    SpanList* l = (SpanList*)ctx;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->spans = (StateSpan*)realloc(l->spans, (size_t)l->cap * sizeof(StateSpan));
+        if (!l->spans) fail("out of host memory listing the optimizer's spans");
+    }
+    l->spans[l->n++] = *s;
+}
+
+typedef struct {
+    const StateSpan* s;
+    size_t i, k;   // elements [i, i + k) of the span
+} Chunk;
+
+typedef struct {
+    const ModelState* ms;
+    Backend* be;
+    void* grad[2];          // staging buffer b's gradient part (none with grads_on_host)
+    void* params[2];        // and its working-copy part (none with params_on_host)
+    BeEvent* down[2];       // the download into grad[b]
+    BeEvent* up[2];         // the upload from params[b]
+} Staging;
+
+static Staging staging_open(const ModelState* ms, Backend* be) {
+    Staging st = {ms, be, {0}, {0}, {0}, {0}};
+    size_t chunk = ms->host_stage ? ms->host_stage_elems : 0;
+    size_t grad_bytes = ms->grads_on_host ? 0 : chunk * 4, params_bytes = ms->params_on_host ? 0 : chunk * dtype_size(ms->dt);
+    for (int b = 0; b < 2; b++) {
+        if (ms->host_stage) {
+            st.grad[b] = (char*)ms->host_stage + b * (grad_bytes + params_bytes);
+            st.params[b] = (char*)st.grad[b] + grad_bytes;
+        }
+        st.down[b] = be_event_create(be);
+        st.up[b] = be_event_create(be);
+    }
+    return st;
+}
+
+// The main stream's later work sees every upload (the copy stream runs them in order).
+static void staging_close(Staging* st, int last_buffer) {
+    if (!st->ms->params_on_host && last_buffer >= 0) be_stream_wait(st->be, st->up[last_buffer]);
+    for (int b = 0; b < 2; b++) {
+        be_event_destroy(st->be, st->down[b]);
+        be_event_destroy(st->be, st->up[b]);
+    }
+}
+
+// The chunk after c in span order; c->s == NULL at the end.
+static Chunk next_chunk(const SpanList* l, Chunk c, size_t chunk_elems) {
+    size_t i = c.i + c.k;
+    const StateSpan* s = c.s;
+    while (s && i >= s->n) {
+        s = s + 1 < l->spans + l->n ? s + 1 : NULL;
+        i = 0;
+    }
+    Chunk out = {s, i, s ? (s->n - i < chunk_elems ? s->n - i : chunk_elems) : 0};
+    return out;
+}
+
+static void start_download(Staging* st, const Chunk* c, int b) {
+    if (st->ms->grads_on_host || !c->s) return;
+    size_t gx = dtype_size(c->s->grad_dt);
+    be_download_async(st->be, st->grad[b], (const char*)c->s->grad + c->i * gx, c->k * gx, st->down[b]);
+}
+
+static void update_chunk(Staging* st, const Chunk* c, int b, int reused, const AdamWArgs* step) {
+    const ModelState* ms = st->ms;
+    const StateSpan* s = c->s;
+    size_t i = c->i, gx = dtype_size(s->grad_dt), x = dtype_size(ms->dt);
+    if (!ms->grads_on_host) be_event_synchronize(st->be, st->down[b]);
+    if (!ms->params_on_host && reused) be_event_synchronize(st->be, st->up[b]);   // params[b] is free again
+    void* params = ms->params_on_host ? (char*)s->params + i * x : st->params[b];
+    const void* grad = ms->grads_on_host ? (const char*)s->grad + i * gx : st->grad[b];
+    AdamWArgs a = adamw_span_args(step, s);
+    adamw_host(params, ms->dt, s->master + i, grad, s->grad_dt, s->m + i, s->v + i, c->k, adamw_span_offset(s) + i, &a);
+    if (!ms->params_on_host) be_upload_async(st->be, (char*)s->params + i * x, params, c->k * x, st->up[b]);
+}
+
+static void update_on_host(const ModelState* ms, Backend* be, const AdamWArgs* step) {
+    SpanList l = {0};
+    ms->for_each_span(ms->ctx, STATE_UPDATE, list_span, &l);
+    Staging st = staging_open(ms, be);
+    size_t chunk = ms->host_stage ? ms->host_stage_elems : (size_t)-1;   // nothing staged: each span at once
+    Chunk c = next_chunk(&l, (Chunk){l.n ? l.spans : NULL, 0, 0}, chunk);
+    int b = 0, last = -1;
+    start_download(&st, &c, 0);
+    for (int n = 0; c.s; n++, b = 1 - b) {
+        Chunk next = next_chunk(&l, c, chunk);
+        start_download(&st, &next, 1 - b);   // grad[1 - b] was last read by chunk n - 1's update, done
+        update_chunk(&st, &c, b, n >= 2, step);
+        last = b;
+        c = next;
+    }
+    staging_close(&st, last);
+    free(l.spans);
 }
 
 AdamWArgs adamw_args(const OptimizerStep* o, float grad_scale) {
@@ -86,5 +176,7 @@ AdamWArgs adamw_args(const OptimizerStep* o, float grad_scale) {
 
 void adamw_step(const ModelState* ms, Backend* be, const OptimizerStep* o, float grad_scale) {
     UpdateCtx c = {be, ms, adamw_args(o, grad_scale)};
-    ms->for_each_span(ms->ctx, STATE_UPDATE, update_span, &c);
+    if (ms->params_on_host) be_synchronize(be);   // no upload of a piece (zero.c's gathers) still reads it
+    if (ms->state_on_host) update_on_host(ms, be, &c.args);
+    else ms->for_each_span(ms->ctx, STATE_UPDATE, update_span, &c);
 }

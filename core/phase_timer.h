@@ -14,8 +14,9 @@ typedef struct {
     double last;
     double seconds[NUM_PHASES];
     double overlapped;   // -dpu: how long the host update that landed in this step ran, behind the phases above
-    double host_copies;  // -offload 2: time inside the forward and backward spent moving pieces to and from
-                         // the host and adding them there (zero_host_copy_seconds), part of those phases
+    double host_copies;  // -offload 2: time inside the forward and backward the launch thread spent on moving
+                         // pieces to and from the host: uploads, and waits for the gradient landing
+                         // (zero_host_copy_seconds); part of those phases
 } PhaseTimer;
 void phase_mark(PhaseTimer* pt, Backend* be, Phase p);   // the time since the last mark goes to phase p
 const char* phase_name(Phase p);                          // as logged: "data", "forward", ...

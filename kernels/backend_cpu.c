@@ -1,26 +1,57 @@
 // backend_cpu.c: the CPU backend's memory, synchronization and precision helpers. Backend memory is host
-// memory; kernels run synchronously, so streams and synchronization are no-ops.
+// memory; kernels run synchronously, so the main stream needs no synchronization. Asynchronous copies are
+// deferred instead (kernels.h): queued, and run only when something waits for them.
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu_common.h"
 
+typedef struct {
+    void* dst;
+    const void* src;
+    size_t bytes;
+    uint64_t seq;   // issue order, from 1
+} PendingCopy;
+
 struct Backend {
     size_t bytes_now;    // live be_malloc'd bytes (payload only)
     size_t bytes_peak;   // high-water mark of bytes_now
+    // The copy stream: asynchronous copies not yet run, oldest first. Locked, because a worker thread may
+    // wait for an event (run the copies) while the launch thread issues more.
+    pthread_mutex_t copy_lock;
+    PendingCopy* pending;
+    size_t n_pending, cap_pending;
+    uint64_t issued;     // seq of the last copy issued
+};
+
+struct BeEvent {
+    uint64_t seq;   // the copy this event marks; 0: none yet
 };
 
 // Each allocation is preceded by a header recording its size, so be_free can keep the count without a
 // table. 64 bytes keeps the payload aligned for vector loads.
 #define ALLOC_HEADER 64
 
+static void check_pthread(int rc, const char* what) {
+    if (rc != 0) fail("%s failed: %s", what, strerror(rc));
+}
+
 Backend* backend_create(int local_rank) {
     (void)local_rank;
     Backend* be = xcalloc(1, sizeof(Backend));
+    check_pthread(pthread_mutex_init(&be->copy_lock, NULL), "pthread_mutex_init");
     return be;
 }
 
-void backend_destroy(Backend* be) { free(be); }
+void backend_destroy(Backend* be) {
+    if (!be) return;
+    be_synchronize(be);
+    check_pthread(pthread_mutex_destroy(&be->copy_lock), "pthread_mutex_destroy");
+    free(be->pending);
+    free(be);
+}
 
 const char* backend_device_name(const Backend* be) {
     (void)be;
@@ -55,6 +86,7 @@ void* be_malloc(Backend* be, size_t bytes) {
 
 void be_free(Backend* be, void* p) {
     if (!p) return;
+    be_synchronize(be);   // a queued copy may still read or write p
     unsigned char* base = (unsigned char*)p - ALLOC_HEADER;
     size_t bytes;
     memcpy(&bytes, base, sizeof bytes);
@@ -82,7 +114,57 @@ void be_copy(Backend* be, void* dst, const void* src, size_t bytes) {
     if (bytes && dst != src) memmove(dst, src, bytes);
 }
 
-void be_synchronize(Backend* be) { (void)be; }
+// Runs, oldest first, the queued copies issued up to and including seq; the copy stream keeps its order.
+static void run_copies_through(Backend* be, uint64_t seq) {
+    check_pthread(pthread_mutex_lock(&be->copy_lock), "pthread_mutex_lock");
+    size_t done = 0;
+    while (done < be->n_pending && be->pending[done].seq <= seq) {
+        PendingCopy* c = &be->pending[done++];
+        if (c->bytes) memcpy(c->dst, c->src, c->bytes);
+    }
+    memmove(be->pending, be->pending + done, (be->n_pending - done) * sizeof(PendingCopy));
+    be->n_pending -= done;
+    check_pthread(pthread_mutex_unlock(&be->copy_lock), "pthread_mutex_unlock");
+}
+
+static void issue_copy(Backend* be, void* dst, const void* src, size_t bytes, BeEvent* done) {
+    check_pthread(pthread_mutex_lock(&be->copy_lock), "pthread_mutex_lock");
+    if (be->n_pending == be->cap_pending) {
+        size_t cap = be->cap_pending ? 2 * be->cap_pending : 16;
+        PendingCopy* p = realloc(be->pending, cap * sizeof(PendingCopy));
+        if (!p) fail("out of host memory queueing an asynchronous copy");
+        be->pending = p;
+        be->cap_pending = cap;
+    }
+    be->pending[be->n_pending++] = (PendingCopy){dst, src, bytes, ++be->issued};
+    done->seq = be->issued;
+    check_pthread(pthread_mutex_unlock(&be->copy_lock), "pthread_mutex_unlock");
+}
+
+BeEvent* be_event_create(Backend* be) {
+    (void)be;
+    return xcalloc(1, sizeof(BeEvent));
+}
+
+void be_event_destroy(Backend* be, BeEvent* ev) {
+    (void)be;
+    free(ev);
+}
+
+void be_download_async(Backend* be, void* dst_host, const void* src, size_t bytes, BeEvent* done) {
+    issue_copy(be, dst_host, src, bytes, done);
+}
+
+void be_upload_async(Backend* be, void* dst, const void* src_host, size_t bytes, BeEvent* done) {
+    issue_copy(be, dst, src_host, bytes, done);
+}
+
+// The main stream's later work runs at once, so "after ev" means: run ev's copy now.
+void be_stream_wait(Backend* be, BeEvent* ev) { run_copies_through(be, ev->seq); }
+
+void be_event_synchronize(Backend* be, BeEvent* ev) { run_copies_through(be, ev->seq); }
+
+void be_synchronize(Backend* be) { run_copies_through(be, UINT64_MAX); }
 
 size_t be_peak_bytes(const Backend* be) { return be->bytes_peak; }
 
@@ -93,7 +175,7 @@ void* be_host_alloc(Backend* be, size_t bytes) {
 }
 
 void be_host_free(Backend* be, void* p) {
-    (void)be;
+    be_synchronize(be);   // a queued copy may still read or write p
     free(p);
 }
 

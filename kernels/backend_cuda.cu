@@ -19,6 +19,8 @@ struct Backend {
     cudaDeviceProp prop;
     cudaStream_t stream;            // the main stream: every kernel, copy and memset goes here
     cudaStream_t comm_stream;       // NCCL's collectives (kernels.h); ordered with `stream` by the comm layer
+    cudaStream_t copy_stream;       // be_download_async / be_upload_async, ordered after `stream` by main_mark
+    cudaEvent_t main_mark;          // recorded on `stream` before each asynchronous copy
     cublasLtHandle_t lt;
     void* lt_workspace;             // CUBLASLT_WORKSPACE_BYTES
     void* scratch;                  // KERNEL_SCRATCH_BYTES
@@ -67,6 +69,8 @@ Backend* backend_create(int local_rank) {
     CUDA_CHECK(cudaGetDeviceProperties(&be->prop, be->device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&be->comm_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&be->copy_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&be->main_mark, cudaEventDisableTiming));
     CUBLAS_CHECK(cublasLtCreate(&be->lt));
     be->lt_workspace = raw_malloc(be, CUBLASLT_WORKSPACE_BYTES, "cuBLASLt workspace");
     be->scratch = raw_malloc(be, KERNEL_SCRATCH_BYTES, "kernel scratch");
@@ -83,6 +87,8 @@ void backend_destroy(Backend* be) {
     CUBLAS_CHECK(cublasLtDestroy(be->lt));
     CUDA_CHECK(cudaStreamDestroy(be->stream));
     CUDA_CHECK(cudaStreamDestroy(be->comm_stream));
+    CUDA_CHECK(cudaStreamDestroy(be->copy_stream));
+    CUDA_CHECK(cudaEventDestroy(be->main_mark));
     free(be->allocs);
     free(be);
 }
@@ -138,10 +144,52 @@ void be_copy(Backend* be, void* dst, const void* src, size_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, be->stream));
 }
 
-// The comm stream too: a collective started and not yet waited for may still be writing backend memory.
+// The comm and copy streams too: a collective or a copy not yet waited for may still be writing memory.
 void be_synchronize(Backend* be) {
     CUDA_CHECK(cudaStreamSynchronize(be->stream));
     CUDA_CHECK(cudaStreamSynchronize(be->comm_stream));
+    CUDA_CHECK(cudaStreamSynchronize(be->copy_stream));
+}
+
+struct BeEvent {
+    cudaEvent_t event;
+};
+
+BeEvent* be_event_create(Backend* be) {
+    BeEvent* ev = (BeEvent*)xcalloc(1, sizeof(BeEvent));
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev->event, cudaEventDisableTiming));
+    return ev;
+}
+
+void be_event_destroy(Backend* be, BeEvent* ev) {
+    if (!ev) return;
+    CUDA_CHECK(cudaEventDestroy(ev->event));
+    free(ev);
+}
+
+// One copy on the copy stream, after the main stream's work so far.
+static void copy_on_copy_stream(Backend* be, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                                BeEvent* done) {
+    CUDA_CHECK(cudaEventRecord(be->main_mark, be->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(be->copy_stream, be->main_mark, 0));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, be->copy_stream));
+    CUDA_CHECK(cudaEventRecord(done->event, be->copy_stream));
+}
+
+void be_download_async(Backend* be, void* dst_host, const void* src, size_t bytes, BeEvent* done) {
+    copy_on_copy_stream(be, dst_host, src, bytes, cudaMemcpyDeviceToHost, done);
+}
+
+void be_upload_async(Backend* be, void* dst, const void* src_host, size_t bytes, BeEvent* done) {
+    copy_on_copy_stream(be, dst, src_host, bytes, cudaMemcpyHostToDevice, done);
+}
+
+void be_stream_wait(Backend* be, BeEvent* ev) { CUDA_CHECK(cudaStreamWaitEvent(be->stream, ev->event, 0)); }
+
+// Any thread: the runtime's current device is per thread, so a worker sets ours before waiting.
+void be_event_synchronize(Backend* be, BeEvent* ev) {
+    CUDA_CHECK(cudaSetDevice(be->device));
+    CUDA_CHECK(cudaEventSynchronize(ev->event));
 }
 size_t be_peak_bytes(const Backend* be) { return be->peak_bytes; }
 

@@ -40,7 +40,7 @@ void* backend_stream(Backend* be);
 // The communication stream (GPU; NULL on the CPU): every NCCL collective of this rank, of every group, runs
 // on it in the order the program issued them, so collectives overlap the kernels but never each other (NCCL
 // kernels of two streams running at once can deadlock). The comm layer orders it against the main stream
-// with events of its own (core/comm_nccl.c); nothing else enqueues on it, so the backend needs no event API.
+// with events of its own (core/comm_nccl.c); nothing else enqueues on it.
 void* backend_comm_stream(Backend* be);
 
 void* be_malloc(Backend* be, size_t bytes);            // fails (one-line error, exit 1) when out of memory
@@ -49,13 +49,28 @@ void be_memset0(Backend* be, void* p, size_t bytes);
 void be_upload(Backend* be, void* dst, const void* src_host, size_t bytes);
 void be_download(Backend* be, void* dst_host, const void* src, size_t bytes);   // synchronous
 void be_copy(Backend* be, void* dst, const void* src, size_t bytes);
-void be_synchronize(Backend* be);                      // both streams
+void be_synchronize(Backend* be);                      // every stream, copies included
 size_t be_peak_bytes(const Backend* be);               // high-water mark of be_malloc'd bytes
 // Host memory the host computes on and the backend copies to and from (optimizer state kept on the host,
 // -offload): page-locked on the GPU (cudaMallocHost), so be_upload/be_download move it by DMA at full speed;
 // plain malloc on the CPU. Fails like be_malloc; not counted by be_peak_bytes. Free only with be_host_free.
 void* be_host_alloc(Backend* be, size_t bytes);
 void be_host_free(Backend* be, void* p);
+
+// Asynchronous copies between backend memory and be_host_alloc'd memory (-offload's transfers). They run on
+// a copy stream of their own (GPU), in the order issued, each after everything enqueued on the main stream
+// before it and concurrently with what is enqueued after; `done` marks its completion. Until then neither
+// buffer may be touched: the host waits with be_event_synchronize (from any thread), the main stream with
+// be_stream_wait. The CPU backend runs each copy as late as that allows (when its event, or a later one, is
+// waited for, or at be_synchronize), so a missing wait reads stale bytes on the CPU build too, and the tests
+// see it. An event marks the last copy issued with it.
+typedef struct BeEvent BeEvent;
+BeEvent* be_event_create(Backend* be);
+void be_event_destroy(Backend* be, BeEvent* ev);
+void be_download_async(Backend* be, void* dst_host, const void* src, size_t bytes, BeEvent* done);
+void be_upload_async(Backend* be, void* dst, const void* src_host, size_t bytes, BeEvent* done);
+void be_stream_wait(Backend* be, BeEvent* ev);         // main-stream work issued later runs after ev's copy
+void be_event_synchronize(Backend* be, BeEvent* ev);   // the host waits for ev's copy (and those before it)
 
 // ---------------------------------------------------------------------------------------------------
 // Precision helpers (host side; the same rounding the kernels use when they store).

@@ -104,12 +104,13 @@ est() { ./train_gpt_cpu "${base[@]}" -p bf16 "$@" --estimate -w 2 | sed -n 's/^p
 $PYTHON - "$(est -z 2 -offload 1 -dpu 0)" "$(est -z 2 -offload 1 -dpu 1)" <<'PY'
 import json, sys
 off, on = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-# bf16 under -z 2 -offload 1, fewer than 2^20 state elements: master, m, v (12) and staging (4 + 2) per element.
-state = off["host_state"] // 18
+# bf16 under -z 2 -offload 1, fewer than 2^20 state elements: master, m, v (12) and two staging buffers (2 x (4 + 2))
+# per element.
+state = off["host_state"] // 24
 want = state * (4 + 2)   # the update in flight: an fp32 gradient and a bf16 working copy per element
 rest = lambda m: {k: v for k, v in m.items() if k != "host_state"}
 bad = []
-if off["host_state"] != 18 * state or state == 0: bad.append("host_state %d is not 18 bytes per element" % off["host_state"])
+if off["host_state"] != 24 * state or state == 0: bad.append("host_state %d is not 24 bytes per element" % off["host_state"])
 if on["host_state"] - off["host_state"] != want: bad.append("host_state grew by %d, expected %d" % (on["host_state"] - off["host_state"], want))
 if rest(on) != rest(off): bad.append("other categories changed: %s vs %s" % (rest(on), rest(off)))
 print("ok dpu_estimate_host_buffers" if not bad else "FAIL dpu_estimate_host_buffers: " + "; ".join(bad))

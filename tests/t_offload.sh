@@ -104,7 +104,7 @@ cross offload_resume_0_to_2_bf16_z3 0 2 -z 3 -p bf16
 cross offload_resume_2_to_1_fp32_z2 2 1 -z 2
 
 # --estimate: -offload 1 moves the master and Adam bytes (those of the plan without it) into host_state, next
-# to the staging buffer (min(state, 2^20) elements of a gradient, 4 bytes at most, and a working value);
+# to the two staging buffers (each min(state, 2^20) elements of a gradient, 4 bytes at most, and a working value);
 # the backend's bytes drop by exactly the bytes moved.
 estimate_moves() {   # name, ranks, bytes per value of -p, flags...
     local name=$1 np=$2 x=$3; shift 3
@@ -123,7 +123,7 @@ if on["master"] or on["optimizer"]: bad.append("device master %d, optimizer %d w
 if device(off) - device(on) != moved: bad.append("device bytes dropped by %d, moved %d" % (device(off) - device(on), moved))
 # fp32 master weights aliased the parameters on the device; on the host they are a buffer of their own.
 master = moved - 8 * state if off["master"] else 4 * state
-stage = min(state, 1 << 20) * (4 + x)
+stage = 2 * min(state, 1 << 20) * (4 + x)
 if on["host_state"] != 8 * state + master + stage: bad.append("host_state %d, expected %d" % (on["host_state"], 8 * state + master + stage))
 print("ok %s" % name if not bad else "FAIL %s: %s" % (name, "; ".join(bad)))
 PY

@@ -30,14 +30,15 @@ def expected_memory(lay):
         grads = 4 * state + 4 * (max(U) // N) + 2 * block * x + emb * x + norm_acc
     level = lay.get("offload", 0)
     host_grads = host_params = 0
-    if level == 2 and z >= 2:  # the fp32 pieces and their landing buffer (one piece of the largest unit) move to the host
-        grads -= 4 * state
-        host_grads = 4 * state + x * (max(U) // N)
+    if level == 2 and z >= 2:  # the fp32 pieces move to the host; two landing slots (core/grad_landing.h), each
+        piece = max(U) // N     # one piece of the largest unit on the device (outbox) and one on the host
+        grads += 2 * x * piece - 4 * state
+        host_grads = 4 * state + 2 * x * piece
     if level == 2 and z == 3:  # the parameter pieces too; the walk's gathered buffers stay
         params -= state * x
         host_params = state * x
     if level:  # master and Adam on the host (never aliased there), plus the optimizer's staging
-        stage = min(state, 1 << 20) * ((0 if host_grads else 4) + (0 if host_params else x))
+        stage = 2 * min(state, 1 << 20) * ((0 if host_grads else 4) + (0 if host_params else x))  # two buffers
         return {"params": params, "grads": grads, "master": 0, "optimizer": 0, "comm": 0, "host_state": 12 * state + stage,
                 "host_grads": host_grads, "host_params": host_params}
     return {"params": params, "grads": grads, "master": 0 if alias else 4 * state, "optimizer": 8 * state, "comm": 0,

@@ -98,6 +98,14 @@ if command -v mpirun >/dev/null 2>&1 && ldd "$GPU" | grep -q libmpi; then
     # norm is summed on the host (another order than the device's), hence a tolerance, not identical bits.
     $GPU "${flags[@]}" -ga 4 -p fp32 -z 3 -offload 2 -o "$W/off2np1z3" > "$W/off2np1z3.txt" 2>&1 ||
         record offload2_np1_z3_run FAIL "$(grep -m1 error "$W/off2np1z3.txt")"
+    # The copies run on the copy stream, the additions on a worker thread (core/grad_landing.h): a missing
+    # wait is a race, so the same run again, with -lb's timing on top, must give the same bits.
+    $GPU "${flags[@]}" -ga 4 -p fp32 -z 3 -offload 2 -lb 1 -o "$W/off2np1z3b" > "$W/off2np1z3b.txt" 2>&1
+    if [ -n "$(steplog "$W/off2np1z3b/log.jsonl")" ] && diff <(steplog "$W/off2np1z3b/log.jsonl") <(steplog "$W/off2np1z3/log.jsonl") >/dev/null; then
+        record offload2_np1_z3_repeatable ok "identical losses and norms; $(grep -m1 -o 'host copies [0-9.]* ms' "$W/off2np1z3b.txt")"
+    else
+        record offload2_np1_z3_repeatable FAIL "$(grep -m1 error "$W/off2np1z3b.txt" || echo 'losses or norms differ between two runs')"
+    fi
     for z in 2 3; do
         mpirun --oversubscribe --bind-to none -np 2 $GPU "${flags[@]}" -ga 2 -p fp32 -z "$z" -offload 2 -comm mpi \
             -o "$W/off2np2z$z" > "$W/off2np2z$z.txt" 2>&1 || record "offload2_np2_z${z}_run" FAIL "$(grep -m1 error "$W/off2np2z$z.txt")"
