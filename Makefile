@@ -76,7 +76,7 @@ CORE_CUDA_OBJ := $(CORE_SRC:%.c=$(B)/cuda/%.o) $(NCCL_OBJ)
 CPU_BACKEND   := $(CPU_KERNELS:%.c=$(B)/cpu/%.o)
 CUDA_BACKEND  := $(B)/cuda/kernels/backend_cuda.o
 
-.PHONY: all train_gpt_cpu test test-gpu bench bench-cpu run clean tests-bin
+.PHONY: all train_gpt_cpu test test-gpu bench bench-offload bench-cpu run clean tests-bin
 all: train_gpt_cpu
 
 # make does not track flags: a stamp per NCCL setting rebuilds the one object whose flags it changes.
@@ -130,6 +130,10 @@ test-gpu: train_gpt train_gpt_cpu $(B)/kernel_check_cpu $(B)/kernel_check_gpu $(
 
 bench: train_gpt
 	@bash scripts/bench.sh
+
+# `make bench-offload`: d48 with and without -offload, and the largest GPT this GPU and host fit (scripts/bench_offload.sh).
+bench-offload: train_gpt
+	@bash scripts/bench_offload.sh
 
 # `make bench-cpu`: -offload's host AdamW against the bandwidth floor and PyTorch's CPU AdamW (scripts/bench_cpu.sh).
 $(B)/bench_adamw: bench/bench_adamw.c base/common.c kernels/adamw_host.h kernels/host_elem.h kernels/dtype.h

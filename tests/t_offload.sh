@@ -144,4 +144,12 @@ GPT_HOST_MEM_AVAILABLE=1000000 ./train_gpt_cpu "${base[@]}" -x 1 > /dev/null 2>&
 t_check offload_host_check_only_with_offload "[ $? -eq 0 ]"
 GPT_HOST_MEM_AVAILABLE=100000000000 ./train_gpt_cpu "${base[@]}" -x 1 -offload 1 > /dev/null 2>&1
 t_check offload_host_memory_enough_runs "[ $? -eq 0 ]"
+# make bench-offload's script end to end (tiny shapes on the CPU build): six cases, each with its numbers,
+# the -offload 2 cases with the copy wait, and the ladder shape --estimate picked for a 16 GiB GPU.
+BENCH_REPORT="$TMP/bench_offload.md" bash scripts/bench_offload.sh --dry-run > "$TMP/bench_offload.txt" 2>&1
+measured=$(grep -cE '^\| [^|]+ \| L4C[0-9]+H4V512 \(0\.00B\) \|[^|]*\| [0-9.]+ \| [0-9]+ \|' "$TMP/bench_offload.md")
+copy_waits=$(grep -cE 'offload 2.*\| [0-9.]+ \|$' "$TMP/bench_offload.md")
+picked=$(grep -cE 'with -z 3 -offload 2 [0-9.]+[MB], on the device alone [0-9.]+[MB]' "$TMP/bench_offload.md")
+t_check bench_offload_dry_run "[ '$measured $copy_waits $picked' = '6 3 1' ]" \
+    "rows with numbers, copy waits, estimate line: $measured $copy_waits $picked (want 6 3 1); $(tail -1 "$TMP/bench_offload.txt")"
 t_finish
