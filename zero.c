@@ -109,6 +109,12 @@ static int pieces_are_whole(const Zero* z) {
     return 1;
 }
 
+// Whether a pipeline splits this layout's embedding from its LM head (stage 0 holds wte, the last stage its
+// mirror; the tied group sums the two): the layout alone says so, so --estimate (no groups) plans the same.
+static int embedding_is_tied(const ParamLayout* lay) {
+    return lay->emb_unit >= 0 && (lay->emb_mirror || lay->final_unit < 0);
+}
+
 static void allocate_grads(Zero* z, Backend* be, MemLedger* mem) {
     size_t total = z->lay->total, x = xs(z);
     if (!z->caps.shard_grads) {
@@ -124,7 +130,9 @@ static void allocate_grads(Zero* z, Backend* be, MemLedger* mem) {
     } else {
         z->grad_acc = (float*)mem_alloc(be, mem, MEM_GRADS, z->state_elems * 4);
     }
-    z->piece_f32 = (float*)mem_alloc(be, mem, MEM_GRADS, max_piece * 4);
+    // The accumulator's additions on the backend; with grads_on_host only the tied embedding's all-reduce.
+    if (!z->caps.grads_on_host || embedding_is_tied(z->lay))
+        z->piece_f32 = (float*)mem_alloc(be, mem, MEM_GRADS, max_piece * 4);
     for (int s = 0; s < 2; s++) {
         z->grad_slot[s] = mem_alloc(be, mem, MEM_GRADS, block * x);
         z->grad_slot_unit[s] = -1;
@@ -217,6 +225,8 @@ static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* l
 }
 
 Zero* zero_create(Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, Comm* dp, Comm* tied, DType dt) {
+    if (lay->emb_unit >= 0 && (tied != NULL) != embedding_is_tied(lay))
+        fail("internal: the tied embedding's group (%s) disagrees with the layout", tied ? "present" : "absent");
     Zero* z = (Zero*)xmalloc(sizeof(Zero));
     zero_init(z, be, mem, lay, caps, dp, tied, dp ? comm_rank(dp) : 0, dp ? comm_size(dp) : 1, dt);
     return z;
@@ -236,8 +246,8 @@ void zero_destroy(Zero* z, Backend* be) {
                      z->param_slot[0], z->param_slot[1], z->resident[0], z->resident[1], z->norm_acc};
     for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++) free_where(be, 0, owned[i]);
     free_where(be, z->caps.params_on_host, z->params);
+    grad_landing_destroy(z->landing, be);   // before the accumulator it adds into
     free_where(be, z->caps.grads_on_host, z->grad_acc);
-    grad_landing_destroy(z->landing, be);
     free_where(be, z->caps.state_on_host, z->adam_m);
     free_where(be, z->caps.state_on_host, z->adam_v);
     if ((void*)z->master != z->params) free_where(be, z->caps.state_on_host, z->master);

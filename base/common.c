@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,6 +46,9 @@ static void write_error_line(const char* line, size_t len) {
 }
 
 // At most PIPE_BUF bytes, which a pipe takes in one piece; a longer message is cut short.
+// Linux: the main thread's id is the process id.
+static int on_main_thread(void) { return (pid_t)syscall(SYS_gettid) == getpid(); }
+
 void fail(const char* fmt, ...) {
     int rank = launcher_rank();
     if (rank > 0) let_rank0_report_first();
@@ -57,6 +61,12 @@ void fail(const char* fmt, ...) {
     size_t len = strlen(line);
     line[len++] = '\n';
     write_error_line(line, len);
+    // A helper thread (the gradient landing's worker, -dpu's update) must not run exit's handlers while the
+    // main thread may be inside CUDA or MPI: that can hang after the line. It ends the process at once.
+    if (!on_main_thread()) {
+        fflush(stdout);
+        _exit(1);
+    }
     exit(1);
 }
 

@@ -22,7 +22,8 @@ struct GradLanding {
     Backend* be;
     DType dt;
     size_t max_piece;
-    int threads;        // the OpenMP threads of the rank that made it, for the worker's additions
+    int threads;        // the worker's OpenMP threads: half the rank's, since the launch thread's kernels (CPU)
+                        // or -dpu's host update run beside it, and the additions are bound by memory anyway
     Slot slots[GRAD_LANDING_SLOTS];
     int next_fill;      // launch thread: the slot the next piece takes
     int next_add;       // worker: the slot it adds next (pieces are added in the order queued)
@@ -75,7 +76,7 @@ GradLanding* grad_landing_create(Backend* be, MemLedger* mem, DType dt, size_t m
     g->be = be;
     g->dt = dt;
     g->max_piece = max_piece;
-    g->threads = omp_get_max_threads();
+    g->threads = omp_get_max_threads() > 1 ? omp_get_max_threads() / 2 : 1;
     for (int i = 0; i < GRAD_LANDING_SLOTS; i++) {
         g->slots[i].outbox = mem_alloc(be, mem, MEM_GRADS, bytes);
         g->slots[i].landing = mem_alloc_host(be, mem, MEM_HOST_GRADS, bytes);

@@ -9,13 +9,13 @@
 
 typedef enum {
     MEM_PARAMS,       // the working copy of the parameters in the run's dtype
-    MEM_GRADS,        // parameter gradients
+    MEM_GRADS,        // parameter gradients (and -offload 2's two landing outboxes, core/grad_landing.h)
     MEM_MASTER,       // fp32 master weights (absent for fp32 runs: the parameters are the master)
     MEM_OPTIMIZER,    // Adam moments m, v
     MEM_ACTIVATIONS,  // saved activations, their gradients and kernel scratch
     MEM_COMM,         // communication buffers
-    MEM_HOST_STATE,   // host memory (-offload 1): fp32 master, Adam m, v and the optimizer's staging buffer
-    MEM_HOST_GRADS,   // host memory (-offload 2, -z >= 2): the fp32 gradient pieces and their landing buffer
+    MEM_HOST_STATE,   // host memory (-offload 1): fp32 master, Adam m, v and the optimizer's two staging buffers
+    MEM_HOST_GRADS,   // host memory (-offload 2, -z >= 2): the fp32 gradient pieces and their two landing buffers
     MEM_HOST_PARAMS,  // host memory (-offload 2, -z 3): the working parameter pieces
     NUM_MEM_CATEGORIES
 } MemCategory;

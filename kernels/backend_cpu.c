@@ -175,6 +175,7 @@ void* be_host_alloc(Backend* be, size_t bytes) {
 }
 
 void be_host_free(Backend* be, void* p) {
+    if (!p) return;
     be_synchronize(be);   // a queued copy may still read or write p
     free(p);
 }

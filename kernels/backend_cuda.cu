@@ -19,7 +19,9 @@ struct Backend {
     cudaDeviceProp prop;
     cudaStream_t stream;            // the main stream: every kernel, copy and memset goes here
     cudaStream_t comm_stream;       // NCCL's collectives (kernels.h); ordered with `stream` by the comm layer
-    cudaStream_t copy_stream;       // be_download_async / be_upload_async, ordered after `stream` by main_mark
+    // be_download_async and be_upload_async: one stream per direction, so the two copy engines run at once;
+    // each copy is ordered after `stream` by main_mark.
+    cudaStream_t down_stream, up_stream;
     cudaEvent_t main_mark;          // recorded on `stream` before each asynchronous copy
     cublasLtHandle_t lt;
     void* lt_workspace;             // CUBLASLT_WORKSPACE_BYTES
@@ -69,7 +71,8 @@ Backend* backend_create(int local_rank) {
     CUDA_CHECK(cudaGetDeviceProperties(&be->prop, be->device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&be->comm_stream, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&be->copy_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&be->down_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&be->up_stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&be->main_mark, cudaEventDisableTiming));
     CUBLAS_CHECK(cublasLtCreate(&be->lt));
     be->lt_workspace = raw_malloc(be, CUBLASLT_WORKSPACE_BYTES, "cuBLASLt workspace");
@@ -87,7 +90,8 @@ void backend_destroy(Backend* be) {
     CUBLAS_CHECK(cublasLtDestroy(be->lt));
     CUDA_CHECK(cudaStreamDestroy(be->stream));
     CUDA_CHECK(cudaStreamDestroy(be->comm_stream));
-    CUDA_CHECK(cudaStreamDestroy(be->copy_stream));
+    CUDA_CHECK(cudaStreamDestroy(be->down_stream));
+    CUDA_CHECK(cudaStreamDestroy(be->up_stream));
     CUDA_CHECK(cudaEventDestroy(be->main_mark));
     free(be->allocs);
     free(be);
@@ -148,7 +152,8 @@ void be_copy(Backend* be, void* dst, const void* src, size_t bytes) {
 void be_synchronize(Backend* be) {
     CUDA_CHECK(cudaStreamSynchronize(be->stream));
     CUDA_CHECK(cudaStreamSynchronize(be->comm_stream));
-    CUDA_CHECK(cudaStreamSynchronize(be->copy_stream));
+    CUDA_CHECK(cudaStreamSynchronize(be->down_stream));
+    CUDA_CHECK(cudaStreamSynchronize(be->up_stream));
 }
 
 struct BeEvent {
@@ -157,7 +162,8 @@ struct BeEvent {
 
 BeEvent* be_event_create(Backend* be) {
     BeEvent* ev = (BeEvent*)xcalloc(1, sizeof(BeEvent));
-    CUDA_CHECK(cudaEventCreateWithFlags(&ev->event, cudaEventDisableTiming));
+    // Blocking: a thread waiting for a copy (the landing worker, through a whole backward) sleeps, not spins.
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev->event, cudaEventDisableTiming | cudaEventBlockingSync));
     return ev;
 }
 
@@ -167,21 +173,21 @@ void be_event_destroy(Backend* be, BeEvent* ev) {
     free(ev);
 }
 
-// One copy on the copy stream, after the main stream's work so far.
-static void copy_on_copy_stream(Backend* be, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
-                                BeEvent* done) {
+// One copy on a copy stream, after the main stream's work so far.
+static void copy_after_main(Backend* be, cudaStream_t copy, void* dst, const void* src, size_t bytes,
+                            cudaMemcpyKind kind, BeEvent* done) {
     CUDA_CHECK(cudaEventRecord(be->main_mark, be->stream));
-    CUDA_CHECK(cudaStreamWaitEvent(be->copy_stream, be->main_mark, 0));
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, be->copy_stream));
-    CUDA_CHECK(cudaEventRecord(done->event, be->copy_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(copy, be->main_mark, 0));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, copy));
+    CUDA_CHECK(cudaEventRecord(done->event, copy));
 }
 
 void be_download_async(Backend* be, void* dst_host, const void* src, size_t bytes, BeEvent* done) {
-    copy_on_copy_stream(be, dst_host, src, bytes, cudaMemcpyDeviceToHost, done);
+    copy_after_main(be, be->down_stream, dst_host, src, bytes, cudaMemcpyDeviceToHost, done);
 }
 
 void be_upload_async(Backend* be, void* dst, const void* src_host, size_t bytes, BeEvent* done) {
-    copy_on_copy_stream(be, dst, src_host, bytes, cudaMemcpyHostToDevice, done);
+    copy_after_main(be, be->up_stream, dst, src_host, bytes, cudaMemcpyHostToDevice, done);
 }
 
 void be_stream_wait(Backend* be, BeEvent* ev) { CUDA_CHECK(cudaStreamWaitEvent(be->stream, ev->event, 0)); }

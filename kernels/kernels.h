@@ -57,20 +57,22 @@ size_t be_peak_bytes(const Backend* be);               // high-water mark of be_
 void* be_host_alloc(Backend* be, size_t bytes);
 void be_host_free(Backend* be, void* p);
 
-// Asynchronous copies between backend memory and be_host_alloc'd memory (-offload's transfers). They run on
-// a copy stream of their own (GPU), in the order issued, each after everything enqueued on the main stream
-// before it and concurrently with what is enqueued after; `done` marks its completion. Until then neither
-// buffer may be touched: the host waits with be_event_synchronize (from any thread), the main stream with
-// be_stream_wait. The CPU backend runs each copy as late as that allows (when its event, or a later one, is
-// waited for, or at be_synchronize), so a missing wait reads stale bytes on the CPU build too, and the tests
-// see it. An event marks the last copy issued with it.
+// Asynchronous copies between backend memory and be_host_alloc'd memory (-offload's transfers). On the GPU
+// they run on two copy streams, one per direction, each in the order issued; every copy runs after all the
+// main stream's work enqueued before it and concurrently with what is enqueued after. They are NOT ordered
+// after the comm stream: memory a collective writes needs its comm_wait before a copy of it is issued. `done`
+// marks the copy's completion; until then neither buffer may be touched: the host waits with
+// be_event_synchronize (from any thread), the main stream with be_stream_wait. An event marks the last copy
+// issued with it. The CPU backend runs each copy as late as it may (when its event or a later one is waited
+// for, and at be_synchronize, be_free and be_host_free), so a missing wait can read stale bytes on the CPU
+// build too, where the tests see it.
 typedef struct BeEvent BeEvent;
 BeEvent* be_event_create(Backend* be);
 void be_event_destroy(Backend* be, BeEvent* ev);
 void be_download_async(Backend* be, void* dst_host, const void* src, size_t bytes, BeEvent* done);
 void be_upload_async(Backend* be, void* dst, const void* src_host, size_t bytes, BeEvent* done);
 void be_stream_wait(Backend* be, BeEvent* ev);         // main-stream work issued later runs after ev's copy
-void be_event_synchronize(Backend* be, BeEvent* ev);   // the host waits for ev's copy (and those before it)
+void be_event_synchronize(Backend* be, BeEvent* ev);   // the host waits for ev's copy (and those before it, its direction)
 
 // ---------------------------------------------------------------------------------------------------
 // Precision helpers (host side; the same rounding the kernels use when they store).

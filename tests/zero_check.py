@@ -31,8 +31,8 @@ def expected_memory(lay):
     level = lay.get("offload", 0)
     host_grads = host_params = 0
     if level == 2 and z >= 2:  # the fp32 pieces move to the host; two landing slots (core/grad_landing.h), each
-        piece = max(U) // N     # one piece of the largest unit on the device (outbox) and one on the host
-        grads += 2 * x * piece - 4 * state
+        piece = max(U) // N     # one piece of the largest unit on the device (outbox) and one on the host;
+        grads += 2 * x * piece - 4 * state - 4 * piece  # no fp32 piece buffer without a pipeline's tied embedding
         host_grads = 4 * state + 2 * x * piece
     if level == 2 and z == 3:  # the parameter pieces too; the walk's gathered buffers stay
         params -= state * x
