@@ -26,13 +26,11 @@ train() {   # ranks, out dir, flags...
     else ./train_gpt_cpu "${base[@]}" "$@" -o "$out" > "$out.txt" 2>&1; fi
 }
 compare_runs() {   # name, dir, reference dir, tolerance ("losses" as a 5th argument: the log only)
-    local out
-    out=$($PYTHON tests/compare.py log "$1" "$2/log.jsonl" "$3/log.jsonl" --steps 6 --tol "$4" --key loss --key grad_norm 2>&1)
-    echo "$out" | grep -q "^ok" || { t_fail "$1" "$(echo "$out" | grep FAIL | cut -c1-300)"; return; }
+    compare_out log "$1" "$2/log.jsonl" "$3/log.jsonl" --steps 6 --tol "$4" --key loss --key grad_norm ||
+        { t_fail "$1" "$(grep FAIL <<< "$CMP_OUT" | cut -c1-300)"; return; }
     [ "${5:-}" = losses ] && { t_ok "$1"; return; }
-    out=$($PYTHON tests/compare.py models "$1" "$2/ckpt_000006/model.bin" "$3/ckpt_000006/model.bin" --tol "$4" --abs "$4" \
-        --kbias-bound "$KB" 2>&1)
-    echo "$out" | grep -q "^ok" && t_ok "$1" || t_fail "$1" "final model: $(echo "$out" | grep FAIL | cut -c1-300)"
+    compare_out models "$1" "$2/ckpt_000006/model.bin" "$3/ckpt_000006/model.bin" --tol "$4" --abs "$4" --kbias-bound "$KB" &&
+        t_ok "$1" || t_fail "$1" "final model: $(grep FAIL <<< "$CMP_OUT" | cut -c1-300)"
 }
 # The one-rank references: one per global batch (-ga replicas) and precision.
 for ga in 1 2; do train 1 "$TMP/ref_ga$ga" -ga $ga || t_fail reference "one-rank run failed"; done
