@@ -6,6 +6,8 @@
   compare.py log    NAME A.jsonl REF.jsonl --steps 10 --tol 1e-4 [--key loss] [--clip GC]
   compare.py models NAME A.bin REF.bin --tol 1e-4 [--abs 1e-5]   per tensor, see models() for the measure
   compare.py scalar NAME A.txt REF.txt --tol 1e-5
+  compare.py serve      one comparison per stdin line (its arguments, tab-separated), each answer followed
+                        by a line "# compare.py done"; tests/lib.sh keeps one such process per test script
 
 The second file is the reference (the denominator). Errors are reported with the worst element.
 """
@@ -28,7 +30,18 @@ def _load_reference():
     return mod
 
 
-ref = _load_reference()  # file formats, tensor names and shapes live there, once
+class _Reference:
+    """scripts/reference.py, loaded on first use: it imports torch (over a second on a small machine), which
+    only the model and gradient comparisons need (file formats, tensor names and shapes live there, once)."""
+    mod = None
+
+    def __getattr__(self, name):
+        if _Reference.mod is None:
+            _Reference.mod = _load_reference()
+        return getattr(_Reference.mod, name)
+
+
+ref = _Reference()
 
 FAILED = []
 
@@ -213,7 +226,7 @@ def cmd_scalar(a):
         fail(a.name, "%.9g vs ref %.9g (rel %.2e >= %.0e)" % (vals[0], vals[1], e, a.tol))
 
 
-def main():
+def parser():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     for c in ("array", "grads", "log", "models", "scalar"):
@@ -231,13 +244,44 @@ def main():
         if c == "models":
             p.add_argument("--abs", type=float, default=float("inf"))
             p.add_argument("--kbias-bound", type=float)
-    a = ap.parse_args()
+    sub.add_parser("serve")
+    return ap
+
+
+def run(a):
     if a.cmd == "log" and not a.key:
         a.key = ["loss"]
     try:
         {"array": cmd_array, "grads": cmd_grads, "log": cmd_log, "models": cmd_models, "scalar": cmd_scalar}[a.cmd](a)
     except BadInput as e:
         fail(a.name, str(e))
+
+
+def serve(ap):
+    """One comparison per line, as if each were its own command; whatever goes wrong in one (bad arguments,
+    an exception) is a FAIL of that one, named by its second argument."""
+    for line in sys.stdin:
+        argv = line.rstrip("\n").split("\t")
+        name = argv[1] if len(argv) > 1 else "compare"
+        try:
+            a = ap.parse_args(argv)
+            if a.cmd == "serve":
+                raise ValueError("serve inside serve")
+            run(a)
+        except SystemExit:
+            fail(name, "compare.py %s: exited (bad arguments or an unreadable file: see stderr)" % " ".join(argv))
+        except Exception as e:  # noqa: BLE001 -- reported as the check's failure, the next line still runs
+            fail(name, "compare.py raised %s: %s" % (type(e).__name__, e))
+        print("# compare.py done", flush=True)
+
+
+def main():
+    ap = parser()
+    a = ap.parse_args()
+    if a.cmd == "serve":
+        serve(ap)
+        sys.exit(0)
+    run(a)
     sys.exit(1 if FAILED else 0)
 
 

@@ -20,14 +20,29 @@ mpi_or_skip() {   # name: prints a skip line and exits when MPI is missing
         t_finish
     fi
 }
-# tests/compare.py (log, models, grads, array, scalar: see its -h) as checks: prints its ok/FAIL lines and
-# records a failure.
-compare_py() {   # compare.py arguments...
-    local out
-    out=$($PYTHON tests/compare.py "$@")
-    echo "$out" | grep -E '^(ok|FAIL) '
-    echo "$out" | grep -q '^FAIL' && FAILED=1
-    [ -n "$out" ] || t_fail "$2" "compare.py printed nothing"
+# tests/compare.py (log, models, grads, array, scalar: see its -h) as checks. One compare.py process serves
+# a whole script ("compare.py serve", started on first use): its torch import, which the model comparisons
+# need, takes longer than most comparisons. Call these in the script's own shell, not inside $(...): a
+# process started in a subshell would be started again on every call.
+compare_out() {   # compare.py arguments...: its output lines in CMP_OUT; status 1 on a FAIL or no answer
+    if [ -z "${CMP_PID:-}" ] || [ -z "${CMP[1]:-}" ] || ! kill -0 "$CMP_PID" 2>/dev/null; then
+        coproc CMP { exec "$PYTHON" tests/compare.py serve; }
+    fi
+    local line args answered=0
+    printf -v args '%s\t' "$@"
+    printf '%s\n' "${args%$'\t'}" >&"${CMP[1]}"
+    CMP_OUT=""
+    while IFS= read -r line <&"${CMP[0]}"; do
+        [ "$line" = "# compare.py done" ] && { answered=1; break; }
+        CMP_OUT+=$line$'\n'
+    done
+    [ $answered = 1 ] || CMP_OUT+="FAIL $2: compare.py stopped without answering"$'\n'
+    ! grep -q '^FAIL' <<< "$CMP_OUT" && grep -q '^ok' <<< "$CMP_OUT"
+}
+compare_py() {   # compare.py arguments...: prints its ok/FAIL lines and records a failure
+    compare_out "$@" || FAILED=1
+    grep -E '^(ok|FAIL) ' <<< "$CMP_OUT"
+    grep -qE '^(ok|FAIL) ' <<< "$CMP_OUT" || t_fail "$2" "compare.py printed nothing"
 }
 # Every validation loss of a run's log equals the reference log's, to 1e-5 relative.
 val_losses_match() {   # name, log.jsonl, reference log.jsonl

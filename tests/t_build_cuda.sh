@@ -8,7 +8,34 @@ if ! command -v nvcc >/dev/null 2>&1; then
     echo "skip build_cuda: nvcc not found (install the CUDA toolkit to build train_gpt)"
     t_finish
 fi
-if make -s train_gpt build/kernel_check_gpu build/comm_check_gpu > "$TMP/build.log" 2>&1; then t_ok build_cuda_links
+# The GPU build's C objects (build/cuda/*.o) are, but for comm_mpi.o (-DGPT_NCCL), the CPU build's: the
+# same sources compiled by the same command, only the path differs. Where `make -n` shows the two commands
+# equal, the CPU build's object (brought up to date first; make test has just built it) and its dependency
+# list are copied instead of compiled a second time; make then rebuilds a copy like any stale object.
+cpu_objs="build/cpu/train_gpt.o $(make -s -p -n train_gpt 2>/dev/null | sed -n 's/^CORE_CPU_OBJ := //p')"
+reused=0
+if make -s -j2 $cpu_objs > "$TMP/cpu.log" 2>&1; then
+    make -s -n -B $cpu_objs 2>/dev/null | grep -- ' -o build/cpu/' | sort > "$TMP/cpu.cmds"
+    make -s -n -B ${cpu_objs//build\/cpu\//build/cuda/} 2>/dev/null | grep -- ' -o build/cuda/' | sed 's#build/cuda/#build/cpu/#g' |
+        sort | comm -12 - "$TMP/cpu.cmds" | sed 's/.* -o build\/cpu\///' > "$TMP/same"
+    while read -r o; do
+        [ -f "build/cpu/$o" ] && [ -f "build/cpu/${o%.o}.d" ] || continue
+        if [ ! -f "build/cuda/$o" ] || [ "build/cpu/$o" -nt "build/cuda/$o" ]; then
+            mkdir -p "$(dirname "build/cuda/$o")"
+            sed 's#build/cpu/#build/cuda/#g' "build/cpu/${o%.o}.d" > "build/cuda/${o%.o}.d"
+            cp -p "build/cpu/$o" "build/cuda/$o"
+            reused=$((reused + 1))
+        fi
+    done < "$TMP/same"
+fi
+echo "# build_cuda: $reused C objects taken from the CPU build"
+# The remaining C objects two at a time; then nvcc, its two architectures on two threads, and the links.
+nvthreads=""
+nvcc --help 2>/dev/null | grep -q -- '--threads' && nvthreads="--threads 2"
+cuda_c_objs=$(make -s -p -n train_gpt 2>/dev/null | sed -n 's/^CORE_CUDA_OBJ := //p')
+if make -s -j2 build/cuda/train_gpt.o $cuda_c_objs build/cuda/tests/kernel_check.o build/cuda/tests/test_comm.o > "$TMP/build.log" 2>&1 &&
+    NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:-} $nvthreads" make -s train_gpt build/kernel_check_gpu build/comm_check_gpu >> "$TMP/build.log" 2>&1
+then t_ok build_cuda_links
 else t_fail build_cuda_links "$(grep -m3 -E 'error|Error' "$TMP/build.log")"; fi
 if command -v cuobjdump >/dev/null 2>&1 && [ -x train_gpt ]; then
     archs=$(cuobjdump --list-elf train_gpt 2>/dev/null | grep -o 'sm_[0-9]*' | sort -u | tr '\n' ' ')

@@ -68,12 +68,17 @@ def plan(spec, z, o, r):
     p = json.loads(out.split("plan: ")[1].splitlines()[0])
     host = sum(v for k, v in p.items() if k.startswith("host_"))
     return (sum(p.values()) - host) / 2**30, host / 2**30
-for z, o, r in [(3, 1, 3), (1, 0, 0), (0, 1, 2), (3, 2, 3), (2, 2, 1)]:
-    i = rank(table[(z, o)][r])
-    dev, host = plan(specs[i], z, o, r)
+# The plans asked for below, two processes at a time (each mostly waits in start-up).
+cases = [(z, o, r, rank(table[(z, o)][r])) for z, o, r in [(3, 1, 3), (1, 0, 0), (0, 1, 2), (3, 2, 3), (2, 2, 1)]]
+asks = [(specs[j], z, o, r) for z, o, r, i in cases for j in (i, i + 1) if j < len(specs)]
+from concurrent.futures import ThreadPoolExecutor
+with ThreadPoolExecutor(2) as pool:
+    plans = dict(zip(asks, pool.map(lambda a: plan(*a), asks)))
+for z, o, r, i in cases:
+    dev, host = plans[(specs[i], z, o, r)]
     if not (dev <= 80 and host <= 128): bad.append("z%d o%d r%d: %s needs %.1f/%.1f GiB" % (z, o, r, ladder[i], dev, host))
     if i + 1 < len(specs):
-        dev, host = plan(specs[i + 1], z, o, r)
+        dev, host = plans[(specs[i + 1], z, o, r)]
         if dev <= 80 and host <= 128: bad.append("z%d o%d r%d: %s fits too (%.1f/%.1f GiB)" % (z, o, r, ladder[i + 1], dev, host))
 if sorted(table) != [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1), (2, 2), (3, 0), (3, 1), (3, 2)]:
     bad.append("rows %s" % sorted(table))

@@ -85,8 +85,11 @@ t_check sigterm_resume_bit_identical "cmp -s $TMP/whole/ckpt_000300/model.bin $T
 # previous checkpoint intact, and a later resume ends like an uninterrupted run.
 disk=(-e L4C512H8V512T64 -x 4 -n 2)
 ./train_gpt_cpu "${base[@]}" "${disk[@]}" -o "$TMP/disk_ref" > /dev/null 2>&1
-./train_gpt_cpu "${base[@]}" "${disk[@]}" -o "$TMP/disk" > /dev/null 2>&1
-rm -rf "$TMP/disk/ckpt_000004"
+# The interrupted run's directory: the uninterrupted one's up to its step-2 checkpoint (the same run, copied).
+mkdir -p "$TMP/disk"
+for f in "$TMP/disk_ref"/* "$TMP/disk_ref"/.[!.]*; do
+    [ -e "$f" ] && [ "$(basename "$f")" != ckpt_000004 ] && cp -r "$f" "$TMP/disk/"
+done
 ( trap '' XFSZ; ulimit -f 102400; exec ./train_gpt_cpu "${base[@]}" "${disk[@]}" -o "$TMP/disk" -y 1 ) > /dev/null 2> "$TMP/disk.err"
 rc=$?
 t_check full_disk_fails_cleanly "[ $rc -eq 1 ] && [ \$(wc -l < $TMP/disk.err) -eq 1 ] && grep -q 'error: write error' $TMP/disk.err"

@@ -23,8 +23,7 @@ cat > "$TMP/hfcheck.py" <<'PY'
 """
 import json, math, os, struct, sys
 import numpy as np
-import torch
-import torch.nn.functional as F
+# torch (over a second to import) only in the modes that use it: logits and variants.
 
 SUFFIXES = ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
             "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
@@ -104,6 +103,8 @@ def header(name, d, model):
 
 def hf_forward(w, cfg, idx):
     """GPT-2 as Hugging Face computes it, in float64: Conv1D is x @ W + b, W of shape (in, out)."""
+    import torch
+    import torch.nn.functional as F
     w = {k: torch.from_numpy(v.astype(np.float64)) for k, v in w.items()}
     B, T = idx.shape
     C, NH = cfg["n_embd"], cfg["n_head"]
@@ -121,6 +122,7 @@ def hf_forward(w, cfg, idx):
 
 
 def logits(name, d, shard, path, B, T):
+    import torch
     B, T = int(B), int(T)
     cfg = json.load(open(os.path.join(d, "config.json")))
     tokens = np.fromfile(shard, np.uint16, offset=1024)[:B * T].astype(np.int64).reshape(B, T)
@@ -141,6 +143,7 @@ def folder(out, sub, cfg):
 
 
 def variants(src, out):
+    import torch
     cfg = json.load(open(os.path.join(src, "config.json")))
     w = st_tensors(os.path.join(src, "model.safetensors"))
     T = cfg["n_positions"]
@@ -232,13 +235,26 @@ import_hf import_bf16_st "$TMP/v/bf16" "$TMP/bf16.bin" --bf16 && same_file impor
 run train_imported $BIN -e "$TMP/b2.bin" -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 2 -s 0 -v 0 -o "$TMP/run_imported" &&
     check train_imported losses train_from_imported "$TMP/run_imported/log.jsonl" 2
 
-# Bad input: exit 1, one stderr line `error: ...` matching the pattern, no output file.
+# Bad input: exit 1, one stderr line `error: ...` matching the pattern, no output file. The cases are
+# independent single-threaded Python processes (each spends most of its time importing torch): they run
+# two at a time, each with its own output path, and are checked in order once all have ended.
+bad_cases=()
 expect_error() {   # name, pattern, folder
-    rm -f "$TMP/bad.bin"
-    "$PYTHON" scripts/import_hf.py "$3" "$TMP/bad.bin" > /dev/null 2> "$TMP/err"; local rc=$?
-    if [ $rc -eq 1 ] && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -Eq "^error: .*$2" "$TMP/err" && [ ! -e "$TMP/bad.bin" ]; then
-        t_ok "$1"
-    else t_fail "$1" "rc=$rc, stderr: $(head -c 300 "$TMP/err")"; fi
+    local n=${#bad_cases[@]}
+    bad_cases+=("$1"$'\t'"$2")
+    ( "$PYTHON" scripts/import_hf.py "$3" "$TMP/bad$n.bin" > /dev/null 2> "$TMP/err$n"; echo $? > "$TMP/rc$n" ) &
+    [ $((n % 2)) -eq 1 ] && wait
+}
+check_errors() {
+    wait
+    local n name pattern rc
+    for n in "${!bad_cases[@]}"; do
+        IFS=$'\t' read -r name pattern <<< "${bad_cases[$n]}"
+        rc=$(cat "$TMP/rc$n" 2>/dev/null)
+        if [ "$rc" = 1 ] && [ "$(wc -l < "$TMP/err$n")" -eq 1 ] && grep -Eq "^error: .*$pattern" "$TMP/err$n" && [ ! -e "$TMP/bad$n.bin" ]; then
+            t_ok "$name"
+        else t_fail "$name" "rc=$rc, stderr: $(head -c 300 "$TMP/err$n")"; fi
+    done
 }
 expect_error error_missing_tensor "tensor h\.1\.mlp\.c_fc\.bias is missing" "$TMP/v/missing"
 expect_error error_wrong_shape "tensor h\.0\.attn\.c_attn\.weight has shape \[192, 64\], config.json says \[64, 192\]" "$TMP/v/shape"
@@ -248,4 +264,5 @@ expect_error error_not_gpt2 "model_type 'llama' is not gpt2" "$TMP/v/notgpt2"
 expect_error error_missing_folder "no such folder" "$TMP/nothing"
 mkdir -p "$TMP/empty" && cp "$TMP/hf_a/config.json" "$TMP/empty/"
 expect_error error_no_weights "neither model.safetensors nor pytorch_model.bin" "$TMP/empty"
+check_errors
 t_finish

@@ -23,12 +23,16 @@ run() {   # dir, ranks, extra flags...
 }
 
 run ref 1 -ga 8 -dump "$TMP/ref"
-# np pp ga z r: every ZeRO stage and recompute level, 2 and 4 stages, with and without 2 replicas.
+# np pp ga z r: every ZeRO stage and recompute level, 2 and 4 stages, with and without 2 replicas. Each
+# writes a checkpoint at step 3 too (-n 3 changes no bit), for the resume checks below; np4_pp2_z2_r3 also
+# dumps step 0 (-dump changes no bit either; its poisoned twin below is compared bit for bit).
 for layout in "2 2 8 0 0" "2 2 8 1 1" "2 2 8 2 2" "2 2 8 3 3" "4 4 8 0 3" "4 4 8 3 0" \
               "4 2 4 0 2" "4 2 4 1 0" "4 2 4 2 3" "4 2 4 3 1" "8 4 4 1 1" "8 4 4 3 2"; do
     set -- $layout
     name=np$1_pp$2_z$4_r$5
-    run "$name" "$1" -pp "$2" -ga "$3" -z "$4" -r "$5"
+    dump=()
+    [ "$name" = np4_pp2_z2_r3 ] && dump=(-dump "$TMP/dump")
+    run "$name" "$1" -pp "$2" -ga "$3" -z "$4" -r "$5" -n 3 "${dump[@]}"
     compare_py log "${name}_vs_single" "$TMP/$name/log.jsonl" "$TMP/ref/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
     # Per tensor under 1e-5; elementwise 1e-5 absolute: with 2 replicas, Adam turns the reordered sum of a
     # near-zero gradient into a 5.8e-6 difference on one attprojw element, exactly as plain -np 2 does.
@@ -46,8 +50,7 @@ done
 t_check pipeline_z2_poisoned_bits_equal "cmp -s '$TMP/poison2/ckpt_000006/model.bin' '$TMP/np4_pp2_z2_r3/ckpt_000006/model.bin'"
 t_check pipeline_z3_poisoned_bits_equal "cmp -s '$TMP/poison3/ckpt_000006/model.bin' '$TMP/np4_pp2_z3_r1/ckpt_000006/model.bin'"
 
-# Step-0 gradients, logits and loss through 2 stages x 2 replicas under ZeRO-2.
-run dump 4 -pp 2 -ga 4 -z 2 -x 1 -dump "$TMP/dump"
+# Step-0 gradients, logits and loss through 2 stages x 2 replicas under ZeRO-2 (np4_pp2_z2_r3's dump).
 compare_py grads pp2_dump_grads "$TMP/dump/grads0.f32" "$TMP/ref/grads0.f32" "$MODEL" --tol 1e-5
 compare_py array pp2_dump_logits "$TMP/dump/logits0.f32" "$TMP/ref/logits0.f32" --tol 1e-6
 compare_py scalar pp2_dump_loss "$TMP/dump/loss0.txt" "$TMP/ref/loss0.txt" --tol 1e-6
@@ -71,10 +74,9 @@ PY
 [ $? -eq 0 ] || FAILED=1
 t_check pipeline_breakdown_printed "grep -q 'stage 3: forward .* waiting' '$TMP/breakdown.txt' && grep -q 'bubble (P-1)/m = 37.5%' '$TMP/breakdown.txt'"
 
-# Checkpoint at 4 stages x 2 replicas (ZeRO-3), lose what came after step 3, resume at 2 stages (ZeRO-1)
-# and with no pipeline at all.
-run split 8 -pp 4 -ga 4 -z 3 -n 3
-rm -rf "$TMP/split/ckpt_000006"
+# Checkpoint at 4 stages x 2 replicas (ZeRO-3; np8_pp4_z3_r2's, recompute changes no bit), lose what came
+# after step 3, resume at 2 stages (ZeRO-1) and with no pipeline at all.
+cp -r "$TMP/np8_pp4_z3_r2" "$TMP/split" && rm -rf "$TMP/split/ckpt_000006"
 cp -r "$TMP/split" "$TMP/split1"
 run split 2 -pp 2 -ga 8 -z 1 -y 1
 t_check resume_pp4_to_pp2_announced "grep -q 'resumed from .*ckpt_000003 at step 3 (written by 8 ranks in 4 stages)' '$TMP/split.txt'"

@@ -50,13 +50,14 @@ run_or_fail trainer_run "$TMP/c.log" $BIN "${FLAGS[@]}" -j "" -v 0 -s 0 -o "$TMP
 run_or_fail reference_run "$TMP/r.log" "$PY" scripts/reference.py "${FLAGS[@]}" --quiet -o "$TMP/r" -dump "$TMP/rd" \
     || t_finish
 
+# (compare_py: tests/lib.sh, one compare.py process for all five.)
 # Tolerances: the trainer computes in fp32, the reference in float64. A float32 run of the reference
 # itself lands at ~3e-7 (logits) and ~6e-7 (per-tensor gradients), so 1e-5 / 1e-4 leave room for a
 # different summation order while any real bug (a wrong term, a missed mask, one layer off) is far above.
-py_check logits_step0 tests/compare.py array logits_step0 "$TMP/cd/logits0.f32" "$TMP/rd/logits0.f32" --tol 1e-5
-py_check loss_step0 tests/compare.py scalar loss_step0 "$TMP/cd/loss0.txt" "$TMP/rd/loss0.txt" --tol 1e-5
-py_check grads_step0 tests/compare.py grads grads_step0 "$TMP/cd/grads0.f32" "$TMP/rd/grads0.f32" "$MODEL" --tol 1e-4
-py_check log_10_steps tests/compare.py log log_10_steps "$TMP/c/log.jsonl" "$TMP/r/log.jsonl" --steps 10 \
+compare_py array logits_step0 "$TMP/cd/logits0.f32" "$TMP/rd/logits0.f32" --tol 1e-5
+compare_py scalar loss_step0 "$TMP/cd/loss0.txt" "$TMP/rd/loss0.txt" --tol 1e-5
+compare_py grads grads_step0 "$TMP/cd/grads0.f32" "$TMP/rd/grads0.f32" "$MODEL" --tol 1e-4
+compare_py log log_10_steps "$TMP/c/log.jsonl" "$TMP/r/log.jsonl" --steps 10 \
     --tol 1e-4 --key loss --key grad_norm --key lr --clip 0.5
 
 # Final models: per tensor ||a-b||/||b|| < 1e-4 and every element within 1e-4 absolute (a tenth of one
@@ -68,6 +69,6 @@ lr, u, X, q = $LR, 3, 10, 0.1
 print(sum(lr*(s+1)/u if s < u else q*lr + 0.5*(1+math.cos(math.pi*(s-u)/max(1, X-u)))*(lr-q*lr) for s in range(X)))")
 FINAL=$TMP/c/ckpt_000010/model.bin
 t_check final_checkpoint "[ -s '$FINAL' ]" "trainer wrote no $FINAL"
-[ -s "$FINAL" ] && py_check final_model tests/compare.py models final_model "$FINAL" "$TMP/r/model_final.bin" \
+[ -s "$FINAL" ] && compare_py models final_model "$FINAL" "$TMP/r/model_final.bin" \
     --tol 1e-4 --abs 1e-4 --kbias-bound "$KB"
 t_finish

@@ -35,15 +35,16 @@ same_bits() {   # name, dir a, dir b: final model and every logged number identi
 }
 
 run ref 1 -ga 8
-# np, then the layout's flags; each runs under 1f1b and zb.
+# np, then the layout's flags; each runs under 1f1b and zb, with a checkpoint at step 3 (-n 3, which changes
+# no bit) that the resume checks below start from.
 layouts=("1 -ga 8 -r 3" "2 -pp 2 -ga 8 -z 0" "4 -pp 4 -ga 8 -z 3 -r 1" "4 -pp 2 -ga 4 -z 2 -r 2"
          "4 -pp 2 -tp 2 -sp 1 -ga 8 -z 2 -r 2" "4 -pp 2 -ga 4 -z 3 -offload 2")   # -z 1: the bf16 and fp16 pairs below
 for layout in "${layouts[@]}"; do
     set -- $layout
     np=$1; shift
     name=np${np}$(echo "$*" | tr -d ' ')
-    run "f_$name" "$np" "$@"
-    run "zb_$name" "$np" "$@" -ps zb
+    run "f_$name" "$np" "$@" -n 3
+    run "zb_$name" "$np" "$@" -n 3 -ps zb
     same_bits "zb_bits_equal_1f1b_$name" "zb_$name" "f_$name"
     compare_py log "zb_vs_single_$name" "$TMP/zb_$name/log.jsonl" "$TMP/ref/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
     # (-tp's row-parallel sums make 1f1b itself differ from one rank by up to 3.4e-5 in a few weights after
@@ -80,10 +81,10 @@ check_single() {   # name, run dir, reference dir[, reference dir for the final 
 flags8=("${flags[@]}")
 flags8[1]=L8C64H4V512T64   # -e: a random 8-layer model, initialized alike on every layout
 run8() { local saved=("${flags[@]}"); flags=("${flags8[@]}"); run "$@"; flags=("${saved[@]}"); }
-interleaved_case() {   # runner (run or run8), name prefix, reference dir, ranks, flags...
+interleaved_case() {   # runner (run or run8), name prefix, reference dir, ranks, flags... (-n 3 as above)
     local runner=$1 prefix=$2 ref=$3 np=$4; shift 4
     local name=${prefix}_np${np}$(echo "$*" | tr -d ' ')
-    $runner "$name" "$np" "$@" -ps interleaved
+    $runner "$name" "$np" "$@" -n 3 -ps interleaved
     check_single "$name" "$name" "$ref"
 }
 interleaved_case run il ref 2 -pp 2 -vp 2 -ga 8 -z 0
@@ -92,8 +93,9 @@ interleaved_case run il ref 4 -pp 2 -vp 2 -ga 4 -z 2 -r 3
 run8 ref8 1 -ga 8
 interleaved_case run8 il8 ref8 4 -pp 4 -vp 2 -ga 8 -z 3
 interleaved_case run8 il8 ref8 2 -pp 2 -vp 4 -ga 8 -z 2 -r 1
-# Sampling runs the forward through every chunk too: the text equals one rank's.
-run il_sample 2 -pp 2 -vp 2 -ga 8 -x 2 -v 0 -s 2 -g 8 -ps interleaved
+# Sampling runs the forward through every chunk too: the text equals one rank's. (-z 1 -r 2: the same run's
+# memory records are the allocations --estimate is checked against below.)
+run il_sample 2 -pp 2 -vp 2 -ga 8 -x 2 -v 0 -s 2 -g 8 -z 1 -r 2 -ps interleaved
 run sample_ref 1 -ga 8 -x 2 -v 0 -s 2 -g 8
 t_check interleaved_sample_equals_single "grep -q 'sample:' '$TMP/sample_ref.txt' && [ \"\$(grep 'sample:' '$TMP/il_sample.txt')\" = \"\$(grep 'sample:' '$TMP/sample_ref.txt')\" ]"
 # With -tp the final model against 1f1b's on the same tensor layout (see above).
@@ -103,23 +105,26 @@ t_check interleaved_split_printed "grep -q 'pipeline: interleaved over 4 stages 
 poisoned il_poison -pp 2 -vp 2 -ga 4 -z 3 -r 1 -ps interleaved
 same_bits interleaved_z3_poisoned_bits_equal il_poison "il_np4-pp2-vp2-ga4-z3-r1"
 
-# Resume across schedules: checkpoint at step 3 under one, finish under the other.
-run zb_to_f 4 -pp 2 -ga 4 -z 2 -r 2 -n 3 -ps zb
-rm -rf "$TMP/zb_to_f/ckpt_000006"
+# Resume across schedules: checkpoint at step 3 under one (a copy of a run above, less its step-6
+# checkpoint), finish under the other.
+from_step3() {   # new dir, run dir above
+    cp -r "$TMP/$2" "$TMP/$1" && rm -rf "$TMP/$1/ckpt_000006"
+    [ -d "$TMP/$1/ckpt_000003" ] || t_fail "$1" "$2 wrote no checkpoint at step 3"
+}
+from_step3 zb_to_f "zb_np4-pp2-ga4-z2-r2"
 run zb_to_f 4 -pp 2 -ga 4 -z 2 -r 2 -y 1
 t_check resume_zb_to_1f1b_announced "grep -q 'resumed from .*ckpt_000003 at step 3' '$TMP/zb_to_f.txt'"
 same_bits resume_zb_to_1f1b_bits zb_to_f "f_np4-pp2-ga4-z2-r2"
-run il_to_zb 4 -pp 2 -vp 2 -ga 4 -z 3 -r 1 -n 3 -ps interleaved
-rm -rf "$TMP/il_to_zb/ckpt_000006"
+from_step3 il_to_zb "il_np4-pp2-vp2-ga4-z3-r1"
 run il_to_zb 2 -pp 2 -ga 8 -z 2 -y 1 -ps zb
 compare_py log resume_interleaved_to_zb "$TMP/il_to_zb/log.jsonl" "$TMP/ref/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
-run il_again 4 -pp 2 -vp 2 -ga 4 -z 3 -r 1 -ps interleaved -n 3
-rm -rf "$TMP/il_again/ckpt_000006"
+from_step3 il_again "il_np4-pp2-vp2-ga4-z3-r1"
 run il_again 4 -pp 2 -vp 2 -ga 4 -z 3 -r 1 -ps interleaved -y 1
 same_bits resume_interleaved_bits il_again "il_np4-pp2-vp2-ga4-z3-r1"
 
-# The log: the schedule, its bubble (P-1)/(3m), and each stage's idle time on -lb steps.
-run breakdown 4 -pp 4 -ga 8 -x 2 -lb 1 -v 0 -ps zb
+# The log: the schedule, its bubble (P-1)/(3m), and each stage's idle time on -lb steps. (-z 2 -r 1: the
+# same run's memory records are the allocations --estimate is checked against below.)
+run breakdown 4 -pp 4 -ga 8 -x 2 -lb 1 -v 0 -z 2 -r 1 -ps zb
 $PYTHON - "$TMP/breakdown/log.jsonl" <<'PY'
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
@@ -138,8 +143,7 @@ t_check zb_bubble_printed "grep -q 'pipeline: zb over 4 stages .* bubble (P-1)/(
 base=(-e L4C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -ga 8 -x 1 -v 0 -s 0 -pp 4 -z 2 -r 1)
 ./train_gpt_cpu "${base[@]}" --estimate -w 4 -ps zb > "$TMP/plan_zb.txt" 2>&1
 ./train_gpt_cpu "${base[@]}" --estimate -w 4 > "$TMP/plan_f.txt" 2>&1
-"${MPIRUN[@]}" -np 4 ./train_gpt_cpu "${base[@]}" -ps zb -o "$TMP/planned" > /dev/null 2>&1
-$PYTHON - "$TMP/plan_zb.txt" "$TMP/plan_f.txt" "$TMP/planned/log.jsonl" <<'PY'
+$PYTHON - "$TMP/plan_zb.txt" "$TMP/plan_f.txt" "$TMP/breakdown/log.jsonl" <<'PY'
 import json, sys
 stage_plans = lambda p: json.loads(next(l for l in open(p) if l.startswith("plan_stages: "))[13:])
 zb, f = stage_plans(sys.argv[1]), stage_plans(sys.argv[2])
@@ -154,11 +158,10 @@ print("ok estimate_zb_per_stage" if not bad else "FAIL estimate_zb_per_stage: " 
 PY
 [ $? -eq 0 ] || FAILED=1
 t_check estimate_lists_schedules "grep -q '^  -ps 1f1b .* sets per stage 4 3 2 1$' '$TMP/plan_zb.txt' && grep -q '^  -ps zb .* bubble 12.5%; sets per stage 5 5 5 5, W stash per stage 1 2 3 4$' '$TMP/plan_zb.txt'"
-# -ps interleaved -vp 2 on 2 stages: its per-chunk sets, planned as allocated.
+# -ps interleaved -vp 2 on 2 stages: its per-chunk sets, planned as allocated (by il_sample above).
 il_base=(-e L4C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -ga 8 -x 1 -v 0 -s 0 -pp 2 -z 1 -r 2 -ps interleaved)
 ./train_gpt_cpu "${il_base[@]}" --estimate -w 2 > "$TMP/plan_il.txt" 2>&1
-"${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${il_base[@]}" -o "$TMP/planned_il" > /dev/null 2>&1
-$PYTHON - "$TMP/plan_il.txt" "$TMP/planned_il/log.jsonl" <<'PY'
+$PYTHON - "$TMP/plan_il.txt" "$TMP/il_sample/log.jsonl" <<'PY'
 import json, sys
 plans = json.loads(next(l for l in open(sys.argv[1]) if l.startswith("plan_stages: "))[13:])
 mem = [json.loads(l) for l in open(sys.argv[2]) if '"memory"' in l]
@@ -173,9 +176,10 @@ t_check estimate_interleaved_sets "grep -q '^  -ps interleaved -vp 2 .* bubble 6
 
 # Bad input: one line each, non-zero exit.
 one=(-e L4C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 1 -s 0)
-bad_input() {   # name, expected message, np, flags...
+bad_input() {   # name, expected message, np, flags... (one rank: no mpirun, whose exit after a failure takes seconds)
     local name=$1 want=$2 np=$3; shift 3
-    "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${one[@]}" "$@" > "$TMP/$name.txt" 2>&1
+    if [ "$np" -gt 1 ]; then "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${one[@]}" "$@" > "$TMP/$name.txt" 2>&1
+    else ./train_gpt_cpu "${one[@]}" "$@" > "$TMP/$name.txt" 2>&1; fi
     local rc=$?
     t_check "$name" "[ $rc -ne 0 ] && grep -q -- '$want' '$TMP/$name.txt'" "rc $rc: $(grep -m1 error "$TMP/$name.txt")"
 }
