@@ -1,13 +1,16 @@
 // grad_landing.c: see grad_landing.h.
 #include "grad_landing.h"
 
-#include <omp.h>
 #include <pthread.h>
 #include <string.h>
 
 #include "base/common.h"
 #include "kernels/host_elem.h"
 #include "phase_timer.h"
+
+#ifdef _OPENMP   // the trainers; the fuzz harnesses build without OpenMP
+#include <omp.h>
+#endif
 
 typedef struct {
     void* outbox;       // backend memory, max_piece elements of dt
@@ -22,8 +25,7 @@ struct GradLanding {
     Backend* be;
     DType dt;
     size_t max_piece;
-    int threads;        // the worker's OpenMP threads: half the rank's, since the launch thread's kernels (CPU)
-                        // or -dpu's host update run beside it, and the additions are bound by memory anyway
+    int threads;        // the worker's OpenMP threads (worker_threads)
     Slot slots[GRAD_LANDING_SLOTS];
     int next_fill;      // launch thread: the slot the next piece takes
     int next_add;       // worker: the slot it adds next (pieces are added in the order queued)
@@ -43,9 +45,21 @@ static void unlock(GradLanding* g) { check_rc(pthread_mutex_unlock(&g->lock), "p
 static void wait_changed(GradLanding* g) { check_rc(pthread_cond_wait(&g->changed, &g->lock), "pthread_cond_wait"); }
 static void signal_changed(GradLanding* g) { check_rc(pthread_cond_broadcast(&g->changed), "pthread_cond_broadcast"); }
 
+// Half the rank's OpenMP threads: the launch thread's kernels (CPU) or -dpu's host update run beside the
+// worker, and its additions are bound by memory anyway.
+static int worker_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads() > 1 ? omp_get_max_threads() / 2 : 1;
+#else
+    return 1;
+#endif
+}
+
 static void* add_landed_pieces(void* arg) {
     GradLanding* g = (GradLanding*)arg;
+#ifdef _OPENMP
     omp_set_num_threads(g->threads);
+#endif
     lock(g);
     for (;;) {
         Slot* s = &g->slots[g->next_add];
@@ -76,7 +90,7 @@ GradLanding* grad_landing_create(Backend* be, MemLedger* mem, DType dt, size_t m
     g->be = be;
     g->dt = dt;
     g->max_piece = max_piece;
-    g->threads = omp_get_max_threads() > 1 ? omp_get_max_threads() / 2 : 1;
+    g->threads = worker_threads();
     for (int i = 0; i < GRAD_LANDING_SLOTS; i++) {
         g->slots[i].outbox = mem_alloc(be, mem, MEM_GRADS, bytes);
         g->slots[i].landing = mem_alloc_host(be, mem, MEM_HOST_GRADS, bytes);
