@@ -122,8 +122,10 @@ static void run_copies_through(Backend* be, uint64_t seq) {
         PendingCopy* c = &be->pending[done++];
         if (c->bytes) memcpy(c->dst, c->src, c->bytes);
     }
-    memmove(be->pending, be->pending + done, (be->n_pending - done) * sizeof(PendingCopy));
-    be->n_pending -= done;
+    if (done) {   // (never arithmetic on the queue before its first copy: it is NULL then)
+        memmove(be->pending, be->pending + done, (be->n_pending - done) * sizeof(PendingCopy));
+        be->n_pending -= done;
+    }
     check_pthread(pthread_mutex_unlock(&be->copy_lock), "pthread_mutex_unlock");
 }
 
