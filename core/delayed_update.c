@@ -26,25 +26,19 @@ struct DelayedUpdate {
     int in_flight;
 };
 
-static void count_span(const StateSpan* s, void* ctx) { ((DelayedUpdate*)ctx)->num_spans++; }
-
-static void list_span(const StateSpan* s, void* ctx) {
-    DelayedUpdate* d = (DelayedUpdate*)ctx;
-    PendingSpan* prev = d->num_spans ? &d->spans[d->num_spans - 1] : NULL;
-    d->spans[d->num_spans].span = *s;
-    d->spans[d->num_spans].at = prev ? prev->at + prev->span.n : 0;
-    d->num_spans++;
-}
-
 DelayedUpdate* delayed_update_create(const ModelState* ms) {
     if (!ms->pending_grad || !ms->pending_params) fail("internal: a delayed update without its host buffers");
     DelayedUpdate* d = (DelayedUpdate*)xmalloc(sizeof(DelayedUpdate));
     memset(d, 0, sizeof(*d));
     d->ms = *ms;
-    ms->for_each_span(ms->ctx, STATE_UPDATE, count_span, d);
+    StateSpan* spans = state_spans(ms, STATE_UPDATE, &d->num_spans);
     d->spans = (PendingSpan*)xmalloc(sizeof(PendingSpan) * (size_t)(d->num_spans ? d->num_spans : 1));
-    d->num_spans = 0;
-    ms->for_each_span(ms->ctx, STATE_UPDATE, list_span, d);
+    size_t at = 0;   // each span's place in the pending buffers: packed in order
+    for (int i = 0; i < d->num_spans; i++) {
+        d->spans[i] = (PendingSpan){spans[i], at};
+        at += spans[i].n;
+    }
+    free(spans);
     return d;
 }
 

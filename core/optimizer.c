@@ -67,17 +67,23 @@ static void update_span(const StateSpan* s, void* ctx) {
 
 typedef struct {
     StateSpan* spans;
-    int n, cap;
+    int n;
 } SpanList;
 
+static void count_span(const StateSpan* s, void* ctx) { ((SpanList*)ctx)->n++; }
 static void list_span(const StateSpan* s, void* ctx) {
     SpanList* l = (SpanList*)ctx;
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 64;
-        l->spans = (StateSpan*)realloc(l->spans, (size_t)l->cap * sizeof(StateSpan));
-        if (!l->spans) fail("out of host memory listing the optimizer's spans");
-    }
     l->spans[l->n++] = *s;
+}
+
+StateSpan* state_spans(const ModelState* ms, StateParts which, int* n) {
+    SpanList l = {NULL, 0};
+    ms->for_each_span(ms->ctx, which, count_span, &l);
+    l.spans = (StateSpan*)xmalloc(sizeof(StateSpan) * (size_t)(l.n ? l.n : 1));
+    l.n = 0;
+    ms->for_each_span(ms->ctx, which, list_span, &l);
+    *n = l.n;
+    return l.spans;
 }
 
 typedef struct {
@@ -88,6 +94,7 @@ typedef struct {
 typedef struct {
     const ModelState* ms;
     Backend* be;
+    size_t chunk;           // elements per chunk: a staging buffer's, or (nothing staged) a whole span
     void* grad[2];          // staging buffer b's gradient part (none with grads_on_host)
     void* params[2];        // and its working-copy part (none with params_on_host)
     BeEvent* down[2];       // the download into grad[b]
@@ -95,9 +102,9 @@ typedef struct {
 } Staging;
 
 static Staging staging_open(const ModelState* ms, Backend* be) {
-    Staging st = {ms, be, {0}, {0}, {0}, {0}};
-    size_t chunk = ms->host_stage ? ms->host_stage_elems : 0;
-    size_t grad_bytes = ms->grads_on_host ? 0 : chunk * 4, params_bytes = ms->params_on_host ? 0 : chunk * dtype_size(ms->dt);
+    Staging st = {ms, be, ms->host_stage ? ms->host_stage_elems : (size_t)-1, {0}, {0}, {0}, {0}};
+    size_t grad_bytes = ms->grads_on_host ? 0 : st.chunk * 4;
+    size_t params_bytes = ms->params_on_host ? 0 : st.chunk * dtype_size(ms->dt);
     for (int b = 0; b < 2; b++) {
         if (ms->host_stage) {
             st.grad[b] = (char*)ms->host_stage + b * (grad_bytes + params_bytes);
@@ -118,12 +125,12 @@ static void staging_close(Staging* st, int last_buffer) {
     }
 }
 
-// The chunk after c in span order; c->s == NULL at the end.
-static Chunk next_chunk(const SpanList* l, Chunk c, size_t chunk_elems) {
+// The chunk after c in the order of spans[0 .. n); c.s == NULL at the end.
+static Chunk next_chunk(const StateSpan* spans, int n, Chunk c, size_t chunk_elems) {
     size_t i = c.i + c.k;
     const StateSpan* s = c.s;
     while (s && i >= s->n) {
-        s = s + 1 < l->spans + l->n ? s + 1 : NULL;
+        s = s + 1 < spans + n ? s + 1 : NULL;
         i = 0;
     }
     Chunk out = {s, i, s ? (s->n - i < chunk_elems ? s->n - i : chunk_elems) : 0};
@@ -150,22 +157,21 @@ static void update_chunk(Staging* st, const Chunk* c, int b, int reused, const A
 }
 
 static void update_on_host(const ModelState* ms, Backend* be, const AdamWArgs* step) {
-    SpanList l = {0};
-    ms->for_each_span(ms->ctx, STATE_UPDATE, list_span, &l);
+    int n_spans;
+    StateSpan* spans = state_spans(ms, STATE_UPDATE, &n_spans);
     Staging st = staging_open(ms, be);
-    size_t chunk = ms->host_stage ? ms->host_stage_elems : (size_t)-1;   // nothing staged: each span at once
-    Chunk c = next_chunk(&l, (Chunk){l.n ? l.spans : NULL, 0, 0}, chunk);
+    Chunk c = next_chunk(spans, n_spans, (Chunk){n_spans ? spans : NULL, 0, 0}, st.chunk);
     int b = 0, last = -1;
     start_download(&st, &c, 0);
     for (int n = 0; c.s; n++, b = 1 - b) {
-        Chunk next = next_chunk(&l, c, chunk);
+        Chunk next = next_chunk(spans, n_spans, c, st.chunk);
         start_download(&st, &next, 1 - b);   // grad[1 - b] was last read by chunk n - 1's update, done
         update_chunk(&st, &c, b, n >= 2, step);
         last = b;
         c = next;
     }
     staging_close(&st, last);
-    free(l.spans);
+    free(spans);
 }
 
 AdamWArgs adamw_args(const OptimizerStep* o, float grad_scale) {

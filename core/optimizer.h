@@ -23,3 +23,5 @@ void adamw_step(const ModelState* ms, Backend* be, const OptimizerStep* o, float
 AdamWArgs adamw_args(const OptimizerStep* o, float grad_scale);
 AdamWArgs adamw_span_args(const AdamWArgs* a, const StateSpan* s);
 size_t adamw_span_offset(const StateSpan* s);
+// The spans of `which` in for_each_span's order, as an array the caller frees; *n is their count.
+StateSpan* state_spans(const ModelState* ms, StateParts which, int* n);
