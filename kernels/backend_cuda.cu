@@ -70,7 +70,12 @@ Backend* backend_create(int local_rank) {
     CUDA_CHECK(cudaSetDevice(be->device));
     CUDA_CHECK(cudaGetDeviceProperties(&be->prop, be->device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&be->comm_stream, cudaStreamNonBlocking));
+    // NCCL's kernels run on the comm stream at the device's highest priority: a collective that waits behind
+    // the main stream's queued kernels for free SMs delays every unit that waits for its result, while the
+    // compute it displaces has more queued behind it. (The copy streams use the copy engines, not SMs.)
+    int lowest = 0, highest = 0;   // CUDA numbers priorities downwards: highest <= lowest
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&be->comm_stream, cudaStreamNonBlocking, highest));
     CUDA_CHECK(cudaStreamCreateWithFlags(&be->down_stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&be->up_stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&be->main_mark, cudaEventDisableTiming));
