@@ -110,6 +110,9 @@ TEST_SRC := $(filter-out tests/kernel_check.c,$(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/%)
 $(B)/test_%: $(B)/cpu/tests/test_%.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
 	$(CC) -o $@ $^ $(LDLIBS)
+# test_batch_io models the GPU's streams with a backend of its own, so it links no backend.
+$(B)/test_batch_io: $(B)/cpu/tests/test_batch_io.o $(B)/cpu/core/batch_io.o $(B)/cpu/base/common.o
+	$(CC) -o $@ $^ $(LDLIBS)
 $(B)/kernel_check_cpu: $(B)/cpu/tests/kernel_check.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
 	$(CC) -o $@ $^ $(LDLIBS)
 $(B)/kernel_check_gpu: $(B)/cuda/tests/kernel_check.o $(CORE_CUDA_OBJ) $(CUDA_BACKEND)

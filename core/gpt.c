@@ -182,9 +182,11 @@ void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, 
     for (int slot = 0; slot < num_stash; slot++)
         for (size_t f = 0; f < NUM_STASH_FIELDS; f++)
             ((void**)&g->stash[slot])[f] = mem_alloc(be, mem, MEM_ACTIVATIONS, elems[f] * dtype_size(dt));
+    batch_io_create(&g->io, be, B * T);
 }
 
 void gpt_destroy(GPT* g, Backend* be) {
+    batch_io_destroy(&g->io, be);
     Keep k = keep_for(g->recompute);
     for (int set = 0; set < g->num_sets; set++)
         for (size_t i = 0; i < NUM_ACTIVATION_BUFFERS; i++) {
@@ -507,7 +509,7 @@ static void vocab_cross_entropy(GPT* g, Backend* be, const int* targets, float d
 }
 
 // The LM head and the loss: final LayerNorm, logits = lnf . wte^T, then (with targets) the cross-entropy.
-static double head_forward(GPT* g, Backend* be, const int* targets, float dloss, float* logits_dump) {
+static void head_forward(GPT* g, Backend* be, const int* targets, float dloss, float* logits_dump) {
     const ParamLayout* lay = g->layout;
     Activations* a = &g->acts;
     DType dt = g->dt;
@@ -521,25 +523,23 @@ static double head_forward(GPT* g, Backend* be, const int* targets, float dloss,
     store_params_done(&g->store, fin);
     store_params_done(&g->store, lay->emb_unit);
     if (logits_dump) gpt_logits_to_host(g, be, 0, N, logits_dump);
-    if (!targets) return 0.0;
-    be_upload(be, a->targets, targets, (size_t)N * sizeof(int));
+    if (!targets) return;
+    batch_io_upload(&g->io, be, a->targets, targets);
+    batch_io_before_losses(&g->io, be);
     if (g->tp) vocab_cross_entropy(g, be, targets, dloss);
     else classifier_forward(be, dt, a->logits, a->losses, a->targets, N, g->shape.V, g->shape.Vp, dloss, dloss != 0.0f);
-    float* losses = (float*)xmalloc((size_t)N * sizeof(float));
-    be_download(be, losses, a->losses, (size_t)N * sizeof(float));
-    double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += losses[i];
-    free(losses);
-    return sum;
+    batch_io_queue_losses(&g->io, be, a->losses);
 }
 
-double gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* targets, float dloss, float* logits_dump) {
+double gpt_take_losses(GPT* g, Backend* be) { return batch_io_take_losses(&g->io, be); }
+
+void gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* targets, float dloss, float* logits_dump) {
     const ParamLayout* lay = g->layout;
     DType dt = g->dt;
     use_set(g, set);
     Activations* a = &g->acts;
     if (gpt_has_encoder(g)) {
-        be_upload(be, a->tokens, tokens, (size_t)g->B * g->T * sizeof(int));
+        batch_io_upload(&g->io, be, a->tokens, tokens);
         EmbeddingParams emb = embedding_params(lay, store_params(&g->store, be, lay->emb_unit), dt);
         embed(g, be, emb);
         if (!gpt_has_head(g)) store_params_done(&g->store, lay->emb_unit);
@@ -549,7 +549,7 @@ double gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* t
         block_forward(g, be, block_params(lay, store_params(&g->store, be, u), l, dt), block_acts(g, i), 0);
         store_params_done(&g->store, u);
     }
-    return gpt_has_head(g) ? head_forward(g, be, targets, dloss, logits_dump) : 0.0;
+    if (gpt_has_head(g)) head_forward(g, be, targets, dloss, logits_dump);
 }
 
 // dlogits -> the gradient of the last block's output, in acts.dresid; wte's and the final LayerNorm's

@@ -1,6 +1,7 @@
 // gpt.h: the GPT-2 model on a backend: its parameter buffers, activations, and the forward/backward walk
 // over layers. Everything here is expressed in kernels.h calls, so it is the same on the CPU and the GPU.
 #pragma once
+#include "batch_io.h"
 #include "comm.h"
 #include "memory.h"
 #include "model.h"
@@ -71,6 +72,7 @@ typedef struct {
     Activations acts;    // the set of the forward/backward under way
     int num_stash;       // zb's deferred weight gradients at once (0 without zb)
     WeightGradStash* stash;   // [num_stash]
+    BatchIO io;          // tokens and targets up, losses down, without stopping the main stream
 } GPT;
 
 // What the stage runs (the whole model without a pipeline): the embedding lookup, the LM head and loss.
@@ -88,12 +90,15 @@ size_t gpt_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, i
                             int sp);
 
 // Forward of one micro-batch of B x T tokens into activation set `set`. The first stage embeds `tokens`
-// (host ints); a later stage starts from gpt_stage_input(g, set), which the caller has filled. The stage
-// with the head, given targets, leaves per-token losses in acts.losses and returns the sum of this
-// micro-batch's token losses; if dloss != 0 the logits are replaced by dlogits scaled by dloss, ready for
-// gpt_backward. Without targets: logits only. Other stages return 0. logits_dump (host, N x V floats)
-// receives the logits before the loss when not NULL.
-double gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* targets, float dloss, float* logits_dump);
+// (host ints, free again on return); a later stage starts from gpt_stage_input(g, set), which the caller
+// has filled. The stage with the head, given targets, leaves per-token losses in acts.losses and queues
+// their download (gpt_take_losses); if dloss != 0 the logits are replaced by dlogits scaled by dloss, ready
+// for gpt_backward. Without targets: logits only. logits_dump (host, N x V floats) receives the logits
+// before the loss when not NULL. Nothing here waits for the device, except logits_dump.
+void gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* targets, float dloss, float* logits_dump);
+// The sum of the token losses of every forward with targets since the last call, each micro-batch's in row
+// order, then in the order of the forwards (0 on a stage without the head). Waits for their downloads.
+double gpt_take_losses(GPT* g, Backend* be);
 // Backward of set `set`'s forward (which had dloss != 0); parameter gradients accumulate. The stage with
 // the head starts from its dlogits; a stage without it from gpt_boundary_grad, which the caller has filled
 // with d(output). Afterwards a stage without the encoder leaves d(input) in gpt_boundary_grad.

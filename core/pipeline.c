@@ -89,12 +89,18 @@ static int tag_of(const StageSchedule* s, const Action* a) {
     return (int)(((gradient * boundaries + boundary) * s->num_micro + a->micro) % 32768);
 }
 
+// The losses the step's forwards queued: only the chunk with the head has any.
+static double take_losses(GPT* chunks, int num_chunks, Backend* be) {
+    double loss = 0.0;
+    for (int c = 0; c < num_chunks; c++) loss += gpt_take_losses(&chunks[c], be);
+    return loss;
+}
+
 double pipeline_train_step(Pipeline* p, GPT* chunks, Backend* be, DataLoader* data, int step, int* inputs, int* targets,
                            float dloss, float* logits_dump, PhaseTimer* pt) {
     Comm* pp = p->grid->pp_group;
     const StageSchedule* s = &p->sched;
     size_t bytes = gpt_boundary_bytes(&chunks[0]);   // the same for every chunk
-    double loss = 0.0;
     for (int i = 0; i < s->count; i++) {
         Action a = s->actions[i];
         GPT* g = &chunks[a.chunk];
@@ -107,7 +113,7 @@ double pipeline_train_step(Pipeline* p, GPT* chunks, Backend* be, DataLoader* da
         case ACT_FORWARD:
             if (gpt_has_encoder(g) || gpt_has_head(g)) dataloader_batch(data, step, s->num_micro, a.micro, inputs, targets);
             phase_mark(pt, be, PHASE_DATA);
-            loss += gpt_forward(g, be, set, inputs, targets, dloss, a.micro == 0 ? logits_dump : NULL);
+            gpt_forward(g, be, set, inputs, targets, dloss, a.micro == 0 ? logits_dump : NULL);
             phase_mark(pt, be, PHASE_FORWARD);
             break;
         case ACT_SEND_ACT:
@@ -134,7 +140,7 @@ double pipeline_train_step(Pipeline* p, GPT* chunks, Backend* be, DataLoader* da
             break;
         }
     }
-    return loss;
+    return take_losses(chunks, s->num_chunks, be);
 }
 
 // The virtual stages in order: chunk 0 of every stage, then chunk 1, ...; stage P-1's chunk c feeds stage
@@ -143,14 +149,13 @@ double pipeline_forward(Pipeline* p, GPT* chunks, Backend* be, const int* tokens
     const Grid* grid = p->grid;
     int P = grid->pp, V = p->sched.num_chunks, prev = (grid->stage + P - 1) % P, next = (grid->stage + 1) % P;
     size_t bytes = gpt_boundary_bytes(&chunks[0]);
-    double loss = 0.0;
     for (int c = 0; c < V; c++) {
         GPT* g = &chunks[c];
         int first = c == 0 && grid_first_stage(grid), last = c == V - 1 && grid_last_stage(grid);
         int vs = c * P + grid->stage;
         if (!first) comm_recv(grid->pp_group, gpt_stage_input(g, 0), bytes, prev, vs - 1);
-        loss += gpt_forward(g, be, 0, tokens, targets, 0.0f, NULL);
+        gpt_forward(g, be, 0, tokens, targets, 0.0f, NULL);
         if (!last) comm_send(grid->pp_group, gpt_stage_output(g, 0), bytes, next, vs);
     }
-    return loss;
+    return take_losses(chunks, V, be);
 }

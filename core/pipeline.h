@@ -59,7 +59,7 @@ void pipeline_destroy(Pipeline* p);
 // One step's forwards and backwards over `ga` micro-batches of step `step` (gradients accumulate through
 // zero.h; reducing them is the caller's). `chunks`: one GPT per model chunk of this stage (layout_chunk_view
 // of the stage's layout; one without interleaving). Returns the sum of the token losses on the stage with
-// the head, 0 elsewhere. inputs/targets: host scratch of B*T ints. logits_dump: see gpt_forward (micro-batch 0).
+// the head, 0 elsewhere; reading them at the end is the step's one wait for the device here (gpt_take_losses). inputs/targets: host scratch of B*T ints. logits_dump: see gpt_forward (micro-batch 0).
 // pt: on breakdown steps, each action's time goes to data, forward, backward or pipeline_wait (blocked
 // in a receive: the bubble as this stage saw it, plus any imbalance between stages); zb's W's count as backward.
 double pipeline_train_step(Pipeline* p, GPT* chunks, Backend* be, DataLoader* data, int step, int* inputs, int* targets,

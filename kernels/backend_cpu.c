@@ -1,6 +1,8 @@
 // backend_cpu.c: the CPU backend's memory, synchronization and precision helpers. Backend memory is host
 // memory; kernels run synchronously, so the main stream needs no synchronization. Asynchronous copies are
-// deferred instead (kernels.h): queued, and run only when something waits for them.
+// deferred instead (kernels.h): queued, one queue per direction like the GPU's two copy streams, and run
+// only when something waits for them, so waiting for an upload never runs a download and the other way
+// round.
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -15,19 +17,26 @@ typedef struct {
     uint64_t seq;   // issue order, from 1
 } PendingCopy;
 
-struct Backend {
-    size_t bytes_now;    // live be_malloc'd bytes (payload only)
-    size_t bytes_peak;   // high-water mark of bytes_now
-    // The copy stream: asynchronous copies not yet run, oldest first. Locked, because a worker thread may
-    // wait for an event (run the copies) while the launch thread issues more.
-    pthread_mutex_t copy_lock;
+// A copy stream: asynchronous copies not yet run, oldest first.
+typedef struct {
     PendingCopy* pending;
     size_t n_pending, cap_pending;
     uint64_t issued;     // seq of the last copy issued
+} CopyQueue;
+
+enum { COPY_DOWN, COPY_UP, NUM_COPY_QUEUES };
+
+struct Backend {
+    size_t bytes_now;    // live be_malloc'd bytes (payload only)
+    size_t bytes_peak;   // high-water mark of bytes_now
+    // Locked, because a worker thread may wait for an event (run the copies) while the launch thread issues more.
+    pthread_mutex_t copy_lock;
+    CopyQueue queues[NUM_COPY_QUEUES];
 };
 
 struct BeEvent {
-    uint64_t seq;   // the copy this event marks; 0: none yet
+    int queue;      // the direction of the copy it marks
+    uint64_t seq;   // the copy this event marks in that queue; 0: none yet
 };
 
 // Each allocation is preceded by a header recording its size, so be_free can keep the count without a
@@ -49,7 +58,7 @@ void backend_destroy(Backend* be) {
     if (!be) return;
     be_synchronize(be);
     check_pthread(pthread_mutex_destroy(&be->copy_lock), "pthread_mutex_destroy");
-    free(be->pending);
+    for (int q = 0; q < NUM_COPY_QUEUES; q++) free(be->queues[q].pending);
     free(be);
 }
 
@@ -114,32 +123,35 @@ void be_copy(Backend* be, void* dst, const void* src, size_t bytes) {
     if (bytes && dst != src) memmove(dst, src, bytes);
 }
 
-// Runs, oldest first, the queued copies issued up to and including seq; the copy stream keeps its order.
-static void run_copies_through(Backend* be, uint64_t seq) {
+// Runs, oldest first, the copies of queue q issued up to and including seq; each copy stream keeps its order.
+static void run_copies_through(Backend* be, int q, uint64_t seq) {
     check_pthread(pthread_mutex_lock(&be->copy_lock), "pthread_mutex_lock");
+    CopyQueue* cq = &be->queues[q];
     size_t done = 0;
-    while (done < be->n_pending && be->pending[done].seq <= seq) {
-        PendingCopy* c = &be->pending[done++];
+    while (done < cq->n_pending && cq->pending[done].seq <= seq) {
+        PendingCopy* c = &cq->pending[done++];
         if (c->bytes) memcpy(c->dst, c->src, c->bytes);
     }
     if (done) {   // (never arithmetic on the queue before its first copy: it is NULL then)
-        memmove(be->pending, be->pending + done, (be->n_pending - done) * sizeof(PendingCopy));
-        be->n_pending -= done;
+        memmove(cq->pending, cq->pending + done, (cq->n_pending - done) * sizeof(PendingCopy));
+        cq->n_pending -= done;
     }
     check_pthread(pthread_mutex_unlock(&be->copy_lock), "pthread_mutex_unlock");
 }
 
-static void issue_copy(Backend* be, void* dst, const void* src, size_t bytes, BeEvent* done) {
+static void issue_copy(Backend* be, int q, void* dst, const void* src, size_t bytes, BeEvent* done) {
     check_pthread(pthread_mutex_lock(&be->copy_lock), "pthread_mutex_lock");
-    if (be->n_pending == be->cap_pending) {
-        size_t cap = be->cap_pending ? 2 * be->cap_pending : 16;
-        PendingCopy* p = realloc(be->pending, cap * sizeof(PendingCopy));
+    CopyQueue* cq = &be->queues[q];
+    if (cq->n_pending == cq->cap_pending) {
+        size_t cap = cq->cap_pending ? 2 * cq->cap_pending : 16;
+        PendingCopy* p = realloc(cq->pending, cap * sizeof(PendingCopy));
         if (!p) fail("out of host memory queueing an asynchronous copy");
-        be->pending = p;
-        be->cap_pending = cap;
+        cq->pending = p;
+        cq->cap_pending = cap;
     }
-    be->pending[be->n_pending++] = (PendingCopy){dst, src, bytes, ++be->issued};
-    done->seq = be->issued;
+    cq->pending[cq->n_pending++] = (PendingCopy){dst, src, bytes, ++cq->issued};
+    done->queue = q;
+    done->seq = cq->issued;
     check_pthread(pthread_mutex_unlock(&be->copy_lock), "pthread_mutex_unlock");
 }
 
@@ -154,19 +166,21 @@ void be_event_destroy(Backend* be, BeEvent* ev) {
 }
 
 void be_download_async(Backend* be, void* dst_host, const void* src, size_t bytes, BeEvent* done) {
-    issue_copy(be, dst_host, src, bytes, done);
+    issue_copy(be, COPY_DOWN, dst_host, src, bytes, done);
 }
 
 void be_upload_async(Backend* be, void* dst, const void* src_host, size_t bytes, BeEvent* done) {
-    issue_copy(be, dst, src_host, bytes, done);
+    issue_copy(be, COPY_UP, dst, src_host, bytes, done);
 }
 
 // The main stream's later work runs at once, so "after ev" means: run ev's copy now.
-void be_stream_wait(Backend* be, BeEvent* ev) { run_copies_through(be, ev->seq); }
+void be_stream_wait(Backend* be, BeEvent* ev) { run_copies_through(be, ev->queue, ev->seq); }
 
-void be_event_synchronize(Backend* be, BeEvent* ev) { run_copies_through(be, ev->seq); }
+void be_event_synchronize(Backend* be, BeEvent* ev) { run_copies_through(be, ev->queue, ev->seq); }
 
-void be_synchronize(Backend* be) { run_copies_through(be, UINT64_MAX); }
+void be_synchronize(Backend* be) {
+    for (int q = 0; q < NUM_COPY_QUEUES; q++) run_copies_through(be, q, UINT64_MAX);
+}
 
 size_t be_peak_bytes(const Backend* be) { return be->bytes_peak; }
 

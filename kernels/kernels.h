@@ -64,8 +64,8 @@ void be_host_free(Backend* be, void* p);
 // marks the copy's completion; until then neither buffer may be touched: the host waits with
 // be_event_synchronize (from any thread), the main stream with be_stream_wait. An event marks the last copy
 // issued with it. The CPU backend runs each copy as late as it may (when its event or a later one is waited
-// for, and at be_synchronize, be_free and be_host_free), so a missing wait can read stale bytes on the CPU
-// build too, where the tests see it.
+// for, and at be_synchronize, be_free and be_host_free; one queue per direction, so waiting for an upload
+// runs no download), so a missing wait can read stale bytes on the CPU build too, where the tests see it.
 typedef struct BeEvent BeEvent;
 BeEvent* be_event_create(Backend* be);
 void be_event_destroy(Backend* be, BeEvent* ev);
