@@ -8,7 +8,7 @@
 //
 // Byte counts follow the ring algorithms' per-rank traffic, so they are comparable across backends:
 // all-reduce of S bytes over N ranks sends 2(N-1)/N * S, reduce-scatter and all-gather of S total bytes
-// send (N-1)/N * S, broadcast sends S from the root (0 elsewhere), send/recv the bytes sent.
+// send (N-1)/N * S, broadcast sends S from the root (0 elsewhere), an exchange the bytes it sends.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -41,8 +41,8 @@ int comm_local_size(const Comm* world);
 // the same value share a host, and that rank speaks for it (node-local run directories, run_dir.h).
 int comm_host_leader(const Comm* world);
 
-// What moves backend memory in the bulk collectives (all-reduce, reduce-scatter, all-gather, broadcast).
-// Send/recv, barriers and the host scalar reductions always go through MPI.
+// What moves backend memory in the bulk collectives (all-reduce, reduce-scatter, all-gather, broadcast) and
+// the pipeline's exchanges. Barriers, host transfers and the host scalar reductions always go through MPI.
 typedef enum { COMM_AUTO, COMM_MPI, COMM_NCCL } CommKind;
 int comm_nccl_built(void);   // this binary can use NCCL (a GPU build linked with MPI and NCCL)
 // Chooses for the world and every group split from it afterwards. COMM_AUTO: NCCL when it is built, the
@@ -95,8 +95,30 @@ CommHandle comm_reduce_scatter_sum_start(Comm* c, void* out, const void* in, siz
 CommHandle comm_allgather_start(Comm* c, void* buf, size_t n, DType dt);
 void comm_wait(Comm* c, CommHandle* h);
 void comm_broadcast(Comm* c, void* buf, size_t bytes, int root);
-void comm_send(Comm* c, const void* buf, size_t bytes, int peer, int tag);
-void comm_recv(Comm* c, void* buf, size_t bytes, int peer, int tag);
+
+// Point-to-point, for the pipeline (core/schedule.h's exchanges): one message of an exchange.
+typedef struct {
+    int send;      // 1: send buf to peer; 0: receive into buf from peer
+    void* buf;     // backend memory, in no other message of the exchange
+    size_t bytes;
+    int peer;
+    int tag;       // 0 .. 32767: names the message for the check below (NCCL has no tags)
+} CommMessage;
+// Posts the messages together; they complete together. A send completes only once its receive is posted
+// (rendezvous, as NCCL's are: nothing is buffered), and the messages from one rank to another pair in the
+// order both sides post them, across exchanges, whatever their tags. So the ranks' sequences of exchanges
+// must be ones that cannot deadlock under those rules and that list each link's messages alike: the
+// schedules of schedule.h, which tests/test_schedule.c proves.
+// An exchange that receives is complete when comm_exchange returns (NCCL: for later work on the main
+// stream). One of sends only completes in the background, so that the compute after it overlaps the wait
+// for the peer: the next comm_exchange on the group completes it before posting anything (exchanges
+// complete in order, as on NCCL's one comm stream), or comm_exchange_finish does; until then its buffers
+// must not be written. MPI (MPI_Issend, MPI_Irecv with any tag): a message that arrives where another was
+// expected is a one-line error naming both tags (NCCL would silently deliver it into the wrong buffer); so
+// is an exchange whose messages share memory. NCCL: one ncclGroupStart/End on the comm stream behind the
+// main stream's work so far; the host never waits.
+void comm_exchange(Comm* c, const CommMessage* msgs, int n);
+void comm_exchange_finish(Comm* c);   // completes a pending exchange of sends (nothing if there is none)
 void comm_barrier(Comm* c);
 // Host memory, always through MPI (never NCCL, never staged), not counted in the byte totals: what the
 // checkpoints move between hosts (file contents, span lists, messages). send blocks until it is received.

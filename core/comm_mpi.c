@@ -9,16 +9,14 @@
 // NCCL, comm_select can hand the bulk collectives (all-reduce, reduce-scatter, all-gather, broadcast) of a
 // communicator and the groups split from it to NCCL (core/comm_nccl.c); this file still checks their
 // arguments and counts their bytes, so the counters are the same whichever library moves the data.
-// send/recv stay here, host-staged: their buffered semantics (send returns before the peer receives) are
-// what the pipeline schedule relies on, and ncclSend blocks its stream until the peer posts the receive.
+// The pipeline's exchanges go to NCCL too (ncclSend/ncclRecv in one group) or stay here as MPI_Issend and
+// MPI_Irecv: synchronous sends, so that the CPU tests run under NCCL's rendezvous semantics and a schedule
+// that would deadlock a GPU deadlocks here too (and the tests' time limits end it).
 //
 // bf16/fp16 sums use our own MPI_Op (fp32 add, one round-to-nearest-even per pairwise reduction), since
 // MPI has no 16-bit float types. MPI counts are ints, so every transfer is split into chunks of at most
 // max_count elements (INT_MAX; the tests lower it with GPT_COMM_MAX_COUNT to exercise the split).
-//
-// Sends are buffered: comm_send copies the message and returns before the peer receives it, so pipeline
-// neighbours may both send before they receive without deadlocking. The copies are freed as the sends
-// complete; comm_free / comm_finalize wait for the rest.
+
 #include "core/comm.h"
 
 #include <limits.h>
@@ -27,12 +25,6 @@
 #include "core/comm_nccl.h"
 #include "base/common.h"
 #include "kernels/dtype.h"
-
-typedef struct {
-    void* data;          // the message's copy, freed when all its chunks are sent
-    MPI_Request* reqs;   // one per chunk
-    int nreq;
-} PendingSend;
 
 // A reduce-scatter or all-gather started and not yet waited for (comm.h's CommHandle names one). The host
 // copy, the requests and the event stay with the slot for its next use.
@@ -62,8 +54,12 @@ struct Comm {
     size_t max_count;        // elements per MPI call
     unsigned char* stage;    // host staging for device buffers, grown on demand
     size_t stage_cap;
-    PendingSend* sends;
-    int nsends, sends_cap;
+    unsigned char* xstage;   // host staging for an exchange's device buffers, grown on demand
+    size_t xstage_cap;
+    MPI_Request* xreqs;      // an exchange's requests and their statuses, grown on demand
+    MPI_Status* xstats;
+    size_t xreqs_cap;
+    int xpending;            // requests of an exchange of sends still in flight (the first xpending of xreqs)
     uint64_t bytes[NUM_COLLECTIVES];
     NcclGroup* nccl;         // non-NULL: the bulk collectives on device buffers go to NCCL
     InFlight flight[COMM_MAX_IN_FLIGHT];
@@ -520,69 +516,98 @@ void comm_broadcast(Comm* c, void* buf, size_t bytes, int root) {
     if (c->rank != root) be_upload(c->be, buf, h, bytes);
 }
 
-// Frees the copies of completed sends; with `all`, waits for every pending one.
-static void reap_sends(Comm* c, int all) {
-    int j = 0;
-    for (int i = 0; i < c->nsends; i++) {
-        PendingSend* p = &c->sends[i];
-        int done = 1;
-        if (all) check(MPI_Waitall(p->nreq, p->reqs, MPI_STATUSES_IGNORE), "MPI_Waitall (send)");
-        else check(MPI_Testall(p->nreq, p->reqs, &done, MPI_STATUSES_IGNORE), "MPI_Testall (send)");
-        if (done) {
-            free(p->data);
-            free(p->reqs);
-        } else {
-            c->sends[j++] = *p;
-        }
-    }
-    c->nsends = j;
-}
-
 static void check_peer(const Comm* c, int peer, const char* what) {
     if (peer < 0 || peer >= c->size || peer == c->rank)
         fail("%s: peer %d is not another rank of this group (rank %d of %d)", what, peer, c->rank, c->size);
 }
 
-void comm_send(Comm* c, const void* buf, size_t bytes, int peer, int tag) {
-    check_peer(c, peer, "comm_send");
-    count(c, COLL_SEND, bytes);
-    reap_sends(c, 0);
-    if (c->nsends == c->sends_cap) {
-        c->sends_cap = c->sends_cap ? 2 * c->sends_cap : 8;
-        PendingSend* s = xmalloc((size_t)c->sends_cap * sizeof *s);
-        if (c->nsends) memcpy(s, c->sends, (size_t)c->nsends * sizeof *s);
-        free(c->sends);
-        c->sends = s;
-    }
-    PendingSend* p = &c->sends[c->nsends++];
-    p->data = xmalloc(bytes);
-    if (staged(c)) be_download(c->be, p->data, buf, bytes);
-    else if (bytes) memcpy(p->data, buf, bytes);
-    size_t k = nchunks(c, bytes);
-    if (k > INT_MAX) fail("comm_send: %zu bytes is too many chunks", bytes);
-    p->nreq = (int)k;
-    p->reqs = xmalloc(k * sizeof(MPI_Request));
-    // MPI keeps the messages between a pair with one tag in order, so the chunks arrive in sequence.
+// Room for an exchange of `nreq` requests.
+static void exchange_room(Comm* c, size_t nreq) {
+    if (nreq <= c->xreqs_cap) return;
+    free(c->xreqs), free(c->xstats);
+    c->xreqs = xmalloc(nreq * sizeof(MPI_Request));
+    c->xstats = xmalloc(nreq * sizeof(MPI_Status));
+    c->xreqs_cap = nreq;
+}
+
+// Checks that each receive got the message it names: its tag and its size, chunk by chunk.
+static void check_received(const Comm* c, const CommMessage* m, const MPI_Status* st, size_t k) {
     for (size_t i = 0; i < k; i++) {
-        size_t off = i * c->max_count, m = bytes - off < c->max_count ? bytes - off : c->max_count;
-        check(MPI_Isend((char*)p->data + off, (int)m, MPI_BYTE, peer, tag, c->mc, &p->reqs[i]), "MPI_Isend");
+        size_t off = i * c->max_count, want = m->bytes - off < c->max_count ? m->bytes - off : c->max_count;
+        int got = 0;
+        check(MPI_Get_count(&st[i], MPI_BYTE, &got), "MPI_Get_count");
+        if (st[i].MPI_TAG != m->tag)
+            fail("comm_exchange: from rank %d came message %d where message %d was expected: the two ends list "
+                 "their messages in different orders", m->peer, st[i].MPI_TAG, m->tag);
+        if ((size_t)got != want)
+            fail("comm_exchange: expected %zu bytes from rank %d (message %d), got %d", want, m->peer, m->tag, got);
     }
 }
 
-void comm_recv(Comm* c, void* buf, size_t bytes, int peer, int tag) {
-    check_peer(c, peer, "comm_recv");
-    reap_sends(c, 0);
-    unsigned char* h = staged(c) ? stage(c, bytes) : buf;
-    for (size_t i = 0, k = nchunks(c, bytes); i < k; i++) {
-        size_t off = i * c->max_count, m = bytes - off < c->max_count ? bytes - off : c->max_count;
-        MPI_Status st;
-        check(MPI_Recv(h + off, (int)m, MPI_BYTE, peer, tag, c->mc, &st), "MPI_Recv");
-        int got = 0;
-        check(MPI_Get_count(&st, MPI_BYTE, &got), "MPI_Get_count");
-        if ((size_t)got != m)
-            fail("comm_recv: expected %zu bytes from rank %d (tag %d), got %d", m, peer, tag, got);
+// Two messages of one exchange on overlapping memory would race (a receive writing what a send reads).
+static void check_disjoint(const CommMessage* msgs, int n) {
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++) {
+            const char *a = msgs[i].buf, *b = msgs[j].buf;
+            if (msgs[i].bytes && msgs[j].bytes && a < b + msgs[j].bytes && b < a + msgs[i].bytes)
+                fail("comm_exchange: messages %d and %d (tags %d and %d) share memory", j, i, msgs[j].tag, msgs[i].tag);
+        }
+}
+
+void comm_exchange_finish(Comm* c) {
+    if (c->nccl) nccl_exchange_finish(c->nccl);
+    if (!c->xpending) return;
+    check(MPI_Waitall(c->xpending, c->xreqs, MPI_STATUSES_IGNORE), "MPI_Waitall (sends)");
+    c->xpending = 0;
+}
+
+void comm_exchange(Comm* c, const CommMessage* msgs, int n) {
+    check_disjoint(msgs, n);
+    size_t nreq = 0, staged_bytes = 0;
+    int receives = 0;
+    for (int i = 0; i < n; i++) {
+        check_peer(c, msgs[i].peer, msgs[i].send ? "comm_exchange (send)" : "comm_exchange (receive)");
+        if (msgs[i].tag < 0 || msgs[i].tag > 32767) fail("comm_exchange: tag %d outside 0..32767", msgs[i].tag);
+        if (msgs[i].send) count(c, COLL_SEND, msgs[i].bytes);
+        receives += !msgs[i].send;
+        nreq += nchunks(c, msgs[i].bytes);
+        staged_bytes += msgs[i].bytes;
     }
-    if (staged(c) && bytes) be_upload(c->be, buf, h, bytes);
+    if (n == 0) return;
+    if (nreq > INT_MAX) fail("comm_exchange: %zu pieces is too many for one MPI_Waitall", nreq);
+    if (c->nccl) {
+        nccl_exchange(c->nccl, msgs, n, receives > 0);
+        return;
+    }
+    comm_exchange_finish(c);   // the staging and the request array are free again
+    exchange_room(c, nreq);
+    unsigned char* host = staged(c) ? grown(&c->xstage, &c->xstage_cap, staged_bytes) : NULL;
+    size_t r = 0, off_staged = 0;
+    for (int i = 0; i < n; i++) {
+        const CommMessage* m = &msgs[i];
+        unsigned char* h = host ? host + off_staged : m->buf;
+        if (host && m->send && m->bytes) be_download(c->be, h, m->buf, m->bytes);
+        off_staged += m->bytes;
+        // MPI keeps the messages from one rank to another in order (per communicator), chunks included.
+        for (size_t k = 0, nk = nchunks(c, m->bytes); k < nk; k++, r++) {
+            size_t off = k * c->max_count, len = m->bytes - off < c->max_count ? m->bytes - off : c->max_count;
+            if (m->send) check(MPI_Issend(h + off, (int)len, MPI_BYTE, m->peer, m->tag, c->mc, &c->xreqs[r]), "MPI_Issend");
+            else check(MPI_Irecv(h + off, (int)len, MPI_BYTE, m->peer, MPI_ANY_TAG, c->mc, &c->xreqs[r]), "MPI_Irecv");
+        }
+    }
+    if (!receives) {
+        c->xpending = (int)nreq;
+        return;
+    }
+    check(MPI_Waitall((int)nreq, c->xreqs, c->xstats), "MPI_Waitall (exchange)");
+    r = 0, off_staged = 0;
+    for (int i = 0; i < n; i++) {
+        const CommMessage* m = &msgs[i];
+        size_t k = nchunks(c, m->bytes);
+        if (!m->send) check_received(c, m, &c->xstats[r], k);
+        if (host && !m->send && m->bytes) be_upload(c->be, m->buf, host + off_staged, m->bytes);
+        r += k, off_staged += m->bytes;
+    }
 }
 
 void comm_broadcast_host(Comm* c, void* buf, size_t bytes, int root) {
@@ -630,7 +655,7 @@ const char* collective_name(Collective k) {
 }
 
 static void release(Comm* c) {
-    reap_sends(c, 1);
+    comm_exchange_finish(c);
     for (int i = 0; i < COMM_MAX_IN_FLIGHT; i++) {
         InFlight* f = &c->flight[i];
         if (f->gen) fail("internal: a %s is still in flight when its group is freed", collective_name(f->kind));
@@ -639,7 +664,8 @@ static void release(Comm* c) {
         nccl_event_destroy(f->done);
     }
     nccl_group_destroy(c->nccl);
-    free(c->sends);
+    free(c->xstage);
+    free(c->xreqs), free(c->xstats);
     free(c->stage);
     check(MPI_Comm_free(&c->mc), "MPI_Comm_free");
     free(c);

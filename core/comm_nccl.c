@@ -31,6 +31,8 @@ struct NcclGroup {
     cudaStream_t main, comm;   // the backend's (owned by it)
     cudaEvent_t ready;         // main's work so far; re-recorded per collective (a wait takes its state then)
     cudaEvent_t sync_done;     // the synchronous collectives' `done`
+    cudaEvent_t sends_done;    // an exchange of sends only, which the main stream has not waited for
+    int sends_pending;
 };
 
 static void nccl_check(ncclResult_t r, ncclComm_t nc, const char* what) {
@@ -90,6 +92,7 @@ NcclGroup* nccl_group_create(MPI_Comm mc, int rank, int size, Backend* be) {
     g->comm = (cudaStream_t)backend_comm_stream(be);
     cuda_check(cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     cuda_check(cudaEventCreateWithFlags(&g->sync_done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    cuda_check(cudaEventCreateWithFlags(&g->sends_done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     nccl_check(ncclCommInitRank(&g->nc, size, id, rank), NULL, "ncclCommInitRank");
     return g;
 }
@@ -127,6 +130,7 @@ void nccl_group_destroy(NcclGroup* g) {
     nccl_check(ncclCommDestroy(g->nc), NULL, "ncclCommDestroy");
     cuda_check(cudaEventDestroy(g->ready), "cudaEventDestroy");
     cuda_check(cudaEventDestroy(g->sync_done), "cudaEventDestroy");
+    cuda_check(cudaEventDestroy(g->sends_done), "cudaEventDestroy");
     free(g);
 }
 
@@ -154,6 +158,28 @@ void nccl_allgather(NcclGroup* g, void* buf, size_t n, DType dt, NcclEvent* done
     begin(g);
     nccl_check(ncclAllGather(mine, buf, n, nccl_type(dt), g->nc, g->comm), g->nc, "ncclAllGather");
     end(g, done);
+}
+
+// One group: NCCL posts the sends and receives together, so neighbours that send to each other in the
+// same exchange do not wait on each other (schedule.h). Messages between two ranks pair in issue order.
+// The comm stream runs the groups in order, so a later exchange, and the main stream's wait for it, come
+// after a pending exchange of sends.
+void nccl_exchange_finish(NcclGroup* g) {
+    if (g->sends_pending) nccl_wait(g, (NcclEvent*)g->sends_done);
+    g->sends_pending = 0;
+}
+
+void nccl_exchange(NcclGroup* g, const CommMessage* msgs, int n, int wait_main) {
+    begin(g);
+    nccl_check(ncclGroupStart(), g->nc, "ncclGroupStart");
+    for (int i = 0; i < n; i++) {
+        const CommMessage* m = &msgs[i];
+        if (m->send) nccl_check(ncclSend(m->buf, m->bytes, ncclUint8, m->peer, g->nc, g->comm), g->nc, "ncclSend");
+        else nccl_check(ncclRecv(m->buf, m->bytes, ncclUint8, m->peer, g->nc, g->comm), g->nc, "ncclRecv");
+    }
+    nccl_check(ncclGroupEnd(), g->nc, "ncclGroupEnd");
+    end(g, wait_main ? NULL : (NcclEvent*)g->sends_done);
+    g->sends_pending = !wait_main;
 }
 
 void nccl_broadcast(NcclGroup* g, void* buf, size_t bytes, int root, NcclEvent* done) {

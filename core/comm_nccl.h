@@ -3,8 +3,8 @@
 // In a GPU build with NCCL (the Makefile defines GPT_NCCL for comm_mpi.c and links core/comm_nccl.c), a
 // Comm chosen for NCCL holds an NcclGroup: an NCCL communicator over the same ranks as its MPI
 // communicator, with the same rank numbers, plus the backend's two streams. comm_mpi.c still counts the
-// bytes, checks the arguments, keeps the in-flight slots and does everything NCCL does not (send/recv,
-// barriers, host scalars).
+// bytes, checks the arguments, keeps the in-flight slots and does everything NCCL does not (barriers,
+// host transfers, host scalars).
 //
 // Every collective is enqueued on the backend's comm stream behind the main stream's work so far (an
 // event recorded on main, waited for by comm), and records `done` on the comm stream when it finishes.
@@ -31,6 +31,9 @@ void nccl_group_destroy(NcclGroup* g);
 NcclEvent* nccl_event_create(void);
 void nccl_event_destroy(NcclEvent* e);   // NULL: nothing
 // comm.h's semantics; the caller has checked the arguments and counted the bytes. done: see above.
+// An exchange (comm.h); with wait_main the main stream waits for it, else nccl_exchange_finish does.
+void nccl_exchange(NcclGroup* g, const CommMessage* msgs, int n, int wait_main);
+void nccl_exchange_finish(NcclGroup* g);
 void nccl_allreduce(NcclGroup* g, void* buf, size_t n, DType dt, NcclEvent* done);
 void nccl_allreduce_max_f32(NcclGroup* g, float* buf, size_t n, NcclEvent* done);
 void nccl_reduce_scatter(NcclGroup* g, void* out, const void* in, size_t n, DType dt, NcclEvent* done);
@@ -52,6 +55,10 @@ static inline NcclGroup* nccl_group_create(MPI_Comm mc, int rank, int size, Back
 static inline void nccl_group_destroy(NcclGroup* g) { (void)g; }
 static inline NcclEvent* nccl_event_create(void) { fail("internal: NCCL event in a build without NCCL"); }
 static inline void nccl_event_destroy(NcclEvent* e) { (void)e; }
+static inline void nccl_exchange(NcclGroup* g, const CommMessage* msgs, int n, int wait_main) {
+    (void)g, (void)msgs, (void)n, (void)wait_main;
+}
+static inline void nccl_exchange_finish(NcclGroup* g) { (void)g; }
 static inline void nccl_allreduce(NcclGroup* g, void* buf, size_t n, DType dt, NcclEvent* done) {
     (void)g, (void)buf, (void)n, (void)dt, (void)done;
 }

@@ -31,6 +31,7 @@ typedef enum {
     WORK,        // one, shared by the blocks and the activation sets
     HEAD,        // one on the stage with the LM head, none elsewhere
     ENCODER,     // one on the stage with the embedding lookup (its backward reads the tokens)
+    UPSTREAM,    // one on a stage without it: one that sends d(input) to an earlier stage
 } Extent;
 typedef enum { KEPT_ALWAYS, KEPT_LN, KEPT_ATT, KEPT_GELU, KEPT_MID } KeptBy;
 // Elements per token; *A: a tensor rank's share; W_VPA: its vocabulary columns (Vp/tp); W_VSTAT: 1 + 3 tp
@@ -78,6 +79,7 @@ static const ActivationBuffer BUFFERS[] = {
     BUF(dsmall, WORK, KEPT_ALWAYS, W_C, E_DT),
     BUF(dbig, WORK, KEPT_ALWAYS, W_4CA, E_DT),
     BUF(att_scratch, WORK, KEPT_ALWAYS, W_NHA, E_F32),
+    OWN(dinput_out, UPSTREAM, KEPT_ALWAYS, W_C, E_DT),
 };
 #undef BUF
 #undef OWN
@@ -105,7 +107,8 @@ static size_t buffer_bytes(const ActivationBuffer* b, const ParamLayout* lay, DT
     size_t L = (size_t)lay->num_blocks, C = (size_t)s->C;
     int head = lay->final_unit >= 0, enc = lay->emb_unit >= 0 && !lay->emb_mirror;
     size_t slices = b->extent == RESIDUAL ? L + 1 : b->extent == PER_BLOCK ? (kept_every_block(b->kept, k) ? L : 1)
-                    : b->extent == HEAD ? (size_t)head : b->extent == ENCODER ? (size_t)enc : 1;
+                    : b->extent == HEAD ? (size_t)head : b->extent == ENCODER ? (size_t)enc
+                    : b->extent == UPSTREAM ? (size_t)!enc : 1;
     size_t CA = (size_t)layout_attn_channels(lay);
     size_t width[] = {1, C, CA, 3 * CA, (size_t)layout_mlp_channels(lay), (size_t)layout_heads(lay),
                       (size_t)layout_vocab_rows(lay), lay->tp_size > 1 ? 1 + 3 * (size_t)lay->tp_size : 0};
@@ -206,6 +209,11 @@ void* gpt_stage_output(GPT* g, int set) {
 }
 void* gpt_boundary_grad(GPT* g) { return g->sets[0].dresid; }
 size_t gpt_boundary_bytes(const GPT* g) { return (size_t)g->rows * g->shape.C * dtype_size(g->dt); }
+void* gpt_grad_to_send(GPT* g, Backend* be) {
+    if (!g->sets[0].dinput_out) fail("internal: gpt_grad_to_send on the stage with the embeddings");
+    be_copy(be, g->sets[0].dinput_out, g->sets[0].dresid, gpt_boundary_bytes(g));
+    return g->sets[0].dinput_out;
+}
 
 static void use_set(GPT* g, int set) {
     if (set < 0 || set >= g->num_sets) fail("internal: activation set %d of %d", set, g->num_sets);

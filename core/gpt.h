@@ -42,6 +42,7 @@ typedef struct {
     void* dsmall;      // (N, C)
     void* dbig;        // (N, 4C)  dfch, then dqkv; -sp: between them, a LayerNorm's parameter gradients
     float* att_scratch;  // (B, NH, T)
+    void* dinput_out;  // (N, C)   rows; d(input) on its way upstream (a stage without the embeddings)
 } Activations;
 
 // zb's stash: what a deferred weight-gradient pass (W) needs from its input-gradient pass (B), for each of
@@ -123,3 +124,7 @@ void* gpt_stage_input(GPT* g, int set);
 void* gpt_stage_output(GPT* g, int set);
 void* gpt_boundary_grad(GPT* g);
 size_t gpt_boundary_bytes(const GPT* g);
+// d(input) to send upstream, copied out of gpt_boundary_grad into a buffer of its own (dinput_out), so that
+// the next gradient can arrive in gpt_boundary_grad while this one travels (one exchange may hold both, and
+// a send completes in the background: comm_exchange). Valid until the next call.
+void* gpt_grad_to_send(GPT* g, Backend* be);

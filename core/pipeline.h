@@ -4,8 +4,8 @@
 // grid's pp group (grid.h). Without a pipeline (one stage) the 1F1B list is F0 B0 F1 B1 ..., so the same
 // code runs gradient accumulation on a single rank.
 //
-// Sends are buffered (comm.h), which is what makes the list's order deadlock-free (schedule.h explains
-// why). Micro-batch i of chunk c uses activation set i % K, K = the schedule's peak for the chunk: the
+// The sends and receives between two computes go out as one exchange (comm_exchange: rendezvous sends, as
+// NCCL's; schedule.h shows why the lists cannot deadlock so). Micro-batch i of chunk c uses activation set i % K, K = the schedule's peak for the chunk: the
 // micro-batches in flight in a chunk are consecutive and never more than K, so their sets never collide;
 // zb's deferred weight gradients use stash slot i % D, D = peak_deferred, by the same argument.
 #pragma once

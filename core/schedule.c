@@ -79,6 +79,21 @@ static int interleaved_chunk(const StageSchedule* s, int k, int backward) {
     return backward ? s->num_chunks - 1 - c : c;
 }
 
+// A forward's or backward's receive and send, split so that they can be placed apart.
+static void emit_recv(StageSchedule* s, int backward, int micro, int chunk) {
+    if (!backward && !is_first_virtual(s, chunk)) push(s, ACT_RECV_ACT, micro, chunk, prev_stage(s));
+    if (backward && !is_last_virtual(s, chunk)) push(s, ACT_RECV_GRAD, micro, chunk, next_stage(s));
+}
+static void emit_send(StageSchedule* s, int backward, int micro, int chunk) {
+    if (!backward && !is_last_virtual(s, chunk)) push(s, ACT_SEND_ACT, micro, chunk, next_stage(s));
+    if (backward && !is_first_virtual(s, chunk)) push(s, ACT_SEND_GRAD, micro, chunk, prev_stage(s));
+}
+
+// Megatron's order, rounds of compute with one exchange between rounds: a round is one forward (warm-up),
+// a forward and a backward (steady state) or one backward (cool-down); the exchange after round r sends
+// its outputs and receives round r + 1's inputs. Interleaving needs that batching (a stage sends to and
+// receives from both neighbours in the same round; with one exchange per compute, as in 1f1b, it
+// deadlocks under rendezvous sends from P=2, m=4 on), and it is what the warm-up's factor 2 pays for.
 static void build_interleaved(StageSchedule* s) {
     int P = s->num_stages, V = s->num_chunks, total = s->num_micro * V;
     // Megatron's warm-up: enough forwards that the first backward's gradient has come back through the
@@ -86,13 +101,18 @@ static void build_interleaved(StageSchedule* s) {
     int warmup = (P - s->stage - 1) * 2 + (V - 1) * P;
     if (warmup > total) warmup = total;
     s->num_warmup = warmup;
-    int fwd = 0, bwd = 0;
-    for (int i = 0; i < warmup; i++, fwd++) emit_forward(s, interleaved_micro(s, fwd), interleaved_chunk(s, fwd, 0));
-    for (int i = 0; i < total - warmup; i++, fwd++, bwd++) {
-        emit_forward(s, interleaved_micro(s, fwd), interleaved_chunk(s, fwd, 0));
-        emit_backward(s, ACT_BACKWARD, interleaved_micro(s, bwd), interleaved_chunk(s, bwd, 1));
+    // Round r runs forward r (if r < total), then backward r - warmup (if that is 0 .. total-1).
+    for (int r = 0; r <= total + warmup; r++) {
+        int f = r < total ? r : -1, b = r >= warmup && r - warmup < total ? r - warmup : -1;
+        int pf = r >= 1 && r - 1 < total ? r - 1 : -1, pb = r - 1 >= warmup && r - 1 - warmup < total ? r - 1 - warmup : -1;
+        // the exchange before round r: round r - 1's outputs, round r's inputs
+        if (pf >= 0) emit_send(s, 0, interleaved_micro(s, pf), interleaved_chunk(s, pf, 0));
+        if (pb >= 0) emit_send(s, 1, interleaved_micro(s, pb), interleaved_chunk(s, pb, 1));
+        if (f >= 0) emit_recv(s, 0, interleaved_micro(s, f), interleaved_chunk(s, f, 0));
+        if (b >= 0) emit_recv(s, 1, interleaved_micro(s, b), interleaved_chunk(s, b, 1));
+        if (f >= 0) push(s, ACT_FORWARD, interleaved_micro(s, f), interleaved_chunk(s, f, 0), -1);
+        if (b >= 0) push(s, ACT_BACKWARD, interleaved_micro(s, b), interleaved_chunk(s, b, 1), -1);
     }
-    for (; bwd < total; bwd++) emit_backward(s, ACT_BACKWARD, interleaved_micro(s, bwd), interleaved_chunk(s, bwd, 1));
 }
 
 // zb: the greedy pass over the ideal timeline with unit-time F, B and W (schedule.h), run for every stage

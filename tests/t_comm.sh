@@ -70,6 +70,8 @@ misuse() {   # name, expected error (grep -E), env..., -- mode
         "exit $rc: $(grep -m1 . "$TMP/misuse.out" | head -c 200)"
 }
 misuse comm_refuses_too_many_in_flight 'allgather: 8 collectives already in flight' -- too-many
+misuse comm_exchange_order_refused 'rank 1: comm_exchange: from rank 0 came message 1 where message 2 was expected' -- exchange-order
+misuse comm_exchange_overlap_refused '(rank 1: )?comm_exchange: messages 0 and 1 \(tags 1 and 1\) share memory' -- exchange-overlap
 misuse comm_poison_detects_write_in_flight 'GPT_COMM_POISON: a buffer of a reduce_scatter in flight' GPT_COMM_POISON=1 -- write-in-flight
 # Without poison mode the same write goes unnoticed on the CPU (MPI works on a copy): the mode is needed.
 # (Rank 0 prints the error; rank 1 would only after fail()'s wait, by which time mpirun has ended the job.)

@@ -187,5 +187,4 @@ bad_input error_unknown_schedule "error: -ps 2f2b: the schedule must be 1f1b, in
 bad_input error_vp_without_interleaving "error: -vp 2: virtual stages need -ps interleaved" 2 -pp 2 -ga 4 -ps zb -vp 2
 bad_input error_interleaved_ga "error: -ps interleaved needs -ga divisible by -pp (micro-batches 3, stages 2)" 2 -pp 2 -ga 3 -ps interleaved
 bad_input error_interleaved_no_pipeline "error: -ps interleaved needs a pipeline" 1 -ga 4 -ps interleaved
-bad_input error_interleaved_too_many_tags "error: -ps interleaved: -pp 2 x -vp 4 x -ga 2050 needs more than" 2 -pp 2 -ga 2050 -ps interleaved -vp 4 -e L8C64H4V512T64
 t_finish

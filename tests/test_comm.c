@@ -14,6 +14,8 @@
 //   test_comm --die MODE      rank 1 dies mid-run (MODE: abort, exit3, exit0, fail, kill) while the others wait in
 //                             a collective: the launcher must end the whole job.
 #include <signal.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "core/comm.h"
 #include "base/common.h"
@@ -379,7 +381,9 @@ static void test_in_flight_limit(T* t, size_t n) {
 }
 
 // --misuse MODE (2+ ranks): a use the comm layer must refuse with a one-line error. too-many: one start
-// beyond COMM_MAX_IN_FLIGHT; write-in-flight (with GPT_COMM_POISON=1): a write into a buffer in flight.
+// beyond COMM_MAX_IN_FLIGHT; write-in-flight (with GPT_COMM_POISON=1): a write into a buffer in flight;
+// exchange-order: rank 1 lists rank 0's two messages in the other order; exchange-overlap: a send and a
+// receive of one exchange on overlapping memory.
 static void misuse(T* t, const char* mode) {
     size_t n = 16;
     void* d = be_malloc(t->be, (size_t)t->size * n * 4 * (COMM_MAX_IN_FLIGHT + 1));
@@ -392,6 +396,16 @@ static void misuse(T* t, const char* mode) {
         float one = 1;
         be_upload(t->be, (float*)d + (size_t)((t->rank + 1) % t->size) * n, &one, 4);   // another rank's slot
         comm_wait(t->world, &h);
+    } else if (!strcmp(mode, "exchange-order") && t->rank < 2) {
+        int first = t->rank == 0 ? 1 : 2;
+        CommMessage m[2] = {{.send = t->rank == 0, .buf = d, .bytes = 4, .peer = 1 - t->rank, .tag = first},
+                            {.send = t->rank == 0, .buf = (float*)d + 1, .bytes = 4, .peer = 1 - t->rank, .tag = 3 - first}};
+        comm_exchange(t->world, m, 2);
+        comm_barrier(t->world);   // rank 0 waits here for rank 1's error to end the job
+    } else if (!strcmp(mode, "exchange-overlap")) {
+        CommMessage m[2] = {{.send = 1, .buf = d, .bytes = 8, .peer = 1 - t->rank % 2, .tag = 1},
+                            {.send = 0, .buf = (float*)d + 1, .bytes = 8, .peer = 1 - t->rank % 2, .tag = 1}};
+        comm_exchange(t->world, m, 2);
     }
     fail("--misuse %s: not refused", mode);
 }
@@ -423,38 +437,72 @@ static void test_broadcast(T* t, Group* g, size_t bytes, int test_id) {
     free(expect);
 }
 
-// Every rank sends two messages to its successor before receiving from its predecessor, and receives them
-// in the opposite order of their tags: only buffered sends get through this without deadlock.
+// One exchange per rank around the ring: two messages to the successor and two from the predecessor, all
+// posted together (with rendezvous sends, separate exchanges would deadlock the ring).
 static void test_ring(T* t, size_t bytes) {
     if (t->size < 2) return;
     int next = (t->rank + 1) % t->size, prev = (t->rank + t->size - 1) % t->size;
     size_t n = bytes / 4;
     float *x = xmalloc(bytes), *y = xmalloc(bytes), *e = xmalloc(bytes);
     comm_reset_bytes(t->world);
-    void* d1 = be_malloc(t->be, bytes);
-    void* d2 = be_malloc(t->be, bytes);
-    gen(x, n, stream_of(90, t->rank), DT_FP32, 0);
-    be_upload(t->be, d1, x, bytes);
-    comm_send(t->world, d1, bytes, next, 1);
-    gen(x, n, stream_of(91, t->rank), DT_FP32, 0);
-    be_upload(t->be, d1, x, bytes);   // the first send must have taken its own copy
-    comm_send(t->world, d1, bytes, next, 2);
-    comm_recv(t->world, d2, bytes, prev, 2);
-    be_download(t->be, y, d2, bytes);
-    gen(e, n, stream_of(91, prev), DT_FP32, 0);
-    int ok = memcmp(y, e, bytes) == 0;
-    comm_recv(t->world, d2, bytes, prev, 1);
-    be_download(t->be, y, d2, bytes);
-    gen(e, n, stream_of(90, prev), DT_FP32, 0);
-    ok &= memcmp(y, e, bytes) == 0;
+    void* d[4];
+    for (int k = 0; k < 4; k++) d[k] = be_malloc(t->be, bytes);
+    for (int k = 0; k < 2; k++) {
+        gen(x, n, stream_of(90 + k, t->rank), DT_FP32, 0);
+        be_upload(t->be, d[k], x, bytes);
+    }
+    CommMessage msgs[4] = {
+        {.send = 1, .buf = d[0], .bytes = bytes, .peer = next, .tag = 1},
+        {.send = 0, .buf = d[2], .bytes = bytes, .peer = prev, .tag = 1},
+        {.send = 1, .buf = d[1], .bytes = bytes, .peer = next, .tag = 2},
+        {.send = 0, .buf = d[3], .bytes = bytes, .peer = prev, .tag = 2},
+    };
+    comm_exchange(t->world, msgs, 4);
+    int ok = 1;
+    for (int k = 0; k < 2; k++) {
+        be_download(t->be, y, d[2 + k], bytes);
+        gen(e, n, stream_of(90 + k, prev), DT_FP32, 0);
+        ok &= memcmp(y, e, bytes) == 0;
+    }
     char name[96];
-    snprintf(name, sizeof name, "ring_send_recv_%zub", bytes);
+    snprintf(name, sizeof name, "ring_exchange_%zub", bytes);
     verdict(t, name, ok, "received data differs from what the predecessor sent");
-    snprintf(name, sizeof name, "ring_send_recv_%zub_bytes", bytes);
+    snprintf(name, sizeof name, "ring_exchange_%zub_bytes", bytes);
     verdict(t, name, counters_are(t->world, COLL_SEND, 2 * bytes), "wrong count");
-    be_free(t->be, d1);
-    be_free(t->be, d2);
+    for (int k = 0; k < 4; k++) be_free(t->be, d[k]);
     free(x), free(y), free(e);
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Sends are rendezvous (comm.h): rank 0's exchange of one small message (eager-sized: MPI_Send would
+// return at once) completes only once rank 1, 0.3 s late, posts the receive; being sends only, it returns
+// once posted, and comm_exchange_finish waits.
+static void test_rendezvous(T* t) {
+    if (t->size < 2 || t->rank > 1) {
+        if (t->size >= 2) verdict(t, "exchange_send_waits_for_receive", 1, ""), verdict(t, "exchange_of_sends_returns_when_posted", 1, "");
+        return;
+    }
+    int v = t->rank == 0 ? 42 : 0;
+    void* d = be_malloc(t->be, sizeof v);
+    be_upload(t->be, d, &v, sizeof v);
+    CommMessage m = {.send = t->rank == 0, .buf = d, .bytes = sizeof v, .peer = 1 - t->rank, .tag = 7};
+    if (t->rank == 1) usleep(300000);
+    double t0 = now_seconds();
+    comm_exchange(t->world, &m, 1);
+    double posting = now_seconds() - t0;   // an exchange of sends only returns once posted
+    comm_exchange_finish(t->world);
+    be_download(t->be, &v, d, sizeof v);   // NCCL: the host waits here, for the main stream that waits for it
+    double waited = now_seconds() - t0;
+    be_free(t->be, d);
+    verdict(t, "exchange_send_waits_for_receive", t->rank == 1 ? v == 42 : waited > 0.2,
+            "the send completed before its receive was posted (buffered), or the message was lost");
+    verdict(t, "exchange_of_sends_returns_when_posted", t->rank == 1 || posting < 0.1,
+            "comm_exchange waited for an exchange of sends only");
 }
 
 static void test_host(T* t) {
@@ -525,7 +573,7 @@ int main(int argc, char** argv) {
     if (argc == 3 && !strcmp(argv[1], "--comm") && !strcmp(argv[2], "nccl")) kind = COMM_NCCL;
     else if (argc != 1 && !(argc == 3 && !strcmp(argv[1], "--comm") && !strcmp(argv[2], "mpi")))
         fail("usage: test_comm [--comm mpi|nccl | --die abort|exit3|exit0|fail|kill | "
-             "--misuse too-many|write-in-flight]");
+             "--misuse too-many|write-in-flight|exchange-order|exchange-overlap]");
     if (comm_select(t.world, kind) != kind) fail("comm_select did not give %s", comm_kind_name(kind));
 
     verdict(&t, "world_rank_size", t.rank >= 0 && t.rank < t.size, "rank outside [0, size)");
@@ -572,6 +620,7 @@ int main(int argc, char** argv) {
     for (int gi = 0; gi < 3; gi++) test_broadcast(&t, &groups[gi], 1000, ++test_id);
     test_ring(&t, 64);
     test_ring(&t, 1u << 20);   // beyond any eager limit (rendezvous protocol)
+    test_rendezvous(&t);
     test_host(&t);
     test_host_transfers(&t);
 

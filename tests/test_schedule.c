@@ -140,11 +140,25 @@ static const char* check_shape(const StageSchedule* st) {
     return check_zb_bounds(st);
 }
 
-// Communication around each compute action: F is [RECV_ACT from the previous stage] F [SEND_ACT to the
-// next] and B [RECV_GRAD from the next] B [SEND_GRAD to the previous], the bracketed parts present exactly
-// when that virtual neighbour exists (stages wrap around with interleaving); W has none.
+// Communication around each compute action: F receives its activations from the previous stage and sends
+// its output to the next, B receives the gradient from the next stage and sends one to the previous, each
+// present exactly when that virtual neighbour exists (stages wrap around with interleaving); W has none.
+// The receive comes before the compute and the send after it, in the exchange next to it (1f1b, zb) or,
+// under interleaving's rounds of "F B", with at most the round's other compute in between.
+static int find_comm(const StageSchedule* st, ActionKind k, int micro, int chunk) {
+    for (int i = 0; i < st->count; i++)
+        if (st->actions[i].kind == k && st->actions[i].micro == micro && st->actions[i].chunk == chunk) return i;
+    return -1;
+}
+static int computes_between(const StageSchedule* st, int lo, int hi) {
+    int n = 0;
+    for (int i = lo + 1; i < hi; i++) n += action_is_compute(st->actions[i].kind);
+    return n;
+}
+
 static const char* check_comm_local(const StageSchedule* st) {
     int P = st->num_stages, prev = (st->stage + P - 1) % P, next = (st->stage + 1) % P, want = 0;
+    int slack = st->kind == SCHEDULE_INTERLEAVED;
     for (int i = 0; i < st->count; i++) {
         const Action* a = &st->actions[i];
         if (a->micro < 0 || a->micro >= st->num_micro) return "micro index out of range";
@@ -156,13 +170,11 @@ static const char* check_comm_local(const StageSchedule* st) {
         if (!action_is_compute(a->kind) || a->kind == ACT_BACKWARD_WEIGHT) continue;
         int fw = a->kind == ACT_FORWARD, has_in = fw ? !first_v(st, a->chunk) : !last_v(st, a->chunk);
         int has_out = fw ? !last_v(st, a->chunk) : !first_v(st, a->chunk);
-        ActionKind in = fw ? ACT_RECV_ACT : ACT_RECV_GRAD, out = fw ? ACT_SEND_ACT : ACT_SEND_GRAD;
-        const Action* b = i > 0 ? &st->actions[i - 1] : NULL;
-        const Action* n = i + 1 < st->count ? &st->actions[i + 1] : NULL;
-        if (has_in && (!b || b->kind != in || b->micro != a->micro || b->chunk != a->chunk))
+        int r = find_comm(st, fw ? ACT_RECV_ACT : ACT_RECV_GRAD, a->micro, a->chunk);
+        int o = find_comm(st, fw ? ACT_SEND_ACT : ACT_SEND_GRAD, a->micro, a->chunk);
+        if (has_in && (r < 0 || r > i || computes_between(st, r, i) > slack))
             return "compute not preceded by the receive of its input";
-        if (has_out && (!n || n->kind != out || n->micro != a->micro || n->chunk != a->chunk))
-            return "compute not followed by the send of its output";
+        if (has_out && (o < i || computes_between(st, i, o) > slack)) return "compute not followed by the send of its output";
         want += has_in + has_out;
     }
     int ncomm = 0;
@@ -210,8 +222,7 @@ static const char* check_peak(const StageSchedule* st) {
 // micro: so both ends must list each link's messages in the same order. Compute advances the stage's clock
 // by its time, and a receive moves it to the message's send time if later, so the clocks give the ideal
 // (no comm cost) timeline. The outcome is the same whichever runnable stage goes first (blocking receives
-// on FIFO links are deterministic), which the tests confirm with several policies. The rendezvous mode
-// models unbuffered sends, to show that the buffering is needed.
+// on FIFO links are deterministic), which the tests confirm with several policies.
 
 typedef struct { int vs[MAX_MSG], micro[MAX_MSG]; double time[MAX_MSG]; int head, tail; } Link;
 typedef struct {
@@ -221,7 +232,6 @@ typedef struct {
     double clock[MAX_P];
     Link link[2][MAX_P][MAX_P];   // [0 activations, 1 gradients][src][dst]
     double t_f, t_b, t_w;         // F, B (the whole backward, or zb's B), W
-    int rendezvous;               // unbuffered sends: a send waits until the peer's next action is its receive
 } Sim;
 
 typedef enum { STEP_OK, STEP_ERROR } StepResult;
@@ -240,20 +250,11 @@ static int expected_sender(const StageSchedule* st, const Action* a) {
     return vstage(st, a->chunk) + (a->kind == ACT_RECV_ACT ? -1 : 1);
 }
 
-// Is the peer's next action the receive matching send a? (For rendezvous sends.)
-static int peer_waits_for(const Sim* sim, int s, const Action* a) {
-    if (a->peer < 0 || a->peer >= sim->P || sim->pc[a->peer] >= sim->ss[a->peer].count) return 0;
-    const StageSchedule* peer = &sim->ss[a->peer];
-    const Action* r = &peer->actions[sim->pc[a->peer]];
-    ActionKind want = a->kind == ACT_SEND_ACT ? ACT_RECV_ACT : ACT_RECV_GRAD;
-    return r->kind == want && r->micro == a->micro && expected_sender(peer, r) == vstage(&sim->ss[s], a->chunk);
-}
-
 // Can stage s's next action run now? Compute always can, buffered sends too; receives need a message.
 static int can_step(Sim* sim, int s) {
     if (sim->pc[s] >= sim->ss[s].count) return 0;
     const Action* a = &sim->ss[s].actions[sim->pc[s]];
-    if (is_send(a->kind)) return !sim->rendezvous || peer_waits_for(sim, s, a);
+    if (is_send(a->kind)) return 1;
     if (action_is_compute(a->kind)) return 1;
     Link* l = link_for(sim, s, a);
     return l == NULL || l->head < l->tail;   // a bad peer "runs" so that step() reports it
@@ -300,9 +301,9 @@ typedef struct { double t_f, t_b, t_w; } Times;
 
 // Runs the pipeline to completion or deadlock. Returns NULL if every stage finished with every message
 // consumed; *makespan = the latest clock.
-static const char* simulate_ex(int P, const StageSchedule* ss, int policy, Times t, int rendezvous, double* makespan) {
+static const char* simulate(int P, const StageSchedule* ss, int policy, Times t, double* makespan) {
     Sim* sim = xcalloc(1, sizeof(Sim));
-    sim->P = P, sim->ss = ss, sim->t_f = t.t_f, sim->t_b = t.t_b, sim->t_w = t.t_w, sim->rendezvous = rendezvous;
+    sim->P = P, sim->ss = ss, sim->t_f = t.t_f, sim->t_b = t.t_b, sim->t_w = t.t_w;
     unsigned rng = 12345u + (unsigned)policy;
     const char* why = NULL;
     for (int s = -1; (s = pick(sim, policy, &rng, s)) >= 0;)
@@ -322,27 +323,6 @@ static const char* simulate_ex(int P, const StageSchedule* ss, int policy, Times
 // Unit times for the ideal timeline: a backward is twice a forward (split evenly between zb's B and W).
 static const Times UNIT_TIMES = {1.0, 2.0, 1.0};
 
-static const char* simulate(int P, const StageSchedule* ss, int policy, Times t, double* makespan) {
-    return simulate_ex(P, ss, policy, t, 0, makespan);
-}
-
-// schedule.h says buffering is what makes the order safe: with rendezvous sends, 1F1B's P=2, m=2 deadlocks
-// (stage 0 sends act 1 while stage 1 sends grad 0), while P=1 and m=1 (nothing to cross) still finish.
-static void test_rendezvous(TestStats* st) {
-    int results[3];
-    const int cases[3][2] = {{2, 2}, {1, 4}, {4, 1}};
-    for (int i = 0; i < 3; i++) {
-        StageSchedule ss[MAX_P];
-        double t;
-        Case c = {SCHEDULE_1F1B, cases[i][0], cases[i][1], 1};
-        build_all(c, ss);
-        results[i] = simulate_ex(c.P, ss, 0, UNIT_TIMES, 1, &t) == NULL;
-        free_all(c.P, ss);
-    }
-    test_report(st, !results[0], "rendezvous_sends_deadlock_P2_m2", "finished %g (want 0)", results[0], 0);
-    test_report(st, results[1] && results[2], "rendezvous_sends_fine_P1_or_m1", "P1 m4 %g, P4 m1 %g", results[1], results[2]);
-}
-
 static const char* check_deadlock_free(Case c, const StageSchedule* ss) {
     const Times times[2] = {UNIT_TIMES, {1.0, 0.5, 3.0}};   // the lists' own timeline, and a lopsided one
     for (int policy = 0; policy < 4; policy++)
@@ -352,6 +332,194 @@ static const char* check_deadlock_free(Case c, const StageSchedule* ss) {
             if (why) return why;
         }
     return NULL;
+}
+
+// ---- exchanges: the executor's semantics (schedule.h) ----
+//
+// Each stage walks its list; compute advances its clock; a run of communication actions (an exchange) is
+// posted as a whole. A send and its receive complete together, at the later of their posting times, once
+// both are posted (rendezvous). An exchange with a receive holds the stage until all of it is complete; one
+// of sends only stays pending while the stage computes on, and the stage's next exchange (or the end of its
+// list) waits for it before posting (exchanges complete in order). Messages from stage a to stage b pair in
+// list order (the k-th send of a to b with the k-th receive of b from a, whatever their kinds), and the
+// pairing must give each receive the message it names: the sender's virtual stage, micro and kind. A
+// forward must not write the activation set a pending send still reads.
+
+#define MAX_ACTIONS (7 * MAX_M * MAX_V)
+typedef struct {
+    int P;
+    const StageSchedule* ss;
+    int partner[MAX_P][MAX_ACTIONS];   // the paired action's index on the peer (comm actions)
+    char done[MAX_P][MAX_ACTIONS];
+    double posted_at[MAX_P][MAX_ACTIONS], done_at[MAX_P][MAX_ACTIONS];
+    int pc[MAX_P];
+    int current[MAX_P];                // the exchange at pc once posted, else -1
+    int pend_lo[MAX_P], pend_hi[MAX_P];   // a pending exchange of sends, empty if lo == hi
+    double clock[MAX_P];
+    int one_per_message;               // every message its own exchange, to show the grouping is needed
+    const char* error;
+} XSim;
+
+static int exchange_end(const XSim* x, int s, int i) {
+    return x->one_per_message ? i + 1 : schedule_exchange_end(&x->ss[s], i);
+}
+
+// Pairs the messages from a to b in list order. Returns NULL or why they cannot pair.
+static const char* pair_link(XSim* x, int a, int b) {
+    const StageSchedule *sa = &x->ss[a], *sb = &x->ss[b];
+    int j = 0;
+    for (int i = 0; i < sa->count; i++) {
+        const Action* snd = &sa->actions[i];
+        if (!is_send(snd->kind) || snd->peer != b) continue;
+        while (j < sb->count && (is_send(sb->actions[j].kind) || action_is_compute(sb->actions[j].kind) ||
+                                 sb->actions[j].peer != a))
+            j++;
+        if (j == sb->count) return "a message is sent but never received";
+        const Action* rcv = &sb->actions[j];
+        int same_kind = is_grad(snd->kind) == is_grad(rcv->kind);
+        if (!same_kind || snd->micro != rcv->micro || vstage(sa, snd->chunk) != expected_sender(sb, rcv))
+            return "list order pairs a send with a receive meant for another message";
+        x->partner[a][i] = j, x->partner[b][j] = i, j++;
+    }
+    for (; j < sb->count; j++)
+        if (!is_send(sb->actions[j].kind) && !action_is_compute(sb->actions[j].kind) && sb->actions[j].peer == a)
+            return "a receive has no message";
+    return NULL;
+}
+
+// Is action i of stage s posted: in its pending exchange, or in the exchange it has posted at pc?
+static int posted(const XSim* x, int s, int i) {
+    if (x->pend_lo[s] <= i && i < x->pend_hi[s]) return 1;
+    return x->current[s] >= 0 && x->current[s] <= i && i < exchange_end(x, s, x->current[s]);
+}
+
+// Completes every posted message of s whose partner is posted too; returns 1 if any.
+static int match(XSim* x, int s) {
+    int moved = 0;
+    for (int i = 0; i < x->ss[s].count; i++) {
+        if (x->done[s][i] || !posted(x, s, i)) continue;
+        int p = x->ss[s].actions[i].peer, j = x->partner[s][i];
+        if (!posted(x, p, j)) continue;
+        double when = x->posted_at[s][i] > x->posted_at[p][j] ? x->posted_at[s][i] : x->posted_at[p][j];
+        x->done[s][i] = x->done[p][j] = 1, x->done_at[s][i] = x->done_at[p][j] = when;
+        moved = 1;
+    }
+    return moved;
+}
+
+// All of actions lo .. hi-1 complete? Then the stage's clock moves to the last completion.
+static int complete(XSim* x, int s, int lo, int hi) {
+    double last = x->clock[s];
+    for (int i = lo; i < hi; i++) {
+        if (!x->done[s][i]) return 0;
+        if (x->done_at[s][i] > last) last = x->done_at[s][i];
+    }
+    x->clock[s] = last;
+    return 1;
+}
+
+// A forward into the activation set of a pending send's micro-batch (same chunk) would overwrite what it reads.
+static void check_pending_set(XSim* x, int s, const Action* f) {
+    const StageSchedule* st = &x->ss[s];
+    int K = st->peak_chunk[f->chunk] > 0 ? st->peak_chunk[f->chunk] : 1;
+    for (int i = x->pend_lo[s]; i < x->pend_hi[s]; i++) {
+        const Action* a = &st->actions[i];
+        if (a->kind == ACT_SEND_ACT && a->chunk == f->chunk && a->micro % K == f->micro % K && !x->done[s][i])
+            x->error = "a forward overwrites the activations a pending send is reading";
+    }
+}
+
+// Advances stage s as far as it can; returns 1 if it moved.
+static int advance(XSim* x, int s, Times t) {
+    const StageSchedule* st = &x->ss[s];
+    int moved = match(x, s);
+    for (;;) {
+        int at_end = x->pc[s] == st->count;
+        const Action* a = at_end ? NULL : &st->actions[x->pc[s]];
+        if (a && action_is_compute(a->kind)) {
+            if (a->kind == ACT_FORWARD) check_pending_set(x, s, a);
+            x->clock[s] += a->kind == ACT_FORWARD ? t.t_f : a->kind == ACT_BACKWARD_WEIGHT ? t.t_w : t.t_b;
+            x->pc[s]++, moved = 1;
+            continue;
+        }
+        if (x->pend_lo[s] < x->pend_hi[s]) {   // the next exchange, or the end, waits for the pending one
+            if (!complete(x, s, x->pend_lo[s], x->pend_hi[s])) break;
+            x->pend_lo[s] = x->pend_hi[s] = 0, moved = 1;
+        }
+        if (at_end) break;
+        int lo = x->pc[s], hi = exchange_end(x, s, lo), sends_only = 1;
+        if (x->current[s] != lo) {
+            x->current[s] = lo, moved = 1;
+            for (int i = lo; i < hi; i++) x->posted_at[s][i] = x->clock[s];
+            match(x, s);
+        }
+        for (int i = lo; i < hi; i++) sends_only &= is_send(st->actions[i].kind);
+        if (sends_only) {
+            x->pend_lo[s] = lo, x->pend_hi[s] = hi;
+        } else if (!complete(x, s, lo, hi)) {
+            break;
+        }
+        x->current[s] = -1, x->pc[s] = hi, moved = 1;
+    }
+    return moved;
+}
+
+// Runs every stage's list under exchange semantics. NULL if all finish; *makespan = the latest clock.
+static const char* simulate_exchanges(int P, const StageSchedule* ss, Times t, int one_per_message, double* makespan) {
+    XSim* x = xcalloc(1, sizeof(XSim));
+    x->P = P, x->ss = ss, x->one_per_message = one_per_message;
+    const char* why = NULL;
+    for (int s = 0; s < P; s++) x->current[s] = -1;
+    for (int s = 0; s < P && !why; s++) {
+        if (ss[s].count > MAX_ACTIONS) why = "list too long for the test";
+        for (int i = 0; i < ss[s].count && !why; i++)
+            if (!action_is_compute(ss[s].actions[i].kind) && (ss[s].actions[i].peer < 0 || ss[s].actions[i].peer >= P))
+                why = "bad peer";
+    }
+    for (int a = 0; a < P && !why; a++)
+        for (int b = 0; b < P && !why; b++) why = a == b ? NULL : pair_link(x, a, b);
+    for (int moved = !why; moved && !x->error;) {
+        moved = 0;
+        for (int s = 0; s < P; s++) moved |= advance(x, s, t);
+    }
+    if (!why) why = x->error;
+    *makespan = 0;
+    for (int s = 0; s < P && !why; s++) {
+        if (x->pc[s] < ss[s].count || x->pend_lo[s] < x->pend_hi[s]) why = "deadlock: a stage waits forever at an exchange";
+        if (x->clock[s] > *makespan) *makespan = x->clock[s];
+    }
+    free(x);
+    return why;
+}
+
+static const char* check_exchanges(Case c, const StageSchedule* ss) {
+    const Times times[2] = {UNIT_TIMES, {1.0, 0.5, 3.0}};
+    for (int i = 0; i < 2; i++) {
+        double t;
+        const char* why = simulate_exchanges(c.P, ss, times[i], 0, &t);
+        if (why) return why;
+    }
+    return NULL;
+}
+
+// schedule.h: without the grouping, rendezvous sends deadlock 1F1B at P=2, m=2 (stage 0 sends act 1
+// while stage 1 sends grad 0), while P=1 and m=1 (nothing crosses) still finish; grouped, all three do.
+static void test_rendezvous(TestStats* st) {
+    const int cases[3][2] = {{2, 2}, {1, 4}, {4, 1}};
+    int single[3], grouped[3];
+    for (int i = 0; i < 3; i++) {
+        StageSchedule ss[MAX_P];
+        double t;
+        Case c = {SCHEDULE_1F1B, cases[i][0], cases[i][1], 1};
+        build_all(c, ss);
+        single[i] = simulate_exchanges(c.P, ss, UNIT_TIMES, 1, &t) == NULL;
+        grouped[i] = simulate_exchanges(c.P, ss, UNIT_TIMES, 0, &t) == NULL;
+        free_all(c.P, ss);
+    }
+    test_report(st, !single[0] && grouped[0], "rendezvous_ungrouped_deadlocks_P2_m2", "ungrouped finished %g (want 0), grouped %g",
+                single[0], grouped[0]);
+    test_report(st, single[1] && single[2] && grouped[1] && grouped[2], "rendezvous_fine_P1_or_m1", "P1 m4 %g, P4 m1 %g",
+                single[1], single[2]);
 }
 
 // The simulated bubble: (step - work) / work per stage, work = m V (t_f + t_b (+ t_w)).
@@ -514,6 +682,17 @@ static void break_peak_field(StageSchedule* s) { s->peak_in_flight++; }
 // Interleaving: the first forward's send claims the wrong chunk (so the next stage gets a message it does
 // not expect from that virtual stage).
 static void break_chunk(StageSchedule* s) { s->actions[index_of(s, ACT_SEND_ACT, 0)].chunk ^= 1; }
+// Swap the first adjacent activation and gradient sends: per-kind links still pair them, NCCL's one
+// in-order channel between two ranks (P=2 under interleaving: both go to the same peer) does not.
+static void break_send_kinds(StageSchedule* s) {
+    for (int i = 0; i + 1 < s->count; i++)
+        if (s->actions[i].kind == ACT_SEND_ACT && s->actions[i + 1].kind == ACT_SEND_GRAD) {
+            Action a = s->actions[i];
+            s->actions[i] = s->actions[i + 1], s->actions[i + 1] = a;
+            return;
+        }
+    fail("internal: no adjacent act and grad sends to swap");
+}
 // zb: run W 0 right after the first forward, before its B.
 static void break_w_before_b(StageSchedule* s) {
     int w = index_of(s, ACT_BACKWARD_WEIGHT, 0), f = index_of(s, ACT_FORWARD, 0);
@@ -569,6 +748,11 @@ static void test_checkers_catch(TestStats* st) {
     catches(st, "catches_zb_deferral", z48, 1, break_defer_all, pipe_shape);
     catches(st, "catches_zb_deferral_peak", z48, 1, break_defer_all, pipe_peak);
     catches(st, "catches_zb_bubble", z48, 0, break_eager_w, check_bubble);
+    Case i24 = {SCHEDULE_INTERLEAVED, 2, 4, 2};
+    catches(st, "catches_exchange_deadlock", c22, 0, break_recv_first, check_exchanges);
+    catches(st, "catches_exchange_deadlock_deep", c69, 3, break_recv_first, check_exchanges);
+    catches(st, "catches_exchange_unreceived_message", c35, 0, break_drop_recv, check_exchanges);
+    catches(st, "catches_exchange_kind_order", i24, 0, break_send_kinds, check_exchanges);
 }
 
 // ---- split ----
@@ -746,6 +930,14 @@ static void print_mode(const char* kind_name, int P, int m, int V) {
     for (int s = 0; s < P; s++)
         printf("stage %d: warm-up %d, peak activation sets %d, peak deferred W's %d\n", s, ss[s].num_warmup,
                ss[s].peak_in_flight, ss[s].peak_deferred);
+    double buffered, exchanged, work = m * V * (UNIT_TIMES.t_f + UNIT_TIMES.t_b + (kind == SCHEDULE_ZB ? UNIT_TIMES.t_w : 0.0));
+    Times unit = UNIT_TIMES;
+    if (kind != SCHEDULE_ZB) unit.t_w = 0.0;
+    const char* why = simulate(P, ss, 0, unit, &buffered);
+    if (!why) why = simulate_exchanges(P, ss, unit, 0, &exchanged);
+    if (why) printf("simulation: %s\n", why);
+    else printf("simulated bubble (t_f 1, t_b 2%s): buffered sends %.3f, exchanges %.3f\n", kind == SCHEDULE_ZB ? " as B 1 + W 1" : "",
+                (buffered - work) / work, (exchanged - work) / work);
     free_all(P, ss);
     double h = pipeline_head_cost(50304, 768, 1024);
     int first[MAX_P], nb[MAX_P];
@@ -768,6 +960,7 @@ int main(int argc, char** argv) {
     grid_check(&st, "comm_local", pipe_comm_local);
     grid_check(&st, "peak", pipe_peak);
     grid_check(&st, "deadlock_free", check_deadlock_free);
+    grid_check(&st, "exchanges", check_exchanges);
     grid_check(&st, "bubble", check_bubble);
     test_checkers_catch(&st);
     test_rendezvous(&st);

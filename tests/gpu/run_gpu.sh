@@ -176,9 +176,16 @@ else
                 record "nccl_np2_z${z}_run" FAIL "$(grep -m1 error "$W/nccl2z$z.txt")"
             check "nccl_np2_z${z}_vs_single" log "nccl2z$z" "$W/nccl2z$z/log.jsonl" "$W/ga4/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
         done
+        # The pipeline's exchanges over ncclSend/ncclRecv (nccl_exchange): every schedule, against one rank.
+        for ps in "1f1b" "zb" "interleaved -vp 2"; do
+            name=nccl_pp2_${ps%% *}
+            mpirun --bind-to none -np 2 $GPU "${flags[@]}" -ga 4 -p fp32 -pp 2 -ps $ps -comm nccl -o "$W/$name" > "$W/$name.txt" 2>&1 ||
+                record "${name}_run" FAIL "$(grep -m1 error "$W/$name.txt")"
+            check "${name}_vs_single" log "$name" "$W/$name/log.jsonl" "$W/ga4/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
+        done
     else
         echo "skip nccl_np2: $NGPU GPU on this machine, 2 NCCL ranks need 2"
-        ROWS+=("| nccl_np2 | skip | $NGPU GPU: 2 NCCL ranks need 2 GPUs |")
+        ROWS+=("| nccl_np2 | skip | $NGPU GPU: 2 NCCL ranks need 2 GPUs; untested NCCL code: every collective between 2+ ranks and nccl_exchange (pipeline send/recv) |")
         out=$(mpirun --oversubscribe --bind-to none -np 2 $GPU "${flags[@]}" -x 1 -comm nccl -o "$W/shared" 2>&1)
         [ $? -ne 0 ] && echo "$out" | grep -q 'needs one GPU per rank' && record nccl_refuses_shared_gpu ok "2 ranks on 1 GPU: one-line error" ||
             record nccl_refuses_shared_gpu FAIL "$(echo "$out" | grep -m1 -E 'error|rank')"
