@@ -185,7 +185,7 @@ void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, 
     for (int slot = 0; slot < num_stash; slot++)
         for (size_t f = 0; f < NUM_STASH_FIELDS; f++)
             ((void**)&g->stash[slot])[f] = mem_alloc(be, mem, MEM_ACTIVATIONS, elems[f] * dtype_size(dt));
-    batch_io_create(&g->io, be, B * T);
+    if (gpt_has_encoder(g) || gpt_has_head(g)) batch_io_create(&g->io, be, B * T);   // the only users
 }
 
 void gpt_destroy(GPT* g, Backend* be) {

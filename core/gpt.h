@@ -95,7 +95,9 @@ size_t gpt_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, i
 // has filled. The stage with the head, given targets, leaves per-token losses in acts.losses and queues
 // their download (gpt_take_losses); if dloss != 0 the logits are replaced by dlogits scaled by dloss, ready
 // for gpt_backward. Without targets: logits only. logits_dump (host, N x V floats) receives the logits
-// before the loss when not NULL. Nothing here waits for the device, except logits_dump.
+// before the loss when not NULL. The host waits for the device only for logits_dump and when an upload
+// slot comes round again (batch_io.h: for the upload issued four before, so a stage with the embeddings
+// and the head, two uploads per forward, queues at most about two micro-batches ahead of the device).
 void gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* targets, float dloss, float* logits_dump);
 // The sum of the token losses of every forward with targets since the last call, each micro-batch's in row
 // order, then in the order of the forwards (0 on a stage without the head). Waits for their downloads.
