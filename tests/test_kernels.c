@@ -186,6 +186,45 @@ static void test_backend(TestStats* s) {
     backend_destroy(be);
 }
 
+// The CPU backend's asynchronous copies (kernels.h): one queue per direction, each run as late as it may,
+// so that the model runs catch a missing wait. Waiting for an upload runs no download; a copy runs when its
+// event is waited for; main-stream work after be_stream_wait sees the upload, and without it sees the old
+// bytes; a download reads what the main stream wrote before it was issued.
+static void test_backend_copies(TestStats* s) {
+    Backend* be = backend_create(0);
+    float one[4] = {1, 1, 1, 1}, two[4] = {2, 2, 2, 2};
+    float* host_down = be_host_alloc(be, sizeof one);
+    float* host_up = be_host_alloc(be, sizeof one);
+    void* x = dev_from(be, DT_FP32, one, 4);   // downloaded
+    void* y = dev_from(be, DT_FP32, one, 4);   // uploaded into
+    void* z = dev_zeros(be, DT_FP32, 4);
+    BeEvent *down = be_event_create(be), *up = be_event_create(be);
+    memcpy(host_up, two, sizeof two);
+    for (int i = 0; i < 4; i++) host_down[i] = 0.0f;
+    be_download_async(be, host_down, x, sizeof one, down);
+    be_upload_async(be, y, host_up, sizeof two, up);
+    convert(be, z, DT_FP32, y, DT_FP32, 4);     // issued before any wait: reads y's old bytes
+    float got[4];
+    be_download(be, got, z, sizeof got);
+    check_true(s, "backend_copy_not_run_before_wait", got[0] == 1.0f && host_down[0] == 0.0f);
+    be_stream_wait(be, up);
+    convert(be, z, DT_FP32, y, DT_FP32, 4);     // after the wait: the upload's bytes
+    be_download(be, got, z, sizeof got);
+    check_true(s, "backend_stream_wait_orders_upload", got[0] == 2.0f);
+    be_event_synchronize(be, up);
+    check_true(s, "backend_upload_wait_runs_no_download", host_down[0] == 0.0f);
+    be_event_synchronize(be, down);
+    check_true(s, "backend_download_wait_runs_it", host_down[0] == 1.0f && host_down[3] == 1.0f);
+    be_event_destroy(be, down);
+    be_event_destroy(be, up);
+    be_host_free(be, host_down);
+    be_host_free(be, host_up);
+    be_free(be, x);
+    be_free(be, y);
+    be_free(be, z);
+    backend_destroy(be);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // matmul.
 
@@ -967,6 +1006,7 @@ int main(void) {
     Backend* be = backend_create(0);
     test_dtype(&s);
     test_backend(&s);
+    test_backend_copies(&s);
     test_matmul_forward(&s, be, 10, 8, 12, "matmul_forward_ref_small", "matmul_forward_gelu_ref_small");
     test_matmul_forward(&s, be, 131, 300, 70, "matmul_forward_ref_blocks", "matmul_forward_gelu_ref_blocks");
     test_matmul_backward_fd(&s, be, 0);
