@@ -575,11 +575,11 @@ void comm_exchange(Comm* c, const CommMessage* msgs, int n) {
     }
     if (n == 0) return;
     if (nreq > INT_MAX) fail("comm_exchange: %zu pieces is too many for one MPI_Waitall", nreq);
+    comm_exchange_finish(c);   // in order; and the staging and the request array are free again
     if (c->nccl) {
         nccl_exchange(c->nccl, msgs, n, receives > 0);
         return;
     }
-    comm_exchange_finish(c);   // the staging and the request array are free again
     exchange_room(c, nreq);
     unsigned char* host = staged(c) ? grown(&c->xstage, &c->xstage_cap, staged_bytes) : NULL;
     size_t r = 0, off_staged = 0;

@@ -49,7 +49,9 @@
 // same under exchanges for 1f1b and interleaved; zb's grows (P=2, m=8: 0.062 -> 0.094 of the useful time;
 // P=4, m=16: 0.094 -> 0.141; 1f1b: 0.125 and 0.188), because an exchange completes as a whole: a stage that
 // sends a gradient and receives an activation in one exchange waits for the upstream stage's W as well.
-// `./build/test_schedule print KIND P m [V]` prints both.
+// Where sends hold the stage too (NCCL, when a collective queues behind a pending send on the comm stream)
+// zb falls behind 1f1b (P=4, m=16: 0.312); the tests check that no list deadlocks that way either.
+// `./build/test_schedule print KIND P m [V]` prints all three.
 #pragma once
 #include <stdio.h>
 

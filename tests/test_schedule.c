@@ -357,6 +357,8 @@ typedef struct {
     int pend_lo[MAX_P], pend_hi[MAX_P];   // a pending exchange of sends, empty if lo == hi
     double clock[MAX_P];
     int one_per_message;               // every message its own exchange, to show the grouping is needed
+    int sends_block;                   // exchanges of sends only hold the stage too (NCCL, when collectives
+                                       // on the comm stream queue behind them)
     const char* error;
 } XSim;
 
@@ -424,7 +426,7 @@ static void check_pending_set(XSim* x, int s, const Action* f) {
     int K = st->peak_chunk[f->chunk] > 0 ? st->peak_chunk[f->chunk] : 1;
     for (int i = x->pend_lo[s]; i < x->pend_hi[s]; i++) {
         const Action* a = &st->actions[i];
-        if (a->kind == ACT_SEND_ACT && a->chunk == f->chunk && a->micro % K == f->micro % K && !x->done[s][i])
+        if (a->kind == ACT_SEND_ACT && a->chunk == f->chunk && a->micro % K == f->micro % K)
             x->error = "a forward overwrites the activations a pending send is reading";
     }
 }
@@ -454,7 +456,7 @@ static int advance(XSim* x, int s, Times t) {
             match(x, s);
         }
         for (int i = lo; i < hi; i++) sends_only &= is_send(st->actions[i].kind);
-        if (sends_only) {
+        if (sends_only && !x->sends_block) {
             x->pend_lo[s] = lo, x->pend_hi[s] = hi;
         } else if (!complete(x, s, lo, hi)) {
             break;
@@ -465,9 +467,10 @@ static int advance(XSim* x, int s, Times t) {
 }
 
 // Runs every stage's list under exchange semantics. NULL if all finish; *makespan = the latest clock.
-static const char* simulate_exchanges(int P, const StageSchedule* ss, Times t, int one_per_message, double* makespan) {
+// mode: 0 exchanges, 1 one exchange per message, 2 exchanges whose sends hold the stage too.
+static const char* simulate_exchanges(int P, const StageSchedule* ss, Times t, int mode, double* makespan) {
     XSim* x = xcalloc(1, sizeof(XSim));
-    x->P = P, x->ss = ss, x->one_per_message = one_per_message;
+    x->P = P, x->ss = ss, x->one_per_message = mode == 1, x->sends_block = mode == 2;
     const char* why = NULL;
     for (int s = 0; s < P; s++) x->current[s] = -1;
     for (int s = 0; s < P && !why; s++) {
@@ -494,11 +497,12 @@ static const char* simulate_exchanges(int P, const StageSchedule* ss, Times t, i
 
 static const char* check_exchanges(Case c, const StageSchedule* ss) {
     const Times times[2] = {UNIT_TIMES, {1.0, 0.5, 3.0}};
-    for (int i = 0; i < 2; i++) {
-        double t;
-        const char* why = simulate_exchanges(c.P, ss, times[i], 0, &t);
-        if (why) return why;
-    }
+    for (int mode = 0; mode <= 2; mode += 2)
+        for (int i = 0; i < 2; i++) {
+            double t;
+            const char* why = simulate_exchanges(c.P, ss, times[i], mode, &t);
+            if (why) return why;
+        }
     return NULL;
 }
 
@@ -682,6 +686,8 @@ static void break_peak_field(StageSchedule* s) { s->peak_in_flight++; }
 // Interleaving: the first forward's send claims the wrong chunk (so the next stage gets a message it does
 // not expect from that virtual stage).
 static void break_chunk(StageSchedule* s) { s->actions[index_of(s, ACT_SEND_ACT, 0)].chunk ^= 1; }
+// One activation set too few on the stage: a forward would overwrite a set a pending send still reads.
+static void break_fewer_sets(StageSchedule* s) { s->peak_chunk[0] = 1; }
 // Swap the first adjacent activation and gradient sends: per-kind links still pair them, NCCL's one
 // in-order channel between two ranks (P=2 under interleaving: both go to the same peer) does not.
 static void break_send_kinds(StageSchedule* s) {
@@ -753,6 +759,7 @@ static void test_checkers_catch(TestStats* st) {
     catches(st, "catches_exchange_deadlock_deep", c69, 3, break_recv_first, check_exchanges);
     catches(st, "catches_exchange_unreceived_message", c35, 0, break_drop_recv, check_exchanges);
     catches(st, "catches_exchange_kind_order", i24, 0, break_send_kinds, check_exchanges);
+    catches(st, "catches_exchange_pending_set", c48, 0, break_fewer_sets, check_exchanges);
 }
 
 // ---- split ----
@@ -930,14 +937,16 @@ static void print_mode(const char* kind_name, int P, int m, int V) {
     for (int s = 0; s < P; s++)
         printf("stage %d: warm-up %d, peak activation sets %d, peak deferred W's %d\n", s, ss[s].num_warmup,
                ss[s].peak_in_flight, ss[s].peak_deferred);
-    double buffered, exchanged, work = m * V * (UNIT_TIMES.t_f + UNIT_TIMES.t_b + (kind == SCHEDULE_ZB ? UNIT_TIMES.t_w : 0.0));
+    double buffered, exchanged, blocking = 0, work = m * V * (UNIT_TIMES.t_f + UNIT_TIMES.t_b + (kind == SCHEDULE_ZB ? UNIT_TIMES.t_w : 0.0));
     Times unit = UNIT_TIMES;
     if (kind != SCHEDULE_ZB) unit.t_w = 0.0;
     const char* why = simulate(P, ss, 0, unit, &buffered);
     if (!why) why = simulate_exchanges(P, ss, unit, 0, &exchanged);
+    if (!why) why = simulate_exchanges(P, ss, unit, 2, &blocking);
     if (why) printf("simulation: %s\n", why);
-    else printf("simulated bubble (t_f 1, t_b 2%s): buffered sends %.3f, exchanges %.3f\n", kind == SCHEDULE_ZB ? " as B 1 + W 1" : "",
-                (buffered - work) / work, (exchanged - work) / work);
+    else printf("simulated bubble (t_f 1, t_b 2%s): buffered sends %.3f, exchanges %.3f, exchanges whose sends hold "
+                "the stage %.3f\n", kind == SCHEDULE_ZB ? " as B 1 + W 1" : "", (buffered - work) / work,
+                (exchanged - work) / work, (blocking - work) / work);
     free_all(P, ss);
     double h = pipeline_head_cost(50304, 768, 1024);
     int first[MAX_P], nb[MAX_P];
