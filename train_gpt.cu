@@ -326,6 +326,9 @@ static void print_setup(Trainer* tr, CommKind comm) {
         printf("pipeline: %s over %d stages%s (blocks per %sstage: %s), %d micro-batches per step: bubble %s = %.1f%% of "
                "the useful time\n", schedule_kind_name(plan->schedule), P, chunks, plan->chunks > 1 ? "virtual " : "", blocks,
                m, formula[plan->schedule], 100.0 * plan->bubble);
+        if (plan->schedule == SCHEDULE_ZB)   // core/schedule.h: an exchange completes as a whole
+            printf("pipeline: zb's bubble assumes buffered sends; its exchanges (rendezvous, as NCCL's) leave more: "
+                   "./build/test_schedule print zb %d %d (make tests-bin)\n", P, m);
         logger_line(&tr->log, "{\"step\": %d, \"pipeline\": {\"schedule\": \"%s\", \"stages\": %d, \"micro_batches\": %d, "
                     "\"blocks\": [%s], \"bubble_theory\": %.6f}}", tr->first_step, schedule_kind_name(plan->schedule), P, m,
                     blocks, plan->bubble);

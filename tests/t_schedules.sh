@@ -136,7 +136,8 @@ ok = (len(plan) == 1 and plan[0]["schedule"] == "zb" and abs(plan[0]["bubble_the
 print("ok zb_breakdown_logged" if ok else "FAIL zb_breakdown_logged: %s %s" % (plan, stages))
 PY
 [ $? -eq 0 ] || FAILED=1
-t_check zb_bubble_printed "grep -q 'pipeline: zb over 4 stages .* bubble (P-1)/(3m) = 12.5%' '$TMP/breakdown.txt'"
+t_check zb_bubble_printed "grep -q 'pipeline: zb over 4 stages .* bubble (P-1)/(3m) = 12.5%' '$TMP/breakdown.txt' &&
+    grep -q 'leave more: ./build/test_schedule print zb 4 8' '$TMP/breakdown.txt'"
 
 # --estimate -ps zb: each stage's plan equals what its ranks allocate, and zb plans more activation bytes
 # than 1f1b (the sets live until W, and the stash).
