@@ -111,9 +111,10 @@ typedef struct {
 // schedules of schedule.h, which tests/test_schedule.c proves.
 // An exchange that receives is complete when comm_exchange returns (NCCL: for later work on the main
 // stream). One of sends only completes in the background, so that the compute after it overlaps the wait
-// for the peer (NCCL: unless that compute waits for a collective, which queues behind it on the comm stream): the next comm_exchange on the group completes it before posting anything (exchanges
-// complete in order, as on NCCL's one comm stream), or comm_exchange_finish does; until then its buffers
-// must not be written. MPI (MPI_Issend, MPI_Irecv with any tag): a message that arrives where another was
+// for the peer (NCCL: unless that compute waits for a collective, which queues behind it on the comm
+// stream): the next comm_exchange on the group completes it before posting anything (exchanges complete
+// in order, as on NCCL's one comm stream), or comm_exchange_finish does; until then its buffers must not
+// be written. MPI (MPI_Issend, MPI_Irecv with any tag): a message that arrives where another was
 // expected is a one-line error naming both tags (NCCL would silently deliver it into the wrong buffer); so
 // is an exchange whose messages share memory. NCCL: one ncclGroupStart/End on the comm stream behind the
 // main stream's work so far; the host never waits.

@@ -108,6 +108,10 @@ static unsigned char* stage(Comm* c, size_t bytes) { return grown(&c->stage, &c-
 
 // Pieces of at most max_count (bytes or elements) that `count` is sent in.
 static size_t nchunks(const Comm* c, size_t count) { return count ? (count - 1) / c->max_count + 1 : 1; }
+// The length of the piece of `count` that starts at `off` (a multiple of max_count).
+static size_t piece(const Comm* c, size_t count, size_t off) {
+    return count - off < c->max_count ? count - off : c->max_count;
+}
 
 static size_t mul_bytes(size_t a, size_t b, const char* what) {
     if (b && a > SIZE_MAX / b) fail("%s: %zu x %zu bytes overflows", what, a, b);
@@ -231,7 +235,7 @@ CommKind comm_select(Comm* world, CommKind want) {
 static void allreduce_host(Comm* c, void* buf, size_t n, DType dt) {
     size_t es = dtype_size(dt);
     for (size_t off = 0; off < n; off += c->max_count) {
-        size_t m = n - off < c->max_count ? n - off : c->max_count;
+        size_t m = piece(c, n, off);
         check(MPI_Allreduce(MPI_IN_PLACE, (char*)buf + off * es, (int)m, mpi_type(dt), sum_op(c, dt), c->mc),
               "MPI_Allreduce");
     }
@@ -269,7 +273,7 @@ void comm_allreduce_max_f32(Comm* c, float* buf, size_t n) {
     float* h = staged(c) ? (float*)stage(c, bytes) : buf;
     if (h != buf) be_download(c->be, h, buf, bytes);
     for (size_t off = 0; off < n; off += c->max_count) {
-        size_t m = n - off < c->max_count ? n - off : c->max_count;
+        size_t m = piece(c, n, off);
         check(MPI_Allreduce(MPI_IN_PLACE, h + off, (int)m, MPI_FLOAT, MPI_MAX, c->mc), "MPI_Allreduce (max)");
     }
     if (h != buf) be_upload(c->be, buf, h, bytes);
@@ -347,7 +351,7 @@ static void rs_post(Comm* c, InFlight* f, int chunked) {
     unsigned char* result = f->host + (chunked ? 2 * total : total);
     MPI_Request* reqs = flight_reqs(c, f, n);
     for (int i = 0; i < f->nreq; i++) {
-        size_t off = (size_t)i * c->max_count, m = n - off < c->max_count ? n - off : c->max_count;
+        size_t off = (size_t)i * c->max_count, m = piece(c, n, off);
         unsigned char* packed = src + (size_t)c->size * off * es;
         for (int k = 0; chunked && k < c->size; k++)
             memcpy(packed + (size_t)k * m * es, f->host + ((size_t)k * n + off) * es, m * es);
@@ -424,7 +428,7 @@ static void ag_post(Comm* c, InFlight* f) {
         return;
     }
     for (int i = 0; i < f->nreq; i++) {
-        size_t off = (size_t)i * c->max_count, m = n - off < c->max_count ? n - off : c->max_count;
+        size_t off = (size_t)i * c->max_count, m = piece(c, n, off);
         MPI_Datatype piece, strided;
         check(MPI_Type_contiguous((int)m, mpi_type(f->dt), &piece), "MPI_Type_contiguous");
         check(MPI_Type_create_resized(piece, 0, (MPI_Aint)(n * es), &strided), "MPI_Type_create_resized");
@@ -492,7 +496,7 @@ void comm_wait(Comm* c, CommHandle* h) {
 
 static void bcast_host(Comm* c, void* buf, size_t bytes, int root) {
     for (size_t off = 0; off < bytes; off += c->max_count) {
-        size_t m = bytes - off < c->max_count ? bytes - off : c->max_count;
+        size_t m = piece(c, bytes, off);
         check(MPI_Bcast((char*)buf + off, (int)m, MPI_BYTE, root, c->mc), "MPI_Bcast");
     }
 }
@@ -533,7 +537,7 @@ static void exchange_room(Comm* c, size_t nreq) {
 // Checks that each receive got the message it names: its tag and its size, chunk by chunk.
 static void check_received(const Comm* c, const CommMessage* m, const MPI_Status* st, size_t k) {
     for (size_t i = 0; i < k; i++) {
-        size_t off = i * c->max_count, want = m->bytes - off < c->max_count ? m->bytes - off : c->max_count;
+        size_t off = i * c->max_count, want = piece(c, m->bytes, off);
         int got = 0;
         check(MPI_Get_count(&st[i], MPI_BYTE, &got), "MPI_Get_count");
         if (st[i].MPI_TAG != m->tag)
@@ -590,7 +594,7 @@ void comm_exchange(Comm* c, const CommMessage* msgs, int n) {
         off_staged += m->bytes;
         // MPI keeps the messages from one rank to another in order (per communicator), chunks included.
         for (size_t k = 0, nk = nchunks(c, m->bytes); k < nk; k++, r++) {
-            size_t off = k * c->max_count, len = m->bytes - off < c->max_count ? m->bytes - off : c->max_count;
+            size_t off = k * c->max_count, len = piece(c, m->bytes, off);
             if (m->send) check(MPI_Issend(h + off, (int)len, MPI_BYTE, m->peer, m->tag, c->mc, &c->xreqs[r]), "MPI_Issend");
             else check(MPI_Irecv(h + off, (int)len, MPI_BYTE, m->peer, MPI_ANY_TAG, c->mc, &c->xreqs[r]), "MPI_Irecv");
         }
@@ -618,7 +622,7 @@ void comm_broadcast_host(Comm* c, void* buf, size_t bytes, int root) {
 void comm_send_host(Comm* c, const void* buf, size_t bytes, int peer, int tag) {
     check_peer(c, peer, "comm_send_host");
     for (size_t off = 0, k = nchunks(c, bytes), i = 0; i < k; i++, off += c->max_count) {
-        size_t m = bytes - off < c->max_count ? bytes - off : c->max_count;
+        size_t m = piece(c, bytes, off);
         check(MPI_Send((const char*)buf + off, (int)m, MPI_BYTE, peer, tag, c->mc), "MPI_Send");
     }
 }
@@ -626,7 +630,7 @@ void comm_send_host(Comm* c, const void* buf, size_t bytes, int peer, int tag) {
 void comm_recv_host(Comm* c, void* buf, size_t bytes, int peer, int tag) {
     check_peer(c, peer, "comm_recv_host");
     for (size_t off = 0, k = nchunks(c, bytes), i = 0; i < k; i++, off += c->max_count) {
-        size_t m = bytes - off < c->max_count ? bytes - off : c->max_count;
+        size_t m = piece(c, bytes, off);
         MPI_Status st;
         check(MPI_Recv((char*)buf + off, (int)m, MPI_BYTE, peer, tag, c->mc, &st), "MPI_Recv");
         int got = 0;

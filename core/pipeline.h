@@ -5,7 +5,8 @@
 // code runs gradient accumulation on a single rank.
 //
 // The sends and receives between two computes go out as one exchange (comm_exchange: rendezvous sends, as
-// NCCL's; schedule.h shows why the lists cannot deadlock so). Micro-batch i of chunk c uses activation set i % K, K = the schedule's peak for the chunk: the
+// NCCL's; schedule.h shows why the lists cannot deadlock so). Micro-batch i of chunk c uses activation set
+// i % K, K = the schedule's peak for the chunk: the
 // micro-batches in flight in a chunk are consecutive and never more than K, so their sets never collide;
 // zb's deferred weight gradients use stash slot i % D, D = peak_deferred, by the same argument.
 #pragma once
@@ -59,9 +60,10 @@ void pipeline_destroy(Pipeline* p);
 // One step's forwards and backwards over `ga` micro-batches of step `step` (gradients accumulate through
 // zero.h; reducing them is the caller's). `chunks`: one GPT per model chunk of this stage (layout_chunk_view
 // of the stage's layout; one without interleaving). Returns the sum of the token losses on the stage with
-// the head, 0 elsewhere; reading them at the end is the step's one wait for the device here (gpt_take_losses). inputs/targets: host scratch of B*T ints. logits_dump: see gpt_forward (micro-batch 0).
-// pt: on breakdown steps, each action's time goes to data, forward, backward or pipeline_wait (blocked
-// in a receive: the bubble as this stage saw it, plus any imbalance between stages); zb's W's count as backward.
+// the head, 0 elsewhere; the losses are read once, at the end (gpt_take_losses). inputs/targets: host
+// scratch of B*T ints. logits_dump: see gpt_forward (micro-batch 0). pt: on breakdown steps, each action's
+// time goes to data, forward, backward or pipeline_wait (blocked in an exchange: the bubble as this stage
+// saw it, plus any imbalance between stages); zb's W's count as backward.
 double pipeline_train_step(Pipeline* p, GPT* chunks, Backend* be, DataLoader* data, int step, int* inputs, int* targets,
                            float dloss, float* logits_dump, PhaseTimer* pt);
 // A forward through every (virtual) stage without backward (validation, sampling): the first stage embeds

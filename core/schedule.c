@@ -23,19 +23,30 @@ static int is_last_virtual(const StageSchedule* s, int chunk) {
 static int prev_stage(const StageSchedule* s) { return (s->stage + s->num_stages - 1) % s->num_stages; }
 static int next_stage(const StageSchedule* s) { return (s->stage + 1) % s->num_stages; }
 
+// A forward's (backward = 0) or backward's receive and send, where that neighbour exists; interleaving
+// places them apart from the compute.
+static void emit_recv(StageSchedule* s, int backward, int micro, int chunk) {
+    if (!backward && !is_first_virtual(s, chunk)) push(s, ACT_RECV_ACT, micro, chunk, prev_stage(s));
+    if (backward && !is_last_virtual(s, chunk)) push(s, ACT_RECV_GRAD, micro, chunk, next_stage(s));
+}
+static void emit_send(StageSchedule* s, int backward, int micro, int chunk) {
+    if (!backward && !is_last_virtual(s, chunk)) push(s, ACT_SEND_ACT, micro, chunk, next_stage(s));
+    if (backward && !is_first_virtual(s, chunk)) push(s, ACT_SEND_GRAD, micro, chunk, prev_stage(s));
+}
+
 // "RECV_ACT F SEND_ACT": receive only if a virtual stage feeds this one, send only if one follows.
 static void emit_forward(StageSchedule* s, int micro, int chunk) {
-    if (!is_first_virtual(s, chunk)) push(s, ACT_RECV_ACT, micro, chunk, prev_stage(s));
+    emit_recv(s, 0, micro, chunk);
     push(s, ACT_FORWARD, micro, chunk, -1);
-    if (!is_last_virtual(s, chunk)) push(s, ACT_SEND_ACT, micro, chunk, next_stage(s));
+    emit_send(s, 0, micro, chunk);
 }
 
 // "RECV_GRAD B SEND_GRAD" (B: the whole backward, or zb's input half): the last virtual stage starts from
 // its own loss; the first has no one to send to.
 static void emit_backward(StageSchedule* s, ActionKind kind, int micro, int chunk) {
-    if (!is_last_virtual(s, chunk)) push(s, ACT_RECV_GRAD, micro, chunk, next_stage(s));
+    emit_recv(s, 1, micro, chunk);
     push(s, kind, micro, chunk, -1);
-    if (!is_first_virtual(s, chunk)) push(s, ACT_SEND_GRAD, micro, chunk, prev_stage(s));
+    emit_send(s, 1, micro, chunk);
 }
 
 // The peaks the memory plan uses: activation sets live from F to the action that frees them (the backward,
@@ -77,16 +88,6 @@ static int interleaved_micro(const StageSchedule* s, int k) {
 static int interleaved_chunk(const StageSchedule* s, int k, int backward) {
     int c = k / s->num_stages % s->num_chunks;
     return backward ? s->num_chunks - 1 - c : c;
-}
-
-// A forward's or backward's receive and send, split so that they can be placed apart.
-static void emit_recv(StageSchedule* s, int backward, int micro, int chunk) {
-    if (!backward && !is_first_virtual(s, chunk)) push(s, ACT_RECV_ACT, micro, chunk, prev_stage(s));
-    if (backward && !is_last_virtual(s, chunk)) push(s, ACT_RECV_GRAD, micro, chunk, next_stage(s));
-}
-static void emit_send(StageSchedule* s, int backward, int micro, int chunk) {
-    if (!backward && !is_last_virtual(s, chunk)) push(s, ACT_SEND_ACT, micro, chunk, next_stage(s));
-    if (backward && !is_first_virtual(s, chunk)) push(s, ACT_SEND_GRAD, micro, chunk, prev_stage(s));
 }
 
 // Megatron's order, rounds of compute with one exchange between rounds: a round is one forward (warm-up),
