@@ -11,7 +11,10 @@ CFLAGS    ?= -O3 -march=native
 CFLAGS    += $(WARN) -std=gnu11 -fopenmp -fno-math-errno -I. -Icore -MMD -MP
 LDLIBS    := -lm -fopenmp
 NVFLAGS   := -O3 -std=c++17 --expt-relaxed-constexpr -I. -Icore $(foreach a,$(GPU_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+             -gencode arch=compute_$(lastword $(GPU_ARCHS)),code=compute_$(lastword $(GPU_ARCHS)) \
              -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -Werror all-warnings -MMD -MP
+# SASS for each of GPU_ARCHS, and the PTX of the last, which the driver compiles for a newer GPU (sm_100,
+# sm_120) at the first launch; backend_create names a GPU the binary cannot run on.
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lcudart
 
 # -fno-math-errno: nothing reads errno after a math call, and without it sqrtf cannot vectorize (the

@@ -54,6 +54,25 @@ static void* raw_malloc(Backend* be, size_t bytes, const char* what) {
     return p;
 }
 
+// An empty kernel asked for its attributes: CUDA answers with an error when this binary holds no image the
+// device can run (no SASS for its architecture and no PTX old enough to JIT), which would otherwise surface
+// as "no kernel image is available" at the first launch, deep inside a step.
+__global__ void arch_probe_kernel(void) {}
+
+// One line naming the device and what to do, before anything is allocated.
+static void check_architecture(const cudaDeviceProp* p) {
+    if (p->major < 8)
+        fail("%s is sm_%d%d: train_gpt needs sm_80 or newer (bf16 tensor-core instructions); train_gpt_cpu is "
+             "the CPU build", p->name, p->major, p->minor);
+    cudaFuncAttributes fa;
+    const cudaError_t e = cudaFuncGetAttributes(&fa, (const void*)arch_probe_kernel);
+    if (e != cudaSuccess) {
+        cudaGetLastError();   // clear it: the message below is the error
+        fail("this train_gpt has no kernels for %s (sm_%d%d): rebuild with make -B train_gpt GPU_ARCHS=\"%d%d\" (%s)",
+             p->name, p->major, p->minor, p->major, p->minor, cudaGetErrorString(e));
+    }
+}
+
 extern "C" {
 
 Backend* backend_create(int local_rank) {
@@ -69,6 +88,7 @@ Backend* backend_create(int local_rank) {
     be->device = (local_rank < 0 ? 0 : local_rank) % count;
     CUDA_CHECK(cudaSetDevice(be->device));
     CUDA_CHECK(cudaGetDeviceProperties(&be->prop, be->device));
+    check_architecture(&be->prop);
     CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     // NCCL's kernels run on the comm stream at the device's highest priority: a collective that waits behind
     // the main stream's queued kernels for free SMs delays every unit that waits for its result, while the
