@@ -222,17 +222,23 @@ static int find_checkpoint(Trainer* tr, char* dir, size_t size, CheckpointInfo* 
 }
 
 // The checkpoint must continue this run: its recorded hyperparameters against this launch's (older
-// manifests record only the tokens per step and the seed), and not past this run's end.
+// manifests record only what may never change: the tokens per step, -t, -seed and -p), and not past this
+// run's end.
 static void check_resume(const Trainer* tr, const CheckpointInfo* info, const char* dir) {
+    const Config* cfg = &tr->cfg;
     if (info->has_run) {
         RunRecord now;
-        run_record_of(&now, &tr->cfg, tr->max_steps, tokens_per_step(tr));
-        run_record_check_resume(&info->run, &now, &tr->cfg, tr->max_steps, info->step, dir, is_root(tr));
+        run_record_of(&now, cfg, tr->max_steps, tokens_per_step(tr));
+        run_record_check_resume(&info->run, &now, cfg, tr->max_steps, info->step, dir, is_root(tr));
     } else if (info->tokens_per_step != tokens_per_step(tr)) {
         fail("checkpoint %s was written with %lld tokens per step; this run has %lld (keep b*t*ga*replicas the same)", dir,
              info->tokens_per_step, tokens_per_step(tr));
-    } else if (info->seed != tr->cfg.seed) {
-        fail("checkpoint %s was written with -seed %llu; this run has %llu", dir, info->seed, (unsigned long long)tr->cfg.seed);
+    } else if (info->T != cfg->T) {
+        fail("checkpoint %s was written with -t %d; this run has %d", dir, info->T, cfg->T);
+    } else if (info->seed != cfg->seed) {
+        fail("checkpoint %s was written with -seed %llu; this run has %llu", dir, info->seed, (unsigned long long)cfg->seed);
+    } else if (info->dt != cfg->precision) {
+        fail("checkpoint %s was written with -p %s; this run has %s", dir, dtype_name(info->dt), dtype_name(cfg->precision));
     }
     if (info->step > tr->max_steps) fail("checkpoint %s is at step %d, past this run's last step %d (-x)", dir, info->step, tr->max_steps);
 }

@@ -486,8 +486,15 @@ static char* read_text(const char* dir, const char* name, char* why, size_t why_
     return text;
 }
 
+// The dtype the manifest's "precision" names, or -1.
+static long long manifest_dtype(const char* text) {
+    const char* prec = strstr(text, "\"precision\": \"");
+    return !prec ? -1 : !strncmp(prec + 14, "fp32\"", 5) ? DT_FP32 : !strncmp(prec + 14, "bf16\"", 5) ? DT_BF16
+                        : !strncmp(prec + 14, "fp16\"", 5) ? DT_FP16 : -1;
+}
+
 static int parse_manifest(const char* text, const char* dir, CheckpointInfo* info, char* why, size_t n) {
-    long long step, tps, seed, ranks, pp, clean, left;
+    long long step, tps, seed, ranks, pp, clean, left, T, dt = manifest_dtype(text);
     double scale;
     // Manifests from before pipelines (no "state_files") had one state file per data-parallel rank.
     const char* ranks_key = strstr(text, "\"state_files\":") ? "state_files" : "dp";
@@ -502,10 +509,14 @@ static int parse_manifest(const char* text, const char* dir, CheckpointInfo* inf
     if (ranks < 1 || ranks > (1 << 20) || pp < 1 || pp > ranks || tps < 1 || seed < 0)
         return bad(why, n, "manifest.json: bad topology or batch (%lld state files, %lld stages, %lld tokens per step)", ranks, pp, tps);
     if (!(scale >= 1.0) || clean < 0 || left < 0) return bad(why, n, "manifest.json: bad loss-scale state");
+    if (dt < 0) return bad(why, n, "manifest.json lacks a well-formed \"precision\"");
+    if (!json_int(text, "T", &T) || T < 1 || T > INT_MAX) return bad(why, n, "manifest.json lacks a well-formed batch \"T\"");
     memset(info, 0, sizeof(*info));
     info->step = (int)step;
     info->tokens_per_step = tps;
     info->seed = (unsigned long long)seed;
+    info->dt = (DType)dt;
+    info->T = (int)T;
     info->ranks = (int)ranks;
     info->pp = (int)pp;
     info->scaler.scale = (float)scale;
@@ -603,13 +614,6 @@ static int inspect_model_file(const char* dir, const GPTShape* s, char* why, siz
     return 1;
 }
 
-// The dtype the manifest's "precision" names, or -1.
-static long long manifest_dtype(const char* text) {
-    const char* prec = strstr(text, "\"precision\": \"");
-    return !prec ? -1 : !strncmp(prec + 14, "fp32\"", 5) ? DT_FP32 : !strncmp(prec + 14, "bf16\"", 5) ? DT_BF16
-                        : !strncmp(prec + 14, "fp16\"", 5) ? DT_FP16 : -1;
-}
-
 #define COPY_HINT "copy the hosts' checkpoint directories onto one shared filesystem, or resume on the hosts that hold them"
 
 // A state file missing from a checkpoint that several hosts wrote into their own directories is on one of
@@ -627,13 +631,11 @@ int checkpoint_inspect(const char* dir, const GPTShape* s, CheckpointInfo* info,
     char* text = read_text(dir, "manifest.json", why, n);
     if (!text) return 0;
     int ok = parse_manifest(text, dir, info, why, n);
-    long long dt = manifest_dtype(text);
     free(text);
-    if (ok && dt < 0) ok = bad(why, n, "manifest.json lacks a well-formed \"precision\"");
     ok = ok && inspect_model_file(dir, s, why, n);
     SpanList all = {0};
     for (int r = 0; ok && r < info->ranks; r++)
-        ok = !missing_on_other_host(dir, r, info, why, n) && inspect_state_file(dir, r, s, dt, &all, why, n);
+        ok = !missing_on_other_host(dir, r, info, why, n) && inspect_state_file(dir, r, s, info->dt, &all, why, n);
     ok = ok && check_coverage(&all, shape_param_count(s), info->ranks, why, n);
     free(all.items);
     return ok;
@@ -737,18 +739,15 @@ static unsigned text_hash(const char* text) {   // FNV-1a: the hosts' manifests 
 }
 
 // What this rank's host holds of dir: DONE, a manifest (its hash), model.bin when there (well sized).
-static int inspect_local(const char* dir, const GPTShape* s, CheckpointInfo* info, long long* dt, unsigned* hash, int* has_model,
-                         char* why) {
+static int inspect_local(const char* dir, const GPTShape* s, CheckpointInfo* info, unsigned* hash, int* has_model, char* why) {
     long long size = 0;
     char p[PATH_MAX];
     if (!regular_file(dir, "DONE", &size, why, WHY_SIZE)) return bad(why, WHY_SIZE, "no DONE marker (incomplete)");
     char* text = read_text(dir, "manifest.json", why, WHY_SIZE);
     if (!text) return 0;
     int ok = parse_manifest(text, dir, info, why, WHY_SIZE);
-    *dt = manifest_dtype(text);
     *hash = text_hash(text);
     free(text);
-    if (ok && *dt < 0) ok = bad(why, WHY_SIZE, "manifest.json lacks a well-formed \"precision\"");
     path_join(p, sizeof(p), dir, "model.bin");
     *has_model = path_exists(p);
     return ok && (!*has_model || inspect_model_file(dir, s, why, WHY_SIZE));
@@ -781,11 +780,10 @@ static int state_file_spans(Comm* world, const char* dir, int r, int holder, con
 
 // checkpoint_inspect over the hosts' directories; the same answer (and why) on every rank.
 static int inspect_hosts(Comm* world, const char* dir, const GPTShape* s, CheckpointInfo* info, char* why) {
-    long long dt = -1;
     unsigned hash = 0;
     int has_model = 0;
     char mine[WHY_SIZE];
-    int ok = inspect_local(dir, s, info, &dt, &hash, &has_model, mine);
+    int ok = inspect_local(dir, s, info, &hash, &has_model, mine);
     if (!ok) snprintf(why, WHY_SIZE, "on the host of rank %d: %.480s", comm_rank(world), mine);
     if (!agree(world, ok, why)) return 0;
     double seen[3] = {hash, -(double)hash, has_model};
@@ -795,7 +793,7 @@ static int inspect_hosts(Comm* world, const char* dir, const GPTShape* s, Checkp
     int* holders = state_holders(world, dir, info->ranks);
     SpanList all = {0};
     for (int r = 0; ok && r < info->ranks; r++)
-        ok = holders[r] >= 0 ? state_file_spans(world, dir, r, holders[r], s, dt, &all, why)
+        ok = holders[r] >= 0 ? state_file_spans(world, dir, r, holders[r], s, info->dt, &all, why)
                              : bad(why, WHY_SIZE, "state_rank%d.bin is on no host; " COPY_HINT, r);
     ok = ok && check_coverage(&all, shape_param_count(s), info->ranks, why, WHY_SIZE);
     free(all.items);

@@ -34,6 +34,8 @@ typedef struct {
     int step;                   // optimizer steps taken
     long long tokens_per_step;  // B * T * ga * data-parallel ranks
     unsigned long long seed;
+    DType dt;                   // the working copy's dtype ("precision"), which the state files hold
+    int T;                      // the sequence length ("batch"), which cut the data into windows
     int ranks;                  // ranks that wrote state files (the world)
     int pp;                     // pipeline stages of the run that wrote it
     LossScaler scaler;          // fp16 loss-scale state, so a resumed run scales exactly as before

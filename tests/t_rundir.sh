@@ -55,6 +55,21 @@ run -x 4 -u 4 -o "$TMP/hp" -y 1 > /dev/null 2> "$TMP/hp4.err"
 one_error resume_refuses_changed_past_lr "would change -u 1 -> 4" "$TMP/hp4.err" $?
 run -x 4 -u 1 -l 2e-3 -o "$TMP/hp" -y 2 > "$TMP/hp5.txt" 2>&1
 t_check resume_y2_accepts_and_says "grep -q 'with changed hyperparameters (-y 2): -l 0.001 -> 0.002' $TMP/hp5.txt && [ -f $TMP/hp/ckpt_000004/DONE ]"
+# A manifest from before the run record: what may never change is still checked, from its batch and precision.
+run -x 2 -u 1 -o "$TMP/norec" > /dev/null 2>&1
+$PYTHON - "$TMP/norec/ckpt_000002/manifest.json" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+old = re.sub(r',\s*"run": \{[^}]*\}', "", text)
+assert old != text and '"run"' not in old, "no run record to strip"
+open(sys.argv[1], "w").write(old)
+PY
+run -x 4 -u 1 -t 16 -b 4 -o "$TMP/norec" -y 1 > /dev/null 2> "$TMP/norec1.err"
+one_error old_manifest_refuses_changed_t "was written with -t 32; this run has 16" "$TMP/norec1.err" $?
+run -x 4 -u 1 -p bf16 -o "$TMP/norec" -y 1 > /dev/null 2> "$TMP/norec2.err"
+one_error old_manifest_refuses_changed_precision "was written with -p fp32; this run has bf16" "$TMP/norec2.err" $?
+run -x 4 -u 1 -o "$TMP/norec" -y 1 > "$TMP/norec3.txt" 2>&1
+t_check old_manifest_resumes "grep -q 'resumed from .*ckpt_000002 at step 2' $TMP/norec3.txt && [ -f $TMP/norec/ckpt_000004/DONE ]" "$(tail -1 "$TMP/norec3.txt")"
 # A longer -x under a constant schedule changes no rate already used: accepted, said, and bit-identical.
 run -x 6 -u 1 -o "$TMP/hp_straight" > /dev/null 2>&1
 run -x 4 -u 1 -o "$TMP/ext" > /dev/null 2>&1
