@@ -193,7 +193,7 @@ static void check_host_memory(const Trainer* tr) {
              (double)avail / (1 << 30), local, local > 1 ? "s" : "", (double)avail / (1 << 30) / local);
 }
 
-static void open_tokenizer(Trainer* tr) {
+static void open_tokenizer(Trainer* tr, const GPTShape* shape) {
     char* path = tr->tokenizer_path;
     size_t size = sizeof(tr->tokenizer_path);
     if (tr->cfg.tokenizer) {
@@ -203,6 +203,11 @@ static void open_tokenizer(Trainer* tr) {
         path_beside(path, size, tr->cfg.train_pattern, "gpt2_tokenizer.bin");
     }
     tr->tokenizer = tokenizer_load(path);
+    // The training samples start from the end-of-text token: it must be one the model has.
+    int V = shape->V, eot = tr->tokenizer ? tokenizer_eot(tr->tokenizer) : -1;
+    if (eot >= V && tr->cfg.sample_every > 0 && !tr->cfg.prompt)
+        fail("tokenizer %s: its end-of-text token %d is outside the model's vocabulary of %d, and samples start from it "
+             "(give the model's tokenizer with -tk, or -s 0)", path, eot, V);
 }
 
 // The checkpoint to resume (its path into dir and its manifest into info), or -1. With one -o, rank 0 chooses
@@ -370,7 +375,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     CommKind comm = comm_select(tr->world, cfg->comm);   // before any group is split
     grid_create(&tr->grid, tr->world, cfg->pipeline_stages, cfg->tensor_parallel);
     open_data(tr, &shape);
-    open_tokenizer(tr);
+    open_tokenizer(tr, &shape);
 
     const Grid* g = &tr->grid;
     tr->layout = (ParamLayout*)xmalloc(sizeof(ParamLayout));

@@ -35,7 +35,7 @@ Tokenizer* tokenizer_load(const char* path) {
     if (version != 1 && version != 2) fail("tokenizer %s has unsupported version %d (expected 1 or 2)", path, version);
     if (vocab <= 0 || vocab > TOK_MAX_VOCAB) fail("tokenizer %s has a bad vocab size %d", path, vocab);
     int32_t eot = version == 1 ? 50256 : le32(h + 12);
-    if (version == 2 && (eot < 0 || eot >= vocab))
+    if (eot < 0 || eot >= vocab)   // version 1's is GPT-2's, fixed
         fail("tokenizer %s has eot token %d outside its vocab of %d", path, eot, vocab);
 
     // Body: vocab x (uint8 length, bytes). Read it whole (under 1 MiB for GPT-2) and walk it.

@@ -33,6 +33,12 @@ expect_error token_out_of_vocab "vocab" "${base[@]}" -e L2C64H4V100T64
 expect_error model_spec "bad model spec" "${base[@]}" -e L2C64Q4
 expect_error heads_divide "divisible" "${base[@]}" -e L2C64H5
 expect_error missing_model_file "nor an existing file" "${base[@]}" -e "$TMP/none.bin"
+# Samples start from the tokenizer's end-of-text token: a model without it is told so (it was read out of
+# bounds), and with -s 0 nothing starts from it.
+$PYTHON -c "import struct, sys; open(sys.argv[1], 'wb').write(struct.pack('<4i', 20240328, 2, 50257, 50256).ljust(1024, b'\0') + b'\0' * 50257)" "$TMP/gpt2_tok.bin"
+expect_error eot_outside_vocab "end-of-text token 50256 is outside the model's vocabulary of 512" "${base[@]}" -tk "$TMP/gpt2_tok.bin" -s 1
+timeout 60 ./train_gpt_cpu "${base[@]}" -tk "$TMP/gpt2_tok.bin" -s 0 > "$TMP/eot.txt" 2>&1
+t_check eot_unused_without_samples "[ $? -eq 0 ]" "$(tail -1 "$TMP/eot.txt")"
 # Files read must be regular: opening a FIFO for reading waits for a writer, forever.
 mkfifo "$TMP/fifo" && mkdir -p "$TMP/shard_dir.bin"
 expect_error fifo_model "$TMP/fifo is not a regular file" "${base[@]}" -e "$TMP/fifo"

@@ -347,7 +347,11 @@ static void test_tokenizer(TestStats* st, const char* dir) {
     check_true(st, "tokenizer_out_of_range",
                t && strcmp(tokenizer_decode(t, 6), "") == 0 && strcmp(tokenizer_decode(t, -1), "") == 0);
     tokenizer_free(t);
-    write_tokenizer(path_in(tp, sizeof tp, dir, "tok_v1.bin"), 20240328, 1, 6, 0, TOKENS, 6, 0, 0);
+    // Version 1 has GPT-2's vocabulary and end-of-text token: TOKENS, then empty tokens up to 50257.
+    const char** gpt2 = xmalloc(50257 * sizeof(char*));
+    for (int i = 0; i < 50257; i++) gpt2[i] = i < 6 ? TOKENS[i] : "";
+    write_tokenizer(path_in(tp, sizeof tp, dir, "tok_v1.bin"), 20240328, 1, 50257, 0, gpt2, 50257, 0, 0);
+    free(gpt2);
     t = tokenizer_load(tp);
     check_true(st, "tokenizer_v1_eot_50256", t && tokenizer_eot(t) == 50256 && strcmp(tokenizer_decode(t, 1), "hello") == 0);
     tokenizer_free(t);
@@ -355,7 +359,7 @@ static void test_tokenizer(TestStats* st, const char* dir) {
 }
 
 static void test_tokenizer_errors(TestStats* st, const char* dir) {
-    static char p[7][512];
+    static char p[8][512];
     write_tokenizer(path_in(p[0], 512, dir, "tok_magic.bin"), 20240520, 2, 6, 5, TOKENS, 6, 0, 0);
     write_tokenizer(path_in(p[1], 512, dir, "tok_version.bin"), 20240328, 3, 6, 5, TOKENS, 6, 0, 0);
     write_tokenizer(path_in(p[2], 512, dir, "tok_trunc.bin"), 20240328, 2, 6, 5, TOKENS, 6, 0, 2);
@@ -363,6 +367,7 @@ static void test_tokenizer_errors(TestStats* st, const char* dir) {
     write_tokenizer(path_in(p[4], 512, dir, "tok_trail.bin"), 20240328, 2, 6, 5, TOKENS, 6, 3, 0);
     write_tokenizer(path_in(p[5], 512, dir, "tok_eot.bin"), 20240328, 2, 6, 6, TOKENS, 6, 0, 0);
     write_shard_ex(path_in(p[6], 512, dir, "tok_short.bin"), 20240328, 2, 6, NULL, 0, 0, 0, 500);
+    write_tokenizer(path_in(p[7], 512, dir, "tok_v1_small.bin"), 20240328, 1, 6, 0, TOKENS, 6, 0, 0);
     const ErrCase cases[] = {
         {"tokenizer_wrong_magic", NULL, p[0], 0, 0, 0, 0, 0, "wrong magic"},
         {"tokenizer_bad_version", NULL, p[1], 0, 0, 0, 0, 0, "unsupported version 3"},
@@ -371,6 +376,7 @@ static void test_tokenizer_errors(TestStats* st, const char* dir) {
         {"tokenizer_trailing_bytes", NULL, p[4], 0, 0, 0, 0, 0, "trailing bytes"},
         {"tokenizer_bad_eot", NULL, p[5], 0, 0, 0, 0, 0, "eot token 6 outside"},
         {"tokenizer_short_header", NULL, p[6], 0, 0, 0, 0, 0, "shorter than its 1024-byte header"},
+        {"tokenizer_v1_without_eot", NULL, p[7], 0, 0, 0, 0, 0, "eot token 50256 outside its vocab of 6"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(st, dir, &cases[i]);
 }
