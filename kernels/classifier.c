@@ -1,4 +1,6 @@
-// classifier.c: fused softmax cross-entropy over the LM head's logits (CPU twin).
+// classifier.c: fused softmax cross-entropy over the LM head's logits (CPU twin); for -tp's vocabulary-parallel
+// head, in three steps (classifier_vocab_max, _sums, _finish) with the group's max and all-gather between
+// them, since no rank holds a whole row.
 #include "kernels/cpu_common.h"
 
 // One row: the loss, and optionally the row's dlogits written over its logits. Only the row's scalars

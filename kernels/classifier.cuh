@@ -1,7 +1,8 @@
 // classifier.cuh: fused softmax + cross-entropy + dlogits over the (padded) vocabulary.
 // One block per row. Pass 1 keeps a running (max, scaled sum) per thread (online softmax), combined once
 // across the block; pass 2 rereads the row (from L2) to overwrite it with the gradient. No probabilities
-// are stored anywhere.
+// are stored anywhere. -tp's vocabulary-parallel head splits this into three kernels (classifier_vocab_max,
+// _sums, _finish), with the group's max and all-gather between them, since no rank holds a whole row.
 #pragma once
 
 #define CLS_BLOCK 512

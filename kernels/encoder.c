@@ -1,4 +1,5 @@
-// encoder.c: token + position embeddings (CPU twin).
+// encoder.c: token + position embeddings (CPU twin); encoder_forward_vocab and encoder_backward_vocab
+// touch only the wte rows this rank holds under -tp, so no rank needs the whole table.
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
