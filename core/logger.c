@@ -14,13 +14,17 @@ static void truncate_log(const char* path, int first_step) {
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* out = xfopen(tmp, "w");
-    char line[8192];
-    while (fgets(line, sizeof(line), in)) {
+    char* line = NULL;   // whole lines, however long (a many-rank traffic record passes any fixed buffer)
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, in)) >= 0) {
         const char* s = strstr(line, "\"step\":");
         if (s && atoi(s + 7) >= first_step) continue;
-        xfwrite(line, 1, strlen(line), out, tmp);
+        xfwrite(line, 1, (size_t)len, out, tmp);
     }
-    fclose(in);
+    if (ferror(in)) fail("cannot read %s: %s", path, strerror(errno));   // before the copy replaces it
+    free(line);
+    fclose(in);   // read only: nothing to lose
     xfclose(out, tmp);
     if (rename(tmp, path) != 0) fail("cannot replace %s: %s", path, strerror(errno));
 }

@@ -73,7 +73,10 @@ t_check old_manifest_resumes "grep -q 'resumed from .*ckpt_000002 at step 2' $TM
 # A longer -x under a constant schedule changes no rate already used: accepted, said, and bit-identical.
 run -x 6 -u 1 -o "$TMP/hp_straight" > /dev/null 2>&1
 run -x 4 -u 1 -o "$TMP/ext" > /dev/null 2>&1
+# Lines longer than any fixed buffer (a many-rank traffic record): the resume keeps or drops each whole.
+$PYTHON -c "import json, sys; f = open(sys.argv[1], 'a'); [f.write(json.dumps({'step': s, 'pad': 'x' * 20000}) + '\n') for s in (1, 5)]" "$TMP/ext/log.jsonl"
 run -x 6 -u 1 -o "$TMP/ext" -y 1 > "$TMP/ext.txt" 2>&1
+t_check resume_log_long_lines_whole "$PYTHON -c \"import json, sys; pads = [json.loads(l)['step'] for l in open(sys.argv[1]) if 'pad' in json.loads(l)]; sys.exit(pads != [1])\" $TMP/ext/log.jsonl"
 t_check resume_longer_x_accepted "grep -q 'with -x 4 -> 6: the 4 steps taken keep their learning rates' $TMP/ext.txt"
 t_check resume_longer_x_bit_identical "cmp -s $TMP/hp_straight/ckpt_000006/model.bin $TMP/ext/ckpt_000006/model.bin"
 run -x 2 -u 1 -o "$TMP/ext" -y 2 > /dev/null 2> "$TMP/past.err"
