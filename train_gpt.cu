@@ -245,6 +245,7 @@ static void check_resume(const Trainer* tr, const CheckpointInfo* info, const ch
     } else if (info->dt != cfg->precision) {
         fail("checkpoint %s was written with -p %s; this run has %s", dir, dtype_name(info->dt), dtype_name(cfg->precision));
     }
+    if (cfg->dump_dir) fail("-dump writes step 0's tensors: this run resumes at step %d (dump from a fresh run)", info->step);
     if (info->step > tr->max_steps) fail("checkpoint %s is at step %d, past this run's last step %d (-x)", dir, info->step, tr->max_steps);
 }
 
@@ -296,6 +297,8 @@ static void open_data(Trainer* tr, const GPTShape* shape) {
     long long epoch_steps = dataloader_windows_per_epoch(tr->train) / ((long long)cfg->grad_accum * g->dp);
     if (cfg->max_steps < 0 && epoch_steps < 1)
         fail("one epoch of %s is shorter than one step (b*t*ga*replicas = %lld tokens); set -x", cfg->train_pattern, tokens_per_step(tr));
+    if (cfg->max_steps < 0 && epoch_steps > 1 << 30)   // -x's own range
+        fail("one epoch of %s is %lld steps, more than %d; set -x", cfg->train_pattern, epoch_steps, 1 << 30);
     tr->max_steps = cfg->max_steps >= 0 ? cfg->max_steps : (int)epoch_steps;
 }
 
@@ -504,7 +507,7 @@ static void sample(Trainer* tr, int step) {
         // Every position sees only its past, so recomputing the whole (B,T) forward is correct, if wasteful.
         pipeline_forward(&tr->pipe, tr->gpt, tr->be, tr->inputs, NULL);
         // The last stage has the logits; the max over the world hands its token to every stage.
-        double shared = gpt_has_head(head_chunk(tr)) ? sample_row(tr, t - 1, &rng, (Sampling){1.0f, 0}) : -1.0;
+        double shared = gpt_has_head(head_chunk(tr)) ? sample_row(tr, t - 1, &rng, (Sampling){tr->cfg.temperature, tr->cfg.top_k}) : -1.0;
         comm_allreduce_host_max(tr->world, &shared, 1);
         int token = (int)shared;
         tr->inputs[t] = token;
@@ -512,7 +515,7 @@ static void sample(Trainer* tr, int step) {
         else if (out) fprintf(out, "%d ", token);
     }
     if (out) fprintf(out, "\n");
-    fflush(stdout);
+    flush_stdout();
 }
 
 // -prompt's text as token ids (*n of them), encoded like scripts/tokenize.py does, with the merges file it
@@ -570,7 +573,7 @@ static void generate(Trainer* tr) {
         text[len] = (int)shared;
         if (out) {
             fputs(tokenizer_decode(tr->tokenizer, text[len]), out);
-            fflush(out);
+            flush_stdout();   // out is stdout
         }
         if (stop_requested(tr)) {   // Ctrl-C: end the text here (a second one kills)
             generated = len + 1 - n;
@@ -582,7 +585,7 @@ static void generate(Trainer* tr) {
         for (int i = n; i < n + generated; i++) fprintf(out, "%s%d", i > n ? ", " : "", text[i]);
         fprintf(out, "]\n");
     }
-    fflush(stdout);
+    flush_stdout();
     free(text);
     free(prompt);
 }
@@ -711,7 +714,7 @@ static void report_step(Trainer* tr, int step, const StepResult* r, double secon
     }
     printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s | mem %.0f MiB | eta %.0fs\n", step,
            tr->max_steps, r->loss, r->lr, r->grad_norm, seconds * 1e3, tok_s, mfu_text, peak_mib, eta);
-    fflush(stdout);
+    flush_stdout();
     char loss[32], norm[32];
     logger_line(&tr->log,
                 "{\"step\": %d, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, \"dt_ms\": %.3f, \"tok_s\": %.1f, "
@@ -747,7 +750,7 @@ static void print_finish(const Trainer* tr, int steps_done, double seconds) {
     else printf("trained %d step%s in %.1f s, now at step %d of %d\n", steps_done, steps_done == 1 ? "" : "s", seconds,
                 tr->first_step + steps_done, tr->max_steps);
     if (tr->cfg.out_dir) printf("log: %s/log.jsonl; resume or extend with -y 1 -o %s\n", tr->cfg.out_dir, tr->cfg.out_dir);
-    fflush(stdout);
+    flush_stdout();
 }
 
 int main(int argc, char** argv) {

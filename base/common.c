@@ -117,6 +117,10 @@ void xfwrite(const void* src, size_t size, size_t n, FILE* f, const char* path) 
     if (fwrite(src, size, n, f) != n) fail("write error in %s: %s", path, strerror(errno));
 }
 
+void flush_stdout(void) {
+    if (fflush(stdout) != 0 || ferror(stdout)) fail("cannot write to standard output: %s", strerror(errno));
+}
+
 void xfclose(FILE* f, const char* path) {
     if (fflush(f) != 0) fail("write error in %s: %s", path, strerror(errno));
     // fsync only makes sense for files opened for writing; EINVAL/EBADF on read-only streams is fine.

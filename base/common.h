@@ -31,6 +31,7 @@ void xfread(void* dst, size_t size, size_t n, FILE* f, const char* path);   // f
 void xfwrite(const void* src, size_t size, size_t n, FILE* f, const char* path);
 void xfclose(FILE* f, const char* path);                                      // fflush + fsync + fclose, checked
 void xfseek(FILE* f, long long off, int whence, const char* path);
+void flush_stdout(void);   // what was printed is written (a full disk under `> file` is an error, not a short file)
 long long file_size(const char* path);                                        // -1 if missing
 // out = dir + "/" + name; fails if it does not fit in size bytes.
 void path_join(char* out, size_t size, const char* dir, const char* name);

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 
 #include "base/common.h"
@@ -145,7 +146,7 @@ static void parse_one(Config* c, const char* f, const char* v) {
     else if (!strcmp(f, "-dump")) c->dump_dir = v;
     else if (!strcmp(f, "-b")) c->B = (int)parse_int(f, v, 1, 1 << 20);
     else if (!strcmp(f, "-t")) c->T = (int)parse_int(f, v, 1, 1 << 20);
-    else if (!strcmp(f, "-ga")) c->grad_accum = (int)parse_int(f, v, 1, 1 << 20);
+    else if (!strcmp(f, "-ga")) c->grad_accum = (int)parse_int(f, v, 1, 1 << 20), c->grad_accum_set = 1;
     else if (!strcmp(f, "-d")) c->total_batch = parse_int(f, v, 1, BIG);
     else if (!strcmp(f, "-x")) c->max_steps = (int)parse_int(f, v, -1, 1 << 30);
     else if (!strcmp(f, "-l")) c->lr = parse_float(f, v, 0.0, 10.0);
@@ -203,6 +204,32 @@ static void parse_one(Config* c, const char* f, const char* v) {
     } else fail("unknown flag '%s' (see -h)", f);
 }
 
+// Flags that mean something only beside others, and values that only together leave the supported range: an
+// error rather than a flag quietly ignored or overridden.
+static void check_combinations(const Config* c) {
+    if (c->out_dir && !c->out_dir[0]) fail("-o needs a directory name");
+    if (c->resume && !c->out_dir) fail("-y %d needs -o DIR to resume from", c->resume);
+    if (c->start_over && !c->out_dir) fail("-ow 1 needs -o DIR to start over in");
+    if (c->ckpt_every > 0 && !c->out_dir) fail("-n %d writes checkpoints into -o DIR: give -o", c->ckpt_every);
+    if (c->total_batch && c->grad_accum_set) fail("-d and -ga both set the accumulation steps: give one of them");
+    if ((long long)c->B * c->T > INT_MAX) fail("-b %d x -t %d tokens per micro-batch exceed %d", c->B, c->T, INT_MAX);
+    if (c->plan_ranks && !c->estimate) fail("-w %d plans a world size with --estimate only", c->plan_ranks);
+    if (c->dump_dir && c->max_steps == 0) fail("-dump writes step 0's tensors: it needs a step (-x 0 takes none)");
+    if ((c->gpu_mem_gib > 0 || c->host_mem_gib > 0) && !c->estimate) fail("-gpu-mem and -host-mem plan with --estimate only");
+    if (c->host_mem_gib > 0 && !(c->gpu_mem_gib > 0)) fail("-host-mem needs -gpu-mem (the table is per device budget)");
+    if (c->prompt && c->out_dir) fail("-prompt generates from -e's model and exits: it writes no run directory (drop -o)");
+    if (c->prompt && !c->prompt[0]) fail("-prompt needs some text");
+    if (c->sequence_parallel && c->tensor_parallel < 2) fail("-sp 1 splits the rows over the tensor group: it needs -tp 2 or more");
+    if (c->sequence_parallel && ((long long)c->B * c->T) % c->tensor_parallel)
+        fail("-sp 1: b*t = %d*%d rows do not split evenly over -tp %d ranks", c->B, c->T, c->tensor_parallel);
+    if (c->delay_from > 0 && !c->offload)
+        fail("-dpu %d delays the host's update behind the device's next step: it needs -offload 1 or 2", c->delay_from);
+    if (c->offload == 2 && c->zero_stage < 2)
+        fail("-offload 2 moves the sharded gradients (and with -z 3 the parameters) to the host: it needs -z 2 or 3, "
+             "not -z %d (-offload 1 moves the optimizer state at any -z)", c->zero_stage);
+    if (c->start_over && c->resume) fail("-ow 1 (start over) and -y %d (resume) contradict each other", c->resume);
+}
+
 void config_parse(Config* c, int argc, char** argv) {
     set_defaults(c);
     for (int i = 1; i < argc; i += 2) {
@@ -219,22 +246,8 @@ void config_parse(Config* c, int argc, char** argv) {
         if (i + 1 >= argc) fail("flag %s needs a value (see -h)", argv[i]);
         parse_one(c, argv[i], argv[i + 1]);
     }
-    if (c->resume && !c->out_dir) fail("-y %d needs -o DIR to resume from", c->resume);
-    if (c->start_over && !c->out_dir) fail("-ow 1 needs -o DIR to start over in");
-    if ((c->gpu_mem_gib > 0 || c->host_mem_gib > 0) && !c->estimate) fail("-gpu-mem and -host-mem plan with --estimate only");
-    if (c->host_mem_gib > 0 && !(c->gpu_mem_gib > 0)) fail("-host-mem needs -gpu-mem (the table is per device budget)");
-    if (c->prompt && c->out_dir) fail("-prompt generates from -e's model and exits: it writes no run directory (drop -o)");
-    if (c->prompt && !c->prompt[0]) fail("-prompt needs some text");
-    if (c->sequence_parallel && c->tensor_parallel < 2) fail("-sp 1 splits the rows over the tensor group: it needs -tp 2 or more");
-    if (c->sequence_parallel && ((long long)c->B * c->T) % c->tensor_parallel)
-        fail("-sp 1: b*t = %d*%d rows do not split evenly over -tp %d ranks", c->B, c->T, c->tensor_parallel);
     if (!c->virtual_stages) c->virtual_stages = c->pipe_schedule == SCHEDULE_INTERLEAVED ? 2 : 1;
-    if (c->delay_from > 0 && !c->offload)
-        fail("-dpu %d delays the host's update behind the device's next step: it needs -offload 1 or 2", c->delay_from);
-    if (c->offload == 2 && c->zero_stage < 2)
-        fail("-offload 2 moves the sharded gradients (and with -z 3 the parameters) to the host: it needs -z 2 or 3, "
-             "not -z %d (-offload 1 moves the optimizer state at any -z)", c->zero_stage);
-    if (c->start_over && c->resume) fail("-ow 1 (start over) and -y %d (resume) contradict each other", c->resume);
+    check_combinations(c);
 }
 
 const char* lr_schedule_name(LrSchedule s) { return s == LR_COSINE ? "cosine" : s == LR_LINEAR ? "linear" : "constant"; }

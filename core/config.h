@@ -48,6 +48,7 @@ typedef struct {
     uint64_t seed;               // -seed
     // precision and parallelism
     int precision_set;           // -p given?
+    int grad_accum_set;          // -ga given? (-d sets it otherwise)
     DType precision;             // -p fp32|bf16|fp16
     int zero_stage;              // -z
     int pipeline_stages;         // -pp

@@ -152,12 +152,19 @@ static void print_stage_line(int stage, const double* sec) {
            work > 0.0 ? 100.0 * sec[PHASE_WAIT] / work : 0.0);
 }
 
+// One stage's {"forward", "backward", "wait"} record with its separator: three times under 10^12 ms fit.
+#define STAGE_JSON_MAX 128
+
 void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt, const PipelinePlan* plan) {
     double* all = gather_rows(g->world, pt->seconds, NUM_PHASES);
     if (comm_rank(g->world) == 0) {
         double total = 0.0;
-        char text[512], json[512], stages[2048];
-        int n = 0, m = 0, k = 0;
+        char text[512], json[512];
+        const size_t stages_size = (size_t)g->pp * STAGE_JSON_MAX + 1;
+        char* stages = (char*)xmalloc(stages_size);
+        size_t k = 0;
+        int n = 0, m = 0;
+        stages[0] = '\0';
         for (int p = 0; p < NUM_PHASES; p++) total += pt->seconds[p];
         for (int p = 0; p < NUM_PHASES; p++) {
             n += snprintf(text + n, sizeof(text) - (size_t)n, " | %s %.1f ms (%.0f%%)", phase_name((Phase)p), pt->seconds[p] * 1e3,
@@ -177,13 +184,15 @@ void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt
         for (int s = 0; s < g->pp && g->pp > 1; s++) {
             const double* sec = all + (size_t)s * g->dp * g->tp * NUM_PHASES;   // world rank of (stage s, replica 0, tensor rank 0)
             print_stage_line(s, sec);
-            k += snprintf(stages + k, sizeof(stages) - (size_t)k, "%s{\"forward\": %.3f, \"backward\": %.3f, \"wait\": %.3f}",
-                          s ? ", " : "", (sec[PHASE_DATA] + sec[PHASE_FORWARD]) * 1e3, sec[PHASE_BACKWARD] * 1e3, sec[PHASE_WAIT] * 1e3);
-            if (k >= (int)sizeof(stages) - 64) break;
+            int w = snprintf(stages + k, STAGE_JSON_MAX + 1, "%s{\"forward\": %.3f, \"backward\": %.3f, \"wait\": %.3f}",
+                             s ? ", " : "", (sec[PHASE_DATA] + sec[PHASE_FORWARD]) * 1e3, sec[PHASE_BACKWARD] * 1e3, sec[PHASE_WAIT] * 1e3);
+            if (w < 0 || w > STAGE_JSON_MAX) fail("internal: stage %d's breakdown record is %d bytes", s, w);
+            k += (size_t)w;
         }
         if (g->pp > 1)
             logger_line(log, "{\"step\": %d, \"pipeline_ms\": {\"schedule\": \"%s\", \"bubble_theory\": %.6f, \"stages\": [%s]}}",
                         step, schedule_kind_name(plan->schedule), plan->bubble, stages);
+        free(stages);
     }
     free(all);
 }

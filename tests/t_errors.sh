@@ -19,6 +19,13 @@ expect_error zero_batch "outside" "${base[@]}" -b 0
 expect_error tokens_per_step_wraps_ga "-d 4294967301 gives -ga 4294967301 .*outside 1\.\.1048576" "${base[@]}" -b 1 -t 1 -d 4294967301
 expect_error tokens_per_step_negative_ga "-d 2147483648 gives -ga 2147483648 .*outside" "${base[@]}" -b 1 -t 1 -d 2147483648
 expect_error tokens_per_step_above_ga "-d 1048577 gives -ga 1048577 .*outside" "${base[@]}" -b 1 -t 1 -d 1048577
+# Flags that mean something only beside others: an error, never ignored or overridden without a word.
+expect_error empty_out_dir "-o needs a directory name" "${base[@]}" -o ""
+expect_error checkpoints_without_out_dir "-n 2 writes checkpoints into -o DIR" "${base[@]}" -n 2
+expect_error d_and_ga "-d and -ga both set the accumulation steps" "${base[@]}" -d 128 -ga 4
+expect_error plan_ranks_without_estimate "-w 8 plans a world size with --estimate only" "${base[@]}" -w 8
+expect_error dump_without_steps "-dump writes step 0's tensors: it needs a step" "${base[@]}" -x 0 -dump "$TMP/dump"
+expect_error micro_batch_beyond_int "-b 1048576 x -t 1048576 tokens per micro-batch exceed" "${base[@]}" -b 1048576 -t 1048576
 expect_error bad_schedule "cosine\|linear\|constant" "${base[@]}" -k exp
 expect_error missing_shard "no token shard matches" "${base[@]}" -i "$TMP/nothing_*.bin"
 head -c 3000 "$TMP/ok.bin" > "$TMP/trunc.bin"

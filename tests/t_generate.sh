@@ -51,6 +51,24 @@ t_check sampling_follows_seed "[ \"\$(ids $TMP/s1)\" != \"\$(ids $TMP/s2)\" ]"
 t_check greedy_ignores_seed "[ \"\$(ids $TMP/g0)\" = \"\$(ids $TMP/g2)\" ]"
 t_check topk1_is_greedy "[ \"\$(ids $TMP/g0)\" = \"\$(ids $TMP/k1)\" ]"
 
+# -s's samples during training draw with -temp and -topk too: greedy, the seed changes nothing (fp32, no
+# shuffling: both seeds train the same model).
+train_sample() {   # out file, flags...
+    local out=$1; shift
+    ./train_gpt_cpu -e "$MODEL" -i "$TMP/data/t_train_*.bin" -j "" -b 1 -t 16 -x 1 -s 1 -g 12 "$@" > "$out" 2>&1
+}
+smp() { sed -n '/^step 1 | sample: /,/^trained /p' "$1" | grep -v '^trained '; }
+train_sample "$TMP/ts0" -temp 0 -seed 1
+train_sample "$TMP/ts0b" -temp 0 -seed 2
+train_sample "$TMP/ts1" -seed 1
+train_sample "$TMP/ts1b" -seed 2
+t_check training_sample_greedy_ignores_seed "[ -n \"\$(smp $TMP/ts0)\" ] && [ \"\$(smp $TMP/ts0)\" = \"\$(smp $TMP/ts0b)\" ]" "$(smp "$TMP/ts0") / $(smp "$TMP/ts0b")"
+t_check training_sample_follows_seed "[ \"\$(smp $TMP/ts1)\" != \"\$(smp $TMP/ts1b)\" ]"
+
+# Output that cannot be written is an error, not a short text and exit 0.
+./train_gpt_cpu -e "$MODEL" -tk "$TMP/data/gpt2_tokenizer.bin" -b 1 -t 16 -g 24 -prompt "$PROMPT" > /dev/full 2> "$TMP/full.err"
+t_check generation_full_disk_fails "[ $? -eq 1 ] && grep -q '^error: cannot write to standard output' $TMP/full.err" "$(cat "$TMP/full.err")"
+
 # A pipeline of 2 stages generates what one rank does.
 if mpi_available; then
     "${MPIRUN[@]}" -np 2 ./train_gpt_cpu -e "$MODEL" -tk "$TMP/data/gpt2_tokenizer.bin" -b 1 -t 16 -g 24 -prompt "$PROMPT" -seed 1 \

@@ -73,6 +73,11 @@ print("ok pipeline_breakdown_logged" if ok else "FAIL pipeline_breakdown_logged:
 PY
 [ $? -eq 0 ] || FAILED=1
 t_check pipeline_breakdown_printed "grep -q 'stage 3: forward .* waiting' '$TMP/breakdown.txt' && grep -q 'bubble (P-1)/m = 37.5%' '$TMP/breakdown.txt'"
+# 48 stages (d48 at -pp 48): every stage's record, however many (a fixed buffer once kept 36).
+$PYTHON scripts/make_shard.py -o "$TMP/d48.bin" -n 4000 -V 128 --seed 5 > /dev/null
+"${MPIRUN[@]}" -np 48 ./train_gpt_cpu -e L48C16H1V128T16 -i "$TMP/d48.bin" -j "" -b 1 -t 8 -ga 48 -x 1 -s 0 -pp 48 -lb 1 \
+    -o "$TMP/pp48" > "$TMP/pp48.txt" 2>&1
+t_check pipeline_breakdown_every_stage "$PYTHON -c \"import json, sys; r = [json.loads(l) for l in open(sys.argv[1]) if 'pipeline_ms' in l]; sys.exit(not (len(r) == 1 and len(r[0]['pipeline_ms']['stages']) == 48))\" $TMP/pp48/log.jsonl" "$(tail -1 "$TMP/pp48.txt")"
 
 # Checkpoint at 4 stages x 2 replicas (ZeRO-3; np8_pp4_z3_r2's, recompute changes no bit), lose what came
 # after step 3, resume at 2 stages (ZeRO-1) and with no pipeline at all.

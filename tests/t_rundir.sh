@@ -66,6 +66,8 @@ open(sys.argv[1], "w").write(old)
 PY
 run -x 4 -u 1 -t 16 -b 4 -o "$TMP/norec" -y 1 > /dev/null 2> "$TMP/norec1.err"
 one_error old_manifest_refuses_changed_t "was written with -t 32; this run has 16" "$TMP/norec1.err" $?
+run -x 4 -u 1 -o "$TMP/norec" -y 1 -dump "$TMP/dump" > /dev/null 2> "$TMP/norec4.err"
+one_error resume_refuses_dump "-dump writes step 0's tensors: this run resumes at step 2" "$TMP/norec4.err" $?
 run -x 4 -u 1 -p bf16 -o "$TMP/norec" -y 1 > /dev/null 2> "$TMP/norec2.err"
 one_error old_manifest_refuses_changed_precision "was written with -p fp32; this run has bf16" "$TMP/norec2.err" $?
 run -x 4 -u 1 -o "$TMP/norec" -y 1 > "$TMP/norec3.txt" 2>&1

@@ -41,4 +41,11 @@ if command -v bible >/dev/null; then
 else
     t_fail tokenizer_kjv_matches_tiktoken "the bible command is missing (Debian package bible-kjv)"
 fi
+
+# A read error on the helper's input is an error, not a clean end of the corpus (exit 0, no ids).
+mkdir -p "$TMP/small" && echo "hello world" > "$TMP/small/a.txt"
+$TOK "$TMP/small" -o "$TMP/smalldir" --name s --val-fraction 0.5 -q
+./build/gpt2tok "$TMP/smalldir/gpt2_merges.bin" < "$TMP/small" > /dev/null 2> "$TMP/gerr"
+rc=$?
+t_check gpt2tok_read_error_fails '[ $rc -eq 1 ] && grep -q "^error: stdin: Is a directory" "$TMP/gerr"' "$(cat "$TMP/gerr")"
 t_finish

@@ -132,7 +132,10 @@ static uint8_t *read_file(const char *path, size_t *len) {
 /* Reads one document record; returns 0 at a clean end of input. */
 static int read_doc(Doc *d) {
     int kind = getchar();
-    if (kind == EOF) return 0;
+    if (kind == EOF) {
+        if (ferror(stdin)) bpe_die("stdin", strerror(errno));   /* a broken pipe is not the end of the corpus */
+        return 0;
+    }
     uint32_t n;
     if ((kind != 'F' && kind != 'T') || !read_exact(stdin, &n, sizeof n) || n > 65536)
         bpe_die("stdin", "bad document record");

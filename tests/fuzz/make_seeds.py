@@ -93,11 +93,12 @@ def loader_params(B, T, world, rank, shuffle, vocab, ga):
     return bytes([B - 1, T - 1, world - 1, rank, shuffle, (vocab - 1) & 255, (vocab - 1) >> 8, ga - 1])
 
 
-def tokenizer_file(rng, vocab, version=2, eot=None):
+def tokenizer_file(rng, vocab, version=2, eot=None, random_tokens=None):
+    """The first random_tokens (default: all) tokens random bytes, the rest empty (version 1's 50257 stay small)."""
     words = [TOK_MAGIC, version, vocab] + ([vocab - 1 if eot is None else eot] if version == 2 else [])
     body = b""
-    for _ in range(vocab):
-        tok = bytes(rng.randrange(256) for _ in range(rng.randrange(6)))
+    for i in range(vocab):
+        tok = bytes(rng.randrange(256) for _ in range(rng.randrange(6))) if i < (random_tokens or vocab) else b""
         body += bytes([len(tok)]) + tok
     return header(words) + body
 
@@ -138,7 +139,8 @@ def main():
     # Tokenizers.
     seeds["tokenizer"] = {
         "valid_v2": tokenizer_file(rng, 60),
-        "valid_v1": tokenizer_file(rng, 30, version=1),
+        "valid_v1": tokenizer_file(rng, 50257, version=1, random_tokens=30),   # version 1: GPT-2's vocabulary and eot
+        "bad_v1_without_eot": tokenizer_file(rng, 30, version=1),
         "bad_truncated": tokenizer_file(rng, 20)[:-1],
         "bad_eot": tokenizer_file(rng, 20, eot=20),
     }
