@@ -326,6 +326,9 @@ static void print_setup(Trainer* tr, CommKind comm) {
            tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), tr->grid.pp, tr->grid.pp > 1 ? "s" : "", tr->grid.dp,
            tr->grid.dp > 1 ? "s" : "", tensor, cfg->zero_stage, offload_text(cfg), delay_text(cfg, delay, sizeof(delay)), tr->threads,
            tr->threads > 1 ? "s" : "", cfg->B, cfg->T, cfg->grad_accum, tr->max_steps);
+    if (tr->val && tr->val_batches < cfg->val_batches)
+        printf("validation: %d batch%s per evaluation, all that %s holds (-m %d)\n", tr->val_batches,
+               tr->val_batches > 1 ? "es" : "", cfg->val_pattern, cfg->val_batches);
     if (tr->run_dir.node_local)
         printf("-o %s: node-local directories on %d hosts (no shared filesystem): model.bin and the log in rank 0's\n",
                cfg->out_dir, tr->run_dir.dirs);

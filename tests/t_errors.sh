@@ -46,6 +46,10 @@ $PYTHON -c "import struct, sys; open(sys.argv[1], 'wb').write(struct.pack('<4i',
 expect_error eot_outside_vocab "end-of-text token 50256 is outside the model's vocabulary of 512" "${base[@]}" -tk "$TMP/gpt2_tok.bin" -s 1
 timeout 60 ./train_gpt_cpu "${base[@]}" -tk "$TMP/gpt2_tok.bin" -s 0 > "$TMP/eot.txt" 2>&1
 t_check eot_unused_without_samples "[ $? -eq 0 ]" "$(tail -1 "$TMP/eot.txt")"
+# A validation set smaller than -m batches is used whole, and the start says so.
+$PYTHON scripts/make_shard.py -o "$TMP/val.bin" -n 200 -V 512 --seed 2 >/dev/null
+timeout 60 ./train_gpt_cpu "${base[@]}" -j "$TMP/val.bin" -v 1 -m 100 > "$TMP/val.txt" 2>&1
+t_check val_batches_capped_said "grep -q '^validation: 3 batches per evaluation, all that .*val.bin holds (-m 100)' $TMP/val.txt" "$(head -3 "$TMP/val.txt")"
 # Files read must be regular: opening a FIFO for reading waits for a writer, forever.
 mkfifo "$TMP/fifo" && mkdir -p "$TMP/shard_dir.bin"
 expect_error fifo_model "$TMP/fifo is not a regular file" "${base[@]}" -e "$TMP/fifo"
