@@ -3,8 +3,8 @@
 # next to the PyTorch reference (torch.compile, fused attention) on the same GPU in the same run.
 # MFU counts 6N + 12·L·C·T FLOPs per token against the GPU's dense bf16 peak (H100/H200: 989 TFLOP/s).
 # Writes a table to $BENCH_REPORT (default build/bench_report.md). BENCH_CASES="model B,..." and
-# BENCH_STEPS choose the runs. Without a GPU (or with --dry-run) it
-# runs tiny shapes with train_gpt_cpu, to prove the script end to end.
+# BENCH_STEPS choose the runs. With --dry-run it runs tiny shapes with
+# train_gpt_cpu, to prove the script end to end; without a GPU and without it, an error (scripts/gpu_mode.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPORT=${BENCH_REPORT:-build/bench_report.md}
@@ -13,7 +13,9 @@ PY=python3
 python3 -c 'import torch' 2>/dev/null || PY=/usr/bin/python3
 W=$(mktemp -d /tmp/bench.XXXXXX)
 trap 'rm -rf "$W"' EXIT
-if [ "${1:-}" = "--dry-run" ] || ! command -v nvidia-smi >/dev/null 2>&1; then
+source scripts/gpu_mode.sh
+dry_run_or_gpu scripts/bench.sh "${1:-}"
+if [ "$DRY_RUN" = 1 ]; then
     BIN=./train_gpt_cpu; T=64; CASES=("L2C64H4T64 2"); DEVICE=cpu; REF_FLAGS=(--dtype float32); STEPS=6
 else
     BIN=./train_gpt; T=1024; CASES=("d12 16" "d24 8"); DEVICE=cuda; REF_FLAGS=(--dtype bfloat16 --compile)

@@ -8,7 +8,8 @@
 # FLOPs per token, and llm.c's, 6N + 6·L·C·T. The breakdown columns are medians of the -lb steps: the host
 # update (optimizer phase) and the time the launch thread still waited on offload's copies.
 # Writes $BENCH_REPORT (default build/bench_offload.md). OFFLOAD_B, OFFLOAD_GA and OFFLOAD_STEPS change the
-# batch. Without a GPU (or with --dry-run) it runs tiny shapes on train_gpt_cpu, to prove the script end to end.
+# batch. With --dry-run it runs tiny shapes on train_gpt_cpu, to prove the script end to end; without a GPU and
+# without it, an error (scripts/gpu_mode.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPORT=${BENCH_REPORT:-build/bench_offload.md}
@@ -20,7 +21,9 @@ PY=python3
 python3 -c 'import numpy' 2>/dev/null || PY=/usr/bin/python3   # make_shard.py needs numpy
 W=$(mktemp -d /tmp/bench_offload.XXXXXX)
 trap 'rm -rf "$W"' EXIT
-if [ "${1:-}" = "--dry-run" ] || ! command -v nvidia-smi >/dev/null 2>&1; then
+source scripts/gpu_mode.sh
+dry_run_or_gpu scripts/bench_offload.sh "${1:-}"
+if [ "$DRY_RUN" = 1 ]; then
     # The capacity lookup runs as on a GPU (for a 16 GiB one); the runs use tiny shapes.
     BIN=./train_gpt_cpu T=64 D48=L4C64H4V512 V=512 DEVICE="cpu (dry run)" GPU_GIB=16 STEPS=8 B=2 GA=2
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}

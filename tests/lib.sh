@@ -7,6 +7,15 @@ t_ok() { echo "ok $1"; }
 t_fail() { echo "FAIL $1: $2"; FAILED=1; }
 t_check() { if eval "$2"; then t_ok "$1"; else t_fail "$1" "${3:-$2}"; fi; }   # name, shell condition[, why]
 t_finish() { exit "$FAILED"; }
+# The sum of the learning rates of steps 0..X-1 under -l LR -u U -q Q with the default cosine schedule
+# (Q = 1: constant after the warm-up), as config_lr_at computes them. Adam moves a parameter by about lr per
+# step at most, so this bounds the drift of the key bias, whose exact gradient is 0 (compare.py --kbias-bound).
+lr_sum() {   # LR U X [Q]
+    $PYTHON -c "import math, sys
+lr, u, X, q = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+print(sum(lr * (s + 1) / u if s < u else q * lr + 0.5 * (1 + math.cos(math.pi * (s - u) / max(1, X - u))) * (lr - q * lr) for s in range(X)))" \
+        "$1" "$2" "$3" "${4:-1}"
+}
 # Multi-rank tests. mpi_available: true when mpirun and an MPI build of train_gpt_cpu are both here; it sets
 # MPIRUN (root allowed, oversubscribed, one OpenMP thread per rank) either way.
 mpi_available() {
@@ -43,6 +52,13 @@ compare_py() {   # compare.py arguments...: prints its ok/FAIL lines and records
     compare_out "$@" || FAILED=1
     grep -E '^(ok|FAIL) ' <<< "$CMP_OUT"
     grep -qE '^(ok|FAIL) ' <<< "$CMP_OUT" || t_fail "$2" "compare.py printed nothing"
+}
+# py_check NAME ARGS... <<'PY' ... PY: runs the Python program on stdin with ARGS. Its last line "ok" passes
+# NAME; anything else (its reason, or the traceback when it crashed) fails it: a crashed check never vanishes.
+py_check() {
+    local name=$1 out; shift
+    out=$($PYTHON - "$@" 2>&1)
+    if [ "$(tail -1 <<< "$out")" = ok ]; then t_ok "$name"; else t_fail "$name" "$(tail -1 <<< "$out")"; fi
 }
 # Every validation loss of a run's log equals the reference log's, to 1e-5 relative.
 val_losses_match() {   # name, log.jsonl, reference log.jsonl

@@ -40,6 +40,9 @@ else t_fail build_cuda_links "$(grep -m3 -E 'error|Error' "$TMP/build.log")"; fi
 if command -v cuobjdump >/dev/null 2>&1 && [ -x train_gpt ]; then
     archs=$(cuobjdump --list-elf train_gpt 2>/dev/null | grep -o 'sm_[0-9]*' | sort -u | tr '\n' ' ')
     t_check build_cuda_has_sm80_sm90 "[[ '$archs' == *sm_80* && '$archs' == *sm_90* ]]" "machine code for: $archs"
+else   # no cuobjdump (CUDA's minimal install): what nvcc is asked for
+    targets=$(make -s -n -B train_gpt 2>/dev/null | grep -o 'code=[a-z_0-9]*' | sort -u | tr '\n' ' ')
+    t_check build_cuda_targets_sm80_sm90_ptx "[[ '$targets' == *code=sm_80* && '$targets' == *code=sm_90* && '$targets' == *code=compute_90* ]]" "nvcc targets: $targets"
 fi
 # Without a GPU (as in CI), train_gpt says so in one line instead of CUDA's "driver version is insufficient".
 if [ -x train_gpt ] && ! nvidia-smi -L >/dev/null 2>&1; then

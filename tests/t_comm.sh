@@ -96,8 +96,8 @@ for mode in abort exit3 exit0 fail kill; do
     start=$(date +%s%N)
     timeout 60 mpirun --oversubscribe -np 3 "$BIN" --die "$mode" > "$TMP/die.out" 2>&1; rc=$?
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
-    t_check "comm_dead_rank_${mode}_ends_job" "[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $ms -lt 30000 ]" \
-        "mpirun exit $rc after $ms ms (124 = still hanging at the 60 s timeout)"
+    t_check "comm_dead_rank_${mode}_ends_job" "grep -q '^die: 3 ranks up' $TMP/die.out && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $ms -lt 30000 ]" \
+        "mpirun exit $rc after $ms ms (124 = still hanging at the 60 s timeout); $(grep -m1 'die:' "$TMP/die.out" || echo 'the ranks never came up')"
     echo "# dead rank ($mode): mpirun exit $rc after $ms ms"
 done
 

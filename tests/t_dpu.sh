@@ -21,21 +21,18 @@ init_model L2C64H4V500T64 "$TMP/train.bin"
 FLAGS=(-e "$MODEL" -i "$TMP/train.bin" -b 4 -t 32 -ga 2 -x 10 -l 1e-3 -u 3 -q 0.1 -k cosine -c 0.5 -gc 0.5 -n 6)
 ./train_gpt_cpu "${FLAGS[@]}" -j "" -v 0 -s 0 -offload 1 -dpu 2 -o "$TMP/c" > "$TMP/c.txt" 2>&1 || t_fail dpu_run "$(tail -1 "$TMP/c.txt")"
 $PYTHON scripts/reference.py "${FLAGS[@]}" -dpu 2 --quiet -o "$TMP/r" > "$TMP/r.txt" 2>&1 || t_fail dpu_reference_run "$(tail -1 "$TMP/r.txt")"
-$PYTHON tests/compare.py log dpu_vs_reference "$TMP/c/log.jsonl" "$TMP/r/log.jsonl" --steps 10 --tol 1e-5 --key loss \
-    --key grad_norm | grep -E '^(ok|FAIL)' || FAILED=1
-KB=$($PYTHON -c "
-import math
-lr, u, X, q = 1e-3, 3, 10, 0.1
-print(sum(lr*(s+1)/u if s < u else q*lr + 0.5*(1+math.cos(math.pi*(s-u)/max(1, X-u)))*(lr-q*lr) for s in range(X)))")
-$PYTHON tests/compare.py models dpu_final_model_vs_reference "$TMP/c/ckpt_000010/model.bin" "$TMP/r/model_final.bin" \
-    --tol 1e-4 --abs 1e-4 --kbias-bound "$KB" | grep -E '^(ok|FAIL)' || FAILED=1
+compare_py log dpu_vs_reference "$TMP/c/log.jsonl" "$TMP/r/log.jsonl" --steps 10 --tol 1e-5 --key loss --key grad_norm
+KB=$(lr_sum 1e-3 3 10 0.1)
+compare_py models dpu_final_model_vs_reference "$TMP/c/ckpt_000010/model.bin" "$TMP/r/model_final.bin" \
+    --tol 1e-4 --abs 1e-4 --kbias-bound "$KB"
 t_check dpu_announced "grep -q 'updates one step late from step 2' '$TMP/c.txt'"
 
 # -lb: the wait for the landing is a phase of its own, and the host update's own time is reported beside
 # the phases of each step an update lands in: from step 3 (-dpu 2), except step 6, before which the
 # checkpoint (-n 6) landed step 5's.
-./train_gpt_cpu "${FLAGS[@]}" -j "" -v 0 -s 0 -offload 1 -dpu 2 -lb 1 -o "$TMP/lb" > "$TMP/lb.txt" 2>&1
-$PYTHON - "$TMP/lb/log.jsonl" <<'PY'
+./train_gpt_cpu "${FLAGS[@]}" -j "" -v 0 -s 0 -offload 1 -dpu 2 -lb 1 -o "$TMP/lb" > "$TMP/lb.txt" 2>&1 ||
+    t_fail dpu_breakdown_run "$(tail -1 "$TMP/lb.txt")"
+py_check dpu_breakdown "$TMP/lb/log.jsonl" <<'PY'
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 waits = [r["step"] for r in recs if "update_wait" in r.get("breakdown_ms", {})]
@@ -43,7 +40,7 @@ over = sorted(r["step"] for r in recs if "host_update_overlapped_ms" in r and r[
 bad = []
 if waits != list(range(10)): bad.append("update_wait in the breakdowns of steps %s" % waits)
 if over != [3, 4, 5, 7, 8, 9]: bad.append("host update reported for steps %s, expected 3..5, 7..9" % over)
-print("ok dpu_breakdown" if not bad else "FAIL dpu_breakdown: " + "; ".join(bad))
+print("ok" if not bad else "; ".join(bad))
 PY
 
 # 2. The delay is real: the first W+1 steps (0..2) compute on the same parameters as without it, the next does not.
@@ -87,8 +84,8 @@ layouts dpu_np2_z3_bf16 2 "-p bf16 -ga 2" "-z 3 -offload 1" "-z 3 -offload 2"
 layouts dpu_np2_pp2 2 "-pp 2 -ga 2" "-z 0 -offload 1" "-z 3 -offload 2"
 if [ $have_mpi = 1 ]; then
     train 1 "$TMP/np1_ga2" -ga 2 -z 3 -offload 2 || t_fail dpu_np2_vs_np1 "one-rank run failed"
-    $PYTHON tests/compare.py log dpu_np2_vs_np1 "$TMP/dpu_np2_z3_0/log.jsonl" "$TMP/np1_ga2/log.jsonl" --steps 6 --tol 1e-5 \
-        --key loss --key grad_norm | grep -E '^(ok|FAIL)' || FAILED=1
+    compare_py log dpu_np2_vs_np1 "$TMP/dpu_np2_z3_0/log.jsonl" "$TMP/np1_ga2/log.jsonl" --steps 6 --tol 1e-5 \
+        --key loss --key grad_norm
 fi
 
 # 4. Resume: a checkpoint at step 3 (the update in flight lands first), resumed to 6, ends as the straight run.
@@ -101,7 +98,7 @@ same_bits dpu_resume_equals_straight "$TMP/straight" "$TMP/halves"
 # 5. Memory: the update in flight keeps a gradient (fp32 under -z >= 2) and a working copy per state element
 # on the host, planned as allocated.
 est() { ./train_gpt_cpu "${base[@]}" -p bf16 "$@" --estimate -w 2 | sed -n 's/^plan: //p'; }
-$PYTHON - "$(est -z 2 -offload 1 -dpu 0)" "$(est -z 2 -offload 1 -dpu 1)" <<'PY'
+py_check dpu_estimate_host_buffers "$(est -z 2 -offload 1 -dpu 0)" "$(est -z 2 -offload 1 -dpu 1)" <<'PY'
 import json, sys
 off, on = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 # bf16 under -z 2 -offload 1, fewer than 2^20 state elements: master, m, v (12) and two staging buffers (2 x (4 + 2))
@@ -113,17 +110,18 @@ bad = []
 if off["host_state"] != 24 * state or state == 0: bad.append("host_state %d is not 24 bytes per element" % off["host_state"])
 if on["host_state"] - off["host_state"] != want: bad.append("host_state grew by %d, expected %d" % (on["host_state"] - off["host_state"], want))
 if rest(on) != rest(off): bad.append("other categories changed: %s vs %s" % (rest(on), rest(off)))
-print("ok dpu_estimate_host_buffers" if not bad else "FAIL dpu_estimate_host_buffers: " + "; ".join(bad))
+print("ok" if not bad else "; ".join(bad))
 PY
 if [ $have_mpi = 1 ]; then
     ./train_gpt_cpu "${base[@]}" -p bf16 -z 2 -offload 1 -dpu 1 --estimate -w 2 > "$TMP/plan.txt" 2>&1
-    "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -p bf16 -z 2 -offload 1 -dpu 1 -x 1 -o "$TMP/mem" > /dev/null 2>&1
-    $PYTHON - "$TMP/plan.txt" "$TMP/mem/log.jsonl" <<'PY'
+    "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -p bf16 -z 2 -offload 1 -dpu 1 -x 1 -o "$TMP/mem" > "$TMP/mem.txt" 2>&1 ||
+        t_fail dpu_plan_run "$(grep -m1 error "$TMP/mem.txt")"
+    py_check dpu_plan_is_allocation "$TMP/plan.txt" "$TMP/mem/log.jsonl" <<'PY'
 import json, sys
 plan = json.loads(next(l for l in open(sys.argv[1]) if l.startswith("plan: "))[6:])
 mem = [json.loads(l)["memory"] for l in open(sys.argv[2]) if '"memory"' in l]
 bad = ["%s: allocated %d, planned %d" % (k, m[k], v) for m in mem for k, v in plan.items() if m[k] != v]
-print("ok dpu_plan_is_allocation" if mem and not bad else "FAIL dpu_plan_is_allocation: %s" % ("; ".join(bad[:3]) or "no memory records"))
+print("ok" if mem and not bad else "; ".join(bad[:3]) or "no memory records")
 PY
 fi
 t_finish

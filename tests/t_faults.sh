@@ -10,10 +10,11 @@ base=(-e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -s 0 -v 0 -l 1e-3)
 have_mpi=0
 mpi_available && have_mpi=1
 
-# fp16 follows fp32 (no overflow at the default scale on this model).
+# fp16 follows fp32 (no overflow at the default scale on this model): measured 2e-5 apart in loss and 2.5e-4
+# in norm, where fp32 at half the learning rate is 2.5e-3 and 0.18 away.
 ./train_gpt_cpu "${base[@]}" -x 10 -p fp32 -o "$TMP/f32" > /dev/null 2>&1
 ./train_gpt_cpu "${base[@]}" -x 10 -p fp16 -o "$TMP/f16" > /dev/null 2>&1
-out=$($PYTHON tests/compare.py log fp16_tracks_fp32 "$TMP/f16/log.jsonl" "$TMP/f32/log.jsonl" --steps 10 --tol 5e-3 --key loss)
+out=$($PYTHON tests/compare.py log fp16_tracks_fp32 "$TMP/f16/log.jsonl" "$TMP/f32/log.jsonl" --steps 10 --tol 2e-3 --key loss --key grad_norm)
 echo "$out" | grep -E '^(ok|FAIL) '; echo "$out" | grep -q '^FAIL' && FAILED=1
 
 # An absurd initial scale overflows: skipped steps, the scale halving every second overflow, then training.
@@ -47,6 +48,8 @@ check_scaler fp16_overflow_skips_and_rescales "$TMP/ovf/log.jsonl"
 if [ $have_mpi = 1 ]; then   # the verdict is global: both ranks skip together, or ZeRO-2's pieces would diverge
     "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -b 1 -x 60 -p fp16 -ls 1e12 -z 2 -o "$TMP/ovf2" > /dev/null 2>&1
     check_scaler fp16_overflow_two_ranks "$TMP/ovf2/log.jsonl"
+else
+    echo "skip the 2-rank overflow checks: no MPI"
 fi
 
 # A NaN weight: every step is non-finite; the run stops after -nf 3 with one error line.
@@ -103,12 +106,16 @@ if [ $have_mpi = 1 ]; then
     "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -x 100000 > "$TMP/k9.txt" 2>&1 &
     pid=$!
     for _ in $(seq 100); do grep -q 'step  *5/' "$TMP/k9.txt" 2>/dev/null && break; sleep 0.1; done
+    trained=$(grep -c 'step  *5/' "$TMP/k9.txt")   # the kill must come mid-training, not after a failed start
     victim=$(pgrep -f "train_gpt_cpu.*-x 100000" | tail -1)
     start=$(date +%s)
     kill -9 "$victim"
     timeout 60 tail --pid=$pid -f /dev/null
     wait $pid
     rc=$?
-    t_check rank_killed_ends_job "[ $rc -ne 0 ] && [ \$(( \$(date +%s) - start )) -lt 60 ]"
+    t_check rank_killed_ends_job "[ $trained -ge 1 ] && [ -n '$victim' ] && [ $rc -ne 0 ] && [ \$(( \$(date +%s) - start )) -lt 60 ]" \
+        "reached step 5: $trained, victim '$victim', rc $rc"
+else
+    echo "skip rank_killed_ends_job: no MPI"
 fi
 t_finish

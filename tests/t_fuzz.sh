@@ -35,6 +35,7 @@ export TMPDIR=$TMP   # the harnesses' scratch directories, including any a crash
 # past the first check and the fuzzing proves nothing.
 for r in $READERS; do
     bad=""
+    ls "$FB/seeds/$r"/valid_* "$FB/seeds/$r"/bad_* > /dev/null 2>&1 || bad=" (no valid_ and bad_ seeds to check)"
     for f in "$FB/seeds/$r"/*; do
         "$FB/fuzz_$r" "$f" >/dev/null 2>"$TMP/seed.err"; rc=$?
         case "$(basename "$f")" in
@@ -74,7 +75,10 @@ for r in $READERS; do
     hangs=$(find "$FB/out/$r/default/hangs" -name 'id:*' | wc -l)
     echo "# fuzz $r: $(afl_stat "$r" execs_done) inputs in $(afl_stat "$r" run_time) s, $(afl_stat "$r" corpus_count) in corpus," \
          "$(afl_stat "$r" bitmap_cvg) coverage, $crashes crashes, $hangs hangs"
-    if [ "$crashes" -eq 0 ] && [ "$hangs" -eq 0 ]; then
+    execs=$(afl_stat "$r" execs_done)
+    if [ "$(cat "$FB/out/$r.rc")" != 0 ] || [ "${execs:-0}" -eq 0 ]; then
+        t_fail "fuzz_$r" "afl-fuzz exited $(cat "$FB/out/$r.rc") after ${execs:-0} inputs: $(grep -m1 -E 'PROGRAM ABORT|ERROR' "$FB/out/$r.log")"
+    elif [ "$crashes" -eq 0 ] && [ "$hangs" -eq 0 ]; then
         t_ok "fuzz_$r"
     else
         first=$(find "$FB/out/$r/default/crashes" "$FB/out/$r/default/hangs" -name 'id:*' | head -1)

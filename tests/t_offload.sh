@@ -110,7 +110,7 @@ estimate_moves() {   # name, ranks, bytes per value of -p, flags...
     local name=$1 np=$2 x=$3; shift 3
     ./train_gpt_cpu "${base[@]}" -x 1 "$@" --estimate -w "$np" > "$TMP/$name.off" 2>&1 || { t_fail "$name" "--estimate failed"; return; }
     ./train_gpt_cpu "${base[@]}" -x 1 "$@" -offload 1 --estimate -w "$np" > "$TMP/$name.on" 2>&1 || { t_fail "$name" "--estimate -offload 1 failed"; return; }
-    $PYTHON - "$name" "$TMP/$name.off" "$TMP/$name.on" "$x" <<'PY'
+    py_check "$name" "$name" "$TMP/$name.off" "$TMP/$name.on" "$x" <<'PY'
 import json, sys
 name, x = sys.argv[1], int(sys.argv[4])
 off, on = [json.loads(next(l for l in open(p) if l.startswith("plan: "))[6:]) for p in sys.argv[2:4]]
@@ -125,7 +125,7 @@ if device(off) - device(on) != moved: bad.append("device bytes dropped by %d, mo
 master = moved - 8 * state if off["master"] else 4 * state
 stage = 2 * min(state, 1 << 20) * (4 + x)
 if on["host_state"] != 8 * state + master + stage: bad.append("host_state %d, expected %d" % (on["host_state"], 8 * state + master + stage))
-print("ok %s" % name if not bad else "FAIL %s: %s" % (name, "; ".join(bad)))
+print("ok" if not bad else "; ".join(bad))
 PY
 }
 estimate_moves offload_estimate_np2_z1_bf16 2 2 -z 1 -p bf16

@@ -16,7 +16,7 @@ if [r["step"] for r in bds] != [2, 5]:
     bad.append("breakdowns at steps %s, expected [2, 5]" % [r["step"] for r in bds])
 for r in bds:
     total, dt = sum(r["breakdown_ms"].values()), steps[r["step"]]["dt_ms"]
-    if not 0.5 * dt <= total <= dt * 1.01 + 0.5:
+    if not 0.9 * dt - 0.5 <= total <= dt * 1.01 + 0.5:   # measured: 0.999..1.0 of the step
         bad.append("step %d: phases add to %.2f ms, the step took %.2f ms" % (r["step"], total, dt))
 print("ok breakdown_every_lb_steps" if not bad else "FAIL breakdown_every_lb_steps: " + "; ".join(bad))
 sys.exit(1 if bad else 0)

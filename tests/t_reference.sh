@@ -63,10 +63,7 @@ compare_py log log_10_steps "$TMP/c/log.jsonl" "$TMP/r/log.jsonl" --steps 10 \
 # Final models: per tensor ||a-b||/||b|| < 1e-4 and every element within 1e-4 absolute (a tenth of one
 # step's peak LR: Adam moves each element by at most ~lr per step, so a wrong update shows up there).
 # The key bias is only bounded by the sum of the LRs: its exact gradient is 0 (see compare.py).
-KB=$("$PY" -c "
-import math
-lr, u, X, q = $LR, 3, 10, 0.1
-print(sum(lr*(s+1)/u if s < u else q*lr + 0.5*(1+math.cos(math.pi*(s-u)/max(1, X-u)))*(lr-q*lr) for s in range(X)))")
+KB=$(lr_sum "$LR" 3 10 0.1)
 FINAL=$TMP/c/ckpt_000010/model.bin
 t_check final_checkpoint "[ -s '$FINAL' ]" "trainer wrote no $FINAL"
 [ -s "$FINAL" ] && compare_py models final_model "$FINAL" "$TMP/r/model_final.bin" \

@@ -18,7 +18,7 @@ mpi_or_skip t_tp
 $PYTHON scripts/make_shard.py -o "$TMP/train.bin" -n 20000 -V 500 --seed 7 >/dev/null || t_fail shard "make_shard failed"
 init_model L2C64H4V500T64 "$TMP/train.bin"
 base=(-e "$MODEL" -i "$TMP/train.bin" -j "" -b 2 -t 32 -x 6 -l 1e-3 -u 2 -c 0.1 -v 0 -s 0 -gc 1.0)
-KB=$($PYTHON -c "print(sum(1e-3 * min(1.0, (s + 1) / 2) for s in range(6)))")   # bound on the key bias's drift
+KB=$(lr_sum 1e-3 2 6)   # bound on the key bias's drift
 
 train() {   # ranks, out dir, flags...
     local np=$1 out=$2; shift 2

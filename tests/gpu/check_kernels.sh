@@ -6,8 +6,8 @@
 #
 #   bash tests/gpu/check_kernels.sh [--dry-run]
 #
-# Without a GPU (no nvidia-smi), or with --dry-run, the CPU binary stands in for the GPU one: the
-# comparison is CPU against CPU, which proves the scripts end to end. Environment: SEEDS (default "1 2"),
+# With --dry-run the CPU binary stands in for the GPU one: the comparison is CPU against CPU, which
+# proves the scripts end to end (without a GPU and without --dry-run: an error, scripts/gpu_mode.sh). Environment: SEEDS (default "1 2"),
 # DTYPES (default "fp32 bf16 fp16"), KERNEL_CHECK_SHAPES (default all; e.g. "odd,hs24"), KC_KEEP=1 keeps
 # the output directories, KC_BENCH=0 skips the timings that end a GPU run. Output: the comparison
 # tables, "ok NAME" / "FAIL NAME: why" lines, and last "N passed, N failed". Exit status 1 on any failure.
@@ -17,8 +17,9 @@ SEEDS=${SEEDS:-"1 2"}
 DTYPES=${DTYPES:-"fp32 bf16 fp16"}
 CPU_BIN=build/kernel_check_cpu
 GPU_BIN=build/kernel_check_gpu
-DRY=0
-if [ "${1:-}" = "--dry-run" ] || ! command -v nvidia-smi >/dev/null 2>&1; then DRY=1; fi
+source scripts/gpu_mode.sh
+dry_run_or_gpu tests/gpu/check_kernels.sh "${1:-}"
+DRY=$DRY_RUN
 if [ "$DRY" = 1 ]; then
     echo "check_kernels: dry run (no GPU): comparing the CPU build against itself"
     GPU_BIN=$CPU_BIN

@@ -2,7 +2,8 @@
 # `make test-gpu`: everything a GPU lease must check, in one command. Sections:
 #   1. every kernel (forward and backward) against its CPU twin, fp32/bf16/fp16 (check_kernels.sh)
 #   2. full training steps of a small model: train_gpt vs train_gpt_cpu from the same model file and data
-#      (fp32: losses, grad norms and step-0 gradients per tensor; bf16: losses within bf16 tolerance), and
+#      (fp32: losses, grad norms and step-0 gradients per tensor; bf16: losses and grad norms within 1e-2, which
+#      an optimizer at half the learning rate misses by 30x on the CPU build), and
 #      -offload 1 against the device-side optimizer, -offload 2 on one rank (fp32, bf16, -dpu; repeated for bits)
 #   3. 2 and 4 ranks on the one GPU through the MPI backend under -z 0..3 (and -z 2, 3 poisoned, see
 #      comm.h's GPT_COMM_POISON), 1F1B pipelines (-pp 2 and 4, with data parallelism, ZeRO and recompute;
@@ -12,7 +13,8 @@
 #      GPUs 2 ranks under -z 0..3 against one rank
 #   4. determinism (two bf16 runs, identical bits) and bit-exact resume on the GPU
 #   5. a pass/fail table, written with the device, date and commit to $REPORT (default build/gpu_report.md)
-# Without a GPU (or with --dry-run) train_gpt_cpu stands in for train_gpt, proving the script end to end.
+# With --dry-run train_gpt_cpu stands in for train_gpt, proving the script end to end; without a GPU and
+# without --dry-run it is an error (scripts/gpu_mode.sh).
 set -u
 cd "$(dirname "$0")/../.."
 REPORT=${REPORT:-build/gpu_report.md}
@@ -23,7 +25,9 @@ python3 -c 'import numpy, torch' 2>/dev/null || PY=/usr/bin/python3
 export PYTHON=$PY
 GPU=./train_gpt
 DRY=""
-if [ "${1:-}" = "--dry-run" ] || ! command -v nvidia-smi >/dev/null 2>&1; then DRY="--dry-run"; GPU=./train_gpt_cpu; fi
+source scripts/gpu_mode.sh
+dry_run_or_gpu tests/gpu/run_gpu.sh "${1:-}"
+if [ "$DRY_RUN" = 1 ]; then DRY="--dry-run"; GPU=./train_gpt_cpu; fi
 W=$(mktemp -d /tmp/gpu-test.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 declare -a ROWS
@@ -58,14 +62,14 @@ check() {   # name, compare.py arguments...: its ok/FAIL lines become one row
 check step_fp32_losses_vs_cpu log fp32_loss "$W/gpu32/log.jsonl" "$W/cpu/log.jsonl" --steps 6 --tol 1e-4
 check step_fp32_norms_vs_cpu log fp32_norm "$W/gpu32/log.jsonl" "$W/cpu/log.jsonl" --steps 6 --tol 1e-3 --key grad_norm
 check step_fp32_grads_vs_cpu grads fp32_grads "$W/gpu32/grads0.f32" "$W/cpu/grads0.f32" "$MODEL" --tol 1e-4
-check step_bf16_losses_vs_cpu log bf16_loss "$W/gpu16/log.jsonl" "$W/cpu/log.jsonl" --steps 6 --tol 2e-2
+check step_bf16_vs_cpu log bf16_loss "$W/gpu16/log.jsonl" "$W/cpu/log.jsonl" --steps 6 --tol 1e-2 --key loss --key grad_norm
 # ZeRO-Offload (-offload 1): master and Adam state in pinned host memory, AdamW on the host (adamw_host) instead
 # of the CUDA kernel, gradients down and parameters up through the staging buffer. Same math, so the losses
 # follow the device-side runs to rounding (the CUDA kernel and the host loop may contract differently).
 $GPU "${flags[@]}" -p fp32 -offload 1 -o "$W/off32" > "$W/off32.txt" 2>&1 || record offload_fp32_run FAIL "$(grep -m1 error "$W/off32.txt")"
 $GPU "${flags[@]}" -p bf16 -offload 1 -o "$W/off16" > "$W/off16.txt" 2>&1 || record offload_bf16_run FAIL "$(grep -m1 error "$W/off16.txt")"
 check offload_fp32_vs_device log off32 "$W/off32/log.jsonl" "$W/gpu32/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
-check offload_bf16_vs_device log off16 "$W/off16/log.jsonl" "$W/gpu16/log.jsonl" --steps 6 --tol 2e-2
+check offload_bf16_vs_device log off16 "$W/off16/log.jsonl" "$W/gpu16/log.jsonl" --steps 6 --tol 1e-2 --key loss --key grad_norm
 # -offload 2 on one rank (-z 3): gradient pieces come down on the download stream and a worker thread adds
 # them into the host accumulator (core/grad_landing.h); parameter pieces go up on the upload stream, each
 # overlapping the block before it (zero.c). The norm is summed on the host (another order than the
@@ -82,7 +86,7 @@ else
     record offload2_repeatable FAIL "$(grep -m1 error "$W/off2b.txt" || echo 'losses or norms differ between two runs')"
 fi
 $GPU "${flags[@]}" -p bf16 -z 3 -offload 2 -o "$W/off2bf16" > "$W/off2bf16.txt" 2>&1 || record offload2_bf16_run FAIL "$(grep -m1 error "$W/off2bf16.txt")"
-check offload2_bf16_vs_device log off2bf16 "$W/off2bf16/log.jsonl" "$W/gpu16/log.jsonl" --steps 6 --tol 2e-2
+check offload2_bf16_vs_device log off2bf16 "$W/off2bf16/log.jsonl" "$W/gpu16/log.jsonl" --steps 6 --tol 1e-2 --key loss --key grad_norm
 ./train_gpt_cpu "${flags[@]}" -p fp32 -z 3 -offload 2 -dpu 2 -o "$W/dpucpu" > "$W/dpucpu.txt" 2>&1 || record offload2_dpu_cpu_run FAIL "$(tail -1 "$W/dpucpu.txt")"
 $GPU "${flags[@]}" -p fp32 -z 3 -offload 2 -dpu 2 -o "$W/dpugpu" > "$W/dpugpu.txt" 2>&1 || record offload2_dpu_run FAIL "$(grep -m1 error "$W/dpugpu.txt")"
 check offload2_dpu_vs_cpu log off2dpu "$W/dpugpu/log.jsonl" "$W/dpucpu/log.jsonl" --steps 6 --tol 1e-4
@@ -222,7 +226,7 @@ if command -v mpirun >/dev/null 2>&1 && ldd "$GPU" | grep -q libmpi; then
     check pipeline_interleaved_vs_single log il "$W/il/log.jsonl" "$W/ga4/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
     mpirun --oversubscribe --bind-to none -np 2 $GPU "${flags[@]}" -pp 2 -p bf16 -z 1 -comm mpi -o "$W/pp2bf16" > "$W/pp2bf16.txt" 2>&1 ||
         record pipeline_pp2_bf16_run FAIL "$(grep -m1 error "$W/pp2bf16.txt")"
-    check pipeline_pp2_bf16_vs_single log pp2bf16 "$W/pp2bf16/log.jsonl" "$W/gpu16/log.jsonl" --steps 6 --tol 2e-2
+    check pipeline_pp2_bf16_vs_single log pp2bf16 "$W/pp2bf16/log.jsonl" "$W/gpu16/log.jsonl" --steps 6 --tol 1e-2 --key loss --key grad_norm
 else
     ROWS+=("| pipeline | skip | no MPI on this machine |")
 fi
@@ -243,7 +247,8 @@ pids=$(grep '^prompt' "$W/gen_train_gpt_cpu.txt" | sed 's/.*\[\(.*\)\]/\1/; s/ /
 ggap=$($PY scripts/reference.py -e "$GMODEL" --greedy 32 --prompt-ids "$pids" -t 64 2>/dev/null | sed -n 's/^min_gap: //p')
 if [ -z "$(gen_ids "$(basename $GPU)")" ]; then record generate_greedy_vs_cpu FAIL "$(grep -m1 error "$W/gen_$(basename $GPU).txt")"
 elif [ "$(gen_ids "$(basename $GPU)")" = "$(gen_ids train_gpt_cpu)" ]; then record generate_greedy_vs_cpu ok "32 tokens identical (min gap $ggap)"
-elif $PY -c "import sys; sys.exit(0 if float('${ggap:-0}') < 1e-3 else 1)"; then
+elif [ -z "$ggap" ]; then record generate_greedy_vs_cpu FAIL "tokens differ, and scripts/reference.py gave no logit gap to judge them by"
+elif $PY -c "import sys; sys.exit(0 if float('$ggap') < 1e-3 else 1)"; then
     ROWS+=("| generate_greedy_vs_cpu | skip | logits within $ggap of a tie: either pick is right |")
 else record generate_greedy_vs_cpu FAIL "tokens differ with a gap of $ggap: $(gen_ids "$(basename $GPU)" | cut -c1-120)"; fi
 
