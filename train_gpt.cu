@@ -91,7 +91,7 @@ static void create_chunks(Trainer* tr) {
         layout_chunk_view(tr->layout, c, &tr->chunk_layout[c]);
         gpt_create(&tr->gpt[c], tr->be, &tr->mem, &tr->chunk_layout[c], zero_param_store(tr->zero), g->tp_group,
                    cfg->sequence_parallel, cfg->precision, cfg->B, cfg->T, cfg->recompute, tr->plan.sets[g->stage][c],
-                   tr->plan.stash[g->stage]);
+                   tr->plan.stash[g->stage], cfg->grad_accum);
     }
 }
 

@@ -582,11 +582,7 @@ static uint64_t embedding_hash(Zero* z, Backend* be) {
 // the same update, so a difference is a bug; checkpoints check it.
 static int tied_in_sync(Zero* z, Backend* be) {
     if (!z->tied) return 1;
-    uint64_t h = embedding_hash(z, be);
-    // The hash as two exact 32-bit halves; equal on both ends iff max == -max(-x) for each.
-    double v[4] = {(double)(h >> 32), (double)(h & 0xffffffffu), -(double)(h >> 32), -(double)(h & 0xffffffffu)};
-    comm_allreduce_host_max(z->tied, v, 4);
-    return v[0] == -v[2] && v[1] == -v[3];
+    return comm_all_equal(z->tied, embedding_hash(z, be));
 }
 
 double zero_host_copy_seconds(Zero* z) {

@@ -6,13 +6,20 @@
 
 #include "base/common.h"
 
-void batch_io_create(BatchIO* io, Backend* be, int rows) {
-    if (rows < 1) fail("internal: batch I/O for %d rows", rows);
+void batch_io_create(BatchIO* io, Backend* be, int rows, int loss_slots) {
+    if (rows < 1 || loss_slots < 1) fail("internal: batch I/O for %d rows, %d loss slots", rows, loss_slots);
     memset(io, 0, sizeof(*io));
     io->rows = rows;
     for (int i = 0; i < BATCH_IO_UPLOAD_SLOTS; i++) {
         io->up[i] = (int*)be_host_alloc(be, (size_t)rows * sizeof(int));
         io->up_done[i] = be_event_create(be);
+    }
+    io->cap = loss_slots;
+    io->down = (float**)xmalloc((size_t)loss_slots * sizeof(float*));
+    io->down_done = (BeEvent**)xmalloc((size_t)loss_slots * sizeof(BeEvent*));
+    for (int k = 0; k < loss_slots; k++) {
+        io->down[k] = (float*)be_host_alloc(be, (size_t)rows * sizeof(float));
+        io->down_done[k] = be_event_create(be);
     }
 }
 
@@ -46,26 +53,8 @@ void batch_io_before_losses(BatchIO* io, Backend* be) {
     if (io->pending) be_stream_wait(be, io->down_done[io->pending - 1]);
 }
 
-// One more download slot: the queue holds one per micro-batch of the step, a few at most.
-static void grow(BatchIO* io, Backend* be) {
-    int cap = io->cap + 1;
-    float** down = (float**)xmalloc((size_t)cap * sizeof(float*));
-    BeEvent** done = (BeEvent**)xmalloc((size_t)cap * sizeof(BeEvent*));
-    if (io->cap) {
-        memcpy(down, io->down, (size_t)io->cap * sizeof(float*));
-        memcpy(done, io->down_done, (size_t)io->cap * sizeof(BeEvent*));
-    }
-    free(io->down);
-    free(io->down_done);
-    io->down = down;
-    io->down_done = done;
-    io->down[io->cap] = (float*)be_host_alloc(be, (size_t)io->rows * sizeof(float));
-    io->down_done[io->cap] = be_event_create(be);
-    io->cap = cap;
-}
-
 void batch_io_queue_losses(BatchIO* io, Backend* be, const float* losses) {
-    if (io->pending == io->cap) grow(io, be);
+    if (io->pending == io->cap) fail("internal: a %dth micro-batch's losses queued, batch I/O holds %d", io->cap + 1, io->cap);
     int k = io->pending++;
     be_download_async(be, io->down[k], losses, (size_t)io->rows * sizeof(float), io->down_done[k]);
 }

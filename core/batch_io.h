@@ -26,7 +26,9 @@ typedef struct {
     int pending, cap;                           // micro-batches whose losses are queued, and slots allocated
 } BatchIO;
 
-void batch_io_create(BatchIO* io, Backend* be, int rows);
+// loss_slots: the most micro-batches whose losses queue before a take (a step's); all are allocated here,
+// since page-locking memory mid-step would stall the streams.
+void batch_io_create(BatchIO* io, Backend* be, int rows, int loss_slots);
 void batch_io_destroy(BatchIO* io, Backend* be);
 
 // dst (backend, rows ints) = src (host): the main stream's later work sees it; src is free on return.

@@ -385,6 +385,31 @@ static void publish(const char* tmp, const char* dir, const char* out_dir) {
     remove_path(old);
 }
 
+// The tensors a tensor group holds whole (LayerNorms, the projections' biases, wpe, the final LayerNorm) have
+// a copy on every tensor rank, each updated from its own data-parallel group's reduction: their bits agree
+// only while those reductions add alike (NCCL picks its order per communicator). The tensor ranks of a
+// stage and replica hold the same spans of them, so a hash of their fp32 masters compares the copies.
+typedef struct {
+    Backend* be;
+    int on_host;
+    uint64_t hash;
+} CopyHash;
+
+static void hash_group_whole(const StateSpan* s, void* ctx) {
+    CopyHash* c = (CopyHash*)ctx;
+    if (!s->t->group_whole) return;
+    unsigned char* host = (unsigned char*)xmalloc(s->n * sizeof(float));
+    copy_to_host(c->be, c->on_host, host, s->master, s->n * sizeof(float));
+    for (size_t i = 0; i < s->n * sizeof(float); i++) c->hash = (c->hash ^ host[i]) * 1099511628211ull;   // FNV-1a
+    free(host);
+}
+
+static int tensor_copies_in_sync(const ModelState* ms, Backend* be, Comm* tp) {
+    CopyHash c = {be, ms->state_on_host, 1469598103934665603ull};
+    ms->for_each_span(ms->ctx, STATE_UPDATE, hash_group_whole, &c);
+    return comm_all_equal(tp, c.hash);
+}
+
 void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Config* cfg, const RunDir* rd, const CheckpointInfo* info,
                      char* dir, size_t dir_size) {
     char tmp[PATH_MAX], p[PATH_MAX], name[64];
@@ -399,6 +424,9 @@ void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Con
     comm_barrier(world);
     if (!ms->tied_in_sync(ms->ctx, be))   // a checkpoint keeps only stage 0's copy: never save a diverged pair
         fail("internal: the last stage's copy of the tied embedding differs from stage 0's (replica %d)", g->dp_rank);
+    if (g->tp > 1 && !tensor_copies_in_sync(ms, be, g->tp_group))   // only tensor rank 0's copies are saved
+        fail("internal: the tensor ranks' copies of the tensors they hold whole differ (stage %d, replica %d): their "
+             "data-parallel reductions added in different orders", g->stage, g->dp_rank);
     snprintf(name, sizeof(name), "state_rank%d.bin", rank);
     path_join(p, sizeof(p), tmp, name);
     state_save(ms, be, p, rank, g->dp, cfg->zero_stage);

@@ -130,6 +130,13 @@ void comm_recv_host(Comm* c, void* buf, size_t bytes, int peer, int tag);
 // (a few bytes per step) so the totals compare with the model-size formulas exactly.
 void comm_allreduce_host_sum(Comm* c, double* xs, int n);
 void comm_allreduce_host_max(Comm* c, double* xs, int n);
+// Whether every rank of c passed the same value (a hash of what should be bit-identical across the group).
+static inline int comm_all_equal(Comm* c, uint64_t v) {
+    // The value as two exact 32-bit halves; equal everywhere iff max == -max(-x) for each.
+    double x[4] = {(double)(v >> 32), (double)(v & 0xffffffffu), -(double)(v >> 32), -(double)(v & 0xffffffffu)};
+    comm_allreduce_host_max(c, x, 4);
+    return x[0] == -x[2] && x[1] == -x[3];
+}
 
 // Bytes this rank sent through c, per collective, since the last reset.
 uint64_t comm_bytes_sent(const Comm* c, Collective k);

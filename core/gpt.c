@@ -150,7 +150,7 @@ size_t gpt_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, int 
 }
 
 void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, int sp, DType dt,
-                int B, int T, int recompute, int num_sets, int num_stash) {
+                int B, int T, int recompute, int num_sets, int num_stash, int micro) {
     memset(g, 0, sizeof(*g));
     int tp_ranks = tp ? comm_size(tp) : 1;
     if (tp_ranks != layout->tp_size) fail("internal: a layout for %d tensor ranks on a group of %d", layout->tp_size, tp_ranks);
@@ -185,7 +185,7 @@ void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, 
     for (int slot = 0; slot < num_stash; slot++)
         for (size_t f = 0; f < NUM_STASH_FIELDS; f++)
             ((void**)&g->stash[slot])[f] = mem_alloc(be, mem, MEM_ACTIVATIONS, elems[f] * dtype_size(dt));
-    if (gpt_has_encoder(g) || gpt_has_head(g)) batch_io_create(&g->io, be, B * T);   // the only users
+    if (gpt_has_encoder(g) || gpt_has_head(g)) batch_io_create(&g->io, be, B * T, micro);   // the only users
 }
 
 void gpt_destroy(GPT* g, Backend* be) {

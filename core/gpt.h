@@ -83,8 +83,9 @@ static inline int gpt_has_head(const GPT* g) { return g->layout->final_unit >= 0
 // Allocates num_sets activation sets and num_stash weight-gradient stash slots for micro-batches of B x T
 // over the layout's blocks; parameters and gradients come from `store`. The LM head's buffers (logits) are
 // one, shared by the sets: the schedule runs each of that stage's backwards before its next forward.
+// micro: the micro-batches of a step, whose losses wait in page-locked slots until the step reads them.
 void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, int sp, DType dt,
-                int B, int T, int recompute, int num_sets, int num_stash);
+                int B, int T, int recompute, int num_sets, int num_stash, int micro);
 void gpt_destroy(GPT* g, Backend* be);
 // Activation bytes gpt_create allocates (for the memory plan).
 size_t gpt_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, int recompute, int num_sets, int num_stash,

@@ -127,6 +127,7 @@ static void cut_tensor(ParamTensor* t, const GPTShape* s, int r, int tp) {
     size_t whole = param_kind_elems(s, t->kind);
     t->size = t->run = t->stride = whole;
     t->replica = c.cut == CUT_NONE && r > 0;
+    t->group_whole = c.cut == CUT_NONE && tp > 1;
     if (tp == 1 || c.cut == CUT_NONE) return;
     if (c.cut == CUT_ROWS) {   // of each section, rows [r, r + 1) * rows / (sections * tp): one run per section
         size_t section_rows = c.rows / c.sections, mine = section_rows / (size_t)tp;

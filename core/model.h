@@ -35,6 +35,7 @@ typedef struct {
     // matrix cut by columns is one run per row (tensor_canonical).
     size_t canonical, run, stride;
     int replica;        // a copy of values another rank of the tensor group writes (tensor_is_copy)
+    int group_whole;    // held whole by every rank of a tensor group (tp > 1): rank 0's and its copies
     int decay;          // weight decay applies (2-D tensors: matrices and the two embeddings)
     int unit;           // the unit holding it
 } ParamTensor;

@@ -150,6 +150,10 @@ static void issue_copy(Backend* be, int q, void* dst, const void* src, size_t by
         cq->cap_pending = cap;
     }
     cq->pending[cq->n_pending++] = (PendingCopy){dst, src, bytes, ++cq->issued};
+    // A GPU's copy engine may write dst at any moment from now until the wait; the earliest is the strictest.
+    // Poisoned until then, a read of dst before the wait (by the main stream or the host) sees NaNs and -1s,
+    // where it would otherwise see the old bytes, often the right ones.
+    if (bytes) memset(dst, 0xff, bytes);
     done->queue = q;
     done->seq = cq->issued;
     check_pthread(pthread_mutex_unlock(&be->copy_lock), "pthread_mutex_unlock");

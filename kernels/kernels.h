@@ -65,7 +65,8 @@ void be_host_free(Backend* be, void* p);
 // be_event_synchronize (from any thread), the main stream with be_stream_wait. An event marks the last copy
 // issued with it. The CPU backend runs each copy as late as it may (when its event or a later one is waited
 // for, and at be_synchronize, be_free and be_host_free; one queue per direction, so waiting for an upload
-// runs no download), so a missing wait can read stale bytes on the CPU build too, where the tests see it.
+// runs no download), and fills the destination with 0xff bytes when the copy is issued (a copy engine may
+// write it any time from then), so a missing wait reads NaNs on the CPU build too, where the tests see it.
 typedef struct BeEvent BeEvent;
 BeEvent* be_event_create(Backend* be);
 void be_event_destroy(Backend* be, BeEvent* ev);

@@ -31,6 +31,7 @@ struct Backend {
     size_t head[2], tail[2];   // run [head, tail)
     uint64_t issued[2];
     uint64_t main_after[2];    // the main stream's later work runs after these copies
+    int host_allocs;           // be_host_alloc calls (page-locking, on a GPU: none may come mid-step)
 };
 
 struct BeEvent {
@@ -53,7 +54,7 @@ static void issue(Backend* be, int q, void* dst, const void* src, size_t bytes, 
 }
 
 void* be_host_alloc(Backend* be, size_t bytes) {
-    (void)be;
+    be->host_allocs++;
     return xcalloc(1, bytes);
 }
 void be_host_free(Backend* be, void* p) {
@@ -105,7 +106,7 @@ static double row_sum(float base) {   // what the losses of main_write(base) add
 static void check_upload_ring(TestStats* ts) {
     Backend* be = xcalloc(1, sizeof(Backend));
     BatchIO io;
-    batch_io_create(&io, be, ROWS);
+    batch_io_create(&io, be, ROWS, 1);
     enum { N = 2 * BATCH_IO_UPLOAD_SLOTS + 1 };
     int dst[N][ROWS], src[ROWS];
     for (int k = 0; k < N; k++) {
@@ -126,7 +127,7 @@ static void check_upload_ring(TestStats* ts) {
 static void check_upload_order(TestStats* ts) {
     Backend* be = xcalloc(1, sizeof(Backend));
     BatchIO io;
-    batch_io_create(&io, be, ROWS);
+    batch_io_create(&io, be, ROWS, 1);
     int dst[ROWS] = {0}, src[ROWS];
     for (int i = 0; i < ROWS; i++) src[i] = 7 + i;
     batch_io_upload(&io, be, dst, src);
@@ -143,10 +144,11 @@ static void check_upload_order(TestStats* ts) {
 static void check_losses(TestStats* ts) {
     Backend* be = xcalloc(1, sizeof(Backend));
     BatchIO io;
-    batch_io_create(&io, be, ROWS);
+    enum { MICRO = 5 };
+    batch_io_create(&io, be, ROWS, MICRO);   // every slot allocated here, none mid-step
+    const int allocated = be->host_allocs;
     float losses[ROWS];
     double want = 0.0;
-    enum { MICRO = 5 };
     for (int m = 0; m < MICRO; m++) {
         batch_io_before_losses(&io, be);
         main_write(be, losses, ROWS, 1.0f + (float)m);
@@ -161,6 +163,7 @@ static void check_losses(TestStats* ts) {
     main_write(be, losses, ROWS, 9.0f);
     batch_io_queue_losses(&io, be, losses);
     check_true(ts, "losses_next_step_reuses_slots", batch_io_take_losses(&io, be) == row_sum(9.0f) && io.cap == MICRO);
+    check_true(ts, "losses_slots_allocated_at_creation", be->host_allocs == allocated);
     batch_io_destroy(&io, be);
     free(be);
 }

@@ -563,6 +563,13 @@ static void test_host(T* t) {
     int zero = 1;
     for (int k = 0; k < NUM_COLLECTIVES; k++) zero &= comm_bytes_sent(t->world, (Collective)k) == 0;
     verdict(t, "host_allreduce_not_counted", zero, "host reductions were counted");
+    // comm_all_equal: 64-bit values that differ only in the low half, or only in the high half, on the last rank.
+    const uint64_t same = 0xfedcba9876543210ull;
+    int last = t->rank == t->size - 1;
+    int eq = comm_all_equal(t->world, same);
+    int low = comm_all_equal(t->world, last ? same ^ 1u : same);
+    int high = comm_all_equal(t->world, last ? same ^ (1ull << 63) : same);
+    verdict(t, "host_all_equal", eq && (t->size == 1 || (!low && !high)), "comm_all_equal missed a difference or saw one");
 }
 
 // The checkpoints' host transfers: a broadcast from the last rank, then each rank sends to its successor
