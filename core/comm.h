@@ -30,6 +30,8 @@ typedef struct Comm Comm;
 Comm* comm_init_world(int* argc, char*** argv);
 void comm_attach_backend(Comm* c, Backend* be);   // before the first collective on backend memory
 // A sub-group: ranks of `parent` with the same color, ordered by key (MPI_Comm_split). Inherits the backend.
+// Collective over parent; a rank passing COMM_NO_GROUP joins none and gets NULL (and no NCCL communicator).
+#define COMM_NO_GROUP (-1)
 Comm* comm_split(Comm* parent, int color, int key);
 int comm_rank(const Comm* c);
 int comm_size(const Comm* c);

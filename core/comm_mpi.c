@@ -178,9 +178,10 @@ Comm* comm_init_world(int* argc, char*** argv) {
 void comm_attach_backend(Comm* c, Backend* be) { c->be = be; }
 
 Comm* comm_split(Comm* parent, int color, int key) {
-    if (color < 0) fail("comm_split: color %d must be >= 0", color);
+    if (color < 0 && color != COMM_NO_GROUP) fail("comm_split: color %d must be >= 0", color);
     MPI_Comm mc;
-    check(MPI_Comm_split(parent->mc, color, key, &mc), "MPI_Comm_split");
+    check(MPI_Comm_split(parent->mc, color == COMM_NO_GROUP ? MPI_UNDEFINED : color, key, &mc), "MPI_Comm_split");
+    if (color == COMM_NO_GROUP) return NULL;   // MPI_COMM_NULL
     Comm* c = comm_new(mc, "MPI_Comm_set_errhandler");
     c->be = parent->be;
     c->max_count = parent->max_count;

@@ -39,7 +39,8 @@ void comm_attach_backend(Comm* c, Backend* be) { c->be = be; }
 
 Comm* comm_split(Comm* parent, int color, int key) {
     (void)key;
-    if (color < 0) fail("comm_split: color %d must be >= 0", color);
+    if (color < 0 && color != COMM_NO_GROUP) fail("comm_split: color %d must be >= 0", color);
+    if (color == COMM_NO_GROUP) return NULL;
     Comm* c = xcalloc(1, sizeof(Comm));
     c->be = parent->be;
     return c;

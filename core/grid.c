@@ -10,12 +10,9 @@ void grid_check(int stages, int tp, int ranks, int heads) {
         fail("-pp %d does not divide the %d ranks into equal stages (launch a multiple of %d ranks)", stages, ranks, stages * tp);
 }
 
-// Every rank takes part in each split; a rank outside a group passes its own color and drops the result.
+// Every rank takes part in each split; a rank outside a group joins none (no NCCL communicator of one).
 static Comm* split_or_null(Comm* world, int member, int color, int key) {
-    Comm* c = comm_split(world, member ? color : comm_size(world) + comm_rank(world), key);
-    if (member) return c;
-    comm_free(c);
-    return NULL;
+    return comm_split(world, member ? color : COMM_NO_GROUP, key);
 }
 
 void grid_create(Grid* g, Comm* world, int stages, int tp) {

@@ -648,6 +648,17 @@ int main(int argc, char** argv) {
         snprintf(name, sizeof name, "split_%s_rank_size", groups[i].name);
         verdict(&t, name, ok, "group rank/size do not follow color and key");
     }
+    {   // COMM_NO_GROUP: the odd ranks join nothing (NULL), the even ones form their group without them
+        Comm* evens = comm_split(t.world, t.rank % 2 ? COMM_NO_GROUP : 0, t.rank);
+        int ok = t.rank % 2 ? evens == NULL : evens && comm_size(evens) == (t.size + 1) / 2 && comm_rank(evens) == t.rank / 2;
+        if (evens) {
+            double x = 1.0;
+            comm_allreduce_host_sum(evens, &x, 1);
+            ok = ok && x == (t.size + 1) / 2;
+        }
+        comm_free(evens);
+        verdict(&t, "split_no_group", ok, "a rank passing COMM_NO_GROUP got a group, or the others' group is wrong");
+    }
 
     int test_id = 0;
     const size_t sizes[] = {1, 1031};
