@@ -32,7 +32,9 @@ for c in "${CASES[@]}"; do
     row=$($PY - "$W/$model/log.jsonl" "$model" "$B" <<'PY'
 import json, statistics, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
-steady = recs[5:] or recs
+steady = recs[5:]
+if not steady:
+    sys.exit("error: %d steps leave none after the 5 warm-up steps (BENCH_STEPS > 5)" % len(recs))
 tok = statistics.median(r["tok_s"] for r in steady)
 ms = statistics.median(r["dt_ms"] for r in steady)
 mfu = statistics.median(r["mfu"] for r in steady)

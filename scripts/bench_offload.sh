@@ -73,7 +73,9 @@ recs = [json.loads(l) for l in open(path) if l.strip()]
 lay = next(r["layout"] for r in recs if "layout" in r)
 mem = next(r for r in recs if "memory" in r)
 steps = [r for r in recs if "loss" in r and "dt_ms" in r]
-free = [r for r in steps[2:] if lb == 0 or r["step"] % lb != 0] or steps
+free = [r for r in steps[2:] if lb == 0 or r["step"] % lb != 0]
+if not free:
+    sys.exit("error: %d steps leave none after the 2 warm-up steps and the -lb ones (OFFLOAD_STEPS)" % len(steps))
 med = lambda xs: statistics.median(xs) if xs else float("nan")
 ms, tok, mfu = med([r["dt_ms"] for r in free]), med([r["tok_s"] for r in free]), med([r["mfu"] for r in free])
 N, L, C, T = lay["params"], lay["L"], lay["C"], lay["T"]

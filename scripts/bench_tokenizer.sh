@@ -25,21 +25,27 @@ open(os.path.join(tmp, 'docs.bin'), 'wb').write(tok.encode_record(('F', f, f, 0)
 PYEOF
 bytes=$(stat -c %s "$FILE")
 cores=$(nproc)
-timed() {   # command...: prints "wall cpu" seconds of one run
-    local TIMEFORMAT='%R %U %S'
-    { time "$@" >/dev/null 2>&1; } 2>&1 | awk '{print $1, $2 + $3}'
+timed() {   # command...: prints "wall cpu" seconds of one run; a run that fails ends the benchmark
+    local TIMEFORMAT='%R %U %S' t
+    t=$({ time "$@" >/dev/null 2>"$tmp/run.err"; } 2>&1) || { echo "error: $* failed: $(tail -1 "$tmp/run.err")" >&2; exit 1; }
+    echo "$t" | awk '{print $1, $2 + $3}'
 }
 best() {    # command...: the fastest "wall cpu" of RUNS runs (by CPU time)
-    for _ in $(seq "$RUNS"); do timed "$@"; done | sort -k2 -g | head -1
+    local runs
+    runs=$(for _ in $(seq "$RUNS"); do timed "$@" || exit 1; done) || exit 1
+    echo "$runs" | sort -k2 -g | head -1
 }
 report() {  # label, "wall cpu"
     echo "$2 $bytes" | awk -v label="$1" '{printf "%-32s wall %6.3f s %7.2f MB/s | cpu %6.3f s %7.2f MB/s per core\n",
         label, $1, $3 / $1 / 1e6, $2, $3 / $2 / 1e6}'
 }
 echo "file: $FILE ($bytes bytes); $cores cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'); load $(cut -d' ' -f1 /proc/loadavg)"
-report "ours: gpt2tok -t 1" "$(best sh -c "build/gpt2tok $tmp/model.bin -t 1 < $tmp/docs.bin")"
-report "ours: gpt2tok -t $cores" "$(best sh -c "build/gpt2tok $tmp/model.bin -t $cores < $tmp/docs.bin")"
-report "ours: tokenize.py --raw" "$(best "$PY" scripts/tokenize.py --raw "$FILE" -o "$tmp/out.bin")"
+r=$(best sh -c "build/gpt2tok $tmp/model.bin -t 1 < $tmp/docs.bin") || exit 1
+report "ours: gpt2tok -t 1" "$r"
+r=$(best sh -c "build/gpt2tok $tmp/model.bin -t $cores < $tmp/docs.bin") || exit 1
+report "ours: gpt2tok -t $cores" "$r"
+r=$(best "$PY" scripts/tokenize.py --raw "$FILE" -o "$tmp/out.bin") || exit 1
+report "ours: tokenize.py --raw" "$r"
 if [ -d node_modules/tiktoken ]; then
     report "tiktoken (wasm) encode_ordinary" "$(for _ in $(seq "$RUNS"); do
         node scripts/tiktoken_encode.js "$FILE" "$tmp/tt.u16" | cut -d' ' -f1,2; done | sort -k2 -g | head -1)"

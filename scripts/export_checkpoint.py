@@ -32,17 +32,26 @@ def export(ckpt, prefix):
     model_in = os.path.join(ckpt, "model.bin")
     if not os.path.isfile(os.path.join(ckpt, "DONE")):
         die("%s is not a complete checkpoint (no DONE)" % ckpt)
-    with open(model_in, "rb") as f:
-        header = read_exact(f, 1024, model_in)
+    try:
+        with open(model_in, "rb") as f:
+            header = read_exact(f, 1024, model_in)
+    except OSError as e:
+        die("cannot read %s: %s" % (model_in, e.strerror))
     if struct.unpack_from("<i", header)[0] != MODEL_MAGIC:
         die("%s is not a model file" % model_in)
+    maxT, V, L, NH, C, Vp = struct.unpack_from("<6i", header, 8)
+    shape_params = Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C
     states = sorted(glob.glob(os.path.join(ckpt, "state_rank*.bin")))
     if not states:
         die("%s has no state_rank*.bin files" % ckpt)
-    num_params, covered = None, 0
+    num_params, spans = None, []
     tmp_model, tmp_adam = prefix + "_model.bin.tmp", prefix + "_adam.bin.tmp"
     try:
-        with open(tmp_model, "wb") as fm, open(tmp_adam, "wb") as fa:
+        try:
+            fm, fa = open(tmp_model, "wb"), open(tmp_adam, "wb")
+        except OSError as e:
+            die("cannot write %s: %s" % (e.filename, e.strerror))
+        with fm, fa:
             for path in states:
                 with open(path, "rb") as f:
                     h = struct.unpack("<8q", read_exact(f, 64, path))
@@ -50,6 +59,9 @@ def export(ckpt, prefix):
                         die("%s is not a state file" % path)
                     if num_params is None:
                         num_params = h[2]
+                        if num_params != shape_params:
+                            die("%s holds %d parameters; model.bin's shape (L=%d C=%d Vp=%d maxT=%d) has %d"
+                                % (path, num_params, L, C, Vp, maxT, shape_params))
                         fm.write(header)
                         fm.truncate(1024 + 4 * num_params)
                         fa.write(struct.pack("<3i", ADAM_MAGIC, 1, num_params) + bytes(1024 - 12))
@@ -67,9 +79,16 @@ def export(ckpt, prefix):
                         fm.seek(1024 + 4 * start); fm.write(master)
                         fa.seek(1024 + 4 * start); fa.write(m)
                         fa.seek(1024 + 4 * (num_params + start)); fa.write(v)
-                        covered += count
-        if covered != num_params:
-            die("the state files cover %d of %d parameters (missing or overlapping spans)" % (covered, num_params))
+                        spans.append((start, count, path))
+        # Every parameter exactly once: the spans, in order, tile [0, num_params).
+        end = 0
+        for start, count, path in sorted(spans):
+            if start != end:
+                die("the state files %s parameters [%d, %d) (%s)" % ("miss" if start > end else "hold twice",
+                                                                     min(start, end), max(start, end), path))
+            end = start + count
+        if end != num_params:
+            die("the state files cover [0, %d) of %d parameters" % (end, num_params))
         os.replace(tmp_model, prefix + "_model.bin")
         os.replace(tmp_adam, prefix + "_adam.bin")
     finally:

@@ -27,6 +27,7 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 out=${OUT:-build/gpu_session}
 mkdir -p "$out" build
 log="$out/${part}.log"
+rm -f "$report"   # a warm machine keeps build/: never stamp an earlier call's report as this one's
 start=$(date +%s)
 set +e
 SEEDS=1 DTYPES="fp32 bf16" make -s -j"$(nproc)" GPU_ARCHS="$cap" "$target" > "$log" 2>&1

@@ -20,17 +20,21 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     # Tokens are stored as uint16, so the vocabulary must fit (GPT-2's 50257 does).
-    if not 0 < a.V <= 65536 or a.n < 0:
-        print("error: need 0 < V <= 65536 and n >= 0 (got V=%d n=%d)" % (a.V, a.n), file=sys.stderr)
+    if not 0 < a.V <= 65536 or not 0 <= a.n < 2**31:   # the header holds n as int32
+        print("error: need 0 < V <= 65536 and 0 <= n < 2^31 (got V=%d n=%d)" % (a.V, a.n), file=sys.stderr)
         sys.exit(1)
     toks = np.random.default_rng(a.seed).integers(0, a.V, size=a.n, dtype=np.int64).astype(np.uint16)
     header = np.zeros(256, dtype=np.int32)
     header[:3] = [SHARD_MAGIC, 1, a.n]
     tmp = a.o + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(header.tobytes())
-        f.write(toks.tobytes())
-    os.replace(tmp, a.o)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(header.tobytes())
+            f.write(toks.tobytes())
+        os.replace(tmp, a.o)
+    except OSError as e:
+        print("error: cannot write %s: %s" % (a.o, e.strerror), file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

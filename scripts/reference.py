@@ -408,9 +408,15 @@ def greedy(args, cfg, params):
     given the last -t tokens. Prints the ids and the smallest gap between the two most likely logits, below
     which float32 and float64 may rightly pick differently."""
     model = GPT(cfg, params, {"float64": torch.float64, "float32": torch.float32}[args.dtype], "cpu")
-    ids = [int(x) for x in args.prompt_ids.split(",") if x]
+    try:
+        ids = [int(x) for x in args.prompt_ids.split(",") if x]
+    except ValueError:
+        die("--prompt-ids %r: expected comma-separated token ids" % args.prompt_ids)
     if not ids:
         die("--greedy needs --prompt-ids")
+    bad = [i for i in ids if not 0 <= i < cfg.V]
+    if bad:
+        die("--prompt-ids: token %d is outside the model's vocabulary of %d" % (bad[0], cfg.V))
     start, gap = len(ids), float("inf")
     for _ in range(args.greedy):
         window = ids[-args.t:]
@@ -559,7 +565,7 @@ def main(argv=None):
         params = random_params(cfg, args.seed)
     if args.save:
         save_model(args.save, cfg, params, args.save_version)
-    if args.x > 0 and args.t > cfg.maxT:
+    if (args.x > 0 or args.greedy) and args.t > cfg.maxT:
         die("-t %d exceeds the model's maxT %d" % (args.t, cfg.maxT))
     if args.o:
         os.makedirs(args.o, exist_ok=True)

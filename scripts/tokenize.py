@@ -33,6 +33,7 @@ import argparse  # noqa: E402
 import glob
 import hashlib  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 import struct  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -380,8 +381,10 @@ def write_shards(spool, plan, outdir, name):
             remove_quietly(p + '.new')
         raise
     # Old shards of this name go only once every new one is complete, so a stale set never mixes in.
-    for old in glob.glob(os.path.join(outdir, f'{name}_val_*.bin')) + glob.glob(os.path.join(outdir, f'{name}_train_*.bin')):
-        if old not in finals:
+    # Only NAME_{val,train}_<6 digits>.bin: a dataset named NAME_train beside it has its own shards.
+    ours = re.compile(re.escape(name) + r'_(val|train)_[0-9]{6}\.bin')
+    for old in glob.glob(os.path.join(outdir, f'{glob.escape(name)}_*.bin')):
+        if ours.fullmatch(os.path.basename(old)) and old not in finals:
             os.unlink(old)
     for p in finals:
         os.replace(p + '.new', p)
@@ -427,8 +430,10 @@ def parse_args(argv):
         raise Fail('--shard-size must be between 1 and 2^31-1')
     if a.val_fraction is not None and not 0 < a.val_fraction < 1:
         raise Fail('--val-fraction must be between 0 and 1')
-    if a.threads < 0:
-        raise Fail('-j must be positive')
+    if not a.name or '/' in a.name or a.name.startswith('.'):
+        raise Fail(f'--name {a.name!r} must be a plain file-name prefix (no "/", not hidden)')
+    if not 0 <= a.threads <= 1024:
+        raise Fail('-j must be between 0 (all cores) and 1024')
     return a
 
 

@@ -42,8 +42,13 @@ else
     t_fail tokenizer_kjv_matches_tiktoken "the bible command is missing (Debian package bible-kjv)"
 fi
 
-# A read error on the helper's input is an error, not a clean end of the corpus (exit 0, no ids).
 mkdir -p "$TMP/small" && echo "hello world" > "$TMP/small/a.txt"
+# Re-tokenizing a dataset replaces its own shards only: data_train's beside data's are left alone.
+$TOK "$TMP/small" -o "$TMP/two" --name data_train --val-fraction 0.5 -q
+$TOK "$TMP/small" -o "$TMP/two" --name data --val-fraction 0.5 -q
+$TOK "$TMP/small" -o "$TMP/two" --name data --val-fraction 0.5 -q
+t_check tokenize_keeps_other_datasets '[ -e "$TMP/two/data_train_val_000000.bin" ] && [ -e "$TMP/two/data_train_train_000001.bin" ] && [ -e "$TMP/two/data_val_000000.bin" ]' "$(ls "$TMP/two")"
+# A read error on the helper's input is an error, not a clean end of the corpus (exit 0, no ids).
 $TOK "$TMP/small" -o "$TMP/smalldir" --name s --val-fraction 0.5 -q
 ./build/gpt2tok "$TMP/smalldir/gpt2_merges.bin" < "$TMP/small" > /dev/null 2> "$TMP/gerr"
 rc=$?
