@@ -48,6 +48,9 @@ def torch_state_dict(path):
         hf.die("%s: cannot load (%s)" % (path, str(e).splitlines()[0] if str(e) else type(e).__name__))
     if not isinstance(sd, dict):
         hf.die("%s: holds a %s, not a state dict" % (path, type(sd).__name__))
+    for name, t in sd.items():   # names and tensors only: anything else is not a model's weights
+        if not isinstance(name, str) or not isinstance(t, torch.Tensor):
+            hf.die("%s: entry %r is a %s, not a named tensor" % (path, name, type(t).__name__))
     return sd
 
 

@@ -119,6 +119,8 @@ def main():
         fig.savefig(args.output, dpi=100)
     except OSError as e:
         die("cannot write %s: %s" % (args.output, e.strerror or e))
+    except ValueError as e:   # matplotlib: an extension it cannot write
+        die("cannot write %s: %s" % (args.output, str(e).splitlines()[0]))
 
 
 if __name__ == "__main__":

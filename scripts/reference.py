@@ -130,10 +130,13 @@ def save_model(path, cfg, params, version=3):
     assert flat.size == cfg.numel()
     payload = flat if version == 3 else f32_to_bf16_bits(flat)
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(cfg.header(version).tobytes())
-        f.write(payload.tobytes())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(cfg.header(version).tobytes())
+            f.write(payload.tobytes())
+        os.replace(tmp, path)
+    except OSError as e:
+        die("cannot write %s: %s" % (path, e.strerror))
 
 
 def read_shard(path):
@@ -434,7 +437,10 @@ def greedy(args, cfg, params):
 # Benchmark (GPU, PyTorch's fast paths); not a correctness reference.
 
 def bench(args, cfg, params):
-    dev = torch.device(args.device)
+    try:
+        dev = torch.device(args.device)
+    except RuntimeError as e:
+        die("--device %s: %s" % (args.device, str(e).splitlines()[0]))
     if dev.type == "cuda" and not torch.cuda.is_available():
         die("--device cuda but torch.cuda.is_available() is False")
     amp = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(args.dtype)
@@ -568,6 +574,8 @@ def main(argv=None):
     if (args.x > 0 or args.greedy) and args.t > cfg.maxT:
         die("-t %d exceeds the model's maxT %d" % (args.t, cfg.maxT))
     if args.o:
+        if os.path.exists(args.o) and not os.path.isdir(args.o):
+            die("-o %s exists and is not a directory" % args.o)
         os.makedirs(args.o, exist_ok=True)
     if args.bench:
         bench(args, cfg, params)
