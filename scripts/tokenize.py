@@ -401,12 +401,15 @@ def cmd_shards(args, tokens, model):
         raise Fail(f'cannot write to {args.out}: permission denied')
     write_atomic(os.path.join(args.out, 'gpt2_tokenizer.bin'), [tokenizer_file_bytes(tokens)])
     write_atomic(os.path.join(args.out, 'gpt2_merges.bin'), [model])   # the trainer's -prompt encodes with it
-    with tempfile.NamedTemporaryFile(dir=args.out, prefix=f'.{args.name}-spool-') as spool:
-        prog = spool_tokens(files, model, args, spool)
-        total = prog.tokens
-        plan = plan_shards(total, args.shard_size, args.val_fraction)
-        prog.finish()
-        finals = write_shards(spool, plan, args.out, args.name)
+    try:
+        with tempfile.NamedTemporaryFile(dir=args.out, prefix=f'.{args.name}-spool-') as spool:
+            prog = spool_tokens(files, model, args, spool)
+            total = prog.tokens
+            plan = plan_shards(total, args.shard_size, args.val_fraction)
+            prog.finish()
+            finals = write_shards(spool, plan, args.out, args.name)
+    except OSError as e:   # the spool or a shard (a full disk, a file-size limit): no new shard was renamed in
+        raise Fail(f'cannot write in {args.out}: {e.strerror}')
     if not args.quiet:
         nval = sum(e - s for split, s, e in plan if split == 'val')
         sys.stderr.write(f'{total} tokens: {nval} val, {total - nval} train, {len(finals)} shards in {args.out}\n')
