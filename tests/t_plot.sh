@@ -32,7 +32,7 @@ t_check plot_nontrivial "[ $size -gt 20000 ]" "PNG is only $size bytes"
 
 expect_error() {   # name, regex, args...
     local name=$1 re=$2; shift 2
-    "$PYTHON" $PLOT "$@" -o "$TMP/bad.png" >/dev/null 2>"$TMP/err"
+    "$PYTHON" $PLOT -o "$TMP/bad.png" "$@" >/dev/null 2>"$TMP/err"
     local rc=$?
     if [ $rc -ne 0 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -Eq "^error: .*($re)" "$TMP/err"; then
         t_ok "$name"
@@ -47,4 +47,6 @@ expect_error plot_no_steps "no training steps" "$TMP/empty/log.jsonl"
 mkdir -p "$TMP/garbled"
 printf '{"step": 0, "loss": 1}\nnot json\n{"step": 1, "loss": 1}\n' >"$TMP/garbled/log.jsonl"
 expect_error plot_garbled_line "garbled/log.jsonl:2" "$TMP/garbled/log.jsonl"
+# An output format matplotlib cannot write (this -o comes last, so it wins).
+expect_error plot_unknown_format "cannot write .*bad.xyz: Format 'xyz' is not supported" "$TMP/run1/log.jsonl" -o "$TMP/bad.xyz"
 t_finish

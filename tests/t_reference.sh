@@ -9,7 +9,7 @@ PY=${PYTHON:-/usr/bin/python3}
 BIN=./train_gpt_cpu
 
 # Runs a Python checker that prints its own ok/FAIL lines; a crash without a FAIL line is still a FAIL.
-py_check() {   # name, args...
+run_checker() {   # name, args...: a Python checker script printing its own ok/FAIL lines
     local name=$1; shift
     local out rc
     out=$("$PY" "$@" 2>&1); rc=$?
@@ -24,7 +24,7 @@ run_or_fail() {   # name, log file, command...: runs it, FAILs with the last lin
     return 1
 }
 
-py_check ref_selftest tests/ref_selftest.py "$TMP/self"
+run_checker ref_selftest tests/ref_selftest.py "$TMP/self"
 
 if [ ! -x "$BIN" ]; then
     t_fail trainer_built "$BIN is missing (run: make train_gpt_cpu)"
@@ -68,4 +68,17 @@ FINAL=$TMP/c/ckpt_000010/model.bin
 t_check final_checkpoint "[ -s '$FINAL' ]" "trainer wrote no $FINAL"
 [ -s "$FINAL" ] && compare_py models final_model "$FINAL" "$TMP/r/model_final.bin" \
     --tol 1e-4 --abs 1e-4 --kbias-bound "$KB"
+# Bad input to the reference: one line each.
+ref_error() {   # name, regex, args...
+    local name=$1 re=$2; shift 2
+    "$PY" scripts/reference.py "$@" > /dev/null 2> "$TMP/referr"
+    local rc=$?
+    t_check "$name" "[ $rc -eq 1 ] && [ \$(wc -l < $TMP/referr) -eq 1 ] && grep -Eq '^error: .*$re' $TMP/referr" "rc $rc: $(head -3 "$TMP/referr")"
+}
+ref_error reference_greedy_id_outside_vocab "token 99 is outside the model.s vocabulary of 16" -e L1C8H2V16T8 -t 8 -x 0 --greedy 2 --prompt-ids 1,99
+ref_error reference_greedy_id_not_a_number "expected comma-separated token ids" -e L1C8H2V16T8 -t 8 -x 0 --greedy 2 --prompt-ids 1,x
+ref_error reference_greedy_t_beyond_maxT "-t 64 exceeds the model.s maxT 8" -e L1C8H2V16T8 -t 64 -x 0 --greedy 2 --prompt-ids 1
+touch "$TMP/afile"
+ref_error reference_o_is_a_file "-o .*afile exists and is not a directory" -e L1C8H2V16T8 -t 8 -x 0 -o "$TMP/afile"
+ref_error reference_save_missing_dir "cannot write .*nodir/m.bin" -e L1C8H2V16T8 -t 8 -x 0 --save "$TMP/nodir/m.bin"
 t_finish

@@ -38,6 +38,11 @@ if command -v bible >/dev/null; then
     t_check tokenizer_file_roundtrip \
         'cmp -s "$TMP/kjv.txt" <($SH decode "$TMP/kjvdir/gpt2_tokenizer.bin" "$TMP/kjv.bin")' \
         "decoding the KJV ids with gpt2_tokenizer.bin does not give the text back"
+    # A write that fails midway (here a 1.5 MB file-size limit, hit by the 2 MB spool): one line, no shard.
+    (ulimit -f 1500; $TOK "$TMP/kjv.txt" -o "$TMP/limited" --name k --val-fraction 0.5 -q) 2> "$TMP/lim.err"
+    rc=$?
+    t_check tokenize_write_error_one_line '[ $rc -eq 1 ] && [ "$(wc -l < "$TMP/lim.err")" -eq 1 ] && grep -q "^error: cannot write in .*limited: File too large" "$TMP/lim.err" && ! ls "$TMP/limited"/k_*.bin > /dev/null 2>&1' \
+        "rc $rc: $(head -3 "$TMP/lim.err")"
 else
     t_fail tokenizer_kjv_matches_tiktoken "the bible command is missing (Debian package bible-kjv)"
 fi
