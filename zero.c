@@ -571,8 +571,7 @@ static uint64_t embedding_hash(Zero* z, Backend* be) {
     const void* src = at(z->params, z->caps.shard_params ? z->piece_offset[u] : unit(z, u)->offset, x);
     unsigned char* host = (unsigned char*)xmalloc(n * x);
     copy_to_host(be, z->caps.params_on_host, host, src, n * x);
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n * x; i++) h = (h ^ host[i]) * 1099511628211ull;
+    uint64_t h = fnv1a(FNV1A_START, host, n * x);
     free(host);
     return h;
 }

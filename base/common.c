@@ -117,6 +117,12 @@ void xfwrite(const void* src, size_t size, size_t n, FILE* f, const char* path) 
     if (fwrite(src, size, n, f) != n) fail("write error in %s: %s", path, strerror(errno));
 }
 
+uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
+    const unsigned char* b = (const unsigned char*)p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
 void flush_stdout(void) {
     if (fflush(stdout) != 0 || ferror(stdout)) fail("cannot write to standard output: %s", strerror(errno));
 }

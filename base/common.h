@@ -31,7 +31,11 @@ void xfread(void* dst, size_t size, size_t n, FILE* f, const char* path);   // f
 void xfwrite(const void* src, size_t size, size_t n, FILE* f, const char* path);
 void xfclose(FILE* f, const char* path);                                      // fflush + fsync + fclose, checked
 void xfseek(FILE* f, long long off, int whence, const char* path);
-void flush_stdout(void);   // what was printed is written (a full disk under `> file` is an error, not a short file)
+void flush_stdout(void);
+// FNV-1a over n bytes, continuing from h (FNV1A_START to begin): hashes that ranks compare (comm_all_equal)
+// instead of sending what should be bit-identical.
+#define FNV1A_START 1469598103934665603ull
+uint64_t fnv1a(uint64_t h, const void* p, size_t n);   // what was printed is written (a full disk under `> file` is an error, not a short file)
 long long file_size(const char* path);                                        // -1 if missing
 // out = dir + "/" + name; fails if it does not fit in size bytes.
 void path_join(char* out, size_t size, const char* dir, const char* name);

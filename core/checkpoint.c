@@ -400,12 +400,12 @@ static void hash_group_whole(const StateSpan* s, void* ctx) {
     if (!s->t->group_whole) return;
     unsigned char* host = (unsigned char*)xmalloc(s->n * sizeof(float));
     copy_to_host(c->be, c->on_host, host, s->master, s->n * sizeof(float));
-    for (size_t i = 0; i < s->n * sizeof(float); i++) c->hash = (c->hash ^ host[i]) * 1099511628211ull;   // FNV-1a
+    c->hash = fnv1a(c->hash, host, s->n * sizeof(float));
     free(host);
 }
 
 static int tensor_copies_in_sync(const ModelState* ms, Backend* be, Comm* tp) {
-    CopyHash c = {be, ms->state_on_host, 1469598103934665603ull};
+    CopyHash c = {be, ms->state_on_host, FNV1A_START};
     ms->for_each_span(ms->ctx, STATE_UPDATE, hash_group_whole, &c);
     return comm_all_equal(tp, c.hash);
 }
@@ -760,21 +760,15 @@ static int* state_holders(Comm* world, const char* dir, int n) {
     return holders;
 }
 
-static unsigned text_hash(const char* text) {   // FNV-1a: the hosts' manifests compared without sending them
-    unsigned h = 2166136261u;
-    for (const unsigned char* c = (const unsigned char*)text; *c; c++) h = (h ^ *c) * 16777619u;
-    return h;
-}
-
 // What this rank's host holds of dir: DONE, a manifest (its hash), model.bin when there (well sized).
-static int inspect_local(const char* dir, const GPTShape* s, CheckpointInfo* info, unsigned* hash, int* has_model, char* why) {
+static int inspect_local(const char* dir, const GPTShape* s, CheckpointInfo* info, uint64_t* hash, int* has_model, char* why) {
     long long size = 0;
     char p[PATH_MAX];
     if (!regular_file(dir, "DONE", &size, why, WHY_SIZE)) return bad(why, WHY_SIZE, "no DONE marker (incomplete)");
     char* text = read_text(dir, "manifest.json", why, WHY_SIZE);
     if (!text) return 0;
     int ok = parse_manifest(text, dir, info, why, WHY_SIZE);
-    *hash = text_hash(text);
+    *hash = fnv1a(FNV1A_START, text, strlen(text));   // the hosts' manifests compared without sending them
     free(text);
     path_join(p, sizeof(p), dir, "model.bin");
     *has_model = path_exists(p);
@@ -808,16 +802,16 @@ static int state_file_spans(Comm* world, const char* dir, int r, int holder, con
 
 // checkpoint_inspect over the hosts' directories; the same answer (and why) on every rank.
 static int inspect_hosts(Comm* world, const char* dir, const GPTShape* s, CheckpointInfo* info, char* why) {
-    unsigned hash = 0;
+    uint64_t hash = 0;
     int has_model = 0;
     char mine[WHY_SIZE];
     int ok = inspect_local(dir, s, info, &hash, &has_model, mine);
     if (!ok) snprintf(why, WHY_SIZE, "on the host of rank %d: %.480s", comm_rank(world), mine);
     if (!agree(world, ok, why)) return 0;
-    double seen[3] = {hash, -(double)hash, has_model};
-    comm_allreduce_host_max(world, seen, 3);
-    if (seen[0] != -seen[1]) return bad(why, WHY_SIZE, "the hosts' manifest.json differ");
-    if (seen[2] == 0.0) return bad(why, WHY_SIZE, "model.bin is on no host");
+    if (!comm_all_equal(world, hash)) return bad(why, WHY_SIZE, "the hosts' manifest.json differ");
+    double seen = has_model;
+    comm_allreduce_host_max(world, &seen, 1);
+    if (seen == 0.0) return bad(why, WHY_SIZE, "model.bin is on no host");
     int* holders = state_holders(world, dir, info->ranks);
     SpanList all = {0};
     for (int r = 0; ok && r < info->ranks; r++)

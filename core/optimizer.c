@@ -116,13 +116,10 @@ static Staging staging_open(const ModelState* ms, Backend* be) {
     return st;
 }
 
-// The main stream's later work sees every upload, and the host may rewrite both buffers in the next step
-// (the copy stream runs them in order, so the last upload's event covers them all).
+// The host waits for every upload (the copy stream runs them in order, so the last one's event covers
+// them all): the main stream's later work sees them, and the next step may rewrite both buffers.
 static void staging_close(Staging* st, int last_buffer) {
-    if (!st->ms->params_on_host && last_buffer >= 0) {
-        be_stream_wait(st->be, st->up[last_buffer]);
-        be_event_synchronize(st->be, st->up[last_buffer]);
-    }
+    if (!st->ms->params_on_host && last_buffer >= 0) be_event_synchronize(st->be, st->up[last_buffer]);
     for (int b = 0; b < 2; b++) {
         be_event_destroy(st->be, st->down[b]);
         be_event_destroy(st->be, st->up[b]);
