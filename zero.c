@@ -564,26 +564,6 @@ void zero_reduce_grads(Zero* z, Backend* be) {
     sum_tied_embedding(z, be);
 }
 
-// FNV-1a over the bytes of this rank's part of the embedding unit's parameters (working copy).
-static uint64_t embedding_hash(Zero* z, Backend* be) {
-    int u = emb_unit(z);
-    size_t x = xs(z), n = z->caps.shard_params ? piece(z, u) : unit(z, u)->padded;
-    const void* src = at(z->params, z->caps.shard_params ? z->piece_offset[u] : unit(z, u)->offset, x);
-    unsigned char* host = (unsigned char*)xmalloc(n * x);
-    copy_to_host(be, z->caps.params_on_host, host, src, n * x);
-    uint64_t h = fnv1a(FNV1A_START, host, n * x);
-    free(host);
-    return h;
-}
-
-// With a pipeline: whether this rank's embedding parameters are bit-identical to the tied copy on the
-// other end (collective over the tied pair; 1 without one). The copies get the same summed gradients and
-// the same update, so a difference is a bug; checkpoints check it.
-static int tied_in_sync(Zero* z, Backend* be) {
-    if (!z->tied) return 1;
-    return comm_all_equal(z->tied, embedding_hash(z, be));
-}
-
 double zero_host_copy_seconds(Zero* z) {
     double s = z->host_copy_seconds + (z->landing ? grad_landing_wait_seconds(z->landing) : 0.0);
     z->host_copy_seconds = 0.0;
@@ -776,12 +756,11 @@ ParamStore zero_param_store(Zero* z) {
 
 static void state_set_from_host(void* z, Backend* be, const float* flat) { zero_set_from_host((Zero*)z, be, flat); }
 static void state_master_to_host(void* z, Backend* be, float* flat) { zero_master_to_host((Zero*)z, be, flat); }
-static int state_tied_in_sync(void* z, Backend* be) { return tied_in_sync((Zero*)z, be); }
 
 ModelState zero_model_state(Zero* z) {
     ModelState s = {z, z->lay, z->dt, z->caps.shard_params ? NULL : z->params, reduced_is_piece(z) && z->size > 1 ? z->dp : NULL,
                     z->norm_acc, z->caps.state_on_host, z->caps.grads_on_host, z->caps.params_on_host, z->host_stage,
                     z->host_stage_elems, z->pending_grad, z->pending_params, state_for_each_span, state_owned_span,
-                    state_set_from_host, state_master_to_host, state_tied_in_sync};
+                    state_set_from_host, state_master_to_host};
     return s;
 }

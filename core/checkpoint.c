@@ -385,29 +385,41 @@ static void publish(const char* tmp, const char* dir, const char* out_dir) {
     remove_path(old);
 }
 
-// The tensors a tensor group holds whole (LayerNorms, the projections' biases, wpe, the final LayerNorm) have
-// a copy on every tensor rank, each updated from its own data-parallel group's reduction: their bits agree
-// only while those reductions add alike (NCCL picks its order per communicator). The tensor ranks of a
-// stage and replica hold the same spans of them, so a hash of their fp32 masters compares the copies.
+// Why the copies can differ: the tied pair sums its gradients, so the same update keeps the two equal and a
+// difference is a bug; each tensor rank updates its copies of the whole tensors (LayerNorms, the
+// projections' biases, wpe, the final LayerNorm) from its own data-parallel group's reduction, so their bits
+// agree only while those reductions add alike (NCCL picks its order per communicator). A hash of each
+// rank's copies compares them without sending them.
 typedef struct {
+    const ModelState* ms;
     Backend* be;
-    int on_host;
+    CopyPick pick;
     uint64_t hash;
 } CopyHash;
 
-static void hash_group_whole(const StateSpan* s, void* ctx) {
+static void hash_copy(const StateSpan* s, void* ctx) {
     CopyHash* c = (CopyHash*)ctx;
-    if (!s->t->group_whole) return;
-    unsigned char* host = (unsigned char*)xmalloc(s->n * sizeof(float));
-    copy_to_host(c->be, c->on_host, host, s->master, s->n * sizeof(float));
-    c->hash = fnv1a(c->hash, host, s->n * sizeof(float));
+    if (!c->pick(s->t, c->ms->lay)) return;
+    size_t master = s->n * sizeof(float), working = s->n * dtype_size(c->ms->dt);
+    unsigned char* host = (unsigned char*)xmalloc(master > working ? master : working);
+    copy_to_host(c->be, c->ms->state_on_host, host, s->master, master);
+    c->hash = fnv1a(c->hash, host, master);
+    copy_to_host(c->be, c->ms->params_on_host, host, s->params, working);
+    c->hash = fnv1a(c->hash, host, working);
     free(host);
 }
 
-static int tensor_copies_in_sync(const ModelState* ms, Backend* be, Comm* tp) {
-    CopyHash c = {be, ms->state_on_host, FNV1A_START};
-    ms->for_each_span(ms->ctx, STATE_UPDATE, hash_group_whole, &c);
-    return comm_all_equal(tp, c.hash);
+int copies_agree(const ModelState* ms, Backend* be, Comm* group, CopyPick pick) {
+    if (!group) return 1;
+    CopyHash c = {ms, be, pick, FNV1A_START};
+    ms->for_each_span(ms->ctx, STATE_UPDATE, hash_copy, &c);
+    return comm_all_equal(group, c.hash);
+}
+
+int copy_in_embedding_unit(const ParamTensor* t, const ParamLayout* lay) { return t->unit == lay->emb_unit; }
+int copy_held_whole_by_group(const ParamTensor* t, const ParamLayout* lay) {
+    (void)lay;
+    return t->group_whole;
 }
 
 void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Config* cfg, const RunDir* rd, const CheckpointInfo* info,
@@ -422,9 +434,9 @@ void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Con
         make_dirs(tmp);
     }
     comm_barrier(world);
-    if (!ms->tied_in_sync(ms->ctx, be))   // a checkpoint keeps only stage 0's copy: never save a diverged pair
+    if (!copies_agree(ms, be, g->tied, copy_in_embedding_unit))   // only stage 0's copy is saved
         fail("internal: the last stage's copy of the tied embedding differs from stage 0's (replica %d)", g->dp_rank);
-    if (g->tp > 1 && !tensor_copies_in_sync(ms, be, g->tp_group))   // only tensor rank 0's copies are saved
+    if (!copies_agree(ms, be, g->tp_group, copy_held_whole_by_group))   // only tensor rank 0's copies are saved
         fail("internal: the tensor ranks' copies of the tensors they hold whole differ (stage %d, replica %d): their "
              "data-parallel reductions added in different orders", g->stage, g->dp_rank);
     snprintf(name, sizeof(name), "state_rank%d.bin", rank);

@@ -52,6 +52,16 @@ typedef struct {
 void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Config* cfg, const RunDir* rd, const CheckpointInfo* info,
                      char* dir, size_t dir_size);
 
+// Copies that must stay bit-identical and that checkpoint_save writes once: the tied embedding's two copies
+// (stage 0's and the last stage's mirror, over Grid.tied) and the tensors a tensor group holds whole (over
+// Grid.tp_group). Collective over group (1 where it is NULL): whether the spans `pick` selects hold the same
+// fp32 masters and working parameters on every rank of it. The group's ranks must hold the same spans of
+// the picked tensors (the same layout of them and the same ZeRO pieces), in the same order.
+typedef int (*CopyPick)(const ParamTensor* t, const ParamLayout* lay);
+int copies_agree(const ModelState* ms, Backend* be, Comm* group, CopyPick pick);
+int copy_in_embedding_unit(const ParamTensor* t, const ParamLayout* lay);     // the tied pair's copies
+int copy_held_whole_by_group(const ParamTensor* t, const ParamLayout* lay);   // a tensor group's copies
+
 // Checks everything a resume relies on without loading or exiting: the manifest's fields (its step the
 // directory's name), model.bin's size, each state file's header (the rank its name says, the model's
 // size, the manifest's dtype) and spans, and that the state files together hold every parameter exactly

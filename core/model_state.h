@@ -56,8 +56,6 @@ typedef struct {
     // master_to_host with flat = NULL only takes part in the gathers.
     void (*set_from_host)(void* ctx, Backend* be, const float* flat);
     void (*master_to_host)(void* ctx, Backend* be, float* flat);
-    // With a pipeline: whether the tied embedding's two copies are bit-identical (collective over the pair).
-    int (*tied_in_sync)(void* ctx, Backend* be);
 } ModelState;
 
 // To or from host memory, from or to memory that is host memory where on_host, else the backend's.

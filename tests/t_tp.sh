@@ -15,6 +15,13 @@
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
 mpi_or_skip t_tp
+# The checkpoints' guard against copies that drifted apart (tests/test_copies.c): the group sees one changed
+# element where its pick looks and only there.
+for np in 2 3; do
+    out=$("${MPIRUN[@]}" -np $np build/test_copies 2>&1); rc=$?
+    echo "$out" | grep -E '^(ok|FAIL) '
+    [ $rc = 0 ] && [ "$(grep -c '^ok ' <<< "$out")" = 12 ] || t_fail copies_np$np "exited $rc, or not 12 checks passed"
+done
 $PYTHON scripts/make_shard.py -o "$TMP/train.bin" -n 20000 -V 500 --seed 7 >/dev/null || t_fail shard "make_shard failed"
 init_model L2C64H4V500T64 "$TMP/train.bin"
 base=(-e "$MODEL" -i "$TMP/train.bin" -j "" -b 2 -t 32 -x 6 -l 1e-3 -u 2 -c 0.1 -v 0 -s 0 -gc 1.0)
