@@ -28,6 +28,13 @@ expect_error dump_without_steps "-dump writes step 0's tensors: it needs a step"
 expect_error micro_batch_beyond_int "-b 1048576 x -t 1048576 tokens per micro-batch exceed" "${base[@]}" -b 1048576 -t 1048576
 expect_error bad_schedule "cosine\|linear\|constant" "${base[@]}" -k exp
 expect_error missing_shard "no token shard matches" "${base[@]}" -i "$TMP/nothing_*.bin"
+# Without -x a run is one epoch, which must fit -x's range: 65 names of one 2^24-token shard at -b 1 -t 1 are
+# 65 * (2^24 - 1) = 1090519039 steps, past 2^30 (the step count once wrapped).
+mkdir -p "$TMP/epoch" && $PYTHON scripts/make_shard.py -o "$TMP/epoch/s0.bin" -n 16777216 -V 512 --seed 1 >/dev/null
+for i in $(seq 1 64); do ln -s s0.bin "$TMP/epoch/s$i.bin"; done
+expect_error epoch_beyond_steps "one epoch of .* is 1090519039 steps, more than 1073741824; set -x" \
+    -e L2C64H4V512T64 -i "$TMP/epoch/s*.bin" -j "" -b 1 -t 1 -s 0
+rm -rf "$TMP/epoch"
 head -c 3000 "$TMP/ok.bin" > "$TMP/trunc.bin"
 expect_error truncated_shard "truncated" "${base[@]}" -i "$TMP/trunc.bin"
 head -c 500 "$TMP/ok.bin" > "$TMP/tiny.bin"

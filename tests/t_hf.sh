@@ -18,7 +18,7 @@ cat > "$TMP/hfcheck.py" <<'PY'
 """Checks for t_hf.sh, independent of scripts/hf_format.py. Modes:
   header NAME DIR MODEL.bin      safetensors header, HF names and shapes, config.json, tokenizer files
   logits NAME DIR SHARD LOGITS B T   HF-convention forward of DIR's weights vs the trainer's logits
-  variants SRC OUT               HF folders derived from SRC: pt, bf16, missing, shape, dtype, untied, notgpt2
+  variants SRC OUT               HF folders derived from SRC: pt, bf16, missing, shape, dtype, untied, notensor (a non-tensor entry), notdict (a list), notgpt2
   losses NAME LOG N              N finite losses in a trainer log.jsonl
 """
 import json, math, os, struct, sys
@@ -155,6 +155,8 @@ def variants(src, out):
     torch.save(sd, os.path.join(folder(out, "pt", cfg), "pytorch_model.bin"))
     sd["lm_head.weight"][0, 0] += 1
     torch.save(sd, os.path.join(folder(out, "untied", cfg), "pytorch_model.bin"))
+    torch.save(dict(sd, step=3), os.path.join(folder(out, "notensor", cfg), "pytorch_model.bin"))
+    torch.save(list(sd.values()), os.path.join(folder(out, "notdict", cfg), "pytorch_model.bin"))
     f32 = [(k, "F32", v) for k, v in w.items()]
     bf16 = [(k, "BF16", torch.from_numpy(v.copy()).bfloat16().view(torch.int16).numpy()) for k, v in w.items()]
     write_st(os.path.join(folder(out, "bf16", cfg), "model.safetensors"), bf16)
@@ -260,6 +262,8 @@ expect_error error_missing_tensor "tensor h\.1\.mlp\.c_fc\.bias is missing" "$TM
 expect_error error_wrong_shape "tensor h\.0\.attn\.c_attn\.weight has shape \[192, 64\], config.json says \[64, 192\]" "$TMP/v/shape"
 expect_error error_dtype "tensor h\.0\.ln_2\.weight has dtype I32" "$TMP/v/dtype"
 expect_error error_untied_head "lm_head\.weight differs from wte\.weight" "$TMP/v/untied"
+expect_error error_entry_not_tensor "entry 'step' is a int, not a named tensor" "$TMP/v/notensor"
+expect_error error_not_state_dict "holds a list, not a state dict" "$TMP/v/notdict"
 expect_error error_not_gpt2 "model_type 'llama' is not gpt2" "$TMP/v/notgpt2"
 expect_error error_missing_folder "no such folder" "$TMP/nothing"
 mkdir -p "$TMP/empty" && cp "$TMP/hf_a/config.json" "$TMP/empty/"
