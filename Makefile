@@ -123,7 +123,17 @@ $(B)/kernel_check_gpu: $(B)/cuda/tests/kernel_check.o $(CORE_CUDA_OBJ) $(CUDA_BA
 # The comm tests on real device memory: the MPI staging path, and NCCL with --comm nccl.
 $(B)/comm_check_gpu: $(B)/cuda/tests/test_comm.o $(CORE_CUDA_OBJ) $(CUDA_BACKEND)
 	$(NVCC) $(NVFLAGS) -o $@ $^ $(CUDA_LIBS) $(MPI_NVLIBS) -Xcompiler -fopenmp
-tests-bin: train_gpt_cpu $(TEST_BIN)
+# The fenced CPU build (kernels/backend_cpu.c, tests/t_fence.sh): backend memory that host code cannot touch,
+# as on a GPU. Same objects as train_gpt_cpu but the kernels'.
+FENCE_BACKEND := $(CPU_KERNELS:%.c=$(B)/fence/%.o)
+$(B)/fence/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DBACKEND_FENCE -c $< -o $@
+$(B)/train_gpt_fenced: $(B)/cpu/train_gpt.o $(CORE_CPU_OBJ) $(FENCE_BACKEND)
+	$(CC) -o $@ $^ $(LDLIBS)
+$(B)/fence_check: $(B)/cpu/tests/fence_check.o $(CORE_CPU_OBJ) $(FENCE_BACKEND)
+	$(CC) -o $@ $^ $(LDLIBS)
+tests-bin: train_gpt_cpu $(TEST_BIN) $(B)/train_gpt_fenced $(B)/fence_check
 
 # `make test`: every CPU test; last line "N passed, N failed"; non-zero exit on any failure.
 test: tests-bin

@@ -7,12 +7,12 @@
 // The arithmetic is adamw_host's, shared with the optimizer's update of offloaded state.
 void adamw_update(Backend* be, void* params, DType param_dt, float* master, const void* grads, DType grad_dt,
                   float* m, float* v, size_t n, size_t offset, const AdamWArgs* a) {
-    (void)be;
+    BACKEND_ENTRY(be, params, master, grads, m, v);
     adamw_host(params, param_dt, master, grads, grad_dt, m, v, n, offset, a);
 }
 
 // The sum is sum_squares_host's, shared with the gradient norm of gradients kept on the host.
 void sum_squares(Backend* be, DType dt, float* acc, const void* x, size_t n) {
-    (void)be;
+    BACKEND_ENTRY(be, acc, x);
     *acc += (float)sum_squares_host(dt, x, n);
 }

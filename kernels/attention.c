@@ -48,7 +48,7 @@ static void attn_forward_row(const AttnShape* s, DType dt, void* out, float* lse
 }
 
 void attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
-    (void)be;
+    BACKEND_ENTRY(be, out, lse, qkv);
     AttnShape s = attn_shape(T, C, NH);
     int per_thread = T + s.hs;   // one score row + one output accumulator
     float* buf = xmalloc(sizeof(float) * per_thread * omp_get_max_threads());
@@ -112,7 +112,7 @@ static void attn_dkv_row(const AttnBwd* a, void* dqkv, int b, int h, int j, floa
 // depend on the thread count; the price is computing each score twice.
 void attention_backward(Backend* be, DType dt, void* dqkv, float* scratch, const void* dout, const void* qkv,
                         const void* out, const float* lse, int B, int T, int C, int NH) {
-    (void)be;
+    BACKEND_ENTRY(be, dqkv, scratch, dout, qkv, out, lse);
     AttnShape s = attn_shape(T, C, NH);
     int rows = B * NH * T;
 #pragma omp parallel for schedule(static)

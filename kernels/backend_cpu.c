@@ -3,12 +3,23 @@
 // deferred instead (kernels.h): queued, one queue per direction like the GPU's two copy streams, and run
 // only when something waits for them, so waiting for an upload never runs a download and the other way
 // round.
+//
+// Built with -DBACKEND_FENCE (build/train_gpt_fenced) it is also a stand-in GPU for the host code above it:
+// backend memory comes from one reserved range that no host code can read or write except inside this
+// file's and the kernels' functions (BACKEND_ENTRY, cpu_common.h); the copies check which side of the fence
+// each pointer is on; and it reports itself as a GPU, so the comm layer stages through the host as it does
+// with one. Same bits as the CPU build, or a crash where host code touches backend memory.
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu_common.h"
+#ifdef BACKEND_FENCE
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 typedef struct {
     void* dst;
@@ -26,12 +37,27 @@ typedef struct {
 
 enum { COPY_DOWN, COPY_UP, NUM_COPY_QUEUES };
 
+#ifdef BACKEND_FENCE
+// Backend memory behind the fence: allocated upward from base and never reused (test runs are small; a
+// freed block's pages go back to the system), readable only while depth > 0.
+#define FENCE_RESERVED ((size_t)64 << 30)   // address space only (MAP_NORESERVE)
+typedef struct {
+    pthread_mutex_t lock;   // threads enter and leave backend functions concurrently (the optimizer's worker)
+    unsigned char* base;
+    size_t top;             // bytes handed out
+    int depth;              // backend functions running, over all threads
+} Fence;
+#endif
+
 struct Backend {
     size_t bytes_now;    // live be_malloc'd bytes (payload only)
     size_t bytes_peak;   // high-water mark of bytes_now
     // Locked, because a worker thread may wait for an event (run the copies) while the launch thread issues more.
     pthread_mutex_t copy_lock;
     CopyQueue queues[NUM_COPY_QUEUES];
+#ifdef BACKEND_FENCE
+    Fence fence;
+#endif
 };
 
 struct BeEvent {
@@ -47,10 +73,71 @@ static void check_pthread(int rc, const char* what) {
     if (rc != 0) fail("%s failed: %s", what, strerror(rc));
 }
 
+#ifdef BACKEND_FENCE
+static void fence_set(Fence* f, int prot) {
+    if (f->top && mprotect(f->base, f->top, prot) != 0) fail("mprotect of the fenced backend memory: %s", strerror(errno));
+}
+
+static int behind_fence(Backend* be, const void* p);
+
+Backend* be_fence_lift(Backend* be, const void* const* ptrs, size_t n, const char* func) {
+    check_pthread(pthread_mutex_lock(&be->fence.lock), "pthread_mutex_lock");
+    for (size_t i = 0; i < n; i++)
+        if (ptrs[i] && !behind_fence(be, ptrs[i])) fail("internal: %s was given host memory (argument %zu) where backend memory belongs", func, i);
+    if (be->fence.depth++ == 0) fence_set(&be->fence, PROT_READ | PROT_WRITE);
+    check_pthread(pthread_mutex_unlock(&be->fence.lock), "pthread_mutex_unlock");
+    return be;
+}
+
+void be_fence_drop(Backend** be) {
+    Fence* f = &(*be)->fence;
+    check_pthread(pthread_mutex_lock(&f->lock), "pthread_mutex_lock");
+    if (--f->depth == 0) fence_set(f, PROT_NONE);
+    check_pthread(pthread_mutex_unlock(&f->lock), "pthread_mutex_unlock");
+}
+
+static int behind_fence(Backend* be, const void* p) {
+    const unsigned char* c = (const unsigned char*)p;
+    return c >= be->fence.base && c < be->fence.base + be->fence.top;
+}
+
+// A copy's end on the wrong side of the fence is a bug the GPU would show as an illegal address or a
+// failed cudaMemcpy.
+static void expect_side(Backend* be, const void* p, size_t bytes, int backend, const char* what) {
+    if (bytes && behind_fence(be, p) != backend)
+        fail("internal: %s is %s memory, not %s memory", what, backend ? "host" : "backend", backend ? "backend" : "host");
+}
+
+static void* fence_alloc(Backend* be, size_t total) {
+    Fence* f = &be->fence;
+    if (total > FENCE_RESERVED - f->top) fail("the fenced backend's %zu reserved bytes are used up", FENCE_RESERVED);
+    unsigned char* p = f->base + f->top;
+    f->top += total;
+    fence_set(f, PROT_READ | PROT_WRITE);   // inside be_malloc: open, like the rest
+    return p;
+}
+
+// Gives the whole pages inside [p, p + total) back; their addresses stay reserved and are never handed out again.
+static void fence_release(Backend* be, unsigned char* p, size_t total) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + page - 1) / page * page, b = ((uintptr_t)p + total) / page * page;
+    if (b > a && madvise((void*)a, b - a, MADV_DONTNEED) != 0) fail("madvise of freed backend memory: %s", strerror(errno));
+}
+#else
+static void expect_side(Backend* be, const void* p, size_t bytes, int backend, const char* what) {
+    (void)be, (void)p, (void)bytes, (void)backend, (void)what;
+}
+#endif
+
 Backend* backend_create(int local_rank) {
     (void)local_rank;
     Backend* be = xcalloc(1, sizeof(Backend));
     check_pthread(pthread_mutex_init(&be->copy_lock, NULL), "pthread_mutex_init");
+#ifdef BACKEND_FENCE
+    check_pthread(pthread_mutex_init(&be->fence.lock, NULL), "pthread_mutex_init");
+    be->fence.base = mmap(NULL, FENCE_RESERVED, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (be->fence.base == MAP_FAILED) fail("cannot reserve the fenced backend's memory: %s", strerror(errno));
+#endif
     return be;
 }
 
@@ -58,10 +145,25 @@ void backend_destroy(Backend* be) {
     if (!be) return;
     be_synchronize(be);
     check_pthread(pthread_mutex_destroy(&be->copy_lock), "pthread_mutex_destroy");
+#ifdef BACKEND_FENCE
+    if (munmap(be->fence.base, FENCE_RESERVED) != 0) fail("munmap of the fenced backend's memory: %s", strerror(errno));
+    check_pthread(pthread_mutex_destroy(&be->fence.lock), "pthread_mutex_destroy");
+#endif
     for (int q = 0; q < NUM_COPY_QUEUES; q++) free(be->queues[q].pending);
     free(be);
 }
 
+#ifdef BACKEND_FENCE
+const char* backend_device_name(const Backend* be) {
+    (void)be;
+    return "cpu (fenced)";
+}
+
+int backend_is_gpu(const Backend* be) {
+    (void)be;
+    return 1;
+}
+#else
 const char* backend_device_name(const Backend* be) {
     (void)be;
     return "cpu";
@@ -71,6 +173,7 @@ int backend_is_gpu(const Backend* be) {
     (void)be;
     return 0;
 }
+#endif
 
 void* backend_stream(Backend* be) {
     (void)be;
@@ -83,9 +186,14 @@ void* backend_comm_stream(Backend* be) {
 }
 
 void* be_malloc(Backend* be, size_t bytes) {
+    BACKEND_ENTRY(be);
     size_t total = (bytes + ALLOC_HEADER + ALLOC_HEADER - 1) / ALLOC_HEADER * ALLOC_HEADER;
     if (total < bytes) fail("out of host memory allocating %zu bytes", bytes);
+#ifdef BACKEND_FENCE
+    unsigned char* base = fence_alloc(be, total);
+#else
     unsigned char* base = aligned_alloc(ALLOC_HEADER, total);
+#endif
     if (!base) fail("out of host memory allocating %zu bytes (%zu in use)", bytes, be->bytes_now);
     memcpy(base, &bytes, sizeof bytes);
     be->bytes_now += bytes;
@@ -94,32 +202,45 @@ void* be_malloc(Backend* be, size_t bytes) {
 }
 
 void be_free(Backend* be, void* p) {
+    BACKEND_ENTRY(be);
     if (!p) return;
+    expect_side(be, p, 1, 1, "be_free's pointer");
     be_synchronize(be);   // a queued copy may still read or write p
     unsigned char* base = (unsigned char*)p - ALLOC_HEADER;
     size_t bytes;
     memcpy(&bytes, base, sizeof bytes);
     be->bytes_now -= bytes;
+#ifdef BACKEND_FENCE
+    fence_release(be, base, (bytes + ALLOC_HEADER + ALLOC_HEADER - 1) / ALLOC_HEADER * ALLOC_HEADER);
+#else
     free(base);
+#endif
 }
 
 void be_memset0(Backend* be, void* p, size_t bytes) {
-    (void)be;
+    BACKEND_ENTRY(be);
+    expect_side(be, p, bytes, 1, "be_memset0's buffer");
     if (bytes) memset(p, 0, bytes);
 }
 
 void be_upload(Backend* be, void* dst, const void* src_host, size_t bytes) {
-    (void)be;
+    BACKEND_ENTRY(be);
+    expect_side(be, dst, bytes, 1, "be_upload's destination");
+    expect_side(be, src_host, bytes, 0, "be_upload's source");
     if (bytes) memcpy(dst, src_host, bytes);
 }
 
 void be_download(Backend* be, void* dst_host, const void* src, size_t bytes) {
-    (void)be;
+    BACKEND_ENTRY(be);
+    expect_side(be, dst_host, bytes, 0, "be_download's destination");
+    expect_side(be, src, bytes, 1, "be_download's source");
     if (bytes) memcpy(dst_host, src, bytes);
 }
 
 void be_copy(Backend* be, void* dst, const void* src, size_t bytes) {
-    (void)be;
+    BACKEND_ENTRY(be);
+    expect_side(be, dst, bytes, 1, "be_copy's destination");
+    expect_side(be, src, bytes, 1, "be_copy's source");
     if (bytes && dst != src) memmove(dst, src, bytes);
 }
 
@@ -170,19 +291,32 @@ void be_event_destroy(Backend* be, BeEvent* ev) {
 }
 
 void be_download_async(Backend* be, void* dst_host, const void* src, size_t bytes, BeEvent* done) {
+    BACKEND_ENTRY(be);
+    expect_side(be, dst_host, bytes, 0, "be_download_async's destination");
+    expect_side(be, src, bytes, 1, "be_download_async's source");
     issue_copy(be, COPY_DOWN, dst_host, src, bytes, done);
 }
 
 void be_upload_async(Backend* be, void* dst, const void* src_host, size_t bytes, BeEvent* done) {
+    BACKEND_ENTRY(be);
+    expect_side(be, dst, bytes, 1, "be_upload_async's destination");
+    expect_side(be, src_host, bytes, 0, "be_upload_async's source");
     issue_copy(be, COPY_UP, dst, src_host, bytes, done);
 }
 
 // The main stream's later work runs at once, so "after ev" means: run ev's copy now.
-void be_stream_wait(Backend* be, BeEvent* ev) { run_copies_through(be, ev->queue, ev->seq); }
+void be_stream_wait(Backend* be, BeEvent* ev) {
+    BACKEND_ENTRY(be);
+    run_copies_through(be, ev->queue, ev->seq);
+}
 
-void be_event_synchronize(Backend* be, BeEvent* ev) { run_copies_through(be, ev->queue, ev->seq); }
+void be_event_synchronize(Backend* be, BeEvent* ev) {
+    BACKEND_ENTRY(be);
+    run_copies_through(be, ev->queue, ev->seq);
+}
 
 void be_synchronize(Backend* be) {
+    BACKEND_ENTRY(be);
     for (int q = 0; q < NUM_COPY_QUEUES; q++) run_copies_through(be, q, UINT64_MAX);
 }
 
@@ -211,6 +345,7 @@ void host_from_dtype(float* dst, const void* src, DType dt, size_t n) {
 }
 
 void convert(Backend* be, void* dst, DType dst_dt, const void* src, DType src_dt, size_t n) {
+    BACKEND_ENTRY(be, dst, src);
     if (dst_dt == src_dt) {
         be_copy(be, dst, src, n * dtype_size(dst_dt));
         return;

@@ -25,7 +25,7 @@ static float classifier_row(DType dt, void* logits, size_t o, int target, int V,
 
 void classifier_forward(Backend* be, DType dt, void* logits, float* losses, const int* targets, int N, int V, int Vp,
                         float dloss, int write_dlogits) {
-    (void)be;
+    BACKEND_ENTRY(be, logits, losses, targets);
     for (int n = 0; n < N; n++)
         if (targets[n] < 0 || targets[n] >= V) fail("classifier_forward: target %d at row %d outside [0, %d)", targets[n], n, V);
 #pragma omp parallel for schedule(static)
@@ -37,7 +37,7 @@ void classifier_forward(Backend* be, DType dt, void* logits, float* losses, cons
 // double, so it is classifier_row's double sum up to the order of its additions.
 
 void classifier_vocab_max(Backend* be, DType dt, float* rowmax, const void* logits, int N, int real, int Vl) {
-    (void)be;
+    BACKEND_ENTRY(be, rowmax, logits);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float mx = -INFINITY;
@@ -48,7 +48,7 @@ void classifier_vocab_max(Backend* be, DType dt, float* rowmax, const void* logi
 
 void classifier_vocab_sums(Backend* be, DType dt, float* stats, const void* logits, const float* rowmax,
                            const int* targets, int v0, int N, int real, int Vl) {
-    (void)be;
+    BACKEND_ENTRY(be, stats, logits, rowmax, targets);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         size_t o = (size_t)n * Vl;
@@ -64,7 +64,7 @@ void classifier_vocab_sums(Backend* be, DType dt, float* stats, const void* logi
 void classifier_vocab_finish(Backend* be, DType dt, void* logits, float* losses, const float* rowmax,
                              const float* all, int ranks, const int* targets, int v0, int N, int real, int Vl,
                              float dloss, int write_dlogits) {
-    (void)be;
+    BACKEND_ENTRY(be, logits, losses, rowmax, all, targets);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         double sum = 0.0;

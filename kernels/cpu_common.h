@@ -11,6 +11,23 @@
 #include "kernels/host_elem.h"
 #include "kernels/kernels.h"
 
+// The fenced test build (-DBACKEND_FENCE: build/train_gpt_fenced, tests/t_fence.sh) keeps backend memory
+// unreadable to the host, as a GPU's device memory is, except while a thread is inside a backend function:
+// each one begins with BACKEND_ENTRY(be, its device pointers...), which lifts the fence until it returns and
+// fails where one of those pointers (NULL aside) is not backend memory. So host code that touches backend
+// memory without be_upload/be_download crashes there, and a kernel given host memory stops with one line,
+// where the CPU build would let both pass.
+#ifdef BACKEND_FENCE
+Backend* be_fence_lift(Backend* be, const void* const* ptrs, size_t n, const char* func);
+void be_fence_drop(Backend** be);
+#define FENCE_PTRS(...) ((const void* const[]){NULL, ##__VA_ARGS__})
+#define BACKEND_ENTRY(be, ...)                                                                       \
+    Backend* be_fence_scope __attribute__((cleanup(be_fence_drop))) =                                \
+        be_fence_lift(be, FENCE_PTRS(__VA_ARGS__), sizeof(FENCE_PTRS(__VA_ARGS__)) / sizeof(void*), __func__)
+#else
+#define BACKEND_ENTRY(be, ...) (void)(be)
+#endif
+
 // n consecutive elements starting at element `off` into fp32.
 static inline void ld_row(float* dst, const void* src, size_t off, size_t n, DType dt) {
     for (size_t i = 0; i < n; i++) dst[i] = ld(src, off + i, dt);

@@ -8,7 +8,7 @@
 
 void encoder_forward(Backend* be, DType dt, void* out, const int* tokens, const void* wte, const void* wpe,
                      int B, int T, int C) {
-    (void)be;
+    BACKEND_ENTRY(be, out, tokens, wte, wpe);
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         size_t tok = (size_t)tokens[bt], t = (size_t)(bt % T), o = (size_t)bt * C;
@@ -18,7 +18,7 @@ void encoder_forward(Backend* be, DType dt, void* out, const int* tokens, const 
 
 void encoder_forward_vocab(Backend* be, DType dt, void* out, const int* tokens, const void* wte, const void* wpe,
                            int v0, int Vl, int B, int T, int C) {
-    (void)be;
+    BACKEND_ENTRY(be, out, tokens, wte, wpe);
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         int mine = tokens[bt] >= v0 && tokens[bt] - v0 < Vl;
@@ -83,12 +83,12 @@ static void backward_range(DType dt, void* dwte, void* dwpe, const void* dout, c
 
 void encoder_backward(Backend* be, DType dt, void* dwte, void* dwpe, const void* dout, const int* tokens,
                       int B, int T, int C) {
-    (void)be;
+    BACKEND_ENTRY(be, dwte, dwpe, dout, tokens);
     backward_range(dt, dwte, dwpe, dout, tokens, 0, INT_MAX, B, T, C);
 }
 
 void encoder_backward_vocab(Backend* be, DType dt, void* dwte, void* dwpe, const void* dout, const int* tokens,
                             int v0, int Vl, int B, int T, int C) {
-    (void)be;
+    BACKEND_ENTRY(be, dwte, dwpe, dout, tokens);
     backward_range(dt, dwte, dwpe, dout, tokens, v0, Vl, B, T, C);
 }

@@ -6,7 +6,7 @@
 
 void layernorm_forward(Backend* be, DType dt, void* out, float* mean, float* rstd, const void* inp,
                        const void* w, const void* b, int N, int C) {
-    (void)be;
+    BACKEND_ENTRY(be, out, mean, rstd, inp, w, b);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         size_t o = (size_t)n * C;
@@ -48,7 +48,7 @@ static void layernorm_row_dinp(DType dt, void* dinp, const void* dout, const voi
 
 void layernorm_backward(Backend* be, DType dt, void* dinp, void* dw, void* db, const void* dout,
                         const void* inp, const void* w, const float* mean, const float* rstd, int N, int C) {
-    (void)be;
+    BACKEND_ENTRY(be, dinp, dw, db, dout, inp, w, mean, rstd);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) layernorm_row_dinp(dt, dinp, dout, inp, w, mean[n], rstd[n], (size_t)n * C, C);
     // dw and db are column sums over rows: each channel is summed by one thread in row order, so the bits

@@ -185,7 +185,7 @@ static void epi_dw_accumulate(const void* vctx, int m0, int j0, int mr, int nr, 
 
 void matmul_forward(Backend* be, DType dt, void* out, void* out_pre_gelu, const void* inp, const void* w,
                     const void* bias, int N, int IC, int OC) {
-    (void)be;
+    BACKEND_ENTRY(be, out, out_pre_gelu, inp, w, bias);
     View a = {inp, (size_t)IC, 1, dt};   // (N,IC)
     View b = {w, 1, (size_t)IC, dt};     // w^T: element (i,o) = w[o*IC + i]
     FwdCtx ctx = {dt, out, out_pre_gelu, bias, OC};
@@ -208,7 +208,7 @@ static void dbias_accumulate(DType dt, void* dbias, const void* dout, int N, int
 
 void matmul_backward_input(Backend* be, DType dt, void* dinp, const void* dout, const void* inp_pre_gelu, const void* w,
                            int N, int IC, int OC) {
-    (void)be;
+    BACKEND_ENTRY(be, dinp, dout, inp_pre_gelu, w);
     View dout_rows = {dout, (size_t)OC, 1, dt};   // (N,OC)
     View w_rows = {w, (size_t)IC, 1, dt};         // (OC,IC)
     DinpCtx dctx = {dt, dinp, inp_pre_gelu, IC};
@@ -217,7 +217,7 @@ void matmul_backward_input(Backend* be, DType dt, void* dinp, const void* dout, 
 
 void matmul_backward_weight(Backend* be, DType dt, void* dw, void* dbias, const void* dout, const void* inp, int N, int IC,
                             int OC) {
-    (void)be;
+    BACKEND_ENTRY(be, dw, dbias, dout, inp);
     View dout_t = {dout, 1, (size_t)OC, dt};      // dout^T (OC,N)
     View inp_rows = {inp, (size_t)IC, 1, dt};     // (N,IC)
     DwCtx wctx = {dt, dw, IC};
@@ -227,6 +227,7 @@ void matmul_backward_weight(Backend* be, DType dt, void* dw, void* dbias, const 
 
 void matmul_backward(Backend* be, DType dt, void* dinp, void* dw, void* dbias, const void* dout,
                      const void* inp, const void* inp_pre_gelu, const void* w, int N, int IC, int OC) {
+    BACKEND_ENTRY(be, dinp, dw, dbias, dout, inp, inp_pre_gelu, w);
     matmul_backward_input(be, dt, dinp, dout, inp_pre_gelu, w, N, IC, OC);
     matmul_backward_weight(be, dt, dw, dbias, dout, inp, N, IC, OC);
 }
