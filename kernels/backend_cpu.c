@@ -118,7 +118,7 @@ static void* fence_alloc(Backend* be, size_t total) {
 }
 
 // Gives the whole pages inside [p, p + total) back; their addresses stay reserved and are never handed out again.
-static void fence_release(Backend* be, unsigned char* p, size_t total) {
+static void fence_release(unsigned char* p, size_t total) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     uintptr_t a = ((uintptr_t)p + page - 1) / page * page, b = ((uintptr_t)p + total) / page * page;
     if (b > a && madvise((void*)a, b - a, MADV_DONTNEED) != 0) fail("madvise of freed backend memory: %s", strerror(errno));
@@ -211,7 +211,7 @@ void be_free(Backend* be, void* p) {
     memcpy(&bytes, base, sizeof bytes);
     be->bytes_now -= bytes;
 #ifdef BACKEND_FENCE
-    fence_release(be, base, (bytes + ALLOC_HEADER + ALLOC_HEADER - 1) / ALLOC_HEADER * ALLOC_HEADER);
+    fence_release(base, (bytes + ALLOC_HEADER + ALLOC_HEADER - 1) / ALLOC_HEADER * ALLOC_HEADER);
 #else
     free(base);
 #endif

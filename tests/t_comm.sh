@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The comm layer across processes: build/test_comm under mpirun with 1-4 ranks (and once with tiny MPI
 # chunks, to exercise the splitting of large transfers; and in poison mode); misuses of start/wait; the
-# device-memory staging path against a fake GPU backend; a rank that dies mid-run must end the whole job,
+# device-memory staging path against the fenced CPU backend (a stand-in GPU); a rank that dies mid-run must end the whole job,
 # non-zero, within seconds; and the MPI-less backend must refuse a multi-rank launch. Each mpirun counts
 # as one check here (its failing checks are shown); the single-process run is build/test_comm itself.
 source "$(dirname "$0")/lib.sh"
@@ -79,10 +79,11 @@ timeout 60 mpirun --oversubscribe -np 2 "$BIN" --misuse write-in-flight > "$TMP/
 t_check comm_write_in_flight_unseen_without_poison "grep -q 'error: --misuse write-in-flight: not refused' '$TMP/misuse.out'" \
     "$(grep -m1 error "$TMP/misuse.out")"
 
-# The GPU build's staging path (download, MPI on the host, upload), against a fake GPU backend whose memory
-# faults on any access outside be_upload/be_download/be_copy.
-if ${MPICC:-mpicc} -std=gnu11 -O1 -Wall -Wextra -Werror -I. -Icore tests/test_comm.c core/comm_mpi.c base/common.c \
-        tests/fake_gpu_backend.c -lm -o "$TMP/test_comm_staged" > "$TMP/cc.out" 2>&1; then
+# The GPU build's staging path (download, MPI on the host, upload), against the fenced CPU backend
+# (kernels/backend_cpu.c with -DBACKEND_FENCE, tests/t_fence.sh): it says it is a GPU, and its memory faults
+# on any access outside the backend's functions, so a device pointer handed to MPI or memcpy crashes.
+if ${MPICC:-mpicc} -std=gnu11 -O1 -Wall -Wextra -Werror -fopenmp -DBACKEND_FENCE -I. -Icore tests/test_comm.c core/comm_mpi.c \
+        base/common.c kernels/backend_cpu.c -lm -o "$TMP/test_comm_staged" > "$TMP/cc.out" 2>&1; then
     run_ranks comm_staged_np3 3 mpirun --oversubscribe -np 3 "$TMP/test_comm_staged"
     run_ranks comm_staged_np4_chunked 4 mpirun --oversubscribe -np 4 -x GPT_COMM_MAX_COUNT=300 "$TMP/test_comm_staged"
     run_ranks comm_staged_np3_poison 3 mpirun --oversubscribe -np 3 -x GPT_COMM_POISON=1 "$TMP/test_comm_staged"
