@@ -22,6 +22,18 @@ gen() {   # out file, flags...
 ids() { grep '^ids: ' "$1"; }
 PROMPT="The dog lay by the door, and the"
 
+# The fenced build (device memory the host cannot touch, tests/t_fence.sh) generates the same text, sampled
+# and greedy: generation reads no device memory behind the backend's back.
+for how in "-temp 0.8 -topk 40" "-temp 0"; do
+    # shellcheck disable=SC2086
+    build/train_gpt_fenced -e "$MODEL" -tk "$TMP/data/gpt2_tokenizer.bin" -b 1 -t 16 -g 24 -prompt "$PROMPT" $how \
+        2> "$TMP/fenced.err" | grep -v '^model ' > "$TMP/fenced"   # the setup line names the device
+    gen "$TMP/plain" -prompt "$PROMPT" $how
+    grep -v '^model ' "$TMP/plain" > "$TMP/plain.text"
+    t_check "fenced_generates_the_same_${how// /_}" "grep -q '^ids: ' '$TMP/plain.text' && cmp -s '$TMP/fenced' '$TMP/plain.text'" \
+        "$(diff "$TMP/fenced" "$TMP/plain.text" | head -3) $(head -c 200 "$TMP/fenced.err")"
+done
+
 # Encoding: the ids the trainer prints are tokenize.py's for the same text.
 gen "$TMP/g0" -prompt "$PROMPT" -temp 0 || t_fail generate_runs "$(cat "$TMP/g0.err")"
 printf '%s' "$PROMPT" > "$TMP/prompt.txt"
