@@ -26,6 +26,9 @@ typedef struct {
     const void* src;
     size_t bytes;
     uint64_t seq;   // issue order, from 1
+#ifdef BACKEND_FENCE
+    uint64_t src_hash;   // of the source at issue: a GPU may read it any time until the wait, so it must not change
+#endif
 } PendingCopy;
 
 // A copy stream: asynchronous copies not yet run, oldest first.
@@ -251,6 +254,11 @@ static void run_copies_through(Backend* be, int q, uint64_t seq) {
     size_t done = 0;
     while (done < cq->n_pending && cq->pending[done].seq <= seq) {
         PendingCopy* c = &cq->pending[done++];
+#ifdef BACKEND_FENCE
+        if (fnv1a(FNV1A_START, c->src, c->bytes) != c->src_hash)
+            fail("internal: the source of an asynchronous %s of %zu bytes changed between its issue and its wait: on a "
+                 "GPU that is a race with the copy engine", q == COPY_UP ? "upload" : "download", c->bytes);
+#endif
         if (c->bytes) memcpy(c->dst, c->src, c->bytes);
     }
     if (done) {   // (never arithmetic on the queue before its first copy: it is NULL then)
@@ -270,7 +278,10 @@ static void issue_copy(Backend* be, int q, void* dst, const void* src, size_t by
         cq->pending = p;
         cq->cap_pending = cap;
     }
-    cq->pending[cq->n_pending++] = (PendingCopy){dst, src, bytes, ++cq->issued};
+    cq->pending[cq->n_pending++] = (PendingCopy){.dst = dst, .src = src, .bytes = bytes, .seq = ++cq->issued};
+#ifdef BACKEND_FENCE
+    cq->pending[cq->n_pending - 1].src_hash = fnv1a(FNV1A_START, src, bytes);
+#endif
     // A GPU's copy engine may write dst at any moment from now until the wait; the earliest is the strictest.
     // Poisoned until then, a read of dst before the wait (by the main stream or the host) sees NaNs and -1s,
     // where it would otherwise see the old bytes, often the right ones.

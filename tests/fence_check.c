@@ -4,6 +4,8 @@
 //   - the host reading or writing it directly crashes (SIGSEGV), also right after a kernel and after a
 //     backend function that called another one (the fence is back up when the outermost one returns);
 //   - a copy given a pointer on the wrong side of the fence, or a kernel given host memory, is a one-line error;
+//   - the source of an asynchronous copy that changes between its issue and its wait (a race with a GPU's copy
+//     engine) is a one-line error;
 //   - it reports itself as a GPU (so the comm layer stages through the host).
 // The crashing cases run in child processes.
 #include <errno.h>
@@ -66,6 +68,25 @@ static void upload_from_backend(Ctx* c) { be_upload(c->be, c->dev, c->dev + 1, 4
 static void upload_to_host(Ctx* c) { be_upload(c->be, c->host, c->host + 1, 4); }
 static void download_to_backend(Ctx* c) { be_download(c->be, c->dev, c->dev + 1, 4); }
 static void copy_from_host(Ctx* c) { be_copy(c->be, c->dev, c->host, 4); }
+static void upload_source_changed(Ctx* c) {   // the host rewrites a buffer its upload may still be reading
+    BeEvent* ev = be_event_create(c->be);
+    be_upload_async(c->be, c->dev, c->host, 64, ev);
+    c->host[3] = -1.0f;
+    be_event_synchronize(c->be, ev);
+}
+static void download_source_changed(Ctx* c) {   // a kernel rewrites a buffer its download may still be reading
+    BeEvent* ev = be_event_create(c->be);
+    be_download_async(c->be, c->host, c->dev, 64, ev);
+    residual_forward(c->be, DT_FP32, c->dev, c->dev, c->dev, 16);
+    be_event_synchronize(c->be, ev);
+}
+static void download_waited_first(Ctx* c) {   // the same, with the main stream waiting for the copy first: no race
+    BeEvent* ev = be_event_create(c->be);
+    be_download_async(c->be, c->host, c->dev, 64, ev);
+    be_stream_wait(c->be, ev);
+    residual_forward(c->be, DT_FP32, c->dev, c->dev, c->dev, 16);
+    be_event_synchronize(c->be, ev);
+}
 static void kernel_given_host_memory(Ctx* c) { gelu_forward(c->be, DT_FP32, c->dev, c->host, 4); }
 static void later_allocation(Ctx* c) {   // memory allocated after the first is fenced too
     float* second = (float*)be_malloc(c->be, 3 * sizeof(float));
@@ -84,7 +105,8 @@ static const struct {
     {"reads_after_nested", reads_after_nested}, {"upload_from_backend", upload_from_backend},
     {"upload_to_host", upload_to_host}, {"download_to_backend", download_to_backend}, {"copy_from_host", copy_from_host},
     {"async_upload_to_host", async_upload_to_host}, {"later_allocation", later_allocation},
-    {"kernel_given_host_memory", kernel_given_host_memory},
+    {"kernel_given_host_memory", kernel_given_host_memory}, {"upload_source_changed", upload_source_changed},
+    {"download_source_changed", download_source_changed}, {"download_waited_first", download_waited_first},
 };
 
 static void setup(Ctx* c) {
@@ -122,6 +144,10 @@ int main(int argc, char** argv) {
     check_true(&st, "fence_copy_source_checked", failed_cleanly(in_child(self, "copy_from_host")));
     check_true(&st, "fence_async_upload_checked", failed_cleanly(in_child(self, "async_upload_to_host")));
     check_true(&st, "fence_kernel_pointers_checked", failed_cleanly(in_child(self, "kernel_given_host_memory")));
+    check_true(&st, "fence_upload_source_race", failed_cleanly(in_child(self, "upload_source_changed")));
+    check_true(&st, "fence_download_source_race", failed_cleanly(in_child(self, "download_source_changed")));
+    int waited = in_child(self, "download_waited_first");
+    check_true(&st, "fence_download_waited_no_race", WIFEXITED(waited) && WEXITSTATUS(waited) == 0);
     int plain = in_child(self, "no_such_case");   // the children run the case they are given, nothing else
     check_true(&st, "fence_child_runs_its_case", WIFEXITED(plain) && WEXITSTATUS(plain) == 0);
     be_free(c.be, c.dev);
