@@ -247,6 +247,36 @@ void be_copy(Backend* be, void* dst, const void* src, size_t bytes) {
     if (bytes && dst != src) memmove(dst, src, bytes);
 }
 
+#ifdef BACKEND_FENCE
+// Between a copy's issue and its wait a GPU's copy engine may read its source and write its destination at
+// any moment, so neither may change in that window: the source keeps its hash from the issue, the
+// destination its poison (issue_copy).
+static void check_untouched(const PendingCopy* c, const char* what) {
+    if (fnv1a(FNV1A_START, c->src, c->bytes) != c->src_hash)
+        fail("internal: the source of an asynchronous %s of %zu bytes changed between its issue and its wait: on a "
+             "GPU that is a race with the copy engine", what, c->bytes);
+    const unsigned char* d = (const unsigned char*)c->dst;
+    for (size_t i = 0; i < c->bytes; i++)
+        if (d[i] != 0xff)
+            fail("internal: the destination of an asynchronous %s of %zu bytes was written between its issue and its "
+                 "wait: on a GPU that is a race with the copy engine", what, c->bytes);
+}
+
+// After copy i of a queue has run: where it overlaps a later copy's destination, that one may land any time
+// from now on, so the bytes are poison again (and the later copy's check expects them so).
+static void repoison_later(CopyQueue* cq, size_t i) {
+    const unsigned char* lo = (const unsigned char*)cq->pending[i].dst;
+    const unsigned char* hi = lo + cq->pending[i].bytes;
+    for (size_t k = i + 1; k < cq->n_pending; k++) {
+        unsigned char* a = (unsigned char*)cq->pending[k].dst;
+        unsigned char* b = a + cq->pending[k].bytes;
+        unsigned char* from = a > lo ? a : (unsigned char*)lo;
+        unsigned char* to = b < hi ? b : (unsigned char*)hi;
+        if (from < to) memset(from, 0xff, (size_t)(to - from));
+    }
+}
+#endif
+
 // Runs, oldest first, the copies of queue q issued up to and including seq; each copy stream keeps its order.
 static void run_copies_through(Backend* be, int q, uint64_t seq) {
     check_pthread(pthread_mutex_lock(&be->copy_lock), "pthread_mutex_lock");
@@ -255,11 +285,12 @@ static void run_copies_through(Backend* be, int q, uint64_t seq) {
     while (done < cq->n_pending && cq->pending[done].seq <= seq) {
         PendingCopy* c = &cq->pending[done++];
 #ifdef BACKEND_FENCE
-        if (fnv1a(FNV1A_START, c->src, c->bytes) != c->src_hash)
-            fail("internal: the source of an asynchronous %s of %zu bytes changed between its issue and its wait: on a "
-                 "GPU that is a race with the copy engine", q == COPY_UP ? "upload" : "download", c->bytes);
+        check_untouched(c, q == COPY_UP ? "upload" : "download");
 #endif
         if (c->bytes) memcpy(c->dst, c->src, c->bytes);
+#ifdef BACKEND_FENCE
+        repoison_later(cq, done - 1);
+#endif
     }
     if (done) {   // (never arithmetic on the queue before its first copy: it is NULL then)
         memmove(cq->pending, cq->pending + done, (cq->n_pending - done) * sizeof(PendingCopy));

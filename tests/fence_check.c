@@ -4,8 +4,8 @@
 //   - the host reading or writing it directly crashes (SIGSEGV), also right after a kernel and after a
 //     backend function that called another one (the fence is back up when the outermost one returns);
 //   - a copy given a pointer on the wrong side of the fence, or a kernel given host memory, is a one-line error;
-//   - the source of an asynchronous copy that changes between its issue and its wait (a race with a GPU's copy
-//     engine) is a one-line error;
+//   - an asynchronous copy whose source changes, or whose destination is written, between its issue and its
+//     wait (a race with a GPU's copy engine) is a one-line error;
 //   - it reports itself as a GPU (so the comm layer stages through the host).
 // The crashing cases run in child processes.
 #include <errno.h>
@@ -87,6 +87,23 @@ static void download_waited_first(Ctx* c) {   // the same, with the main stream 
     residual_forward(c->be, DT_FP32, c->dev, c->dev, c->dev, 16);
     be_event_synchronize(c->be, ev);
 }
+static void upload_destination_written(Ctx* c) {   // a kernel writes where an upload in flight will land
+    BeEvent* ev = be_event_create(c->be);
+    be_upload_async(c->be, c->dev, c->host, 64, ev);
+    be_memset0(c->be, c->dev + 8, 4);
+    be_event_synchronize(c->be, ev);
+}
+static void uploads_in_order(Ctx* c) {   // two uploads to one place on one stream, waited for one at a time: no race
+    BeEvent* first = be_event_create(c->be);
+    BeEvent* second = be_event_create(c->be);
+    be_upload_async(c->be, c->dev, c->host, 64, first);
+    be_upload_async(c->be, c->dev + 8, c->host + 100, 64, second);
+    be_event_synchronize(c->be, first);
+    be_event_synchronize(c->be, second);
+    float back[24];
+    be_download(c->be, back, c->dev, sizeof back);
+    if (back[0] != 0.0f || back[8] != 100.0f || back[23] != 115.0f) fail("the second upload did not land last");
+}
 static void kernel_given_host_memory(Ctx* c) { gelu_forward(c->be, DT_FP32, c->dev, c->host, 4); }
 static void later_allocation(Ctx* c) {   // memory allocated after the first is fenced too
     float* second = (float*)be_malloc(c->be, 3 * sizeof(float));
@@ -107,6 +124,7 @@ static const struct {
     {"async_upload_to_host", async_upload_to_host}, {"later_allocation", later_allocation},
     {"kernel_given_host_memory", kernel_given_host_memory}, {"upload_source_changed", upload_source_changed},
     {"download_source_changed", download_source_changed}, {"download_waited_first", download_waited_first},
+    {"upload_destination_written", upload_destination_written}, {"uploads_in_order", uploads_in_order},
 };
 
 static void setup(Ctx* c) {
@@ -146,6 +164,9 @@ int main(int argc, char** argv) {
     check_true(&st, "fence_kernel_pointers_checked", failed_cleanly(in_child(self, "kernel_given_host_memory")));
     check_true(&st, "fence_upload_source_race", failed_cleanly(in_child(self, "upload_source_changed")));
     check_true(&st, "fence_download_source_race", failed_cleanly(in_child(self, "download_source_changed")));
+    check_true(&st, "fence_upload_destination_race", failed_cleanly(in_child(self, "upload_destination_written")));
+    int ordered = in_child(self, "uploads_in_order");
+    check_true(&st, "fence_same_stream_uploads_no_race", WIFEXITED(ordered) && WEXITSTATUS(ordered) == 0);
     int waited = in_child(self, "download_waited_first");
     check_true(&st, "fence_download_waited_no_race", WIFEXITED(waited) && WEXITSTATUS(waited) == 0);
     int plain = in_child(self, "no_such_case");   // the children run the case they are given, nothing else
