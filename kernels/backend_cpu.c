@@ -28,10 +28,12 @@ typedef struct {
     uint64_t seq;   // issue order, from 1
 #ifdef BACKEND_FENCE
     uint64_t src_hash;   // of the source at issue: a GPU may read it any time until the wait, so it must not change
+    int ran;             // the main stream has waited for it (be_stream_wait), the host not yet
+    void* shadow;        // a download that ran: its bytes, kept from the host until the host waits
 #endif
 } PendingCopy;
 
-// A copy stream: asynchronous copies not yet run, oldest first.
+// A copy stream: asynchronous copies not yet run (fenced: or not yet waited for by the host), oldest first.
 typedef struct {
     PendingCopy* pending;
     size_t n_pending, cap_pending;
@@ -248,22 +250,27 @@ void be_copy(Backend* be, void* dst, const void* src, size_t bytes) {
 }
 
 #ifdef BACKEND_FENCE
-// Between a copy's issue and its wait a GPU's copy engine may read its source and write its destination at
-// any moment, so neither may change in that window: the source keeps its hash from the issue, the
-// destination its poison (issue_copy).
-static void check_untouched(const PendingCopy* c, const char* what) {
+// A GPU's copy engine may read a copy's source and write its destination at any moment between its issue and
+// the wait for it, so neither may change in that window: the source keeps its hash from the issue, the
+// destination its poison (issue_copy). A wait by the main stream (be_stream_wait) orders later kernels after
+// the copy, but tells the host nothing: an upload's host source stays in flight, and a download's host
+// destination stays poison, until the host waits (be_event_synchronize, be_synchronize).
+static void check_source(const PendingCopy* c, const char* what, const char* window) {
     if (fnv1a(FNV1A_START, c->src, c->bytes) != c->src_hash)
-        fail("internal: the source of an asynchronous %s of %zu bytes changed between its issue and its wait: on a "
-             "GPU that is a race with the copy engine", what, c->bytes);
+        fail("internal: the source of an asynchronous %s of %zu bytes changed %s: on a GPU that is a race with the "
+             "copy engine", what, c->bytes, window);
+}
+
+static void check_destination(const PendingCopy* c, const char* what) {
     const unsigned char* d = (const unsigned char*)c->dst;
     for (size_t i = 0; i < c->bytes; i++)
         if (d[i] != 0xff)
-            fail("internal: the destination of an asynchronous %s of %zu bytes was written between its issue and its "
-                 "wait: on a GPU that is a race with the copy engine", what, c->bytes);
+            fail("internal: the destination of an asynchronous %s of %zu bytes was written before the host waited for "
+                 "it: on a GPU that is a race with the copy engine", what, c->bytes);
 }
 
-// After copy i of a queue has run: where it overlaps a later copy's destination, that one may land any time
-// from now on, so the bytes are poison again (and the later copy's check expects them so).
+// After copy i of a queue has landed: where it overlaps a later copy's destination, that one may land any
+// time from now on, so the bytes are poison again (and the later copy's check expects them so).
 static void repoison_later(CopyQueue* cq, size_t i) {
     const unsigned char* lo = (const unsigned char*)cq->pending[i].dst;
     const unsigned char* hi = lo + cq->pending[i].bytes;
@@ -275,23 +282,57 @@ static void repoison_later(CopyQueue* cq, size_t i) {
         if (from < to) memset(from, 0xff, (size_t)(to - from));
     }
 }
+
+// The copy as the device sees it: an upload lands; a download's bytes are taken, not yet shown to the host.
+static void run_for_device(CopyQueue* cq, size_t i, int q) {
+    PendingCopy* c = &cq->pending[i];
+    check_source(c, q == COPY_UP ? "upload" : "download", "between its issue and its wait");
+    if (q == COPY_UP) {
+        check_destination(c, "upload");
+        if (c->bytes) memcpy(c->dst, c->src, c->bytes);
+        repoison_later(cq, i);
+    } else {
+        c->shadow = xmalloc(c->bytes ? c->bytes : 1);
+        if (c->bytes) memcpy(c->shadow, c->src, c->bytes);
+    }
+    c->ran = 1;
+}
+
+static void finish_for_host(CopyQueue* cq, size_t i, int q) {
+    PendingCopy* c = &cq->pending[i];
+    if (q == COPY_UP) {
+        check_source(c, "upload", "after the main stream waited for it but before the host did");
+        return;
+    }
+    check_destination(c, "download");
+    if (c->bytes) memcpy(c->dst, c->shadow, c->bytes);
+    free(c->shadow);
+    repoison_later(cq, i);
+}
 #endif
 
 // Runs, oldest first, the copies of queue q issued up to and including seq; each copy stream keeps its order.
-static void run_copies_through(Backend* be, int q, uint64_t seq) {
+// host_waits: the host waits for them, not only the main stream (which the CPU build cannot tell apart: it
+// runs them either way).
+static void run_copies_through(Backend* be, int q, uint64_t seq, int host_waits) {
     check_pthread(pthread_mutex_lock(&be->copy_lock), "pthread_mutex_lock");
     CopyQueue* cq = &be->queues[q];
-    size_t done = 0;
-    while (done < cq->n_pending && cq->pending[done].seq <= seq) {
-        PendingCopy* c = &cq->pending[done++];
+    size_t n = 0;
+    for (; n < cq->n_pending && cq->pending[n].seq <= seq; n++) {
 #ifdef BACKEND_FENCE
-        check_untouched(c, q == COPY_UP ? "upload" : "download");
-#endif
+        if (!cq->pending[n].ran) run_for_device(cq, n, q);
+        if (host_waits) finish_for_host(cq, n, q);
+#else
+        PendingCopy* c = &cq->pending[n];
         if (c->bytes) memcpy(c->dst, c->src, c->bytes);
-#ifdef BACKEND_FENCE
-        repoison_later(cq, done - 1);
 #endif
     }
+#ifdef BACKEND_FENCE
+    size_t done = host_waits ? n : 0;   // ran for the main stream; the host has yet to wait
+#else
+    size_t done = n;
+    (void)host_waits;
+#endif
     if (done) {   // (never arithmetic on the queue before its first copy: it is NULL then)
         memmove(cq->pending, cq->pending + done, (cq->n_pending - done) * sizeof(PendingCopy));
         cq->n_pending -= done;
@@ -349,17 +390,17 @@ void be_upload_async(Backend* be, void* dst, const void* src_host, size_t bytes,
 // The main stream's later work runs at once, so "after ev" means: run ev's copy now.
 void be_stream_wait(Backend* be, BeEvent* ev) {
     BACKEND_ENTRY(be);
-    run_copies_through(be, ev->queue, ev->seq);
+    run_copies_through(be, ev->queue, ev->seq, 0);
 }
 
 void be_event_synchronize(Backend* be, BeEvent* ev) {
     BACKEND_ENTRY(be);
-    run_copies_through(be, ev->queue, ev->seq);
+    run_copies_through(be, ev->queue, ev->seq, 1);
 }
 
 void be_synchronize(Backend* be) {
     BACKEND_ENTRY(be);
-    for (int q = 0; q < NUM_COPY_QUEUES; q++) run_copies_through(be, q, UINT64_MAX);
+    for (int q = 0; q < NUM_COPY_QUEUES; q++) run_copies_through(be, q, UINT64_MAX, 1);
 }
 
 size_t be_peak_bytes(const Backend* be) { return be->bytes_peak; }

@@ -5,7 +5,8 @@
 //     backend function that called another one (the fence is back up when the outermost one returns);
 //   - a copy given a pointer on the wrong side of the fence, or a kernel given host memory, is a one-line error;
 //   - an asynchronous copy whose source changes, or whose destination is written, between its issue and its
-//     wait (a race with a GPU's copy engine) is a one-line error;
+//     wait (a race with a GPU's copy engine) is a one-line error; a wait by the main stream alone does not end
+//     the window for the host (an upload's source stays in flight, a download's destination stays poison);
 //   - it reports itself as a GPU (so the comm layer stages through the host).
 // The crashing cases run in child processes.
 #include <errno.h>
@@ -104,6 +105,27 @@ static void uploads_in_order(Ctx* c) {   // two uploads to one place on one stre
     be_download(c->be, back, c->dev, sizeof back);
     if (back[0] != 0.0f || back[8] != 100.0f || back[23] != 115.0f) fail("the second upload did not land last");
 }
+static void upload_reused_after_stream_wait(Ctx* c) {   // the main stream's wait does not free the host's buffer
+    BeEvent* ev = be_event_create(c->be);
+    be_upload_async(c->be, c->dev, c->host, 64, ev);
+    be_stream_wait(c->be, ev);
+    c->host[0] = -1.0f;
+    be_event_synchronize(c->be, ev);
+}
+// A download the main stream has waited for is not yet the host's: poison until the host waits, then the data.
+static void download_hidden_until_host_waits(Ctx* c) {
+    BeEvent* ev = be_event_create(c->be);
+    float* dst = c->host + 512;
+    be_download_async(c->be, dst, c->dev, 64, ev);
+    be_stream_wait(c->be, ev);
+    be_memset0(c->be, c->dev, 64);   // the main stream may now reuse the source
+    unsigned char poison[64];
+    memset(poison, 0xff, sizeof poison);
+    if (memcmp(dst, poison, sizeof poison) != 0) fail("the host saw the download before waiting for it");
+    be_event_synchronize(c->be, ev);
+    for (int i = 0; i < 16; i++)
+        if (dst[i] != (float)i) fail("element %d is %g after the host's wait, not %d", i, dst[i], i);
+}
 static void kernel_given_host_memory(Ctx* c) { gelu_forward(c->be, DT_FP32, c->dev, c->host, 4); }
 static void later_allocation(Ctx* c) {   // memory allocated after the first is fenced too
     float* second = (float*)be_malloc(c->be, 3 * sizeof(float));
@@ -125,6 +147,8 @@ static const struct {
     {"kernel_given_host_memory", kernel_given_host_memory}, {"upload_source_changed", upload_source_changed},
     {"download_source_changed", download_source_changed}, {"download_waited_first", download_waited_first},
     {"upload_destination_written", upload_destination_written}, {"uploads_in_order", uploads_in_order},
+    {"upload_reused_after_stream_wait", upload_reused_after_stream_wait},
+    {"download_hidden_until_host_waits", download_hidden_until_host_waits},
 };
 
 static void setup(Ctx* c) {
@@ -165,6 +189,9 @@ int main(int argc, char** argv) {
     check_true(&st, "fence_upload_source_race", failed_cleanly(in_child(self, "upload_source_changed")));
     check_true(&st, "fence_download_source_race", failed_cleanly(in_child(self, "download_source_changed")));
     check_true(&st, "fence_upload_destination_race", failed_cleanly(in_child(self, "upload_destination_written")));
+    check_true(&st, "fence_upload_source_held_until_host_waits", failed_cleanly(in_child(self, "upload_reused_after_stream_wait")));
+    int hidden = in_child(self, "download_hidden_until_host_waits");
+    check_true(&st, "fence_download_hidden_until_host_waits", WIFEXITED(hidden) && WEXITSTATUS(hidden) == 0);
     int ordered = in_child(self, "uploads_in_order");
     check_true(&st, "fence_same_stream_uploads_no_race", WIFEXITED(ordered) && WEXITSTATUS(ordered) == 0);
     int waited = in_child(self, "download_waited_first");
