@@ -15,10 +15,13 @@ mpi_available; have_mpi=$?
 $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 512 --seed 4 >/dev/null
 base=(-e L4C64H4V512T64 -i "$TMP/data.bin" -j "$TMP/data.bin" -b 2 -t 32 -v 2 -m 2 -l 1e-3 -u 2)
 
+# The fenced runs also poison every collective's buffers in flight (GPT_COMM_POISON: the comm stream's
+# asynchrony, as the fence models the copy streams').
 run() {   # binary, ranks, out dir, flags...
-    local bin=$1 np=$2 dir=$3; shift 3
-    if [ "$np" -gt 1 ]; then "${MPIRUN[@]}" -np "$np" "$bin" "${base[@]}" "$@" -o "$dir" > "$dir.txt" 2>&1
-    else "$bin" "${base[@]}" "$@" -o "$dir" > "$dir.txt" 2>&1; fi
+    local bin=$1 np=$2 dir=$3 poison=0; shift 3
+    [ "$bin" = build/train_gpt_fenced ] && poison=1
+    if [ "$np" -gt 1 ]; then GPT_COMM_POISON=$poison "${MPIRUN[@]}" -x GPT_COMM_POISON -np "$np" "$bin" "${base[@]}" "$@" -o "$dir" > "$dir.txt" 2>&1
+    else GPT_COMM_POISON=$poison "$bin" "${base[@]}" "$@" -o "$dir" > "$dir.txt" 2>&1; fi
 }
 
 # Every step record's loss, grad_norm, lr and val_loss equal; the same steps; the same checkpoint files.
