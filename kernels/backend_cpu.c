@@ -4,11 +4,13 @@
 // only when something waits for them, so waiting for an upload never runs a download and the other way
 // round.
 //
-// Built with -DBACKEND_FENCE (build/train_gpt_fenced) it is also a stand-in GPU for the host code above it:
-// backend memory comes from one reserved range that no host code can read or write except inside this
-// file's and the kernels' functions (BACKEND_ENTRY, cpu_common.h); the copies check which side of the fence
-// each pointer is on; and it reports itself as a GPU, so the comm layer stages through the host as it does
-// with one. Same bits as the CPU build, or a crash where host code touches backend memory.
+// Built with -DBACKEND_FENCE (build/train_gpt_fenced, tests/t_fence.sh) it is also a stand-in GPU for the
+// host code above it: backend memory comes from one reserved range that no host code can read or write
+// except inside this file's and the kernels' functions (BACKEND_ENTRY, cpu_common.h); kernels and copies
+// check which side of the fence each pointer is on; an asynchronous copy keeps a GPU's window, in which its
+// source must not change and its destination is poison until the host waits; and it reports itself as a
+// GPU, so the comm layer stages through the host as it does with one. Same bits as the CPU build, or a
+// crash, a one-line error or NaNs where the host code would misbehave on a GPU.
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -115,10 +117,12 @@ static void expect_side(Backend* be, const void* p, size_t bytes, int backend, c
 
 static void* fence_alloc(Backend* be, size_t total) {
     Fence* f = &be->fence;
+    check_pthread(pthread_mutex_lock(&f->lock), "pthread_mutex_lock");
     if (total > FENCE_RESERVED - f->top) fail("the fenced backend's %zu reserved bytes are used up", FENCE_RESERVED);
     unsigned char* p = f->base + f->top;
     f->top += total;
     fence_set(f, PROT_READ | PROT_WRITE);   // inside be_malloc: open, like the rest
+    check_pthread(pthread_mutex_unlock(&f->lock), "pthread_mutex_unlock");
     return p;
 }
 
