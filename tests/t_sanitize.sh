@@ -10,7 +10,8 @@
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
 AB=build/asan
-PROGS=(test_kernels test_schedule test_dataloader test_batch_io test_layout)
+PROGS=()   # every tests/test_*.c but test_comm
+for f in tests/test_*.c; do p=$(basename "$f" .c); [ "$p" = test_comm ] || PROGS+=("$p"); done
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 # CFLAGS from the environment takes the place of the Makefile's -O3 -march=native (its warnings, includes
 # and -fopenmp are still added); CC carries the sanitizers to the link. .SECONDARY keeps the test objects,
