@@ -46,6 +46,11 @@ expect_error t_beyond_model "maximum sequence length" "${base[@]}" -t 128
 expect_error token_out_of_vocab "vocab" "${base[@]}" -e L2C64H4V100T64
 expect_error model_spec "bad model spec" "${base[@]}" -e L2C64Q4
 expect_error heads_divide "divisible" "${base[@]}" -e L2C64H5
+# A custom spec must name L, C and H (none has a default), each field >= 1; the head-size error gives its numbers.
+expect_error model_spec_needs_heads "L, C and H are required" "${base[@]}" -e L2C64
+expect_error model_spec_needs_channels "L, C and H are required" "${base[@]}" -e L2H4
+expect_error model_spec_zero_layers "bad model spec 'L0C64H4'" "${base[@]}" -e L0C64H4
+expect_error head_size "head size 12 \(channels 48 / heads 4\) must be a multiple of 8" "${base[@]}" -e L2C48H4
 expect_error missing_model_file "nor an existing file" "${base[@]}" -e "$TMP/none.bin"
 # Samples start from the tokenizer's end-of-text token: a model without it is told so (it was read out of
 # bounds), and with -s 0 nothing starts from it.

@@ -11,6 +11,7 @@
 #     rank, and its model.bin equals the one-rank run's within the same tolerance;
 #   - -sp 1 (sequence parallelism) likewise, and the bytes each rank sends in the tensor group per step, with
 #     and without it, equal the formulas below;
+#   - a bf16 model file (version 5) read at -tp 2 trains as it does on one rank;
 #   - one-line errors for a -tp that does not divide the heads or the ranks.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
@@ -60,6 +61,20 @@ case_tp tp2_r1 2 ref_ga1 1e-5 -tp 2 -r 1 -dump "$TMP/dump2.d"
 for r in 2 3; do case_tp "tp2_r$r" 2 ref_ga1 1e-5 -tp 2 -r $r; done
 case_tp tp4_z3_r3_offload2 4 ref_ga1 1e-5 -tp 4 -z 3 -r 3 -offload 2
 case_tp tp2_bf16 2 ref_bf16 2e-2 -tp 2 -p bf16
+# A bf16 model file (version 5, as import_hf.py --bf16 writes): -tp 2 reads each shard's runs (a row's
+# columns of the row-parallel projections, q, k and v's rows) through bf16 scratch, one rank reads whole
+# tensors; both then train alike. The file is $MODEL rounded to bf16 (nearest even).
+$PYTHON - "$MODEL" "$TMP/model_v5.bin" <<'PY'
+import sys, numpy as np
+h = np.fromfile(sys.argv[1], dtype=np.int32, count=256)
+u = np.fromfile(sys.argv[1], dtype=np.uint32, offset=1024).astype(np.uint64)
+h[1] = 5
+with open(sys.argv[2], "wb") as f:
+    f.write(h.tobytes())
+    f.write(((u + 0x7fff + ((u >> 16) & 1)) >> 16).astype(np.uint16).tobytes())
+PY
+train 1 "$TMP/ref_v5" -ga 1 -e "$TMP/model_v5.bin" || t_fail reference "one-rank run from the bf16 file failed"
+case_tp tp2_from_bf16_file 2 ref_v5 1e-5 -tp 2 -e "$TMP/model_v5.bin"
 # -sp 1: the LayerNorms and residual adds on each rank's rows; reduce-scatter and all-gather instead of
 # all-reduce; the LayerNorms' parameter gradients summed over the group.
 case_tp sp_tp2 2 ref_ga1 1e-5 -tp 2 -sp 1

@@ -106,6 +106,7 @@ static double row_sum(float base) {   // what the losses of main_write(base) add
 static void check_upload_ring(TestStats* ts) {
     Backend* be = xcalloc(1, sizeof(Backend));
     BatchIO io;
+    memset(&io, 0xa5, sizeof io);   // batch_io_create sets every field: none may keep what was there
     batch_io_create(&io, be, ROWS, 1);
     enum { N = 2 * BATCH_IO_UPLOAD_SLOTS + 1 };
     int dst[N][ROWS], src[ROWS];
@@ -127,6 +128,7 @@ static void check_upload_ring(TestStats* ts) {
 static void check_upload_order(TestStats* ts) {
     Backend* be = xcalloc(1, sizeof(Backend));
     BatchIO io;
+    memset(&io, 0xa5, sizeof io);   // batch_io_create sets every field: none may keep what was there
     batch_io_create(&io, be, ROWS, 1);
     int dst[ROWS] = {0}, src[ROWS];
     for (int i = 0; i < ROWS; i++) src[i] = 7 + i;
@@ -144,6 +146,7 @@ static void check_upload_order(TestStats* ts) {
 static void check_losses(TestStats* ts) {
     Backend* be = xcalloc(1, sizeof(Backend));
     BatchIO io;
+    memset(&io, 0xa5, sizeof io);
     enum { MICRO = 5 };
     batch_io_create(&io, be, ROWS, MICRO);   // every slot allocated here, none mid-step
     const int allocated = be->host_allocs;

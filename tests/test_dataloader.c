@@ -45,6 +45,12 @@ static void write_shard(const char* path, long long first, long long n) {
     write_shard_ex(path, 20240520, 1, (int32_t)n, NULL, first, n, 0, 1024);
 }
 
+// dir/name, in a buffer the caller keeps.
+static const char* path_in(char* buf, size_t cap, const char* dir, const char* name) {
+    snprintf(buf, cap, "%s/%s", dir, name);
+    return buf;
+}
+
 // Does the window (inputs, targets) equal the reference stream at `start`?
 static int window_is(const int* in, const int* tg, long long bt, long long start) {
     for (long long i = 0; i < bt; i++)
@@ -192,6 +198,21 @@ static void test_shard_boundaries(Stream* s) {
     dataloader_close(dl);
 }
 
+// One shard of 33 tokens, B*T = 16: two windows, the second ending on the stream's last token (the
+// stream holds exactly W*B*T + 1 tokens, so a read one token longer runs off its end).
+static void test_exact_fit(Stream* s) {
+    char path[512];
+    write_shard(path_in(path, sizeof path, s->dir, "exact.bin"), 0, 33);
+    DataLoader* dl = dataloader_open(path, s->B, s->T, 0, 1, 0, 0, VOCAB);
+    int ok = dataloader_windows_per_epoch(dl) == 2;
+    for (long long step = 0; step < 4; step++) {   // two epochs
+        dataloader_batch(dl, step, 1, 0, s->in, s->tg);
+        ok &= window_is(s->in, s->tg, s->bt, step % 2 * s->bt);
+    }
+    check_true(s->st, "exact_fit_last_window_ends_on_last_token", ok);
+    dataloader_close(dl);
+}
+
 static void test_design_order(Stream* s) {
     const long long bt = s->bt;
     {   // Literal case: world 2, rank 1, ga 2, step 3, micro 1 -> w = (3*2+1)*2+1 = 15 -> window 5 -> token 80.
@@ -277,6 +298,24 @@ static void test_shuffle(Stream* s) {
     check_true(s->st, "shuffle_same_across_instances", memcmp(order, order_b, sizeof order) == 0);
     dataloader_close(a), dataloader_close(b), dataloader_close(c);
 
+    // Over 20 epochs every position holds more than one window and every window visits a position other
+    // than its own: a shuffle that never moves some window (the last, say) still permutes each epoch.
+    DataLoader* many = dataloader_open(s->pat, s->B, s->T, 0, 1, 1, 42, VOCAB);
+    long long at[20][10];
+    for (long long e = 0; e < 20; e++)
+        for (long long j = 0; j < W; j++) at[e][j] = dataloader_window_start(many, e * W + j, 1, 0);
+    int varies = 1;
+    for (long long j = 0; j < W; j++) {
+        int pos_other = 0, win_moved = 0;
+        for (long long e = 0; e < 20; e++) {
+            pos_other |= at[e][j] != at[0][j];
+            for (long long k = 0; k < W; k++) win_moved |= k != j && at[e][k] == j * bt;
+        }
+        varies &= pos_other && win_moved;
+    }
+    check_true(s->st, "shuffle_every_position_and_window_varies", varies);
+    dataloader_close(many);
+
     // Shuffled, ranks: each rank's window is the global order's window w = s*N + r.
     DataLoader* one = dataloader_open(s->pat, s->B, s->T, 0, 1, 1, 5, VOCAB);
     int bad = 0;
@@ -288,12 +327,6 @@ static void test_shuffle(Stream* s) {
     }
     check_true(s->st, "shuffle_identical_across_ranks", bad == 0);
     dataloader_close(one);
-}
-
-// dir/name, in a buffer the caller keeps.
-static const char* path_in(char* buf, size_t cap, const char* dir, const char* name) {
-    snprintf(buf, cap, "%s/%s", dir, name);
-    return buf;
 }
 
 static void test_shard_errors(Stream* s) {
@@ -314,6 +347,12 @@ static void test_shard_errors(Stream* s) {
     write_shard_ex(p_vocab, 20240520, 1, 40, toks, 0, 40, 0, 1024);
     char want_vocab[600];
     snprintf(want_vocab, sizeof want_vocab, "%s: token 50300 at position 29", p_vocab);
+    // The boundary: vocab - 1 at position 5 is read; vocab itself, at 29, is refused.
+    toks[5] = VOCAB - 1, toks[29] = VOCAB;
+    static char p_eq[512];
+    write_shard_ex(path_in(p_eq, 512, dir, "vocab_eq.bin"), 20240520, 1, 40, toks, 0, 40, 0, 1024);
+    char want_eq[600];
+    snprintf(want_eq, sizeof want_eq, "%s: token %d at position 29 is >= vocab size %d", p_eq, VOCAB, VOCAB);
     const int B = s->B, T = s->T;
     const ErrCase cases[] = {
         {"no_match", p[0], NULL, B, T, 0, 1, 0, "no token shard matches"},
@@ -324,6 +363,9 @@ static void test_shard_errors(Stream* s) {
         {"trailing_bytes", p[5], NULL, B, T, 0, 1, 0, "has trailing bytes"},
         {"too_few_tokens", p[6], NULL, B, T, 0, 1, 0, "hold 16 tokens, but one window of B*T+1 = 17 tokens is needed"},
         {"token_ge_vocab", p_vocab, NULL, B, T, 0, 1, 1, want_vocab},
+        {"token_eq_vocab", p_eq, NULL, B, T, 0, 1, 1, want_eq},
+        {"zero_B", s->pat, NULL, 0, T, 0, 1, 0, "B and T must be positive (got B=0 T=8)"},
+        {"zero_T", s->pat, NULL, B, 0, 0, 1, 0, "B and T must be positive (got B=2 T=0)"},
         {"bad_rank", s->pat, NULL, B, T, 2, 2, 0, "bad rank 2 of world 2"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(s->st, dir, &cases[i]);
@@ -416,6 +458,7 @@ int main(void) {
     if (!mkdtemp(dir)) fail("mkdtemp failed");
     Stream s = stream_write(&st, dir);
     test_shard_boundaries(&s);
+    test_exact_fit(&s);
     test_design_order(&s);
     test_ranks_equal_ga(&s);
     test_shuffle(&s);

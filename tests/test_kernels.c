@@ -1,5 +1,6 @@
 // test_kernels.c: the CPU twins checked against double-precision references, central finite differences,
-// their accumulate/overwrite contract, thread-count determinism, 16-bit storage, and the dtype helpers.
+// their accumulate/overwrite contract, thread-count determinism, 16-bit storage, no access outside their
+// operands (guard pages), and the dtype helpers.
 //
 // Tolerances (relative error = max |got - ref| / max |ref| over a tensor):
 //   fp32 forward vs double reference          1e-5   (fp32 sums of at most a few hundred terms)
@@ -12,9 +13,12 @@
 // compared bit for bit.
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/common.h"
 #include "kernels/dtype.h"
@@ -45,13 +49,45 @@ static double* to_double(const float* f, size_t n) {
     for (size_t i = 0; i < n; i++) d[i] = f[i];
     return d;
 }
+// Backend buffers of the runners. With g_guard set (test_bounds), each is placed flush against a page no
+// one may touch, after its last byte (GUARD_AFTER) or before its first (GUARD_BEFORE), so a kernel that
+// reads or writes one element outside an operand faults at once; be_malloc's rounding to 64 bytes would
+// hide a small overrun from any checker.
+typedef enum { GUARD_NONE, GUARD_AFTER, GUARD_BEFORE } Guard;
+static Guard g_guard = GUARD_NONE;
+enum { MAX_GUARDED = 16 };
+static struct { void* p; void* map; size_t len; } g_guarded[MAX_GUARDED];
+
+static void* dev_alloc(Backend* be, size_t bytes) {
+    if (g_guard == GUARD_NONE) return be_malloc(be, bytes);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), data = (bytes + page - 1) / page * page, len = data + page;
+    unsigned char* map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) fail("test: mmap of %zu bytes failed", len);
+    if (mprotect(g_guard == GUARD_AFTER ? map + data : map, page, PROT_NONE) != 0) fail("test: mprotect failed");
+    void* p = g_guard == GUARD_AFTER ? map + data - bytes : map + page;
+    for (int i = 0; i < MAX_GUARDED; i++)
+        if (!g_guarded[i].p) {
+            g_guarded[i].p = p, g_guarded[i].map = map, g_guarded[i].len = len;
+            return p;
+        }
+    fail("test: more than %d guarded buffers", MAX_GUARDED);
+}
+static void dev_release(Backend* be, void* p) {
+    for (int i = 0; i < MAX_GUARDED; i++)
+        if (p && g_guarded[i].p == p) {
+            if (munmap(g_guarded[i].map, g_guarded[i].len) != 0) fail("test: munmap failed");
+            g_guarded[i].p = NULL;
+            return;
+        }
+    be_free(be, p);
+}
 static void* dev_from(Backend* be, DType dt, const float* h, size_t n) {
-    void* d = be_malloc(be, n * dtype_size(dt));
+    void* d = dev_alloc(be, n * dtype_size(dt));
     host_to_dtype(d, dt, h, n);
     return d;
 }
 static void* dev_zeros(Backend* be, DType dt, size_t n) {
-    void* d = be_malloc(be, n * dtype_size(dt));
+    void* d = dev_alloc(be, n * dtype_size(dt));
     be_memset0(be, d, n * dtype_size(dt));
     return d;
 }
@@ -304,6 +340,49 @@ static void test_matmul_backward_fd(TestStats* s, Backend* be, int gelu_in) {
     be_free(be, dx); be_free(be, dxin); be_free(be, dwt); be_free(be, ddout); be_free(be, dinp); be_free(be, dw); be_free(be, db);
 }
 
+// The backward at a shape of many tiles against double references (the FD check above fits in one tile):
+// 203 rows against micro-tiles of 6 or 12, 72 and 100 columns against panels of 32, OC = 100 against the
+// dbias chunks of 64. dinp through the fused GELU's pre-activation; dw and dbias accumulate onto 0.5.
+static double gelu_grad_d(double x) {
+    const double k = sqrt(2.0 / M_PI), t = tanh(k * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+static void test_matmul_backward_blocks(TestStats* s, Backend* be) {
+    const int N = 203, IC = 72, OC = 100;
+    Rng r = {13};
+    float *pre = rand_vec(&r, N * IC, 2, DT_FP32), *w = rand_vec(&r, OC * IC, 0.2f, DT_FP32), *dout = rand_vec(&r, N * OC, 1, DT_FP32);
+    float* half = xmalloc(sizeof(float) * OC * IC);
+    for (int i = 0; i < OC * IC; i++) half[i] = 0.5f;
+    void *dpre = dev_from(be, DT_FP32, pre, N * IC), *dwt = dev_from(be, DT_FP32, w, OC * IC), *ddout = dev_from(be, DT_FP32, dout, N * OC);
+    void* dx = dev_zeros(be, DT_FP32, N * IC);   // the layer's input, gelu(pre)
+    gelu_forward(be, DT_FP32, dx, dpre, (size_t)N * IC);
+    float* x = host_of(dx, DT_FP32, N * IC);
+    void *dinp = dev_zeros(be, DT_FP32, N * IC), *dw = dev_from(be, DT_FP32, half, OC * IC), *db = dev_from(be, DT_FP32, half, OC);
+    matmul_backward(be, DT_FP32, dinp, dw, db, ddout, dx, dpre, dwt, N, IC, OC);
+    double *ri = xmalloc(sizeof(double) * N * IC), *rw = xmalloc(sizeof(double) * OC * IC), *rb = xmalloc(sizeof(double) * OC);
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < IC; i++) {
+            double a = 0.0;
+            for (int o = 0; o < OC; o++) a += (double)dout[(size_t)n * OC + o] * w[(size_t)o * IC + i];
+            ri[(size_t)n * IC + i] = a * gelu_grad_d(pre[(size_t)n * IC + i]);
+        }
+    for (int o = 0; o < OC; o++) {
+        rb[o] = 0.5;
+        for (int n = 0; n < N; n++) rb[o] += dout[(size_t)n * OC + o];
+        for (int i = 0; i < IC; i++) {
+            double a = 0.5;
+            for (int n = 0; n < N; n++) a += (double)dout[(size_t)n * OC + o] * x[(size_t)n * IC + i];
+            rw[(size_t)o * IC + i] = a;
+        }
+    }
+    check_close(s, "matmul_backward_gelu_dinp_ref_blocks", rel_err(dinp, ri, (size_t)N * IC), 1e-5);
+    check_close(s, "matmul_backward_dw_ref_blocks", rel_err(dw, rw, (size_t)OC * IC), 1e-5);
+    check_close(s, "matmul_backward_dbias_ref_blocks", rel_err(db, rb, OC), 1e-5);
+    free(pre); free(w); free(dout); free(half); free(x); free(ri); free(rw); free(rb);
+    be_free(be, dpre); be_free(be, dwt); be_free(be, ddout); be_free(be, dx); be_free(be, dinp); be_free(be, dw); be_free(be, db);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Runners for the storage-type and thread-count checks: one forward + backward on seeded inputs that are
 // rounded to round_dt, computed in dt; all outputs come back as fp32 host tensors.
@@ -356,7 +435,7 @@ static Outs run_matmul(Backend* be, DType dt, DType rd) {
     outs_add(&o, gin, dt, N * IC);
     free(x); free(w); free(b); free(dy);
     void* bufs[] = {dx, dw, db, ddy, out, pre, gx, gin, gw, gb};
-    for (int i = 0; i < 10; i++) be_free(be, bufs[i]);
+    for (int i = 0; i < 10; i++) dev_release(be, bufs[i]);
     return o;
 }
 
@@ -437,7 +516,7 @@ static Outs run_layernorm(Backend* be, DType dt, DType rd) {
     outs_add(&o, out, dt, N * C); outs_add(&o, gx, dt, N * C); outs_add(&o, gw, dt, C); outs_add(&o, gb, dt, C);
     free(x); free(w); free(b); free(dy);
     void* bufs[] = {dx, dw, db, ddy, out, gx, gw, gb, mean, rstd};
-    for (int i = 0; i < 10; i++) be_free(be, bufs[i]);
+    for (int i = 0; i < 10; i++) dev_release(be, bufs[i]);
     return o;
 }
 
@@ -547,7 +626,7 @@ static Outs run_attention(Backend* be, DType dt, DType rd) {
     Outs o = {0};
     outs_add(&o, out, dt, no); outs_add(&o, dq, dt, nq);
     free(qkv); free(dy);
-    be_free(be, dqkv_in); be_free(be, ddy); be_free(be, out); be_free(be, dq); be_free(be, lse); be_free(be, scratch);
+    dev_release(be, dqkv_in); dev_release(be, ddy); dev_release(be, out); dev_release(be, dq); dev_release(be, lse); dev_release(be, scratch);
     return o;
 }
 
@@ -606,7 +685,7 @@ static void test_encoder(TestStats* s, Backend* be) {
 static Outs run_encoder(Backend* be, DType dt, DType rd) {
     enum { B = 4, T = 64, C = 40, Vp = 32 };
     Rng r = {52};
-    int* tokens = be_malloc(be, sizeof(int) * B * T);
+    int* tokens = dev_alloc(be, sizeof(int) * B * T);
     for (int i = 0; i < B * T; i++) tokens[i] = (int)(rng_next(&r) % 20);   // many repeats
     float *wte = rand_vec(&r, Vp * C, 1, rd), *wpe = rand_vec(&r, T * C, 1, rd), *dy = rand_vec(&r, B * T * C, 1, rd);
     void *dwte_in = dev_from(be, dt, wte, Vp * C), *dwpe_in = dev_from(be, dt, wpe, T * C), *ddy = dev_from(be, dt, dy, B * T * C);
@@ -617,7 +696,7 @@ static Outs run_encoder(Backend* be, DType dt, DType rd) {
     outs_add(&o, out, dt, B * T * C); outs_add(&o, gte, dt, Vp * C); outs_add(&o, gpe, dt, T * C);
     free(wte); free(wpe); free(dy);
     void* bufs[] = {tokens, dwte_in, dwpe_in, ddy, out, gte, gpe};
-    for (int i = 0; i < 7; i++) be_free(be, bufs[i]);
+    for (int i = 0; i < 7; i++) dev_release(be, bufs[i]);
     return o;
 }
 
@@ -670,7 +749,7 @@ static Outs run_gelu(Backend* be, DType dt, DType rd) {
     residual_forward(be, dt, out, dx, ddy, n);
     outs_add(&o, out, dt, n);
     free(x); free(dy);
-    be_free(be, dx); be_free(be, ddy); be_free(be, out); be_free(be, g);
+    dev_release(be, dx); dev_release(be, ddy); dev_release(be, out); dev_release(be, g);
     return o;
 }
 
@@ -837,7 +916,7 @@ static void test_classifier_vocab(TestStats* s, Backend* be) {
 static Outs run_classifier(Backend* be, DType dt, DType rd) {
     enum { N = 67, V = 500, Vp = 512 };
     Rng r = {72};
-    int* targets = be_malloc(be, sizeof(int) * N);
+    int* targets = dev_alloc(be, sizeof(int) * N);
     for (int n = 0; n < N; n++) targets[n] = (int)(rng_next(&r) % V);
     float* x = rand_vec(&r, N * Vp, 6, rd);
     void* logits = dev_from(be, dt, x, N * Vp);
@@ -849,7 +928,7 @@ static Outs run_classifier(Backend* be, DType dt, DType rd) {
     for (int n = 0; n < N; n++) o.t[o.k][n] = dtype_round(o.t[o.k][n], rd);
     o.n[o.k++] = N;
     free(x);
-    be_free(be, targets); be_free(be, logits); be_free(be, losses);
+    dev_release(be, targets); dev_release(be, logits); dev_release(be, losses);
     return o;
 }
 
@@ -968,7 +1047,14 @@ static void test_sum_squares(TestStats* s, Backend* be) {
     *acc = 0.0f;
     sum_squares(be, DT_BF16, acc, xb, n);
     check_close(s, "sum_squares_bf16_ref", fabs(*acc - refb) / refb, 1e-6);
-    free(x); free(xr);
+    // Four whole chunks of 65536 (SUM_SQUARES_CHUNK, adamw_host.h) and a tail of one element, which counts.
+    const size_t n1 = 4 * 65536 + 1;
+    float* y = xcalloc(n1, sizeof(float));
+    y[0] = 1.0f, y[n1 - 1] = 3.0f;
+    *acc = 0.0f;
+    sum_squares(be, DT_FP32, acc, y, n1);
+    check_true(s, "sum_squares_one_element_tail", *acc == 10.0f);
+    free(x); free(xr); free(y);
     be_free(be, acc); be_free(be, xb);
 }
 
@@ -992,6 +1078,43 @@ static void test_threads(TestStats* s, Backend* be, const Case* c) {
     outs_free(&one); outs_free(&two); outs_free(&three);
 }
 
+// Each runner again with every operand flush against an inaccessible page, after it and then before it
+// (dev_alloc): the same bits, and no fault. The runners' shapes leave partial tiles and chunks everywhere
+// (matmul: 203 rows against micro-tiles of 6 or 12, 100 and 72 columns against panels of 32 and dbias
+// chunks of 64; layernorm: 150 channels against chunks of 64), where an edge bound off by one reads or
+// writes past an operand and the values alone would not show it (extra rows are computed, then dropped).
+static const char* volatile g_bounds_name = "bounds";
+static void on_bounds_fault(int sig) {
+    static const char why[] = ": a kernel touched memory outside its operands\n";
+    (void)sig;
+    if (write(1, "FAIL ", 5) < 0 || write(1, (const char*)g_bounds_name, strlen((const char*)g_bounds_name)) < 0 ||
+        write(1, why, sizeof why - 1) < 0) _exit(2);
+    _exit(1);
+}
+
+static void test_bounds(TestStats* s, Backend* be, const Case* c) {
+    const struct { Guard g; DType dt; const char* what; } modes[] = {
+        {GUARD_AFTER, DT_FP32, "after_fp32"}, {GUARD_BEFORE, DT_FP32, "before_fp32"}, {GUARD_AFTER, DT_BF16, "after_bf16"}};
+    struct sigaction sa = {0}, old_segv, old_bus;
+    sa.sa_handler = on_bounds_fault;
+    sigaction(SIGSEGV, &sa, &old_segv);
+    sigaction(SIGBUS, &sa, &old_bus);
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        Outs ref = c->run(be, modes[i].dt, modes[i].dt);
+        char name[96];
+        snprintf(name, sizeof name, "%s_bounds_%s", c->name, modes[i].what);
+        g_bounds_name = name;
+        fflush(stdout);
+        g_guard = modes[i].g;
+        Outs got = c->run(be, modes[i].dt, modes[i].dt);
+        g_guard = GUARD_NONE;
+        check_true(s, name, outs_same_bits(&got, &ref));
+        outs_free(&ref); outs_free(&got);
+    }
+    sigaction(SIGSEGV, &old_segv, NULL);
+    sigaction(SIGBUS, &old_bus, NULL);
+}
+
 static void test_16bit(TestStats* s, Backend* be, const Case* c, DType dt, double tol) {
     Outs ref = c->run(be, DT_FP32, dt), got = c->run(be, dt, dt);
     char name[96];
@@ -1012,6 +1135,7 @@ int main(void) {
     test_matmul_forward(&s, be, 131, 300, 70, "matmul_forward_ref_blocks", "matmul_forward_gelu_ref_blocks");
     test_matmul_backward_fd(&s, be, 0);
     test_matmul_backward_fd(&s, be, 1);
+    test_matmul_backward_blocks(&s, be);
     test_layernorm(&s, be);
     test_attention(&s, be);
     test_encoder(&s, be);
@@ -1025,6 +1149,7 @@ int main(void) {
                           {"encoder", run_encoder}, {"gelu", run_gelu}, {"classifier", run_classifier}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         test_threads(&s, be, &cases[i]);
+        test_bounds(&s, be, &cases[i]);
         test_16bit(&s, be, &cases[i], DT_BF16, 1e-2);
         test_16bit(&s, be, &cases[i], DT_FP16, 2e-3);
     }

@@ -2,7 +2,9 @@
 // A model split into stages or tensor shards must hold every parameter exactly once (same canonical
 // offsets, copies aside), each stage's flat buffer must be its own (starting at 0, units padded), lookups of
 // what a stage does not hold must say so, and a shard's runs, overlaps and initial values must be the whole
-// tensor's at the canonical places.
+// tensor's at the canonical places. Also the model specs, the initial values themselves, and the per-chunk
+// views of an interleaved stage.
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,11 +34,12 @@ static int mark(const ParamLayout* lay, unsigned char* seen) {
     return 1;
 }
 
+// Units follow one another from 0, each padded to the smallest multiple of pad that holds it.
 static int units_well_formed(const ParamLayout* lay, size_t pad) {
     size_t off = 0;
     for (int u = 0; u < lay->num_units; u++) {
         const Unit* un = &lay->units[u];
-        if (un->offset != off || un->padded % pad || un->padded < un->size) return 0;
+        if (un->offset != off || un->padded % pad || un->padded < un->size || un->padded >= un->size + pad) return 0;
         for (int i = un->first_tensor; i < un->first_tensor + un->num_tensors; i++) {
             const ParamTensor* t = &lay->tensors[i];
             if (t->unit != u || t->offset < un->offset || t->offset + t->size > un->offset + un->size || t->offset % 64) return 0;
@@ -233,8 +236,113 @@ static void test_vocab_split(TestStats* st) {
     free(lay);
 }
 
+// Model specs: GPT-2's four presets, a custom spec's defaults (V 50257, T 1024), decimal fields (a leading
+// zero is not octal), a vocabulary that is already a multiple of 128 kept unpadded, and names that are not
+// specs (a model file's, say) left to the caller. The parameter count is llm.c's for GPT-2 124M with the
+// padded vocabulary.
+static int shape_is(const GPTShape* s, int L, int C, int NH, int V, int Vp, int maxT) {
+    return s->L == L && s->C == C && s->NH == NH && s->V == V && s->Vp == Vp && s->maxT == maxT;
+}
+
+static void test_specs(TestStats* st) {
+    static const struct { const char* name; int L, C, NH; } gpt2[] = {
+        {"d12", 12, 768, 12}, {"d24", 24, 1024, 16}, {"d36", 36, 1280, 20}, {"d48", 48, 1600, 25}};
+    GPTShape s;
+    int ok = 1;
+    for (int i = 0; i < 4; i++) {
+        memset(&s, 0, sizeof s);
+        ok &= shape_from_spec(gpt2[i].name, &s) == 1 && shape_is(&s, gpt2[i].L, gpt2[i].C, gpt2[i].NH, 50257, 50304, 1024);
+    }
+    check_true(st, "spec_gpt2_presets", ok);
+    shape_from_spec("d12", &s);
+    check_true(st, "spec_d12_param_count", shape_param_count(&s) == 124475904);
+    memset(&s, 0, sizeof s);
+    ok = shape_from_spec("L9C64H4", &s) == 1 && shape_is(&s, 9, 64, 4, 50257, 50304, 1024);
+    memset(&s, 0, sizeof s);
+    ok &= shape_from_spec("L2C064H4V1024T08", &s) == 1 && shape_is(&s, 2, 64, 4, 1024, 1024, 8);
+    check_true(st, "spec_custom_fields", ok);
+    check_true(st, "spec_other_names_are_not_specs",
+               !shape_from_spec("model.bin", &s) && !shape_from_spec("d13", &s) && !shape_from_spec("L", &s) &&
+                   !shape_from_spec("Lx", &s));
+}
+
+// Initial values of a whole model: LayerNorm weights 1, biases 0, matrices N(0, 0.02) (the residual
+// projections 0.02 / sqrt(2L)), every real wte row drawn and the padded rows zero; the same seed gives the
+// same values, another seed others.
+static void test_init(TestStats* st) {
+    GPTShape s;
+    shape_from_spec("L2C64H4V1000T32", &s);   // Vp 1024: 24 padded rows
+    ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
+    layout_build(lay, &s, 64);
+    int consts = 1, stds = 1, wte_ok = 1, seeded = 1;
+    for (int i = 0; i < lay->num_tensors; i++) {
+        const ParamTensor* t = &lay->tensors[i];
+        float* a = (float*)xmalloc(t->size * sizeof(float));
+        float* b = (float*)xmalloc(t->size * sizeof(float));
+        init_tensor_values(a, &s, t, 42);
+        init_tensor_values(b, &s, t, 42);
+        seeded &= memcmp(a, b, t->size * sizeof(float)) == 0;
+        ParamKind k = t->kind;
+        if (k == P_LN1W || k == P_LN2W || k == P_LNFW || k == P_LN1B || k == P_LN2B || k == P_LNFB || k == P_QKVB ||
+            k == P_ATTPROJB || k == P_FCB || k == P_FCPROJB) {
+            float want = k == P_LN1W || k == P_LN2W || k == P_LNFW ? 1.0f : 0.0f;
+            for (size_t j = 0; j < t->size; j++) consts &= a[j] == want;
+        } else {
+            size_t real = k == P_WTE ? (size_t)s.V * s.C : t->size;
+            double ss = 0.0;
+            for (size_t j = 0; j < real; j++) {
+                ss += (double)a[j] * a[j];
+                wte_ok &= a[j] != 0.0f;   // a normal draw is never exactly 0
+            }
+            for (size_t j = real; j < t->size; j++) wte_ok &= a[j] == 0.0f;
+            double want = k == P_ATTPROJW || k == P_FCPROJW ? 0.02 / sqrt(2.0 * s.L) : 0.02;
+            stds &= fabs(sqrt(ss / real) / want - 1.0) < 0.1;   // >= 2048 draws: the std's own spread is < 2%
+            init_tensor_values(b, &s, t, 43);
+            seeded &= memcmp(a, b, t->size * sizeof(float)) != 0;
+        }
+        free(a);
+        free(b);
+    }
+    check_true(st, "init_layernorm_ones_biases_zero", consts);
+    check_true(st, "init_matrices_std", stds);
+    check_true(st, "init_every_real_row_drawn_padding_zero", wte_ok);
+    check_true(st, "init_same_seed_same_values", seeded);
+    free(lay);
+}
+
+// Chunk views of the two stages of an interleaved pipeline over 4 blocks (2 chunks of 1 block each): each
+// view is one chunk of its block, over the stage's own units; the embeddings go with the chunk that runs
+// them (stage 0's first, the mirror on the last stage's last) and the final LayerNorm with the last stage's
+// last chunk.
+static void test_chunk_views(TestStats* st) {
+    GPTShape s;
+    shape_from_spec("L4C64H4V1000T64", &s);
+    ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
+    ParamLayout* view = (ParamLayout*)xmalloc(sizeof(ParamLayout));
+    int ok = 1;
+    for (int stage = 0; stage < 2; stage++) {
+        int first[2] = {stage, stage + 2}, count[2] = {1, 1};
+        layout_build_stage(lay, &s, 64, first, count, 2, stage ? EMB_MIRROR : EMB_OWN, stage, 0, 1);
+        for (int c = 0; c < 2; c++) {
+            layout_chunk_view(lay, c, view);
+            int emb = stage ? c == 1 : c == 0, fin = stage && c == 1;
+            ok &= view->num_chunks == 1 && view->first_block == first[c] && view->chunk_first[0] == first[c] &&
+                  view->num_blocks == 1 && view->chunk_count[0] == 1;
+            ok &= (view->emb_unit >= 0) == emb && (view->emb_unit < 0 || view->emb_unit == lay->emb_unit) &&
+                  view->emb_mirror == (emb && stage) && (view->final_unit >= 0) == fin;
+            ok &= view->total == lay->total && view->block_unit[first[c]] == lay->block_unit[first[c]];
+        }
+    }
+    check_true(st, "chunk_views_embeddings_final_and_blocks", ok);
+    free(lay);
+    free(view);
+}
+
 int main(void) {
     TestStats st = {0, 0};
+    test_specs(&st);
+    test_chunk_views(&st);
+    test_init(&st);
     test_whole(&st);
     test_vocab_split(&st);
     test_tensor_parallel(&st, "L3C64H4V1000T64", 1, 2);

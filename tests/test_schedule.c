@@ -848,6 +848,8 @@ static void test_split(TestStats* st) {
 static void test_head_cost(TestStats* st) {
     double h = pipeline_head_cost(50304, 768, 1024);
     check_close(st, "head_cost_d12", fabs(h - 77266944.0 / 17301504.0), 1e-12);
+    // The smallest shape it accepts, every field 1 (error_head_cost_bad_shape has 0): 2 / (24 + 4).
+    check_close(st, "head_cost_smallest_shape", fabs(pipeline_head_cost(1, 1, 1) - 2.0 / 28.0), 1e-15);
     int first[4], nb[4];
     pipeline_split(12, 4, h, first, nb);
     // Optimal bottleneck is the last stage (1 block + 4.47): the other 11 blocks go 3,4,4, lightest first.
