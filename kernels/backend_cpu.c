@@ -48,9 +48,13 @@ enum { COPY_DOWN, COPY_UP, NUM_COPY_QUEUES };
 // Backend memory behind the fence: allocated upward from base and never reused (test runs are small; a
 // freed block's pages go back to the system), readable only while depth > 0.
 #define FENCE_RESERVED ((size_t)64 << 30)   // address space only (MAP_NORESERVE)
+// The fence moves on every backend call, and mprotect's cost grows with the page-table entries it changes:
+// the range is backed by 2 MiB pages where the kernel allows (MADV_HUGEPAGE), and protected in whole ones.
+#define FENCE_HUGE ((size_t)2 << 20)
 typedef struct {
     pthread_mutex_t lock;   // threads enter and leave backend functions concurrently (the optimizer's worker)
-    unsigned char* base;
+    void* mapping;          // the reservation: FENCE_RESERVED + FENCE_HUGE bytes, base inside it
+    unsigned char* base;    // FENCE_HUGE-aligned
     size_t top;             // bytes handed out
     int depth;              // backend functions running, over all threads
 } Fence;
@@ -82,7 +86,8 @@ static void check_pthread(int rc, const char* what) {
 
 #ifdef BACKEND_FENCE
 static void fence_set(Fence* f, int prot) {
-    if (f->top && mprotect(f->base, f->top, prot) != 0) fail("mprotect of the fenced backend memory: %s", strerror(errno));
+    size_t span = (f->top + FENCE_HUGE - 1) / FENCE_HUGE * FENCE_HUGE;   // past top: no pointer reaches it
+    if (span && mprotect(f->base, span, prot) != 0) fail("mprotect of the fenced backend memory: %s", strerror(errno));
 }
 
 static int behind_fence(Backend* be, const void* p);
@@ -144,8 +149,12 @@ Backend* backend_create(int local_rank) {
     check_pthread(pthread_mutex_init(&be->copy_lock, NULL), "pthread_mutex_init");
 #ifdef BACKEND_FENCE
     check_pthread(pthread_mutex_init(&be->fence.lock, NULL), "pthread_mutex_init");
-    be->fence.base = mmap(NULL, FENCE_RESERVED, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (be->fence.base == MAP_FAILED) fail("cannot reserve the fenced backend's memory: %s", strerror(errno));
+    be->fence.mapping = mmap(NULL, FENCE_RESERVED + FENCE_HUGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (be->fence.mapping == MAP_FAILED) fail("cannot reserve the fenced backend's memory: %s", strerror(errno));
+    be->fence.base = (unsigned char*)(((uintptr_t)be->fence.mapping + FENCE_HUGE - 1) / FENCE_HUGE * FENCE_HUGE);
+    // Only speed depends on it: a kernel without transparent huge pages says EINVAL and the fence still holds.
+    if (madvise(be->fence.base, FENCE_RESERVED, MADV_HUGEPAGE) != 0 && errno != EINVAL)
+        fail("madvise(MADV_HUGEPAGE) of the fenced backend's memory: %s", strerror(errno));
 #endif
     return be;
 }
@@ -155,7 +164,7 @@ void backend_destroy(Backend* be) {
     be_synchronize(be);
     check_pthread(pthread_mutex_destroy(&be->copy_lock), "pthread_mutex_destroy");
 #ifdef BACKEND_FENCE
-    if (munmap(be->fence.base, FENCE_RESERVED) != 0) fail("munmap of the fenced backend's memory: %s", strerror(errno));
+    if (munmap(be->fence.mapping, FENCE_RESERVED + FENCE_HUGE) != 0) fail("munmap of the fenced backend's memory: %s", strerror(errno));
     check_pthread(pthread_mutex_destroy(&be->fence.lock), "pthread_mutex_destroy");
 #endif
     for (int q = 0; q < NUM_COPY_QUEUES; q++) free(be->queues[q].pending);

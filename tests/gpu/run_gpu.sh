@@ -13,8 +13,9 @@
 #      GPUs 2 ranks under -z 0..3 against one rank
 #   4. determinism (two bf16 runs, identical bits) and bit-exact resume on the GPU
 #   5. a pass/fail table, written with the device, date and commit to $REPORT (default build/gpu_report.md)
-# With --dry-run train_gpt_cpu stands in for train_gpt, proving the script end to end; without a GPU and
-# without --dry-run it is an error (scripts/gpu_mode.sh).
+# With --dry-run the fenced CPU build (build/train_gpt_fenced: device memory the host cannot touch, copies
+# with a GPU's windows; tests/t_fence.sh) stands in for train_gpt, proving the script end to end against a
+# backend other than train_gpt_cpu's; without a GPU and without --dry-run it is an error (scripts/gpu_mode.sh).
 set -u
 cd "$(dirname "$0")/../.."
 REPORT=${REPORT:-build/gpu_report.md}
@@ -27,7 +28,10 @@ GPU=./train_gpt
 DRY=""
 source scripts/gpu_mode.sh
 dry_run_or_gpu tests/gpu/run_gpu.sh "${1:-}"
-if [ "$DRY_RUN" = 1 ]; then DRY="--dry-run"; GPU=./train_gpt_cpu; fi
+if [ "$DRY_RUN" = 1 ]; then
+    DRY="--dry-run"; GPU=build/train_gpt_fenced
+    [ -x "$GPU" ] || { echo "error: --dry-run runs $GPU: build it first (make tests-bin)" >&2; exit 1; }
+fi
 W=$(mktemp -d /tmp/gpu-test.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 declare -a ROWS
@@ -152,7 +156,7 @@ comm_test() {   # name, command...: test_comm's summary line becomes one row
 }
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ -n "$DRY" ]; then
-    echo "skip nccl: no GPU (dry run; train_gpt_cpu stands in and NCCL needs a GPU per rank)"
+    echo "skip nccl: no GPU (dry run; the fenced CPU build stands in and NCCL needs a GPU per rank)"
     ROWS+=("| nccl | skip | no GPU (dry run): NCCL needs a GPU per rank |")
 elif ! ldd "$GPU" | grep -q libnccl; then
     echo "skip nccl: train_gpt was built without NCCL"
@@ -277,7 +281,7 @@ mkdir -p "$(dirname "$REPORT")"
     echo
     echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
     echo "- commit: ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
-    echo "- device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "none (dry run: CPU build stands in)")"
+    echo "- device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "none (dry run: the fenced CPU build stands in)")"
     echo "- command: make test-gpu"
     echo
     echo "| check | result | detail |"
