@@ -83,6 +83,11 @@ struct BeEvent {
 static void check_pthread(int rc, const char* what) {
     if (rc != 0) fail("%s failed: %s", what, strerror(rc));
 }
+static void lock(pthread_mutex_t* m) { check_pthread(pthread_mutex_lock(m), "pthread_mutex_lock"); }
+static void unlock(pthread_mutex_t* m) { check_pthread(pthread_mutex_unlock(m), "pthread_mutex_unlock"); }
+
+// An allocation's bytes with its header, rounded to the header's alignment.
+static size_t alloc_total(size_t bytes) { return (bytes + ALLOC_HEADER + ALLOC_HEADER - 1) / ALLOC_HEADER * ALLOC_HEADER; }
 
 #ifdef BACKEND_FENCE
 static void fence_set(Fence* f, int prot) {
@@ -90,44 +95,42 @@ static void fence_set(Fence* f, int prot) {
     if (span && mprotect(f->base, span, prot) != 0) fail("mprotect of the fenced backend memory: %s", strerror(errno));
 }
 
-static int behind_fence(Backend* be, const void* p);
-
-Backend* be_fence_lift(Backend* be, const void* const* ptrs, size_t n, const char* func) {
-    check_pthread(pthread_mutex_lock(&be->fence.lock), "pthread_mutex_lock");
-    for (size_t i = 0; i < n; i++)
-        if (ptrs[i] && !behind_fence(be, ptrs[i])) fail("internal: %s was given host memory (argument %zu) where backend memory belongs", func, i);
-    if (be->fence.depth++ == 0) fence_set(&be->fence, PROT_READ | PROT_WRITE);
-    check_pthread(pthread_mutex_unlock(&be->fence.lock), "pthread_mutex_unlock");
-    return be;
-}
-
-void be_fence_drop(Backend** be) {
-    Fence* f = &(*be)->fence;
-    check_pthread(pthread_mutex_lock(&f->lock), "pthread_mutex_lock");
-    if (--f->depth == 0) fence_set(f, PROT_NONE);
-    check_pthread(pthread_mutex_unlock(&f->lock), "pthread_mutex_unlock");
-}
-
 static int behind_fence(Backend* be, const void* p) {
     const unsigned char* c = (const unsigned char*)p;
     return c >= be->fence.base && c < be->fence.base + be->fence.top;
 }
 
+Backend* be_fence_lift(Backend* be, const void* const* ptrs, size_t n, const char* func) {
+    lock(&be->fence.lock);
+    for (size_t i = 0; i < n; i++)
+        if (ptrs[i] && !behind_fence(be, ptrs[i])) fail("internal: %s was given host memory (argument %zu) where backend memory belongs", func, i);
+    if (be->fence.depth++ == 0) fence_set(&be->fence, PROT_READ | PROT_WRITE);
+    unlock(&be->fence.lock);
+    return be;
+}
+
+void be_fence_drop(Backend** be) {
+    Fence* f = &(*be)->fence;
+    lock(&f->lock);
+    if (--f->depth == 0) fence_set(f, PROT_NONE);
+    unlock(&f->lock);
+}
+
 // A copy's end on the wrong side of the fence is a bug the GPU would show as an illegal address or a
 // failed cudaMemcpy.
-static void expect_side(Backend* be, const void* p, size_t bytes, int backend, const char* what) {
+static void expect_side(Backend* be, const void* p, size_t bytes, int backend, const char* op, const char* end) {
     if (bytes && behind_fence(be, p) != backend)
-        fail("internal: %s is %s memory, not %s memory", what, backend ? "host" : "backend", backend ? "backend" : "host");
+        fail("internal: %s's %s is %s memory, not %s memory", op, end, backend ? "host" : "backend", backend ? "backend" : "host");
 }
 
 static void* fence_alloc(Backend* be, size_t total) {
     Fence* f = &be->fence;
-    check_pthread(pthread_mutex_lock(&f->lock), "pthread_mutex_lock");
+    lock(&f->lock);
     if (total > FENCE_RESERVED - f->top) fail("the fenced backend's %zu reserved bytes are used up", FENCE_RESERVED);
     unsigned char* p = f->base + f->top;
     f->top += total;
     fence_set(f, PROT_READ | PROT_WRITE);   // inside be_malloc: open, like the rest
-    check_pthread(pthread_mutex_unlock(&f->lock), "pthread_mutex_unlock");
+    unlock(&f->lock);
     return p;
 }
 
@@ -138,10 +141,16 @@ static void fence_release(unsigned char* p, size_t total) {
     if (b > a && madvise((void*)a, b - a, MADV_DONTNEED) != 0) fail("madvise of freed backend memory: %s", strerror(errno));
 }
 #else
-static void expect_side(Backend* be, const void* p, size_t bytes, int backend, const char* what) {
-    (void)be, (void)p, (void)bytes, (void)backend, (void)what;
+static void expect_side(Backend* be, const void* p, size_t bytes, int backend, const char* op, const char* end) {
+    (void)be, (void)p, (void)bytes, (void)backend, (void)op, (void)end;
 }
 #endif
+
+// A copy's two ends, each backend memory (1) or host memory (0).
+static void expect_ends(Backend* be, const void* dst, int dst_backend, const void* src, int src_backend, size_t bytes, const char* op) {
+    expect_side(be, dst, bytes, dst_backend, op, "destination");
+    expect_side(be, src, bytes, src_backend, op, "source");
+}
 
 Backend* backend_create(int local_rank) {
     (void)local_rank;
@@ -205,7 +214,7 @@ void* backend_comm_stream(Backend* be) {
 
 void* be_malloc(Backend* be, size_t bytes) {
     BACKEND_ENTRY(be);
-    size_t total = (bytes + ALLOC_HEADER + ALLOC_HEADER - 1) / ALLOC_HEADER * ALLOC_HEADER;
+    size_t total = alloc_total(bytes);
     if (total < bytes) fail("out of host memory allocating %zu bytes", bytes);
 #ifdef BACKEND_FENCE
     unsigned char* base = fence_alloc(be, total);
@@ -222,14 +231,14 @@ void* be_malloc(Backend* be, size_t bytes) {
 void be_free(Backend* be, void* p) {
     BACKEND_ENTRY(be);
     if (!p) return;
-    expect_side(be, p, 1, 1, "be_free's pointer");
+    expect_side(be, p, 1, 1, "be_free", "pointer");
     be_synchronize(be);   // a queued copy may still read or write p
     unsigned char* base = (unsigned char*)p - ALLOC_HEADER;
     size_t bytes;
     memcpy(&bytes, base, sizeof bytes);
     be->bytes_now -= bytes;
 #ifdef BACKEND_FENCE
-    fence_release(base, (bytes + ALLOC_HEADER + ALLOC_HEADER - 1) / ALLOC_HEADER * ALLOC_HEADER);
+    fence_release(base, alloc_total(bytes));
 #else
     free(base);
 #endif
@@ -237,28 +246,25 @@ void be_free(Backend* be, void* p) {
 
 void be_memset0(Backend* be, void* p, size_t bytes) {
     BACKEND_ENTRY(be);
-    expect_side(be, p, bytes, 1, "be_memset0's buffer");
+    expect_side(be, p, bytes, 1, "be_memset0", "buffer");
     if (bytes) memset(p, 0, bytes);
 }
 
 void be_upload(Backend* be, void* dst, const void* src_host, size_t bytes) {
     BACKEND_ENTRY(be);
-    expect_side(be, dst, bytes, 1, "be_upload's destination");
-    expect_side(be, src_host, bytes, 0, "be_upload's source");
+    expect_ends(be, dst, 1, src_host, 0, bytes, "be_upload");
     if (bytes) memcpy(dst, src_host, bytes);
 }
 
 void be_download(Backend* be, void* dst_host, const void* src, size_t bytes) {
     BACKEND_ENTRY(be);
-    expect_side(be, dst_host, bytes, 0, "be_download's destination");
-    expect_side(be, src, bytes, 1, "be_download's source");
+    expect_ends(be, dst_host, 0, src, 1, bytes, "be_download");
     if (bytes) memcpy(dst_host, src, bytes);
 }
 
 void be_copy(Backend* be, void* dst, const void* src, size_t bytes) {
     BACKEND_ENTRY(be);
-    expect_side(be, dst, bytes, 1, "be_copy's destination");
-    expect_side(be, src, bytes, 1, "be_copy's source");
+    expect_ends(be, dst, 1, src, 1, bytes, "be_copy");
     if (bytes && dst != src) memmove(dst, src, bytes);
 }
 
@@ -328,7 +334,7 @@ static void finish_for_host(CopyQueue* cq, size_t i, int q) {
 // host_waits: the host waits for them, not only the main stream (which the CPU build cannot tell apart: it
 // runs them either way).
 static void run_copies_through(Backend* be, int q, uint64_t seq, int host_waits) {
-    check_pthread(pthread_mutex_lock(&be->copy_lock), "pthread_mutex_lock");
+    lock(&be->copy_lock);
     CopyQueue* cq = &be->queues[q];
     size_t n = 0;
     for (; n < cq->n_pending && cq->pending[n].seq <= seq; n++) {
@@ -350,11 +356,11 @@ static void run_copies_through(Backend* be, int q, uint64_t seq, int host_waits)
         memmove(cq->pending, cq->pending + done, (cq->n_pending - done) * sizeof(PendingCopy));
         cq->n_pending -= done;
     }
-    check_pthread(pthread_mutex_unlock(&be->copy_lock), "pthread_mutex_unlock");
+    unlock(&be->copy_lock);
 }
 
 static void issue_copy(Backend* be, int q, void* dst, const void* src, size_t bytes, BeEvent* done) {
-    check_pthread(pthread_mutex_lock(&be->copy_lock), "pthread_mutex_lock");
+    lock(&be->copy_lock);
     CopyQueue* cq = &be->queues[q];
     if (cq->n_pending == cq->cap_pending) {
         size_t cap = cq->cap_pending ? 2 * cq->cap_pending : 16;
@@ -373,7 +379,7 @@ static void issue_copy(Backend* be, int q, void* dst, const void* src, size_t by
     if (bytes) memset(dst, 0xff, bytes);
     done->queue = q;
     done->seq = cq->issued;
-    check_pthread(pthread_mutex_unlock(&be->copy_lock), "pthread_mutex_unlock");
+    unlock(&be->copy_lock);
 }
 
 BeEvent* be_event_create(Backend* be) {
@@ -388,15 +394,13 @@ void be_event_destroy(Backend* be, BeEvent* ev) {
 
 void be_download_async(Backend* be, void* dst_host, const void* src, size_t bytes, BeEvent* done) {
     BACKEND_ENTRY(be);
-    expect_side(be, dst_host, bytes, 0, "be_download_async's destination");
-    expect_side(be, src, bytes, 1, "be_download_async's source");
+    expect_ends(be, dst_host, 0, src, 1, bytes, "be_download_async");
     issue_copy(be, COPY_DOWN, dst_host, src, bytes, done);
 }
 
 void be_upload_async(Backend* be, void* dst, const void* src_host, size_t bytes, BeEvent* done) {
     BACKEND_ENTRY(be);
-    expect_side(be, dst, bytes, 1, "be_upload_async's destination");
-    expect_side(be, src_host, bytes, 0, "be_upload_async's source");
+    expect_ends(be, dst, 1, src_host, 0, bytes, "be_upload_async");
     issue_copy(be, COPY_UP, dst, src_host, bytes, done);
 }
 

@@ -11,6 +11,7 @@
 //   AdamW fp32 vs double reference, 3 steps   1e-5
 // Everything that is meant to be exact (causality, determinism, accumulate semantics, rounding) is
 // compared bit for bit.
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
@@ -1097,8 +1098,7 @@ static void test_bounds(TestStats* s, Backend* be, const Case* c) {
         {GUARD_AFTER, DT_FP32, "after_fp32"}, {GUARD_BEFORE, DT_FP32, "before_fp32"}, {GUARD_AFTER, DT_BF16, "after_bf16"}};
     struct sigaction sa = {0}, old_segv, old_bus;
     sa.sa_handler = on_bounds_fault;
-    sigaction(SIGSEGV, &sa, &old_segv);
-    sigaction(SIGBUS, &sa, &old_bus);
+    if (sigaction(SIGSEGV, &sa, &old_segv) != 0 || sigaction(SIGBUS, &sa, &old_bus) != 0) fail("test: sigaction: %s", strerror(errno));
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
         Outs ref = c->run(be, modes[i].dt, modes[i].dt);
         char name[96];
@@ -1111,8 +1111,7 @@ static void test_bounds(TestStats* s, Backend* be, const Case* c) {
         check_true(s, name, outs_same_bits(&got, &ref));
         outs_free(&ref); outs_free(&got);
     }
-    sigaction(SIGSEGV, &old_segv, NULL);
-    sigaction(SIGBUS, &old_bus, NULL);
+    if (sigaction(SIGSEGV, &old_segv, NULL) != 0 || sigaction(SIGBUS, &old_bus, NULL) != 0) fail("test: sigaction: %s", strerror(errno));
 }
 
 static void test_16bit(TestStats* s, Backend* be, const Case* c, DType dt, double tol) {
