@@ -786,7 +786,8 @@ int main(int argc, char** argv) {
             settle_updates(&tr);
             if (tr.cfg.out_dir) save_checkpoint(&tr, step + 1);
             if (is_root(&tr))
-                printf("stopped by a signal after step %d%s\n", step + 1, tr.cfg.out_dir ? "; checkpoint written, resume with -y 1" : " (no -o: nothing saved)");
+                printf("stopped by a signal after step %d%s%s\n", step + 1, tr.cfg.out_dir ? "; checkpoint written, resume with -y 1" : " (no -o: nothing saved)",
+                       tr.delayed && tr.cfg.out_dir ? " (-dpu: the update in flight landed for it, as at a -n checkpoint)" : "");
             step++;
             break;
         }

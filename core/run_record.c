@@ -16,22 +16,29 @@ typedef struct {
     const char* key;    // in the manifest
     const char* flag;   // what the user sets
     KeyKind kind;
+    int optional;       // a manifest may lack it: those written before it was recorded
 } RunKey;
 
 static const RunKey KEYS[RUN_RECORD_KEYS] = {
-    {"tokens_per_step", "b*t*ga*replicas", FIXED},   // steps index the data: another size skips or repeats tokens
-    {"seq_len", "-t", FIXED},                        // another -t cuts the token stream into other windows
-    {"seed", "-seed", FIXED},                        // shuffling and stochastic rounding follow it
-    {"precision", "-p", FIXED},                      // the state files hold the working copy in this dtype
-    {"train", "-i", OTHER},
-    {"shuffle", "-sh", OTHER},
-    {"steps", "-x", SCHEDULE},
-    {"lr", "-l", SCHEDULE},
-    {"warmup", "-u", SCHEDULE},
-    {"final_lr_frac", "-q", SCHEDULE},
-    {"schedule", "-k", SCHEDULE},
-    {"weight_decay", "-c", OTHER},
-    {"grad_clip", "-gc", OTHER},
+    {"tokens_per_step", "b*t*ga*replicas", FIXED, 0},   // steps index the data: another size skips or repeats tokens
+    {"seq_len", "-t", FIXED, 0},                        // another -t cuts the token stream into other windows
+    {"seed", "-seed", FIXED, 0},                        // shuffling and stochastic rounding follow it
+    {"precision", "-p", FIXED, 0},                      // the state files hold the working copy in this dtype
+    {"train", "-i", OTHER, 0},
+    {"shuffle", "-sh", OTHER, 0},
+    {"steps", "-x", SCHEDULE, 0},
+    {"lr", "-l", SCHEDULE, 0},
+    {"warmup", "-u", SCHEDULE, 0},
+    {"final_lr_frac", "-q", SCHEDULE, 0},
+    {"schedule", "-k", SCHEDULE, 0},
+    {"weight_decay", "-c", OTHER, 0},
+    {"grad_clip", "-gc", OTHER, 0},
+    {"delayed_update", "-dpu", OTHER, 1},
+    // Under -dpu every evaluation, sample and checkpoint lands the update in flight at once, so their
+    // cadence decides which steps see fresh parameters; without -dpu they only observe ("-").
+    {"dpu_val_every", "-v (with -dpu)", OTHER, 1},
+    {"dpu_sample_every", "-s (with -dpu)", OTHER, 1},
+    {"dpu_ckpt_every", "-n (with -dpu)", OTHER, 1},
 };
 enum { STEPS = 6, LR, WARMUP, FINAL_LR_FRAC, LR_SCHEDULE };   // indices of the schedule's keys
 
@@ -59,6 +66,14 @@ void run_record_of(RunRecord* r, const Config* cfg, int max_steps, long long tok
     snprintf(r->value[k++], RUN_RECORD_VALUE, "%s", lr_schedule_name(cfg->schedule));
     format_float(r->value[k++], cfg->weight_decay);
     format_float(r->value[k++], cfg->grad_clip);
+    snprintf(r->value[k++], RUN_RECORD_VALUE, "%d", cfg->delay_from);
+    int validates = cfg->val_pattern && cfg->val_pattern[0] && cfg->val_every > 0;   // as the trainer opens -j
+    int landings[3] = {validates ? cfg->val_every : 0, cfg->sample_every, cfg->ckpt_every};
+    for (int i = 0; i < 3; i++) {
+        if (cfg->delay_from > 0) snprintf(r->value[k++], RUN_RECORD_VALUE, "%d", landings[i]);
+        else snprintf(r->value[k++], RUN_RECORD_VALUE, "-");
+    }
+    for (int i = 0; i < RUN_RECORD_KEYS; i++) r->recorded[i] = 1;
 }
 
 // Every value is written as a JSON string, escaped, so a path with quotes or backslashes survives.
@@ -105,7 +120,7 @@ static int read_json_string(const char* s, char* out, size_t size) {
 }
 
 int run_record_parse_json(RunRecord* r, const char* text, char* why, size_t why_size) {
-    memset(r, 0, sizeof(*r));
+    memset(r, 0, sizeof(*r));   // nothing recorded yet
     why[0] = '\0';
     const char* run = strstr(text, "\"run\": {");
     if (!run) return 0;
@@ -113,10 +128,12 @@ int run_record_parse_json(RunRecord* r, const char* text, char* why, size_t why_
         char pat[64];
         snprintf(pat, sizeof(pat), "\"%s\": \"", KEYS[k].key);
         const char* at = strstr(run, pat);
+        if (!at && KEYS[k].optional) continue;
         if (!at || !read_json_string(at + strlen(pat), r->value[k], RUN_RECORD_VALUE)) {
             snprintf(why, why_size, "its \"run\" lacks a well-formed \"%s\"", KEYS[k].key);
             return 0;
         }
+        r->recorded[k] = 1;
     }
     return 1;
 }
@@ -127,7 +144,7 @@ static int list_changes(const RunRecord* saved, const RunRecord* now, KeyKind ki
     size_t used = 0;
     out[0] = '\0';
     for (int k = 0; k < RUN_RECORD_KEYS; k++) {
-        if (KEYS[k].kind != kind || !strcmp(saved->value[k], now->value[k])) continue;
+        if (KEYS[k].kind != kind || !saved->recorded[k] || !strcmp(saved->value[k], now->value[k])) continue;
         int w = snprintf(out + used, size - used, "%s%s %s -> %s", n ? ", " : "", KEYS[k].flag, saved->value[k], now->value[k]);
         used = w > 0 && used + (size_t)w < size ? used + (size_t)w : size - 1;
         n++;
@@ -150,9 +167,22 @@ static int schedule_same_so_far(const RunRecord* saved, const Config* cfg, int m
     return 1;
 }
 
+// Keys an older manifest lacks are taken from this launch, and said so: nothing changes without a word.
+static void note_unrecorded(const RunRecord* saved, const char* ckpt) {
+    char names[512] = "";
+    size_t used = 0;
+    for (int k = 0; k < RUN_RECORD_KEYS; k++) {
+        if (saved->recorded[k]) continue;
+        int w = snprintf(names + used, sizeof(names) - used, "%s%s", used ? ", " : "", KEYS[k].flag);
+        used = w > 0 && used + (size_t)w < sizeof(names) ? used + (size_t)w : used;
+    }
+    if (used) printf("note: %s does not record %s (written before they were): resuming with this launch's\n", ckpt, names);
+}
+
 void run_record_check_resume(const RunRecord* saved, const RunRecord* now, const Config* cfg, int max_steps, int first_step,
                              const char* ckpt, int print) {
     char fixed[2048], schedule[2048], other[2048];
+    if (print) note_unrecorded(saved, ckpt);
     if (list_changes(saved, now, FIXED, fixed, sizeof(fixed)))
         fail("resuming %s would change %s, which a resume cannot change (keep them, or start over with -ow 1)", ckpt, fixed);
     int changed = list_changes(saved, now, SCHEDULE, schedule, sizeof(schedule));

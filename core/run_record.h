@@ -2,19 +2,22 @@
 // resume can say what changed. Some may never change (the data position and the state files depend on
 // them); a change of the others makes the run differ from one launched with the new flags, so a resume
 // refuses it unless told (-y 2). A longer -x under a schedule that has not started to decay is fine.
-// Not recorded, because a resume may change them freely: the world size, -pp, -z, -r, the -b/-ga split of
-// the same tokens per step (results agree to rounding, tests/t_resume.sh), and what only observes the run
-// (-v, -m, -s, -g, -n, -lb, -nf, -comm).
+// -dpu is recorded, and with it the cadence of -v, -s and -n, each of which lands the delayed update early.
+// Not recorded, because a resume may change them freely: the layout (the world size, -pp, -ps, -vp, -tp, -sp,
+// -z, -r, -offload, -comm, the -b/-ga split of the same tokens per step), which changes at most the order in
+// which floating-point sums add (results agree to rounding, tests/t_resume.sh), and what only observes the
+// run (-m, -g, -temp, -topk, -lb, -nf, and -v, -s, -n without -dpu).
 #pragma once
 #include <stdio.h>
 
 #include "config.h"
 
-#define RUN_RECORD_KEYS 13
+#define RUN_RECORD_KEYS 17
 #define RUN_RECORD_VALUE 1024
 
 typedef struct {
     char value[RUN_RECORD_KEYS][RUN_RECORD_VALUE];   // each formatted the same way when written and compared
+    int recorded[RUN_RECORD_KEYS];                   // 0: a key an older manifest lacks (not compared)
 } RunRecord;
 
 // The record of this run: cfg with the resolved step count and tokens per step.

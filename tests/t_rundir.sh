@@ -72,6 +72,41 @@ run -x 4 -u 1 -p bf16 -o "$TMP/norec" -y 1 > /dev/null 2> "$TMP/norec2.err"
 one_error old_manifest_refuses_changed_precision "was written with -p fp32; this run has bf16" "$TMP/norec2.err" $?
 run -x 4 -u 1 -o "$TMP/norec" -y 1 > "$TMP/norec3.txt" 2>&1
 t_check old_manifest_resumes "grep -q 'resumed from .*ckpt_000002 at step 2' $TMP/norec3.txt && [ -f $TMP/norec/ckpt_000004/DONE ]" "$(tail -1 "$TMP/norec3.txt")"
+# Every recorded setting, changed on a resume: refused under -y 1 naming it. The table must cover every key
+# the manifest records, so a setting recorded later cannot go untested. -dpu's run records -v, -s and -n
+# (each lands the delayed update early); -j "" turns validation, and so its landings, off.
+$PYTHON scripts/make_shard.py -o "$TMP/val.bin" -n 4000 -V 512 --seed 12 >/dev/null
+$PYTHON scripts/make_shard.py -o "$TMP/other.bin" -n 20000 -V 512 --seed 13 >/dev/null
+dpu=(-j "$TMP/val.bin" -m 2 -k cosine -q 0.1 -offload 1 -dpu 1 -v 2 -n 2)
+run -x 4 "${dpu[@]}" -o "$TMP/rec" > /dev/null 2>&1 && rm -rf "$TMP/rec/ckpt_000004"
+changes=(tokens_per_step "-b 4" seq_len "-t 16 -b 4" seed "-seed 7" precision "-p bf16" train "-i $TMP/other.bin"
+         shuffle "-sh 1" steps "-x 6" lr "-l 2e-3" warmup "-u 1" final_lr_frac "-q 0.2" schedule "-k linear"
+         weight_decay "-c 0.1" grad_clip "-gc 0.5" delayed_update "-dpu 2" dpu_val_every "-v 3" dpu_sample_every "-s 3"
+         dpu_ckpt_every "-n 3")
+recorded=$($PYTHON -c "import json, sys; print(' '.join(json.load(open(sys.argv[1]))['run']))" "$TMP/rec/ckpt_000002/manifest.json")
+tested=$(for ((i = 0; i < ${#changes[@]}; i += 2)); do printf '%s ' "${changes[i]}"; done)
+t_check resume_change_table_covers_record "[ '$recorded ' = '$tested' ]" "recorded: $recorded; tested: $tested"
+refused=0 why=""
+for ((i = 0; i < ${#changes[@]}; i += 2)); do
+    run -x 4 "${dpu[@]}" ${changes[i + 1]} -o "$TMP/rec" -y 1 > /dev/null 2> "$TMP/rec.err"
+    if [ $? -eq 1 ] && [ "$(wc -l < "$TMP/rec.err")" -eq 1 ] && grep -q "^error: resuming .* would change .*->" "$TMP/rec.err"
+    then refused=$((refused + 1)); else why+="${changes[i + 1]}: $(head -c 200 "$TMP/rec.err"); "; fi
+done
+t_check resume_refuses_each_recorded_change "[ $refused -eq $(( ${#changes[@]} / 2 )) ]" "accepted: $why"
+run -x 4 "${dpu[@]}" -j "" -o "$TMP/rec" -y 1 > /dev/null 2> "$TMP/rec.err"
+one_error resume_refuses_dpu_val_off "would change -v \(with -dpu\) 2 -> 0" "$TMP/rec.err" $?
+run -x 4 "${dpu[@]}" -v 3 -o "$TMP/rec" -y 2 > "$TMP/rec.txt" 2>&1
+t_check resume_y2_lists_dpu_landing "grep -q 'with changed hyperparameters (-y 2): -v (with -dpu) 2 -> 3' $TMP/rec.txt && [ -f $TMP/rec/ckpt_000004/DONE ]"
+# Without -dpu the cadences only observe the run: a change is no change.
+run -x 4 -n 2 -o "$TMP/nodpu" > /dev/null 2>&1 && rm -rf "$TMP/nodpu/ckpt_000004"
+run -x 4 -n 3 -v 5 -o "$TMP/nodpu" -y 1 > "$TMP/nodpu.txt" 2>&1
+t_check resume_observers_free_without_dpu "[ $? -eq 0 ] && grep -q 'resumed from .*ckpt_000002' $TMP/nodpu.txt"
+# A manifest written before -dpu was recorded resumes, saying what it does not record.
+run -x 4 "${dpu[@]}" -o "$TMP/predpu" > /dev/null 2>&1 && rm -rf "$TMP/predpu/ckpt_000004"
+sed -i -E 's/, "(delayed_update|dpu_[a-z]+_every)": "[^"]*"//g' "$TMP/predpu/ckpt_000002/manifest.json"
+run -x 4 "${dpu[@]}" -o "$TMP/predpu" -y 1 > "$TMP/predpu.txt" 2>&1
+t_check old_manifest_notes_unrecorded "[ $? -eq 0 ] && grep -q 'does not record -dpu, -v (with -dpu), -s (with -dpu), -n (with -dpu)' $TMP/predpu.txt"
+
 # A longer -x under a constant schedule changes no rate already used: accepted, said, and bit-identical.
 run -x 6 -u 1 -o "$TMP/hp_straight" > /dev/null 2>&1
 run -x 4 -u 1 -o "$TMP/ext" > /dev/null 2>&1
