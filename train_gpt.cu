@@ -514,7 +514,7 @@ static void sample(Trainer* tr, int step) {
         comm_allreduce_host_max(tr->world, &shared, 1);
         int token = (int)shared;
         tr->inputs[t] = token;
-        if (out && tr->tokenizer) fputs(tokenizer_decode(tr->tokenizer, token), out);
+        if (out && tr->tokenizer) tokenizer_write(tr->tokenizer, token, out);
         else if (out) fprintf(out, "%d ", token);
     }
     if (out) fprintf(out, "\n");
@@ -561,6 +561,9 @@ static void generate(Trainer* tr) {
     Rng rng = rng_seeded(cfg->seed, 0x9e4e0000ull);
     Sampling how = {cfg->temperature, cfg->top_k};
     FILE* out = is_root(tr) ? stdout : NULL;
+    if (out && !tr->resumed && shape_from_spec(cfg->model, &(GPTShape){0}))
+        fprintf(stderr, "warning: -e %s is a shape, not weights: the text is sampled from a randomly initialized model "
+                        "(give a model file with -e, or -y 1 -o DIR to generate from a run's checkpoint)\n", cfg->model);
     if (out) {
         fprintf(out, "prompt: %d token%s [", n, n == 1 ? "" : "s");
         for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? ", " : "", prompt[i]);
@@ -575,7 +578,7 @@ static void generate(Trainer* tr) {
         comm_allreduce_host_max(tr->world, &shared, 1);
         text[len] = (int)shared;
         if (out) {
-            fputs(tokenizer_decode(tr->tokenizer, text[len]), out);
+            tokenizer_write(tr->tokenizer, text[len], out);
             flush_stdout();   // out is stdout
         }
         if (stop_requested(tr)) {   // Ctrl-C: end the text here (a second one kills)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/common.h"
+#include "base/crc32.h"
 #include "fs.h"
 #include "run_dir.h"
 
@@ -145,36 +146,47 @@ typedef struct {
     FILE* f;
     const char* path;
     long long spans;
+    Crc32* crc;   // of every byte written, for the manifest
 } StateWriter;
 
 static void count_span(const StateSpan* s, void* ctx) { ((StateWriter*)ctx)->spans++; }
+
+static void state_write(StateWriter* w, const void* p, size_t bytes) {
+    xfwrite(p, 1, bytes, w->f, w->path);
+    crc32_add(w->crc, p, bytes);
+}
 
 static void write_span(const StateSpan* s, void* ctx) {
     StateWriter* w = (StateWriter*)ctx;
     size_t n = s->n;
     long long span[2] = {(long long)tensor_canonical(s->t, s->flat - s->t->offset), (long long)n};   // inside one run
-    xfwrite(span, sizeof(span), 1, w->f, w->path);
+    state_write(w, span, sizeof(span));
     float* buf = (float*)xmalloc(n * sizeof(float));
     float* sources[3] = {s->master, s->m, s->v};
     for (int k = 0; k < 3; k++) {
         copy_to_host(w->be, w->ms->state_on_host, buf, sources[k], n * sizeof(float));
-        xfwrite(buf, sizeof(float), n, w->f, w->path);
+        state_write(w, buf, n * sizeof(float));
     }
     if (w->dt != DT_FP32) {
         copy_to_host(w->be, w->ms->params_on_host, buf, s->params, n * dtype_size(w->dt));
-        xfwrite(buf, dtype_size(w->dt), n, w->f, w->path);
+        state_write(w, buf, n * dtype_size(w->dt));
     }
     free(buf);
 }
 
-// dp and zero_stage are recorded for whoever reads the file; loading needs neither.
-static void state_save(const ModelState* ms, Backend* be, const char* path, int world_rank, int dp, int zero_stage) {
-    StateWriter w = {be, ms, ms->dt, xfopen(path, "wb"), path, 0};
+// dp and zero_stage are recorded for whoever reads the file; loading needs neither. Returns the file's CRC-32.
+static uint32_t state_save(const ModelState* ms, Backend* be, const char* path, int world_rank, int dp, int zero_stage) {
+    Crc32* crc = (Crc32*)xmalloc(sizeof(Crc32));
+    crc32_begin(crc);
+    StateWriter w = {be, ms, ms->dt, xfopen(path, "wb"), path, 0, crc};
     ms->for_each_span(ms->ctx, STATE_CHECKPOINT, count_span, &w);
     StateHeader h = {{STATE_MAGIC, 2, (long long)shape_param_count(&ms->lay->shape), w.spans, ms->dt, world_rank, dp, zero_stage}};
-    xfwrite(&h, sizeof(h), 1, w.f, path);
+    state_write(&w, &h, sizeof(h));
     ms->for_each_span(ms->ctx, STATE_CHECKPOINT, write_span, &w);
     xfclose(w.f, path);
+    uint32_t value = crc->crc;
+    free(crc);
+    return value;
 }
 
 // The model tensor (kind, layer) holding canonical range [c, c + count); 0 when the range is outside the
@@ -279,8 +291,15 @@ static void state_load(const ModelState* ms, Backend* be, StateReader* r) {
 // ---------------------------------------------------------------------------------------------------
 // Writing a checkpoint directory.
 
+// The checkpoint's files' CRC-32s: [r] state_rank<r>.bin for each world rank r, [world] model.bin.
+static void write_checksums(FILE* f, const uint32_t* crcs, int world) {
+    fprintf(f, "\"crc32\": {\"model.bin\": \"%08x\"", crcs[world]);
+    for (int r = 0; r < world; r++) fprintf(f, ", \"state_rank%d.bin\": \"%08x\"", r, crcs[r]);
+    fprintf(f, "},\n ");
+}
+
 static void write_manifest(const char* path, const ModelState* ms, const Grid* g, const Config* cfg, const CheckpointInfo* info,
-                           int host_dirs) {
+                           int host_dirs, const uint32_t* crcs) {
     FILE* f = xfopen(path, "w");
     const GPTShape* s = &ms->lay->shape;
     fprintf(f, "{\"step\": %d, \"tokens_per_step\": %lld, \"seed\": %llu, \"state_files\": %d,\n", info->step,
@@ -295,6 +314,7 @@ static void write_manifest(const char* path, const ModelState* ms, const Grid* g
             cfg->zero_stage);
     fprintf(f, " \"data\": {\"shuffle\": %d, \"next_step\": %d},\n ", cfg->shuffle, info->step);
     if (host_dirs) fprintf(f, "\"host_dirs\": %d,\n ", host_dirs);   // only then: shared -o manifests stay as they were
+    write_checksums(f, crcs, comm_size(g->world));
     run_record_write_json(f, &info->run, path);   // last: the keys above are looked up as the first match
     fprintf(f, "}\n");
     xfclose(f, path);
@@ -422,6 +442,33 @@ int copy_held_whole_by_group(const ParamTensor* t, const ParamLayout* lay) {
     return t->group_whole;
 }
 
+// Every rank's state file CRC-32 (mine: this rank's) and model.bin's, on every rank, as write_checksums takes
+// them. The stages write model.bin in place, in parts, so rank 0 reads it back once all of them are done.
+static uint32_t* gather_checksums(Comm* world, uint32_t mine, const char* model_path) {
+    int size = comm_size(world), rank = comm_rank(world);
+    double* v = (double*)xcalloc((size_t)size, sizeof(double));   // a CRC-32 is exact in a double
+    v[rank] = mine;
+    comm_allreduce_host_sum(world, v, size);   // after every rank's part of model.bin
+    uint32_t* crcs = (uint32_t*)xmalloc(((size_t)size + 1) * sizeof(uint32_t));
+    for (int r = 0; r < size; r++) crcs[r] = (uint32_t)v[r];
+    free(v);
+    if (rank == 0 && !crc32_file(model_path, &crcs[size])) fail("cannot read back %s: %s", model_path, strerror(errno));
+    comm_broadcast_host(world, &crcs[size], sizeof(uint32_t), 0);
+    return crcs;
+}
+
+// DONE, written last, holds the manifest's CRC-32: a damaged manifest is caught like a damaged state file.
+static void write_done(const char* dir) {
+    char manifest[PATH_MAX], done[PATH_MAX];
+    path_join(manifest, sizeof(manifest), dir, "manifest.json");
+    path_join(done, sizeof(done), dir, "DONE");
+    uint32_t crc;
+    if (!crc32_file(manifest, &crc)) fail("cannot read back %s: %s", manifest, strerror(errno));
+    FILE* f = xfopen(done, "w");
+    fprintf(f, "{\"manifest.json\": \"%08x\"}\n", crc);
+    xfclose(f, done);
+}
+
 void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Config* cfg, const RunDir* rd, const CheckpointInfo* info,
                      char* dir, size_t dir_size) {
     char tmp[PATH_MAX], p[PATH_MAX], name[64];
@@ -441,17 +488,18 @@ void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Con
              "data-parallel reductions added in different orders", g->stage, g->dp_rank);
     snprintf(name, sizeof(name), "state_rank%d.bin", rank);
     path_join(p, sizeof(p), tmp, name);
-    state_save(ms, be, p, rank, g->dp, cfg->zero_stage);
+    uint32_t state_crc = state_save(ms, be, p, rank, g->dp, cfg->zero_stage);
     path_join(p, sizeof(p), tmp, "model.bin");
     model_save(ms, be, g, rd, p);
+    uint32_t* crcs = gather_checksums(world, state_crc, p);
     if (manager) {
         path_join(p, sizeof(p), tmp, "manifest.json");
-        write_manifest(p, ms, g, cfg, info, rd->node_local ? rd->dirs : 0);
+        write_manifest(p, ms, g, cfg, info, rd->node_local ? rd->dirs : 0, crcs);
     }
+    free(crcs);
     comm_barrier(world);   // every file on every host is on disk before any DONE
     if (manager) {
-        path_join(p, sizeof(p), tmp, "DONE");
-        xfclose(xfopen(p, "w"), p);
+        write_done(tmp);
         sync_dir(tmp);
         publish(tmp, dir, cfg->out_dir);
     }
@@ -524,6 +572,56 @@ static char* read_text(const char* dir, const char* name, char* why, size_t why_
     }
     if (f) fclose(f);
     return text;
+}
+
+// The 8 hex digits of a CRC-32 at p, followed by a quote: 1 and *crc, or 0.
+static int parse_crc(const char* p, uint32_t* crc) {
+    if (strspn(p, "0123456789abcdef") != 8 || p[8] != '"') return 0;
+    *crc = (uint32_t)strtoul(p, NULL, 16);
+    return 1;
+}
+
+// manifest.json's text, checked against the CRC-32 that DONE holds (an empty DONE, from before checksums
+// were written, holds none).
+static char* read_manifest(const char* dir, char* why, size_t n) {
+    char* text = read_text(dir, "manifest.json", why, n);
+    long long done_size = 0;
+    if (!text || !regular_file(dir, "DONE", &done_size, why, n) || done_size == 0) return text;
+    char* done = read_text(dir, "DONE", why, n);
+    const char* at = done ? strstr(done, "{\"manifest.json\": \"") : NULL;
+    uint32_t want, got;
+    int ok = at && parse_crc(at + 19, &want);
+    if (done && !ok) bad(why, n, "DONE is malformed");
+    got = crc32_of(text, strlen(text));
+    if (ok && got != want) ok = bad(why, n, "manifest.json is damaged: its CRC-32 is %08x, DONE's %08x", got, want);
+    free(done);
+    if (!ok) free(text);
+    return ok ? text : NULL;
+}
+
+// The CRC-32 the manifest records for file `name`: 1 and *crc; 0 when it records none (written before
+// checksums were), -1 when its "crc32" lacks a well-formed entry for name.
+static int manifest_crc(const char* text, const char* name, uint32_t* crc) {
+    const char* sums = strstr(text, "\"crc32\": {");
+    if (!sums) return 0;
+    const char* end = strchr(sums, '}');
+    char key[80];
+    snprintf(key, sizeof(key), "\"%s\": \"", name);
+    const char* at = strstr(sums, key);
+    return at && end && at < end && parse_crc(at + strlen(key), crc) ? 1 : -1;
+}
+
+// A file of the checkpoint against the manifest's CRC-32 of it (nothing to check when it records none).
+static int verify_file(const char* dir, const char* name, const char* text, char* why, size_t n) {
+    uint32_t want, got;
+    int recorded = manifest_crc(text, name, &want);
+    if (recorded == 0) return 1;
+    if (recorded < 0) return bad(why, n, "manifest.json has no well-formed CRC-32 for %s", name);
+    char p[PATH_MAX];
+    path_join(p, sizeof(p), dir, name);
+    if (!crc32_file(p, &got)) return bad(why, n, "cannot read %s: %s", name, strerror(errno));
+    if (got != want) return bad(why, n, "%s is damaged: its CRC-32 is %08x, the manifest's %08x", name, got, want);
+    return 1;
 }
 
 // The dtype the manifest's "precision" names, or -1.
@@ -668,7 +766,7 @@ static int missing_on_other_host(const char* dir, int rank, const CheckpointInfo
 }
 
 int checkpoint_inspect(const char* dir, const GPTShape* s, CheckpointInfo* info, char* why, size_t n) {
-    char* text = read_text(dir, "manifest.json", why, n);
+    char* text = read_manifest(dir, why, n);
     if (!text) return 0;
     int ok = parse_manifest(text, dir, info, why, n);
     free(text);
@@ -678,6 +776,21 @@ int checkpoint_inspect(const char* dir, const GPTShape* s, CheckpointInfo* info,
         ok = !missing_on_other_host(dir, r, info, why, n) && inspect_state_file(dir, r, s, info->dt, &all, why, n);
     ok = ok && check_coverage(&all, shape_param_count(s), info->ranks, why, n);
     free(all.items);
+    return ok;
+}
+
+// Every file's bytes against the manifest's CRC-32s: the whole checkpoint is read once.
+static int verify_files(const char* dir, const CheckpointInfo* info, int verbose, char* why, size_t n) {
+    char* text = read_manifest(dir, why, n);
+    if (text && verbose && !strstr(text, "\"crc32\": {"))
+        printf("note: %s records no checksums (written before they were): its files are not verified\n", dir);
+    int ok = text && verify_file(dir, "model.bin", text, why, n);
+    for (int r = 0; ok && r < info->ranks; r++) {
+        char name[64];
+        snprintf(name, sizeof(name), "state_rank%d.bin", r);
+        ok = verify_file(dir, name, text, why, n);
+    }
+    free(text);
     return ok;
 }
 
@@ -709,7 +822,7 @@ int checkpoint_find(const char* out_dir, const GPTShape* s, char* path, size_t s
         int ok = regular_file(path, "DONE", &done_size, why, sizeof(why)) || bad(why, sizeof(why), "no DONE marker (incomplete)");
         if (ok) {
             refuse_other_shape(path, s);
-            ok = checkpoint_inspect(path, s, &info, why, sizeof(why));
+            ok = checkpoint_inspect(path, s, &info, why, sizeof(why)) && verify_files(path, &info, verbose, why, sizeof(why));
         }
         if (ok) found = steps[i];
         int w = ok ? 0 : snprintf(skipped + used, sizeof(skipped) - used, "%s%s: %s", used ? "; " : "", path, why);
@@ -777,7 +890,7 @@ static int inspect_local(const char* dir, const GPTShape* s, CheckpointInfo* inf
     long long size = 0;
     char p[PATH_MAX];
     if (!regular_file(dir, "DONE", &size, why, WHY_SIZE)) return bad(why, WHY_SIZE, "no DONE marker (incomplete)");
-    char* text = read_text(dir, "manifest.json", why, WHY_SIZE);
+    char* text = read_manifest(dir, why, WHY_SIZE);
     if (!text) return 0;
     int ok = parse_manifest(text, dir, info, why, WHY_SIZE);
     *hash = fnv1a(FNV1A_START, text, strlen(text));   // the hosts' manifests compared without sending them
@@ -792,8 +905,11 @@ static int state_file_spans(Comm* world, const char* dir, int r, int holder, con
     SpanList mine = {0};
     long long head[2] = {0, 0};   // ok, spans
     if (comm_rank(world) == holder) {
-        head[0] = inspect_state_file(dir, r, s, dt, &mine, why, WHY_SIZE);
+        char name[64], *text = read_manifest(dir, why, WHY_SIZE);
+        snprintf(name, sizeof(name), "state_rank%d.bin", r);
+        head[0] = text && inspect_state_file(dir, r, s, dt, &mine, why, WHY_SIZE) && verify_file(dir, name, text, why, WHY_SIZE);
         head[1] = (long long)mine.n;
+        free(text);
     }
     comm_broadcast_host(world, head, sizeof(head), holder);
     if (!head[0]) {
@@ -812,6 +928,22 @@ static int state_file_spans(Comm* world, const char* dir, int r, int holder, con
     return 1;
 }
 
+// model.bin is on some host, and the lowest rank that has it finds its bytes as the manifest records them.
+static int model_verified(Comm* world, const char* dir, int has_model, char* why) {
+    int size = comm_size(world), rank = comm_rank(world);
+    double lowest = has_model ? (double)(size - rank) : 0.0;
+    comm_allreduce_host_max(world, &lowest, 1);
+    if (lowest == 0.0) return bad(why, WHY_SIZE, "model.bin is on no host");
+    int ok = 1;
+    if (rank == size - (int)lowest) {
+        char mine[WHY_SIZE], *text = read_manifest(dir, mine, WHY_SIZE);
+        ok = text && verify_file(dir, "model.bin", text, mine, WHY_SIZE);
+        if (!ok) snprintf(why, WHY_SIZE, "on the host of rank %d: %.480s", rank, mine);
+        free(text);
+    }
+    return agree(world, ok, why);
+}
+
 // checkpoint_inspect over the hosts' directories; the same answer (and why) on every rank.
 static int inspect_hosts(Comm* world, const char* dir, const GPTShape* s, CheckpointInfo* info, char* why) {
     uint64_t hash = 0;
@@ -821,9 +953,7 @@ static int inspect_hosts(Comm* world, const char* dir, const GPTShape* s, Checkp
     if (!ok) snprintf(why, WHY_SIZE, "on the host of rank %d: %.480s", comm_rank(world), mine);
     if (!agree(world, ok, why)) return 0;
     if (!comm_all_equal(world, hash)) return bad(why, WHY_SIZE, "the hosts' manifest.json differ");
-    double seen = has_model;
-    comm_allreduce_host_max(world, &seen, 1);
-    if (seen == 0.0) return bad(why, WHY_SIZE, "model.bin is on no host");
+    if (!model_verified(world, dir, has_model, why)) return 0;
     int* holders = state_holders(world, dir, info->ranks);
     SpanList all = {0};
     for (int r = 0; ok && r < info->ranks; r++)

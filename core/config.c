@@ -92,11 +92,32 @@ void config_usage(const char* prog) {
            prog);
 }
 
+// A plain decimal: an optional '-', digits, and for a real number an optional fraction and exponent.
+// strtod alone would also take " 1", "+1", "0x1p3" and "1e", strtoll " 1" and "+1": typos, not numbers.
+static int is_decimal(const char* s, int real) {
+    static const char* digits = "0123456789";
+    const char* p = s + (*s == '-');
+    size_t whole = strspn(p, digits), frac = 0;
+    p += whole;
+    if (real && *p == '.') {
+        frac = strspn(++p, digits);
+        p += frac;
+    }
+    if (whole + frac == 0) return 0;
+    if (real && (*p == 'e' || *p == 'E')) {
+        p += 1 + (p[1] == '-' || p[1] == '+');
+        size_t exp = strspn(p, digits);
+        if (exp == 0) return 0;
+        p += exp;
+    }
+    return *p == '\0';
+}
+
 static long long parse_int(const char* flag, const char* s, long long lo, long long hi) {
     char* end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end) fail("flag %s expects an integer, got '%s'", flag, s);
+    if (!is_decimal(s, 0) || errno || end == s || *end) fail("flag %s expects an integer, got '%s'", flag, s);
     if (v < lo || v > hi) fail("flag %s = %lld is outside %lld..%lld", flag, v, lo, hi);
     return v;
 }
@@ -105,7 +126,7 @@ static float parse_float(const char* flag, const char* s, double lo, double hi) 
     char* end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) fail("flag %s expects a number, got '%s'", flag, s);
+    if (!is_decimal(s, 1) || errno || end == s || *end || !isfinite(v)) fail("flag %s expects a number, got '%s'", flag, s);
     if (v < lo || v > hi) fail("flag %s = %g is outside %g..%g", flag, v, lo, hi);
     return (float)v;
 }

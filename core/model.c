@@ -31,11 +31,14 @@ int shape_from_spec(const char* spec, GPTShape* out) {
     // Custom: L<n>C<n>H<n>[V<n>][T<n>]; every field a positive integer.
     GPTShape s = {0, 0, 0, 50257, 0, 1024};
     const char* p = spec;
+    char seen[8] = "";
     while (*p) {
         char key = *p++;
         char* end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v <= 0 || v > (1L << 30)) fail("bad model spec '%s': expected L<n>C<n>H<n>[V<n>][T<n>]", spec);
+        long v = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : 0;   // digits only: no sign, no space
+        if (v <= 0 || v > (1L << 30)) fail("bad model spec '%s': expected L<n>C<n>H<n>[V<n>][T<n>]", spec);
+        if (strchr(seen, key)) fail("bad model spec '%s': '%c' is given twice", spec, key);
+        if (strlen(seen) < sizeof(seen) - 1) strncat(seen, &key, 1);
         p = end;
         switch (key) {
             case 'L': s.L = (int)v; break;

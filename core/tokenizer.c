@@ -73,6 +73,11 @@ const char* tokenizer_decode(const Tokenizer* t, int token) {
     return t->text + t->offset[token];
 }
 
+void tokenizer_write(const Tokenizer* t, int token, FILE* out) {
+    if (token >= 0 && token < t->vocab) fputs(t->text + t->offset[token], out);
+    else fprintf(out, "<id %d>", token);
+}
+
 int tokenizer_eot(const Tokenizer* t) { return t->eot; }
 int tokenizer_vocab(const Tokenizer* t) { return t->vocab; }
 

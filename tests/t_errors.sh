@@ -15,6 +15,15 @@ expect_error unknown_flag "unknown flag '-qq'" "${base[@]}" -qq 3
 expect_error missing_value "needs a value" "${base[@]}" -b
 expect_error bad_integer "expects an integer" "${base[@]}" -b four
 expect_error zero_batch "outside" "${base[@]}" -b 0
+# Plain decimals only: a sign, a space or a hex float is a typo, not a number (strtod took them all).
+expect_error hex_float "-l expects a number, got '0x1p-10'" "${base[@]}" -l 0x1p-10
+expect_error plus_float "-l expects a number, got '\+1e-3'" "${base[@]}" -l +1e-3
+expect_error space_float "-l expects a number, got ' 1e-3'" "${base[@]}" -l " 1e-3"
+expect_error bare_exponent "-l expects a number, got '1e'" "${base[@]}" -l 1e
+expect_error plus_integer "-b expects an integer, got '\+2'" "${base[@]}" -b +2
+expect_error space_integer "-b expects an integer, got ' 2'" "${base[@]}" -b " 2"
+timeout 60 ./train_gpt_cpu "${base[@]}" -l .5e-3 -c 1. -gc 2E0 > "$TMP/dec.txt" 2>&1
+t_check decimal_forms_accepted "[ $? -eq 0 ]" "$(tail -1 "$TMP/dec.txt")"
 # -d sets -ga = d / (b*t*replicas): the quotient gets -ga's range check (it once wrapped to 5, or went negative).
 expect_error tokens_per_step_wraps_ga "-d 4294967301 gives -ga 4294967301 .*outside 1\.\.1048576" "${base[@]}" -b 1 -t 1 -d 4294967301
 expect_error tokens_per_step_negative_ga "-d 2147483648 gives -ga 2147483648 .*outside" "${base[@]}" -b 1 -t 1 -d 2147483648
@@ -50,6 +59,8 @@ expect_error heads_divide "divisible" "${base[@]}" -e L2C64H5
 expect_error model_spec_needs_heads "L, C and H are required" "${base[@]}" -e L2C64
 expect_error model_spec_needs_channels "L, C and H are required" "${base[@]}" -e L2H4
 expect_error model_spec_zero_layers "bad model spec 'L0C64H4'" "${base[@]}" -e L0C64H4
+expect_error model_spec_repeated_key "bad model spec 'L2C64H4L3': 'L' is given twice" "${base[@]}" -e L2C64H4L3
+expect_error model_spec_signed_field "bad model spec 'L2C\+64H4'" "${base[@]}" -e L2C+64H4
 expect_error head_size "head size 12 \(channels 48 / heads 4\) must be a multiple of 8" "${base[@]}" -e L2C48H4
 expect_error missing_model_file "nor an existing file" "${base[@]}" -e "$TMP/none.bin"
 # Samples start from the tokenizer's end-of-text token: a model without it is told so (it was read out of

@@ -104,6 +104,30 @@ kill -0 $pid 2>/dev/null && { kill -KILL $pid; echo "(still generating 10 s afte
 wait $pid; rc=$?
 t_check generation_stops_on_sigterm "[ $rc -eq 0 ] && [ \$(ids $TMP/long.txt | tr ',' '\n' | wc -l) -ge 1 ]" "rc $rc: $(tail -c 200 "$TMP/long.txt")"
 
+# A shape instead of weights samples from a random model: said on stderr, once; a model file says nothing.
+./train_gpt_cpu -e L2C64H2T64 -tk "$TMP/data/gpt2_tokenizer.bin" -b 1 -t 16 -g 4 -prompt "$PROMPT" > "$TMP/spec.txt" 2> "$TMP/spec.err"
+t_check prompt_from_shape_warns "[ $? -eq 0 ] && [ \$(grep -c 'warning: -e L2C64H2T64 is a shape, not weights' $TMP/spec.err) -eq 1 ] && ! grep -q warning $TMP/g0.err" \
+    "$(cat "$TMP/spec.err")"
+# A tokenizer smaller than the model (200 tokens): ids beyond it are shown as <id N>, not dropped from the text.
+mkdir -p "$TMP/small" && cp "$TMP/data/gpt2_merges.bin" "$TMP/small/"
+$PYTHON - "$TMP/data/gpt2_tokenizer.bin" "$TMP/small/gpt2_tokenizer.bin" <<'PY'
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+body, pos = data[1024:], 0
+for _ in range(200):
+    pos += 1 + body[pos]
+open(sys.argv[2], "wb").write(struct.pack("<4i", 20240328, 2, 200, 0).ljust(1024, b"\0") + body[:pos])
+PY
+gen "$TMP/small.txt" -prompt "$PROMPT" -temp 0 -tk "$TMP/small/gpt2_tokenizer.bin"
+$PYTHON - "$TMP/small.txt" > "$TMP/small.check" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+ids = [int(x) for x in re.search(r"^ids: \[(.*)\]$", text, re.M).group(1).split(", ")]
+shown = [int(x) for x in re.findall(r"<id (\d+)>", text)]
+print("ok" if shown == [i for i in ids if i >= 200] and shown else "ids %s, shown %s" % (ids, shown))
+PY
+t_check ids_beyond_tokenizer_shown "[ \"\$(cat $TMP/small.check)\" = ok ]" "$(cat "$TMP/small.check")"
+
 # Bad input: one line each.
 expect_error() {   # name, pattern, flags...
     local name=$1 pattern=$2; shift 2

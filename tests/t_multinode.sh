@@ -171,7 +171,12 @@ for layout in z2 pp2; do
     pp2)  # host b's newest is incomplete (no DONE): host a's complete one is not taken alone
         rm -f "$B/$run/ckpt_000006/DONE"
         resumed_at_3 multinode_nodelocal_pp2_resume_newest_incomplete_on_b "$run" pp2 \
-            "warning: skipping checkpoints incomplete on some host: .*ckpt_000006: on the host of rank 2: no DONE marker" "${flags[@]}" ;;
+            "warning: skipping checkpoints incomplete on some host: .*ckpt_000006: on the host of rank 2: no DONE marker" "${flags[@]}"
+        # a state file damaged on the host that holds it: its holder's check of the CRC-32 names it
+        $PYTHON -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(1000); b = f.read(64); f.seek(1000); f.write(bytes(x ^ 255 for x in b))" \
+            "$B/$run/ckpt_000006/state_rank3.bin"
+        resumed_at_3 multinode_nodelocal_pp2_resume_state_file_damaged "$run" pp2 \
+            "warning: skipping checkpoints incomplete on some host: .*ckpt_000006: state_rank3.bin is damaged: its CRC-32" "${flags[@]}" ;;
     esac
     own_files "multinode_nodelocal_${layout}_own_files_after_resume" "$run"
 done

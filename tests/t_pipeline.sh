@@ -91,6 +91,7 @@ compare_py log resume_pp4_to_single_losses "$TMP/split1/log.jsonl" "$TMP/ref/log
 # A manifest from before pipelines (one state file per data-parallel rank, "dp" at the top) still loads.
 mkdir -p "$TMP/old" && cp -r "$TMP/split1/ckpt_000006" "$TMP/old/"
 sed -i 's/"state_files"/"dp"/; s/"world": 1, "dp": 1, "pp": 1/"world": 1, "pp": 1/' "$TMP/old/ckpt_000006/manifest.json"
+: > "$TMP/old/ckpt_000006/DONE"   # as it was then: the manifest's checksum came later
 "${MPIRUN[@]}" -np 1 ./train_gpt_cpu "${flags[@]}" -ga 8 -y 1 -o "$TMP/old" > "$TMP/old.txt" 2>&1
 t_check resume_pre_pipeline_manifest "grep -q 'resumed from .*ckpt_000006 at step 6 (written by 1 rank in 1 stage)' '$TMP/old.txt'" "$(grep -m1 error "$TMP/old.txt")"
 $PYTHON scripts/export_checkpoint.py "$TMP/split1/ckpt_000003" "$TMP/x" > /dev/null 2> "$TMP/x.err"

@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 512 --seed 11 >/dev/null
 base=(-e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -s 0 -l 1e-3 -k constant)
 run() { timeout 120 ./train_gpt_cpu "${base[@]}" "$@"; }
+# A manifest edited by a test gets the DONE that matches it (DONE holds the manifest's CRC-32).
+reseal() { $PYTHON -c "import sys, zlib; print('{\"manifest.json\": \"%08x\"}' % zlib.crc32(open(sys.argv[1] + '/manifest.json', 'rb').read()), file=open(sys.argv[1] + '/DONE', 'w'))" "$1"; }
 one_error() {   # name, regex, stderr file, rc: exit 1 and exactly one line "error: ...regex"
     if [ "$4" -eq 1 ] && [ "$(wc -l < "$3")" -eq 1 ] && grep -Eq "^error: .*$2" "$3"; then t_ok "$1"
     else t_fail "$1" "rc=$4, stderr: $(head -c 300 "$3")"; fi
@@ -64,6 +66,7 @@ old = re.sub(r',\s*"run": \{[^}]*\}', "", text)
 assert old != text and '"run"' not in old, "no run record to strip"
 open(sys.argv[1], "w").write(old)
 PY
+reseal "$TMP/norec/ckpt_000002"
 run -x 4 -u 1 -t 16 -b 4 -o "$TMP/norec" -y 1 > /dev/null 2> "$TMP/norec1.err"
 one_error old_manifest_refuses_changed_t "was written with -t 32; this run has 16" "$TMP/norec1.err" $?
 run -x 4 -u 1 -o "$TMP/norec" -y 1 -dump "$TMP/dump" > /dev/null 2> "$TMP/norec4.err"
@@ -103,7 +106,7 @@ run -x 4 -n 3 -v 5 -o "$TMP/nodpu" -y 1 > "$TMP/nodpu.txt" 2>&1
 t_check resume_observers_free_without_dpu "[ $? -eq 0 ] && grep -q 'resumed from .*ckpt_000002' $TMP/nodpu.txt"
 # A manifest written before -dpu was recorded resumes, saying what it does not record.
 run -x 4 "${dpu[@]}" -o "$TMP/predpu" > /dev/null 2>&1 && rm -rf "$TMP/predpu/ckpt_000004"
-sed -i -E 's/, "(delayed_update|dpu_[a-z]+_every)": "[^"]*"//g' "$TMP/predpu/ckpt_000002/manifest.json"
+sed -i -E 's/, "(delayed_update|dpu_[a-z]+_every)": "[^"]*"//g' "$TMP/predpu/ckpt_000002/manifest.json" && reseal "$TMP/predpu/ckpt_000002"
 run -x 4 "${dpu[@]}" -o "$TMP/predpu" -y 1 > "$TMP/predpu.txt" 2>&1
 t_check old_manifest_notes_unrecorded "[ $? -eq 0 ] && grep -q 'does not record -dpu, -v (with -dpu), -s (with -dpu), -n (with -dpu)' $TMP/predpu.txt"
 
@@ -150,9 +153,37 @@ damaged() {   # name, regex of the problem; ckpt_000004 is damaged by the caller
     local rc=$?
     t_check "$1" "[ $rc -eq 0 ] && grep -Eq 'warning: skipping damaged checkpoints: .*ckpt_000004: .*$2' $TMP/ld.err && grep -q 'resumed from .*ckpt_000002' $TMP/ld.txt"
 }
-sed -i 's/"step": 4,/"step": 1,/' "$TMP/ld/ckpt_000004/manifest.json"
+# Bytes changed in place: each file's CRC-32 in the manifest (the manifest's own in DONE) names the file.
+cp -r "$TMP/ld/ckpt_000004" "$TMP/ld_good"
+flip() {   # file, offset: 64 bytes inverted there
+    $PYTHON - "$1" "$2" <<'PY'
+import sys
+path, at = sys.argv[1], int(sys.argv[2])
+b = bytearray(open(path, "rb").read())
+b[at:at + 64] = bytes(x ^ 0xFF for x in b[at:at + 64])
+open(path, "r+b").write(b)
+PY
+}
+restore() { rm -rf "$TMP/ld/ckpt_000004" && cp -r "$TMP/ld_good" "$TMP/ld/ckpt_000004"; }
+flip "$TMP/ld/ckpt_000004/state_rank0.bin" 4096
+damaged state_file_checksum "state_rank0.bin is damaged: its CRC-32 is [0-9a-f]{8}, the manifest.s [0-9a-f]{8}"
+restore; flip "$TMP/ld/ckpt_000004/model.bin" 2048
+damaged model_file_checksum "model.bin is damaged: its CRC-32 is"
+restore; sed -i 's/"loss_scale": 1,/"loss_scale": 8,/' "$TMP/ld/ckpt_000004/manifest.json"
+damaged manifest_checksum_in_done "manifest.json is damaged: its CRC-32 is [0-9a-f]{8}, DONE.s"
+t_check checksums_match_zlib "$PYTHON -c \"import json, sys, zlib
+d = sys.argv[1]; m = json.load(open(d + '/manifest.json'))
+ok = all(int(c, 16) == zlib.crc32(open(d + '/' + f, 'rb').read()) for f, c in m['crc32'].items())
+ok = ok and int(json.load(open(d + '/DONE'))['manifest.json'], 16) == zlib.crc32(open(d + '/manifest.json', 'rb').read())
+sys.exit(not (ok and sorted(m['crc32']) == ['model.bin', 'state_rank0.bin']))\" $TMP/ld_good"
+# A checkpoint from before checksums (no "crc32", an empty DONE) resumes, saying it is not verified.
+restore; sed -i -E 's/"crc32": \{[^}]*\},//' "$TMP/ld/ckpt_000004/manifest.json" && : > "$TMP/ld/ckpt_000004/DONE"
+run -x 4 -o "$TMP/ld" -y 1 > "$TMP/ld.txt" 2>&1
+t_check unchecksummed_checkpoint_noted "grep -q 'ckpt_000004 records no checksums .*not verified' $TMP/ld.txt && grep -q 'already reached step 4' $TMP/ld.txt"
+restore
+sed -i 's/"step": 4,/"step": 1,/' "$TMP/ld/ckpt_000004/manifest.json" && reseal "$TMP/ld/ckpt_000004"
 damaged manifest_step_must_match_dir "manifest.json says step 1, its directory.s name 4"
-sed -i 's/"step": 4,/"step": "three",/' "$TMP/ld/ckpt_000004/manifest.json"
+sed -i 's/"step": 4,/"step": "three",/' "$TMP/ld/ckpt_000004/manifest.json" && reseal "$TMP/ld/ckpt_000004"
 damaged manifest_step_must_be_integer "lacks a field or has a malformed one"
 rm -f "$TMP/ld/ckpt_000004/state_rank0.bin" && mkfifo "$TMP/ld/ckpt_000004/state_rank0.bin"
 damaged fifo_state_file_refused "state_rank0.bin is not a regular file"
@@ -174,7 +205,7 @@ if mpi_available; then
         t_check "$1" "[ $rc -ne 0 ] && [ \$(grep -c '^error: ' $TMP/two.err) -eq 1 ] && grep -Eq '^error: no usable checkpoint.*$2' $TMP/two.err" "rc=$rc: $(head -c 300 "$TMP/two.err")"
         rm -rf "$c" && cp -r "$TMP/two_good" "$c"
     }
-    sed -i 's/"state_files": 2/"state_files": 1/' "$c/manifest.json"
+    sed -i 's/"state_files": 2/"state_files": 1/' "$c/manifest.json" && reseal "$c"
     expect_resume_error manifest_fewer_state_files "the 1 state files miss parameters"
     cp "$c/state_rank0.bin" "$c/state_rank1.bin"
     expect_resume_error copied_rank_file "state_rank1.bin was written by rank 0"
@@ -186,6 +217,8 @@ struct.pack_into("<q", b, 5 * 8, 1)
 open(sys.argv[2], "wb").write(b)
 PY
     expect_resume_error copied_rank_file_spans_overlap "the 2 state files repeat parameters"
+    flip "$c/state_rank1.bin" 1000
+    expect_resume_error second_rank_state_checksum "state_rank1.bin is damaged: its CRC-32 is"
     "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -b 1 -z 1 -x 2 -o "$TMP/two" -y 1 > "$TMP/two_ok.txt" 2>&1
     t_check intact_two_rank_checkpoint_resumes "grep -q 'already reached step 2' $TMP/two_ok.txt"
 else
