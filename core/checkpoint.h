@@ -4,9 +4,9 @@
 // state_rank<r>.bin (world rank r's pieces of the fp32 master, Adam m and v, and the working copy when it
 // is not fp32, as spans of canonical = llm.c-order offsets, so another world size, ZeRO stage or pipeline
 // split can re-cut them), manifest.json (step, tokens per step, seed, state_files, loss-scale state, model,
-// batch, precision, topology, data, and "run": the recorded hyperparameters, run_record.h) and DONE, written
-// last. It is written as OUT/ckpt_tmp and renamed into place, so a crash mid-write leaves the previous
-// checkpoint intact.
+// batch, precision, topology, data, "crc32": every other file's CRC-32, and "run": the recorded
+// hyperparameters, run_record.h) and DONE, written last, holding the manifest's CRC-32. It is written as
+// OUT/ckpt_tmp and renamed into place, so a crash mid-write leaves the previous checkpoint intact.
 #pragma once
 #include "config.h"
 #include "grid.h"
@@ -65,9 +65,10 @@ int copy_held_whole_by_group(const ParamTensor* t, const ParamLayout* lay);   //
 // Checks everything a resume relies on without loading or exiting: the manifest's fields (its step the
 // directory's name), model.bin's size, each state file's header (the rank its name says, the model's
 // size, the manifest's dtype) and spans, and that the state files together hold every parameter exactly
-// once. Returns 1 and fills info, or 0 with the problem in why.
+// once, and the manifest against the CRC-32 in DONE. Returns 1 and fills info, or 0 with the problem in why.
 int checkpoint_inspect(const char* dir, const GPTShape* shape, CheckpointInfo* info, char* why, size_t why_size);
-// The newest checkpoint in out_dir that has DONE and passes checkpoint_inspect: its path and step; -1 when
+// The newest checkpoint in out_dir that has DONE, passes checkpoint_inspect and whose files match the
+// manifest's CRC-32s (each read once, here): its path and step; -1 when
 // out_dir has no checkpoint at all. Damaged newer ones are skipped with a warning (when verbose); when
 // every one is damaged, or one holds a model of another shape, a one-line error.
 int checkpoint_find(const char* out_dir, const GPTShape* shape, char* path, size_t path_size, int verbose);
