@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/checkpoint.h"
+#include "core/model_file.h"
 #include "core/comm.h"
 #include "base/common.h"
 #include "core/config.h"

@@ -117,6 +117,14 @@ void xfwrite(const void* src, size_t size, size_t n, FILE* f, const char* path) 
     if (fwrite(src, size, n, f) != n) fail("write error in %s: %s", path, strerror(errno));
 }
 
+int set_why(char* why, size_t size, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, size, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
 uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
     const unsigned char* b = (const unsigned char*)p;
     for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;

@@ -23,6 +23,13 @@ __attribute__((noreturn, format(printf, 1, 2)))
 #endif
 void fail(const char* fmt, ...);
 
+// For checks that report instead of exiting: formats the problem into why (size bytes) and returns 0, so a
+// check reads `if (...) return set_why(why, n, "...", ...);`.
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+int set_why(char* why, size_t size, const char* fmt, ...);
+
 // Checked wrappers: on failure they call fail() with the path / size involved.
 void* xmalloc(size_t bytes);
 void* xcalloc(size_t n, size_t size);

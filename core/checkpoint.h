@@ -1,4 +1,4 @@
-// checkpoint.h: llm.c model files, and checkpoints that resume bit-for-bit.
+// checkpoint.h: checkpoints that resume bit-for-bit, under any topology.
 //
 // A checkpoint is a directory OUT/ckpt_<step> holding model.bin (llm.c format, fp32 master weights),
 // state_rank<r>.bin (world rank r's pieces of the fp32 master, Adam m and v, and the working copy when it
@@ -10,39 +10,12 @@
 #pragma once
 #include "config.h"
 #include "grid.h"
-#include "loss_scale.h"
+#include "manifest.h"
 #include "model_state.h"
 #include "run_dir.h"
-#include "run_record.h"
 
-#define MODEL_MAGIC 20240326
-#define STATE_MAGIC 20261122
-
-// Reads and validates a model file's header and size; returns its shape.
-GPTShape model_file_shape(const char* path);
-// Model values as host fp32 in the flat layout (layout->total elements, padding zero); caller frees.
-float* model_file_read(const ParamLayout* lay, const char* path);   // fp32 version 3 or bf16 version 5
-float* model_init(const ParamLayout* lay, unsigned long long seed);   // GPT-2's init, a function of the seed
-// Writes host fp32 flat values as an llm.c model file (version 3), or with header = 0 as the bare
-// tensors in llm.c's order (the -dump gradients). Whole-model layouts write everything; a pipeline writes
-// a file in parts: model_file_create sizes it (zero-filled), then each stage writes its own tensors.
-void model_file_write(const ParamLayout* lay, const float* flat, const char* path, int header);
-void model_file_create(const GPTShape* s, const char* path, int header);
-void model_file_write_part(const ParamLayout* lay, const float* flat, const char* path, int header);
-
-typedef struct {
-    int step;                   // optimizer steps taken
-    long long tokens_per_step;  // B * T * ga * data-parallel ranks
-    unsigned long long seed;
-    DType dt;                   // the working copy's dtype ("precision"), which the state files hold
-    int T;                      // the sequence length ("batch"), which cut the data into windows
-    int ranks;                  // ranks that wrote state files (the world)
-    int pp;                     // pipeline stages of the run that wrote it
-    LossScaler scaler;          // fp16 loss-scale state, so a resumed run scales exactly as before
-    int has_run;                // 0: a manifest from before the hyperparameters were recorded
-    RunRecord run;              // the hyperparameters that define the run (run_record.h)
-    int host_dirs;              // written into this many hosts' own directories (node-local -o); 0: one directory
-} CheckpointInfo;
+// Written into a failure's why when a node-local checkpoint's file is on another host.
+#define CHECKPOINT_COPY_HINT "copy the hosts' checkpoint directories onto one shared filesystem, or resume on the hosts that hold them"
 
 // Collective over the grid: every rank writes its state file, each stage its part of the model file,
 // rd's managers the manifest, DONE and then the rename of OUT/ckpt_tmp to OUT/ckpt_<step> (its path into
@@ -72,6 +45,9 @@ int checkpoint_inspect(const char* dir, const GPTShape* shape, CheckpointInfo* i
 // out_dir has no checkpoint at all. Damaged newer ones are skipped with a warning (when verbose); when
 // every one is damaged, or one holds a model of another shape, a one-line error.
 int checkpoint_find(const char* out_dir, const GPTShape* shape, char* path, size_t path_size, int verbose);
+// Another shape is another run, not damage: a one-line error when dir's model.bin names another shape. A
+// header that cannot be read is left to the inspection.
+void checkpoint_refuse_other_shape(const char* dir, const GPTShape* want);
 // Restores parameters, master weights and Adam state from dir, which passed checkpoint_inspect (info is
 // what it filled: nothing is checked twice), whatever topology and ZeRO stage wrote it: each rank reads every
 // state file and keeps what it owns, seeking past other stages' spans.

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -73,4 +75,31 @@ void sync_dir(const char* path) {
     if (fd < 0) fail("cannot open directory %s: %s", path, strerror(errno));
     if (fsync(fd) != 0 && errno != EINVAL) fail("cannot sync directory %s: %s", path, strerror(errno));
     if (close(fd) != 0) fail("cannot close directory %s: %s", path, strerror(errno));
+}
+
+int regular_file_size(const char* dir, const char* name, long long* size, char* why, size_t why_size) {
+    char p[PATH_MAX];
+    path_join(p, sizeof(p), dir, name);
+    struct stat st;
+    if (stat(p, &st) != 0) return set_why(why, why_size, errno == ENOENT ? "%s is missing" : "%s: cannot stat", name);
+    if (!S_ISREG(st.st_mode)) return set_why(why, why_size, "%s is not a regular file", name);
+    *size = (long long)st.st_size;
+    return 1;
+}
+
+char* read_small_text(const char* dir, const char* name, char* why, size_t why_size) {
+    long long n = 0;
+    if (!regular_file_size(dir, name, &n, why, why_size)) return NULL;
+    if (n <= 0 || n > (1 << 20)) return set_why(why, why_size, "%s has %lld bytes", name, n), NULL;
+    char p[PATH_MAX];
+    path_join(p, sizeof(p), dir, name);
+    FILE* f = fopen(p, "rb");
+    char* text = (char*)xcalloc((size_t)n + 1, 1);
+    if (!f || fread(text, 1, (size_t)n, f) != (size_t)n) {
+        set_why(why, why_size, "cannot read %s: %s", name, f ? "short read" : strerror(errno));
+        free(text);
+        text = NULL;
+    }
+    if (f) fclose(f);
+    return text;
 }

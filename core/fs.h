@@ -13,3 +13,9 @@ void remove_path(const char* path);
 int path_exists(const char* path);
 // fsync of a directory, so a rename or a new entry in it survives a crash.
 void sync_dir(const char* path);
+
+// For inspecting files without exiting (why: the problem, of why_size bytes). The regular file dir/name (a
+// FIFO would block its reader, a directory has no bytes): 1 and its size, else 0.
+int regular_file_size(const char* dir, const char* name, long long* size, char* why, size_t why_size);
+// The whole text of the regular file dir/name, NUL-terminated, of 1 byte to 1 MiB: malloc'ed, else NULL.
+char* read_small_text(const char* dir, const char* name, char* why, size_t why_size);

@@ -98,41 +98,17 @@ void run_record_write_json(FILE* f, const RunRecord* r, const char* path) {
     if (ferror(f)) fail("write error in %s", path);
 }
 
-// Reads the JSON string at s (after its opening quote) into out; returns 0 on a malformed string.
-static int read_json_string(const char* s, char* out, size_t size) {
-    size_t n = 0;
-    for (; *s && *s != '"'; s++) {
-        char c = *s;
-        if (c == '\\') {
-            s++;
-            if (*s == '"' || *s == '\\') c = *s;
-            else if (*s == 'u' && strspn(s + 1, "0123456789abcdefABCDEF") >= 4) {
-                char hex[5] = {s[1], s[2], s[3], s[4], 0};
-                c = (char)strtol(hex, NULL, 16);
-                s += 4;
-            } else return 0;
-        }
-        if (n + 1 >= size) return 0;
-        out[n++] = c;
-    }
-    out[n] = '\0';
-    return *s == '"';
-}
-
-int run_record_parse_json(RunRecord* r, const char* text, char* why, size_t why_size) {
+int run_record_read(RunRecord* r, const Json* j, int run, char* why, size_t why_size) {
     memset(r, 0, sizeof(*r));   // nothing recorded yet
-    why[0] = '\0';
-    const char* run = strstr(text, "\"run\": {");
-    if (!run) return 0;
     for (int k = 0; k < RUN_RECORD_KEYS; k++) {
-        char pat[64];
-        snprintf(pat, sizeof(pat), "\"%s\": \"", KEYS[k].key);
-        const char* at = strstr(run, pat);
-        if (!at && KEYS[k].optional) continue;
-        if (!at || !read_json_string(at + strlen(pat), r->value[k], RUN_RECORD_VALUE)) {
+        int at = json_find(j, run, KEYS[k].key);
+        if (at < 0 && KEYS[k].optional) continue;
+        const char* value = json_get_string(j, at);
+        if (!value || strlen(value) >= RUN_RECORD_VALUE) {
             snprintf(why, why_size, "its \"run\" lacks a well-formed \"%s\"", KEYS[k].key);
             return 0;
         }
+        snprintf(r->value[k], RUN_RECORD_VALUE, "%s", value);
         r->recorded[k] = 1;
     }
     return 1;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "config.h"
+#include "json.h"
 
 #define RUN_RECORD_KEYS 17
 #define RUN_RECORD_VALUE 1024
@@ -24,9 +25,9 @@ typedef struct {
 void run_record_of(RunRecord* r, const Config* cfg, int max_steps, long long tokens_per_step);
 // Writes `"run": {...}` (no trailing comma or newline) to f.
 void run_record_write_json(FILE* f, const RunRecord* r, const char* path);
-// Parses the "run" object of a manifest's text. Returns 1 when read, 0 when the manifest has none (written
-// before runs were recorded); on a malformed object 0 with the problem in why (why[0] != 0).
-int run_record_parse_json(RunRecord* r, const char* text, char* why, size_t why_size);
+// Reads the "run" object at index run of a parsed manifest: 1, or 0 with the problem in why. A key that
+// older manifests lack is left unrecorded.
+int run_record_read(RunRecord* r, const Json* j, int run, char* why, size_t why_size);
 // A resume of checkpoint `ckpt` (at first_step) by a run with cfg and max_steps (its record: now): a
 // one-line error for a change of a value that may never change; for any other change unless -y 2
 // (cfg->resume == 2) or, for the learning-rate schedule's flags (-x, -l, -u, -q, -k), unless the steps

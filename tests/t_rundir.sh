@@ -176,6 +176,13 @@ d = sys.argv[1]; m = json.load(open(d + '/manifest.json'))
 ok = all(int(c, 16) == zlib.crc32(open(d + '/' + f, 'rb').read()) for f, c in m['crc32'].items())
 ok = ok and int(json.load(open(d + '/DONE'))['manifest.json'], 16) == zlib.crc32(open(d + '/manifest.json', 'rb').read())
 sys.exit(not (ok and sorted(m['crc32']) == ['model.bin', 'state_rank0.bin']))\" $TMP/ld_good"
+# The manifest is read as JSON: another key order and spacing (the same values) resumes as before.
+restore
+$PYTHON -c "import json, random, sys
+m = json.load(open(sys.argv[1])); keys = list(m); random.Random(3).shuffle(keys)
+json.dump({k: m[k] for k in reversed(keys)}, open(sys.argv[1], 'w'), indent=3)" "$TMP/ld/ckpt_000004/manifest.json" && reseal "$TMP/ld/ckpt_000004"
+run -x 4 -o "$TMP/ld" -y 1 > "$TMP/ld.txt" 2>&1
+t_check manifest_key_order_free "grep -q 'already reached step 4' $TMP/ld.txt && ! grep -q warning $TMP/ld.txt" "$(tail -2 "$TMP/ld.txt")"
 # A checkpoint from before checksums (no "crc32", an empty DONE) resumes, saying it is not verified.
 restore; sed -i -E 's/"crc32": \{[^}]*\},//' "$TMP/ld/ckpt_000004/manifest.json" && : > "$TMP/ld/ckpt_000004/DONE"
 run -x 4 -o "$TMP/ld" -y 1 > "$TMP/ld.txt" 2>&1

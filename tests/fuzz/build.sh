@@ -14,7 +14,8 @@ BASE="-g -O1 -std=gnu11 -I. -Icore $SAN"
 # opinions must not stop the fuzzing. No -fopenmp: no reader needs threads, and threads do not survive
 # the fork server's fork().
 # They go into one archive, so each harness links only what its reader reaches.
-PROJ="base/common.c core/dataloader.c core/tokenizer.c core/checkpoint.c core/model.c core/memory.c core/fs.c
+PROJ="base/common.c base/crc32.c core/dataloader.c core/tokenizer.c core/checkpoint.c core/checkpoint_hosts.c core/manifest.c
+      core/json.c core/model_file.c core/state_file.c core/model.c core/memory.c core/fs.c
       core/run_dir.c core/run_record.c core/config.c core/phase_timer.c core/schedule.c core/grad_landing.c
       core/comm_single.c zero.c $(ls kernels/*.c)"
 HARNESSES=${*:-dataloader model tokenizer checkpoint}

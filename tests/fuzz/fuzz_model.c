@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/checkpoint.h"
+#include "core/model_file.h"
 #include "base/common.h"
 
 int main(int argc, char** argv) {
