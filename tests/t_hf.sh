@@ -5,7 +5,10 @@
 # independent PyTorch GPT-2 written here in HF's convention (Conv1D x @ W + b, tanh GELU, tied head) reads
 # it by name and gives the trainer's step-0 logits; a pytorch_model.bin with `transformer.` names and
 # mask buffers, and a BF16 safetensors, import to the same file; the trainer trains from an imported file;
-# bad input ends in one `error:` line. The checks in Python read and write safetensors with their own code.
+# bad input, including every malformed safetensors the safetensors library refuses, ends in one `error:` line
+# and no output; neither script overwrites its input; export_hf.py refuses a non-empty folder unless --force,
+# which removes the old Hugging Face files; a full disk, SIGINT or SIGTERM leaves nothing behind. The checks
+# in Python read and write safetensors with their own code.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
 BIN=./train_gpt_cpu
@@ -19,6 +22,7 @@ cat > "$TMP/hfcheck.py" <<'PY'
   header NAME DIR MODEL.bin      safetensors header, HF names and shapes, config.json, tokenizer files
   logits NAME DIR SHARD LOGITS B T   HF-convention forward of DIR's weights vs the trainer's logits
   variants SRC OUT               HF folders derived from SRC: pt, bf16, missing, shape, dtype, untied, notensor (a non-tensor entry), notdict (a list), notgpt2
+  malformed SRC OUT              HF folders whose model.safetensors or config.json is SRC's edited (see there)
   losses NAME LOG N              N finite losses in a trainer log.jsonl
 """
 import json, math, os, struct, sys
@@ -169,12 +173,57 @@ def variants(src, out):
     write_st(os.path.join(folder(out, "notgpt2", dict(cfg, model_type="llama")), "model.safetensors"), f32)
 
 
+def malformed(src, out):
+    """SRC's folder with its model.safetensors or config.json edited: one folder the safetensors library
+    accepts (bool_buffer: an extra BOOL mask), and one per way it refuses a file, or the importer refuses
+    its content."""
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    header, _, data = read_st(os.path.join(src, "model.safetensors"))
+
+    def save(sub, h=header, d=data, text=None, conf=cfg, n=None):
+        t = json.dumps(h).encode() if text is None else text
+        t += b" " * (-len(t) % 8)
+        with open(os.path.join(folder(out, sub, conf), "model.safetensors"), "wb") as f:
+            f.write(struct.pack("<Q", len(t) if n is None else n) + t + d)
+
+    def edit(name, **fields):
+        return dict(header, **{name: dict(header[name], **fields)})
+
+    def add(sub, name, dtype, shape, raw):   # one more tensor, after the others
+        save(sub, dict(header, **{name: {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}}), data + raw)
+
+    b, e = header["h.0.ln_1.weight"]["data_offsets"]
+    save("shifted", edit("h.0.ln_1.weight", data_offsets=[b + 1, e + 1]))
+    save("overlap", edit("h.0.ln_2.weight", data_offsets=[b, e]))
+    save("trailing", d=data + bytes(4))
+    save("truncated", d=data[:-4])
+    first = next(k for k, v in header.items() if k != "__metadata__" and v["data_offsets"][0] == 0)
+    end = header[first]["data_offsets"][1]
+    save("float_offset", edit(first, data_offsets=[0.0, end]))
+    save("string_offset", edit(first, data_offsets=["0", end]))
+    add("bool_buffer", "h.0.attn.bias", "BOOL", [1], b"\1")
+    add("bool_shape", "h.0.attn.bias", "BOOL", [True], b"\1")
+    add("buffer_bytes", "h.0.attn.bias", "BOOL", [2], b"\1")
+    add("unknown_dtype", "h.0.attn.bias", "Q7", [1], b"\1")
+    add("prefixed", "transformer.h.0.ln_1.weight", "F32", [cfg["n_embd"]], np.ones(cfg["n_embd"], "<f4").tobytes())
+    fake = json.dumps({"wte.weight": dict(header["wte.weight"], dtype="F16")})
+    save("duplicate_key", text=(fake[:-1] + ", " + json.dumps(header)[1:]).encode())
+    save("header_beyond_file", n=10 ** 9)
+    save("deep", text=b"[" * 100000 + b"]" * 100000)
+    vals = bytearray(data)
+    at = header["h.1.attn.c_proj.weight"]["data_offsets"][0]
+    vals[at:at + 12] = np.array([np.nan, np.inf, np.nan], "<f4").tobytes()
+    save("nonfinite", d=bytes(vals))
+    save("huge_embd", conf=dict(cfg, n_embd=2 ** 31))
+    save("many_layers", conf=dict(cfg, n_layer=100000))
+
+
 def losses(name, log, n):
     vals = [json.loads(l)["loss"] for l in open(log) if '"loss"' in l]
     report(name, [] if len(vals) == int(n) and all(math.isfinite(v) for v in vals) else ["losses %s" % vals])
 
 
-{"header": header, "logits": logits, "variants": variants, "losses": losses}[sys.argv[1]](*sys.argv[2:])
+{"header": header, "logits": logits, "variants": variants, "malformed": malformed, "losses": losses}[sys.argv[1]](*sys.argv[2:])
 PY
 
 # Runs the checker; a crash without a FAIL line is still a FAIL.
@@ -228,6 +277,7 @@ for m in a b; do
 done
 
 check variants variants "$TMP/hf_a" "$TMP/v"
+check malformed malformed "$TMP/hf_a" "$TMP/m"
 import_hf import_pt "$TMP/v/pt" "$TMP/pt.bin" && same_file import_pytorch_model_bin "$TMP/a2.bin" "$TMP/pt.bin"
 t_check import_pt_skips_buffers_silently "[ -s '$TMP/import_pt.log' ] && ! grep -q warning '$TMP/import_pt.log'" \
     "$(cat "$TMP/import_pt.log")"
@@ -268,5 +318,103 @@ expect_error error_not_gpt2 "model_type 'llama' is not gpt2" "$TMP/v/notgpt2"
 expect_error error_missing_folder "no such folder" "$TMP/nothing"
 mkdir -p "$TMP/empty" && cp "$TMP/hf_a/config.json" "$TMP/empty/"
 expect_error error_no_weights "neither model.safetensors nor pytorch_model.bin" "$TMP/empty"
+# What the safetensors library refuses, import_hf.py refuses before reading a tensor (tensor.rs, validate():
+# offsets sorted and contiguous from 0 to the end of the file, byte counts that match dtype and shape); and
+# what it would read wrong: a repeated JSON key, a name with and without `transformer.`, NaN or infinite
+# weights, config.json sizes the weights file cannot hold (checked before anything is allocated from them).
+M=$TMP/m
+expect_error error_offset_gap "tensor h\.0\.ln_1\.weight starts at data byte [0-9]+, but .*\(a gap of 1 bytes\)" "$M/shifted"
+expect_error error_offset_overlap "tensor h\.0\.ln_[12]\.weight starts at .*\(an overlap\)" "$M/overlap"
+expect_error error_trailing_bytes "4 trailing bytes after the last tensor" "$M/trailing"
+expect_error error_truncated "the tensors need [0-9]+ data bytes; the file holds" "$M/truncated"
+expect_error error_float_offset "data_offsets that are not two integers" "$M/float_offset"
+expect_error error_string_offset "data_offsets that are not two integers" "$M/string_offset"
+expect_error error_bool_in_shape "h\.0\.attn\.bias has a shape that is not a list of integers" "$M/bool_shape"
+expect_error error_buffer_byte_count "h\.0\.attn\.bias has offsets .*: 1 bytes, but BOOL shape \[2\] is 2 bytes" "$M/buffer_bytes"
+expect_error error_unknown_dtype "h\.0\.attn\.bias has no safetensors dtype" "$M/unknown_dtype"
+expect_error error_duplicate_json_key "key 'wte\.weight' appears twice" "$M/duplicate_key"
+expect_error error_name_with_and_without_prefix "h\.0\.ln_1\.weight is stored both with and without" "$M/prefixed"
+expect_error error_header_beyond_file "header length 1000000000 exceeds the file" "$M/header_beyond_file"
+expect_error error_deep_header "model\.safetensors: JSON nested too deeply" "$M/deep"
+expect_error error_nonfinite "h\.1\.attn\.c_proj\.weight has 3 non-finite values .*\(2 NaN, 1 infinite\)" "$M/nonfinite"
+expect_error error_config_int32 "config\.json: n_embd is 2147483648, more than" "$M/huge_embd"
+expect_error error_config_beyond_weights "config\.json: .* at least [0-9]+ bytes; .*model\.safetensors has [0-9]+ bytes" "$M/many_layers"
 check_errors
+import_hf import_bool_buffer "$M/bool_buffer" "$TMP/bool_buffer.bin" && same_file import_accepts_bool_buffer "$TMP/a2.bin" "$TMP/bool_buffer.bin"
+import_hf import_nonfinite "$M/nonfinite" "$TMP/nonfinite.bin" --allow-nonfinite &&
+    py_check import_allow_nonfinite "$TMP/nonfinite.bin" <<'PY'
+import sys, numpy as np
+n = np.count_nonzero(~np.isfinite(np.fromfile(sys.argv[1], np.float32, offset=1024)))
+print("ok" if n == 3 else "%d non-finite values imported, want 3" % n)
+PY
+
+# The model file is renamed over OUT at the end: OUT naming one of the inputs (or a link to one) is refused,
+# and the input is left as it was.
+for out in model.safetensors config.json link.bin; do
+    own=$TMP/own_${out%.*}
+    cp -r "$TMP/hf_a" "$own" && ln -s "$own/model.safetensors" "$own/link.bin"
+    "$PYTHON" scripts/import_hf.py "$own" "$own/$out" > /dev/null 2> "$own.err"; rc=$?
+    t_check "import_refuses_overwriting_its_input_${out%.*}" "[ $rc = 1 ] && [ \$(wc -l < '$own.err') = 1 ] &&
+        grep -q '^error: .*is the input' '$own.err' && cmp -s '$TMP/hf_a/model.safetensors' '$own/model.safetensors' &&
+        cmp -s '$TMP/hf_a/config.json' '$own/config.json'" "rc=$rc, stderr: $(head -c 300 "$own.err")"
+done
+
+# export_hf.py never mixes with what OUTDIR holds: a non-empty folder is refused; --force removes the files
+# a Hugging Face loader would read instead of the new ones (shards and their index, pytorch_model.bin,
+# tokenizer.json) and keeps the rest.
+mkdir "$TMP/stale"
+for f in README.md tokenizer.json model-00001-of-00002.safetensors model.safetensors.index.json pytorch_model.bin; do
+    echo old > "$TMP/stale/$f"
+done
+cp -r "$TMP/stale" "$TMP/stale.before"
+"$PYTHON" scripts/export_hf.py "$A" "$TMP/stale" > /dev/null 2> "$TMP/stale.err"; rc=$?
+t_check export_refuses_nonempty_folder "[ $rc = 1 ] && [ \$(wc -l < '$TMP/stale.err') = 1 ] &&
+    grep -q '^error: .*stale: is not empty' '$TMP/stale.err' && diff -r '$TMP/stale.before' '$TMP/stale' > /dev/null" \
+    "rc=$rc, stderr: $(head -c 300 "$TMP/stale.err")"
+run export_force "$PYTHON" scripts/export_hf.py "$A" "$TMP/stale" --force &&
+    t_check export_force_removes_stale_hf_files "[ \"\$(cd '$TMP/stale' && LC_ALL=C ls -A | tr '\n' ' ')\" = 'README.md config.json generation_config.json merges.txt model.safetensors vocab.json ' ]" \
+        "$TMP/stale holds: $(ls -A "$TMP/stale" | tr '\n' ' ')" &&
+    import_hf import_force "$TMP/stale" "$TMP/force.bin" && same_file roundtrip_after_force "$A" "$TMP/force.bin"
+# --force does not remove the model file being exported.
+mkdir "$TMP/own_export" && cp "$A" "$TMP/own_export/pytorch_model.bin"
+"$PYTHON" scripts/export_hf.py "$TMP/own_export/pytorch_model.bin" "$TMP/own_export" --force > /dev/null 2> "$TMP/own_export.err"; rc=$?
+t_check export_refuses_removing_its_input "[ $rc = 1 ] && grep -q '^error: .*pytorch_model.bin: is the input' '$TMP/own_export.err' &&
+    cmp -s '$A' '$TMP/own_export/pytorch_model.bin'" "rc=$rc, stderr: $(head -c 300 "$TMP/own_export.err")"
+
+# A failed export or import leaves nothing: a full disk (a file size limit: Python ignores SIGXFSZ, so the
+# write fails with EFBIG) into a new folder whose parents are new too, a failed --force export into a full
+# folder, and SIGINT or SIGTERM arriving mid-export (sent by the process to itself once model.safetensors is
+# written).
+fails_cleanly() {   # name, pattern, folder that must end as it began (a copy: FOLDER.before), command...
+    local name=$1 pattern=$2 keep=$3 rc; shift 3
+    "$@" > /dev/null 2> "$TMP/$name.err"; rc=$?
+    t_check "$name" "[ $rc = 1 ] && [ \$(wc -l < '$TMP/$name.err') = 1 ] && grep -Eq '^error: .*$pattern' '$TMP/$name.err' &&
+        diff -r '$keep.before' '$keep' > /dev/null" "rc=$rc, stderr: $(head -c 300 "$TMP/$name.err"); $keep holds: $(ls -A "$keep" | tr '\n' ' ')"
+}
+mkdir "$TMP/full" "$TMP/full.before"
+fails_cleanly export_full_disk_leaves_nothing "cannot write .*File too large" "$TMP/full" \
+    bash -c 'ulimit -f 64 && exec "$@"' - "$PYTHON" scripts/export_hf.py "$A" "$TMP/full/new/hf"
+fails_cleanly import_full_disk_leaves_nothing "full/a\.bin: cannot write \(File too large\)" "$TMP/full" \
+    bash -c 'ulimit -f 64 && exec "$@"' - "$PYTHON" scripts/import_hf.py "$TMP/hf_a" "$TMP/full/a.bin"
+cp -r "$TMP/stale" "$TMP/full_force" && cp -r "$TMP/stale" "$TMP/full_force.before"
+fails_cleanly export_full_disk_keeps_folder "cannot write .*File too large" "$TMP/full_force" \
+    bash -c 'ulimit -f 64 && exec "$@"' - "$PYTHON" scripts/export_hf.py "$B" "$TMP/full_force" --force
+cat > "$TMP/interrupt.py" <<'PY'
+"""export_hf.py ARGS... that sends itself SIG (INT or TERM) once model.safetensors is written."""
+import os, runpy, signal, sys
+sys.path.append("scripts")
+import hf_format
+sig, write_json = getattr(signal, "SIG" + sys.argv[1]), hf_format.write_json
+def signalled(*args):
+    os.kill(os.getpid(), sig)
+    write_json(*args)
+hf_format.write_json = signalled
+sys.argv = ["scripts/export_hf.py"] + sys.argv[2:]
+runpy.run_path("scripts/export_hf.py", run_name="__main__")
+PY
+for sig in INT TERM; do
+    mkdir "$TMP/sig$sig" "$TMP/sig$sig.before"
+    fails_cleanly "export_sig${sig,,}_leaves_nothing" "interrupted" "$TMP/sig$sig" \
+        "$PYTHON" "$TMP/interrupt.py" $sig "$A" "$TMP/sig$sig/hf"
+done
 t_finish
