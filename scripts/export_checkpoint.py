@@ -6,12 +6,15 @@ zero_to_fp32 without holding the model in memory: one span at a time is read and
 
 writes EXPORT_PREFIX_model.bin (llm.c model file, fp32 master weights, version 3) and EXPORT_PREFIX_adam.bin
 (256 x int32 header [20261123, 1, num_params, 0...], then Adam m and v, fp32, each in llm.c's tensor order).
-It checks that the state files cover every parameter exactly once. Needs only Python's standard library.
+It checks the files against the checkpoint's CRC-32s first, and that the state files cover every parameter
+exactly once. Needs only Python's standard library.
 """
 import glob
 import os
 import struct
 import sys
+
+import checkpoint_files
 
 STATE_MAGIC, MODEL_MAGIC, ADAM_MAGIC = 20261122, 20240326, 20261123
 
@@ -30,8 +33,8 @@ def read_exact(f, n, path):
 
 def export(ckpt, prefix):
     model_in = os.path.join(ckpt, "model.bin")
-    if not os.path.isfile(os.path.join(ckpt, "DONE")):
-        die("%s is not a complete checkpoint (no DONE)" % ckpt)
+    states = sorted(glob.glob(os.path.join(ckpt, "state_rank*.bin")))
+    checkpoint_files.verify(ckpt, ["model.bin"] + [os.path.basename(p) for p in states], die)
     try:
         with open(model_in, "rb") as f:
             header = read_exact(f, 1024, model_in)
@@ -41,7 +44,6 @@ def export(ckpt, prefix):
         die("%s is not a model file" % model_in)
     maxT, V, L, NH, C, Vp = struct.unpack_from("<6i", header, 8)
     shape_params = Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C
-    states = sorted(glob.glob(os.path.join(ckpt, "state_rank*.bin")))
     if not states:
         die("%s has no state_rank*.bin files" % ckpt)
     num_params, spans = None, []

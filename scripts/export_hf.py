@@ -30,6 +30,7 @@ import textwrap
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _HERE] + [_HERE]
 
+import checkpoint_files  # noqa: E402
 import hf_format as hf  # noqa: E402
 
 TOKENIZER = os.path.join(_HERE, "..", "data", "tokenizer")
@@ -45,12 +46,15 @@ HF_FILES = ["model*.safetensors", "model*.safetensors.index.json", "pytorch_mode
 
 
 def model_path(src):
-    """A checkpoint directory stands for its model.bin; one without DONE was never finished."""
-    if not os.path.isdir(src):
-        return src
-    if not os.path.isfile(os.path.join(src, "DONE")):
-        hf.die("%s: is not a complete checkpoint (no DONE)" % src)
-    return os.path.join(src, "model.bin")
+    """A checkpoint directory stands for its model.bin, checked against the checkpoint's CRC-32s; so is a
+    model.bin named inside one."""
+    if os.path.isdir(src):
+        checkpoint_files.verify(src, ["model.bin"], hf.die)
+        return os.path.join(src, "model.bin")
+    ckpt = os.path.dirname(os.path.abspath(src))
+    if os.path.basename(src) == "model.bin" and os.path.isfile(os.path.join(ckpt, "manifest.json")):
+        checkpoint_files.verify(ckpt, ["model.bin"], hf.die)
+    return src
 
 
 def write_folder(cfg, params, outdir):

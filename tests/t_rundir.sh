@@ -166,8 +166,14 @@ PY
 }
 restore() { rm -rf "$TMP/ld/ckpt_000004" && cp -r "$TMP/ld_good" "$TMP/ld/ckpt_000004"; }
 flip "$TMP/ld/ckpt_000004/state_rank0.bin" 4096
+$PYTHON scripts/export_checkpoint.py "$TMP/ld/ckpt_000004" "$TMP/exp" > /dev/null 2> "$TMP/exp.err"
+one_error export_checkpoint_verifies "ckpt_000004/state_rank0.bin is damaged: its CRC-32 is [0-9a-f]{8}, the manifest.s" "$TMP/exp.err" $?
 damaged state_file_checksum "state_rank0.bin is damaged: its CRC-32 is [0-9a-f]{8}, the manifest.s [0-9a-f]{8}"
 restore; flip "$TMP/ld/ckpt_000004/model.bin" 2048
+$PYTHON scripts/export_hf.py "$TMP/ld/ckpt_000004/model.bin" "$TMP/hfout" > /dev/null 2> "$TMP/exphf.err"
+one_error export_hf_verifies "ckpt_000004/model.bin is damaged: its CRC-32 is" "$TMP/exphf.err" $?
+$PYTHON scripts/export_checkpoint.py "$TMP/ld_good" "$TMP/exp" > /dev/null 2> "$TMP/exp.err"
+t_check export_checkpoint_intact "[ $? -eq 0 ] && cmp -s $TMP/exp_model.bin $TMP/ld_good/model.bin" "$(cat "$TMP/exp.err")"
 damaged model_file_checksum "model.bin is damaged: its CRC-32 is"
 restore; sed -i 's/"loss_scale": 1,/"loss_scale": 8,/' "$TMP/ld/ckpt_000004/manifest.json"
 damaged manifest_checksum_in_done "manifest.json is damaged: its CRC-32 is [0-9a-f]{8}, DONE.s"
