@@ -135,7 +135,7 @@ $(B)/fence_check: $(B)/cpu/tests/fence_check.o $(CORE_CPU_OBJ) $(FENCE_BACKEND)
 	$(CC) -o $@ $^ $(LDLIBS)
 tests-bin: train_gpt_cpu $(TEST_BIN) $(B)/train_gpt_fenced $(B)/fence_check
 
-# `make test`: every CPU test; last line "N passed, N failed"; non-zero exit on any failure.
+# `make test`: every CPU test; last line "N passed, N failed, N skipped"; non-zero exit on any failure.
 test: tests-bin
 	@PYTHON=$(PYTHON) bash tests/run_all.sh
 

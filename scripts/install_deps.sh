@@ -6,7 +6,7 @@ set -euo pipefail
 mode=${1:-run}
 [ "$mode" = run ] || [ "$mode" = test ] || { echo "error: install_deps.sh takes run or test, not '$mode'" >&2; exit 2; }
 want=(build-essential python3 python3-numpy python3-regex bible-kjv openmpi-bin libopenmpi-dev)
-[ "$mode" = test ] && want+=(python3-torch python3-matplotlib afl++ clang)
+[ "$mode" = test ] && want+=(python3-torch python3-matplotlib afl++ clang iproute2)
 missing=()
 for p in "${want[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,6 +7,14 @@ t_ok() { echo "ok $1"; }
 t_fail() { echo "FAIL $1: $2"; FAILED=1; }
 t_check() { if eval "$2"; then t_ok "$1"; else t_fail "$1" "${3:-$2}"; fi; }   # name, shell condition[, why]
 t_finish() { exit "$FAILED"; }
+# A check that cannot run here: "skip NAME: why", counted apart from passes and failures. t_missing is for
+# what scripts/install_deps.sh test installs: under GPT_TEST_STRICT=1 (.ci/run, which installed it) its
+# absence is a failure, not a skip.
+t_skip() { echo "skip $1: $2"; }
+t_missing() {   # name, what is missing
+    if [ "${GPT_TEST_STRICT:-0}" = 1 ]; then t_fail "$1" "$2 is missing, though scripts/install_deps.sh test installs it"
+    else t_skip "$1" "$2 is missing (scripts/install_deps.sh test installs it)"; fi
+}
 # The sum of the learning rates of steps 0..X-1 under -l LR -u U -q Q with the default cosine schedule
 # (Q = 1: constant after the warm-up), as config_lr_at computes them. Adam moves a parameter by about lr per
 # step at most, so this bounds the drift of the key bias, whose exact gradient is 0 (compare.py --kbias-bound).
@@ -25,7 +33,7 @@ mpi_available() {
 }
 mpi_or_skip() {   # name: prints a skip line and exits when MPI is missing
     if ! mpi_available; then
-        echo "skip $1: train_gpt_cpu was built without MPI (install openmpi-bin libopenmpi-dev and rebuild)"
+        t_missing "$1" "MPI (train_gpt_cpu was built without it: install openmpi-bin libopenmpi-dev and rebuild)"
         t_finish
     fi
 }

@@ -5,7 +5,7 @@
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
 if ! command -v nvcc >/dev/null 2>&1; then
-    echo "skip build_cuda: nvcc not found (install the CUDA toolkit to build train_gpt)"
+    t_skip build_cuda "nvcc not found (install the CUDA toolkit to build train_gpt)"
     t_finish
 fi
 # The GPU build's C objects (build/cuda/*.o) are, but for comm_mpi.o (-DGPT_NCCL), the CPU build's: the

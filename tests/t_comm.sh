@@ -41,7 +41,7 @@ check_single() {   # binary
 }
 
 if ! ldd "$BIN" | grep -q libmpi; then
-    echo "skip comm_mpirun: $BIN was built without MPI (MPI=0, or no mpicc when it was built)"
+    t_missing comm_mpirun "MPI in $BIN (MPI=0, or no mpicc when it was built)"
     check_single "$BIN"
     t_finish
 fi

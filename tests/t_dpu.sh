@@ -64,7 +64,7 @@ same_bits() {   # name, dir a, dir b
 }
 layouts() {   # name, ranks, common flags, then "flags of one layout" ...: each against the first
     local name=$1 np=$2 common=$3; shift 3
-    if [ "$np" -gt 1 ] && [ $have_mpi = 0 ]; then echo "skip $name: no MPI"; return; fi
+    if [ "$np" -gt 1 ] && [ $have_mpi = 0 ]; then t_missing "$name" MPI; return; fi
     train "$np" "$TMP/${name}_0" $common $1 || { t_fail "$name" "run failed: $(tail -1 "$TMP/${name}_0.txt")"; return; }
     local i=1 first=$1; shift
     for l in "$@"; do

@@ -11,7 +11,7 @@ compare() {   # name, ranks, flags...
     local name=$1 np=$2; shift 2
     ./train_gpt_cpu "${base[@]}" "$@" --estimate -w "$np" > "$TMP/$name.plan" 2>&1 || { t_fail "$name" "--estimate failed"; return; }
     if [ "$np" -gt 1 ]; then
-        [ $have_mpi = 1 ] || { echo "skip $name: no MPI"; return; }
+        [ $have_mpi = 1 ] || { t_missing "$name" MPI; return; }
         "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${base[@]}" "$@" -o "$TMP/$name" > "$TMP/$name.txt" 2>&1
     else
         ./train_gpt_cpu "${base[@]}" "$@" -o "$TMP/$name" > "$TMP/$name.txt" 2>&1

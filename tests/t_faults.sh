@@ -49,7 +49,7 @@ if [ $have_mpi = 1 ]; then   # the verdict is global: both ranks skip together, 
     "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -b 1 -x 60 -p fp16 -ls 1e12 -z 2 -o "$TMP/ovf2" > /dev/null 2>&1
     check_scaler fp16_overflow_two_ranks "$TMP/ovf2/log.jsonl"
 else
-    echo "skip the 2-rank overflow checks: no MPI"
+    t_missing two_rank_overflow MPI
 fi
 
 # A NaN weight: every step is non-finite; the run stops after -nf 3 with one error line.
@@ -116,6 +116,6 @@ if [ $have_mpi = 1 ]; then
     t_check rank_killed_ends_job "[ $trained -ge 1 ] && [ -n '$victim' ] && [ $rc -ne 0 ] && [ \$(( \$(date +%s) - start )) -lt 60 ]" \
         "reached step 5: $trained, victim '$victim', rc $rc"
 else
-    echo "skip rank_killed_ends_job: no MPI"
+    t_missing rank_killed_ends_job MPI
 fi
 t_finish

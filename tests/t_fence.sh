@@ -40,7 +40,7 @@ PY
 
 case_run() {   # name, ranks, flags...
     local name=$1 np=$2; shift 2
-    if [ "$np" -gt 1 ] && [ $have_mpi != 0 ]; then echo "skip fence_$name: no MPI build"; return; fi
+    if [ "$np" -gt 1 ] && [ $have_mpi != 0 ]; then t_missing "fence_$name" MPI; return; fi
     run ./train_gpt_cpu "$np" "$TMP/$name.cpu" "$@"
     if ! run build/train_gpt_fenced "$np" "$TMP/$name.fenced" "$@"; then
         t_fail "fence_$name" "the fenced run failed: $(grep -m1 -iE 'error|signal|fault' "$TMP/$name.fenced.txt" | cut -c1-200)"

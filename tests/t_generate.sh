@@ -91,7 +91,7 @@ if mpi_available; then
         -tp 2 > "$TMP/tp.txt" 2>&1
     t_check tensor_parallel_generates_the_same "[ \"\$(ids $TMP/tp.txt)\" = \"\$(ids $TMP/s1)\" ]" "tp2: $(ids "$TMP/tp.txt")"
 else
-    echo "skip pipeline_generates_the_same, tensor_parallel_generates_the_same: no MPI"
+    t_missing pipeline_and_tensor_parallel_generate MPI
 fi
 
 # SIGTERM (or Ctrl-C) ends the text where it is: the ids so far, exit 0.

@@ -13,11 +13,11 @@
 # Needs root, ip (iproute2), unshare and an MPI build; otherwise one "skip" line.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
-skip() { echo "skip t_multinode: $1"; exit 0; }
+skip() { t_skip t_multinode "$1"; exit 0; }
 [ "$(id -u)" = 0 ] || skip "needs root to create network namespaces"
-command -v ip >/dev/null 2>&1 || skip "no ip command (iproute2)"
-command -v unshare >/dev/null 2>&1 || skip "no unshare command (util-linux)"
-mpi_available || skip "needs mpirun and train_gpt_cpu built with MPI"
+command -v ip >/dev/null 2>&1 || { t_missing t_multinode "ip (iproute2)"; t_finish; }
+command -v unshare >/dev/null 2>&1 || { t_missing t_multinode "unshare (util-linux)"; t_finish; }
+mpi_or_skip t_multinode
 export NETNS_A=gzt_a$$ NETNS_B=gzt_b$$   # this run's own pair: tests running side by side never meet
 probe=gzt_p$$
 err=$(ip netns add "$probe" 2>&1) || skip "ip netns add failed: $(printf '%s' "$err" | head -1)"

@@ -34,7 +34,7 @@ same_run() {   # name, dir a, dir b, step
 
 pair() {   # name, ranks, offload level, flags...: offload off vs on over 6 steps
     local name=$1 np=$2 level=$3; shift 3
-    if [ "$np" -gt 1 ] && [ $have_mpi = 0 ]; then echo "skip $name: no MPI"; return; fi
+    if [ "$np" -gt 1 ] && [ $have_mpi = 0 ]; then t_missing "$name" MPI; return; fi
     [ -d "$TMP/${name}_off" ] || train "$np" "$TMP/${name}_off" -x 6 "$@" ||
         { t_fail "$name" "offload 0 run failed: $(tail -1 "$TMP/${name}_off.txt")"; return; }
     train "$np" "$TMP/${name}_on" -x 6 -offload "$level" "$@" ||
@@ -76,7 +76,7 @@ t_check offload2_breakdown_shows_host_copies "[ \$(grep -c '\"offload_host_copie
 # Each rank's memory record: what zero_check.py's table says, host_state included.
 zero_check() {   # name, ranks, flags...
     local name=$1 np=$2; shift 2
-    if [ "$np" -gt 1 ] && [ $have_mpi = 0 ]; then echo "skip $name: no MPI"; return; fi
+    if [ "$np" -gt 1 ] && [ $have_mpi = 0 ]; then t_missing "$name" MPI; return; fi
     train "$np" "$TMP/$name" -x 1 "$@" || { t_fail "$name" "run failed"; return; }
     $PYTHON tests/zero_check.py "$name" "$TMP/$name/log.jsonl" | grep -v _comm || FAILED=1
 }

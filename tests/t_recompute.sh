@@ -22,7 +22,7 @@ for p in fp32 bf16; do
     $PYTHON tests/recompute_check.py "activation_bytes_$p" "$TMP"/${p}_r{0,1,2,3}/log.jsonl || FAILED=1
 done
 if ! command -v mpirun >/dev/null 2>&1 || ! ldd ./train_gpt_cpu | grep -q libmpi; then
-    echo "skip recompute_zero3: train_gpt_cpu was built without MPI"
+    t_missing recompute_zero3 MPI
     t_finish
 fi
 for r in 0 3; do

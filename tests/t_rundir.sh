@@ -235,7 +235,7 @@ PY
     "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -b 1 -z 1 -x 2 -o "$TMP/two" -y 1 > "$TMP/two_ok.txt" 2>&1
     t_check intact_two_rank_checkpoint_resumes "grep -q 'already reached step 2' $TMP/two_ok.txt"
 else
-    echo "skip the two-rank state-file checks: no MPI"
+    t_missing two_rank_state_files MPI
 fi
 
 # -y 1 with no checkpoint starts at step 0; it says so only where an earlier run's log is replaced.
