@@ -720,8 +720,9 @@ static int attention_group(int C, int NH, const char* who) {
 extern "C" void attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int C,
                                   int NH) {
     const int G = attention_group(C, NH, "attention_forward");
-    // GPT_CUDA_ATTENTION_SCALAR=1 (be->attention_scalar) forces the CUDA-core kernels: the tests compare both.
-    if (!be->attention_scalar) {
+    // GPT_CUDA_ATTENTION_SCALAR=1 forces the CUDA-core kernels (the tests compare both paths).
+    const char* force_scalar = getenv("GPT_CUDA_ATTENTION_SCALAR");
+    if (!(force_scalar && force_scalar[0] == '1')) {
         if (dt == DT_BF16 && attention_forward_tc(be, (__nv_bfloat16*)out, lse, (const __nv_bfloat16*)qkv, B, T, C, NH))
             return;
         if (dt == DT_FP16 && attention_forward_tc(be, (__half*)out, lse, (const __half*)qkv, B, T, C, NH)) return;
@@ -737,7 +738,8 @@ extern "C" void attention_backward(Backend* be, DType dt, void* dqkv, float* scr
                                    const void* out, const float* lse, int B, int T, int C, int NH) {
     const int G = attention_group(C, NH, "attention_backward");
     float* D = scratch;   // (B,NH,T)
-    const bool scalar = be->attention_scalar;
+    const char* force_scalar = getenv("GPT_CUDA_ATTENTION_SCALAR");
+    const bool scalar = force_scalar && force_scalar[0] == '1';
     DISPATCH_DTYPE(dt, X, {
         if constexpr (sizeof(X) == 2) {   // the tensor-core path computes D itself
             if (!scalar && attention_backward_tc(be, (X*)dqkv, D, (const X*)dout, (const X*)qkv, (const X*)out, lse,

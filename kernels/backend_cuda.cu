@@ -29,15 +29,7 @@ struct Backend {
     size_t bytes_allocated, peak_bytes;
     Allocation* allocs;             // live be_malloc blocks, so be_free knows how many bytes it returns
     int n_allocs, cap_allocs;
-    // Test switches, read once here: GPT_CUDA_NO_FUSED_EPILOGUES=1 takes matmul's unfused paths and
-    // GPT_CUDA_ATTENTION_SCALAR=1 attention's CUDA-core kernels, so the tests can compare both.
-    int no_fused_epilogues, attention_scalar;
 };
-
-static int env_is_one(const char* name) {
-    const char* v = getenv(name);
-    return v && v[0] == '1';
-}
 
 // Scratch of at least `bytes` for one launcher; valid until the next launcher on the stream.
 static void* be_scratch(Backend* be, size_t bytes, const char* who) {
@@ -110,8 +102,6 @@ Backend* backend_create(int local_rank) {
     CUBLAS_CHECK(cublasLtCreate(&be->lt));
     be->lt_workspace = raw_malloc(be, CUBLASLT_WORKSPACE_BYTES, "cuBLASLt workspace");
     be->scratch = raw_malloc(be, KERNEL_SCRATCH_BYTES, "kernel scratch");
-    be->no_fused_epilogues = env_is_one("GPT_CUDA_NO_FUSED_EPILOGUES");
-    be->attention_scalar = env_is_one("GPT_CUDA_ATTENTION_SCALAR");
     return be;
 }
 
