@@ -748,7 +748,7 @@ static void save_checkpoint(Trainer* tr, int step) {
     char dir[PATH_MAX];
     double t0 = now_seconds();
     checkpoint_save(&tr->model_states, tr->be, &tr->grid, &tr->cfg, &tr->run_dir, &info, dir, sizeof(dir));
-    if (is_root(tr)) printf("step %d | checkpoint %s written in %.1f s\n", step, dir, now_seconds() - t0);
+    if (is_root(tr)) printf("step %d | checkpoint %s written in %.2f s\n", step, dir, now_seconds() - t0);
 }
 
 static void print_finish(const Trainer* tr, int steps_done, double seconds) {
