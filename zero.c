@@ -6,6 +6,81 @@
 #include "core/phase_timer.h"
 #include "kernels/host_elem.h"
 
+// The gradient buffers; which exist depends on the capabilities.
+typedef struct {
+    void* whole;         // without shard_grads: full flat buffer (dt), accumulating over micro-steps
+    void* piece;         // shard_state without shard_grads: (state_elems) dt, the reduce-scattered gradient
+    float* acc;          // shard_grads: (state_elems) fp32 accumulator; host memory with grads_on_host
+    float* piece_f32;    // shard_grads: one piece converted to fp32 before it is added (grads_on_host: the
+                         // tied embedding's piece, summed over the pair on the backend)
+    GradLanding* landing; // grads_on_host: how each reduced piece comes down and is added (core/grad_landing.h)
+} GradBuffers;
+
+// A gradient slot's life (shard_grads). Its reduce-scatter is finished only when the buffer is wanted again,
+// so that it runs during the next unit's backward.
+typedef enum {
+    GRAD_FREE,       // nothing in it the accumulator still needs.
+                     // -> FILLING: walk_grads zeroes it for a unit
+    GRAD_FILLING,    // the walk adds `unit`'s gradients, over all its requests of the micro-step.
+                     // -> REDUCING: walk_grads_done starts the reduce-scatter
+    GRAD_REDUCING,   // `unit`'s reduce-scatter is in flight.
+                     // -> FREE: finish_grad_slot waits for it and adds this rank's piece to the accumulator
+} GradSlotState;
+
+typedef struct {
+    void* buf;            // dt, laid out like its unit's parameters
+    GradSlotState state;
+    int unit;             // GRAD_FILLING, GRAD_REDUCING: whose gradients
+    CommHandle flight;    // GRAD_REDUCING: the reduce-scatter
+    unsigned long seq;    // start order of its last reduce-scatter: the older of two is finished first
+} GradSlot;
+
+// The walk's gradient buffers (shard_grads): two rotating ones for the blocks and the final LayerNorm, and
+// one for the embeddings, which the LM head and the encoder both fill.
+typedef struct {
+    GradSlot slot[2];
+    GradSlot emb;
+    unsigned long started;   // reduce-scatters started so far: the next one's seq
+} UnitGrads;
+
+// A block parameter slot's life (shard_params).
+typedef enum {
+    PARAMS_FREE,        // nothing in it the walk will ask for.
+                        // -> PREFETCHED: prefetch starts the gather of the block the walk will ask for next;
+                        // -> HELD: block_params_of starts the gather of a block the walk asks for now
+    PARAMS_PREFETCHED,  // `unit`'s gather runs ahead of the walk.
+                        // -> HELD: block_params_of, when the walk asks for it;
+                        // -> FREE: drop_prefetches, when the buffer is needed or the parameters change
+    PARAMS_HELD,        // the walk computes with `unit`, its gather finished by block_params_of.
+                        // -> FREE: walk_params_done
+} ParamSlotState;
+
+typedef struct {
+    void* buf;            // dt, the largest block unit
+    ParamSlotState state;
+    int unit;             // PARAMS_PREFETCHED, PARAMS_HELD: whose parameters
+    CommHandle flight;    // the gather into buf
+    BeEvent* uploaded;    // params_on_host: the upload of this rank's piece into buf (gather_start)
+} ParamSlot;
+
+// The embeddings and the final LayerNorm (shard_params): small, or shared by the LM head and the encoder, so
+// gathered at first use and kept until the parameters change.
+enum { RESIDENT_EMB, RESIDENT_FINAL, RESIDENTS };
+
+typedef struct {
+    void* buf;            // dt, the unit's padded size
+    int gathered;         // since the parameters last changed
+    BeEvent* uploaded;    // params_on_host: as ParamSlot's
+} Resident;
+
+// The gathered parameters (shard_params), and the block the walk asked for last, from which the direction
+// of its next request follows.
+typedef struct {
+    ParamSlot slot[2];
+    Resident resident[RESIDENTS];
+    int walk_started, walk_last_block;
+} Gathered;
+
 struct Zero {
     ZeroCaps caps;
     Comm* dp;            // data-parallel group; NULL for a single process
@@ -21,47 +96,18 @@ struct Zero {
     float* master;       // (state_elems) fp32; aliases params where both have the same indexing and type
     float* adam_m;
     float* adam_v;
-    // Gradients.
-    void* grads;         // without shard_grads: full flat buffer (dt), accumulating over micro-steps
-    void* grads_piece;   // shard_state without shard_grads: (state_elems) dt, the reduce-scattered gradient
-    float* grad_acc;     // shard_grads: (state_elems) fp32 accumulator; host memory with grads_on_host
-    float* piece_f32;    // shard_grads: one piece converted to fp32 before it is added (grads_on_host: the
-                         // tied embedding's piece, summed over the pair on the backend)
-    GradLanding* landing; // grads_on_host: how each reduced piece comes down and is added (core/grad_landing.h)
-    void* grad_slot[2];  // shard_grads: rotating unit gradient buffers (dt), largest block unit
-    int grad_slot_unit[2];
-    void* emb_grads;     // shard_grads: unit 0's gradients (live from the LM head to the encoder)
-    int emb_grads_live;
-    // Gathered parameters (shard_params).
-    void* param_slot[2]; // rotating block buffers
-    int param_slot_unit[2];
-    void* resident[2];   // unit 0 and unit L+1, gathered until the next update
-    // params_on_host: the upload of this rank's piece into param_slot[s] (uploaded[s]) or resident[r]
-    // (uploaded[2 + r]), which the main stream waits for where the walk needs the buffer.
-    BeEvent* uploaded[4];
-    int resident_valid;
-    float* norm_acc;     // one float of backend scratch
-    void* host_stage;    // state_on_host: the optimizer's staging (model_state.h), host_stage_elems elements
-    size_t host_stage_elems;
-    void* pending_grad;  // delayed_update: (state_elems) of the reduced gradient's type, host memory
-    void* pending_params; // delayed_update: (state_elems) dt, host memory
-    // Collectives in flight (comm.h's start/wait), overlapping the walk's compute; see below for when.
-    CommHandle grad_flight[2];        // shard_grads: reduce-scatter of grad_slot[s], for unit grad_flight_unit[s]
-    int grad_flight_unit[2];
-    int grad_flight_live[2];
-    unsigned long grad_flight_seq[2]; // start order: the older one is finished first
-    unsigned long grad_seq;
-    CommHandle emb_flight;            // reduce-scatter of emb_grads
-    int emb_flight_live;
-    CommHandle param_flight[2];       // shard_params: gather into param_slot[s]; a prefetch until the walk asks
-    int param_slot_held[2];           // between the walk's params and params_done
-    int walk_last_block, walk_started;   // the block the walk asked for last (the prefetch direction)
-    double host_copy_seconds;            // grads_on_host / params_on_host: the walk's copies since last read
+    GradBuffers grad;
+    UnitGrads unit_grads;      // shard_grads
+    Gathered gathered;         // shard_params
+    float* norm_acc;           // one float of backend scratch
+    HostStage stage;           // state_on_host: the optimizer's staging (model_state.h)
+    PendingBuffers pending;    // delayed_update: (state_elems) each, host memory
+    double host_copy_seconds;  // grads_on_host / params_on_host: the walk's copies since last read
 };
 
 ZeroCaps zero_caps(int stage) {
     if (stage < 0 || stage > 3) fail("internal: ZeRO stage %d (0..3)", stage);
-    ZeroCaps c = {stage >= 1, stage >= 2, stage >= 3, 0, 0, 0, 0};
+    ZeroCaps c = {.shard_state = stage >= 1, .shard_grads = stage >= 2, .shard_params = stage >= 3};
     return c;
 }
 
@@ -81,6 +127,11 @@ static int emb_unit(const Zero* z) { return z->lay->emb_unit; }
 static int final_unit(const Zero* z) { return z->lay->final_unit; }
 static int is_block(const Zero* z, int u) { return u != emb_unit(z) && u != final_unit(z); }
 
+static Place place(int on_host) { return on_host ? IN_HOST : IN_BACKEND; }
+static Place state_place(const Zero* z) { return place(z->caps.state_on_host); }
+static Place grads_place(const Zero* z) { return place(z->caps.grads_on_host); }
+static Place params_place(const Zero* z) { return place(z->caps.params_on_host); }
+
 // The reduced gradient, what the optimizer reads: with shard_state, this rank's piece of each unit
 // (indexed like the state: a piece); otherwise the whole all-reduced buffer (indexed like the layout).
 static int reduced_is_piece(const Zero* z) { return z->caps.shard_state; }
@@ -89,8 +140,8 @@ static DType reduced_dtype(const Zero* z) { return z->caps.shard_grads ? DT_FP32
 
 static void* reduced_grads(const Zero* z, DType* dt) {
     *dt = reduced_dtype(z);
-    if (z->caps.shard_grads) return z->grad_acc;
-    return reduced_is_piece(z) ? z->grads_piece : z->grads;
+    if (z->caps.shard_grads) return z->grad.acc;
+    return reduced_is_piece(z) ? z->grad.piece : z->grad.whole;
 }
 
 // Largest unit other than the embeddings (the rotating buffers hold blocks and the final LayerNorm).
@@ -115,29 +166,34 @@ static int embedding_is_tied(const ParamLayout* lay) {
     return lay->emb_unit >= 0 && (lay->emb_mirror || lay->final_unit < 0);
 }
 
+static void allocate_unit_grads(Zero* z, Backend* be, MemLedger* mem) {
+    size_t block = largest_block_unit(z->lay), x = xs(z);
+    for (int s = 0; s < 2; s++) {
+        z->unit_grads.slot[s].buf = mem_alloc(be, mem, MEM_GRADS, block * x);
+        z->unit_grads.slot[s].unit = -1;
+    }
+    if (emb_unit(z) >= 0) z->unit_grads.emb.buf = mem_alloc(be, mem, MEM_GRADS, unit(z, emb_unit(z))->padded * x);
+}
+
 static void allocate_grads(Zero* z, Backend* be, MemLedger* mem) {
     size_t total = z->lay->total, x = xs(z);
+    GradBuffers* g = &z->grad;
     if (!z->caps.shard_grads) {
-        z->grads = mem_alloc(be, mem, MEM_GRADS, total * x);
-        if (reduced_is_piece(z)) z->grads_piece = pieces_are_whole(z) ? z->grads : mem_alloc(be, mem, MEM_GRADS, z->state_elems * x);
+        g->whole = mem_alloc(be, mem, MEM_GRADS, total * x);
+        if (reduced_is_piece(z)) g->piece = pieces_are_whole(z) ? g->whole : mem_alloc(be, mem, MEM_GRADS, z->state_elems * x);
         return;
     }
-    size_t block = largest_block_unit(z->lay), max_piece = 0;
+    size_t max_piece = 0;
     for (int u = 0; u < z->lay->num_units; u++) max_piece = piece(z, u) > max_piece ? piece(z, u) : max_piece;
     if (z->caps.grads_on_host) {
-        z->grad_acc = (float*)mem_alloc_host(be, mem, MEM_HOST_GRADS, z->state_elems * 4);
-        z->landing = grad_landing_create(be, mem, z->dt, max_piece);
+        g->acc = (float*)mem_alloc_host(be, mem, MEM_HOST_GRADS, z->state_elems * 4);
+        g->landing = grad_landing_create(be, mem, z->dt, max_piece);
     } else {
-        z->grad_acc = (float*)mem_alloc(be, mem, MEM_GRADS, z->state_elems * 4);
+        g->acc = (float*)mem_alloc(be, mem, MEM_GRADS, z->state_elems * 4);
     }
     // The accumulator's additions on the backend; with grads_on_host only the tied embedding's all-reduce.
-    if (!z->caps.grads_on_host || embedding_is_tied(z->lay))
-        z->piece_f32 = (float*)mem_alloc(be, mem, MEM_GRADS, max_piece * 4);
-    for (int s = 0; s < 2; s++) {
-        z->grad_slot[s] = mem_alloc(be, mem, MEM_GRADS, block * x);
-        z->grad_slot_unit[s] = -1;
-    }
-    if (emb_unit(z) >= 0) z->emb_grads = mem_alloc(be, mem, MEM_GRADS, unit(z, emb_unit(z))->padded * x);
+    if (!z->caps.grads_on_host || embedding_is_tied(z->lay)) g->piece_f32 = (float*)mem_alloc(be, mem, MEM_GRADS, max_piece * 4);
+    allocate_unit_grads(z, be, mem);
 }
 
 // The optimizer stages a span through host memory this many elements at a time (state_on_host): a fixed
@@ -150,9 +206,9 @@ static float* alloc_state(Zero* z, Backend* be, MemLedger* mem, MemCategory c) {
     return (float*)(z->caps.state_on_host ? mem_alloc_host(be, mem, MEM_HOST_STATE, bytes) : mem_alloc(be, mem, c, bytes));
 }
 
-static void free_where(Backend* be, int on_host, void* p) {
+static void free_in(Backend* be, Place where, void* p) {
     if (!p) return;
-    if (on_host) be_host_free(be, p);
+    if (where == IN_HOST) be_host_free(be, p);
     else be_free(be, p);
 }
 
@@ -161,6 +217,31 @@ static void free_where(Backend* be, int on_host, void* p) {
 static size_t stage_elem_bytes(const Zero* z) {
     if (!z->caps.state_on_host) return 0;
     return (z->caps.grads_on_host ? 0 : 4) + (z->caps.params_on_host ? 0 : xs(z));
+}
+
+static void allocate_host_buffers(Zero* z, Backend* be, MemLedger* mem) {
+    if (z->caps.delayed_update) {
+        z->pending.grad = mem_alloc_host(be, mem, MEM_HOST_STATE, z->state_elems * dtype_size(reduced_dtype(z)));
+        z->pending.params = mem_alloc_host(be, mem, MEM_HOST_STATE, z->state_elems * xs(z));
+    }
+    if (stage_elem_bytes(z)) {
+        z->stage.elems = z->state_elems < HOST_STAGE_ELEMS ? z->state_elems : HOST_STAGE_ELEMS;
+        z->stage.buf = mem_alloc_host(be, mem, MEM_HOST_STATE, 2 * z->stage.elems * stage_elem_bytes(z));
+    }
+}
+
+static void allocate_gathered(Zero* z, Backend* be, MemLedger* mem) {
+    size_t block = largest_block_unit(z->lay), x = xs(z);
+    Gathered* g = &z->gathered;
+    for (int s = 0; s < 2; s++) {
+        g->slot[s].buf = mem_alloc(be, mem, MEM_PARAMS, block * x);
+        g->slot[s].unit = -1;
+    }
+    if (emb_unit(z) >= 0) g->resident[RESIDENT_EMB].buf = mem_alloc(be, mem, MEM_PARAMS, unit(z, emb_unit(z))->padded * x);
+    if (final_unit(z) >= 0) g->resident[RESIDENT_FINAL].buf = mem_alloc(be, mem, MEM_PARAMS, unit(z, final_unit(z))->padded * x);
+    if (!z->caps.params_on_host || !be) return;
+    for (int s = 0; s < 2; s++) g->slot[s].uploaded = be_event_create(be);
+    for (int r = 0; r < RESIDENTS; r++) g->resident[r].uploaded = be_event_create(be);
 }
 
 static void allocate_params(Zero* z, Backend* be, MemLedger* mem) {
@@ -174,28 +255,11 @@ static void allocate_params(Zero* z, Backend* be, MemLedger* mem) {
     z->master = alias ? (float*)z->params : alloc_state(z, be, mem, MEM_MASTER);
     z->adam_m = alloc_state(z, be, mem, MEM_OPTIMIZER);
     z->adam_v = alloc_state(z, be, mem, MEM_OPTIMIZER);
-    if (z->caps.delayed_update) {
-        z->pending_grad = mem_alloc_host(be, mem, MEM_HOST_STATE, z->state_elems * dtype_size(reduced_dtype(z)));
-        z->pending_params = mem_alloc_host(be, mem, MEM_HOST_STATE, z->state_elems * x);
-    }
-    if (stage_elem_bytes(z)) {
-        z->host_stage_elems = z->state_elems < HOST_STAGE_ELEMS ? z->state_elems : HOST_STAGE_ELEMS;
-        z->host_stage = mem_alloc_host(be, mem, MEM_HOST_STATE, 2 * z->host_stage_elems * stage_elem_bytes(z));
-    }
-    if (!z->caps.shard_params) return;
-    size_t block = largest_block_unit(z->lay);
-    for (int s = 0; s < 2; s++) {
-        z->param_slot[s] = mem_alloc(be, mem, MEM_PARAMS, block * x);
-        z->param_slot_unit[s] = -1;
-    }
-    if (emb_unit(z) >= 0) z->resident[0] = mem_alloc(be, mem, MEM_PARAMS, unit(z, emb_unit(z))->padded * x);
-    if (final_unit(z) >= 0) z->resident[1] = mem_alloc(be, mem, MEM_PARAMS, unit(z, final_unit(z))->padded * x);
-    if (z->caps.params_on_host && be)
-        for (int i = 0; i < 4; i++) z->uploaded[i] = be_event_create(be);
+    allocate_host_buffers(z, be, mem);
+    if (z->caps.shard_params) allocate_gathered(z, be, mem);
 }
 
-static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, Comm* dp, Comm* tied,
-                      int rank, int size, DType dt) {
+static void check_caps(ZeroCaps caps) {
     if ((caps.shard_grads && !caps.shard_state) || (caps.shard_params && !caps.shard_grads))
         fail("internal: ZeRO capabilities out of order (state %d, gradients %d, parameters %d)", caps.shard_state,
              caps.shard_grads, caps.shard_params);
@@ -203,14 +267,12 @@ static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* l
     if ((caps.grads_on_host && !(caps.shard_grads && caps.state_on_host)) || (caps.params_on_host && !(caps.shard_params && caps.grads_on_host)))
         fail("internal: offload without its sharding (gradients on host %d, parameters on host %d)", caps.grads_on_host,
              caps.params_on_host);
-    memset(z, 0, sizeof(*z));
-    z->caps = caps;
-    z->dp = dp;
-    z->tied = tied;
-    z->rank = rank;
-    z->size = size;
-    z->dt = dt;
-    z->lay = lay;
+}
+
+static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, Comm* dp, Comm* tied,
+                      int rank, int size, DType dt) {
+    check_caps(caps);
+    *z = (Zero){.caps = caps, .dp = dp, .tied = tied, .rank = rank, .size = size, .dt = dt, .lay = lay};
     size_t off = 0;
     for (int u = 0; u < lay->num_units; u++) {
         if (lay->units[u].padded % layout_pad_multiple(z->size) != 0)
@@ -241,21 +303,26 @@ static void settle(Zero* z, Backend* be);
 
 void zero_destroy(Zero* z, Backend* be) {
     settle(z, be);
-    if (z->grads_piece == z->grads) z->grads_piece = NULL;   // an alias, not an allocation
-    void* owned[] = {z->grads, z->grads_piece, z->piece_f32, z->grad_slot[0], z->grad_slot[1], z->emb_grads,
-                     z->param_slot[0], z->param_slot[1], z->resident[0], z->resident[1], z->norm_acc};
-    for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++) free_where(be, 0, owned[i]);
-    free_where(be, z->caps.params_on_host, z->params);
-    grad_landing_destroy(z->landing, be);   // before the accumulator it adds into
-    free_where(be, z->caps.grads_on_host, z->grad_acc);
-    free_where(be, z->caps.state_on_host, z->adam_m);
-    free_where(be, z->caps.state_on_host, z->adam_v);
-    if ((void*)z->master != z->params) free_where(be, z->caps.state_on_host, z->master);
-    free_where(be, 1, z->host_stage);
-    free_where(be, 1, z->pending_grad);
-    free_where(be, 1, z->pending_params);
+    GradBuffers* g = &z->grad;
+    UnitGrads* ug = &z->unit_grads;
+    Gathered* ga = &z->gathered;
+    if (g->piece == g->whole) g->piece = NULL;   // an alias, not an allocation
+    void* on_backend[] = {g->whole, g->piece, g->piece_f32, ug->slot[0].buf, ug->slot[1].buf, ug->emb.buf, ga->slot[0].buf,
+                          ga->slot[1].buf, ga->resident[RESIDENT_EMB].buf, ga->resident[RESIDENT_FINAL].buf, z->norm_acc};
+    for (size_t i = 0; i < sizeof(on_backend) / sizeof(on_backend[0]); i++) free_in(be, IN_BACKEND, on_backend[i]);
+    free_in(be, params_place(z), z->params);
+    grad_landing_destroy(g->landing, be);   // before the accumulator it adds into
+    free_in(be, grads_place(z), g->acc);
+    free_in(be, state_place(z), z->adam_m);
+    free_in(be, state_place(z), z->adam_v);
+    if ((void*)z->master != z->params) free_in(be, state_place(z), z->master);
+    free_in(be, IN_HOST, z->stage.buf);
+    free_in(be, IN_HOST, z->pending.grad);
+    free_in(be, IN_HOST, z->pending.params);
+    BeEvent* events[] = {ga->slot[0].uploaded, ga->slot[1].uploaded, ga->resident[RESIDENT_EMB].uploaded,
+                         ga->resident[RESIDENT_FINAL].uploaded};
     for (int i = 0; i < 4; i++)
-        if (z->uploaded[i]) be_event_destroy(be, z->uploaded[i]);
+        if (events[i]) be_event_destroy(be, events[i]);
     free(z);
 }
 
@@ -271,7 +338,7 @@ void zero_destroy(Zero* z, Backend* be) {
 // A prefetch nobody asks for would cost a gather, not correctness: it is dropped when its buffer is needed
 // and when the parameters change.
 
-static CommHandle no_handle(void) { return (CommHandle){0, 0}; }
+static CommHandle no_handle(void) { return (CommHandle){.slot = 0, .gen = 0}; }
 
 // Starts the all-gather of unit u's parameters from every rank's piece into buf (the unit's padded size).
 // With params_on_host this rank's piece goes up on the copy stream (event uploaded), after the main stream's
@@ -303,22 +370,29 @@ static void finish_gather(Zero* z, Backend* be, CommHandle* h, BeEvent* uploaded
     if (z->caps.params_on_host && z->size == 1) be_stream_wait(be, uploaded);
 }
 
-static void gather_unit(Zero* z, Backend* be, int u, void* buf, BeEvent* uploaded) {
-    CommHandle h = gather_start(z, be, u, buf, uploaded);
-    finish_gather(z, be, &h, uploaded);
+static void* resident_params(Zero* z, Backend* be, int u) {
+    Resident* r = &z->gathered.resident[u == emb_unit(z) ? RESIDENT_EMB : RESIDENT_FINAL];
+    if (!r->gathered) {
+        CommHandle h = gather_start(z, be, u, r->buf, r->uploaded);
+        finish_gather(z, be, &h, r->uploaded);
+    }
+    r->gathered = 1;
+    return r->buf;
 }
 
-static int find_slot(const int* slot_unit, int u) {
-    for (int s = 0; s < 2; s++)
-        if (slot_unit[s] == u) return s;
-    return -1;
+// The first slot free (u = -1), or holding or gathering unit u; NULL if none.
+static ParamSlot* param_slot(Zero* z, int u) {
+    for (int s = 0; s < 2; s++) {
+        ParamSlot* p = &z->gathered.slot[s];
+        if (u < 0 ? p->state == PARAMS_FREE : p->state != PARAMS_FREE && p->unit == u) return p;
+    }
+    return NULL;
 }
 
-static int take_slot(int* slot_unit, int u, const char* what) {
-    int s = find_slot(slot_unit, -1);
-    if (s < 0) fail("internal: no free %s buffer for unit %d (units %d and %d still held)", what, u, slot_unit[0], slot_unit[1]);
-    slot_unit[s] = u;
-    return s;
+static void start_param_gather(Zero* z, Backend* be, ParamSlot* p, ParamSlotState state, int u) {
+    p->state = state;
+    p->unit = u;
+    p->flight = gather_start(z, be, u, p->buf, p->uploaded);
 }
 
 // The unit of block l when this layout holds it, else -1.
@@ -328,57 +402,61 @@ static int held_block_unit(const Zero* z, int l) {
 
 // The block unit the walk will ask for after block unit u, or -1 when that is not certain.
 static int next_block_unit(Zero* z, int u) {
+    Gathered* g = &z->gathered;
     int l = z->lay->tensors[unit(z, u)->first_tensor].layer, dir = 0;   // the block unit u holds
-    if (z->walk_started && z->walk_last_block == l - 1) dir = 1;
-    else if (z->walk_started && z->walk_last_block == l + 1) dir = -1;
+    if (g->walk_started && g->walk_last_block == l - 1) dir = 1;
+    else if (g->walk_started && g->walk_last_block == l + 1) dir = -1;
     else if (held_block_unit(z, l - 1) < 0) dir = 1;
     else if (held_block_unit(z, l + 1) < 0) dir = -1;
-    z->walk_last_block = l;
-    z->walk_started = 1;
+    g->walk_last_block = l;
+    g->walk_started = 1;
     return dir ? held_block_unit(z, l + dir) : -1;
 }
 
 // Finishes and forgets the gathers the walk has not asked for (parameters about to change, teardown).
 static void drop_prefetches(Zero* z) {
     for (int s = 0; s < 2; s++) {
-        if (z->param_slot_held[s] || z->param_slot_unit[s] < 0) continue;
-        wait_for(z, &z->param_flight[s]);   // its upload may still run: the slot's next one queues after it
-        z->param_slot_unit[s] = -1;
+        ParamSlot* p = &z->gathered.slot[s];
+        if (p->state != PARAMS_PREFETCHED) continue;
+        wait_for(z, &p->flight);   // its upload may still run: the slot's next one queues after it
+        p->state = PARAMS_FREE;
+        p->unit = -1;
     }
 }
 
 static void prefetch(Zero* z, Backend* be, int u) {
-    if (u < 0 || find_slot(z->param_slot_unit, u) >= 0) return;
-    int s = find_slot(z->param_slot_unit, -1);
-    if (s < 0) return;   // both buffers in use: the walk asks for it later and gathers it then
-    z->param_slot_unit[s] = u;
-    z->param_flight[s] = gather_start(z, be, u, z->param_slot[s], z->uploaded[s]);
+    if (u < 0 || param_slot(z, u)) return;
+    ParamSlot* p = param_slot(z, -1);
+    if (p) start_param_gather(z, be, p, PARAMS_PREFETCHED, u);   // else the walk gathers it when it asks
+}
+
+// A free slot for block unit u, which the walk asks for now.
+static ParamSlot* take_param_slot(Zero* z, int u) {
+    if (!param_slot(z, -1)) drop_prefetches(z);   // a prefetch nobody asked for
+    ParamSlot* p = param_slot(z, -1);
+    if (!p)
+        fail("internal: no free parameter buffer for unit %d (units %d and %d still held)", u, z->gathered.slot[0].unit,
+             z->gathered.slot[1].unit);
+    return p;
 }
 
 static void* block_params_of(Zero* z, Backend* be, int u) {
-    int s = find_slot(z->param_slot_unit, u);
-    if (s >= 0 && z->param_slot_held[s]) return z->param_slot[s];   // asked again while held: not a step
-    if (s < 0) {
-        if (find_slot(z->param_slot_unit, -1) < 0) drop_prefetches(z);   // a prefetch nobody asked for
-        s = take_slot(z->param_slot_unit, u, "parameter");
-        z->param_flight[s] = gather_start(z, be, u, z->param_slot[s], z->uploaded[s]);
+    ParamSlot* p = param_slot(z, u);
+    if (p && p->state == PARAMS_HELD) return p->buf;   // asked again while held: not a step
+    if (!p) {
+        p = take_param_slot(z, u);
+        start_param_gather(z, be, p, PARAMS_HELD, u);
     }
-    z->param_slot_held[s] = 1;
+    p->state = PARAMS_HELD;
     prefetch(z, be, next_block_unit(z, u));   // started before the wait below, so MPI progresses both
-    finish_gather(z, be, &z->param_flight[s], z->uploaded[s]);
-    return z->param_slot[s];
+    finish_gather(z, be, &p->flight, p->uploaded);
+    return p->buf;
 }
 
 static void* walk_params(void* ctx, Backend* be, int u) {
     Zero* z = (Zero*)ctx;
     if (!z->caps.shard_params) return at(z->params, unit(z, u)->offset, xs(z));
-    if (!is_block(z, u)) {   // small, or shared by the LM head and the encoder: keep until the next update
-        int r = u == emb_unit(z) ? 0 : 1;
-        if (!(z->resident_valid & (1 << r))) gather_unit(z, be, u, z->resident[r], z->uploaded[2 + r]);
-        z->resident_valid |= 1 << r;
-        return z->resident[r];
-    }
-    return block_params_of(z, be, u);
+    return is_block(z, u) ? block_params_of(z, be, u) : resident_params(z, be, u);
 }
 
 static void walk_prefetch(void* ctx, Backend* be, int u) {
@@ -389,10 +467,10 @@ static void walk_prefetch(void* ctx, Backend* be, int u) {
 static void walk_params_done(void* ctx, int u) {
     Zero* z = (Zero*)ctx;
     if (!z->caps.shard_params || !is_block(z, u)) return;
-    int s = find_slot(z->param_slot_unit, u);
-    if (s < 0 || !z->param_slot_held[s]) return;
-    z->param_slot_unit[s] = -1;
-    z->param_slot_held[s] = 0;
+    ParamSlot* p = param_slot(z, u);
+    if (!p || p->state != PARAMS_HELD) return;
+    p->state = PARAMS_FREE;
+    p->unit = -1;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -417,73 +495,89 @@ static CommHandle reduce_start(Zero* z, int u, void* buf) {
 static void reduce_into_accumulator(Zero* z, Backend* be, int u, void* buf, CommHandle* h) {
     size_t p = piece(z, u);
     wait_for(z, h);
-    float* acc = z->grad_acc + z->piece_offset[u];
+    float* acc = z->grad.acc + z->piece_offset[u];
     const void* mine = at(buf, (size_t)z->rank * p, xs(z));
     if (z->caps.grads_on_host) {
-        grad_landing_add(z->landing, be, acc, mine, p);
+        grad_landing_add(z->grad.landing, be, acc, mine, p);
         return;
     }
-    convert(be, z->piece_f32, DT_FP32, mine, z->dt, p);
-    residual_forward(be, DT_FP32, acc, acc, z->piece_f32, p);
+    convert(be, z->grad.piece_f32, DT_FP32, mine, z->dt, p);
+    residual_forward(be, DT_FP32, acc, acc, z->grad.piece_f32, p);
 }
 
-static void finish_grad_slot(Zero* z, Backend* be, int s) {
-    if (!z->grad_flight_live[s]) return;
-    reduce_into_accumulator(z, be, z->grad_flight_unit[s], z->grad_slot[s], &z->grad_flight[s]);
-    z->grad_flight_live[s] = 0;
+static void start_reduce(Zero* z, GradSlot* g, int u) {
+    g->flight = reduce_start(z, u, g->buf);
+    g->state = GRAD_REDUCING;
+    g->unit = u;
+    g->seq = ++z->unit_grads.started;
 }
 
-static void finish_emb_grads(Zero* z, Backend* be) {
-    if (!z->emb_flight_live) return;
-    reduce_into_accumulator(z, be, emb_unit(z), z->emb_grads, &z->emb_flight);
-    z->emb_flight_live = 0;
+static void finish_grad_slot(Zero* z, Backend* be, GradSlot* g) {
+    if (g->state != GRAD_REDUCING) return;
+    reduce_into_accumulator(z, be, g->unit, g->buf, &g->flight);
+    g->state = GRAD_FREE;
+    g->unit = -1;
 }
 
 static void finish_all_grads(Zero* z, Backend* be) {
     if (!z->caps.shard_grads) return;
-    int first = z->grad_flight_seq[0] <= z->grad_flight_seq[1] ? 0 : 1;
-    finish_grad_slot(z, be, first);
-    finish_grad_slot(z, be, 1 - first);
-    finish_emb_grads(z, be);
-    if (z->caps.grads_on_host) grad_landing_drain(z->landing);
+    UnitGrads* ug = &z->unit_grads;
+    int first = ug->slot[0].seq <= ug->slot[1].seq ? 0 : 1;
+    finish_grad_slot(z, be, &ug->slot[first]);
+    finish_grad_slot(z, be, &ug->slot[1 - first]);
+    finish_grad_slot(z, be, &ug->emb);
+    if (z->caps.grads_on_host) grad_landing_drain(z->grad.landing);
 }
 
-// A gradient buffer for unit u: finishes u's previous reduce-scatter if it is still in flight, then takes a
-// buffer the walk does not hold, preferring one with nothing in flight, else the older reduce-scatter's.
-static int take_grad_slot(Zero* z, Backend* be, int u) {
+// The rotating slot filling with unit u's gradients; NULL if none.
+static GradSlot* filling_slot(Zero* z, int u) {
+    GradSlot* slot = z->unit_grads.slot;
     for (int s = 0; s < 2; s++)
-        if (z->grad_flight_live[s] && z->grad_flight_unit[s] == u) finish_grad_slot(z, be, s);
-    int pick = -1;
-    for (int s = 0; s < 2; s++) {
-        if (z->grad_slot_unit[s] != -1) continue;
-        int idle = !z->grad_flight_live[s];
-        if (pick < 0 || (idle && z->grad_flight_live[pick]) ||
-            (!idle && z->grad_flight_live[pick] && z->grad_flight_seq[s] < z->grad_flight_seq[pick]))
-            pick = s;
-    }
-    if (pick < 0)
-        fail("internal: no free gradient buffer for unit %d (units %d and %d still held)", u, z->grad_slot_unit[0],
-             z->grad_slot_unit[1]);
+        if (slot[s].state == GRAD_FILLING && slot[s].unit == u) return &slot[s];
+    return NULL;
+}
+
+// Whether a is the better slot to take than b: one with nothing in flight, else the older reduce-scatter.
+static int better_to_take(const GradSlot* a, const GradSlot* b) {
+    return b->state == GRAD_REDUCING && (a->state != GRAD_REDUCING || a->seq < b->seq);
+}
+
+// A rotating slot for unit u, GRAD_FREE: finishes u's previous reduce-scatter if it is still in flight,
+// then takes the better slot the walk is not filling and finishes its reduce-scatter.
+static GradSlot* take_grad_slot(Zero* z, Backend* be, int u) {
+    GradSlot* slot = z->unit_grads.slot;
+    for (int s = 0; s < 2; s++)
+        if (slot[s].state == GRAD_REDUCING && slot[s].unit == u) finish_grad_slot(z, be, &slot[s]);
+    GradSlot* pick = NULL;
+    for (int s = 0; s < 2; s++)
+        if (slot[s].state != GRAD_FILLING && (!pick || better_to_take(&slot[s], pick))) pick = &slot[s];
+    if (!pick)
+        fail("internal: no free gradient buffer for unit %d (units %d and %d still held)", u, slot[0].unit, slot[1].unit);
     finish_grad_slot(z, be, pick);
-    z->grad_slot_unit[pick] = u;
     return pick;
+}
+
+// The slot to accumulate unit u's gradients in: the embeddings' own (its last reduce-scatter finished
+// first), the rotating one already filling with u, or a newly taken one.
+static GradSlot* grad_slot_for(Zero* z, Backend* be, int u) {
+    if (u == emb_unit(z)) {
+        finish_grad_slot(z, be, &z->unit_grads.emb);
+        return &z->unit_grads.emb;
+    }
+    GradSlot* g = filling_slot(z, u);
+    return g ? g : take_grad_slot(z, be, u);
 }
 
 static void* walk_grads(void* ctx, Backend* be, int u) {
     Zero* z = (Zero*)ctx;
-    size_t x = xs(z);
-    if (!z->caps.shard_grads) return at(z->grads, unit(z, u)->offset, x);
-    if (u == emb_unit(z)) {
-        finish_emb_grads(z, be);
-        if (!z->emb_grads_live) be_memset0(be, z->emb_grads, unit(z, u)->padded * x);
-        z->emb_grads_live = 1;
-        return z->emb_grads;
+    if (!z->caps.shard_grads) return at(z->grad.whole, unit(z, u)->offset, xs(z));
+    GradSlot* g = grad_slot_for(z, be, u);
+    if (g->state == GRAD_FREE) {
+        be_memset0(be, g->buf, unit(z, u)->padded * xs(z));
+        g->state = GRAD_FILLING;
+        g->unit = u;
     }
-    int s = find_slot(z->grad_slot_unit, u);
-    if (s >= 0) return z->grad_slot[s];
-    s = take_grad_slot(z, be, u);
-    be_memset0(be, z->grad_slot[s], unit(z, u)->padded * x);
-    return z->grad_slot[s];
+    return g->buf;
 }
 
 // Nothing of ours left in flight (teardown: the comm layer refuses to free a group that has some).
@@ -495,28 +589,18 @@ static void settle(Zero* z, Backend* be) {
 static void walk_grads_done(void* ctx, Backend* be, int u) {
     Zero* z = (Zero*)ctx;
     if (!z->caps.shard_grads) return;
-    if (u == emb_unit(z)) {
-        z->emb_flight = reduce_start(z, u, z->emb_grads);
-        z->emb_flight_live = 1;
-        z->emb_grads_live = 0;
-        return;
-    }
-    int s = find_slot(z->grad_slot_unit, u);
-    if (s < 0) fail("internal: gradients of unit %d finished but never requested", u);
-    z->grad_flight[s] = reduce_start(z, u, z->grad_slot[s]);
-    z->grad_flight_unit[s] = u;
-    z->grad_flight_live[s] = 1;
-    z->grad_flight_seq[s] = ++z->grad_seq;
-    z->grad_slot_unit[s] = -1;
+    GradSlot* g = u == emb_unit(z) ? &z->unit_grads.emb : filling_slot(z, u);
+    if (!g) fail("internal: gradients of unit %d finished but never requested", u);
+    start_reduce(z, g, u);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Step boundary.
 
 void zero_begin_step(Zero* z, Backend* be) {
-    if (!z->caps.shard_grads) be_memset0(be, z->grads, z->lay->total * xs(z));
-    else if (z->caps.grads_on_host) memset(z->grad_acc, 0, z->state_elems * 4);
-    else be_memset0(be, z->grad_acc, z->state_elems * 4);
+    if (!z->caps.shard_grads) be_memset0(be, z->grad.whole, z->lay->total * xs(z));
+    else if (z->caps.grads_on_host) memset(z->grad.acc, 0, z->state_elems * 4);
+    else be_memset0(be, z->grad.acc, z->state_elems * 4);
 }
 
 // The embedding unit's reduced gradient (what the optimizer will read for it) and its mirror's have the
@@ -537,9 +621,9 @@ static void sum_tied_embedding(Zero* z, Backend* be) {
         comm_allreduce_sum(z->tied, mine, p, dt);
         return;
     }
-    be_upload(be, z->piece_f32, mine, p * 4);
-    comm_allreduce_sum(z->tied, z->piece_f32, p, DT_FP32);
-    be_download(be, mine, z->piece_f32, p * 4);
+    be_upload(be, z->grad.piece_f32, mine, p * 4);
+    comm_allreduce_sum(z->tied, z->grad.piece_f32, p, DT_FP32);
+    be_download(be, mine, z->grad.piece_f32, p * 4);
 }
 
 // Without shard_grads the walk only accumulated: the whole gradient is reduced now, all-reduced, or
@@ -547,12 +631,12 @@ static void sum_tied_embedding(Zero* z, Backend* be) {
 static void reduce_at_boundary(Zero* z, Backend* be) {
     size_t x = xs(z);
     if (!reduced_is_piece(z)) {
-        if (z->size > 1) comm_allreduce_sum(z->dp, z->grads, z->lay->total, z->dt);
+        if (z->size > 1) comm_allreduce_sum(z->dp, z->grad.whole, z->lay->total, z->dt);
         return;
     }
     for (int u = 0; u < z->lay->num_units; u++) {
-        void* dst = at(z->grads_piece, z->piece_offset[u], x);
-        const void* src = at(z->grads, unit(z, u)->offset, x);
+        void* dst = at(z->grad.piece, z->piece_offset[u], x);
+        const void* src = at(z->grad.whole, unit(z, u)->offset, x);
         if (z->size > 1) comm_reduce_scatter_sum(z->dp, dst, src, piece(z, u), z->dt);
         else if (dst != src) be_copy(be, dst, src, piece(z, u) * x);
     }
@@ -565,14 +649,14 @@ void zero_reduce_grads(Zero* z, Backend* be) {
 }
 
 double zero_host_copy_seconds(Zero* z) {
-    double s = z->host_copy_seconds + (z->landing ? grad_landing_wait_seconds(z->landing) : 0.0);
+    double s = z->host_copy_seconds + (z->grad.landing ? grad_landing_wait_seconds(z->grad.landing) : 0.0);
     z->host_copy_seconds = 0.0;
     return s;
 }
 
 void zero_after_update(Zero* z, Backend* be) {
     if (z->caps.shard_params) {
-        z->resident_valid = 0;
+        for (int r = 0; r < RESIDENTS; r++) z->gathered.resident[r].gathered = 0;
         drop_prefetches(z);
     }
     // Sharded state over whole parameters: each rank updated its pieces and gathers the others'.
@@ -620,9 +704,17 @@ static void* param_dest(const Zero* z, size_t flat, size_t si) {
 }
 
 static StateSpan span_at(const Zero* z, const ParamTensor* t, size_t flat, size_t si, size_t n) {
-    StateSpan s = {t, flat, n, param_dest(z, flat, si), z->master + si, z->adam_m + si, z->adam_v + si, NULL, DT_FP32};
-    void* g = reduced_grads(z, &s.grad_dt);
-    s.grad = at(g, reduced_is_piece(z) ? si : flat, dtype_size(s.grad_dt));
+    DType grad_dt;
+    void* g = reduced_grads(z, &grad_dt);
+    StateSpan s = {.t = t,
+                   .flat = flat,
+                   .n = n,
+                   .params = param_dest(z, flat, si),
+                   .master = z->master + si,
+                   .m = z->adam_m + si,
+                   .v = z->adam_v + si,
+                   .grad = at(g, reduced_is_piece(z) ? si : flat, dtype_size(grad_dt)),
+                   .grad_dt = grad_dt};
     return s;
 }
 
@@ -653,7 +745,7 @@ static void part_to_spans(Zero* z, size_t begin, size_t end, size_t si, void* ct
 }
 
 static void state_for_each_span(void* ctx, StateParts which, StateSpanFn fn, void* fn_ctx) {
-    SpanWalk w = {fn, fn_ctx, which};
+    SpanWalk w = {.fn = fn, .ctx = fn_ctx, .which = which};
     for_each_part((Zero*)ctx, which, part_to_spans, &w);
 }
 
@@ -676,17 +768,17 @@ typedef struct {
 static void set_part(Zero* z, size_t begin, size_t end, size_t si, void* ctx) {
     SetCtx* c = (SetCtx*)ctx;
     size_t n = end - begin;
-    copy_from_host(c->be, z->caps.state_on_host, z->master + si, c->flat + begin, n * 4);
+    place_from_host(c->be, state_place(z), z->master + si, c->flat + begin, n * 4);
     if ((void*)z->master == z->params) return;
     if (!z->caps.shard_params) return;   // whole parameters are set below
     void* low = xmalloc(n * xs(z));
     host_to_dtype(low, z->dt, c->flat + begin, n);
-    copy_from_host(c->be, z->caps.params_on_host, at(z->params, si, xs(z)), low, n * xs(z));
+    place_from_host(c->be, params_place(z), at(z->params, si, xs(z)), low, n * xs(z));
     free(low);
 }
 
 void zero_set_from_host(Zero* z, Backend* be, const float* flat) {
-    SetCtx c = {be, flat};
+    SetCtx c = {.be = be, .flat = flat};
     for_each_part(z, STATE_UPDATE, set_part, &c);
     if (z->caps.shard_params || (void*)z->master == z->params) return;
     for (int u = 0; u < z->lay->num_units; u++) {   // every parameter is held here
@@ -698,8 +790,8 @@ void zero_set_from_host(Zero* z, Backend* be, const float* flat) {
     }
 }
 
-// Gathers a buffer held as pieces (index = state index; host memory where on_host) into host fp32, flat layout.
-static void pieces_to_host(Zero* z, Backend* be, const void* pieces, DType dt, int on_host, float* flat) {
+// Gathers a buffer held as pieces (index = state index) into host fp32, flat layout.
+static void pieces_to_host(Zero* z, Backend* be, const void* pieces, DType dt, Place where, float* flat) {
     size_t x = dtype_size(dt), largest = 0;
     for (int u = 0; u < z->lay->num_units; u++) largest = unit(z, u)->padded > largest ? unit(z, u)->padded : largest;
     void* buf = be_malloc(be, largest * x);   // checkpoint time only, never in the step
@@ -708,7 +800,7 @@ static void pieces_to_host(Zero* z, Backend* be, const void* pieces, DType dt, i
         size_t p = piece(z, u);
         void* mine = at(buf, (size_t)z->rank * p, x);
         const void* src = at((void*)pieces, z->piece_offset[u], x);
-        if (on_host) be_upload(be, mine, src, p * x);   // the gather runs on backend memory
+        if (where == IN_HOST) be_upload(be, mine, src, p * x);   // the gather runs on backend memory
         else be_copy(be, mine, src, p * x);
         if (z->size > 1) comm_allgather(z->dp, buf, p, dt);
         if (!flat) continue;
@@ -719,38 +811,42 @@ static void pieces_to_host(Zero* z, Backend* be, const void* pieces, DType dt, i
     be_free(be, buf);
 }
 
-// A whole flat buffer (host memory where on_host) into host fp32.
-static void full_to_host(Zero* z, Backend* be, const void* full, DType dt, int on_host, float* flat) {
+// A whole flat buffer into host fp32.
+static void full_to_host(Zero* z, Backend* be, const void* full, DType dt, Place where, float* flat) {
     size_t x = dtype_size(dt);
     if (!flat) return;
     for (int u = 0; u < z->lay->num_units; u++) {
         const Unit* un = unit(z, u);
         void* host = xmalloc(un->size * x);
         const void* src = at((void*)full, un->offset, x);
-        copy_to_host(be, on_host, host, src, un->size * x);
+        place_to_host(be, where, host, src, un->size * x);
         host_from_dtype(flat + un->offset, host, dt, un->size);
         free(host);
     }
 }
 
 void zero_master_to_host(Zero* z, Backend* be, float* flat) {
-    int on_host = z->caps.state_on_host;
-    if (z->caps.shard_state) pieces_to_host(z, be, z->master, DT_FP32, on_host, flat);
-    else full_to_host(z, be, z->master, DT_FP32, on_host, flat);
+    if (z->caps.shard_state) pieces_to_host(z, be, z->master, DT_FP32, state_place(z), flat);
+    else full_to_host(z, be, z->master, DT_FP32, state_place(z), flat);
 }
 
 void zero_grads_to_host(Zero* z, Backend* be, float* flat) {
     DType dt;
     const void* g = reduced_grads(z, &dt);
-    if (reduced_is_piece(z)) pieces_to_host(z, be, g, dt, z->caps.grads_on_host, flat);
-    else full_to_host(z, be, g, dt, 0, flat);
+    if (reduced_is_piece(z)) pieces_to_host(z, be, g, dt, grads_place(z), flat);
+    else full_to_host(z, be, g, dt, grads_place(z), flat);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // The interfaces below ZeRO.
 
 ParamStore zero_param_store(Zero* z) {
-    ParamStore s = {z, walk_params, walk_params_done, walk_prefetch, walk_grads, walk_grads_done};
+    ParamStore s = {.ctx = z,
+                    .params = walk_params,
+                    .params_done = walk_params_done,
+                    .prefetch = walk_prefetch,
+                    .grads = walk_grads,
+                    .grads_done = walk_grads_done};
     return s;
 }
 
@@ -758,9 +854,18 @@ static void state_set_from_host(void* z, Backend* be, const float* flat) { zero_
 static void state_master_to_host(void* z, Backend* be, float* flat) { zero_master_to_host((Zero*)z, be, flat); }
 
 ModelState zero_model_state(Zero* z) {
-    ModelState s = {z, z->lay, z->dt, z->caps.shard_params ? NULL : z->params, reduced_is_piece(z) && z->size > 1 ? z->dp : NULL,
-                    z->norm_acc, z->caps.state_on_host, z->caps.grads_on_host, z->caps.params_on_host, z->host_stage,
-                    z->host_stage_elems, z->pending_grad, z->pending_params, state_for_each_span, state_owned_span,
-                    state_set_from_host, state_master_to_host};
+    ModelState s = {.ctx = z,
+                    .lay = z->lay,
+                    .dt = z->dt,
+                    .whole_params = z->caps.shard_params ? NULL : z->params,
+                    .parts = reduced_is_piece(z) && z->size > 1 ? z->dp : NULL,
+                    .scratch = z->norm_acc,
+                    .places = {.params = params_place(z), .state = state_place(z), .grads = grads_place(z)},
+                    .stage = z->stage,
+                    .pending = z->pending,
+                    .for_each_span = state_for_each_span,
+                    .owned_span = state_owned_span,
+                    .set_from_host = state_set_from_host,
+                    .master_to_host = state_master_to_host};
     return s;
 }

@@ -118,9 +118,9 @@ static void hash_copy(const StateSpan* s, void* ctx) {
     if (!c->pick(s->t, c->ms->lay)) return;
     size_t master = s->n * sizeof(float), working = s->n * dtype_size(c->ms->dt);
     unsigned char* host = (unsigned char*)xmalloc(master > working ? master : working);
-    copy_to_host(c->be, c->ms->state_on_host, host, s->master, master);
+    span_to_host(c->ms, c->be, s, SPAN_MASTER, host);
     c->hash = fnv1a(c->hash, host, master);
-    copy_to_host(c->be, c->ms->params_on_host, host, s->params, working);
+    span_to_host(c->ms, c->be, s, SPAN_PARAMS, host);
     c->hash = fnv1a(c->hash, host, working);
     free(host);
 }

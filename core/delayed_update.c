@@ -27,7 +27,7 @@ struct DelayedUpdate {
 };
 
 DelayedUpdate* delayed_update_create(const ModelState* ms) {
-    if (!ms->pending_grad || !ms->pending_params) fail("internal: a delayed update without its host buffers");
+    if (!ms->pending.grad || !ms->pending.params) fail("internal: a delayed update without its host buffers");
     DelayedUpdate* d = (DelayedUpdate*)xmalloc(sizeof(DelayedUpdate));
     memset(d, 0, sizeof(*d));
     d->ms = *ms;
@@ -35,7 +35,7 @@ DelayedUpdate* delayed_update_create(const ModelState* ms) {
     d->spans = (PendingSpan*)xmalloc(sizeof(PendingSpan) * (size_t)(d->num_spans ? d->num_spans : 1));
     size_t at = 0;   // each span's place in the pending buffers: packed in order
     for (int i = 0; i < d->num_spans; i++) {
-        d->spans[i] = (PendingSpan){spans[i], at};
+        d->spans[i] = (PendingSpan){.span = spans[i], .at = at};
         at += spans[i].n;
     }
     free(spans);
@@ -51,8 +51,8 @@ static void* run_update(void* arg) {
         const StateSpan* s = &d->spans[i].span;
         size_t at = d->spans[i].at;
         AdamWArgs a = adamw_span_args(&d->args, s);
-        adamw_host(pending_at(d->ms.pending_params, at, d->ms.dt), d->ms.dt, s->master,
-                   pending_at(d->ms.pending_grad, at, s->grad_dt), s->grad_dt, s->m, s->v, s->n, adamw_span_offset(s), &a);
+        adamw_host(pending_at(d->ms.pending.params, at, d->ms.dt), d->ms.dt, s->master,
+                   pending_at(d->ms.pending.grad, at, s->grad_dt), s->grad_dt, s->m, s->v, s->n, adamw_span_offset(s), &a);
     }
     d->seconds = now_seconds() - t0;
     return NULL;
@@ -62,8 +62,7 @@ void delayed_update_start(DelayedUpdate* d, Backend* be, const OptimizerStep* o,
     if (d->in_flight) fail("internal: a delayed update started while another is in flight");
     for (int i = 0; i < d->num_spans; i++) {
         const StateSpan* s = &d->spans[i].span;
-        copy_to_host(be, d->ms.grads_on_host, pending_at(d->ms.pending_grad, d->spans[i].at, s->grad_dt), s->grad,
-                     s->n * dtype_size(s->grad_dt));
+        span_to_host(&d->ms, be, s, SPAN_GRAD, pending_at(d->ms.pending.grad, d->spans[i].at, s->grad_dt));
     }
     d->args = adamw_args(o, grad_scale);
     int rc = pthread_create(&d->thread, NULL, run_update, d);
@@ -80,11 +79,10 @@ static void wait_update(DelayedUpdate* d) {
 int delayed_update_finish(DelayedUpdate* d, Backend* be) {
     if (!d->in_flight) return 0;
     wait_update(d);
-    if (d->ms.params_on_host) be_synchronize(be);   // no upload of a piece (zero.c's gathers) still reads it
+    state_before_host_writes(&d->ms, be);
     for (int i = 0; i < d->num_spans; i++) {
         const StateSpan* s = &d->spans[i].span;
-        copy_from_host(be, d->ms.params_on_host, s->params, pending_at(d->ms.pending_params, d->spans[i].at, d->ms.dt),
-                       s->n * dtype_size(d->ms.dt));
+        span_from_host(&d->ms, be, s, SPAN_PARAMS, pending_at(d->ms.pending.params, d->spans[i].at, d->ms.dt));
     }
     return 1;
 }

@@ -10,7 +10,7 @@
 
 typedef struct DelayedUpdate DelayedUpdate;
 
-// ms must have pending buffers (ModelState.pending_grad); stays in use until delayed_update_destroy.
+// ms must have pending buffers (ModelState.pending); stays in use until delayed_update_destroy.
 DelayedUpdate* delayed_update_create(const ModelState* ms);
 void delayed_update_destroy(DelayedUpdate* d);   // waits for an update in flight and drops it
 

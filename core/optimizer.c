@@ -8,26 +8,38 @@
 #include "kernels/adamw_host.h"
 #include "rng.h"
 
+// The squares are summed where the gradients are: the same fp32 additions on either side.
 typedef struct {
     Backend* be;
-    float* acc;        // backend scratch
-    float host_acc;    // gradients on the host: the same fp32 additions, made here
-    int on_host;
-} NormCtx;
+    float* acc;   // backend scratch
+} BackendSum;
 
-static void add_squares(const StateSpan* s, void* ctx) {
-    NormCtx* c = (NormCtx*)ctx;
-    if (c->on_host) c->host_acc += (float)sum_squares_host(s->grad_dt, s->grad, s->n);
-    else sum_squares(c->be, s->grad_dt, c->acc, s->grad, s->n);
+static void add_squares_on_backend(const StateSpan* s, void* ctx) {
+    BackendSum* c = (BackendSum*)ctx;
+    sum_squares(c->be, s->grad_dt, c->acc, s->grad, s->n);
+}
+
+static void add_squares_on_host(const StateSpan* s, void* ctx) {
+    *(float*)ctx += (float)sum_squares_host(s->grad_dt, s->grad, s->n);
+}
+
+static float squares_on_backend(const ModelState* ms, Backend* be) {
+    BackendSum c = {.be = be, .acc = ms->scratch};
+    be_memset0(be, c.acc, sizeof(float));
+    ms->for_each_span(ms->ctx, STATE_NORM, add_squares_on_backend, &c);
+    float sum;
+    be_download(be, &sum, c.acc, sizeof(float));
+    return sum;
+}
+
+static float squares_on_host(const ModelState* ms) {
+    float sum = 0.0f;
+    ms->for_each_span(ms->ctx, STATE_NORM, add_squares_on_host, &sum);
+    return sum;
 }
 
 double grad_global_norm(const ModelState* ms, Backend* be, Comm* tp, Comm* pp) {
-    NormCtx c = {be, ms->scratch, 0.0f, ms->grads_on_host};
-    if (!c.on_host) be_memset0(be, c.acc, sizeof(float));
-    ms->for_each_span(ms->ctx, STATE_NORM, add_squares, &c);
-    float local = c.host_acc;
-    if (!c.on_host) be_download(be, &local, c.acc, sizeof(float));
-    double sum = local;
+    double sum = span_place(ms, SPAN_GRAD) == IN_HOST ? squares_on_host(ms) : squares_on_backend(ms, be);
     if (ms->parts) comm_allreduce_host_sum(ms->parts, &sum, 1);   // the other parts of this stage's units
     if (tp) comm_allreduce_host_sum(tp, &sum, 1);   // the other shards of this stage's blocks
     if (pp) comm_allreduce_host_sum(pp, &sum, 1);   // the other stages' layers
@@ -38,12 +50,6 @@ float grad_clip_scale(double norm, float clip) {
     return (clip > 0.0f && norm > clip) ? (float)(clip / norm) : 1.0f;
 }
 
-typedef struct {
-    Backend* be;
-    const ModelState* ms;
-    AdamWArgs args;
-} UpdateCtx;
-
 AdamWArgs adamw_span_args(const AdamWArgs* a, const StateSpan* s) {
     AdamWArgs out = *a;
     if (!s->t->decay) out.weight_decay = 0.0f;
@@ -52,10 +58,21 @@ AdamWArgs adamw_span_args(const AdamWArgs* a, const StateSpan* s) {
 
 size_t adamw_span_offset(const StateSpan* s) { return tensor_canonical(s->t, s->flat - s->t->offset); }
 
+typedef struct {
+    Backend* be;
+    const ModelState* ms;
+    const AdamWArgs* args;
+} UpdateCtx;
+
 static void update_span(const StateSpan* s, void* ctx) {
     UpdateCtx* c = (UpdateCtx*)ctx;
-    AdamWArgs a = adamw_span_args(&c->args, s);
+    AdamWArgs a = adamw_span_args(c->args, s);
     adamw_update(c->be, s->params, c->ms->dt, s->master, s->grad, s->grad_dt, s->m, s->v, s->n, adamw_span_offset(s), &a);
+}
+
+static void update_on_backend(const ModelState* ms, Backend* be, const AdamWArgs* step) {
+    UpdateCtx c = {.be = be, .ms = ms, .args = step};
+    ms->for_each_span(ms->ctx, STATE_UPDATE, update_span, &c);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -95,19 +112,19 @@ typedef struct {
     const ModelState* ms;
     Backend* be;
     size_t chunk;           // elements per chunk: a staging buffer's, or (nothing staged) a whole span
-    void* grad[2];          // staging buffer b's gradient part (none with grads_on_host)
-    void* params[2];        // and its working-copy part (none with params_on_host)
+    void* grad[2];          // staging buffer b's gradient part
+    void* params[2];        // and its working-copy part
     BeEvent* down[2];       // the download into grad[b]
     BeEvent* up[2];         // the upload from params[b]
 } Staging;
 
 static Staging staging_open(const ModelState* ms, Backend* be) {
-    Staging st = {ms, be, ms->host_stage ? ms->host_stage_elems : (size_t)-1, {0}, {0}, {0}, {0}};
-    size_t grad_bytes = ms->grads_on_host ? 0 : st.chunk * 4;
-    size_t params_bytes = ms->params_on_host ? 0 : st.chunk * dtype_size(ms->dt);
+    Staging st = {.ms = ms, .be = be, .chunk = ms->stage.buf ? ms->stage.elems : (size_t)-1};
+    size_t grad_bytes = span_stage_bytes(ms, SPAN_GRAD, st.chunk * 4);
+    size_t params_bytes = span_stage_bytes(ms, SPAN_PARAMS, st.chunk * dtype_size(ms->dt));
     for (int b = 0; b < 2; b++) {
-        if (ms->host_stage) {
-            st.grad[b] = (char*)ms->host_stage + b * (grad_bytes + params_bytes);
+        if (ms->stage.buf) {
+            st.grad[b] = (char*)ms->stage.buf + b * (grad_bytes + params_bytes);
             st.params[b] = (char*)st.grad[b] + grad_bytes;
         }
         st.down[b] = be_event_create(be);
@@ -119,7 +136,7 @@ static Staging staging_open(const ModelState* ms, Backend* be) {
 // The host waits for every upload (the copy stream runs them in order, so the last one's event covers
 // them all): the main stream's later work sees them, and the next step may rewrite both buffers.
 static void staging_close(Staging* st, int last_buffer) {
-    if (!st->ms->params_on_host && last_buffer >= 0) be_event_synchronize(st->be, st->up[last_buffer]);
+    if (last_buffer >= 0) span_stage_wait(st->ms, st->be, SPAN_PARAMS, st->up[last_buffer]);
     for (int b = 0; b < 2; b++) {
         be_event_destroy(st->be, st->down[b]);
         be_event_destroy(st->be, st->up[b]);
@@ -134,34 +151,32 @@ static Chunk next_chunk(const StateSpan* spans, int n, Chunk c, size_t chunk_ele
         s = s + 1 < spans + n ? s + 1 : NULL;
         i = 0;
     }
-    Chunk out = {s, i, s ? (s->n - i < chunk_elems ? s->n - i : chunk_elems) : 0};
+    Chunk out = {.s = s, .i = i, .k = s ? (s->n - i < chunk_elems ? s->n - i : chunk_elems) : 0};
     return out;
 }
 
 static void start_download(Staging* st, const Chunk* c, int b) {
-    if (st->ms->grads_on_host || !c->s) return;
-    size_t gx = dtype_size(c->s->grad_dt);
-    be_download_async(st->be, st->grad[b], (const char*)c->s->grad + c->i * gx, c->k * gx, st->down[b]);
+    if (c->s) span_fetch_async(st->ms, st->be, c->s, SPAN_GRAD, c->i, c->k, st->grad[b], st->down[b]);
 }
 
 static void update_chunk(Staging* st, const Chunk* c, int b, int reused, const AdamWArgs* step) {
     const ModelState* ms = st->ms;
     const StateSpan* s = c->s;
-    size_t i = c->i, gx = dtype_size(s->grad_dt), x = dtype_size(ms->dt);
-    if (!ms->grads_on_host) be_event_synchronize(st->be, st->down[b]);
-    if (!ms->params_on_host && reused) be_event_synchronize(st->be, st->up[b]);   // params[b] is free again
-    void* params = ms->params_on_host ? (char*)s->params + i * x : st->params[b];
-    const void* grad = ms->grads_on_host ? (const char*)s->grad + i * gx : st->grad[b];
+    size_t i = c->i;
+    span_stage_wait(ms, st->be, SPAN_GRAD, st->down[b]);
+    if (reused) span_stage_wait(ms, st->be, SPAN_PARAMS, st->up[b]);   // params[b] is free again
+    void* params = span_host_view(ms, s, SPAN_PARAMS, i, st->params[b]);
+    const void* grad = span_host_view(ms, s, SPAN_GRAD, i, st->grad[b]);
     AdamWArgs a = adamw_span_args(step, s);
     adamw_host(params, ms->dt, s->master + i, grad, s->grad_dt, s->m + i, s->v + i, c->k, adamw_span_offset(s) + i, &a);
-    if (!ms->params_on_host) be_upload_async(st->be, (char*)s->params + i * x, params, c->k * x, st->up[b]);
+    span_store_async(ms, st->be, s, SPAN_PARAMS, i, c->k, params, st->up[b]);
 }
 
 static void update_on_host(const ModelState* ms, Backend* be, const AdamWArgs* step) {
     int n_spans;
     StateSpan* spans = state_spans(ms, STATE_UPDATE, &n_spans);
     Staging st = staging_open(ms, be);
-    Chunk c = next_chunk(spans, n_spans, (Chunk){n_spans ? spans : NULL, 0, 0}, st.chunk);
+    Chunk c = next_chunk(spans, n_spans, (Chunk){.s = n_spans ? spans : NULL}, st.chunk);
     int b = 0, last = -1;
     start_download(&st, &c, 0);
     for (int n = 0; c.s; n++, b = 1 - b) {
@@ -177,13 +192,21 @@ static void update_on_host(const ModelState* ms, Backend* be, const AdamWArgs* s
 
 AdamWArgs adamw_args(const OptimizerStep* o, float grad_scale) {
     Rng r = rng_seeded(o->seed, 0x5eed0000ull + (uint64_t)o->step);
-    AdamWArgs a = {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, grad_scale, o->step + 1, (uint32_t)rng_next_u64(&r)};
+    AdamWArgs a = {.lr = o->lr,
+                   .beta1 = o->beta1,
+                   .beta2 = o->beta2,
+                   .eps = o->eps,
+                   .weight_decay = o->weight_decay,
+                   .grad_scale = grad_scale,
+                   .step = o->step + 1,
+                   .seed = (uint32_t)rng_next_u64(&r)};
     return a;
 }
 
 void adamw_step(const ModelState* ms, Backend* be, const OptimizerStep* o, float grad_scale) {
-    UpdateCtx c = {be, ms, adamw_args(o, grad_scale)};
-    if (ms->params_on_host) be_synchronize(be);   // no upload of a piece (zero.c's gathers) still reads it
-    if (ms->state_on_host) update_on_host(ms, be, &c.args);
-    else ms->for_each_span(ms->ctx, STATE_UPDATE, update_span, &c);
+    AdamWArgs args = adamw_args(o, grad_scale);
+    state_before_host_writes(ms, be);
+    // AdamW runs where master, m and v are: a host update leaves the backend only the copies.
+    if (span_place(ms, SPAN_MASTER) == IN_HOST) update_on_host(ms, be, &args);
+    else update_on_backend(ms, be, &args);
 }

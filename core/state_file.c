@@ -37,13 +37,13 @@ static void write_span(const StateSpan* s, void* ctx) {
     long long span[2] = {(long long)tensor_canonical(s->t, s->flat - s->t->offset), (long long)n};   // inside one run
     state_write(w, span, sizeof(span));
     float* buf = (float*)xmalloc(n * sizeof(float));
-    float* sources[3] = {s->master, s->m, s->v};
+    const SpanBuffer state[3] = {SPAN_MASTER, SPAN_M, SPAN_V};
     for (int k = 0; k < 3; k++) {
-        copy_to_host(w->be, w->ms->state_on_host, buf, sources[k], n * sizeof(float));
+        span_to_host(w->ms, w->be, s, state[k], buf);
         state_write(w, buf, n * sizeof(float));
     }
     if (w->dt != DT_FP32) {
-        copy_to_host(w->be, w->ms->params_on_host, buf, s->params, n * dtype_size(w->dt));
+        span_to_host(w->ms, w->be, s, SPAN_PARAMS, buf);
         state_write(w, buf, n * dtype_size(w->dt));
     }
     free(buf);
@@ -87,14 +87,11 @@ static int tensor_at_canonical(const GPTShape* s, long long c, long long count, 
 // parameters everywhere it holds them (the whole span where it holds all of them, else its own part).
 static void restore_span(const ModelState* ms, Backend* be, const ParamTensor* t, size_t flat0, size_t n, float* const vals[3],
                          const void* params) {
-    size_t x = dtype_size(ms->dt);
     StateSpan s;
-    if (ms->owned_span(ms->ctx, t, flat0, n, &s)) {
-        float* dests[3] = {s.master, s.m, s.v};
-        for (int k = 0; k < 3; k++) copy_from_host(be, ms->state_on_host, dests[k], vals[k] + (s.flat - flat0), s.n * sizeof(float));
-        if (!ms->whole_params) copy_from_host(be, ms->params_on_host, s.params, (const char*)params + (s.flat - flat0) * x, s.n * x);
-    }
-    if (ms->whole_params) be_upload(be, (char*)ms->whole_params + flat0 * x, params, n * x);
+    int owned = ms->owned_span(ms->ctx, t, flat0, n, &s);
+    const SpanBuffer state[3] = {SPAN_MASTER, SPAN_M, SPAN_V};
+    for (int k = 0; owned && k < 3; k++) span_from_host(ms, be, &s, state[k], vals[k] + (s.flat - flat0));
+    state_params_from_host(ms, be, flat0, n, owned ? &s : NULL, params);
 }
 
 // One file span's values (canonical offset c), restored where this layout's tensor holds them.

@@ -48,7 +48,7 @@ static ModelState state_of(Copies* c) {
     ms.ctx = c;
     ms.lay = c->lay;
     ms.dt = DT_BF16;
-    ms.state_on_host = ms.params_on_host = 1;   // no backend copies: memcpy
+    ms.places = (StatePlaces){.params = IN_HOST, .state = IN_HOST, .grads = IN_HOST};   // no backend copies: memcpy
     ms.for_each_span = each_tensor;
     return ms;
 }

@@ -153,7 +153,7 @@ int main(void) {
     ref = sqrt(ref);
     double norm = grad_global_norm(&ms, be, NULL, NULL);
     check_close(&st, "grad_norm_ref", fabs(norm - ref) / ref, 1e-6);
-    ms.grads_on_host = 1;
+    ms.places.grads = IN_HOST;
     double norm_host = grad_global_norm(&ms, be, NULL, NULL);
     check_true(&st, "grad_norm_host_same_bits", norm_host == norm);
 
@@ -183,16 +183,16 @@ int main(void) {
     const size_t chunk = 1000;            // smaller than most spans: several chunks each, both buffers in turn
     void* stage = xmalloc(2 * chunk * (4 + 2));
     ms = fake_state(&host, scratch);
-    ms.state_on_host = 1, ms.host_stage = stage, ms.host_stage_elems = chunk;
+    ms.places.state = IN_HOST, ms.stage = (HostStage){.buf = stage, .elems = chunk};
     run_steps(&ms, be, &host, &in);
     check_true(&st, "adamw_step_offload_staged_matches_reference", same_state(&host, &want, n));
     free(stage);
     stage = xmalloc(2 * chunk * 2);   // -offload 2: the gradients are on the host, only params are staged
-    ms.grads_on_host = 1, ms.host_stage = stage;
+    ms.places.grads = IN_HOST, ms.stage.buf = stage;
     run_steps(&ms, be, &host, &in);
     check_true(&st, "adamw_step_offload_grads_on_host_matches_reference", same_state(&host, &want, n));
     free(stage);
-    ms.params_on_host = 1, ms.host_stage = NULL, ms.host_stage_elems = 0;   // nothing moves: no staging
+    ms.places.params = IN_HOST, ms.stage = (HostStage){.buf = NULL, .elems = 0};   // nothing moves: no staging
     run_steps(&ms, be, &host, &in);
     check_true(&st, "adamw_step_params_on_host_matches_reference", same_state(&host, &want, n));
 
