@@ -360,71 +360,112 @@ static void block_recompute(GPT* g, Backend* be, BlockParams p, BlockActs v) {
     if (g->recompute >= 1) gelu_forward(be, dt, v.fch_gelu, v.fch, (size_t)d.N * d.CF);
 }
 
-// g->acts.dresid holds d(out) on entry and d(x) on exit (this rank's rows under -sp); parameter gradients
-// accumulate. Under -sp the parallel layers take every row of dresid, gathered into proj (free here).
-static void block_backward(GPT* g, Backend* be, BlockParams p, BlockParams dp, BlockActs v) {
-    Activations* a = &g->acts;
-    DType dt = g->dt;
-    BlockDims d = block_dims(g);
-    // MLP: out = resid2 + fcproj(gelu(fc(ln2(resid2)))); the residual passes dresid through.
-    void* dout = gather_rows(g, be, a->proj, a->dresid);
-    matmul_backward(be, dt, a->dbig, dp.fcprojw, dp.fcprojb, dout, v.fch_gelu, v.fch, p.fcprojw, d.N, d.CF, d.C);
-    matmul_backward(be, dt, a->dsmall, dp.fcw, dp.fcb, a->dbig, v.ln2, NULL, p.fcw, d.N, d.C, d.CF);
-    norm_backward(g, be, a->dresid, dp.ln2w, dp.ln2b, sum_partials(g, a->dsmall), v.resid2, p.ln2w, v.ln2_mean, v.ln2_rstd);
-    // Attention: resid2 = x + attproj(attention(qkv(ln1(x)))).
-    dout = gather_rows(g, be, a->proj, a->dresid);
-    matmul_backward(be, dt, a->dsmall, dp.attprojw, dp.attprojb, dout, v.atty, NULL, p.attprojw, d.N, d.CA, d.C);
-    attention_backward(be, dt, a->dbig, a->att_scratch, a->dsmall, v.qkv, v.atty, v.att_lse, d.B, d.T, d.CA, d.NH);
-    matmul_backward(be, dt, a->dsmall, dp.qkvw, dp.qkvb, a->dbig, v.ln1, NULL, p.qkvw, d.N, d.C, 3 * d.CA);
-    norm_backward(g, be, a->dresid, dp.ln1w, dp.ln1b, sum_partials(g, a->dsmall), v.x, p.ln1w, v.ln1_mean, v.ln1_rstd);
+// ---------------------------------------------------------------------------------------------------
+// The block's backward is written once, as its layers' steps from the output back (block_backward), and
+// run in one of three modes, so the fused backward and zb's split one cannot drift apart. A step is one
+// layer: its op (matmul_step, norm_step, attention_step), where its output gradient comes from
+// (grad_of_stream, grad_of_partials, or the step before's input gradient, grad_between), the stash field
+// that keeps that gradient for W, its input, its weight and its parameter gradients. Each op is written
+// once for the three modes and serves every block type; a new block type is a new list of steps.
+typedef enum {
+    BWD_FUSED,    // input and weight gradients together (gpt_backward)
+    BWD_INPUT,    // zb's B: the input gradients; the output gradients the weight gradients need go to the stash
+    BWD_WEIGHT,   // zb's W: the weight gradients, from the stash and the layer inputs still in the set
+} BackwardMode;
+
+typedef struct {
+    GPT* g;
+    Backend* be;
+    BackwardMode mode;
+    WeightGradStash stash;   // B and W: the block's slices of the micro-batch's stash slot
+} BlockBackward;
+
+// The output gradient of a parallel layer whose output joins the residual stream: every row of dresid
+// (gathered into proj, free here, under -sp). B copies it into the stash: proj and dresid are reused before W.
+static void* grad_of_stream(BlockBackward* c, void* stashed) {   // (N, C)
+    GPT* g = c->g;
+    if (c->mode == BWD_WEIGHT) return stashed;
+    void* all = gather_rows(g, c->be, g->acts.proj, g->acts.dresid);
+    if (c->mode == BWD_FUSED) return all;
+    be_copy(c->be, stashed, all, (size_t)g->B * g->T * g->shape.C * dtype_size(g->dt));
+    return stashed;
 }
 
-// zb's halves of block_backward. B writes each output gradient that a weight gradient needs into `w`, the
-// block's slices of a stash slot (copied where the buffer it sits in is reused before W), and computes the
-// LayerNorms' input gradients with their parameter gradients dropped into scratch (dbig, free here: the
-// kernel makes all three at once); W makes those again, from the stash, with the input gradient dropped.
-static void norm_backward_input(GPT* g, Backend* be, void* dinp, const void* dout, const void* inp, const void* w,
-                                const float* mean, const float* rstd) {
+// A LayerNorm's output gradient: the tensor group's sum of the partial input gradients that the
+// column-parallel layer after it left in dsmall. B copies it into the stash, as above.
+static void* grad_of_partials(BlockBackward* c, void* stashed) {   // (R, C)
+    GPT* g = c->g;
+    if (c->mode == BWD_WEIGHT) return stashed;
+    void* sum = sum_partials(g, g->acts.dsmall);
+    if (c->mode == BWD_FUSED) return sum;
+    be_copy(c->be, stashed, sum, (size_t)g->rows * g->shape.C * dtype_size(g->dt));
+    return stashed;
+}
+
+// Where a step leaves the input gradient that the next step takes as its output gradient: scratch when
+// fused; in B and W the stash field that keeps it for W, which B's kernel writes directly (no copy: the
+// stash slot is this micro-batch's alone until its W).
+static void* grad_between(BlockBackward* c, void* scratch, void* stashed) {
+    return c->mode == BWD_FUSED ? scratch : stashed;
+}
+
+// A linear layer, out (N, OC) = inp (N, IC) . w^T + b. pre: when inp = gelu(pre), the input gradient is
+// pre's (the GELU's backward fused in).
+static void matmul_step(BlockBackward* c, void* dinp, const void* dout, const void* inp, const void* pre, const void* w,
+                        void* dw, void* db, int IC, int OC) {
+    Backend* be = c->be;
+    DType dt = c->g->dt;
+    int N = c->g->B * c->g->T;
+    if (c->mode == BWD_FUSED) matmul_backward(be, dt, dinp, dw, db, dout, inp, pre, w, N, IC, OC);
+    else if (c->mode == BWD_INPUT) matmul_backward_input(be, dt, dinp, dout, pre, w, N, IC, OC);
+    else matmul_backward_weight(be, dt, dw, db, dout, inp, N, IC, OC);
+}
+
+// A LayerNorm of this rank's rows (dinp accumulates). Its kernel makes all three gradients at once, so B
+// and W each run it and drop the other's into scratch, free here: B the parameter gradients (into dbig, not
+// summed over the group), W the input gradient (into dsmall).
+static void norm_step(BlockBackward* c, void* dinp, const void* dout, const void* inp, const void* w, const float* mean,
+                      const float* rstd, void* dw, void* db) {
+    GPT* g = c->g;
     size_t C = (size_t)g->shape.C;
-    void* drop = g->acts.dbig;
-    be_memset0(be, drop, 2 * C * dtype_size(g->dt));
-    layernorm_backward(be, g->dt, dinp, drop, slice(drop, C, 1, g->dt), dout, inp, w, mean, rstd, g->rows, (int)C);
+    if (c->mode == BWD_FUSED) {
+        norm_backward(g, c->be, dinp, dw, db, dout, inp, w, mean, rstd);
+    } else if (c->mode == BWD_INPUT) {
+        void* drop = g->acts.dbig;
+        be_memset0(c->be, drop, 2 * C * dtype_size(g->dt));
+        layernorm_backward(c->be, g->dt, dinp, drop, slice(drop, C, 1, g->dt), dout, inp, w, mean, rstd, g->rows, (int)C);
+    } else {
+        void* drop = g->acts.dsmall;
+        be_memset0(c->be, drop, (size_t)g->rows * C * dtype_size(g->dt));
+        norm_backward(g, c->be, drop, dw, db, dout, inp, w, mean, rstd);
+    }
 }
 
-static void norm_backward_weight(GPT* g, Backend* be, void* dw, void* db, const void* dout, const void* inp, const void* w,
-                                 const float* mean, const float* rstd) {
-    void* drop = g->acts.dsmall;
-    be_memset0(be, drop, (size_t)g->rows * g->shape.C * dtype_size(g->dt));
-    norm_backward(g, be, drop, dw, db, dout, inp, w, mean, rstd);
+// Causal self-attention, out (N, CA) from qkv (N, 3CA): no parameters, so nothing for W.
+static void attention_step(BlockBackward* c, void* dqkv, const void* dout, const void* qkv, const void* out,
+                           const float* lse) {
+    if (c->mode == BWD_WEIGHT) return;
+    BlockDims d = block_dims(c->g);
+    attention_backward(c->be, c->g->dt, dqkv, c->g->acts.att_scratch, dout, qkv, out, lse, d.B, d.T, d.CA, d.NH);
 }
 
-static void block_backward_input(GPT* g, Backend* be, BlockParams p, BlockActs v, WeightGradStash w) {
-    Activations* a = &g->acts;
-    DType dt = g->dt;
-    BlockDims d = block_dims(g);
-    size_t NC = (size_t)d.N * d.C * dtype_size(dt), RC = (size_t)d.R * d.C * dtype_size(dt);
-    be_copy(be, w.dfcproj, gather_rows(g, be, a->proj, a->dresid), NC);
-    matmul_backward_input(be, dt, w.dfch, w.dfcproj, v.fch, p.fcprojw, d.N, d.CF, d.C);
-    matmul_backward_input(be, dt, a->dsmall, w.dfch, NULL, p.fcw, d.N, d.C, d.CF);
-    be_copy(be, w.dln2, sum_partials(g, a->dsmall), RC);
-    norm_backward_input(g, be, a->dresid, w.dln2, v.resid2, p.ln2w, v.ln2_mean, v.ln2_rstd);
-    be_copy(be, w.dattproj, gather_rows(g, be, a->proj, a->dresid), NC);
-    matmul_backward_input(be, dt, a->dsmall, w.dattproj, NULL, p.attprojw, d.N, d.CA, d.C);
-    attention_backward(be, dt, w.dqkv, a->att_scratch, a->dsmall, v.qkv, v.atty, v.att_lse, d.B, d.T, d.CA, d.NH);
-    matmul_backward_input(be, dt, a->dsmall, w.dqkv, NULL, p.qkvw, d.N, d.C, 3 * d.CA);
-    be_copy(be, w.dln1, sum_partials(g, a->dsmall), RC);
-    norm_backward_input(g, be, a->dresid, w.dln1, v.x, p.ln1w, v.ln1_mean, v.ln1_rstd);
-}
-
-static void block_backward_weight(GPT* g, Backend* be, BlockParams p, BlockParams dp, BlockActs v, WeightGradStash w) {
-    DType dt = g->dt;
-    BlockDims d = block_dims(g);
-    matmul_backward_weight(be, dt, dp.fcprojw, dp.fcprojb, w.dfcproj, v.fch_gelu, d.N, d.CF, d.C);
-    matmul_backward_weight(be, dt, dp.fcw, dp.fcb, w.dfch, v.ln2, d.N, d.C, d.CF);
-    norm_backward_weight(g, be, dp.ln2w, dp.ln2b, w.dln2, v.resid2, p.ln2w, v.ln2_mean, v.ln2_rstd);
-    matmul_backward_weight(be, dt, dp.attprojw, dp.attprojb, w.dattproj, v.atty, d.N, d.CA, d.C);
-    matmul_backward_weight(be, dt, dp.qkvw, dp.qkvb, w.dqkv, v.ln1, d.N, d.C, 3 * d.CA);
-    norm_backward_weight(g, be, dp.ln1w, dp.ln1b, w.dln1, v.x, p.ln1w, v.ln1_mean, v.ln1_rstd);
+// g->acts.dresid holds d(out) on entry and d(x) on exit (this rank's rows under -sp); parameter gradients
+// accumulate into dp (B has none). dsmall and dbig carry the gradients between the steps.
+static void block_backward(BlockBackward* c, BlockParams p, BlockParams dp, BlockActs v) {
+    Activations* a = &c->g->acts;
+    WeightGradStash s = c->stash;
+    BlockDims d = block_dims(c->g);
+    // MLP: out = resid2 + fcproj(gelu(fc(ln2(resid2)))); the residual passes dresid through.
+    void* dfch = grad_between(c, a->dbig, s.dfch);   // (N, CF), before the GELU
+    matmul_step(c, dfch, grad_of_stream(c, s.dfcproj), v.fch_gelu, v.fch, p.fcprojw, dp.fcprojw, dp.fcprojb, d.CF, d.C);
+    matmul_step(c, a->dsmall, dfch, v.ln2, NULL, p.fcw, dp.fcw, dp.fcb, d.C, d.CF);
+    norm_step(c, a->dresid, grad_of_partials(c, s.dln2), v.resid2, p.ln2w, v.ln2_mean, v.ln2_rstd, dp.ln2w, dp.ln2b);
+    // Attention: resid2 = x + attproj(attention(qkv(ln1(x)))).
+    void* dqkv = grad_between(c, a->dbig, s.dqkv);   // (N, 3CA)
+    matmul_step(c, a->dsmall, grad_of_stream(c, s.dattproj), v.atty, NULL, p.attprojw, dp.attprojw, dp.attprojb, d.CA, d.C);
+    attention_step(c, dqkv, a->dsmall, v.qkv, v.atty, v.att_lse);
+    matmul_step(c, a->dsmall, dqkv, v.ln1, NULL, p.qkvw, dp.qkvw, dp.qkvb, d.C, 3 * d.CA);
+    norm_step(c, a->dresid, grad_of_partials(c, s.dln1), v.x, p.ln1w, v.ln1_mean, v.ln1_rstd, dp.ln1w, dp.ln1b);
 }
 
 // Block l's slices (l counts the stage's blocks) of stash slot `slot`.
@@ -588,52 +629,36 @@ static void head_backward(GPT* g, Backend* be) {
     }
 }
 
-// The backward walk: the head, the blocks from the last, the embeddings. slot < 0: each block's whole
-// backward (gpt_backward); else zb's B, the weight gradients' inputs left in that stash slot.
-static void backward_walk(GPT* g, Backend* be, int set, int slot) {
+// The backward walk: the head, the blocks from the last, the embeddings. W walks the blocks only (the
+// head's and the embeddings' gradients are B's: small, or on the stage that runs W at once), in the same
+// order, so a store that gathers (ZeRO-3) prefetches as it does there, and asks for the parameters too:
+// the recompute levels refill what B refilled, and the LayerNorm kernel takes its weight. slot: B's and
+// W's stash slot.
+static void backward_walk(GPT* g, Backend* be, int set, BackwardMode mode, int slot) {
     const ParamLayout* lay = g->layout;
     const ParamStore* ps = &g->store;
     DType dt = g->dt;
     use_set(g, set);
     Activations* a = &g->acts;
-    if (gpt_has_head(g)) head_backward(g, be);
+    if (mode != BWD_WEIGHT && gpt_has_head(g)) head_backward(g, be);
     for (int i = lay->num_blocks - 1; i >= 0; i--) {
-        int l = lay->first_block + i, u = unit_of_block(lay, l);
+        int l = lay->first_block + i, u = unit_of_block(lay, l), weights = mode != BWD_INPUT;
         BlockParams p = block_params(lay, store_params(ps, be, u), l, dt);   // one request (a gather) serves both
         BlockActs v = block_acts(g, i);
         block_recompute(g, be, p, v);
-        if (slot >= 0) {
-            block_backward_input(g, be, p, v, stash_of_block(g, slot, i));
-        } else {
-            block_backward(g, be, p, block_params(lay, store_grads(ps, be, u), l, dt), v);
-            store_grads_done(ps, be, u);
-        }
+        BlockBackward c = {.g = g, .be = be, .mode = mode};
+        if (mode != BWD_FUSED) c.stash = stash_of_block(g, slot, i);
+        block_backward(&c, p, weights ? block_params(lay, store_grads(ps, be, u), l, dt) : (BlockParams){0}, v);
+        if (weights) store_grads_done(ps, be, u);
         store_params_done(ps, u);
     }
-    if (!gpt_has_encoder(g)) return;
+    if (mode == BWD_WEIGHT || !gpt_has_encoder(g)) return;
     EmbeddingParams demb = embedding_params(lay, store_grads(ps, be, lay->emb_unit), dt);   // still live with the head
     embed_backward(g, be, demb, gather_rows(g, be, a->proj, a->dresid));
     store_grads_done(ps, be, lay->emb_unit);
     store_params_done(ps, lay->emb_unit);
 }
 
-void gpt_backward(GPT* g, Backend* be, int set) { backward_walk(g, be, set, -1); }
-void gpt_backward_input(GPT* g, Backend* be, int set, int slot) { backward_walk(g, be, set, slot); }
-
-// W walks the blocks in the backward's order, so a store that gathers (ZeRO-3) prefetches as it does there.
-// The parameters are asked for too: the recompute levels refill what B refilled, and the LayerNorm kernel
-// takes its weight.
-void gpt_backward_weight(GPT* g, Backend* be, int set, int slot) {
-    const ParamLayout* lay = g->layout;
-    const ParamStore* ps = &g->store;
-    use_set(g, set);
-    for (int i = lay->num_blocks - 1; i >= 0; i--) {
-        int l = lay->first_block + i, u = unit_of_block(lay, l);
-        BlockParams p = block_params(lay, store_params(ps, be, u), l, g->dt);
-        BlockActs v = block_acts(g, i);
-        block_recompute(g, be, p, v);
-        block_backward_weight(g, be, p, block_params(lay, store_grads(ps, be, u), l, g->dt), v, stash_of_block(g, slot, i));
-        store_grads_done(ps, be, u);
-        store_params_done(ps, u);
-    }
-}
+void gpt_backward(GPT* g, Backend* be, int set) { backward_walk(g, be, set, BWD_FUSED, -1); }
+void gpt_backward_input(GPT* g, Backend* be, int set, int slot) { backward_walk(g, be, set, BWD_INPUT, slot); }
+void gpt_backward_weight(GPT* g, Backend* be, int set, int slot) { backward_walk(g, be, set, BWD_WEIGHT, slot); }
