@@ -1,8 +1,10 @@
 // dataloader.c: see dataloader.h.
 #include "dataloader.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <glob.h>
+#include <limits.h>
 
 #include "base/common.h"
 
@@ -14,6 +16,7 @@ typedef struct {
     char* path;
     long long first;   // offset of this shard's first token in the concatenated stream
     long long ntok;
+    uint64_t set;      // the set id of tokenize.py's run that wrote it; 0: none (llm.c's shards)
 } Shard;
 
 struct DataLoader {
@@ -38,8 +41,8 @@ static uint32_t le32(const unsigned char* p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-// Validates one shard's header and size; returns its token count.
-static long long shard_check(const char* path) {
+// Validates one shard's header and size; returns its token count and sets *set to its set id.
+static long long shard_check(const char* path, uint64_t* set) {
     FILE* f = xfopen(path, "rb");   // first: the pattern may match a directory or a FIFO, which it refuses
     long long size = file_size(path);
     if (size < 0) fail("cannot stat token shard %s: %s", path, strerror(errno));
@@ -49,6 +52,7 @@ static long long shard_check(const char* path) {
     xfread(h, 1, sizeof h, f, path);
     if (fclose(f) != 0) fail("cannot close token shard %s: %s", path, strerror(errno));
     int32_t magic = (int32_t)le32(h), version = (int32_t)le32(h + 4), ntok = (int32_t)le32(h + 8);
+    *set = (uint64_t)le32(h + 12) | (uint64_t)le32(h + 16) << 32;
     if (magic != SHARD_MAGIC || version != SHARD_VERSION)
         fail("token shard %s has wrong magic/version (%d, %d; expected %d, %d)", path, magic, version, SHARD_MAGIC,
              SHARD_VERSION);
@@ -61,6 +65,82 @@ static long long shard_check(const char* path) {
         fail("token shard %s has trailing bytes: header says %d tokens (%lld bytes), file has %lld bytes", path,
              ntok, want, size);
     return ntok;
+}
+
+// Length of NAME when `base` is NAME_train_<6 or more digits>.bin or NAME_val_<...>.bin, else 0.
+static size_t dataset_name_len(const char* base) {
+    size_t end = strlen(base);
+    if (end < 4 || strcmp(base + end - 4, ".bin") != 0) return 0;
+    end -= 4;
+    size_t digits = 0;
+    while (end > 0 && isdigit((unsigned char)base[end - 1])) end--, digits++;
+    if (digits < 6 || end == 0 || base[end - 1] != '_') return 0;
+    end--;
+    static const char* const splits[] = {"_train", "_val"};
+    for (int i = 0; i < 2; i++) {
+        size_t k = strlen(splits[i]);
+        if (end > k && memcmp(base + end - k, splits[i], k) == 0) return end - k;
+    }
+    return 0;
+}
+
+// The shards of one dataset name in one directory (or, for other file names, of one directory), and the
+// first two set ids among them.
+typedef struct {
+    const char* path;          // its first shard's path: the directory and the name are its prefixes
+    size_t dir_len, name_len;  // dir_len includes the '/'; name_len 0: the other file names
+    uint64_t set[2];
+    int count[2];
+} SetGroup;
+
+static int in_group(const SetGroup* g, const char* path, size_t dir_len, size_t name_len) {
+    return g->dir_len == dir_len && g->name_len == name_len && memcmp(g->path, path, dir_len + name_len) == 0;
+}
+
+static const char* set_str(uint64_t set, char* buf, size_t cap) {
+    if (!set) return "0 (none)";
+    snprintf(buf, cap, "%016llx", (unsigned long long)set);
+    return buf;
+}
+
+// "NAME_{train,val}_*.bin in DIR", or "in DIR" for the other file names; DIR without its trailing '/'.
+static void group_where(const SetGroup* g, char* buf, size_t cap) {
+    int dir = g->dir_len > 1 ? (int)g->dir_len - 1 : (int)g->dir_len;   // "/" stays "/"
+    const char* suffix = g->name_len ? "_{train,val}_*.bin " : "";
+    snprintf(buf, cap, "%.*s%sin %.*s", (int)g->name_len, g->path + g->dir_len, suffix, dir ? dir : 1,
+             dir ? g->path : ".");
+}
+
+// tokenize.py replaces a set by renaming its new shards over the old ones and then deleting the rest; a
+// SIGKILL or power loss in between leaves a mix of both under valid names, which would train as one
+// stream. Refuses a dataset (a name in a directory) whose shards carry more than one set id; shards of
+// different datasets may differ.
+static void check_shard_sets(const Shard* shards, int n) {
+    SetGroup* groups = xcalloc((size_t)n, sizeof *groups);
+    int ng = 0;
+    for (int i = 0; i < n; i++) {
+        const char* path = shards[i].path;
+        const char* slash = strrchr(path, '/');
+        size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
+        size_t name_len = dataset_name_len(path + dir_len);
+        int j = 0;
+        while (j < ng && !in_group(&groups[j], path, dir_len, name_len)) j++;
+        if (j == ng) groups[ng++] = (SetGroup){path, dir_len, name_len, {shards[i].set, 0}, {0, 0}};
+        SetGroup* g = &groups[j];
+        uint64_t set = shards[i].set;
+        if (set == g->set[0]) g->count[0]++;
+        else if (g->count[1] == 0 || set == g->set[1]) g->set[1] = set, g->count[1]++;   // a third goes uncounted
+    }
+    for (int j = 0; j < ng; j++) {
+        const SetGroup* g = &groups[j];
+        if (g->count[1] == 0) continue;
+        char where[PATH_MAX + 16], a[24], b[24];
+        group_where(g, where, sizeof where);
+        fail("token shards %s mix two shard sets: %d of set %s and %d of set %s; a tokenize.py run that replaced "
+             "them did not finish: run tokenize.py again", where, g->count[0], set_str(g->set[0], a, sizeof a),
+             g->count[1], set_str(g->set[1], b, sizeof b));
+    }
+    free(groups);
 }
 
 DataLoader* dataloader_open(const char* pattern, int B, int T, int rank, int world, int shuffle, uint64_t seed,
@@ -82,11 +162,12 @@ DataLoader* dataloader_open(const char* pattern, int B, int T, int rank, int wor
         size_t n = strlen(g.gl_pathv[i]) + 1;
         s->path = xmalloc(n);
         memcpy(s->path, g.gl_pathv[i], n);
-        s->ntok = shard_check(s->path);
+        s->ntok = shard_check(s->path, &s->set);
         s->first = dl->ntok;
         dl->ntok += s->ntok;
     }
     globfree(&g);
+    check_shard_sets(dl->shards, dl->nshards);
 
     dl->bt = (long long)B * T;
     if (dl->ntok < dl->bt + 1)

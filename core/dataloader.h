@@ -1,6 +1,7 @@
 // dataloader.h: token shards (llm.c format) read as one concatenated stream, in the data order of docs/ARCHITECTURE.md.
 //
-// Shard file: 256 x int32 header [20240520, 1, ntok, 0...] then ntok uint16 tokens, little-endian.
+// Shard file: 256 x int32 header [20240520, 1, ntok, set_lo, set_hi, 0...] then ntok uint16 tokens, little-endian.
+// set_hi << 32 | set_lo: the set id that scripts/tokenize.py gives all shards of one run (0: none, llm.c's).
 // Nothing is read into memory up front: the loader keeps each shard's token offset in the stream and
 // reads one window (B*T+1 tokens) per batch with fseeko/fread, across shard boundaries where needed.
 //
@@ -9,7 +10,8 @@
 // Without shuffling the window starts at token j*B*T; with shuffling at perm_e(j)*B*T, where perm_e is a
 // Fisher-Yates permutation of 0..W-1 seeded from (seed, e) only. So N ranks at ga=G see exactly the
 // windows one rank sees at ga=N*G, in the same order, and resuming at any step is exact.
-// Every failure (no match, bad header, bad size, too few tokens, token >= vocab) is one line + exit 1.
+// Every failure (no match, bad header, bad size, shards of one dataset from two sets, too few tokens,
+// token >= vocab) is one line + exit 1.
 #pragma once
 #include <stdint.h>
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,6 +50,18 @@ static void write_shard(const char* path, long long first, long long n) {
 static const char* path_in(char* buf, size_t cap, const char* dir, const char* name) {
     snprintf(buf, cap, "%s/%s", dir, name);
     return buf;
+}
+
+// dir/name: a shard of 20 tokens whose header carries set id `set` (int32 slots 3 and 4, low half first).
+static void write_set_shard(const char* dir, const char* name, uint64_t set) {
+    char path[512];
+    write_shard(path_in(path, sizeof path, dir, name), 0, 20);
+    unsigned char id[8];
+    put32(id, (int32_t)(uint32_t)set), put32(id + 4, (int32_t)(uint32_t)(set >> 32));
+    FILE* f = xfopen(path, "r+b");
+    xfseek(f, 12, SEEK_SET, path);
+    xfwrite(id, 1, sizeof id, f, path);
+    xfclose(f, path);
 }
 
 // Does the window (inputs, targets) equal the reference stream at `start`?
@@ -376,6 +389,65 @@ static void test_shard_errors(Stream* s) {
     dataloader_close(dl);
 }
 
+// Shard set ids: one dataset (a name in a directory) whose shards carry two ids is refused, 0 counting as
+// an id of its own; different datasets in one glob may differ.
+static void test_shard_sets(Stream* s) {
+    const uint64_t A = 0xa1a2a3a4b1b2b3b4ULL, B = 0x100000000ULL;   // B: only the high half
+    const char* dir = s->dir;
+    char sub[512];
+    mkdir(path_in(sub, sizeof sub, dir, "d1"), 0755), mkdir(path_in(sub, sizeof sub, dir, "d2"), 0755);
+    // tokenize.py's replacement cut short: two of five train shards (and the val shard) are the new set's.
+    write_set_shard(dir, "mix_val_000000.bin", B);
+    for (int i = 1; i <= 5; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "mix_train_%06d.bin", i);
+        write_set_shard(dir, name, i <= 3 ? A : B);
+    }
+    // An llm.c set (no id) that a new one began to replace.
+    write_set_shard(dir, "old_train_000001.bin", 0), write_set_shard(dir, "old_train_000002.bin", B);
+    write_set_shard(dir, "old_train_000003.bin", 0);
+    // Other file names group by directory.
+    write_set_shard(dir, "raw_a.bin", A), write_set_shard(dir, "raw_b.bin", B);
+    static char p_mix[512], p_old[512], p_raw[512];
+    char want_mix[700], want_old[700], want_raw[700];
+    snprintf(p_mix, sizeof p_mix, "%s/mix_train_*.bin", dir);
+    snprintf(want_mix, sizeof want_mix, "token shards mix_{train,val}_*.bin in %s mix two shard sets: 3 of set "
+             "a1a2a3a4b1b2b3b4 and 2 of set 0000000100000000; a tokenize.py run that replaced them did not "
+             "finish: run tokenize.py again", dir);
+    snprintf(p_old, sizeof p_old, "%s/old_*.bin", dir);
+    snprintf(want_old, sizeof want_old, "old_{train,val}_*.bin in %s mix two shard sets: 2 of set 0 (none) and 1 "
+             "of set 0000000100000000", dir);
+    snprintf(p_raw, sizeof p_raw, "%s/raw_*.bin", dir);
+    snprintf(want_raw, sizeof want_raw, "token shards in %s mix two shard sets: 1 of set a1a2a3a4b1b2b3b4", dir);
+    const ErrCase cases[] = {
+        {"shard_sets_mixed", p_mix, NULL, s->B, s->T, 0, 1, 0, want_mix},
+        {"shard_sets_mixed_with_no_id", p_old, NULL, s->B, s->T, 0, 1, 0, want_old},
+        {"shard_sets_mixed_other_names", p_raw, NULL, s->B, s->T, 0, 1, 0, want_raw},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(s->st, dir, &cases[i]);
+
+    // Accepted: two datasets with their own ids; one name in two directories; NAME beside NAME_train;
+    // a set with no ids (llm.c's).
+    write_set_shard(dir, "p_train_000001.bin", A);
+    write_set_shard(dir, "q_train_000001.bin", B), write_set_shard(dir, "q_train_000002.bin", B);
+    write_set_shard(dir, "d1/r_train_000001.bin", A), write_set_shard(dir, "d2/r_train_000001.bin", B);
+    write_set_shard(dir, "n_train_000001.bin", A), write_set_shard(dir, "n_train_train_000001.bin", B);
+    write_set_shard(dir, "z_val_000000.bin", 0), write_set_shard(dir, "z_train_000001.bin", 0);
+    write_set_shard(dir, "z_train_000002.bin", 0);
+    static const char* const ok[][2] = {
+        {"shard_sets_two_datasets", "[pq]_train_*.bin"},
+        {"shard_sets_two_directories", "d[12]/r_train_*.bin"},
+        {"shard_sets_name_and_name_train", "n_train_*.bin"},
+        {"shard_sets_none", "z_*.bin"},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char pat[512];
+        DataLoader* dl = dataloader_open(path_in(pat, sizeof pat, dir, ok[i][1]), s->B, s->T, 0, 1, 0, 0, VOCAB);
+        check_true(s->st, ok[i][0], dataloader_num_shards(dl) >= 2);
+        dataloader_close(dl);
+    }
+}
+
 static const char* const TOKENS[] = {"a", "hello", "", "\xe2\x82\xac", " world", "<|endoftext|>"};
 
 static void test_tokenizer(TestStats* st, const char* dir) {
@@ -463,6 +535,7 @@ int main(void) {
     test_ranks_equal_ga(&s);
     test_shuffle(&s);
     test_shard_errors(&s);
+    test_shard_sets(&s);
     test_tokenizer(&st, dir);
     test_tokenizer_errors(&st, dir);
     test_big_shuffled(&s);
