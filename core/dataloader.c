@@ -2,9 +2,11 @@
 #include "dataloader.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <glob.h>
 #include <limits.h>
+#include <sys/stat.h>
 
 #include "base/common.h"
 
@@ -84,11 +86,10 @@ static size_t dataset_name_len(const char* base) {
     return 0;
 }
 
-// The shards of one dataset name in one directory (or, for other file names, of one directory), and the
-// first two set ids among them.
+// The shards of one dataset name in one directory, and the first two set ids among them.
 typedef struct {
     const char* path;          // its first shard's path: the directory and the name are its prefixes
-    size_t dir_len, name_len;  // dir_len includes the '/'; name_len 0: the other file names
+    size_t dir_len, name_len;  // dir_len includes the '/'
     uint64_t set[2];
     int count[2];
 } SetGroup;
@@ -103,26 +104,25 @@ static const char* set_str(uint64_t set, char* buf, size_t cap) {
     return buf;
 }
 
-// "NAME_{train,val}_*.bin in DIR", or "in DIR" for the other file names; DIR without its trailing '/'.
-static void group_where(const SetGroup* g, char* buf, size_t cap) {
-    int dir = g->dir_len > 1 ? (int)g->dir_len - 1 : (int)g->dir_len;   // "/" stays "/"
-    const char* suffix = g->name_len ? "_{train,val}_*.bin " : "";
-    snprintf(buf, cap, "%.*s%sin %.*s", (int)g->name_len, g->path + g->dir_len, suffix, dir ? dir : 1,
-             dir ? g->path : ".");
+// Length of the directory part of `path`, with its '/' (0: none, the working directory).
+static size_t dir_prefix_len(const char* path) {
+    const char* slash = strrchr(path, '/');
+    return slash ? (size_t)(slash - path) + 1 : 0;
 }
 
 // tokenize.py replaces a set by renaming its new shards over the old ones and then deleting the rest; a
 // SIGKILL or power loss in between leaves a mix of both under valid names, which would train as one
-// stream. Refuses a dataset (a name in a directory) whose shards carry more than one set id; shards of
-// different datasets may differ.
+// stream. Refuses a dataset (NAME of NAME_{train,val}_<digits>.bin in one directory) whose shards carry
+// more than one set id; shards of different datasets may differ. A file of another name (tokenize.py
+// --raw's, llm.c's NAME_val.bin) is one file written at once, a set of its own.
 static void check_shard_sets(const Shard* shards, int n) {
     SetGroup* groups = xcalloc((size_t)n, sizeof *groups);
     int ng = 0;
     for (int i = 0; i < n; i++) {
         const char* path = shards[i].path;
-        const char* slash = strrchr(path, '/');
-        size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
+        size_t dir_len = dir_prefix_len(path);
         size_t name_len = dataset_name_len(path + dir_len);
+        if (name_len == 0) continue;
         int j = 0;
         while (j < ng && !in_group(&groups[j], path, dir_len, name_len)) j++;
         if (j == ng) groups[ng++] = (SetGroup){path, dir_len, name_len, {shards[i].set, 0}, {0, 0}};
@@ -134,13 +134,70 @@ static void check_shard_sets(const Shard* shards, int n) {
     for (int j = 0; j < ng; j++) {
         const SetGroup* g = &groups[j];
         if (g->count[1] == 0) continue;
-        char where[PATH_MAX + 16], a[24], b[24];
-        group_where(g, where, sizeof where);
-        fail("token shards %s mix two shard sets: %d of set %s and %d of set %s; a tokenize.py run that replaced "
-             "them did not finish: run tokenize.py again", where, g->count[0], set_str(g->set[0], a, sizeof a),
+        char a[24], b[24];
+        int dir = g->dir_len > 1 ? (int)g->dir_len - 1 : (int)g->dir_len;   // without its '/'; "/" stays "/"
+        fail("token shards %.*s_{train,val}_*.bin in %.*s mix two shard sets: %d of set %s and %d of set %s; a "
+             "tokenize.py run that replaced them did not finish: run tokenize.py again", (int)g->name_len,
+             g->path + g->dir_len, dir ? dir : 1, dir ? g->path : ".", g->count[0], set_str(g->set[0], a, sizeof a),
              g->count[1], set_str(g->set[1], b, sizeof b));
     }
     free(groups);
+}
+
+#define STAGING_PREFIX ".tokenize-"   // tokenize.py's private directory, .tokenize-PID
+#define SWITCH_MARKER "SWITCHING"
+
+// tokenize.py writes an fsync'ed DIR/.tokenize-PID/SWITCHING before it renames its first new shard into DIR
+// and removes it once the switch (renames, deletions) is complete and synced. A run killed in between can
+// leave a part of the new set that no set id shows: one run into an empty directory has one id, and a
+// whole new val split beside the whole old train split is two datasets' worth of -i and -j globs, each of
+// one id. So a marker refuses the whole directory. A staging directory without it is a run stopped before
+// its switch: the shards it would have replaced are intact. `dir` is the directory part of a shard's path
+// (with its '/'; "": the working directory).
+static void check_switch_marker(const char* dir, size_t dir_len) {
+    char shown[PATH_MAX];   // the directory as the message names it
+    snprintf(shown, sizeof shown, "%.*s", dir_len > 1 ? (int)dir_len - 1 : dir_len ? 1 : 0, dir_len ? dir : "");
+    DIR* d = opendir(dir_len ? shown : ".");
+    if (!d) return;   // not listable (execute permission only): its shards are read all the same
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, STAGING_PREFIX, strlen(STAGING_PREFIX)) != 0) continue;
+        char marker[PATH_MAX + 300];
+        snprintf(marker, sizeof marker, "%.*s%s/%s", (int)dir_len, dir, e->d_name, SWITCH_MARKER);
+        struct stat st;
+        if (lstat(marker, &st) != 0) continue;
+        // Its one line is the run's --name: the dataset to tokenize again.
+        char name[256] = "";
+        FILE* f = fopen(marker, "rb");
+        if (f) {
+            size_t got = fread(name, 1, sizeof name - 1, f);
+            name[got] = 0;
+            name[strcspn(name, "\n")] = 0;
+            fclose(f);
+        }
+        closedir(d);
+        if (name[0])
+            fail("%s: a tokenize.py run stopped while replacing the shards %s_{train,val}_*.bin there (%s): run "
+                 "tokenize.py again", dir_len ? shown : ".", name, marker);
+        fail("%s: a tokenize.py run stopped while replacing its shards (%s): run tokenize.py again",
+             dir_len ? shown : ".", marker);
+    }
+    closedir(d);
+}
+
+// check_switch_marker once per distinct directory among the matched paths (glob's sorted order keeps a
+// directory's paths together, so the last one seen is checked first).
+static void check_switch_markers(char* const* paths, size_t n) {
+    size_t *first = xmalloc((n ? n : 1) * sizeof *first), *len = xmalloc((n ? n : 1) * sizeof *len);
+    size_t ndirs = 0;   // directory k: the first len[k] bytes of paths[first[k]]
+    for (size_t i = 0; i < n; i++) {
+        size_t l = dir_prefix_len(paths[i]), k = ndirs;
+        while (k > 0 && !(len[k - 1] == l && memcmp(paths[first[k - 1]], paths[i], l) == 0)) k--;
+        if (k > 0) continue;
+        first[ndirs] = i, len[ndirs++] = l;
+        check_switch_marker(paths[i], l);
+    }
+    free(first), free(len);
 }
 
 DataLoader* dataloader_open(const char* pattern, int B, int T, int rank, int world, int shuffle, uint64_t seed,
@@ -153,6 +210,8 @@ DataLoader* dataloader_open(const char* pattern, int B, int T, int rank, int wor
     if (rc == GLOB_NOMATCH) fail("no token shard matches %s", pattern);
     if (rc != 0) fail("cannot expand token shard pattern %s (glob error %d)", pattern, rc);
     if (g.gl_pathc > (size_t)1 << 30) fail("too many token shards match %s", pattern);
+
+    check_switch_markers(g.gl_pathv, g.gl_pathc);
 
     DataLoader* dl = xcalloc(1, sizeof *dl);
     dl->nshards = (int)g.gl_pathc;

@@ -10,8 +10,12 @@
 // Without shuffling the window starts at token j*B*T; with shuffling at perm_e(j)*B*T, where perm_e is a
 // Fisher-Yates permutation of 0..W-1 seeded from (seed, e) only. So N ranks at ga=G see exactly the
 // windows one rank sees at ga=N*G, in the same order, and resuming at any step is exact.
-// Every failure (no match, bad header, bad size, shards of one dataset from two sets, too few tokens,
-// token >= vocab) is one line + exit 1.
+// A dataset is NAME of NAME_{train,val}_<digits>.bin in one directory; a file of another name (tokenize.py
+// --raw's) is a set of its own. tokenize.py switches a new set in with DIR/.tokenize-PID/SWITCHING in place
+// (its one line: NAME), so a run killed meanwhile leaves it: a directory of matched shards that holds one
+// is refused whatever the set ids say. A .tokenize-PID without the marker (stopped before the switch) is not.
+// Every failure (no match, a switch marker, bad header, bad size, shards of one dataset from two sets, too
+// few tokens, token >= vocab) is one line + exit 1.
 #pragma once
 #include <stdint.h>
 

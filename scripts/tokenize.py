@@ -21,11 +21,17 @@ encodes -prompt). The output does not depend on -j, but for the set id.
 One run at a time per OUTDIR: a run holds OUTDIR/.tokenize.lock, and another run into OUTDIR stops at once.
 The new shards are written into a private directory OUTDIR/.tokenize-PID, then renamed over the old set
 of NAME, whose other shards are then deleted. SIGINT, SIGTERM, SIGHUP and SIGQUIT wait until that switch
-is done, so a run they stop leaves the old set or the new one. A SIGKILL or power loss during the switch
-can leave a mix of the two, which the trainer refuses by the set ids: run tokenize.py again.
+is done, so a run they stop leaves the old set or the new one. A SIGKILL or a power loss can stop it all
+the same, so before its first rename the run writes (and fsyncs) OUTDIR/.tokenize-PID/SWITCHING, whose one
+line is NAME, and it removes that marker only once the switch is complete and OUTDIR synced. The trainer
+refuses every glob of shards in a directory that holds such a marker (and, by the set ids, a mix of two
+sets under one NAME): run tokenize.py again. The next run into OUTDIR removes the private directories that
+killed runs left, but for their markers: a marker stays until a run of its NAME (any run, for a marker that
+names none) has switched in a whole set. A private directory without a marker (a run stopped before its
+switch) does not keep the trainer off the old set.
 
---raw writes the ids of FILE's bytes as one shard-format file (a set of its own): no end-of-text token,
-no split.
+--raw writes the ids of FILE's bytes as one shard-format file (a set of its own: several in one directory
+train together): no end-of-text token, no split.
 The text "<|endoftext|>" inside a document is ordinary text; only the separator is 50256.
 
 The encoding itself runs in build/gpt2tok (tokenizer/gpt2tok.c; built here with make when missing or
@@ -69,7 +75,8 @@ SHARD_MAGIC, SHARD_VERSION = 20240520, 1
 TOKENIZER_MAGIC, TOKENIZER_VERSION = 20240328, 2
 MODEL_MAGIC = 20240601   # gpt2tok's compact merges file
 LOCK = '.tokenize.lock'
-STAGING = re.compile(r'\.tokenize-[0-9]+')   # a run's private directory, .tokenize-PID
+STAGING = re.compile(r'\.tokenize-[0-9]+(-[0-9]+)?')   # a run's private directory, .tokenize-PID[-N]
+MARKER = 'SWITCHING'   # in it while its switch is under way: the trainer refuses OUTDIR then
 HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}   # they wait for the switch
 
 
@@ -459,11 +466,10 @@ def shard_names(outdir, name):
 
 
 def move_in(staging, outdir, name, names):
-    """Renames the new shards in, then deletes the old ones left over, in the order that makes a SIGKILL
-    anywhere in between leave shards of both sets, which the trainer refuses, and never a part of the old set
-    that looks whole: first the names the old set lacks, then those it has (each replacing an old shard),
-    then the deletions. (A first run into OUTDIR has no old set to show: a SIGKILL there can leave a part
-    of the new one.)"""
+    """Renames the new shards in, then deletes the old ones left over. The marker says that this is under way;
+    the order makes a mix of both sets show by its set ids as well: first the names the old set lacks, then
+    those it has (each replacing an old shard), then the deletions. (A first run into OUTDIR, or a new val
+    split beside the old train split, shows by the marker alone.)"""
     old = shard_names(outdir, name)
     try:
         for n in sorted(names, key=lambda n: n in old):   # stable: stream order within each part
@@ -472,18 +478,62 @@ def move_in(staging, outdir, name, names):
             os.unlink(os.path.join(outdir, n))
     except OSError as e:
         raise Fail(f'cannot replace the shards in {outdir}: {e.filename}: {e.strerror}; the directory may now '
-                   'mix two shard sets, which the trainer refuses: run tokenize.py again')
+                   f'hold a part of the new set, which the trainer refuses while {os.path.join(staging, MARKER)} '
+                   'is there: run tokenize.py again')
 
 
-def switch(staging, outdir, name, names):
+def fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def mark_switch(staging, outdir, name):
+    """Writes the marker, with NAME in it, and makes it durable before the first rename: a run that a SIGKILL
+    or a power loss stops during the switch leaves it behind, and the trainer refuses OUTDIR while it is there."""
+    path = os.path.join(staging, MARKER)
+    try:
+        with open(path, 'wb') as f:
+            f.write(os.fsencode(name) + b'\n')
+            f.flush()
+            os.fsync(f.fileno())
+        fsync_dir(staging)
+        fsync_dir(outdir)   # the staging directory's own entry
+    except OSError as e:
+        remove_quietly(path)
+        raise Fail(f'cannot write {path}: {e.strerror}; the shards in {outdir} were left as they were')
+
+
+def unmark_switch(staging, outdir, name, kept):
+    """The switch is complete: once the renames and deletions are durable, the marker goes, and so do the markers
+    of earlier runs of NAME (or of none) that a SIGKILL stopped during their switch: this set replaced what
+    they left."""
+    marker = os.path.join(staging, MARKER)
+    try:
+        fsync_dir(outdir)
+        os.unlink(marker)
+    except OSError as e:
+        raise Fail(f'cannot finish the switch in {outdir}: {e.filename}: {e.strerror}; it holds the new set, but '
+                   f'the trainer refuses it while {marker} is there: run tokenize.py again')
+    for path, marked in kept.items():
+        if marked in (name, ''):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def switch(staging, outdir, name, names, kept):
     """Puts the new set in place of NAME's old one with the HELD signals blocked, so that none of them can
-    stop it halfway: one that comes meanwhile is acted on once the new set is complete."""
+    stop it halfway: one that comes meanwhile is acted on once the new set is complete. The marker is there
+    from before the first change until after the last one; a failure in between leaves it."""
     restore = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     moved = False
     try:
         # Python runs the handlers of signals caught so far inside this call: one raises here, before any change.
         signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+        mark_switch(staging, outdir, name)
         move_in(staging, outdir, name, names)
+        unmark_switch(staging, outdir, name, kept)
         moved = True
     finally:
         try:
@@ -520,11 +570,61 @@ def lock_outdir(outdir):
     return f
 
 
-def remove_stale(outdir):
-    """Private directories of runs that a SIGKILL ended: only the lock's holder makes one, and that is us."""
+def marked_name(staging):
+    """The NAME in a staging directory's marker; None: no marker; '': one that names none (a power loss cut
+    its writing, which comes before any change) or cannot be read."""
+    try:
+        with open(os.path.join(staging, MARKER), 'rb') as f:
+            return os.fsdecode(f.read(4096).split(b'\n')[0])
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return ''
+
+
+def empty_but_marker(staging):
+    """Frees what a stopped switch left in its staging directory (the spool, shards not moved in), keeping
+    the marker."""
+    for e in os.scandir(staging):
+        if e.name == MARKER:
+            continue
+        if e.is_dir(follow_symlinks=False):
+            shutil.rmtree(e.path, ignore_errors=True)
+        else:
+            remove_quietly(e.path)
+
+
+def clear_stale(outdir):
+    """The private directories of runs that a SIGKILL ended (only the lock's holder makes one, and that is us).
+    One stopped before its switch goes. One stopped during its switch is emptied but for its marker, which
+    keeps the trainer off OUTDIR until a run of the same NAME has switched in a whole set (a run that fails
+    before that leaves it). Returns those kept, {path: the NAME in the marker}."""
+    kept = {}
     for e in os.scandir(outdir):
         if STAGING.fullmatch(e.name) and e.is_dir(follow_symlinks=False):
-            shutil.rmtree(e.path, ignore_errors=True)
+            name = marked_name(e.path)
+            if name is None:
+                shutil.rmtree(e.path, ignore_errors=True)
+            else:
+                empty_but_marker(e.path)
+                kept[e.path] = name
+    return kept
+
+
+def make_staging(outdir):
+    """The run's private directory, .tokenize-PID; .tokenize-PID-N when a killed run of the same PID (a
+    container's PIDs repeat) left its marker under that name."""
+    base = os.path.join(outdir, f'.tokenize-{os.getpid()}')
+    for n in range(1, 1 << 20):
+        path = base if n == 1 else f'{base}-{n}'
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise Fail(f'cannot create {path}: {e.strerror}')
+    raise Fail(f'cannot create {base}: too many of its names are taken')
 
 
 def make_outdir(outdir):
@@ -552,22 +652,24 @@ def cmd_shards(args, tokens, model):
 
 def tokenize_into(files, args, tokens, model):
     """The work under OUTDIR's lock; returns the shard plan and the new shards' names."""
-    remove_stale(args.out)
+    kept = clear_stale(args.out)
     write_atomic(os.path.join(args.out, 'gpt2_tokenizer.bin'), [tokenizer_file_bytes(tokens)])
     write_atomic(os.path.join(args.out, 'gpt2_merges.bin'), [model])   # the trainer's -prompt encodes with it
-    staging = os.path.join(args.out, f'.tokenize-{os.getpid()}')
+    staging = make_staging(args.out)
     try:
         plan, names = stage(files, args, model, staging)
-        switch(staging, args.out, args.name, names)
+        switch(staging, args.out, args.name, names, kept)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if os.path.lexists(os.path.join(staging, MARKER)):   # a switch that began and failed: the marker stays
+            empty_but_marker(staging)
+        else:
+            shutil.rmtree(staging, ignore_errors=True)
     return plan, names
 
 
 def stage(files, args, model, staging):
     """Tokenizes into the run's private directory (the spool, then the new shards), touching no shard of OUTDIR."""
     try:
-        os.mkdir(staging)
         with open(os.path.join(staging, 'spool'), 'w+b') as spool:
             prog = spool_tokens(files, model, args, spool)
             plan = plan_shards(prog.tokens, args.shard_size, args.val_fraction)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/tokenize.py as a tool: shard layout and split, document separators, worker-count independence,
 # set ids, one run per output directory, a replacement that a signal cannot cut in two (and the trainer's
-# refusal of the mix a SIGKILL leaves), and the one-line errors that leave no half-written output behind.
+# refusal of what a SIGKILL leaves: its switch marker, a mix of set ids), --raw files side by side, and the
+# one-line errors that leave no half-written output behind.
 cd "$(dirname "$0")/.." || exit 1
 source tests/lib.sh
 PY=${PYTHON:-/usr/bin/python3}
@@ -196,7 +197,7 @@ for sig in INT TERM; do
         "SIG$sig after $changed shard names changed: exit $rc, the directory holds $state; stderr: $(head -2 "$TMP/sw.err" | tr '\n' '|')"
 done
 
-# --- a SIGKILL cannot be held: the mix it leaves is refused by the trainer ---
+# --- a SIGKILL cannot be held: the switch marker, and the set ids, make the trainer refuse what it leaves ---
 trainer() { ./train_gpt_cpu -i "$1" -j '' -e L2C64H4 -b 1 -t 8 -x 1 -s 0 > /dev/null 2> "$TMP/train.err"; }
 if [ -x ./train_gpt_cpu ]; then
     # By hand, deterministic: five shards of a new set over an old set's.
@@ -209,14 +210,70 @@ if [ -x ./train_gpt_cpu ]; then
     t_check tokenizer_mix_refused_by_trainer '[ $rc -eq 1 ] && [ "$(wc -l < "$TMP/train.err")" -eq 1 ] &&
         grep -q "^error: token shards n_{train,val}_\*\.bin in $TMP/mix mix two shard sets: 5 of set $new_set and $n_old of set $old_set; .*run tokenize.py again$" "$TMP/train.err"' \
         "exit $rc: $(head -2 "$TMP/train.err" | tr '\n' '|')"
-    # For real: kill -9 once the switch began. The trainer refuses what is left unless it is one whole set.
+    # For real: kill -9 once the switch began. The switch marker it leaves refuses the directory.
     rm -rf "$TMP/sw" && cp -a "$TMP/swold" "$TMP/sw"
     read -r rc changed < <(switch_signal "$TMP/sw" KILL "$TMP/new.txt" "$TMP/sw.err")
     state=$(which_set "$TMP/sw")
     trainer "$TMP/sw/n_train_*.bin"; trc=$?
-    t_check tokenizer_sigkill_mix_refused '[ "$rc" -eq -9 ] && { { [ $trc -eq 1 ] && grep -q "^error: token shards .* mix two shard sets" "$TMP/train.err"; } ||
+    refused_by_marker() {   # DIR: the trainer's one line for the marker a killed switch of n's shards left in DIR
+        [ $trc -eq 1 ] && [ "$(wc -l < "$TMP/train.err")" -eq 1 ] &&
+            grep -q "^error: $1: a tokenize.py run stopped while replacing the shards n_{train,val}_\*\.bin there ($1/\.tokenize-[0-9]*/SWITCHING): run tokenize.py again$" "$TMP/train.err"
+    }
+    t_check tokenizer_sigkill_mix_refused '[ "$rc" -eq -9 ] && { refused_by_marker "$TMP/sw" ||
         { [ $trc -eq 0 ] && { [ "$state" = new ] || [ "$state" = old ]; }; }; }' \
         "killed after $changed shard names changed (exit $rc), the directory holds $state; the trainer exited $trc: $(head -1 "$TMP/train.err")"
+
+    # A first run into an empty directory, killed during its switch: a part of the new set, all of one set
+    # id. The marker refuses it; a rerun that fails, or one of another --name, leaves the marker; a rerun of n
+    # that completes clears it.
+    for i in $(seq 1 1500); do printf 'f%d ' $i; done > "$TMP/first.txt"
+    why="the SIGKILL never landed inside the switch:"
+    for try in 1 2 3; do
+        rm -rf "$TMP/first" && mkdir "$TMP/first"
+        read -r rc changed < <(switch_signal "$TMP/first" KILL "$TMP/first.txt" "$TMP/first.err")
+        if [ -n "$(ls "$TMP/first"/.tokenize-*/SWITCHING 2>/dev/null)" ]; then why=""; break; fi
+        why+=" try $try: exit $rc with $(ls -A "$TMP/first" | grep -c '^n_') of 1501 shards in place, no marker;"
+    done
+    left=$(ls "$TMP/first" | grep -c '^n_')
+    trainer "$TMP/first/n_*.bin"; trc=$?
+    t_check tokenizer_sigkill_first_run_refused '[ -z "$why" ] && [ "$rc" -eq -9 ] && refused_by_marker "$TMP/first"' \
+        "${why:-killed with $left of 1501 shards in place (exit $rc);} the trainer exited $trc: $(head -2 "$TMP/train.err" | tr '\n' '|')"
+    $TOK "$TMP/bad.txt" -o "$TMP/first" --name n -q 2> "$TMP/err"; rc=$?
+    trainer "$TMP/first/n_*.bin"; trc=$?
+    t_check tokenizer_failed_rerun_keeps_marker '[ $rc -eq 1 ] && refused_by_marker "$TMP/first" &&
+        [ "$(ls -A "$TMP/first"/.tokenize-*)" = SWITCHING ]' \
+        "the rerun exited $rc: $(head -1 "$TMP/err"); the trainer exited $trc: $(head -1 "$TMP/train.err"); staging: $(ls -A "$TMP/first"/.tokenize-* 2>/dev/null | tr '\n' ' ')"
+    $TOK "$TMP/old.txt" -o "$TMP/first" --name other --shard-size 64 -q 2> "$TMP/err"; rc=$?
+    trainer "$TMP/first/n_*.bin"; trc=$?
+    t_check tokenizer_other_name_keeps_marker '[ $rc -eq 0 ] && refused_by_marker "$TMP/first"' \
+        "the run of --name other exited $rc: $(head -1 "$TMP/err"); the trainer exited $trc: $(head -1 "$TMP/train.err")"
+    $TOK "$TMP/new.txt" -o "$TMP/first" --name n --shard-size 64 -q 2> "$TMP/err"; rc=$?
+    trainer "$TMP/first/n_*.bin"; trc=$?
+    t_check tokenizer_rerun_clears_marker '[ $rc -eq 0 ] && [ $trc -eq 0 ] && [ -z "$(ls -A "$TMP/first" | grep "^\.tokenize-")" ] &&
+        [ "$(ids $(in_order "$TMP/first" | grep "/n_"))" = "$new_ids" ]' \
+        "the rerun exited $rc: $(head -1 "$TMP/err"); the trainer exited $trc: $(head -1 "$TMP/train.err"); left: $(ls -A "$TMP/first" | grep "^\.")"
+
+    # A run killed before its switch leaves its private directory without a marker: the old set is whole
+    # and trains; the next run removes the directory.
+    rm -rf "$TMP/pre" && cp -a "$TMP/swold" "$TMP/pre"
+    $TOK "$TMP/racea.txt" -o "$TMP/pre" --name n -j 1 -q 2> /dev/null & a=$!
+    until [ -n "$(ls "$TMP/pre"/.tokenize-*/spool 2>/dev/null)" ] || ! kill -0 $a 2>/dev/null; do sleep 0.01; done
+    kill -KILL $a; { wait $a; } 2>/dev/null; rc=$?
+    trainer "$TMP/pre/n_*.bin"; trc=$?
+    t_check tokenizer_staging_without_marker_trains '[ $rc -eq 137 ] && [ -n "$(ls -d "$TMP/pre"/.tokenize-*)" ] &&
+        [ -z "$(ls "$TMP/pre"/.tokenize-*/SWITCHING 2>/dev/null)" ] && [ $trc -eq 0 ] && [ "$(which_set "$TMP/pre")" = old ]' \
+        "killed with exit $rc, left $(ls -A "$TMP/pre" | grep "^\.tokenize-" | tr '\n' ' '); the trainer exited $trc: $(head -1 "$TMP/train.err")"
+    $TOK "$TMP/new.txt" -o "$TMP/pre" --name n --shard-size 64 -q 2> "$TMP/err"; rc=$?
+    trainer "$TMP/pre/n_*.bin"; trc=$?
+    t_check tokenizer_rerun_clears_staging '[ $rc -eq 0 ] && [ $trc -eq 0 ] && [ -z "$(ls -A "$TMP/pre" | grep "^\.tokenize-")" ]' \
+        "the rerun exited $rc: $(head -1 "$TMP/err"); the trainer exited $trc: $(head -1 "$TMP/train.err"); left: $(ls -A "$TMP/pre" | grep "^\.")"
+
+    # --raw files are sets of their own: several in one directory train together.
+    mkdir "$TMP/raws"
+    $TOK --raw "$TMP/old.txt" -o "$TMP/raws/a.bin" && $TOK --raw "$TMP/new.txt" -o "$TMP/raws/b.bin"
+    trainer "$TMP/raws/*.bin"; trc=$?
+    t_check tokenizer_raw_files_train_together '[ $trc -eq 0 ] && [ "$(sets "$TMP"/raws/*.bin | wc -l)" -eq 2 ]' \
+        "the trainer exited $trc: $(head -1 "$TMP/train.err")"
 else
     t_fail tokenizer_mix_refused_by_trainer "./train_gpt_cpu is missing (make train_gpt_cpu)"
 fi
