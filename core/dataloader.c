@@ -1,8 +1,12 @@
 // dataloader.c: see dataloader.h.
 #include "dataloader.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <glob.h>
+#include <limits.h>
+#include <sys/stat.h>
 
 #include "base/common.h"
 
@@ -14,6 +18,7 @@ typedef struct {
     char* path;
     long long first;   // offset of this shard's first token in the concatenated stream
     long long ntok;
+    uint64_t set;      // the set id of tokenize.py's run that wrote it; 0: none (llm.c's shards)
 } Shard;
 
 struct DataLoader {
@@ -38,8 +43,8 @@ static uint32_t le32(const unsigned char* p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-// Validates one shard's header and size; returns its token count.
-static long long shard_check(const char* path) {
+// Validates one shard's header and size; returns its token count and sets *set to its set id.
+static long long shard_check(const char* path, uint64_t* set) {
     FILE* f = xfopen(path, "rb");   // first: the pattern may match a directory or a FIFO, which it refuses
     long long size = file_size(path);
     if (size < 0) fail("cannot stat token shard %s: %s", path, strerror(errno));
@@ -49,6 +54,7 @@ static long long shard_check(const char* path) {
     xfread(h, 1, sizeof h, f, path);
     if (fclose(f) != 0) fail("cannot close token shard %s: %s", path, strerror(errno));
     int32_t magic = (int32_t)le32(h), version = (int32_t)le32(h + 4), ntok = (int32_t)le32(h + 8);
+    *set = (uint64_t)le32(h + 12) | (uint64_t)le32(h + 16) << 32;
     if (magic != SHARD_MAGIC || version != SHARD_VERSION)
         fail("token shard %s has wrong magic/version (%d, %d; expected %d, %d)", path, magic, version, SHARD_MAGIC,
              SHARD_VERSION);
@@ -63,6 +69,137 @@ static long long shard_check(const char* path) {
     return ntok;
 }
 
+// Length of NAME when `base` is NAME_train_<6 or more digits>.bin or NAME_val_<...>.bin, else 0.
+static size_t dataset_name_len(const char* base) {
+    size_t end = strlen(base);
+    if (end < 4 || strcmp(base + end - 4, ".bin") != 0) return 0;
+    end -= 4;
+    size_t digits = 0;
+    while (end > 0 && isdigit((unsigned char)base[end - 1])) end--, digits++;
+    if (digits < 6 || end == 0 || base[end - 1] != '_') return 0;
+    end--;
+    static const char* const splits[] = {"_train", "_val"};
+    for (int i = 0; i < 2; i++) {
+        size_t k = strlen(splits[i]);
+        if (end > k && memcmp(base + end - k, splits[i], k) == 0) return end - k;
+    }
+    return 0;
+}
+
+// The shards of one dataset name in one directory, and the first two set ids among them.
+typedef struct {
+    const char* path;          // its first shard's path: the directory and the name are its prefixes
+    size_t dir_len, name_len;  // dir_len includes the '/'
+    uint64_t set[2];
+    int count[2];
+} SetGroup;
+
+static int in_group(const SetGroup* g, const char* path, size_t dir_len, size_t name_len) {
+    return g->dir_len == dir_len && g->name_len == name_len && memcmp(g->path, path, dir_len + name_len) == 0;
+}
+
+static const char* set_str(uint64_t set, char* buf, size_t cap) {
+    if (!set) return "0 (none)";
+    snprintf(buf, cap, "%016llx", (unsigned long long)set);
+    return buf;
+}
+
+// Length of the directory part of `path`, with its '/' (0: none, the working directory).
+static size_t dir_prefix_len(const char* path) {
+    const char* slash = strrchr(path, '/');
+    return slash ? (size_t)(slash - path) + 1 : 0;
+}
+
+// tokenize.py replaces a set by renaming its new shards over the old ones and then deleting the rest; a
+// SIGKILL or power loss in between leaves a mix of both under valid names, which would train as one
+// stream. Refuses a dataset (NAME of NAME_{train,val}_<digits>.bin in one directory) whose shards carry
+// more than one set id; shards of different datasets may differ. A file of another name (tokenize.py
+// --raw's, llm.c's NAME_val.bin) is one file written at once, a set of its own.
+static void check_shard_sets(const Shard* shards, int n) {
+    SetGroup* groups = xcalloc((size_t)n, sizeof *groups);
+    int ng = 0;
+    for (int i = 0; i < n; i++) {
+        const char* path = shards[i].path;
+        size_t dir_len = dir_prefix_len(path);
+        size_t name_len = dataset_name_len(path + dir_len);
+        if (name_len == 0) continue;
+        int j = 0;
+        while (j < ng && !in_group(&groups[j], path, dir_len, name_len)) j++;
+        if (j == ng) groups[ng++] = (SetGroup){path, dir_len, name_len, {shards[i].set, 0}, {0, 0}};
+        SetGroup* g = &groups[j];
+        uint64_t set = shards[i].set;
+        if (set == g->set[0]) g->count[0]++;
+        else if (g->count[1] == 0 || set == g->set[1]) g->set[1] = set, g->count[1]++;   // a third goes uncounted
+    }
+    for (int j = 0; j < ng; j++) {
+        const SetGroup* g = &groups[j];
+        if (g->count[1] == 0) continue;
+        char a[24], b[24];
+        int dir = g->dir_len > 1 ? (int)g->dir_len - 1 : (int)g->dir_len;   // without its '/'; "/" stays "/"
+        fail("token shards %.*s_{train,val}_*.bin in %.*s mix two shard sets: %d of set %s and %d of set %s; a "
+             "tokenize.py run that replaced them did not finish: run tokenize.py again", (int)g->name_len,
+             g->path + g->dir_len, dir ? dir : 1, dir ? g->path : ".", g->count[0], set_str(g->set[0], a, sizeof a),
+             g->count[1], set_str(g->set[1], b, sizeof b));
+    }
+    free(groups);
+}
+
+#define STAGING_PREFIX ".tokenize-"   // tokenize.py's private directory, .tokenize-PID
+#define SWITCH_MARKER "SWITCHING"
+
+// tokenize.py writes an fsync'ed DIR/.tokenize-PID/SWITCHING before it renames its first new shard into DIR
+// and removes it once the switch (renames, deletions) is complete and synced. A run killed in between can
+// leave a part of the new set that no set id shows: one run into an empty directory has one id, and a
+// whole new val split beside the whole old train split is two datasets' worth of -i and -j globs, each of
+// one id. So a marker refuses the whole directory. A staging directory without it is a run stopped before
+// its switch: the shards it would have replaced are intact. `dir` is the directory part of a shard's path
+// (with its '/'; "": the working directory).
+static void check_switch_marker(const char* dir, size_t dir_len) {
+    char shown[PATH_MAX];   // the directory as the message names it
+    snprintf(shown, sizeof shown, "%.*s", dir_len > 1 ? (int)dir_len - 1 : dir_len ? 1 : 0, dir_len ? dir : "");
+    DIR* d = opendir(dir_len ? shown : ".");
+    if (!d) return;   // not listable (execute permission only): its shards are read all the same
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, STAGING_PREFIX, strlen(STAGING_PREFIX)) != 0) continue;
+        char marker[PATH_MAX + 300];
+        snprintf(marker, sizeof marker, "%.*s%s/%s", (int)dir_len, dir, e->d_name, SWITCH_MARKER);
+        struct stat st;
+        if (lstat(marker, &st) != 0) continue;
+        // Its one line is the run's --name: the dataset to tokenize again.
+        char name[256] = "";
+        FILE* f = fopen(marker, "rb");
+        if (f) {
+            size_t got = fread(name, 1, sizeof name - 1, f);
+            name[got] = 0;
+            name[strcspn(name, "\n")] = 0;
+            fclose(f);
+        }
+        closedir(d);
+        if (name[0])
+            fail("%s: a tokenize.py run stopped while replacing the shards %s_{train,val}_*.bin there (%s): run "
+                 "tokenize.py again", dir_len ? shown : ".", name, marker);
+        fail("%s: a tokenize.py run stopped while replacing its shards (%s): run tokenize.py again",
+             dir_len ? shown : ".", marker);
+    }
+    closedir(d);
+}
+
+// check_switch_marker once per distinct directory among the matched paths (glob's sorted order keeps a
+// directory's paths together, so the last one seen is checked first).
+static void check_switch_markers(char* const* paths, size_t n) {
+    size_t *first = xmalloc((n ? n : 1) * sizeof *first), *len = xmalloc((n ? n : 1) * sizeof *len);
+    size_t ndirs = 0;   // directory k: the first len[k] bytes of paths[first[k]]
+    for (size_t i = 0; i < n; i++) {
+        size_t l = dir_prefix_len(paths[i]), k = ndirs;
+        while (k > 0 && !(len[k - 1] == l && memcmp(paths[first[k - 1]], paths[i], l) == 0)) k--;
+        if (k > 0) continue;
+        first[ndirs] = i, len[ndirs++] = l;
+        check_switch_marker(paths[i], l);
+    }
+    free(first), free(len);
+}
+
 DataLoader* dataloader_open(const char* pattern, int B, int T, int rank, int world, int shuffle, uint64_t seed,
                             int vocab) {
     if (B <= 0 || T <= 0) fail("data loader: B and T must be positive (got B=%d T=%d)", B, T);
@@ -74,6 +211,8 @@ DataLoader* dataloader_open(const char* pattern, int B, int T, int rank, int wor
     if (rc != 0) fail("cannot expand token shard pattern %s (glob error %d)", pattern, rc);
     if (g.gl_pathc > (size_t)1 << 30) fail("too many token shards match %s", pattern);
 
+    check_switch_markers(g.gl_pathv, g.gl_pathc);
+
     DataLoader* dl = xcalloc(1, sizeof *dl);
     dl->nshards = (int)g.gl_pathc;
     dl->shards = xcalloc((size_t)dl->nshards, sizeof *dl->shards);
@@ -82,11 +221,12 @@ DataLoader* dataloader_open(const char* pattern, int B, int T, int rank, int wor
         size_t n = strlen(g.gl_pathv[i]) + 1;
         s->path = xmalloc(n);
         memcpy(s->path, g.gl_pathv[i], n);
-        s->ntok = shard_check(s->path);
+        s->ntok = shard_check(s->path, &s->set);
         s->first = dl->ntok;
         dl->ntok += s->ntok;
     }
     globfree(&g);
+    check_shard_sets(dl->shards, dl->nshards);
 
     dl->bt = (long long)B * T;
     if (dl->ntok < dl->bt + 1)

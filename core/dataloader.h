@@ -1,6 +1,7 @@
 // dataloader.h: token shards (llm.c format) read as one concatenated stream, in the data order of docs/ARCHITECTURE.md.
 //
-// Shard file: 256 x int32 header [20240520, 1, ntok, 0...] then ntok uint16 tokens, little-endian.
+// Shard file: 256 x int32 header [20240520, 1, ntok, set_lo, set_hi, 0...] then ntok uint16 tokens, little-endian.
+// set_hi << 32 | set_lo: the set id that scripts/tokenize.py gives all shards of one run (0: none, llm.c's).
 // Nothing is read into memory up front: the loader keeps each shard's token offset in the stream and
 // reads one window (B*T+1 tokens) per batch with fseeko/fread, across shard boundaries where needed.
 //
@@ -9,7 +10,12 @@
 // Without shuffling the window starts at token j*B*T; with shuffling at perm_e(j)*B*T, where perm_e is a
 // Fisher-Yates permutation of 0..W-1 seeded from (seed, e) only. So N ranks at ga=G see exactly the
 // windows one rank sees at ga=N*G, in the same order, and resuming at any step is exact.
-// Every failure (no match, bad header, bad size, too few tokens, token >= vocab) is one line + exit 1.
+// A dataset is NAME of NAME_{train,val}_<digits>.bin in one directory; a file of another name (tokenize.py
+// --raw's) is a set of its own. tokenize.py switches a new set in with DIR/.tokenize-PID/SWITCHING in place
+// (its one line: NAME), so a run killed meanwhile leaves it: a directory of matched shards that holds one
+// is refused whatever the set ids say. A .tokenize-PID without the marker (stopped before the switch) is not.
+// Every failure (no match, a switch marker, bad header, bad size, shards of one dataset from two sets, too
+// few tokens, token >= vocab) is one line + exit 1.
 #pragma once
 #include <stdint.h>
 

@@ -11,11 +11,27 @@ end-of-text token 50256. The token stream is cut into shards of --shard-size tok
                    the rest are NAME_train_000001.bin, NAME_train_000002.bin, ...
   --val-fraction F the first round(F * total) tokens are the validation split (cut into shards of
                    --shard-size too), the rest is train; shard numbers continue across both.
-A shard: 256 x int32 header [20240520, 1, ntok], then ntok x uint16. OUTDIR also gets gpt2_tokenizer.bin
-(the trainer's decoding table: [20240328, 2, 50257, 50256] header, then each token as uint8 length +
-bytes) and gpt2_merges.bin (the merges in gpt2tok's compact form, with which the trainer encodes -prompt). The output does not depend on -j.
+A shard: 256 x int32 header [20240520, 1, ntok, set_lo, set_hi], then ntok x uint16. (set_hi << 32 | set_lo)
+is the shard's set id, 64 random bits shared by the shards of one run and by no other run; llm.c's readers
+ignore those slots, and 0 there marks a shard of no known set (llm.c's own). OUTDIR also gets
+gpt2_tokenizer.bin (the trainer's decoding table: [20240328, 2, 50257, 50256] header, then each token as
+uint8 length + bytes) and gpt2_merges.bin (the merges in gpt2tok's compact form, with which the trainer
+encodes -prompt). The output does not depend on -j, but for the set id.
 
---raw writes the ids of FILE's bytes as one shard-format file: no end-of-text token, no split.
+One run at a time per OUTDIR: a run holds OUTDIR/.tokenize.lock, and another run into OUTDIR stops at once.
+The new shards are written into a private directory OUTDIR/.tokenize-PID, then renamed over the old set
+of NAME, whose other shards are then deleted. SIGINT, SIGTERM, SIGHUP and SIGQUIT wait until that switch
+is done, so a run they stop leaves the old set or the new one. A SIGKILL or a power loss can stop it all
+the same, so before its first rename the run writes (and fsyncs) OUTDIR/.tokenize-PID/SWITCHING, whose one
+line is NAME, and it removes that marker only once the switch is complete and OUTDIR synced. The trainer
+refuses every glob of shards in a directory that holds such a marker (and, by the set ids, a mix of two
+sets under one NAME): run tokenize.py again. The next run into OUTDIR removes the private directories that
+killed runs left, but for their markers: a marker stays until a run of its NAME (any run, for a marker that
+names none) has switched in a whole set. A private directory without a marker (a run stopped before its
+switch) does not keep the trainer off the old set.
+
+--raw writes the ids of FILE's bytes as one shard-format file (a set of its own: several in one directory
+train together): no end-of-text token, no split.
 The text "<|endoftext|>" inside a document is ordinary text; only the separator is 50256.
 
 The encoding itself runs in build/gpt2tok (tokenizer/gpt2tok.c; built here with make when missing or
@@ -30,10 +46,14 @@ import sys
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != os.path.dirname(os.path.abspath(__file__))]
 
 import argparse  # noqa: E402
-import glob
+import errno  # noqa: E402
+import fcntl  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import stat  # noqa: E402
 import struct  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -54,10 +74,32 @@ VOCAB = 50257
 SHARD_MAGIC, SHARD_VERSION = 20240520, 1
 TOKENIZER_MAGIC, TOKENIZER_VERSION = 20240328, 2
 MODEL_MAGIC = 20240601   # gpt2tok's compact merges file
+LOCK = '.tokenize.lock'
+STAGING = re.compile(r'\.tokenize-[0-9]+(-[0-9]+)?')   # a run's private directory, .tokenize-PID[-N]
+MARKER = 'SWITCHING'   # in it while its switch is under way: the trainer refuses OUTDIR then
+HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}   # they wait for the switch
 
 
 class Fail(Exception):
     """A user-facing error: printed as one 'error: ...' line."""
+
+
+class Interrupted(BaseException):
+    """A HELD signal arrived. A BaseException, like KeyboardInterrupt, so `except Exception` lets it pass."""
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum, self.note = signum, ''
+
+
+def on_signal(signum, frame):
+    raise Interrupted(signum)
+
+
+def catch_signals():
+    """Every HELD signal unwinds the stack (so cleanup runs) instead of ending the process where it is."""
+    for s in HELD:
+        if signal.getsignal(s) != signal.SIG_IGN:   # one ignored at launch (nohup) stays ignored
+            signal.signal(s, on_signal)
 
 
 # ---------- GPT-2 vocabulary ----------
@@ -147,6 +189,19 @@ def header(*fields):
     return struct.pack('<256i', *fields, *[0] * (256 - len(fields)))
 
 
+def shard_header(ntok, set_id):
+    """The set id goes in int32 slots 3 and 4, low half first: as one little-endian uint64 at byte 12."""
+    return struct.pack('<3iQ', SHARD_MAGIC, SHARD_VERSION, ntok, set_id) + bytes(4 * 256 - 20)
+
+
+def new_set_id():
+    """64 random bits, never 0 (which marks a shard of no known set)."""
+    while True:
+        n = int.from_bytes(os.urandom(8), 'little')
+        if n:
+            return n
+
+
 def spool_range(spool, start, end, block=1 << 24):
     """Tokens [start, end) of the spool file as a stream of byte blocks (a shard can be 200 MB)."""
     spool.seek(2 * start)
@@ -188,10 +243,15 @@ def jsonl_docs(path):
                 if not isinstance(text, str):
                     raise TypeError
                 data = text.encode('utf-8')
+            # The two Unicode errors first: they are ValueErrors too. JSON's "\ud800" escape decodes to a lone
+            # surrogate, which no UTF-8 text can hold.
+            except UnicodeEncodeError as e:
+                raise Fail(f'{path}:{lineno}: the text holds a lone surrogate U+{ord(e.object[e.start]):04X} '
+                           f'(character {e.start}), which is not valid Unicode')
+            except UnicodeDecodeError as e:
+                raise Fail(f'{path}:{lineno}: not valid UTF-8 at byte {e.start} of the line')
             except (ValueError, KeyError, TypeError):
                 raise Fail(f'{path}:{lineno}: not a JSON object with a string "text" field')
-            except UnicodeEncodeError:
-                raise Fail(f'{path}:{lineno}: text is not valid Unicode (lone surrogate)')
             n += 1
             if data:
                 yield 'T', f'{path}:{lineno}', data, len(data)
@@ -211,6 +271,25 @@ def walk(path):
     return sorted(found)
 
 
+NOT_REGULAR = ((stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'), (stat.S_ISCHR, 'a character device'),
+               (stat.S_ISBLK, 'a block device'), (stat.S_ISSOCK, 'a socket'))
+
+
+def check_regular(path):
+    """A FIFO or a device has no size to plan with, and reading one can block or never end."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise Fail(f'{path}: no such file or directory')
+    except OSError as e:
+        raise Fail(f'{path}: {e.strerror}')
+    if not stat.S_ISREG(mode):
+        kind = next((k for test, k in NOT_REGULAR if test(mode)), 'of an unknown kind')
+        raise Fail(f'{path}: not a regular file ({kind})')
+    if not os.access(path, os.R_OK):
+        raise Fail(f'{path}: not readable')
+
+
 def input_files(paths):
     files = []
     for p in paths:
@@ -218,8 +297,7 @@ def input_files(paths):
             raise Fail(f'{p}: no such file or directory')
         files += walk(p)
     for f in files:
-        if not os.access(f, os.R_OK):
-            raise Fail(f'{f}: not readable')
+        check_regular(f)
     return files
 
 
@@ -337,14 +415,13 @@ class Progress:
 # ---------- modes ----------
 
 def cmd_raw(args, model):
-    if not os.path.isfile(args.raw):
-        raise Fail(f'{args.raw}: no such file')
+    check_regular(args.raw)
     size = os.path.getsize(args.raw)
     if size == 0:
         raise Fail(f'{args.raw}: empty file')
     recs = [('F', args.raw, args.raw, size)]   # a .jsonl name is plain text here: raw means bytes as they are
     ids = b''.join(t for t, _ in encode_docs(iter(recs), model, args.threads))
-    write_atomic(args.out, [header(SHARD_MAGIC, SHARD_VERSION, len(ids) // 2), ids])
+    write_atomic(args.out, [shard_header(len(ids) // 2, new_set_id()), ids])
 
 
 def spool_tokens(files, model, args, spool):
@@ -369,50 +446,240 @@ def plan_shards(total, shard_size, val_fraction):
     return plan + [('train', s, min(s + shard_size, total)) for s in range(nval, total, shard_size)]
 
 
-def write_shards(spool, plan, outdir, name):
-    finals = []
+def write_shards(spool, plan, staging, name, set_id):
+    """Writes the new set into the run's private directory; returns the shards' names in stream order."""
+    names = []
+    for i, (split, s, e) in enumerate(plan):
+        names.append(f'{name}_{split}_{i:06d}.bin')
+        with open(os.path.join(staging, names[-1]), 'wb') as f:
+            f.write(shard_header(e - s, set_id))
+            for block in spool_range(spool, s, e):
+                f.write(block)
+    return names
+
+
+def shard_names(outdir, name):
+    """The names of NAME's shards in OUTDIR. Only NAME_{val,train}_<digits>.bin: a dataset named NAME_train
+    beside it has its own shards."""
+    ours = re.compile(re.escape(name) + r'_(val|train)_[0-9]{6,}\.bin')
+    return {e.name for e in os.scandir(outdir) if ours.fullmatch(e.name)}
+
+
+def move_in(staging, outdir, name, names):
+    """Renames the new shards in, then deletes the old ones left over. The marker says that this is under way;
+    the order makes a mix of both sets show by its set ids as well: first the names the old set lacks, then
+    those it has (each replacing an old shard), then the deletions. (A first run into OUTDIR, or a new val
+    split beside the old train split, shows by the marker alone.)"""
+    old = shard_names(outdir, name)
     try:
-        for i, (split, s, e) in enumerate(plan):
-            path = os.path.join(outdir, f'{name}_{split}_{i:06d}.bin')
-            finals.append(path)
-            write_atomic(path + '.new', [header(SHARD_MAGIC, SHARD_VERSION, e - s), *spool_range(spool, s, e)])
-    except BaseException:
-        for p in finals:
-            remove_quietly(p + '.new')
-        raise
-    # Old shards of this name go only once every new one is complete, so a stale set never mixes in.
-    # Only NAME_{val,train}_<6 digits>.bin: a dataset named NAME_train beside it has its own shards.
-    ours = re.compile(re.escape(name) + r'_(val|train)_[0-9]{6}\.bin')
-    for old in glob.glob(os.path.join(outdir, f'{glob.escape(name)}_*.bin')):
-        if ours.fullmatch(os.path.basename(old)) and old not in finals:
-            os.unlink(old)
-    for p in finals:
-        os.replace(p + '.new', p)
-    return finals
+        for n in sorted(names, key=lambda n: n in old):   # stable: stream order within each part
+            os.replace(os.path.join(staging, n), os.path.join(outdir, n))
+        for n in sorted(old - set(names)):
+            os.unlink(os.path.join(outdir, n))
+    except OSError as e:
+        raise Fail(f'cannot replace the shards in {outdir}: {e.filename}: {e.strerror}; the directory may now '
+                   f'hold a part of the new set, which the trainer refuses while {os.path.join(staging, MARKER)} '
+                   'is there: run tokenize.py again')
+
+
+def fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def mark_switch(staging, outdir, name):
+    """Writes the marker, with NAME in it, and makes it durable before the first rename: a run that a SIGKILL
+    or a power loss stops during the switch leaves it behind, and the trainer refuses OUTDIR while it is there."""
+    path = os.path.join(staging, MARKER)
+    try:
+        with open(path, 'wb') as f:
+            f.write(os.fsencode(name) + b'\n')
+            f.flush()
+            os.fsync(f.fileno())
+        fsync_dir(staging)
+        fsync_dir(outdir)   # the staging directory's own entry
+    except OSError as e:
+        remove_quietly(path)
+        raise Fail(f'cannot write {path}: {e.strerror}; the shards in {outdir} were left as they were')
+
+
+def unmark_switch(staging, outdir, name, kept):
+    """The switch is complete: once the renames and deletions are durable, the marker goes, and so do the markers
+    of earlier runs of NAME (or of none) that a SIGKILL stopped during their switch: this set replaced what
+    they left."""
+    marker = os.path.join(staging, MARKER)
+    try:
+        fsync_dir(outdir)
+        os.unlink(marker)
+    except OSError as e:
+        raise Fail(f'cannot finish the switch in {outdir}: {e.filename}: {e.strerror}; it holds the new set, but '
+                   f'the trainer refuses it while {marker} is there: run tokenize.py again')
+    for path, marked in kept.items():
+        if marked in (name, ''):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def switch(staging, outdir, name, names, kept):
+    """Puts the new set in place of NAME's old one with the HELD signals blocked, so that none of them can
+    stop it halfway: one that comes meanwhile is acted on once the new set is complete. The marker is there
+    from before the first change until after the last one; a failure in between leaves it."""
+    restore = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    moved = False
+    try:
+        # Python runs the handlers of signals caught so far inside this call: one raises here, before any change.
+        signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+        mark_switch(staging, outdir, name)
+        move_in(staging, outdir, name, names)
+        unmark_switch(staging, outdir, name, kept)
+        moved = True
+    finally:
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, restore)   # runs the handlers of the signals held
+        except Interrupted as e:
+            if moved:
+                e.note = f' during the switch, which was completed: {outdir} holds the new set of {len(names)} shards'
+            raise
+
+
+def lock_outdir(outdir):
+    """Takes OUTDIR's lock, or stops: two runs would rename and delete each other's shards. fcntl, not flock, so
+    the lock holds on NFS too; the kernel drops it when the process ends, however it ends. The returned file
+    must stay open for as long as the lock is needed (closing it drops the lock)."""
+    path = os.path.join(outdir, LOCK)
+    try:
+        f = open(path, 'a+')
+    except OSError as e:
+        raise Fail(f'cannot open {path}: {e.strerror}')
+    try:
+        fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        f.seek(0)
+        holder = f.read().strip()
+        f.close()
+        if e.errno not in (errno.EACCES, errno.EAGAIN):
+            raise Fail(f'cannot lock {path}: {e.strerror}')
+        by = f'process {holder} holds {path}' if holder.isdigit() else f'it holds {path}'
+        raise Fail(f'{outdir} is in use by another tokenize.py ({by}); wait for it to finish or give this run '
+                   'another -o')
+    f.truncate(0)
+    f.write(f'{os.getpid()}\n')
+    f.flush()
+    return f
+
+
+def marked_name(staging):
+    """The NAME in a staging directory's marker; None: no marker; '': one that names none (a power loss cut
+    its writing, which comes before any change) or cannot be read."""
+    try:
+        with open(os.path.join(staging, MARKER), 'rb') as f:
+            return os.fsdecode(f.read(4096).split(b'\n')[0])
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return ''
+
+
+def empty_but_marker(staging):
+    """Frees what a stopped switch left in its staging directory (the spool, shards not moved in), keeping
+    the marker."""
+    for e in os.scandir(staging):
+        if e.name == MARKER:
+            continue
+        if e.is_dir(follow_symlinks=False):
+            shutil.rmtree(e.path, ignore_errors=True)
+        else:
+            remove_quietly(e.path)
+
+
+def clear_stale(outdir):
+    """The private directories of runs that a SIGKILL ended (only the lock's holder makes one, and that is us).
+    One stopped before its switch goes. One stopped during its switch is emptied but for its marker, which
+    keeps the trainer off OUTDIR until a run of the same NAME has switched in a whole set (a run that fails
+    before that leaves it). Returns those kept, {path: the NAME in the marker}."""
+    kept = {}
+    for e in os.scandir(outdir):
+        if STAGING.fullmatch(e.name) and e.is_dir(follow_symlinks=False):
+            name = marked_name(e.path)
+            if name is None:
+                shutil.rmtree(e.path, ignore_errors=True)
+            else:
+                empty_but_marker(e.path)
+                kept[e.path] = name
+    return kept
+
+
+def make_staging(outdir):
+    """The run's private directory, .tokenize-PID; .tokenize-PID-N when a killed run of the same PID (a
+    container's PIDs repeat) left its marker under that name."""
+    base = os.path.join(outdir, f'.tokenize-{os.getpid()}')
+    for n in range(1, 1 << 20):
+        path = base if n == 1 else f'{base}-{n}'
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise Fail(f'cannot create {path}: {e.strerror}')
+    raise Fail(f'cannot create {base}: too many of its names are taken')
+
+
+def make_outdir(outdir):
+    try:
+        os.makedirs(outdir, exist_ok=True)
+    except OSError as e:
+        raise Fail(f'cannot create {outdir}: {e.strerror}')
+    if not os.access(outdir, os.W_OK):
+        raise Fail(f'cannot write to {outdir}: permission denied')
 
 
 def cmd_shards(args, tokens, model):
     files = input_files(args.inputs)
+    make_outdir(args.out)
+    lock = lock_outdir(args.out)
     try:
-        os.makedirs(args.out, exist_ok=True)
-    except OSError as e:
-        raise Fail(f'cannot create {args.out}: {e.strerror}')
-    if not os.access(args.out, os.W_OK):
-        raise Fail(f'cannot write to {args.out}: permission denied')
-    write_atomic(os.path.join(args.out, 'gpt2_tokenizer.bin'), [tokenizer_file_bytes(tokens)])
-    write_atomic(os.path.join(args.out, 'gpt2_merges.bin'), [model])   # the trainer's -prompt encodes with it
-    try:
-        with tempfile.NamedTemporaryFile(dir=args.out, prefix=f'.{args.name}-spool-') as spool:
-            prog = spool_tokens(files, model, args, spool)
-            total = prog.tokens
-            plan = plan_shards(total, args.shard_size, args.val_fraction)
-            prog.finish()
-            finals = write_shards(spool, plan, args.out, args.name)
-    except OSError as e:   # the spool or a shard (a full disk, a file-size limit): no new shard was renamed in
-        raise Fail(f'cannot write in {args.out}: {e.strerror}')
+        plan, names = tokenize_into(files, args, tokens, model)
+    finally:
+        lock.close()
     if not args.quiet:
         nval = sum(e - s for split, s, e in plan if split == 'val')
-        sys.stderr.write(f'{total} tokens: {nval} val, {total - nval} train, {len(finals)} shards in {args.out}\n')
+        total = plan[-1][2]
+        sys.stderr.write(f'{total} tokens: {nval} val, {total - nval} train, {len(names)} shards in {args.out}\n')
+
+
+def tokenize_into(files, args, tokens, model):
+    """The work under OUTDIR's lock; returns the shard plan and the new shards' names."""
+    kept = clear_stale(args.out)
+    write_atomic(os.path.join(args.out, 'gpt2_tokenizer.bin'), [tokenizer_file_bytes(tokens)])
+    write_atomic(os.path.join(args.out, 'gpt2_merges.bin'), [model])   # the trainer's -prompt encodes with it
+    staging = make_staging(args.out)
+    try:
+        plan, names = stage(files, args, model, staging)
+        switch(staging, args.out, args.name, names, kept)
+    finally:
+        if os.path.lexists(os.path.join(staging, MARKER)):   # a switch that began and failed: the marker stays
+            empty_but_marker(staging)
+        else:
+            shutil.rmtree(staging, ignore_errors=True)
+    return plan, names
+
+
+def stage(files, args, model, staging):
+    """Tokenizes into the run's private directory (the spool, then the new shards), touching no shard of OUTDIR."""
+    try:
+        with open(os.path.join(staging, 'spool'), 'w+b') as spool:
+            prog = spool_tokens(files, model, args, spool)
+            plan = plan_shards(prog.tokens, args.shard_size, args.val_fraction)
+            prog.finish()
+            return plan, write_shards(spool, plan, staging, args.name, new_set_id())
+    except OSError as e:   # the spool or a shard: a full disk, a file-size limit
+        raise Fail(f'cannot write in {args.out}: {e.strerror}')
+    except Interrupted as e:
+        e.note = f'; the shards in {args.out} were left as they were'
+        raise
 
 
 def parse_args(argv):
@@ -441,6 +708,7 @@ def parse_args(argv):
 
 
 def main(argv):
+    catch_signals()
     try:
         if sys.byteorder != 'little':
             raise Fail('only little-endian machines are supported (shards are little-endian uint16)')
@@ -454,9 +722,9 @@ def main(argv):
     except Fail as e:
         sys.stderr.write(f'error: {e}\n')
         return 1
-    except KeyboardInterrupt:
-        sys.stderr.write('error: interrupted\n')
-        return 130
+    except Interrupted as e:
+        sys.stderr.write(f'error: interrupted by {signal.Signals(e.signum).name}{e.note}\n')
+        return 128 + e.signum
     return 0
 
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,6 +50,18 @@ static void write_shard(const char* path, long long first, long long n) {
 static const char* path_in(char* buf, size_t cap, const char* dir, const char* name) {
     snprintf(buf, cap, "%s/%s", dir, name);
     return buf;
+}
+
+// dir/name: a shard of 20 tokens whose header carries set id `set` (int32 slots 3 and 4, low half first).
+static void write_set_shard(const char* dir, const char* name, uint64_t set) {
+    char path[512];
+    write_shard(path_in(path, sizeof path, dir, name), 0, 20);
+    unsigned char id[8];
+    put32(id, (int32_t)(uint32_t)set), put32(id + 4, (int32_t)(uint32_t)(set >> 32));
+    FILE* f = xfopen(path, "r+b");
+    xfseek(f, 12, SEEK_SET, path);
+    xfwrite(id, 1, sizeof id, f, path);
+    xfclose(f, path);
 }
 
 // Does the window (inputs, targets) equal the reference stream at `start`?
@@ -376,6 +389,138 @@ static void test_shard_errors(Stream* s) {
     dataloader_close(dl);
 }
 
+// dir/name with exactly n bytes of data.
+static void write_bytes(const char* path, const char* data, size_t n) {
+    FILE* f = xfopen(path, "wb");
+    if (n) xfwrite(data, 1, n, f, path);
+    xfclose(f, path);
+}
+
+// dataloader_open(pattern) in a child process: it must open `shards` shards and exit 0 (a refusal, which
+// exits, fails this check alone).
+static void run_ok_case(TestStats* st, const char* dir, const char* name, const char* pattern, int B, int T,
+                        int shards) {
+    char errpath[512];
+    snprintf(errpath, sizeof errpath, "%s/stderr.txt", dir);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) fail("fork failed");
+    if (pid == 0) {
+        if (!freopen(errpath, "w", stderr)) _exit(99);
+        DataLoader* dl = dataloader_open(pattern, B, T, 0, 1, 0, 1, VOCAB);
+        int n = dataloader_num_shards(dl);
+        dataloader_close(dl);
+        if (n != shards) fprintf(stderr, "opened %d shards, expected %d\n", n, shards);
+        _exit(n == shards ? 0 : 2);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) fail("waitpid failed");
+    int good = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!good) {
+        char msg[2048] = {0};
+        FILE* f = xfopen(errpath, "r");
+        size_t n = fread(msg, 1, sizeof msg - 1, f);
+        fclose(f);
+        msg[n] = '\0';
+        printf("# %s: exit status %d, stderr: %s%s", name, WIFEXITED(status) ? WEXITSTATUS(status) : -1, msg,
+               n > 0 && msg[n - 1] == '\n' ? "" : "\n");
+    }
+    check_true(st, name, good);
+}
+
+// Shard set ids: one dataset (a name in a directory) whose shards carry two ids is refused, 0 counting as
+// an id of its own; different datasets in one glob may differ.
+static void test_shard_sets(Stream* s) {
+    const uint64_t A = 0xa1a2a3a4b1b2b3b4ULL, B = 0x100000000ULL;   // B: only the high half
+    const char* dir = s->dir;
+    char sub[512];
+    mkdir(path_in(sub, sizeof sub, dir, "d1"), 0755), mkdir(path_in(sub, sizeof sub, dir, "d2"), 0755);
+    // tokenize.py's replacement cut short: two of five train shards (and the val shard) are the new set's.
+    write_set_shard(dir, "mix_val_000000.bin", B);
+    for (int i = 1; i <= 5; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "mix_train_%06d.bin", i);
+        write_set_shard(dir, name, i <= 3 ? A : B);
+    }
+    // An llm.c set (no id) that a new one began to replace.
+    write_set_shard(dir, "old_train_000001.bin", 0), write_set_shard(dir, "old_train_000002.bin", B);
+    write_set_shard(dir, "old_train_000003.bin", 0);
+    static char p_mix[512], p_old[512];
+    char want_mix[700], want_old[700];
+    snprintf(p_mix, sizeof p_mix, "%s/mix_train_*.bin", dir);
+    snprintf(want_mix, sizeof want_mix, "token shards mix_{train,val}_*.bin in %s mix two shard sets: 3 of set "
+             "a1a2a3a4b1b2b3b4 and 2 of set 0000000100000000; a tokenize.py run that replaced them did not "
+             "finish: run tokenize.py again", dir);
+    snprintf(p_old, sizeof p_old, "%s/old_*.bin", dir);
+    snprintf(want_old, sizeof want_old, "old_{train,val}_*.bin in %s mix two shard sets: 2 of set 0 (none) and 1 "
+             "of set 0000000100000000", dir);
+    const ErrCase cases[] = {
+        {"shard_sets_mixed", p_mix, NULL, s->B, s->T, 0, 1, 0, want_mix},
+        {"shard_sets_mixed_with_no_id", p_old, NULL, s->B, s->T, 0, 1, 0, want_old},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(s->st, dir, &cases[i]);
+
+    // Accepted: two datasets with their own ids; one name in two directories; NAME beside NAME_train;
+    // a set with no ids (llm.c's); files of other names (tokenize.py --raw's), each a set of its own.
+    write_set_shard(dir, "p_train_000001.bin", A);
+    write_set_shard(dir, "q_train_000001.bin", B), write_set_shard(dir, "q_train_000002.bin", B);
+    write_set_shard(dir, "d1/r_train_000001.bin", A), write_set_shard(dir, "d2/r_train_000001.bin", B);
+    write_set_shard(dir, "n_train_000001.bin", A), write_set_shard(dir, "n_train_train_000001.bin", B);
+    write_set_shard(dir, "z_val_000000.bin", 0), write_set_shard(dir, "z_train_000001.bin", 0);
+    write_set_shard(dir, "z_train_000002.bin", 0);
+    write_set_shard(dir, "raw_a.bin", A), write_set_shard(dir, "raw_b.bin", B), write_set_shard(dir, "raw_c.bin", 0);
+    static const struct {
+        const char *name, *pattern;
+        int shards;
+    } ok[] = {
+        {"shard_sets_two_datasets", "[pq]_train_*.bin", 3},
+        {"shard_sets_two_directories", "d[12]/r_train_*.bin", 2},
+        {"shard_sets_name_and_name_train", "n_train_*.bin", 2},
+        {"shard_sets_none", "z_*.bin", 3},
+        {"shard_sets_raw_files_alone", "raw_*.bin", 3},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char pat[512];
+        run_ok_case(s->st, dir, ok[i].name, path_in(pat, sizeof pat, dir, ok[i].pattern), s->B, s->T, ok[i].shards);
+    }
+}
+
+// tokenize.py's switch marker: DIR/.tokenize-PID/SWITCHING (its one line: the dataset's NAME) refuses every
+// glob with a shard in DIR; a staging directory without it (a run stopped before its switch) does not.
+static void test_switch_marker(Stream* s) {
+    const uint64_t A = 0x5e75e75e75e75e7ULL;
+    char sw[512], sw2[512], stg[512], stg2[512], marker[600], pat[512], pat2[512];
+    mkdir(path_in(sw, sizeof sw, s->dir, "sw"), 0755), mkdir(path_in(sw2, sizeof sw2, s->dir, "sw2"), 0755);
+    // A first run into an empty directory, stopped during its switch: one set id, nothing for the ids to show.
+    write_set_shard(s->dir, "sw/s_train_000001.bin", A), write_set_shard(s->dir, "sw/s_train_000002.bin", A);
+    write_set_shard(s->dir, "sw2/s_val_000000.bin", A), write_set_shard(s->dir, "sw2/s_train_000001.bin", A);
+    mkdir(path_in(stg, sizeof stg, s->dir, "sw/.tokenize-4242"), 0755);
+    mkdir(path_in(stg2, sizeof stg2, s->dir, "sw2/.tokenize-77-2"), 0755);
+    path_in(pat, sizeof pat, s->dir, "sw/s_train_*.bin");
+    path_in(pat2, sizeof pat2, s->dir, "sw*/s_*.bin");
+    run_ok_case(s->st, s->dir, "switch_marker_absent", pat, s->B, s->T, 2);
+    run_ok_case(s->st, s->dir, "switch_marker_absent_two_dirs", pat2, s->B, s->T, 4);
+
+    // The second of two directories, with a marker that names no dataset (a power loss cut its writing).
+    static char want[2][1400];
+    snprintf(marker, sizeof marker, "%s/SWITCHING", stg2);
+    write_bytes(marker, "", 0);
+    snprintf(want[0], sizeof want[0], "error: %s: a tokenize.py run stopped while replacing its shards (%s): run "
+             "tokenize.py again\n", sw2, marker);
+    const ErrCase second = {"switch_marker_second_dir", pat2, NULL, s->B, s->T, 0, 1, 0, want[0]};
+    run_error_case(s->st, s->dir, &second);
+    // The marker names the dataset to tokenize again.
+    snprintf(marker, sizeof marker, "%s/SWITCHING", stg);
+    write_bytes(marker, "s\n", 2);
+    snprintf(want[1], sizeof want[1], "error: %s: a tokenize.py run stopped while replacing the shards "
+             "s_{train,val}_*.bin there (%s): run tokenize.py again\n", sw, marker);
+    const ErrCase named = {"switch_marker", pat, NULL, s->B, s->T, 0, 1, 0, want[1]};
+    run_error_case(s->st, s->dir, &named);
+    // Another directory's marker is not this one's.
+    run_ok_case(s->st, s->dir, "switch_marker_other_dir", path_in(pat, sizeof pat, s->dir, "z_*.bin"), s->B, s->T, 3);
+}
+
 static const char* const TOKENS[] = {"a", "hello", "", "\xe2\x82\xac", " world", "<|endoftext|>"};
 
 static void test_tokenizer(TestStats* st, const char* dir) {
@@ -463,6 +608,8 @@ int main(void) {
     test_ranks_equal_ga(&s);
     test_shuffle(&s);
     test_shard_errors(&s);
+    test_shard_sets(&s);
+    test_switch_marker(&s);
     test_tokenizer(&st, dir);
     test_tokenizer_errors(&st, dir);
     test_big_shuffled(&s);

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Reads back what scripts/tokenize.py wrote, checking the formats on the way (for tests/t_tokenizer*.sh).
   ids SHARD...          the shards' tokens, concatenated, one line of space-separated ids
+  sets SHARD...         each shard's set id (header int32 slots 3 and 4, low half first), in hex, one per line
   decode TOKFILE SHARD  the shard's text, decoded with the tokenizer file, raw bytes to stdout"""
 import sys
 
@@ -38,11 +39,16 @@ def decode_table(path):
 def main(argv):
     if argv[0] == 'ids':
         print(' '.join(str(i) for p in argv[1:] for i in shard_ids(p).tolist()))
+    elif argv[0] == 'sets':
+        for p in argv[1:]:
+            shard_ids(p)
+            with open(p, 'rb') as f:
+                print(f'{int.from_bytes(f.read(20)[12:], "little"):016x}')
     elif argv[0] == 'decode':
         table = decode_table(argv[1])
         sys.stdout.buffer.write(b''.join(table[i] for i in shard_ids(argv[2]).tolist()))
     else:
-        sys.exit('usage: tokenizer_shards.py ids SHARD... | decode TOKFILE SHARD')
+        sys.exit('usage: tokenizer_shards.py ids SHARD... | sets SHARD... | decode TOKFILE SHARD')
 
 
 if __name__ == '__main__':
