@@ -15,6 +15,8 @@ expect_error unknown_flag "unknown flag '-qq'" "${base[@]}" -qq 3
 expect_error missing_value "needs a value" "${base[@]}" -b
 expect_error bad_integer "expects an integer" "${base[@]}" -b four
 expect_error zero_batch "outside" "${base[@]}" -b 0
+expect_error watchdog_negative "-wd.*outside" "${base[@]}" -wd -1
+expect_error watchdog_not_a_number "-wd.*number.*'soon'" "${base[@]}" -wd soon
 # -d sets -ga = d / (b*t*replicas): the quotient gets -ga's range check (it once wrapped to 5, or went negative).
 expect_error tokens_per_step_wraps_ga "-d 4294967301 gives -ga 4294967301 .*outside 1\.\.1048576" "${base[@]}" -b 1 -t 1 -d 4294967301
 expect_error tokens_per_step_negative_ga "-d 2147483648 gives -ga 2147483648 .*outside" "${base[@]}" -b 1 -t 1 -d 2147483648
