@@ -133,8 +133,12 @@ static void catch_stop_signal(int sig) {
     if (sigaction(sig, &sa, NULL) != 0) fail("cannot catch signal %d: %s", sig, strerror(errno));
 }
 
+// This rank's own view (1.0: a signal came); the ranks act on the max over the world, so that they all stop
+// at the same point.
+static double stop_signal_seen(void) { return disposition(SIGTERM) == SIG_DFL || disposition(SIGINT) == SIG_DFL; }
+
 static int stop_requested(Trainer* tr) {
-    double stop = disposition(SIGTERM) == SIG_DFL || disposition(SIGINT) == SIG_DFL;
+    double stop = stop_signal_seen();
     comm_allreduce_host_max(tr->world, &stop, 1);
     return stop > 0.0;
 }
@@ -401,9 +405,11 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     report_memory(&tr->log, tr->world, &tr->mem, cfg, tr->gpt, tr->chunks, tr->first_step);
     catch_stop_signal(SIGTERM);   // last: the training loop starts next
     catch_stop_signal(SIGINT);
+    comm_watchdog_start(tr->world, cfg->watchdog);
 }
 
 static void trainer_teardown(Trainer* tr) {
+    comm_watchdog_phase(tr->world, 0, "the end of the run");
     logger_close(&tr->log);
     run_dir_close(&tr->run_dir);
     dataloader_close(tr->train);
@@ -427,12 +433,19 @@ static void trainer_teardown(Trainer* tr) {
 
 // Validation windows 0..m-1, dealt round-robin to the replicas. Every rank runs the same number of
 // forwards (ZeRO-3 gathers are collective); a replica's extra window past m counts with weight 0. Only the
-// last stage has losses; the others add 0.
-static void validate(Trainer* tr, int step) {
+// last stage has losses; the others add 0. A stop signal is looked at between rounds, agreed over the world
+// like stop_requested so that every rank leaves at the same round (the next round's collectives would wait
+// for the ones that left): the partial sum is dropped, nothing is logged, and 0 is returned. A validation
+// of m rounds otherwise delays the stop by its whole length.
+static int validate(Trainer* tr, int step) {
     const Grid* g = &tr->grid;
     double sum = 0.0;
     int rounds = (tr->val_batches + g->dp - 1) / g->dp;
     for (int i = 0; i < rounds; i++) {
+        if (i > 0 && stop_requested(tr)) {
+            if (is_root(tr)) printf("step %d | validation stopped by a signal after %d of %d rounds: no val loss\n", step, i, rounds);
+            return 0;
+        }
         dataloader_batch(tr->val, i, 1, 0, tr->inputs, tr->targets);
         double loss = pipeline_forward(&tr->pipe, tr->gpt, tr->be, tr->inputs, tr->targets);
         if (i * g->dp + g->dp_rank < tr->val_batches && g->tp_rank == 0) sum += loss;   // a tensor group's losses are one
@@ -441,6 +454,7 @@ static void validate(Trainer* tr, int step) {
     double val_loss = sum / ((double)tr->val_batches * tr->cfg.B * tr->cfg.T);
     if (is_root(tr)) printf("step %d | val loss %.6f\n", step, val_loss);
     logger_line(&tr->log, "{\"step\": %d, \"val_loss\": %.9g}", step, val_loss);
+    return 1;
 }
 
 // How the next token is drawn from a row of logits (over the real vocabulary).
@@ -499,7 +513,9 @@ static int sample_row(Trainer* tr, int row, Rng* rng, Sampling how) {
     return token;
 }
 
-static void sample(Trainer* tr, int step) {
+// Returns 0 when a stop signal ended it early: the flag rides on the all-reduce that shares each token, so
+// every rank sees it at the same token.
+static int sample(Trainer* tr, int step) {
     int T = tr->cfg.T, N = tr->cfg.B * T;
     int eot = tr->tokenizer ? tokenizer_eot(tr->tokenizer) : (tr->gpt[0].shape.V > 50256 ? 50256 : tr->gpt[0].shape.V - 1);
     int steps = tr->cfg.gen_tokens < T ? tr->cfg.gen_tokens : T - 1;
@@ -511,15 +527,22 @@ static void sample(Trainer* tr, int step) {
         // Every position sees only its past, so recomputing the whole (B,T) forward is correct, if wasteful.
         pipeline_forward(&tr->pipe, tr->gpt, tr->be, tr->inputs, NULL);
         // The last stage has the logits; the max over the world hands its token to every stage.
-        double shared = gpt_has_head(head_chunk(tr)) ? sample_row(tr, t - 1, &rng, (Sampling){tr->cfg.temperature, tr->cfg.top_k}) : -1.0;
-        comm_allreduce_host_max(tr->world, &shared, 1);
-        int token = (int)shared;
+        double shared[2] = {gpt_has_head(head_chunk(tr)) ? sample_row(tr, t - 1, &rng, (Sampling){tr->cfg.temperature, tr->cfg.top_k}) : -1.0,
+                            stop_signal_seen()};
+        comm_allreduce_host_max(tr->world, shared, 2);
+        int token = (int)shared[0];
         tr->inputs[t] = token;
         if (out && tr->tokenizer) tokenizer_write(tr->tokenizer, token, out);
         else if (out) fprintf(out, "%d ", token);
+        if (shared[1] > 0.0 && t < steps) {
+            if (out) fprintf(out, " [sample stopped by a signal]\n");
+            flush_stdout();
+            return 0;
+        }
     }
     if (out) fprintf(out, "\n");
     flush_stdout();
+    return 1;
 }
 
 // -prompt's text as token ids (*n of them), encoded like scripts/tokenize.py does, with the merges file it
@@ -571,6 +594,7 @@ static void generate(Trainer* tr) {
         fprintf(out, "]\n%s", cfg->prompt);
     }
     int generated = cfg->gen_tokens;
+    comm_watchdog_phase(tr->world, 1, "generation");
     for (int len = n; len < n + cfg->gen_tokens; len++) {
         int start = len > T ? len - T : 0, window = len - start;
         for (int i = 0; i < N; i++) tr->inputs[i] = i < window ? text[start + i] : 0;   // later positions never reach it
@@ -679,20 +703,25 @@ static StepResult train_step(Trainer* tr, int step) {
     StepResult r = {0.0, 0.0, config_lr_at(cfg, step, tr->max_steps), tr->scaler.scale, 0, {0, now_seconds(), {0}, 0.0, 0.0}};
     PhaseTimer* pt = &r.phases;
     pt->on = cfg->breakdown_every > 0 && (step + 1) % cfg->breakdown_every == 0;
+    comm_watchdog_phase(tr->world, 0, "step %d: forward and backward", step);
     zero_begin_step(tr->zero, tr->be);
     r.loss = pipeline_train_step(&tr->pipe, tr->gpt, tr->be, tr->train, step, tr->inputs, tr->targets, dloss, logits, pt);
     if (tr->grid.tp_rank > 0) r.loss = 0.0;            // its tensor group's rank 0 holds the same losses
+    comm_watchdog_phase(tr->world, 0, "step %d: loss", step);
     comm_allreduce_host_sum(tr->world, &r.loss, 1);   // the last stage of each replica holds its losses
     r.loss /= tokens;
+    comm_watchdog_phase(tr->world, 0, "step %d: gradient reduction", step);
     zero_reduce_grads(tr->zero, tr->be);
     pt->host_copies = zero_host_copy_seconds(tr->zero);   // read every step, so it covers this step only
     phase_mark(pt, tr->be, PHASE_COMM);
     if (dump) dump_step0(tr, logits, r.loss);
     free(logits);
+    comm_watchdog_phase(tr->world, 0, "step %d: gradient norm", step);
     r.grad_norm = grad_global_norm(&tr->model_states, tr->be, tr->grid.tp_group, tr->grid.pp_group) / r.loss_scale;
     // The loss and the norm are all-reduced, so every rank reaches the same verdict.
     r.skipped = !isfinite(r.loss) || !isfinite(r.grad_norm);
     loss_scaler_update(&tr->scaler, r.skipped);
+    comm_watchdog_phase(tr->world, 0, "step %d: update", step);
     update(tr, step, &r, pt);
     be_synchronize(tr->be);
     phase_mark(pt, tr->be, PHASE_OPTIMIZER);
@@ -776,17 +805,38 @@ int main(int argc, char** argv) {
         int val = tr.val && due(tr.cfg.val_every, step, last);
         int smp = due(tr.cfg.sample_every, step, last) && step > tr.first_step;
         int save = tr.cfg.out_dir && !loaded && (last || (step > tr.first_step && due(tr.cfg.ckpt_every, step, 0)));
-        if (val || smp || save || last) settle_updates(&tr);
-        if (val) validate(&tr, step);
-        if (smp) sample(&tr, step);
-        if (save) save_checkpoint(&tr, step);
+        if (val || smp || save || last) {
+            comm_watchdog_phase(tr.world, 0, "step %d: landing the updates", step);
+            settle_updates(&tr);
+        }
+        // Evaluation and checkpoints are long phases for the watchdog (comm.h): rank 0 alone writes the model
+        // file and publishes the checkpoint, and a slow disk can stretch either far past a training step.
+        comm_watchdog_phase(tr.world, 1, "validation at step %d", step);
+        int stopped = val && !validate(&tr, step);   // a stop signal mid-evaluation: no val loss logged
+        comm_watchdog_phase(tr.world, 1, "sampling at step %d", step);
+        if (!stopped && smp) stopped = !sample(&tr, step);
+        // The state after `step` steps is unchanged by evaluation, so a stop there saves it as the checkpoint
+        // of `step`; the resumed run evaluates step `step` again.
+        comm_watchdog_phase(tr.world, 1, "checkpoint at step %d", step);
+        if (save || (stopped && tr.cfg.out_dir && !loaded)) save_checkpoint(&tr, step);
+        if (stopped) {
+            if (is_root(&tr))
+                printf("stopped by a signal after step %d (during evaluation)%s\n", step,
+                       !tr.cfg.out_dir ? " (no -o: nothing saved)"
+                       : loaded        ? "; its checkpoint was already there, resume with -y 1"
+                                       : "; checkpoint written, resume with -y 1");
+            break;
+        }
         if (last) break;
         report_comm_reset(&tr.grid);
         double t0 = now_seconds();
         StepResult r = train_step(&tr, step);
+        comm_watchdog_phase(tr.world, 0, "step %d: report", step);
         report_step(&tr, step, &r, now_seconds() - t0, &avg_seconds);
         check_nonfinite(&tr, step, &r);
+        comm_watchdog_phase(tr.world, 0, "step %d: stop check", step);
         if (stop_requested(&tr)) {
+            comm_watchdog_phase(tr.world, 1, "checkpoint at step %d", step + 1);
             settle_updates(&tr);
             if (tr.cfg.out_dir) save_checkpoint(&tr, step + 1);
             if (is_root(&tr))

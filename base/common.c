@@ -45,6 +45,18 @@ static void write_error_line(const char* line, size_t len) {
     }
 }
 
+void print_error_line(const char* fmt, ...) {
+    char line[PIPE_BUF];
+    int n = snprintf(line, sizeof line, "error: ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);   // leaves room for the newline
+    va_end(ap);
+    size_t len = strlen(line);
+    line[len++] = '\n';
+    write_error_line(line, len);
+}
+
 // At most PIPE_BUF bytes, which a pipe takes in one piece; a longer message is cut short.
 // Linux: the main thread's id is the process id.
 static int on_main_thread(void) { return (pid_t)syscall(SYS_gettid) == getpid(); }

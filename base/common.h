@@ -30,6 +30,14 @@ __attribute__((format(printf, 3, 4)))
 #endif
 int set_why(char* why, size_t size, const char* fmt, ...);
 
+// fail()'s line, "error: <message>" in one write(2), without its rank prefix, its wait or its exit: for a
+// caller that names the ranks itself and ends the process its own way (the comm layer's hang watchdog, which
+// aborts the whole MPI job).
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+void print_error_line(const char* fmt, ...);
+
 // Checked wrappers: on failure they call fail() with the path / size involved.
 void* xmalloc(size_t bytes);
 void* xcalloc(size_t n, size_t size);

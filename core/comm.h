@@ -4,7 +4,8 @@
 // backend stages through the host and the NCCL backend hands to NCCL, see comm_select). Sums of bf16/fp16
 // are computed in fp32 and rounded once per pairwise reduction (MPI; NCCL reduces in its own order with its
 // own 16-bit arithmetic); every rank of a group gets the same bits. Every failure is a one-line error and
-// exit 1; a rank that dies takes the job down (mpirun aborts the others) instead of leaving them waiting.
+// exit 1; a rank that dies takes the job down (mpirun aborts the others) instead of leaving them waiting, and
+// one that stops answering is named by the hang watchdog (comm_watchdog_start) when it is on.
 //
 // Byte counts follow the ring algorithms' per-rank traffic, so they are comparable across backends:
 // all-reduce of S bytes over N ranks sends 2(N-1)/N * S, reduce-scatter and all-gather of S total bytes
@@ -139,6 +140,30 @@ static inline int comm_all_equal(Comm* c, uint64_t v) {
     comm_allreduce_host_max(c, x, 4);
     return x[0] == -x[2] && x[1] == -x[3];
 }
+
+// Hang watchdog (MPI; nothing to watch in a world of one). Every wait of this layer (collectives, exchanges,
+// host transfers, barriers) polls its MPI requests, and meanwhile answers the other ranks' questions. With a
+// timeout set, a wait that outlasts it asks every rank what it waits in: a rank that does not answer within a
+// few seconds (comm_mpi.c: the ask window) is one that stopped (SIGSTOP, a frozen host, or work outside any
+// wait for longer than the timeout), and the job ends, non-zero, with one line on stderr naming it, the rank
+// that waited and what that rank waited in ("error: rank 1 stopped answering: rank 0 waited 30.0 s in
+// all-reduce over the world (step 12: gradient norm)"). When every rank answers twice and none has moved on,
+// they wait in operations that do not match, and the line lists them. Waits during a long phase (see
+// comm_watchdog_phase) get COMM_WATCHDOG_LONG times the timeout. The job ends through MPI_Abort, after the
+// line and after stdio's buffers are flushed; a checkpoint it interrupts has no DONE marker, so the previous
+// one stays the newest complete one. NCCL's collectives never block the host in this layer: they are not
+// watched (comm_mpi.c says what is missing).
+#define COMM_WATCHDOG_LONG 10
+// Every rank the same timeout, in seconds; 0 (the default until called): off.
+void comm_watchdog_start(Comm* world, double timeout_s);
+// What this rank is doing from now on, for the watchdog's lines ("step 12: gradient norm", "checkpoint at
+// step 20"). long_phase: work that may keep the other ranks waiting far longer than a training step (rank 0
+// writing a checkpoint, an evaluation): every rank enters the phase at the same point, so the ones that wait
+// know. Cheap (one snprintf); any rank, any time.
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+void comm_watchdog_phase(Comm* world, int long_phase, const char* fmt, ...);
 
 // Bytes this rank sent through c, per collective, since the last reset.
 uint64_t comm_bytes_sent(const Comm* c, Collective k);

@@ -80,6 +80,11 @@ void config_usage(const char* prog) {
            "  -comm C   mpi|nccl: what moves GPU buffers in the collectives. nccl needs one GPU per rank; mpi stages\n"
            "            through host memory and lets ranks share a GPU (default nccl on the GPU build with NCCL\n"
            "            when every rank has its own GPU, else mpi)\n"
+           "  -wd S     hang watchdog: a rank that waits longer than S seconds for the others (in a collective,\n"
+           "            send or receive) ends the job, non-zero, with one line naming the rank that stopped\n"
+           "            answering and the operation the waiting rank was in; x%d during checkpoints and evaluation.\n"
+           "            S must exceed the longest work between two collectives of a step; 0 = off. MPI only: NCCL's\n"
+           "            collectives are not watched (default 300)\n"
            "planning\n"
            "  --estimate print each rank's memory per category (and a table across ZeRO stages and world sizes)\n"
            "            for these flags without allocating anything, then exit\n"
@@ -89,7 +94,7 @@ void config_usage(const char* prog) {
            "testing\n"
            "  -dump DIR write step 0's logits and gradients (fp32) for comparison with scripts/reference.py\n"
            "  -h        this help\n",
-           prog);
+           prog, COMM_WATCHDOG_LONG);
 }
 
 // A plain decimal: an optional '-', digits, and for a real number an optional fraction and exponent.
@@ -156,6 +161,7 @@ static void set_defaults(Config* c) {
     c->pipeline_stages = 1;
     c->tensor_parallel = 1;
     c->virtual_stages = 0;   // 0: not given (2 under -ps interleaved, else 1)
+    c->watchdog = 300.0f;
 }
 
 static void parse_one(Config* c, const char* f, const char* v) {
@@ -201,6 +207,7 @@ static void parse_one(Config* c, const char* f, const char* v) {
     else if (!strcmp(f, "-r")) c->recompute = (int)parse_int(f, v, 0, 3);
     else if (!strcmp(f, "-offload")) c->offload = (int)parse_int(f, v, 0, 2);
     else if (!strcmp(f, "-dpu")) c->delay_from = (int)parse_int(f, v, 0, 1 << 30);
+    else if (!strcmp(f, "-wd")) c->watchdog = parse_float(f, v, 0.0, 1e6);
     else if (!strcmp(f, "-w")) c->plan_ranks = (int)parse_int(f, v, 1, 1 << 20);
     else if (!strcmp(f, "-gpu-mem")) c->gpu_mem_gib = parse_float(f, v, 0.001, 1e6);
     else if (!strcmp(f, "-host-mem")) c->host_mem_gib = parse_float(f, v, 0.001, 1e6);

@@ -61,6 +61,7 @@ typedef struct {
                                  // its gradient pieces (-z >= 2) and parameter pieces (-z 3)
     int delay_from;              // -dpu: from this step on each update lands one step late (0: never)
     CommKind comm;               // -comm (COMM_AUTO unless given)
+    float watchdog;              // -wd: seconds a rank may wait for the others before the job ends (0: never)
     // planning
     int estimate;                // --estimate: print the memory plan and exit
     int plan_ranks;              // -w: world size to plan for (default: the launched world)

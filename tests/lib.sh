@@ -31,6 +31,19 @@ mpi_available() {
     MPIRUN=(mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS)
     command -v mpirun >/dev/null 2>&1 && ldd ./train_gpt_cpu | grep -q libmpi
 }
+# The pid of world rank R among the processes whose command line matches PATTERN (pgrep -f), from the
+# launcher's environment (mpirun itself has no OMPI_COMM_WORLD_RANK); empty when there is none.
+rank_pid() {   # pattern, rank
+    local p
+    for p in $(pgrep -f "$1"); do
+        if [ "$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')" = "$2" ]; then
+            echo "$p"
+            return 0
+        fi
+    done
+    return 1
+}
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 mpi_or_skip() {   # name: prints a skip line and exits when MPI is missing
     if ! mpi_available; then
         t_missing "$1" "MPI (train_gpt_cpu was built without it: install openmpi-bin libopenmpi-dev and rebuild)"

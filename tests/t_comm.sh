@@ -2,8 +2,9 @@
 # The comm layer across processes: build/test_comm under mpirun with 1-4 ranks (and once with tiny MPI
 # chunks, to exercise the splitting of large transfers; and in poison mode); misuses of start/wait; the
 # device-memory staging path against the fenced CPU backend (a stand-in GPU); a rank that dies mid-run must end the whole job,
-# non-zero, within seconds; and the MPI-less backend must refuse a multi-rank launch. Each mpirun counts
-# as one check here (its failing checks are shown); the single-process run is build/test_comm itself.
+# non-zero, within seconds; the hang watchdog must name a stopped rank, and a deadlock's waits; and the MPI-less
+# backend must refuse a multi-rank launch. Each mpirun counts as one check here (its failing checks are
+# shown); the single-process run is build/test_comm itself.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
 # mpirun refuses to start as root without these; containers and CI often run as root.
@@ -100,6 +101,25 @@ for mode in abort exit3 exit0 fail kill; do
     t_check "comm_dead_rank_${mode}_ends_job" "grep -q '^die: 3 ranks up' $TMP/die.out && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $ms -lt 30000 ]" \
         "mpirun exit $rc after $ms ms (124 = still hanging at the 60 s timeout); $(grep -m1 'die:' "$TMP/die.out" || echo 'the ranks never came up')"
     echo "# dead rank ($mode): mpirun exit $rc after $ms ms"
+done
+
+# The hang watchdog at 1 s. Rank 1 of 3 stops (SIGSTOP) while ranks 0 and 2 wait in an all-reduce: one line
+# names it, from whichever of the two reports, and the job ends within the timeout plus the 2 s ask window
+# (and mpirun's teardown). Ranks 0 and 1 of 2 each wait to receive from the other: every rank answers, and a
+# second question finds that none moved on; the line names both waits.
+for mode in stop deadlock; do
+    np=$([ $mode = stop ] && echo 3 || echo 2)
+    start=$(date +%s%N)
+    timeout 60 mpirun --oversubscribe -np "$np" "$BIN" --hang "$mode" > "$TMP/hang.out" 2>&1; rc=$?
+    ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    if [ $mode = stop ]; then
+        line='^error: rank 1 stopped answering: rank [02] waited [0-9.]* s in all-reduce over the world (hang test)$'
+    else
+        line='^error: every rank answers but none moves on (their waits do not match): rank [01] waited [0-9.]* s in receive from rank [01] (hang test); rank [01] waits in receive from rank [01] (hang test)$'
+    fi
+    t_check "comm_watchdog_${mode}" "grep -q '^hang: $np ranks up' $TMP/hang.out && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $ms -lt 20000 ] && \
+        [ \$(grep -c '^error:' $TMP/hang.out) -eq 1 ] && grep -q '$line' $TMP/hang.out" \
+        "mpirun exit $rc after $ms ms: $(grep -a -m1 -E '^error|hang:' "$TMP/hang.out" || echo 'the ranks never came up')"
 done
 
 # The MPI-less backend, built on the side (it is not what the Makefile links when MPI is there).

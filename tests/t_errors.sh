@@ -24,6 +24,8 @@ expect_error plus_integer "-b expects an integer, got '\+2'" "${base[@]}" -b +2
 expect_error space_integer "-b expects an integer, got ' 2'" "${base[@]}" -b " 2"
 timeout 60 ./train_gpt_cpu "${base[@]}" -l .5e-3 -c 1. -gc 2E0 > "$TMP/dec.txt" 2>&1
 t_check decimal_forms_accepted "[ $? -eq 0 ]" "$(tail -1 "$TMP/dec.txt")"
+expect_error watchdog_negative "-wd.*outside" "${base[@]}" -wd -1
+expect_error watchdog_not_a_number "-wd.*number.*'soon'" "${base[@]}" -wd soon
 # -d sets -ga = d / (b*t*replicas): the quotient gets -ga's range check (it once wrapped to 5, or went negative).
 expect_error tokens_per_step_wraps_ga "-d 4294967301 gives -ga 4294967301 .*outside 1\.\.1048576" "${base[@]}" -b 1 -t 1 -d 4294967301
 expect_error tokens_per_step_negative_ga "-d 2147483648 gives -ga 2147483648 .*outside" "${base[@]}" -b 1 -t 1 -d 2147483648

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Signals and the first hour: SIGINT during start-up ends the trainer at once; from the training loop on, one
 # SIGTERM finishes the step and exits 0, a second one ends the process at once (tests/t_faults.sh checks the
-# checkpoint and resume of the first). Under mpirun an error every rank hits is printed once, as one whole
+# checkpoint and resume of the first), and a SIGTERM during a long validation stops it between two rounds on
+# every rank. Under mpirun an error every rank hits is printed once, as one whole
 # line, and one only rank 1 hits is still printed; each rank runs cores/ranks OpenMP threads unless
 # OMP_NUM_THREADS says otherwise. Every run sits under `timeout` so a trainer that ignores its signals fails
 # the test instead of hanging it.
@@ -22,7 +23,6 @@ wait_for_step_line() {   # name: until the first training step is reported (then
     for _ in $(seq 1200); do grep -qE '^step +[0-9]+/[0-9]+ \| loss' "$TMP/$1.out" && return 0; sleep 0.05; done
     return 1
 }
-now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
 # (a) Start-up: d12's random init takes several seconds here; SIGINT one second in must end it at once.
 start_trainer startup -e d12 -i "$TMP/data.bin" -j "" -b 1 -t 64 -x 1 -s 0
@@ -88,6 +88,30 @@ env -u OMP_NUM_THREADS timeout 60 mpirun --oversubscribe --bind-to none -np 2 ./
 t_check threads_two_ranks_share_cores "grep -q '| $(threads_word $half) per rank |' '$TMP/th2.out'" "$(grep -m1 -E '^model|error' "$TMP/th2.out")"
 OMP_NUM_THREADS=2 timeout 60 "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${small[@]}" > "$TMP/th3.out" 2>&1
 t_check threads_explicit_wins "grep -q '| 2 threads per rank |' '$TMP/th3.out'" "$(grep -m1 -E '^model|error' "$TMP/th3.out")"
+
+# SIGTERM during a long validation (852 batches: about 15 s here) to rank 1 alone: the ranks agree between
+# rounds and leave the validation together (one rank leaving alone would leave the other waiting in the next
+# round's collective), log no partial validation loss, checkpoint step 0 and exit 0 within about 2 s of the
+# signal, where they once finished the validation and a step first; the resumed run validates step 0 again.
+$PYTHON scripts/make_shard.py -o "$TMP/val.bin" -n 220000 -V 512 --seed 5 >/dev/null
+evalrun=(-e L4C256H4V512T64 -i "$TMP/data.bin" -j "$TMP/val.bin" -b 4 -t 64 -x 4 -v 2 -s 0 -o "$TMP/val_stop")
+timeout -k 5 120 "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${evalrun[@]}" -m 852 > "$TMP/val_stop.txt" 2>&1 &
+pid=$!
+for _ in $(seq 1200); do grep -q '^memory (rank 0)' "$TMP/val_stop.txt" && break; sleep 0.05; done
+sleep 1   # the loop's handler goes in just after that line; step 0's validation then runs for many seconds
+victim=$(rank_pid "train_gpt_cpu .*$TMP/val_stop" 1)
+t0=$(now_ms)
+[ -n "$victim" ] && kill -TERM "$victim"
+wait $pid; rc=$?
+ms=$(( $(now_ms) - t0 ))
+t_check sigterm_during_validation_stops_soon "[ -n '$victim' ] && [ $rc -eq 0 ] && [ $ms -lt 2500 ] && \
+    grep -q 'stopped by a signal after step 0 (during evaluation); checkpoint written' '$TMP/val_stop.txt'" \
+    "victim '$victim', exit $rc $ms ms after the signal: $(grep -a -E 'stopped|error' "$TMP/val_stop.txt" | head -c 300)"
+t_check sigterm_during_validation_logs_no_val_loss "! grep -q '| val loss [0-9]' '$TMP/val_stop.txt' && ! grep -q val_loss '$TMP/val_stop/log.jsonl' && \
+    [ -f '$TMP/val_stop/ckpt_000000/DONE' ]" "$(grep -a 'val' "$TMP/val_stop.txt" | head -c 300)"
+timeout -k 5 120 "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${evalrun[@]}" -m 20 -y 1 > "$TMP/val_resume.txt" 2>&1
+t_check sigterm_during_validation_resumes "[ $? -eq 0 ] && grep -q 'resumed from .*ckpt_000000 at step 0' '$TMP/val_resume.txt' && \
+    [ \$(grep -c '\"step\": 0, \"val_loss\"' '$TMP/val_stop/log.jsonl') -eq 1 ]" "$(grep -a -m1 -E 'resumed|error' "$TMP/val_resume.txt")"
 
 # An error every rank hits: one whole line, printed by rank 0 alone (mpirun adds its own lines, which do
 # not start with "error:").

@@ -13,6 +13,9 @@
 //   test_comm --misuse MODE   a misuse of start/wait the comm layer must refuse (see misuse())
 //   test_comm --die MODE      rank 1 dies mid-run (MODE: abort, exit3, exit0, fail, kill) while the others wait in
 //                             a collective: the launcher must end the whole job.
+//   test_comm --hang MODE     the hang watchdog at 1 s: rank 1 stops itself (SIGSTOP) while the others wait in an
+//                             all-reduce (MODE stop), or ranks 0 and 1 each wait to receive from the other
+//                             (MODE deadlock): the watchdog must end the job with one line naming them.
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -612,6 +615,22 @@ static void die(T* t, const char* mode) {
     for (;;) comm_allreduce_sum(t->world, &x, 1, DT_FP32);   // waits for rank 1 forever
 }
 
+static void hang(T* t, const char* mode) {
+    int stop = !strcmp(mode, "stop"), deadlock = !strcmp(mode, "deadlock");
+    if (!stop && !deadlock) fail("--hang %s: expected stop or deadlock", mode);
+    comm_watchdog_start(t->world, 1.0);
+    comm_watchdog_phase(t->world, 0, "hang test");
+    float x = 1;
+    comm_allreduce_sum(t->world, &x, 1, DT_FP32);   // everyone is up and talking
+    if (t->rank == 0) printf("hang: %g ranks up\n", x), fflush(stdout);   // t_comm.sh: the hang came after this
+    if (stop && t->rank == 1 && raise(SIGSTOP) != 0) fail("raise(SIGSTOP) failed");
+    if (deadlock && t->rank < 2) {
+        char byte;
+        comm_recv_host(t->world, &byte, 1, 1 - t->rank, 7);   // the other one receives too: nobody sends
+    }
+    for (;;) comm_allreduce_sum(t->world, &x, 1, DT_FP32);
+}
+
 int main(int argc, char** argv) {
     T t = {0};
     t.world = comm_init_world(&argc, &argv);
@@ -620,11 +639,12 @@ int main(int argc, char** argv) {
     t.be = backend_create(comm_local_rank(t.world));
     comm_attach_backend(t.world, t.be);
     if (argc == 3 && !strcmp(argv[1], "--die")) die(&t, argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "--hang")) hang(&t, argv[2]);
     if (argc == 3 && !strcmp(argv[1], "--misuse")) misuse(&t, argv[2]);
     CommKind kind = COMM_MPI;
     if (argc == 3 && !strcmp(argv[1], "--comm") && !strcmp(argv[2], "nccl")) kind = COMM_NCCL;
     else if (argc != 1 && !(argc == 3 && !strcmp(argv[1], "--comm") && !strcmp(argv[2], "mpi")))
-        fail("usage: test_comm [--comm mpi|nccl | --die abort|exit3|exit0|fail|kill | "
+        fail("usage: test_comm [--comm mpi|nccl | --die abort|exit3|exit0|fail|kill | --hang stop|deadlock | "
              "--misuse too-many|write-in-flight|exchange-order|exchange-overlap]");
     if (comm_select(t.world, kind) != kind) fail("comm_select did not give %s", comm_kind_name(kind));
     t.nccl = kind == COMM_NCCL;
