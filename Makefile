@@ -8,9 +8,9 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 GPU_ARCHS ?= 80 90
 WARN      := -Wall -Wextra -Werror -Wno-unused-parameter
 CFLAGS    ?= -O3 -march=native
-CFLAGS    += $(WARN) -std=gnu11 -fopenmp -fno-math-errno -I. -Icore -MMD -MP
+CFLAGS    += $(WARN) -std=gnu11 -fopenmp -fno-math-errno -I. -MMD -MP
 LDLIBS    := -lm -fopenmp
-NVFLAGS   := -O3 -std=c++17 --expt-relaxed-constexpr -I. -Icore $(foreach a,$(GPU_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+NVFLAGS   := -O3 -std=c++17 --expt-relaxed-constexpr -I. $(foreach a,$(GPU_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
              -gencode arch=compute_$(lastword $(GPU_ARCHS)),code=compute_$(lastword $(GPU_ARCHS)) \
              -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter -Werror all-warnings -MMD -MP
 # SASS for each of GPU_ARCHS, and the PTX of the last, which the driver compiles for a newer GPU (sm_100,
@@ -19,8 +19,8 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lcudar
 
 # -fno-math-errno: nothing reads errno after a math call, and without it sqrtf cannot vectorize (the
 # host AdamW, kernels/adamw_host.h); results are the same, correctly rounded either way.
-# MPI (the comm layer, core/comm.h): with OpenMPI's mpicc on PATH, core/comm_mpi.c is compiled with its
-# flags and every program links libmpi; without it, core/comm_single.c, a world of one rank that refuses a
+# MPI (the comm layer, core/comm/comm.h): with OpenMPI's mpicc on PATH, core/comm/comm_mpi.c is compiled with its
+# flags and every program links libmpi; without it, core/comm/comm_single.c, a world of one rank that refuses a
 # multi-rank launch. MPI=0|1 overrides the detection. nvcc takes -L/-l itself, other linker flags through
 # -Xlinker/-Xcompiler.
 MPICC ?= mpicc
@@ -31,9 +31,9 @@ MPI_LIBS   := $(shell $(MPICC) --showme:link 2>/dev/null)
 ifeq ($(strip $(MPI_LIBS)),)
 $(error MPI=1 but "$(MPICC) --showme:link" gave nothing: install OpenMPI (openmpi-bin libopenmpi-dev) or build with MPI=0)
 endif
-COMM_UNUSED := core/comm_single.c
+COMM_UNUSED := core/comm/comm_single.c
 else
-COMM_UNUSED := core/comm_mpi.c
+COMM_UNUSED := core/comm/comm_mpi.c
 endif
 comma      := ,
 MPI_NVLIBS := $(foreach f,$(MPI_LIBS),$(if $(filter -L% -l%,$(f)),$(f),$(if $(filter -Wl$(comma)%,$(f)),-Xlinker $(patsubst -Wl$(comma)%,%,$(f)),-Xcompiler $(f))))
@@ -42,7 +42,7 @@ LDLIBS     += $(MPI_LIBS)
 
 B := build
 
-# NCCL (the GPU build's bulk collectives on device memory, core/comm_nccl.c, chosen at run time by -comm):
+# NCCL (the GPU build's bulk collectives on device memory, core/comm/comm_nccl.c, chosen at run time by -comm):
 # bootstrapped over MPI, so only with MPI=1, and only ever in train_gpt and the GPU test programs; the CPU
 # build does not see it. NCCL=0|1 overrides the detection. NCCL_HOME=DIR names an install (DIR/include/
 # nccl.h, DIR/lib*/libnccl.so.2); otherwise the header and the library are each taken from the first of
@@ -66,12 +66,13 @@ endif
 ifeq ($(and $(NCCL_INC),$(NCCL_LIB)),)
 $(error NCCL=1 but nccl.h (found: '$(NCCL_INC)') or libnccl.so.2 (found: '$(NCCL_LIB)') is missing under $(NCCL_DIRS) and the nvidia-nccl wheel: set NCCL_HOME=DIR or build with NCCL=0)
 endif
-NCCL_OBJ   := $(B)/cuda/core/comm_nccl.o
+NCCL_OBJ   := $(B)/cuda/core/comm/comm_nccl.o
 CUDA_LIBS  += -L$(NCCL_LIB) -l:libnccl.so.2 -Xlinker -rpath=$(NCCL_LIB)
 $(NCCL_OBJ): CFLAGS += $(MPI_CFLAGS) -I$(NCCL_INC) -I$(CUDA_HOME)/include
-$(B)/cuda/core/comm_mpi.o: CFLAGS += -DGPT_NCCL
+$(B)/cuda/core/comm/comm_mpi.o: CFLAGS += -DGPT_NCCL
 endif
-CORE_SRC    := $(wildcard base/*.c) $(filter-out $(COMM_UNUSED) core/comm_nccl.c,$(wildcard core/*.c)) zero.c tokenizer/bpe.c
+# core/<concern>/*.c; gpt2tok.c is the tokenizer helper program (its own main), below.
+CORE_SRC    := $(wildcard base/*.c) $(filter-out $(COMM_UNUSED) core/comm/comm_nccl.c core/tokenizer/gpt2tok.c,$(wildcard core/*/*.c)) zero.c
 CPU_KERNELS := $(wildcard kernels/*.c)
 
 CORE_CPU_OBJ  := $(CORE_SRC:%.c=$(B)/cpu/%.o)
@@ -85,7 +86,7 @@ all: train_gpt_cpu
 # make does not track flags: a stamp per NCCL setting rebuilds the one object whose flags it changes.
 $(B)/cuda/.nccl-$(NCCL):
 	@mkdir -p $(dir $@) && rm -f $(B)/cuda/.nccl-* && touch $@
-$(B)/cuda/core/comm_mpi.o: $(B)/cuda/.nccl-$(NCCL)
+$(B)/cuda/core/comm/comm_mpi.o: $(B)/cuda/.nccl-$(NCCL)
 
 train_gpt_cpu: $(B)/cpu/train_gpt.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
 	$(CC) -o $@ $^ $(LDLIBS)
@@ -114,7 +115,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/%)
 $(B)/test_%: $(B)/cpu/tests/test_%.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
 	$(CC) -o $@ $^ $(LDLIBS)
 # test_batch_io models the GPU's streams with a backend of its own, so it links no backend.
-$(B)/test_batch_io: $(B)/cpu/tests/test_batch_io.o $(B)/cpu/core/batch_io.o $(B)/cpu/base/common.o
+$(B)/test_batch_io: $(B)/cpu/tests/test_batch_io.o $(B)/cpu/core/model/batch_io.o $(B)/cpu/base/common.o
 	$(CC) -o $@ $^ $(LDLIBS)
 $(B)/kernel_check_cpu: $(B)/cpu/tests/kernel_check.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
 	$(CC) -o $@ $^ $(LDLIBS)
@@ -167,7 +168,7 @@ clean:
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)
 
-# ---- data path (issue 3): the tokenizer helper behind scripts/tokenize.py (which runs this rule itself) ----
-$(B)/gpt2tok: tokenizer/gpt2tok.c tokenizer/bpe.c tokenizer/bpe.h tokenizer/unicode_tables.h
+# ---- the tokenizer helper behind scripts/tokenize.py (which runs this rule itself) ----
+$(B)/gpt2tok: core/tokenizer/gpt2tok.c core/tokenizer/bpe.c core/tokenizer/bpe.h core/tokenizer/unicode_tables.h
 	@mkdir -p $(B)
-	$(CC) $(CFLAGS) -Itokenizer -o $@ tokenizer/gpt2tok.c tokenizer/bpe.c $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ core/tokenizer/gpt2tok.c core/tokenizer/bpe.c $(LDLIBS)

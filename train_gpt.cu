@@ -16,27 +16,27 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/checkpoint.h"
-#include "core/model_file.h"
-#include "core/comm.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/model_file.h"
+#include "core/comm/comm.h"
 #include "base/common.h"
-#include "core/config.h"
-#include "core/dataloader.h"
-#include "core/delayed_update.h"
-#include "core/estimate.h"
-#include "core/fs.h"
-#include "core/gpt.h"
-#include "core/grid.h"
-#include "core/logger.h"
-#include "core/loss_scale.h"
-#include "core/optimizer.h"
-#include "core/pipeline.h"
-#include "core/report.h"
-#include "core/rng.h"
-#include "core/run_dir.h"
-#include "core/threads.h"
-#include "core/tokenizer.h"
-#include "tokenizer/bpe.h"
+#include "core/run/config.h"
+#include "core/data/dataloader.h"
+#include "core/zero/delayed_update.h"
+#include "core/run/estimate.h"
+#include "core/util/fs.h"
+#include "core/model/gpt.h"
+#include "core/comm/grid.h"
+#include "core/util/logger.h"
+#include "core/zero/loss_scale.h"
+#include "core/zero/optimizer.h"
+#include "core/pipeline/pipeline.h"
+#include "core/run/report.h"
+#include "core/util/rng.h"
+#include "core/checkpoint/run_dir.h"
+#include "core/util/threads.h"
+#include "core/tokenizer/decode.h"
+#include "core/tokenizer/bpe.h"
 #include "zero.h"
 
 typedef struct {
@@ -348,7 +348,7 @@ static void print_setup(Trainer* tr, CommKind comm) {
         printf("pipeline: %s over %d stages%s (blocks per %sstage: %s), %d micro-batches per step: bubble %s = %.1f%% of "
                "the useful time\n", schedule_kind_name(plan->schedule), P, chunks, plan->chunks > 1 ? "virtual " : "", blocks,
                m, formula[plan->schedule], 100.0 * plan->bubble);
-        if (plan->schedule == SCHEDULE_ZB)   // core/schedule.h: an exchange completes as a whole
+        if (plan->schedule == SCHEDULE_ZB)   // core/pipeline/schedule.h: an exchange completes as a whole
             printf("pipeline: zb's bubble assumes buffered sends; its exchanges (rendezvous, as NCCL's) leave more: "
                    "./build/test_schedule print zb %d %d (make tests-bin)\n", P, m);
         logger_line(&tr->log, "{\"step\": %d, \"pipeline\": {\"schedule\": \"%s\", \"stages\": %d, \"micro_batches\": %d, "

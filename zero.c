@@ -2,8 +2,8 @@
 #include "zero.h"
 
 #include "base/common.h"
-#include "core/grad_landing.h"
-#include "core/phase_timer.h"
+#include "core/zero/grad_landing.h"
+#include "core/util/phase_timer.h"
 #include "kernels/host_elem.h"
 
 // The gradient buffers; which exist depends on the capabilities.
@@ -13,7 +13,7 @@ typedef struct {
     float* acc;          // shard_grads: (state_elems) fp32 accumulator; host memory with grads_on_host
     float* piece_f32;    // shard_grads: one piece converted to fp32 before it is added (grads_on_host: the
                          // tied embedding's piece, summed over the pair on the backend)
-    GradLanding* landing; // grads_on_host: how each reduced piece comes down and is added (core/grad_landing.h)
+    GradLanding* landing; // grads_on_host: how each reduced piece comes down and is added (core/zero/grad_landing.h)
 } GradBuffers;
 
 // A gradient slot's life (shard_grads). Its reduce-scatter is finished only when the buffer is wanted again,

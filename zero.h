@@ -13,7 +13,7 @@
 //                 backward, into one of two rotating buffers; embeddings and final LayerNorm stay gathered
 //                 from first use until the parameters change
 //   state_on_host the master + Adam state held here (whole or pieces) live in host memory; the optimizer
-//                 updates them there, one staged chunk of a span at a time (core/optimizer.c)
+//                 updates them there, one staged chunk of a span at a time (core/zero/optimizer.c)
 //   grads_on_host (with shard_grads) the fp32 piece accumulator lives in host memory: each unit's piece comes
 //                 down as its reduce-scatter finishes, during the backward, and is added there
 //   params_on_host (with shard_params) the working parameter pieces live in host memory: a gather starts by
@@ -27,11 +27,11 @@
 // optimizer and the checkpoints through a ModelState, --estimate through the trainer's StatePlanner around
 // zero_plan. Zero itself is private to zero.c.
 #pragma once
-#include "core/comm.h"
-#include "core/memory.h"
-#include "core/model.h"
-#include "core/model_state.h"
-#include "core/param_store.h"
+#include "core/comm/comm.h"
+#include "core/model/memory.h"
+#include "core/model/model.h"
+#include "core/zero/model_state.h"
+#include "core/model/param_store.h"
 
 // What is sharded over the data-parallel group, and where the state lives. Each shard_* implies the one
 // before it: sharded gradients are reduced into pieces, which only sharded state can consume, and gathered

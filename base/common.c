@@ -1,5 +1,5 @@
 // common.c: see common.h.
-#include "common.h"
+#include "base/common.h"
 
 #include <errno.h>
 #include <fcntl.h>

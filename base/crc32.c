@@ -1,12 +1,12 @@
 // crc32.c: see crc32.h. Slicing-by-16: sixteen table lookups per 16 bytes instead of one per byte, about
 // five times faster than the bytewise loop, so checksumming a checkpoint costs little beside writing it.
-#include "crc32.h"
+#include "base/crc32.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "base/common.h"
 
 void crc32_begin(Crc32* c) {
     for (uint32_t b = 0; b < 256; b++) {

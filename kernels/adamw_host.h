@@ -1,7 +1,7 @@
 // adamw_host.h: the AdamW step over one span in host memory and the sum of squares the gradient norm adds,
 // the one definition of their arithmetic on the host. The CPU twins adamw_update and sum_squares
 // (kernels/adamw.c) are these functions; the optimizer calls them directly for state and gradients kept in
-// host memory (-offload, core/optimizer.c), so both give the same bits by construction. The CUDA kernels
+// host memory (-offload, core/zero/optimizer.c), so both give the same bits by construction. The CUDA kernels
 // (adamw.cuh) compute the same AdamW expression per element; their sum of squares adds in another order.
 #pragma once
 #include <math.h>

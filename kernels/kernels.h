@@ -35,12 +35,12 @@ const char* backend_device_name(const Backend* be);   // "cpu" or e.g. "NVIDIA H
 int backend_is_gpu(const Backend* be);
 int backend_build_is_gpu(void);   // the same, known before any backend exists (this binary's build)
 // The main stream as a cudaStream_t (GPU; NULL on the CPU), for libraries that enqueue work in order with
-// the kernels (NCCL, core/comm_nccl.c).
+// the kernels (NCCL, core/comm/comm_nccl.c).
 void* backend_stream(Backend* be);
 // The communication stream (GPU; NULL on the CPU): every NCCL collective of this rank, of every group, runs
 // on it in the order the program issued them, so collectives overlap the kernels but never each other (NCCL
 // kernels of two streams running at once can deadlock). The comm layer orders it against the main stream
-// with events of its own (core/comm_nccl.c); nothing else enqueues on it.
+// with events of its own (core/comm/comm_nccl.c); nothing else enqueues on it.
 void* backend_comm_stream(Backend* be);
 
 void* be_malloc(Backend* be, size_t bytes);            // fails (one-line error, exit 1) when out of memory

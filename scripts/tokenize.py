@@ -34,7 +34,7 @@ switch) does not keep the trainer off the old set.
 train together): no end-of-text token, no split.
 The text "<|endoftext|>" inside a document is ordinary text; only the separator is 50256.
 
-The encoding itself runs in build/gpt2tok (tokenizer/gpt2tok.c; built here with make when missing or
+The encoding itself runs in build/gpt2tok (core/tokenizer/gpt2tok.c; built here with make when missing or
 stale). GPT-2's encoder.json and vocab.bpe come from data/tokenizer/ and are checked against their
 sha256 before use.
 """

@@ -1,18 +1,27 @@
 #!/usr/bin/env python3
-"""The include graph against the layers of docs/ARCHITECTURE.md: an #include may point down or sideways,
-never up. Layers, bottom to top:
+"""The include graph against the layers of docs/ARCHITECTURE.md, by directory: an #include may point down
+or sideways (the same layer), never up. Layers, bottom to top:
 
-  0 base/            fail() and checked stdio/allocation; includes nothing of the project
-  1 kernels/         the backend contract (kernels.h, dtype.h) and each layer's CPU twin and CUDA kernels
-  2 core/            the orchestration modules
-  3 zero.h, zero.c   the ZeRO policy
-  4 train_gpt.cu     the trainer
+   0 base/              fail(), checked stdio and allocation, CRC-32; includes nothing of the project
+   1 kernels/           the backend contract (kernels.h, dtype.h) and each layer's CPU twin and CUDA kernels
+   2 core/util/         files, JSON, phase timing, threads, randomness, the log
+   3 core/comm/         the collectives (MPI, NCCL, one rank) and the rank grid
+   4 core/model/        shapes and the parameter layout, activation memory, batch I/O, the walk (gpt.c)
+   5 core/data/         token shards                         } one layer: neither includes the other
+     core/tokenizer/    BPE encoding and llm.c's decoding file }
+   6 core/pipeline/     schedules as action lists and their executor
+   7 core/zero/         what ZeRO's helpers share: model state, optimizer, delayed update, gradient landing
+   8 core/run/          flags, the report, the memory estimate
+   9 core/checkpoint/   checkpoints, their files, the run directory and the run record
+  10 zero.h, zero.c     the ZeRO policy
+  11 train_gpt.cu       the trainer
 
   check_layers.py [ROOT]      one "ok layers_*" / "FAIL layers_*: why" line per check; exit 1 on failure
-  check_layers.py --self-test the checker finds an upward include planted in a scratch tree
+  check_layers.py --self-test the checker finds upward includes planted in a scratch tree
 
-KNOWN lists the upward includes that remain (--estimate's planner, which runs ZeRO's allocation code in
-counting mode). A new upward include fails; so does a KNOWN one that is gone, so the list only shrinks.
+KNOWN lists upward includes that remain (none). A new upward include fails; so does a KNOWN one that is
+gone, so the list only shrinks. Every include is written from the repository's root ("core/zero/optimizer.h"),
+the one include path the Makefile gives (-I.).
 """
 import os
 import re
@@ -25,47 +34,56 @@ SOURCES = (".c", ".h", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
+LAYERS = [("base/", 0), ("kernels/", 1), ("core/util/", 2), ("core/comm/", 3), ("core/model/", 4),
+          ("core/data/", 5), ("core/tokenizer/", 5), ("core/pipeline/", 6), ("core/zero/", 7), ("core/run/", 8),
+          ("core/checkpoint/", 9), ("zero.h", 10), ("zero.c", 10), ("train_gpt.cu", 11)]
+
+
 def layer(path):
-    if path.startswith("base/"):
-        return 0
-    if path.startswith("kernels/"):
-        return 1
+    for prefix, rank in LAYERS:
+        if path == prefix or (prefix.endswith("/") and path.startswith(prefix)):
+            return rank
     if path.startswith("core/"):
-        return 2
-    if path in ("zero.h", "zero.c"):
-        return 3
-    if path == "train_gpt.cu":
-        return 4
-    return None  # tests, tools: outside the layering
+        return -1   # a core/ file outside every named folder: reported, not ranked
+    return None     # tests, tools: outside the layering
 
 
 def resolve(root, src, name):
-    """The repository path an #include "name" in src names: beside src, then -I. and -Icore, as the Makefile."""
-    for base in (os.path.dirname(src), "", "core"):
+    """The repository path an #include "name" in src names: from the root (-I.), else beside src."""
+    for base in ("", os.path.dirname(src)):
         rel = os.path.normpath(os.path.join(base, name))
         if os.path.isfile(os.path.join(root, rel)):
             return rel
     return None
 
 
-def upward_includes(root):
-    found, unresolved = set(), []
-    for top in ("base", "kernels", "core", "."):
+def layered_sources(root):
+    for top in ["base", "kernels", "."] + ["core/" + d for d in sorted(os.listdir(os.path.join(root, "core")))]:
+        if not os.path.isdir(os.path.join(root, top)):
+            continue
         for name in sorted(os.listdir(os.path.join(root, top))):
             src = os.path.normpath(os.path.join(top, name))
-            if not name.endswith(SOURCES) or layer(src) is None:
-                continue
-            for inc in INCLUDE.findall(open(os.path.join(root, src), encoding="utf-8").read()):
-                dst = resolve(root, src, inc)
-                if dst is None:
-                    unresolved.append("%s: %s" % (src, inc))
-                elif layer(dst) is not None and layer(dst) > layer(src):
-                    found.add((src, dst))
-    return found, unresolved
+            if name.endswith(SOURCES) and layer(src) is not None:
+                yield src
+
+
+def upward_includes(root):
+    found, unresolved, unplaced = set(), [], []
+    for src in layered_sources(root):
+        if layer(src) < 0:
+            unplaced.append(src)
+            continue
+        for inc in INCLUDE.findall(open(os.path.join(root, src), encoding="utf-8").read()):
+            dst = resolve(root, src, inc)
+            if dst is None or dst != os.path.normpath(inc):
+                unresolved.append("%s: %s" % (src, inc))   # missing, or not written from the root
+            elif layer(dst) is not None and layer(dst) > layer(src):
+                found.add((src, dst))
+    return found, unresolved, unplaced
 
 
 def check(root):
-    found, unresolved = upward_includes(root)
+    found, unresolved, unplaced = upward_includes(root)
     bad = []
     new, gone = sorted(found - KNOWN), sorted(KNOWN - found)
     print("ok layers_no_new_upward_include" if not new else
@@ -74,8 +92,10 @@ def check(root):
           "FAIL layers_known_list_current: no longer upward, remove from KNOWN in tests/check_layers.py: " +
           ", ".join("%s -> %s" % e for e in gone))
     print("ok layers_includes_resolve" if not unresolved else
-          "FAIL layers_includes_resolve: " + ", ".join(unresolved))
-    return not (new or gone or unresolved)
+          "FAIL layers_includes_resolve (each include exists and is written from the root): " + ", ".join(unresolved))
+    print("ok layers_every_core_file_placed" if not unplaced else
+          "FAIL layers_every_core_file_placed: core/ files outside the layered folders: " + ", ".join(unplaced))
+    return not (new or gone or unresolved or unplaced)
 
 
 def self_test():
@@ -87,13 +107,16 @@ def self_test():
             shutil.copytree(os.path.join(root, d), os.path.join(scratch, d))
         for f in ("zero.h", "zero.c", "train_gpt.cu"):
             shutil.copy(os.path.join(root, f), scratch)
-        with open(os.path.join(scratch, "kernels", "planted.h"), "w") as f:
-            f.write('#include "core/gpt.h"\n')
-        found, _ = upward_includes(scratch)
-        ok = ("kernels/planted.h", "core/gpt.h") in found
-        print("ok layers_checker_finds_planted_include" if ok else
-              "FAIL layers_checker_finds_planted_include: a kernels/ header including core/gpt.h went unnoticed")
-        return ok
+        plants = [("kernels/planted.h", "core/model/gpt.h"), ("core/comm/planted.h", "core/zero/optimizer.h"),
+                  ("core/data/planted.h", "core/pipeline/schedule.h")]
+        for src, dst in plants:
+            with open(os.path.join(scratch, src), "w") as f:
+                f.write('#include "%s"\n' % dst)
+        found, _, _ = upward_includes(scratch)
+        missed = [p for p in plants if p not in found]
+        print("ok layers_checker_finds_planted_includes" if not missed else
+              "FAIL layers_checker_finds_planted_includes: unnoticed: " + ", ".join("%s -> %s" % p for p in missed))
+        return not missed
     finally:
         shutil.rmtree(scratch)
 

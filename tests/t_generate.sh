@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# -prompt TEXT: generation from a model file. The prompt is encoded in C (tokenizer/bpe.c, with the merges
+# -prompt TEXT: generation from a model file. The prompt is encoded in C (core/tokenizer/bpe.c, with the merges
 # file scripts/tokenize.py writes) exactly as tokenize.py encodes it; -temp 0 continues with the most likely
 # token at every step, the same ids scripts/reference.py's float64 --greedy picks (the window sliding past
 # -t included); sampling is reproducible from -seed and changes with it; -topk 1 is greedy; a pipeline

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# -tp N: tensor parallelism (Megatron's column- then row-parallel pairs in every block; core/gpt.c,
-# core/model.c). Against the one-rank run of the same global batch, from the same model file:
+# -tp N: tensor parallelism (Megatron's column- then row-parallel pairs in every block; core/model/gpt.c,
+# core/model/model.c). Against the one-rank run of the same global batch, from the same model file:
 #   - losses and gradient norms within 1e-5 at every step, and the final parameters within 1e-5 per tensor
 #     (the key bias, whose exact gradient is 0, only within the LRs' sum: compare.py --kbias-bound);
 #   - for -tp 2 and 4, alone and with 2 replicas, with -pp 2, under each -z, each -r, with -offload 2, and in

@@ -1,4 +1,4 @@
-// test_batch_io.c: core/batch_io.c's waits against a model of the GPU's streams.
+// test_batch_io.c: core/model/batch_io.c's waits against a model of the GPU's streams.
 //
 // The CPU backend runs an upload as soon as the main stream waits for it, since its kernels run on the
 // host at once; so there a token slot is never still being read when it comes round again, and the model
@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "core/batch_io.h"
-#include "testlib.h"
+#include "core/model/batch_io.h"
+#include "tests/testlib.h"
 
 // ---- the model: two copy queues (download, upload), each run in issue order ----
 typedef struct {

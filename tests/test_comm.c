@@ -20,9 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/comm.h"
+#include "core/comm/comm.h"
 #include "base/common.h"
-#include "core/rng.h"
+#include "core/util/rng.h"
 #include "tests/testlib.h"
 
 #define SEED 20240611u

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "core/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "tests/testlib.h"
 
 typedef struct {

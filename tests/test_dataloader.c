@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "base/common.h"
-#include "dataloader.h"
-#include "testlib.h"
-#include "tokenizer.h"
+#include "core/data/dataloader.h"
+#include "tests/testlib.h"
+#include "core/tokenizer/decode.h"
 
 #define VOCAB 50257
 

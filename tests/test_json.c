@@ -1,10 +1,10 @@
-// test_json.c: core/json.c, the reader of the files the trainer reads back (checkpoint manifests, DONE):
+// test_json.c: core/util/json.c, the reader of the files the trainer reads back (checkpoint manifests, DONE):
 // lookups by key whatever the order and spacing, the value types and their ranges, decoded strings, and
 // the refusals (duplicate keys, deep nesting, malformed values, text after the value).
 #include <limits.h>
 #include <string.h>
 
-#include "core/json.h"
+#include "core/util/json.h"
 #include "tests/testlib.h"
 
 static int parses(const char* text) {

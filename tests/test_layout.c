@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "core/model.h"
-#include "core/pipeline.h"
-#include "core/schedule.h"
+#include "core/model/model.h"
+#include "core/pipeline/pipeline.h"
+#include "core/pipeline/schedule.h"
 #include "tests/testlib.h"
 
 static size_t canonical_total(const GPTShape* s) {

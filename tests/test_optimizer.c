@@ -1,4 +1,4 @@
-// test_optimizer.c: core/optimizer.c over a model state of its own (a whole L1 layout, each tensor held as
+// test_optimizer.c: core/zero/optimizer.c over a model state of its own (a whole L1 layout, each tensor held as
 // two spans, the second starting inside it): the gradient norm, the clip scale, the canonical offset that
 // keys a span's rounding noise, and AdamW through each of its paths (on the backend; -offload's staging,
 // with gradients on the backend in chunks smaller than the spans, or on the host; parameters on the host)
@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "core/model.h"
-#include "core/optimizer.h"
+#include "core/model/model.h"
+#include "core/zero/optimizer.h"
 #include "kernels/adamw_host.h"
 #include "kernels/kernels.h"
 #include "tests/testlib.h"

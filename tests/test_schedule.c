@@ -1,4 +1,4 @@
-// test_schedule.c: the pipeline schedules (1f1b, interleaved, zb) and the stage split (core/schedule.h),
+// test_schedule.c: the pipeline schedules (1f1b, interleaved, zb) and the stage split (core/pipeline/schedule.h),
 // exhaustively for P = 1..8 stages, m = 1..16 micro-batches (m < P included) and V = 2..4 virtual stages.
 // Each property is checked by code written from the spec, not from the generator, and each checker is
 // shown to fail on a broken schedule (the "catches" checks), so a checker that silently accepts everything
@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "base/common.h"
-#include "schedule.h"
-#include "testlib.h"
+#include "core/pipeline/schedule.h"
+#include "tests/testlib.h"
 
 #define MAX_P 8
 #define MAX_M 16

@@ -30,7 +30,7 @@ def expected_memory(lay):
         grads = 4 * state + 4 * (max(U) // N) + 2 * block * x + emb * x + norm_acc
     level = lay.get("offload", 0)
     host_grads = host_params = 0
-    if level == 2 and z >= 2:  # the fp32 pieces move to the host; two landing slots (core/grad_landing.h), each
+    if level == 2 and z >= 2:  # the fp32 pieces move to the host; two landing slots (core/zero/grad_landing.h), each
         piece = max(U) // N     # one piece of the largest unit on the device (outbox) and one on the host;
         grads += 2 * x * piece - 4 * state - 4 * piece  # no fp32 piece buffer without a pipeline's tied embedding
         host_grads = 4 * state + 2 * x * piece

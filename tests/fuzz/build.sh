@@ -9,15 +9,15 @@ OUT=${FUZZ_BUILD:-build/fuzz}
 CC=${FUZZ_CC:-afl-clang-fast}
 command -v "$CC" >/dev/null || { echo "error: $CC not found (Debian package afl++)" >&2; exit 1; }
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-BASE="-g -O1 -std=gnu11 -I. -Icore $SAN"
+BASE="-g -O1 -std=gnu11 -I. $SAN"
 # The project's own sources: their warnings are the Makefile's business (gcc, -Werror); clang's extra
 # opinions must not stop the fuzzing. No -fopenmp: no reader needs threads, and threads do not survive
 # the fork server's fork().
 # They go into one archive, so each harness links only what its reader reaches.
-PROJ="base/common.c base/crc32.c core/dataloader.c core/tokenizer.c core/checkpoint.c core/checkpoint_hosts.c core/manifest.c
-      core/json.c core/model_file.c core/state_file.c core/model.c core/memory.c core/fs.c
-      core/run_dir.c core/run_record.c core/config.c core/phase_timer.c core/schedule.c core/grad_landing.c
-      core/comm_single.c zero.c $(ls kernels/*.c)"
+PROJ="base/common.c base/crc32.c core/data/dataloader.c core/tokenizer/decode.c core/checkpoint/checkpoint.c core/checkpoint/checkpoint_hosts.c core/checkpoint/manifest.c
+      core/util/json.c core/checkpoint/model_file.c core/checkpoint/state_file.c core/model/model.c core/model/memory.c core/util/fs.c
+      core/checkpoint/run_dir.c core/checkpoint/run_record.c core/run/config.c core/util/phase_timer.c core/pipeline/schedule.c core/zero/grad_landing.c
+      core/comm/comm_single.c zero.c $(ls kernels/*.c)"
 HARNESSES=${*:-dataloader model tokenizer checkpoint}
 mkdir -p "$OUT/obj"
 export AFL_QUIET=1

@@ -5,14 +5,14 @@
 // state_rank2.bin (a manifest may claim any number of ranks; missing files must be reported, not crash). One rank on the
 // CPU backend (no Comm), a fixed tiny model so inputs stay a few KiB; the model and state are read
 // back afterwards so every byte the loader placed is touched under ASan.
-#include "harness.h"
+#include "tests/fuzz/harness.h"
 
 #include <limits.h>
 #include <stdlib.h>
 
 #include "base/common.h"
-#include "core/checkpoint.h"
-#include "core/memory.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/model/memory.h"
 #include "zero.h"
 
 static const char* const FILES[] = {"manifest.json", "model.bin", "state_rank0.bin", "state_rank1.bin",

@@ -4,13 +4,13 @@
 // shard_0.bin ... so the loader's glob sees them in order). Parameters: B, T, world, rank, shuffle,
 // vocab (16 bits), ga. Several steps are read, including one many epochs on, so shard crossings,
 // the shuffle permutation and epoch wrap-around all run.
-#include "harness.h"
+#include "tests/fuzz/harness.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/dataloader.h"
+#include "core/data/dataloader.h"
 
 #define MAX_SHARDS 8
 

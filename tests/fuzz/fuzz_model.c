@@ -3,14 +3,14 @@
 // As train_gpt does for -e FILE: read the shape, build the layout from it, read the values. Header word 8
 // (ignored by the reader) picks the padding (DP sizes 1-4), or, when odd, a fixed layout instead, so the
 // shape-mismatch path runs too.
-#include "harness.h"
+#include "tests/fuzz/harness.h"
 
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/checkpoint.h"
-#include "core/model_file.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/model_file.h"
 #include "base/common.h"
 
 int main(int argc, char** argv) {

@@ -1,11 +1,11 @@
 // fuzz_tokenizer.c: tokenizer files through tokenizer_load + tokenizer_decode. The input is the file.
-#include "harness.h"
+#include "tests/fuzz/harness.h"
 
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/tokenizer.h"
+#include "core/tokenizer/decode.h"
 
 int main(int argc, char** argv) {
     unsigned char* in;

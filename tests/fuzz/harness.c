@@ -1,5 +1,5 @@
 // harness.c: see harness.h.
-#include "harness.h"
+#include "tests/fuzz/harness.h"
 
 #include <dirent.h>
 #include <limits.h>

@@ -75,7 +75,7 @@ $GPU "${flags[@]}" -p bf16 -offload 1 -o "$W/off16" > "$W/off16.txt" 2>&1 || rec
 check offload_fp32_vs_device log off32 "$W/off32/log.jsonl" "$W/gpu32/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
 check offload_bf16_vs_device log off16 "$W/off16/log.jsonl" "$W/gpu16/log.jsonl" --steps 6 --tol 1e-2 --key loss --key grad_norm
 # -offload 2 on one rank (-z 3): gradient pieces come down on the download stream and a worker thread adds
-# them into the host accumulator (core/grad_landing.h); parameter pieces go up on the upload stream, each
+# them into the host accumulator (core/zero/grad_landing.h); parameter pieces go up on the upload stream, each
 # overlapping the block before it (zero.c). The norm is summed on the host (another order than the
 # device's), hence a tolerance against the device-side run. A missing wait would be a race, so the same run
 # again, with -lb's synchronized timing on top, must give the same bits. bf16 moves 2-byte pieces; -dpu

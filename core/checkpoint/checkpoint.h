@@ -1,0 +1,66 @@
+// checkpoint.h: checkpoints that resume bit-for-bit, under any topology.
+//
+// A checkpoint is a directory OUT/ckpt_<step> holding model.bin (llm.c format, fp32 master weights),
+// state_rank<r>.bin (world rank r's pieces of the fp32 master, Adam m and v, and the working copy when it
+// is not fp32, as spans of canonical = llm.c-order offsets, so another world size, ZeRO stage or pipeline
+// split can re-cut them), manifest.json (step, tokens per step, seed, state_files, loss-scale state, model,
+// batch, precision, topology, data, "crc32": every other file's CRC-32, and "run": the recorded
+// hyperparameters, run_record.h) and DONE, written last, holding the manifest's CRC-32. It is written as
+// OUT/ckpt_tmp and renamed into place, so a crash mid-write leaves the previous checkpoint intact.
+#pragma once
+#include "core/run/config.h"
+#include "core/comm/grid.h"
+#include "core/checkpoint/manifest.h"
+#include "core/zero/model_state.h"
+#include "core/checkpoint/run_dir.h"
+
+// Written into a failure's why when a node-local checkpoint's file is on another host.
+#define CHECKPOINT_COPY_HINT "copy the hosts' checkpoint directories onto one shared filesystem, or resume on the hosts that hold them"
+
+// Collective over the grid: every rank writes its state file, each stage its part of the model file,
+// rd's managers the manifest, DONE and then the rename of OUT/ckpt_tmp to OUT/ckpt_<step> (its path into
+// dir). Spans of the tied embedding's mirror are left out (stage 0 writes wte). With node-local
+// directories (run_dir.h) each rank's state file lands in its host's directory, the manifest and DONE in
+// every host's, and model.bin in rank 0's only: writers on other hosts send their parts to rank 0.
+void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Config* cfg, const RunDir* rd, const CheckpointInfo* info,
+                     char* dir, size_t dir_size);
+
+// Copies that must stay bit-identical and that checkpoint_save writes once: the tied embedding's two copies
+// (stage 0's and the last stage's mirror, over Grid.tied) and the tensors a tensor group holds whole (over
+// Grid.tp_group). Collective over group (1 where it is NULL): whether the spans `pick` selects hold the same
+// fp32 masters and working parameters on every rank of it. The group's ranks must hold the same spans of
+// the picked tensors (the same layout of them and the same ZeRO pieces), in the same order.
+typedef int (*CopyPick)(const ParamTensor* t, const ParamLayout* lay);
+int copies_agree(const ModelState* ms, Backend* be, Comm* group, CopyPick pick);
+int copy_in_embedding_unit(const ParamTensor* t, const ParamLayout* lay);     // the tied pair's copies
+int copy_held_whole_by_group(const ParamTensor* t, const ParamLayout* lay);   // a tensor group's copies
+
+// Checks everything a resume relies on without loading or exiting: the manifest's fields (its step the
+// directory's name), model.bin's size, each state file's header (the rank its name says, the model's
+// size, the manifest's dtype) and spans, and that the state files together hold every parameter exactly
+// once, and the manifest against the CRC-32 in DONE. Returns 1 and fills info, or 0 with the problem in why.
+int checkpoint_inspect(const char* dir, const GPTShape* shape, CheckpointInfo* info, char* why, size_t why_size);
+// The newest checkpoint in out_dir that has DONE, passes checkpoint_inspect and whose files match the
+// manifest's CRC-32s (each read once, here): its path and step; -1 when
+// out_dir has no checkpoint at all. Damaged newer ones are skipped with a warning (when verbose); when
+// every one is damaged, or one holds a model of another shape, a one-line error.
+int checkpoint_find(const char* out_dir, const GPTShape* shape, char* path, size_t path_size, int verbose);
+// Another shape is another run, not damage: a one-line error when dir's model.bin names another shape. A
+// header that cannot be read is left to the inspection.
+void checkpoint_refuse_other_shape(const char* dir, const GPTShape* want);
+// Restores parameters, master weights and Adam state from dir, which passed checkpoint_inspect (info is
+// what it filled: nothing is checked twice), whatever topology and ZeRO stage wrote it: each rank reads every
+// state file and keeps what it owns, seeking past other stages' spans.
+void checkpoint_load(const ModelState* ms, Backend* be, const char* dir, const CheckpointInfo* info);
+
+// Node-local directories (run_dir.h), collective over the world. find: the newest checkpoint complete on
+// every host, the same on every rank: DONE and the same manifest in each host's directory, model.bin
+// (well sized) in at least one, and each state file in at least one, read there by the lowest rank that
+// has it (checkpoint_inspect's checks) and together covering every parameter once. Newer ones incomplete
+// on some host are skipped with a warning (when verbose); -1 when no host has a checkpoint; a one-line
+// error when none is complete everywhere. load: checkpoint_load's result for any topology, each state file
+// read by that lowest rank and broadcast to every rank; model.bin is not needed (the state files hold
+// every value a rank keeps).
+int checkpoint_find_hosts(const char* out_dir, Comm* world, const GPTShape* shape, char* path, size_t path_size,
+                          CheckpointInfo* info, int verbose);
+void checkpoint_load_hosts(const ModelState* ms, Backend* be, Comm* world, const char* dir, const CheckpointInfo* info);

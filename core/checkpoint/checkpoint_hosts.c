@@ -1,0 +1,179 @@
+// checkpoint_hosts.c: checkpoints in node-local directories (run_dir.h): each host's directory holds its
+// ranks' state files, the manifest and DONE; rank 0's also model.bin. The ranks agree on what every host
+// holds through the world. See checkpoint.h.
+#include <errno.h>
+#include <limits.h>
+
+#include "base/common.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/util/fs.h"
+#include "core/checkpoint/model_file.h"
+#include "core/checkpoint/run_dir.h"
+#include "core/checkpoint/state_file.h"
+
+#define WHY_SIZE 512
+
+// Whether `ok` holds on every rank; where not, every rank's why (WHY_SIZE bytes) becomes the lowest
+// failing rank's.
+static int agree(Comm* world, int ok, char* why) {
+    int size = comm_size(world);
+    double first = ok ? 0.0 : (double)(size - comm_rank(world));
+    comm_allreduce_host_max(world, &first, 1);
+    if (first == 0.0) return 1;
+    comm_broadcast_host(world, why, WHY_SIZE, size - (int)first);
+    why[WHY_SIZE - 1] = '\0';
+    return 0;
+}
+
+// For each of n state files in dir, the lowest rank whose host's directory holds it; -1 where none does.
+static int* state_holders(Comm* world, const char* dir, int n) {
+    int size = comm_size(world);
+    double* v = (double*)xmalloc((size_t)n * sizeof(double));
+    for (int r = 0; r < n; r++) {
+        char name[64], p[PATH_MAX];
+        snprintf(name, sizeof(name), "state_rank%d.bin", r);
+        path_join(p, sizeof(p), dir, name);
+        v[r] = path_exists(p) ? (double)(size - comm_rank(world)) : 0.0;
+    }
+    comm_allreduce_host_max(world, v, n);
+    int* holders = (int*)xmalloc((size_t)n * sizeof(int));
+    for (int r = 0; r < n; r++) holders[r] = v[r] > 0.0 ? size - (int)v[r] : -1;
+    free(v);
+    return holders;
+}
+
+// What this rank's host holds of dir: DONE, a manifest (kept in m), model.bin when there (well sized).
+static int inspect_local(const char* dir, const GPTShape* s, CheckpointInfo* info, Manifest* m, int* has_model, char* why) {
+    long long size = 0;
+    char p[PATH_MAX];
+    *m = (Manifest){0};
+    if (!regular_file_size(dir, "DONE", &size, why, WHY_SIZE)) return set_why(why, WHY_SIZE, "no DONE marker (incomplete)");
+    int ok = manifest_read(m, dir, info, why, WHY_SIZE);
+    path_join(p, sizeof(p), dir, "model.bin");
+    *has_model = path_exists(p);
+    return ok && (!*has_model || model_file_inspect(dir, s, why, WHY_SIZE));
+}
+
+// State file r, inspected and checksummed by its holder; its spans go to every rank's `all`.
+static int state_file_spans(Comm* world, const char* dir, const Manifest* m, int r, int holder, const GPTShape* s, long long dt,
+                            SpanList* all, char* why) {
+    SpanList mine = {0};
+    long long head[2] = {0, 0};   // ok, spans
+    if (comm_rank(world) == holder) {
+        char name[64];
+        snprintf(name, sizeof(name), "state_rank%d.bin", r);
+        head[0] = state_file_inspect(dir, r, s, dt, &mine, why, WHY_SIZE) && manifest_verify_file(m, dir, name, why, WHY_SIZE);
+        head[1] = (long long)mine.n;
+    }
+    comm_broadcast_host(world, head, sizeof(head), holder);
+    if (!head[0]) {
+        comm_broadcast_host(world, why, WHY_SIZE, holder);
+        why[WHY_SIZE - 1] = '\0';
+        free(mine.items);
+        return 0;
+    }
+    if (comm_rank(world) != holder) {
+        mine.items = (Span*)xmalloc((size_t)head[1] * sizeof(Span));
+        mine.n = (size_t)head[1];
+    }
+    comm_broadcast_host(world, mine.items, mine.n * sizeof(Span), holder);
+    for (size_t i = 0; i < mine.n; i++) span_push(all, mine.items[i].start, mine.items[i].count);
+    free(mine.items);
+    return 1;
+}
+
+// model.bin is on some host, and the lowest rank that has it finds its bytes as the manifest records them.
+static int model_verified(Comm* world, const char* dir, const Manifest* m, int has_model, char* why) {
+    int size = comm_size(world), rank = comm_rank(world);
+    double lowest = has_model ? (double)(size - rank) : 0.0;
+    comm_allreduce_host_max(world, &lowest, 1);
+    if (lowest == 0.0) return set_why(why, WHY_SIZE, "model.bin is on no host");
+    int ok = 1;
+    if (rank == size - (int)lowest) {
+        char mine[WHY_SIZE];
+        ok = manifest_verify_file(m, dir, "model.bin", mine, WHY_SIZE);
+        if (!ok) snprintf(why, WHY_SIZE, "on the host of rank %d: %.480s", rank, mine);
+    }
+    return agree(world, ok, why);
+}
+
+// The state files, each inspected where it is, together covering every parameter once.
+static int state_files_cover(Comm* world, const char* dir, const Manifest* m, const GPTShape* s, const CheckpointInfo* info, char* why) {
+    int* holders = state_holders(world, dir, info->ranks);
+    SpanList all = {0};
+    int ok = 1;
+    for (int r = 0; ok && r < info->ranks; r++)
+        ok = holders[r] >= 0 ? state_file_spans(world, dir, m, r, holders[r], s, info->dt, &all, why)
+                             : set_why(why, WHY_SIZE, "state_rank%d.bin is on no host; " CHECKPOINT_COPY_HINT, r);
+    ok = ok && spans_cover(&all, shape_param_count(s), info->ranks, why, WHY_SIZE);
+    free(all.items);
+    free(holders);
+    return ok;
+}
+
+// checkpoint_inspect over the hosts' directories; the same answer (and why) on every rank.
+static int inspect_hosts(Comm* world, const char* dir, const GPTShape* s, CheckpointInfo* info, char* why) {
+    Manifest m;
+    int has_model = 0;
+    char mine[WHY_SIZE];
+    int ok = inspect_local(dir, s, info, &m, &has_model, mine);
+    if (!ok) snprintf(why, WHY_SIZE, "on the host of rank %d: %.480s", comm_rank(world), mine);
+    ok = agree(world, ok, why);
+    if (ok && !comm_all_equal(world, m.hash)) ok = set_why(why, WHY_SIZE, "the hosts' manifest.json differ");
+    ok = ok && model_verified(world, dir, &m, has_model, why) && state_files_cover(world, dir, &m, s, info, why);
+    manifest_free(&m);
+    return ok;
+}
+
+// The newest step of this host's that is at most bound, least over the hosts: -1 when some host has none.
+static int common_candidate(Comm* world, const int* steps, int count, int bound) {
+    double c = 1.0;   // negated: a max over ranks is the least step
+    for (int i = 0; i < count && c > 0.0; i++)
+        if (steps[i] <= bound) c = -(double)steps[i];
+    comm_allreduce_host_max(world, &c, 1);
+    return c > 0.0 ? -1 : (int)-c;
+}
+
+int checkpoint_find_hosts(const char* out_dir, Comm* world, const GPTShape* s, char* path, size_t size, CheckpointInfo* info,
+                          int verbose) {
+    int* steps;
+    int count = run_dir_checkpoints(out_dir, &steps), found = -1, bound = INT_MAX;
+    double any = count;
+    comm_allreduce_host_max(world, &any, 1);
+    char why[WHY_SIZE], skipped[2048] = "";
+    size_t used = 0;
+    for (int step; any > 0.0 && found < 0 && (step = common_candidate(world, steps, count, bound)) >= 0; bound = step - 1) {
+        run_dir_checkpoint_path(path, size, out_dir, step);
+        checkpoint_refuse_other_shape(path, s);
+        if (inspect_hosts(world, path, s, info, why)) {
+            found = step;
+            break;
+        }
+        int w = snprintf(skipped + used, sizeof(skipped) - used, "%s%s: %s", used ? "; " : "", path, why);
+        used = w > 0 && used + (size_t)w < sizeof(skipped) ? used + (size_t)w : used;
+    }
+    free(steps);
+    if (any > 0.0 && found < 0)
+        fail("no checkpoint in %s is complete on every host (%s)", out_dir, used ? skipped : "some host's directory holds none");
+    if (found >= 0 && used && verbose) fprintf(stderr, "warning: skipping checkpoints incomplete on some host: %s\n", skipped);
+    return found;
+}
+
+void checkpoint_load_hosts(const ModelState* ms, Backend* be, Comm* world, const char* dir, const CheckpointInfo* info) {
+    // Every value a rank keeps comes from the state files (their coverage was checked); the padding starts
+    // at zero, as model_file_read leaves it.
+    float* flat = (float*)xcalloc(ms->lay->total, sizeof(float));
+    ms->set_from_host(ms->ctx, be, flat);
+    free(flat);
+    int* holders = state_holders(world, dir, info->ranks);
+    for (int r = 0; r < info->ranks; r++) {
+        char name[64], p[PATH_MAX];
+        snprintf(name, sizeof(name), "state_rank%d.bin", r);
+        path_join(p, sizeof(p), dir, name);
+        if (holders[r] < 0) fail("%s: %s is on no host (removed after it was inspected); " CHECKPOINT_COPY_HINT, dir, name);
+        StateReader reader = {comm_rank(world) == holders[r] ? xfopen(p, "rb") : NULL, p, world, holders[r]};
+        state_file_read(ms, be, &reader);
+        if (reader.f) fclose(reader.f);
+    }
+    free(holders);
+}

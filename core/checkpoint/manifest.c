@@ -1,0 +1,145 @@
+// manifest.c: see manifest.h.
+#include "core/checkpoint/manifest.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/common.h"
+#include "base/crc32.h"
+#include "core/util/fs.h"
+#include "core/checkpoint/run_dir.h"
+
+static void write_checksums(FILE* f, const uint32_t* crcs, int world) {
+    fprintf(f, "\"crc32\": {\"model.bin\": \"%08x\"", crcs[world]);
+    for (int r = 0; r < world; r++) fprintf(f, ", \"state_rank%d.bin\": \"%08x\"", r, crcs[r]);
+    fprintf(f, "},\n ");
+}
+
+void manifest_write(const char* path, const ModelState* ms, const Grid* g, const Config* cfg, const CheckpointInfo* info,
+                    int host_dirs, const uint32_t* crcs) {
+    FILE* f = xfopen(path, "w");
+    const GPTShape* s = &ms->lay->shape;
+    fprintf(f, "{\"step\": %d, \"tokens_per_step\": %lld, \"seed\": %llu, \"state_files\": %d,\n", info->step,
+            info->tokens_per_step, info->seed, comm_size(g->world));
+    fprintf(f, " \"loss_scale\": %.9g, \"clean_steps\": %d, \"overflows_left\": %d,\n", info->scaler.scale,
+            info->scaler.clean_steps, info->scaler.overflows_left);
+    fprintf(f, " \"model\": {\"L\": %d, \"C\": %d, \"NH\": %d, \"V\": %d, \"Vp\": %d, \"maxT\": %d},\n", s->L, s->C,
+            s->NH, s->V, s->Vp, s->maxT);
+    fprintf(f, " \"batch\": {\"B\": %d, \"T\": %d, \"ga\": %d}, \"precision\": \"%s\",\n", cfg->B, cfg->T,
+            cfg->grad_accum, dtype_name(ms->dt));
+    fprintf(f, " \"topology\": {\"world\": %d, \"dp\": %d, \"pp\": %d, \"zero\": %d},\n", comm_size(g->world), g->dp, g->pp,
+            cfg->zero_stage);
+    fprintf(f, " \"data\": {\"shuffle\": %d, \"next_step\": %d},\n ", cfg->shuffle, info->step);
+    if (host_dirs) fprintf(f, "\"host_dirs\": %d,\n ", host_dirs);
+    write_checksums(f, crcs, comm_size(g->world));
+    run_record_write_json(f, &info->run, path);
+    fprintf(f, "}\n");
+    xfclose(f, path);
+}
+
+void manifest_write_done(const char* dir) {
+    char manifest[PATH_MAX], done[PATH_MAX];
+    path_join(manifest, sizeof(manifest), dir, "manifest.json");
+    path_join(done, sizeof(done), dir, "DONE");
+    uint32_t crc;
+    if (!crc32_file(manifest, &crc)) fail("cannot read back %s: %s", manifest, strerror(errno));
+    FILE* f = xfopen(done, "w");
+    fprintf(f, "{\"manifest.json\": \"%08x\"}\n", crc);
+    xfclose(f, done);
+}
+
+// A CRC-32 as written: 8 lowercase hex digits. 1 and *crc, or 0.
+static int parse_crc(const char* s, uint32_t* crc) {
+    if (!s || strlen(s) != 8 || strspn(s, "0123456789abcdef") != 8) return 0;
+    *crc = (uint32_t)strtoul(s, NULL, 16);
+    return 1;
+}
+
+// text against the CRC-32 that dir/DONE holds, when it holds one.
+static int matches_done(const char* dir, const char* text, char* why, size_t n) {
+    long long size = 0;
+    if (!regular_file_size(dir, "DONE", &size, why, n) || size == 0) return 1;   // no DONE: the caller's concern
+    char* done = read_small_text(dir, "DONE", why, n);
+    if (!done) return 0;
+    Json j;
+    char jwhy[128];
+    uint32_t want;
+    int ok = json_parse(&j, done, jwhy, sizeof(jwhy)) && parse_crc(json_get_string(&j, json_find(&j, 0, "manifest.json")), &want);
+    if (!ok) set_why(why, n, "DONE is malformed");
+    uint32_t got = crc32_of(text, strlen(text));
+    if (ok && got != want) ok = set_why(why, n, "manifest.json is damaged: its CRC-32 is %08x, DONE's %08x", got, want);
+    json_free(&j);
+    free(done);
+    return ok;
+}
+
+// The run's fields, each checked against the range a writer could have written.
+static int read_fields(const Json* j, const char* dir, CheckpointInfo* info, char* why, size_t n) {
+    int topology = json_find(j, 0, "topology"), batch = json_find(j, 0, "batch");
+    // Manifests from before pipelines had one state file per data-parallel rank, as a top-level "dp".
+    int state_files = json_find(j, 0, "state_files"), ranks_at = state_files >= 0 ? state_files : json_find(j, 0, "dp");
+    long long step, tps, seed, ranks, pp, clean, left, T, dirs = 0;   // no "host_dirs": one directory
+    double scale;
+    if (!json_get_int(j, json_find(j, 0, "step"), LLONG_MIN, LLONG_MAX, &step) ||
+        !json_get_int(j, json_find(j, 0, "tokens_per_step"), LLONG_MIN, LLONG_MAX, &tps) ||
+        !json_get_int(j, json_find(j, 0, "seed"), LLONG_MIN, LLONG_MAX, &seed) ||
+        !json_get_int(j, ranks_at, LLONG_MIN, LLONG_MAX, &ranks) || !json_get_int(j, json_find(j, topology, "pp"), LLONG_MIN, LLONG_MAX, &pp) ||
+        !json_get_number(j, json_find(j, 0, "loss_scale"), &scale) ||
+        !json_get_int(j, json_find(j, 0, "clean_steps"), LLONG_MIN, LLONG_MAX, &clean) ||
+        !json_get_int(j, json_find(j, 0, "overflows_left"), LLONG_MIN, LLONG_MAX, &left))
+        return set_why(why, n, "manifest.json lacks a field or has a malformed one (step, tokens_per_step, seed, %s, pp, loss_scale, "
+                       "clean_steps, overflows_left)", state_files >= 0 ? "state_files" : "dp");
+    int named = run_dir_step_of(dir);
+    if (step < 0 || step > INT_MAX || (named >= 0 && step != named))
+        return set_why(why, n, "manifest.json says step %lld, its directory's name %d", step, named);
+    if (ranks < 1 || ranks > (1 << 20) || pp < 1 || pp > ranks || tps < 1 || seed < 0)
+        return set_why(why, n, "manifest.json: bad topology or batch (%lld state files, %lld stages, %lld tokens per step)", ranks, pp, tps);
+    if (!(scale >= 1.0) || clean < 0 || clean > INT_MAX || left < 0 || left > INT_MAX) return set_why(why, n, "manifest.json: bad loss-scale state");
+    const char* prec = json_get_string(j, json_find(j, 0, "precision"));
+    long long dt = !prec ? -1 : !strcmp(prec, "fp32") ? DT_FP32 : !strcmp(prec, "bf16") ? DT_BF16 : !strcmp(prec, "fp16") ? DT_FP16 : -1;
+    if (dt < 0) return set_why(why, n, "manifest.json lacks a well-formed \"precision\"");
+    if (!json_get_int(j, json_find(j, batch, "T"), 1, INT_MAX, &T)) return set_why(why, n, "manifest.json lacks a well-formed batch \"T\"");
+    int host_dirs = json_find(j, 0, "host_dirs");
+    if (host_dirs >= 0 && !json_get_int(j, host_dirs, 2, ranks, &dirs)) return set_why(why, n, "manifest.json has a malformed \"host_dirs\"");
+    *info = (CheckpointInfo){.step = (int)step, .tokens_per_step = tps, .seed = (unsigned long long)seed, .dt = (DType)dt, .T = (int)T,
+                             .ranks = (int)ranks, .pp = (int)pp, .host_dirs = (int)dirs,
+                             .scaler = {.scale = (float)scale, .clean_steps = (int)clean, .overflows_left = (int)left}};
+    return 1;
+}
+
+int manifest_read(Manifest* m, const char* dir, CheckpointInfo* info, char* why, size_t n) {
+    *m = (Manifest){0};
+    char* text = read_small_text(dir, "manifest.json", why, n);
+    if (!text) return 0;
+    m->hash = fnv1a(FNV1A_START, text, strlen(text));
+    char jwhy[128];
+    int ok = matches_done(dir, text, why, n);
+    if (ok && !json_parse(&m->json, text, jwhy, sizeof(jwhy))) ok = set_why(why, n, "manifest.json is not valid JSON: %s", jwhy);
+    free(text);
+    ok = ok && read_fields(&m->json, dir, info, why, n);
+    if (ok) {
+        char rwhy[480];
+        int run = json_find(&m->json, 0, "run");
+        info->has_run = run >= 0;
+        if (info->has_run && !run_record_read(&info->run, &m->json, run, rwhy, sizeof(rwhy))) ok = set_why(why, n, "manifest.json: %s", rwhy);
+    }
+    return ok;
+}
+
+void manifest_free(Manifest* m) { json_free(&m->json); }
+
+int manifest_has_checksums(const Manifest* m) { return json_find(&m->json, 0, "crc32") >= 0; }
+
+int manifest_verify_file(const Manifest* m, const char* dir, const char* name, char* why, size_t n) {
+    if (!manifest_has_checksums(m)) return 1;
+    uint32_t want, got;
+    if (!parse_crc(json_get_string(&m->json, json_find(&m->json, json_find(&m->json, 0, "crc32"), name)), &want))
+        return set_why(why, n, "manifest.json has no well-formed CRC-32 for %s", name);
+    char p[PATH_MAX];
+    path_join(p, sizeof(p), dir, name);
+    if (!crc32_file(p, &got)) return set_why(why, n, "cannot read %s: %s", name, strerror(errno));
+    if (got != want) return set_why(why, n, "%s is damaged: its CRC-32 is %08x, the manifest's %08x", name, got, want);
+    return 1;
+}

@@ -1,0 +1,50 @@
+// manifest.h: a checkpoint's manifest.json and DONE. The manifest records what a resume needs besides the
+// tensors (step, tokens per step, seed, state files, loss-scale state, model, batch, precision, topology,
+// data position, "crc32": every other file's CRC-32, and "run": the recorded hyperparameters, run_record.h);
+// DONE, written last, holds the manifest's own CRC-32. Read back with a JSON parser (json.h): neither the
+// key order nor the spacing matters.
+#pragma once
+#include <stdint.h>
+
+#include "core/run/config.h"
+#include "core/comm/grid.h"
+#include "core/util/json.h"
+#include "core/zero/loss_scale.h"
+#include "core/zero/model_state.h"
+#include "core/checkpoint/run_record.h"
+
+typedef struct {
+    int step;                   // optimizer steps taken
+    long long tokens_per_step;  // B * T * ga * data-parallel ranks
+    unsigned long long seed;
+    DType dt;                   // the working copy's dtype ("precision"), which the state files hold
+    int T;                      // the sequence length ("batch"), which cut the data into windows
+    int ranks;                  // ranks that wrote state files (the world)
+    int pp;                     // pipeline stages of the run that wrote it
+    LossScaler scaler;          // fp16 loss-scale state, so a resumed run scales exactly as before
+    int has_run;                // 0: a manifest from before the hyperparameters were recorded
+    RunRecord run;              // the hyperparameters that define the run (run_record.h)
+    int host_dirs;              // written into this many hosts' own directories (node-local -o); 0: one directory
+} CheckpointInfo;
+
+// Writes path. crcs: [r] state_rank<r>.bin's CRC-32 for each world rank r, [world] model.bin's. host_dirs:
+// how many hosts' own directories the checkpoint is written into (node-local -o), 0 for one directory.
+void manifest_write(const char* path, const ModelState* ms, const Grid* g, const Config* cfg, const CheckpointInfo* info,
+                    int host_dirs, const uint32_t* crcs);
+// Writes dir/DONE, holding the CRC-32 of dir/manifest.json.
+void manifest_write_done(const char* dir);
+
+typedef struct {
+    Json json;
+    uint64_t hash;   // of the text: hosts compare their copies without sending them
+} Manifest;
+
+// Reads dir/manifest.json (checked against the CRC-32 in DONE when DONE holds one: an empty DONE is from
+// before checksums) and fills info from it, checking every field (its step the directory's name). 1, or 0
+// with the problem in why; manifest_free either way.
+int manifest_read(Manifest* m, const char* dir, CheckpointInfo* info, char* why, size_t why_size);
+void manifest_free(Manifest* m);
+// Whether it records its files' checksums (those written before checksums do not).
+int manifest_has_checksums(const Manifest* m);
+// dir/name's bytes against the manifest's CRC-32 of it (nothing to check when it records none). 1, or 0.
+int manifest_verify_file(const Manifest* m, const char* dir, const char* name, char* why, size_t why_size);

@@ -1,0 +1,34 @@
+// grid.h: the ranks as a grid of pipeline stages x data-parallel replicas x tensor-parallel ranks
+// (picotron's process grid).
+//
+// World rank = (stage * dp + dp_rank) * tp + tp_rank: a tensor group's ranks are neighbours (its collectives,
+// two per block and direction, must stay inside a node), then a stage's replicas (ZeRO's collectives), and
+// world rank 0 is stage 0 of replica 0's tensor rank 0. Groups:
+//   tp    the tp ranks of one stage and replica: each holds a shard of every block (model.h); the walk
+//         all-reduces the row-parallel projections' outputs and the column-parallel inputs' gradients in it
+//   dp    the replicas of one stage with the same tensor rank: ZeRO shards and reduces inside it
+//   pp    the stages of one replica and tensor rank, ordered by stage: activations and gradients flow along it
+//   tied  stage 0 and stage pp-1 of one replica and tensor rank: the two copies of the tied embedding sum
+//         their gradients over it (NULL with one stage, and on the stages in between)
+// With one stage and tp = 1, dp is the world itself; pp is NULL with one stage, tp NULL with tp = 1.
+#pragma once
+#include "core/comm/comm.h"
+
+typedef struct {
+    int pp, dp, tp;                 // grid size: stages x replicas x tensor ranks
+    int stage, dp_rank, tp_rank;    // this rank's coordinates
+    Comm* world;
+    Comm* dp_group;
+    Comm* pp_group;
+    Comm* tp_group;
+    Comm* tied;
+} Grid;
+
+// Fails with one line unless `ranks` (launched or planned) factor into `stages` equal stages of tp-rank
+// tensor groups, and tp divides the model's heads.
+void grid_check(int stages, int tp, int ranks, int heads);
+// Collective over world, whose size pipeline_plan has checked with grid_check.
+void grid_create(Grid* g, Comm* world, int stages, int tp);
+void grid_destroy(Grid* g);   // frees the sub-groups, not the world
+static inline int grid_first_stage(const Grid* g) { return g->stage == 0; }
+static inline int grid_last_stage(const Grid* g) { return g->stage == g->pp - 1; }

@@ -1,0 +1,367 @@
+// dataloader.c: see dataloader.h.
+#include "core/data/dataloader.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <glob.h>
+#include <limits.h>
+#include <sys/stat.h>
+
+#include "base/common.h"
+
+#define SHARD_MAGIC 20240520
+#define SHARD_VERSION 1
+#define SHARD_HEADER_BYTES 1024
+
+typedef struct {
+    char* path;
+    long long first;   // offset of this shard's first token in the concatenated stream
+    long long ntok;
+    uint64_t set;      // the set id of tokenize.py's run that wrote it; 0: none (llm.c's shards)
+} Shard;
+
+struct DataLoader {
+    Shard* shards;
+    int nshards;
+    long long ntok;      // tokens in the whole stream
+    long long bt;        // B*T
+    long long windows;   // W
+    int rank, world, shuffle, vocab;
+    uint64_t seed;
+    uint16_t* raw;       // B*T+1 tokens as read
+    // One open shard at a time (reopened when a window lands in another shard): bounded file handles
+    // for any number of shards; a reopen costs microseconds against a window's tens of KiB.
+    FILE* f;
+    int f_shard;
+    // Permutation of the epoch perm_epoch (shuffle only), W entries.
+    int64_t* perm;
+    long long perm_epoch;
+};
+
+static uint32_t le32(const unsigned char* p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+// Validates one shard's header and size; returns its token count and sets *set to its set id.
+static long long shard_check(const char* path, uint64_t* set) {
+    FILE* f = xfopen(path, "rb");   // first: the pattern may match a directory or a FIFO, which it refuses
+    long long size = file_size(path);
+    if (size < 0) fail("cannot stat token shard %s: %s", path, strerror(errno));
+    if (size < SHARD_HEADER_BYTES)
+        fail("token shard %s is shorter than its %d-byte header (%lld bytes)", path, SHARD_HEADER_BYTES, size);
+    unsigned char h[SHARD_HEADER_BYTES];
+    xfread(h, 1, sizeof h, f, path);
+    if (fclose(f) != 0) fail("cannot close token shard %s: %s", path, strerror(errno));
+    int32_t magic = (int32_t)le32(h), version = (int32_t)le32(h + 4), ntok = (int32_t)le32(h + 8);
+    *set = (uint64_t)le32(h + 12) | (uint64_t)le32(h + 16) << 32;
+    if (magic != SHARD_MAGIC || version != SHARD_VERSION)
+        fail("token shard %s has wrong magic/version (%d, %d; expected %d, %d)", path, magic, version, SHARD_MAGIC,
+             SHARD_VERSION);
+    if (ntok < 0) fail("token shard %s has a negative token count %d in its header", path, ntok);
+    long long want = SHARD_HEADER_BYTES + 2LL * ntok;
+    if (size < want)
+        fail("token shard %s is truncated: header says %d tokens (%lld bytes), file has %lld bytes", path, ntok,
+             want, size);
+    if (size > want)
+        fail("token shard %s has trailing bytes: header says %d tokens (%lld bytes), file has %lld bytes", path,
+             ntok, want, size);
+    return ntok;
+}
+
+// Length of NAME when `base` is NAME_train_<6 or more digits>.bin or NAME_val_<...>.bin, else 0.
+static size_t dataset_name_len(const char* base) {
+    size_t end = strlen(base);
+    if (end < 4 || strcmp(base + end - 4, ".bin") != 0) return 0;
+    end -= 4;
+    size_t digits = 0;
+    while (end > 0 && isdigit((unsigned char)base[end - 1])) end--, digits++;
+    if (digits < 6 || end == 0 || base[end - 1] != '_') return 0;
+    end--;
+    static const char* const splits[] = {"_train", "_val"};
+    for (int i = 0; i < 2; i++) {
+        size_t k = strlen(splits[i]);
+        if (end > k && memcmp(base + end - k, splits[i], k) == 0) return end - k;
+    }
+    return 0;
+}
+
+// The shards of one dataset name in one directory, and the first two set ids among them.
+typedef struct {
+    const char* path;          // its first shard's path: the directory and the name are its prefixes
+    size_t dir_len, name_len;  // dir_len includes the '/'
+    uint64_t set[2];
+    int count[2];
+} SetGroup;
+
+static int in_group(const SetGroup* g, const char* path, size_t dir_len, size_t name_len) {
+    return g->dir_len == dir_len && g->name_len == name_len && memcmp(g->path, path, dir_len + name_len) == 0;
+}
+
+static const char* set_str(uint64_t set, char* buf, size_t cap) {
+    if (!set) return "0 (none)";
+    snprintf(buf, cap, "%016llx", (unsigned long long)set);
+    return buf;
+}
+
+// Length of the directory part of `path`, with its '/' (0: none, the working directory).
+static size_t dir_prefix_len(const char* path) {
+    const char* slash = strrchr(path, '/');
+    return slash ? (size_t)(slash - path) + 1 : 0;
+}
+
+// tokenize.py replaces a set by renaming its new shards over the old ones and then deleting the rest; a
+// SIGKILL or power loss in between leaves a mix of both under valid names, which would train as one
+// stream. Refuses a dataset (NAME of NAME_{train,val}_<digits>.bin in one directory) whose shards carry
+// more than one set id; shards of different datasets may differ. A file of another name (tokenize.py
+// --raw's, llm.c's NAME_val.bin) is one file written at once, a set of its own.
+static void check_shard_sets(const Shard* shards, int n) {
+    SetGroup* groups = xcalloc((size_t)n, sizeof *groups);
+    int ng = 0;
+    for (int i = 0; i < n; i++) {
+        const char* path = shards[i].path;
+        size_t dir_len = dir_prefix_len(path);
+        size_t name_len = dataset_name_len(path + dir_len);
+        if (name_len == 0) continue;
+        int j = 0;
+        while (j < ng && !in_group(&groups[j], path, dir_len, name_len)) j++;
+        if (j == ng) groups[ng++] = (SetGroup){path, dir_len, name_len, {shards[i].set, 0}, {0, 0}};
+        SetGroup* g = &groups[j];
+        uint64_t set = shards[i].set;
+        if (set == g->set[0]) g->count[0]++;
+        else if (g->count[1] == 0 || set == g->set[1]) g->set[1] = set, g->count[1]++;   // a third goes uncounted
+    }
+    for (int j = 0; j < ng; j++) {
+        const SetGroup* g = &groups[j];
+        if (g->count[1] == 0) continue;
+        char a[24], b[24];
+        int dir = g->dir_len > 1 ? (int)g->dir_len - 1 : (int)g->dir_len;   // without its '/'; "/" stays "/"
+        fail("token shards %.*s_{train,val}_*.bin in %.*s mix two shard sets: %d of set %s and %d of set %s; a "
+             "tokenize.py run that replaced them did not finish: run tokenize.py again", (int)g->name_len,
+             g->path + g->dir_len, dir ? dir : 1, dir ? g->path : ".", g->count[0], set_str(g->set[0], a, sizeof a),
+             g->count[1], set_str(g->set[1], b, sizeof b));
+    }
+    free(groups);
+}
+
+#define STAGING_PREFIX ".tokenize-"   // tokenize.py's private directory, .tokenize-PID
+#define SWITCH_MARKER "SWITCHING"
+
+// tokenize.py writes an fsync'ed DIR/.tokenize-PID/SWITCHING before it renames its first new shard into DIR
+// and removes it once the switch (renames, deletions) is complete and synced. A run killed in between can
+// leave a part of the new set that no set id shows: one run into an empty directory has one id, and a
+// whole new val split beside the whole old train split is two datasets' worth of -i and -j globs, each of
+// one id. So a marker refuses the whole directory. A staging directory without it is a run stopped before
+// its switch: the shards it would have replaced are intact. `dir` is the directory part of a shard's path
+// (with its '/'; "": the working directory).
+static void check_switch_marker(const char* dir, size_t dir_len) {
+    char shown[PATH_MAX];   // the directory as the message names it
+    snprintf(shown, sizeof shown, "%.*s", dir_len > 1 ? (int)dir_len - 1 : dir_len ? 1 : 0, dir_len ? dir : "");
+    DIR* d = opendir(dir_len ? shown : ".");
+    if (!d) return;   // not listable (execute permission only): its shards are read all the same
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, STAGING_PREFIX, strlen(STAGING_PREFIX)) != 0) continue;
+        char marker[PATH_MAX + 300];
+        snprintf(marker, sizeof marker, "%.*s%s/%s", (int)dir_len, dir, e->d_name, SWITCH_MARKER);
+        struct stat st;
+        if (lstat(marker, &st) != 0) continue;
+        // Its one line is the run's --name: the dataset to tokenize again.
+        char name[256] = "";
+        FILE* f = fopen(marker, "rb");
+        if (f) {
+            size_t got = fread(name, 1, sizeof name - 1, f);
+            name[got] = 0;
+            name[strcspn(name, "\n")] = 0;
+            fclose(f);
+        }
+        closedir(d);
+        if (name[0])
+            fail("%s: a tokenize.py run stopped while replacing the shards %s_{train,val}_*.bin there (%s): run "
+                 "tokenize.py again", dir_len ? shown : ".", name, marker);
+        fail("%s: a tokenize.py run stopped while replacing its shards (%s): run tokenize.py again",
+             dir_len ? shown : ".", marker);
+    }
+    closedir(d);
+}
+
+// check_switch_marker once per distinct directory among the matched paths (glob's sorted order keeps a
+// directory's paths together, so the last one seen is checked first).
+static void check_switch_markers(char* const* paths, size_t n) {
+    size_t *first = xmalloc((n ? n : 1) * sizeof *first), *len = xmalloc((n ? n : 1) * sizeof *len);
+    size_t ndirs = 0;   // directory k: the first len[k] bytes of paths[first[k]]
+    for (size_t i = 0; i < n; i++) {
+        size_t l = dir_prefix_len(paths[i]), k = ndirs;
+        while (k > 0 && !(len[k - 1] == l && memcmp(paths[first[k - 1]], paths[i], l) == 0)) k--;
+        if (k > 0) continue;
+        first[ndirs] = i, len[ndirs++] = l;
+        check_switch_marker(paths[i], l);
+    }
+    free(first), free(len);
+}
+
+DataLoader* dataloader_open(const char* pattern, int B, int T, int rank, int world, int shuffle, uint64_t seed,
+                            int vocab) {
+    if (B <= 0 || T <= 0) fail("data loader: B and T must be positive (got B=%d T=%d)", B, T);
+    if (world <= 0 || rank < 0 || rank >= world) fail("data loader: bad rank %d of world %d", rank, world);
+    if (vocab <= 0) fail("data loader: vocab must be positive (got %d)", vocab);
+    glob_t g;
+    int rc = glob(pattern, 0, NULL, &g);
+    if (rc == GLOB_NOMATCH) fail("no token shard matches %s", pattern);
+    if (rc != 0) fail("cannot expand token shard pattern %s (glob error %d)", pattern, rc);
+    if (g.gl_pathc > (size_t)1 << 30) fail("too many token shards match %s", pattern);
+
+    check_switch_markers(g.gl_pathv, g.gl_pathc);
+
+    DataLoader* dl = xcalloc(1, sizeof *dl);
+    dl->nshards = (int)g.gl_pathc;
+    dl->shards = xcalloc((size_t)dl->nshards, sizeof *dl->shards);
+    for (int i = 0; i < dl->nshards; i++) {
+        Shard* s = &dl->shards[i];
+        size_t n = strlen(g.gl_pathv[i]) + 1;
+        s->path = xmalloc(n);
+        memcpy(s->path, g.gl_pathv[i], n);
+        s->ntok = shard_check(s->path, &s->set);
+        s->first = dl->ntok;
+        dl->ntok += s->ntok;
+    }
+    globfree(&g);
+    check_shard_sets(dl->shards, dl->nshards);
+
+    dl->bt = (long long)B * T;
+    if (dl->ntok < dl->bt + 1)
+        fail("token shards %s hold %lld tokens, but one window of B*T+1 = %lld tokens is needed (B=%d T=%d)", pattern,
+             dl->ntok, dl->bt + 1, B, T);
+    dl->windows = (dl->ntok - 1) / dl->bt;
+    dl->rank = rank;
+    dl->world = world;
+    dl->shuffle = shuffle != 0;
+    dl->seed = seed;
+    dl->vocab = vocab;
+    dl->raw = xmalloc((size_t)(dl->bt + 1) * sizeof *dl->raw);
+    dl->f = NULL;
+    dl->f_shard = -1;
+    dl->perm = NULL;
+    dl->perm_epoch = -1;
+    return dl;
+}
+
+// splitmix64: a tiny, well-mixed generator; the state lives in the caller.
+static uint64_t splitmix64(uint64_t* s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+// Uniform in [0, n), n > 0, without modulo bias.
+static uint64_t rand_below(uint64_t* s, uint64_t n) {
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n;   // accept x < limit: a multiple of n values
+    uint64_t x;
+    do x = splitmix64(s);
+    while (x >= limit);
+    return x % n;
+}
+
+// perm_e for epoch e: Fisher-Yates over 0..W-1 from a state that depends on (seed, e) only.
+static void build_perm(DataLoader* dl, long long epoch) {
+    long long W = dl->windows;
+    if (!dl->perm) dl->perm = xmalloc((size_t)W * sizeof *dl->perm);
+    uint64_t s = dl->seed;
+    uint64_t st = splitmix64(&s) ^ ((uint64_t)epoch * 0xD1B54A32D192ED03ULL);   // state from (seed, e) only
+    for (long long i = 0; i < W; i++) dl->perm[i] = i;
+    for (long long i = W - 1; i > 0; i--) {
+        long long j = (long long)rand_below(&st, (uint64_t)i + 1);
+        int64_t t = dl->perm[i];
+        dl->perm[i] = dl->perm[j];
+        dl->perm[j] = t;
+    }
+    dl->perm_epoch = epoch;
+}
+
+long long dataloader_window_start(DataLoader* dl, long long step, int ga, int micro) {
+    if (step < 0 || ga <= 0 || micro < 0 || micro >= ga)
+        fail("data loader: bad position step %lld, micro-step %d of %d", step, micro, ga);
+    long long w = (step * ga + micro) * dl->world + dl->rank;
+    long long epoch = w / dl->windows, j = w % dl->windows;
+    if (dl->shuffle) {
+        if (epoch != dl->perm_epoch) build_perm(dl, epoch);
+        j = dl->perm[j];
+    }
+    return j * dl->bt;
+}
+
+// Read-only stream: fclose only (xfclose would fsync, which can cost a disk flush per shard switch).
+static void close_shard(DataLoader* dl) {
+    if (dl->f && fclose(dl->f) != 0)
+        fail("cannot close token shard %s: %s", dl->shards[dl->f_shard].path, strerror(errno));
+    dl->f = NULL;
+    dl->f_shard = -1;
+}
+
+// Index of the shard holding stream token `pos` (0 <= pos < ntok): the last shard with first <= pos
+// (empty shards share their first with the next one, so the last such shard is the non-empty one).
+static int shard_of(const DataLoader* dl, long long pos) {
+    int lo = 0, hi = dl->nshards - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (dl->shards[mid].first <= pos) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// Reads n tokens starting at stream position pos into dl->raw, checking each against vocab.
+static void read_tokens(DataLoader* dl, long long pos, long long n) {
+    long long done = 0;
+    int si = shard_of(dl, pos);
+    while (done < n) {
+        const Shard* s = &dl->shards[si];
+        long long off = pos + done - s->first;   // token offset inside shard si
+        long long take = s->ntok - off;
+        if (take > n - done) take = n - done;
+        if (take > 0) {
+            if (dl->f_shard != si) {
+                close_shard(dl);
+                dl->f = xfopen(s->path, "rb");
+                dl->f_shard = si;
+            }
+            xfseek(dl->f, SHARD_HEADER_BYTES + 2 * off, SEEK_SET, s->path);
+            uint16_t* dst = dl->raw + done;
+            xfread(dst, 2, (size_t)take, dl->f, s->path);
+            for (long long i = 0; i < take; i++) {
+                const unsigned char* b = (const unsigned char*)&dst[i];
+                uint16_t v = (uint16_t)(b[0] | b[1] << 8);   // little-endian on disk, whatever the host
+                dst[i] = v;
+                if (v >= dl->vocab)
+                    fail("token shard %s: token %u at position %lld is >= vocab size %d", s->path, v, off + i,
+                         dl->vocab);
+            }
+            done += take;
+        }
+        si++;
+    }
+}
+
+void dataloader_batch(DataLoader* dl, long long step, int ga, int micro, int* inputs, int* targets) {
+    long long start = dataloader_window_start(dl, step, ga, micro);
+    read_tokens(dl, start, dl->bt + 1);
+    for (long long i = 0; i < dl->bt; i++) {
+        inputs[i] = dl->raw[i];
+        targets[i] = dl->raw[i + 1];
+    }
+}
+
+long long dataloader_windows_per_epoch(const DataLoader* dl) { return dl->windows; }
+long long dataloader_num_tokens(const DataLoader* dl) { return dl->ntok; }
+int dataloader_num_shards(const DataLoader* dl) { return dl->nshards; }
+
+void dataloader_close(DataLoader* dl) {
+    if (!dl) return;
+    close_shard(dl);
+    for (int i = 0; i < dl->nshards; i++) free(dl->shards[i].path);
+    free(dl->shards);
+    free(dl->raw);
+    free(dl->perm);
+    free(dl);
+}

@@ -1,0 +1,133 @@
+// gpt.h: the GPT-2 model on a backend: its parameter buffers, activations, and the forward/backward walk
+// over layers. Everything here is expressed in kernels.h calls, so it is the same on the CPU and the GPU.
+#pragma once
+#include "core/model/batch_io.h"
+#include "core/comm/comm.h"
+#include "core/model/memory.h"
+#include "core/model/model.h"
+#include "core/model/param_store.h"
+
+// Saved activations for one micro-batch of B x T tokens (N = B*T rows). Per-layer tensors are stacked
+// over layers, or have a single slot when the recompute level refills them in the backward.
+typedef struct {
+    void* resid;       // (L+1, N, C)  rows; resid[l] = input of block l; resid[L] = output of the last block
+                       // (L here and below: the stage's blocks, block l = the stage's l-th)
+    void* ln1;         // (L, N, C)
+    float* ln1_mean;   // (L, N)       rows
+    float* ln1_rstd;   // (L, N)       rows
+    // With tensor parallelism (-tp) the block's inner widths are this rank's shard: 3C, C (atty), NH and
+    // 4C below are 3C/tp, C/tp, NH/tp and 4C/tp; everything of width C is whole on every rank, except that
+    // with sequence parallelism (-sp) resid, resid2, dresid and the LayerNorms' statistics hold only this
+    // rank's N/tp rows (marked "rows" below), and ln1, ln2 and lnf are gathered from every rank's rows.
+    void* qkv;         // (L, N, 3C)
+    void* atty;        // (L, N, C)    attention output before its projection
+    float* att_lse;    // (L, B, NH, T)
+    void* resid2;      // (L, N, C)    rows; resid + attention projection
+    void* ln2;         // (L, N, C)
+    float* ln2_mean;   // (L, N)       rows
+    float* ln2_rstd;   // (L, N)       rows
+    void* fch;         // (L, N, 4C)   fc output before GELU
+    void* fch_gelu;    // (L, N, 4C)
+    void* lnf;         // (N, C)
+    float* lnf_mean;   // (N)          rows
+    float* lnf_rstd;   // (N)          rows
+    void* logits;      // (N, Vp/tp)   this rank's vocabulary columns; overwritten by dlogits in training
+    float* losses;     // (N)
+    float* vocab_stats;  // (1 + 3 tp, N)  -tp: the cross-entropy's row max, then every rank's sums; else NULL
+    int* tokens;       // (N)
+    int* targets;      // (N)
+    // Work buffers: projections before the residual add, and the backward's gradients.
+    void* proj;        // (N, C)   a partial sum before the tensor group adds it; -sp: a gathered gradient too
+    void* dresid;      // (N, C)   rows; gradient of the residual stream, carried down the blocks
+    void* dsmall;      // (N, C)
+    void* dbig;        // (N, 4C)  dfch, then dqkv; -sp: between them, a LayerNorm's parameter gradients
+    float* att_scratch;  // (B, NH, T)
+    void* dinput_out;  // (N, C)   rows; d(input) on its way upstream (a stage without the embeddings)
+} Activations;
+
+// zb's stash: what a deferred weight-gradient pass (W) needs from its input-gradient pass (B), for each of
+// the stage's blocks (L slices): the gradients w.r.t. the outputs of the block's four matmuls and two
+// LayerNorms. The layer inputs W also needs stay in the micro-batch's activation set until W.
+typedef struct {
+    void* dfcproj;    // (L, N, C)    d(MLP projection output), every row
+    void* dfch;       // (L, N, 4C)   d(fc output), before GELU
+    void* dln2;       // (L, N, C)    rows; d(ln2 output)
+    void* dattproj;   // (L, N, C)    d(attention projection output), every row
+    void* dqkv;       // (L, N, 3C)
+    void* dln1;       // (L, N, C)    rows; d(ln1 output)
+} WeightGradStash;
+
+typedef struct {
+    GPTShape shape;
+    const ParamLayout* layout;   // this rank's units: the whole model, or a pipeline stage's (model.h)
+    DType dt;
+    int B, T;
+    ParamStore store;    // where each unit's parameters and gradients live (param_store.h)
+    Comm* tp;            // the tensor group (grid.h), NULL without tensor parallelism
+    int sp;              // sequence parallelism: the regions outside the tensor-parallel layers split by rows
+    int rows;            // rows of the "rows" buffers: N, or N / tp with sp
+    int recompute;       // 0 keep everything; 1 recompute GELU; 2 + attention and LayerNorms; 3 whole blocks
+    int num_sets;        // activation sets: micro-batches whose forward is done and backward is not (1F1B)
+    Activations* sets;   // [num_sets]: the tensors kept per layer are each set's own; the single slots that
+                         // recompute refills, the work buffers and the head's buffers are shared
+    Activations acts;    // the set of the forward/backward under way
+    int num_stash;       // zb's deferred weight gradients at once (0 without zb)
+    WeightGradStash* stash;   // [num_stash]
+    BatchIO io;          // tokens and targets up, losses down, without stopping the main stream
+} GPT;
+
+// What the stage runs (the whole model without a pipeline): the embedding lookup, the LM head and loss.
+static inline int gpt_has_encoder(const GPT* g) { return g->layout->emb_unit >= 0 && !g->layout->emb_mirror; }
+static inline int gpt_has_head(const GPT* g) { return g->layout->final_unit >= 0; }
+
+// Allocates num_sets activation sets and num_stash weight-gradient stash slots for micro-batches of B x T
+// over the layout's blocks; parameters and gradients come from `store`. The LM head's buffers (logits) are
+// one, shared by the sets: the schedule runs each of that stage's backwards before its next forward.
+// micro: the micro-batches of a step, whose losses wait in page-locked slots until the step reads them.
+void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, int sp, DType dt,
+                int B, int T, int recompute, int num_sets, int num_stash, int micro);
+void gpt_destroy(GPT* g, Backend* be);
+// Activation bytes gpt_create allocates (for the memory plan).
+size_t gpt_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, int recompute, int num_sets, int num_stash,
+                            int sp);
+
+// Forward of one micro-batch of B x T tokens into activation set `set`. The first stage embeds `tokens`
+// (host ints, free again on return); a later stage starts from gpt_stage_input(g, set), which the caller
+// has filled. The stage with the head, given targets, leaves per-token losses in acts.losses and queues
+// their download (gpt_take_losses); if dloss != 0 the logits are replaced by dlogits scaled by dloss, ready
+// for gpt_backward. Without targets: logits only. logits_dump (host, N x V floats) receives the logits
+// before the loss when not NULL. The host waits for the device only for logits_dump and when an upload
+// slot comes round again (batch_io.h: for the upload issued four before, so a stage with the embeddings
+// and the head, two uploads per forward, queues at most about two micro-batches ahead of the device).
+void gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* targets, float dloss, float* logits_dump);
+// The sum of the token losses of every forward with targets since the last call, each micro-batch's in row
+// order, then in the order of the forwards (0 on a stage without the head). Waits for their downloads.
+double gpt_take_losses(GPT* g, Backend* be);
+// Backward of set `set`'s forward (which had dloss != 0); parameter gradients accumulate. The stage with
+// the head starts from its dlogits; a stage without it from gpt_boundary_grad, which the caller has filled
+// with d(output). Afterwards a stage without the encoder leaves d(input) in gpt_boundary_grad.
+void gpt_backward(GPT* g, Backend* be, int set);
+// zb's halves of gpt_backward (same inputs, same outputs, same bits): B computes the input gradients
+// (everything gpt_backward does but the blocks' weight gradients) and leaves what those need in stash slot
+// `slot`; W, later, computes the blocks' weight gradients from that slot and set `set`, which must still
+// hold the micro-batch's activations, and hands each block's gradients to the store (ZeRO's reductions).
+// The head's and the embeddings' gradients are B's: they are small, or on the stage that runs W at once.
+void gpt_backward_input(GPT* g, Backend* be, int set, int slot);
+void gpt_backward_weight(GPT* g, Backend* be, int set, int slot);
+
+// Rows [first, first + rows) of the last forward's logits, their V real columns, into out (host, rows x V
+// floats). Under -tp each rank holds Vp/tp columns, so every rank of the tensor group calls it and gets the
+// whole rows (summed on the host, where none of the step's traffic is counted).
+void gpt_logits_to_host(GPT* g, Backend* be, int first, int rows, float* out);
+
+// The tensors that cross a stage boundary, (B,T,C) of type dt each (this rank's rows of them with -sp): the
+// first block's input and the last block's output of a set, and the gradient of either (one buffer: the
+// residual stream's gradient).
+void* gpt_stage_input(GPT* g, int set);
+void* gpt_stage_output(GPT* g, int set);
+void* gpt_boundary_grad(GPT* g);
+size_t gpt_boundary_bytes(const GPT* g);
+// d(input) to send upstream, copied out of gpt_boundary_grad into a buffer of its own (dinput_out), so that
+// the next gradient can arrive in gpt_boundary_grad while this one travels (one exchange may hold both, and
+// a send completes in the background: comm_exchange). Valid until the next call.
+void* gpt_grad_to_send(GPT* g, Backend* be);

@@ -1,0 +1,77 @@
+// config.h: the command line, in llm.c's flag style. Parsing validates every value; a bad flag is a
+// one-line error and exit 1.
+#pragma once
+#include <stdint.h>
+
+#include "core/comm/comm.h"
+#include "core/pipeline/schedule.h"
+#include "kernels/kernels.h"
+
+typedef enum { LR_COSINE, LR_LINEAR, LR_CONSTANT } LrSchedule;
+
+typedef struct {
+    // data and files
+    const char* train_pattern;   // -i
+    const char* val_pattern;     // -j
+    const char* model;           // -e  d12|d24|d36|d48, L<n>C<n>H<n>[V<n>][T<n>], or a model file
+    const char* out_dir;         // -o
+    const char* tokenizer;       // -tk (default: gpt2_tokenizer.bin beside the training shards)
+    const char* dump_dir;        // -dump: step 0's logits and gradients, for the reference tests
+    // batch
+    int B;                       // -b micro-batch size
+    int T;                       // -t sequence length
+    int grad_accum;              // -ga micro-steps per step
+    long long total_batch;       // -d tokens per step (sets -ga); 0 = unset
+    // optimization
+    int max_steps;               // -x (-1: one epoch)
+    float lr;                    // -l
+    int warmup;                  // -u
+    float final_lr_frac;         // -q
+    LrSchedule schedule;         // -k
+    float weight_decay;          // -c
+    float grad_clip;             // -gc (0: off)
+    float loss_scale;            // -ls initial fp16 loss scale
+    int max_nonfinite;           // -nf stop after this many non-finite steps in a row
+    // evaluation, sampling, checkpoints
+    int val_every;               // -v (0: off)
+    int val_batches;             // -m
+    int sample_every;            // -s (0: off)
+    int breakdown_every;         // -lb: time per phase every N steps (0: off)
+    int gen_tokens;              // -g
+    const char* prompt;          // -prompt: generate -g tokens after this text with -e's model, then exit
+    float temperature;           // -temp: sampling temperature; 0 = the most likely token (default 1)
+    int top_k;                   // -topk: sample among the k most likely tokens; 0 = all
+    int ckpt_every;              // -n (0: only at the end)
+    int resume;                  // -y: 0 fresh, 1 resume, 2 resume accepting changed hyperparameters
+    int start_over;              // -ow: delete an earlier run's log and checkpoints in -o first
+    int shuffle;                 // -sh
+    uint64_t seed;               // -seed
+    // precision and parallelism
+    int precision_set;           // -p given?
+    int grad_accum_set;          // -ga given? (-d sets it otherwise)
+    DType precision;             // -p fp32|bf16|fp16
+    int zero_stage;              // -z
+    int pipeline_stages;         // -pp
+    ScheduleKind pipe_schedule;  // -ps: the pipeline schedule (core/pipeline/schedule.h)
+    int virtual_stages;          // -vp: model chunks per rank under -ps interleaved (1 otherwise)
+    int tensor_parallel;         // -tp: ranks sharing each block (Megatron's tensor parallelism)
+    int sequence_parallel;       // -sp: with -tp, the regions between the parallel layers split by rows
+    int recompute;               // -r
+    int offload;                 // -offload: 1 each rank's fp32 master and Adam state in host memory, 2 also
+                                 // its gradient pieces (-z >= 2) and parameter pieces (-z 3)
+    int delay_from;              // -dpu: from this step on each update lands one step late (0: never)
+    CommKind comm;               // -comm (COMM_AUTO unless given)
+    float watchdog;              // -wd: seconds a rank may wait for the others before the job ends (0: never)
+    // planning
+    int estimate;                // --estimate: print the memory plan and exit
+    int plan_ranks;              // -w: world size to plan for (default: the launched world)
+    float gpu_mem_gib;           // -gpu-mem: device memory per rank for --estimate's largest-model table (0: none)
+    float host_mem_gib;          // -host-mem: host memory per rank for that table (0: unlimited)
+} Config;
+
+// Parses argv into cfg. Prints usage and exits 0 on -h.
+void config_parse(Config* cfg, int argc, char** argv);
+void config_usage(const char* prog);
+const char* lr_schedule_name(LrSchedule s);
+// Learning rate at step (0-based) of max_steps: warm-up, then the schedule down to lr * final_lr_frac.
+float config_lr_at(const Config* cfg, int step, int max_steps);

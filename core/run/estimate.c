@@ -1,0 +1,202 @@
+// estimate.c: see estimate.h.
+#include "core/run/estimate.h"
+
+#include <stdio.h>
+
+#include "base/common.h"
+#include "core/model/gpt.h"
+#include "core/pipeline/pipeline.h"
+
+void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int dp,
+                 int stage, int zero, int recompute) {
+    ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
+    pipeline_stage_layout(lay, plan, s, dp, stage, 0);   // every tensor rank holds as much as rank 0
+    memset(out, 0, sizeof(*out));
+    states(out, lay, cfg, zero, dp);
+    ParamLayout* chunk = (ParamLayout*)xmalloc(sizeof(ParamLayout));
+    for (int c = 0; c < lay->num_chunks; c++) {
+        layout_chunk_view(lay, c, chunk);
+        out->bytes[MEM_ACTIVATIONS] += gpt_activation_bytes(chunk, cfg->precision, cfg->B, cfg->T, recompute,
+                                                            plan->sets[stage][c], plan->stash[stage], cfg->sequence_parallel);
+    }
+    free(chunk);
+    free(lay);
+}
+
+static double gib(size_t bytes) { return (double)bytes / (double)(1ull << 30); }
+
+#define DEVICE_TOTAL (-1)   // heaviest_stage's category: all backend bytes
+#define HOST_TOTAL (-2)     // all host bytes (-offload)
+
+// The most any stage needs (every stage is the same without a pipeline).
+static size_t heaviest_stage(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int dp,
+                             int zero, int recompute, int category) {
+    size_t most = 0;
+    for (int st = 0; st < plan->stages; st++) {
+        MemLedger m;
+        memory_plan(&m, states, cfg, plan, s, dp, st, zero, recompute);
+        size_t b = category == DEVICE_TOTAL ? mem_total(&m)
+                   : category == HOST_TOTAL ? mem_host_total(&m)
+                                            : m.bytes[category];
+        most = b > most ? b : most;
+    }
+    return most;
+}
+
+// One row per world size, one column per ZeRO stage, of the heaviest stage's bytes in `category`.
+static void print_rows(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks,
+                       int category) {
+    int group = plan->stages * plan->tp;   // ranks per replica
+    int sizes[] = {1, 2, 4, 8, 16, 64, ranks};
+    int n = ranks == 1 || ranks == 2 || ranks == 4 || ranks == 8 || ranks == 16 || ranks == 64 ? 6 : 7;
+    printf("  ranks     ZeRO-0     ZeRO-1     ZeRO-2     ZeRO-3\n");
+    for (int i = 0; i < n; i++) {
+        if (sizes[i] % group != 0) continue;
+        printf("  %5d", sizes[i]);
+        for (int z = 0; z < 4; z++)
+            printf(" %10.2f", gib(heaviest_stage(states, cfg, plan, s, sizes[i] / group, z, cfg->recompute, category)));
+        printf("\n");
+    }
+}
+
+// Each schedule's activation sets (per chunk with interleaving, each set 1/V of a stage's) and zb's stash
+// per stage, and the heaviest stage's activation bytes under each (at -r as given), with the bubble each buys.
+static void print_schedules(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks) {
+    printf("\nactivations per rank on the heaviest stage by schedule (-r %d, m=%d):\n", cfg->recompute, plan->micro);
+    int P = plan->stages, m = plan->micro, V = plan->chunks > 1 ? plan->chunks : 2;
+    const ScheduleKind kinds[] = {SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, SCHEDULE_ZB};
+    for (int k = 0; k < 3; k++) {
+        int chunks = kinds[k] == SCHEDULE_INTERLEAVED ? V : 1;
+        if (kinds[k] == SCHEDULE_INTERLEAVED && (m % P || P * V > s->L)) {
+            printf("  -ps interleaved -vp %d: not possible here (needs -ga a multiple of -pp and %d layers)\n", V, P * V);
+            continue;
+        }
+        PipelinePlan other;
+        pipeline_plan(&other, s, P, kinds[k], chunks, plan->tp, ranks, cfg->T, m);
+        char name[32];
+        snprintf(name, sizeof(name), chunks > 1 ? "%s -vp %d" : "%s", schedule_kind_name(kinds[k]), chunks);
+        printf("  -ps %-18s %.3f GiB, bubble %.1f%%; sets per stage", name,
+               gib(heaviest_stage(states, cfg, &other, s, plan_replicas(plan, ranks), cfg->zero_stage, cfg->recompute, MEM_ACTIVATIONS)),
+               100.0 * other.bubble);
+        for (int st = 0; st < P; st++) {
+            printf(" ");
+            for (int c = 0; c < chunks; c++) printf("%s%d", c ? "+" : "", other.sets[st][c]);
+        }
+        if (kinds[k] == SCHEDULE_ZB) {
+            printf(", W stash per stage");
+            for (int st = 0; st < P; st++) printf(" %d", other.stash[st]);
+        }
+        printf("\n");
+    }
+}
+
+static void print_table(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks) {
+    int P = plan->stages;
+    printf("\n%sGiB per rank%s (model states + activations at -r %d, b=%d t=%d%s):\n", cfg->offload ? "device " : "",
+           P > 1 ? " on the heaviest stage" : "", cfg->recompute, cfg->B, cfg->T, P > 1 ? ", -pp and -ga as given" : "");
+    print_rows(states, cfg, plan, s, ranks, DEVICE_TOTAL);
+    if (cfg->offload) {   // what -offload moved: each rank's master, Adam state and staging buffer (and pieces)
+        printf("\nhost GiB per rank%s (-offload %d: fp32 master, Adam m, v, staging%s):\n", P > 1 ? " on the heaviest stage" : "",
+               cfg->offload, cfg->offload == 2 ? "; gradient pieces at -z >= 2, parameter pieces at -z 3" : "");
+        print_rows(states, cfg, plan, s, ranks, HOST_TOTAL);
+    }
+    printf("\nactivations per rank%s by recompute level (b=%d t=%d):", P > 1 ? " on the heaviest stage" : "", cfg->B, cfg->T);
+    for (int r = 0; r <= 3; r++)
+        printf("  -r %d: %.2f GiB", r, gib(heaviest_stage(states, cfg, plan, s, plan_replicas(plan, ranks), cfg->zero_stage, r, MEM_ACTIVATIONS)));
+    printf("\n");
+    if (P > 1) print_schedules(states, cfg, plan, s, ranks);
+}
+
+static void print_json(const char* prefix, const MemLedger* m) {
+    printf("%s{", prefix);
+    for (int c = 0; c < NUM_MEM_CATEGORIES; c++) printf("%s\"%s\": %zu", c ? ", " : "", mem_category_name((MemCategory)c), m->bytes[c]);
+    printf("}");
+}
+
+// The GPT-2 and GPT-3 shapes, smallest first: what "the largest model that fits" is chosen from.
+static const char* const LADDER[][2] = {
+    {"124M", "L12C768H12"},  {"350M", "L24C1024H16"}, {"774M", "L36C1280H20"},  {"1.6B", "L48C1600H25"},
+    {"2.7B", "L32C2560H32"}, {"6.7B", "L32C4096H32"}, {"13B", "L40C5120H40"},   {"30B", "L48C7168H56"},
+    {"65B", "L80C8192H64"},  {"175B", "L96C12288H96"},
+};
+#define LADDER_SIZE (int)(sizeof(LADDER) / sizeof(LADDER[0]))
+
+// Whether every stage of shape s fits the budgets under ZeRO stage zero, offload and recompute level r.
+static int fits(StatePlanner states, const Config* cfg, const GPTShape* s, int ranks, int zero, int offload, int r) {
+    if (s->L < cfg->pipeline_stages || s->NH % cfg->tensor_parallel != 0 || !shape_splits_vocab(s, cfg->tensor_parallel))
+        return 0;
+    Config c = *cfg;
+    c.offload = offload;
+    PipelinePlan plan;
+    pipeline_plan(&plan, s, cfg->pipeline_stages, cfg->pipe_schedule, cfg->virtual_stages, cfg->tensor_parallel, ranks, cfg->T,
+                  cfg->grad_accum);
+    double gpu = cfg->gpu_mem_gib * (double)(1ull << 30), host = cfg->host_mem_gib * (double)(1ull << 30);
+    int dp = plan_replicas(&plan, ranks);
+    return (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, DEVICE_TOTAL) <= gpu &&
+           (host <= 0.0 || (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, HOST_TOTAL) <= host);
+}
+
+// -gpu-mem (-host-mem): per ZeRO stage and -offload, per -r, the largest shape of LADDER that fits.
+static void print_capacity(StatePlanner states, const Config* cfg, int ranks) {
+    char host[64] = "";
+    if (cfg->host_mem_gib > 0) snprintf(host, sizeof(host), " and -host-mem %g GiB", cfg->host_mem_gib);
+    printf("\nlargest GPT shape per rank within -gpu-mem %g GiB%s (%d rank%s, -pp %d, -tp %d%s, b=%d t=%d, %s):\n  ZeRO  offload",
+           cfg->gpu_mem_gib, host, ranks, ranks > 1 ? "s" : "", cfg->pipeline_stages, cfg->tensor_parallel,
+           cfg->sequence_parallel ? " -sp 1" : "", cfg->B, cfg->T, dtype_name(cfg->precision));
+    for (int r = 0; r <= 3; r++) printf("      -r %d", r);
+    printf("\n");
+    for (int zero = 0; zero < 4; zero++)
+        for (int offload = 0; offload <= (zero >= 2 ? 2 : 1); offload++) {   // -offload 2 needs -z >= 2
+            printf("  %4d  %7d", zero, offload);
+            for (int r = 0; r <= 3; r++) {
+                const char* best = "-";
+                for (int i = 0; i < LADDER_SIZE; i++) {
+                    char spec[64];
+                    GPTShape s;
+                    snprintf(spec, sizeof(spec), "%sT%d", LADDER[i][1], cfg->T > 1024 ? cfg->T : 1024);
+                    if (shape_from_spec(spec, &s) && fits(states, cfg, &s, ranks, zero, offload, r)) best = LADDER[i][0];
+                }
+                printf(" %9s", best);
+            }
+            printf("\n");
+        }
+}
+
+void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks) {
+    int P = plan->stages, dp = plan_replicas(plan, ranks);
+    MemLedger* plans = (MemLedger*)xmalloc((size_t)P * sizeof(MemLedger));   // one per pipeline stage
+    size_t heaviest = 0;
+    for (int st = 0; st < P; st++) {
+        memory_plan(&plans[st], states, cfg, plan, s, dp, st, cfg->zero_stage, cfg->recompute);
+        heaviest = mem_total(&plans[st]) > heaviest ? mem_total(&plans[st]) : heaviest;
+    }
+    const MemLedger* m = &plans[0];
+    printf("memory plan per rank, nothing allocated: L=%d C=%d NH=%d V=%d | %s | %d rank%s (%d stage%s x %d replica%s x %d "
+           "tensor rank%s%s), ZeRO-%d, -r %d | b=%d t=%d ga=%d\n",
+           s->L, s->C, s->NH, s->V, dtype_name(cfg->precision), ranks, ranks > 1 ? "s" : "", P, P > 1 ? "s" : "", dp,
+           dp > 1 ? "s" : "", plan->tp, plan->tp > 1 ? "s" : "", cfg->sequence_parallel ? ", -sp" : "", cfg->zero_stage,
+           cfg->recompute, cfg->B, cfg->T, cfg->grad_accum);
+    if (P > 1) printf("stage 0 (embeddings, the most micro-batches in flight):\n");
+    for (int c = 0; c < NUM_MEM_CATEGORIES; c++)   // host categories are empty without -offload
+        if (cfg->offload || !mem_category_on_host((MemCategory)c))
+            printf("  %-12s %10.3f GiB\n", mem_category_name((MemCategory)c), gib(m->bytes[c]));
+    printf("  %-12s %10.3f GiB\n", cfg->offload ? "device total" : "total", gib(mem_total(m)));
+    if (cfg->offload) printf("  %-12s %10.3f GiB\n", "host total", gib(mem_host_total(m)));
+    for (int st = 1; st < P; st++) {
+        printf("stage %d%s: %.3f GiB (activations %.3f GiB)", st, st == P - 1 ? " (LM head)" : "", gib(mem_total(&plans[st])),
+               gib(plans[st].bytes[MEM_ACTIVATIONS]));
+        if (cfg->offload) printf(", host %.3f GiB", gib(mem_host_total(&plans[st])));
+        printf("\n");
+    }
+    if (P > 1) printf("heaviest stage: %.3f GiB (the table below; per-stage bytes in plan_stages)\n", gib(heaviest));
+    print_table(states, cfg, plan, s, ranks);
+    print_json("plan: ", m);
+    printf("\n");
+    if (P > 1) {
+        printf("plan_stages: [");
+        for (int st = 0; st < P; st++) print_json(st ? ", " : "", &plans[st]);
+        printf("]\n");
+    }
+    if (cfg->gpu_mem_gib > 0) print_capacity(states, cfg, ranks);
+    free(plans);
+}

@@ -1,0 +1,21 @@
+// estimate.h: --estimate, the memory plan. It runs the trainer's own allocation code (zero.c, gpt.c) in
+// counting mode (mem_alloc with no backend), so the plan is what a run allocates, not a second formula.
+#pragma once
+#include "core/run/config.h"
+#include "core/model/memory.h"
+#include "core/model/model.h"
+#include "core/pipeline/pipeline.h"
+
+// The bytes one stage's model states (parameters, gradients, master weights, Adam) take under ZeRO stage
+// `zero` on `dp` ranks, with what cfg says of precision, -offload and -dpu. The policy above the
+// orchestration answers it (the trainer passes ZeRO's own allocation code in counting mode), so this planner
+// stays below it.
+typedef void (*StatePlanner)(MemLedger* mem, const ParamLayout* lay, const Config* cfg, int zero, int dp);
+
+// Bytes per category one rank would allocate: stage `stage` of the pipeline plan with `dp` replicas, ZeRO
+// stage `zero`, recompute level `recompute` (cfg supplies precision, b and t).
+void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int dp,
+                 int stage, int zero, int recompute);
+// Prints the plan for this configuration, a table across ZeRO stages and world sizes, and activation bytes
+// per recompute level; then a one-line JSON record of the configuration's plan for scripts.
+void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks);

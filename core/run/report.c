@@ -1,0 +1,199 @@
+// report.c: what the trainer tells a person and its log: layout, per-rank memory and traffic, phase timing,
+// model FLOPs. See report.h.
+#include "core/run/report.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "base/common.h"
+#include "core/model/gpt.h"
+#include "core/pipeline/schedule.h"
+
+const char* json_number(char* buf, size_t size, double x) {
+    if (isfinite(x)) snprintf(buf, size, "%.9g", x);
+    else snprintf(buf, size, "null");
+    return buf;
+}
+
+static const char* const OFFLOAD_FIELD[] = {"", ", \"offload\": 1", ", \"offload\": 2"};
+
+void report_layout(Logger* log, const ParamLayout* lay, const Config* cfg, int ranks, int first_step) {
+    char buf[8192];
+    int n = 0;
+    for (int u = 0; u < lay->num_units && n < (int)sizeof(buf) - 32; u++)
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s%zu", u ? ", " : "", lay->units[u].padded);
+    char tp_field[32] = "";   // "tp" only with tensor parallelism, likewise
+    if (cfg->tensor_parallel > 1) snprintf(tp_field, sizeof(tp_field), ", \"tp\": %d", cfg->tensor_parallel);
+    // "offload" only when on, so the records of runs without it stay as they were.
+    logger_line(log, "{\"step\": %d, \"layout\": {\"elements\": %zu, \"params\": %zu, \"ranks\": %d, \"zero\": %d, "
+                "\"dtype_bytes\": %zu, \"ga\": %d, \"B\": %d, \"T\": %d, \"recompute\": %d, \"L\": %d, \"C\": %d, \"NH\": %d, "
+                "\"Vp\": %d, \"units\": [%s]%s%s}}", first_step, lay->total, lay->num_params, ranks, cfg->zero_stage,
+                dtype_size(cfg->precision), cfg->grad_accum, cfg->B, cfg->T, cfg->recompute, lay->shape.L, lay->shape.C,
+                lay->shape.NH, lay->shape.Vp, buf, OFFLOAD_FIELD[cfg->offload], tp_field);
+}
+
+// Every rank's n values, rank after rank, on every rank (a sum of one-hot rows: a few doubles per rank).
+static double* gather_rows(Comm* world, const double* mine, int n) {
+    int rank = comm_rank(world), ranks = comm_size(world);
+    double* all = (double*)xcalloc((size_t)ranks * (size_t)n, sizeof(double));
+    memcpy(all + (size_t)rank * n, mine, (size_t)n * sizeof(double));
+    comm_allreduce_host_sum(world, all, ranks * n);
+    return all;
+}
+
+void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config* cfg, const GPT* chunks, int num_chunks,
+                   int first_step) {
+    int rank = comm_rank(world), ranks = comm_size(world);
+    double mine[NUM_MEM_CATEGORIES];
+    for (int c = 0; c < NUM_MEM_CATEGORIES; c++) mine[c] = (double)mem->bytes[c];
+    double* all = gather_rows(world, mine, NUM_MEM_CATEGORIES);
+    for (int r = 0; r < ranks && rank == 0; r++) {
+        char buf[512];
+        int n = 0;
+        double total = 0.0;
+        for (int c = 0; c < NUM_MEM_CATEGORIES; c++) {
+            double b = all[r * NUM_MEM_CATEGORIES + c];
+            if (!mem_category_on_host((MemCategory)c)) total += b;   // "total": backend memory
+            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\"%s\": %.0f", c ? ", " : "", mem_category_name((MemCategory)c), b);
+        }
+        logger_line(log, "{\"step\": %d, \"rank\": %d, \"memory\": {%s}, \"total\": %.0f}", first_step, r, buf, total);
+    }
+    if (rank == 0) {
+        printf("memory (rank 0): %.1f MiB total:", (double)mem_total(mem) / (1 << 20));
+        for (int c = 0; c < NUM_MEM_CATEGORIES; c++)   // host categories are empty without -offload
+            if (cfg->offload || !mem_category_on_host((MemCategory)c))
+                printf(" %s %.1f", mem_category_name((MemCategory)c), (double)mem->bytes[c] / (1 << 20));
+        printf(" MiB\n");
+        size_t keep_all = 0;
+        for (int c = 0; c < num_chunks; c++) {
+            const GPT* g = &chunks[c];
+            keep_all += gpt_activation_bytes(g->layout, cfg->precision, cfg->B, cfg->T, 0, g->num_sets, g->num_stash, g->sp);
+        }
+        size_t saved = keep_all - mem->bytes[MEM_ACTIVATIONS];
+        if (cfg->recompute > 0) printf("recompute -r %d saves %.1f MiB of activations per rank (-r 0 would need %.1f MiB)\n",
+                                       cfg->recompute, (double)saved / (1 << 20), (double)keep_all / (1 << 20));
+        logger_line(log, "{\"step\": %d, \"recompute\": %d, \"activations\": %zu, \"activations_keep_all\": %zu, "
+                    "\"activations_saved\": %zu}", first_step, cfg->recompute, mem->bytes[MEM_ACTIVATIONS], keep_all, saved);
+    }
+    free(all);
+}
+
+// The grid's distinct groups (NULL where a group is the world or absent).
+#define GRID_GROUPS(g) {(g)->world, (g)->dp_group != (g)->world ? (g)->dp_group : NULL, (g)->pp_group, (g)->tied, (g)->tp_group}
+
+void report_comm_reset(const Grid* g) {
+    Comm* groups[] = GRID_GROUPS(g);
+    for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++)
+        if (groups[i]) comm_reset_bytes(groups[i]);
+}
+
+// One log record `key`: every rank's bytes per collective, read from the gathered rows (`width` values per
+// rank, this record's starting at `col`).
+static void log_bytes(Logger* log, int step, const char* key, const double* all, int ranks, int width, int col) {
+    // Sized for every rank (a count is at most 20 digits), so no world is too large to log whole.
+    size_t size = (size_t)NUM_COLLECTIVES * ((size_t)ranks * 24 + 48), n = 0;
+    char* buf = (char*)xmalloc(size);
+    for (int k = 0; k < NUM_COLLECTIVES; k++) {
+        n += (size_t)snprintf(buf + n, size - n, "%s\"%s\": [", k ? ", " : "", collective_name((Collective)k));
+        for (int r = 0; r < ranks; r++)
+            n += (size_t)snprintf(buf + n, size - n, "%s%.0f", r ? ", " : "", all[(size_t)r * width + col + k]);
+        n += (size_t)snprintf(buf + n, size - n, "]");
+    }
+    logger_line(log, "{\"step\": %d, \"%s\": {%s}}", step, key, buf);
+    free(buf);
+}
+
+// Every rank's bytes per collective, summed over its groups ("comm_bytes"); and where the grid has more than
+// one kind of group (a pipeline or tensor parallelism), per group too ("dp_comm_bytes", "pp_comm_bytes",
+// "tied_comm_bytes", "tp_comm_bytes"; a rank outside a group counts 0 there), so each can be checked
+// against its own formula. One gather over the world carries them all.
+void report_comm(Logger* log, const Grid* g, int step) {
+    Comm* groups[] = GRID_GROUPS(g);
+    enum { NUM_GROUPS = sizeof(groups) / sizeof(groups[0]), WIDTH = (1 + NUM_GROUPS) * NUM_COLLECTIVES };
+    // Per group (in GRID_GROUPS' order) its record's name, and whether the grid has that kind of group. The
+    // world's own collectives are the trainer's few host sums: counted in the total, never logged apart.
+    const char* keys[NUM_GROUPS] = {NULL, "dp_comm_bytes", "pp_comm_bytes", "tied_comm_bytes", "tp_comm_bytes"};
+    int logged[NUM_GROUPS] = {0, 1, g->pp > 1, g->pp > 1, g->tp > 1};
+    double mine[WIDTH] = {0};   // the total, then each group
+    for (int i = 0; i < NUM_GROUPS; i++)
+        for (int k = 0; groups[i] && k < NUM_COLLECTIVES; k++) {
+            double b = (double)comm_bytes_sent(groups[i], (Collective)k);
+            mine[k] += b;
+            mine[(1 + i) * NUM_COLLECTIVES + k] = b;
+        }
+    report_comm_reset(g);
+    int ranks = comm_size(g->world);
+    double* all = gather_rows(g->world, mine, WIDTH);
+    if (comm_rank(g->world) == 0 && ranks > 1) {
+        log_bytes(log, step, "comm_bytes", all, ranks, WIDTH, 0);
+        for (int i = 0; i < NUM_GROUPS && (g->pp > 1 || g->tp > 1); i++)   // more than one kind of group
+            if (logged[i]) log_bytes(log, step, keys[i], all, ranks, WIDTH, (1 + i) * NUM_COLLECTIVES);
+    }
+    free(all);
+}
+
+double model_flops_per_token(const ParamLayout* lay, int T) {
+    const GPTShape* s = &lay->shape;
+    return 6.0 * (double)shape_param_count(s) + 12.0 * s->L * s->C * (double)T;
+}
+
+double gpu_peak_flops(const Backend* be) {
+    const char* name = backend_device_name(be);
+    if (strstr(name, "H100") || strstr(name, "H200") || strstr(name, "GH200")) return 989e12;
+    if (strstr(name, "A100")) return 312e12;
+    return 0.0;
+}
+
+// One stage's line: its replica 0 rank's phases. The bubble it saw: waiting over the work it did.
+static void print_stage_line(int stage, const double* sec) {
+    double work = sec[PHASE_DATA] + sec[PHASE_FORWARD] + sec[PHASE_BACKWARD];
+    printf("  stage %d: forward %.1f ms, backward %.1f ms, waiting %.1f ms (%.0f%% of its work)\n", stage,
+           (sec[PHASE_DATA] + sec[PHASE_FORWARD]) * 1e3, sec[PHASE_BACKWARD] * 1e3, sec[PHASE_WAIT] * 1e3,
+           work > 0.0 ? 100.0 * sec[PHASE_WAIT] / work : 0.0);
+}
+
+// One stage's {"forward", "backward", "wait"} record with its separator: three times under 10^12 ms fit.
+#define STAGE_JSON_MAX 128
+
+void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt, const PipelinePlan* plan) {
+    double* all = gather_rows(g->world, pt->seconds, NUM_PHASES);
+    if (comm_rank(g->world) == 0) {
+        double total = 0.0;
+        char text[512], json[512];
+        const size_t stages_size = (size_t)g->pp * STAGE_JSON_MAX + 1;
+        char* stages = (char*)xmalloc(stages_size);
+        size_t k = 0;
+        int n = 0, m = 0;
+        stages[0] = '\0';
+        for (int p = 0; p < NUM_PHASES; p++) total += pt->seconds[p];
+        for (int p = 0; p < NUM_PHASES; p++) {
+            n += snprintf(text + n, sizeof(text) - (size_t)n, " | %s %.1f ms (%.0f%%)", phase_name((Phase)p), pt->seconds[p] * 1e3,
+                          total > 0.0 ? 100.0 * pt->seconds[p] / total : 0.0);
+            m += snprintf(json + m, sizeof(json) - (size_t)m, "%s\"%s\": %.3f", p ? ", " : "", phase_name((Phase)p), pt->seconds[p] * 1e3);
+        }
+        if (pt->host_copies > 0.0) {   // not a phase: part of the forward's and backward's time
+            n += snprintf(text + n, sizeof(text) - (size_t)n, " | host copies %.1f ms, within them", pt->host_copies * 1e3);
+            logger_line(log, "{\"step\": %d, \"offload_host_copies_ms\": %.3f}", step, pt->host_copies * 1e3);
+        }
+        if (pt->overlapped > 0.0) {   // not a phase: it ran beside them
+            n += snprintf(text + n, sizeof(text) - (size_t)n, " | host update %.1f ms, overlapped", pt->overlapped * 1e3);
+            logger_line(log, "{\"step\": %d, \"host_update_overlapped_ms\": %.3f}", step, pt->overlapped * 1e3);
+        }
+        printf("step %5d breakdown (synchronized, rank 0)%s\n", step, text);
+        logger_line(log, "{\"step\": %d, \"breakdown_ms\": {%s}}", step, json);
+        for (int s = 0; s < g->pp && g->pp > 1; s++) {
+            const double* sec = all + (size_t)s * g->dp * g->tp * NUM_PHASES;   // world rank of (stage s, replica 0, tensor rank 0)
+            print_stage_line(s, sec);
+            int w = snprintf(stages + k, STAGE_JSON_MAX + 1, "%s{\"forward\": %.3f, \"backward\": %.3f, \"wait\": %.3f}",
+                             s ? ", " : "", (sec[PHASE_DATA] + sec[PHASE_FORWARD]) * 1e3, sec[PHASE_BACKWARD] * 1e3, sec[PHASE_WAIT] * 1e3);
+            if (w < 0 || w > STAGE_JSON_MAX) fail("internal: stage %d's breakdown record is %d bytes", s, w);
+            k += (size_t)w;
+        }
+        if (g->pp > 1)
+            logger_line(log, "{\"step\": %d, \"pipeline_ms\": {\"schedule\": \"%s\", \"bubble_theory\": %.6f, \"stages\": [%s]}}",
+                        step, schedule_kind_name(plan->schedule), plan->bubble, stages);
+        free(stages);
+    }
+    free(all);
+}
+

@@ -1,0 +1,89 @@
+// tokenizer.c: see tokenizer.h.
+#include "core/tokenizer/decode.h"
+
+#include <errno.h>
+
+#include "base/common.h"
+
+#define TOK_MAGIC 20240328
+#define TOK_HEADER_BYTES 1024
+#define TOK_MAX_VOCAB (1 << 24)
+
+struct Tokenizer {
+    int vocab, eot;
+    size_t* offset;   // token i's NUL-terminated bytes start at text + offset[i]
+    char* text;
+};
+
+static int32_t le32(const unsigned char* p) {
+    return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+Tokenizer* tokenizer_load(const char* path) {
+    long long size = file_size(path);
+    if (size < 0) {
+        if (errno == ENOENT) return NULL;
+        fail("cannot stat tokenizer %s: %s", path, strerror(errno));
+    }
+    FILE* f = xfopen(path, "rb");   // before the size check: a FIFO's size of 0 would hide what it is
+    if (size < TOK_HEADER_BYTES)
+        fail("tokenizer %s is shorter than its %d-byte header (%lld bytes)", path, TOK_HEADER_BYTES, size);
+    unsigned char h[TOK_HEADER_BYTES];
+    xfread(h, 1, sizeof h, f, path);
+    int32_t magic = le32(h), version = le32(h + 4), vocab = le32(h + 8);
+    if (magic != TOK_MAGIC) fail("tokenizer %s has wrong magic %d (expected %d)", path, magic, TOK_MAGIC);
+    if (version != 1 && version != 2) fail("tokenizer %s has unsupported version %d (expected 1 or 2)", path, version);
+    if (vocab <= 0 || vocab > TOK_MAX_VOCAB) fail("tokenizer %s has a bad vocab size %d", path, vocab);
+    int32_t eot = version == 1 ? 50256 : le32(h + 12);
+    if (eot < 0 || eot >= vocab)   // version 1's is GPT-2's, fixed
+        fail("tokenizer %s has eot token %d outside its vocab of %d", path, eot, vocab);
+
+    // Body: vocab x (uint8 length, bytes). Read it whole (under 1 MiB for GPT-2) and walk it.
+    long long body = size - TOK_HEADER_BYTES;
+    unsigned char* buf = xmalloc((size_t)body);
+    xfread(buf, 1, (size_t)body, f, path);
+    if (fclose(f) != 0) fail("cannot close tokenizer %s: %s", path, strerror(errno));
+
+    Tokenizer* t = xcalloc(1, sizeof *t);
+    t->vocab = vocab;
+    t->eot = eot;
+    t->offset = xmalloc((size_t)vocab * sizeof *t->offset);
+    t->text = xmalloc((size_t)body + (size_t)vocab);   // each token: its bytes + NUL <= its length byte + bytes
+    long long pos = 0;
+    size_t out = 0;
+    for (int i = 0; i < vocab; i++) {
+        if (pos >= body) fail("tokenizer %s is truncated: it ends at token %d of %d", path, i, vocab);
+        int len = buf[pos++];
+        if (pos + len > body)
+            fail("tokenizer %s is truncated: token %d needs %d bytes, %lld are left", path, i, len, body - pos);
+        t->offset[i] = out;
+        memcpy(t->text + out, buf + pos, (size_t)len);
+        out += (size_t)len;
+        t->text[out++] = '\0';
+        pos += len;
+    }
+    if (pos != body)
+        fail("tokenizer %s has trailing bytes: %lld bytes after its %d tokens", path, body - pos, vocab);
+    free(buf);
+    return t;
+}
+
+const char* tokenizer_decode(const Tokenizer* t, int token) {
+    if (token < 0 || token >= t->vocab) return "";
+    return t->text + t->offset[token];
+}
+
+void tokenizer_write(const Tokenizer* t, int token, FILE* out) {
+    if (token >= 0 && token < t->vocab) fputs(t->text + t->offset[token], out);
+    else fprintf(out, "<id %d>", token);
+}
+
+int tokenizer_eot(const Tokenizer* t) { return t->eot; }
+int tokenizer_vocab(const Tokenizer* t) { return t->vocab; }
+
+void tokenizer_free(Tokenizer* t) {
+    if (!t) return;
+    free(t->offset);
+    free(t->text);
+    free(t);
+}

@@ -1,0 +1,158 @@
+// model_state.h: what the optimizer (optimizer.h) and the checkpoints (checkpoint.h) see of the model
+// states this rank holds: working parameters, fp32 master weights, Adam's m and v, reduced gradients. They
+// see spans inside one tensor each and act on those, so they stay below the policy that decides which
+// spans a rank holds and where they live (ZeRO provides one: zero_model_state in zero.h). Where a buffer
+// lives is the holder's business: its users move a span's values with the operations at the end of this
+// file, which know.
+#pragma once
+#include <string.h>
+
+#include "core/comm/comm.h"
+#include "core/model/model.h"
+
+// The spans a rank updates (the tied embedding's mirror included: it must stay equal to the original),
+// counts in the gradient norm (the same without the mirror), or writes to a checkpoint (its share without
+// the mirror, cut the same way however the states are held, so that any layout resumes any other).
+typedef enum { STATE_UPDATE, STATE_NORM, STATE_CHECKPOINT } StateParts;
+
+// n elements from flat index `flat` of tensor t; every pointer points at the span's start, in the memory
+// ModelState.places names for its buffer.
+typedef struct {
+    const ParamTensor* t;
+    size_t flat, n;
+    void* params;            // working copy, ModelState.dt
+    float* master;
+    float* m;
+    float* v;
+    const void* grad;        // reduced gradient, grad_dt
+    DType grad_dt;
+} StateSpan;
+typedef void (*StateSpanFn)(const StateSpan* s, void* ctx);
+
+// A span's buffers, as the operations below name them.
+typedef enum { SPAN_PARAMS, SPAN_MASTER, SPAN_M, SPAN_V, SPAN_GRAD } SpanBuffer;
+
+// Where a buffer lives: backend memory (the GPU's on the GPU build), or host memory (-offload).
+typedef enum { IN_BACKEND, IN_HOST } Place;
+
+// Where each buffer of every span lives; master, m and v always together.
+typedef struct {
+    Place params, state, grads;
+} StatePlaces;
+
+// -offload's staging for the optimizer: two buffers (one computed on while the other's copies run), each
+// host memory for `elems` elements of a gradient (4 bytes each at most; none where the gradients are host
+// memory already) followed by as many of the working copy (dt; none where it is host memory); buf is NULL
+// where neither moves.
+typedef struct {
+    void* buf;
+    size_t elems;
+} HostStage;
+
+// A delayed update's host memory (-dpu, delayed_update.h): the gradient of the update in flight (the
+// spans' grad_dt) and the working copy it computes (dt), each as many elements as this rank holds state
+// for, packed in STATE_UPDATE order; NULL without -dpu.
+typedef struct {
+    void* grad;
+    void* params;
+} PendingBuffers;
+
+typedef struct {
+    void* ctx;
+    const ParamLayout* lay;
+    DType dt;                // of the working copy
+    void* whole_params;      // the working copy in the flat layout where this rank holds all of it, else NULL
+    Comm* parts;             // the group whose ranks' STATE_NORM spans are disjoint parts of the same units,
+                             // so a sum over spans adds over it; NULL where this rank's cover them all
+    float* scratch;          // one fp32 of backend memory for reductions (the norm)
+    StatePlaces places;      // read by the operations below only
+    HostStage stage;
+    PendingBuffers pending;
+    void (*for_each_span)(void* ctx, StateParts which, StateSpanFn fn, void* fn_ctx);
+    // The part of [flat, flat + n) inside tensor t whose master, m and v this rank holds; 0 if none.
+    int (*owned_span)(void* ctx, const ParamTensor* t, size_t flat, size_t n, StateSpan* out);
+    // Whole-model transfers through host fp32 in the flat layout; collective over the holders of parts.
+    // master_to_host with flat = NULL only takes part in the gathers.
+    void (*set_from_host)(void* ctx, Backend* be, const float* flat);
+    void (*master_to_host)(void* ctx, Backend* be, float* flat);
+} ModelState;
+
+// ---------------------------------------------------------------------------------------------------
+// Moving values in and out of the spans, wherever their buffers live.
+
+// To host memory from memory in `from`, or from host memory to memory in `to`.
+static inline void place_to_host(Backend* be, Place from, void* dst_host, const void* src, size_t bytes) {
+    if (from == IN_HOST) memcpy(dst_host, src, bytes);
+    else be_download(be, dst_host, src, bytes);
+}
+static inline void place_from_host(Backend* be, Place to, void* dst, const void* src_host, size_t bytes) {
+    if (to == IN_HOST) memcpy(dst, src_host, bytes);
+    else be_upload(be, dst, src_host, bytes);
+}
+
+static inline Place span_place(const ModelState* ms, SpanBuffer b) {
+    if (b == SPAN_PARAMS) return ms->places.params;
+    return b == SPAN_GRAD ? ms->places.grads : ms->places.state;
+}
+
+static inline size_t span_elem_bytes(const ModelState* ms, const StateSpan* s, SpanBuffer b) {
+    if (b == SPAN_PARAMS) return dtype_size(ms->dt);
+    return b == SPAN_GRAD ? dtype_size(s->grad_dt) : sizeof(float);
+}
+
+// Element i of buffer b; the gradient is only ever read through it.
+static inline char* span_ptr(const ModelState* ms, const StateSpan* s, SpanBuffer b, size_t i) {
+    const void* base[] = {[SPAN_PARAMS] = s->params, [SPAN_MASTER] = s->master, [SPAN_M] = s->m, [SPAN_V] = s->v,
+                          [SPAN_GRAD] = s->grad};
+    return (char*)base[b] + i * span_elem_bytes(ms, s, b);
+}
+
+// All n elements of span s's buffer b, to or from host memory.
+static inline void span_to_host(const ModelState* ms, Backend* be, const StateSpan* s, SpanBuffer b, void* dst_host) {
+    place_to_host(be, span_place(ms, b), dst_host, span_ptr(ms, s, b, 0), s->n * span_elem_bytes(ms, s, b));
+}
+static inline void span_from_host(const ModelState* ms, Backend* be, const StateSpan* s, SpanBuffer b,
+                                  const void* src_host) {
+    place_from_host(be, span_place(ms, b), span_ptr(ms, s, b, 0), src_host, s->n * span_elem_bytes(ms, s, b));
+}
+
+// Sets the working copy of flat elements [flat, flat + n) from host memory wherever this rank holds it:
+// all of it where it holds the whole copy (which the state it owns may not cover), else the part `owned`
+// (a span of those elements; NULL: none).
+static inline void state_params_from_host(const ModelState* ms, Backend* be, size_t flat, size_t n, const StateSpan* owned,
+                                          const void* src_host) {
+    size_t x = dtype_size(ms->dt);
+    if (ms->whole_params) place_from_host(be, ms->places.params, (char*)ms->whole_params + flat * x, src_host, n * x);
+    else if (owned) span_from_host(ms, be, owned, SPAN_PARAMS, (const char*)src_host + (owned->flat - flat) * x);
+}
+
+// Before the host writes the working copy in place: where that is host memory, the holder's uploads from it
+// (zero.c's gathers) run on the copy stream and may still be reading it.
+static inline void state_before_host_writes(const ModelState* ms, Backend* be) {
+    if (ms->places.params == IN_HOST) be_synchronize(be);
+}
+
+// Host access to elements [i, i + n) of a span's buffer, for work overlapped with the copy stream (the
+// optimizer's -offload staging): in place where the buffer is host memory, else through `stage`, whose
+// copy runs on the copy stream and records `copied`. Where the buffer is host memory none of these copies
+// or waits.
+static inline size_t span_stage_bytes(const ModelState* ms, SpanBuffer b, size_t bytes) {
+    return span_place(ms, b) == IN_HOST ? 0 : bytes;
+}
+static inline void* span_host_view(const ModelState* ms, const StateSpan* s, SpanBuffer b, size_t i, void* stage) {
+    return span_place(ms, b) == IN_HOST ? span_ptr(ms, s, b, i) : stage;
+}
+static inline void span_fetch_async(const ModelState* ms, Backend* be, const StateSpan* s, SpanBuffer b, size_t i, size_t n,
+                                    void* stage, BeEvent* copied) {
+    if (span_place(ms, b) == IN_HOST) return;
+    be_download_async(be, stage, span_ptr(ms, s, b, i), n * span_elem_bytes(ms, s, b), copied);
+}
+static inline void span_store_async(const ModelState* ms, Backend* be, const StateSpan* s, SpanBuffer b, size_t i, size_t n,
+                                    const void* stage, BeEvent* copied) {
+    if (span_place(ms, b) == IN_HOST) return;
+    be_upload_async(be, span_ptr(ms, s, b, i), stage, n * span_elem_bytes(ms, s, b), copied);
+}
+// The host waits for the staged copy recorded in `copied`.
+static inline void span_stage_wait(const ModelState* ms, Backend* be, SpanBuffer b, BeEvent* copied) {
+    if (span_place(ms, b) != IN_HOST) be_event_synchronize(be, copied);
+}

@@ -1,0 +1,212 @@
+// optimizer.c: see optimizer.h.
+#include "core/zero/optimizer.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "base/common.h"
+#include "kernels/adamw_host.h"
+#include "core/util/rng.h"
+
+// The squares are summed where the gradients are: the same fp32 additions on either side.
+typedef struct {
+    Backend* be;
+    float* acc;   // backend scratch
+} BackendSum;
+
+static void add_squares_on_backend(const StateSpan* s, void* ctx) {
+    BackendSum* c = (BackendSum*)ctx;
+    sum_squares(c->be, s->grad_dt, c->acc, s->grad, s->n);
+}
+
+static void add_squares_on_host(const StateSpan* s, void* ctx) {
+    *(float*)ctx += (float)sum_squares_host(s->grad_dt, s->grad, s->n);
+}
+
+static float squares_on_backend(const ModelState* ms, Backend* be) {
+    BackendSum c = {.be = be, .acc = ms->scratch};
+    be_memset0(be, c.acc, sizeof(float));
+    ms->for_each_span(ms->ctx, STATE_NORM, add_squares_on_backend, &c);
+    float sum;
+    be_download(be, &sum, c.acc, sizeof(float));
+    return sum;
+}
+
+static float squares_on_host(const ModelState* ms) {
+    float sum = 0.0f;
+    ms->for_each_span(ms->ctx, STATE_NORM, add_squares_on_host, &sum);
+    return sum;
+}
+
+double grad_global_norm(const ModelState* ms, Backend* be, Comm* tp, Comm* pp) {
+    double sum = span_place(ms, SPAN_GRAD) == IN_HOST ? squares_on_host(ms) : squares_on_backend(ms, be);
+    if (ms->parts) comm_allreduce_host_sum(ms->parts, &sum, 1);   // the other parts of this stage's units
+    if (tp) comm_allreduce_host_sum(tp, &sum, 1);   // the other shards of this stage's blocks
+    if (pp) comm_allreduce_host_sum(pp, &sum, 1);   // the other stages' layers
+    return sqrt(sum);
+}
+
+float grad_clip_scale(double norm, float clip) {
+    return (clip > 0.0f && norm > clip) ? (float)(clip / norm) : 1.0f;
+}
+
+AdamWArgs adamw_span_args(const AdamWArgs* a, const StateSpan* s) {
+    AdamWArgs out = *a;
+    if (!s->t->decay) out.weight_decay = 0.0f;
+    return out;
+}
+
+size_t adamw_span_offset(const StateSpan* s) { return tensor_canonical(s->t, s->flat - s->t->offset); }
+
+typedef struct {
+    Backend* be;
+    const ModelState* ms;
+    const AdamWArgs* args;
+} UpdateCtx;
+
+static void update_span(const StateSpan* s, void* ctx) {
+    UpdateCtx* c = (UpdateCtx*)ctx;
+    AdamWArgs a = adamw_span_args(c->args, s);
+    adamw_update(c->be, s->params, c->ms->dt, s->master, s->grad, s->grad_dt, s->m, s->v, s->n, adamw_span_offset(s), &a);
+}
+
+static void update_on_backend(const ModelState* ms, Backend* be, const AdamWArgs* step) {
+    UpdateCtx c = {.be = be, .ms = ms, .args = step};
+    ms->for_each_span(ms->ctx, STATE_UPDATE, update_span, &c);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// State on the host (-offload). The spans go through the two staging buffers a chunk at a time: a chunk's
+// reduced gradient comes down (unless it is on the host already), AdamW runs on the host over master, m, v
+// (adamw_host: the CPU twin's own code, so the same bits, each chunk's noise keyed by its canonical offsets),
+// and the new working copy goes up (unless it lives on the host: then it is written in place). The copies
+// run on the copy stream, so chunk c+1's download and chunk c-1's upload overlap chunk c's host update.
+
+typedef struct {
+    StateSpan* spans;
+    int n;
+} SpanList;
+
+static void count_span(const StateSpan* s, void* ctx) { ((SpanList*)ctx)->n++; }
+static void list_span(const StateSpan* s, void* ctx) {
+    SpanList* l = (SpanList*)ctx;
+    l->spans[l->n++] = *s;
+}
+
+StateSpan* state_spans(const ModelState* ms, StateParts which, int* n) {
+    SpanList l = {NULL, 0};
+    ms->for_each_span(ms->ctx, which, count_span, &l);
+    l.spans = (StateSpan*)xmalloc(sizeof(StateSpan) * (size_t)(l.n ? l.n : 1));
+    l.n = 0;
+    ms->for_each_span(ms->ctx, which, list_span, &l);
+    *n = l.n;
+    return l.spans;
+}
+
+typedef struct {
+    const StateSpan* s;
+    size_t i, k;   // elements [i, i + k) of the span
+} Chunk;
+
+typedef struct {
+    const ModelState* ms;
+    Backend* be;
+    size_t chunk;           // elements per chunk: a staging buffer's, or (nothing staged) a whole span
+    void* grad[2];          // staging buffer b's gradient part
+    void* params[2];        // and its working-copy part
+    BeEvent* down[2];       // the download into grad[b]
+    BeEvent* up[2];         // the upload from params[b]
+} Staging;
+
+static Staging staging_open(const ModelState* ms, Backend* be) {
+    Staging st = {.ms = ms, .be = be, .chunk = ms->stage.buf ? ms->stage.elems : (size_t)-1};
+    size_t grad_bytes = span_stage_bytes(ms, SPAN_GRAD, st.chunk * 4);
+    size_t params_bytes = span_stage_bytes(ms, SPAN_PARAMS, st.chunk * dtype_size(ms->dt));
+    for (int b = 0; b < 2; b++) {
+        if (ms->stage.buf) {
+            st.grad[b] = (char*)ms->stage.buf + b * (grad_bytes + params_bytes);
+            st.params[b] = (char*)st.grad[b] + grad_bytes;
+        }
+        st.down[b] = be_event_create(be);
+        st.up[b] = be_event_create(be);
+    }
+    return st;
+}
+
+// The host waits for every upload (the copy stream runs them in order, so the last one's event covers
+// them all): the main stream's later work sees them, and the next step may rewrite both buffers.
+static void staging_close(Staging* st, int last_buffer) {
+    if (last_buffer >= 0) span_stage_wait(st->ms, st->be, SPAN_PARAMS, st->up[last_buffer]);
+    for (int b = 0; b < 2; b++) {
+        be_event_destroy(st->be, st->down[b]);
+        be_event_destroy(st->be, st->up[b]);
+    }
+}
+
+// The chunk after c in the order of spans[0 .. n); c.s == NULL at the end.
+static Chunk next_chunk(const StateSpan* spans, int n, Chunk c, size_t chunk_elems) {
+    size_t i = c.i + c.k;
+    const StateSpan* s = c.s;
+    while (s && i >= s->n) {
+        s = s + 1 < spans + n ? s + 1 : NULL;
+        i = 0;
+    }
+    Chunk out = {.s = s, .i = i, .k = s ? (s->n - i < chunk_elems ? s->n - i : chunk_elems) : 0};
+    return out;
+}
+
+static void start_download(Staging* st, const Chunk* c, int b) {
+    if (c->s) span_fetch_async(st->ms, st->be, c->s, SPAN_GRAD, c->i, c->k, st->grad[b], st->down[b]);
+}
+
+static void update_chunk(Staging* st, const Chunk* c, int b, int reused, const AdamWArgs* step) {
+    const ModelState* ms = st->ms;
+    const StateSpan* s = c->s;
+    size_t i = c->i;
+    span_stage_wait(ms, st->be, SPAN_GRAD, st->down[b]);
+    if (reused) span_stage_wait(ms, st->be, SPAN_PARAMS, st->up[b]);   // params[b] is free again
+    void* params = span_host_view(ms, s, SPAN_PARAMS, i, st->params[b]);
+    const void* grad = span_host_view(ms, s, SPAN_GRAD, i, st->grad[b]);
+    AdamWArgs a = adamw_span_args(step, s);
+    adamw_host(params, ms->dt, s->master + i, grad, s->grad_dt, s->m + i, s->v + i, c->k, adamw_span_offset(s) + i, &a);
+    span_store_async(ms, st->be, s, SPAN_PARAMS, i, c->k, params, st->up[b]);
+}
+
+static void update_on_host(const ModelState* ms, Backend* be, const AdamWArgs* step) {
+    int n_spans;
+    StateSpan* spans = state_spans(ms, STATE_UPDATE, &n_spans);
+    Staging st = staging_open(ms, be);
+    Chunk c = next_chunk(spans, n_spans, (Chunk){.s = n_spans ? spans : NULL}, st.chunk);
+    int b = 0, last = -1;
+    start_download(&st, &c, 0);
+    for (int n = 0; c.s; n++, b = 1 - b) {
+        Chunk next = next_chunk(spans, n_spans, c, st.chunk);
+        start_download(&st, &next, 1 - b);   // grad[1 - b] was last read by chunk n - 1's update, done
+        update_chunk(&st, &c, b, n >= 2, step);
+        last = b;
+        c = next;
+    }
+    staging_close(&st, last);
+    free(spans);
+}
+
+AdamWArgs adamw_args(const OptimizerStep* o, float grad_scale) {
+    Rng r = rng_seeded(o->seed, 0x5eed0000ull + (uint64_t)o->step);
+    AdamWArgs a = {.lr = o->lr,
+                   .beta1 = o->beta1,
+                   .beta2 = o->beta2,
+                   .eps = o->eps,
+                   .weight_decay = o->weight_decay,
+                   .grad_scale = grad_scale,
+                   .step = o->step + 1,
+                   .seed = (uint32_t)rng_next_u64(&r)};
+    return a;
+}
+
+void adamw_step(const ModelState* ms, Backend* be, const OptimizerStep* o, float grad_scale) {
+    AdamWArgs args = adamw_args(o, grad_scale);
+    state_before_host_writes(ms, be);
+    // AdamW runs where master, m and v are: a host update leaves the backend only the copies.
+    if (span_place(ms, SPAN_MASTER) == IN_HOST) update_on_host(ms, be, &args);
+    else update_on_backend(ms, be, &args);
+}

@@ -1,0 +1,27 @@
+// optimizer.h: the step after the gradients are reduced: global norm, clipping, AdamW over the spans of
+// the model states this rank holds (model_state.h: all of them, or its pieces where ZeRO shards the state).
+#pragma once
+#include "core/zero/model_state.h"
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    int step;          // 0-based step being taken
+    uint64_t seed;     // run seed; the rounding noise of step s is seeded from (seed, s)
+} OptimizerStep;
+
+// Global L2 norm of the reduced gradients: each rank sums the squares of what it holds (the tied
+// embedding and a tensor group's whole tensors once: their copies are skipped), the ranks holding other
+// parts add, then the tensor group's shards (tp), then the pipeline's stages (pp; each NULL without).
+double grad_global_norm(const ModelState* ms, Backend* be, Comm* tp, Comm* pp);
+// Scale applied to the gradients: clip / norm when the norm exceeds the clip (clip > 0), else 1.
+float grad_clip_scale(double norm, float clip);
+// AdamW on every owned parameter (weight decay on 2-D tensors), gradients multiplied by grad_scale.
+void adamw_step(const ModelState* ms, Backend* be, const OptimizerStep* o, float grad_scale);
+// The pieces of that step, for whoever runs it elsewhere (delayed_update.h): its arguments (the rounding
+// seed drawn from (seed, step)), a span's (no decay off 2-D tensors), and the canonical offset of a span's
+// first element, which keys its rounding noise.
+AdamWArgs adamw_args(const OptimizerStep* o, float grad_scale);
+AdamWArgs adamw_span_args(const AdamWArgs* a, const StateSpan* s);
+size_t adamw_span_offset(const StateSpan* s);
+// The spans of `which` in for_each_span's order, as an array the caller frees; *n is their count.
+StateSpan* state_spans(const ModelState* ms, StateParts which, int* n);
