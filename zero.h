@@ -21,7 +21,7 @@
 //                 (ZeRO-Infinity's shape: the device holds the walk's buffers, the host the model)
 // Overlap (shard_grads, shard_params): a unit's reduce-scatter runs while the next unit's backward
 // computes, and the gather of the block the walk will ask for next runs while the current one computes
-// (zero.c explains when).
+// (core/zero/grad_slots.h and core/zero/param_slots.h explain when).
 //
 // The layers below see ZeRO only through interfaces it fills: the walk (gpt.c) through a ParamStore, the
 // optimizer and the checkpoints through a ModelState, --estimate through the trainer's StatePlanner around

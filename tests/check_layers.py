@@ -10,7 +10,7 @@ or sideways (the same layer), never up. Layers, bottom to top:
    5 core/data/         token shards                         } one layer: neither includes the other
      core/tokenizer/    BPE encoding and llm.c's decoding file }
    6 core/pipeline/     schedules as action lists and their executor
-   7 core/zero/         what ZeRO's helpers share: model state, optimizer, delayed update, gradient landing
+   7 core/zero/         ZeRO's helpers: model state, optimizer, delayed update, gradient landing, pieces, gradient and parameter slots
    8 core/run/          flags, the report, the memory estimate
    9 core/checkpoint/   checkpoints, their files, the run directory and the run record
   10 zero.h, zero.c     the ZeRO policy

@@ -1,0 +1,124 @@
+// grad_slots.c: the rotating gradient slots and their reduce-scatters. See grad_slots.h.
+#include "core/zero/grad_slots.h"
+
+#include "base/common.h"
+
+void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc, size_t acc_elems, int on_host, int tied) {
+    *g = (GradSlots){.on_host = on_host};
+    size_t max_piece = 0, x = piece_elem_bytes(pc);
+    for (int u = 0; u < pc->lay->num_units; u++) max_piece = piece_len(pc, u) > max_piece ? piece_len(pc, u) : max_piece;
+    if (on_host) {
+        g->acc = (float*)mem_alloc_host(be, mem, MEM_HOST_GRADS, acc_elems * 4);
+        g->landing = grad_landing_create(be, mem, pc->dt, max_piece);
+    } else {
+        g->acc = (float*)mem_alloc(be, mem, MEM_GRADS, acc_elems * 4);
+    }
+    // The accumulator's additions on the backend; with on_host only the tied embedding's all-reduce.
+    if (!on_host || tied) g->piece_f32 = (float*)mem_alloc(be, mem, MEM_GRADS, max_piece * 4);
+    size_t block = largest_block_unit(pc->lay);
+    for (int s = 0; s < 2; s++) {
+        g->slot[s].buf = mem_alloc(be, mem, MEM_GRADS, block * x);
+        g->slot[s].unit = -1;
+    }
+    int emb = pc->lay->emb_unit;
+    if (emb >= 0) g->emb.buf = mem_alloc(be, mem, MEM_GRADS, pc->lay->units[emb].padded * x);
+}
+
+static CommHandle reduce_start(const Pieces* pc, int u, void* buf) {
+    size_t p = piece_len(pc, u);
+    if (pc->size == 1) return no_handle();
+    return comm_reduce_scatter_sum_start(pc->dp, elem_at(buf, (size_t)pc->rank * p, piece_elem_bytes(pc)), buf, p, pc->dt);
+}
+
+// Waits for unit u's reduce-scatter of buf and adds this rank's piece into the fp32 accumulator: on the
+// backend, or (on_host) on the host, with the same fp32 additions, once the piece has come down (queued:
+// grad_slots_finish_all drains it).
+static void reduce_into_accumulator(GradSlots* g, Backend* be, const Pieces* pc, int u, void* buf, CommHandle* h) {
+    size_t p = piece_len(pc, u);
+    pieces_wait(pc, h);
+    float* acc = g->acc + pc->offset[u];
+    const void* mine = elem_at(buf, (size_t)pc->rank * p, piece_elem_bytes(pc));
+    if (g->on_host) {
+        grad_landing_add(g->landing, be, acc, mine, p);
+        return;
+    }
+    convert(be, g->piece_f32, DT_FP32, mine, pc->dt, p);
+    residual_forward(be, DT_FP32, acc, acc, g->piece_f32, p);
+}
+
+static void start_reduce(GradSlots* g, const Pieces* pc, GradSlot* s, int u) {
+    s->flight = reduce_start(pc, u, s->buf);
+    s->state = GRAD_REDUCING;
+    s->unit = u;
+    s->seq = ++g->started;
+}
+
+static void finish_grad_slot(GradSlots* g, Backend* be, const Pieces* pc, GradSlot* s) {
+    if (s->state != GRAD_REDUCING) return;
+    reduce_into_accumulator(g, be, pc, s->unit, s->buf, &s->flight);
+    s->state = GRAD_FREE;
+    s->unit = -1;
+}
+
+void grad_slots_finish_all(GradSlots* g, Backend* be, const Pieces* pc) {
+    int first = g->slot[0].seq <= g->slot[1].seq ? 0 : 1;
+    finish_grad_slot(g, be, pc, &g->slot[first]);
+    finish_grad_slot(g, be, pc, &g->slot[1 - first]);
+    finish_grad_slot(g, be, pc, &g->emb);
+    if (g->on_host) grad_landing_drain(g->landing);
+}
+
+// The rotating slot filling with unit u's gradients; NULL if none.
+static GradSlot* filling_slot(GradSlots* g, int u) {
+    GradSlot* slot = g->slot;
+    for (int s = 0; s < 2; s++)
+        if (slot[s].state == GRAD_FILLING && slot[s].unit == u) return &slot[s];
+    return NULL;
+}
+
+// Whether a is the better slot to take than b: one with nothing in flight, else the older reduce-scatter.
+static int better_to_take(const GradSlot* a, const GradSlot* b) {
+    return b->state == GRAD_REDUCING && (a->state != GRAD_REDUCING || a->seq < b->seq);
+}
+
+// A rotating slot for unit u, GRAD_FREE: finishes u's previous reduce-scatter if it is still in flight,
+// then takes the better slot the walk is not filling and finishes its reduce-scatter.
+static GradSlot* take_grad_slot(GradSlots* g, Backend* be, const Pieces* pc, int u) {
+    GradSlot* slot = g->slot;
+    for (int s = 0; s < 2; s++)
+        if (slot[s].state == GRAD_REDUCING && slot[s].unit == u) finish_grad_slot(g, be, pc, &slot[s]);
+    GradSlot* pick = NULL;
+    for (int s = 0; s < 2; s++)
+        if (slot[s].state != GRAD_FILLING && (!pick || better_to_take(&slot[s], pick))) pick = &slot[s];
+    if (!pick)
+        fail("internal: no free gradient buffer for unit %d (units %d and %d still held)", u, slot[0].unit, slot[1].unit);
+    finish_grad_slot(g, be, pc, pick);
+    return pick;
+}
+
+// The slot to accumulate unit u's gradients in: the embeddings' own (its last reduce-scatter finished
+// first), the rotating one already filling with u, or a newly taken one.
+static GradSlot* grad_slot_for(GradSlots* g, Backend* be, const Pieces* pc, int u) {
+    if (u == pc->lay->emb_unit) {
+        finish_grad_slot(g, be, pc, &g->emb);
+        return &g->emb;
+    }
+    GradSlot* s = filling_slot(g, u);
+    return s ? s : take_grad_slot(g, be, pc, u);
+}
+
+void* grad_slots_buffer(GradSlots* g, Backend* be, const Pieces* pc, int u) {
+    GradSlot* s = grad_slot_for(g, be, pc, u);
+    if (s->state == GRAD_FREE) {
+        be_memset0(be, s->buf, pc->lay->units[u].padded * piece_elem_bytes(pc));
+        s->state = GRAD_FILLING;
+        s->unit = u;
+    }
+    return s->buf;
+}
+
+void grad_slots_done(GradSlots* g, const Pieces* pc, int u) {
+    GradSlot* s = u == pc->lay->emb_unit ? &g->emb : filling_slot(g, u);
+    if (!s) fail("internal: gradients of unit %d finished but never requested", u);
+    start_reduce(g, pc, s, u);
+}

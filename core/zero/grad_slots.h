@@ -1,0 +1,60 @@
+// grad_slots.h: the walk's gradient buffers under shard_grads (zero.h), and the reduce-scatters that empty
+// them into this rank's fp32 accumulator of pieces.
+//
+// Two rotating slots hold the blocks' and the final LayerNorm's gradients, one more the embeddings' (which
+// the LM head and the encoder both fill). A unit's reduce-scatter starts when the walk is done with its
+// gradients (grad_slots_done) and is finished (waited for, then added into the accumulator) only when its
+// slot is needed again: two units later for the rotating slots, the next micro-step for the embeddings, or
+// grad_slots_finish_all at the step boundary. So each unit's reduce-scatter runs during the next unit's
+// backward (bucket = unit). A unit's earlier reduce-scatter is always finished before its next one starts,
+// so every piece of the accumulator gets its micro-steps' sums added in the same order, with the same bits,
+// as when each was finished at once.
+#pragma once
+#include "core/model/memory.h"
+#include "core/zero/grad_landing.h"
+#include "core/zero/pieces.h"
+
+// A gradient slot's life. Its reduce-scatter is finished only when the buffer is wanted again, so that it
+// runs during the next unit's backward.
+typedef enum {
+    GRAD_FREE,       // nothing in it the accumulator still needs.
+                     // -> FILLING: grad_slots_buffer zeroes it for a unit
+    GRAD_FILLING,    // the walk adds `unit`'s gradients, over all its requests of the micro-step.
+                     // -> REDUCING: grad_slots_done starts the reduce-scatter
+    GRAD_REDUCING,   // `unit`'s reduce-scatter is in flight.
+                     // -> FREE: finishing it waits for it and adds this rank's piece to the accumulator
+} GradSlotState;
+
+typedef struct {
+    void* buf;            // Pieces.dt, laid out like its unit's parameters
+    GradSlotState state;
+    int unit;             // GRAD_FILLING, GRAD_REDUCING: whose gradients
+    CommHandle flight;    // GRAD_REDUCING: the reduce-scatter
+    unsigned long seq;    // start order of its last reduce-scatter: the older of two is finished first
+} GradSlot;
+
+typedef struct {
+    GradSlot slot[2];        // rotating: the blocks and the final LayerNorm
+    GradSlot emb;            // the embeddings'
+    unsigned long started;   // reduce-scatters started so far: the next one's seq
+    float* acc;              // fp32 accumulator of this rank's pieces (index Pieces.offset); host memory with on_host
+    float* piece_f32;        // backend: one piece converted to fp32 before it is added; with on_host only
+                             // allocated for a tied embedding, whose piece zero.c sums over the pair here
+    GradLanding* landing;    // on_host: how each reduced piece comes down and is added (grad_landing.h)
+    int on_host;             // grads_on_host
+} GradSlots;
+
+// Allocates the accumulator (acc_elems fp32, on the host with on_host), the landing or the fp32 scratch
+// (also with on_host when tied: a pipeline's tied embedding), and the slots, charging mem; with be == NULL
+// (zero_plan) it only charges. The slots start GRAD_FREE.
+void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc, size_t acc_elems, int on_host, int tied);
+
+// The buffer the walk accumulates unit u's gradients in (zeroed when the unit takes it): the embeddings'
+// slot (its last reduce-scatter finished first), the rotating one already filling with u, or a newly taken
+// one, whose reduce-scatter in flight is finished first (the older of the two if neither is filling).
+void* grad_slots_buffer(GradSlots* g, Backend* be, const Pieces* pc, int u);
+// The walk is done with unit u's gradients for this micro-step: starts its reduce-scatter.
+void grad_slots_done(GradSlots* g, const Pieces* pc, int u);
+// Finishes every reduce-scatter in flight, in the order they started (the embeddings' last), and with
+// on_host waits until every piece is in the accumulator: afterwards acc holds the reduced sums.
+void grad_slots_finish_all(GradSlots* g, Backend* be, const Pieces* pc);

@@ -1,0 +1,39 @@
+// pieces.h: how the data-parallel group splits the layout's units into pieces (zero.h explains why each
+// unit splits evenly). Rank r's piece of unit u is [u.offset + r·piece_len(u), + piece_len(u)) in the flat
+// layout; a buffer that holds only this rank's pieces (sharded state, gradients or parameters) keeps piece u
+// at index offset[u]. The rotating gradient slots (grad_slots.h) and the gathered parameters
+// (param_slots.h) read it; zero.c fills it once, at zero_create, and never changes it.
+#pragma once
+#include <stddef.h>
+
+#include "core/comm/comm.h"
+#include "core/model/model.h"
+
+typedef struct {
+    const ParamLayout* lay;
+    Comm* dp;                   // the data-parallel group; NULL for a single process (and for zero_plan)
+    int rank, size;             // in the DP group
+    DType dt;                   // of the working parameters and the walk's gradients
+    size_t offset[MAX_UNITS];   // index of each unit's piece in a buffer of pieces
+} Pieces;
+
+static inline void* elem_at(void* base, size_t index, size_t elem_bytes) { return (char*)base + index * elem_bytes; }
+static inline size_t piece_len(const Pieces* pc, int u) { return pc->lay->units[u].padded / (size_t)pc->size; }
+static inline size_t piece_elem_bytes(const Pieces* pc) { return dtype_size(pc->dt); }
+
+// What a collective start returns on one rank, where none runs.
+static inline CommHandle no_handle(void) { return (CommHandle){.slot = 0, .gen = 0}; }
+
+// Waits for a collective started over the group (nothing on one rank).
+static inline void pieces_wait(const Pieces* pc, CommHandle* h) {
+    if (pc->size > 1) comm_wait(pc->dp, h);
+}
+
+// The largest unit other than the embeddings: the size of a rotating slot, which holds a block or the final
+// LayerNorm (grad_slots.h, param_slots.h).
+static inline size_t largest_block_unit(const ParamLayout* lay) {
+    size_t m = 0;
+    for (int u = 0; u < lay->num_units; u++)
+        if (u != lay->emb_unit) m = lay->units[u].padded > m ? lay->units[u].padded : m;
+    return m;
+}
