@@ -128,7 +128,6 @@ static Outs run_matmul(Pool* pool, DType dt, DType rd) {
     return o;
 }
 
-
 // layernorm.
 static Outs run_layernorm(Pool* pool, DType dt, DType rd) {
     Backend* be = pool->be;
@@ -148,7 +147,6 @@ static Outs run_layernorm(Pool* pool, DType dt, DType rd) {
     return o;
 }
 
-
 // attention.
 static Outs run_attention(Pool* pool, DType dt, DType rd) {
     Backend* be = pool->be;
@@ -167,7 +165,6 @@ static Outs run_attention(Pool* pool, DType dt, DType rd) {
     pool_release(pool, dqkv_in); pool_release(pool, ddy); pool_release(pool, out); pool_release(pool, dq); pool_release(pool, lse); pool_release(pool, scratch);
     return o;
 }
-
 
 // encoder.
 static Outs run_encoder(Pool* pool, DType dt, DType rd) {
@@ -189,7 +186,6 @@ static Outs run_encoder(Pool* pool, DType dt, DType rd) {
     return o;
 }
 
-
 // gelu and residual.
 static Outs run_gelu(Pool* pool, DType dt, DType rd) {
     Backend* be = pool->be;
@@ -207,7 +203,6 @@ static Outs run_gelu(Pool* pool, DType dt, DType rd) {
     pool_release(pool, dx); pool_release(pool, ddy); pool_release(pool, out); pool_release(pool, g);
     return o;
 }
-
 
 // classifier.
 static Outs run_classifier(Pool* pool, DType dt, DType rd) {

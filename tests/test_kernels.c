@@ -228,7 +228,6 @@ static void test_layernorm(TestStats* s, Backend* be) {
     be_free(be, dx); be_free(be, dw); be_free(be, db);
 }
 
-
 // ---------------------------------------------------------------------------------------------------
 // attention.
 
@@ -322,7 +321,6 @@ static void test_attention(TestStats* s, Backend* be) {
     be_free(be, out); be_free(be, out2); be_free(be, lse); be_free(be, scratch); be_free(be, dq);
 }
 
-
 // ---------------------------------------------------------------------------------------------------
 // encoder.
 
@@ -375,7 +373,6 @@ static void test_encoder(TestStats* s, Backend* be) {
     be_free(be, out); be_free(be, dwte); be_free(be, dwpe);
 }
 
-
 // ---------------------------------------------------------------------------------------------------
 // gelu and residual.
 
@@ -412,7 +409,6 @@ static void test_gelu(TestStats* s, Backend* be) {
     check_true(s, "residual_forward_ref", ok);
     free(x); free(dy); free(alias); free(c.x); free(c.dout);
 }
-
 
 // ---------------------------------------------------------------------------------------------------
 // classifier.
