@@ -19,9 +19,9 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lcudar
 
 # -fno-math-errno: nothing reads errno after a math call, and without it sqrtf cannot vectorize (the
 # host AdamW, kernels/adamw_host.h); results are the same, correctly rounded either way.
-# MPI (the comm layer, core/comm/comm.h): with OpenMPI's mpicc on PATH, core/comm/comm_mpi.c is compiled with its
-# flags and every program links libmpi; without it, core/comm/comm_single.c, a world of one rank that refuses a
-# multi-rank launch. MPI=0|1 overrides the detection. nvcc takes -L/-l itself, other linker flags through
+# MPI (the comm layer, core/comm/comm.h): with OpenMPI's mpicc on PATH, core/comm/comm_mpi.c and its hang watchdog
+# (core/comm/watchdog.c) are compiled with its flags and every program links libmpi; without it,
+# core/comm/comm_single.c, a world of one rank that refuses a multi-rank launch. MPI=0|1 overrides the detection. nvcc takes -L/-l itself, other linker flags through
 # -Xlinker/-Xcompiler.
 MPICC ?= mpicc
 MPI   ?= $(if $(shell command -v $(MPICC) 2>/dev/null),1,0)
@@ -33,12 +33,12 @@ $(error MPI=1 but "$(MPICC) --showme:link" gave nothing: install OpenMPI (openmp
 endif
 COMM_UNUSED := core/comm/comm_single.c
 else
-COMM_UNUSED := core/comm/comm_mpi.c
+COMM_UNUSED := core/comm/comm_mpi.c core/comm/watchdog.c
 endif
 comma      := ,
 MPI_NVLIBS := $(foreach f,$(MPI_LIBS),$(if $(filter -L% -l%,$(f)),$(f),$(if $(filter -Wl$(comma)%,$(f)),-Xlinker $(patsubst -Wl$(comma)%,%,$(f)),-Xcompiler $(f))))
 LDLIBS     += $(MPI_LIBS)
-%/comm_mpi.o: CFLAGS += $(MPI_CFLAGS)
+%/comm_mpi.o %/comm/watchdog.o: CFLAGS += $(MPI_CFLAGS)
 
 B := build
 

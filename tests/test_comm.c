@@ -16,6 +16,7 @@
 //   test_comm --hang MODE     the hang watchdog at 1 s: rank 1 stops itself (SIGSTOP) while the others wait in an
 //                             all-reduce (MODE stop), or ranks 0 and 1 each wait to receive from the other
 //                             (MODE deadlock): the watchdog must end the job with one line naming them.
+#include <limits.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,8 +46,8 @@ typedef struct {
 // One verdict per check: a check fails if it failed on any rank; rank 0 prints it.
 static void verdict(T* t, const char* name, int ok, const char* why) {
     if (!ok) fprintf(stderr, "rank %d: %s: %s\n", t->rank, name, why);
-    double v[2] = {ok ? 0 : 1, ok ? -1e9 : -(double)t->rank};   // any failure; the lowest failing rank
-    comm_allreduce_host_max(t->world, v, 2);
+    long long v[2] = {ok ? 0 : 1, ok ? LLONG_MIN : -(long long)t->rank};   // any failure; the lowest failing rank
+    comm_allreduce_host_max_i64(t->world, v, 2);
     int all_ok = v[0] == 0;
     if (all_ok) t->st.passed++;
     else t->st.failed++;
@@ -132,9 +133,9 @@ static uint32_t hash_bytes(const void* p, size_t n) {
 
 // Are the n floats at x identical on every rank of the group?
 static int same_on_group(Group* g, const float* x, size_t n) {
-    double h[2] = {hash_bytes(x, n * 4), 0};
+    long long h[2] = {hash_bytes(x, n * 4), 0};
     h[1] = -h[0];
-    comm_allreduce_host_max(g->c, h, 2);
+    comm_allreduce_host_max_i64(g->c, h, 2);
     return h[0] == -h[1];
 }
 
@@ -561,8 +562,21 @@ static void test_host(T* t) {
     double ys[2] = {t->rank, -(double)t->rank};
     comm_allreduce_host_max(t->world, ys, 2);
     verdict(t, "host_allreduce_max", ys[0] == n - 1 && ys[1] == 0, "wrong maxima");
+    // The integer reductions, on values past 2^53 (odd ones, which no double holds) and at the ends of the
+    // range: doubles would round every one of them.
+    const long long big = 1LL << 58, r = t->rank, m = t->size;
+    long long is[3] = {big + 2 * r + 1, -big - 1, LLONG_MIN + 1 + r};
+    comm_allreduce_host_sum_i64(t->world, is, 2);
+    verdict(t, "host_allreduce_sum_i64", is[0] == m * big + m * m && is[1] == -m * big - m && is[2] == LLONG_MIN + 1 + r,
+            "wrong integer sums");
+    long long im[3] = {LLONG_MAX - r, -(1LL << 60) - 1 - r, (1LL << 53) + 1 + 2 * r};
+    comm_allreduce_host_max_i64(t->world, im, 3);
+    verdict(t, "host_allreduce_max_i64", im[0] == LLONG_MAX && im[1] == -(1LL << 60) - 1 && im[2] == (1LL << 53) + 2 * m - 1,
+            "wrong integer maxima");
     comm_reset_bytes(t->world);
     comm_allreduce_host_sum(t->world, xs, 2);
+    comm_allreduce_host_sum_i64(t->world, is, 2);
+    comm_allreduce_host_max_i64(t->world, im, 3);
     int zero = 1;
     for (int k = 0; k < NUM_COLLECTIVES; k++) zero &= comm_bytes_sent(t->world, (Collective)k) == 0;
     verdict(t, "host_allreduce_not_counted", zero, "host reductions were counted");

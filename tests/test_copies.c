@@ -61,8 +61,8 @@ typedef struct {
 
 // A check passes when it held on every rank; rank 0 prints it.
 static void verdict(T* t, const char* name, int ok) {
-    double bad = ok ? 0 : 1;
-    comm_allreduce_host_max(t->world, &bad, 1);
+    long long bad = ok ? 0 : 1;
+    comm_allreduce_host_max_i64(t->world, &bad, 1);
     if (t->rank != 0) {
         bad ? t->st.failed++ : t->st.passed++;
         return;

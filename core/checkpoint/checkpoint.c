@@ -64,9 +64,9 @@ static void recv_model_part(Comm* world, int from, const char* path, long long p
 // Rank 0 takes the parts of the writers that flagged `sends`, in rank order.
 static void model_parts_to_root(const ParamLayout* lay, const float* flat, int sends, Comm* world, const char* path) {
     int size = comm_size(world), rank = comm_rank(world);
-    double* from = (double*)xcalloc((size_t)size, sizeof(double));
+    long long* from = (long long*)xcalloc((size_t)size, sizeof(long long));
     from[rank] = sends;
-    comm_allreduce_host_sum(world, from, size);
+    comm_allreduce_host_sum_i64(world, from, size);
     if (sends) send_model_part(lay, flat, world);
     for (int r = 1; rank == 0 && r < size; r++)
         if (from[r] > 0) recv_model_part(world, r, path, (long long)shape_param_count(&lay->shape));
@@ -142,9 +142,9 @@ int copy_held_whole_by_group(const ParamTensor* t, const ParamLayout* lay) {
 // them. The stages write model.bin in place, in parts, so rank 0 reads it back once all of them are done.
 static uint32_t* gather_checksums(Comm* world, uint32_t mine, const char* model_path) {
     int size = comm_size(world), rank = comm_rank(world);
-    double* v = (double*)xcalloc((size_t)size, sizeof(double));   // a CRC-32 is exact in a double
+    long long* v = (long long*)xcalloc((size_t)size, sizeof(long long));
     v[rank] = mine;
-    comm_allreduce_host_sum(world, v, size);   // after every rank's part of model.bin
+    comm_allreduce_host_sum_i64(world, v, size);   // after every rank's part of model.bin
     uint32_t* crcs = (uint32_t*)xmalloc(((size_t)size + 1) * sizeof(uint32_t));
     for (int r = 0; r < size; r++) crcs[r] = (uint32_t)v[r];
     free(v);

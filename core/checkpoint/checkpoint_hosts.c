@@ -17,9 +17,9 @@
 // failing rank's.
 static int agree(Comm* world, int ok, char* why) {
     int size = comm_size(world);
-    double first = ok ? 0.0 : (double)(size - comm_rank(world));
-    comm_allreduce_host_max(world, &first, 1);
-    if (first == 0.0) return 1;
+    long long first = ok ? 0 : size - comm_rank(world);
+    comm_allreduce_host_max_i64(world, &first, 1);
+    if (first == 0) return 1;
     comm_broadcast_host(world, why, WHY_SIZE, size - (int)first);
     why[WHY_SIZE - 1] = '\0';
     return 0;
@@ -28,16 +28,16 @@ static int agree(Comm* world, int ok, char* why) {
 // For each of n state files in dir, the lowest rank whose host's directory holds it; -1 where none does.
 static int* state_holders(Comm* world, const char* dir, int n) {
     int size = comm_size(world);
-    double* v = (double*)xmalloc((size_t)n * sizeof(double));
+    long long* v = (long long*)xmalloc((size_t)n * sizeof(long long));
     for (int r = 0; r < n; r++) {
         char name[64], p[PATH_MAX];
         snprintf(name, sizeof(name), "state_rank%d.bin", r);
         path_join(p, sizeof(p), dir, name);
-        v[r] = path_exists(p) ? (double)(size - comm_rank(world)) : 0.0;
+        v[r] = path_exists(p) ? size - comm_rank(world) : 0;
     }
-    comm_allreduce_host_max(world, v, n);
+    comm_allreduce_host_max_i64(world, v, n);
     int* holders = (int*)xmalloc((size_t)n * sizeof(int));
-    for (int r = 0; r < n; r++) holders[r] = v[r] > 0.0 ? size - (int)v[r] : -1;
+    for (int r = 0; r < n; r++) holders[r] = v[r] > 0 ? size - (int)v[r] : -1;
     free(v);
     return holders;
 }
@@ -85,9 +85,9 @@ static int state_file_spans(Comm* world, const char* dir, const Manifest* m, int
 // model.bin is on some host, and the lowest rank that has it finds its bytes as the manifest records them.
 static int model_verified(Comm* world, const char* dir, const Manifest* m, int has_model, char* why) {
     int size = comm_size(world), rank = comm_rank(world);
-    double lowest = has_model ? (double)(size - rank) : 0.0;
-    comm_allreduce_host_max(world, &lowest, 1);
-    if (lowest == 0.0) return set_why(why, WHY_SIZE, "model.bin is on no host");
+    long long lowest = has_model ? size - rank : 0;
+    comm_allreduce_host_max_i64(world, &lowest, 1);
+    if (lowest == 0) return set_why(why, WHY_SIZE, "model.bin is on no host");
     int ok = 1;
     if (rank == size - (int)lowest) {
         char mine[WHY_SIZE];
@@ -127,22 +127,22 @@ static int inspect_hosts(Comm* world, const char* dir, const GPTShape* s, Checkp
 
 // The newest step of this host's that is at most bound, least over the hosts: -1 when some host has none.
 static int common_candidate(Comm* world, const int* steps, int count, int bound) {
-    double c = 1.0;   // negated: a max over ranks is the least step
-    for (int i = 0; i < count && c > 0.0; i++)
-        if (steps[i] <= bound) c = -(double)steps[i];
-    comm_allreduce_host_max(world, &c, 1);
-    return c > 0.0 ? -1 : (int)-c;
+    long long c = 1;   // negated: a max over ranks is the least step
+    for (int i = 0; i < count && c > 0; i++)
+        if (steps[i] <= bound) c = -(long long)steps[i];
+    comm_allreduce_host_max_i64(world, &c, 1);
+    return c > 0 ? -1 : (int)-c;
 }
 
 int checkpoint_find_hosts(const char* out_dir, Comm* world, const GPTShape* s, char* path, size_t size, CheckpointInfo* info,
                           int verbose) {
     int* steps;
     int count = run_dir_checkpoints(out_dir, &steps), found = -1, bound = INT_MAX;
-    double any = count;
-    comm_allreduce_host_max(world, &any, 1);
+    long long any = count;
+    comm_allreduce_host_max_i64(world, &any, 1);
     char why[WHY_SIZE], skipped[2048] = "";
     size_t used = 0;
-    for (int step; any > 0.0 && found < 0 && (step = common_candidate(world, steps, count, bound)) >= 0; bound = step - 1) {
+    for (int step; any > 0 && found < 0 && (step = common_candidate(world, steps, count, bound)) >= 0; bound = step - 1) {
         run_dir_checkpoint_path(path, size, out_dir, step);
         checkpoint_refuse_other_shape(path, s);
         if (inspect_hosts(world, path, s, info, why)) {
@@ -153,7 +153,7 @@ int checkpoint_find_hosts(const char* out_dir, Comm* world, const GPTShape* s, c
         used = w > 0 && used + (size_t)w < sizeof(skipped) ? used + (size_t)w : used;
     }
     free(steps);
-    if (any > 0.0 && found < 0)
+    if (any > 0 && found < 0)
         fail("no checkpoint in %s is complete on every host (%s)", out_dir, used ? skipped : "some host's directory holds none");
     if (found >= 0 && used && verbose) fprintf(stderr, "warning: skipping checkpoints incomplete on some host: %s\n", skipped);
     return found;

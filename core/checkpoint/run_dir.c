@@ -131,9 +131,9 @@ static double start_token(Comm* world) {
 }
 
 static int all_ranks(Comm* world, int yes) {
-    double no = yes ? 0.0 : 1.0;
-    comm_allreduce_host_max(world, &no, 1);
-    return no == 0.0;
+    long long no = yes ? 0 : 1;
+    comm_allreduce_host_max_i64(world, &no, 1);
+    return no == 0;
 }
 
 // Whether this rank sees the file rank 0 creates in path (rank 0 opened path already).
@@ -201,8 +201,8 @@ void run_dir_setup(RunDir* rd, Comm* world, const char* path, RunStart start) {
     rd->node_local = 1;
     rd->root_dir = on_root_host;
     rd->manager = rank == comm_host_leader(world);
-    double managers = rd->manager;
-    comm_allreduce_host_sum(world, &managers, 1);
+    long long managers = rd->manager;
+    comm_allreduce_host_sum_i64(world, &managers, 1);
     rd->dirs = (int)managers;
     if (rd->manager && rank != 0) run_dir_open(rd, path, start);
 }

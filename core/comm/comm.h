@@ -133,18 +133,23 @@ void comm_recv_host(Comm* c, void* buf, size_t bytes, int peer, int tag);
 // (a few bytes per step) so the totals compare with the model-size formulas exactly.
 void comm_allreduce_host_sum(Comm* c, double* xs, int n);
 void comm_allreduce_host_max(Comm* c, double* xs, int n);
+// The same for integers (flags, counts, ranks, steps, checksums): exact over all of long long, where a
+// double holds integers exactly only up to 2^53. A sum that overflows long long is an error the caller
+// must rule out, as in C.
+void comm_allreduce_host_sum_i64(Comm* c, long long* xs, int n);
+void comm_allreduce_host_max_i64(Comm* c, long long* xs, int n);
 // Whether every rank of c passed the same value (a hash of what should be bit-identical across the group).
 static inline int comm_all_equal(Comm* c, uint64_t v) {
-    // The value as two exact 32-bit halves; equal everywhere iff max == -max(-x) for each.
-    double x[4] = {(double)(v >> 32), (double)(v & 0xffffffffu), -(double)(v >> 32), -(double)(v & 0xffffffffu)};
-    comm_allreduce_host_max(c, x, 4);
-    return x[0] == -x[2] && x[1] == -x[3];
+    // max(x) and max(~x) = ~min(x) (~ never overflows): equal everywhere iff the max is the min.
+    long long s = (long long)v, x[2] = {s, ~s};
+    comm_allreduce_host_max_i64(c, x, 2);
+    return x[0] == ~x[1];
 }
 
 // Hang watchdog (MPI; nothing to watch in a world of one). Every wait of this layer (collectives, exchanges,
 // host transfers, barriers) polls its MPI requests, and meanwhile answers the other ranks' questions. With a
 // timeout set, a wait that outlasts it asks every rank what it waits in: a rank that does not answer within a
-// few seconds (comm_mpi.c: the ask window) is one that stopped (SIGSTOP, a frozen host, or work outside any
+// few seconds (watchdog.c: the ask window) is one that stopped (SIGSTOP, a frozen host, or work outside any
 // wait for longer than the timeout), and the job ends, non-zero, with one line on stderr naming it, the rank
 // that waited and what that rank waited in ("error: rank 1 stopped answering: rank 0 waited 30.0 s in
 // all-reduce over the world (step 12: gradient norm)"). When every rank answers twice and none has moved on,
@@ -152,7 +157,7 @@ static inline int comm_all_equal(Comm* c, uint64_t v) {
 // comm_watchdog_phase) get COMM_WATCHDOG_LONG times the timeout. The job ends through MPI_Abort, after the
 // line and after stdio's buffers are flushed; a checkpoint it interrupts has no DONE marker, so the previous
 // one stays the newest complete one. NCCL's collectives never block the host in this layer: they are not
-// watched (comm_mpi.c says what is missing).
+// watched (watchdog.c says what is missing).
 #define COMM_WATCHDOG_LONG 10
 // Every rank the same timeout, in seconds; 0 (the default until called): off.
 void comm_watchdog_start(Comm* world, double timeout_s);

@@ -13,7 +13,7 @@
 // MPI_Irecv: synchronous sends, so that the CPU tests run under NCCL's rendezvous semantics and a schedule
 // that would deadlock a GPU deadlocks here too (and the tests' time limits end it).
 // Every operation, the blocking ones of comm.h included, is started nonblocking and completed by
-// wait_requests, which the hang watchdog (below) watches.
+// wait_requests, which the hang watchdog (core/comm/watchdog.c) watches.
 //
 // bf16/fp16 sums use our own MPI_Op (fp32 add, one round-to-nearest-even per pairwise reduction), since
 // MPI has no 16-bit float types. MPI counts are ints, so every transfer is split into chunks of at most
@@ -21,15 +21,14 @@
 
 #include "core/comm/comm.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <mpi.h>
 #include <stdarg.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "core/comm/comm_nccl.h"
 #include "base/common.h"
+#include "core/comm/comm_nccl.h"
+#include "core/comm/mpi_check.h"
+#include "core/comm/watchdog.h"
 #include "kernels/dtype.h"
 
 // A reduce-scatter or all-gather started and not yet waited for (comm.h's CommHandle names one). The host
@@ -47,16 +46,6 @@ typedef struct {
     int nreq, reqs_cap;
     NcclEvent* done;       // NCCL: recorded on the comm stream when the collective has finished
 } InFlight;
-
-typedef struct Watchdog Watchdog;
-
-// What a rank waits in, for the watchdog (below): a verb phrase the peers or the group follow.
-typedef struct {
-    const char* op;           // "all-reduce", "receive from", ...
-    const Comm* c;
-    int peer[4], npeers;      // point-to-point: the group ranks waited on (0: the whole group)
-    double start;
-} Wait;
 
 struct Comm {
     MPI_Comm mc;
@@ -81,21 +70,13 @@ struct Comm {
     MPI_Status* xstats;
     size_t xreqs_cap;
     int xpending;            // requests of an exchange of sends still in flight (the first xpending of xreqs)
-    Wait xsent;              // what they wait in, for the watchdog
+    WdWait xsent;            // what they wait in, for the watchdog
     uint64_t bytes[NUM_COLLECTIVES];
     NcclGroup* nccl;         // non-NULL: the bulk collectives on device buffers go to NCCL
     InFlight flight[COMM_MAX_IN_FLIGHT];
     uint32_t next_gen;
     int poison;              // GPT_COMM_POISON (comm.h)
 };
-
-static void check(int rc, const char* what) {
-    if (rc == MPI_SUCCESS) return;
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error code %d", rc);
-    fail("%s failed: %s", what, msg);
-}
 
 // The reduction callbacks get no context pointer, hence one function per type.
 static void sum_bf16(void* in, void* inout, int* len, MPI_Datatype* dt) {
@@ -152,291 +133,12 @@ static void count(Comm* c, Collective k, size_t bytes) {
     }
 }
 
-// ---------------------------------------------------------------------------------------------------
-// Waits, and the hang watchdog (comm.h).
-//
-// Why every wait polls: OpenMPI's blocking calls spin inside MPI until the operation completes, so a rank
-// whose peer stopped (SIGSTOP, a frozen host) spins forever and cannot tell anyone anything. Every operation
-// here is started nonblocking (MPI_Iallreduce, MPI_Ibcast, MPI_Ibarrier, MPI_Isend, MPI_Irecv, ...) and, with
-// the watchdog on, waited for by polling MPI_Testall; every SERVE_EVERY of a wait the rank looks for the
-// other ranks' questions on the watchdog's own communicator (a duplicate of the world, so they never meet
-// the program's messages) and answers them. With the watchdog off the requests go to MPI_Waitall: the same
-// operations either way, so -wd never changes a result's bits.
-//
-// Finding the rank that stopped: a wait that outlasts its limit asks every other rank (ASK). A rank inside a
-// wait of its own answers within SERVE_EVERY (ANSWER: what it waits in, for how long, and how many waits it
-// has entered). Whoever has not answered within the ask window stopped answering: the ranks that wait are
-// all polling, so only a stopped or dead process stays silent, or one working outside any wait for longer
-// than the timeout plus the window, which is as much a hang as far as the timeout can tell. Whoever answers
-// is not missing; when everyone answers, the waiting goes on, and only when a second question a window later
-// finds every rank still in the wait it answered from (no wait count moved anywhere) do the ranks wait in
-// operations that do not match, a deadlock, which ends the job too.
-//
-// One line per job: the lowest rank that answered (or this one, when lower) reports. A rank that is not the
-// reporter sends it its line (VERDICT); the reporter, which answered from a wait and so is polling, prints
-// it and aborts the job. Should the job still be up two windows later (the reporter's wait ended and it has
-// not reached another), the rank reports itself.
-//
-// Long phases: a rank writing a checkpoint or running an evaluation can keep the others waiting far longer
-// than a training step does (rank 0 alone writes model.bin, the manifest and DONE, then renames; a slow disk
-// or a validation shard on a slow filesystem stretches that), and while it works outside a wait it cannot
-// answer, so it looks like a stopped rank. Pausing the clock during such phases would let a rank that stops
-// mid-checkpoint hang the job forever, so instead every wait inside a phase the trainer marks long gets
-// COMM_WATCHDOG_LONG times the timeout: still bounded, and a generous margin, since the timeout itself must
-// already exceed the longest stretch of work between two waits of a training step. Every rank enters such a
-// phase at the same step (checkpoints and evaluations are collective), so the waiting ranks know it.
-//
-// NCCL (comm_nccl.c) enqueues its collectives on the GPU and never blocks the host in this layer: a rank
-// whose peer stopped blocks in the backend's device synchronization (be_download, be_synchronize) instead,
-// so the NCCL path is not watched yet. The loop below takes any readiness test (watch_wait's `ready`) for
-// that reason: covering NCCL means polling cudaStreamQuery / cudaEventQuery and ncclCommGetAsyncError
-// through it at those synchronizations, and calling ncclCommAbort in end_job before MPI_Abort so that the
-// kernels spinning in NCCL let go. Not done: the backend would need a hook into this layer, and no machine
-// here has two GPUs to test it on.
-enum { WD_ASK = 1, WD_ANSWER, WD_VERDICT };
-#define WD_TEXT 256          // what a rank waits in, as text
-#define WD_LINE 1024         // the job's last line
-#define SERVE_EVERY 0.01     // seconds between looks for questions while waiting
-
-typedef struct {
-    int ask;                  // the question it answers
-    double waited;            // seconds in its current wait
-    unsigned long long ops;   // waits it has entered so far: it moved on when this grows
-    char what[WD_TEXT];       // what it waits in
-} Answer;
-
-struct Watchdog {
-    MPI_Comm mc;              // a duplicate of the world
-    int rank, size;
-    double timeout;           // seconds; 0: off
-    int long_phase;           // comm_watchdog_phase
-    char where[128];
-    unsigned long long ops;   // waits entered
-    int ask_id;               // this rank's latest question
-    int have_seen;            // seen[] holds the wait counts of an earlier question of this wait
-    Answer* answers;          // [size]: each rank's latest answer (to the latest question when .ask == ask_id)
-    unsigned long long* seen;   // [size]
-    MPI_Request* ask_req;     // [size]: a question on its way to each rank, and its payload
-    int* ask_out;
-    MPI_Request* answer_req;  // [size]: an answer on its way to each rank, and its payload
-    Answer* answer_out;
-    MPI_Request verdict_req;  // a line on its way to the reporter
-    char verdict_out[WD_LINE];
-};
-
-static double wd_now(void) {
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) fail("clock_gettime: %s", strerror(errno));
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-// The window a question waits for its answers: long enough for a loaded host to schedule every waiting rank.
-static double ask_window(const Watchdog* w) {
-    double x = w->timeout / 5.0;
-    return x < 2.0 ? 2.0 : x > 30.0 ? 30.0 : x;
-}
-
-static int world_rank(const Comm* c, int r) { return c->world_ranks ? c->world_ranks[r] : r; }
-
-// Appends printf-style to the string in out (size bytes), cutting it short when full.
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static void addf(char* out, size_t size, const char* fmt, ...) {
-    size_t n = strlen(out);
-    if (n + 1 >= size) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(out + n, size - n, fmt, ap);
-    va_end(ap);
-}
-
-// "all-reduce over the world (step 12: gradient norm)", "receive from rank 3 (checkpoint at step 20)".
-static void describe(const Watchdog* w, const Wait* wt, char* out, size_t size) {
-    const Comm* c = wt->c;
-    out[0] = 0;
-    addf(out, size, "%s", wt->op);
-    if (wt->npeers > 0) {
-        addf(out, size, " rank%s ", wt->npeers > 1 ? "s" : "");
-        for (int i = 0; i < wt->npeers; i++) addf(out, size, "%s%d", i ? ", " : "", world_rank(c, wt->peer[i]));
-    } else if (c->size == w->size) {
-        addf(out, size, " over the world");
-    } else {
-        addf(out, size, " over ranks ");
-        for (int i = 0; i < c->size && i < 8; i++) addf(out, size, "%s%d", i ? ", " : "", world_rank(c, i));
-        if (c->size > 8) addf(out, size, ", ... (%d ranks)", c->size);
-    }
-    if (w->where[0]) addf(out, size, " (%s)", w->where);
-}
-
-// Whether a send of the watchdog's is still on its way (its request is MPI_REQUEST_NULL once done).
-static int in_transit(MPI_Request* r) {
-    if (*r == MPI_REQUEST_NULL) return 0;
-    int done = 0;
-    check(MPI_Test(r, &done, MPI_STATUS_IGNORE), "MPI_Test (watchdog)");
-    return !done;
-}
-
-static _Noreturn void end_job(const char* line) {
-    // What the run printed and logged goes out before the line; a stream that cannot be flushed now is past
-    // helping, and the line matters more.
-    if (fflush(NULL) != 0) {
-    }
-    print_error_line("%s", line);
-    MPI_Abort(MPI_COMM_WORLD, 1);   // ends every rank of the job; it returns only when MPI itself is broken
-    _exit(1);
-}
-
-// Answers the questions that came in, takes the answers to this rank's latest one, and ends the job on a
-// reporter's line.
-static void serve(Watchdog* w, const Wait* wt, double t) {
-    for (;;) {
-        int flag = 0;
-        MPI_Status st;
-        check(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, w->mc, &flag, &st), "MPI_Iprobe (watchdog)");
-        if (!flag) return;
-        int from = st.MPI_SOURCE;
-        if (st.MPI_TAG == WD_ASK) {
-            int id = 0;
-            check(MPI_Recv(&id, 1, MPI_INT, from, WD_ASK, w->mc, MPI_STATUS_IGNORE), "MPI_Recv (watchdog)");
-            if (in_transit(&w->answer_req[from])) continue;   // it has not taken the last answer yet
-            Answer* a = &w->answer_out[from];
-            a->ask = id;
-            a->waited = t - wt->start;
-            a->ops = w->ops;
-            describe(w, wt, a->what, sizeof a->what);
-            check(MPI_Isend(a, (int)sizeof *a, MPI_BYTE, from, WD_ANSWER, w->mc, &w->answer_req[from]), "MPI_Isend (watchdog)");
-        } else if (st.MPI_TAG == WD_ANSWER) {
-            Answer a;
-            check(MPI_Recv(&a, (int)sizeof a, MPI_BYTE, from, WD_ANSWER, w->mc, MPI_STATUS_IGNORE), "MPI_Recv (watchdog)");
-            a.what[WD_TEXT - 1] = 0;
-            if (a.ask == w->ask_id) w->answers[from] = a;   // older ones answer questions already judged
-        } else if (st.MPI_TAG == WD_VERDICT) {
-            char line[WD_LINE];
-            check(MPI_Recv(line, WD_LINE, MPI_CHAR, from, WD_VERDICT, w->mc, MPI_STATUS_IGNORE), "MPI_Recv (watchdog)");
-            line[WD_LINE - 1] = 0;
-            end_job(line);
-        } else {
-            fail("internal: a watchdog message with tag %d from rank %d", st.MPI_TAG, from);
-        }
-    }
-}
-
-static void ask_all(Watchdog* w) {
-    w->ask_id++;
-    for (int r = 0; r < w->size; r++) {
-        if (r == w->rank || in_transit(&w->ask_req[r])) continue;   // the last question still waits for it
-        w->ask_out[r] = w->ask_id;
-        check(MPI_Isend(&w->ask_out[r], 1, MPI_INT, r, WD_ASK, w->mc, &w->ask_req[r]), "MPI_Isend (watchdog)");
-    }
-}
-
-static int answered(const Watchdog* w, int r) { return r == w->rank || w->answers[r].ask == w->ask_id; }
-
-static int all_answered(const Watchdog* w) {
-    for (int r = 0; r < w->size; r++)
-        if (!answered(w, r)) return 0;
-    return 1;
-}
-
-// After a question: 1 with the job's last line in `line` when the job must end; 0 when every rank answered
-// and some rank has moved on since the previous question of this wait (or there was none): it goes on.
-static int judge(Watchdog* w, const Wait* wt, double t, char* line, size_t size) {
-    char what[WD_TEXT], missing[WD_LINE / 2] = "";
-    describe(w, wt, what, sizeof what);
-    int n = 0;
-    for (int r = 0; r < w->size; r++)
-        if (!answered(w, r)) addf(missing, sizeof missing, "%s%d", n++ ? ", " : "", r);
-    line[0] = 0;
-    if (n > 0) {
-        addf(line, size, "rank%s %s stopped answering: rank %d waited %.1f s in %s", n > 1 ? "s" : "", missing, w->rank,
-             t - wt->start, what);
-        return 1;
-    }
-    int moved = !w->have_seen;
-    for (int r = 0; r < w->size; r++) {
-        if (r == w->rank) continue;
-        moved |= w->answers[r].ops != w->seen[r];
-        w->seen[r] = w->answers[r].ops;
-    }
-    w->have_seen = 1;
-    if (moved) return 0;
-    addf(line, size, "every rank answers but none moves on (their waits do not match): rank %d waited %.1f s in %s", w->rank,
-         t - wt->start, what);
-    for (int r = 0; r < w->size; r++)
-        if (r != w->rank) addf(line, size, "; rank %d waits in %s", r, w->answers[r].what);
-    return 1;
-}
-
-typedef int (*ReadyFn)(void* arg);   // 1 once the operation waited for has completed
-
-// Polls ready() until it says the operation completed, serving the watchdog meanwhile; ends the job when
-// the wait outlasts its limit and judge() says so.
-static void watch_wait(Watchdog* w, const Wait* wt, ReadyFn ready, void* arg) {
-    double window = ask_window(w);
-    double deadline = wt->start + w->timeout * (w->long_phase ? COMM_WATCHDOG_LONG : 1);
-    double next_serve = wt->start + SERVE_EVERY, answers_by = 0.0, report_at = 0.0;
-    char line[WD_LINE] = "";
-    w->have_seen = 0;
-    while (!ready(arg)) {
-        double t = wd_now();
-        if (t < next_serve) continue;
-        next_serve = t + SERVE_EVERY;
-        serve(w, wt, t);
-        if (report_at > 0.0) {
-            if (t >= report_at) end_job(line);   // the reporter did not end the job: this rank does
-            continue;
-        }
-        if (answers_by == 0.0 && t >= deadline) {
-            ask_all(w);
-            answers_by = t + window;
-        }
-        if (answers_by == 0.0 || (t < answers_by && !all_answered(w))) continue;
-        answers_by = 0.0;
-        if (!judge(w, wt, t, line, sizeof line)) {
-            deadline = t + window;   // everyone answered and something moved: ask again a window later
-            continue;
-        }
-        int reporter = w->rank;
-        for (int r = 0; r < w->rank && reporter == w->rank; r++)
-            if (answered(w, r)) reporter = r;
-        if (reporter == w->rank) end_job(line);
-        if (!in_transit(&w->verdict_req)) {
-            snprintf(w->verdict_out, sizeof w->verdict_out, "%s", line);
-            check(MPI_Isend(w->verdict_out, (int)strlen(w->verdict_out) + 1, MPI_CHAR, reporter, WD_VERDICT, w->mc,
-                            &w->verdict_req),
-                  "MPI_Isend (watchdog)");
-        }
-        report_at = t + 2.0 * window;
-    }
-}
-
-typedef struct {
-    int n;
-    MPI_Request* reqs;
-    MPI_Status* stats;   // NULL: ignored
-    const char* what;    // the MPI call, for an error
-} Requests;
-
-static int requests_done(void* arg) {
-    Requests* r = (Requests*)arg;
-    int done = 0;
-    check(MPI_Testall(r->n, r->reqs, &done, r->stats ? r->stats : MPI_STATUSES_IGNORE), r->what);
-    return done;
-}
-
-// MPI_Waitall of c's requests, watched. wt: what the rank waits in (its op and peers; the rest is filled here).
-static void wait_requests(Comm* c, int n, MPI_Request* reqs, MPI_Status* stats, const char* what, Wait wt) {
-    Watchdog* w = c->wd;
-    if (!(w->timeout > 0.0)) {
-        check(MPI_Waitall(n, reqs, stats ? stats : MPI_STATUSES_IGNORE), what);
-        return;
-    }
-    w->ops++;
-    wt.c = c;
-    wt.start = wd_now();
-    Requests r = {n, reqs, stats, what};
-    watch_wait(w, &wt, requests_done, &r);
+// MPI_Waitall of c's requests, watched (watchdog.h). wt: what the rank waits in (its op and peers; the group
+// is filled here).
+static void wait_requests(Comm* c, int n, MPI_Request* reqs, MPI_Status* stats, const char* what, WdWait wt) {
+    wt.group_size = c->size;
+    wt.world_ranks = c->world_ranks;
+    watchdog_waitall(c->wd, n, reqs, stats, what, wt);
 }
 
 // Room for a one-shot operation's requests (its chunks).
@@ -451,84 +153,51 @@ static MPI_Request* op_requests(Comm* c, size_t n) {
     return c->oreqs;
 }
 
-static Watchdog* watchdog_create(MPI_Comm world) {
-    Watchdog* w = xcalloc(1, sizeof(Watchdog));
-    check(MPI_Comm_dup(world, &w->mc), "MPI_Comm_dup");
-    check(MPI_Comm_set_errhandler(w->mc, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-    check(MPI_Comm_rank(w->mc, &w->rank), "MPI_Comm_rank");
-    check(MPI_Comm_size(w->mc, &w->size), "MPI_Comm_size");
-    size_t n = (size_t)w->size;
-    w->answers = xcalloc(n, sizeof(Answer));
-    w->seen = xcalloc(n, sizeof(unsigned long long));
-    w->ask_req = xmalloc(n * sizeof(MPI_Request));
-    w->answer_req = xmalloc(n * sizeof(MPI_Request));
-    w->ask_out = xcalloc(n, sizeof(int));
-    w->answer_out = xcalloc(n, sizeof(Answer));
-    for (size_t r = 0; r < n; r++) w->ask_req[r] = w->answer_req[r] = MPI_REQUEST_NULL;
-    w->verdict_req = MPI_REQUEST_NULL;
-    return w;
-}
-
-// A question or answer still on its way at the end goes unwaited for: nobody needs it any more.
-static void let_go(MPI_Request* r) {
-    if (in_transit(r)) check(MPI_Request_free(r), "MPI_Request_free (watchdog)");
-}
-
-static void watchdog_free(Watchdog* w) {
-    for (int r = 0; r < w->size; r++) let_go(&w->ask_req[r]), let_go(&w->answer_req[r]);
-    let_go(&w->verdict_req);
-    check(MPI_Comm_free(&w->mc), "MPI_Comm_free");
-    free(w->answers), free(w->seen), free(w->ask_req), free(w->answer_req), free(w->ask_out), free(w->answer_out);
-    free(w);
-}
-
 void comm_watchdog_start(Comm* world, double timeout_s) {
     if (!world->is_world) fail("comm_watchdog_start: needs the world communicator");
     if (!(timeout_s >= 0.0 && timeout_s <= 1e9)) fail("comm_watchdog_start: timeout %g s outside 0..1e9", timeout_s);
-    world->wd->timeout = world->size > 1 ? timeout_s : 0.0;
+    watchdog_set_timeout(world->wd, world->size > 1 ? timeout_s : 0.0);
 }
 
 void comm_watchdog_phase(Comm* world, int long_phase, const char* fmt, ...) {
-    Watchdog* w = world->wd;
-    w->long_phase = long_phase;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(w->where, sizeof w->where, fmt, ap);
+    watchdog_phase(world->wd, long_phase, fmt, ap);
     va_end(ap);
 }
 
 static Comm* comm_new(MPI_Comm mc, const char* what) {
     Comm* c = xcalloc(1, sizeof(Comm));
     c->mc = mc;
-    check(MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN), what);
-    check(MPI_Comm_rank(mc, &c->rank), "MPI_Comm_rank");
-    check(MPI_Comm_size(mc, &c->size), "MPI_Comm_size");
+    mpi_check(MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN), what);
+    mpi_check(MPI_Comm_rank(mc, &c->rank), "MPI_Comm_rank");
+    mpi_check(MPI_Comm_size(mc, &c->size), "MPI_Comm_size");
     c->max_count = INT_MAX;
     return c;
 }
 
 Comm* comm_init_world(int* argc, char*** argv) {
     int provided = 0;
-    check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     if (provided < MPI_THREAD_FUNNELED) fail("MPI_Init_thread: this MPI does not provide MPI_THREAD_FUNNELED");
     // Errors on MPI_COMM_WORLD itself (the dup below, op creation) return too, so they get our message.
-    check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     MPI_Comm mc;
-    check(MPI_Comm_dup(MPI_COMM_WORLD, &mc), "MPI_Comm_dup");   // isolates our traffic from any library's
+    mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mc), "MPI_Comm_dup");   // isolates our traffic from any library's
     Comm* c = comm_new(mc, "MPI_Comm_set_errhandler");
     c->is_world = 1;
     c->wd = watchdog_create(mc);
     c->op_sum[DT_FP32] = MPI_SUM;
-    check(MPI_Op_create(sum_bf16, 1, &c->op_sum[DT_BF16]), "MPI_Op_create");
-    check(MPI_Op_create(sum_fp16, 1, &c->op_sum[DT_FP16]), "MPI_Op_create");
+    mpi_check(MPI_Op_create(sum_bf16, 1, &c->op_sum[DT_BF16]), "MPI_Op_create");
+    mpi_check(MPI_Op_create(sum_fp16, 1, &c->op_sum[DT_FP16]), "MPI_Op_create");
 
     MPI_Comm node;
-    check(MPI_Comm_split_type(mc, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
-    check(MPI_Comm_rank(node, &c->local_rank), "MPI_Comm_rank");
-    check(MPI_Comm_size(node, &c->local_size), "MPI_Comm_size");
+    mpi_check(MPI_Comm_split_type(mc, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+    mpi_check(MPI_Comm_rank(node, &c->local_rank), "MPI_Comm_rank");
+    mpi_check(MPI_Comm_size(node, &c->local_size), "MPI_Comm_size");
     c->host_leader = c->rank;   // node rank 0 has the lowest world rank (the split's key)
-    check(MPI_Bcast(&c->host_leader, 1, MPI_INT, 0, node), "MPI_Bcast");
-    check(MPI_Comm_free(&node), "MPI_Comm_free");
+    mpi_check(MPI_Bcast(&c->host_leader, 1, MPI_INT, 0, node), "MPI_Bcast");
+    mpi_check(MPI_Comm_free(&node), "MPI_Comm_free");
 
     const char* mx = getenv("GPT_COMM_MAX_COUNT");   // test hook: small chunks exercise the splitting
     if (mx && *mx) {
@@ -548,20 +217,12 @@ void comm_attach_backend(Comm* c, Backend* be) { c->be = be; }
 Comm* comm_split(Comm* parent, int color, int key) {
     if (color < 0 && color != COMM_NO_GROUP) fail("comm_split: color %d must be >= 0", color);
     MPI_Comm mc;
-    check(MPI_Comm_split(parent->mc, color == COMM_NO_GROUP ? MPI_UNDEFINED : color, key, &mc), "MPI_Comm_split");
+    mpi_check(MPI_Comm_split(parent->mc, color == COMM_NO_GROUP ? MPI_UNDEFINED : color, key, &mc), "MPI_Comm_split");
     if (color == COMM_NO_GROUP) return NULL;   // MPI_COMM_NULL
     Comm* c = comm_new(mc, "MPI_Comm_set_errhandler");
     c->wd = parent->wd;
     c->world_ranks = xmalloc((size_t)c->size * sizeof(int));   // for the watchdog's lines
-    int* mine = xmalloc((size_t)c->size * sizeof(int));
-    for (int r = 0; r < c->size; r++) mine[r] = r;
-    MPI_Group g, wg;
-    check(MPI_Comm_group(c->mc, &g), "MPI_Comm_group");
-    check(MPI_Comm_group(c->wd->mc, &wg), "MPI_Comm_group");
-    check(MPI_Group_translate_ranks(g, c->size, mine, wg, c->world_ranks), "MPI_Group_translate_ranks");
-    check(MPI_Group_free(&g), "MPI_Group_free");
-    check(MPI_Group_free(&wg), "MPI_Group_free");
-    free(mine);
+    watchdog_world_ranks(c->wd, c->mc, c->size, c->world_ranks);
     c->be = parent->be;
     c->max_count = parent->max_count;
     c->poison = parent->poison;
@@ -616,10 +277,10 @@ static void allreduce_host(Comm* c, void* buf, size_t n, DType dt) {
     size_t es = dtype_size(dt), k = nchunks(c, n);
     MPI_Request* reqs = op_requests(c, k);
     for (size_t i = 0, off = 0; i < k; i++, off += c->max_count)
-        check(MPI_Iallreduce(MPI_IN_PLACE, (char*)buf + off * es, (int)piece(c, n, off), mpi_type(dt), sum_op(c, dt), c->mc,
-                             &reqs[i]),
-              "MPI_Iallreduce");
-    wait_requests(c, (int)k, reqs, NULL, "MPI_Waitall (all-reduce)", (Wait){.op = "all-reduce"});
+        mpi_check(MPI_Iallreduce(MPI_IN_PLACE, (char*)buf + off * es, (int)piece(c, n, off), mpi_type(dt), sum_op(c, dt), c->mc,
+                                 &reqs[i]),
+                  "MPI_Iallreduce");
+    wait_requests(c, (int)k, reqs, NULL, "MPI_Waitall (all-reduce)", (WdWait){.op = "all-reduce"});
 }
 
 void comm_allreduce_sum(Comm* c, void* buf, size_t n, DType dt) {
@@ -656,9 +317,9 @@ void comm_allreduce_max_f32(Comm* c, float* buf, size_t n) {
     size_t k = nchunks(c, n);
     MPI_Request* reqs = op_requests(c, k);
     for (size_t i = 0, off = 0; i < k; i++, off += c->max_count)
-        check(MPI_Iallreduce(MPI_IN_PLACE, h + off, (int)piece(c, n, off), MPI_FLOAT, MPI_MAX, c->mc, &reqs[i]),
-              "MPI_Iallreduce (max)");
-    wait_requests(c, (int)k, reqs, NULL, "MPI_Waitall (all-reduce, max)", (Wait){.op = "all-reduce (max)"});
+        mpi_check(MPI_Iallreduce(MPI_IN_PLACE, h + off, (int)piece(c, n, off), MPI_FLOAT, MPI_MAX, c->mc, &reqs[i]),
+                  "MPI_Iallreduce (max)");
+    wait_requests(c, (int)k, reqs, NULL, "MPI_Waitall (all-reduce, max)", (WdWait){.op = "all-reduce (max)"});
     if (h != buf) be_upload(c->be, buf, h, bytes);
 }
 
@@ -738,9 +399,9 @@ static void rs_post(Comm* c, InFlight* f, int chunked) {
         unsigned char* packed = src + (size_t)c->size * off * es;
         for (int k = 0; chunked && k < c->size; k++)
             memcpy(packed + (size_t)k * m * es, f->host + ((size_t)k * n + off) * es, m * es);
-        check(MPI_Ireduce_scatter_block(packed, result + off * es, (int)m, mpi_type(f->dt), sum_op(c, f->dt), c->mc,
-                                        &reqs[i]),
-              "MPI_Ireduce_scatter_block");
+        mpi_check(MPI_Ireduce_scatter_block(packed, result + off * es, (int)m, mpi_type(f->dt), sum_op(c, f->dt), c->mc,
+                                            &reqs[i]),
+                  "MPI_Ireduce_scatter_block");
     }
 }
 
@@ -806,20 +467,20 @@ static void ag_post(Comm* c, InFlight* f) {
     size_t es = dtype_size(f->dt), n = f->n;
     MPI_Request* reqs = flight_reqs(c, f, n);
     if (f->nreq == 1) {
-        check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, f->host, (int)n, mpi_type(f->dt), c->mc, &reqs[0]),
-              "MPI_Iallgather");
+        mpi_check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, f->host, (int)n, mpi_type(f->dt), c->mc, &reqs[0]),
+                  "MPI_Iallgather");
         return;
     }
     for (int i = 0; i < f->nreq; i++) {
         size_t off = (size_t)i * c->max_count, m = piece(c, n, off);
         MPI_Datatype piece, strided;
-        check(MPI_Type_contiguous((int)m, mpi_type(f->dt), &piece), "MPI_Type_contiguous");
-        check(MPI_Type_create_resized(piece, 0, (MPI_Aint)(n * es), &strided), "MPI_Type_create_resized");
-        check(MPI_Type_commit(&strided), "MPI_Type_commit");
-        check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, f->host + off * es, 1, strided, c->mc, &reqs[i]),
-              "MPI_Iallgather");
-        check(MPI_Type_free(&strided), "MPI_Type_free");
-        check(MPI_Type_free(&piece), "MPI_Type_free");
+        mpi_check(MPI_Type_contiguous((int)m, mpi_type(f->dt), &piece), "MPI_Type_contiguous");
+        mpi_check(MPI_Type_create_resized(piece, 0, (MPI_Aint)(n * es), &strided), "MPI_Type_create_resized");
+        mpi_check(MPI_Type_commit(&strided), "MPI_Type_commit");
+        mpi_check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, f->host + off * es, 1, strided, c->mc, &reqs[i]),
+                  "MPI_Iallgather");
+        mpi_check(MPI_Type_free(&strided), "MPI_Type_free");
+        mpi_check(MPI_Type_free(&piece), "MPI_Type_free");
     }
 }
 
@@ -870,7 +531,7 @@ void comm_wait(Comm* c, CommHandle* h) {
         nccl_wait(c->nccl, f->done);
     } else {
         wait_requests(c, f->nreq, f->reqs, NULL, "MPI_Waitall",
-                      (Wait){.op = f->kind == COLL_REDUCE_SCATTER ? "reduce-scatter" : "all-gather"});
+                      (WdWait){.op = f->kind == COLL_REDUCE_SCATTER ? "reduce-scatter" : "all-gather"});
         if (f->kind == COLL_REDUCE_SCATTER) rs_finish(c, f);
         else ag_finish(c, f);
     }
@@ -883,9 +544,9 @@ static void bcast_host(Comm* c, void* buf, size_t bytes, int root) {
     size_t k = nchunks(c, bytes);
     MPI_Request* reqs = op_requests(c, k);
     for (size_t i = 0, off = 0; i < k; i++, off += c->max_count)
-        check(MPI_Ibcast((char*)buf + off, (int)piece(c, bytes, off), MPI_BYTE, root, c->mc, &reqs[i]), "MPI_Ibcast");
+        mpi_check(MPI_Ibcast((char*)buf + off, (int)piece(c, bytes, off), MPI_BYTE, root, c->mc, &reqs[i]), "MPI_Ibcast");
     wait_requests(c, (int)k, reqs, NULL, "MPI_Waitall (broadcast)",
-                  (Wait){.op = c->rank == root ? "broadcast" : "broadcast from", .peer = {root}, .npeers = c->rank != root});
+                  (WdWait){.op = c->rank == root ? "broadcast" : "broadcast from", .peer = {root}, .npeers = c->rank != root});
 }
 
 void comm_broadcast(Comm* c, void* buf, size_t bytes, int root) {
@@ -926,7 +587,7 @@ static void check_received(const Comm* c, const CommMessage* m, const MPI_Status
     for (size_t i = 0; i < k; i++) {
         size_t off = i * c->max_count, want = piece(c, m->bytes, off);
         int got = 0;
-        check(MPI_Get_count(&st[i], MPI_BYTE, &got), "MPI_Get_count");
+        mpi_check(MPI_Get_count(&st[i], MPI_BYTE, &got), "MPI_Get_count");
         if (st[i].MPI_TAG != m->tag)
             fail("comm_exchange: from rank %d came message %d where message %d was expected: the two ends list "
                  "their messages in different orders", m->peer, st[i].MPI_TAG, m->tag);
@@ -953,9 +614,9 @@ void comm_exchange_finish(Comm* c) {
 }
 
 // What an exchange waits in: its peers (the first four distinct ones), and whether it sends, receives or both.
-static Wait exchange_wait(const CommMessage* msgs, int n) {
+static WdWait exchange_wait(const CommMessage* msgs, int n) {
     int sends = 0, receives = 0;
-    Wait wt = {0};
+    WdWait wt = {0};
     for (int i = 0; i < n; i++) {
         sends += msgs[i].send, receives += !msgs[i].send;
         int seen = 0;
@@ -996,8 +657,8 @@ void comm_exchange(Comm* c, const CommMessage* msgs, int n) {
         // MPI keeps the messages from one rank to another in order (per communicator), chunks included.
         for (size_t k = 0, nk = nchunks(c, m->bytes); k < nk; k++, r++) {
             size_t off = k * c->max_count, len = piece(c, m->bytes, off);
-            if (m->send) check(MPI_Issend(h + off, (int)len, MPI_BYTE, m->peer, m->tag, c->mc, &c->xreqs[r]), "MPI_Issend");
-            else check(MPI_Irecv(h + off, (int)len, MPI_BYTE, m->peer, MPI_ANY_TAG, c->mc, &c->xreqs[r]), "MPI_Irecv");
+            if (m->send) mpi_check(MPI_Issend(h + off, (int)len, MPI_BYTE, m->peer, m->tag, c->mc, &c->xreqs[r]), "MPI_Issend");
+            else mpi_check(MPI_Irecv(h + off, (int)len, MPI_BYTE, m->peer, MPI_ANY_TAG, c->mc, &c->xreqs[r]), "MPI_Irecv");
         }
     }
     if (!receives) {
@@ -1027,8 +688,8 @@ void comm_send_host(Comm* c, const void* buf, size_t bytes, int peer, int tag) {
     MPI_Request* reqs = op_requests(c, k);
     // MPI keeps the chunks in order (messages between two ranks on one communicator do not overtake).
     for (size_t off = 0, i = 0; i < k; i++, off += c->max_count)
-        check(MPI_Isend((const char*)buf + off, (int)piece(c, bytes, off), MPI_BYTE, peer, tag, c->mc, &reqs[i]), "MPI_Isend");
-    wait_requests(c, (int)k, reqs, NULL, "MPI_Waitall (send)", (Wait){.op = "send to", .peer = {peer}, .npeers = 1});
+        mpi_check(MPI_Isend((const char*)buf + off, (int)piece(c, bytes, off), MPI_BYTE, peer, tag, c->mc, &reqs[i]), "MPI_Isend");
+    wait_requests(c, (int)k, reqs, NULL, "MPI_Waitall (send)", (WdWait){.op = "send to", .peer = {peer}, .npeers = 1});
 }
 
 void comm_recv_host(Comm* c, void* buf, size_t bytes, int peer, int tag) {
@@ -1036,12 +697,12 @@ void comm_recv_host(Comm* c, void* buf, size_t bytes, int peer, int tag) {
     size_t k = nchunks(c, bytes);
     MPI_Request* reqs = op_requests(c, k);
     for (size_t off = 0, i = 0; i < k; i++, off += c->max_count)
-        check(MPI_Irecv((char*)buf + off, (int)piece(c, bytes, off), MPI_BYTE, peer, tag, c->mc, &reqs[i]), "MPI_Irecv");
-    wait_requests(c, (int)k, reqs, c->ostats, "MPI_Waitall (receive)", (Wait){.op = "receive from", .peer = {peer}, .npeers = 1});
+        mpi_check(MPI_Irecv((char*)buf + off, (int)piece(c, bytes, off), MPI_BYTE, peer, tag, c->mc, &reqs[i]), "MPI_Irecv");
+    wait_requests(c, (int)k, reqs, c->ostats, "MPI_Waitall (receive)", (WdWait){.op = "receive from", .peer = {peer}, .npeers = 1});
     for (size_t off = 0, i = 0; i < k; i++, off += c->max_count) {
         size_t m = piece(c, bytes, off);
         int got = 0;
-        check(MPI_Get_count(&c->ostats[i], MPI_BYTE, &got), "MPI_Get_count");
+        mpi_check(MPI_Get_count(&c->ostats[i], MPI_BYTE, &got), "MPI_Get_count");
         if ((size_t)got != m) fail("comm_recv_host: expected %zu bytes from rank %d (tag %d), got %d", m, peer, tag, got);
     }
 }
@@ -1049,18 +710,25 @@ void comm_recv_host(Comm* c, void* buf, size_t bytes, int peer, int tag) {
 // Orders host-side work (files written before a DONE marker); device work is ordered by the stream.
 void comm_barrier(Comm* c) {
     MPI_Request req;
-    check(MPI_Ibarrier(c->mc, &req), "MPI_Ibarrier");
-    wait_requests(c, 1, &req, NULL, "MPI_Wait (barrier)", (Wait){.op = "barrier"});
+    mpi_check(MPI_Ibarrier(c->mc, &req), "MPI_Ibarrier");
+    wait_requests(c, 1, &req, NULL, "MPI_Wait (barrier)", (WdWait){.op = "barrier"});
 }
 
-static void allreduce_doubles(Comm* c, double* xs, int n, MPI_Op op, const char* name) {
+// n host scalars of `type`, in place.
+static void allreduce_scalars(Comm* c, void* xs, int n, MPI_Datatype type, MPI_Op op, const char* name) {
     if (n <= 0) return;
     MPI_Request req;
-    check(MPI_Iallreduce(MPI_IN_PLACE, xs, n, MPI_DOUBLE, op, c->mc, &req), "MPI_Iallreduce");
-    wait_requests(c, 1, &req, NULL, "MPI_Wait (all-reduce)", (Wait){.op = name});
+    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, xs, n, type, op, c->mc, &req), "MPI_Iallreduce");
+    wait_requests(c, 1, &req, NULL, "MPI_Wait (all-reduce)", (WdWait){.op = name});
 }
-void comm_allreduce_host_sum(Comm* c, double* xs, int n) { allreduce_doubles(c, xs, n, MPI_SUM, "all-reduce"); }
-void comm_allreduce_host_max(Comm* c, double* xs, int n) { allreduce_doubles(c, xs, n, MPI_MAX, "all-reduce (max)"); }
+void comm_allreduce_host_sum(Comm* c, double* xs, int n) { allreduce_scalars(c, xs, n, MPI_DOUBLE, MPI_SUM, "all-reduce"); }
+void comm_allreduce_host_max(Comm* c, double* xs, int n) { allreduce_scalars(c, xs, n, MPI_DOUBLE, MPI_MAX, "all-reduce (max)"); }
+void comm_allreduce_host_sum_i64(Comm* c, long long* xs, int n) {
+    allreduce_scalars(c, xs, n, MPI_LONG_LONG, MPI_SUM, "all-reduce");
+}
+void comm_allreduce_host_max_i64(Comm* c, long long* xs, int n) {
+    allreduce_scalars(c, xs, n, MPI_LONG_LONG, MPI_MAX, "all-reduce (max)");
+}
 
 uint64_t comm_bytes_sent(const Comm* c, Collective k) { return (unsigned)k < NUM_COLLECTIVES ? c->bytes[k] : 0; }
 void comm_reset_bytes(Comm* c) { memset(c->bytes, 0, sizeof c->bytes); }
@@ -1086,7 +754,7 @@ static void release(Comm* c) {
     free(c->xstage);
     free(c->xreqs), free(c->xstats);
     free(c->stage);
-    check(MPI_Comm_free(&c->mc), "MPI_Comm_free");
+    mpi_check(MPI_Comm_free(&c->mc), "MPI_Comm_free");
     free(c);
 }
 
@@ -1099,15 +767,15 @@ void comm_free(Comm* c) {
 void comm_finalize(Comm* world) {
     if (!world) return;
     if (!world->is_world) fail("comm_finalize: needs the world communicator");
-    check(MPI_Op_free(&world->op_sum[DT_BF16]), "MPI_Op_free");
-    check(MPI_Op_free(&world->op_sum[DT_FP16]), "MPI_Op_free");
+    mpi_check(MPI_Op_free(&world->op_sum[DT_BF16]), "MPI_Op_free");
+    mpi_check(MPI_Op_free(&world->op_sum[DT_FP16]), "MPI_Op_free");
     // MPI_Finalize waits for every rank without being watched: the ranks meet in a watched barrier first.
-    if (world->wd->timeout > 0.0) {
+    if (watchdog_timeout(world->wd) > 0.0) {
         comm_watchdog_phase(world, 0, "the end of the run");
         comm_barrier(world);
     }
     Watchdog* w = world->wd;
     release(world);
     watchdog_free(w);
-    check(MPI_Finalize(), "MPI_Finalize");
+    mpi_check(MPI_Finalize(), "MPI_Finalize");
 }

@@ -32,7 +32,7 @@ void report_layout(Logger* log, const ParamLayout* lay, const Config* cfg, int r
                 lay->shape.NH, lay->shape.Vp, buf, OFFLOAD_FIELD[cfg->offload], tp_field);
 }
 
-// Every rank's n values, rank after rank, on every rank (a sum of one-hot rows: a few doubles per rank).
+// Every rank's n values, rank after rank, on every rank (a sum of one-hot rows: a few values per rank).
 static double* gather_rows(Comm* world, const double* mine, int n) {
     int rank = comm_rank(world), ranks = comm_size(world);
     double* all = (double*)xcalloc((size_t)ranks * (size_t)n, sizeof(double));
@@ -40,23 +40,31 @@ static double* gather_rows(Comm* world, const double* mine, int n) {
     comm_allreduce_host_sum(world, all, ranks * n);
     return all;
 }
+// The same for counts (bytes), exact however large.
+static long long* gather_counts(Comm* world, const long long* mine, int n) {
+    int rank = comm_rank(world), ranks = comm_size(world);
+    long long* all = (long long*)xcalloc((size_t)ranks * (size_t)n, sizeof(long long));
+    memcpy(all + (size_t)rank * n, mine, (size_t)n * sizeof(long long));
+    comm_allreduce_host_sum_i64(world, all, ranks * n);
+    return all;
+}
 
 void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config* cfg, const GPT* chunks, int num_chunks,
                    int first_step) {
     int rank = comm_rank(world), ranks = comm_size(world);
-    double mine[NUM_MEM_CATEGORIES];
-    for (int c = 0; c < NUM_MEM_CATEGORIES; c++) mine[c] = (double)mem->bytes[c];
-    double* all = gather_rows(world, mine, NUM_MEM_CATEGORIES);
+    long long mine[NUM_MEM_CATEGORIES];
+    for (int c = 0; c < NUM_MEM_CATEGORIES; c++) mine[c] = (long long)mem->bytes[c];
+    long long* all = gather_counts(world, mine, NUM_MEM_CATEGORIES);
     for (int r = 0; r < ranks && rank == 0; r++) {
         char buf[512];
         int n = 0;
-        double total = 0.0;
+        long long total = 0;
         for (int c = 0; c < NUM_MEM_CATEGORIES; c++) {
-            double b = all[r * NUM_MEM_CATEGORIES + c];
+            long long b = all[r * NUM_MEM_CATEGORIES + c];
             if (!mem_category_on_host((MemCategory)c)) total += b;   // "total": backend memory
-            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\"%s\": %.0f", c ? ", " : "", mem_category_name((MemCategory)c), b);
+            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\"%s\": %lld", c ? ", " : "", mem_category_name((MemCategory)c), b);
         }
-        logger_line(log, "{\"step\": %d, \"rank\": %d, \"memory\": {%s}, \"total\": %.0f}", first_step, r, buf, total);
+        logger_line(log, "{\"step\": %d, \"rank\": %d, \"memory\": {%s}, \"total\": %lld}", first_step, r, buf, total);
     }
     if (rank == 0) {
         printf("memory (rank 0): %.1f MiB total:", (double)mem_total(mem) / (1 << 20));
@@ -89,14 +97,14 @@ void report_comm_reset(const Grid* g) {
 
 // One log record `key`: every rank's bytes per collective, read from the gathered rows (`width` values per
 // rank, this record's starting at `col`).
-static void log_bytes(Logger* log, int step, const char* key, const double* all, int ranks, int width, int col) {
+static void log_bytes(Logger* log, int step, const char* key, const long long* all, int ranks, int width, int col) {
     // Sized for every rank (a count is at most 20 digits), so no world is too large to log whole.
     size_t size = (size_t)NUM_COLLECTIVES * ((size_t)ranks * 24 + 48), n = 0;
     char* buf = (char*)xmalloc(size);
     for (int k = 0; k < NUM_COLLECTIVES; k++) {
         n += (size_t)snprintf(buf + n, size - n, "%s\"%s\": [", k ? ", " : "", collective_name((Collective)k));
         for (int r = 0; r < ranks; r++)
-            n += (size_t)snprintf(buf + n, size - n, "%s%.0f", r ? ", " : "", all[(size_t)r * width + col + k]);
+            n += (size_t)snprintf(buf + n, size - n, "%s%lld", r ? ", " : "", all[(size_t)r * width + col + k]);
         n += (size_t)snprintf(buf + n, size - n, "]");
     }
     logger_line(log, "{\"step\": %d, \"%s\": {%s}}", step, key, buf);
@@ -114,16 +122,16 @@ void report_comm(Logger* log, const Grid* g, int step) {
     // world's own collectives are the trainer's few host sums: counted in the total, never logged apart.
     const char* keys[NUM_GROUPS] = {NULL, "dp_comm_bytes", "pp_comm_bytes", "tied_comm_bytes", "tp_comm_bytes"};
     int logged[NUM_GROUPS] = {0, 1, g->pp > 1, g->pp > 1, g->tp > 1};
-    double mine[WIDTH] = {0};   // the total, then each group
+    long long mine[WIDTH] = {0};   // the total, then each group
     for (int i = 0; i < NUM_GROUPS; i++)
         for (int k = 0; groups[i] && k < NUM_COLLECTIVES; k++) {
-            double b = (double)comm_bytes_sent(groups[i], (Collective)k);
+            long long b = (long long)comm_bytes_sent(groups[i], (Collective)k);
             mine[k] += b;
             mine[(1 + i) * NUM_COLLECTIVES + k] = b;
         }
     report_comm_reset(g);
     int ranks = comm_size(g->world);
-    double* all = gather_rows(g->world, mine, WIDTH);
+    long long* all = gather_counts(g->world, mine, WIDTH);
     if (comm_rank(g->world) == 0 && ranks > 1) {
         log_bytes(log, step, "comm_bytes", all, ranks, WIDTH, 0);
         for (int i = 0; i < NUM_GROUPS && (g->pp > 1 || g->tp > 1); i++)   // more than one kind of group
