@@ -45,34 +45,36 @@ static void write_error_line(const char* line, size_t len) {
     }
 }
 
-void print_error_line(const char* fmt, ...) {
+// prefix, then the message, as one line of at most PIPE_BUF bytes (a pipe takes that in one piece; a longer
+// message is cut short), written at once.
+static void put_error_line(const char* prefix, const char* fmt, va_list ap) {
     char line[PIPE_BUF];
-    int n = snprintf(line, sizeof line, "error: ");
-    va_list ap;
-    va_start(ap, fmt);
+    int n = snprintf(line, sizeof line, "%s", prefix);
     vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);   // leaves room for the newline
-    va_end(ap);
     size_t len = strlen(line);
     line[len++] = '\n';
     write_error_line(line, len);
 }
 
-// At most PIPE_BUF bytes, which a pipe takes in one piece; a longer message is cut short.
+void print_error_line(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    put_error_line("error: ", fmt, ap);
+    va_end(ap);
+}
+
 // Linux: the main thread's id is the process id.
 static int on_main_thread(void) { return (pid_t)syscall(SYS_gettid) == getpid(); }
 
 void fail(const char* fmt, ...) {
     int rank = launcher_rank();
     if (rank > 0) let_rank0_report_first();
-    char line[PIPE_BUF];
-    int n = rank > 0 ? snprintf(line, sizeof line, "error: rank %d: ", rank) : snprintf(line, sizeof line, "error: ");
+    char prefix[32] = "error: ";
+    if (rank > 0) snprintf(prefix, sizeof prefix, "error: rank %d: ", rank);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);   // leaves room for the newline
+    put_error_line(prefix, fmt, ap);
     va_end(ap);
-    size_t len = strlen(line);
-    line[len++] = '\n';
-    write_error_line(line, len);
     // A helper thread (the gradient landing's worker, -dpu's update) must not run exit's handlers while the
     // main thread may be inside CUDA or MPI: that can hang after the line. It ends the process at once.
     if (!on_main_thread()) {

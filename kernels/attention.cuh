@@ -458,7 +458,7 @@ __global__ void __launch_bounds__(W * 32) attention_forward_fa_kernel(T* out, fl
     }
 }
 
-// Warps per block (16 owned rows each). 8 was slower on the H100 at B=16 T=1024 (reports/perf_notes.md).
+// Warps per block (16 owned rows each); reports/perf_notes.md compares other counts.
 #define FA_WARPS 4
 template <typename T, int W> static void fa_forward(Backend* be, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
     CUDA_CHECK(cudaFuncSetAttribute(attention_forward_fa_kernel<T, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -26,7 +26,7 @@ timeout 60 ./train_gpt_cpu "${base[@]}" -l .5e-3 -c 1. -gc 2E0 > "$TMP/dec.txt" 
 t_check decimal_forms_accepted "[ $? -eq 0 ]" "$(tail -1 "$TMP/dec.txt")"
 expect_error watchdog_negative "-wd.*outside" "${base[@]}" -wd -1
 expect_error watchdog_not_a_number "-wd.*number.*'soon'" "${base[@]}" -wd soon
-# -d sets -ga = d / (b*t*replicas): the quotient gets -ga's range check (it once wrapped to 5, or went negative).
+# -d sets -ga = d / (b*t*replicas): the quotient gets -ga's range check, so it can neither wrap to 5 nor go negative.
 expect_error tokens_per_step_wraps_ga "-d 4294967301 gives -ga 4294967301 .*outside 1\.\.1048576" "${base[@]}" -b 1 -t 1 -d 4294967301
 expect_error tokens_per_step_negative_ga "-d 2147483648 gives -ga 2147483648 .*outside" "${base[@]}" -b 1 -t 1 -d 2147483648
 expect_error tokens_per_step_above_ga "-d 1048577 gives -ga 1048577 .*outside" "${base[@]}" -b 1 -t 1 -d 1048577
@@ -40,7 +40,7 @@ expect_error micro_batch_beyond_int "-b 1048576 x -t 1048576 tokens per micro-ba
 expect_error bad_schedule "cosine\|linear\|constant" "${base[@]}" -k exp
 expect_error missing_shard "no token shard matches" "${base[@]}" -i "$TMP/nothing_*.bin"
 # Without -x a run is one epoch, which must fit -x's range: 65 names of one 2^24-token shard at -b 1 -t 1 are
-# 65 * (2^24 - 1) = 1090519039 steps, past 2^30 (the step count once wrapped).
+# 65 * (2^24 - 1) = 1090519039 steps, past 2^30, which an int step count would wrap.
 mkdir -p "$TMP/epoch" && $PYTHON scripts/make_shard.py -o "$TMP/epoch/s0.bin" -n 16777216 -V 512 --seed 1 >/dev/null
 for i in $(seq 1 64); do ln -s s0.bin "$TMP/epoch/s$i.bin"; done
 expect_error epoch_beyond_steps "one epoch of .* is 1090519039 steps, more than 1073741824; set -x" \
@@ -65,8 +65,8 @@ expect_error model_spec_repeated_key "bad model spec 'L2C64H4L3': 'L' is given t
 expect_error model_spec_signed_field "bad model spec 'L2C\+64H4'" "${base[@]}" -e L2C+64H4
 expect_error head_size "head size 12 \(channels 48 / heads 4\) must be a multiple of 8" "${base[@]}" -e L2C48H4
 expect_error missing_model_file "nor an existing file" "${base[@]}" -e "$TMP/none.bin"
-# Samples start from the tokenizer's end-of-text token: a model without it is told so (it was read out of
-# bounds), and with -s 0 nothing starts from it.
+# Samples start from the tokenizer's end-of-text token: a model without it is told so (rather than reading
+# outside its embedding), and with -s 0 nothing starts from it.
 $PYTHON -c "import struct, sys; open(sys.argv[1], 'wb').write(struct.pack('<4i', 20240328, 2, 50257, 50256).ljust(1024, b'\0') + b'\0' * 50257)" "$TMP/gpt2_tok.bin"
 expect_error eot_outside_vocab "end-of-text token 50256 is outside the model's vocabulary of 512" "${base[@]}" -tk "$TMP/gpt2_tok.bin" -s 1
 timeout 60 ./train_gpt_cpu "${base[@]}" -tk "$TMP/gpt2_tok.bin" -s 0 > "$TMP/eot.txt" 2>&1

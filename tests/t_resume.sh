@@ -20,8 +20,8 @@ for p in fp32 bf16; do
 done
 # The run must actually learn something for the comparison to mean anything: losses differ across steps.
 t_check resume_losses_vary "[ \$(fields $TMP/straight_fp32/log.jsonl | grep '\"loss\"' | cut -d, -f2 | sort -u | wc -l) -ge 9 ]"
-# A one-layer model: its block tensors are still per-layer kinds in the state files (the loader once took
-# them for single tensors when L = 1 and dropped their optimizer state).
+# A one-layer model: its block tensors are still per-layer kinds in the state files (taken for single
+# tensors when L = 1, their optimizer state would be dropped).
 one=("${common[@]}" -e L1C64H4V512T64)
 ./train_gpt_cpu "${one[@]}" -x 4 -o "$TMP/l1_straight" > /dev/null 2>&1
 ./train_gpt_cpu "${one[@]}" -x 2 -o "$TMP/l1_split" > /dev/null 2>&1
