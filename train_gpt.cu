@@ -24,6 +24,7 @@
 #include "core/data/dataloader.h"
 #include "core/zero/delayed_update.h"
 #include "core/run/estimate.h"
+#include "core/run/generate.h"
 #include "core/util/fs.h"
 #include "core/model/gpt.h"
 #include "core/comm/grid.h"
@@ -32,15 +33,14 @@
 #include "core/zero/optimizer.h"
 #include "core/pipeline/pipeline.h"
 #include "core/run/report.h"
-#include "core/util/rng.h"
 #include "core/checkpoint/run_dir.h"
 #include "core/util/threads.h"
 #include "core/tokenizer/decode.h"
-#include "core/tokenizer/bpe.h"
 #include "zero.h"
 
 typedef struct {
     Config cfg;
+    int model_is_spec;      // -e is a shape (random init), not a model file: decided once, by resolve_shape
     Comm* world;            // all ranks
     int rank, ranks;        // in the world
     int threads;            // OpenMP threads per rank
@@ -59,6 +59,7 @@ typedef struct {
     DataLoader* train;
     DataLoader* val;        // NULL without -j
     Tokenizer* tokenizer;   // NULL without a tokenizer file: samples print token ids
+    int eot;                // where samples start: the tokenizer's end-of-text id (tokenizer_eot_or_gpt2)
     char tokenizer_path[PATH_MAX];   // where it was looked for (-prompt's merges file sits beside it)
     RunDir run_dir;         // -o, locked by rank 0 (node-local: by each host's lowest rank)
     Logger log;
@@ -133,12 +134,12 @@ static void catch_stop_signal(int sig) {
     if (sigaction(sig, &sa, NULL) != 0) fail("cannot catch signal %d: %s", sig, strerror(errno));
 }
 
-// This rank's own view (1.0: a signal came); the ranks act on the max over the world, so that they all stop
+// This rank's own view (1: a signal came); the ranks act on the max over the world, so that they all stop
 // at the same point.
-static double stop_signal_seen(void) { return disposition(SIGTERM) == SIG_DFL || disposition(SIGINT) == SIG_DFL; }
+static int stop_signal_seen(void) { return disposition(SIGTERM) == SIG_DFL || disposition(SIGINT) == SIG_DFL; }
 
 static int stop_requested(Trainer* tr) {
-    double stop = stop_signal_seen();
+    double stop = stop_signal_seen() ? 1.0 : 0.0;
     comm_allreduce_host_max(tr->world, &stop, 1);
     return stop > 0.0;
 }
@@ -146,9 +147,10 @@ static int stop_requested(Trainer* tr) {
 // ---------------------------------------------------------------------------------------------------
 // Set-up.
 
-static GPTShape resolve_shape(const Config* cfg) {
+static GPTShape resolve_shape(const Config* cfg, int* is_spec) {
     GPTShape s;
-    if (shape_from_spec(cfg->model, &s)) return s;
+    *is_spec = shape_from_spec(cfg->model, &s);
+    if (*is_spec) return s;
     if (file_size(cfg->model) < 0) fail("-e %s: not a model name (d12|d24|d36|d48|L<n>C<n>H<n>...) nor an existing file", cfg->model);
     return model_file_shape(cfg->model);
 }
@@ -208,11 +210,13 @@ static void open_tokenizer(Trainer* tr, const GPTShape* shape) {
         path_beside(path, size, tr->cfg.train_pattern, "gpt2_tokenizer.bin");
     }
     tr->tokenizer = tokenizer_load(path);
-    // The training samples start from the end-of-text token: it must be one the model has.
-    int V = shape->V, eot = tr->tokenizer ? tokenizer_eot(tr->tokenizer) : -1;
+    // The training samples start from the end-of-text token: it must be one the model has (GPT-2's fallback,
+    // without a tokenizer file, always is).
+    int V = shape->V, eot = tokenizer_eot_or_gpt2(tr->tokenizer, V);
     if (eot >= V && tr->cfg.sample_every > 0 && !tr->cfg.prompt)
         fail("tokenizer %s: its end-of-text token %d is outside the model's vocabulary of %d, and samples start from it "
              "(give the model's tokenizer with -tk, or -s 0)", path, eot, V);
+    tr->eot = eot;
 }
 
 // The checkpoint to resume (its path into dir and its manifest into info), or -1. With one -o, rank 0 chooses
@@ -280,8 +284,7 @@ static void load_or_init_model(Trainer* tr) {
     char log[PATH_MAX];   // say so where an earlier run's log is about to be replaced, not on a first run
     if (tr->cfg.resume && is_root(tr) && (path_join(log, sizeof(log), tr->cfg.out_dir, "log.jsonl"), path_exists(log)))
         printf("no checkpoint in %s: starting at step 0\n", tr->cfg.out_dir);
-    int from_spec = shape_from_spec(tr->cfg.model, &(GPTShape){0});
-    float* flat = from_spec ? model_init(tr->layout, tr->cfg.seed) : model_file_read(tr->layout, tr->cfg.model);
+    float* flat = tr->model_is_spec ? model_init(tr->layout, tr->cfg.seed) : model_file_read(tr->layout, tr->cfg.model);
     zero_set_from_host(tr->zero, tr->be, flat);
     free(flat);
 }
@@ -368,7 +371,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->threads = threads_set_for_rank(comm_local_size(tr->world));
     Config* cfg = &tr->cfg;
     config_parse(cfg, argc, argv);
-    GPTShape shape = resolve_shape(cfg);
+    GPTShape shape = resolve_shape(cfg, &tr->model_is_spec);
     if (!cfg->precision_set) cfg->precision = backend_build_is_gpu() ? DT_BF16 : DT_FP32;
     int planned = cfg->estimate && cfg->plan_ranks ? cfg->plan_ranks : tr->ranks;
     resolve_batch(cfg, &shape, planned, cfg->pipeline_stages * cfg->tensor_parallel);
@@ -457,167 +460,33 @@ static int validate(Trainer* tr, int step) {
     return 1;
 }
 
-// How the next token is drawn from a row of logits (over the real vocabulary).
-typedef struct {
-    float temperature;   // 0: the most likely token
-    int top_k;           // 0: every token
-} Sampling;
-
-typedef struct {
-    float logit;
-    int id;
-} Candidate;
-
-// Larger logit first, the lower id among equals: a total order, so top-k never depends on qsort.
-static int by_logit(const void* a, const void* b) {
-    const Candidate *x = (const Candidate*)a, *y = (const Candidate*)b;
-    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
-    return x->id - y->id;
+// What the generation loop (core/run/generate.h) runs on: this rank's stages, the world, the trainer's input
+// buffer and tokenizer, the stop signals, and -temp, -topk and -seed.
+static Generator generator_of(Trainer* tr) {
+    const Config* cfg = &tr->cfg;
+    return (Generator){&tr->pipe, tr->gpt, tr->be, tr->world, tr->inputs, cfg->B, cfg->T, tr->tokenizer, stop_signal_seen,
+                       {cfg->temperature, cfg->top_k}, cfg->seed};
 }
 
-// Zeroes the weight of every token outside the k most likely.
-static void keep_top_k(double* w, const float* p, int V, int k) {
-    if (k <= 0 || k >= V) return;
-    Candidate* c = (Candidate*)xmalloc((size_t)V * sizeof(Candidate));
-    for (int v = 0; v < V; v++) c[v] = (Candidate){p[v], v};
-    qsort(c, (size_t)V, sizeof(Candidate), by_logit);
-    for (int i = k; i < V; i++) w[c[i].id] = 0.0;
-    free(c);
-}
-
-// A token drawn from row `row`'s logits: softmax(logits / temperature) over the top k, one uniform draw.
-static int sample_row(Trainer* tr, int row, Rng* rng, Sampling how) {
-    GPT* g = head_chunk(tr);
-    const GPTShape* s = &g->shape;
-    float* p = (float*)xmalloc((size_t)s->V * sizeof(float));
-    double* w = (double*)xmalloc((size_t)s->V * sizeof(double));
-    gpt_logits_to_host(g, tr->be, row, 1, p);   // collective over the tensor group
-    int best = 0;
-    for (int v = 1; v < s->V; v++) best = p[v] > p[best] ? v : best;
-    int token = best;
-    if (how.temperature > 0.0f) {
-        float mx = p[best];
-        for (int v = 0; v < s->V; v++) w[v] = exp((double)((p[v] - mx) / how.temperature));
-        keep_top_k(w, p, s->V, how.top_k);
-        double total = 0.0, acc = 0.0;
-        for (int v = 0; v < s->V; v++) total += w[v];
-        double coin = rng_uniform(rng) * total;
-        for (token = s->V - 1; token > 0 && w[token] == 0.0; token--) {}   // the last one that can be drawn
-        for (int v = 0; v < s->V; v++) {
-            acc += w[v];
-            if (coin < acc) { token = v; break; }
-        }
-    }
-    free(w);
-    free(p);
-    return token;
-}
-
-// Returns 0 when a stop signal ended it early: the flag rides on the all-reduce that shares each token, so
-// every rank sees it at the same token.
+// -s: rank 0 prints the sample (every replica draws the same tokens). Returns 0 when a stop signal ended it
+// early: the flag rides on the all-reduce that shares each token, so every rank sees it at the same token.
 static int sample(Trainer* tr, int step) {
-    int T = tr->cfg.T, N = tr->cfg.B * T;
-    int eot = tr->tokenizer ? tokenizer_eot(tr->tokenizer) : (tr->gpt[0].shape.V > 50256 ? 50256 : tr->gpt[0].shape.V - 1);
-    int steps = tr->cfg.gen_tokens < T ? tr->cfg.gen_tokens : T - 1;
-    Rng rng = rng_seeded(tr->cfg.seed, 0x5a3b1e00ull + (uint64_t)step);   // the same text on a resumed run
-    for (int i = 0; i < N; i++) tr->inputs[i] = eot;
-    FILE* out = is_root(tr) ? stdout : NULL;   // every replica samples the same tokens; rank 0 prints them
-    if (out) fprintf(out, "step %d | sample: ", step);
-    for (int t = 1; t <= steps; t++) {
-        // Every position sees only its past, so recomputing the whole (B,T) forward is correct, if wasteful.
-        pipeline_forward(&tr->pipe, tr->gpt, tr->be, tr->inputs, NULL);
-        // The last stage has the logits; the max over the world hands its token to every stage.
-        double shared[2] = {gpt_has_head(head_chunk(tr)) ? sample_row(tr, t - 1, &rng, (Sampling){tr->cfg.temperature, tr->cfg.top_k}) : -1.0,
-                            stop_signal_seen()};
-        comm_allreduce_host_max(tr->world, shared, 2);
-        int token = (int)shared[0];
-        tr->inputs[t] = token;
-        if (out && tr->tokenizer) tokenizer_write(tr->tokenizer, token, out);
-        else if (out) fprintf(out, "%d ", token);
-        if (shared[1] > 0.0 && t < steps) {
-            if (out) fprintf(out, " [sample stopped by a signal]\n");
-            flush_stdout();
-            return 0;
-        }
-    }
-    if (out) fprintf(out, "\n");
-    flush_stdout();
-    return 1;
-}
-
-// -prompt's text as token ids (*n of them), encoded like scripts/tokenize.py does, with the merges file it
-// writes beside the tokenizer.
-static int* encode_prompt(Trainer* tr, int* n) {
-    if (!tr->tokenizer) fail("-prompt needs the tokenizer: %s does not exist (give -tk, or -i shards prepared by scripts/tokenize.py)", tr->tokenizer_path);
-    char merges[PATH_MAX];
-    path_beside(merges, sizeof(merges), tr->tokenizer_path, "gpt2_merges.bin");
-    if (file_size(merges) < 0)
-        fail("-prompt: no %s beside the tokenizer (scripts/tokenize.py writes it; re-run scripts/prepare_kjv.sh for the quick start's data)", merges);
-    const char* text = tr->cfg.prompt;
-    BpeModel model;
-    bpe_model_load(&model, merges);
-    BpeWorker* worker = bpe_worker_new(&model);
-    BpeTokens ids = {0};
-    size_t bad = bpe_encode_span(worker, (const uint8_t*)text, 0, strlen(text), 0, &ids);
-    if (bad != SIZE_MAX) fail("-prompt is not valid UTF-8 at byte %zu", bad);
-    int* out = (int*)xmalloc(ids.n * sizeof(int));
-    for (size_t i = 0; i < ids.n; i++) {
-        if (ids.v[i] >= tr->gpt[0].shape.V)
-            fail("-prompt encodes to token %d, outside the model's vocabulary of %d", ids.v[i], tr->gpt[0].shape.V);
-        out[i] = ids.v[i];
-    }
-    *n = (int)ids.n;
-    free(ids.v);
-    bpe_worker_free(worker);
-    bpe_model_free(&model);
-    return out;
+    Generator gen = generator_of(tr);
+    return generate_sample(&gen, step, tr->eot, tr->cfg.gen_tokens, is_root(tr) ? stdout : NULL);
 }
 
 // -prompt: -g tokens after the prompt, sampled with -temp and -topk from -seed's stream and printed as they
-// come. The model sees the last -t tokens: the window slides once the text outgrows it. Every rank runs the
-// forwards; the head's ranks draw the same token and the max over the world hands it to every stage.
+// come; Ctrl-C ends the text early (a second one kills).
 static void generate(Trainer* tr) {
     const Config* cfg = &tr->cfg;
-    int T = cfg->T, N = cfg->B * T, n = 0;
-    int* prompt = encode_prompt(tr, &n);
-    int* text = (int*)xmalloc((size_t)(n + cfg->gen_tokens) * sizeof(int));
-    memcpy(text, prompt, (size_t)n * sizeof(int));
-    Rng rng = rng_seeded(cfg->seed, 0x9e4e0000ull);
-    Sampling how = {cfg->temperature, cfg->top_k};
-    FILE* out = is_root(tr) ? stdout : NULL;
-    if (out && !tr->resumed && shape_from_spec(cfg->model, &(GPTShape){0}))
+    int n = 0;
+    int* prompt = generate_encode_prompt(cfg->prompt, tr->tokenizer, tr->tokenizer_path, tr->gpt[0].shape.V, &n);
+    if (is_root(tr) && !tr->resumed && tr->model_is_spec)
         fprintf(stderr, "warning: -e %s is a shape, not weights: the text is sampled from a randomly initialized model "
                         "(give a model file with -e, or -y 1 -o DIR to generate from a run's checkpoint)\n", cfg->model);
-    if (out) {
-        fprintf(out, "prompt: %d token%s [", n, n == 1 ? "" : "s");
-        for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? ", " : "", prompt[i]);
-        fprintf(out, "]\n%s", cfg->prompt);
-    }
-    int generated = cfg->gen_tokens;
     comm_watchdog_phase(tr->world, 1, "generation");
-    for (int len = n; len < n + cfg->gen_tokens; len++) {
-        int start = len > T ? len - T : 0, window = len - start;
-        for (int i = 0; i < N; i++) tr->inputs[i] = i < window ? text[start + i] : 0;   // later positions never reach it
-        pipeline_forward(&tr->pipe, tr->gpt, tr->be, tr->inputs, NULL);
-        double shared = gpt_has_head(head_chunk(tr)) ? sample_row(tr, window - 1, &rng, how) : -1.0;
-        comm_allreduce_host_max(tr->world, &shared, 1);
-        text[len] = (int)shared;
-        if (out) {
-            tokenizer_write(tr->tokenizer, text[len], out);
-            flush_stdout();   // out is stdout
-        }
-        if (stop_requested(tr)) {   // Ctrl-C: end the text here (a second one kills)
-            generated = len + 1 - n;
-            break;
-        }
-    }
-    if (out) {   // the ids too, for scripts comparing generations
-        fprintf(out, "\nids: [");
-        for (int i = n; i < n + generated; i++) fprintf(out, "%s%d", i > n ? ", " : "", text[i]);
-        fprintf(out, "]\n");
-    }
-    flush_stdout();
-    free(text);
+    Generator gen = generator_of(tr);
+    generate_from_prompt(&gen, cfg->prompt, prompt, n, cfg->gen_tokens, is_root(tr) ? stdout : NULL);
     free(prompt);
 }
 

@@ -11,7 +11,7 @@ or sideways (the same layer), never up. Layers, bottom to top:
      core/tokenizer/    BPE encoding and llm.c's decoding file }
    6 core/pipeline/     schedules as action lists and their executor
    7 core/zero/         ZeRO's helpers: model state, optimizer, delayed update, gradient landing, pieces, gradient and parameter slots
-   8 core/run/          flags, the report, the memory estimate
+   8 core/run/          flags, the report, the memory estimate, generation
    9 core/checkpoint/   checkpoints, their files, the run directory and the run record
   10 zero.h, zero.c     the ZeRO policy
   11 train_gpt.cu       the trainer

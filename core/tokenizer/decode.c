@@ -34,7 +34,7 @@ Tokenizer* tokenizer_load(const char* path) {
     if (magic != TOK_MAGIC) fail("tokenizer %s has wrong magic %d (expected %d)", path, magic, TOK_MAGIC);
     if (version != 1 && version != 2) fail("tokenizer %s has unsupported version %d (expected 1 or 2)", path, version);
     if (vocab <= 0 || vocab > TOK_MAX_VOCAB) fail("tokenizer %s has a bad vocab size %d", path, vocab);
-    int32_t eot = version == 1 ? 50256 : le32(h + 12);
+    int32_t eot = version == 1 ? GPT2_EOT : le32(h + 12);
     if (eot < 0 || eot >= vocab)   // version 1's is GPT-2's, fixed
         fail("tokenizer %s has eot token %d outside its vocab of %d", path, eot, vocab);
 
@@ -79,6 +79,7 @@ void tokenizer_write(const Tokenizer* t, int token, FILE* out) {
 }
 
 int tokenizer_eot(const Tokenizer* t) { return t->eot; }
+int tokenizer_eot_or_gpt2(const Tokenizer* t, int V) { return t ? t->eot : V > GPT2_EOT ? GPT2_EOT : V - 1; }
 int tokenizer_vocab(const Tokenizer* t) { return t->vocab; }
 
 void tokenizer_free(Tokenizer* t) {

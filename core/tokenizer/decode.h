@@ -19,6 +19,11 @@ const char* tokenizer_decode(const Tokenizer* t, int token);   // NUL-terminated
 // "<id N>", so that no sampled token goes missing from the text.
 void tokenizer_write(const Tokenizer* t, int token, FILE* out);
 int tokenizer_eot(const Tokenizer* t);
+// GPT-2's end-of-text id: version 1 files' (which do not record one), and the fallback below.
+#define GPT2_EOT 50256
+// The end-of-text id a model of V tokens starts its samples from: the tokenizer's; without a tokenizer file
+// (t NULL) GPT-2's, or the last id of a smaller vocabulary. Only the fallback is sure to be below V.
+int tokenizer_eot_or_gpt2(const Tokenizer* t, int V);
 int tokenizer_vocab(const Tokenizer* t);
 void tokenizer_free(Tokenizer* t);
 

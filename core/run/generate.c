@@ -1,0 +1,146 @@
+// generate.c: the generation loop (generate.h), its sampler, and -prompt's encoding.
+#include "core/run/generate.h"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "base/common.h"
+#include "core/tokenizer/bpe.h"
+#include "core/util/rng.h"
+
+typedef struct {
+    float logit;
+    int id;
+} Candidate;
+
+// Larger logit first, the lower id among equals: a total order, so top-k never depends on qsort.
+static int by_logit(const void* a, const void* b) {
+    const Candidate *x = (const Candidate*)a, *y = (const Candidate*)b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return x->id - y->id;
+}
+
+// Zeroes the weight of every token outside the k most likely.
+static void keep_top_k(double* w, const float* p, int V, int k) {
+    if (k <= 0 || k >= V) return;
+    Candidate* c = (Candidate*)xmalloc((size_t)V * sizeof(Candidate));
+    for (int v = 0; v < V; v++) c[v] = (Candidate){p[v], v};
+    qsort(c, (size_t)V, sizeof(Candidate), by_logit);
+    for (int i = k; i < V; i++) w[c[i].id] = 0.0;
+    free(c);
+}
+
+// A token drawn from row `row` of the head chunk's logits: softmax(logits / temperature) over the top k, one
+// uniform draw (none at temperature 0).
+static int sample_row(GPT* head, Backend* be, int row, Rng* rng, Sampling how) {
+    const GPTShape* s = &head->shape;
+    float* p = (float*)xmalloc((size_t)s->V * sizeof(float));
+    double* w = (double*)xmalloc((size_t)s->V * sizeof(double));
+    gpt_logits_to_host(head, be, row, 1, p);   // collective over the tensor group
+    int best = 0;
+    for (int v = 1; v < s->V; v++) best = p[v] > p[best] ? v : best;
+    int token = best;
+    if (how.temperature > 0.0f) {
+        float mx = p[best];
+        for (int v = 0; v < s->V; v++) w[v] = exp((double)((p[v] - mx) / how.temperature));
+        keep_top_k(w, p, s->V, how.top_k);
+        double total = 0.0, acc = 0.0;
+        for (int v = 0; v < s->V; v++) total += w[v];
+        double coin = rng_uniform(rng) * total;
+        for (token = s->V - 1; token > 0 && w[token] == 0.0; token--) {}   // the last one that can be drawn
+        for (int v = 0; v < s->V; v++) {
+            acc += w[v];
+            if (coin < acc) { token = v; break; }
+        }
+    }
+    free(w);
+    free(p);
+    return token;
+}
+
+// The one loop: appends tokens to text[n..n+count) (text has room for them), writing each to `out` as it
+// comes (flushed at once when `stream`: -prompt's text appears token by token; a training sample's line is
+// flushed whole by its caller, as it always was). Positions of the (B, T) input past the window hold `pad`: causal attention keeps them from the row
+// that is read, and each caller passes the filler it has always used, so the forwards see the same bytes.
+// Returns how many were appended: `count`, or fewer when a stop request came with a token before the last
+// (that token is kept).
+static int generate_tokens(const Generator* g, int* text, int n, int count, int pad, Rng* rng, FILE* out, int stream) {
+    int T = g->T, N = g->B * T;
+    GPT* head = pipeline_head_chunk(g->pipe, g->chunks);
+    for (int len = n; len < n + count; len++) {
+        int start = len > T ? len - T : 0, window = len - start;
+        for (int i = 0; i < N; i++) g->inputs[i] = i < window ? text[start + i] : pad;
+        // Every position sees only its past, so recomputing the whole (B,T) forward is correct, if wasteful.
+        pipeline_forward(g->pipe, g->chunks, g->be, g->inputs, NULL);
+        // The last stage has the logits; the max over the world hands its token, and any rank's stop flag, to
+        // every rank.
+        double shared[2] = {gpt_has_head(head) ? sample_row(head, g->be, window - 1, rng, g->how) : -1.0,
+                            g->stop_seen() ? 1.0 : 0.0};
+        comm_allreduce_host_max(g->world, shared, 2);
+        text[len] = (int)shared[0];
+        if (out) {
+            if (g->tokenizer) tokenizer_write(g->tokenizer, text[len], out);
+            else fprintf(out, "%d ", text[len]);
+            if (stream) flush_stdout();   // out is stdout
+        }
+        if (shared[1] > 0.0 && len + 1 < n + count) return len + 1 - n;
+    }
+    return count;
+}
+
+int generate_sample(const Generator* g, int step, int eot, int count, FILE* out) {
+    if (count > g->T - 1) count = g->T - 1;   // the window never slides: every token sees the end-of-text
+    Rng rng = rng_seeded(g->seed, 0x5a3b1e00ull + (uint64_t)step);   // the same text on a resumed run
+    int* text = (int*)xmalloc((size_t)(1 + count) * sizeof(int));
+    text[0] = eot;
+    if (out) fprintf(out, "step %d | sample: ", step);
+    int done = generate_tokens(g, text, 1, count, eot, &rng, out, 0) == count;
+    if (out) fprintf(out, done ? "\n" : " [sample stopped by a signal]\n");
+    flush_stdout();
+    free(text);
+    return done;
+}
+
+int* generate_encode_prompt(const char* text, const Tokenizer* tokenizer, const char* tokenizer_path, int V, int* n) {
+    if (!tokenizer) fail("-prompt needs the tokenizer: %s does not exist (give -tk, or -i shards prepared by scripts/tokenize.py)", tokenizer_path);
+    char merges[PATH_MAX];
+    path_beside(merges, sizeof(merges), tokenizer_path, "gpt2_merges.bin");
+    if (file_size(merges) < 0)
+        fail("-prompt: no %s beside the tokenizer (scripts/tokenize.py writes it; re-run scripts/prepare_kjv.sh for the quick start's data)", merges);
+    BpeModel model;
+    bpe_model_load(&model, merges);
+    BpeWorker* worker = bpe_worker_new(&model);
+    BpeTokens ids = {0};
+    size_t bad = bpe_encode_span(worker, (const uint8_t*)text, 0, strlen(text), 0, &ids);
+    if (bad != SIZE_MAX) fail("-prompt is not valid UTF-8 at byte %zu", bad);
+    int* out = (int*)xmalloc(ids.n * sizeof(int));
+    for (size_t i = 0; i < ids.n; i++) {
+        if (ids.v[i] >= V) fail("-prompt encodes to token %d, outside the model's vocabulary of %d", ids.v[i], V);
+        out[i] = ids.v[i];
+    }
+    *n = (int)ids.n;
+    free(ids.v);
+    bpe_worker_free(worker);
+    bpe_model_free(&model);
+    return out;
+}
+
+void generate_from_prompt(const Generator* g, const char* text, const int* prompt, int n, int count, FILE* out) {
+    int* all = (int*)xmalloc((size_t)(n + count) * sizeof(int));
+    memcpy(all, prompt, (size_t)n * sizeof(int));
+    Rng rng = rng_seeded(g->seed, 0x9e4e0000ull);
+    if (out) {
+        fprintf(out, "prompt: %d token%s [", n, n == 1 ? "" : "s");
+        for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? ", " : "", prompt[i]);
+        fprintf(out, "]\n%s", text);
+    }
+    int generated = generate_tokens(g, all, n, count, 0, &rng, out, 1);
+    if (out) {   // the ids too, for scripts comparing generations
+        fprintf(out, "\nids: [");
+        for (int i = n; i < n + generated; i++) fprintf(out, "%s%d", i > n ? ", " : "", all[i]);
+        fprintf(out, "]\n");
+    }
+    flush_stdout();
+    free(all);
+}
