@@ -139,9 +139,9 @@ static void catch_stop_signal(int sig) {
 static int stop_signal_seen(void) { return disposition(SIGTERM) == SIG_DFL || disposition(SIGINT) == SIG_DFL; }
 
 static int stop_requested(Trainer* tr) {
-    double stop = stop_signal_seen() ? 1.0 : 0.0;
-    comm_allreduce_host_max(tr->world, &stop, 1);
-    return stop > 0.0;
+    long long stop = stop_signal_seen();
+    comm_allreduce_host_max_i64(tr->world, &stop, 1);
+    return stop > 0;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -225,10 +225,10 @@ static void open_tokenizer(Trainer* tr, const GPTShape* shape) {
 static int find_checkpoint(Trainer* tr, char* dir, size_t size, CheckpointInfo* info) {
     if (tr->run_dir.node_local)
         return checkpoint_find_hosts(tr->cfg.out_dir, tr->world, &tr->layout->shape, dir, size, info, is_root(tr));
-    double step = -1.0;
+    long long step = -1;
     if (is_root(tr)) step = checkpoint_find(tr->cfg.out_dir, &tr->layout->shape, dir, size, 1);
-    comm_allreduce_host_max(tr->world, &step, 1);
-    if (step < 0.0) return -1;
+    comm_allreduce_host_max_i64(tr->world, &step, 1);
+    if (step < 0) return -1;
     run_dir_checkpoint_path(dir, size, tr->cfg.out_dir, (int)step);
     char why[512];
     if (!checkpoint_inspect(dir, &tr->layout->shape, info, why, sizeof(why))) fail("checkpoint %s: %s", dir, why);

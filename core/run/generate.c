@@ -75,16 +75,15 @@ static int generate_tokens(const Generator* g, int* text, int n, int count, int 
         pipeline_forward(g->pipe, g->chunks, g->be, g->inputs, NULL);
         // The last stage has the logits; the max over the world hands its token, and any rank's stop flag, to
         // every rank.
-        double shared[2] = {gpt_has_head(head) ? sample_row(head, g->be, window - 1, rng, g->how) : -1.0,
-                            g->stop_seen() ? 1.0 : 0.0};
-        comm_allreduce_host_max(g->world, shared, 2);
+        long long shared[2] = {gpt_has_head(head) ? sample_row(head, g->be, window - 1, rng, g->how) : -1, g->stop_seen()};
+        comm_allreduce_host_max_i64(g->world, shared, 2);
         text[len] = (int)shared[0];
         if (out) {
             if (g->tokenizer) tokenizer_write(g->tokenizer, text[len], out);
             else fprintf(out, "%d ", text[len]);
             if (stream) flush_stdout();   // out is stdout
         }
-        if (shared[1] > 0.0 && len + 1 < n + count) return len + 1 - n;
+        if (shared[1] > 0 && len + 1 < n + count) return len + 1 - n;
     }
     return count;
 }
