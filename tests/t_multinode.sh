@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-node runs on one machine: two "hosts" made of network namespaces joined by a veth pair
-# (scripts/netns_hosts.sh), orted started on the second through an ssh-like launch agent
-# (scripts/netns_agent.sh), every byte between the ranks over TCP on the veth. 2 hosts x 2 ranks under -z 2
+# (tests/netns/hosts.sh), orted started on the second through an ssh-like launch agent
+# (tests/netns/agent.sh), every byte between the ranks over TCP on the veth. 2 hosts x 2 ranks under -z 2
 # and under -pp 2 log the same losses and norms, bit for bit, and end in the same checkpoint as 4 ranks on
 # one host (same ranks, same reduction order); the ranks really ran 2 per namespace, node-local ranks 0 and
 # 1 on each; the veth carried the traffic. A run over both hosts checkpoints into a shared -o and a second
@@ -23,7 +23,7 @@ probe=gzt_p$$
 err=$(ip netns add "$probe" 2>&1) || skip "ip netns add failed: $(printf '%s' "$err" | head -1)"
 ip netns del "$probe"
 
-hosts=scripts/netns_hosts.sh
+hosts=tests/netns/hosts.sh
 trap '"$hosts" down >/dev/null 2>&1; rm -rf "$TMP"' EXIT
 trap 'exit 1' INT TERM
 up=$("$hosts" up 2>&1) || { t_fail multinode_hosts_up "$up"; t_finish; }
@@ -35,7 +35,7 @@ base=(-e "$MODEL" -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 6 -l 1e-3 -u 2 -c 0.1 -
 printf '10.77.0.1 slots=2\n10.77.0.2 slots=2\n' > "$TMP/hostfile"
 # mpirun runs on host a (the root namespace has no route to the hosts' network: its orted would never call
 # back) and starts host b's orted through the agent; out-of-band and MPI traffic both on the veth subnet.
-NET=(--mca plm_rsh_agent "$PWD/scripts/netns_agent.sh" --mca plm_rsh_no_tree_spawn 1
+NET=(--mca plm_rsh_agent "$PWD/tests/netns/agent.sh" --mca plm_rsh_no_tree_spawn 1
      --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24)
 MULTI=(--hostfile "$TMP/hostfile" -np 4 "${NET[@]}")
 # Each rank first records where it runs: world rank, OpenMPI's node-local rank, network namespace, hostname.

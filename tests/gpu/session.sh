@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
-# The GPU work of issues 16 and 20 for a lent GPU's short lease (30 device minutes, at most 10 per command,
-# a warm machine keeps build/ between calls): one part per call, each building only this GPU's architecture
-# and copying its report, stamped with date, device and commit, to $OUT (which the device tool brings back).
+# The GPU checks in three parts, one per invocation, each short enough for a machine lent by the hour or
+# under a per-command time limit: each builds for this GPU's architecture only and copies its report,
+# stamped with date, device and commit, to $OUT (default build/gpu_session).
 #
-#   bash scripts/gpu_session.sh test       make test-gpu (kernel checks: seed 1, fp32 and bf16)
-#   bash scripts/gpu_session.sh bench      make bench: d12 and d24 beside the PyTorch reference
-#   bash scripts/gpu_session.sh offload    make bench-offload: d48 with and without -offload, the largest model
+#   bash tests/gpu/session.sh test       make test-gpu (kernel checks: seed 1, fp32 and bf16)
+#   bash tests/gpu/session.sh bench      make bench: d12 and d24 beside the PyTorch reference
+#   bash tests/gpu/session.sh offload    make bench-offload: d48 with and without -offload, the largest model
 #
 # Commit the reports under reports/ with the date and device in the name, and set each prediction's outcome
 # in reports/perf_notes.md.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 part=${1:-}
 case "$part" in
     test) target=test-gpu; report=build/gpu_report.md ;;
     bench) target=bench; report=build/bench_report.md ;;
     offload) target=bench-offload; report=build/bench_offload.md ;;
-    *) echo "usage: bash scripts/gpu_session.sh test|bench|offload" >&2; exit 2 ;;
+    *) echo "usage: bash tests/gpu/session.sh test|bench|offload" >&2; exit 2 ;;
 esac
 command -v nvidia-smi >/dev/null 2>&1 || { echo "error: no GPU here (nvidia-smi not found)" >&2; exit 1; }
 cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')
@@ -34,7 +34,7 @@ SEEDS=1 DTYPES="fp32 bf16" make -s -j"$(nproc)" GPU_ARCHS="$cap" "$target" > "$l
 rc=$?
 set -e
 {
-    echo "<!-- gpu_session.sh $part: $(date -u +%Y-%m-%dT%H:%MZ), $device (sm_$cap), commit $commit, exit $rc, $(( $(date +%s) - start )) s -->"
+    echo "<!-- session.sh $part: $(date -u +%Y-%m-%dT%H:%MZ), $device (sm_$cap), commit $commit, exit $rc, $(( $(date +%s) - start )) s -->"
     [ -f "$report" ] && cat "$report" || echo "(no report: see ${part}.log)"
 } > "$out/${part}_report.md"
 tail -3 "$log"

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# netns_hosts.sh: two "hosts" on one Linux machine, for multi-node runs without a second machine (root only).
+# hosts.sh: two "hosts" on one Linux machine, for multi-node runs without a second machine (root only).
 #
-#   scripts/netns_hosts.sh up              network namespaces gz_a and gz_b, joined by a veth pair:
+#   tests/netns/hosts.sh up              network namespaces gz_a and gz_b, joined by a veth pair:
 #                                          gz_a 10.77.0.1/24 (interface gz_a0), gz_b 10.77.0.2/24 (gz_b0),
 #                                          loopback up in each; /etc/netns/<ns>/hosts names both hosts
-#   scripts/netns_hosts.sh down            removes them (and the hosts files)
-#   scripts/netns_hosts.sh status          prints the two hosts; exit 1 unless both are up
-#   scripts/netns_hosts.sh ns HOST         prints HOST's namespace; exit 1 for an unknown host
-#   scripts/netns_hosts.sh exec HOST CMD   runs CMD "on" HOST: in its network namespace, in a UTS namespace
+#   tests/netns/hosts.sh down            removes them (and the hosts files)
+#   tests/netns/hosts.sh status          prints the two hosts; exit 1 unless both are up
+#   tests/netns/hosts.sh ns HOST         prints HOST's namespace; exit 1 for an unknown host
+#   tests/netns/hosts.sh exec HOST CMD   runs CMD "on" HOST: in its network namespace, in a UTS namespace
 #                                          whose hostname is the namespace's name with - for _ (gz-a),
 #                                          in a mount namespace of its own
 #
@@ -105,7 +105,7 @@ run_on() {   # host, command...
         hostname "$(echo "$ns" | tr _ -)" || exit 1
         if [ -n "$bind" ]; then
             src=${bind%%:*} dst=${bind#*:}
-            mount --bind "$src" "$dst" || { echo "netns_hosts.sh: error: host $ns: cannot bind $src on $dst" >&2; exit 1; }
+            mount --bind "$src" "$dst" || { echo "hosts.sh: error: host $ns: cannot bind $src on $dst" >&2; exit 1; }
         fi
         exec "$@"' sh "$ns" "$bind" "$@"
 }
