@@ -110,21 +110,21 @@ $(B)/cuda/kernels/backend_cuda.o: kernels/backend_cuda.cu $(wildcard kernels/*.c
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 # Test programs: one C source each, linked with the CPU backend (and, for the kernel check, the GPU one).
-TEST_SRC := $(filter-out tests/kernel_check.c,$(wildcard tests/test_*.c))
-TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/%)
-$(B)/test_%: $(B)/cpu/tests/test_%.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
+TEST_SRC := $(wildcard tests/unit/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(B)/%)
+$(B)/test_%: $(B)/cpu/tests/unit/test_%.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
 	$(CC) -o $@ $^ $(LDLIBS)
 # test_batch_io models the GPU's streams with a backend of its own, so it links no backend.
-$(B)/test_batch_io: $(B)/cpu/tests/test_batch_io.o $(B)/cpu/core/model/batch_io.o $(B)/cpu/base/common.o
+$(B)/test_batch_io: $(B)/cpu/tests/unit/test_batch_io.o $(B)/cpu/core/model/batch_io.o $(B)/cpu/base/common.o
 	$(CC) -o $@ $^ $(LDLIBS)
-$(B)/kernel_check_cpu: $(B)/cpu/tests/kernel_check.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
+$(B)/kernel_check_cpu: $(B)/cpu/tests/gpu/kernel_check.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
 	$(CC) -o $@ $^ $(LDLIBS)
-$(B)/kernel_check_gpu: $(B)/cuda/tests/kernel_check.o $(CORE_CUDA_OBJ) $(CUDA_BACKEND)
+$(B)/kernel_check_gpu: $(B)/cuda/tests/gpu/kernel_check.o $(CORE_CUDA_OBJ) $(CUDA_BACKEND)
 	$(NVCC) $(NVFLAGS) -o $@ $^ $(CUDA_LIBS) $(MPI_NVLIBS) -Xcompiler -fopenmp
 # The comm tests on real device memory: the MPI staging path, and NCCL with --comm nccl.
-$(B)/comm_check_gpu: $(B)/cuda/tests/test_comm.o $(CORE_CUDA_OBJ) $(CUDA_BACKEND)
+$(B)/comm_check_gpu: $(B)/cuda/tests/unit/test_comm.o $(CORE_CUDA_OBJ) $(CUDA_BACKEND)
 	$(NVCC) $(NVFLAGS) -o $@ $^ $(CUDA_LIBS) $(MPI_NVLIBS) -Xcompiler -fopenmp
-# The fenced CPU build (kernels/backend_cpu.c, tests/t_fence.sh): backend memory that host code cannot touch,
+# The fenced CPU build (kernels/backend_cpu.c, tests/system/t_fence.sh): backend memory that host code cannot touch,
 # as on a GPU. Same objects as train_gpt_cpu but the kernels'.
 FENCE_BACKEND := $(CPU_KERNELS:%.c=$(B)/fence/%.o)
 $(B)/fence/%.o: %.c
@@ -132,7 +132,7 @@ $(B)/fence/%.o: %.c
 	$(CC) $(CFLAGS) -DBACKEND_FENCE -c $< -o $@
 $(B)/train_gpt_fenced: $(B)/cpu/train_gpt.o $(CORE_CPU_OBJ) $(FENCE_BACKEND)
 	$(CC) -o $@ $^ $(LDLIBS)
-$(B)/fence_check: $(B)/cpu/tests/fence_check.o $(CORE_CPU_OBJ) $(FENCE_BACKEND)
+$(B)/fence_check: $(B)/cpu/tests/unit/fence_check.o $(CORE_CPU_OBJ) $(FENCE_BACKEND)
 	$(CC) -o $@ $^ $(LDLIBS)
 tests-bin: train_gpt_cpu $(TEST_BIN) $(B)/train_gpt_fenced $(B)/fence_check
 

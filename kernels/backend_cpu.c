@@ -4,7 +4,7 @@
 // only when something waits for them, so waiting for an upload never runs a download and the other way
 // round.
 //
-// Built with -DBACKEND_FENCE (build/train_gpt_fenced, tests/t_fence.sh) it is also a stand-in GPU for the
+// Built with -DBACKEND_FENCE (build/train_gpt_fenced, tests/system/t_fence.sh) it is also a stand-in GPU for the
 // host code above it: backend memory comes from one reserved range that no host code can read or write
 // except inside this file's and the kernels' functions (BACKEND_ENTRY, cpu_common.h); kernels and copies
 // check which side of the fence each pointer is on; an asynchronous copy keeps a GPU's window, in which its

@@ -11,7 +11,7 @@
 #include "kernels/host_elem.h"
 #include "kernels/kernels.h"
 
-// The fenced test build (-DBACKEND_FENCE: build/train_gpt_fenced, tests/t_fence.sh) keeps backend memory
+// The fenced test build (-DBACKEND_FENCE: build/train_gpt_fenced, tests/system/t_fence.sh) keeps backend memory
 // unreadable to the host, as a GPU's device memory is, except while a thread is inside a backend function:
 // each one begins with BACKEND_ENTRY(be, its device pointers...), which lifts the fence until it returns and
 // fails where one of those pointers (NULL aside) is not backend memory. So host code that touches backend

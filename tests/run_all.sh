@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every CPU test: the C test programs in build/, then each tests/t_*.sh script. Every check prints
+# Runs every CPU test: the C test programs in build/, then each tests/system/t_*.sh script. Every check prints
 # "ok NAME" or "FAIL NAME: why"; a program or script that exits non-zero without printing a FAIL counts
 # as one failure of its own; "skip NAME: why" is a check that cannot run here. Each program's or script's
 # wall time follows as a "# NAME: N s" line. Last line: "N passed, N failed, N skipped". Exit status 1 if
@@ -34,7 +34,7 @@ run_one() {   # name, command...
 for t in build/test_*; do
     [ -x "$t" ] && run_one "$(basename "$t")" "$t"
 done
-for s in tests/t_*.sh; do
+for s in tests/system/t_*.sh; do
     [ -f "$s" ] && run_one "$(basename "$s")" bash "$s"
 done
 echo "$passed passed, $failed failed, $skipped skipped"

@@ -5,7 +5,7 @@
 // -dpu is recorded, and with it the cadence of -v, -s and -n, each of which lands the delayed update early.
 // Not recorded, because a resume may change them freely: the layout (the world size, -pp, -ps, -vp, -tp, -sp,
 // -z, -r, -offload, -comm, the -b/-ga split of the same tokens per step), which changes at most the order in
-// which floating-point sums add (results agree to rounding, tests/t_resume.sh), and what only observes the
+// which floating-point sums add (results agree to rounding, tests/system/t_resume.sh), and what only observes the
 // run (-m, -g, -temp, -topk, -lb, -nf, and -v, -s, -n without -dpu).
 #pragma once
 #include <stdio.h>

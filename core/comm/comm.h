@@ -111,7 +111,7 @@ typedef struct {
 // (rendezvous, as NCCL's are: nothing is buffered), and the messages from one rank to another pair in the
 // order both sides post them, across exchanges, whatever their tags. So the ranks' sequences of exchanges
 // must be ones that cannot deadlock under those rules and that list each link's messages alike: the
-// schedules of schedule.h, which tests/test_schedule.c proves.
+// schedules of schedule.h, which tests/unit/test_schedule.c proves.
 // An exchange that receives is complete when comm_exchange returns (NCCL: for later work on the main
 // stream). One of sends only completes in the background, so that the compute after it overlaps the wait
 // for the peer (NCCL: unless that compute waits for a collective, which queues behind it on the comm

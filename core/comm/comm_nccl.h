@@ -10,7 +10,7 @@
 // event recorded on main, waited for by comm), and records `done` on the comm stream when it finishes.
 // done == NULL: the main stream waits for it at once (the synchronous calls); else nccl_wait does, later.
 //
-// Without NCCL (the CPU build, a GPU build without NCCL, tests/t_comm.sh's direct compile) the functions
+// Without NCCL (the CPU build, a GPU build without NCCL, tests/system/t_comm.sh's direct compile) the functions
 // are stubs: comm_select never creates a group there, so they are unreachable.
 #pragma once
 #include <mpi.h>

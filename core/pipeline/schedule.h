@@ -1,6 +1,6 @@
 // schedule.h: pipeline schedules (what each stage does, in which order) and the split of the model's
 // layers into stages. Pure code: no memory but the host's, no communication, no model; the executor in
-// core/pipeline/pipeline.c walks these lists and tests/test_schedule.c proves them for every P <= 8, m <= 16, V <= 4.
+// core/pipeline/pipeline.c walks these lists and tests/unit/test_schedule.c proves them for every P <= 8, m <= 16, V <= 4.
 //
 // Three schedules (-ps), each a list of actions per stage (a stage = one rank of the pp group):
 //
@@ -42,7 +42,7 @@
 // or chunk (NCCL has no tags). The compute after an exchange with a receive waits for it; after an
 // exchange of sends only it does not, and the next exchange completes that one first (comm_exchange).
 // Deadlock freedom then needs the grouping: with one exchange per message 1F1B deadlocks at P=2, m=2
-// (stage 0 sends act 1 while stage 1 sends grad 0). tests/test_schedule.c simulates these semantics for
+// (stage 0 sends act 1 while stage 1 sends grad 0). tests/unit/test_schedule.c simulates these semantics for
 // every P <= 8, m <= 16, V <= 4 and checks that every list finishes, that each message pairs with the
 // receive meant for it, and that no forward overwrites activations a pending send reads; it also checks
 // the lists under buffered sends (what the ideal timeline assumes). The ideal timeline's bubble is the

@@ -7,7 +7,7 @@ Every tensor listed in REF_DIR/index.txt must exist in both directories with the
 rel err = ||cand - ref|| / ||ref|| (float64) must be under the dtype's threshold, and neither side may hold
 NaN or Inf (the outputs were poisoned with NaN, so an unwritten element fails here). Prints a table
 "kernel tensor relerr threshold PASS/FAIL", then one "ok NAME" / "FAIL NAME: why" line per tensor
-(tests/testlib.h protocol). Exits 1 on any failure.
+(tests/unit/testlib.h protocol). Exits 1 on any failure.
 """
 import os
 import sys

@@ -14,7 +14,7 @@
 #   4. determinism (two bf16 runs, identical bits) and bit-exact resume on the GPU
 #   5. a pass/fail table, written with the device, date and commit to $REPORT (default build/gpu_report.md)
 # With --dry-run the fenced CPU build (build/train_gpt_fenced: device memory the host cannot touch, copies
-# with a GPU's windows; tests/t_fence.sh) stands in for train_gpt, proving the script end to end against a
+# with a GPU's windows; tests/system/t_fence.sh) stands in for train_gpt, proving the script end to end against a
 # backend other than train_gpt_cpu's; without a GPU and without --dry-run it is an error (scripts/gpu_mode.sh).
 set -u
 cd "$(dirname "$0")/../.."
@@ -59,7 +59,7 @@ $GPU "${flags[@]}" -p fp32 -o "$W/gpu32" -dump "$W/gpu32" > "$W/gpu32.txt" 2>&1 
 $GPU "${flags[@]}" -p bf16 -o "$W/gpu16" > "$W/gpu16.txt" 2>&1 || record step_gpu_bf16_run FAIL "$(tail -1 "$W/gpu16.txt")"
 check() {   # name, compare.py arguments...: its ok/FAIL lines become one row
     local name=$1 out; shift
-    out=$($PY tests/compare.py "$@" 2>&1)
+    out=$($PY tests/tools/compare.py "$@" 2>&1)
     if [ $? -eq 0 ]; then record "$name" ok "$(echo "$out" | grep -v '^ok' | tr '\n' ' ' | cut -c1-200)"
     else record "$name" FAIL "$(echo "$out" | grep '^FAIL' | tr '\n' ' ' | cut -c1-300)"; fi
 }

@@ -4,7 +4,7 @@
 # `hosts.sh exec HOST` (that host's network, hostname and mounts) with a clean environment, as a login
 # over ssh would have, in the repository. Use it with
 #   mpirun --mca plm_rsh_agent "$PWD/tests/netns/agent.sh" --hostfile HOSTFILE ...
-# run inside host a (tests/netns/hosts.sh exec a mpirun ...): see tests/t_multinode.sh for the full line.
+# run inside host a (tests/netns/hosts.sh exec a mpirun ...): see tests/system/t_multinode.sh for the full line.
 # Carried into the remote environment: PATH, HOME, USER, LOGNAME, LANG, SHELL, TMPDIR, LD_LIBRARY_PATH, the
 # root permission for OpenMPI (OMPI_ALLOW_RUN_AS_ROOT*), NETNS_* (for a daemon that starts others), and the
 # variables named in NETNS_AGENT_ENV (space-separated). Variables for the ranks themselves: mpirun -x NAME.

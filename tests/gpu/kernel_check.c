@@ -1,0 +1,752 @@
+// kernel_check.c: runs every kernel of kernels.h on seeded inputs and writes its outputs as raw float32,
+// so the CPU twins and the CUDA kernels can be compared file by file (tests/gpu/compare_kernels.py).
+// One source, built twice: build/kernel_check_cpu (CPU backend) and build/kernel_check_gpu (CUDA).
+//
+//   kernel_check OUTDIR SEED DTYPE      DTYPE = fp32 | bf16 | fp16
+//
+// Inputs are generated on the host from SEED (the same values in both builds, never zeros), rounded to
+// DTYPE with host_to_dtype and uploaded. Every output buffer is poisoned (0xFF bytes: NaN in every type)
+// except those the contract says accumulate, which start from random values. Each output is written as
+// OUTDIR/<shape>_<kernel>.<tensor>.f32 and listed in OUTDIR/index.txt ("<shape>_<kernel> <tensor> <n>").
+// Kernels that promise determinism run twice from the same state; the bits must match ("ok det_...").
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "base/common.h"
+#include "kernels/kernels.h"
+#include "tests/unit/testlib.h"
+
+typedef struct {
+    const char* name;
+    int B, T, C, NH, V, Vp, cls_rows;
+} Shape;
+
+typedef struct {
+    Backend* be;
+    DType dt;
+    const char* outdir;
+    uint32_t seed;
+    FILE* index;
+    TestStats stats;
+    void* live[64];   // backend buffers of the current test, freed by end_test
+    int n_live;
+} Ctx;
+
+// ---------------------------------------------------------------------------------------------------
+// Seeded values: element i of stream `tag` is a pure function of (seed, tag, i).
+static uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+static float urand(const Ctx* c, uint32_t tag, size_t i) {   // uniform in [-1, 1)
+    const uint64_t u = mix64(mix64(((uint64_t)c->seed << 32) ^ tag) ^ (uint64_t)i);
+    return (float)((double)(u >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
+// Host values lo + (hi - lo) * u, u in [0,1), already rounded to the run's dtype (so host-side references
+// see exactly what the backend sees).
+static float* hvals(Ctx* c, uint32_t tag, size_t n, float lo, float hi, DType round_dt) {
+    float* h = (float*)xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = dtype_round(lo + (hi - lo) * 0.5f * (urand(c, tag, i) + 1.0f), round_dt);
+    return h;
+}
+
+static void* track(Ctx* c, void* p) {
+    if (c->n_live == (int)(sizeof(c->live) / sizeof(c->live[0]))) fail("kernel_check: too many live buffers");
+    c->live[c->n_live++] = p;
+    return p;
+}
+static void end_test(Ctx* c) {
+    for (int i = 0; i < c->n_live; i++) be_free(c->be, c->live[i]);
+    c->n_live = 0;
+}
+static void* dalloc(Ctx* c, size_t bytes) { return track(c, be_malloc(c->be, bytes)); }
+// Upload host floats as dtype dt into an existing buffer.
+static void put(Ctx* c, void* d, const float* h, size_t n, DType dt) {
+    void* tmp = xmalloc(n * dtype_size(dt));
+    host_to_dtype(tmp, dt, h, n);
+    be_upload(c->be, d, tmp, n * dtype_size(dt));
+    free(tmp);
+}
+static void* dnew(Ctx* c, const float* h, size_t n, DType dt) {
+    void* d = dalloc(c, n * dtype_size(dt));
+    put(c, d, h, n, dt);
+    return d;
+}
+static void poison(Ctx* c, void* d, size_t bytes) {
+    void* tmp = xmalloc(bytes);
+    memset(tmp, 0xff, bytes);
+    be_upload(c->be, d, tmp, bytes);
+    free(tmp);
+}
+static void* dpoisoned(Ctx* c, size_t bytes) {
+    void* d = dalloc(c, bytes);
+    poison(c, d, bytes);
+    return d;
+}
+
+// Outputs of one test: rep 0 writes the files and keeps the raw bytes, rep 1 compares bits with rep 0.
+typedef struct {
+    char kernel[96];
+    int n;
+    void* raw[16];
+    size_t bytes[16];
+    char tensor[16][32];
+} Outs;
+
+static void outs_begin(Outs* o, const Shape* s, const char* kernel) {
+    memset(o, 0, sizeof(*o));
+    snprintf(o->kernel, sizeof(o->kernel), "%s_%s", s->name, kernel);
+}
+// Collect output `tensor` (n elements of dt at d) for repetition `rep`.
+static void out(Ctx* c, Outs* o, int rep, const char* tensor, const void* d, DType dt, size_t n) {
+    const size_t bytes = n * dtype_size(dt);
+    void* raw = xmalloc(bytes);
+    be_download(c->be, raw, d, bytes);
+    if (rep == 0) {
+        float* f = (float*)xmalloc(n * sizeof(float));
+        host_from_dtype(f, raw, dt, n);
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s.%s.f32", c->outdir, o->kernel, tensor);
+        FILE* fp = xfopen(path, "wb");
+        xfwrite(f, sizeof(float), n, fp, path);
+        xfclose(fp, path);
+        free(f);
+        fprintf(c->index, "%s %s %zu\n", o->kernel, tensor, n);
+        if (o->n == 16) fail("kernel_check: too many outputs for %s", o->kernel);
+        o->raw[o->n] = raw;
+        o->bytes[o->n] = bytes;
+        snprintf(o->tensor[o->n], sizeof(o->tensor[0]), "%s", tensor);
+        o->n++;
+        return;
+    }
+    for (int i = 0; i < o->n; i++) {
+        if (strcmp(o->tensor[i], tensor) != 0) continue;
+        char name[160];
+        snprintf(name, sizeof(name), "det_%s.%s", o->kernel, tensor);
+        check_true(&c->stats, name, o->bytes[i] == bytes && memcmp(o->raw[i], raw, bytes) == 0);
+    }
+    free(raw);
+}
+static void outs_end(Outs* o) {
+    for (int i = 0; i < o->n; i++) free(o->raw[i]);
+}
+
+// ---------------------------------------------------------------------------------------------------
+static float gelu_host(float x) {
+    const float s = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(s * (x + 0.044715f * x * x * x)));
+}
+
+static void t_encoder(Ctx* c, const Shape* s) {
+    const DType dt = c->dt;
+    const int B = s->B, T = s->T, C = s->C, N = B * T;
+    // Half the positions draw from a handful of ids, so dwte rows collect many contributions.
+    int* tok = (int*)xmalloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) {
+        const uint64_t u = mix64(((uint64_t)c->seed << 32) ^ (0x70c0000u + (uint64_t)i));
+        tok[i] = (i % 2) ? (int)(u % (uint64_t)s->V) : (int)(u % 7u) * 13;
+    }
+    int* dtok = (int*)dalloc(c, (size_t)N * sizeof(int));
+    be_upload(c->be, dtok, tok, (size_t)N * sizeof(int));
+    float* hwte = hvals(c, 101, (size_t)s->Vp * C, -0.5f, 0.5f, dt);
+    float* hwpe = hvals(c, 102, (size_t)T * C, -0.2f, 0.2f, dt);
+    void* wte = dnew(c, hwte, (size_t)s->Vp * C, dt);
+    void* wpe = dnew(c, hwpe, (size_t)T * C, dt);
+    Outs o;
+    outs_begin(&o, s, "encoder_forward");
+    void* outp = dpoisoned(c, (size_t)N * C * dtype_size(dt));
+    encoder_forward(c->be, dt, outp, dtok, wte, wpe, B, T, C);
+    out(c, &o, 0, "out", outp, dt, (size_t)N * C);
+    outs_end(&o);
+
+    // Backward: wte/wpe now play the accumulated gradients' initial values.
+    float* hdout = hvals(c, 103, (size_t)N * C, -1.0f, 1.0f, dt);
+    void* dout = dnew(c, hdout, (size_t)N * C, dt);
+    outs_begin(&o, s, "encoder_backward");
+    for (int rep = 0; rep < 2; rep++) {
+        put(c, wte, hwte, (size_t)s->Vp * C, dt);
+        put(c, wpe, hwpe, (size_t)T * C, dt);
+        encoder_backward(c->be, dt, wte, wpe, dout, dtok, B, T, C);
+        out(c, &o, rep, "dwte", wte, dt, (size_t)s->Vp * C);
+        out(c, &o, rep, "dwpe", wpe, dt, (size_t)T * C);
+    }
+    outs_end(&o);
+    free(tok), free(hwte), free(hwpe), free(hdout);
+    end_test(c);
+}
+
+static void t_layernorm(Ctx* c, const Shape* s) {
+    const DType dt = c->dt;
+    const int N = s->B * s->T, C = s->C;
+    float* hinp = hvals(c, 201, (size_t)N * C, -2.0f, 2.5f, dt);
+    float* hw = hvals(c, 202, C, 0.5f, 1.5f, dt);
+    float* hb = hvals(c, 203, C, -0.3f, 0.3f, dt);
+    void* inp = dnew(c, hinp, (size_t)N * C, dt);
+    void* w = dnew(c, hw, C, dt);
+    void* b = dnew(c, hb, C, dt);
+    Outs o;
+    outs_begin(&o, s, "layernorm_forward");
+    void* outp = dpoisoned(c, (size_t)N * C * dtype_size(dt));
+    float* mean = (float*)dpoisoned(c, (size_t)N * 4);
+    float* rstd = (float*)dpoisoned(c, (size_t)N * 4);
+    layernorm_forward(c->be, dt, outp, mean, rstd, inp, w, b, N, C);
+    out(c, &o, 0, "out", outp, dt, (size_t)N * C);
+    out(c, &o, 0, "mean", mean, DT_FP32, N);
+    out(c, &o, 0, "rstd", rstd, DT_FP32, N);
+    outs_end(&o);
+
+    // The backward gets mean/rstd computed here in double, so it does not depend on the forward's bits.
+    float* hmean = (float*)xmalloc((size_t)N * 4);
+    float* hrstd = (float*)xmalloc((size_t)N * 4);
+    for (int n = 0; n < N; n++) {
+        double m = 0, v = 0;
+        for (int i = 0; i < C; i++) m += hinp[(size_t)n * C + i];
+        m /= C;
+        for (int i = 0; i < C; i++) v += (hinp[(size_t)n * C + i] - m) * (hinp[(size_t)n * C + i] - m);
+        hmean[n] = (float)m;
+        hrstd[n] = (float)(1.0 / sqrt(v / C + 1e-5));
+    }
+    put(c, mean, hmean, N, DT_FP32);
+    put(c, rstd, hrstd, N, DT_FP32);
+    float* hdout = hvals(c, 204, (size_t)N * C, -1.0f, 1.0f, dt);
+    float* hdinp = hvals(c, 205, (size_t)N * C, -0.5f, 0.5f, dt);
+    float* hdw = hvals(c, 206, C, -0.5f, 0.5f, dt);
+    float* hdb = hvals(c, 207, C, -0.5f, 0.5f, dt);
+    void* dout = dnew(c, hdout, (size_t)N * C, dt);
+    void* dinp = dalloc(c, (size_t)N * C * dtype_size(dt));
+    void* dw = dalloc(c, (size_t)C * dtype_size(dt));
+    void* db = dalloc(c, (size_t)C * dtype_size(dt));
+    outs_begin(&o, s, "layernorm_backward");
+    for (int rep = 0; rep < 2; rep++) {
+        put(c, dinp, hdinp, (size_t)N * C, dt);
+        put(c, dw, hdw, C, dt);
+        put(c, db, hdb, C, dt);
+        layernorm_backward(c->be, dt, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+        out(c, &o, rep, "dinp", dinp, dt, (size_t)N * C);
+        out(c, &o, rep, "dw", dw, dt, C);
+        out(c, &o, rep, "db", db, dt, C);
+    }
+    outs_end(&o);
+    free(hinp), free(hw), free(hb), free(hmean), free(hrstd), free(hdout), free(hdinp), free(hdw), free(hdb);
+    end_test(c);
+}
+
+// kind: 0 = bias, 1 = no bias, 2 = bias + fused GELU.
+static void t_matmul_forward(Ctx* c, const Shape* s, int kind) {
+    const DType dt = c->dt;
+    const int N = s->B * s->T, IC = s->C, OC = kind == 0 ? 3 * s->C : kind == 1 ? s->C : 4 * s->C;
+    const float ws = 1.0f / sqrtf((float)IC);
+    float* hinp = hvals(c, 301 + 10 * kind, (size_t)N * IC, -1.5f, 1.5f, dt);
+    float* hw = hvals(c, 302 + 10 * kind, (size_t)OC * IC, -ws, ws, dt);
+    float* hb = hvals(c, 303 + 10 * kind, OC, -0.5f, 0.5f, dt);
+    void* inp = dnew(c, hinp, (size_t)N * IC, dt);
+    void* w = dnew(c, hw, (size_t)OC * IC, dt);
+    void* b = kind == 1 ? NULL : dnew(c, hb, OC, dt);
+    void* outp = dpoisoned(c, (size_t)N * OC * dtype_size(dt));
+    void* pre = kind == 2 ? dpoisoned(c, (size_t)N * OC * dtype_size(dt)) : NULL;
+    Outs o;
+    outs_begin(&o, s, kind == 0 ? "matmul_forward_bias" : kind == 1 ? "matmul_forward_nobias" : "matmul_forward_gelu");
+    matmul_forward(c->be, dt, outp, pre, inp, w, b, N, IC, OC);
+    out(c, &o, 0, "out", outp, dt, (size_t)N * OC);
+    if (pre) out(c, &o, 0, "pre_gelu", pre, dt, (size_t)N * OC);
+    outs_end(&o);
+    free(hinp), free(hw), free(hb);
+    end_test(c);
+}
+
+// kind: 0 = bias (IC=C, OC=3C), 1 = no bias (IC=OC=C), 2 = bias + GELU input (IC=4C, OC=C).
+static void t_matmul_backward(Ctx* c, const Shape* s, int kind) {
+    const DType dt = c->dt;
+    const int N = s->B * s->T, IC = kind == 2 ? 4 * s->C : s->C, OC = kind == 0 ? 3 * s->C : s->C;
+    const float ws = 1.0f / sqrtf((float)IC);
+    float* hdout = hvals(c, 401 + 10 * kind, (size_t)N * OC, -1.0f, 1.0f, dt);
+    float* hinp = hvals(c, 402 + 10 * kind, (size_t)N * IC, -1.5f, 1.5f, dt);
+    float* hw = hvals(c, 403 + 10 * kind, (size_t)OC * IC, -ws, ws, dt);
+    float* hdw = hvals(c, 404 + 10 * kind, (size_t)OC * IC, -0.1f, 0.1f, dt);
+    float* hdb = hvals(c, 405 + 10 * kind, OC, -0.5f, 0.5f, dt);
+    float* hpre = NULL;
+    if (kind == 2) {   // inp = gelu(pre), stored rounded, as the forward would have left it
+        hpre = hinp;
+        hinp = (float*)xmalloc((size_t)N * IC * sizeof(float));
+        for (size_t i = 0; i < (size_t)N * IC; i++) hinp[i] = dtype_round(gelu_host(hpre[i]), dt);
+    }
+    void* dout = dnew(c, hdout, (size_t)N * OC, dt);
+    void* inp = dnew(c, hinp, (size_t)N * IC, dt);
+    void* pre = hpre ? dnew(c, hpre, (size_t)N * IC, dt) : NULL;
+    void* w = dnew(c, hw, (size_t)OC * IC, dt);
+    void* dinp = dalloc(c, (size_t)N * IC * dtype_size(dt));
+    void* dw = dalloc(c, (size_t)OC * IC * dtype_size(dt));
+    void* db = kind == 1 ? NULL : dalloc(c, (size_t)OC * dtype_size(dt));
+    Outs o;
+    outs_begin(&o, s, kind == 0 ? "matmul_backward_bias" : kind == 1 ? "matmul_backward_nobias" : "matmul_backward_gelu");
+    for (int rep = 0; rep < 2; rep++) {
+        poison(c, dinp, (size_t)N * IC * dtype_size(dt));
+        put(c, dw, hdw, (size_t)OC * IC, dt);
+        if (db) put(c, db, hdb, OC, dt);
+        matmul_backward(c->be, dt, dinp, dw, db, dout, inp, pre, w, N, IC, OC);
+        out(c, &o, rep, "dinp", dinp, dt, (size_t)N * IC);
+        out(c, &o, rep, "dw", dw, dt, (size_t)OC * IC);
+        if (db) out(c, &o, rep, "dbias", db, dt, OC);
+    }
+    outs_end(&o);
+    free(hdout), free(hinp), free(hw), free(hdw), free(hdb), free(hpre);
+    end_test(c);
+}
+
+// Host attention in double: out (B,T,C) rounded to dt and lse (B,NH,T), inputs for the backward.
+static void attention_host(const float* qkv, float* outh, float* lse, int B, int T, int C, int NH, DType dt) {
+    const int hs = C / NH;
+    const double scale = 1.0 / sqrt((double)hs);
+    double* sc = (double*)xmalloc((size_t)T * sizeof(double));
+    double* acc = (double*)xmalloc((size_t)hs * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < T; i++) {
+                const float* q = qkv + ((size_t)b * T + i) * 3 * C + h * hs;
+                double m = -INFINITY;
+                for (int j = 0; j <= i; j++) {
+                    const float* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    double d = 0;
+                    for (int e = 0; e < hs; e++) d += (double)q[e] * k[e];
+                    sc[j] = d * scale;
+                    if (sc[j] > m) m = sc[j];
+                }
+                double sum = 0;
+                for (int e = 0; e < hs; e++) acc[e] = 0;
+                for (int j = 0; j <= i; j++) {
+                    const double p = exp(sc[j] - m);
+                    sum += p;
+                    const float* v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * hs;
+                    for (int e = 0; e < hs; e++) acc[e] += p * v[e];
+                }
+                for (int e = 0; e < hs; e++)
+                    outh[((size_t)b * T + i) * C + h * hs + e] = dtype_round((float)(acc[e] / sum), dt);
+                lse[((size_t)b * NH + h) * T + i] = (float)(m + log(sum));
+            }
+    free(sc);
+    free(acc);
+}
+
+static void t_attention(Ctx* c, const Shape* s) {
+    const DType dt = c->dt;
+    const int B = s->B, T = s->T, C = s->C, NH = s->NH, N = B * T;
+    float* hqkv = hvals(c, 501, (size_t)N * 3 * C, -1.5f, 1.5f, dt);
+    void* qkv = dnew(c, hqkv, (size_t)N * 3 * C, dt);
+    void* outp = dpoisoned(c, (size_t)N * C * dtype_size(dt));
+    float* lse = (float*)dpoisoned(c, (size_t)B * NH * T * 4);
+    Outs o;
+    outs_begin(&o, s, "attention_forward");
+    attention_forward(c->be, dt, outp, lse, qkv, B, T, C, NH);
+    out(c, &o, 0, "out", outp, dt, (size_t)N * C);
+    out(c, &o, 0, "lse", lse, DT_FP32, (size_t)B * NH * T);
+    outs_end(&o);
+
+    float* hout = (float*)xmalloc((size_t)N * C * sizeof(float));
+    float* hlse = (float*)xmalloc((size_t)B * NH * T * sizeof(float));
+    attention_host(hqkv, hout, hlse, B, T, C, NH, dt);
+    put(c, outp, hout, (size_t)N * C, dt);
+    put(c, lse, hlse, (size_t)B * NH * T, DT_FP32);
+    float* hdout = hvals(c, 502, (size_t)N * C, -1.0f, 1.0f, dt);
+    void* dout = dnew(c, hdout, (size_t)N * C, dt);
+    void* dqkv = dalloc(c, (size_t)N * 3 * C * dtype_size(dt));
+    float* scratch = (float*)dalloc(c, (size_t)B * NH * T * 4);
+    outs_begin(&o, s, "attention_backward");
+    for (int rep = 0; rep < 2; rep++) {
+        poison(c, dqkv, (size_t)N * 3 * C * dtype_size(dt));
+        poison(c, scratch, (size_t)B * NH * T * 4);
+        attention_backward(c->be, dt, dqkv, scratch, dout, qkv, outp, lse, B, T, C, NH);
+        out(c, &o, rep, "dqkv", dqkv, dt, (size_t)N * 3 * C);
+    }
+    outs_end(&o);
+    free(hqkv), free(hout), free(hlse), free(hdout);
+    end_test(c);
+}
+
+static void t_elementwise(Ctx* c, const Shape* s) {
+    const DType dt = c->dt;
+    const size_t n = (size_t)s->B * s->T * s->C * 4 + 3;   // + 3: a tail that is not a whole 16-byte pack
+    float* ha = hvals(c, 601, n, -3.0f, 3.0f, dt);
+    float* hb = hvals(c, 602, n, -1.0f, 1.0f, dt);
+    void* a = dnew(c, ha, n, dt);
+    void* b = dnew(c, hb, n, dt);
+    void* o1 = dpoisoned(c, n * dtype_size(dt));
+    Outs o;
+    outs_begin(&o, s, "residual_forward");
+    residual_forward(c->be, dt, o1, a, b, n);
+    out(c, &o, 0, "out", o1, dt, n);
+    outs_end(&o);
+    outs_begin(&o, s, "gelu_forward");
+    poison(c, o1, n * dtype_size(dt));
+    gelu_forward(c->be, dt, o1, a, n);
+    out(c, &o, 0, "out", o1, dt, n);
+    outs_end(&o);
+    outs_begin(&o, s, "gelu_backward");
+    poison(c, o1, n * dtype_size(dt));
+    gelu_backward(c->be, dt, o1, a, b, n);
+    out(c, &o, 0, "dinp", o1, dt, n);
+    outs_end(&o);
+    // In place (dinp aliases dout; out aliases a), as the trainer uses them.
+    outs_begin(&o, s, "gelu_backward_inplace");
+    gelu_backward(c->be, dt, b, a, b, n);
+    out(c, &o, 0, "dinp", b, dt, n);
+    outs_end(&o);
+    outs_begin(&o, s, "residual_forward_inplace");
+    put(c, b, hb, n, dt);
+    residual_forward(c->be, dt, a, a, b, n);
+    out(c, &o, 0, "out", a, dt, n);
+    outs_end(&o);
+    free(ha), free(hb);
+    end_test(c);
+}
+
+static void t_classifier(Ctx* c, const Shape* s) {
+    const DType dt = c->dt;
+    const int N = s->cls_rows < s->B * s->T ? s->cls_rows : s->B * s->T, V = s->V, Vp = s->Vp;
+    float* hl = hvals(c, 701, (size_t)N * Vp, -4.0f, 4.0f, dt);
+    int* tg = (int*)xmalloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) tg[i] = (int)(mix64(((uint64_t)c->seed << 32) ^ (0x7a000u + (uint64_t)i)) % (uint64_t)V);
+    tg[0] = V - 1;   // the last real column: the padded tail's neighbour
+    int* dtg = (int*)dalloc(c, (size_t)N * sizeof(int));
+    be_upload(c->be, dtg, tg, (size_t)N * sizeof(int));
+    void* logits = dnew(c, hl, (size_t)N * Vp, dt);
+    float* losses = (float*)dpoisoned(c, (size_t)N * 4);
+    Outs o;
+    outs_begin(&o, s, "classifier_loss_only");
+    classifier_forward(c->be, dt, logits, losses, dtg, N, V, Vp, 1.0f / N, 0);
+    out(c, &o, 0, "losses", losses, DT_FP32, N);
+    out(c, &o, 0, "logits", logits, dt, (size_t)N * Vp);   // untouched
+    outs_end(&o);
+    outs_begin(&o, s, "classifier_dlogits");
+    poison(c, losses, (size_t)N * 4);
+    classifier_forward(c->be, dt, logits, losses, dtg, N, V, Vp, 1.0f / N, 1);
+    out(c, &o, 0, "losses", losses, DT_FP32, N);
+    out(c, &o, 0, "dlogits", logits, dt, (size_t)N * Vp);
+    outs_end(&o);
+    free(hl), free(tg);
+    end_test(c);
+}
+
+// The vocabulary-parallel kernels on the second of two tensor ranks' slices: v0 = Vp/2, Vl = Vp/2, so its
+// columns end in the padding (real < Vl) and half the tokens and targets are another rank's.
+static void t_encoder_vocab(Ctx* c, const Shape* s) {
+    const DType dt = c->dt;
+    const int B = s->B, T = s->T, C = s->C, N = B * T, Vl = s->Vp / 2, v0 = s->Vp / 2;
+    int* tok = (int*)xmalloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) {
+        const uint64_t u = mix64(((uint64_t)c->seed << 32) ^ (0x70d0000u + (uint64_t)i));
+        tok[i] = (i % 2) ? (int)(u % (uint64_t)s->V) : v0 + (int)(u % 5u) * 3;   // repeats in this rank's range
+    }
+    int* dtok = (int*)dalloc(c, (size_t)N * sizeof(int));
+    be_upload(c->be, dtok, tok, (size_t)N * sizeof(int));
+    float* hwte = hvals(c, 111, (size_t)Vl * C, -0.5f, 0.5f, dt);
+    float* hwpe = hvals(c, 112, (size_t)T * C, -0.2f, 0.2f, dt);
+    void* wte = dnew(c, hwte, (size_t)Vl * C, dt);
+    void* wpe = dnew(c, hwpe, (size_t)T * C, dt);
+    Outs o;
+    for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
+        outs_begin(&o, s, with_wpe ? "encoder_forward_vocab_wpe" : "encoder_forward_vocab");
+        void* outp = dpoisoned(c, (size_t)N * C * dtype_size(dt));
+        encoder_forward_vocab(c->be, dt, outp, dtok, wte, with_wpe ? wpe : NULL, v0, Vl, B, T, C);
+        out(c, &o, 0, "out", outp, dt, (size_t)N * C);
+        outs_end(&o);
+    }
+    float* hdout = hvals(c, 113, (size_t)N * C, -1.0f, 1.0f, dt);
+    void* dout = dnew(c, hdout, (size_t)N * C, dt);
+    outs_begin(&o, s, "encoder_backward_vocab");
+    for (int rep = 0; rep < 2; rep++) {
+        put(c, wte, hwte, (size_t)Vl * C, dt);
+        put(c, wpe, hwpe, (size_t)T * C, dt);
+        encoder_backward_vocab(c->be, dt, wte, wpe, dout, dtok, v0, Vl, B, T, C);
+        out(c, &o, rep, "dwte", wte, dt, (size_t)Vl * C);
+        out(c, &o, rep, "dwpe", wpe, dt, (size_t)T * C);
+    }
+    outs_end(&o);
+    free(tok), free(hwte), free(hwpe), free(hdout);
+    end_test(c);
+}
+
+static void t_classifier_vocab(Ctx* c, const Shape* s) {
+    const DType dt = c->dt;
+    const int N = s->cls_rows < s->B * s->T ? s->cls_rows : s->B * s->T, Vl = s->Vp / 2, v0 = s->Vp / 2;
+    const int real = s->V - v0, ranks = 2;
+    float* hl = hvals(c, 711, (size_t)N * Vl, -4.0f, 4.0f, dt);
+    int* tg = (int*)xmalloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) tg[i] = (int)(mix64(((uint64_t)c->seed << 32) ^ (0x7b000u + (uint64_t)i)) % (uint64_t)s->V);
+    tg[0] = s->V - 1;
+    int* dtg = (int*)dalloc(c, (size_t)N * sizeof(int));
+    be_upload(c->be, dtg, tg, (size_t)N * sizeof(int));
+    void* logits = dnew(c, hl, (size_t)N * Vl, dt);
+    float* rowmax = (float*)dpoisoned(c, (size_t)N * 4);
+    Outs o;
+    outs_begin(&o, s, "classifier_vocab_max");
+    classifier_vocab_max(c->be, dt, rowmax, logits, N, real, Vl);
+    out(c, &o, 0, "rowmax", rowmax, DT_FP32, N);
+    outs_end(&o);
+    // The group's max as the other rank might raise it: 0.5 above this rank's bound, the same on both builds.
+    float* hmax = hvals(c, 712, (size_t)N, 4.0f, 4.5f, DT_FP32);
+    float* gmax = (float*)dnew(c, hmax, (size_t)N, DT_FP32);
+    float* stats = (float*)dpoisoned(c, (size_t)3 * N * 4);
+    outs_begin(&o, s, "classifier_vocab_sums");
+    classifier_vocab_sums(c->be, dt, stats, logits, gmax, dtg, v0, N, real, Vl);
+    out(c, &o, 0, "sum", stats, DT_FP32, N);                       // hi; lo differs (0 on the GPU) and is tiny
+    out(c, &o, 0, "target", stats + (size_t)2 * N, DT_FP32, N);
+    outs_end(&o);
+    // Every rank's stats, synthesized: positive normalizers, this rank's target logits from the logits.
+    float* hall = hvals(c, 713, (size_t)ranks * 3 * N, 0.5f, 40.0f, DT_FP32);
+    for (int n = 0; n < N; n++) {
+        int t = tg[n] - v0;
+        hall[N + n] = hall[3 * N + N + n] = 0.0f;                    // lo
+        hall[2 * N + n] = t < 0 ? hl[n] : 0.0f;                      // rank 0's target logit, or 0
+        hall[3 * N + 2 * N + n] = t >= 0 ? hl[(size_t)n * Vl + t] : 0.0f;
+    }
+    float* all = (float*)dnew(c, hall, (size_t)ranks * 3 * N, DT_FP32);
+    float* losses = (float*)dpoisoned(c, (size_t)N * 4);
+    outs_begin(&o, s, "classifier_vocab_finish_loss_only");
+    classifier_vocab_finish(c->be, dt, logits, losses, gmax, all, ranks, dtg, v0, N, real, Vl, 1.0f / N, 0);
+    out(c, &o, 0, "losses", losses, DT_FP32, N);
+    out(c, &o, 0, "logits", logits, dt, (size_t)N * Vl);   // untouched
+    outs_end(&o);
+    outs_begin(&o, s, "classifier_vocab_finish_dlogits");
+    poison(c, losses, (size_t)N * 4);
+    classifier_vocab_finish(c->be, dt, logits, losses, gmax, all, ranks, dtg, v0, N, real, Vl, 1.0f / N, 1);
+    out(c, &o, 0, "losses", losses, DT_FP32, N);
+    out(c, &o, 0, "dlogits", logits, dt, (size_t)N * Vl);
+    outs_end(&o);
+    free(hl), free(tg), free(hmax), free(hall);
+    end_test(c);
+}
+
+static void t_adamw(Ctx* c, const Shape* s) {
+    const DType dt = c->dt;
+    const size_t n = (size_t)s->C * 1000 + 7;
+    const size_t offset = ((size_t)1 << 32) + 12345;   // above 2^32: the noise index is 64-bit
+    float* hmaster = hvals(c, 801, n, -0.5f, 0.5f, DT_FP32);
+    float* hm = hvals(c, 802, n, -0.01f, 0.01f, DT_FP32);
+    float* hv = hvals(c, 803, n, 1e-6f, 1e-4f, DT_FP32);
+    float* master = (float*)dnew(c, hmaster, n, DT_FP32);
+    float* m = (float*)dnew(c, hm, n, DT_FP32);
+    float* v = (float*)dnew(c, hv, n, DT_FP32);
+    // fp32 params alias the master copy, as the contract allows.
+    void* params = dt == DT_FP32 ? (void*)master : dpoisoned(c, n * dtype_size(dt));
+    void* grads = dalloc(c, n * dtype_size(dt));
+    AdamWArgs a = {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0, c->seed * 2654435761u + 17u};
+    for (int step = 1; step <= 3; step++) {
+        float* hg = hvals(c, 810 + step, n, -0.1f, 0.1f, dt);
+        put(c, grads, hg, n, dt);
+        free(hg);
+        a.step = step;
+        adamw_update(c->be, params, dt, master, grads, dt, m, v, n, offset, &a);
+    }
+    Outs o;
+    outs_begin(&o, s, "adamw");
+    out(c, &o, 0, "params", params, dt, n);
+    out(c, &o, 0, "master", master, DT_FP32, n);
+    out(c, &o, 0, "m", m, DT_FP32, n);
+    out(c, &o, 0, "v", v, DT_FP32, n);
+    outs_end(&o);
+    free(hmaster), free(hm), free(hv);
+    end_test(c);
+}
+
+static void t_sum_squares(Ctx* c, const Shape* s) {
+    const DType dt = c->dt;
+    const size_t n = (size_t)s->B * s->T * s->C + 5;
+    float* hx = hvals(c, 901, n, -1.0f, 1.0f, dt);
+    void* x = dnew(c, hx, n, dt);
+    float* acc = (float*)dalloc(c, 4);
+    const float init = 3.25f;
+    Outs o;
+    outs_begin(&o, s, "sum_squares");
+    for (int rep = 0; rep < 2; rep++) {
+        put(c, acc, &init, 1, DT_FP32);
+        sum_squares(c->be, dt, acc, x, n);
+        sum_squares(c->be, dt, acc, x, n / 3);   // accumulates
+        out(c, &o, rep, "acc", acc, DT_FP32, 1);
+    }
+    outs_end(&o);
+    free(hx);
+    end_test(c);
+}
+
+static void t_convert(Ctx* c, const Shape* s) {
+    const DType dt = c->dt;
+    const size_t n = (size_t)s->B * s->T * s->C + 3;
+    // Wide range, including values that round differently in bf16 and fp16 and fp16 subnormals.
+    float* h = (float*)xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        const float u = urand(c, 1001, i);
+        h[i] = u * powf(2.0f, (float)((int)(i % 40) - 26));
+    }
+    void* src = dnew(c, h, n, DT_FP32);
+    void* dst = dpoisoned(c, n * dtype_size(dt));
+    Outs o;
+    outs_begin(&o, s, "convert_from_fp32");
+    convert(c->be, dst, dt, src, DT_FP32, n);
+    out(c, &o, 0, "out", dst, dt, n);
+    outs_end(&o);
+    const DType other = dt == DT_BF16 ? DT_FP16 : DT_BF16;
+    void* dst2 = dpoisoned(c, n * dtype_size(other));
+    outs_begin(&o, s, "convert_cross");
+    convert(c->be, dst2, other, dst, dt, n);
+    out(c, &o, 0, "out", dst2, other, n);
+    outs_end(&o);
+    void* back = dpoisoned(c, n * 4);
+    outs_begin(&o, s, "convert_to_fp32");
+    convert(c->be, back, DT_FP32, dst, dt, n);
+    out(c, &o, 0, "out", back, DT_FP32, n);
+    outs_end(&o);
+    free(h);
+    end_test(c);
+}
+
+
+// ---------------------------------------------------------------------------------------------------
+// KERNEL_CHECK_BENCH=1 (GPU build only): time each kernel at GPT-2 124M training sizes (B=8, T=1024).
+// Prints "bench <kernel> <ms>" lines; inputs are a tiled random pattern (not zeros).
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+static void* bench_buf(Ctx* c, size_t n, DType dt, const float* pat, size_t npat) {
+    void* d = dalloc(c, n * dtype_size(dt));
+    const size_t chunk = npat;
+    for (size_t off = 0; off < n; off += chunk) {
+        const size_t k = n - off < chunk ? n - off : chunk;
+        put(c, (char*)d + off * dtype_size(dt), pat, k, dt);
+    }
+    return d;
+}
+#define BENCH(name, reps, call)                                                                          \
+    do {                                                                                                 \
+        call;                                                                                            \
+        be_synchronize(c->be);                                                                           \
+        const double t0_ = now_ms();                                                                     \
+        for (int r_ = 0; r_ < (reps); r_++) call;                                                        \
+        be_synchronize(c->be);                                                                           \
+        printf("bench %-28s %9.3f ms\n", name, (now_ms() - t0_) / (reps));                              \
+        fflush(stdout);                                                                                  \
+    } while (0)
+
+// KERNEL_CHECK_BENCH_B sets B (default 8); KERNEL_CHECK_BENCH=att times only the attention kernels.
+static void bench(Ctx* c, int only_attention) {
+    const DType dt = c->dt;
+    const char* bs = getenv("KERNEL_CHECK_BENCH_B");
+    const int B = bs && atoi(bs) > 0 ? atoi(bs) : 8;
+    const int T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304, N = B * T;
+    const size_t npat = (size_t)1 << 20;
+    float* pat = hvals(c, 1201, npat, -1.0f, 1.0f, dt);
+    float* pos = hvals(c, 1202, npat, 0.5f, 1.0f, DT_FP32);
+    int* tok = (int*)xmalloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) tok[i] = (int)(mix64((uint64_t)i) % (uint64_t)V);
+    int* dtok = (int*)dalloc(c, (size_t)N * sizeof(int));
+    be_upload(c->be, dtok, tok, (size_t)N * sizeof(int));
+    void* qkv = bench_buf(c, (size_t)N * 3 * C, dt, pat, npat);
+    void* att = bench_buf(c, (size_t)N * C, dt, pat, npat);
+    void* datt = bench_buf(c, (size_t)N * C, dt, pat, npat);
+    void* dqkv = bench_buf(c, (size_t)N * 3 * C, dt, pat, npat);
+    float* lse = (float*)bench_buf(c, (size_t)B * NH * T, DT_FP32, pat, npat);
+    float* scr = (float*)bench_buf(c, (size_t)B * NH * T, DT_FP32, pat, npat);
+    printf("bench B=%d T=%d C=%d NH=%d %s\n", B, T, C, NH, dtype_name(dt));
+    BENCH("attention_forward", 20, attention_forward(c->be, dt, att, lse, qkv, B, T, C, NH));
+    BENCH("attention_backward", 20, attention_backward(c->be, dt, dqkv, scr, datt, qkv, att, lse, B, T, C, NH));
+    if (only_attention) {
+        end_test(c);
+        free(pat), free(pos), free(tok);
+        return;
+    }
+    void* x = bench_buf(c, (size_t)N * C, dt, pat, npat);
+    void* w = bench_buf(c, (size_t)4 * C * C, dt, pat, npat);
+    void* bias = bench_buf(c, (size_t)4 * C, dt, pat, npat);
+    void* h = bench_buf(c, (size_t)N * 4 * C, dt, pat, npat);
+    void* hpre = bench_buf(c, (size_t)N * 4 * C, dt, pat, npat);
+    void* dw = bench_buf(c, (size_t)4 * C * C, dt, pat, npat);
+    void* db = bench_buf(c, (size_t)4 * C, dt, pat, npat);
+    BENCH("matmul_forward fc+gelu", 10, matmul_forward(c->be, dt, h, hpre, x, w, bias, N, C, 4 * C));
+    BENCH("matmul_forward fc", 10, matmul_forward(c->be, dt, h, NULL, x, w, bias, N, C, 4 * C));
+    BENCH("matmul_backward fcproj+gelu", 10, matmul_backward(c->be, dt, hpre, dw, db, x, h, hpre, w, N, 4 * C, C));
+    float* mean = (float*)bench_buf(c, N, DT_FP32, pos, npat);
+    float* rstd = (float*)bench_buf(c, N, DT_FP32, pos, npat);
+    void* lw = bench_buf(c, C, dt, pat, npat);
+    BENCH("layernorm_forward", 20, layernorm_forward(c->be, dt, att, mean, rstd, x, lw, lw, N, C));
+    BENCH("layernorm_backward", 20, layernorm_backward(c->be, dt, datt, lw, lw, x, att, lw, mean, rstd, N, C));
+    BENCH("gelu_forward", 20, gelu_forward(c->be, dt, h, hpre, (size_t)N * 4 * C));
+    BENCH("residual_forward", 20, residual_forward(c->be, dt, att, x, datt, (size_t)N * C));
+    void* wte = bench_buf(c, (size_t)Vp * C, dt, pat, npat);
+    void* wpe = bench_buf(c, (size_t)T * C, dt, pat, npat);
+    BENCH("encoder_forward", 20, encoder_forward(c->be, dt, att, dtok, wte, wpe, B, T, C));
+    BENCH("encoder_backward", 20, encoder_backward(c->be, dt, wte, wpe, x, dtok, B, T, C));
+    void* logits = bench_buf(c, (size_t)N * Vp, dt, pat, npat);
+    float* losses = (float*)dalloc(c, (size_t)N * 4);
+    BENCH("classifier_forward+dlogits", 5, classifier_forward(c->be, dt, logits, losses, dtok, N, V, Vp, 1.0f / N, 1));
+    end_test(c);   // (frees dtok too: nothing below uses it)
+    const size_t P = 124475904;   // GPT-2 124M parameter count (padded vocab)
+    void* params = bench_buf(c, P, dt, pat, npat);
+    void* grads = bench_buf(c, P, dt, pat, npat);
+    float* master = (float*)bench_buf(c, P, DT_FP32, pat, npat);
+    float* m = (float*)bench_buf(c, P, DT_FP32, pat, npat);
+    float* v = (float*)bench_buf(c, P, DT_FP32, pos, npat);
+    float* acc = (float*)dalloc(c, 4);
+    AdamWArgs a = {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 1234u};
+    BENCH("adamw_update 124M", 5, adamw_update(c->be, params, dt, master, grads, dt, m, v, P, 0, &a));
+    BENCH("sum_squares 124M", 5, sum_squares(c->be, dt, acc, grads, P));
+    end_test(c);
+    free(pat), free(pos), free(tok);
+}
+
+int main(int argc, char** argv) {
+    if (argc != 4) fail("usage: %s OUTDIR SEED DTYPE(fp32|bf16|fp16)", argv[0]);
+    Ctx c;
+    memset(&c, 0, sizeof(c));
+    c.outdir = argv[1];
+    c.seed = (uint32_t)strtoul(argv[2], NULL, 10);
+    if (!strcmp(argv[3], "fp32")) c.dt = DT_FP32;
+    else if (!strcmp(argv[3], "bf16")) c.dt = DT_BF16;
+    else if (!strcmp(argv[3], "fp16")) c.dt = DT_FP16;
+    else fail("unknown dtype '%s' (fp32, bf16 or fp16)", argv[3]);
+    mkdir(c.outdir, 0755);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/index.txt", c.outdir);
+    c.index = xfopen(path, "w");
+    c.be = backend_create(0);
+    fprintf(stderr, "kernel_check: %s, seed %u, %s\n", backend_device_name(c.be), c.seed, dtype_name(c.dt));
+
+    // GPT-2 124M's layer shapes (classifier on 256 rows); an odd small one for tails; head sizes 24 and 128;
+    // hs = 64 with T not a multiple of the attention tiles.
+    const Shape shapes[] = {
+        {"gpt2", 4, 256, 768, 12, 50257, 50304, 256},
+        {"odd", 3, 67, 96, 6, 1000, 1024, 201},
+        {"hs24", 2, 45, 72, 3, 300, 384, 90},
+        {"hs128", 2, 80, 256, 2, 520, 640, 160},
+        {"hs64tail", 2, 75, 128, 2, 333, 384, 150},
+    };
+    const char* only = getenv("KERNEL_CHECK_SHAPES");   // e.g. "odd,hs24" for a quick run
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        const Shape* s = &shapes[i];
+        if (only && !strstr(only, s->name)) continue;
+        t_encoder(&c, s);
+        t_layernorm(&c, s);
+        for (int k = 0; k < 3; k++) t_matmul_forward(&c, s, k);
+        for (int k = 0; k < 3; k++) t_matmul_backward(&c, s, k);
+        t_attention(&c, s);
+        t_elementwise(&c, s);
+        t_classifier(&c, s);
+        t_encoder_vocab(&c, s);
+        t_classifier_vocab(&c, s);
+        t_adamw(&c, s);
+        t_sum_squares(&c, s);
+        t_convert(&c, s);
+        fprintf(stderr, "kernel_check: shape %s done\n", s->name);
+    }
+    xfclose(c.index, path);
+    const char* b = getenv("KERNEL_CHECK_BENCH");
+    if (b && (b[0] == '1' || !strcmp(b, "att")) && backend_is_gpu(c.be)) bench(&c, !strcmp(b, "att"));
+    backend_destroy(c.be);
+    return test_exit(&c.stats);
+}

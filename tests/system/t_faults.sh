@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# Faults and precision: fp16 with dynamic loss scaling trains like fp32; an overflow skips the step on every
+# rank and the scale follows its state machine; non-finite steps stop the run after -nf in a row; SIGTERM
+# finishes the step, checkpoints and exits 0 on every rank, and the resumed run ends bit-identical to an
+# uninterrupted one; a rank killed with -9 ends the whole job instead of hanging; a rank stopped with SIGSTOP
+# (mid-training, or mid-checkpoint) ends it through the hang watchdog (-wd) with one line naming that rank,
+# the newest checkpoint staying complete, while a checkpoint or validation longer than -wd ends nothing.
+source "$(dirname "$0")/lib.sh"
+cd "$(dirname "$0")/../.."
+$PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 512 --seed 4 >/dev/null
+base=(-e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -s 0 -v 0 -l 1e-3)
+have_mpi=0
+mpi_available && have_mpi=1
+
+# fp16 follows fp32 (no overflow at the default scale on this model): measured 2e-5 apart in loss and 2.5e-4
+# in norm, where fp32 at half the learning rate is 2.5e-3 and 0.18 away.
+./train_gpt_cpu "${base[@]}" -x 10 -p fp32 -o "$TMP/f32" > /dev/null 2>&1
+./train_gpt_cpu "${base[@]}" -x 10 -p fp16 -o "$TMP/f16" > /dev/null 2>&1
+out=$($PYTHON tests/tools/compare.py log fp16_tracks_fp32 "$TMP/f16/log.jsonl" "$TMP/f32/log.jsonl" --steps 10 --tol 2e-3 --key loss --key grad_norm)
+echo "$out" | grep -E '^(ok|FAIL) '; echo "$out" | grep -q '^FAIL' && FAILED=1
+
+# An absurd initial scale overflows: skipped steps, the scale halving every second overflow, then training.
+check_scaler() {   # name, log
+    $PYTHON - "$1" "$2" <<'PY'
+import json, sys
+name, path = sys.argv[1], sys.argv[2]
+steps = [json.loads(l) for l in open(path) if '"loss"' in l]
+bad = []
+scale, left = 1e12, 2
+for r in steps:
+    if abs(r["loss_scale"] - scale) > 1e-6 * scale:
+        bad.append("step %d: scale %g, expected %g" % (r["step"], r["loss_scale"], scale))
+        break
+    if r.get("skipped"):
+        left -= 1
+        if left == 0:
+            scale, left = max(scale / 2, 1.0), 2
+skipped = sum(1 for r in steps if r.get("skipped"))
+if not 2 <= skipped < len(steps) - 5:
+    bad.append("%d of %d steps skipped" % (skipped, len(steps)))
+if any(r["grad_norm"] is not None for r in steps if r.get("skipped")):
+    bad.append("a skipped step logged a finite norm")
+print("ok " + name if not bad else "FAIL %s: %s" % (name, "; ".join(bad)))
+sys.exit(1 if bad else 0)
+PY
+    [ $? -eq 0 ] || FAILED=1
+}
+./train_gpt_cpu "${base[@]}" -x 60 -p fp16 -ls 1e12 -o "$TMP/ovf" > /dev/null 2>&1
+check_scaler fp16_overflow_skips_and_rescales "$TMP/ovf/log.jsonl"
+if [ $have_mpi = 1 ]; then   # the verdict is global: both ranks skip together, or ZeRO-2's pieces would diverge
+    "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -b 1 -x 60 -p fp16 -ls 1e12 -z 2 -o "$TMP/ovf2" > /dev/null 2>&1
+    check_scaler fp16_overflow_two_ranks "$TMP/ovf2/log.jsonl"
+else
+    t_missing two_rank_overflow MPI
+fi
+
+# A NaN weight: every step is non-finite; the run stops after -nf 3 with one error line.
+./train_gpt_cpu "${base[@]}" -x 0 -o "$TMP/m" > /dev/null 2>&1
+$PYTHON - "$TMP/m/ckpt_000000/model.bin" "$TMP/nan.bin" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+struct.pack_into("<f", b, 1024 + 4 * 100, float("nan"))   # a wte entry
+open(sys.argv[2], "wb").write(b)
+PY
+./train_gpt_cpu "${base[@]}" -e "$TMP/nan.bin" -x 20 -nf 3 -o "$TMP/nanrun" > "$TMP/nan.txt" 2> "$TMP/nan.err"
+rc=$?
+t_check nonfinite_stops_after_limit "[ $rc -eq 1 ] && [ \$(wc -l < $TMP/nan.err) -eq 1 ] && grep -q '3 non-finite steps in a row' $TMP/nan.err && [ \$(grep -c '\"skipped\": 1' $TMP/nanrun/log.jsonl) -eq 3 ]"
+t_check nonfinite_log_is_json "$PYTHON -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' $TMP/nanrun/log.jsonl"
+
+# SIGTERM to every rank (what a cluster scheduler sends): finish the step, checkpoint, exit 0; resuming to
+# the end gives the bits of an uninterrupted run with the same launch.
+sig=(-x 300 -k constant)
+launch=(./train_gpt_cpu)
+[ $have_mpi = 1 ] && launch=("${MPIRUN[@]}" -np 2 ./train_gpt_cpu) && sig+=(-b 1)
+"${launch[@]}" "${base[@]}" "${sig[@]}" -o "$TMP/whole" > /dev/null 2>&1
+"${launch[@]}" "${base[@]}" "${sig[@]}" -o "$TMP/cut" > "$TMP/cut.txt" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q '"step": 20,' "$TMP/cut/log.jsonl" 2>/dev/null && break; sleep 0.1; done
+pkill -TERM -f "^./train_gpt_cpu .*$TMP/cut"
+wait $pid
+rc=$?
+t_check sigterm_exits_zero "[ $rc -eq 0 ] && grep -q 'stopped by a signal after step' $TMP/cut.txt"
+stop=$(grep -o 'after step [0-9]*' "$TMP/cut.txt" | grep -o '[0-9]*$')
+t_check sigterm_checkpoint_complete "[ -n '$stop' ] && [ '$stop' -lt 300 ] && [ -f $TMP/cut/ckpt_$(printf %06d "${stop:-0}")/DONE ]"
+"${launch[@]}" "${base[@]}" "${sig[@]}" -o "$TMP/cut" -y 1 > "$TMP/cut2.txt" 2>&1
+t_check sigterm_resume_bit_identical "cmp -s $TMP/whole/ckpt_000300/model.bin $TMP/cut/ckpt_000300/model.bin"
+
+# A full disk mid-checkpoint (simulated with a 100 MB file-size limit: writes past it fail with EFBIG; the
+# model's 150 MB state file crosses it, MPI's own small files do not): one-line error, non-zero exit, the
+# previous checkpoint intact, and a later resume ends like an uninterrupted run.
+disk=(-e L4C512H8V512T64 -x 4 -n 2)
+./train_gpt_cpu "${base[@]}" "${disk[@]}" -o "$TMP/disk_ref" > /dev/null 2>&1
+# The interrupted run's directory: the uninterrupted one's up to its step-2 checkpoint (the same run, copied).
+mkdir -p "$TMP/disk"
+for f in "$TMP/disk_ref"/* "$TMP/disk_ref"/.[!.]*; do
+    [ -e "$f" ] && [ "$(basename "$f")" != ckpt_000004 ] && cp -r "$f" "$TMP/disk/"
+done
+( trap '' XFSZ; ulimit -f 102400; exec ./train_gpt_cpu "${base[@]}" "${disk[@]}" -o "$TMP/disk" -y 1 ) > /dev/null 2> "$TMP/disk.err"
+rc=$?
+t_check full_disk_fails_cleanly "[ $rc -eq 1 ] && [ \$(wc -l < $TMP/disk.err) -eq 1 ] && grep -q 'error: write error' $TMP/disk.err"
+t_check full_disk_keeps_previous "[ -f $TMP/disk/ckpt_000002/DONE ] && [ ! -e $TMP/disk/ckpt_000004 ]"
+./train_gpt_cpu "${base[@]}" "${disk[@]}" -o "$TMP/disk" -y 1 > "$TMP/disk2.txt" 2>&1
+t_check full_disk_then_resume "grep -q 'resumed from .*ckpt_000002' $TMP/disk2.txt && cmp -s $TMP/disk/ckpt_000004/model.bin $TMP/disk_ref/ckpt_000004/model.bin"
+rm -rf "$TMP"/disk*   # 400 MB
+
+# kill -9 of one rank ends the job (no hang).
+if [ $have_mpi = 1 ]; then
+    "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -x 100000 > "$TMP/k9.txt" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do grep -q 'step  *5/' "$TMP/k9.txt" 2>/dev/null && break; sleep 0.1; done
+    trained=$(grep -c 'step  *5/' "$TMP/k9.txt")   # the kill must come mid-training, not after a failed start
+    victim=$(pgrep -f "train_gpt_cpu.*-x 100000" | tail -1)
+    start=$(date +%s)
+    kill -9 "$victim"
+    timeout 60 tail --pid=$pid -f /dev/null
+    wait $pid
+    rc=$?
+    t_check rank_killed_ends_job "[ $trained -ge 1 ] && [ -n '$victim' ] && [ $rc -ne 0 ] && [ \$(( \$(date +%s) - start )) -lt 60 ]" \
+        "reached step 5: $trained, victim '$victim', rc $rc"
+else
+    t_missing rank_killed_ends_job MPI
+fi
+
+# The hang watchdog (-wd). A rank stopped with SIGSTOP leaves the others spinning in a collective; the job
+# must end within the timeout plus the ask window (2 s at these timeouts), non-zero, with one line that
+# names the stopped rank and what the waiting one waited in, and leave the newest checkpoint complete.
+if [ $have_mpi = 1 ]; then
+    # Starts a 2-rank (or NP-rank) run in the background under a time limit: sets RUN_PID.
+    start_ranks() {   # name, ranks, args...
+        local name=$1 np=$2; shift 2
+        timeout -k 5 120 "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "$@" -o "$TMP/$name" > "$TMP/$name.txt" 2> "$TMP/$name.err" &
+        RUN_PID=$!
+    }
+    wait_for_file() { for _ in $(seq 1200); do [ -e "$1" ] && return 0; sleep 0.05; done; return 1; }
+    # Ends the run: sets RC and MS (since START, when the rank was stopped); the stopped rank is gone after.
+    end_run() {   # stopped pid
+        wait "$RUN_PID"; RC=$?
+        MS=$(( $(now_ms) - START ))
+        [ -n "$1" ] && kill -KILL "$1" 2> /dev/null
+    }
+    error_lines() { grep -c '^error:' "$1"; }
+    newest_ckpt() { ls -d "$1"/ckpt_[0-9]* 2> /dev/null | sort | tail -1; }
+
+    # Mid-training: rank 1 stops; rank 0 reports it.
+    start_ranks wd 2 "${base[@]}" -x 300 -n 20 -wd 3
+    wait_for_file "$TMP/wd/ckpt_000020/DONE"
+    victim=$(rank_pid "train_gpt_cpu .*$TMP/wd" 1)
+    START=$(now_ms)
+    [ -n "$victim" ] && kill -STOP "$victim"
+    end_run "$victim"
+    named=0
+    grep -qE '^error: rank 1 stopped answering: rank 0 waited [0-9.]+ s in [a-z].* \(step [0-9]+' "$TMP/wd.err" && named=1
+    t_check watchdog_names_stopped_rank "[ -n '$victim' ] && [ $RC -ne 0 ] && [ $RC -ne 124 ] && [ $MS -ge 3000 ] && [ $MS -lt 15000 ] && \
+        [ \$(error_lines $TMP/wd.err) -eq 1 ] && [ $named = 1 ]" \
+        "victim '$victim', exit $RC after $MS ms (timeout 3 s + 2 s to ask): $(grep -a '^error' "$TMP/wd.err" | head -c 300)"
+    newest=$(newest_ckpt "$TMP/wd")
+    t_check watchdog_newest_checkpoint_complete "[ -n '$newest' ] && [ -f '$newest/DONE' ] && [ ! -f '$TMP/wd/ckpt_tmp/DONE' ]" "newest: '$newest'"
+    timeout -k 5 120 "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -x 300 -n 20 -wd 3 -o "$TMP/wd" -y 1 > "$TMP/wd2.txt" 2>&1
+    t_check watchdog_then_resume "[ $? -eq 0 ] && grep -q 'resumed from $newest at' '$TMP/wd2.txt' && [ -f '$TMP/wd/ckpt_000300/DONE' ]" \
+        "$(grep -a -m1 -E 'resumed|error' "$TMP/wd2.txt")"
+
+    # Three ranks, rank 1 stopped: ranks 0 and 2 both wait, and the job still ends with one line.
+    start_ranks wd3 3 "${base[@]}" -b 1 -x 100000 -wd 2
+    wait_for_file "$TMP/wd3/log.jsonl"
+    for _ in $(seq 200); do grep -q 'step  *5/' "$TMP/wd3.txt" && break; sleep 0.05; done
+    victim=$(rank_pid "train_gpt_cpu .*$TMP/wd3" 1)
+    START=$(now_ms)
+    [ -n "$victim" ] && kill -STOP "$victim"
+    end_run "$victim"
+    t_check watchdog_one_line_for_three_ranks "[ -n '$victim' ] && [ $RC -ne 0 ] && [ $RC -ne 124 ] && [ $MS -lt 15000 ] && \
+        [ \$(error_lines $TMP/wd3.err) -eq 1 ] && grep -q '^error: rank 1 stopped answering: rank [02] waited' $TMP/wd3.err" \
+        "victim '$victim', exit $RC after $MS ms: $(grep -a '^error' "$TMP/wd3.err" | head -c 400)"
+
+    # Rank 0 stops while it writes a checkpoint (a model large enough for the write to be caught): the wait
+    # there gets 10 x the timeout, then the job ends without publishing the checkpoint; the previous one
+    # resumes.
+    big=("${base[@]}" -e L4C512H8V512T64 -x 4 -n 2 -wd 1)
+    start_ranks wdck 2 "${big[@]}"
+    wait_for_file "$TMP/wdck/ckpt_000002/DONE"
+    for _ in $(seq 2000); do [ -d "$TMP/wdck/ckpt_tmp" ] && break; sleep 0.01; done
+    victim=$(rank_pid "train_gpt_cpu .*$TMP/wdck" 0)
+    START=$(now_ms)
+    [ -n "$victim" ] && kill -STOP "$victim"
+    end_run "$victim"
+    named=0
+    grep -qE '^error: rank 0 stopped answering: rank 1 waited [0-9.]+ s in .*\(checkpoint at step 4\)' "$TMP/wdck.err" && named=1
+    t_check watchdog_during_checkpoint "[ -n '$victim' ] && [ $RC -ne 0 ] && [ $RC -ne 124 ] && [ $MS -ge 10000 ] && [ $MS -lt 30000 ] && \
+        [ \$(error_lines $TMP/wdck.err) -eq 1 ] && [ $named = 1 ]" \
+        "victim '$victim', exit $RC after $MS ms (10 x 1 s + 2 s to ask): $(grep -a '^error' "$TMP/wdck.err" | head -c 300)"
+    t_check watchdog_checkpoint_not_published "[ ! -e '$TMP/wdck/ckpt_000004' ] && [ ! -f '$TMP/wdck/ckpt_tmp/DONE' ] && [ -f '$TMP/wdck/ckpt_000002/DONE' ]" \
+        "$(ls "$TMP/wdck" "$TMP/wdck/ckpt_tmp" 2>&1 | tr '\n' ' ')"
+    timeout -k 5 120 "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${big[@]}" -o "$TMP/wdck" -y 1 > "$TMP/wdck2.txt" 2>&1
+    t_check watchdog_checkpoint_then_resume "[ $? -eq 0 ] && grep -q 'resumed from .*ckpt_000002 at' '$TMP/wdck2.txt' && [ -f '$TMP/wdck/ckpt_000004/DONE' ]" \
+        "$(grep -a -m1 -E 'resumed|error' "$TMP/wdck2.txt")"
+    rm -rf "$TMP/wdck"
+
+    # A checkpoint write that stalls for 3 s (rank 0 stopped and continued: a slow disk, as the others see
+    # it) is legitimately longer than -wd 1, and must not end the run.
+    start_ranks wdslow 2 "${big[@]}"
+    wait_for_file "$TMP/wdslow/ckpt_000002/DONE"
+    for _ in $(seq 2000); do [ -d "$TMP/wdslow/ckpt_tmp" ] && break; sleep 0.01; done
+    victim=$(rank_pid "train_gpt_cpu .*$TMP/wdslow" 0)
+    START=$(now_ms)
+    [ -n "$victim" ] && kill -STOP "$victim" && sleep 3 && kill -CONT "$victim"
+    end_run ""
+    t_check watchdog_spares_slow_checkpoint "[ -n '$victim' ] && [ $RC -eq 0 ] && [ \$(error_lines $TMP/wdslow.err) -eq 0 ] && [ -f '$TMP/wdslow/ckpt_000004/DONE' ]" \
+        "victim '$victim', exit $RC: $(grep -a '^error' "$TMP/wdslow.err" | head -c 300)"
+    rm -rf "$TMP/wdslow"
+
+    # A validation longer than -wd 1 (every rank evaluates, with a stop check between rounds) must not either.
+    $PYTHON scripts/make_shard.py -o "$TMP/val.bin" -n 40000 -V 512 --seed 6 >/dev/null
+    SECONDS=0
+    timeout -k 5 120 "${MPIRUN[@]}" -np 2 ./train_gpt_cpu -e L4C256H4V512T64 -i "$TMP/data.bin" -j "$TMP/val.bin" -b 4 -t 64 -x 1 \
+        -v 1 -m 100 -s 0 -wd 1 > "$TMP/wdval.txt" 2>&1; rc=$?
+    t_check watchdog_spares_long_validation "[ $rc -eq 0 ] && [ \$(grep -c 'val loss' $TMP/wdval.txt) -eq 2 ] && [ $SECONDS -ge 2 ]" \
+        "exit $rc after $SECONDS s (must be over 1 s to mean anything): $(grep -a -m1 error "$TMP/wdval.txt")"
+else
+    echo "skip the watchdog checks: no MPI"
+fi
+t_finish

@@ -1,0 +1,627 @@
+// test_dataloader.c: the data loader (data order, shard boundaries, epochs, shuffling, errors, speed)
+// and the tokenizer decoder. Shards and tokenizer files are written here, into a mkdtemp directory.
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/common.h"
+#include "core/data/dataloader.h"
+#include "tests/unit/testlib.h"
+#include "core/tokenizer/decode.h"
+
+#define VOCAB 50257
+
+// The reference stream: token k of the concatenated shards. Injective for k < 50000, never all zeros.
+static int tok(long long k) { return (int)((k * 7 + 3) % 50000); }
+
+static void put32(unsigned char* p, int32_t v) {
+    uint32_t u = (uint32_t)v;
+    p[0] = (unsigned char)u, p[1] = (unsigned char)(u >> 8), p[2] = (unsigned char)(u >> 16), p[3] = (unsigned char)(u >> 24);
+}
+
+// Writes a shard: header [magic, version, hdr_ntok], then n tokens (tokens[i], or tok(first+i) if tokens
+// is NULL) as little-endian uint16, then `extra` junk bytes. hdr_len < 1024 writes only that much header.
+static void write_shard_ex(const char* path, int32_t magic, int32_t version, int32_t hdr_ntok, const int* tokens,
+                           long long first, long long n, int extra, int hdr_len) {
+    FILE* f = xfopen(path, "wb");
+    unsigned char h[1024] = {0};
+    put32(h, magic), put32(h + 4, version), put32(h + 8, hdr_ntok);
+    xfwrite(h, 1, (size_t)hdr_len, f, path);
+    unsigned char* body = xmalloc((size_t)(2 * n + extra));
+    for (long long i = 0; i < n; i++) {
+        int v = tokens ? tokens[i] : tok(first + i);
+        body[2 * i] = (unsigned char)(v & 0xff), body[2 * i + 1] = (unsigned char)(v >> 8);
+    }
+    for (int i = 0; i < extra; i++) body[2 * n + i] = 0x5a;
+    xfwrite(body, 1, (size_t)(2 * n + extra), f, path);
+    free(body);
+    xfclose(f, path);
+}
+static void write_shard(const char* path, long long first, long long n) {
+    write_shard_ex(path, 20240520, 1, (int32_t)n, NULL, first, n, 0, 1024);
+}
+
+// dir/name, in a buffer the caller keeps.
+static const char* path_in(char* buf, size_t cap, const char* dir, const char* name) {
+    snprintf(buf, cap, "%s/%s", dir, name);
+    return buf;
+}
+
+// dir/name: a shard of 20 tokens whose header carries set id `set` (int32 slots 3 and 4, low half first).
+static void write_set_shard(const char* dir, const char* name, uint64_t set) {
+    char path[512];
+    write_shard(path_in(path, sizeof path, dir, name), 0, 20);
+    unsigned char id[8];
+    put32(id, (int32_t)(uint32_t)set), put32(id + 4, (int32_t)(uint32_t)(set >> 32));
+    FILE* f = xfopen(path, "r+b");
+    xfseek(f, 12, SEEK_SET, path);
+    xfwrite(id, 1, sizeof id, f, path);
+    xfclose(f, path);
+}
+
+// Does the window (inputs, targets) equal the reference stream at `start`?
+static int window_is(const int* in, const int* tg, long long bt, long long start) {
+    for (long long i = 0; i < bt; i++)
+        if (in[i] != tok(start + i) || tg[i] != tok(start + 1 + i)) return 0;
+    return 1;
+}
+
+// Which window-aligned start does this batch match (-1 if none)?
+static long long find_start(const int* in, const int* tg, long long bt, long long W) {
+    for (long long j = 0; j < W; j++)
+        if (window_is(in, tg, bt, j * bt)) return j * bt;
+    return -1;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Error cases: each runs in a forked child, which must exit 1 with one line "error: ...<want>...".
+typedef struct {
+    const char* name;
+    const char* pattern;   // dataloader cases
+    const char* tokpath;   // tokenizer cases
+    int B, T, rank, world, read;
+    const char* want;
+} ErrCase;
+
+// An error case's child ends in fail(), which exits without freeing by design: under LeakSanitizer
+// (tests/system/t_sanitize.sh) what it allocated is not a leak. Weak: absent from builds without the sanitizer.
+void __lsan_disable(void) __attribute__((weak));
+
+static void run_error_case(TestStats* st, const char* dir, const ErrCase* c) {
+    char errpath[512];
+    snprintf(errpath, sizeof errpath, "%s/stderr.txt", dir);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) fail("fork failed");
+    if (pid == 0) {
+        if (__lsan_disable) __lsan_disable();
+        if (!freopen(errpath, "w", stderr)) _exit(99);
+        if (c->tokpath) {
+            Tokenizer* t = tokenizer_load(c->tokpath);
+            tokenizer_free(t);
+        } else {
+            DataLoader* dl = dataloader_open(c->pattern, c->B, c->T, c->rank, c->world, 0, 1, VOCAB);
+            if (c->read) {
+                long long bt = (long long)c->B * c->T;
+                int* in = xmalloc((size_t)bt * sizeof(int));
+                int* tg = xmalloc((size_t)bt * sizeof(int));
+                for (long long s = 0; s < dataloader_windows_per_epoch(dl); s++) dataloader_batch(dl, s, 1, 0, in, tg);
+                free(in), free(tg);
+            }
+            dataloader_close(dl);
+        }
+        fflush(stdout);
+        _exit(0);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) fail("waitpid failed");
+    char msg[2048] = {0};
+    FILE* f = xfopen(errpath, "r");
+    size_t n = fread(msg, 1, sizeof msg - 1, f);
+    if (ferror(f)) fail("cannot read %s", errpath);
+    fclose(f);
+    msg[n] = '\0';
+    int exited1 = WIFEXITED(status) && WEXITSTATUS(status) == 1;
+    int one_line = n > 0 && msg[n - 1] == '\n' && strchr(msg, '\n') == msg + n - 1;
+    int good = exited1 && one_line && strncmp(msg, "error: ", 7) == 0 && strstr(msg, c->want) != NULL;
+    char name[256];
+    snprintf(name, sizeof name, "error_%s", c->name);
+    if (!good)
+        printf("# %s: exit status %d, stderr: %s%s", name, WIFEXITED(status) ? WEXITSTATUS(status) : -1, msg,
+               n > 0 && msg[n - 1] == '\n' ? "" : "\n");
+    check_true(st, name, good);
+}
+
+static void write_tokenizer(const char* path, int32_t magic, int32_t version, int32_t vocab, int32_t eot,
+                            const char* const* toks, int ntoks, int extra, int cut) {
+    FILE* f = xfopen(path, "wb");
+    unsigned char h[1024] = {0};
+    put32(h, magic), put32(h + 4, version), put32(h + 8, vocab), put32(h + 12, eot);
+    xfwrite(h, 1, sizeof h, f, path);
+    for (int i = 0; i < ntoks; i++) {
+        size_t len = strlen(toks[i]);
+        unsigned char l = (unsigned char)len;
+        xfwrite(&l, 1, 1, f, path);
+        if (i == ntoks - 1 && cut) len -= (size_t)cut;   // drop the last token's final bytes
+        xfwrite(toks[i], 1, len, f, path);
+    }
+    for (int i = 0; i < extra; i++) xfwrite("x", 1, 1, f, path);
+    xfclose(f, path);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// The small multi-shard stream every order test reads, and buffers for two windows.
+typedef struct {
+    TestStats* st;
+    const char* dir;
+    char pat[512];      // small_*.bin
+    int B, T;
+    long long bt, W;    // B*T, windows per epoch
+    int *in, *tg, *in2, *tg2;
+} Stream;
+
+// Shard sizes 32, 35, 5, 0 (empty), 88, 16 = 176 tokens, so shards start at tokens 0, 32, 67, 72, 72, 160;
+// B*T = 16 divides 176, so W = (176-1)/16 = 10, not 11.
+static Stream stream_write(TestStats* st, const char* dir) {
+    static const int sizes[] = {32, 35, 5, 0, 88, 16};
+    Stream s = {st, dir, "", 2, 8, 16, 0, NULL, NULL, NULL, NULL};
+    long long first = 0;
+    for (int i = 0; i < 6; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/small_%02d.bin", dir, i);
+        write_shard(path, first, sizes[i]);
+        first += sizes[i];
+    }
+    snprintf(s.pat, sizeof s.pat, "%s/small_*.bin", dir);
+    s.W = (first - 1) / s.bt;
+    const size_t bytes = sizeof(int) * 8 * 1024;   // also holds the speed test's B=8, T=1024 window
+    s.in = xmalloc(bytes), s.tg = xmalloc(bytes), s.in2 = xmalloc(bytes), s.tg2 = xmalloc(bytes);
+    return s;
+}
+
+static void stream_free(Stream* s) { free(s->in), free(s->tg), free(s->in2), free(s->tg2); }
+
+static void test_shard_boundaries(Stream* s) {
+    DataLoader* dl = dataloader_open(s->pat, s->B, s->T, 0, 1, 0, 0, VOCAB);
+    int *in = s->in, *tg = s->tg;
+    const long long bt = s->bt;
+    check_true(s->st, "shards_counted", dataloader_num_shards(dl) == 6);
+    check_true(s->st, "tokens_counted", dataloader_num_tokens(dl) == 176);
+    check_true(s->st, "windows_per_epoch", dataloader_windows_per_epoch(dl) == s->W && s->W == 10);
+    dataloader_batch(dl, 0, 1, 0, in, tg);
+    check_true(s->st, "first_window", in[0] == 3 && tg[0] == 10 && window_is(in, tg, bt, 0));
+    dataloader_batch(dl, 1, 1, 0, in, tg);   // tokens 16..32: the last target is shard 1's first token
+    check_true(s->st, "window_target_in_next_shard", window_is(in, tg, bt, 16));
+    dataloader_batch(dl, 2, 1, 0, in, tg);   // tokens 32..48: starts exactly at shard 1
+    check_true(s->st, "window_starts_at_shard_start", window_is(in, tg, bt, 32));
+    dataloader_batch(dl, 4, 1, 0, in, tg);   // tokens 64..80: shards 1, 2, (3 empty), 4
+    check_true(s->st, "window_spans_four_shards", window_is(in, tg, bt, 64));
+    dataloader_batch(dl, 9, 1, 0, in, tg);   // last window, 144..160: last target in shard 5
+    check_true(s->st, "last_window", window_is(in, tg, bt, 144));
+    dataloader_batch(dl, 10, 1, 0, in, tg);   // epoch 2 starts over at token 0
+    check_true(s->st, "wrap_into_epoch_2", window_is(in, tg, bt, 0));
+    dataloader_batch(dl, 23, 1, 0, in, tg);   // epoch 3, window 3
+    check_true(s->st, "epoch_3_window_3", window_is(in, tg, bt, 48));
+    dataloader_close(dl);
+}
+
+// One shard of 33 tokens, B*T = 16: two windows, the second ending on the stream's last token (the
+// stream holds exactly W*B*T + 1 tokens, so a read one token longer runs off its end).
+static void test_exact_fit(Stream* s) {
+    char path[512];
+    write_shard(path_in(path, sizeof path, s->dir, "exact.bin"), 0, 33);
+    DataLoader* dl = dataloader_open(path, s->B, s->T, 0, 1, 0, 0, VOCAB);
+    int ok = dataloader_windows_per_epoch(dl) == 2;
+    for (long long step = 0; step < 4; step++) {   // two epochs
+        dataloader_batch(dl, step, 1, 0, s->in, s->tg);
+        ok &= window_is(s->in, s->tg, s->bt, step % 2 * s->bt);
+    }
+    check_true(s->st, "exact_fit_last_window_ends_on_last_token", ok);
+    dataloader_close(dl);
+}
+
+static void test_design_order(Stream* s) {
+    const long long bt = s->bt;
+    {   // Literal case: world 2, rank 1, ga 2, step 3, micro 1 -> w = (3*2+1)*2+1 = 15 -> window 5 -> token 80.
+        DataLoader* dl = dataloader_open(s->pat, s->B, s->T, 1, 2, 0, 0, VOCAB);
+        dataloader_batch(dl, 3, 2, 1, s->in, s->tg);
+        check_true(s->st, "design_order_literal",
+                   s->in[0] == tok(80) && s->tg[bt - 1] == tok(96) && window_is(s->in, s->tg, bt, 80));
+        check_true(s->st, "window_start_literal", dataloader_window_start(dl, 3, 2, 1) == 80);
+        dataloader_close(dl);
+    }
+    // Every (world, rank, ga, step, micro) against the formula in docs/ARCHITECTURE.md, into epoch 3.
+    int bad = 0, n = 0;
+    for (int world = 1; world <= 3; world++)
+        for (int rank = 0; rank < world; rank++) {
+            DataLoader* dl = dataloader_open(s->pat, s->B, s->T, rank, world, 0, 0, VOCAB);
+            for (int ga = 1; ga <= 3; ga++)
+                for (long long step = 0; step < 8; step++)
+                    for (int m = 0; m < ga; m++) {
+                        long long w = (step * ga + m) * world + rank;
+                        dataloader_batch(dl, step, ga, m, s->in, s->tg);
+                        bad += !window_is(s->in, s->tg, bt, (w % s->W) * bt);
+                        n++;
+                    }
+            dataloader_close(dl);
+        }
+    check_true(s->st, "design_order_all_layouts", bad == 0 && n > 100);
+}
+
+// N ranks at ga=G see exactly what one rank sees at ga=N*G (micro m*N + r), shuffled or not.
+static void test_ranks_equal_ga(Stream* s) {
+    const size_t bytes = sizeof(int) * (size_t)s->bt;
+    for (int shuffle = 0; shuffle <= 1; shuffle++) {
+        int bad = 0;
+        for (int N = 2; N <= 3; N++)
+            for (int G = 1; G <= 2; G++) {
+                DataLoader* one = dataloader_open(s->pat, s->B, s->T, 0, 1, shuffle, 7, VOCAB);
+                for (int r = 0; r < N; r++) {
+                    DataLoader* dl = dataloader_open(s->pat, s->B, s->T, r, N, shuffle, 7, VOCAB);
+                    for (long long step = 0; step < 12; step++)
+                        for (int m = 0; m < G; m++) {
+                            dataloader_batch(dl, step, G, m, s->in, s->tg);
+                            dataloader_batch(one, step, N * G, m * N + r, s->in2, s->tg2);
+                            bad += memcmp(s->in, s->in2, bytes) != 0 || memcmp(s->tg, s->tg2, bytes) != 0;
+                        }
+                    dataloader_close(dl);
+                }
+                dataloader_close(one);
+            }
+        check_true(s->st, shuffle ? "ranks_equal_ga_shuffled" : "ranks_equal_ga", bad == 0);
+    }
+}
+
+// Shuffling: a permutation per epoch, different per epoch and seed, same across instances and ranks.
+static void test_shuffle(Stream* s) {
+    const long long bt = s->bt, W = s->W;
+    long long order[3][10], order_seed[10], order_b[3][10];
+    DataLoader* a = dataloader_open(s->pat, s->B, s->T, 0, 1, 1, 42, VOCAB);
+    DataLoader* b = dataloader_open(s->pat, s->B, s->T, 0, 1, 1, 42, VOCAB);
+    DataLoader* c = dataloader_open(s->pat, s->B, s->T, 0, 1, 1, 43, VOCAB);
+    int content_ok = 1, perm_ok = 1;
+    for (int e = 0; e < 3; e++) {
+        int seen[10] = {0};
+        for (long long j = 0; j < W; j++) {
+            dataloader_batch(a, e * W + j, 1, 0, s->in, s->tg);
+            order[e][j] = find_start(s->in, s->tg, bt, W);
+            content_ok &= order[e][j] >= 0;
+            if (order[e][j] >= 0) seen[order[e][j] / bt]++;
+        }
+        for (int j = 0; j < W; j++) perm_ok &= seen[j] == 1;
+    }
+    // Instance b walks epochs backwards (2, 1, 0): the cache must not make the order path-dependent.
+    for (int e = 2; e >= 0; e--)
+        for (long long j = 0; j < W; j++) order_b[e][j] = dataloader_window_start(b, e * W + j, 1, 0);
+    for (long long j = 0; j < W; j++) order_seed[j] = dataloader_window_start(c, j, 1, 0);
+    int identity = 1;
+    for (long long j = 0; j < W; j++) identity &= order[0][j] == j * bt;
+    check_true(s->st, "shuffle_content_matches_stream", content_ok);
+    check_true(s->st, "shuffle_is_permutation_each_epoch", perm_ok);
+    check_true(s->st, "shuffle_not_identity", !identity);
+    check_true(s->st, "shuffle_differs_between_epochs",
+               memcmp(order[0], order[1], sizeof order[0]) != 0 && memcmp(order[1], order[2], sizeof order[0]) != 0);
+    check_true(s->st, "shuffle_differs_between_seeds", memcmp(order[0], order_seed, sizeof order_seed) != 0);
+    check_true(s->st, "shuffle_same_across_instances", memcmp(order, order_b, sizeof order) == 0);
+    dataloader_close(a), dataloader_close(b), dataloader_close(c);
+
+    // Over 20 epochs every position holds more than one window and every window visits a position other
+    // than its own: a shuffle that never moves some window (the last, say) still permutes each epoch.
+    DataLoader* many = dataloader_open(s->pat, s->B, s->T, 0, 1, 1, 42, VOCAB);
+    long long at[20][10];
+    for (long long e = 0; e < 20; e++)
+        for (long long j = 0; j < W; j++) at[e][j] = dataloader_window_start(many, e * W + j, 1, 0);
+    int varies = 1;
+    for (long long j = 0; j < W; j++) {
+        int pos_other = 0, win_moved = 0;
+        for (long long e = 0; e < 20; e++) {
+            pos_other |= at[e][j] != at[0][j];
+            for (long long k = 0; k < W; k++) win_moved |= k != j && at[e][k] == j * bt;
+        }
+        varies &= pos_other && win_moved;
+    }
+    check_true(s->st, "shuffle_every_position_and_window_varies", varies);
+    dataloader_close(many);
+
+    // Shuffled, ranks: each rank's window is the global order's window w = s*N + r.
+    DataLoader* one = dataloader_open(s->pat, s->B, s->T, 0, 1, 1, 5, VOCAB);
+    int bad = 0;
+    for (int r = 0; r < 4; r++) {
+        DataLoader* dl = dataloader_open(s->pat, s->B, s->T, r, 4, 1, 5, VOCAB);
+        for (long long step = 0; step < 9; step++)
+            bad += dataloader_window_start(dl, step, 1, 0) != dataloader_window_start(one, step * 4 + r, 1, 0);
+        dataloader_close(dl);
+    }
+    check_true(s->st, "shuffle_identical_across_ranks", bad == 0);
+    dataloader_close(one);
+}
+
+static void test_shard_errors(Stream* s) {
+    enum { N_FILES = 8 };
+    static char p[N_FILES][512];
+    const char* dir = s->dir;
+    path_in(p[0], 512, dir, "nothing_*.bin");
+    write_shard_ex(path_in(p[1], 512, dir, "short.bin"), 20240520, 1, 0, NULL, 0, 0, 0, 100);
+    write_shard_ex(path_in(p[2], 512, dir, "magic.bin"), 20240326, 1, 40, NULL, 0, 40, 0, 1024);
+    write_shard_ex(path_in(p[3], 512, dir, "version.bin"), 20240520, 2, 40, NULL, 0, 40, 0, 1024);
+    write_shard_ex(path_in(p[4], 512, dir, "trunc.bin"), 20240520, 1, 40, NULL, 0, 39, 1, 1024);   // 79 body bytes
+    write_shard_ex(path_in(p[5], 512, dir, "trail.bin"), 20240520, 1, 40, NULL, 0, 40, 2, 1024);
+    write_shard(path_in(p[6], 512, dir, "few.bin"), 0, 16);   // B*T+1 = 17 needed
+    int toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = tok(i);
+    toks[29] = 50300;
+    const char* p_vocab = path_in(p[7], 512, dir, "vocab.bin");
+    write_shard_ex(p_vocab, 20240520, 1, 40, toks, 0, 40, 0, 1024);
+    char want_vocab[600];
+    snprintf(want_vocab, sizeof want_vocab, "%s: token 50300 at position 29", p_vocab);
+    // The boundary: vocab - 1 at position 5 is read; vocab itself, at 29, is refused.
+    toks[5] = VOCAB - 1, toks[29] = VOCAB;
+    static char p_eq[512];
+    write_shard_ex(path_in(p_eq, 512, dir, "vocab_eq.bin"), 20240520, 1, 40, toks, 0, 40, 0, 1024);
+    char want_eq[600];
+    snprintf(want_eq, sizeof want_eq, "%s: token %d at position 29 is >= vocab size %d", p_eq, VOCAB, VOCAB);
+    const int B = s->B, T = s->T;
+    const ErrCase cases[] = {
+        {"no_match", p[0], NULL, B, T, 0, 1, 0, "no token shard matches"},
+        {"short_header", p[1], NULL, B, T, 0, 1, 0, "shorter than its 1024-byte header"},
+        {"wrong_magic", p[2], NULL, B, T, 0, 1, 0, "wrong magic"},
+        {"wrong_version", p[3], NULL, B, T, 0, 1, 0, "wrong magic"},
+        {"truncated", p[4], NULL, B, T, 0, 1, 0, "truncated"},
+        {"trailing_bytes", p[5], NULL, B, T, 0, 1, 0, "has trailing bytes"},
+        {"too_few_tokens", p[6], NULL, B, T, 0, 1, 0, "hold 16 tokens, but one window of B*T+1 = 17 tokens is needed"},
+        {"token_ge_vocab", p_vocab, NULL, B, T, 0, 1, 1, want_vocab},
+        {"token_eq_vocab", p_eq, NULL, B, T, 0, 1, 1, want_eq},
+        {"zero_B", s->pat, NULL, 0, T, 0, 1, 0, "B and T must be positive (got B=0 T=8)"},
+        {"zero_T", s->pat, NULL, B, 0, 0, 1, 0, "B and T must be positive (got B=2 T=0)"},
+        {"bad_rank", s->pat, NULL, B, T, 2, 2, 0, "bad rank 2 of world 2"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(s->st, dir, &cases[i]);
+    // The same shard with vocab check passing when the bad token is out of reach (control).
+    DataLoader* dl = dataloader_open(p_vocab, 2, 8, 0, 1, 0, 0, VOCAB);
+    dataloader_batch(dl, 0, 1, 0, s->in, s->tg);   // tokens 0..16
+    check_true(s->st, "vocab_checked_on_read_only", window_is(s->in, s->tg, 16, 0));
+    dataloader_close(dl);
+}
+
+// dir/name with exactly n bytes of data.
+static void write_bytes(const char* path, const char* data, size_t n) {
+    FILE* f = xfopen(path, "wb");
+    if (n) xfwrite(data, 1, n, f, path);
+    xfclose(f, path);
+}
+
+// dataloader_open(pattern) in a child process: it must open `shards` shards and exit 0 (a refusal, which
+// exits, fails this check alone).
+static void run_ok_case(TestStats* st, const char* dir, const char* name, const char* pattern, int B, int T,
+                        int shards) {
+    char errpath[512];
+    snprintf(errpath, sizeof errpath, "%s/stderr.txt", dir);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) fail("fork failed");
+    if (pid == 0) {
+        if (!freopen(errpath, "w", stderr)) _exit(99);
+        DataLoader* dl = dataloader_open(pattern, B, T, 0, 1, 0, 1, VOCAB);
+        int n = dataloader_num_shards(dl);
+        dataloader_close(dl);
+        if (n != shards) fprintf(stderr, "opened %d shards, expected %d\n", n, shards);
+        _exit(n == shards ? 0 : 2);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) fail("waitpid failed");
+    int good = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!good) {
+        char msg[2048] = {0};
+        FILE* f = xfopen(errpath, "r");
+        size_t n = fread(msg, 1, sizeof msg - 1, f);
+        fclose(f);
+        msg[n] = '\0';
+        printf("# %s: exit status %d, stderr: %s%s", name, WIFEXITED(status) ? WEXITSTATUS(status) : -1, msg,
+               n > 0 && msg[n - 1] == '\n' ? "" : "\n");
+    }
+    check_true(st, name, good);
+}
+
+// Shard set ids: one dataset (a name in a directory) whose shards carry two ids is refused, 0 counting as
+// an id of its own; different datasets in one glob may differ.
+static void test_shard_sets(Stream* s) {
+    const uint64_t A = 0xa1a2a3a4b1b2b3b4ULL, B = 0x100000000ULL;   // B: only the high half
+    const char* dir = s->dir;
+    char sub[512];
+    mkdir(path_in(sub, sizeof sub, dir, "d1"), 0755), mkdir(path_in(sub, sizeof sub, dir, "d2"), 0755);
+    // tokenize.py's replacement cut short: two of five train shards (and the val shard) are the new set's.
+    write_set_shard(dir, "mix_val_000000.bin", B);
+    for (int i = 1; i <= 5; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "mix_train_%06d.bin", i);
+        write_set_shard(dir, name, i <= 3 ? A : B);
+    }
+    // An llm.c set (no id) that a new one began to replace.
+    write_set_shard(dir, "old_train_000001.bin", 0), write_set_shard(dir, "old_train_000002.bin", B);
+    write_set_shard(dir, "old_train_000003.bin", 0);
+    static char p_mix[512], p_old[512];
+    char want_mix[700], want_old[700];
+    snprintf(p_mix, sizeof p_mix, "%s/mix_train_*.bin", dir);
+    snprintf(want_mix, sizeof want_mix, "token shards mix_{train,val}_*.bin in %s mix two shard sets: 3 of set "
+             "a1a2a3a4b1b2b3b4 and 2 of set 0000000100000000; a tokenize.py run that replaced them did not "
+             "finish: run tokenize.py again", dir);
+    snprintf(p_old, sizeof p_old, "%s/old_*.bin", dir);
+    snprintf(want_old, sizeof want_old, "old_{train,val}_*.bin in %s mix two shard sets: 2 of set 0 (none) and 1 "
+             "of set 0000000100000000", dir);
+    const ErrCase cases[] = {
+        {"shard_sets_mixed", p_mix, NULL, s->B, s->T, 0, 1, 0, want_mix},
+        {"shard_sets_mixed_with_no_id", p_old, NULL, s->B, s->T, 0, 1, 0, want_old},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(s->st, dir, &cases[i]);
+
+    // Accepted: two datasets with their own ids; one name in two directories; NAME beside NAME_train;
+    // a set with no ids (llm.c's); files of other names (tokenize.py --raw's), each a set of its own.
+    write_set_shard(dir, "p_train_000001.bin", A);
+    write_set_shard(dir, "q_train_000001.bin", B), write_set_shard(dir, "q_train_000002.bin", B);
+    write_set_shard(dir, "d1/r_train_000001.bin", A), write_set_shard(dir, "d2/r_train_000001.bin", B);
+    write_set_shard(dir, "n_train_000001.bin", A), write_set_shard(dir, "n_train_train_000001.bin", B);
+    write_set_shard(dir, "z_val_000000.bin", 0), write_set_shard(dir, "z_train_000001.bin", 0);
+    write_set_shard(dir, "z_train_000002.bin", 0);
+    write_set_shard(dir, "raw_a.bin", A), write_set_shard(dir, "raw_b.bin", B), write_set_shard(dir, "raw_c.bin", 0);
+    static const struct {
+        const char *name, *pattern;
+        int shards;
+    } ok[] = {
+        {"shard_sets_two_datasets", "[pq]_train_*.bin", 3},
+        {"shard_sets_two_directories", "d[12]/r_train_*.bin", 2},
+        {"shard_sets_name_and_name_train", "n_train_*.bin", 2},
+        {"shard_sets_none", "z_*.bin", 3},
+        {"shard_sets_raw_files_alone", "raw_*.bin", 3},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char pat[512];
+        run_ok_case(s->st, dir, ok[i].name, path_in(pat, sizeof pat, dir, ok[i].pattern), s->B, s->T, ok[i].shards);
+    }
+}
+
+// tokenize.py's switch marker: DIR/.tokenize-PID/SWITCHING (its one line: the dataset's NAME) refuses every
+// glob with a shard in DIR; a staging directory without it (a run stopped before its switch) does not.
+static void test_switch_marker(Stream* s) {
+    const uint64_t A = 0x5e75e75e75e75e7ULL;
+    char sw[512], sw2[512], stg[512], stg2[512], marker[600], pat[512], pat2[512];
+    mkdir(path_in(sw, sizeof sw, s->dir, "sw"), 0755), mkdir(path_in(sw2, sizeof sw2, s->dir, "sw2"), 0755);
+    // A first run into an empty directory, stopped during its switch: one set id, nothing for the ids to show.
+    write_set_shard(s->dir, "sw/s_train_000001.bin", A), write_set_shard(s->dir, "sw/s_train_000002.bin", A);
+    write_set_shard(s->dir, "sw2/s_val_000000.bin", A), write_set_shard(s->dir, "sw2/s_train_000001.bin", A);
+    mkdir(path_in(stg, sizeof stg, s->dir, "sw/.tokenize-4242"), 0755);
+    mkdir(path_in(stg2, sizeof stg2, s->dir, "sw2/.tokenize-77-2"), 0755);
+    path_in(pat, sizeof pat, s->dir, "sw/s_train_*.bin");
+    path_in(pat2, sizeof pat2, s->dir, "sw*/s_*.bin");
+    run_ok_case(s->st, s->dir, "switch_marker_absent", pat, s->B, s->T, 2);
+    run_ok_case(s->st, s->dir, "switch_marker_absent_two_dirs", pat2, s->B, s->T, 4);
+
+    // The second of two directories, with a marker that names no dataset (a power loss cut its writing).
+    static char want[2][1400];
+    snprintf(marker, sizeof marker, "%s/SWITCHING", stg2);
+    write_bytes(marker, "", 0);
+    snprintf(want[0], sizeof want[0], "error: %s: a tokenize.py run stopped while replacing its shards (%s): run "
+             "tokenize.py again\n", sw2, marker);
+    const ErrCase second = {"switch_marker_second_dir", pat2, NULL, s->B, s->T, 0, 1, 0, want[0]};
+    run_error_case(s->st, s->dir, &second);
+    // The marker names the dataset to tokenize again.
+    snprintf(marker, sizeof marker, "%s/SWITCHING", stg);
+    write_bytes(marker, "s\n", 2);
+    snprintf(want[1], sizeof want[1], "error: %s: a tokenize.py run stopped while replacing the shards "
+             "s_{train,val}_*.bin there (%s): run tokenize.py again\n", sw, marker);
+    const ErrCase named = {"switch_marker", pat, NULL, s->B, s->T, 0, 1, 0, want[1]};
+    run_error_case(s->st, s->dir, &named);
+    // Another directory's marker is not this one's.
+    run_ok_case(s->st, s->dir, "switch_marker_other_dir", path_in(pat, sizeof pat, s->dir, "z_*.bin"), s->B, s->T, 3);
+}
+
+static const char* const TOKENS[] = {"a", "hello", "", "\xe2\x82\xac", " world", "<|endoftext|>"};
+
+static void test_tokenizer(TestStats* st, const char* dir) {
+    char tp[512];
+    write_tokenizer(path_in(tp, sizeof tp, dir, "tok_v2.bin"), 20240328, 2, 6, 5, TOKENS, 6, 0, 0);
+    Tokenizer* t = tokenizer_load(tp);
+    int same = t != NULL;
+    for (int i = 0; same && i < 6; i++) same &= strcmp(tokenizer_decode(t, i), TOKENS[i]) == 0;
+    check_true(st, "tokenizer_round_trip", same);
+    check_true(st, "tokenizer_eot_v2", t && tokenizer_eot(t) == 5 && tokenizer_vocab(t) == 6);
+    check_true(st, "tokenizer_out_of_range",
+               t && strcmp(tokenizer_decode(t, 6), "") == 0 && strcmp(tokenizer_decode(t, -1), "") == 0);
+    tokenizer_free(t);
+    // Version 1 has GPT-2's vocabulary and end-of-text token: TOKENS, then empty tokens up to 50257.
+    const char** gpt2 = xmalloc(50257 * sizeof(char*));
+    for (int i = 0; i < 50257; i++) gpt2[i] = i < 6 ? TOKENS[i] : "";
+    write_tokenizer(path_in(tp, sizeof tp, dir, "tok_v1.bin"), 20240328, 1, 50257, 0, gpt2, 50257, 0, 0);
+    free(gpt2);
+    t = tokenizer_load(tp);
+    check_true(st, "tokenizer_v1_eot_50256", t && tokenizer_eot(t) == 50256 && strcmp(tokenizer_decode(t, 1), "hello") == 0);
+    tokenizer_free(t);
+    check_true(st, "tokenizer_missing_is_null", tokenizer_load(path_in(tp, sizeof tp, dir, "tok_missing.bin")) == NULL);
+}
+
+static void test_tokenizer_errors(TestStats* st, const char* dir) {
+    static char p[8][512];
+    write_tokenizer(path_in(p[0], 512, dir, "tok_magic.bin"), 20240520, 2, 6, 5, TOKENS, 6, 0, 0);
+    write_tokenizer(path_in(p[1], 512, dir, "tok_version.bin"), 20240328, 3, 6, 5, TOKENS, 6, 0, 0);
+    write_tokenizer(path_in(p[2], 512, dir, "tok_trunc.bin"), 20240328, 2, 6, 5, TOKENS, 6, 0, 2);
+    write_tokenizer(path_in(p[3], 512, dir, "tok_fewer.bin"), 20240328, 2, 7, 5, TOKENS, 6, 0, 0);   // 7 said, 6 there
+    write_tokenizer(path_in(p[4], 512, dir, "tok_trail.bin"), 20240328, 2, 6, 5, TOKENS, 6, 3, 0);
+    write_tokenizer(path_in(p[5], 512, dir, "tok_eot.bin"), 20240328, 2, 6, 6, TOKENS, 6, 0, 0);
+    write_shard_ex(path_in(p[6], 512, dir, "tok_short.bin"), 20240328, 2, 6, NULL, 0, 0, 0, 500);
+    write_tokenizer(path_in(p[7], 512, dir, "tok_v1_small.bin"), 20240328, 1, 6, 0, TOKENS, 6, 0, 0);
+    const ErrCase cases[] = {
+        {"tokenizer_wrong_magic", NULL, p[0], 0, 0, 0, 0, 0, "wrong magic"},
+        {"tokenizer_bad_version", NULL, p[1], 0, 0, 0, 0, 0, "unsupported version 3"},
+        {"tokenizer_truncated_token", NULL, p[2], 0, 0, 0, 0, 0, "truncated"},
+        {"tokenizer_missing_tokens", NULL, p[3], 0, 0, 0, 0, 0, "truncated"},
+        {"tokenizer_trailing_bytes", NULL, p[4], 0, 0, 0, 0, 0, "trailing bytes"},
+        {"tokenizer_bad_eot", NULL, p[5], 0, 0, 0, 0, 0, "eot token 6 outside"},
+        {"tokenizer_short_header", NULL, p[6], 0, 0, 0, 0, 0, "shorter than its 1024-byte header"},
+        {"tokenizer_v1_without_eot", NULL, p[7], 0, 0, 0, 0, 0, "eot token 50256 outside its vocab of 6"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(st, dir, &cases[i]);
+}
+
+// B=8, T=1024 shuffled windows over 3 shards of 400k tokens (windows cross shards): the content is
+// checked; the time per read is printed for whoever reads the log (a timing is not a test here).
+static void test_big_shuffled(Stream* s) {
+    const long long per = 400000;
+    for (int i = 0; i < 3; i++) {
+        char path[512], name[32];
+        snprintf(name, sizeof name, "big_%d.bin", i);
+        int* toks = xmalloc((size_t)per * sizeof(int));
+        for (long long k = 0; k < per; k++) toks[k] = (int)((i * per + k) % 50000);
+        write_shard_ex(path_in(path, sizeof path, s->dir, name), 20240520, 1, (int32_t)per, toks, 0, per, 0, 1024);
+        free(toks);
+    }
+    char pat[512];
+    DataLoader* dl = dataloader_open(path_in(pat, sizeof pat, s->dir, "big_*.bin"), 8, 1024, 0, 1, 1, 3, VOCAB);
+    dataloader_batch(dl, 0, 1, 0, s->in, s->tg);   // builds the epoch-0 permutation, warms the page cache
+    const int nread = 2000;
+    int content_ok = 1;
+    const double t0 = now_s();
+    for (int step = 1; step <= nread; step++) {
+        dataloader_batch(dl, step, 1, 0, s->in, s->tg);
+        const long long start = dataloader_window_start(dl, step, 1, 0);
+        content_ok &= s->in[0] == (int)(start % 50000) && s->tg[8191] == (int)((start + 8192) % 50000);
+    }
+    printf("# window read (B=8, T=1024, shuffled, %lld windows/epoch, %d reads incl. epoch changes): %.1f us\n",
+           dataloader_windows_per_epoch(dl), nread, (now_s() - t0) / nread * 1e6);
+    check_true(s->st, "big_shuffled_content", content_ok);
+    dataloader_close(dl);
+}
+
+int main(void) {
+    TestStats st = {0, 0};
+    char dir[] = "/tmp/test_dataloader.XXXXXX";
+    if (!mkdtemp(dir)) fail("mkdtemp failed");
+    Stream s = stream_write(&st, dir);
+    test_shard_boundaries(&s);
+    test_exact_fit(&s);
+    test_design_order(&s);
+    test_ranks_equal_ga(&s);
+    test_shuffle(&s);
+    test_shard_errors(&s);
+    test_shard_sets(&s);
+    test_switch_marker(&s);
+    test_tokenizer(&st, dir);
+    test_tokenizer_errors(&st, dir);
+    test_big_shuffled(&s);
+    stream_free(&s);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) printf("# could not remove %s\n", dir);
+    printf("# %d passed, %d failed\n", st.passed, st.failed);
+    return test_exit(&st);
+}
