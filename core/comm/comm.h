@@ -94,6 +94,8 @@ typedef struct {
     int slot;
     uint32_t gen;   // 0: nothing in flight
 } CommHandle;
+// The cleared handle: no collective in flight (a group of one rank has nothing to start).
+static inline CommHandle comm_no_handle(void) { return (CommHandle){.slot = 0, .gen = 0}; }
 CommHandle comm_reduce_scatter_sum_start(Comm* c, void* out, const void* in, size_t n, DType dt);
 CommHandle comm_allgather_start(Comm* c, void* buf, size_t n, DType dt);
 void comm_wait(Comm* c, CommHandle* h);

@@ -329,8 +329,6 @@ void comm_allreduce_max_f32(Comm* c, float* buf, size_t n) {
 // buffer be device memory (staging) or be poisoned (GPT_COMM_POISON) while MPI runs, and it keeps one
 // code path for every case. The extra copy of a unit per collective is small next to the compute.
 
-static CommHandle no_handle(void) { return (CommHandle){0, 0}; }
-
 static InFlight* flight_take(Comm* c, Collective k, CommHandle* h) {
     for (int i = 0; i < COMM_MAX_IN_FLIGHT; i++) {
         InFlight* f = &c->flight[i];
@@ -415,7 +413,7 @@ CommHandle comm_reduce_scatter_sum_start(Comm* c, void* out, const void* in, siz
     int in_place = o == lo + (size_t)c->rank * slot;
     if (!in_place && o < lo + total && lo < o + slot)
         fail("comm_reduce_scatter_sum: out overlaps in but is not slot %d (in place)", c->rank);
-    CommHandle h = no_handle();
+    CommHandle h = comm_no_handle();
     if (n == 0) return h;
     if (c->nccl) {   // NCCL even on one rank (a copy), so a one-GPU machine exercises every NCCL call
         InFlight* f = flight_take(c, COLL_REDUCE_SCATTER, &h);
@@ -488,7 +486,7 @@ CommHandle comm_allgather_start(Comm* c, void* buf, size_t n, DType dt) {
     size_t slot = mul_bytes(n, dtype_size(dt), "comm_allgather");
     size_t total = mul_bytes(slot, (size_t)c->size, "comm_allgather");
     count(c, COLL_ALLGATHER, total);
-    CommHandle h = no_handle();
+    CommHandle h = comm_no_handle();
     if (n == 0) return h;
     if (c->nccl) {
         InFlight* f = flight_take(c, COLL_ALLGATHER, &h);

@@ -26,7 +26,7 @@ void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc
 
 static CommHandle reduce_start(const Pieces* pc, int u, void* buf) {
     size_t p = piece_len(pc, u);
-    if (pc->size == 1) return no_handle();
+    if (pc->size == 1) return comm_no_handle();
     return comm_reduce_scatter_sum_start(pc->dp, elem_at(buf, (size_t)pc->rank * p, piece_elem_bytes(pc)), buf, p, pc->dt);
 }
 

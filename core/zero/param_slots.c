@@ -37,7 +37,7 @@ static CommHandle gather_start(ParamSlots* g, Backend* be, const Pieces* pc, int
         if (pc->size > 1) be_stream_wait(be, uploaded);
         g->upload_seconds += now_seconds() - t0;
     }
-    return pc->size > 1 ? comm_allgather_start(pc->dp, buf, p, pc->dt) : no_handle();
+    return pc->size > 1 ? comm_allgather_start(pc->dp, buf, p, pc->dt) : comm_no_handle();
 }
 
 // The main stream's next work sees the gathered unit.

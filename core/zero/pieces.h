@@ -21,9 +21,6 @@ static inline void* elem_at(void* base, size_t index, size_t elem_bytes) { retur
 static inline size_t piece_len(const Pieces* pc, int u) { return pc->lay->units[u].padded / (size_t)pc->size; }
 static inline size_t piece_elem_bytes(const Pieces* pc) { return dtype_size(pc->dt); }
 
-// What a collective start returns on one rank, where none runs.
-static inline CommHandle no_handle(void) { return (CommHandle){.slot = 0, .gen = 0}; }
-
 // Waits for a collective started over the group (nothing on one rank).
 static inline void pieces_wait(const Pieces* pc, CommHandle* h) {
     if (pc->size > 1) comm_wait(pc->dp, h);

@@ -33,7 +33,7 @@ echo "# build_cuda: $reused C objects taken from the CPU build"
 nvthreads=""
 nvcc --help 2>/dev/null | grep -q -- '--threads' && nvthreads="--threads 2"
 cuda_c_objs=$(make -s -p -n train_gpt 2>/dev/null | sed -n 's/^CORE_CUDA_OBJ := //p')
-if make -s -j2 build/cuda/train_gpt.o $cuda_c_objs build/cuda/tests/kernel_check.o build/cuda/tests/test_comm.o > "$TMP/build.log" 2>&1 &&
+if make -s -j2 build/cuda/train_gpt.o $cuda_c_objs build/cuda/tests/gpu/kernel_check.o build/cuda/tests/unit/test_comm.o > "$TMP/build.log" 2>&1 &&
     NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS:-} $nvthreads" make -s train_gpt build/kernel_check_gpu build/comm_check_gpu >> "$TMP/build.log" 2>&1
 then t_ok build_cuda_links
 else t_fail build_cuda_links "$(grep -m3 -E 'error|Error' "$TMP/build.log")"; fi

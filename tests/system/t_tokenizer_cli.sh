@@ -7,7 +7,7 @@ cd "$(dirname "$0")/../.." || exit 1
 source tests/system/lib.sh
 PY=${PYTHON:-/usr/bin/python3}
 TOK="$PY scripts/tokenize.py"
-SH="$PY $PWD/tests/tokenizer_shards.py"
+SH="$PY $PWD/tests/tools/tokenizer_shards.py"
 ids() { $SH ids "$@"; }
 sets() { $SH sets "$@" | sort -u; }   # the distinct set ids among the shards
 # DIR's shards NAME_{val,train}_N.bin in stream order (by N), as paths.
