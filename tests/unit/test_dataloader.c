@@ -88,11 +88,16 @@ typedef struct {
     const char* want;
 } ErrCase;
 
-// An error case's child ends in fail(), which exits without freeing by design: under LeakSanitizer
-// (tests/system/t_sanitize.sh) what it allocated is not a leak. Weak: absent from builds without the sanitizer.
+// A child process's body; it ends in _exit, or in fail() (exit 1).
+typedef void (*ChildBody)(const void* arg);
+
+// fail() exits without freeing by design, so under LeakSanitizer (tests/system/t_sanitize.sh) what a child
+// allocated is not a leak. Weak: absent from builds without the sanitizer.
 void __lsan_disable(void) __attribute__((weak));
 
-static void run_error_case(TestStats* st, const char* dir, const ErrCase* c) {
+// Runs body(arg) in a child whose stderr goes to dir/stderr.txt; returns its wait status, and that stderr
+// (at most size - 1 bytes, NUL-terminated) in msg with its length in *len.
+static int run_in_child(const char* dir, ChildBody body, const void* arg, char* msg, size_t size, size_t* len) {
     char errpath[512];
     snprintf(errpath, sizeof errpath, "%s/stderr.txt", dir);
     fflush(stdout);
@@ -102,39 +107,51 @@ static void run_error_case(TestStats* st, const char* dir, const ErrCase* c) {
     if (pid == 0) {
         if (__lsan_disable) __lsan_disable();
         if (!freopen(errpath, "w", stderr)) _exit(99);
-        if (c->tokpath) {
-            Tokenizer* t = tokenizer_load(c->tokpath);
-            tokenizer_free(t);
-        } else {
-            DataLoader* dl = dataloader_open(c->pattern, c->B, c->T, c->rank, c->world, 0, 1, VOCAB);
-            if (c->read) {
-                long long bt = (long long)c->B * c->T;
-                int* in = xmalloc((size_t)bt * sizeof(int));
-                int* tg = xmalloc((size_t)bt * sizeof(int));
-                for (long long s = 0; s < dataloader_windows_per_epoch(dl); s++) dataloader_batch(dl, s, 1, 0, in, tg);
-                free(in), free(tg);
-            }
-            dataloader_close(dl);
-        }
+        body(arg);
         fflush(stdout);
         _exit(0);
     }
     int status = 0;
     if (waitpid(pid, &status, 0) != pid) fail("waitpid failed");
-    char msg[2048] = {0};
     FILE* f = xfopen(errpath, "r");
-    size_t n = fread(msg, 1, sizeof msg - 1, f);
+    *len = fread(msg, 1, size - 1, f);
     if (ferror(f)) fail("cannot read %s", errpath);
     fclose(f);
-    msg[n] = '\0';
+    msg[*len] = '\0';
+    return status;
+}
+
+static void report_child(const char* name, int status, const char* msg, size_t n) {
+    printf("# %s: exit status %d, stderr: %s%s", name, WIFEXITED(status) ? WEXITSTATUS(status) : -1, msg,
+           n > 0 && msg[n - 1] == '\n' ? "" : "\n");
+}
+
+static void open_or_fail(const void* arg) {
+    const ErrCase* c = (const ErrCase*)arg;
+    if (c->tokpath) {
+        tokenizer_free(tokenizer_load(c->tokpath));
+        return;
+    }
+    DataLoader* dl = dataloader_open(c->pattern, c->B, c->T, c->rank, c->world, 0, 1, VOCAB);
+    if (c->read) {
+        long long bt = (long long)c->B * c->T;
+        int* in = xmalloc((size_t)bt * sizeof(int));
+        int* tg = xmalloc((size_t)bt * sizeof(int));
+        for (long long s = 0; s < dataloader_windows_per_epoch(dl); s++) dataloader_batch(dl, s, 1, 0, in, tg);
+        free(in), free(tg);
+    }
+    dataloader_close(dl);
+}
+
+static void run_error_case(TestStats* st, const char* dir, const ErrCase* c) {
+    char msg[2048], name[256];
+    size_t n = 0;
+    int status = run_in_child(dir, open_or_fail, c, msg, sizeof msg, &n);
     int exited1 = WIFEXITED(status) && WEXITSTATUS(status) == 1;
     int one_line = n > 0 && msg[n - 1] == '\n' && strchr(msg, '\n') == msg + n - 1;
     int good = exited1 && one_line && strncmp(msg, "error: ", 7) == 0 && strstr(msg, c->want) != NULL;
-    char name[256];
     snprintf(name, sizeof name, "error_%s", c->name);
-    if (!good)
-        printf("# %s: exit status %d, stderr: %s%s", name, WIFEXITED(status) ? WEXITSTATUS(status) : -1, msg,
-               n > 0 && msg[n - 1] == '\n' ? "" : "\n");
+    if (!good) report_child(name, status, msg, n);
     check_true(st, name, good);
 }
 
@@ -401,36 +418,30 @@ static void write_bytes(const char* path, const char* data, size_t n) {
     xfclose(f, path);
 }
 
+typedef struct {
+    const char* pattern;
+    int B, T, shards;
+} OkCase;
+
+static void open_expecting(const void* arg) {
+    const OkCase* c = (const OkCase*)arg;
+    DataLoader* dl = dataloader_open(c->pattern, c->B, c->T, 0, 1, 0, 1, VOCAB);
+    int n = dataloader_num_shards(dl);
+    dataloader_close(dl);
+    if (n != c->shards) fprintf(stderr, "opened %d shards, expected %d\n", n, c->shards);
+    _exit(n == c->shards ? 0 : 2);
+}
+
 // dataloader_open(pattern) in a child process: it must open `shards` shards and exit 0 (a refusal, which
 // exits, fails this check alone).
 static void run_ok_case(TestStats* st, const char* dir, const char* name, const char* pattern, int B, int T,
                         int shards) {
-    char errpath[512];
-    snprintf(errpath, sizeof errpath, "%s/stderr.txt", dir);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) fail("fork failed");
-    if (pid == 0) {
-        if (!freopen(errpath, "w", stderr)) _exit(99);
-        DataLoader* dl = dataloader_open(pattern, B, T, 0, 1, 0, 1, VOCAB);
-        int n = dataloader_num_shards(dl);
-        dataloader_close(dl);
-        if (n != shards) fprintf(stderr, "opened %d shards, expected %d\n", n, shards);
-        _exit(n == shards ? 0 : 2);
-    }
-    int status = 0;
-    if (waitpid(pid, &status, 0) != pid) fail("waitpid failed");
+    OkCase c = {.pattern = pattern, .B = B, .T = T, .shards = shards};
+    char msg[2048];
+    size_t n = 0;
+    int status = run_in_child(dir, open_expecting, &c, msg, sizeof msg, &n);
     int good = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!good) {
-        char msg[2048] = {0};
-        FILE* f = xfopen(errpath, "r");
-        size_t n = fread(msg, 1, sizeof msg - 1, f);
-        fclose(f);
-        msg[n] = '\0';
-        printf("# %s: exit status %d, stderr: %s%s", name, WIFEXITED(status) ? WEXITSTATUS(status) : -1, msg,
-               n > 0 && msg[n - 1] == '\n' ? "" : "\n");
-    }
+    if (!good) report_child(name, status, msg, n);
     check_true(st, name, good);
 }
 
