@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench-offload`: what -offload buys on one GPU, in one command, for a lent GPU's short lease.
+# `make bench-offload`: what -offload buys on one GPU, in one command that fits a per-command time limit.
 #   1. d48 (GPT-2 1.5B) at T=1024, bf16: on the device alone (-z 0), -offload 1, and -z 3 -offload 2;
 #   2. the largest GPT-2/GPT-3 shape --estimate says fits this GPU and this host's free memory under
 #      -z 3 -offload 2 -r 3, without and with -dpu; and the largest on the device alone, for scale.
@@ -38,7 +38,7 @@ fi
 HOST_GIB=$(awk '/^MemAvailable:/ {printf "%.0f", $2 / 1048576 * 0.9}' /proc/meminfo)
 $PY scripts/make_shard.py -o "$W/data.bin" -n 2000000 -V "$V" --seed 11 >/dev/null
 common=(-i "$W/data.bin" -j "" -b "$B" -t "$T" -ga "$GA" -v 0 -s 0 -l 1e-4 -p bf16 -lb "$LB" -sh 1)
-BIG_STEPS=8   # the largest shapes: a step takes seconds, and the lease minutes
+BIG_STEPS=8   # the largest shapes: a step takes seconds, and the whole command minutes
 
 # The largest ladder shape in --estimate's capacity table for ZeRO stage $1, offload $2, at -r $3 ("-" if none).
 largest() {

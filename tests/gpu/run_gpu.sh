@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test-gpu`: everything a GPU lease must check, in one command. Sections:
+# `make test-gpu`: everything a GPU must check, in one command. Sections:
 #   1. every kernel (forward and backward) against its CPU twin, fp32/bf16/fp16 (check_kernels.sh)
 #   2. full training steps of a small model: train_gpt vs train_gpt_cpu from the same model file and data
 #      (fp32: losses, grad norms and step-0 gradients per tensor; bf16: losses and grad norms within 1e-2, which

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # --estimate allocates nothing and predicts each rank's bytes per category; a real run of the same flags
-# must allocate exactly that (the issue asks within 1%; the plan runs the allocation code, so it is exact).
+# must allocate exactly that (the plan runs the allocation code, so it is exact, not merely within 1%).
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 512 --seed 2 >/dev/null

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a person watching a run sees: one progress line per step with the fields the issue asks for, a time
+# What a person watching a run sees: one progress line per step with the fields a run is judged by, a time
 # breakdown every -lb steps whose phases add up to the step's time, and a plot of a real run's log.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The GPU checks in three parts, one per invocation, each short enough for a machine lent by the hour or
-# under a per-command time limit: each builds for this GPU's architecture only and copies its report,
-# stamped with date, device and commit, to $OUT (default build/gpu_session).
+# The GPU checks in three parts, one per invocation, each short enough for a per-command time limit: each
+# builds for this GPU's architecture only and copies its report, stamped with date, device and commit, to
+# $OUT (default build/gpu_parts).
 #
-#   bash tests/gpu/session.sh test       make test-gpu (kernel checks: seed 1, fp32 and bf16)
-#   bash tests/gpu/session.sh bench      make bench: d12 and d24 beside the PyTorch reference
-#   bash tests/gpu/session.sh offload    make bench-offload: d48 with and without -offload, the largest model
+#   bash tests/gpu/run_part.sh test       make test-gpu (kernel checks: seed 1, fp32 and bf16)
+#   bash tests/gpu/run_part.sh bench      make bench: d12 and d24 beside the PyTorch reference
+#   bash tests/gpu/run_part.sh offload    make bench-offload: d48 with and without -offload, the largest model
 #
 # Commit the reports under reports/ with the date and device in the name, and set each prediction's outcome
 # in reports/perf_notes.md.
@@ -16,7 +16,7 @@ case "$part" in
     test) target=test-gpu; report=build/gpu_report.md ;;
     bench) target=bench; report=build/bench_report.md ;;
     offload) target=bench-offload; report=build/bench_offload.md ;;
-    *) echo "usage: bash tests/gpu/session.sh test|bench|offload" >&2; exit 2 ;;
+    *) echo "usage: bash tests/gpu/run_part.sh test|bench|offload" >&2; exit 2 ;;
 esac
 command -v nvidia-smi >/dev/null 2>&1 || { echo "error: no GPU here (nvidia-smi not found)" >&2; exit 1; }
 cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')
@@ -24,7 +24,7 @@ cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d
 device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 [ -z "$(git status --porcelain 2>/dev/null)" ] || commit="$commit + uncommitted changes"
-out=${OUT:-build/gpu_session}
+out=${OUT:-build/gpu_parts}
 mkdir -p "$out" build
 log="$out/${part}.log"
 rm -f "$report"   # a warm machine keeps build/: never stamp an earlier call's report as this one's
@@ -34,7 +34,7 @@ SEEDS=1 DTYPES="fp32 bf16" make -s -j"$(nproc)" GPU_ARCHS="$cap" "$target" > "$l
 rc=$?
 set -e
 {
-    echo "<!-- session.sh $part: $(date -u +%Y-%m-%dT%H:%MZ), $device (sm_$cap), commit $commit, exit $rc, $(( $(date +%s) - start )) s -->"
+    echo "<!-- run_part.sh $part: $(date -u +%Y-%m-%dT%H:%MZ), $device (sm_$cap), commit $commit, exit $rc, $(( $(date +%s) - start )) s -->"
     [ -f "$report" ] && cat "$report" || echo "(no report: see ${part}.log)"
 } > "$out/${part}_report.md"
 tail -3 "$log"
