@@ -81,6 +81,7 @@ struct Watchdog {
     Answer* answer_out;
     MPI_Request verdict_req;  // a line on its way to the reporter
     char verdict_out[WD_LINE];
+    int handed_over;          // this rank's line went to the reporter, whose abort ends the job
 };
 
 static double wd_now(void) {
@@ -128,11 +129,22 @@ static void describe(const Watchdog* w, const WdWait* wt, char* out, size_t size
     if (w->where[0]) addf(out, size, " (%s)", w->where);
 }
 
+// mpi_check, but once this rank has handed its line to the reporter an MPI failure is the reporter's
+// abort reaching it: it leaves without a line of its own, so that the job ends with one.
+static void wd_check(const Watchdog* w, int rc, const char* what) {
+    if (rc != MPI_SUCCESS && w->handed_over) {
+        if (fflush(NULL) != 0) {
+        }
+        _exit(1);
+    }
+    mpi_check(rc, what);
+}
+
 // Whether a send of the watchdog's is still on its way (its request is MPI_REQUEST_NULL once done).
-static int in_transit(MPI_Request* r) {
+static int in_transit(const Watchdog* w, MPI_Request* r) {
     if (*r == MPI_REQUEST_NULL) return 0;
     int done = 0;
-    mpi_check(MPI_Test(r, &done, MPI_STATUS_IGNORE), "MPI_Test (watchdog)");
+    wd_check(w, MPI_Test(r, &done, MPI_STATUS_IGNORE), "MPI_Test (watchdog)");
     return !done;
 }
 
@@ -152,27 +164,27 @@ static void serve(Watchdog* w, const WdWait* wt, double start, double t) {
     for (;;) {
         int flag = 0;
         MPI_Status st;
-        mpi_check(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, w->mc, &flag, &st), "MPI_Iprobe (watchdog)");
+        wd_check(w, MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, w->mc, &flag, &st), "MPI_Iprobe (watchdog)");
         if (!flag) return;
         int from = st.MPI_SOURCE;
         if (st.MPI_TAG == WD_ASK) {
             int id = 0;
-            mpi_check(MPI_Recv(&id, 1, MPI_INT, from, WD_ASK, w->mc, MPI_STATUS_IGNORE), "MPI_Recv (watchdog)");
-            if (in_transit(&w->answer_req[from])) continue;   // it has not taken the last answer yet
+            wd_check(w, MPI_Recv(&id, 1, MPI_INT, from, WD_ASK, w->mc, MPI_STATUS_IGNORE), "MPI_Recv (watchdog)");
+            if (in_transit(w, &w->answer_req[from])) continue;   // it has not taken the last answer yet
             Answer* a = &w->answer_out[from];
             a->ask = id;
             a->waited = t - start;
             a->ops = w->ops;
             describe(w, wt, a->what, sizeof a->what);
-            mpi_check(MPI_Isend(a, (int)sizeof *a, MPI_BYTE, from, WD_ANSWER, w->mc, &w->answer_req[from]), "MPI_Isend (watchdog)");
+            wd_check(w, MPI_Isend(a, (int)sizeof *a, MPI_BYTE, from, WD_ANSWER, w->mc, &w->answer_req[from]), "MPI_Isend (watchdog)");
         } else if (st.MPI_TAG == WD_ANSWER) {
             Answer a;
-            mpi_check(MPI_Recv(&a, (int)sizeof a, MPI_BYTE, from, WD_ANSWER, w->mc, MPI_STATUS_IGNORE), "MPI_Recv (watchdog)");
+            wd_check(w, MPI_Recv(&a, (int)sizeof a, MPI_BYTE, from, WD_ANSWER, w->mc, MPI_STATUS_IGNORE), "MPI_Recv (watchdog)");
             a.what[WD_TEXT - 1] = 0;
             if (a.ask == w->ask_id) w->answers[from] = a;   // older ones answer questions already judged
         } else if (st.MPI_TAG == WD_VERDICT) {
             char line[WD_LINE];
-            mpi_check(MPI_Recv(line, WD_LINE, MPI_CHAR, from, WD_VERDICT, w->mc, MPI_STATUS_IGNORE), "MPI_Recv (watchdog)");
+            wd_check(w, MPI_Recv(line, WD_LINE, MPI_CHAR, from, WD_VERDICT, w->mc, MPI_STATUS_IGNORE), "MPI_Recv (watchdog)");
             line[WD_LINE - 1] = 0;
             end_job(line);
         } else {
@@ -184,9 +196,9 @@ static void serve(Watchdog* w, const WdWait* wt, double start, double t) {
 static void ask_all(Watchdog* w) {
     w->ask_id++;
     for (int r = 0; r < w->size; r++) {
-        if (r == w->rank || in_transit(&w->ask_req[r])) continue;   // the last question still waits for it
+        if (r == w->rank || in_transit(w, &w->ask_req[r])) continue;   // the last question still waits for it
         w->ask_out[r] = w->ask_id;
-        mpi_check(MPI_Isend(&w->ask_out[r], 1, MPI_INT, r, WD_ASK, w->mc, &w->ask_req[r]), "MPI_Isend (watchdog)");
+        wd_check(w, MPI_Isend(&w->ask_out[r], 1, MPI_INT, r, WD_ASK, w->mc, &w->ask_req[r]), "MPI_Isend (watchdog)");
     }
 }
 
@@ -260,17 +272,19 @@ static void watch_wait(Watchdog* w, const WdWait* wt, double start, ReadyFn read
         for (int r = 0; r < w->rank && reporter == w->rank; r++)
             if (answered(w, r)) reporter = r;
         if (reporter == w->rank) end_job(line);
-        if (!in_transit(&w->verdict_req)) {
+        if (!in_transit(w, &w->verdict_req)) {
             snprintf(w->verdict_out, sizeof w->verdict_out, "%s", line);
-            mpi_check(MPI_Isend(w->verdict_out, (int)strlen(w->verdict_out) + 1, MPI_CHAR, reporter, WD_VERDICT, w->mc,
+            wd_check(w, MPI_Isend(w->verdict_out, (int)strlen(w->verdict_out) + 1, MPI_CHAR, reporter, WD_VERDICT, w->mc,
                                 &w->verdict_req),
                       "MPI_Isend (watchdog)");
         }
+        w->handed_over = 1;
         report_at = t + 2.0 * window;
     }
 }
 
 typedef struct {
+    const Watchdog* w;
     int n;
     MPI_Request* reqs;
     MPI_Status* stats;   // NULL: ignored
@@ -280,7 +294,7 @@ typedef struct {
 static int requests_done(void* arg) {
     Requests* r = (Requests*)arg;
     int done = 0;
-    mpi_check(MPI_Testall(r->n, r->reqs, &done, r->stats ? r->stats : MPI_STATUSES_IGNORE), r->what);
+    wd_check(r->w, MPI_Testall(r->n, r->reqs, &done, r->stats ? r->stats : MPI_STATUSES_IGNORE), r->what);
     return done;
 }
 
@@ -303,13 +317,13 @@ Watchdog* watchdog_create(MPI_Comm world) {
 }
 
 // A question or answer still on its way at the end goes unwaited for: nobody needs it any more.
-static void let_go(MPI_Request* r) {
-    if (in_transit(r)) mpi_check(MPI_Request_free(r), "MPI_Request_free (watchdog)");
+static void let_go(const Watchdog* w, MPI_Request* r) {
+    if (in_transit(w, r)) mpi_check(MPI_Request_free(r), "MPI_Request_free (watchdog)");
 }
 
 void watchdog_free(Watchdog* w) {
-    for (int r = 0; r < w->size; r++) let_go(&w->ask_req[r]), let_go(&w->answer_req[r]);
-    let_go(&w->verdict_req);
+    for (int r = 0; r < w->size; r++) let_go(w, &w->ask_req[r]), let_go(w, &w->answer_req[r]);
+    let_go(w, &w->verdict_req);
     mpi_check(MPI_Comm_free(&w->mc), "MPI_Comm_free");
     free(w->answers), free(w->seen), free(w->ask_req), free(w->answer_req), free(w->ask_out), free(w->answer_out);
     free(w);
@@ -341,6 +355,6 @@ void watchdog_waitall(Watchdog* w, int n, MPI_Request* reqs, MPI_Status* stats, 
         return;
     }
     w->ops++;
-    Requests r = {n, reqs, stats, what};
+    Requests r = {w, n, reqs, stats, what};
     watch_wait(w, &wt, wd_now(), requests_done, &r);
 }

@@ -149,10 +149,14 @@ if [ $have_mpi = 1 ]; then
     [ -n "$victim" ] && kill -STOP "$victim"
     end_run "$victim"
     named=0
-    grep -qE '^error: rank 1 stopped answering: rank 0 waited [0-9.]+ s in [a-z].* \(step [0-9]+' "$TMP/wd.err" && named=1
-    t_check watchdog_names_stopped_rank "[ -n '$victim' ] && [ $RC -ne 0 ] && [ $RC -ne 124 ] && [ $MS -ge 3000 ] && [ $MS -lt 15000 ] && \
+    grep -qE '^error: rank 1 stopped answering: rank 0 waited [0-9.]+ s in [a-z].* \((step|checkpoint at step) [0-9]+' "$TMP/wd.err" && named=1
+    # Steps are milliseconds here, so the stop can land in a checkpoint (every 20 steps), whose waits get
+    # 10 x the timeout: the bound follows the phase the line names.
+    bound=15000
+    grep -q '(checkpoint at step' "$TMP/wd.err" && bound=45000
+    t_check watchdog_names_stopped_rank "[ -n '$victim' ] && [ $RC -ne 0 ] && [ $RC -ne 124 ] && [ $MS -ge 3000 ] && [ $MS -lt $bound ] && \
         [ \$(error_lines $TMP/wd.err) -eq 1 ] && [ $named = 1 ]" \
-        "victim '$victim', exit $RC after $MS ms (timeout 3 s + 2 s to ask): $(grep -a '^error' "$TMP/wd.err" | head -c 300)"
+        "victim '$victim', exit $RC after $MS ms (timeout 3 s, or 30 s in a checkpoint, + 2 s to ask): $(grep -a '^error' "$TMP/wd.err" | head -c 300)"
     newest=$(newest_ckpt "$TMP/wd")
     t_check watchdog_newest_checkpoint_complete "[ -n '$newest' ] && [ -f '$newest/DONE' ] && [ ! -f '$TMP/wd/ckpt_tmp/DONE' ]" "newest: '$newest'"
     timeout -k 5 120 "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -x 300 -n 20 -wd 3 -o "$TMP/wd" -y 1 > "$TMP/wd2.txt" 2>&1
