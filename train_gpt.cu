@@ -36,6 +36,7 @@
 #include "core/checkpoint/run_dir.h"
 #include "core/util/threads.h"
 #include "core/tokenizer/decode.h"
+#include "models/catalog.h"
 #include "zero.h"
 
 typedef struct {
@@ -147,8 +148,8 @@ static int stop_requested(Trainer* tr) {
 // ---------------------------------------------------------------------------------------------------
 // Set-up.
 
-static GPTShape resolve_shape(const Config* cfg, int* is_spec) {
-    GPTShape s;
+static ModelShape resolve_shape(const Config* cfg, int* is_spec) {
+    ModelShape s;
     *is_spec = shape_from_spec(cfg->model, &s);
     if (*is_spec) return s;
     if (file_size(cfg->model) < 0) fail("-e %s: not a model name (d12|d24|d36|d48|L<n>C<n>H<n>...) nor an existing file", cfg->model);
@@ -157,7 +158,7 @@ static GPTShape resolve_shape(const Config* cfg, int* is_spec) {
 
 // -d sets -ga from the data-parallel replicas, ranks / (stages x tensor ranks). When those do not divide the
 // ranks there are no replicas to count: pipeline_plan, next, says so.
-static void resolve_batch(Config* cfg, const GPTShape* s, int ranks, int per_replica) {
+static void resolve_batch(Config* cfg, const ModelShape* s, int ranks, int per_replica) {
     if (cfg->T > s->maxT) fail("-t %d exceeds the model's maximum sequence length %d", cfg->T, s->maxT);
     int dp = ranks / per_replica;
     if (cfg->total_batch && ranks % per_replica == 0) {
@@ -200,7 +201,7 @@ static void check_host_memory(const Trainer* tr) {
              (double)avail / (1 << 30), local, local > 1 ? "s" : "", (double)avail / (1 << 30) / local);
 }
 
-static void open_tokenizer(Trainer* tr, const GPTShape* shape) {
+static void open_tokenizer(Trainer* tr, const ModelShape* shape) {
     char* path = tr->tokenizer_path;
     size_t size = sizeof(tr->tokenizer_path);
     if (tr->cfg.tokenizer) {
@@ -289,7 +290,7 @@ static void load_or_init_model(Trainer* tr) {
     free(flat);
 }
 
-static void open_data(Trainer* tr, const GPTShape* shape) {
+static void open_data(Trainer* tr, const ModelShape* shape) {
     Config* cfg = &tr->cfg;
     const Grid* g = &tr->grid;   // every stage of a replica reads that replica's windows
     int N = cfg->B * cfg->T;
@@ -324,7 +325,7 @@ static const char* delay_text(const Config* cfg, char* buf, size_t size) {
 
 static void print_setup(Trainer* tr, CommKind comm) {
     const Config* cfg = &tr->cfg;
-    const GPTShape* s = &tr->layout->shape;
+    const ModelShape* s = &tr->layout->shape;
     char delay[64];
     char tensor[48] = "";
     if (tr->grid.tp > 1) snprintf(tensor, sizeof(tensor), " x %d tensor ranks", tr->grid.tp);
@@ -371,7 +372,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->threads = threads_set_for_rank(comm_local_size(tr->world));
     Config* cfg = &tr->cfg;
     config_parse(cfg, argc, argv);
-    GPTShape shape = resolve_shape(cfg, &tr->model_is_spec);
+    ModelShape shape = resolve_shape(cfg, &tr->model_is_spec);
     if (!cfg->precision_set) cfg->precision = backend_build_is_gpu() ? DT_BF16 : DT_FP32;
     int planned = cfg->estimate && cfg->plan_ranks ? cfg->plan_ranks : tr->ranks;
     resolve_batch(cfg, &shape, planned, cfg->pipeline_stages * cfg->tensor_parallel);
@@ -387,7 +388,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->be = backend_create(comm_local_rank(tr->world));
     comm_attach_backend(tr->world, tr->be);
     CommKind comm = comm_select(tr->world, cfg->comm);   // before any group is split
-    grid_create(&tr->grid, tr->world, cfg->pipeline_stages, cfg->tensor_parallel);
+    grid_create(&tr->grid, tr->world, cfg->pipeline_stages, cfg->tensor_parallel, shape.tied);
     open_data(tr, &shape);
     open_tokenizer(tr, &shape);
 

@@ -92,7 +92,7 @@ static int pieces_are_whole(const Zero* z) {
 // Whether a pipeline splits this layout's embedding from its LM head (stage 0 holds wte, the last stage its
 // mirror; the tied group sums the two): the layout alone says so, so --estimate (no groups) plans the same.
 static int embedding_is_tied(const ParamLayout* lay) {
-    return lay->emb_unit >= 0 && (lay->emb_mirror || lay->final_unit < 0);
+    return lay->shape.tied && lay->emb_unit >= 0 && (lay->emb_mirror || lay->final_unit < 0);
 }
 
 static void allocate_grads(Zero* z, Backend* be, MemLedger* mem) {

@@ -207,7 +207,7 @@ static int missing_on_other_host(const char* dir, int rank, const CheckpointInfo
 }
 
 // checkpoint_inspect, keeping the manifest read (m, freed by the caller) for the checksums.
-static int inspect(const char* dir, const GPTShape* s, CheckpointInfo* info, Manifest* m, char* why, size_t n) {
+static int inspect(const char* dir, const ModelShape* s, CheckpointInfo* info, Manifest* m, char* why, size_t n) {
     int ok = manifest_read(m, dir, info, why, n) && model_file_inspect(dir, s, why, n);
     SpanList all = {0};
     for (int r = 0; ok && r < info->ranks; r++)
@@ -217,7 +217,7 @@ static int inspect(const char* dir, const GPTShape* s, CheckpointInfo* info, Man
     return ok;
 }
 
-int checkpoint_inspect(const char* dir, const GPTShape* s, CheckpointInfo* info, char* why, size_t n) {
+int checkpoint_inspect(const char* dir, const ModelShape* s, CheckpointInfo* info, char* why, size_t n) {
     Manifest m;
     int ok = inspect(dir, s, info, &m, why, n);
     manifest_free(&m);
@@ -237,14 +237,14 @@ static int verify_files(const char* dir, const CheckpointInfo* info, const Manif
     return ok;
 }
 
-void checkpoint_refuse_other_shape(const char* dir, const GPTShape* want) {
+void checkpoint_refuse_other_shape(const char* dir, const ModelShape* want) {
     char p[PATH_MAX];
-    GPTShape fs;
+    ModelShape fs;
     path_join(p, sizeof(p), dir, "model.bin");
     if (model_file_peek_shape(p, &fs)) model_file_check_shape(&fs, want, p);
 }
 
-int checkpoint_find(const char* out_dir, const GPTShape* s, char* path, size_t size, int verbose) {
+int checkpoint_find(const char* out_dir, const ModelShape* s, char* path, size_t size, int verbose) {
     int* steps;
     int count = run_dir_checkpoints(out_dir, &steps), found = -1;
     char why[512], skipped[2048] = "";

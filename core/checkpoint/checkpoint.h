@@ -39,15 +39,15 @@ int copy_held_whole_by_group(const ParamTensor* t, const ParamLayout* lay);   //
 // directory's name), model.bin's size, each state file's header (the rank its name says, the model's
 // size, the manifest's dtype) and spans, and that the state files together hold every parameter exactly
 // once, and the manifest against the CRC-32 in DONE. Returns 1 and fills info, or 0 with the problem in why.
-int checkpoint_inspect(const char* dir, const GPTShape* shape, CheckpointInfo* info, char* why, size_t why_size);
+int checkpoint_inspect(const char* dir, const ModelShape* shape, CheckpointInfo* info, char* why, size_t why_size);
 // The newest checkpoint in out_dir that has DONE, passes checkpoint_inspect and whose files match the
 // manifest's CRC-32s (each read once, here): its path and step; -1 when
 // out_dir has no checkpoint at all. Damaged newer ones are skipped with a warning (when verbose); when
 // every one is damaged, or one holds a model of another shape, a one-line error.
-int checkpoint_find(const char* out_dir, const GPTShape* shape, char* path, size_t path_size, int verbose);
+int checkpoint_find(const char* out_dir, const ModelShape* shape, char* path, size_t path_size, int verbose);
 // Another shape is another run, not damage: a one-line error when dir's model.bin names another shape. A
 // header that cannot be read is left to the inspection.
-void checkpoint_refuse_other_shape(const char* dir, const GPTShape* want);
+void checkpoint_refuse_other_shape(const char* dir, const ModelShape* want);
 // Restores parameters, master weights and Adam state from dir, which passed checkpoint_inspect (info is
 // what it filled: nothing is checked twice), whatever topology and ZeRO stage wrote it: each rank reads every
 // state file and keeps what it owns, seeking past other stages' spans.
@@ -61,6 +61,6 @@ void checkpoint_load(const ModelState* ms, Backend* be, const char* dir, const C
 // error when none is complete everywhere. load: checkpoint_load's result for any topology, each state file
 // read by that lowest rank and broadcast to every rank; model.bin is not needed (the state files hold
 // every value a rank keeps).
-int checkpoint_find_hosts(const char* out_dir, Comm* world, const GPTShape* shape, char* path, size_t path_size,
+int checkpoint_find_hosts(const char* out_dir, Comm* world, const ModelShape* shape, char* path, size_t path_size,
                           CheckpointInfo* info, int verbose);
 void checkpoint_load_hosts(const ModelState* ms, Backend* be, Comm* world, const char* dir, const CheckpointInfo* info);

@@ -43,7 +43,7 @@ static int* state_holders(Comm* world, const char* dir, int n) {
 }
 
 // What this rank's host holds of dir: DONE, a manifest (kept in m), model.bin when there (well sized).
-static int inspect_local(const char* dir, const GPTShape* s, CheckpointInfo* info, Manifest* m, int* has_model, char* why) {
+static int inspect_local(const char* dir, const ModelShape* s, CheckpointInfo* info, Manifest* m, int* has_model, char* why) {
     long long size = 0;
     char p[PATH_MAX];
     *m = (Manifest){0};
@@ -55,7 +55,7 @@ static int inspect_local(const char* dir, const GPTShape* s, CheckpointInfo* inf
 }
 
 // State file r, inspected and checksummed by its holder; its spans go to every rank's `all`.
-static int state_file_spans(Comm* world, const char* dir, const Manifest* m, int r, int holder, const GPTShape* s, long long dt,
+static int state_file_spans(Comm* world, const char* dir, const Manifest* m, int r, int holder, const ModelShape* s, long long dt,
                             SpanList* all, char* why) {
     SpanList mine = {0};
     long long head[2] = {0, 0};   // ok, spans
@@ -98,7 +98,7 @@ static int model_verified(Comm* world, const char* dir, const Manifest* m, int h
 }
 
 // The state files, each inspected where it is, together covering every parameter once.
-static int state_files_cover(Comm* world, const char* dir, const Manifest* m, const GPTShape* s, const CheckpointInfo* info, char* why) {
+static int state_files_cover(Comm* world, const char* dir, const Manifest* m, const ModelShape* s, const CheckpointInfo* info, char* why) {
     int* holders = state_holders(world, dir, info->ranks);
     SpanList all = {0};
     int ok = 1;
@@ -112,7 +112,7 @@ static int state_files_cover(Comm* world, const char* dir, const Manifest* m, co
 }
 
 // checkpoint_inspect over the hosts' directories; the same answer (and why) on every rank.
-static int inspect_hosts(Comm* world, const char* dir, const GPTShape* s, CheckpointInfo* info, char* why) {
+static int inspect_hosts(Comm* world, const char* dir, const ModelShape* s, CheckpointInfo* info, char* why) {
     Manifest m;
     int has_model = 0;
     char mine[WHY_SIZE];
@@ -134,7 +134,7 @@ static int common_candidate(Comm* world, const int* steps, int count, int bound)
     return c > 0 ? -1 : (int)-c;
 }
 
-int checkpoint_find_hosts(const char* out_dir, Comm* world, const GPTShape* s, char* path, size_t size, CheckpointInfo* info,
+int checkpoint_find_hosts(const char* out_dir, Comm* world, const ModelShape* s, char* path, size_t size, CheckpointInfo* info,
                           int verbose) {
     int* steps;
     int count = run_dir_checkpoints(out_dir, &steps), found = -1, bound = INT_MAX;

@@ -20,7 +20,7 @@ static void write_checksums(FILE* f, const uint32_t* crcs, int world) {
 void manifest_write(const char* path, const ModelState* ms, const Grid* g, const Config* cfg, const CheckpointInfo* info,
                     int host_dirs, const uint32_t* crcs) {
     FILE* f = xfopen(path, "w");
-    const GPTShape* s = &ms->lay->shape;
+    const ModelShape* s = &ms->lay->shape;
     fprintf(f, "{\"step\": %d, \"tokens_per_step\": %lld, \"seed\": %llu, \"state_files\": %d,\n", info->step,
             info->tokens_per_step, info->seed, comm_size(g->world));
     fprintf(f, " \"loss_scale\": %.9g, \"clean_steps\": %d, \"overflows_left\": %d,\n", info->scaler.scale,

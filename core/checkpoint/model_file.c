@@ -7,24 +7,35 @@
 
 #include "base/common.h"
 #include "core/util/fs.h"
+#include "models/catalog.h"
 
-static GPTShape shape_of_header(const int* h) { return (GPTShape){h[4], h[6], h[5], h[3], h[7], h[2]}; }   // maxT, V, L, NH, C, Vp
+// Slots 2-7 are llm.c's (maxT, V, L, NH, C, Vp); slot 8 names the family (0: GPT-2, llm.c's own files), whose
+// fields follow. 0 when the family is unknown.
+static int shape_of_header(const int32_t* h, ModelShape* s) {
+    const ModelFamily* fam = family_of_file_id(h[8]);
+    if (!fam) return 0;
+    fam->header_read(h, s);
+    s->family = fam;
+    s->V = h[3], s->Vp = h[7], s->maxT = h[2];
+    return 1;
+}
 
-static GPTShape read_model_header(FILE* f, const char* path, int* version) {
-    int h[256];
-    xfread(h, sizeof(int), 256, f, path);
+static ModelShape read_model_header(FILE* f, const char* path, int* version) {
+    int32_t h[256];
+    xfread(h, sizeof(int32_t), 256, f, path);
     if (h[0] != MODEL_MAGIC) fail("%s is not a model file (wrong magic %d, expected %d)", path, h[0], MODEL_MAGIC);
     if (h[1] != 3 && h[1] != 5) fail("%s has model file version %d; supported: 3 (fp32), 5 (bf16)", path, h[1]);
     *version = h[1];
-    GPTShape s = shape_of_header(h);
+    ModelShape s;
+    if (!shape_of_header(h, &s)) fail("%s names model family %d in its header (slot 8), which this build does not know", path, h[8]);
     shape_validate(&s);
     return s;
 }
 
-GPTShape model_file_shape(const char* path) {
+ModelShape model_file_shape(const char* path) {
     FILE* f = xfopen(path, "rb");
     int version;
-    GPTShape s = read_model_header(f, path, &version);
+    ModelShape s = read_model_header(f, path, &version);
     fclose(f);
     size_t count = shape_param_count(&s), elem = version == 3 ? 4 : 2;
     long long have = file_size(path);   // >= 1024: the header was read
@@ -40,26 +51,26 @@ void model_file_seek(FILE* f, const char* path, size_t header, size_t c, size_t 
     if (fseeko(f, (off_t)(header + c * elem), SEEK_SET) != 0) fail("cannot seek in %s: %s", path, strerror(errno));
 }
 
-void model_file_check_shape(const GPTShape* fs, const GPTShape* want, const char* path) {
-    if (memcmp(fs, want, sizeof(*fs)) != 0)
-        fail("%s holds a model of another shape (L=%d C=%d NH=%d V=%d Vp=%d maxT=%d, expected L=%d C=%d NH=%d V=%d Vp=%d maxT=%d)",
-             path, fs->L, fs->C, fs->NH, fs->V, fs->Vp, fs->maxT, want->L, want->C, want->NH, want->V, want->Vp, want->maxT);
+void model_file_check_shape(const ModelShape* fs, const ModelShape* want, const char* path) {
+    if (shape_equal(fs, want)) return;
+    char got[300], expected[300];
+    shape_describe(fs, got, sizeof(got));
+    shape_describe(want, expected, sizeof(expected));
+    fail("%s holds a model of another shape (%s, expected %s)", path, got, expected);
 }
 
-int model_file_peek_shape(const char* path, GPTShape* shape) {
+int model_file_peek_shape(const char* path, ModelShape* shape) {
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
     FILE* f = fopen(path, "rb");
-    int h[8];
-    int ok = f && fread(h, sizeof(int), 8, f) == 8;
+    int32_t h[256];
+    int ok = f && fread(h, sizeof(int32_t), 256, f) == 256;
     if (f) fclose(f);
-    if (!ok || h[0] != MODEL_MAGIC) return 0;
-    *shape = shape_of_header(h);
-    return 1;
+    return ok && h[0] == MODEL_MAGIC && shape_of_header(h, shape);
 }
 
 float* model_file_read(const ParamLayout* lay, const char* path) {
-    GPTShape fs = model_file_shape(path);
+    ModelShape fs = model_file_shape(path);
     model_file_check_shape(&fs, &lay->shape, path);
     FILE* f = xfopen(path, "rb");
     int version;
@@ -93,8 +104,8 @@ float* model_init(const ParamLayout* lay, unsigned long long seed) {
     return flat;
 }
 
-static void write_model_header(const GPTShape* s, FILE* f, const char* path) {
-    int h[256] = {0};
+static void write_model_header(const ModelShape* s, FILE* f, const char* path) {
+    int32_t h[256] = {0};
     h[0] = MODEL_MAGIC;
     h[1] = 3;
     h[2] = s->maxT;
@@ -103,10 +114,12 @@ static void write_model_header(const GPTShape* s, FILE* f, const char* path) {
     h[5] = s->NH;
     h[6] = s->C;
     h[7] = s->Vp;
-    xfwrite(h, sizeof(int), 256, f, path);
+    h[8] = s->family->file_id;
+    s->family->header_write(s, h);
+    xfwrite(h, sizeof(int32_t), 256, f, path);
 }
 
-void model_file_create(const GPTShape* s, const char* path, int header) {
+void model_file_create(const ModelShape* s, const char* path, int header) {
     FILE* f = xfopen(path, "wb");
     if (header) write_model_header(s, f, path);
     // Sized up front (zero-filled, sparse where the filesystem allows) so each stage can write its part.
@@ -134,7 +147,7 @@ void model_file_write(const ParamLayout* lay, const float* flat, const char* pat
     model_file_write_part(lay, flat, path, header);
 }
 
-int model_file_inspect(const char* dir, const GPTShape* s, char* why, size_t n) {
+int model_file_inspect(const char* dir, const ModelShape* s, char* why, size_t n) {
     long long size = 0;
     if (!regular_file_size(dir, "model.bin", &size, why, n)) return 0;
     long long want = 1024 + (long long)shape_param_count(s) * 4;

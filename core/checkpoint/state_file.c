@@ -66,18 +66,18 @@ uint32_t state_file_write(const ModelState* ms, Backend* be, const char* path, i
 // The model tensor (kind, layer) holding canonical range [c, c + count); 0 when the range is outside the
 // model or crosses a tensor boundary (spans never do). c and count come from a file, so nothing here may
 // overflow: no c + count.
-static int tensor_at_canonical(const GPTShape* s, long long c, long long count, ParamKind* kind, int* layer) {
+static int tensor_at_canonical(const ModelShape* s, long long c, long long count, int* kind, int* layer) {
     if (c < 0 || count < 0) return 0;
     size_t off = 0;
-    for (int k = 0; k < NUM_PARAM_KINDS; k++) {
-        size_t n = param_kind_elems(s, (ParamKind)k), reps = param_kind_layers(s, (ParamKind)k);
+    for (int k = 0; k < s->family->num_kinds; k++) {
+        size_t n = param_kind_elems(s, k), reps = param_kind_layers(s, k);
         if ((size_t)c >= off + n * reps) {
             off += n * reps;
             continue;
         }
         size_t l = ((size_t)c - off) / n, into = (size_t)c - off - l * n;
-        *kind = (ParamKind)k;
-        *layer = param_kind_is_block((ParamKind)k) ? (int)l : -1;   // block kinds even when L = 1
+        *kind = k;
+        *layer = kind_is_block(s, k) ? (int)l : -1;   // block kinds even when L = 1
         return (size_t)count <= n - into;
     }
     return 0;
@@ -122,7 +122,7 @@ void state_file_read(const ModelState* ms, Backend* be, StateReader* r) {
     for (long long i = 0; i < h.h[3]; i++) {
         long long span[2];
         reader_get(r, span, sizeof(span));
-        ParamKind kind;
+        int kind;
         int layer;
         if (!tensor_at_canonical(&ms->lay->shape, span[0], span[1], &kind, &layer))
             fail("%s changed after it was inspected (span [%lld, +%lld))", r->path, span[0], span[1]);
@@ -160,7 +160,7 @@ void span_push(SpanList* l, long long start, long long count) {
     l->items[l->n++] = (Span){start, count};
 }
 
-int state_file_inspect(const char* dir, int rank, const GPTShape* s, long long dt, SpanList* all, char* why, size_t n) {
+int state_file_inspect(const char* dir, int rank, const ModelShape* s, long long dt, SpanList* all, char* why, size_t n) {
     char name[64], p[PATH_MAX];
     snprintf(name, sizeof(name), "state_rank%d.bin", rank);
     long long size = 0;
@@ -178,7 +178,7 @@ int state_file_inspect(const char* dir, int rank, const GPTShape* s, long long d
     long long per_elem = 12 + (dt != DT_FP32 ? (long long)dtype_size((DType)dt) : 0), pos = (long long)sizeof(h);
     for (long long i = 0; ok && i < h.h[3]; i++) {
         long long span[2];
-        ParamKind kind;
+        int kind;
         int layer;
         if (fread(span, sizeof(span), 1, f) != 1) ok = set_why(why, n, "%s is truncated in its span %lld", name, i);
         else if (!tensor_at_canonical(s, span[0], span[1], &kind, &layer) || span[1] < 1)

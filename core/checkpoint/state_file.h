@@ -44,7 +44,7 @@ void span_push(SpanList* l, long long start, long long count);
 // state_rank<rank>.bin in dir: its header names this rank, the model's size and the run's dtype; its spans
 // lie inside the model's tensors and its bytes end after the last one. The spans go to `all`. 1, or 0 with
 // the problem in why.
-int state_file_inspect(const char* dir, int rank, const GPTShape* s, long long dt, SpanList* all, char* why, size_t n);
+int state_file_inspect(const char* dir, int rank, const ModelShape* s, long long dt, SpanList* all, char* why, size_t n);
 // Together the state files must hold every parameter exactly once: a missing rank file named in the
 // manifest, a rank file copied over another, or a manifest claiming fewer ranks shows as a gap or an
 // overlap. Sorts `all`.

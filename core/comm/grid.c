@@ -3,8 +3,8 @@
 
 #include "base/common.h"
 
-void grid_check(int stages, int tp, int ranks, int heads) {
-    if (tp < 1 || heads % tp != 0) fail("-tp %d does not divide the model's %d attention heads", tp, heads);
+void grid_check(int stages, int tp, int ranks) {
+    if (tp < 1) fail("-tp %d: the tensor-parallel degree must be positive", tp);
     if (ranks % tp != 0) fail("-tp %d does not divide the %d ranks into tensor groups (launch a multiple of %d ranks)", tp, ranks, tp);
     if (stages < 1 || ranks % (stages * tp) != 0)
         fail("-pp %d does not divide the %d ranks into equal stages (launch a multiple of %d ranks)", stages, ranks, stages * tp);
@@ -15,7 +15,7 @@ static Comm* split_or_null(Comm* world, int member, int color, int key) {
     return comm_split(world, member ? color : COMM_NO_GROUP, key);
 }
 
-void grid_create(Grid* g, Comm* world, int stages, int tp) {
+void grid_create(Grid* g, Comm* world, int stages, int tp, int tied_head) {
     int rank = comm_rank(world), ranks = comm_size(world);
     if (stages < 1 || tp < 1 || ranks % (stages * tp) != 0)
         fail("internal: grid of %d stages x tp %d on %d ranks (pipeline_plan checks this)", stages, tp, ranks);
@@ -34,7 +34,7 @@ void grid_create(Grid* g, Comm* world, int stages, int tp) {
     g->dp_group = comm_split(world, g->stage * tp + g->tp_rank, g->dp_rank);
     g->tp_group = split_or_null(world, tp > 1, g->stage * g->dp + g->dp_rank, g->tp_rank);
     g->pp_group = split_or_null(world, stages > 1, g->dp_rank * tp + g->tp_rank, g->stage);
-    g->tied = split_or_null(world, stages > 1 && (grid_first_stage(g) || grid_last_stage(g)), g->dp_rank * tp + g->tp_rank, g->stage);
+    g->tied = split_or_null(world, stages > 1 && tied_head && (grid_first_stage(g) || grid_last_stage(g)), g->dp_rank * tp + g->tp_rank, g->stage);
 }
 
 void grid_destroy(Grid* g) {

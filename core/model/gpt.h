@@ -1,5 +1,7 @@
-// gpt.h: the GPT-2 model on a backend: its parameter buffers, activations, and the forward/backward walk
-// over layers. Everything here is expressed in kernels.h calls, so it is the same on the CPU and the GPU.
+// gpt.h: a model of any family (family.h) on a backend: its parameter buffers, activations, and the
+// forward/backward walk over units. The walk owns the embedding lookup, the LM head and the loss; each block
+// is its family's (block.h). Everything is expressed in kernels.h calls, so it is the same on the CPU and
+// the GPU.
 #pragma once
 #include "core/model/batch_io.h"
 #include "core/comm/comm.h"
@@ -7,29 +9,18 @@
 #include "core/model/model.h"
 #include "core/model/param_store.h"
 
-// Saved activations for one micro-batch of B x T tokens (N = B*T rows). Per-layer tensors are stacked
-// over layers, or have a single slot when the recompute level refills them in the backward.
+// Saved activations for one micro-batch of B x T tokens (N = B*T rows): the walk's own, named here, and
+// the family's block's (block.h), stacked over the stage's blocks or one slot, as its table says.
+#define MAX_BLOCK_BUFFERS 16
+#define MAX_STASH_FIELDS 8
 typedef struct {
     void* resid;       // (L+1, N, C)  rows; resid[l] = input of block l; resid[L] = output of the last block
                        // (L here and below: the stage's blocks, block l = the stage's l-th)
-    void* ln1;         // (L, N, C)
-    float* ln1_mean;   // (L, N)       rows
-    float* ln1_rstd;   // (L, N)       rows
-    // With tensor parallelism (-tp) the block's inner widths are this rank's shard: 3C, C (atty), NH and
-    // 4C below are 3C/tp, C/tp, NH/tp and 4C/tp; everything of width C is whole on every rank, except that
-    // with sequence parallelism (-sp) resid, resid2, dresid and the LayerNorms' statistics hold only this
-    // rank's N/tp rows (marked "rows" below), and ln1, ln2 and lnf are gathered from every rank's rows.
-    void* qkv;         // (L, N, 3C)
-    void* atty;        // (L, N, C)    attention output before its projection
-    float* att_lse;    // (L, B, NH, T)
-    void* resid2;      // (L, N, C)    rows; resid + attention projection
-    void* ln2;         // (L, N, C)
-    float* ln2_mean;   // (L, N)       rows
-    float* ln2_rstd;   // (L, N)       rows
-    void* fch;         // (L, N, 4C)   fc output before GELU
-    void* fch_gelu;    // (L, N, 4C)
+    // With tensor parallelism (-tp) everything of width C is whole on every rank, except that with sequence
+    // parallelism (-sp) resid, dresid and the norms' statistics hold only this rank's N/tp rows (marked
+    // "rows"), and lnf is gathered from every rank's rows.
     void* lnf;         // (N, C)
-    float* lnf_mean;   // (N)          rows
+    float* lnf_mean;   // (N)          rows (LayerNorm)
     float* lnf_rstd;   // (N)          rows
     void* logits;      // (N, Vp/tp)   this rank's vocabulary columns; overwritten by dlogits in training
     float* losses;     // (N)
@@ -40,25 +31,20 @@ typedef struct {
     void* proj;        // (N, C)   a partial sum before the tensor group adds it; -sp: a gathered gradient too
     void* dresid;      // (N, C)   rows; gradient of the residual stream, carried down the blocks
     void* dsmall;      // (N, C)
-    void* dbig;        // (N, 4C)  dfch, then dqkv; -sp: between them, a LayerNorm's parameter gradients
-    float* att_scratch;  // (B, NH, T)
+    void* dbig;        // (N, work)  the widest gradient between two of the block's steps (BlockOps.work);
+                       //            -sp: between them, a norm's parameter gradients
+    float* att_scratch;  // (B, NH/tp, T)
     void* dinput_out;  // (N, C)   rows; d(input) on its way upstream (a stage without the embeddings)
+    void* block[MAX_BLOCK_BUFFERS];   // the family's BlockOps.buffers
 } Activations;
 
-// zb's stash: what a deferred weight-gradient pass (W) needs from its input-gradient pass (B), for each of
-// the stage's blocks (L slices): the gradients w.r.t. the outputs of the block's four matmuls and two
-// LayerNorms. The layer inputs W also needs stay in the micro-batch's activation set until W.
+// zb's stash (block.h: StashField): per field, the stage's blocks' slices (L, N or R, width).
 typedef struct {
-    void* dfcproj;    // (L, N, C)    d(MLP projection output), every row
-    void* dfch;       // (L, N, 4C)   d(fc output), before GELU
-    void* dln2;       // (L, N, C)    rows; d(ln2 output)
-    void* dattproj;   // (L, N, C)    d(attention projection output), every row
-    void* dqkv;       // (L, N, 3C)
-    void* dln1;       // (L, N, C)    rows; d(ln1 output)
+    void* field[MAX_STASH_FIELDS];
 } WeightGradStash;
 
 typedef struct {
-    GPTShape shape;
+    ModelShape shape;
     const ParamLayout* layout;   // this rank's units: the whole model, or a pipeline stage's (model.h)
     DType dt;
     int B, T;
@@ -66,7 +52,8 @@ typedef struct {
     Comm* tp;            // the tensor group (grid.h), NULL without tensor parallelism
     int sp;              // sequence parallelism: the regions outside the tensor-parallel layers split by rows
     int rows;            // rows of the "rows" buffers: N, or N / tp with sp
-    int recompute;       // 0 keep everything; 1 recompute GELU; 2 + attention and LayerNorms; 3 whole blocks
+    const BlockOps* ops; // the family's block
+    int recompute;       // 0 keep everything; 1 recompute the MLP's activation; 2 + attention and norms; 3 whole blocks
     int num_sets;        // activation sets: micro-batches whose forward is done and backward is not (1F1B)
     Activations* sets;   // [num_sets]: the tensors kept per layer are each set's own; the single slots that
                          // recompute refills, the work buffers and the head's buffers are shared

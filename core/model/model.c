@@ -6,127 +6,59 @@
 #include "base/common.h"
 #include "core/util/rng.h"
 
-static const char* const KIND_NAMES[NUM_PARAM_KINDS] = {
-    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+const char* param_kind_name(const ModelShape* s, int k) { return kind_info(s, k)->name; }
 
-const char* param_kind_name(ParamKind k) { return KIND_NAMES[k]; }
-
-static int is_matrix_kind(ParamKind k) {
-    return k == P_WTE || k == P_WPE || k == P_QKVW || k == P_ATTPROJW || k == P_FCW || k == P_FCPROJW;
-}
-
-static int round_up_int(int x, int m) { return (x + m - 1) / m * m; }
-
-int shape_from_spec(const char* spec, GPTShape* out) {
-    static const struct { const char* name; int L, C, NH; } gpt2[] = {
-        {"d12", 12, 768, 12}, {"d24", 24, 1024, 16}, {"d36", 36, 1280, 20}, {"d48", 48, 1600, 25}};
-    for (size_t i = 0; i < sizeof(gpt2) / sizeof(gpt2[0]); i++) {
-        if (strcmp(spec, gpt2[i].name) == 0) {
-            *out = (GPTShape){gpt2[i].L, gpt2[i].C, gpt2[i].NH, 50257, 50304, 1024};
-            return 1;
-        }
-    }
-    if (spec[0] != 'L' || spec[1] < '0' || spec[1] > '9') return 0;
-    // Custom: L<n>C<n>H<n>[V<n>][T<n>]; every field a positive integer.
-    GPTShape s = {0, 0, 0, 50257, 0, 1024};
-    const char* p = spec;
-    char seen[8] = "";
-    while (*p) {
-        char key = *p++;
-        char* end;
-        long v = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : 0;   // digits only: no sign, no space
-        if (v <= 0 || v > (1L << 30)) fail("bad model spec '%s': expected L<n>C<n>H<n>[V<n>][T<n>]", spec);
-        if (strchr(seen, key)) fail("bad model spec '%s': '%c' is given twice", spec, key);
-        if (strlen(seen) < sizeof(seen) - 1) strncat(seen, &key, 1);
-        p = end;
-        switch (key) {
-            case 'L': s.L = (int)v; break;
-            case 'C': s.C = (int)v; break;
-            case 'H': s.NH = (int)v; break;
-            case 'V': s.V = (int)v; break;
-            case 'T': s.maxT = (int)v; break;
-            default: fail("bad model spec '%s': unknown field '%c'", spec, key);
-        }
-    }
-    if (!s.L || !s.C || !s.NH) fail("bad model spec '%s': L, C and H are required", spec);
-    s.Vp = round_up_int(s.V, 128);
-    shape_validate(&s);
-    *out = s;
-    return 1;
-}
-
-void shape_validate(const GPTShape* s) {
+void shape_validate(const ModelShape* s) {
+    if (!s->family) fail("internal: a shape without a family");
     if (s->L < 1 || s->L > MAX_LAYERS) fail("model has %d layers; supported: 1..%d", s->L, MAX_LAYERS);
-    if (s->C < 1 || s->NH < 1 || s->C % s->NH != 0)
-        fail("model channels %d are not divisible by its %d heads", s->C, s->NH);
-    if ((s->C / s->NH) % 8 != 0 || s->C / s->NH > 128)
-        fail("head size %d (channels %d / heads %d) must be a multiple of 8 and at most 128", s->C / s->NH, s->C, s->NH);
+    if (s->C < 1 || s->NH < 1 || s->KV < 1 || s->F < 1) fail("model has %d channels, %d heads, %d kv heads, MLP width %d: all must be positive", s->C, s->NH, s->KV, s->F);
+    if (s->NH % s->KV != 0) fail("n_kv_heads %d does not divide the %d heads", s->KV, s->NH);
+    if (s->D % 8 != 0 || s->D < 8 || s->D > 128) fail("head size %d must be a multiple of 8 and at most 128", s->D);
     if (s->V < 2 || s->V > 65536) fail("vocabulary size %d is outside 2..65536 (tokens are uint16)", s->V);
     if (s->Vp < s->V || s->Vp % 128 != 0) fail("padded vocabulary %d must be a multiple of 128 and >= %d", s->Vp, s->V);
     if (s->maxT < 1) fail("maximum sequence length %d must be positive", s->maxT);
+    s->family->validate(s);
 }
 
-size_t param_kind_elems(const GPTShape* s, ParamKind k) {
-    size_t C = (size_t)s->C;
-    switch (k) {
-        case P_WTE: return (size_t)s->Vp * C;
-        case P_WPE: return (size_t)s->maxT * C;
-        case P_QKVW: return 3 * C * C;
-        case P_QKVB: return 3 * C;
-        case P_ATTPROJW: return C * C;
-        case P_FCW: case P_FCPROJW: return 4 * C * C;
-        case P_FCB: return 4 * C;
-        default: return C;   // LayerNorm weights and biases, attprojb, fcprojb
-    }
-}
+size_t param_kind_elems(const ModelShape* s, int k) { return s->family->kind_elems(s, k); }
 
-int shape_splits_vocab(const GPTShape* s, int tp) { return tp >= 1 && s->Vp % (8 * tp) == 0; }
+int shape_splits_vocab(const ModelShape* s, int tp) { return tp >= 1 && s->Vp % (8 * tp) == 0; }
 
-size_t param_kind_layers(const GPTShape* s, ParamKind k) { return param_kind_is_block(k) ? (size_t)s->L : 1; }
+size_t param_kind_layers(const ModelShape* s, int k) { return kind_is_block(s, k) ? (size_t)s->L : 1; }
 
-size_t shape_param_count(const GPTShape* s) {
+size_t shape_param_count(const ModelShape* s) {
     size_t n = 0, e;
-    for (int k = 0; k < NUM_PARAM_KINDS; k++)
-        if (__builtin_mul_overflow(param_kind_elems(s, (ParamKind)k), param_kind_layers(s, (ParamKind)k), &e) ||
-            __builtin_add_overflow(n, e, &n))
+    for (int k = 0; k < s->family->num_kinds; k++)
+        if (__builtin_mul_overflow(param_kind_elems(s, k), param_kind_layers(s, k), &e) || __builtin_add_overflow(n, e, &n))
             return SIZE_MAX;
     return n;
 }
 
+int shape_equal(const ModelShape* a, const ModelShape* b) {
+    return a->family == b->family && a->L == b->L && a->C == b->C && a->NH == b->NH && a->V == b->V && a->Vp == b->Vp &&
+           a->maxT == b->maxT && a->KV == b->KV && a->D == b->D && a->F == b->F && a->tied == b->tied &&
+           a->qk_norm == b->qk_norm && a->eps == b->eps && a->rope.scaling == b->rope.scaling && a->rope.theta == b->rope.theta &&
+           a->rope.factor == b->rope.factor && a->rope.low_freq_factor == b->rope.low_freq_factor &&
+           a->rope.high_freq_factor == b->rope.high_freq_factor && a->rope.original_max == b->rope.original_max;
+}
+
+void shape_describe(const ModelShape* s, char* out, size_t n) {
+    int w = snprintf(out, n, "L=%d C=%d NH=%d V=%d Vp=%d maxT=%d", s->L, s->C, s->NH, s->V, s->Vp, s->maxT);
+    if (s->family->file_id != 0 && w >= 0 && (size_t)w < n)
+        snprintf(out + w, n - (size_t)w, " %s KV=%d D=%d F=%d%s%s theta=%g eps=%g rope=%d", s->family->name, s->KV, s->D, s->F,
+                 s->tied ? " tied" : "", s->qk_norm ? " qk_norm" : "", (double)s->rope.theta, (double)s->eps, (int)s->rope.scaling);
+}
+
 // llm.c's order: each kind stacked over its layers.
-static size_t canonical_offset(const GPTShape* s, ParamKind kind, int layer) {
+static size_t canonical_offset(const ModelShape* s, int kind, int layer) {
     size_t off = 0;
-    for (int k = 0; k < (int)kind; k++) off += param_kind_elems(s, (ParamKind)k) * param_kind_layers(s, (ParamKind)k);
+    for (int k = 0; k < kind; k++) off += param_kind_elems(s, k) * param_kind_layers(s, k);
     return off + (layer > 0 ? (size_t)layer * param_kind_elems(s, kind) : 0);
 }
 
-// How tensor parallelism cuts a kind (model.h): a (rows x cols) matrix in llm.c's row-major order (a bias is
-// rows x 1) keeps, per rank, a 1/tp share of the rows of each of `sections` equal row blocks (CUT_ROWS: q, k
-// and v are three), or of the columns of every row (CUT_COLS); CUT_NONE is held whole.
-typedef enum { CUT_NONE, CUT_ROWS, CUT_COLS } Cut;
-typedef struct {
-    Cut cut;
-    size_t rows, cols, sections;
-} TensorCut;
-
-static TensorCut tensor_cut(const GPTShape* s, ParamKind k) {
-    size_t C = (size_t)s->C;
-    switch (k) {
-        case P_QKVW: return (TensorCut){CUT_ROWS, 3 * C, C, 3};
-        case P_QKVB: return (TensorCut){CUT_ROWS, 3 * C, 1, 3};
-        case P_FCW: return (TensorCut){CUT_ROWS, 4 * C, C, 1};
-        case P_FCB: return (TensorCut){CUT_ROWS, 4 * C, 1, 1};
-        case P_ATTPROJW: return (TensorCut){CUT_COLS, C, C, 1};
-        case P_FCPROJW: return (TensorCut){CUT_COLS, C, 4 * C, 1};
-        case P_WTE: return (TensorCut){CUT_ROWS, (size_t)s->Vp, C, 1};   // the vocabulary-parallel embedding and head
-        default: return (TensorCut){CUT_NONE, param_kind_elems(s, k), 1, 1};
-    }
-}
-
 // Rank r of tp's share of t's kind: its size and canonical runs (t->canonical is the whole tensor's start).
-static void cut_tensor(ParamTensor* t, const GPTShape* s, int r, int tp) {
-    TensorCut c = tensor_cut(s, t->kind);
+static void cut_tensor(ParamTensor* t, const ModelShape* s, int r, int tp) {
+    TensorCut c = s->family->kind_cut(s, t->kind);
     size_t whole = param_kind_elems(s, t->kind);
     t->size = t->run = t->stride = whole;
     t->replica = c.cut == CUT_NONE && r > 0;
@@ -159,35 +91,35 @@ void tensor_overlaps(const ParamTensor* t, size_t c, size_t count, TensorRunFn f
 // Tensors start on 64-element boundaries so every tensor is 128-byte aligned in any storage type.
 #define TENSOR_ALIGN 64
 
-static void add_unit(ParamLayout* lay, const ParamKind* kinds, int n, int layer, size_t pad_multiple) {
+// A unit of the shape's kinds held by `role` units (of block `layer`), those this shape has (elements > 0).
+static void add_unit(ParamLayout* lay, UnitRole role, int layer, size_t pad_multiple) {
+    const ModelShape* s = &lay->shape;
     Unit* u = &lay->units[lay->num_units++];
     u->offset = lay->total;
     u->first_tensor = lay->num_tensors;
-    u->num_tensors = n;
     size_t off = 0;
-    for (int i = 0; i < n; i++) {
+    for (int k = 0; k < s->family->num_kinds; k++) {
+        if (kind_info(s, k)->unit != role || param_kind_elems(s, k) == 0) continue;
+        if (lay->num_tensors - u->first_tensor >= MAX_UNIT_TENSORS) fail("internal: a unit of more than %d tensors", MAX_UNIT_TENSORS);
         ParamTensor* t = &lay->tensors[lay->num_tensors++];
-        t->kind = kinds[i];
+        t->kind = k;
         t->layer = layer;
-        t->canonical = canonical_offset(&lay->shape, kinds[i], layer);
-        cut_tensor(t, &lay->shape, lay->tp_rank, lay->tp_size);
+        t->canonical = canonical_offset(s, k, layer);
+        cut_tensor(t, s, lay->tp_rank, lay->tp_size);
         t->offset = u->offset + off;
-        t->decay = is_matrix_kind(kinds[i]);
+        t->decay = kind_info(s, k)->decay;
         t->unit = lay->num_units - 1;
         off += (t->size + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
         if (!t->replica) lay->num_params += t->size;
     }
+    u->num_tensors = lay->num_tensors - u->first_tensor;
     u->size = off;
     u->padded = (off + pad_multiple - 1) / pad_multiple * pad_multiple;
     lay->total += u->padded;
 }
 
-void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple, const int* first_block, const int* num_blocks,
+void layout_build_stage(ParamLayout* lay, const ModelShape* s, size_t pad_multiple, const int* first_block, const int* num_blocks,
                         int chunks, EmbeddingRole embeddings, int with_final, int tp_rank, int tp_size) {
-    static const ParamKind EMB[] = {P_WTE, P_WPE};
-    static const ParamKind BLOCK[] = {P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
-                                      P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB};
-    static const ParamKind FINAL[] = {P_LNFW, P_LNFB};
     if (pad_multiple == 0 || pad_multiple % TENSOR_ALIGN != 0) fail("internal: unit padding %zu must be a multiple of %d", pad_multiple, TENSOR_ALIGN);
     if (chunks < 1 || chunks > MAX_MODEL_CHUNKS) fail("internal: %d model chunks in a layout", chunks);
     for (int c = 0; c < chunks; c++)
@@ -195,11 +127,13 @@ void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple
             (c > 0 && first_block[c] < first_block[c - 1] + num_blocks[c - 1]))
             fail("internal: blocks [%d, %d) outside the model's %d or before the previous chunk's", first_block[c],
                  first_block[c] + num_blocks[c], s->L);
-    if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size || s->NH % tp_size != 0)
-        fail("internal: tensor-parallel rank %d of %d for %d heads", tp_rank, tp_size, s->NH);
+    if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size) fail("internal: tensor-parallel rank %d of %d", tp_rank, tp_size);
     if (!shape_splits_vocab(s, tp_size))
         fail("-tp %d does not split the padded vocabulary of %d rows into equal multiples of 8 (it needs a multiple of %d)",
              tp_size, s->Vp, 8 * tp_size);
+    char why[200];
+    if (!s->family->splits_tp(s, tp_size, why, sizeof(why))) fail("%s", why);
+    if (embeddings == EMB_MIRROR && !layout_needs_mirror(s)) fail("internal: a mirror of the embedding for an untied head");
     memset(lay, 0, sizeof(*lay));
     lay->shape = *s;
     lay->tp_rank = tp_rank;
@@ -216,21 +150,21 @@ void layout_build_stage(ParamLayout* lay, const GPTShape* s, size_t pad_multiple
     if (embeddings != EMB_NONE) {
         lay->emb_unit = lay->num_units;
         lay->emb_mirror = embeddings == EMB_MIRROR;
-        add_unit(lay, EMB, 2, -1, pad_multiple);
+        add_unit(lay, UNIT_EMBEDDING, -1, pad_multiple);
         if (lay->emb_mirror) lay->num_params = 0;   // counts the parameters this stage owns
     }
     for (int c = 0; c < chunks; c++)
         for (int l = first_block[c]; l < first_block[c] + num_blocks[c]; l++) {
             lay->block_unit[l] = lay->num_units;
-            add_unit(lay, BLOCK, 12, l, pad_multiple);
+            add_unit(lay, UNIT_BLOCK, l, pad_multiple);
         }
     if (with_final) {
         lay->final_unit = lay->num_units;
-        add_unit(lay, FINAL, 2, -1, pad_multiple);
+        add_unit(lay, UNIT_FINAL, -1, pad_multiple);
     }
 }
 
-void layout_build(ParamLayout* lay, const GPTShape* s, size_t pad_multiple) {
+void layout_build(ParamLayout* lay, const ModelShape* s, size_t pad_multiple) {
     int first = 0;
     layout_build_stage(lay, s, pad_multiple, &first, &s->L, 1, EMB_OWN, 1, 0, 1);
 }
@@ -246,53 +180,37 @@ void layout_chunk_view(const ParamLayout* lay, int c, ParamLayout* view) {
     if (!last) view->final_unit = -1;
 }
 
-const ParamTensor* layout_tensor(const ParamLayout* lay, ParamKind kind, int layer) {
-    int u, i;
-    if (kind == P_WTE || kind == P_WPE) u = lay->emb_unit, i = kind - P_WTE;
-    else if (kind == P_LNFW || kind == P_LNFB) u = lay->final_unit, i = kind - P_LNFW;
-    else u = layer >= 0 && layer < lay->shape.L ? lay->block_unit[layer] : -1, i = kind - P_LN1W;
-    return u < 0 ? NULL : &lay->tensors[lay->units[u].first_tensor + i];
+const ParamTensor* layout_tensor(const ParamLayout* lay, int kind, int layer) {
+    UnitRole role = kind_info(&lay->shape, kind)->unit;
+    int u = role == UNIT_EMBEDDING ? lay->emb_unit : role == UNIT_FINAL ? lay->final_unit
+            : layer >= 0 && layer < lay->shape.L ? lay->block_unit[layer] : -1;
+    if (u < 0) return NULL;
+    const Unit* un = &lay->units[u];
+    for (int i = un->first_tensor; i < un->first_tensor + un->num_tensors; i++)
+        if (lay->tensors[i].kind == kind) return &lay->tensors[i];
+    return NULL;
 }
 
-BlockParams block_params(const ParamLayout* lay, void* base, int layer, DType dt) {
-#define T(kind) tensor_in_unit(lay, base, layout_tensor(lay, kind, layer), dt)
-    BlockParams p = {T(P_LN1W), T(P_LN1B), T(P_QKVW), T(P_QKVB), T(P_ATTPROJW), T(P_ATTPROJB),
-                     T(P_LN2W), T(P_LN2B), T(P_FCW), T(P_FCB), T(P_FCPROJW), T(P_FCPROJB)};
-#undef T
-    return p;
-}
-
-EmbeddingParams embedding_params(const ParamLayout* lay, void* base, DType dt) {
-    EmbeddingParams p = {tensor_in_unit(lay, base, layout_tensor(lay, P_WTE, -1), dt),
-                         tensor_in_unit(lay, base, layout_tensor(lay, P_WPE, -1), dt)};
-    return p;
-}
-
-FinalNormParams final_norm_params(const ParamLayout* lay, void* base, DType dt) {
-    FinalNormParams p = {tensor_in_unit(lay, base, layout_tensor(lay, P_LNFW, -1), dt),
-                         tensor_in_unit(lay, base, layout_tensor(lay, P_LNFB, -1), dt)};
-    return p;
+void* unit_tensor(const ParamLayout* lay, void* unit_base, int kind, int layer, DType dt) {
+    const ParamTensor* t = layout_tensor(lay, kind, layer);
+    return t ? tensor_in_unit(lay, unit_base, t, dt) : NULL;
 }
 
 // The whole tensor of t's kind and layer (n elements).
-static void init_whole(float* out, const GPTShape* s, ParamKind k, int layer, size_t n, unsigned long long seed) {
-    if (k == P_LN1W || k == P_LN2W || k == P_LNFW) {
-        for (size_t i = 0; i < n; i++) out[i] = 1.0f;
+static void init_whole(float* out, const ModelShape* s, int k, int layer, size_t n, unsigned long long seed) {
+    const KindInfo* info = kind_info(s, k);
+    if (info->init == INIT_ONES || info->init == INIT_ZEROS) {
+        for (size_t i = 0; i < n; i++) out[i] = info->init == INIT_ONES ? 1.0f : 0.0f;
         return;
     }
-    if (!is_matrix_kind(k)) {   // biases
-        memset(out, 0, n * sizeof(float));
-        return;
-    }
-    // Residual projections are scaled down by sqrt(2L) so the residual stream's variance stays bounded.
-    float std = (k == P_ATTPROJW || k == P_FCPROJW) ? 0.02f / sqrtf(2.0f * (float)s->L) : 0.02f;
+    float std = info->init == INIT_RESIDUAL ? 0.02f / sqrtf(2.0f * (float)s->L) : 0.02f;
     Rng rng = rng_seeded(seed, (unsigned long long)k * 1000003ull + (unsigned long long)(layer + 1));
-    size_t real = k == P_WTE ? (size_t)s->V * s->C : n;   // padded vocabulary rows stay zero
+    size_t real = info->vocab_rows ? (size_t)s->V * (n / (size_t)s->Vp) : n;   // padded vocabulary rows stay zero
     for (size_t i = 0; i < real; i++) out[i] = std * rng_normal(&rng);
     for (size_t i = real; i < n; i++) out[i] = 0.0f;
 }
 
-void init_tensor_values(float* out, const GPTShape* s, const ParamTensor* t, unsigned long long seed) {
+void init_tensor_values(float* out, const ModelShape* s, const ParamTensor* t, unsigned long long seed) {
     size_t whole = param_kind_elems(s, t->kind);
     if (t->size == whole) {
         init_whole(out, s, t->kind, t->layer, whole, seed);

@@ -5,10 +5,12 @@
 
 _Static_assert(MAX_CHUNKS == MAX_MODEL_CHUNKS, "schedule.h and model.h disagree on the most model chunks");
 
-void pipeline_plan(PipelinePlan* plan, const GPTShape* s, int stages, ScheduleKind schedule, int chunks, int tp, int ranks,
+void pipeline_plan(PipelinePlan* plan, const ModelShape* s, int stages, ScheduleKind schedule, int chunks, int tp, int ranks,
                    int T, int micro) {
     if (stages > s->L) fail("-pp %d: more pipeline stages than the model's %d layers (each stage needs a block)", stages, s->L);
-    grid_check(stages, tp, ranks, s->NH);
+    char why[200];
+    if (tp >= 1 && !s->family->splits_tp(s, tp, why, sizeof(why))) fail("%s", why);
+    grid_check(stages, tp, ranks);
     schedule_check(schedule, stages, micro, chunks);
     if (stages * chunks > s->L)
         fail("-pp %d -vp %d: %d virtual stages but the model has %d layers (each needs a block)", stages, chunks,
@@ -20,7 +22,7 @@ void pipeline_plan(PipelinePlan* plan, const GPTShape* s, int stages, ScheduleKi
     plan->schedule = schedule;
     plan->chunks = chunks;
     int virtual_stages = stages * chunks;
-    pipeline_split(s->L, virtual_stages, virtual_stages > 1 ? pipeline_head_cost(s->Vp, s->C, T) : 0.0, plan->first, plan->count);
+    pipeline_split(s->L, virtual_stages, virtual_stages > 1 ? s->family->head_cost(s, T) : 0.0, plan->first, plan->count);
     for (int st = 0; st < stages; st++) {
         StageSchedule sched;
         schedule_build(schedule, stages, micro, chunks, st, &sched);
@@ -31,9 +33,9 @@ void pipeline_plan(PipelinePlan* plan, const GPTShape* s, int stages, ScheduleKi
     plan->bubble = schedule_bubble(schedule, stages, micro, chunks);
 }
 
-void pipeline_stage_layout(ParamLayout* lay, const PipelinePlan* plan, const GPTShape* s, int dp, int stage, int tp_rank) {
+void pipeline_stage_layout(ParamLayout* lay, const PipelinePlan* plan, const ModelShape* s, int dp, int stage, int tp_rank) {
     int last = stage == plan->stages - 1;
-    EmbeddingRole emb = stage == 0 ? EMB_OWN : last ? EMB_MIRROR : EMB_NONE;
+    EmbeddingRole emb = stage == 0 ? EMB_OWN : last && layout_needs_mirror(s) ? EMB_MIRROR : EMB_NONE;
     int first[MAX_CHUNKS], count[MAX_CHUNKS];
     for (int c = 0; c < plan->chunks; c++) {
         first[c] = plan->first[c * plan->stages + stage];

@@ -36,7 +36,7 @@ typedef struct {
 // Checks -pp, -ps, -vp and -tp against the model (a block per stage at least, heads divisible), against
 // `ranks` (the launched world, or --estimate's -w) and against m = micro, one-line errors, then splits the
 // blocks at sequence length T and sizes each stage's activation sets and stash from its schedule.
-void pipeline_plan(PipelinePlan* plan, const GPTShape* s, int stages, ScheduleKind schedule, int chunks, int tp, int ranks,
+void pipeline_plan(PipelinePlan* plan, const ModelShape* s, int stages, ScheduleKind schedule, int chunks, int tp, int ranks,
                    int T, int micro);
 // The data-parallel replicas of `ranks` under the plan.
 static inline int plan_replicas(const PipelinePlan* plan, int ranks) { return ranks / (plan->stages * plan->tp); }
@@ -50,7 +50,7 @@ typedef struct {
 // Stage `stage` of the plan: its blocks (tensor rank tp_rank's shard of each; one range per chunk), the
 // embeddings on the first stage, the final LayerNorm and the head's mirror of the embeddings on the last;
 // units padded for `dp` replicas. One stage: the whole model.
-void pipeline_stage_layout(ParamLayout* lay, const PipelinePlan* plan, const GPTShape* s, int dp, int stage, int tp_rank);
+void pipeline_stage_layout(ParamLayout* lay, const PipelinePlan* plan, const ModelShape* s, int dp, int stage, int tp_rank);
 // Builds this stage's schedule; checks that it holds no more micro-batches at once than the plan's
 // activation sets and stash, and that the stage with the LM head runs each backward before the next forward
 // (its logits are one buffer).

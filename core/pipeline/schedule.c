@@ -257,13 +257,6 @@ void schedule_print(FILE* f, const StageSchedule* s, int with_comm) {
 
 // ---- split ----
 
-double pipeline_head_cost(int vocab, int channels, int seq_len) {
-    if (vocab < 1 || channels < 1 || seq_len < 1)
-        fail("pipeline: bad shape for the cost model (V %d, C %d, T %d)", vocab, channels, seq_len);
-    double V = vocab, C = channels, T = seq_len;
-    return 2.0 * V * C / (24.0 * C * C + 4.0 * T * C);
-}
-
 // The cost of the slowest stage when the last stage runs n_last blocks and the other P-1 stages share the
 // rest as evenly as whole blocks allow (the best they can do: ceil(rest / (P-1)) on the fullest).
 static double bottleneck(int L, int P, double head_cost, int n_last) {

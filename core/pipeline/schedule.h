@@ -132,20 +132,10 @@ static inline int schedule_exchange_end(const StageSchedule* s, int i) {
 
 // ---- splitting the model into stages ----
 //
-// Cost model (FLOPs per token, forward; backward is ~2x forward for every part, so ratios hold for a whole
-// step): a transformer block costs 24*C^2 (qkv 6C^2, attention projection 2C^2, MLP 16C^2) plus 4*T*C for
-// attention scores and their weighted sum (no causal discount, as in the usual MFU formulas). The tied LM
-// head costs 2*V*C (V = padded vocabulary); the softmax/loss, the embedding lookup and the LayerNorms are
-// O(V) or O(C) per token and are ignored. So the last stage carries head = 2VC / (24C^2 + 4TC) blocks of
-// extra work (d12, T=1024: 4.47 blocks) and the first stage none.
-
-// The LM head's cost in units of one block, per the model above.
-double pipeline_head_cost(int vocab, int channels, int seq_len);
-
 // Splits num_layers blocks into num_stages contiguous, non-empty ranges: stage s runs blocks
 // first_block[s] .. first_block[s] + num_blocks[s] - 1 (arrays of num_stages); stage 0 also runs the
-// embeddings, the last stage the final LayerNorm, the LM head and the loss. Stage s costs
-// num_blocks[s] (+ head_cost if it is the last); the split minimizes the most expensive stage, since the
+// embeddings, the last stage the final norm, the LM head and the loss. Stage s costs num_blocks[s] (+
+// head_cost if it is the last: the head's and the loss's work in blocks, ModelFamily.head_cost); the split minimizes the most expensive stage, since the
 // slowest stage sets the pipeline's pace. Among optimal splits it lightens the earliest stages first
 // (stage 0 holds the most activations in flight). Every stage gets at least one block, so num_stages >
 // num_layers is an error (one line naming both), as are num_stages < 1 and head_cost < 0. With

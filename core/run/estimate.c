@@ -6,8 +6,9 @@
 #include "base/common.h"
 #include "core/model/gpt.h"
 #include "core/pipeline/pipeline.h"
+#include "models/catalog.h"
 
-void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int dp,
+void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int dp,
                  int stage, int zero, int recompute) {
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     pipeline_stage_layout(lay, plan, s, dp, stage, 0);   // every tensor rank holds as much as rank 0
@@ -29,7 +30,7 @@ static double gib(size_t bytes) { return (double)bytes / (double)(1ull << 30); }
 #define HOST_TOTAL (-2)     // all host bytes (-offload)
 
 // The most any stage needs (every stage is the same without a pipeline).
-static size_t heaviest_stage(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int dp,
+static size_t heaviest_stage(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int dp,
                              int zero, int recompute, int category) {
     size_t most = 0;
     for (int st = 0; st < plan->stages; st++) {
@@ -44,7 +45,7 @@ static size_t heaviest_stage(StatePlanner states, const Config* cfg, const Pipel
 }
 
 // One row per world size, one column per ZeRO stage, of the heaviest stage's bytes in `category`.
-static void print_rows(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks,
+static void print_rows(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks,
                        int category) {
     int group = plan->stages * plan->tp;   // ranks per replica
     int sizes[] = {1, 2, 4, 8, 16, 64, ranks};
@@ -61,7 +62,7 @@ static void print_rows(StatePlanner states, const Config* cfg, const PipelinePla
 
 // Each schedule's activation sets (per chunk with interleaving, each set 1/V of a stage's) and zb's stash
 // per stage, and the heaviest stage's activation bytes under each (at -r as given), with the bubble each buys.
-static void print_schedules(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks) {
+static void print_schedules(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks) {
     printf("\nactivations per rank on the heaviest stage by schedule (-r %d, m=%d):\n", cfg->recompute, plan->micro);
     int P = plan->stages, m = plan->micro, V = plan->chunks > 1 ? plan->chunks : 2;
     const ScheduleKind kinds[] = {SCHEDULE_1F1B, SCHEDULE_INTERLEAVED, SCHEDULE_ZB};
@@ -90,7 +91,7 @@ static void print_schedules(StatePlanner states, const Config* cfg, const Pipeli
     }
 }
 
-static void print_table(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks) {
+static void print_table(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks) {
     int P = plan->stages;
     printf("\n%sGiB per rank%s (model states + activations at -r %d, b=%d t=%d%s):\n", cfg->offload ? "device " : "",
            P > 1 ? " on the heaviest stage" : "", cfg->recompute, cfg->B, cfg->T, P > 1 ? ", -pp and -ga as given" : "");
@@ -122,8 +123,10 @@ static const char* const LADDER[][2] = {
 #define LADDER_SIZE (int)(sizeof(LADDER) / sizeof(LADDER[0]))
 
 // Whether every stage of shape s fits the budgets under ZeRO stage zero, offload and recompute level r.
-static int fits(StatePlanner states, const Config* cfg, const GPTShape* s, int ranks, int zero, int offload, int r) {
-    if (s->L < cfg->pipeline_stages || s->NH % cfg->tensor_parallel != 0 || !shape_splits_vocab(s, cfg->tensor_parallel))
+static int fits(StatePlanner states, const Config* cfg, const ModelShape* s, int ranks, int zero, int offload, int r) {
+    char why[200];
+    if (s->L < cfg->pipeline_stages || !shape_splits_vocab(s, cfg->tensor_parallel) ||
+        !s->family->splits_tp(s, cfg->tensor_parallel, why, sizeof(why)))
         return 0;
     Config c = *cfg;
     c.offload = offload;
@@ -152,7 +155,7 @@ static void print_capacity(StatePlanner states, const Config* cfg, int ranks) {
                 const char* best = "-";
                 for (int i = 0; i < LADDER_SIZE; i++) {
                     char spec[64];
-                    GPTShape s;
+                    ModelShape s;
                     snprintf(spec, sizeof(spec), "%sT%d", LADDER[i][1], cfg->T > 1024 ? cfg->T : 1024);
                     if (shape_from_spec(spec, &s) && fits(states, cfg, &s, ranks, zero, offload, r)) best = LADDER[i][0];
                 }
@@ -162,7 +165,7 @@ static void print_capacity(StatePlanner states, const Config* cfg, int ranks) {
         }
 }
 
-void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks) {
+void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks) {
     int P = plan->stages, dp = plan_replicas(plan, ranks);
     MemLedger* plans = (MemLedger*)xmalloc((size_t)P * sizeof(MemLedger));   // one per pipeline stage
     size_t heaviest = 0;

@@ -14,8 +14,8 @@ typedef void (*StatePlanner)(MemLedger* mem, const ParamLayout* lay, const Confi
 
 // Bytes per category one rank would allocate: stage `stage` of the pipeline plan with `dp` replicas, ZeRO
 // stage `zero`, recompute level `recompute` (cfg supplies precision, b and t).
-void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int dp,
+void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int dp,
                  int stage, int zero, int recompute);
 // Prints the plan for this configuration, a table across ZeRO stages and world sizes, and activation bytes
 // per recompute level; then a one-line JSON record of the configuration's plan for scripts.
-void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const GPTShape* s, int ranks);
+void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks);

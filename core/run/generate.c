@@ -34,7 +34,7 @@ static void keep_top_k(double* w, const float* p, int V, int k) {
 // A token drawn from row `row` of the head chunk's logits: softmax(logits / temperature) over the top k, one
 // uniform draw (none at temperature 0).
 static int sample_row(GPT* head, Backend* be, int row, Rng* rng, Sampling how) {
-    const GPTShape* s = &head->shape;
+    const ModelShape* s = &head->shape;
     float* p = (float*)xmalloc((size_t)s->V * sizeof(float));
     double* w = (double*)xmalloc((size_t)s->V * sizeof(double));
     gpt_logits_to_host(head, be, row, 1, p);   // collective over the tensor group

@@ -141,8 +141,7 @@ void report_comm(Logger* log, const Grid* g, int step) {
 }
 
 double model_flops_per_token(const ParamLayout* lay, int T) {
-    const GPTShape* s = &lay->shape;
-    return 6.0 * (double)shape_param_count(s) + 12.0 * s->L * s->C * (double)T;
+    return lay->shape.family->flops_per_token(&lay->shape, T);
 }
 
 double gpu_peak_flops(const Backend* be) {

@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
     char path[PATH_MAX];
     for (int i = 0; i < parts; i++) harness_write(h, FILES[i], part[i], len[i], path);
 
-    GPTShape shape = {1, 8, 1, 128, 128, 4};   // L C NH V Vp maxT
+    ModelShape shape = {1, 8, 1, 128, 128, 4};   // L C NH V Vp maxT
     ParamLayout* lay = calloc(1, sizeof *lay);
     if (!lay) return 2;
     layout_build(lay, &shape, layout_pad_multiple(1));

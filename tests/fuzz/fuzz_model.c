@@ -18,13 +18,13 @@ int main(int argc, char** argv) {
     size_t n;
     Harness* h = harness_begin(argc, argv, 0, &in, &n);
     int pick = harness_le32(in, n, 32);
-    GPTShape s = model_file_shape(argv[1]);
+    ModelShape s = model_file_shape(argv[1]);
     int version = harness_le32(in, n, 4);
     size_t elem = version == 3 ? 4 : 2;
     ParamLayout* lay = calloc(1, sizeof *lay);
     if (!lay) return 2;
     if (pick & 1) {
-        GPTShape fixed = {1, 8, 1, 128, 128, 4};   // L C NH V Vp maxT
+        ModelShape fixed = {1, 8, 1, 128, 128, 4};   // L C NH V Vp maxT
         layout_build(lay, &fixed, 64);
     } else {
         layout_build(lay, &s, layout_pad_multiple(1 + (pick >> 1 & 3)));

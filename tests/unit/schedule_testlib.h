@@ -9,7 +9,16 @@
 
 #include "base/common.h"
 #include "core/pipeline/schedule.h"
+#include "models/gpt2/gpt2.h"
 #include "tests/unit/testlib.h"
+
+// GPT-2's LM head in blocks (its family's pipeline cost model) for a shape of channels C, padded vocabulary
+// Vp and sequence length T.
+static inline double gpt2_head_cost(int Vp, int C, int T) {
+    ModelShape s = gpt2_shape(1, C, 1, Vp, 1024);
+    s.Vp = Vp;
+    return GPT2_FAMILY.head_cost(&s, T);
+}
 
 #define MAX_P 8
 #define MAX_M 16

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "models/catalog.h"
+#include "models/gpt2/gpt2.h"
 #include "core/checkpoint/checkpoint.h"
 #include "tests/unit/testlib.h"
 
@@ -74,7 +76,7 @@ static void verdict(T* t, const char* name, int ok) {
 
 // Whether the group sees the last rank's change of element `at` of tensor (kind, layer), in the master
 // (working = 0) or the working copy (working = 1); the copies are restored afterwards.
-static int sees_change(T* t, Copies* c, CopyPick pick, ParamKind kind, int layer, size_t at, int working) {
+static int sees_change(T* t, Copies* c, CopyPick pick, int kind, int layer, size_t at, int working) {
     const ParamTensor* x = layout_tensor(c->lay, kind, layer);
     if (!x) fail("test: the layout has no tensor %d of layer %d", (int)kind, layer);
     ModelState ms = state_of(c);
@@ -91,7 +93,7 @@ static int sees_change(T* t, Copies* c, CopyPick pick, ParamKind kind, int layer
 }
 
 static ParamLayout* build(const char* spec, int first, int count, EmbeddingRole emb, int with_final, int tp_rank, int tp_size) {
-    GPTShape s;
+    ModelShape s;
     shape_from_spec(spec, &s);
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     layout_build_stage(lay, &s, 64, &first, &count, 1, emb, with_final, tp_rank, tp_size);
@@ -114,12 +116,12 @@ static void test_tensor_group(T* t) {
     int many = t->size > 1;
     verdict(t, "group_whole_agree", copies_agree(&ms, NULL, t->world, copy_held_whole_by_group));
     verdict(t, "no_group_agrees", copies_agree(&ms, NULL, NULL, copy_held_whole_by_group));
-    verdict(t, "group_whole_ln1w_master", sees_change(t, &c, copy_held_whole_by_group, P_LN1W, 1, 5, 0) == many);
-    verdict(t, "group_whole_attprojb_working", sees_change(t, &c, copy_held_whole_by_group, P_ATTPROJB, 0, 63, 1) == many);
-    verdict(t, "group_whole_wpe_master", sees_change(t, &c, copy_held_whole_by_group, P_WPE, -1, 0, 0) == many);
-    verdict(t, "group_whole_lnfb_working", sees_change(t, &c, copy_held_whole_by_group, P_LNFB, -1, 17, 1) == many);
-    verdict(t, "group_whole_ignores_shards", !sees_change(t, &c, copy_held_whole_by_group, P_QKVW, 0, 3, 0) &&
-                                                 !sees_change(t, &c, copy_held_whole_by_group, P_WTE, -1, 3, 1));
+    verdict(t, "group_whole_ln1w_master", sees_change(t, &c, copy_held_whole_by_group, GPT2_LN1W, 1, 5, 0) == many);
+    verdict(t, "group_whole_attprojb_working", sees_change(t, &c, copy_held_whole_by_group, GPT2_ATTPROJB, 0, 63, 1) == many);
+    verdict(t, "group_whole_wpe_master", sees_change(t, &c, copy_held_whole_by_group, GPT2_WPE, -1, 0, 0) == many);
+    verdict(t, "group_whole_lnfb_working", sees_change(t, &c, copy_held_whole_by_group, GPT2_LNFB, -1, 17, 1) == many);
+    verdict(t, "group_whole_ignores_shards", !sees_change(t, &c, copy_held_whole_by_group, GPT2_QKVW, 0, 3, 0) &&
+                                                 !sees_change(t, &c, copy_held_whole_by_group, GPT2_WTE, -1, 3, 1));
     free(c.master), free(c.params), free(lay);
 }
 
@@ -131,11 +133,11 @@ static void test_tied_pair(T* t) {
     ModelState ms = state_of(&c);
     int many = t->size > 1;
     verdict(t, "tied_agree", copies_agree(&ms, NULL, t->world, copy_in_embedding_unit));
-    verdict(t, "tied_wte_master", sees_change(t, &c, copy_in_embedding_unit, P_WTE, -1, 64 * 999 + 1, 0) == many);
-    verdict(t, "tied_wte_working", sees_change(t, &c, copy_in_embedding_unit, P_WTE, -1, 0, 1) == many);
-    verdict(t, "tied_wpe_master", sees_change(t, &c, copy_in_embedding_unit, P_WPE, -1, 64 * 63, 0) == many);
+    verdict(t, "tied_wte_master", sees_change(t, &c, copy_in_embedding_unit, GPT2_WTE, -1, 64 * 999 + 1, 0) == many);
+    verdict(t, "tied_wte_working", sees_change(t, &c, copy_in_embedding_unit, GPT2_WTE, -1, 0, 1) == many);
+    verdict(t, "tied_wpe_master", sees_change(t, &c, copy_in_embedding_unit, GPT2_WPE, -1, 64 * 63, 0) == many);
     int block = last ? 2 : 0;   // each end's own blocks differ by design
-    verdict(t, "tied_ignores_blocks", !sees_change(t, &c, copy_in_embedding_unit, P_FCW, block, 7, 0));
+    verdict(t, "tied_ignores_blocks", !sees_change(t, &c, copy_in_embedding_unit, GPT2_FCW, block, 7, 0));
     free(c.master), free(c.params), free(lay);
 }
 

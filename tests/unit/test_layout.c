@@ -9,14 +9,16 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "models/catalog.h"
+#include "models/gpt2/gpt2.h"
 #include "core/model/model.h"
 #include "core/pipeline/pipeline.h"
 #include "core/pipeline/schedule.h"
 #include "tests/unit/testlib.h"
 
-static size_t canonical_total(const GPTShape* s) {
+static size_t canonical_total(const ModelShape* s) {
     size_t n = 0;
-    for (int k = 0; k < NUM_PARAM_KINDS; k++) n += param_kind_elems(s, (ParamKind)k) * ((k >= P_LN1W && k <= P_FCPROJB) ? (size_t)s->L : 1);
+    for (int k = 0; k < GPT2_NUM_KINDS; k++) n += param_kind_elems(s, (int)k) * ((k >= GPT2_LN1W && k <= GPT2_FCPROJB) ? (size_t)s->L : 1);
     return n;
 }
 
@@ -50,7 +52,7 @@ static int units_well_formed(const ParamLayout* lay, size_t pad) {
 }
 
 static void test_whole(TestStats* st) {
-    GPTShape s;
+    ModelShape s;
     shape_from_spec("L5C64H4V1000T32", &s);
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     layout_build(lay, &s, 64 * 3);
@@ -63,11 +65,11 @@ static void test_whole(TestStats* st) {
     for (size_t i = 0; i < n; i++) all &= seen[i];
     check_true(st, "layout_whole_covers_canonical_once", once && all && lay->num_params == n);
     int lookups = 1;
-    for (int k = 0; k < NUM_PARAM_KINDS; k++)
+    for (int k = 0; k < GPT2_NUM_KINDS; k++)
         for (int l = 0; l < s.L; l++) {
-            int block = k >= P_LN1W && k <= P_FCPROJB;
-            const ParamTensor* t = layout_tensor(lay, (ParamKind)k, block ? l : -1);
-            lookups &= t && t->kind == (ParamKind)k && t->layer == (block ? l : -1);
+            int block = k >= GPT2_LN1W && k <= GPT2_FCPROJB;
+            const ParamTensor* t = layout_tensor(lay, (int)k, block ? l : -1);
+            lookups &= t && t->kind == (int)k && t->layer == (block ? l : -1);
         }
     check_true(st, "layout_whole_lookup", lookups);
     free(seen);
@@ -87,7 +89,7 @@ static int mirror_matches(const ParamLayout* first, const ParamLayout* last) {
 }
 
 static void test_stages(TestStats* st, const char* spec, int P) {
-    GPTShape s;
+    ModelShape s;
     shape_from_spec(spec, &s);
     PipelinePlan plan;
     pipeline_plan(&plan, &s, P, SCHEDULE_1F1B, 1, 1, P, s.maxT, 1);
@@ -106,10 +108,10 @@ static void test_stages(TestStats* st, const char* spec, int P) {
                   lay->first_block == first[p] && lay->num_blocks == nb[p];
         for (int l = 0; l < s.L; l++) {   // a block of another stage is absent; one of this stage is found
             int here = l >= first[p] && l < first[p] + nb[p];
-            absent &= (layout_tensor(lay, P_QKVW, l) != NULL) == here && (lay->block_unit[l] >= 0) == here;
+            absent &= (layout_tensor(lay, GPT2_QKVW, l) != NULL) == here && (lay->block_unit[l] >= 0) == here;
         }
-        absent &= (layout_tensor(lay, P_WTE, -1) != NULL) == (p == 0 || last) && (layout_tensor(lay, P_LNFW, -1) != NULL) == last;
-        absent &= (layout_tensor(lay, P_WPE, -1) != NULL) == (p == 0 || last) && lay->emb_mirror == has_mirror;
+        absent &= (layout_tensor(lay, GPT2_WTE, -1) != NULL) == (p == 0 || last) && (layout_tensor(lay, GPT2_LNFW, -1) != NULL) == last;
+        absent &= (layout_tensor(lay, GPT2_WPE, -1) != NULL) == (p == 0 || last) && lay->emb_mirror == has_mirror;
         if (has_mirror) mirror &= mirror_matches(stage0, lay);
     }
     int all = 1;
@@ -148,7 +150,7 @@ static void check_overlap(const ParamTensor* t, size_t index, size_t canonical, 
 // element once; the copies are exactly the kinds held whole; each shard has the Megatron widths; a range
 // of each tensor is found once across the ranks; and a shard's initial values are the whole tensor's.
 static void test_tensor_parallel(TestStats* st, const char* spec, int P, int tp) {
-    GPTShape s;
+    ModelShape s;
     shape_from_spec(spec, &s);
     PipelinePlan plan;
     pipeline_plan(&plan, &s, P, SCHEDULE_1F1B, 1, 1, P, s.maxT, 1);
@@ -158,9 +160,9 @@ static void test_tensor_parallel(TestStats* st, const char* spec, int P, int tp)
     ParamLayout* whole = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     layout_build(whole, &s, 64);
     int once = 1, copies = 1, widths = 1, formed = 1, values = 1;
-    OverlapCheck ov[NUM_PARAM_KINDS];
-    for (int k = 0; k < NUM_PARAM_KINDS; k++) {   // a range inside each tensor of block 0 (or the tensor)
-        const ParamTensor* w = layout_tensor(whole, (ParamKind)k, 0);
+    OverlapCheck ov[GPT2_NUM_KINDS];
+    for (int k = 0; k < GPT2_NUM_KINDS; k++) {   // a range inside each tensor of block 0 (or the tensor)
+        const ParamTensor* w = layout_tensor(whole, (int)k, 0);
         ov[k] = (OverlapCheck){w->canonical + w->size / 3, w->size / 2 + 1, (unsigned char*)xcalloc(w->size, 1), 1};
     }
     for (int p = 0; p < P; p++)
@@ -173,12 +175,12 @@ static void test_tensor_parallel(TestStats* st, const char* spec, int P, int tp)
             for (int i = 0; i < lay->num_tensors; i++) {
                 const ParamTensor* t = &lay->tensors[i];
                 const ParamTensor* w = layout_tensor(whole, t->kind, t->layer);
-                int held_whole = t->kind != P_QKVW && t->kind != P_QKVB && t->kind != P_FCW && t->kind != P_FCB &&
-                                 t->kind != P_ATTPROJW && t->kind != P_FCPROJW && t->kind != P_WTE;
+                int held_whole = t->kind != GPT2_QKVW && t->kind != GPT2_QKVB && t->kind != GPT2_FCW && t->kind != GPT2_FCB &&
+                                 t->kind != GPT2_ATTPROJW && t->kind != GPT2_FCPROJW && t->kind != GPT2_WTE;
                 copies &= t->replica == (held_whole && r > 0) && (held_whole ? t->size == w->size : t->size * (size_t)tp == w->size);
-                if (t->kind == P_ATTPROJW) widths &= t->run == C / (size_t)tp && t->stride == C;
-                if (t->kind == P_QKVW) widths &= t->run == C / (size_t)tp * C && t->stride == C * C;
-                if (t->kind == P_WTE)   // the vocabulary-parallel embedding: rows [r, r + 1) * Vp / tp, one run
+                if (t->kind == GPT2_ATTPROJW) widths &= t->run == C / (size_t)tp && t->stride == C;
+                if (t->kind == GPT2_QKVW) widths &= t->run == C / (size_t)tp * C && t->stride == C * C;
+                if (t->kind == GPT2_WTE)   // the vocabulary-parallel embedding: rows [r, r + 1) * Vp / tp, one run
                     widths &= t->run == t->size && t->canonical == w->canonical + (size_t)r * (size_t)(s.Vp / tp) * C &&
                               layout_vocab_first(lay) == r * s.Vp / tp && layout_vocab_rows(lay) == s.Vp / tp;
                 if (t->layer == 0 || (t->layer < 0 && !unit_is_mirror(lay, t->unit))) {
@@ -195,7 +197,7 @@ static void test_tensor_parallel(TestStats* st, const char* spec, int P, int tp)
         }
     int all = 1, found = 1;
     for (size_t i = 0; i < n; i++) all &= seen[i];
-    for (int k = 0; k < NUM_PARAM_KINDS; k++) {
+    for (int k = 0; k < GPT2_NUM_KINDS; k++) {
         for (size_t i = 0; i < ov[k].count; i++) found &= ov[k].hit[i];
         found &= ov[k].ok;
         free(ov[k].hit);
@@ -218,11 +220,11 @@ static void test_tensor_parallel(TestStats* st, const char* spec, int P, int tp)
 
 // The vocabulary split: which -tp can cut Vp rows in equal multiples of 8, and each rank's real rows.
 static void test_vocab_split(TestStats* st) {
-    GPTShape s;
+    ModelShape s;
     shape_from_spec("L1C64H4V1000T64", &s);   // Vp 1024
     check_true(st, "vocab_split_allowed", shape_splits_vocab(&s, 1) && shape_splits_vocab(&s, 2) && shape_splits_vocab(&s, 128));
     check_true(st, "vocab_split_refused", !shape_splits_vocab(&s, 3) && !shape_splits_vocab(&s, 256));
-    GPTShape gpt2;
+    ModelShape gpt2;
     shape_from_spec("d12", &gpt2);   // Vp 50304 = 128 * 393
     check_true(st, "vocab_split_gpt2", shape_splits_vocab(&gpt2, 16) && shape_splits_vocab(&gpt2, 3) && !shape_splits_vocab(&gpt2, 32));
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
@@ -240,14 +242,14 @@ static void test_vocab_split(TestStats* st) {
 // zero is not octal), a vocabulary that is already a multiple of 128 kept unpadded, and names that are not
 // specs (a model file's, say) left to the caller. The parameter count is llm.c's for GPT-2 124M with the
 // padded vocabulary.
-static int shape_is(const GPTShape* s, int L, int C, int NH, int V, int Vp, int maxT) {
+static int shape_is(const ModelShape* s, int L, int C, int NH, int V, int Vp, int maxT) {
     return s->L == L && s->C == C && s->NH == NH && s->V == V && s->Vp == Vp && s->maxT == maxT;
 }
 
 static void test_specs(TestStats* st) {
     static const struct { const char* name; int L, C, NH; } gpt2[] = {
         {"d12", 12, 768, 12}, {"d24", 24, 1024, 16}, {"d36", 36, 1280, 20}, {"d48", 48, 1600, 25}};
-    GPTShape s;
+    ModelShape s;
     int ok = 1;
     for (int i = 0; i < 4; i++) {
         memset(&s, 0, sizeof s);
@@ -270,7 +272,7 @@ static void test_specs(TestStats* st) {
 // projections 0.02 / sqrt(2L)), every real wte row drawn and the padded rows zero; the same seed gives the
 // same values, another seed others.
 static void test_init(TestStats* st) {
-    GPTShape s;
+    ModelShape s;
     shape_from_spec("L2C64H4V1000T32", &s);   // Vp 1024: 24 padded rows
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     layout_build(lay, &s, 64);
@@ -282,20 +284,20 @@ static void test_init(TestStats* st) {
         init_tensor_values(a, &s, t, 42);
         init_tensor_values(b, &s, t, 42);
         seeded &= memcmp(a, b, t->size * sizeof(float)) == 0;
-        ParamKind k = t->kind;
-        if (k == P_LN1W || k == P_LN2W || k == P_LNFW || k == P_LN1B || k == P_LN2B || k == P_LNFB || k == P_QKVB ||
-            k == P_ATTPROJB || k == P_FCB || k == P_FCPROJB) {
-            float want = k == P_LN1W || k == P_LN2W || k == P_LNFW ? 1.0f : 0.0f;
+        int k = t->kind;
+        if (k == GPT2_LN1W || k == GPT2_LN2W || k == GPT2_LNFW || k == GPT2_LN1B || k == GPT2_LN2B || k == GPT2_LNFB || k == GPT2_QKVB ||
+            k == GPT2_ATTPROJB || k == GPT2_FCB || k == GPT2_FCPROJB) {
+            float want = k == GPT2_LN1W || k == GPT2_LN2W || k == GPT2_LNFW ? 1.0f : 0.0f;
             for (size_t j = 0; j < t->size; j++) consts &= a[j] == want;
         } else {
-            size_t real = k == P_WTE ? (size_t)s.V * s.C : t->size;
+            size_t real = k == GPT2_WTE ? (size_t)s.V * s.C : t->size;
             double ss = 0.0;
             for (size_t j = 0; j < real; j++) {
                 ss += (double)a[j] * a[j];
                 wte_ok &= a[j] != 0.0f;   // a normal draw is never exactly 0
             }
             for (size_t j = real; j < t->size; j++) wte_ok &= a[j] == 0.0f;
-            double want = k == P_ATTPROJW || k == P_FCPROJW ? 0.02 / sqrt(2.0 * s.L) : 0.02;
+            double want = k == GPT2_ATTPROJW || k == GPT2_FCPROJW ? 0.02 / sqrt(2.0 * s.L) : 0.02;
             stds &= fabs(sqrt(ss / real) / want - 1.0) < 0.1;   // >= 2048 draws: the std's own spread is < 2%
             init_tensor_values(b, &s, t, 43);
             seeded &= memcmp(a, b, t->size * sizeof(float)) != 0;
@@ -315,7 +317,7 @@ static void test_init(TestStats* st) {
 // them (stage 0's first, the mirror on the last stage's last) and the final LayerNorm with the last stage's
 // last chunk.
 static void test_chunk_views(TestStats* st) {
-    GPTShape s;
+    ModelShape s;
     shape_from_spec("L4C64H4V1000T64", &s);
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     ParamLayout* view = (ParamLayout*)xmalloc(sizeof(ParamLayout));

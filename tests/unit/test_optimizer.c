@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "models/catalog.h"
+#include "models/gpt2/gpt2.h"
 #include "core/model/model.h"
 #include "core/zero/optimizer.h"
 #include "kernels/adamw_host.h"
@@ -133,7 +135,7 @@ static ModelState fake_state(Fake* f, float* scratch) {
 int main(void) {
     TestStats st = {0, 0};
     Backend* be = backend_create(0);
-    GPTShape s;
+    ModelShape s;
     shape_from_spec("L1C64H4V200T16", &s);   // Vp 256: wte 16384 elements, the largest tensor
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     layout_build(lay, &s, 64);

@@ -458,7 +458,7 @@ static void print_mode(const char* kind_name, int P, int m, int V) {
                 "the stage %.3f\n", kind == SCHEDULE_ZB ? " as B 1 + W 1" : "", (buffered - work) / work,
                 (exchanged - work) / work, (blocking - work) / work);
     free_all(P, ss);
-    double h = pipeline_head_cost(50304, 768, 1024);
+    double h = gpt2_head_cost(50304, 768, 1024);
     int first[MAX_P], nb[MAX_P];
     pipeline_split(12, P, h, first, nb);
     printf("d12 (L=12, C=768, T=1024, Vp=50304; LM head = %.3f blocks) on %d stages:\n", h, P);

@@ -95,10 +95,10 @@ static void test_split(TestStats* st) {
 
 // d12 (T=1024, Vp=50304): head = 2*50304*768 / (24*768^2 + 4*1024*768) = 77266944 / 17301504.
 static void test_head_cost(TestStats* st) {
-    double h = pipeline_head_cost(50304, 768, 1024);
+    double h = gpt2_head_cost(50304, 768, 1024);
     check_close(st, "head_cost_d12", fabs(h - 77266944.0 / 17301504.0), 1e-12);
     // The smallest shape it accepts, every field 1 (error_head_cost_bad_shape has 0): 2 / (24 + 4).
-    check_close(st, "head_cost_smallest_shape", fabs(pipeline_head_cost(1, 1, 1) - 2.0 / 28.0), 1e-15);
+    check_close(st, "head_cost_smallest_shape", fabs(gpt2_head_cost(1, 1, 1) - 2.0 / 28.0), 1e-15);
     int first[4], nb[4];
     pipeline_split(12, 4, h, first, nb);
     // Optimal bottleneck is the last stage (1 block + 4.47): the other 11 blocks go 3,4,4, lightest first.
@@ -118,7 +118,7 @@ static void run_error_case(const ErrCase* e) {
     case 0: schedule_1f1b(e->a, e->b, e->c, &s); break;
     case 1: schedule_bubble_fraction(e->a, e->b); break;
     case 2: pipeline_split(e->a, e->b, e->h, first, nb); break;
-    case 3: pipeline_head_cost(e->a, e->b, e->c); break;
+    case 3: gpt2_head_cost(e->a, e->b, e->c); break;
     case 4: schedule_build(SCHEDULE_INTERLEAVED, e->a, e->b, e->c, 0, &s); break;
     default: schedule_build(SCHEDULE_ZB, e->a, e->b, e->c, 0, &s); break;
     }
@@ -162,7 +162,7 @@ static void test_errors(TestStats* st) {
         {"error_split_more_stages_than_layers", 2, 4, 5, 0, 1.0, "5 stages but only 4 layers"},
         {"error_split_zero_stages", 2, 4, 0, 0, 1.0, "stages 0"},
         {"error_split_negative_head", 2, 12, 4, 0, -1.0, "head cost -1"},
-        {"error_head_cost_bad_shape", 3, 50304, 0, 1024, 0, "C 0"},
+        {"error_head_cost_bad_shape", 3, 50304, 768, 0, 0, "T 0"},
         {"error_interleaved_ga_not_multiple", 4, 4, 6, 2, 0, "-ga divisible by -pp (micro-batches 6, stages 4)"},
         {"error_interleaved_one_stage", 4, 1, 4, 2, 0, "needs a pipeline"},
         {"error_interleaved_one_chunk", 4, 2, 4, 1, 0, "-vp 1 must be 2..8"},

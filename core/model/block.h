@@ -1,0 +1,125 @@
+// block.h: a family's transformer block as the walk (gpt.c) runs it. A family gives its block's activation
+// table, its forward (also used to recompute), what each recompute level refills, and its backward as a list
+// of steps; this header gives the steps those are written in. Every step is one layer (a matmul, a norm,
+// attention) with tensor parallelism built in (Megatron's f and g, sequence parallelism's gathers) and, for
+// the backward, written once for the three modes, so the fused backward and zero-bubble's split one cannot
+// drift apart and a new block type is a new list of steps, not new modes.
+#pragma once
+#include "core/model/gpt.h"
+
+// ---- the activation table --------------------------------------------------------------------------
+// Elements per token of a buffer. *A: one tensor rank's share: attention channels NH*D/tp, q|k|v (NH+2KV)*D/tp,
+// the MLP's hidden F/tp (and twice that: gate|up), query heads NH/tp, q and k heads (NH+KV)/tp. VPA: the
+// vocabulary columns (Vp/tp); VSTAT: 1 + 3 tp under -tp (the vocabulary-parallel cross-entropy's row max and
+// every rank's row sums), 0 without.
+typedef enum { W_1, W_C, W_CA, W_QKVA, W_FA, W_2FA, W_NHA, W_QKNA, W_VPA, W_VSTAT } Width;
+// Which recompute levels keep a block's tensor for every block (the others hold one slot that the forward
+// overwrites block after block and the backward refills): norms and attention below -r 2, the MLP's
+// activation below -r 1, everything inside the block but its input below -r 3.
+typedef enum { KEPT_ALWAYS, KEPT_NORM, KEPT_ATT, KEPT_ACT, KEPT_MID } KeptBy;
+typedef enum { E_DT, E_F32, E_I32 } Elem;   // the run's dtype, fp32, int32
+typedef enum { ALL_ROWS, OWN_ROWS } Rows;   // OWN_ROWS: this rank's N / tp under sequence parallelism
+
+typedef struct {
+    const char* name;
+    KeptBy kept;
+    Width width;
+    Elem elem;
+    Rows rows;
+} BlockBuffer;
+
+// zb's stash: what a deferred weight-gradient pass (W) needs from its input-gradient pass (B) for each of the
+// stage's blocks: the gradients w.r.t. the outputs of the block's parameterized layers.
+typedef struct {
+    const char* name;
+    Width width;
+    Rows rows;
+} StashField;
+
+// Elements per token of `w` in this layout (0 for W_VSTAT without -tp).
+size_t width_elems(const ParamLayout* lay, Width w);
+// Block l's (l counts the stage's blocks) slice of block buffer `i`: its own where the recompute level keeps
+// the buffer for every block, the shared slot otherwise. As fp32 for the statistics.
+void* block_buffer(GPT* g, int i, int l);
+// The same for a buffer that recompute never drops: the residual stream's block l (0: the stage's input).
+void* residual_at(GPT* g, int l);
+
+// ---- the forward's steps -------------------------------------------------------------------------------
+// Per rank: C the model's width, CA attention channels in NH query and KV key/value heads of D, CF the MLP's
+// hidden width; N rows enter the parallel layers, R = g->rows (N, or N/tp under -sp) the regions between.
+typedef struct {
+    int B, T, N, R, C, CA, CF, NH, KV, D;
+} BlockDims;
+BlockDims block_dims(const GPT* g);
+
+// The family's norm (ModelFamily.norm) of this rank's rows of inp into `out`, which then holds every row
+// (gathered under -sp). mean: LayerNorm's (RMSNorm has none: NULL); b: LayerNorm's bias.
+void norm_forward(GPT* g, Backend* be, void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b);
+// Its backward over this rank's rows (dinp accumulates); under -sp the parameter gradients of every rank's
+// rows are summed over the tensor group first, so every copy of the norm gets the same gradient.
+void norm_backward(GPT* g, Backend* be, void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
+                   const float* mean, const float* rstd);
+// Adds the partial sums in `all` (N, C) over the tensor group; returns where this rank's rows of the sum are.
+void* sum_partials(GPT* g, void* all);
+// Every row of a tensor whose rows are split (-sp): `mine` copied into `all` (N, C), then gathered. Without
+// sequence parallelism `mine` is already every row.
+void* gather_rows(GPT* g, Backend* be, void* all, const void* mine);
+// A row-parallel projection's bias, added once, by tensor rank 0, before the sum (NULL on the others).
+const void* row_bias(const GPT* g, const void* bias);
+
+// ---- the backward's steps ----------------------------------------------------------------------------
+typedef enum {
+    BWD_FUSED,    // input and weight gradients together (gpt_backward)
+    BWD_INPUT,    // zb's B: the input gradients; the output gradients the weight gradients need go to the stash
+    BWD_WEIGHT,   // zb's W: the weight gradients, from the stash and the layer inputs still in the set
+} BackwardMode;
+
+typedef struct {
+    GPT* g;
+    Backend* be;
+    BackwardMode mode;
+    WeightGradStash stash;   // B and W: the block's slices of the micro-batch's stash slot
+} BlockBackward;
+
+// A step's output gradient. grad_of_stream: a parallel layer whose output joins the residual stream: every
+// row of dresid. grad_of_partials: a norm's, the tensor group's sum of the partial input gradients the
+// column-parallel layer after it left in dsmall. grad_between: where a step leaves the input gradient the
+// next step takes: scratch when fused; in B and W the stash field that keeps it for W. In B the first two
+// copy into the stash field (their sources are reused before W); in W all three read it.
+void* grad_of_stream(BlockBackward* c, void* stashed);     // (N, C)
+void* grad_of_partials(BlockBackward* c, void* stashed);   // (R, C)
+void* grad_between(BlockBackward* c, void* scratch, void* stashed);
+// A linear layer, out (N, OC) = inp (N, IC) . w^T + b. pre: when inp = gelu(pre), the input gradient is
+// pre's (the GELU's backward fused in).
+void matmul_step(BlockBackward* c, void* dinp, const void* dout, const void* inp, const void* pre, const void* w, void* dw,
+                 void* db, int IC, int OC);
+// A norm of this rank's rows (dinp accumulates).
+void norm_step(BlockBackward* c, void* dinp, const void* dout, const void* inp, const void* w, const float* mean,
+               const float* rstd, void* dw, void* db);
+// Causal self-attention, out (N, CA) from qkv (N, (NH+2KV)D): no parameters, so nothing for W.
+void attention_step(BlockBackward* c, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse);
+
+// ---- a family's block ----------------------------------------------------------------------------------
+// One block of the stage: its index among the stage's blocks, its layer, its parameters and (backward
+// with weight gradients) their gradients, each the base of the block's unit.
+typedef struct {
+    int index, layer;
+    void* params;
+    void* grads;
+} BlockRef;
+
+struct BlockOps {
+    int num_buffers;
+    const BlockBuffer* buffers;   // the block's activations, each stacked over the stage's blocks
+    int num_stash;
+    const StashField* stash;
+    Width work;                   // the width of dbig, the widest gradient between two steps
+    // b's input is residual_at(index), its output residual_at(index + 1). A recomputation (the whole-block
+    // level) may stop before the last layer, whose output is already in place.
+    void (*forward)(GPT* g, Backend* be, const BlockRef* b, int recomputing);
+    // Refills what the recompute level did not keep, with the forward's kernels, so the values are the
+    // forward's bits.
+    void (*recompute)(GPT* g, Backend* be, const BlockRef* b);
+    // dresid holds d(output) on entry and d(input) on exit; gradients accumulate into b->grads (B has none).
+    void (*backward)(BlockBackward* c, const BlockRef* b);
+};

@@ -1,0 +1,100 @@
+// family.h: what a model family is. One ModelFamily describes one architecture completely: its parameter
+// kinds (shape, tensor-parallel cut, weight decay, initialization), which unit holds each, its block's
+// forward and backward over an activation table (block.h), its FLOPs and pipeline head cost, its named
+// shapes and its model-file fields. The layout, the walk, ZeRO, the pipeline, tensor parallelism,
+// checkpoints, --estimate and the report read it; none of them names a family. The families themselves
+// live in models/, one folder each, listed by models/catalog.c.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ModelFamily ModelFamily;
+
+// Rotary position embeddings (families that use them): the rotate-half convention with base `theta`, and
+// Hugging Face's rope_scaling kinds.
+typedef enum { ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3 } RopeScaling;
+typedef struct {
+    RopeScaling scaling;
+    float theta, factor, low_freq_factor, high_freq_factor;
+    int original_max;   // original_max_position_embeddings (ROPE_LLAMA3)
+} Rope;
+
+typedef struct {
+    const ModelFamily* family;
+    int L;        // layers
+    int C;        // channels (the residual stream's width)
+    int NH;       // query heads
+    int V;        // vocabulary
+    int Vp;       // vocabulary padded to a multiple of 128 (the embedding rows beyond V are zero)
+    int maxT;     // maximum sequence length
+    int KV;       // key/value heads (NH: multi-head attention; 1: multi-query)
+    int D;        // head size (C / NH unless the family lets it differ)
+    int F;        // the MLP's hidden width
+    int tied;     // the LM head is the token embedding
+    int qk_norm;  // per-head RMSNorm of q and k
+    float eps;    // the normalization's epsilon
+    Rope rope;
+} ModelShape;
+
+// Which unit holds a kind: the embedding unit (the first stage's), one per block, or the final unit (the
+// last stage's: the final norm and an untied LM head).
+typedef enum { UNIT_EMBEDDING, UNIT_BLOCK, UNIT_FINAL } UnitRole;
+// How tensor parallelism cuts a kind: a (rows x cols) row-major matrix (a vector is rows x 1) keeps, per
+// rank, a 1/tp share of the rows of each of `sections` equal row blocks (CUT_ROWS: q, k and v are three),
+// or of the columns of every row (CUT_COLS); CUT_NONE is held whole by every rank of the tensor group.
+typedef enum { CUT_NONE, CUT_ROWS, CUT_COLS } Cut;
+typedef struct {
+    Cut cut;
+    size_t rows, cols, sections;
+} TensorCut;
+// Initial values: ones (norm weights), zeros (biases), normal with std 0.02, or 0.02 / sqrt(2L) for the
+// projections into the residual stream, so its variance stays bounded over the layers.
+typedef enum { INIT_ONES, INIT_ZEROS, INIT_NORMAL, INIT_RESIDUAL } InitRule;
+
+typedef struct {
+    const char* name;
+    UnitRole unit;
+    InitRule init;
+    int decay;        // weight decay applies (the matrices and embeddings)
+    int vocab_rows;   // rows are the padded vocabulary: rows >= V stay zero (the embedding, an LM head)
+} KindInfo;
+
+typedef struct BlockOps BlockOps;   // block.h
+// The norm the blocks and the final norm use: LayerNorm (weight and bias, eps 1e-5) or RMSNorm (weight,
+// ModelShape.eps; statistics in fp32).
+typedef enum { NORM_LAYER, NORM_RMS } NormKind;
+
+struct ModelFamily {
+    const char* name;   // in messages, run records and -h
+    int file_id;        // the model file's header slot 8 (0: GPT-2, as in llm.c's files)
+    int num_kinds;
+    const KindInfo* kinds;   // in the model file's order: each kind stacked over its layers
+    // Elements of one layer's tensor of kind k (0: this shape has none, e.g. an absent optional norm).
+    size_t (*kind_elems)(const ModelShape* s, int k);
+    TensorCut (*kind_cut)(const ModelShape* s, int k);
+    int wte;            // the token embedding's kind
+    int wpe;            // learned position embeddings' kind, or -1
+    int head;           // the untied LM head's kind (used when !tied)
+    int final_w, final_b;   // the final norm's weight and bias kinds (b: -1 without a bias)
+    NormKind norm;
+    // Reads "spec" as one of the family's named shapes or its custom syntax: 1 and *out filled, 0 when
+    // spec is not this family's, a one-line error when it is but is malformed.
+    int (*parse_spec)(const char* spec, ModelShape* out);
+    // The family's own checks of a shape (after the common ones: shape_validate): one-line errors naming the
+    // field. splits_tp: whether -tp tp can cut the blocks; if not, why (a one-line message) in `why`.
+    void (*validate)(const ModelShape* s);
+    int (*splits_tp)(const ModelShape* s, int tp, char* why, size_t n);
+    // Header slots 8.. of the model file (slots 0-7 are llm.c's: magic, version, maxT, V, L, NH, C, Vp).
+    void (*header_write)(const ModelShape* s, int32_t* h);
+    void (*header_read)(const int32_t* h, ModelShape* s);
+    // Training FLOPs per token (forward and backward) at sequence length T, for MFU.
+    double (*flops_per_token)(const ModelShape* s, int T);
+    // The LM head's and loss's cost in blocks, for the pipeline's split (schedule.h: pipeline_split).
+    double (*head_cost)(const ModelShape* s, int T);
+    const BlockOps* block;
+    const char* spec_help;   // the -e syntax, for -h and errors
+};
+
+// Kind k's entry, and whether k is one per block.
+static inline const KindInfo* kind_info(const ModelShape* s, int k) { return &s->family->kinds[k]; }
+static inline int kind_is_block(const ModelShape* s, int k) { return s->family->kinds[k].unit == UNIT_BLOCK; }

@@ -1,0 +1,24 @@
+// catalog.c: every model family, in the order -e tries their specs. See catalog.h.
+#include <stdio.h>
+
+#include "models/catalog.h"
+#include "models/gpt2/gpt2.h"
+
+static const ModelFamily* const FAMILIES[] = {&GPT2_FAMILY};
+#define NUM_FAMILIES (int)(sizeof(FAMILIES) / sizeof(FAMILIES[0]))
+
+int shape_from_spec(const char* spec, ModelShape* out) {
+    for (int i = 0; i < NUM_FAMILIES; i++)
+        if (FAMILIES[i]->parse_spec(spec, out)) return 1;
+    return 0;
+}
+
+const ModelFamily* family_of_file_id(int id) {
+    for (int i = 0; i < NUM_FAMILIES; i++)
+        if (FAMILIES[i]->file_id == id) return FAMILIES[i];
+    return NULL;
+}
+
+void catalog_print_specs(FILE* f, const char* indent) {
+    for (int i = 0; i < NUM_FAMILIES; i++) fprintf(f, "%s%-6s %s\n", indent, FAMILIES[i]->name, FAMILIES[i]->spec_help);
+}

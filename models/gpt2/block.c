@@ -1,0 +1,130 @@
+// block.c: GPT-2's block for the walk (core/model/block.h): pre-LayerNorm attention and a GELU MLP, each
+// added to the residual stream; qkv and fc column-parallel, the two projections row-parallel under -tp.
+#include "core/model/block.h"
+#include "models/gpt2/gpt2.h"
+
+// The block's activations, in BUFFERS' order.
+enum { LN1, LN1_MEAN, LN1_RSTD, QKV, ATTY, ATT_LSE, RESID2, LN2, LN2_MEAN, LN2_RSTD, FCH, FCH_GELU, NUM_BUFFERS };
+static const BlockBuffer BUFFERS[NUM_BUFFERS] = {
+    [LN1] = {"ln1", KEPT_NORM, W_C, E_DT, ALL_ROWS},           // (N, C)   gathered under -sp
+    [LN1_MEAN] = {"ln1_mean", KEPT_NORM, W_1, E_F32, OWN_ROWS},
+    [LN1_RSTD] = {"ln1_rstd", KEPT_NORM, W_1, E_F32, OWN_ROWS},
+    [QKV] = {"qkv", KEPT_MID, W_QKVA, E_DT, ALL_ROWS},         // (N, 3C/tp)
+    [ATTY] = {"atty", KEPT_ATT, W_CA, E_DT, ALL_ROWS},         // (N, C/tp)  attention output before its projection
+    [ATT_LSE] = {"att_lse", KEPT_ATT, W_NHA, E_F32, ALL_ROWS}, // (B, NH/tp, T)
+    [RESID2] = {"resid2", KEPT_MID, W_C, E_DT, OWN_ROWS},      // x + attention projection
+    [LN2] = {"ln2", KEPT_NORM, W_C, E_DT, ALL_ROWS},
+    [LN2_MEAN] = {"ln2_mean", KEPT_NORM, W_1, E_F32, OWN_ROWS},
+    [LN2_RSTD] = {"ln2_rstd", KEPT_NORM, W_1, E_F32, OWN_ROWS},
+    [FCH] = {"fch", KEPT_MID, W_FA, E_DT, ALL_ROWS},           // (N, 4C/tp)  fc output before GELU
+    [FCH_GELU] = {"fch_gelu", KEPT_ACT, W_FA, E_DT, ALL_ROWS},
+};
+
+// zb's stash: the gradients w.r.t. the outputs of the block's four matmuls and two LayerNorms.
+enum { S_DFCPROJ, S_DFCH, S_DLN2, S_DATTPROJ, S_DQKV, S_DLN1, NUM_STASH };
+static const StashField STASH[NUM_STASH] = {
+    [S_DFCPROJ] = {"dfcproj", W_C, ALL_ROWS}, [S_DFCH] = {"dfch", W_FA, ALL_ROWS}, [S_DLN2] = {"dln2", W_C, OWN_ROWS},
+    [S_DATTPROJ] = {"dattproj", W_C, ALL_ROWS}, [S_DQKV] = {"dqkv", W_QKVA, ALL_ROWS}, [S_DLN1] = {"dln1", W_C, OWN_ROWS},
+};
+
+// One block's parameters (or their gradients), from the base of its unit.
+typedef struct {
+    void *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    void *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} Params;
+
+static Params params_in(const GPT* g, void* base, int layer) {
+#define T(kind) unit_tensor(g->layout, base, kind, layer, g->dt)
+    Params p = {T(GPT2_LN1W), T(GPT2_LN1B), T(GPT2_QKVW), T(GPT2_QKVB), T(GPT2_ATTPROJW), T(GPT2_ATTPROJB),
+                T(GPT2_LN2W), T(GPT2_LN2B), T(GPT2_FCW), T(GPT2_FCB), T(GPT2_FCPROJW), T(GPT2_FCPROJB)};
+#undef T
+    return p;
+}
+
+// Block l's activations (l counts the stage's blocks).
+typedef struct {
+    void *x, *ln1, *qkv, *atty, *resid2, *ln2, *fch, *fch_gelu, *out;
+    float *ln1_mean, *ln1_rstd, *att_lse, *ln2_mean, *ln2_rstd;
+} Acts;
+
+static Acts acts_of(GPT* g, int l) {
+#define A(i) block_buffer(g, i, l)
+    Acts v = {residual_at(g, l), A(LN1), A(QKV), A(ATTY), A(RESID2), A(LN2), A(FCH), A(FCH_GELU), residual_at(g, l + 1),
+              A(LN1_MEAN), A(LN1_RSTD), A(ATT_LSE), A(LN2_MEAN), A(LN2_RSTD)};
+#undef A
+    return v;
+}
+
+// A recomputation (the whole-block level) stops before the MLP's output projection: the backward needs
+// everything up to fch_gelu, and the block's output is already in place.
+static void forward(GPT* g, Backend* be, const BlockRef* b, int recomputing) {
+    DType dt = g->dt;
+    BlockDims d = block_dims(g);
+    size_t RC = (size_t)d.R * d.C;
+    void* proj = g->acts.proj;
+    Params p = params_in(g, b->params, b->layer);
+    Acts v = acts_of(g, b->index);
+    norm_forward(g, be, v.ln1, v.ln1_mean, v.ln1_rstd, v.x, p.ln1w, p.ln1b);
+    matmul_forward(be, dt, v.qkv, NULL, v.ln1, p.qkvw, p.qkvb, d.N, d.C, 3 * d.CA);
+    attention_forward(be, dt, v.atty, v.att_lse, v.qkv, d.B, d.T, d.CA, d.NH);
+    matmul_forward(be, dt, proj, NULL, v.atty, p.attprojw, row_bias(g, p.attprojb), d.N, d.CA, d.C);
+    residual_forward(be, dt, v.resid2, v.x, sum_partials(g, proj), RC);
+    norm_forward(g, be, v.ln2, v.ln2_mean, v.ln2_rstd, v.resid2, p.ln2w, p.ln2b);
+    matmul_forward(be, dt, v.fch_gelu, v.fch, v.ln2, p.fcw, p.fcb, d.N, d.C, d.CF);
+    if (recomputing) return;
+    matmul_forward(be, dt, proj, NULL, v.fch_gelu, p.fcprojw, row_bias(g, p.fcprojb), d.N, d.CF, d.C);
+    residual_forward(be, dt, v.out, v.resid2, sum_partials(g, proj), RC);
+}
+
+// -r 1 refills the GELU, -r 2 also attention and the LayerNorms, -r 3 runs the whole block again. On the
+// GPU cuBLASLt's fused GELU epilogue rounds differently from the separate GELU kernel, so only the CPU
+// backend promises the forward's bits there.
+static void recompute(GPT* g, Backend* be, const BlockRef* b) {
+    DType dt = g->dt;
+    BlockDims d = block_dims(g);
+    if (g->recompute >= 3) {
+        forward(g, be, b, 1);
+        return;
+    }
+    Params p = params_in(g, b->params, b->layer);
+    Acts v = acts_of(g, b->index);
+    if (g->recompute >= 2) {
+        norm_forward(g, be, v.ln1, v.ln1_mean, v.ln1_rstd, v.x, p.ln1w, p.ln1b);
+        attention_forward(be, dt, v.atty, v.att_lse, v.qkv, d.B, d.T, d.CA, d.NH);
+        norm_forward(g, be, v.ln2, v.ln2_mean, v.ln2_rstd, v.resid2, p.ln2w, p.ln2b);
+    }
+    if (g->recompute >= 1) gelu_forward(be, dt, v.fch_gelu, v.fch, (size_t)d.N * d.CF);
+}
+
+// dsmall and dbig carry the gradients between the steps.
+static void backward(BlockBackward* c, const BlockRef* b) {
+    GPT* g = c->g;
+    Activations* a = &g->acts;
+    void** s = c->stash.field;
+    BlockDims d = block_dims(g);
+    Params p = params_in(g, b->params, b->layer);
+    Params dp = b->grads ? params_in(g, b->grads, b->layer) : (Params){0};
+    Acts v = acts_of(g, b->index);
+    // MLP: out = resid2 + fcproj(gelu(fc(ln2(resid2)))); the residual passes dresid through.
+    void* dfch = grad_between(c, a->dbig, s[S_DFCH]);   // (N, CF), before the GELU
+    matmul_step(c, dfch, grad_of_stream(c, s[S_DFCPROJ]), v.fch_gelu, v.fch, p.fcprojw, dp.fcprojw, dp.fcprojb, d.CF, d.C);
+    matmul_step(c, a->dsmall, dfch, v.ln2, NULL, p.fcw, dp.fcw, dp.fcb, d.C, d.CF);
+    norm_step(c, a->dresid, grad_of_partials(c, s[S_DLN2]), v.resid2, p.ln2w, v.ln2_mean, v.ln2_rstd, dp.ln2w, dp.ln2b);
+    // Attention: resid2 = x + attproj(attention(qkv(ln1(x)))).
+    void* dqkv = grad_between(c, a->dbig, s[S_DQKV]);   // (N, 3CA)
+    matmul_step(c, a->dsmall, grad_of_stream(c, s[S_DATTPROJ]), v.atty, NULL, p.attprojw, dp.attprojw, dp.attprojb, d.CA, d.C);
+    attention_step(c, dqkv, a->dsmall, v.qkv, v.atty, v.att_lse);
+    matmul_step(c, a->dsmall, dqkv, v.ln1, NULL, p.qkvw, dp.qkvw, dp.qkvb, d.C, 3 * d.CA);
+    norm_step(c, a->dresid, grad_of_partials(c, s[S_DLN1]), v.x, p.ln1w, v.ln1_mean, v.ln1_rstd, dp.ln1w, dp.ln1b);
+}
+
+const BlockOps GPT2_BLOCK = {
+    .num_buffers = NUM_BUFFERS,
+    .buffers = BUFFERS,
+    .num_stash = NUM_STASH,
+    .stash = STASH,
+    .work = W_FA,   // dfch (N, 4C/tp) is wider than dqkv (N, 3C/tp)
+    .forward = forward,
+    .recompute = recompute,
+    .backward = backward,
+};
