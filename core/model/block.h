@@ -11,12 +11,13 @@
 // Elements per token of a buffer. *A: one tensor rank's share: attention channels NH*D/tp, q|k|v (NH+2KV)*D/tp,
 // the MLP's hidden F/tp (and twice that: gate|up), query heads NH/tp, q and k heads (NH+KV)/tp. VPA: the
 // vocabulary columns (Vp/tp); VSTAT: 1 + 3 tp under -tp (the vocabulary-parallel cross-entropy's row max and
-// every rank's row sums), 0 without.
-typedef enum { W_1, W_C, W_CA, W_QKVA, W_FA, W_2FA, W_NHA, W_QKNA, W_VPA, W_VSTAT } Width;
+// every rank's row sums), 0 without. *_QKN: 0 unless the shape has q/k norms.
+typedef enum { W_1, W_C, W_CA, W_QKVA, W_FA, W_2FA, W_NHA, W_QKVA_QKN, W_QKNA_QKN, W_VPA, W_VSTAT } Width;
 // Which recompute levels keep a block's tensor for every block (the others hold one slot that the forward
 // overwrites block after block and the backward refills): norms and attention below -r 2, the MLP's
-// activation below -r 1, everything inside the block but its input below -r 3.
-typedef enum { KEPT_ALWAYS, KEPT_NORM, KEPT_ATT, KEPT_ACT, KEPT_MID } KeptBy;
+// activation below -r 1, everything inside the block but its input below -r 3. SCRATCH: one slot the
+// blocks and the activation sets share (a gradient between two steps).
+typedef enum { KEPT_ALWAYS, KEPT_NORM, KEPT_ATT, KEPT_ACT, KEPT_MID, SCRATCH } KeptBy;
 typedef enum { E_DT, E_F32, E_I32 } Elem;   // the run's dtype, fp32, int32
 typedef enum { ALL_ROWS, OWN_ROWS } Rows;   // OWN_ROWS: this rank's N / tp under sequence parallelism
 
@@ -113,7 +114,10 @@ struct BlockOps {
     const BlockBuffer* buffers;   // the block's activations, each stacked over the stage's blocks
     int num_stash;
     const StashField* stash;
-    Width work;                   // the width of dbig, the widest gradient between two steps
+    Width work[2];                // dbig's width: the wider of the two (the widest gradient between two steps)
+    // Constant fp32 tables the block reads (RoPE's inverse frequencies): their count, and (out != NULL)
+    // their values, uploaded once into GPT.constants. NULL: none.
+    size_t (*constants)(const ModelShape* s, float* out);
     // b's input is residual_at(index), its output residual_at(index + 1). A recomputation (the whole-block
     // level) may stop before the last layer, whose output is already in place.
     void (*forward)(GPT* g, Backend* be, const BlockRef* b, int recomputing);

@@ -26,6 +26,7 @@ static int kept_every_block(KeptBy kept, Keep k) {
         case KEPT_ATT: return k.att;
         case KEPT_ACT: return k.act;
         case KEPT_MID: return k.mid;
+        case SCRATCH: return 0;
         default: return 1;
     }
 }
@@ -41,7 +42,8 @@ size_t width_elems(const ParamLayout* lay, Width w) {
         case W_FA: return (size_t)layout_mlp_channels(lay);
         case W_2FA: return 2 * (size_t)layout_mlp_channels(lay);
         case W_NHA: return (size_t)layout_heads(lay);
-        case W_QKNA: return (NH + KV) / tp;
+        case W_QKVA_QKN: return s->qk_norm ? (NH + 2 * KV) * D / tp : 0;
+        case W_QKNA_QKN: return s->qk_norm ? (NH + KV) / tp : 0;
         case W_VPA: return (size_t)layout_vocab_rows(lay);
         case W_VSTAT: return tp > 1 ? 1 + 3 * tp : 0;
     }
@@ -104,14 +106,15 @@ static BufferPlan plan_buffer(const ParamLayout* lay, const BlockOps* ops, size_
     if (i >= NUM_WALK_BUFFERS) {
         const BlockBuffer* b = &ops->buffers[i - NUM_WALK_BUFFERS];
         int every = kept_every_block(b->kept, k);
-        return (BufferPlan){every ? L : 1, every, b->width, b->elem, b->rows};
+        return (BufferPlan){every ? L : 1, every && b->kept != SCRATCH, b->width, b->elem, b->rows};
     }
     const WalkBuffer* b = &WALK_BUFFERS[i];
     int head = lay->final_unit >= 0, enc = lay->emb_unit >= 0 && !lay->emb_mirror;
     size_t slices = b->extent == RESIDUAL ? L + 1 : b->extent == HEAD ? (size_t)head : b->extent == ENCODER ? (size_t)enc
                     : b->extent == UPSTREAM ? (size_t)!enc : 1;
-    return (BufferPlan){slices, b->extent == RESIDUAL || b->extent == ENCODER, b->width == WORK_WIDTH ? ops->work : b->width,
-                        b->elem, b->rows};
+    Width w = b->width;
+    if (w == WORK_WIDTH) w = width_elems(lay, ops->work[0]) >= width_elems(lay, ops->work[1]) ? ops->work[0] : ops->work[1];
+    return (BufferPlan){slices, b->extent == RESIDUAL || b->extent == ENCODER, w, b->elem, b->rows};
 }
 
 static size_t num_buffers(const BlockOps* ops) { return NUM_WALK_BUFFERS + (size_t)ops->num_buffers; }
@@ -201,6 +204,14 @@ void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, 
     g->num_stash = num_stash;
     g->stash = (WeightGradStash*)xcalloc((size_t)(num_stash ? num_stash : 1), sizeof(WeightGradStash));
     alloc_buffers(g, be, mem);
+    size_t nc = g->ops->constants ? g->ops->constants(&g->shape, NULL) : 0;
+    if (nc) {
+        float* host = (float*)xmalloc(nc * sizeof(float));
+        g->ops->constants(&g->shape, host);
+        g->constants = (float*)mem_alloc(be, mem, MEM_ACTIVATIONS, nc * sizeof(float));
+        be_upload(be, g->constants, host, nc * sizeof(float));
+        free(host);
+    }
     if (gpt_has_encoder(g) || gpt_has_head(g)) batch_io_create(&g->io, be, B * T, micro);   // the only users
 }
 
@@ -214,6 +225,7 @@ void gpt_destroy(GPT* g, Backend* be) {
         }
     for (int slot = 0; slot < g->num_stash; slot++)
         for (int f = 0; f < g->ops->num_stash; f++) be_free(be, g->stash[slot].field[f]);
+    if (g->constants) be_free(be, g->constants);
     free(g->stash);
     free(g->sets);
     memset(g, 0, sizeof(*g));

@@ -53,6 +53,7 @@ typedef struct {
     int sp;              // sequence parallelism: the regions outside the tensor-parallel layers split by rows
     int rows;            // rows of the "rows" buffers: N, or N / tp with sp
     const BlockOps* ops; // the family's block
+    float* constants;    // its constant tables (BlockOps.constants), or NULL
     int recompute;       // 0 keep everything; 1 recompute the MLP's activation; 2 + attention and norms; 3 whole blocks
     int num_sets;        // activation sets: micro-batches whose forward is done and backward is not (1F1B)
     Activations* sets;   // [num_sets]: the tensors kept per layer are each set's own; the single slots that
