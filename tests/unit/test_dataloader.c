@@ -527,25 +527,28 @@ static void test_u32_errors(Stream* s) {
     write_shard_ex(path_in(p[7], 512, dir, "u32_short.bin"), MAGIC32, 7, 40, NULL, 0, 20, 0, 1024);   // 40 x uint16's bytes
     write_shard_ex(path_in(p[8], 512, dir, "u16_wide.bin"), MAGIC16, 1, 40, NULL, 0, 80, 0, 1024);    // 40 x uint32's bytes
     const int B = s->B, T = s->T;
-    const VocabCase cases[] = {
+    const VocabCase vocab_cases[] = {
         {{"u32_token_eq_vocab", p[0], NULL, B, T, 0, 1, 1, want[0]}, 128256},
         {{"u32_token_past_uint16_vocab", p[1], NULL, B, T, 0, 1, 1, want[1]}, VOCAB},
         {{"u32_token_past_int_max", p[2], NULL, B, T, 0, 1, 1, want[2]}, INT32_MAX},
-        {{"u32_wrong_version", p[3], NULL, B, T, 0, 1, 0, "u32_version.bin has wrong version 1 for magic 20240801 "
-         "(expected 7)"}, VOCAB},
-        {{"u16_magic_u32_version", p[4], NULL, B, T, 0, 1, 0, "u16_version7.bin has wrong version 7 for magic 20240520 "
-         "(expected 1)"}, VOCAB},
-        {{"u32_truncated", p[5], NULL, B, T, 0, 1, 0, "u32_trunc.bin is truncated: header says 40 tokens of 4 bytes "
-         "(1184 bytes), file has 1183 bytes"}, VOCAB},
-        {{"u32_trailing_bytes", p[6], NULL, B, T, 0, 1, 0, "u32_trail.bin has trailing bytes: header says 40 tokens "
-         "of 4 bytes (1184 bytes), file has 1186 bytes"}, VOCAB},
-        {{"u32_header_u16_body", p[7], NULL, B, T, 0, 1, 0, "u32_short.bin is truncated: header says 40 tokens of 4 "
-         "bytes (1184 bytes), file has 1104 bytes"}, VOCAB},
-        {{"u16_header_u32_body", p[8], NULL, B, T, 0, 1, 0, "u16_wide.bin has trailing bytes: header says 40 tokens "
-         "of 2 bytes (1104 bytes), file has 1184 bytes"}, VOCAB},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        run_error_body(s->st, dir, &cases[i].c, open_or_fail_vocab, &cases[i]);
+    for (size_t i = 0; i < sizeof vocab_cases / sizeof vocab_cases[0]; i++)
+        run_error_body(s->st, dir, &vocab_cases[i].c, open_or_fail_vocab, &vocab_cases[i]);
+    const ErrCase cases[] = {
+        {"u32_wrong_version", p[3], NULL, B, T, 0, 1, 0, "u32_version.bin has wrong version 1 for magic 20240801 "
+         "(expected 7)"},
+        {"u16_magic_u32_version", p[4], NULL, B, T, 0, 1, 0, "u16_version7.bin has wrong version 7 for magic 20240520 "
+         "(expected 1)"},
+        {"u32_truncated", p[5], NULL, B, T, 0, 1, 0, "u32_trunc.bin is truncated: header says 40 tokens of 4 bytes "
+         "(1184 bytes), file has 1183 bytes"},
+        {"u32_trailing_bytes", p[6], NULL, B, T, 0, 1, 0, "u32_trail.bin has trailing bytes: header says 40 tokens "
+         "of 4 bytes (1184 bytes), file has 1186 bytes"},
+        {"u32_header_u16_body", p[7], NULL, B, T, 0, 1, 0, "u32_short.bin is truncated: header says 40 tokens of 4 "
+         "bytes (1184 bytes), file has 1104 bytes"},
+        {"u16_header_u32_body", p[8], NULL, B, T, 0, 1, 0, "u16_wide.bin has trailing bytes: header says 40 tokens "
+         "of 2 bytes (1104 bytes), file has 1184 bytes"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(s->st, dir, &cases[i]);
     // Control: the first window (tokens 0..16, 128255 at 14) of the shard whose 128256 sits at 29 reads.
     DataLoader* dl = dataloader_open(p[0], B, T, 0, 1, 0, 0, 128256);
     dataloader_batch(dl, 0, 1, 0, s->in, s->tg);
