@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Text -> GPT-2 token shards in llm.c's format.
 
-  tokenize.py INPUT... -o OUTDIR [--name NAME] [--shard-size N] [--val-fraction F] [-j N] [--quiet]
-  tokenize.py --raw FILE -o OUT.bin
+  tokenize.py INPUT... -o OUTDIR [--name NAME] [--shard-size N] [--val-fraction F] [--token-bits B] [-j N]
+              [--quiet]
+  tokenize.py --raw FILE -o OUT.bin [--token-bits B]
 
 INPUT: text files (one document each), directories (every non-hidden file below, in sorted path order) or
 JSONL files (*.jsonl: one document per line, from its "text" field). Every document is preceded by the
@@ -11,9 +12,11 @@ end-of-text token 50256. The token stream is cut into shards of --shard-size tok
                    the rest are NAME_train_000001.bin, NAME_train_000002.bin, ...
   --val-fraction F the first round(F * total) tokens are the validation split (cut into shards of
                    --shard-size too), the rest is train; shard numbers continue across both.
-A shard: 256 x int32 header [20240520, 1, ntok, set_lo, set_hi], then ntok x uint16. (set_hi << 32 | set_lo)
-is the shard's set id, 64 random bits shared by the shards of one run and by no other run; llm.c's readers
-ignore those slots, and 0 there marks a shard of no known set (llm.c's own). OUTDIR also gets
+A shard: 256 x int32 header [20240520, 1, ntok, set_lo, set_hi], then ntok x uint16; with --token-bits 32
+(the default only for a vocabulary past 65,536 tokens) llm.c's 32-bit format [20240801, 7, ntok, set_lo,
+set_hi], then ntok x uint32; both little-endian. (set_hi << 32 | set_lo) is the shard's set id, 64 random
+bits shared by the shards of one run and by no other run; llm.c's readers ignore those slots, and 0 there
+marks a shard of no known set (llm.c's own). OUTDIR also gets
 gpt2_tokenizer.bin (the trainer's decoding table: [20240328, 2, 50257, 50256] header, then each token as
 uint8 length + bytes) and gpt2_merges.bin (the merges in gpt2tok's compact form, with which the trainer
 encodes -prompt). The output does not depend on -j, but for the set id.
@@ -71,7 +74,7 @@ SHA256 = {
 }
 EOT = 50256
 VOCAB = 50257
-SHARD_MAGIC, SHARD_VERSION = 20240520, 1
+SHARD_FORMATS = {16: (20240520, 1), 32: (20240801, 7)}   # token bits: (magic, version)
 TOKENIZER_MAGIC, TOKENIZER_VERSION = 20240328, 2
 MODEL_MAGIC = 20240601   # gpt2tok's compact merges file
 LOCK = '.tokenize.lock'
@@ -189,9 +192,20 @@ def header(*fields):
     return struct.pack('<256i', *fields, *[0] * (256 - len(fields)))
 
 
-def shard_header(ntok, set_id):
+def shard_header(ntok, set_id, bits):
     """The set id goes in int32 slots 3 and 4, low half first: as one little-endian uint64 at byte 12."""
-    return struct.pack('<3iQ', SHARD_MAGIC, SHARD_VERSION, ntok, set_id) + bytes(4 * 256 - 20)
+    return struct.pack('<3iQ', *SHARD_FORMATS[bits], ntok, set_id) + bytes(4 * 256 - 20)
+
+
+def shard_body(ids, bits):
+    """The shard bytes of `ids`, little-endian uint16s as the helper writes them: as they are, or each
+    widened to a uint32 by two zero bytes (slice copies, no per-token Python work)."""
+    if bits == 16:
+        return ids
+    wide = bytearray(2 * len(ids))
+    wide[0::4] = ids[0::2]
+    wide[1::4] = ids[1::2]
+    return wide
 
 
 def new_set_id():
@@ -421,7 +435,8 @@ def cmd_raw(args, model):
         raise Fail(f'{args.raw}: empty file')
     recs = [('F', args.raw, args.raw, size)]   # a .jsonl name is plain text here: raw means bytes as they are
     ids = b''.join(t for t, _ in encode_docs(iter(recs), model, args.threads))
-    write_atomic(args.out, [shard_header(len(ids) // 2, new_set_id()), ids])
+    bits = args.token_bits
+    write_atomic(args.out, [shard_header(len(ids) // 2, new_set_id(), bits), shard_body(ids, bits)])
 
 
 def spool_tokens(files, model, args, spool):
@@ -446,15 +461,15 @@ def plan_shards(total, shard_size, val_fraction):
     return plan + [('train', s, min(s + shard_size, total)) for s in range(nval, total, shard_size)]
 
 
-def write_shards(spool, plan, staging, name, set_id):
+def write_shards(spool, plan, staging, args, set_id):
     """Writes the new set into the run's private directory; returns the shards' names in stream order."""
     names = []
     for i, (split, s, e) in enumerate(plan):
-        names.append(f'{name}_{split}_{i:06d}.bin')
+        names.append(f'{args.name}_{split}_{i:06d}.bin')
         with open(os.path.join(staging, names[-1]), 'wb') as f:
-            f.write(shard_header(e - s, set_id))
+            f.write(shard_header(e - s, set_id, args.token_bits))
             for block in spool_range(spool, s, e):
-                f.write(block)
+                f.write(shard_body(block, args.token_bits))
     return names
 
 
@@ -674,7 +689,7 @@ def stage(files, args, model, staging):
             prog = spool_tokens(files, model, args, spool)
             plan = plan_shards(prog.tokens, args.shard_size, args.val_fraction)
             prog.finish()
-            return plan, write_shards(spool, plan, staging, args.name, new_set_id())
+            return plan, write_shards(spool, plan, staging, args, new_set_id())
     except OSError as e:   # the spool or a shard: a full disk, a file-size limit
         raise Fail(f'cannot write in {args.out}: {e.strerror}')
     except Interrupted as e:
@@ -691,6 +706,8 @@ def parse_args(argv):
     p.add_argument('--name', default='data', help='shard name prefix (default: data)')
     p.add_argument('--shard-size', type=int, default=100_000_000, help='tokens per shard (default 1e8)')
     p.add_argument('--val-fraction', type=float, help='fraction of tokens for validation (default: first shard)')
+    p.add_argument('--token-bits', type=int, metavar='{16,32}',
+                   help='bits per token in the shards (default: 16 when the vocabulary fits, else 32)')
     p.add_argument('-j', '--threads', type=int, default=0, help='threads (default: all cores)')
     p.add_argument('-q', '--quiet', action='store_true')
     a = p.parse_args(argv)
@@ -704,6 +721,13 @@ def parse_args(argv):
         raise Fail(f'--name {a.name!r} must be a plain file-name prefix (no "/", not hidden)')
     if not 0 <= a.threads <= 1024:
         raise Fail('-j must be between 0 (all cores) and 1024')
+    needed = 16 if VOCAB <= 1 << 16 else 32
+    if a.token_bits is None:
+        a.token_bits = needed
+    elif a.token_bits not in SHARD_FORMATS:
+        raise Fail(f'--token-bits must be 16 or 32 (got {a.token_bits})')
+    elif a.token_bits < needed:
+        raise Fail(f'--token-bits {a.token_bits} cannot hold the {VOCAB}-token vocabulary; use 32')
     return a
 
 
@@ -711,7 +735,7 @@ def main(argv):
     catch_signals()
     try:
         if sys.byteorder != 'little':
-            raise Fail('only little-endian machines are supported (shards are little-endian uint16)')
+            raise Fail('only little-endian machines are supported (shards are little-endian)')
         args = parse_args(argv)
         tokens, merges = load_vocab()
         model = model_bytes(tokens, merges)

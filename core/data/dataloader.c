@@ -10,8 +10,10 @@
 
 #include "base/common.h"
 
-#define SHARD_MAGIC 20240520
-#define SHARD_VERSION 1
+#define SHARD16_MAGIC 20240520   // llm.c's GPT-2 shards: uint16 tokens
+#define SHARD16_VERSION 1
+#define SHARD32_MAGIC 20240801   // llm.c's Llama 3 shards: uint32 tokens, for vocabularies past 65,536
+#define SHARD32_VERSION 7
 #define SHARD_HEADER_BYTES 1024
 
 typedef struct {
@@ -19,6 +21,7 @@ typedef struct {
     long long first;   // offset of this shard's first token in the concatenated stream
     long long ntok;
     uint64_t set;      // the set id of tokenize.py's run that wrote it; 0: none (llm.c's shards)
+    int width;         // bytes per token: 2 or 4, by the header's magic; shards of one stream may differ
 } Shard;
 
 struct DataLoader {
@@ -29,7 +32,7 @@ struct DataLoader {
     long long windows;   // W
     int rank, world, shuffle, vocab;
     uint64_t seed;
-    uint16_t* raw;       // B*T+1 tokens as read
+    uint32_t* raw;       // B*T+1 tokens as read
     // One open shard at a time (reopened when a window lands in another shard): bounded file handles
     // for any number of shards; a reopen costs microseconds against a window's tens of KiB.
     FILE* f;
@@ -43,8 +46,22 @@ static uint32_t le32(const unsigned char* p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-// Validates one shard's header and size; returns its token count and sets *set to its set id.
-static long long shard_check(const char* path, uint64_t* set) {
+// Bytes per token for a shard header's (magic, version); a bad pair is the shard's error.
+static int shard_width(const char* path, int32_t magic, int32_t version) {
+    int32_t want;
+    if (magic == SHARD16_MAGIC) want = SHARD16_VERSION;
+    else if (magic == SHARD32_MAGIC) want = SHARD32_VERSION;
+    else
+        fail("token shard %s has wrong magic %d (expected %d for uint16 tokens or %d for uint32)", path, magic,
+             SHARD16_MAGIC, SHARD32_MAGIC);
+    if (version != want)
+        fail("token shard %s has wrong version %d for magic %d (expected %d)", path, version, magic, want);
+    return magic == SHARD32_MAGIC ? 4 : 2;
+}
+
+// Validates one shard's header and size; sets its ntok, set id and token width.
+static void shard_check(Shard* s) {
+    const char* path = s->path;
     FILE* f = xfopen(path, "rb");   // first: the pattern may match a directory or a FIFO, which it refuses
     long long size = file_size(path);
     if (size < 0) fail("cannot stat token shard %s: %s", path, strerror(errno));
@@ -53,20 +70,18 @@ static long long shard_check(const char* path, uint64_t* set) {
     unsigned char h[SHARD_HEADER_BYTES];
     xfread(h, 1, sizeof h, f, path);
     if (fclose(f) != 0) fail("cannot close token shard %s: %s", path, strerror(errno));
-    int32_t magic = (int32_t)le32(h), version = (int32_t)le32(h + 4), ntok = (int32_t)le32(h + 8);
-    *set = (uint64_t)le32(h + 12) | (uint64_t)le32(h + 16) << 32;
-    if (magic != SHARD_MAGIC || version != SHARD_VERSION)
-        fail("token shard %s has wrong magic/version (%d, %d; expected %d, %d)", path, magic, version, SHARD_MAGIC,
-             SHARD_VERSION);
+    int32_t ntok = (int32_t)le32(h + 8);
+    s->width = shard_width(path, (int32_t)le32(h), (int32_t)le32(h + 4));
+    s->set = (uint64_t)le32(h + 12) | (uint64_t)le32(h + 16) << 32;
     if (ntok < 0) fail("token shard %s has a negative token count %d in its header", path, ntok);
-    long long want = SHARD_HEADER_BYTES + 2LL * ntok;
+    long long want = SHARD_HEADER_BYTES + (long long)s->width * ntok;
     if (size < want)
-        fail("token shard %s is truncated: header says %d tokens (%lld bytes), file has %lld bytes", path, ntok,
-             want, size);
+        fail("token shard %s is truncated: header says %d tokens of %d bytes (%lld bytes), file has %lld bytes",
+             path, ntok, s->width, want, size);
     if (size > want)
-        fail("token shard %s has trailing bytes: header says %d tokens (%lld bytes), file has %lld bytes", path,
-             ntok, want, size);
-    return ntok;
+        fail("token shard %s has trailing bytes: header says %d tokens of %d bytes (%lld bytes), file has %lld "
+             "bytes", path, ntok, s->width, want, size);
+    s->ntok = ntok;
 }
 
 // Length of NAME when `base` is NAME_train_<6 or more digits>.bin or NAME_val_<...>.bin, else 0.
@@ -221,7 +236,7 @@ DataLoader* dataloader_open(const char* pattern, int B, int T, int rank, int wor
         size_t n = strlen(g.gl_pathv[i]) + 1;
         s->path = xmalloc(n);
         memcpy(s->path, g.gl_pathv[i], n);
-        s->ntok = shard_check(s->path, &s->set);
+        shard_check(s);
         s->first = dl->ntok;
         dl->ntok += s->ntok;
     }
@@ -311,6 +326,24 @@ static int shard_of(const DataLoader* dl, long long pos) {
     return lo;
 }
 
+// The n tokens of `width` bytes (little-endian, whatever the host) at the front of dst, decoded into dst
+// in place. From the back: token i's 4 bytes cover only the raw bytes of tokens >= i, decoded already.
+static void decode_tokens(uint32_t* dst, long long n, int width) {
+    const unsigned char* b = (const unsigned char*)dst;
+    for (long long i = n - 1; i >= 0; i--) {
+        const unsigned char* p = b + i * width;
+        dst[i] = width == 4 ? le32(p) : (uint32_t)p[0] | (uint32_t)p[1] << 8;
+    }
+}
+
+// Unsigned: a uint32 token past INT_MAX is refused too, not read as a negative id.
+static void check_vocab(const DataLoader* dl, const Shard* s, const uint32_t* toks, long long n, long long off) {
+    for (long long i = 0; i < n; i++)
+        if (toks[i] >= (uint32_t)dl->vocab)
+            fail("token shard %s: token %u at position %lld is >= vocab size %d", s->path, toks[i], off + i,
+                 dl->vocab);
+}
+
 // Reads n tokens starting at stream position pos into dl->raw, checking each against vocab.
 static void read_tokens(DataLoader* dl, long long pos, long long n) {
     long long done = 0;
@@ -326,17 +359,11 @@ static void read_tokens(DataLoader* dl, long long pos, long long n) {
                 dl->f = xfopen(s->path, "rb");
                 dl->f_shard = si;
             }
-            xfseek(dl->f, SHARD_HEADER_BYTES + 2 * off, SEEK_SET, s->path);
-            uint16_t* dst = dl->raw + done;
-            xfread(dst, 2, (size_t)take, dl->f, s->path);
-            for (long long i = 0; i < take; i++) {
-                const unsigned char* b = (const unsigned char*)&dst[i];
-                uint16_t v = (uint16_t)(b[0] | b[1] << 8);   // little-endian on disk, whatever the host
-                dst[i] = v;
-                if (v >= dl->vocab)
-                    fail("token shard %s: token %u at position %lld is >= vocab size %d", s->path, v, off + i,
-                         dl->vocab);
-            }
+            xfseek(dl->f, SHARD_HEADER_BYTES + (long long)s->width * off, SEEK_SET, s->path);
+            uint32_t* dst = dl->raw + done;
+            xfread(dst, (size_t)s->width, (size_t)take, dl->f, s->path);
+            decode_tokens(dst, take, s->width);
+            check_vocab(dl, s, dst, take, off);
             done += take;
         }
         si++;
@@ -347,8 +374,8 @@ void dataloader_batch(DataLoader* dl, long long step, int ga, int micro, int* in
     long long start = dataloader_window_start(dl, step, ga, micro);
     read_tokens(dl, start, dl->bt + 1);
     for (long long i = 0; i < dl->bt; i++) {
-        inputs[i] = dl->raw[i];
-        targets[i] = dl->raw[i + 1];
+        inputs[i] = (int)dl->raw[i];   // < vocab <= INT_MAX
+        targets[i] = (int)dl->raw[i + 1];
     }
 }
 

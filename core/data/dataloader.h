@@ -1,6 +1,8 @@
 // dataloader.h: token shards (llm.c format) read as one concatenated stream, in the data order of docs/ARCHITECTURE.md.
 //
-// Shard file: 256 x int32 header [20240520, 1, ntok, set_lo, set_hi, 0...] then ntok uint16 tokens, little-endian.
+// Shard file: 256 x int32 header [magic, version, ntok, set_lo, set_hi, 0...] then ntok tokens, little-endian:
+// [20240520, 1, ...] + uint16 tokens (llm.c's GPT-2 shards) or [20240801, 7, ...] + uint32 tokens (llm.c's
+// Llama 3 shards, for vocabularies past 65,536). Each shard has its own width, so one glob may hold both.
 // set_hi << 32 | set_lo: the set id that scripts/tokenize.py gives all shards of one run (0: none, llm.c's).
 // Nothing is read into memory up front: the loader keeps each shard's token offset in the stream and
 // reads one window (B*T+1 tokens) per batch with fseeko/fread, across shard boundaries where needed.

@@ -9,10 +9,17 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/data/dataloader.h"
 
 #define MAX_SHARDS 8
+
+// Bytes per token of an accepted shard: 4 under the uint32 format's magic (20240801), else 2.
+static long long token_width(const unsigned char* shard, size_t len) {
+    static const unsigned char magic32[4] = {0xa1, 0xd9, 0x34, 0x01};
+    return len >= 4 && memcmp(shard, magic32, 4) == 0 ? 4 : 2;
+}
 
 int main(int argc, char** argv) {
     unsigned char* in;
@@ -31,7 +38,7 @@ int main(int argc, char** argv) {
         char name[32];
         snprintf(name, sizeof name, "shard_%d.bin", i);
         harness_write(h, name, part[i], len[i], path);
-        want_tokens += len[i] >= 1024 ? (long long)(len[i] - 1024) / 2 : 0;
+        want_tokens += len[i] >= 1024 ? (long long)(len[i] - 1024) / token_width(part[i], len[i]) : 0;
     }
     snprintf(pattern, sizeof pattern, "%s/shard_*.bin", harness_dir(h));
 

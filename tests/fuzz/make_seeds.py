@@ -11,6 +11,7 @@ import struct
 import sys
 
 SHARD_MAGIC, MODEL_MAGIC, TOK_MAGIC, STATE_MAGIC = 20240520, 20240326, 20240328, 20261122
+SHARD32_MAGIC, SHARD32_VERSION = 20240801, 7   # uint32 tokens
 KINDS = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
          "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
 BLOCK = set(KINDS[2:14])
@@ -85,8 +86,9 @@ def manifest(s, dp, stage, dt):
                dp, stage)).encode()
 
 
-def shard(rng, ntok, vocab):
-    return header([SHARD_MAGIC, 1, ntok]) + struct.pack("<%dH" % ntok, *[rng.randrange(vocab) for _ in range(ntok)])
+def shard(rng, ntok, vocab, wide=False):
+    magic, version, fmt = (SHARD32_MAGIC, SHARD32_VERSION, "I") if wide else (SHARD_MAGIC, 1, "H")
+    return header([magic, version, ntok]) + struct.pack("<%d%s" % (ntok, fmt), *[rng.randrange(vocab) for _ in range(ntok)])
 
 
 def loader_params(B, T, world, rank, shuffle, vocab, ga):
@@ -121,6 +123,11 @@ def main():
         "bad_token_over_vocab": loader_params(2, 4, 1, 0, 0, 10, 1) + header([SHARD_MAGIC, 1, 9]) + struct.pack("<9H", *[11] * 9),
         "bad_truncated": p + shard(rng, 40, 1000)[:-3],
         "bad_magic": p + header([SHARD_MAGIC + 1, 1, 0]),
+        "valid_u32_beside_u16": loader_params(2, 3, 1, 0, 1, 65536, 2) + shard(rng, 30, 65536, True) + b"SHRD" +
+        shard(rng, 20, 65536),
+        "bad_u32_token_over_vocab": loader_params(2, 4, 1, 0, 0, 65536, 1) + header([SHARD32_MAGIC, SHARD32_VERSION, 9]) +
+        struct.pack("<9I", *[65536] * 9),
+        "bad_u32_version": p + header([SHARD32_MAGIC, 1, 0]),
     }
     # Model files.
     small = dict(L=1, C=8, NH=1, V=100, Vp=128, maxT=4)
@@ -162,7 +169,8 @@ def main():
     seeds["checkpoint"] = ck
 
     dicts = {
-        "dataloader": ['"SHRD"', '"%s"' % le32(SHARD_MAGIC), '"\\x01\\x00\\x00\\x00"'],
+        "dataloader": ['"SHRD"', '"%s"' % le32(SHARD_MAGIC), '"\\x01\\x00\\x00\\x00"', '"%s"' % le32(SHARD32_MAGIC),
+                       '"%s"' % le32(SHARD32_VERSION)],
         "model": ['"%s"' % le32(MODEL_MAGIC), '"\\x03\\x00\\x00\\x00"', '"\\x05\\x00\\x00\\x00"',
                   '"\\x80\\x00\\x00\\x00"', '"\\x00\\x01\\x00\\x00"'],
         "tokenizer": ['"%s"' % le32(TOK_MAGIC), '"\\x02\\x00\\x00\\x00"', '"\\x01\\x00\\x00\\x00"'],

@@ -55,6 +55,26 @@ set2=$(sets "$TMP/out"/t_*.bin)
 t_check tokenizer_cli_new_set_id '[ "$(echo "$set2" | wc -l)" -eq 1 ] && [ "$set2" != "$set1" ] && [ "$set2" != 0000000000000000 ]' \
     "a rerun's shards carry set ids $(echo $set2); the first run's: $set1"
 
+# --- --token-bits 32: llm.c's 32-bit shards ([20240801, 7, ntok] + uint32) of the same ids under the same
+# names; GPT-2's vocabulary fits 16 bits, so 16 is the default, byte for byte ---
+hdr() { od -An -t d4 -N 12 "$1" | tr -s ' '; }   # " magic version ntok"
+shards_are() {   # dir, magic version, bytes per token: every t_ shard's header and size
+    local f; for f in "$1"/t_*.bin; do
+        [ "$(hdr "$f")" = " $2 $(ids "$f" | wc -w)" ] && [ "$(stat -c %s "$f")" -eq $((1024 + $3 * $(ids "$f" | wc -w))) ] || return 1
+    done
+}
+for bits in 16 32 default; do
+    $TOK "$TMP/in" -o "$TMP/bits$bits" --name t --shard-size 4 $([ $bits = default ] || echo --token-bits $bits) -q
+done
+$TOK --raw "$TMP/d4.txt" -o "$TMP/raw16.bin" && $TOK --raw "$TMP/d4.txt" -o "$TMP/raw32.bin" --token-bits 32
+t_check tokenizer_cli_token_bits_16_default 'same_but_sets "$TMP/bits16" "$TMP/bitsdefault" && shards_are "$TMP/bitsdefault" "20240520 1" 2' \
+    "the default output is not --token-bits 16's: $(for f in "$TMP"/bitsdefault/t_*.bin; do hdr "$f"; done | tr '\n' '|')"
+t_check tokenizer_cli_token_bits_32 '[ "$(ls "$TMP/bits32")" = "$(ls "$TMP/bits16")" ] && shards_are "$TMP/bits32" "20240801 7" 4 &&
+    [ "$(ids $(in_order "$TMP/bits32"))" = "$expect" ] && [ "$(sets "$TMP"/bits32/t_*.bin | wc -l)" -eq 1 ]' \
+    "32-bit shards $(ls "$TMP/bits32" | tr '\n' ' '): ids $(ids $(in_order "$TMP/bits32")), headers $(for f in "$TMP"/bits32/t_*.bin; do hdr "$f"; done | tr '\n' '|')"
+t_check tokenizer_cli_raw_token_bits_32 '[ "$(hdr "$TMP/raw32.bin")" = " 20240801 7 $(ids "$TMP/raw16.bin" | wc -w)" ] &&
+    [ "$(ids "$TMP/raw32.bin")" = "$(ids "$TMP/raw16.bin")" ]' "--raw --token-bits 32: $(hdr "$TMP/raw32.bin"): $(ids "$TMP/raw32.bin")"
+
 # --- the same bytes whatever the worker count (a long document is cut into chunks across threads) ---
 for i in $(seq 1 400); do cat "$TMP/in/a.txt" "$TMP/in/sub/b.txt"; printf '  indented %d \n\n' "$i"; done > "$TMP/long.txt"
 for i in 1 2 3 4 5 6 7 8; do cat "$TMP/long.txt"; done > "$TMP/long8.txt"
@@ -103,6 +123,7 @@ expect_error tokenizer_err_device '/dev/null: not a regular file (a character de
 printf '{"text": "fine"}\n{"text": "\\ud800 alone"}\n' > "$TMP/surrogate.jsonl"
 expect_error tokenizer_err_jsonl_surrogate 'surrogate.jsonl:2: the text holds a lone surrogate U+D800 (character 0), which is not valid Unicode' \
     $TOK "$TMP/surrogate.jsonl" -o "$TMP/e9"
+expect_error tokenizer_err_token_bits '--token-bits must be 16 or 32 (got 24)' $TOK "$TMP/good.txt" -o "$TMP/e10" --token-bits 24
 printf '{"text": "caf\xe9"}\n' > "$TMP/latin1.jsonl"
 expect_error tokenizer_err_jsonl_not_utf8 'latin1.jsonl:1: not valid UTF-8 at byte 13 of the line' $TOK "$TMP/latin1.jsonl" -o "$TMP/e9"
 
@@ -274,6 +295,11 @@ if [ -x ./train_gpt_cpu ]; then
     trainer "$TMP/raws/*.bin"; trc=$?
     t_check tokenizer_raw_files_train_together '[ $trc -eq 0 ] && [ "$(sets "$TMP"/raws/*.bin | wc -l)" -eq 2 ]' \
         "the trainer exited $trc: $(head -1 "$TMP/train.err")"
+    # 32-bit shards train, and so do 32-bit and 16-bit --raw files together.
+    trainer "$TMP/bits32/t_*.bin"; trc=$?
+    trainer "$TMP/raw[13]*.bin"; trc2=$?
+    t_check tokenizer_token_bits_32_trains '[ $trc -eq 0 ] && [ $trc2 -eq 0 ]' \
+        "the trainer exited $trc on t_*.bin, $trc2 on raw16.bin + raw32.bin: $(head -1 "$TMP/train.err")"
 else
     t_fail tokenizer_mix_refused_by_trainer "./train_gpt_cpu is missing (make train_gpt_cpu)"
 fi

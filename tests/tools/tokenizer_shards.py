@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Reads back what scripts/tokenize.py wrote, checking the formats on the way (for tests/t_tokenizer*.sh).
-  ids SHARD...          the shards' tokens, concatenated, one line of space-separated ids
+  ids SHARD...          the shards' tokens (uint16 or uint32 shards), concatenated, one line of space-separated ids
   sets SHARD...         each shard's set id (header int32 slots 3 and 4, low half first), in hex, one per line
   decode TOKFILE SHARD  the shard's text, decoded with the tokenizer file, raw bytes to stdout"""
 import sys
@@ -8,16 +8,20 @@ import sys
 import numpy as np
 
 
+FORMATS = {20240520: (1, '<u2'), 20240801: (7, '<u4')}   # magic: (version, token type)
+
+
 def shard_ids(path):
     with open(path, 'rb') as f:
         data = f.read()
     head = np.frombuffer(data[:1024], dtype='<i4')
-    if len(head) != 256 or head[0] != 20240520 or head[1] != 1:
+    version, dtype = FORMATS.get(int(head[0]), (None, None)) if len(head) == 256 else (None, None)
+    if version is None or head[1] != version:
         sys.exit(f'{path}: bad shard header {head[:3].tolist()}')
-    ids = np.frombuffer(data[1024:], dtype='<u2')
-    if len(ids) != head[2]:
-        sys.exit(f'{path}: header says {head[2]} tokens, file holds {len(ids)}')
-    return ids
+    width = np.dtype(dtype).itemsize
+    if len(data) != 1024 + width * int(head[2]):
+        sys.exit(f'{path}: header says {head[2]} tokens of {width} bytes, file holds {len(data) - 1024} bytes')
+    return np.frombuffer(data[1024:], dtype=dtype)
 
 
 def decode_table(path):

@@ -15,6 +15,8 @@
 #include "core/tokenizer/decode.h"
 
 #define VOCAB 50257
+#define MAGIC16 20240520   // uint16 tokens, version 1
+#define MAGIC32 20240801   // uint32 tokens, version 7
 
 // The reference stream: token k of the concatenated shards. Injective for k < 50000, never all zeros.
 static int tok(long long k) { return (int)((k * 7 + 3) % 50000); }
@@ -25,25 +27,30 @@ static void put32(unsigned char* p, int32_t v) {
 }
 
 // Writes a shard: header [magic, version, hdr_ntok], then n tokens (tokens[i], or tok(first+i) if tokens
-// is NULL) as little-endian uint16, then `extra` junk bytes. hdr_len < 1024 writes only that much header.
-static void write_shard_ex(const char* path, int32_t magic, int32_t version, int32_t hdr_ntok, const int* tokens,
+// is NULL) as little-endian uint32 under MAGIC32, else uint16, then `extra` junk bytes. hdr_len < 1024 writes
+// only that much header.
+static void write_shard_ex(const char* path, int32_t magic, int32_t version, int32_t hdr_ntok, const uint32_t* tokens,
                            long long first, long long n, int extra, int hdr_len) {
     FILE* f = xfopen(path, "wb");
     unsigned char h[1024] = {0};
     put32(h, magic), put32(h + 4, version), put32(h + 8, hdr_ntok);
     xfwrite(h, 1, (size_t)hdr_len, f, path);
-    unsigned char* body = xmalloc((size_t)(2 * n + extra));
+    const int width = magic == MAGIC32 ? 4 : 2;
+    unsigned char* body = xmalloc((size_t)(width * n + extra));
     for (long long i = 0; i < n; i++) {
-        int v = tokens ? tokens[i] : tok(first + i);
-        body[2 * i] = (unsigned char)(v & 0xff), body[2 * i + 1] = (unsigned char)(v >> 8);
+        uint32_t v = tokens ? tokens[i] : (uint32_t)tok(first + i);
+        for (int b = 0; b < width; b++) body[width * i + b] = (unsigned char)(v >> 8 * b);
     }
-    for (int i = 0; i < extra; i++) body[2 * n + i] = 0x5a;
-    xfwrite(body, 1, (size_t)(2 * n + extra), f, path);
+    for (int i = 0; i < extra; i++) body[width * n + i] = 0x5a;
+    xfwrite(body, 1, (size_t)(width * n + extra), f, path);
     free(body);
     xfclose(f, path);
 }
 static void write_shard(const char* path, long long first, long long n) {
-    write_shard_ex(path, 20240520, 1, (int32_t)n, NULL, first, n, 0, 1024);
+    write_shard_ex(path, MAGIC16, 1, (int32_t)n, NULL, first, n, 0, 1024);
+}
+static void write_shard32(const char* path, long long first, long long n) {
+    write_shard_ex(path, MAGIC32, 7, (int32_t)n, NULL, first, n, 0, 1024);
 }
 
 // dir/name, in a buffer the caller keeps.
@@ -52,10 +59,8 @@ static const char* path_in(char* buf, size_t cap, const char* dir, const char* n
     return buf;
 }
 
-// dir/name: a shard of 20 tokens whose header carries set id `set` (int32 slots 3 and 4, low half first).
-static void write_set_shard(const char* dir, const char* name, uint64_t set) {
-    char path[512];
-    write_shard(path_in(path, sizeof path, dir, name), 0, 20);
+// Puts set id `set` into a shard's header (int32 slots 3 and 4, low half first).
+static void put_set(const char* path, uint64_t set) {
     unsigned char id[8];
     put32(id, (int32_t)(uint32_t)set), put32(id + 4, (int32_t)(uint32_t)(set >> 32));
     FILE* f = xfopen(path, "r+b");
@@ -63,6 +68,16 @@ static void write_set_shard(const char* dir, const char* name, uint64_t set) {
     xfwrite(id, 1, sizeof id, f, path);
     xfclose(f, path);
 }
+
+// dir/name: a shard of 20 tokens (uint32 ones when wide) whose header carries set id `set`.
+static void write_set_shard_w(const char* dir, const char* name, uint64_t set, int wide) {
+    char path[512];
+    path_in(path, sizeof path, dir, name);
+    if (wide) write_shard32(path, 0, 20);
+    else write_shard(path, 0, 20);
+    put_set(path, set);
+}
+static void write_set_shard(const char* dir, const char* name, uint64_t set) { write_set_shard_w(dir, name, set, 0); }
 
 // Does the window (inputs, targets) equal the reference stream at `start`?
 static int window_is(const int* in, const int* tg, long long bt, long long start) {
@@ -87,6 +102,11 @@ typedef struct {
     int B, T, rank, world, read;
     const char* want;
 } ErrCase;
+
+typedef struct {
+    ErrCase c;
+    int vocab;
+} VocabCase;
 
 // A child process's body; it ends in _exit, or in fail() (exit 1).
 typedef void (*ChildBody)(const void* arg);
@@ -126,13 +146,9 @@ static void report_child(const char* name, int status, const char* msg, size_t n
            n > 0 && msg[n - 1] == '\n' ? "" : "\n");
 }
 
-static void open_or_fail(const void* arg) {
-    const ErrCase* c = (const ErrCase*)arg;
-    if (c->tokpath) {
-        tokenizer_free(tokenizer_load(c->tokpath));
-        return;
-    }
-    DataLoader* dl = dataloader_open(c->pattern, c->B, c->T, c->rank, c->world, 0, 1, VOCAB);
+// Opens c's shards under `vocab` and, when c->read, reads an epoch's windows.
+static void open_and_read(const ErrCase* c, int vocab) {
+    DataLoader* dl = dataloader_open(c->pattern, c->B, c->T, c->rank, c->world, 0, 1, vocab);
     if (c->read) {
         long long bt = (long long)c->B * c->T;
         int* in = xmalloc((size_t)bt * sizeof(int));
@@ -143,16 +159,32 @@ static void open_or_fail(const void* arg) {
     dataloader_close(dl);
 }
 
-static void run_error_case(TestStats* st, const char* dir, const ErrCase* c) {
+static void open_or_fail(const void* arg) {
+    const ErrCase* c = (const ErrCase*)arg;
+    if (c->tokpath) tokenizer_free(tokenizer_load(c->tokpath));
+    else open_and_read(c, VOCAB);
+}
+
+static void open_or_fail_vocab(const void* arg) {
+    const VocabCase* v = (const VocabCase*)arg;
+    open_and_read(&v->c, v->vocab);
+}
+
+// body(arg) in a child must fail as c says.
+static void run_error_body(TestStats* st, const char* dir, const ErrCase* c, ChildBody body, const void* arg) {
     char msg[2048], name[256];
     size_t n = 0;
-    int status = run_in_child(dir, open_or_fail, c, msg, sizeof msg, &n);
+    int status = run_in_child(dir, body, arg, msg, sizeof msg, &n);
     int exited1 = WIFEXITED(status) && WEXITSTATUS(status) == 1;
     int one_line = n > 0 && msg[n - 1] == '\n' && strchr(msg, '\n') == msg + n - 1;
     int good = exited1 && one_line && strncmp(msg, "error: ", 7) == 0 && strstr(msg, c->want) != NULL;
     snprintf(name, sizeof name, "error_%s", c->name);
     if (!good) report_child(name, status, msg, n);
     check_true(st, name, good);
+}
+
+static void run_error_case(TestStats* st, const char* dir, const ErrCase* c) {
+    run_error_body(st, dir, c, open_or_fail, c);
 }
 
 static void write_tokenizer(const char* path, int32_t magic, int32_t version, int32_t vocab, int32_t eot,
@@ -189,19 +221,26 @@ typedef struct {
 } Stream;
 
 // Shard sizes 32, 35, 5, 0 (empty), 88, 16 = 176 tokens, so shards start at tokens 0, 32, 67, 72, 72, 160;
-// B*T = 16 divides 176, so W = (176-1)/16 = 10, not 11.
-static Stream stream_write(TestStats* st, const char* dir) {
+// B*T = 16 divides 176, so W = (176-1)/16 = 10, not 11. Shard i is dir/prefix_0i.bin, of uint32 tokens when
+// bit i of wide is set; returns the token count.
+static long long write_stream_shards(const char* dir, const char* prefix, unsigned wide) {
     static const int sizes[] = {32, 35, 5, 0, 88, 16};
-    Stream s = {st, dir, "", 2, 8, 16, 0, NULL, NULL, NULL, NULL};
     long long first = 0;
     for (int i = 0; i < 6; i++) {
         char path[512];
-        snprintf(path, sizeof path, "%s/small_%02d.bin", dir, i);
-        write_shard(path, first, sizes[i]);
+        snprintf(path, sizeof path, "%s/%s_%02d.bin", dir, prefix, i);
+        if (wide >> i & 1) write_shard32(path, first, sizes[i]);
+        else write_shard(path, first, sizes[i]);
         first += sizes[i];
     }
+    return first;
+}
+
+static Stream stream_write(TestStats* st, const char* dir) {
+    Stream s = {st, dir, "", 2, 8, 16, 0, NULL, NULL, NULL, NULL};
+    long long ntok = write_stream_shards(dir, "small", 0);
     snprintf(s.pat, sizeof s.pat, "%s/small_*.bin", dir);
-    s.W = (first - 1) / s.bt;
+    s.W = (ntok - 1) / s.bt;
     const size_t bytes = sizeof(int) * 8 * 1024;   // also holds the speed test's B=8, T=1024 window
     s.in = xmalloc(bytes), s.tg = xmalloc(bytes), s.in2 = xmalloc(bytes), s.tg2 = xmalloc(bytes);
     return s;
@@ -369,31 +408,32 @@ static void test_shard_errors(Stream* s) {
     static char p[N_FILES][512];
     const char* dir = s->dir;
     path_in(p[0], 512, dir, "nothing_*.bin");
-    write_shard_ex(path_in(p[1], 512, dir, "short.bin"), 20240520, 1, 0, NULL, 0, 0, 0, 100);
+    write_shard_ex(path_in(p[1], 512, dir, "short.bin"), MAGIC16, 1, 0, NULL, 0, 0, 0, 100);
     write_shard_ex(path_in(p[2], 512, dir, "magic.bin"), 20240326, 1, 40, NULL, 0, 40, 0, 1024);
-    write_shard_ex(path_in(p[3], 512, dir, "version.bin"), 20240520, 2, 40, NULL, 0, 40, 0, 1024);
-    write_shard_ex(path_in(p[4], 512, dir, "trunc.bin"), 20240520, 1, 40, NULL, 0, 39, 1, 1024);   // 79 body bytes
-    write_shard_ex(path_in(p[5], 512, dir, "trail.bin"), 20240520, 1, 40, NULL, 0, 40, 2, 1024);
+    write_shard_ex(path_in(p[3], 512, dir, "version.bin"), MAGIC16, 2, 40, NULL, 0, 40, 0, 1024);
+    write_shard_ex(path_in(p[4], 512, dir, "trunc.bin"), MAGIC16, 1, 40, NULL, 0, 39, 1, 1024);   // 79 body bytes
+    write_shard_ex(path_in(p[5], 512, dir, "trail.bin"), MAGIC16, 1, 40, NULL, 0, 40, 2, 1024);
     write_shard(path_in(p[6], 512, dir, "few.bin"), 0, 16);   // B*T+1 = 17 needed
-    int toks[40];
-    for (int i = 0; i < 40; i++) toks[i] = tok(i);
+    uint32_t toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = (uint32_t)tok(i);
     toks[29] = 50300;
     const char* p_vocab = path_in(p[7], 512, dir, "vocab.bin");
-    write_shard_ex(p_vocab, 20240520, 1, 40, toks, 0, 40, 0, 1024);
+    write_shard_ex(p_vocab, MAGIC16, 1, 40, toks, 0, 40, 0, 1024);
     char want_vocab[600];
     snprintf(want_vocab, sizeof want_vocab, "%s: token 50300 at position 29", p_vocab);
     // The boundary: vocab - 1 at position 5 is read; vocab itself, at 29, is refused.
     toks[5] = VOCAB - 1, toks[29] = VOCAB;
     static char p_eq[512];
-    write_shard_ex(path_in(p_eq, 512, dir, "vocab_eq.bin"), 20240520, 1, 40, toks, 0, 40, 0, 1024);
+    write_shard_ex(path_in(p_eq, 512, dir, "vocab_eq.bin"), MAGIC16, 1, 40, toks, 0, 40, 0, 1024);
     char want_eq[600];
     snprintf(want_eq, sizeof want_eq, "%s: token %d at position 29 is >= vocab size %d", p_eq, VOCAB, VOCAB);
     const int B = s->B, T = s->T;
     const ErrCase cases[] = {
         {"no_match", p[0], NULL, B, T, 0, 1, 0, "no token shard matches"},
         {"short_header", p[1], NULL, B, T, 0, 1, 0, "shorter than its 1024-byte header"},
-        {"wrong_magic", p[2], NULL, B, T, 0, 1, 0, "wrong magic"},
-        {"wrong_version", p[3], NULL, B, T, 0, 1, 0, "wrong magic"},
+        {"wrong_magic", p[2], NULL, B, T, 0, 1, 0, "wrong magic 20240326 (expected 20240520 for uint16 tokens or "
+         "20240801 for uint32)"},
+        {"wrong_version", p[3], NULL, B, T, 0, 1, 0, "version.bin has wrong version 2 for magic 20240520 (expected 1)"},
         {"truncated", p[4], NULL, B, T, 0, 1, 0, "truncated"},
         {"trailing_bytes", p[5], NULL, B, T, 0, 1, 0, "has trailing bytes"},
         {"too_few_tokens", p[6], NULL, B, T, 0, 1, 0, "hold 16 tokens, but one window of B*T+1 = 17 tokens is needed"},
@@ -408,6 +448,112 @@ static void test_shard_errors(Stream* s) {
     DataLoader* dl = dataloader_open(p_vocab, 2, 8, 0, 1, 0, 0, VOCAB);
     dataloader_batch(dl, 0, 1, 0, s->in, s->tg);   // tokens 0..16
     check_true(s->st, "vocab_checked_on_read_only", window_is(s->in, s->tg, 16, 0));
+    dataloader_close(dl);
+}
+
+// The small stream as uint32 shards, and as shards of both widths in turn: every window over two epochs, in
+// order and shuffled, equals the uint16 stream's (and the reference stream at the window's start).
+static void test_u32_same_windows(Stream* s) {
+    write_stream_shards(s->dir, "u32", 0x3f);
+    write_stream_shards(s->dir, "mixed", 0x15);   // shards 0, 2 and 4 wide: windows cross both ways
+    static const char* const names[] = {"u32", "mixed"};
+    const size_t bytes = sizeof(int) * (size_t)s->bt;
+    for (int k = 0; k < 2; k++) {
+        char pat[512], name[64];
+        snprintf(pat, sizeof pat, "%s/%s_*.bin", s->dir, names[k]);
+        int bad = 0, n = 0;
+        for (int shuffle = 0; shuffle <= 1; shuffle++) {
+            DataLoader* ref = dataloader_open(s->pat, s->B, s->T, 0, 1, shuffle, 9, VOCAB);
+            DataLoader* dl = dataloader_open(pat, s->B, s->T, 0, 1, shuffle, 9, VOCAB);
+            bad += dataloader_num_tokens(dl) != 176 || dataloader_windows_per_epoch(dl) != s->W;
+            for (long long step = 0; step < 2 * s->W; step++, n++) {
+                dataloader_batch(ref, step, 1, 0, s->in, s->tg);
+                dataloader_batch(dl, step, 1, 0, s->in2, s->tg2);
+                bad += memcmp(s->in, s->in2, bytes) != 0 || memcmp(s->tg, s->tg2, bytes) != 0;
+                bad += !window_is(s->in2, s->tg2, s->bt, dataloader_window_start(dl, step, 1, 0));
+            }
+            dataloader_close(ref), dataloader_close(dl);
+        }
+        snprintf(name, sizeof name, "%s_same_windows_as_u16", names[k]);
+        check_true(s->st, name, bad == 0 && n == 4 * s->W);
+    }
+}
+
+// uint32 tokens past 65,535 (Llama 3's vocabulary holds 128,256) come out whole under a vocabulary that holds
+// them; so do 65,535, 65,536 and 0, which a 16-bit read would confuse.
+static void test_u32_large_tokens(Stream* s) {
+    enum { N = 40, V = 128256 };
+    uint32_t toks[N];
+    for (int i = 0; i < N; i++) toks[i] = (uint32_t)(V - 1 - 1601 * i);   // 128255 down to 65816
+    toks[1] = 65536, toks[2] = 65535, toks[3] = 0;
+    char path[512];
+    write_shard_ex(path_in(path, sizeof path, s->dir, "large.bin"), MAGIC32, 7, N, toks, 0, N, 0, 1024);
+    DataLoader* dl = dataloader_open(path, s->B, s->T, 0, 1, 0, 0, V);
+    int ok = dataloader_windows_per_epoch(dl) == 2;
+    for (long long step = 0; step < 2; step++) {
+        dataloader_batch(dl, step, 1, 0, s->in, s->tg);
+        for (long long i = 0; i < s->bt; i++)
+            ok &= s->in[i] == (int)toks[step * s->bt + i] && s->tg[i] == (int)toks[step * s->bt + i + 1];
+    }
+    check_true(s->st, "u32_tokens_past_uint16_read_whole", ok);
+    dataloader_close(dl);
+}
+
+// dir/name: a uint32 shard of tokens tok(0..39) but for `early` at position at/2 and `bad` at `at`.
+static void write_u32_with(char* path, const char* dir, const char* name, uint32_t early, uint32_t bad, int at) {
+    uint32_t toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = (uint32_t)tok(i);
+    toks[at / 2] = early;
+    toks[at] = bad;
+    write_shard_ex(path_in(path, 512, dir, name), MAGIC32, 7, 40, toks, 0, 40, 0, 1024);
+}
+
+// uint32 shards' refusals: tokens >= vocab (128,256; 50,257, where a 16-bit read of 70,000 would pass as
+// 4,464; INT_MAX, past which a signed comparison would pass), a version that is not its magic's, and a size
+// that is not the header's count of 4-byte tokens.
+static void test_u32_errors(Stream* s) {
+    static char p[9][512], want[3][700];
+    const char* dir = s->dir;
+    write_u32_with(p[0], dir, "u32_vocab.bin", 128255, 128256, 29);   // 128255 (read first) is in the vocabulary
+    snprintf(want[0], sizeof want[0], "error: token shard %s: token 128256 at position 29 is >= vocab size 128256\n", p[0]);
+    write_u32_with(p[1], dir, "u32_past16.bin", (uint32_t)tok(14), 70000, 29);
+    snprintf(want[1], sizeof want[1], "%s: token 70000 at position 29 is >= vocab size 50257", p[1]);
+    write_u32_with(p[2], dir, "u32_top.bin", 128255, UINT32_MAX, 7);
+    snprintf(want[2], sizeof want[2], "%s: token 4294967295 at position 7 is >= vocab size 2147483647", p[2]);
+    write_shard_ex(path_in(p[3], 512, dir, "u32_version.bin"), MAGIC32, 1, 40, NULL, 0, 40, 0, 1024);
+    write_shard_ex(path_in(p[4], 512, dir, "u16_version7.bin"), MAGIC16, 7, 40, NULL, 0, 40, 0, 1024);
+    write_shard_ex(path_in(p[5], 512, dir, "u32_trunc.bin"), MAGIC32, 7, 40, NULL, 0, 39, 3, 1024);
+    write_shard_ex(path_in(p[6], 512, dir, "u32_trail.bin"), MAGIC32, 7, 40, NULL, 0, 40, 2, 1024);
+    write_shard_ex(path_in(p[7], 512, dir, "u32_short.bin"), MAGIC32, 7, 40, NULL, 0, 20, 0, 1024);   // 40 x uint16's bytes
+    write_shard_ex(path_in(p[8], 512, dir, "u16_wide.bin"), MAGIC16, 1, 40, NULL, 0, 80, 0, 1024);    // 40 x uint32's bytes
+    const int B = s->B, T = s->T;
+    const VocabCase vocab_cases[] = {
+        {{"u32_token_eq_vocab", p[0], NULL, B, T, 0, 1, 1, want[0]}, 128256},
+        {{"u32_token_past_uint16_vocab", p[1], NULL, B, T, 0, 1, 1, want[1]}, VOCAB},
+        {{"u32_token_past_int_max", p[2], NULL, B, T, 0, 1, 1, want[2]}, INT32_MAX},
+    };
+    for (size_t i = 0; i < sizeof vocab_cases / sizeof vocab_cases[0]; i++)
+        run_error_body(s->st, dir, &vocab_cases[i].c, open_or_fail_vocab, &vocab_cases[i]);
+    const ErrCase cases[] = {
+        {"u32_wrong_version", p[3], NULL, B, T, 0, 1, 0, "u32_version.bin has wrong version 1 for magic 20240801 "
+         "(expected 7)"},
+        {"u16_magic_u32_version", p[4], NULL, B, T, 0, 1, 0, "u16_version7.bin has wrong version 7 for magic 20240520 "
+         "(expected 1)"},
+        {"u32_truncated", p[5], NULL, B, T, 0, 1, 0, "u32_trunc.bin is truncated: header says 40 tokens of 4 bytes "
+         "(1184 bytes), file has 1183 bytes"},
+        {"u32_trailing_bytes", p[6], NULL, B, T, 0, 1, 0, "u32_trail.bin has trailing bytes: header says 40 tokens "
+         "of 4 bytes (1184 bytes), file has 1186 bytes"},
+        {"u32_header_u16_body", p[7], NULL, B, T, 0, 1, 0, "u32_short.bin is truncated: header says 40 tokens of 4 "
+         "bytes (1184 bytes), file has 1104 bytes"},
+        {"u16_header_u32_body", p[8], NULL, B, T, 0, 1, 0, "u16_wide.bin has trailing bytes: header says 40 tokens "
+         "of 2 bytes (1104 bytes), file has 1184 bytes"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(s->st, dir, &cases[i]);
+    // Control: the first window (tokens 0..16, 128255 at 14) of the shard whose 128256 sits at 29 reads.
+    DataLoader* dl = dataloader_open(p[0], B, T, 0, 1, 0, 0, 128256);
+    dataloader_batch(dl, 0, 1, 0, s->in, s->tg);
+    check_true(s->st, "u32_vocab_checked_on_read_only", s->in[14] == 128255 && s->tg[13] == 128255 &&
+               s->in[0] == tok(0) && s->tg[15] == tok(16));
     dataloader_close(dl);
 }
 
@@ -462,8 +608,11 @@ static void test_shard_sets(Stream* s) {
     // An llm.c set (no id) that a new one began to replace.
     write_set_shard(dir, "old_train_000001.bin", 0), write_set_shard(dir, "old_train_000002.bin", B);
     write_set_shard(dir, "old_train_000003.bin", 0);
-    static char p_mix[512], p_old[512];
-    char want_mix[700], want_old[700];
+    // The same cut short in a set of uint32 shards.
+    write_set_shard_w(dir, "w_train_000001.bin", A, 1), write_set_shard_w(dir, "w_train_000002.bin", B, 1);
+    write_set_shard_w(dir, "w_train_000003.bin", B, 1);
+    static char p_mix[512], p_old[512], p_wide[512];
+    char want_mix[700], want_old[700], want_wide[700];
     snprintf(p_mix, sizeof p_mix, "%s/mix_train_*.bin", dir);
     snprintf(want_mix, sizeof want_mix, "token shards mix_{train,val}_*.bin in %s mix two shard sets: 3 of set "
              "a1a2a3a4b1b2b3b4 and 2 of set 0000000100000000; a tokenize.py run that replaced them did not "
@@ -471,9 +620,13 @@ static void test_shard_sets(Stream* s) {
     snprintf(p_old, sizeof p_old, "%s/old_*.bin", dir);
     snprintf(want_old, sizeof want_old, "old_{train,val}_*.bin in %s mix two shard sets: 2 of set 0 (none) and 1 "
              "of set 0000000100000000", dir);
+    snprintf(p_wide, sizeof p_wide, "%s/w_*.bin", dir);
+    snprintf(want_wide, sizeof want_wide, "w_{train,val}_*.bin in %s mix two shard sets: 1 of set a1a2a3a4b1b2b3b4 "
+             "and 2 of set 0000000100000000", dir);
     const ErrCase cases[] = {
         {"shard_sets_mixed", p_mix, NULL, s->B, s->T, 0, 1, 0, want_mix},
         {"shard_sets_mixed_with_no_id", p_old, NULL, s->B, s->T, 0, 1, 0, want_old},
+        {"shard_sets_mixed_u32", p_wide, NULL, s->B, s->T, 0, 1, 0, want_wide},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(s->st, dir, &cases[i]);
 
@@ -486,6 +639,8 @@ static void test_shard_sets(Stream* s) {
     write_set_shard(dir, "z_val_000000.bin", 0), write_set_shard(dir, "z_train_000001.bin", 0);
     write_set_shard(dir, "z_train_000002.bin", 0);
     write_set_shard(dir, "raw_a.bin", A), write_set_shard(dir, "raw_b.bin", B), write_set_shard(dir, "raw_c.bin", 0);
+    write_set_shard_w(dir, "v_val_000000.bin", A, 0), write_set_shard_w(dir, "v_train_000001.bin", A, 1);
+    write_set_shard_w(dir, "v_train_000002.bin", A, 1);
     static const struct {
         const char *name, *pattern;
         int shards;
@@ -495,6 +650,7 @@ static void test_shard_sets(Stream* s) {
         {"shard_sets_name_and_name_train", "n_train_*.bin", 2},
         {"shard_sets_none", "z_*.bin", 3},
         {"shard_sets_raw_files_alone", "raw_*.bin", 3},
+        {"shard_sets_one_id_both_widths", "v_*.bin", 3},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         char pat[512];
@@ -509,7 +665,7 @@ static void test_switch_marker(Stream* s) {
     char sw[512], sw2[512], stg[512], stg2[512], marker[600], pat[512], pat2[512];
     mkdir(path_in(sw, sizeof sw, s->dir, "sw"), 0755), mkdir(path_in(sw2, sizeof sw2, s->dir, "sw2"), 0755);
     // A first run into an empty directory, stopped during its switch: one set id, nothing for the ids to show.
-    write_set_shard(s->dir, "sw/s_train_000001.bin", A), write_set_shard(s->dir, "sw/s_train_000002.bin", A);
+    write_set_shard(s->dir, "sw/s_train_000001.bin", A), write_set_shard_w(s->dir, "sw/s_train_000002.bin", A, 1);
     write_set_shard(s->dir, "sw2/s_val_000000.bin", A), write_set_shard(s->dir, "sw2/s_train_000001.bin", A);
     mkdir(path_in(stg, sizeof stg, s->dir, "sw/.tokenize-4242"), 0755);
     mkdir(path_in(stg2, sizeof stg2, s->dir, "sw2/.tokenize-77-2"), 0755);
@@ -591,9 +747,9 @@ static void test_big_shuffled(Stream* s) {
     for (int i = 0; i < 3; i++) {
         char path[512], name[32];
         snprintf(name, sizeof name, "big_%d.bin", i);
-        int* toks = xmalloc((size_t)per * sizeof(int));
-        for (long long k = 0; k < per; k++) toks[k] = (int)((i * per + k) % 50000);
-        write_shard_ex(path_in(path, sizeof path, s->dir, name), 20240520, 1, (int32_t)per, toks, 0, per, 0, 1024);
+        uint32_t* toks = xmalloc((size_t)per * sizeof *toks);
+        for (long long k = 0; k < per; k++) toks[k] = (uint32_t)((i * per + k) % 50000);
+        write_shard_ex(path_in(path, sizeof path, s->dir, name), MAGIC16, 1, (int32_t)per, toks, 0, per, 0, 1024);
         free(toks);
     }
     char pat[512];
@@ -624,6 +780,9 @@ int main(void) {
     test_ranks_equal_ga(&s);
     test_shuffle(&s);
     test_shard_errors(&s);
+    test_u32_same_windows(&s);
+    test_u32_large_tokens(&s);
+    test_u32_errors(&s);
     test_shard_sets(&s);
     test_switch_marker(&s);
     test_tokenizer(&st, dir);
