@@ -3,8 +3,9 @@
 
 #include "models/catalog.h"
 #include "models/gpt2/gpt2.h"
+#include "models/llama/llama.h"
 
-static const ModelFamily* const FAMILIES[] = {&GPT2_FAMILY};
+static const ModelFamily* const FAMILIES[] = {&GPT2_FAMILY, &LLAMA_FAMILY};
 #define NUM_FAMILIES (int)(sizeof(FAMILIES) / sizeof(FAMILIES[0]))
 
 int shape_from_spec(const char* spec, ModelShape* out) {

@@ -14,7 +14,7 @@ void shape_validate(const ModelShape* s) {
     if (s->C < 1 || s->NH < 1 || s->KV < 1 || s->F < 1) fail("model has %d channels, %d heads, %d kv heads, MLP width %d: all must be positive", s->C, s->NH, s->KV, s->F);
     if (s->NH % s->KV != 0) fail("n_kv_heads %d does not divide the %d heads", s->KV, s->NH);
     if (s->D % 8 != 0 || s->D < 8 || s->D > 128) fail("head size %d must be a multiple of 8 and at most 128", s->D);
-    if (s->V < 2 || s->V > 65536) fail("vocabulary size %d is outside 2..65536 (tokens are uint16)", s->V);
+    if (s->V < 2 || s->V > (1 << 24)) fail("vocabulary size %d is outside 2..%d", s->V, 1 << 24);
     if (s->Vp < s->V || s->Vp % 128 != 0) fail("padded vocabulary %d must be a multiple of 128 and >= %d", s->Vp, s->V);
     if (s->maxT < 1) fail("maximum sequence length %d must be positive", s->maxT);
     s->family->validate(s);
