@@ -290,10 +290,10 @@ extern "C" void convert(Backend* be, void* dst, DType dst_dt, const void* src, D
 
 #include "kernels/encoder.cuh"
 #include "kernels/layernorm.cuh"
+#include "kernels/matmul.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rope.cuh"
 #include "kernels/swiglu.cuh"
-#include "kernels/matmul.cuh"
 #include "kernels/attention.cuh"
 #include "kernels/gelu.cuh"
 #include "kernels/classifier.cuh"

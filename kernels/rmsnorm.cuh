@@ -1,7 +1,8 @@
 // rmsnorm.cuh: RMSNorm over the last dimension, and the per-head RMSNorm of q and k in packed qkv (qk_norm).
 // Both normalize "rows" (as rmsnorm.c): spans of D channels at a fixed stride, one warp per row. dw is a column
 // sum over all rows: each block sums a fixed slice of rows into per-block partials in scratch, and a second
-// kernel adds the partials in a fixed order (deterministic, no float atomics), as layernorm.cuh does.
+// kernel adds the partials in a fixed order (deterministic, no float atomics), as layernorm.cuh does; that
+// kernel is matmul.cuh's bias-gradient one, so this file is included after matmul.cuh.
 #pragma once
 
 // Rows (n, h), n < N, h < H: channels [n*W + (h0 + h)*D, + D) of the tensor, rstd at n*S + h0 + h.
@@ -91,16 +92,6 @@ __global__ void rms_backward_dw_partial_kernel(float* partial, const T* dout, co
     }
 }
 
-// Column sums of `partial` (RB rows of D) in row order, added to dw.
-template <typename T>
-__global__ void rms_backward_dw_final_kernel(T* dw, const float* partial, int RB, int D) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= D) return;
-    float s = 0.0f;
-    for (int b = 0; b < RB; b++) s += partial[(size_t)b * D + c];
-    dw[c] = from_f<T>(to_f(dw[c]) + s);
-}
-
 // One warp per row, 16-byte packs when every row start is 16-byte aligned (D a whole number of packs).
 #define RMS_LAUNCH(kernel, T, vec, r, ...)                                                               \
     do {                                                                                                 \
@@ -138,7 +129,8 @@ static void rms_backward_dw_rows(Backend* be, DType dt, void* dw, const void* do
         rms_backward_dw_partial_kernel<X><<<dim3(ceil_div(r.D, 32), RB), dim3(32, RMS_ROWS_PER_PASS), 0, be->stream>>>(
             partial, (const X*)dout, (const X*)inp, rstd, r);
         LAUNCH_CHECK();
-        rms_backward_dw_final_kernel<X><<<ceil_div(r.D, 256), 256, 0, be->stream>>>((X*)dw, partial, RB, r.D);
+        // matmul.cuh's column sums of the partials in row order, added to dw.
+        bias_grad_final_kernel<X><<<ceil_div(r.D, 256), 256, 0, be->stream>>>((X*)dw, partial, RB, r.D);
         LAUNCH_CHECK();
     });
 }

@@ -54,6 +54,12 @@ static void pool_release(Pool* pool, void* p) {
         }
     be_free(pool->be, p);
 }
+// pool_release of each buffer named.
+#define POOL_RELEASE(pool, ...)                                                                          \
+    do {                                                                                                 \
+        void* bufs_[] = {__VA_ARGS__};                                                                   \
+        for (size_t i_ = 0; i_ < sizeof bufs_ / sizeof bufs_[0]; i_++) pool_release(pool, bufs_[i_]);    \
+    } while (0)
 static void* pool_from(Pool* pool, DType dt, const float* h, size_t n) {
     return dev_store(pool_alloc(pool, n * dtype_size(dt)), dt, h, n);
 }
@@ -239,8 +245,7 @@ static Outs run_rmsnorm(Pool* pool, DType dt, DType rd) {
     Outs o = {0};
     outs_add(&o, out, dt, N * C); outs_add(&o, gx, dt, N * C); outs_add(&o, gw, dt, C);
     free(x); free(w); free(dy);
-    void* bufs[] = {dx, dw, ddy, out, gx, gw, rstd};
-    for (int i = 0; i < 7; i++) pool_release(pool, bufs[i]);
+    POOL_RELEASE(pool, dx, dw, ddy, out, gx, gw, rstd);
     return o;
 }
 
@@ -259,8 +264,7 @@ static Outs run_qk_norm(Pool* pool, DType dt, DType rd) {
     Outs o = {0};
     outs_add(&o, out, dt, N * W); outs_add(&o, gx, dt, N * W); outs_add(&o, gq, dt, D); outs_add(&o, gk, dt, D);
     free(x); free(qw); free(kw); free(dy);
-    void* bufs[] = {dx, dqw, dkw, ddy, out, gx, gq, gk, rstd};
-    for (int i = 0; i < 9; i++) pool_release(pool, bufs[i]);
+    POOL_RELEASE(pool, dx, dqw, dkw, ddy, out, gx, gq, gk, rstd);
     return o;
 }
 
@@ -278,8 +282,7 @@ static Outs run_rope(Pool* pool, DType dt, DType rd) {
     Outs o = {0};
     outs_add(&o, out, dt, n); outs_add(&o, g, dt, n);
     free(x); free(dy);
-    void* bufs[] = {dx, ddy, out, g, inv_freq};
-    for (int i = 0; i < 5; i++) pool_release(pool, bufs[i]);
+    POOL_RELEASE(pool, dx, ddy, out, g, inv_freq);
     return o;
 }
 
@@ -296,7 +299,7 @@ static Outs run_swiglu(Pool* pool, DType dt, DType rd) {
     Outs o = {0};
     outs_add(&o, out, dt, N * F); outs_add(&o, g, dt, N * 2 * F);
     free(gu); free(dy);
-    pool_release(pool, dgu_in); pool_release(pool, ddy); pool_release(pool, out); pool_release(pool, g);
+    POOL_RELEASE(pool, dgu_in, ddy, out, g);
     return o;
 }
 

@@ -22,6 +22,17 @@ static const char* tname(char* buf, size_t n, const char* check, const char* tag
 }
 #define NAME(check) tname(name, sizeof name, check, tag)
 
+// sum dout . y over n outputs, y = ref(ctx) in double: the scalar loss whose gradient the backwards give.
+typedef void (*RefFn)(const void* ctx, double* y);
+static double dot_loss(RefFn ref, const void* ctx, const double* dout, size_t n) {
+    double* y = xmalloc(sizeof(double) * n);
+    ref(ctx, y);
+    double L = 0.0;
+    for (size_t i = 0; i < n; i++) L += dout[i] * y[i];
+    free(y);
+    return L;
+}
+
 // n NaNs: an output that a kernel leaves unwritten fails every comparison.
 static float* nan_vec(size_t n) {
     float* v = xmalloc(sizeof(float) * n);
@@ -57,15 +68,10 @@ static void rms_ref(const RmsCtx* c, double* y, double* rstd) {
     }
 }
 
+static void rms_ref_y(const void* c, double* y) { rms_ref(c, y, NULL); }
 static double rms_loss(const void* v) {
     const RmsCtx* c = v;
-    const size_t n = c->N * rms_width(c);
-    double* y = xmalloc(sizeof(double) * n);
-    rms_ref(c, y, NULL);
-    double L = 0.0;
-    for (size_t i = 0; i < n; i++) L += c->dout[i] * y[i];
-    free(y);
-    return L;
+    return dot_loss(rms_ref_y, c, c->dout, c->N * rms_width(c));
 }
 
 static void test_rmsnorm(TestStats* s, Backend* be, int N, int C, float eps, const char* tag) {
@@ -155,7 +161,8 @@ static void test_qk_norm(TestStats* s, Backend* be, int N, int NH, int KV, int D
 typedef struct { int B, T, NH, KV, D; const float* inv_freq; double *x, *dout; } RopeCtx;
 
 // The angle is the fp32 product the contract names; cos and sin of it are taken in double.
-static void rope_ref(const RopeCtx* c, double* y) {
+static void rope_ref(const void* v, double* y) {
+    const RopeCtx* c = v;
     const int half = c->D / 2;
     const size_t W = (size_t)(c->NH + 2 * c->KV) * c->D;
     memcpy(y, c->x, sizeof(double) * c->B * c->T * W);
@@ -171,13 +178,7 @@ static void rope_ref(const RopeCtx* c, double* y) {
 
 static double rope_loss(const void* v) {
     const RopeCtx* c = v;
-    const size_t n = (size_t)c->B * c->T * (c->NH + 2 * c->KV) * c->D;
-    double* y = xmalloc(sizeof(double) * n);
-    rope_ref(c, y);
-    double L = 0.0;
-    for (size_t i = 0; i < n; i++) L += c->dout[i] * y[i];
-    free(y);
-    return L;
+    return dot_loss(rope_ref, c, c->dout, (size_t)c->B * c->T * (c->NH + 2 * c->KV) * c->D);
 }
 
 // Hugging Face's default: inv_freq[i] = theta^(-2i/D), theta = 10000.
