@@ -46,3 +46,10 @@ static inline float gelu_grad_f(float x) {
     float sech2 = 1.0f - t * t;
     return 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
 }
+
+// silu(x) = x * sigmoid(x); at large |x| exp overflows to inf and both give the limits (0 and x, 0 and 1).
+static inline float silu_f(float x) { return x / (1.0f + expf(-x)); }
+static inline float silu_grad_f(float x) {
+    const float s = 1.0f / (1.0f + expf(-x));
+    return s * (1.0f + x * (1.0f - s));
+}

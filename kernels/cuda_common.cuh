@@ -73,6 +73,26 @@ template <typename T> __device__ __forceinline__ void store128(T* p, const Pack1
     *reinterpret_cast<int4*>(p) = raw;
 }
 
+// P consecutive elements to or from fp32: one 16-byte access when P is the pack size (p then 16-byte aligned),
+// else P scalar ones. Lets one kernel body serve aligned rows (P = pack) and any other shape (P = 1).
+template <int P, typename T> __device__ __forceinline__ void load_f(float (&f)[P], const T* p) {
+    if constexpr (P == Pack128<T>::size) {
+        const Pack128<T> v = load128(p);
+        for (int k = 0; k < P; k++) f[k] = v.get(k);
+    } else {
+        for (int k = 0; k < P; k++) f[k] = to_f(p[k]);
+    }
+}
+template <int P, typename T> __device__ __forceinline__ void store_f(T* p, const float (&f)[P]) {
+    if constexpr (P == Pack128<T>::size) {
+        Pack128<T> v;
+        for (int k = 0; k < P; k++) v.set(k, f[k]);
+        store128(p, v);
+    } else {
+        for (int k = 0; k < P; k++) p[k] = from_f<T>(f[k]);
+    }
+}
+
 static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
 
 // ---------------------------------------------------------------------------------------------------

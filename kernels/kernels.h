@@ -9,7 +9,8 @@
 //   or int32 (int*). Arithmetic is fp32; a value is rounded to `dt` (round-to-nearest-even) when it is
 //   stored. The CPU backend stores bf16/fp16 as real 16-bit values, so its buffers have the GPU's layout.
 // - Parameter gradients ACCUMULATE (+=), so gradient accumulation needs no extra buffers. Activation
-//   gradients are OVERWRITTEN, except layernorm_backward's dinp, which accumulates (it is the residual).
+//   gradients are OVERWRITTEN, except layernorm_backward's and rmsnorm_backward's dinp, which accumulate
+//   (it is the residual).
 // - Kernels are asynchronous on the backend's main stream; be_download and be_synchronize wait.
 // - Shapes are in comments as (B,T,C); N = B*T rows.
 #pragma once
@@ -110,6 +111,37 @@ void layernorm_forward(Backend* be, DType dt, void* out, float* mean, float* rst
 // dinp (N,C) +=, dw (C) +=, db (C) +=.
 void layernorm_backward(Backend* be, DType dt, void* dinp, void* dw, void* db, const void* dout,
                         const void* inp, const void* w, const float* mean, const float* rstd, int N, int C);
+
+// RMSNorm (Llama's, fp32 statistics): out (N,C) X = inp * rstd * w, rstd (N) fp32 = 1/sqrt(mean(inp^2) + eps),
+// saved for the backward.
+void rmsnorm_forward(Backend* be, DType dt, void* out, float* rstd, const void* inp, const void* w, int N, int C, float eps);
+// dinp (N,C) += (it is the residual, like layernorm_backward), dw (C) +=. Deterministic.
+void rmsnorm_backward(Backend* be, DType dt, void* dinp, void* dw, const void* dout, const void* inp, const void* w,
+                      const float* rstd, int N, int C);
+
+// Per-head RMSNorm of q and k inside packed qkv (Qwen3's q_norm/k_norm): qkv (N, (NH+2KV)*D) X packs per row
+// [q: NH heads of D | k: KV heads of D | v: KV heads of D]. out has the same layout: every q head normalized
+// over its D channels with weight qw (D), every k head with kw (D), v copied. rstd (N, NH+KV) fp32. out != inp.
+void qk_norm_forward(Backend* be, DType dt, void* out, float* rstd, const void* inp, const void* qw, const void* kw,
+                     int N, int NH, int KV, int D, float eps);
+// dinp (N,(NH+2KV)*D) X OVERWRITTEN (its v part = dout's v part); dqw, dkw (D) +=. Deterministic.
+void qk_norm_backward(Backend* be, DType dt, void* dinp, void* dqw, void* dkw, const void* dout, const void* inp,
+                      const void* qw, const void* kw, const float* rstd, int N, int NH, int KV, int D);
+
+// Rotary position embedding, rotate-half convention (Hugging Face's apply_rotary_pos_emb), on the q and k heads of
+// packed qkv (B,T,(NH+2KV)*D) X, v copied: for position t and channel i < D/2 of a head, a = t * inv_freq[i],
+// x1 = x[i], x2 = x[i + D/2]: out[i] = x1 cos a - x2 sin a, out[i + D/2] = x2 cos a + x1 sin a. inv_freq (D/2) fp32
+// in backend memory (the model computes it from rope_theta and its scaling). out may alias inp. D even.
+// a is one fp32 product, (float)t * inv_freq[i], as Hugging Face forms it; cos and sin are fp32.
+void rope_forward(Backend* be, DType dt, void* out, const void* inp, const float* inv_freq, int B, int T, int NH, int KV, int D);
+// The transpose (rotation by -a): dinp from dout, same layout; may alias.
+void rope_backward(Backend* be, DType dt, void* dinp, const void* dout, const float* inv_freq, int B, int T, int NH, int KV, int D);
+
+// SwiGLU: out (N,F) X = silu(gate) * up, silu(x) = x / (1 + exp(-x)), from gu (N,2F) X packing per row [gate (F) | up (F)]
+// (one matmul makes both).
+void swiglu_forward(Backend* be, DType dt, void* out, const void* gu, int N, int F);
+// dgu (N,2F) X overwritten from dout (N,F).
+void swiglu_backward(Backend* be, DType dt, void* dgu, const void* dout, const void* gu, int N, int F);
 
 // out (N,OC) = inp (N,IC) @ w^T + bias, with w (OC,IC) row-major and bias (OC) or NULL.
 // If out_pre_gelu != NULL: out_pre_gelu = that product, out = gelu(out_pre_gelu)  (fused GELU epilogue).

@@ -237,6 +237,167 @@ static void t_layernorm(Ctx* c, const Shape* s) {
     end_test(c);
 }
 
+// ---------------------------------------------------------------------------------------------------
+// The Llama kernels. Packed qkv takes the shape's head size D = C/NH and KV = NH/3 k/v heads where 3 divides NH
+// (grouped), else 1.
+static int shape_kv(const Shape* s) { return s->NH % 3 == 0 ? s->NH / 3 : 1; }
+
+// rstd of H heads of D channels per row of width W (the first H*D channels), in double: the backwards get
+// statistics that do not depend on either build's forward.
+static float* rms_rstd_host(const float* x, int N, int H, int D, size_t W, float eps) {
+    float* r = (float*)xmalloc((size_t)N * H * sizeof(float));
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < H; h++) {
+            double ss = 0;
+            for (int i = 0; i < D; i++) ss += (double)x[n * W + (size_t)h * D + i] * x[n * W + (size_t)h * D + i];
+            r[(size_t)n * H + h] = (float)(1.0 / sqrt(ss / D + eps));
+        }
+    return r;
+}
+
+// C = the shape's C (16-byte packs on the GPU) or not a multiple of 8 (element by element).
+static void t_rmsnorm(Ctx* c, const Shape* s, int C, const char* fwd, const char* bwd) {
+    const DType dt = c->dt;
+    const int N = s->B * s->T;
+    const float eps = 1e-6f;
+    float* hinp = hvals(c, 1301, (size_t)N * C, -2.0f, 2.5f, dt);
+    float* hw = hvals(c, 1302, C, 0.5f, 1.5f, dt);
+    void* inp = dnew(c, hinp, (size_t)N * C, dt);
+    void* w = dnew(c, hw, C, dt);
+    void* outp = dpoisoned(c, (size_t)N * C * dtype_size(dt));
+    float* rstd = (float*)dpoisoned(c, (size_t)N * 4);
+    Outs o;
+    outs_begin(&o, s, fwd);
+    rmsnorm_forward(c->be, dt, outp, rstd, inp, w, N, C, eps);
+    out(c, &o, 0, "out", outp, dt, (size_t)N * C);
+    out(c, &o, 0, "rstd", rstd, DT_FP32, N);
+    outs_end(&o);
+
+    float* hrstd = rms_rstd_host(hinp, N, 1, C, C, eps);
+    put(c, rstd, hrstd, N, DT_FP32);
+    float* hdout = hvals(c, 1303, (size_t)N * C, -1.0f, 1.0f, dt);
+    float* hdinp = hvals(c, 1304, (size_t)N * C, -0.5f, 0.5f, dt);
+    float* hdw = hvals(c, 1305, C, -0.5f, 0.5f, dt);
+    void* dout = dnew(c, hdout, (size_t)N * C, dt);
+    void* dinp = dalloc(c, (size_t)N * C * dtype_size(dt));
+    void* dw = dalloc(c, (size_t)C * dtype_size(dt));
+    outs_begin(&o, s, bwd);
+    for (int rep = 0; rep < 2; rep++) {
+        put(c, dinp, hdinp, (size_t)N * C, dt);
+        put(c, dw, hdw, C, dt);
+        rmsnorm_backward(c->be, dt, dinp, dw, dout, inp, w, rstd, N, C);
+        out(c, &o, rep, "dinp", dinp, dt, (size_t)N * C);
+        out(c, &o, rep, "dw", dw, dt, C);
+    }
+    outs_end(&o);
+    free(hinp), free(hw), free(hrstd), free(hdout), free(hdinp), free(hdw);
+    end_test(c);
+}
+
+static void t_qk_norm(Ctx* c, const Shape* s) {
+    const DType dt = c->dt;
+    const int N = s->B * s->T, NH = s->NH, KV = shape_kv(s), D = s->C / s->NH;
+    const size_t W = (size_t)(NH + 2 * KV) * D, n = (size_t)N * W, ns = (size_t)N * (NH + KV);
+    const float eps = 1e-6f;
+    float* hinp = hvals(c, 1311, n, -2.0f, 2.5f, dt);
+    float* hqw = hvals(c, 1312, D, 0.5f, 1.5f, dt);
+    float* hkw = hvals(c, 1313, D, 0.5f, 1.5f, dt);
+    void* inp = dnew(c, hinp, n, dt);
+    void* qw = dnew(c, hqw, D, dt);
+    void* kw = dnew(c, hkw, D, dt);
+    void* outp = dpoisoned(c, n * dtype_size(dt));
+    float* rstd = (float*)dpoisoned(c, ns * 4);
+    Outs o;
+    outs_begin(&o, s, "qk_norm_forward");
+    qk_norm_forward(c->be, dt, outp, rstd, inp, qw, kw, N, NH, KV, D, eps);
+    out(c, &o, 0, "out", outp, dt, n);
+    out(c, &o, 0, "rstd", rstd, DT_FP32, ns);
+    outs_end(&o);
+
+    float* hrstd = rms_rstd_host(hinp, N, NH + KV, D, W, eps);
+    put(c, rstd, hrstd, ns, DT_FP32);
+    float* hdout = hvals(c, 1314, n, -1.0f, 1.0f, dt);
+    float* hdw = hvals(c, 1315, 2 * (size_t)D, -0.5f, 0.5f, dt);
+    void* dout = dnew(c, hdout, n, dt);
+    void* dinp = dalloc(c, n * dtype_size(dt));
+    void* dqw = dalloc(c, (size_t)D * dtype_size(dt));
+    void* dkw = dalloc(c, (size_t)D * dtype_size(dt));
+    outs_begin(&o, s, "qk_norm_backward");
+    for (int rep = 0; rep < 2; rep++) {
+        poison(c, dinp, n * dtype_size(dt));
+        put(c, dqw, hdw, D, dt);
+        put(c, dkw, hdw + D, D, dt);
+        qk_norm_backward(c->be, dt, dinp, dqw, dkw, dout, inp, qw, kw, rstd, N, NH, KV, D);
+        out(c, &o, rep, "dinp", dinp, dt, n);
+        out(c, &o, rep, "dqw", dqw, dt, D);
+        out(c, &o, rep, "dkw", dkw, dt, D);
+    }
+    outs_end(&o);
+    free(hinp), free(hqw), free(hkw), free(hrstd), free(hdout), free(hdw);
+    end_test(c);
+}
+
+// One direction of RoPE into a poisoned buffer, then in place (out aliasing inp), as the model runs it.
+static void rope_rows(Ctx* c, const Shape* s, int backward, const float* hx, const float* inv_freq) {
+    const DType dt = c->dt;
+    const int B = s->B, T = s->T, NH = s->NH, KV = shape_kv(s), D = s->C / s->NH;
+    const size_t n = (size_t)B * T * (NH + 2 * KV) * D;
+    void* x = dnew(c, hx, n, dt);
+    void* y = dpoisoned(c, n * dtype_size(dt));
+    void (*rope)(Backend*, DType, void*, const void*, const float*, int, int, int, int, int) =
+        backward ? rope_backward : rope_forward;
+    Outs o;
+    outs_begin(&o, s, backward ? "rope_backward" : "rope_forward");
+    rope(c->be, dt, y, x, inv_freq, B, T, NH, KV, D);
+    out(c, &o, 0, backward ? "dinp" : "out", y, dt, n);
+    outs_end(&o);
+    outs_begin(&o, s, backward ? "rope_backward_inplace" : "rope_forward_inplace");
+    rope(c->be, dt, x, x, inv_freq, B, T, NH, KV, D);
+    out(c, &o, 0, backward ? "dinp" : "out", x, dt, n);
+    outs_end(&o);
+}
+
+static void t_rope(Ctx* c, const Shape* s) {
+    const int D = s->C / s->NH, KV = shape_kv(s);
+    const size_t n = (size_t)s->B * s->T * (s->NH + 2 * KV) * D;
+    float* hf = (float*)xmalloc((size_t)(D / 2) * sizeof(float));
+    for (int i = 0; i < D / 2; i++) hf[i] = (float)pow(10000.0, -2.0 * i / D);   // rope_theta 10000
+    float* inv_freq = (float*)dnew(c, hf, D / 2, DT_FP32);
+    float* hx = hvals(c, 1321, n, -2.0f, 2.0f, c->dt);
+    float* hdout = hvals(c, 1322, n, -1.0f, 1.0f, c->dt);
+    rope_rows(c, s, 0, hx, inv_freq);
+    rope_rows(c, s, 1, hdout, inv_freq);
+    free(hf), free(hx), free(hdout);
+    end_test(c);
+}
+
+// F = a whole number of 16-byte packs (vectorized on the GPU) or not (element by element).
+static void t_swiglu(Ctx* c, const Shape* s, int F, const char* fwd, const char* bwd) {
+    const DType dt = c->dt;
+    const int N = s->B * s->T;
+    const size_t n = (size_t)N * F;
+    float* hgu = hvals(c, 1331, 2 * n, -6.0f, 6.0f, dt);
+    float* hdout = hvals(c, 1332, n, -1.0f, 1.0f, dt);
+    void* gu = dnew(c, hgu, 2 * n, dt);
+    void* dout = dnew(c, hdout, n, dt);
+    void* outp = dpoisoned(c, n * dtype_size(dt));
+    void* dgu = dalloc(c, 2 * n * dtype_size(dt));
+    Outs o;
+    outs_begin(&o, s, fwd);
+    swiglu_forward(c->be, dt, outp, gu, N, F);
+    out(c, &o, 0, "out", outp, dt, n);
+    outs_end(&o);
+    outs_begin(&o, s, bwd);
+    for (int rep = 0; rep < 2; rep++) {
+        poison(c, dgu, 2 * n * dtype_size(dt));
+        swiglu_backward(c->be, dt, dgu, dout, gu, N, F);
+        out(c, &o, rep, "dgu", dgu, dt, 2 * n);
+    }
+    outs_end(&o);
+    free(hgu), free(hdout);
+    end_test(c);
+}
+
 // kind: 0 = bias, 1 = no bias, 2 = bias + fused GELU.
 static void t_matmul_forward(Ctx* c, const Shape* s, int kind) {
     const DType dt = c->dt;
@@ -736,6 +897,12 @@ int main(int argc, char** argv) {
         for (int k = 0; k < 3; k++) t_matmul_backward(&c, s, k);
         t_attention(&c, s);
         t_elementwise(&c, s);
+        t_rmsnorm(&c, s, s->C, "rmsnorm_forward", "rmsnorm_backward");
+        t_rmsnorm(&c, s, s->C + 3, "rmsnorm_forward_tail", "rmsnorm_backward_tail");
+        t_qk_norm(&c, s);
+        t_rope(&c, s);
+        t_swiglu(&c, s, 2 * s->C, "swiglu_forward", "swiglu_backward");
+        t_swiglu(&c, s, 2 * s->C + 3, "swiglu_forward_tail", "swiglu_backward_tail");
         t_classifier(&c, s);
         t_encoder_vocab(&c, s);
         t_classifier_vocab(&c, s);

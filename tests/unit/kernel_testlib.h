@@ -1,6 +1,6 @@
-// kernel_testlib.h: what the kernel test programs share (test_kernels.c, test_kernel_precision.c,
-// test_kernel_runners.c): seeded inputs, backend buffers from host tensors and back, relative error against a
-// double reference, bitwise comparison.
+// kernel_testlib.h: what the kernel test programs share (test_kernels.c, test_kernels_llama.c,
+// test_kernel_precision.c, test_kernel_runners.c): seeded inputs, backend buffers from host tensors and back,
+// relative error against a double reference, central finite differences, bitwise comparison.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -65,3 +65,25 @@ static inline double rel_err(const float* got, const double* ref, size_t n) {
 }
 
 static inline int same_bits(const void* a, const void* b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
+
+// A scalar loss of double inputs; FD perturbs the inputs in place through the context.
+typedef double (*LossFn)(const void* ctx);
+
+// grad (n) against central differences of f over x (n), h = 1e-4 on a double reference: the FD error is ~1e-9,
+// so 2e-5 bounds the kernel's fp32 rounding.
+static inline void check_fd(TestStats* s, const char* name, LossFn f, const void* ctx, double* x, const float* grad,
+                            size_t n) {
+    const double h = 1e-4;
+    double* g = xmalloc(sizeof(double) * n);
+    for (size_t i = 0; i < n; i++) {
+        double x0 = x[i];
+        x[i] = x0 + h;
+        double fp = f(ctx);
+        x[i] = x0 - h;
+        double fm = f(ctx);
+        x[i] = x0;
+        g[i] = (fp - fm) / (2 * h);
+    }
+    check_close(s, name, rel_err(grad, g, n), 2e-5);
+    free(g);
+}

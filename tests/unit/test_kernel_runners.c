@@ -54,6 +54,12 @@ static void pool_release(Pool* pool, void* p) {
         }
     be_free(pool->be, p);
 }
+// pool_release of each buffer named.
+#define POOL_RELEASE(pool, ...)                                                                          \
+    do {                                                                                                 \
+        void* bufs_[] = {__VA_ARGS__};                                                                   \
+        for (size_t i_ = 0; i_ < sizeof bufs_ / sizeof bufs_[0]; i_++) pool_release(pool, bufs_[i_]);    \
+    } while (0)
 static void* pool_from(Pool* pool, DType dt, const float* h, size_t n) {
     return dev_store(pool_alloc(pool, n * dtype_size(dt)), dt, h, n);
 }
@@ -225,6 +231,78 @@ static Outs run_classifier(Pool* pool, DType dt, DType rd) {
     return o;
 }
 
+// RMSNorm: 150 channels against the dw chunks of 64.
+static Outs run_rmsnorm(Pool* pool, DType dt, DType rd) {
+    Backend* be = pool->be;
+    const int N = 203, C = 150;
+    Rng r = {82};
+    float *x = rand_vec(&r, N * C, 2, rd), *w = rand_vec(&r, C, 1, rd), *dy = rand_vec(&r, N * C, 1, rd);
+    void *dx = pool_from(pool, dt, x, N * C), *dw = pool_from(pool, dt, w, C), *ddy = pool_from(pool, dt, dy, N * C);
+    void *out = pool_zeros(pool, dt, N * C), *gx = pool_zeros(pool, dt, N * C), *gw = pool_zeros(pool, dt, C);
+    float* rstd = pool_zeros(pool, DT_FP32, N);
+    rmsnorm_forward(be, dt, out, rstd, dx, dw, N, C, 1e-6f);
+    rmsnorm_backward(be, dt, gx, gw, ddy, dx, dw, rstd, N, C);
+    Outs o = {0};
+    outs_add(&o, out, dt, N * C); outs_add(&o, gx, dt, N * C); outs_add(&o, gw, dt, C);
+    free(x); free(w); free(dy);
+    POOL_RELEASE(pool, dx, dw, ddy, out, gx, gw, rstd);
+    return o;
+}
+
+// qk_norm on packed qkv with grouped k/v heads: D = 96 against the dw chunks of 64.
+static Outs run_qk_norm(Pool* pool, DType dt, DType rd) {
+    Backend* be = pool->be;
+    enum { N = 37, NH = 4, KV = 2, D = 96, W = (NH + 2 * KV) * D };
+    Rng r = {92};
+    float *x = rand_vec(&r, N * W, 2, rd), *qw = rand_vec(&r, D, 1, rd), *kw = rand_vec(&r, D, 1, rd), *dy = rand_vec(&r, N * W, 1, rd);
+    void *dx = pool_from(pool, dt, x, N * W), *dqw = pool_from(pool, dt, qw, D), *dkw = pool_from(pool, dt, kw, D);
+    void *ddy = pool_from(pool, dt, dy, N * W), *out = pool_zeros(pool, dt, N * W), *gx = pool_zeros(pool, dt, N * W);
+    void *gq = pool_zeros(pool, dt, D), *gk = pool_zeros(pool, dt, D);
+    float* rstd = pool_zeros(pool, DT_FP32, N * (NH + KV));
+    qk_norm_forward(be, dt, out, rstd, dx, dqw, dkw, N, NH, KV, D, 1e-6f);
+    qk_norm_backward(be, dt, gx, gq, gk, ddy, dx, dqw, dkw, rstd, N, NH, KV, D);
+    Outs o = {0};
+    outs_add(&o, out, dt, N * W); outs_add(&o, gx, dt, N * W); outs_add(&o, gq, dt, D); outs_add(&o, gk, dt, D);
+    free(x); free(qw); free(kw); free(dy);
+    POOL_RELEASE(pool, dx, dqw, dkw, ddy, out, gx, gq, gk, rstd);
+    return o;
+}
+
+// RoPE forward and backward, one k/v head.
+static Outs run_rope(Pool* pool, DType dt, DType rd) {
+    Backend* be = pool->be;
+    enum { B = 3, T = 29, NH = 4, KV = 1, D = 64, n = B * T * (NH + 2 * KV) * D };
+    Rng r = {102};
+    float *x = rand_vec(&r, n, 2, rd), *dy = rand_vec(&r, n, 1, rd), f[D / 2];
+    for (int i = 0; i < D / 2; i++) f[i] = (float)pow(10000.0, -2.0 * i / D);
+    void *dx = pool_from(pool, dt, x, n), *ddy = pool_from(pool, dt, dy, n), *out = pool_zeros(pool, dt, n), *g = pool_zeros(pool, dt, n);
+    float* inv_freq = pool_from(pool, DT_FP32, f, D / 2);
+    rope_forward(be, dt, out, dx, inv_freq, B, T, NH, KV, D);
+    rope_backward(be, dt, g, ddy, inv_freq, B, T, NH, KV, D);
+    Outs o = {0};
+    outs_add(&o, out, dt, n); outs_add(&o, g, dt, n);
+    free(x); free(dy);
+    POOL_RELEASE(pool, dx, ddy, out, g, inv_freq);
+    return o;
+}
+
+// SwiGLU.
+static Outs run_swiglu(Pool* pool, DType dt, DType rd) {
+    Backend* be = pool->be;
+    const int N = 67, F = 150;
+    Rng r = {112};
+    float *gu = rand_vec(&r, N * 2 * F, 6, rd), *dy = rand_vec(&r, N * F, 1, rd);
+    void *dgu_in = pool_from(pool, dt, gu, N * 2 * F), *ddy = pool_from(pool, dt, dy, N * F);
+    void *out = pool_zeros(pool, dt, N * F), *g = pool_zeros(pool, dt, N * 2 * F);
+    swiglu_forward(be, dt, out, dgu_in, N, F);
+    swiglu_backward(be, dt, g, ddy, dgu_in, N, F);
+    Outs o = {0};
+    outs_add(&o, out, dt, N * F); outs_add(&o, g, dt, N * 2 * F);
+    free(gu); free(dy);
+    POOL_RELEASE(pool, dgu_in, ddy, out, g);
+    return o;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Thread-count determinism and 16-bit storage, over the runners.
 
@@ -248,7 +326,7 @@ static void test_threads(TestStats* s, Pool* pool, const Case* c) {
 // Each runner again with every operand flush against an inaccessible page, after it and then before it
 // (pool_alloc): the same bits, and no fault. The runners' shapes leave partial tiles and chunks everywhere
 // (matmul: 203 rows against micro-tiles of 6 or 12, 100 and 72 columns against panels of 32 and dbias
-// chunks of 64; layernorm: 150 channels against chunks of 64), where an edge bound off by one reads or
+// chunks of 64; layernorm, rmsnorm and qk_norm: 150 and 96 channels against chunks of 64), where an edge bound off by one reads or
 // writes past an operand and the values alone would not show it (extra rows are computed, then dropped).
 static const char* volatile g_bounds_name = "bounds";
 static void on_bounds_fault(int sig) {
@@ -294,7 +372,8 @@ int main(void) {
     TestStats s = {0, 0};
     Pool pool = {.be = backend_create(0), .guard = GUARD_NONE};
     const Case cases[] = {{"matmul", run_matmul}, {"layernorm", run_layernorm}, {"attention", run_attention},
-                          {"encoder", run_encoder}, {"gelu", run_gelu}, {"classifier", run_classifier}};
+                          {"encoder", run_encoder}, {"gelu", run_gelu}, {"classifier", run_classifier},
+                          {"rmsnorm", run_rmsnorm}, {"qk_norm", run_qk_norm}, {"rope", run_rope}, {"swiglu", run_swiglu}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         test_threads(&s, &pool, &cases[i]);
         test_bounds(&s, &pool, &cases[i]);

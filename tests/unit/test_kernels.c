@@ -1,8 +1,9 @@
 // test_kernels.c: the CPU twins' forward and backward passes checked against double-precision references
 // and central finite differences, and their accumulate/overwrite/aliasing contract (matmul, layernorm,
 // attention, encoder, gelu and residual, classifier, and the vocabulary-parallel embedding and
-// cross-entropy). Beside it: test_kernel_precision.c (the dtype helpers, the backend's copies, AdamW, sum of
-// squares) and test_kernel_runners.c (thread-count determinism, 16-bit storage, guard pages).
+// cross-entropy). Beside it: test_kernels_llama.c (the same for the Llama kernels: RMSNorm, q/k norm, RoPE,
+// SwiGLU), test_kernel_precision.c (the dtype helpers, the backend's copies, AdamW, sum of squares) and
+// test_kernel_runners.c (thread-count determinism, 16-bit storage, guard pages).
 //
 // Tolerances (relative error = max |got - ref| / max |ref| over a tensor):
 //   fp32 forward vs double reference          1e-5   (fp32 sums of at most a few hundred terms)
@@ -21,25 +22,6 @@
 
 // ---------------------------------------------------------------------------------------------------
 // Helpers.
-
-// A scalar loss of double inputs; FD perturbs the inputs in place through the context.
-typedef double (*LossFn)(const void* ctx);
-
-static void check_fd(TestStats* s, const char* name, LossFn f, const void* ctx, double* x, const float* grad, size_t n) {
-    const double h = 1e-4;
-    double* g = xmalloc(sizeof(double) * n);
-    for (size_t i = 0; i < n; i++) {
-        double x0 = x[i];
-        x[i] = x0 + h;
-        double fp = f(ctx);
-        x[i] = x0 - h;
-        double fm = f(ctx);
-        x[i] = x0;
-        g[i] = (fp - fm) / (2 * h);
-    }
-    check_close(s, name, rel_err(grad, g, n), 2e-5);
-    free(g);
-}
 
 static double gelu_d(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
