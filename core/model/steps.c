@@ -53,12 +53,14 @@ const void* row_bias(const GPT* g, const void* bias) { return g->layout->tp_rank
 
 static void norm_kernel_forward(GPT* g, Backend* be, void* out, float* mean, float* rstd, const void* inp, const void* w,
                                 const void* b) {
-    layernorm_forward(be, g->dt, out, mean, rstd, inp, w, b, g->rows, g->shape.C);
+    if (g->shape.family->norm == NORM_RMS) rmsnorm_forward(be, g->dt, out, rstd, inp, w, g->rows, g->shape.C, g->shape.eps);
+    else layernorm_forward(be, g->dt, out, mean, rstd, inp, w, b, g->rows, g->shape.C);
 }
 
 static void norm_kernel_backward(GPT* g, Backend* be, void* dinp, void* dw, void* db, const void* dout, const void* inp,
                                  const void* w, const float* mean, const float* rstd) {
-    layernorm_backward(be, g->dt, dinp, dw, db, dout, inp, w, mean, rstd, g->rows, g->shape.C);
+    if (g->shape.family->norm == NORM_RMS) rmsnorm_backward(be, g->dt, dinp, dw, dout, inp, w, rstd, g->rows, g->shape.C);
+    else layernorm_backward(be, g->dt, dinp, dw, db, dout, inp, w, mean, rstd, g->rows, g->shape.C);
 }
 
 void norm_forward(GPT* g, Backend* be, void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b) {
