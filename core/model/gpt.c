@@ -332,7 +332,7 @@ static void block_forward(GPT* g, Backend* be, BlockParams p, BlockActs v, int r
     void* proj = g->acts.proj;
     norm_forward(g, be, v.ln1, v.ln1_mean, v.ln1_rstd, v.x, p.ln1w, p.ln1b);
     matmul_forward(be, dt, v.qkv, NULL, v.ln1, p.qkvw, p.qkvb, d.N, d.C, 3 * d.CA);
-    attention_forward(be, dt, v.atty, v.att_lse, v.qkv, d.B, d.T, d.CA, d.NH);
+    attention_forward(be, dt, v.atty, v.att_lse, v.qkv, d.B, d.T, d.NH, d.NH, d.CA / d.NH);
     matmul_forward(be, dt, proj, NULL, v.atty, p.attprojw, row_bias(g, p.attprojb), d.N, d.CA, d.C);
     residual_forward(be, dt, v.resid2, v.x, sum_partials(g, proj), RC);
     norm_forward(g, be, v.ln2, v.ln2_mean, v.ln2_rstd, v.resid2, p.ln2w, p.ln2b);
@@ -354,7 +354,7 @@ static void block_recompute(GPT* g, Backend* be, BlockParams p, BlockActs v) {
     }
     if (g->recompute >= 2) {
         norm_forward(g, be, v.ln1, v.ln1_mean, v.ln1_rstd, v.x, p.ln1w, p.ln1b);
-        attention_forward(be, dt, v.atty, v.att_lse, v.qkv, d.B, d.T, d.CA, d.NH);
+        attention_forward(be, dt, v.atty, v.att_lse, v.qkv, d.B, d.T, d.NH, d.NH, d.CA / d.NH);
         norm_forward(g, be, v.ln2, v.ln2_mean, v.ln2_rstd, v.resid2, p.ln2w, p.ln2b);
     }
     if (g->recompute >= 1) gelu_forward(be, dt, v.fch_gelu, v.fch, (size_t)d.N * d.CF);
@@ -446,7 +446,8 @@ static void attention_step(BlockBackward* c, void* dqkv, const void* dout, const
                            const float* lse) {
     if (c->mode == BWD_WEIGHT) return;
     BlockDims d = block_dims(c->g);
-    attention_backward(c->be, c->g->dt, dqkv, c->g->acts.att_scratch, dout, qkv, out, lse, d.B, d.T, d.CA, d.NH);
+    attention_backward(c->be, c->g->dt, dqkv, c->g->acts.att_scratch, dout, qkv, out, lse, d.B, d.T, d.NH, d.NH,
+                       d.CA / d.NH);
 }
 
 // g->acts.dresid holds d(out) on entry and d(x) on exit (this rank's rows under -sp); parameter gradients
