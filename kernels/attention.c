@@ -1,17 +1,27 @@
-// attention.c: causal multi-head self-attention (CPU twin), flash-attention style: the forward keeps only
-// the log-sum-exp of each score row, the backward recomputes probabilities from q, k and lse.
+// attention.c: causal self-attention with grouped-query heads (CPU twin), flash-attention style: the forward
+// keeps only the log-sum-exp of each score row, the backward recomputes probabilities from q, k and lse.
+// With KV == NH every sum runs over the same terms in the same order as plain multi-head attention, so
+// GPT-2's results do not depend on the grouping having been added.
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu_common.h"
 
-// Element offsets into qkv (B,T,3C) of head h's q, k, v channels at row (b,t).
-typedef struct { int T, C, NH, hs; float scale; } AttnShape;
-static inline size_t q_at(const AttnShape* s, int b, int t, int h) { return ((size_t)b * s->T + t) * 3 * s->C + (size_t)h * s->hs; }
-static inline size_t k_at(const AttnShape* s, int b, int t, int h) { return q_at(s, b, t, h) + s->C; }
-static inline size_t v_at(const AttnShape* s, int b, int t, int h) { return q_at(s, b, t, h) + 2 * s->C; }
-static inline size_t o_at(const AttnShape* s, int b, int t, int h) { return ((size_t)b * s->T + t) * s->C + (size_t)h * s->hs; }
+// Element offsets into qkv (B,T,(NH+2KV)D) of query head h's q and kv head kh's k and v at row (b,t), and
+// into out (B,T,NH*D). Query head h reads kv head h / R.
+typedef struct { int T, NH, KV, R, D; size_t ld; float scale; } AttnShape;
+static inline size_t row_of(const AttnShape* s, int b, int t) { return (size_t)b * s->T + t; }
+static inline size_t q_at(const AttnShape* s, int b, int t, int h) { return row_of(s, b, t) * s->ld + (size_t)h * s->D; }
+static inline size_t k_at(const AttnShape* s, int b, int t, int kh) {
+    return row_of(s, b, t) * s->ld + (size_t)(s->NH + kh) * s->D;
+}
+static inline size_t v_at(const AttnShape* s, int b, int t, int kh) {
+    return row_of(s, b, t) * s->ld + (size_t)(s->NH + s->KV + kh) * s->D;
+}
+static inline size_t o_at(const AttnShape* s, int b, int t, int h) {
+    return row_of(s, b, t) * s->NH * s->D + (size_t)h * s->D;
+}
 
 static float dot(const void* x, size_t ox, const void* y, size_t oy, int n, DType dt) {
     float s = 0.0f;
@@ -19,38 +29,41 @@ static float dot(const void* x, size_t ox, const void* y, size_t oy, int n, DTyp
     return s;
 }
 
-static AttnShape attn_shape(int T, int C, int NH) {
-    if (NH <= 0 || C % NH) fail("attention: C=%d is not a multiple of NH=%d", C, NH);
-    AttnShape s = {T, C, NH, C / NH, 1.0f / sqrtf((float)(C / NH))};
+static AttnShape attn_shape(int T, int NH, int KV, int D) {
+    if (NH <= 0 || KV <= 0 || NH % KV) fail("attention: NH=%d query heads do not share KV=%d kv heads evenly", NH, KV);
+    if (D <= 0) fail("attention: head size %d", D);
+    AttnShape s = {T, NH, KV, NH / KV, D, (size_t)(NH + 2 * KV) * D, 1.0f / sqrtf((float)D)};
     return s;
 }
 
-// One query row: scores into `row` (t+1 floats), acc (hs floats) for the output.
+// One query row: scores into `row` (t+1 floats), acc (D floats) for the output.
 static void attn_forward_row(const AttnShape* s, DType dt, void* out, float* lse, const void* qkv,
                              int b, int h, int t, float* row, float* acc) {
     size_t qo = q_at(s, b, t, h);
+    int kh = h / s->R;
     float mx = -INFINITY;
     for (int j = 0; j <= t; j++) {
-        row[j] = dot(qkv, qo, qkv, k_at(s, b, j, h), s->hs, dt) * s->scale;
+        row[j] = dot(qkv, qo, qkv, k_at(s, b, j, kh), s->D, dt) * s->scale;
         mx = fmaxf(mx, row[j]);
     }
     float sum = 0.0f;
     for (int j = 0; j <= t; j++) sum += (row[j] = expf(row[j] - mx));
-    memset(acc, 0, sizeof(float) * s->hs);
+    memset(acc, 0, sizeof(float) * s->D);
     for (int j = 0; j <= t; j++) {
         float p = row[j] / sum;
-        size_t vo = v_at(s, b, j, h);
-        for (int i = 0; i < s->hs; i++) acc[i] += p * ld(qkv, vo + i, dt);
+        size_t vo = v_at(s, b, j, kh);
+        for (int i = 0; i < s->D; i++) acc[i] += p * ld(qkv, vo + i, dt);
     }
     size_t oo = o_at(s, b, t, h);
-    for (int i = 0; i < s->hs; i++) st(out, oo + i, acc[i], dt);
+    for (int i = 0; i < s->D; i++) st(out, oo + i, acc[i], dt);
     lse[((size_t)b * s->NH + h) * s->T + t] = mx + logf(sum);
 }
 
-void attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
+void attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int NH, int KV,
+                       int D) {
     BACKEND_ENTRY(be, out, lse, qkv);
-    AttnShape s = attn_shape(T, C, NH);
-    int per_thread = T + s.hs;   // one score row + one output accumulator
+    AttnShape s = attn_shape(T, NH, KV, D);
+    int per_thread = T + D;   // one score row + one output accumulator
     float* buf = xmalloc(sizeof(float) * per_thread * omp_get_max_threads());
 #pragma omp parallel for schedule(dynamic, 8)
     for (int r = 0; r < B * NH * T; r++) {
@@ -61,48 +74,51 @@ void attention_forward(Backend* be, DType dt, void* out, float* lse, const void*
     free(buf);
 }
 
-// p[i,j] and ds[i,j] = p (dp - D_i) with dp = dout_i . v_j, recomputed wherever they are needed.
+// p[i,j] and ds[i,j] = p (dp - D_i) with dp = dout_i . v_j for query head h, recomputed wherever they are needed.
 typedef struct { const AttnShape* s; DType dt; const void* dout; const void* qkv; const float* lse; const float* D; } AttnBwd;
 
 static void attn_p_ds(const AttnBwd* a, int b, int h, int i, int j, float* p, float* ds) {
     const AttnShape* s = a->s;
     size_t row = ((size_t)b * s->NH + h) * s->T + i;
-    float score = dot(a->qkv, q_at(s, b, i, h), a->qkv, k_at(s, b, j, h), s->hs, a->dt) * s->scale;
+    int kh = h / s->R;
+    float score = dot(a->qkv, q_at(s, b, i, h), a->qkv, k_at(s, b, j, kh), s->D, a->dt) * s->scale;
     *p = expf(score - a->lse[row]);
-    float dp = dot(a->dout, o_at(s, b, i, h), a->qkv, v_at(s, b, j, h), s->hs, a->dt);
+    float dp = dot(a->dout, o_at(s, b, i, h), a->qkv, v_at(s, b, j, kh), s->D, a->dt);
     *ds = *p * (dp - a->D[row]);
 }
 
 // dq_i = scale * sum_{j<=i} ds_ij k_j.
 static void attn_dq_row(const AttnBwd* a, void* dqkv, int b, int h, int i, float* acc) {
     const AttnShape* s = a->s;
-    memset(acc, 0, sizeof(float) * s->hs);
+    memset(acc, 0, sizeof(float) * s->D);
     for (int j = 0; j <= i; j++) {
         float p, ds;
         attn_p_ds(a, b, h, i, j, &p, &ds);
-        size_t ko = k_at(s, b, j, h);
-        for (int c = 0; c < s->hs; c++) acc[c] += ds * ld(a->qkv, ko + c, a->dt);
+        size_t ko = k_at(s, b, j, h / s->R);
+        for (int c = 0; c < s->D; c++) acc[c] += ds * ld(a->qkv, ko + c, a->dt);
     }
     size_t qo = q_at(s, b, i, h);
-    for (int c = 0; c < s->hs; c++) st(dqkv, qo + c, acc[c] * s->scale, a->dt);
+    for (int c = 0; c < s->D; c++) st(dqkv, qo + c, acc[c] * s->scale, a->dt);
 }
 
-// dk_j = scale * sum_{i>=j} ds_ij q_i,  dv_j = sum_{i>=j} p_ij dout_i.
-static void attn_dkv_row(const AttnBwd* a, void* dqkv, int b, int h, int j, float* acck, float* accv) {
+// dk_j = scale * sum_h sum_{i>=j} ds_ij q_i,  dv_j = sum_h sum_{i>=j} p_ij dout_i over the query heads h of
+// kv head kh, in increasing h, into one accumulator each.
+static void attn_dkv_row(const AttnBwd* a, void* dqkv, int b, int kh, int j, float* acck, float* accv) {
     const AttnShape* s = a->s;
-    memset(acck, 0, sizeof(float) * s->hs);
-    memset(accv, 0, sizeof(float) * s->hs);
-    for (int i = j; i < s->T; i++) {
-        float p, ds;
-        attn_p_ds(a, b, h, i, j, &p, &ds);
-        size_t qo = q_at(s, b, i, h), oo = o_at(s, b, i, h);
-        for (int c = 0; c < s->hs; c++) {
-            acck[c] += ds * ld(a->qkv, qo + c, a->dt);
-            accv[c] += p * ld(a->dout, oo + c, a->dt);
+    memset(acck, 0, sizeof(float) * s->D);
+    memset(accv, 0, sizeof(float) * s->D);
+    for (int h = kh * s->R; h < (kh + 1) * s->R; h++)
+        for (int i = j; i < s->T; i++) {
+            float p, ds;
+            attn_p_ds(a, b, h, i, j, &p, &ds);
+            size_t qo = q_at(s, b, i, h), oo = o_at(s, b, i, h);
+            for (int c = 0; c < s->D; c++) {
+                acck[c] += ds * ld(a->qkv, qo + c, a->dt);
+                accv[c] += p * ld(a->dout, oo + c, a->dt);
+            }
         }
-    }
-    size_t ko = k_at(s, b, j, h), vo = v_at(s, b, j, h);
-    for (int c = 0; c < s->hs; c++) {
+    size_t ko = k_at(s, b, j, kh), vo = v_at(s, b, j, kh);
+    for (int c = 0; c < s->D; c++) {
         st(dqkv, ko + c, acck[c] * s->scale, a->dt);
         st(dqkv, vo + c, accv[c], a->dt);
     }
@@ -111,24 +127,24 @@ static void attn_dkv_row(const AttnBwd* a, void* dqkv, int b, int h, int j, floa
 // Every output row (dq_i, or dk_j with dv_j) is summed by one thread in a fixed order, so the bits do not
 // depend on the thread count; the price is computing each score twice.
 void attention_backward(Backend* be, DType dt, void* dqkv, float* scratch, const void* dout, const void* qkv,
-                        const void* out, const float* lse, int B, int T, int C, int NH) {
+                        const void* out, const float* lse, int B, int T, int NH, int KV, int D) {
     BACKEND_ENTRY(be, dqkv, scratch, dout, qkv, out, lse);
-    AttnShape s = attn_shape(T, C, NH);
-    int rows = B * NH * T;
+    AttnShape s = attn_shape(T, NH, KV, D);
+    int qrows = B * NH * T, krows = B * KV * T;
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; r++) {   // D_i = dout_i . out_i, into scratch (B,NH,T)
+    for (int r = 0; r < qrows; r++) {   // D_i = dout_i . out_i, into scratch (B,NH,T)
         int t = r % T, h = (r / T) % NH, b = r / (T * NH);
-        scratch[r] = dot(dout, o_at(&s, b, t, h), out, o_at(&s, b, t, h), s.hs, dt);
+        scratch[r] = dot(dout, o_at(&s, b, t, h), out, o_at(&s, b, t, h), s.D, dt);
     }
     AttnBwd a = {&s, dt, dout, qkv, lse, scratch};
-    float* buf = xmalloc(sizeof(float) * 2 * s.hs * omp_get_max_threads());
+    float* buf = xmalloc(sizeof(float) * 2 * s.D * omp_get_max_threads());
 #pragma omp parallel
     {
-        float* mine = buf + (size_t)2 * s.hs * omp_get_thread_num();
+        float* mine = buf + (size_t)2 * s.D * omp_get_thread_num();
 #pragma omp for schedule(dynamic, 8)
-        for (int r = 0; r < rows; r++) attn_dq_row(&a, dqkv, r / (T * NH), (r / T) % NH, r % T, mine);
+        for (int r = 0; r < qrows; r++) attn_dq_row(&a, dqkv, r / (T * NH), (r / T) % NH, r % T, mine);
 #pragma omp for schedule(dynamic, 8)
-        for (int r = 0; r < rows; r++) attn_dkv_row(&a, dqkv, r / (T * NH), (r / T) % NH, r % T, mine, mine + s.hs);
+        for (int r = 0; r < krows; r++) attn_dkv_row(&a, dqkv, r / (T * KV), (r / T) % KV, r % T, mine, mine + s.D);
     }
     free(buf);
 }

@@ -159,13 +159,16 @@ void matmul_backward_input(Backend* be, DType dt, void* dinp, const void* dout, 
 void matmul_backward_weight(Backend* be, DType dt, void* dw, void* dbias, const void* dout, const void* inp, int N, int IC,
                             int OC);
 
-// Causal multi-head self-attention. qkv (B,T,3C) X packs [q | k | v], head h uses channels
-// [h*hs, (h+1)*hs) of each, hs = C/NH. out (B,T,C) X. lse (B,NH,T) fp32 = log-sum-exp of the scaled
-// scores q.k/sqrt(hs) over the causal row: all the backward needs (no (T,T) matrix is kept).
-void attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int C, int NH);
-// dqkv (B,T,3C) X overwritten. scratch: B*NH*T floats the kernel may use.
+// Causal self-attention with grouped-query heads. qkv (B,T,(NH+2KV)*D) X packs per row [q: NH heads of D |
+// k: KV heads | v: KV heads]; query head h attends with kv head h / (NH/KV) (KV divides NH; KV == NH is
+// multi-head attention, KV == 1 multi-query). out (B,T,NH*D) X. lse (B,NH,T) fp32 = log-sum-exp of the scaled
+// scores q.k/sqrt(D) over the causal row: all the backward needs (no (T,T) matrix is kept). The CUDA backend
+// takes D a multiple of 8, at most 128.
+void attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int NH, int KV, int D);
+// dqkv (B,T,(NH+2KV)*D) X overwritten (a kv head's gradient sums over the query heads sharing it, in a fixed
+// order: deterministic). scratch: B*NH*T floats the kernel may use.
 void attention_backward(Backend* be, DType dt, void* dqkv, float* scratch, const void* dout, const void* qkv,
-                        const void* out, const float* lse, int B, int T, int C, int NH);
+                        const void* out, const float* lse, int B, int T, int NH, int KV, int D);
 
 // out = a + b (n elements). out may alias a or b.
 void residual_forward(Backend* be, DType dt, void* out, const void* a, const void* b, size_t n);

@@ -99,10 +99,11 @@ typedef struct {
     char tensor[16][32];
 } Outs;
 
-static void outs_begin(Outs* o, const Shape* s, const char* kernel) {
+static void outs_begin_named(Outs* o, const char* shape, const char* kernel) {
     memset(o, 0, sizeof(*o));
-    snprintf(o->kernel, sizeof(o->kernel), "%s_%s", s->name, kernel);
+    snprintf(o->kernel, sizeof(o->kernel), "%s_%s", shape, kernel);
 }
+static void outs_begin(Outs* o, const Shape* s, const char* kernel) { outs_begin_named(o, s->name, kernel); }
 // Collect output `tensor` (n elements of dt at d) for repetition `rep`.
 static void out(Ctx* c, Outs* o, int rep, const char* tensor, const void* d, DType dt, size_t n) {
     const size_t bytes = n * dtype_size(dt);
@@ -460,69 +461,77 @@ static void t_matmul_backward(Ctx* c, const Shape* s, int kind) {
     end_test(c);
 }
 
-// Host attention in double: out (B,T,C) rounded to dt and lse (B,NH,T), inputs for the backward.
-static void attention_host(const float* qkv, float* outh, float* lse, int B, int T, int C, int NH, DType dt) {
-    const int hs = C / NH;
-    const double scale = 1.0 / sqrt((double)hs);
+// An attention test's shape: NH query heads sharing KV kv heads of size D.
+typedef struct {
+    const char* name;
+    int B, T, NH, KV, D;
+} AttShape;
+
+// Host attention in double: out (B,T,NH*D) rounded to dt and lse (B,NH,T), inputs for the backward.
+static void attention_host(const float* qkv, float* outh, float* lse, const AttShape* a, DType dt) {
+    const int T = a->T, D = a->D, NH = a->NH, R = a->NH / a->KV;
+    const size_t ld = (size_t)(NH + 2 * a->KV) * D;
+    const double scale = 1.0 / sqrt((double)D);
     double* sc = (double*)xmalloc((size_t)T * sizeof(double));
-    double* acc = (double*)xmalloc((size_t)hs * sizeof(double));
-    for (int b = 0; b < B; b++)
+    double* acc = (double*)xmalloc((size_t)D * sizeof(double));
+    for (int b = 0; b < a->B; b++)
         for (int h = 0; h < NH; h++)
             for (int i = 0; i < T; i++) {
-                const float* q = qkv + ((size_t)b * T + i) * 3 * C + h * hs;
+                const float* rows = qkv + (size_t)b * T * ld;
+                const float* q = rows + i * ld + h * D;
+                const size_t koff = (size_t)(NH + h / R) * D, voff = koff + (size_t)a->KV * D;
                 double m = -INFINITY;
                 for (int j = 0; j <= i; j++) {
-                    const float* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
                     double d = 0;
-                    for (int e = 0; e < hs; e++) d += (double)q[e] * k[e];
+                    for (int e = 0; e < D; e++) d += (double)q[e] * rows[j * ld + koff + e];
                     sc[j] = d * scale;
                     if (sc[j] > m) m = sc[j];
                 }
                 double sum = 0;
-                for (int e = 0; e < hs; e++) acc[e] = 0;
+                for (int e = 0; e < D; e++) acc[e] = 0;
                 for (int j = 0; j <= i; j++) {
                     const double p = exp(sc[j] - m);
                     sum += p;
-                    const float* v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * hs;
-                    for (int e = 0; e < hs; e++) acc[e] += p * v[e];
+                    for (int e = 0; e < D; e++) acc[e] += p * rows[j * ld + voff + e];
                 }
-                for (int e = 0; e < hs; e++)
-                    outh[((size_t)b * T + i) * C + h * hs + e] = dtype_round((float)(acc[e] / sum), dt);
+                for (int e = 0; e < D; e++)
+                    outh[((size_t)b * T + i) * NH * D + h * D + e] = dtype_round((float)(acc[e] / sum), dt);
                 lse[((size_t)b * NH + h) * T + i] = (float)(m + log(sum));
             }
     free(sc);
     free(acc);
 }
 
-static void t_attention(Ctx* c, const Shape* s) {
+static void t_attention(Ctx* c, const AttShape* a) {
     const DType dt = c->dt;
-    const int B = s->B, T = s->T, C = s->C, NH = s->NH, N = B * T;
-    float* hqkv = hvals(c, 501, (size_t)N * 3 * C, -1.5f, 1.5f, dt);
-    void* qkv = dnew(c, hqkv, (size_t)N * 3 * C, dt);
-    void* outp = dpoisoned(c, (size_t)N * C * dtype_size(dt));
-    float* lse = (float*)dpoisoned(c, (size_t)B * NH * T * 4);
+    const int B = a->B, T = a->T, NH = a->NH, KV = a->KV, D = a->D, N = B * T;
+    const size_t nq = (size_t)N * (NH + 2 * KV) * D, no = (size_t)N * NH * D, nl = (size_t)B * NH * T;
+    float* hqkv = hvals(c, 501, nq, -1.5f, 1.5f, dt);
+    void* qkv = dnew(c, hqkv, nq, dt);
+    void* outp = dpoisoned(c, no * dtype_size(dt));
+    float* lse = (float*)dpoisoned(c, nl * 4);
     Outs o;
-    outs_begin(&o, s, "attention_forward");
-    attention_forward(c->be, dt, outp, lse, qkv, B, T, C, NH);
-    out(c, &o, 0, "out", outp, dt, (size_t)N * C);
-    out(c, &o, 0, "lse", lse, DT_FP32, (size_t)B * NH * T);
+    outs_begin_named(&o, a->name, "attention_forward");
+    attention_forward(c->be, dt, outp, lse, qkv, B, T, NH, KV, D);
+    out(c, &o, 0, "out", outp, dt, no);
+    out(c, &o, 0, "lse", lse, DT_FP32, nl);
     outs_end(&o);
 
-    float* hout = (float*)xmalloc((size_t)N * C * sizeof(float));
-    float* hlse = (float*)xmalloc((size_t)B * NH * T * sizeof(float));
-    attention_host(hqkv, hout, hlse, B, T, C, NH, dt);
-    put(c, outp, hout, (size_t)N * C, dt);
-    put(c, lse, hlse, (size_t)B * NH * T, DT_FP32);
-    float* hdout = hvals(c, 502, (size_t)N * C, -1.0f, 1.0f, dt);
-    void* dout = dnew(c, hdout, (size_t)N * C, dt);
-    void* dqkv = dalloc(c, (size_t)N * 3 * C * dtype_size(dt));
-    float* scratch = (float*)dalloc(c, (size_t)B * NH * T * 4);
-    outs_begin(&o, s, "attention_backward");
+    float* hout = (float*)xmalloc(no * sizeof(float));
+    float* hlse = (float*)xmalloc(nl * sizeof(float));
+    attention_host(hqkv, hout, hlse, a, dt);
+    put(c, outp, hout, no, dt);
+    put(c, lse, hlse, nl, DT_FP32);
+    float* hdout = hvals(c, 502, no, -1.0f, 1.0f, dt);
+    void* dout = dnew(c, hdout, no, dt);
+    void* dqkv = dalloc(c, nq * dtype_size(dt));
+    float* scratch = (float*)dalloc(c, nl * 4);
+    outs_begin_named(&o, a->name, "attention_backward");
     for (int rep = 0; rep < 2; rep++) {
-        poison(c, dqkv, (size_t)N * 3 * C * dtype_size(dt));
-        poison(c, scratch, (size_t)B * NH * T * 4);
-        attention_backward(c->be, dt, dqkv, scratch, dout, qkv, outp, lse, B, T, C, NH);
-        out(c, &o, rep, "dqkv", dqkv, dt, (size_t)N * 3 * C);
+        poison(c, dqkv, nq * dtype_size(dt));
+        poison(c, scratch, nl * 4);
+        attention_backward(c->be, dt, dqkv, scratch, dout, qkv, outp, lse, B, T, NH, KV, D);
+        out(c, &o, rep, "dqkv", dqkv, dt, nq);
     }
     outs_end(&o);
     free(hqkv), free(hout), free(hlse), free(hdout);
@@ -795,6 +804,28 @@ static void* bench_buf(Ctx* c, size_t n, DType dt, const float* pat, size_t npat
         fflush(stdout);                                                                                  \
     } while (0)
 
+// Llama-style attention at T = 1024: 32 query heads of 128 sharing 8 kv heads, and the same heads unshared.
+// Its buffers stay live until the caller's end_test.
+static void bench_attention_gqa(Ctx* c, int B, const float* pat, size_t npat) {
+    const DType dt = c->dt;
+    const int T = 1024, NH = 32, D = 128, N = B * T;
+    const int kvs[] = {8, NH};
+    for (int k = 0; k < 2; k++) {
+        const int KV = kvs[k];
+        void* qkv = bench_buf(c, (size_t)N * (NH + 2 * KV) * D, dt, pat, npat);
+        void* dqkv = bench_buf(c, (size_t)N * (NH + 2 * KV) * D, dt, pat, npat);
+        void* att = bench_buf(c, (size_t)N * NH * D, dt, pat, npat);
+        void* datt = bench_buf(c, (size_t)N * NH * D, dt, pat, npat);
+        float* lse = (float*)bench_buf(c, (size_t)B * NH * T, DT_FP32, pat, npat);
+        float* scr = (float*)bench_buf(c, (size_t)B * NH * T, DT_FP32, pat, npat);
+        char name[2][64];
+        snprintf(name[0], sizeof(name[0]), "attention_forward h%dkv%dd%d", NH, KV, D);
+        snprintf(name[1], sizeof(name[1]), "attention_backward h%dkv%dd%d", NH, KV, D);
+        BENCH(name[0], 20, attention_forward(c->be, dt, att, lse, qkv, B, T, NH, KV, D));
+        BENCH(name[1], 20, attention_backward(c->be, dt, dqkv, scr, datt, qkv, att, lse, B, T, NH, KV, D));
+    }
+}
+
 // KERNEL_CHECK_BENCH_B sets B (default 8); KERNEL_CHECK_BENCH=att times only the attention kernels.
 static void bench(Ctx* c, int only_attention) {
     const DType dt = c->dt;
@@ -815,8 +846,9 @@ static void bench(Ctx* c, int only_attention) {
     float* lse = (float*)bench_buf(c, (size_t)B * NH * T, DT_FP32, pat, npat);
     float* scr = (float*)bench_buf(c, (size_t)B * NH * T, DT_FP32, pat, npat);
     printf("bench B=%d T=%d C=%d NH=%d %s\n", B, T, C, NH, dtype_name(dt));
-    BENCH("attention_forward", 20, attention_forward(c->be, dt, att, lse, qkv, B, T, C, NH));
-    BENCH("attention_backward", 20, attention_backward(c->be, dt, dqkv, scr, datt, qkv, att, lse, B, T, C, NH));
+    BENCH("attention_forward", 20, attention_forward(c->be, dt, att, lse, qkv, B, T, NH, NH, C / NH));
+    BENCH("attention_backward", 20, attention_backward(c->be, dt, dqkv, scr, datt, qkv, att, lse, B, T, NH, NH, C / NH));
+    bench_attention_gqa(c, B, pat, npat);
     if (only_attention) {
         end_test(c);
         free(pat), free(pos), free(tok);
@@ -895,7 +927,8 @@ int main(int argc, char** argv) {
         t_layernorm(&c, s);
         for (int k = 0; k < 3; k++) t_matmul_forward(&c, s, k);
         for (int k = 0; k < 3; k++) t_matmul_backward(&c, s, k);
-        t_attention(&c, s);
+        const AttShape mha = {s->name, s->B, s->T, s->NH, s->NH, s->C / s->NH};
+        t_attention(&c, &mha);
         t_elementwise(&c, s);
         t_rmsnorm(&c, s, s->C, "rmsnorm_forward", "rmsnorm_backward");
         t_rmsnorm(&c, s, s->C + 3, "rmsnorm_forward_tail", "rmsnorm_backward_tail");
@@ -910,6 +943,14 @@ int main(int argc, char** argv) {
         t_sum_squares(&c, s);
         t_convert(&c, s);
         fprintf(stderr, "kernel_check: shape %s done\n", s->name);
+    }
+    // Grouped-query heads (attention only): head sizes 128 and 64 on the tensor-core path, 32 (multi-query)
+    // on the CUDA-core one; T not a multiple of the tiles.
+    const AttShape gqa[] = {{"gqa8x2d128", 2, 80, 8, 2, 128}, {"gqa9x3d64", 2, 75, 9, 3, 64}, {"mqa4x1d32", 2, 45, 4, 1, 32}};
+    for (size_t i = 0; i < sizeof(gqa) / sizeof(gqa[0]); i++) {
+        if (only && !strstr(only, gqa[i].name)) continue;
+        t_attention(&c, &gqa[i]);
+        fprintf(stderr, "kernel_check: shape %s done\n", gqa[i].name);
     }
     xfclose(c.index, path);
     const char* b = getenv("KERNEL_CHECK_BENCH");

@@ -153,24 +153,26 @@ static Outs run_layernorm(Pool* pool, DType dt, DType rd) {
     return o;
 }
 
-// attention.
-static Outs run_attention(Pool* pool, DType dt, DType rd) {
+// attention: multi-head, and grouped-query (3 query heads per kv head, head size 24).
+static Outs run_attention_heads(Pool* pool, DType dt, DType rd, int NH, int KV, int D) {
     Backend* be = pool->be;
-    enum { B = 2, T = 37, C = 32, NH = 4 };
-    const size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    enum { B = 2, T = 37 };
+    const size_t nq = (size_t)B * T * (NH + 2 * KV) * D, no = (size_t)B * T * NH * D, nl = (size_t)B * NH * T;
     Rng r = {42};
     float *qkv = rand_vec(&r, nq, 2, rd), *dy = rand_vec(&r, no, 1, rd);
     void *dqkv_in = pool_from(pool, dt, qkv, nq), *ddy = pool_from(pool, dt, dy, no);
     void *out = pool_zeros(pool, dt, no), *dq = pool_zeros(pool, dt, nq);
     float *lse = pool_zeros(pool, DT_FP32, nl), *scratch = pool_zeros(pool, DT_FP32, nl);
-    attention_forward(be, dt, out, lse, dqkv_in, B, T, C, NH);
-    attention_backward(be, dt, dq, scratch, ddy, dqkv_in, out, lse, B, T, C, NH);
+    attention_forward(be, dt, out, lse, dqkv_in, B, T, NH, KV, D);
+    attention_backward(be, dt, dq, scratch, ddy, dqkv_in, out, lse, B, T, NH, KV, D);
     Outs o = {0};
     outs_add(&o, out, dt, no); outs_add(&o, dq, dt, nq);
     free(qkv); free(dy);
     pool_release(pool, dqkv_in); pool_release(pool, ddy); pool_release(pool, out); pool_release(pool, dq); pool_release(pool, lse); pool_release(pool, scratch);
     return o;
 }
+static Outs run_attention(Pool* pool, DType dt, DType rd) { return run_attention_heads(pool, dt, rd, 4, 4, 8); }
+static Outs run_attention_gqa(Pool* pool, DType dt, DType rd) { return run_attention_heads(pool, dt, rd, 6, 2, 24); }
 
 // encoder.
 static Outs run_encoder(Pool* pool, DType dt, DType rd) {
@@ -372,8 +374,9 @@ int main(void) {
     TestStats s = {0, 0};
     Pool pool = {.be = backend_create(0), .guard = GUARD_NONE};
     const Case cases[] = {{"matmul", run_matmul}, {"layernorm", run_layernorm}, {"attention", run_attention},
-                          {"encoder", run_encoder}, {"gelu", run_gelu}, {"classifier", run_classifier},
-                          {"rmsnorm", run_rmsnorm}, {"qk_norm", run_qk_norm}, {"rope", run_rope}, {"swiglu", run_swiglu}};
+                          {"attention_gqa", run_attention_gqa}, {"encoder", run_encoder}, {"gelu", run_gelu},
+                          {"classifier", run_classifier}, {"rmsnorm", run_rmsnorm}, {"qk_norm", run_qk_norm},
+                          {"rope", run_rope}, {"swiglu", run_swiglu}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         test_threads(&s, &pool, &cases[i]);
         test_bounds(&s, &pool, &cases[i]);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/unit/attention_mha_oracle.h"
 #include "tests/unit/kernel_testlib.h"
 
 // ---------------------------------------------------------------------------------------------------
@@ -213,37 +214,41 @@ static void test_layernorm(TestStats* s, Backend* be) {
 // ---------------------------------------------------------------------------------------------------
 // attention.
 
-typedef struct { int B, T, C, NH; double *qkv, *dout; } AtCtx;
+typedef struct { int B, T, NH, KV, D; double *qkv, *dout; } AtCtx;
 
-// Explicit softmax with the causal mask; out (B,T,C), lse (B,NH,T).
+static size_t at_ld(int NH, int KV, int D) { return (size_t)(NH + 2 * KV) * D; }
+
+// Explicit softmax with the causal mask; out (B,T,NH*D), lse (B,NH,T). Query head h reads kv head h/(NH/KV).
 static void attn_ref(const AtCtx* c, double* out, double* lse) {
-    int T = c->T, C = c->C, hs = C / c->NH;
+    const int T = c->T, D = c->D, kvh = c->NH / c->KV;
+    const size_t ld = at_ld(c->NH, c->KV, D);
     double p[64];
     for (int b = 0; b < c->B; b++)
         for (int h = 0; h < c->NH; h++)
             for (int t = 0; t < T; t++) {
-                const double* q = c->qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                const double* rows = c->qkv + (size_t)b * T * ld;
+                const double* q = rows + t * ld + h * D;
+                const int koff = (c->NH + h / kvh) * D, voff = koff + c->KV * D;
                 double mx = -INFINITY, sum = 0.0;
                 for (int j = 0; j < T; j++) {
-                    const double* k = c->qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
                     double d = 0.0;
-                    for (int i = 0; i < hs; i++) d += q[i] * k[i];
-                    p[j] = j <= t ? d / sqrt(hs) : -INFINITY;
+                    for (int i = 0; i < D; i++) d += q[i] * rows[j * ld + koff + i];
+                    p[j] = j <= t ? d / sqrt(D) : -INFINITY;
                     mx = fmax(mx, p[j]);
                 }
                 for (int j = 0; j < T; j++) sum += (p[j] = exp(p[j] - mx));
                 if (lse) lse[((size_t)b * c->NH + h) * T + t] = mx + log(sum);
-                for (int i = 0; i < hs; i++) {
+                for (int i = 0; i < D; i++) {
                     double y = 0.0;
-                    for (int j = 0; j < T; j++) y += p[j] / sum * c->qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hs + i];
-                    out[((size_t)b * T + t) * C + h * hs + i] = y;
+                    for (int j = 0; j < T; j++) y += p[j] / sum * rows[j * ld + voff + i];
+                    out[((size_t)b * T + t) * c->NH * D + h * D + i] = y;
                 }
             }
 }
 
 static double attn_loss(const void* v) {
     const AtCtx* c = v;
-    size_t n = (size_t)c->B * c->T * c->C;
+    size_t n = (size_t)c->B * c->T * c->NH * c->D;
     double* out = xmalloc(sizeof(double) * n);
     attn_ref(c, out, NULL);
     double L = 0.0;
@@ -252,55 +257,131 @@ static double attn_loss(const void* v) {
     return L;
 }
 
-static void test_attention(TestStats* s, Backend* be) {
-    enum { B = 2, T = 5, C = 8, NH = 2 };
-    const size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+// Causality: changing the last position leaves every earlier output bit-identical, and a gradient entering
+// at position 1 reaches no later position of q, k or v.
+static void check_attention_causal(TestStats* s, Backend* be, const AtCtx* c, const float* qkv, const float* dy,
+                                   const char* tag) {
+    const int B = c->B, T = c->T, NH = c->NH, KV = c->KV, D = c->D, OW = NH * D;
+    const size_t ld = at_ld(NH, KV, D), nq = (size_t)B * T * ld, no = (size_t)B * T * OW, nl = (size_t)B * NH * T;
+    float *out = dev_zeros(be, DT_FP32, no), *out2 = dev_zeros(be, DT_FP32, no), *lse = dev_zeros(be, DT_FP32, nl);
+    float *scratch = dev_zeros(be, DT_FP32, nl), *dq = dev_zeros(be, DT_FP32, nq), *qkv2 = host_of(qkv, DT_FP32, nq);
+    for (int b = 0; b < B; b++)
+        for (size_t i = 0; i < ld; i++) qkv2[((size_t)b * T + T - 1) * ld + i] += 0.5f;
+    attention_forward(be, DT_FP32, out2, lse, qkv2, B, T, NH, KV, D);
+    attention_forward(be, DT_FP32, out, lse, qkv, B, T, NH, KV, D);
+    int ok = 1;
+    for (int b = 0; b < B; b++) ok &= same_bits(out + (size_t)b * T * OW, out2 + (size_t)b * T * OW, (size_t)(T - 1) * OW * 4);
+    ok &= !same_bits(out + (size_t)(T - 1) * OW, out2 + (size_t)(T - 1) * OW, (size_t)OW * 4);
+    char name[96];
+    snprintf(name, sizeof name, "attention_forward_causal%s", tag);
+    check_true(s, name, ok);
+    float* dy1 = xcalloc(no, sizeof(float));
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < OW; i++) dy1[((size_t)b * T + 1) * OW + i] = dy[((size_t)b * T + 1) * OW + i];
+    attention_backward(be, DT_FP32, dq, scratch, dy1, qkv, out, lse, B, T, NH, KV, D);
+    ok = 1;
+    int nonzero_past = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (size_t i = 0; i < ld; i++) {
+                float g = dq[((size_t)b * T + t) * ld + i];
+                if (t > 1) ok &= g == 0.0f;
+                else nonzero_past |= g != 0.0f;
+            }
+    snprintf(name, sizeof name, "attention_backward_causal%s", tag);
+    check_true(s, name, ok && nonzero_past);
+    free(qkv2); free(dy1);
+    be_free(be, out); be_free(be, out2); be_free(be, lse); be_free(be, scratch); be_free(be, dq);
+}
+
+// Forward against the double reference, backward against central differences of it, dqkv overwritten.
+static void test_attention(TestStats* s, Backend* be, int NH, int KV, int D) {
+    enum { B = 2, T = 5 };
+    const size_t nq = B * T * at_ld(NH, KV, D), no = (size_t)B * T * NH * D, nl = (size_t)B * NH * T;
+    char tag[32] = "", name[96];
+    if (NH != 2 || KV != 2 || D != 4) snprintf(tag, sizeof tag, "_h%dkv%dd%d", NH, KV, D);   // the first shape keeps its names
     Rng r = {41};
     float *qkv = rand_vec(&r, nq, 1.5f, DT_FP32), *dy = rand_vec(&r, no, 1, DT_FP32);
     float *out = dev_zeros(be, DT_FP32, no), *lse = dev_zeros(be, DT_FP32, nl), *scratch = dev_zeros(be, DT_FP32, nl);
     float* dq = be_malloc(be, nq * 4);
     for (size_t i = 0; i < nq; i++) dq[i] = 1e3f;   // garbage: dqkv must be overwritten
-    attention_forward(be, DT_FP32, out, lse, qkv, B, T, C, NH);
-    AtCtx c = {B, T, C, NH, to_double(qkv, nq), to_double(dy, no)};
-    double oref[B * T * C], lref[B * NH * T];
+    attention_forward(be, DT_FP32, out, lse, qkv, B, T, NH, KV, D);
+    AtCtx c = {B, T, NH, KV, D, to_double(qkv, nq), to_double(dy, no)};
+    double *oref = xmalloc(sizeof(double) * no), *lref = xmalloc(sizeof(double) * nl);
     attn_ref(&c, oref, lref);
-    check_close(s, "attention_forward_ref", rel_err(out, oref, no), 1e-5);
-    check_close(s, "attention_forward_lse_ref", rel_err(lse, lref, nl), 1e-6);
+    snprintf(name, sizeof name, "attention_forward_ref%s", tag);
+    check_close(s, name, rel_err(out, oref, no), 1e-5);
+    snprintf(name, sizeof name, "attention_forward_lse_ref%s", tag);
+    check_close(s, name, rel_err(lse, lref, nl), 1e-6);
 
-    attention_backward(be, DT_FP32, dq, scratch, dy, qkv, out, lse, B, T, C, NH);
-    check_fd(s, "attention_backward_dqkv_fd", attn_loss, &c, c.qkv, dq, nq);
+    attention_backward(be, DT_FP32, dq, scratch, dy, qkv, out, lse, B, T, NH, KV, D);
+    snprintf(name, sizeof name, "attention_backward_dqkv_fd%s", tag);
+    check_fd(s, name, attn_loss, &c, c.qkv, dq, nq);
     float* dq1 = host_of(dq, DT_FP32, nq);
-    attention_backward(be, DT_FP32, dq, scratch, dy, qkv, out, lse, B, T, C, NH);
-    check_true(s, "attention_backward_overwrites", same_bits(dq, dq1, nq * 4));
+    attention_backward(be, DT_FP32, dq, scratch, dy, qkv, out, lse, B, T, NH, KV, D);
+    snprintf(name, sizeof name, "attention_backward_overwrites%s", tag);
+    check_true(s, name, same_bits(dq, dq1, nq * 4));
+    check_attention_causal(s, be, &c, qkv, dy, tag);
+    free(qkv); free(dy); free(dq1); free(oref); free(lref); free(c.qkv); free(c.dout);
+    be_free(be, out); be_free(be, lse); be_free(be, scratch); be_free(be, dq);
+}
 
-    // Causality: changing the last position leaves every earlier output bit-identical...
-    float* out2 = dev_zeros(be, DT_FP32, no);
-    float* qkv2 = host_of(qkv, DT_FP32, nq);
-    for (int b = 0; b < B; b++)
-        for (int i = 0; i < 3 * C; i++) qkv2[((size_t)b * T + T - 1) * 3 * C + i] += 0.5f;
-    attention_forward(be, DT_FP32, out2, lse, qkv2, B, T, C, NH);
-    int ok = 1;
-    for (int b = 0; b < B; b++) ok &= same_bits(out + (size_t)b * T * C, out2 + (size_t)b * T * C, (size_t)(T - 1) * C * 4);
-    ok &= !same_bits(out + (size_t)(T - 1) * C, out2 + (size_t)(T - 1) * C, (size_t)C * 4);
-    check_true(s, "attention_forward_causal", ok);
-    // ...and a gradient entering at position 1 reaches no later position of q, k or v.
-    attention_forward(be, DT_FP32, out, lse, qkv, B, T, C, NH);
-    float* dy1 = xcalloc(no, sizeof(float));
-    for (int b = 0; b < B; b++)
-        for (int i = 0; i < C; i++) dy1[((size_t)b * T + 1) * C + i] = dy[((size_t)b * T + 1) * C + i];
-    attention_backward(be, DT_FP32, dq, scratch, dy1, qkv, out, lse, B, T, C, NH);
-    ok = 1;
-    int nonzero_past = 0;
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            for (int i = 0; i < 3 * C; i++) {
-                float g = dq[((size_t)b * T + t) * 3 * C + i];
-                if (t > 1) ok &= g == 0.0f;
-                else nonzero_past |= g != 0.0f;
-            }
-    check_true(s, "attention_backward_causal", ok && nonzero_past);
-    free(qkv); free(dy); free(dq1); free(qkv2); free(dy1); free(c.qkv); free(c.dout);
-    be_free(be, out); be_free(be, out2); be_free(be, lse); be_free(be, scratch); be_free(be, dq);
+// KV == NH at GPT-2's head size (and the small test models' 16) against the multi-head kernel as it was, bit
+// for bit, in every storage type.
+static void test_attention_mha_bits(TestStats* s, Backend* be, int NH, int D, DType dt) {
+    enum { B = 2, T = 33 };
+    const int C = NH * D;
+    const size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    Rng r = {43};
+    float *qkv = rand_vec(&r, nq, 1.5f, dt), *dy = rand_vec(&r, no, 1, dt);
+    void *dqkv_in = dev_from(be, dt, qkv, nq), *ddy = dev_from(be, dt, dy, no);
+    void *out = dev_zeros(be, dt, no), *dq = dev_zeros(be, dt, nq), *out0 = dev_zeros(be, dt, no), *dq0 = dev_zeros(be, dt, nq);
+    float *lse = dev_zeros(be, DT_FP32, nl), *lse0 = dev_zeros(be, DT_FP32, nl), *scratch = dev_zeros(be, DT_FP32, nl);
+    attention_forward(be, dt, out, lse, dqkv_in, B, T, NH, NH, D);
+    attention_backward(be, dt, dq, scratch, ddy, dqkv_in, out, lse, B, T, NH, NH, D);
+    mha_attention_forward(be, dt, out0, lse0, dqkv_in, B, T, C, NH);
+    mha_attention_backward(be, dt, dq0, scratch, ddy, dqkv_in, out0, lse0, B, T, C, NH);
+    const size_t es = dtype_size(dt);
+    char name[96];
+    snprintf(name, sizeof name, "attention_mha_same_bits_h%dd%d_%s", NH, D, dtype_name(dt));
+    check_true(s, name, same_bits(out, out0, no * es) && same_bits(lse, lse0, nl * 4) && same_bits(dq, dq0, nq * es));
+    free(qkv); free(dy);
+    void* bufs[] = {dqkv_in, ddy, out, dq, out0, dq0, lse, lse0, scratch};
+    for (int i = 0; i < 9; i++) be_free(be, bufs[i]);
+}
+
+// Grouped heads are multi-head attention on k, v repeated for every query head of a group: the forward and dq
+// are the same operations on the same values, so the same bits.
+static void test_attention_gqa_expands(TestStats* s, Backend* be, int NH, int KV, int D) {
+    enum { B = 2, T = 19 };
+    const int R = NH / KV;
+    const size_t ldg = at_ld(NH, KV, D), ldm = at_ld(NH, NH, D);
+    const size_t nqg = B * T * ldg, nqm = B * T * ldm, no = (size_t)B * T * NH * D, nl = (size_t)B * NH * T;
+    Rng r = {47};
+    float *qkv = rand_vec(&r, nqg, 1.5f, DT_FP32), *dy = rand_vec(&r, no, 1, DT_FP32), *qkvm = xmalloc(sizeof(float) * nqm);
+    for (int bt = 0; bt < B * T; bt++) {
+        const float* g = qkv + bt * ldg;
+        float* m = qkvm + bt * ldm;
+        memcpy(m, g, sizeof(float) * NH * D);
+        for (int h = 0; h < NH; h++) {
+            memcpy(m + (NH + h) * D, g + (NH + h / R) * D, sizeof(float) * D);
+            memcpy(m + (2 * NH + h) * D, g + (NH + KV + h / R) * D, sizeof(float) * D);
+        }
+    }
+    float *og = dev_zeros(be, DT_FP32, no), *om = dev_zeros(be, DT_FP32, no), *lg = dev_zeros(be, DT_FP32, nl);
+    float *lm = dev_zeros(be, DT_FP32, nl), *scratch = dev_zeros(be, DT_FP32, nl);
+    float *dg = dev_zeros(be, DT_FP32, nqg), *dm = dev_zeros(be, DT_FP32, nqm);
+    attention_forward(be, DT_FP32, og, lg, qkv, B, T, NH, KV, D);
+    attention_forward(be, DT_FP32, om, lm, qkvm, B, T, NH, NH, D);
+    attention_backward(be, DT_FP32, dg, scratch, dy, qkv, og, lg, B, T, NH, KV, D);
+    attention_backward(be, DT_FP32, dm, scratch, dy, qkvm, om, lm, B, T, NH, NH, D);
+    int dq_same = 1;
+    for (int bt = 0; bt < B * T; bt++) dq_same &= same_bits(dg + bt * ldg, dm + bt * ldm, sizeof(float) * NH * D);
+    char name[96];
+    snprintf(name, sizeof name, "attention_gqa_is_repeated_kv_h%dkv%dd%d", NH, KV, D);
+    check_true(s, name, same_bits(og, om, no * 4) && same_bits(lg, lm, nl * 4) && dq_same);
+    free(qkv); free(dy); free(qkvm);
+    be_free(be, og); be_free(be, om); be_free(be, lg); be_free(be, lm); be_free(be, scratch); be_free(be, dg); be_free(be, dm);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -561,7 +642,16 @@ int main(void) {
     test_matmul_backward_fd(&s, be, 1);
     test_matmul_backward_blocks(&s, be);
     test_layernorm(&s, be);
-    test_attention(&s, be);
+    const int att_shapes[][3] = {{2, 2, 4}, {4, 4, 16}, {4, 2, 16}, {4, 1, 16}, {2, 1, 128}};
+    for (size_t i = 0; i < sizeof att_shapes / sizeof att_shapes[0]; i++)
+        test_attention(&s, be, att_shapes[i][0], att_shapes[i][1], att_shapes[i][2]);
+    const DType dts[] = {DT_FP32, DT_BF16, DT_FP16};
+    for (int i = 0; i < 3; i++) {
+        test_attention_mha_bits(&s, be, 3, 64, dts[i]);
+        test_attention_mha_bits(&s, be, 4, 16, dts[i]);
+    }
+    test_attention_gqa_expands(&s, be, 6, 2, 24);
+    test_attention_gqa_expands(&s, be, 4, 1, 16);
     test_encoder(&s, be);
     test_gelu(&s, be);
     test_classifier(&s, be);
