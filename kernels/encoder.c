@@ -69,7 +69,7 @@ static void backward_range(DType dt, void* dwte, void* dwpe, const void* dout, c
             for (int c = 0; c < C; c++) st(dwte, row + c, ld(dwte, row + c, dt) + acc[c], dt);
         }
 #pragma omp for schedule(static)
-        for (int t = 0; t < T; t++) {
+        for (int t = 0; t < (dwpe ? T : 0); t++) {
             memset(acc, 0, sizeof(float) * C);
             for (int b = 0; b < B; b++)
                 for (int c = 0; c < C; c++) acc[c] += ld(dout, ((size_t)b * T + t) * C + c, dt);

@@ -104,9 +104,11 @@ extern "C" void encoder_backward(Backend* be, DType dt, void* dwte, void* dwpe, 
         encoder_backward_wte_kernel<X><<<N, threads, 0, be->stream>>>((X*)dwte, (const X*)dout, sorted_tok,
                                                                       sorted_pos, N, C);
         LAUNCH_CHECK();
-        const size_t packs = (size_t)T * C / P;
-        encoder_backward_wpe_kernel<X><<<ceil_div(packs, 256), 256, 0, be->stream>>>((X*)dwpe, (const X*)dout, B, T, C);
-        LAUNCH_CHECK();
+        if (dwpe) {
+            const size_t packs = (size_t)T * C / P;
+            encoder_backward_wpe_kernel<X><<<ceil_div(packs, 256), 256, 0, be->stream>>>((X*)dwpe, (const X*)dout, B, T, C);
+            LAUNCH_CHECK();
+        }
     });
 }
 
@@ -208,8 +210,10 @@ extern "C" void encoder_backward_vocab(Backend* be, DType dt, void* dwte, void* 
         encoder_backward_vocab_wte_kernel<X><<<N, threads, 0, be->stream>>>((X*)dwte, (const X*)dout, sorted_row,
                                                                             sorted_pos, N, C, Vl);
         LAUNCH_CHECK();
-        const size_t packs = (size_t)T * C / P;
-        encoder_backward_wpe_kernel<X><<<ceil_div(packs, 256), 256, 0, be->stream>>>((X*)dwpe, (const X*)dout, B, T, C);
-        LAUNCH_CHECK();
+        if (dwpe) {
+            const size_t packs = (size_t)T * C / P;
+            encoder_backward_wpe_kernel<X><<<ceil_div(packs, 256), 256, 0, be->stream>>>((X*)dwpe, (const X*)dout, B, T, C);
+            LAUNCH_CHECK();
+        }
     });
 }

@@ -100,8 +100,8 @@ void encoder_backward(Backend* be, DType dt, void* dwte, void* dwpe, const void*
 // tensor group's sum of every rank's out is encoder_forward's (one rank passes wpe, the others NULL).
 void encoder_forward_vocab(Backend* be, DType dt, void* out, const int* tokens, const void* wte, const void* wpe,
                            int v0, int Vl, int B, int T, int C);
-// dwte (Vl,C) += scatter of the rows of dout whose token is in [v0, v0 + Vl); dwpe as encoder_backward.
-// Deterministic like encoder_backward.
+// dwte (Vl,C) += scatter of the rows of dout whose token is in [v0, v0 + Vl); dwpe as encoder_backward, or
+// NULL (a model without position embeddings). Deterministic like encoder_backward.
 void encoder_backward_vocab(Backend* be, DType dt, void* dwte, void* dwpe, const void* dout, const int* tokens,
                             int v0, int Vl, int B, int T, int C);
 
