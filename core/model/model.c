@@ -34,6 +34,13 @@ size_t shape_param_count(const ModelShape* s) {
     return n;
 }
 
+size_t shape_real_param_count(const ModelShape* s) {
+    size_t n = shape_param_count(s);
+    for (int k = 0; k < s->family->num_kinds && n != SIZE_MAX; k++)
+        if (kind_info(s, k)->vocab_rows) n -= param_kind_elems(s, k) / (size_t)s->Vp * (size_t)(s->Vp - s->V);
+    return n;
+}
+
 int shape_equal(const ModelShape* a, const ModelShape* b) {
     return a->family == b->family && a->L == b->L && a->C == b->C && a->NH == b->NH && a->V == b->V && a->Vp == b->Vp &&
            a->maxT == b->maxT && a->KV == b->KV && a->D == b->D && a->F == b->F && a->tied == b->tied &&
@@ -42,11 +49,15 @@ int shape_equal(const ModelShape* a, const ModelShape* b) {
            a->rope.high_freq_factor == b->rope.high_freq_factor && a->rope.original_max == b->rope.original_max;
 }
 
+// GPT-2's as llm.c's header has it; another family's with its name first and its own fields after.
 void shape_describe(const ModelShape* s, char* out, size_t n) {
-    int w = snprintf(out, n, "L=%d C=%d NH=%d V=%d Vp=%d maxT=%d", s->L, s->C, s->NH, s->V, s->Vp, s->maxT);
-    if (s->family->file_id != 0 && w >= 0 && (size_t)w < n)
-        snprintf(out + w, n - (size_t)w, " %s KV=%d D=%d F=%d%s%s theta=%g eps=%g rope=%d", s->family->name, s->KV, s->D, s->F,
-                 s->tied ? " tied" : "", s->qk_norm ? " qk_norm" : "", (double)s->rope.theta, (double)s->eps, (int)s->rope.scaling);
+    static const char* const ROPE[] = {"", " rope-linear", " rope-llama3"};
+    int other = s->family->file_id != 0;
+    int w = snprintf(out, n, "%s%sL=%d C=%d NH=%d V=%d Vp=%d maxT=%d", other ? s->family->name : "", other ? " " : "", s->L, s->C,
+                     s->NH, s->V, s->Vp, s->maxT);
+    if (other && w >= 0 && (size_t)w < n)
+        snprintf(out + w, n - (size_t)w, " KV=%d D=%d F=%d%s%s theta=%g eps=%g%s", s->KV, s->D, s->F, s->tied ? " tied" : "",
+                 s->qk_norm ? " qk_norm" : "", (double)s->rope.theta, (double)s->eps, ROPE[s->rope.scaling]);
 }
 
 // llm.c's order: each kind stacked over its layers.

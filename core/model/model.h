@@ -81,6 +81,8 @@ const char* param_kind_name(const ModelShape* s, int k);
 int shape_splits_vocab(const ModelShape* s, int tp);
 // Parameters of the whole model (llm.c's count); SIZE_MAX when it overflows (an untrusted file header's shape).
 size_t shape_param_count(const ModelShape* s);
+// The parameters without the padded vocabulary rows: the count a model's publisher states.
+size_t shape_real_param_count(const ModelShape* s);
 // Whether two shapes are the same model, and a one-line description of one (for messages).
 int shape_equal(const ModelShape* a, const ModelShape* b);
 void shape_describe(const ModelShape* s, char* out, size_t n);

@@ -179,6 +179,10 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
            s->L, s->C, s->NH, s->V, dtype_name(cfg->precision), ranks, ranks > 1 ? "s" : "", P, P > 1 ? "s" : "", dp,
            dp > 1 ? "s" : "", plan->tp, plan->tp > 1 ? "s" : "", cfg->sequence_parallel ? ", -sp" : "", cfg->zero_stage,
            cfg->recompute, cfg->B, cfg->T, cfg->grad_accum);
+    char shape[300];
+    shape_describe(s, shape, sizeof(shape));
+    printf("model: %s, %zu parameters (%zu with the padded vocabulary rows)\n", shape,
+           shape_real_param_count(s), shape_param_count(s));
     if (P > 1) printf("stage 0 (embeddings, the most micro-batches in flight):\n");
     for (int c = 0; c < NUM_MEM_CATEGORIES; c++)   // host categories are empty without -offload
         if (cfg->offload || !mem_category_on_host((MemCategory)c))

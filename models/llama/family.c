@@ -96,7 +96,7 @@ static int parse_named(const char* spec, ModelShape* out) {
 }
 
 #define SPEC_SYNTAX "llama:L<n>,C<n>,H<n>,F<n>[,K<kv heads>][,D<head size>][,V<n>][,T<n>][,theta<x>][,eps<x>][,tied][,qknorm]" \
-                    "[,rope-linear<factor>][,rope-llama3<factor>/<low>/<high>/<original>]"
+                    "[,rope-linear[:]<factor>][,rope-llama3[:]<factor>/<low>/<high>/<original>]"
 
 static double number(const char* spec, const char* field, const char* text) {
     char* end;
@@ -112,6 +112,7 @@ static int whole(const char* spec, const char* field, const char* text) {
 }
 
 static void parse_rope_llama3(const char* spec, const char* text, Rope* r) {
+    if (*text == ':') text++;
     float f, lo, hi;
     int orig, used = 0;
     if (sscanf(text, "%f/%f/%f/%d%n", &f, &lo, &hi, &orig, &used) != 4 || text[used] || !(f > 0) || !(lo > 0) || !(hi > lo) ||
@@ -129,7 +130,7 @@ static void parse_field(const char* spec, const char* tok, ModelShape* s, int* s
     else if (strcmp(tok, "qknorm") == 0) s->qk_norm = 1;
     else if (strncmp(tok, "theta", 5) == 0) s->rope.theta = (float)number(spec, "theta", tok + 5);
     else if (strncmp(tok, "eps", 3) == 0) s->eps = (float)number(spec, "eps", tok + 3);
-    else if (strncmp(tok, "rope-linear", 11) == 0) s->rope.scaling = ROPE_LINEAR, s->rope.factor = (float)number(spec, "rope-linear", tok + 11);
+    else if (strncmp(tok, "rope-linear", 11) == 0) s->rope.scaling = ROPE_LINEAR, s->rope.factor = (float)number(spec, "rope-linear", tok + 11 + (tok[11] == ':'));
     else if (strncmp(tok, "rope-llama3", 11) == 0) parse_rope_llama3(spec, tok + 11, &s->rope);
     else {
         for (size_t i = 0; i < sizeof(INTS) / sizeof(INTS[0]); i++)

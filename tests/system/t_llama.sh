@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The Llama family (models/llama) on the CPU build:
+# - layouts: with grouped-query attention (2 kv heads of 4), a head size other than C/H, q/k norms, llama3
+#   rope scaling and an untied head, every layout -r 1..3, -z 3, -offload, -pp (1f1b, zb, interleaved), -tp,
+#   -tp -sp gives the one-rank run's loss and gradient norm at each step (relative 1e-5); a tied head through
+#   the pipeline's mirror likewise; resume across layouts continues the straight run;
+# - the fenced build gives the CPU build's bits for a Llama run;
+# - --estimate prints the published parameter counts of the named shapes;
+# - bad shapes are one-line errors that name the field.
+source "$(dirname "$0")/lib.sh"
+cd "$(dirname "$0")/../.."
+mpi_or_skip llama
+$PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 40000 -V 512 --seed 6 >/dev/null
+untied="llama:L4,C64,H4,K2,D32,F96,V512,T64,qknorm,rope-llama3:8/1/4/32"
+tied="llama:L4,C64,H4,K1,F96,V512,T64,tied"
+flags=(-i "$TMP/data.bin" -j "" -b 2 -t 32 -x 6 -l 2e-3 -u 2 -q 0.1 -c 0.1 -gc 1.0 -v 0 -s 0 -sh 1)
+run() {   # dir, model, ranks, flags...
+    local dir=$1 model=$2 np=$3; shift 3
+    "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu -e "$model" "${flags[@]}" -o "$TMP/$dir" "$@" > "$TMP/$dir.txt" 2>&1 ||
+        t_fail "$dir" "exited non-zero: $(grep -m1 error "$TMP/$dir.txt")"
+}
+same_as() {   # dir, reference dir
+    compare_py log "$1_vs_one_rank" "$TMP/$1/log.jsonl" "$TMP/$2/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
+}
+
+run ref "$untied" 1 -ga 4 -n 3
+for layout in "r1|1|-ga 4 -r 1" "r2|1|-ga 4 -r 2" "r3|1|-ga 4 -r 3" "z3|2|-ga 2 -z 3" "z2_offload|2|-ga 2 -z 2 -offload 1" \
+              "pp2|2|-ga 4 -pp 2" "pp2_zb|2|-ga 4 -pp 2 -ps zb" "tp2|2|-ga 4 -tp 2" "tp2_sp|2|-ga 4 -tp 2 -sp 1" \
+              "pp2_tp2_z3|4|-ga 4 -pp 2 -tp 2 -z 3"; do
+    IFS='|' read -r name np extra <<< "$layout"
+    # shellcheck disable=SC2086
+    run "$name" "$untied" "$np" $extra
+    same_as "$name" ref
+done
+run tied_ref "$tied" 1 -ga 4
+run tied_pp2 "$tied" 2 -ga 4 -pp 2
+same_as tied_pp2 tied_ref
+run tied_interleaved "$tied" 2 -ga 4 -pp 2 -ps interleaved -vp 2
+same_as tied_interleaved tied_ref
+
+# Resume: the one-rank run's step-3 checkpoint continued under -pp 2 -z 1 gives the straight run's steps 3..5.
+cp -r "$TMP/ref" "$TMP/resumed"
+rm -rf "$TMP/resumed/ckpt_000006" "$TMP/resumed/log.jsonl"
+"${MPIRUN[@]}" -np 2 ./train_gpt_cpu -e "$untied" "${flags[@]}" -ga 4 -pp 2 -z 1 -o "$TMP/resumed" -y 1 > "$TMP/resumed.txt" 2>&1 ||
+    t_fail resumed "exited non-zero: $(grep -m1 error "$TMP/resumed.txt")"
+py_check llama_resume_across_layouts "$TMP/resumed/log.jsonl" "$TMP/ref/log.jsonl" <<'PY'
+import json, sys
+def steps(p):
+    return {r["step"]: r for r in map(json.loads, open(p)) if "grad_norm" in r}
+got, ref = steps(sys.argv[1]), steps(sys.argv[2])
+bad = [s for s in range(3, 6) if s not in got or abs(got[s]["loss"] - ref[s]["loss"]) > 1e-5 * abs(ref[s]["loss"])]
+if sorted(got) != [3, 4, 5]:
+    print("the resumed run logged steps %s, not 3..5" % sorted(got))
+else:
+    print("steps %s differ from the straight run" % bad if bad else "ok")
+PY
+
+# The fenced build (device memory the host cannot touch) gives the CPU build's bits.
+build/train_gpt_fenced -e "$untied" "${flags[@]}" -ga 2 -o "$TMP/fenced" > "$TMP/fenced.txt" 2>&1 || t_fail fenced "exited non-zero"
+./train_gpt_cpu -e "$untied" "${flags[@]}" -ga 2 -o "$TMP/plain" > "$TMP/plain.txt" 2>&1 || t_fail plain "exited non-zero"
+t_check llama_fenced_same_bits "cmp -s '$TMP/fenced/ckpt_000006/model.bin' '$TMP/plain/ckpt_000006/model.bin'"
+
+# --estimate: the published parameter counts (their model cards and config.json files).
+for pair in smollm2-135m:134515008 smollm2-360m:361821120 smollm2-1.7b:1711376384 llama3.2-1b:1235814400 \
+            llama3.2-3b:3212749824 llama3.1-8b:8030261248 qwen3-0.6b:596049920 qwen3-1.7b:1720574976; do
+    name=${pair%%:*} want=${pair#*:}
+    got=$(./train_gpt_cpu -e "$name" --estimate -b 1 -t 64 2>&1 | sed -n 's/^model: .*, \([0-9]*\) parameters .*/\1/p')
+    t_check "llama_estimate_params_$name" "[ '$got' = '$want' ]" "got '$got', published $want"
+done
+
+# Bad shapes: one line naming the field, exit 1.
+bad() {   # name, expected message part, model, extra flags...
+    local name=$1 want=$2 model=$3; shift 3
+    local err rc
+    err=$("${MPIRUN[@]}" -np "${NP:-1}" ./train_gpt_cpu -e "$model" "${flags[@]}" -x 1 "$@" 2>&1 >/dev/null); rc=$?
+    if [ $rc -ne 0 ] && [ "$(grep -c '^error: ' <<< "$err")" -ge 1 ] && grep -q -- "$want" <<< "$err"; then t_ok "llama_error_$name"
+    else t_fail "llama_error_$name" "rc $rc, stderr: $(head -c 300 <<< "$err")"; fi
+}
+bad kv_heads_divide_heads "n_kv_heads 3 does not divide the 4 heads" "llama:L2,C64,H4,K3,F96,V512,T64"
+bad head_size "head size 12 must be a multiple of 8" "llama:L2,C48,H4,F96,V512,T64"
+bad missing_field "L, C, H and F are required" "llama:L2,C64,H4,V512"
+bad unknown_field "unknown field 'Z9'" "llama:L2,C64,H4,F96,Z9"
+NP=2 bad tp_kv_heads "does not divide n_kv_heads 1" "$tied" -tp 2
+NP=2 bad tp_intermediate "does not divide the MLP's intermediate size 97" "llama:L2,C64,H4,K2,F97,V512,T64" -tp 2
+t_finish
