@@ -11,6 +11,8 @@
 // These CUDA-core kernels are correct for every hs % 8 == 0 up to 128 and are the path for fp32 and every
 // other head size; for hs = 64 in bf16/fp16 the forward and backward take the tensor-core (mma.sync,
 // FlashAttention-2) kernels further down (GPT_CUDA_ATTENTION_SCALAR=1 forces the CUDA-core ones).
+// All of them are multi-head (KV == NH); kv heads shared by several query heads, and hs = 128 on tensor
+// cores, go to attention_gqa.cuh.
 #pragma once
 
 #define ATT_THREADS 128
@@ -700,11 +702,15 @@ static int attention_backward_tc(Backend* be, T* dqkv, float* D, const T* dout, 
     return 1;
 }
 
-static int attention_group(int C, int NH, const char* who) {
-    if (NH <= 0 || C % NH != 0) fail("%s: C=%d is not a multiple of NH=%d", who, C, NH);
-    const int hs = C / NH;
-    if (hs % 8 != 0 || hs > 128) fail("%s: head size %d must be a multiple of 8 and at most 128", who, hs);
+static int attention_group(int NH, int KV, int hs, const char* who) {
+    if (NH <= 0 || KV <= 0 || NH % KV != 0) fail("%s: NH=%d query heads do not share KV=%d kv heads evenly", who, NH, KV);
+    if (hs <= 0 || hs % 8 != 0 || hs > 128) fail("%s: head size %d must be a multiple of 8 and at most 128", who, hs);
     return hs <= 16 ? 1 : hs <= 32 ? 2 : hs <= 64 ? 4 : 8;
+}
+// GPT_CUDA_ATTENTION_SCALAR=1 forces the CUDA-core kernels (the tests compare both paths).
+static bool attention_scalar_forced() {
+    const char* force_scalar = getenv("GPT_CUDA_ATTENTION_SCALAR");
+    return force_scalar && force_scalar[0] == '1';
 }
 
 #define ATT_DISPATCH_G(G, ...)                                                                           \
@@ -717,12 +723,14 @@ static int attention_group(int C, int NH, const char* who) {
         }                                                                                                \
     } while (0)
 
-extern "C" void attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int C,
-                                  int NH) {
-    const int G = attention_group(C, NH, "attention_forward");
-    // GPT_CUDA_ATTENTION_SCALAR=1 forces the CUDA-core kernels (the tests compare both paths).
-    const char* force_scalar = getenv("GPT_CUDA_ATTENTION_SCALAR");
-    if (!(force_scalar && force_scalar[0] == '1')) {
+#include "kernels/attention_gqa.cuh"
+
+extern "C" void attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int NH,
+                                  int KV, int D) {
+    const int G = attention_group(NH, KV, D, "attention_forward"), C = NH * D;
+    const bool scalar = attention_scalar_forced();
+    if (gqa_forward(be, dt, out, lse, qkv, B, GqaShape{T, NH, KV, D}, G, scalar)) return;
+    if (!scalar) {
         if (dt == DT_BF16 && attention_forward_tc(be, (__nv_bfloat16*)out, lse, (const __nv_bfloat16*)qkv, B, T, C, NH))
             return;
         if (dt == DT_FP16 && attention_forward_tc(be, (__half*)out, lse, (const __half*)qkv, B, T, C, NH)) return;
@@ -735,11 +743,11 @@ extern "C" void attention_forward(Backend* be, DType dt, void* out, float* lse, 
 }
 
 extern "C" void attention_backward(Backend* be, DType dt, void* dqkv, float* scratch, const void* dout, const void* qkv,
-                                   const void* out, const float* lse, int B, int T, int C, int NH) {
-    const int G = attention_group(C, NH, "attention_backward");
+                                   const void* out, const float* lse, int B, int T, int NH, int KV, int hs) {
+    const int G = attention_group(NH, KV, hs, "attention_backward"), C = NH * hs;
     float* D = scratch;   // (B,NH,T)
-    const char* force_scalar = getenv("GPT_CUDA_ATTENTION_SCALAR");
-    const bool scalar = force_scalar && force_scalar[0] == '1';
+    const bool scalar = attention_scalar_forced();
+    if (gqa_backward(be, dt, dqkv, D, dout, qkv, out, lse, B, GqaShape{T, NH, KV, hs}, G, scalar)) return;
     DISPATCH_DTYPE(dt, X, {
         if constexpr (sizeof(X) == 2) {   // the tensor-core path computes D itself
             if (!scalar && attention_backward_tc(be, (X*)dqkv, D, (const X*)dout, (const X*)qkv, (const X*)out, lse,
