@@ -12,12 +12,12 @@ void shape_validate(const ModelShape* s) {
     if (!s->family) fail("internal: a shape without a family");
     if (s->L < 1 || s->L > MAX_LAYERS) fail("model has %d layers; supported: 1..%d", s->L, MAX_LAYERS);
     if (s->C < 1 || s->NH < 1 || s->KV < 1 || s->F < 1) fail("model has %d channels, %d heads, %d kv heads, MLP width %d: all must be positive", s->C, s->NH, s->KV, s->F);
+    s->family->validate(s);   // first: a family's own message names the fields the common checks derive from
     if (s->NH % s->KV != 0) fail("n_kv_heads %d does not divide the %d heads", s->KV, s->NH);
     if (s->D % 8 != 0 || s->D < 8 || s->D > 128) fail("head size %d must be a multiple of 8 and at most 128", s->D);
     if (s->V < 2 || s->V > (1 << 24)) fail("vocabulary size %d is outside 2..%d", s->V, 1 << 24);
     if (s->Vp < s->V || s->Vp % 128 != 0) fail("padded vocabulary %d must be a multiple of 128 and >= %d", s->Vp, s->V);
     if (s->maxT < 1) fail("maximum sequence length %d must be positive", s->maxT);
-    s->family->validate(s);
 }
 
 size_t param_kind_elems(const ModelShape* s, int k) { return s->family->kind_elems(s, k); }

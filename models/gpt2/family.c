@@ -92,6 +92,8 @@ static int parse_spec(const char* spec, ModelShape* out) {
 
 static void validate(const ModelShape* s) {
     if (s->C % s->NH != 0) fail("model channels %d are not divisible by its %d heads", s->C, s->NH);
+    if ((s->C / s->NH) % 8 != 0 || s->C / s->NH > 128)
+        fail("head size %d (channels %d / heads %d) must be a multiple of 8 and at most 128", s->C / s->NH, s->C, s->NH);
     if (s->KV != s->NH || s->D != s->C / s->NH || s->F != 4 * s->C || !s->tied || s->qk_norm)
         fail("internal: a GPT-2 shape with another family's fields");
 }
