@@ -155,9 +155,14 @@ class LlamaConfig:
                              self.rope_orig)
 
     def __repr__(self):
-        rope = {ROPE_NONE: "", ROPE_LINEAR: " rope-linear%g" % self.rope_factor,
-                ROPE_LLAMA3: " rope-llama3 %g/%g/%g/%d" % (self.rope_factor, self.rope_low, self.rope_high,
-                                                          self.rope_orig)}[self.rope_kind]
+        if self.rope_kind == ROPE_NONE:
+            rope = ""
+        elif self.rope_kind == ROPE_LINEAR:
+            rope = " rope-linear%g" % self.rope_factor
+        elif self.rope_kind == ROPE_LLAMA3:
+            rope = " rope-llama3%g/%g/%g/%d" % (self.rope_factor, self.rope_low, self.rope_high, self.rope_orig)
+        else:
+            rope = " rope-kind%d" % self.rope_kind
         return ("llama L%d C%d NH%d KV%d D%d F%d V%d Vp%d maxT%d theta%g eps%g%s%s%s"
                 % (self.L, self.C, self.NH, self.KV, self.D, self.F, self.V, self.Vp, self.maxT, self.theta,
                    self.eps, " tied" if self.tied else "", " qknorm" if self.qk_norm else "", rope))
