@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Independent PyTorch reference for the GPT-2 trainer, written from the spec in docs/ARCHITECTURE.md and README.md.
+"""Independent PyTorch reference for the trainer, written from the spec in docs/ARCHITECTURE.md, README.md and
+docs/formats.md: GPT-2, and Llama-style decoders with Hugging Face LlamaForCausalLM semantics (grouped-query
+attention, RoPE with 'linear' or 'llama3' scaling, SwiGLU MLP, RMSNorm, Qwen3's optional q/k norms).
 
 It reads and writes llm.c model files and token shards, follows the design's data order, LR schedule,
 AdamW and clipping exactly, and computes in float64 by default so that it is more accurate than the C
@@ -8,6 +10,7 @@ code it checks. The same flags as train_gpt_cpu where they overlap.
   reference.py -e MODEL.bin -i 'shards*.bin' -b 4 -t 64 -ga 2 -x 10 -l 1e-3 -u 3 -q 0.1 -k cosine \
                -c 0.1 -gc 0.5 -o OUT -dump DUMP
   reference.py -e L2C64H4V500T64 --seed 1 --save model.bin          # random model, for tests
+  reference.py -e llama:L2,C64,H4,K2,F160,V512,T64,tied --save llama.bin
   reference.py -e d12 --bench --device cuda --dtype bfloat16 --compile -b 16 -t 1024 -x 30 --bench-out f.jsonl
 
 Runs on Debian's PyTorch 1.13 (CPU) and on PyTorch 2.x (CUDA): newer APIs (torch.compile,
@@ -40,6 +43,13 @@ NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
 # Decoupled weight decay touches only the matrices; biases and LayerNorm parameters are exempt (llm.c rule).
 DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
 PRESETS = {"d12": (12, 768, 12), "d24": (24, 1024, 16), "d36": (36, 1280, 20), "d48": (48, 1600, 25)}
+# Header slot 8. llm.c's own GPT-2 files leave it 0.
+FAMILY_GPT2, FAMILY_LLAMA = 0, 1
+# q_norm / k_norm exist only with qk_norm, lm_head only when the head is not tied to wte.
+LLAMA_NAMES = ["wte", "attn_norm", "qkvw", "q_norm", "k_norm", "attn_proj", "mlp_norm", "gate_up", "down",
+               "final_norm", "lm_head"]
+LLAMA_DECAYED = {"wte", "qkvw", "attn_proj", "gate_up", "down", "lm_head"}
+ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3 = 0, 1, 2
 
 
 def die(msg):
@@ -48,6 +58,8 @@ def die(msg):
 
 
 class Config:
+    family, names, decayed = FAMILY_GPT2, NAMES, DECAYED
+
     def __init__(self, maxT, V, L, NH, C, Vp):
         self.maxT, self.V, self.L, self.NH, self.C, self.Vp = maxT, V, L, NH, C, Vp
 
@@ -68,6 +80,109 @@ class Config:
         return "L%d C%d NH%d V%d Vp%d maxT%d" % (self.L, self.C, self.NH, self.V, self.Vp, self.maxT)
 
 
+def f32(x):
+    return float(np.float32(x))
+
+
+class LlamaConfig:
+    family, decayed = FAMILY_LLAMA, LLAMA_DECAYED
+
+    def __init__(self, maxT, V, L, NH, C, Vp, KV, D, F, tied=False, qk_norm=False, theta=10000.0, eps=1e-5,
+                 rope_kind=ROPE_NONE, rope_factor=0.0, rope_low=0.0, rope_high=0.0, rope_orig=0):
+        self.maxT, self.V, self.L, self.NH, self.C, self.Vp = maxT, V, L, NH, C, Vp
+        self.KV, self.D, self.F, self.tied, self.qk_norm = KV, D, F, int(tied), int(qk_norm)
+        self.rope_kind, self.rope_orig = rope_kind, rope_orig
+        # The file holds these as float32: a model made from a spec must compute what its saved file will.
+        self.theta, self.eps = f32(theta), f32(eps)
+        self.rope_factor, self.rope_low, self.rope_high = f32(rope_factor), f32(rope_low), f32(rope_high)
+
+    @property
+    def names(self):
+        return [n for n in LLAMA_NAMES if (self.qk_norm or n not in ("q_norm", "k_norm"))
+                and (not self.tied or n != "lm_head")]
+
+    def shapes(self):
+        Vp, L, NH, C, KV, D, F_ = self.Vp, self.L, self.NH, self.C, self.KV, self.D, self.F
+        every = {"wte": (Vp, C), "attn_norm": (L, C), "qkvw": (L, (NH + 2 * KV) * D, C), "q_norm": (L, D),
+                 "k_norm": (L, D), "attn_proj": (L, C, NH * D), "mlp_norm": (L, C), "gate_up": (L, 2 * F_, C),
+                 "down": (L, C, F_), "final_norm": (C,), "lm_head": (Vp, C)}
+        return [every[n] for n in self.names]
+
+    def numel(self):
+        return sum(int(np.prod(s)) for s in self.shapes())
+
+    def header(self, version):
+        h = np.zeros(HEADER_INTS, dtype=np.int32)
+        h[:15] = [MODEL_MAGIC, version, self.maxT, self.V, self.L, self.NH, self.C, self.Vp, self.family,
+                  self.KV, self.D, self.F, self.tied, self.qk_norm, self.rope_kind]
+        h[15:20] = np.array([self.theta, self.eps, self.rope_factor, self.rope_low, self.rope_high],
+                            dtype=np.float32).view(np.int32)
+        h[20] = self.rope_orig
+        return h
+
+    @staticmethod
+    def from_header(h):
+        fl = [float(x) for x in h[15:20].copy().view(np.float32)]
+        return LlamaConfig(*(int(x) for x in h[2:8]), KV=int(h[9]), D=int(h[10]), F=int(h[11]), tied=int(h[12]),
+                           qk_norm=int(h[13]), theta=fl[0], eps=fl[1], rope_kind=int(h[14]), rope_factor=fl[2],
+                           rope_low=fl[3], rope_high=fl[4], rope_orig=int(h[20]))
+
+    def error(self):
+        """What makes this an impossible model, or None."""
+        if min(self.maxT, self.V, self.L, self.NH, self.C, self.Vp, self.KV, self.D, self.F) <= 0 or self.Vp < self.V:
+            return "sizes must be positive and Vp >= V"
+        if self.NH % self.KV:
+            return "kv heads %d do not divide query heads %d" % (self.KV, self.NH)
+        if self.D % 2:
+            return "head_dim %d is odd (RoPE rotates pairs)" % self.D
+        if self.tied not in (0, 1) or self.qk_norm not in (0, 1):
+            return "tied head and qk_norm are 0 or 1"
+        if not (math.isfinite(self.theta) and self.theta > 0 and math.isfinite(self.eps) and self.eps > 0):
+            return "rope_theta %g and RMSNorm eps %g must be positive and finite" % (self.theta, self.eps)
+        if self.rope_kind not in (ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3):
+            return "rope scaling kind %d (0 none, 1 linear, 2 llama3)" % self.rope_kind
+        if self.rope_kind != ROPE_NONE and not (math.isfinite(self.rope_factor) and self.rope_factor > 0):
+            return "rope factor %g must be positive" % self.rope_factor
+        if self.rope_kind == ROPE_LLAMA3 and not (0 < self.rope_low < self.rope_high and math.isfinite(self.rope_high)
+                                                 and self.rope_orig > 0):
+            return ("llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor and "
+                    "original_max_position_embeddings > 0 (got %g, %g, %d)"
+                    % (self.rope_low, self.rope_high, self.rope_orig))
+        return None
+
+    def inv_freq(self):
+        return rope_inv_freq(self.D, self.theta, self.rope_kind, self.rope_factor, self.rope_low, self.rope_high,
+                             self.rope_orig)
+
+    def __repr__(self):
+        if self.rope_kind == ROPE_NONE:
+            rope = ""
+        elif self.rope_kind == ROPE_LINEAR:
+            rope = " rope-linear%g" % self.rope_factor
+        elif self.rope_kind == ROPE_LLAMA3:
+            rope = " rope-llama3%g/%g/%g/%d" % (self.rope_factor, self.rope_low, self.rope_high, self.rope_orig)
+        else:
+            rope = " rope-kind%d" % self.rope_kind
+        return ("llama L%d C%d NH%d KV%d D%d F%d V%d Vp%d maxT%d theta%g eps%g%s%s%s"
+                % (self.L, self.C, self.NH, self.KV, self.D, self.F, self.V, self.Vp, self.maxT, self.theta,
+                   self.eps, " tied" if self.tied else "", " qknorm" if self.qk_norm else "", rope))
+
+
+def rope_inv_freq(D, theta, kind=ROPE_NONE, factor=1.0, low=1.0, high=4.0, orig=8192):
+    """RoPE's D/2 inverse frequencies in float64: Hugging Face's default table, then its 'linear' or 'llama3'
+    rescaling (_compute_llama3_parameters: long wavelengths slowed by the factor, short ones kept, a linear
+    blend between)."""
+    inv = 1.0 / theta ** (np.arange(0, D, 2, dtype=np.float64) / D)
+    if kind == ROPE_LINEAR:
+        return inv / factor
+    if kind == ROPE_LLAMA3:
+        wavelen = 2 * math.pi / inv
+        smooth = (orig / wavelen - low) / (high - low)
+        blend = (1 - smooth) * inv / factor + smooth * inv
+        return np.where(wavelen > orig / low, inv / factor, np.where(wavelen < orig / high, inv, blend))
+    return inv
+
+
 # ------------------------------------------------------------------------------------------------------
 # Files
 
@@ -83,9 +198,18 @@ def read_model_header(path):
     if version not in (3, 5):
         die("%s: unsupported model version %d (3 = fp32, 5 = bf16)" % (path, version))
     maxT, V, L, NH, C, Vp = (int(x) for x in h[2:8])
-    if min(maxT, V, L, NH, C, Vp) <= 0 or Vp < V or C % NH:
-        die("%s: inconsistent model header maxT=%d V=%d L=%d NH=%d C=%d Vp=%d" % (path, maxT, V, L, NH, C, Vp))
-    cfg = Config(maxT, V, L, NH, C, Vp)
+    family = int(h[8])
+    if family == FAMILY_LLAMA:
+        cfg = LlamaConfig.from_header(h)
+        err = cfg.error()
+        if err:
+            die("%s: inconsistent llama model header (%s): %s" % (path, cfg, err))
+    elif family != FAMILY_GPT2:
+        die("%s: unknown model family %d in header slot 8 (0 = GPT-2, 1 = llama)" % (path, family))
+    else:
+        if min(maxT, V, L, NH, C, Vp) <= 0 or Vp < V or C % NH:
+            die("%s: inconsistent model header maxT=%d V=%d L=%d NH=%d C=%d Vp=%d" % (path, maxT, V, L, NH, C, Vp))
+        cfg = Config(maxT, V, L, NH, C, Vp)
     want = HEADER_INTS * 4 + cfg.numel() * (4 if version == 3 else 2)
     if size != want:
         die("%s: size %d bytes, header says %d (%s, version %d)" % (path, size, want, cfg, version))
@@ -93,9 +217,9 @@ def read_model_header(path):
 
 
 def split_payload(flat, cfg):
-    """Splits a flat array (a model file's payload) into the 16 tensors, by the config's shapes."""
+    """Splits a flat array (a model file's payload) into the family's tensors, by the config's shapes."""
     out, off = {}, 0
-    for name, shape in zip(NAMES, cfg.shapes()):
+    for name, shape in zip(cfg.names, cfg.shapes()):
         n = int(np.prod(shape))
         out[name] = flat[off:off + n].reshape(shape)
         off += n
@@ -126,7 +250,7 @@ def load_model(path):
 
 def save_model(path, cfg, params, version=3):
     """params: {name: array-like}. Writes atomically (tmp + rename) so a reader never sees half a file."""
-    flat = np.concatenate([np.asarray(params[n], dtype=np.float32).reshape(-1) for n in NAMES])
+    flat = np.concatenate([np.asarray(params[n], dtype=np.float32).reshape(-1) for n in cfg.names])
     assert flat.size == cfg.numel()
     payload = flat if version == 3 else f32_to_bf16_bits(flat)
     tmp = path + ".tmp"
@@ -182,8 +306,54 @@ class Loader:
 # ------------------------------------------------------------------------------------------------------
 # Model
 
+def parse_llama_spec(spec):
+    """'llama:L2,C64,H4,K2,F160,...' -> LlamaConfig. Fields: L C H F (required), K (default H), D (C/H),
+    V (50257), T (1024), theta (10000), eps (1e-5), tied, qknorm, rope-linear<factor>,
+    rope-llama3<factor>/<low>/<high>/<orig>."""
+    num = r"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
+    got = {}
+    for field in spec[len("llama:"):].split(","):
+        m = (re.fullmatch(r"([LCHKDFVT])(\d+)", field) or re.fullmatch(r"(theta|eps)" + num, field)
+             or re.fullmatch(r"(tied|qknorm)()", field) or re.fullmatch(r"(rope-linear)" + num, field)
+             or re.fullmatch(r"(rope-llama3)" + "/".join([num] * 3) + r"/(\d+)", field))
+        if not m:
+            die("-e %r: unknown field %r (llama: then comma-separated L<n> C<n> H<n> K<n> D<n> F<n> V<n> T<n> "
+                "theta<x> eps<x> tied qknorm rope-linear<f> rope-llama3<f>/<low>/<high>/<orig>)" % (spec, field))
+        key = "rope" if m.group(1).startswith("rope") else m.group(1)
+        if key in got:
+            die("-e %r: %s given twice" % (spec, key))
+        got[key] = (m.group(1),) + m.groups()[1:]
+    missing = [k for k in "LCHF" if k not in got]
+    if missing:
+        die("-e %r: needs %s" % (spec, ", ".join(missing)))
+    n = {k: int(v[1]) for k, v in got.items() if k in tuple("LCHKDFVT")}
+    L, C, NH, F_ = n["L"], n["C"], n["H"], n["F"]
+    if "D" not in n and (NH <= 0 or C % NH):
+        die("-e %r: without D, C must be divisible by H" % spec)
+    V = n.get("V", 50257)
+    kw = {"tied": "tied" in got, "qk_norm": "qknorm" in got,
+          "theta": float(got["theta"][1]) if "theta" in got else 10000.0,
+          "eps": float(got["eps"][1]) if "eps" in got else 1e-5}
+    if "rope" in got:
+        r = got["rope"]
+        if r[0] == "rope-linear":
+            kw.update(rope_kind=ROPE_LINEAR, rope_factor=float(r[1]))
+        else:
+            kw.update(rope_kind=ROPE_LLAMA3, rope_factor=float(r[1]), rope_low=float(r[2]),
+                      rope_high=float(r[3]), rope_orig=int(r[4]))
+    cfg = LlamaConfig(n.get("T", 1024), V, L, NH, C, (V + 127) // 128 * 128, KV=n.get("K", NH),
+                      D=n.get("D", C // NH if NH > 0 else 0), F=F_, **kw)
+    err = cfg.error()
+    if err:
+        die("-e %r: %s" % (spec, err))
+    return cfg
+
+
 def parse_spec(spec):
-    """'d12' or 'L2C64H4[V512][T64]' -> Config (V padded to a multiple of 128, as the design says)."""
+    """'d12' or 'L2C64H4[V512][T64]' -> Config (V padded to a multiple of 128, as the design says), or a
+    'llama:...' spec (parse_llama_spec)."""
+    if spec.startswith("llama:"):
+        return parse_llama_spec(spec)
     if spec in PRESETS:
         L, C, NH = PRESETS[spec]
         V, maxT = 50257, 1024
@@ -200,7 +370,10 @@ def parse_spec(spec):
 
 
 def random_params(cfg, seed):
-    """GPT-2 init: N(0, 0.02), residual output projections scaled by 1/sqrt(2L), biases 0, LN 1/0."""
+    """GPT-2 init: N(0, 0.02), residual output projections scaled by 1/sqrt(2L), biases 0, LN 1/0.
+    Llama: matrices the same way (attn_proj and down scaled), norms 1."""
+    if cfg.family == FAMILY_LLAMA:
+        return random_llama_params(cfg, seed)
     g = np.random.default_rng(seed)
     p = {}
     for name, shape in zip(NAMES, cfg.shapes()):
@@ -213,6 +386,37 @@ def random_params(cfg, seed):
             p[name] = np.zeros(shape, np.float32)
     p["wte"][cfg.V:] = 0   # padded rows are never looked up; keep them inert
     return p
+
+
+def random_llama_params(cfg, seed):
+    g = np.random.default_rng(seed)
+    p = {}
+    for name, shape in zip(cfg.names, cfg.shapes()):
+        if name in LLAMA_DECAYED:
+            std = 0.02 / math.sqrt(2 * cfg.L) if name in ("attn_proj", "down") else 0.02
+            p[name] = (g.standard_normal(shape) * std).astype(np.float32)
+        else:
+            p[name] = np.ones(shape, np.float32)
+    for name in ("wte", "lm_head"):
+        if name in p:
+            p[name][cfg.V:] = 0
+    return p
+
+
+def causal_attention(q, k, v, sdpa):
+    """q, k, v: (B, heads, T, head size) -> the same shape, scaled by 1/sqrt(head size)."""
+    if sdpa:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    T = q.shape[-2]
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    return att @ v
+
+
+def lm_loss(logits, targets, V):
+    return F.cross_entropy(logits.reshape(-1, V).float() if logits.dtype in (torch.bfloat16, torch.float16)
+                           else logits.reshape(-1, V), targets.reshape(-1))
 
 
 class GPT(torch.nn.Module):
@@ -251,13 +455,7 @@ class GPT(torch.nn.Module):
         hs = C // NH
         # Packed [q | k | v]; head h owns channels h*hs .. (h+1)*hs of each.
         q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in qkv.split(C, dim=-1))
-        if self.sdpa:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-            mask = torch.ones(T, T, dtype=torch.bool, device=qkv.device).tril()
-            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-            y = att @ v
+        y = causal_attention(q, k, v, self.sdpa)
         return y.transpose(1, 2).reshape(B, T, C)
 
     def forward(self, idx, targets=None):
@@ -277,11 +475,84 @@ class GPT(torch.nn.Module):
         x = self.ln(x, p["lnfw"], p["lnfb"])
         # Tied head over all Vp rows, then only the real vocabulary enters the softmax (padding is inert).
         logits = (x @ p["wte"].t())[..., :cfg.V]
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.reshape(-1, cfg.V).float() if logits.dtype in (torch.bfloat16, torch.float16)
-                                   else logits.reshape(-1, cfg.V), targets.reshape(-1))
-        return logits, loss
+        return logits, None if targets is None else lm_loss(logits, targets, cfg.V)
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_cos_sin(inv_freq, T, dtype, device):
+    """(T, D) tables for apply_rope: channel i and i + D/2 turn by the angle pos * inv_freq[i]."""
+    ang = torch.outer(torch.arange(T, dtype=torch.float64), torch.as_tensor(inv_freq, dtype=torch.float64))
+    ang = torch.cat((ang, ang), dim=-1)
+    return ang.cos().to(device=device, dtype=dtype), ang.sin().to(device=device, dtype=dtype)
+
+
+def apply_rope(x, cos, sin):
+    """Hugging Face's apply_rotary_pos_emb (rotate-half pairing) on x (..., T, D)."""
+    return x * cos + rotate_half(x) * sin
+
+
+class Llama(torch.nn.Module):
+    """LlamaForCausalLM (and Qwen3 with qk_norm), parameters layer-stacked as in the file like GPT's."""
+
+    def __init__(self, cfg, params, dtype, device, sdpa=False, fast=False):
+        super().__init__()
+        self.cfg, self.sdpa, self.fast = cfg, sdpa, fast
+        self.p = torch.nn.ParameterDict({n: torch.nn.Parameter(torch.as_tensor(np.asarray(params[n]))
+                                                               .to(device=device, dtype=dtype))
+                                         for n in cfg.names})
+        self.inv_freq = cfg.inv_freq()
+
+    def params(self):
+        return [self.p[n] for n in self.cfg.names]
+
+    @staticmethod
+    def rmsnorm(x, w, eps):
+        return w * (x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps))
+
+    def silu(self, x):
+        return F.silu(x) if self.fast else x * torch.sigmoid(x)
+
+    def attention(self, qkv, l, cos, sin):
+        cfg, p = self.cfg, self.p
+        B, T = qkv.shape[:2]
+        NH, KV, D = cfg.NH, cfg.KV, cfg.D
+        q, k, v = qkv.split([NH * D, KV * D, KV * D], dim=-1)
+        q, k, v = q.view(B, T, NH, D), k.view(B, T, KV, D), v.view(B, T, KV, D)
+        if cfg.qk_norm:
+            q, k = self.rmsnorm(q, p["q_norm"][l], cfg.eps), self.rmsnorm(k, p["k_norm"][l], cfg.eps)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        # Query head h reads kv head h // (NH/KV): each kv head serves a run of consecutive query heads.
+        k, v = k.repeat_interleave(NH // KV, dim=1), v.repeat_interleave(NH // KV, dim=1)
+        return causal_attention(q, k, v, self.sdpa).transpose(1, 2).reshape(B, T, NH * D)
+
+    def forward(self, idx, targets=None):
+        """Returns (logits over the real V columns, mean loss or None)."""
+        p, cfg = self.p, self.cfg
+        B, T = idx.shape
+        if T > cfg.maxT:
+            raise ValueError("T=%d exceeds the model's maxT=%d" % (T, cfg.maxT))
+        x = p["wte"][idx]
+        cos, sin = rope_cos_sin(self.inv_freq, T, x.dtype, x.device)
+        for l in range(cfg.L):
+            h = self.rmsnorm(x, p["attn_norm"][l], cfg.eps)
+            x = x + self.attention(h @ p["qkvw"][l].t(), l, cos, sin) @ p["attn_proj"][l].t()
+            h = self.rmsnorm(x, p["mlp_norm"][l], cfg.eps)
+            gate, up = (h @ p["gate_up"][l].t()).split(cfg.F, dim=-1)
+            x = x + (self.silu(gate) * up) @ p["down"][l].t()
+        x = self.rmsnorm(x, p["final_norm"], cfg.eps)
+        # Padded head rows (>= V) are sliced off before the softmax, as for GPT-2.
+        head = p["wte"] if cfg.tied else p["lm_head"]
+        logits = (x @ head.t())[..., :cfg.V]
+        return logits, None if targets is None else lm_loss(logits, targets, cfg.V)
+
+
+def build_model(cfg, params, dtype, device, sdpa=False, fast=False):
+    return (Llama if cfg.family == FAMILY_LLAMA else GPT)(cfg, params, dtype, device, sdpa=sdpa, fast=fast)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -304,8 +575,8 @@ def lr_at(step, args):
 class AdamW:
     """AdamW written out, so the update is exactly the spec's (and checked against torch.optim.AdamW in tests)."""
 
-    def __init__(self, named_params, wd, b1=0.9, b2=0.95, eps=1e-8):
-        self.named = named_params
+    def __init__(self, named_params, wd, b1=0.9, b2=0.95, eps=1e-8, decayed=DECAYED):
+        self.named, self.decayed = named_params, decayed
         self.wd, self.b1, self.b2, self.eps, self.t = wd, b1, b2, eps, 0
         self.m = {n: torch.zeros_like(p) for n, p in named_params}
         self.v = {n: torch.zeros_like(p) for n, p in named_params}
@@ -319,7 +590,7 @@ class AdamW:
             self.m[n].mul_(self.b1).add_(g, alpha=1.0 - self.b1)
             self.v[n].mul_(self.b2).add_(g * g, alpha=1.0 - self.b2)
             update = (self.m[n] / bc1) / ((self.v[n] / bc2).sqrt() + self.eps)
-            if n in DECAYED:
+            if n in self.decayed:
                 update = update + self.wd * p
             p.sub_(lr * update)
 
@@ -361,9 +632,9 @@ def delayed_step(model, opt, step, lr, scale, pending, args):
 
 def train(args, cfg, params):
     dtype = {"float64": torch.float64, "float32": torch.float32}[args.dtype]
-    model = GPT(cfg, params, dtype, "cpu", sdpa=args.sdpa)
-    named = [(n, model.p[n]) for n in NAMES]
-    opt = AdamW(named, args.c)
+    model = build_model(cfg, params, dtype, "cpu", sdpa=args.sdpa)
+    named = [(n, model.p[n]) for n in cfg.names]
+    opt = AdamW(named, args.c, decayed=cfg.decayed)
     loader = Loader(load_tokens(args.i, cfg.V), args.b, args.t, args.ga)
     log = open(os.path.join(args.o, "log.jsonl"), "w") if args.o else None
     if args.dump:
@@ -401,7 +672,7 @@ def train(args, cfg, params):
         log.close()
     if args.o:
         save_model(os.path.join(args.o, "model_final.bin"), cfg,
-                   {n: model.p[n].detach().float().numpy() for n in NAMES})
+                   {n: model.p[n].detach().float().numpy() for n in cfg.names})
     return model
 
 
@@ -410,7 +681,7 @@ def greedy(args, cfg, params):
     """The trainer's -temp 0 written out: N times, the most likely next token (the lowest id among equals)
     given the last -t tokens. Prints the ids and the smallest gap between the two most likely logits, below
     which float32 and float64 may rightly pick differently."""
-    model = GPT(cfg, params, {"float64": torch.float64, "float32": torch.float32}[args.dtype], "cpu")
+    model = build_model(cfg, params, {"float64": torch.float64, "float32": torch.float32}[args.dtype], "cpu")
     try:
         ids = [int(x) for x in args.prompt_ids.split(",") if x]
     except ValueError:
@@ -451,14 +722,14 @@ def bench(args, cfg, params):
     if dev.type == "cuda" and args.tf32:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    model = GPT(cfg, params, master, dev, sdpa=sdpa, fast=True)
+    model = build_model(cfg, params, master, dev, sdpa=sdpa, fast=True)
     fwd = model
     if args.compile:
         if not hasattr(torch, "compile"):
             die("--compile needs PyTorch >= 2.0")
         fwd = torch.compile(model)
-    groups = [{"params": [model.p[n] for n in NAMES if n in DECAYED], "weight_decay": args.c},
-              {"params": [model.p[n] for n in NAMES if n not in DECAYED], "weight_decay": 0.0}]
+    groups = [{"params": [model.p[n] for n in cfg.names if n in cfg.decayed], "weight_decay": args.c},
+              {"params": [model.p[n] for n in cfg.names if n not in cfg.decayed], "weight_decay": 0.0}]
     kw = {}
     import inspect
     if dev.type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters:
@@ -527,7 +798,8 @@ def bench(args, cfg, params):
 def main(argv=None):
     # Single-dash long flags (-ga, -gc, -dump) follow the trainer's CLI.
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-e", required=True, help="model file, or a spec (d12, L2C64H4V512T64) for a random model")
+    ap.add_argument("-e", required=True, help="model file, or a spec (d12, L2C64H4V512T64, "
+                    "llama:L2,C64,H4,K2,F160,V512,T64,tied) for a random model")
     ap.add_argument("-i", help="token shard glob (sorted, concatenated)")
     ap.add_argument("-b", type=int, default=4)
     ap.add_argument("-t", type=int, default=64)
