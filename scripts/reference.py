@@ -46,9 +46,11 @@ PRESETS = {"d12": (12, 768, 12), "d24": (24, 1024, 16), "d36": (36, 1280, 20), "
 # Header slot 8. llm.c's own GPT-2 files leave it 0.
 FAMILY_GPT2, FAMILY_LLAMA = 0, 1
 # q_norm / k_norm exist only with qk_norm, lm_head only when the head is not tied to wte.
-LLAMA_NAMES = ["wte", "attn_norm", "qkvw", "q_norm", "k_norm", "attn_proj", "mlp_norm", "gate_up", "down",
+# wq and wkv (k rows, then v rows) are stored apart, each stacked over layers; a layer's q|k|v projection is
+# their rows concatenated.
+LLAMA_NAMES = ["wte", "attn_norm", "wq", "wkv", "q_norm", "k_norm", "attn_proj", "mlp_norm", "gate_up", "down",
                "final_norm", "lm_head"]
-LLAMA_DECAYED = {"wte", "qkvw", "attn_proj", "gate_up", "down", "lm_head"}
+LLAMA_DECAYED = {"wte", "wq", "wkv", "attn_proj", "gate_up", "down", "lm_head"}
 ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3 = 0, 1, 2
 
 
@@ -103,7 +105,7 @@ class LlamaConfig:
 
     def shapes(self):
         Vp, L, NH, C, KV, D, F_ = self.Vp, self.L, self.NH, self.C, self.KV, self.D, self.F
-        every = {"wte": (Vp, C), "attn_norm": (L, C), "qkvw": (L, (NH + 2 * KV) * D, C), "q_norm": (L, D),
+        every = {"wte": (Vp, C), "attn_norm": (L, C), "wq": (L, NH * D, C), "wkv": (L, 2 * KV * D, C), "q_norm": (L, D),
                  "k_norm": (L, D), "attn_proj": (L, C, NH * D), "mlp_norm": (L, C), "gate_up": (L, 2 * F_, C),
                  "down": (L, C, F_), "final_norm": (C,), "lm_head": (Vp, C)}
         return [every[n] for n in self.names]
@@ -540,7 +542,7 @@ class Llama(torch.nn.Module):
         cos, sin = rope_cos_sin(self.inv_freq, T, x.dtype, x.device)
         for l in range(cfg.L):
             h = self.rmsnorm(x, p["attn_norm"][l], cfg.eps)
-            x = x + self.attention(h @ p["qkvw"][l].t(), l, cos, sin) @ p["attn_proj"][l].t()
+            x = x + self.attention(h @ torch.cat([p["wq"][l], p["wkv"][l]]).t(), l, cos, sin) @ p["attn_proj"][l].t()
             h = self.rmsnorm(x, p["mlp_norm"][l], cfg.eps)
             gate, up = (h @ p["gate_up"][l].t()).split(cfg.F, dim=-1)
             x = x + (self.silu(gate) * up) @ p["down"][l].t()

@@ -4,6 +4,8 @@
 #   rope scaling and an untied head, every layout -r 1..3, -z 3, -offload, -pp (1f1b, zb, interleaved), -tp,
 #   -tp -sp gives the one-rank run's loss and gradient norm at each step (relative 1e-5); a tied head through
 #   the pipeline's mirror likewise; resume across layouts continues the straight run;
+# - one rank in fp32 against the float64 reference (scripts/reference.py): step-0 logits, loss and every
+#   gradient, 8 AdamW steps with -ga 2 (losses, gradient norms) and the final model;
 # - the fenced build gives the CPU build's bits for a Llama run;
 # - --estimate prints the published parameter counts of the named shapes;
 # - bad shapes are one-line errors that name the field.
@@ -54,6 +56,20 @@ if sorted(got) != [3, 4, 5]:
 else:
     print("steps %s differ from the straight run" % bad if bad else "ok")
 PY
+
+# Against the float64 reference: the same model file, data and flags.
+./train_gpt_cpu -e "$untied" -i "$TMP/data.bin" -j "" -v 0 -s 0 -t 32 -x 0 -o "$TMP/init" > "$TMP/init.txt" 2>&1 || t_fail init "exited non-zero"
+model=$TMP/init/ckpt_000000/model.bin
+rflags=(-e "$model" -i "$TMP/data.bin" -b 2 -t 32 -ga 2 -x 8 -l 1e-3 -u 3 -q 0.1 -k cosine -c 0.5 -gc 0.5)
+mkdir -p "$TMP/cd"
+./train_gpt_cpu "${rflags[@]}" -j "" -v 0 -s 0 -o "$TMP/c" -dump "$TMP/cd" > "$TMP/c.txt" 2>&1 || t_fail trainer_run "exited non-zero"
+$PYTHON scripts/reference.py "${rflags[@]}" --quiet -o "$TMP/r" -dump "$TMP/rd" > "$TMP/r.txt" 2>&1 ||
+    t_fail reference_run "$(tail -2 "$TMP/r.txt")"
+compare_py array llama_logits_step0 "$TMP/cd/logits0.f32" "$TMP/rd/logits0.f32" --tol 1e-5
+compare_py scalar llama_loss_step0 "$TMP/cd/loss0.txt" "$TMP/rd/loss0.txt" --tol 1e-5
+compare_py grads llama_grads_step0 "$TMP/cd/grads0.f32" "$TMP/rd/grads0.f32" "$model" --tol 1e-5
+compare_py log llama_log_8_steps "$TMP/c/log.jsonl" "$TMP/r/log.jsonl" --steps 8 --tol 1e-5 --key loss --key grad_norm --key lr --clip 0.5
+compare_py models llama_final_model "$TMP/c/ckpt_000008/model.bin" "$TMP/r/model_final.bin" --tol 1e-4 --abs 1e-4
 
 # The fenced build (device memory the host cannot touch) gives the CPU build's bits.
 build/train_gpt_fenced -e "$untied" "${flags[@]}" -ga 2 -o "$TMP/fenced" > "$TMP/fenced.txt" 2>&1 || t_fail fenced "exited non-zero"

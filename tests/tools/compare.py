@@ -109,7 +109,7 @@ def cmd_grads(a):
     x, y = read_f32(a.a, cfg.numel()), read_f32(a.ref, cfg.numel())
     gx, gy = ref.split_payload(x, cfg), ref.split_payload(y, cfg)
     bad = []
-    for n in ref.NAMES:
+    for n in cfg.names:
         if not np.all(np.isfinite(gx[n])):
             bad.append("%s non-finite" % n)
             continue
@@ -185,7 +185,7 @@ def cmd_models(a):
     if hx != hy:
         return fail(a.name, "headers differ: %s vs ref %s" % (cx, cy))
     bad = []
-    for n in ref.NAMES:
+    for n in cx.names:
         x, y = px[n].astype(np.float64), py[n].astype(np.float64)
         if n == "qkvb" and a.kbias_bound is not None:
             C = cx.C

@@ -276,7 +276,7 @@ def saved_headers_and_sizes():
     """reference.py --save for llama specs: every header slot (the floats as float32 bits, unused slots 0)
     and the file size, with the tensor sizes added up by hand."""
     # L2 C64 H4 K2 D16 F160 V500 (Vp 512), untied, q/k norms:
-    # wte 512*64 + attn_norm 2*64 + qkvw 2*(4+2*2)*16*64 + q_norm, k_norm 2*16 each + attn_proj 2*64*64
+    # wte 512*64 + attn_norm 2*64 + wq 2*4*16*64 + wkv 2*2*2*16*64 + q_norm, k_norm 2*16 each + attn_proj 2*64*64
     # + mlp_norm 2*64 + gate_up 2*320*64 + down 2*64*160 + final_norm 64 + lm_head 512*64
     n1 = 32768 + 128 + 16384 + 32 + 32 + 8192 + 128 + 40960 + 20480 + 64 + 32768
     spec = "llama:L2,C64,H4,K2,F160,V500,T64,theta500000,eps1e-6,qknorm,rope-llama38/1/4/8192"
@@ -311,7 +311,7 @@ def saved_tensor_contents():
         assert (p[n] == 1).all(), "%s is not all ones" % n
     for n in ("wte", "lm_head"):
         assert (p[n][500:] == 0).all(), "%s's padded rows are not 0" % n
-    std = {"wte": 0.02, "qkvw": 0.02, "gate_up": 0.02, "lm_head": 0.02, "attn_proj": 0.01, "down": 0.01}
+    std = {"wte": 0.02, "wq": 0.02, "wkv": 0.02, "gate_up": 0.02, "lm_head": 0.02, "attn_proj": 0.01, "down": 0.01}
     for n, s in std.items():
         got = p[n][:500].std() if n in ("wte", "lm_head") else p[n].std()
         assert abs(got - s) < 0.05 * s and abs(p[n][:500].mean()) < 0.1 * s, "%s: std %.4g, want %.4g" % (n, got, s)

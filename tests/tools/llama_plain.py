@@ -51,7 +51,7 @@ def fields_of(h):
 def tensors(f):
     """[(name, shape)] in file order, from the format's table."""
     Vp, L, NH, C, KV, D, F = f["Vp"], f["L"], f["NH"], f["C"], f["KV"], f["D"], f["F"]
-    t = [("wte", (Vp, C)), ("attn_norm", (L, C)), ("qkvw", (L, (NH + 2 * KV) * D, C))]
+    t = [("wte", (Vp, C)), ("attn_norm", (L, C)), ("wq", (L, NH * D, C)), ("wkv", (L, 2 * KV * D, C))]
     if f["qk_norm"]:
         t += [("q_norm", (L, D)), ("k_norm", (L, D))]
     t += [("attn_proj", (L, C, NH * D)), ("mlp_norm", (L, C)), ("gate_up", (L, 2 * F, C)), ("down", (L, C, F)),
@@ -179,7 +179,8 @@ def forward(f, P, idx):
         for l in range(L):
             qs, ks, vs = [], [], []
             for t in range(T):
-                z = P["qkvw"][l] @ rms(xs[t], P["attn_norm"][l], eps)
+                n1 = rms(xs[t], P["attn_norm"][l], eps)
+                z = torch.cat([P["wq"][l] @ n1, P["wkv"][l] @ n1])
                 q = [z[h * D:(h + 1) * D] for h in range(NH)]
                 k = [z[(NH + j) * D:(NH + j + 1) * D] for j in range(KV)]
                 v = [z[(NH + KV + j) * D:(NH + KV + j + 1) * D] for j in range(KV)]
@@ -240,7 +241,7 @@ def train(f, params, tokens, B, T, ga, steps, lr, warmup, final_frac, wd, clip):
     P = {n: torch.tensor(params[n], dtype=torch.float64, requires_grad=True) for n, _ in tensors(f)}
     m = {n: np.zeros(p.shape) for n, p in P.items()}
     v = {n: np.zeros(p.shape) for n, p in P.items()}
-    two_d = [n for n, s in tensors(f) if n in ("wte", "qkvw", "attn_proj", "gate_up", "down", "lm_head")]
+    two_d = [n for n, s in tensors(f) if n in ("wte", "wq", "wkv", "attn_proj", "gate_up", "down", "lm_head")]
     log = []
     for step in range(steps):
         for p in P.values():
