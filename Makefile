@@ -72,7 +72,7 @@ $(NCCL_OBJ): CFLAGS += $(MPI_CFLAGS) -I$(NCCL_INC) -I$(CUDA_HOME)/include
 $(B)/cuda/core/comm/comm_mpi.o: CFLAGS += -DGPT_NCCL
 endif
 # core/<concern>/*.c; gpt2tok.c is the tokenizer helper program (its own main), below.
-CORE_SRC    := $(wildcard base/*.c) $(filter-out $(COMM_UNUSED) core/comm/comm_nccl.c core/tokenizer/gpt2tok.c,$(wildcard core/*/*.c)) $(wildcard models/*.c models/*/*.c) zero.c
+CORE_SRC    := $(wildcard base/*.c) $(filter-out $(COMM_UNUSED) core/comm/comm_nccl.c core/tokenizer/gpt2tok.c,$(wildcard core/*/*.c)) $(wildcard core/models/*/*.c) zero.c
 CPU_KERNELS := $(wildcard kernels/*.c)
 
 CORE_CPU_OBJ  := $(CORE_SRC:%.c=$(B)/cpu/%.o)

@@ -36,7 +36,7 @@
 #include "core/checkpoint/run_dir.h"
 #include "core/util/threads.h"
 #include "core/tokenizer/decode.h"
-#include "models/catalog.h"
+#include "core/models/catalog.h"
 #include "zero.h"
 
 typedef struct {

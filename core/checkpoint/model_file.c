@@ -7,7 +7,7 @@
 
 #include "base/common.h"
 #include "core/util/fs.h"
-#include "models/catalog.h"
+#include "core/models/catalog.h"
 
 // Slots 2-7 are llm.c's (maxT, V, L, NH, C, Vp); slot 8 names the family (0: GPT-2, llm.c's own files), whose
 // fields follow. 0 when the family is unknown.

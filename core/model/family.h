@@ -3,7 +3,7 @@
 // forward and backward over an activation table (block.h), its FLOPs and pipeline head cost, its named
 // shapes and its model-file fields. The layout, the walk, ZeRO, the pipeline, tensor parallelism,
 // checkpoints, --estimate and the report read it; none of them names a family. The families themselves
-// live in models/, one folder each, listed by models/catalog.c.
+// live in core/models/, one folder each, listed by core/models/catalog.c.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

@@ -6,7 +6,7 @@
 #include "base/common.h"
 #include "core/model/gpt.h"
 #include "core/pipeline/pipeline.h"
-#include "models/catalog.h"
+#include "core/models/catalog.h"
 
 void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int dp,
                  int stage, int zero, int recompute) {

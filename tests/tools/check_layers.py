@@ -9,7 +9,7 @@ or sideways (the same layer), never up. Layers, bottom to top:
    4 core/model/        shapes and the parameter layout, activation memory, batch I/O, the walk (gpt.c)
    5 core/data/         token shards                         } one layer: none includes another
      core/tokenizer/    BPE encoding and llm.c's decoding file }
-     models/            the model families (one folder each) and their catalog }
+     core/models/       the model families (one folder each) and their catalog }
    6 core/pipeline/     schedules as action lists and their executor
    7 core/zero/         ZeRO's helpers: model state, optimizer, delayed update, gradient landing, pieces, gradient and parameter slots
    8 core/run/          flags, the report, the memory estimate, generation
@@ -36,7 +36,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
 LAYERS = [("base/", 0), ("kernels/", 1), ("core/util/", 2), ("core/comm/", 3), ("core/model/", 4),
-          ("core/data/", 5), ("core/tokenizer/", 5), ("models/", 5), ("core/pipeline/", 6), ("core/zero/", 7), ("core/run/", 8),
+          ("core/data/", 5), ("core/tokenizer/", 5), ("core/models/", 5), ("core/pipeline/", 6), ("core/zero/", 7), ("core/run/", 8),
           ("core/checkpoint/", 9), ("zero.h", 10), ("zero.c", 10), ("train_gpt.cu", 11)]
 
 

@@ -9,7 +9,7 @@
 
 #include "base/common.h"
 #include "core/pipeline/schedule.h"
-#include "models/gpt2/gpt2.h"
+#include "core/models/gpt2/gpt2.h"
 #include "tests/unit/testlib.h"
 
 // GPT-2's LM head in blocks (its family's pipeline cost model) for a shape of channels C, padded vocabulary

@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "models/catalog.h"
-#include "models/gpt2/gpt2.h"
+#include "core/models/catalog.h"
+#include "core/models/gpt2/gpt2.h"
 #include "core/model/model.h"
 #include "core/zero/optimizer.h"
 #include "kernels/adamw_host.h"

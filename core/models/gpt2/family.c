@@ -3,7 +3,7 @@
 
 #include "base/common.h"
 #include "core/model/model.h"
-#include "models/gpt2/gpt2.h"
+#include "core/models/gpt2/gpt2.h"
 
 #define EMB(name, init, decay, vocab) {name, UNIT_EMBEDDING, init, decay, vocab}
 #define BLK(name, init, decay) {name, UNIT_BLOCK, init, decay, 0}

@@ -5,7 +5,7 @@
 
 #include "base/common.h"
 #include "core/model/block.h"
-#include "models/llama/llama.h"
+#include "core/models/llama/llama.h"
 
 void llama_inv_freq(const ModelShape* s, float* out) {
     const Rope* r = &s->rope;

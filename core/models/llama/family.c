@@ -5,7 +5,7 @@
 
 #include "base/common.h"
 #include "core/model/model.h"
-#include "models/llama/llama.h"
+#include "core/models/llama/llama.h"
 
 #define EMB(name) {name, UNIT_EMBEDDING, INIT_NORMAL, 1, 1}
 #define BLK(name, init, decay) {name, UNIT_BLOCK, init, decay, 0}

@@ -1,7 +1,7 @@
 // block.c: GPT-2's block for the walk (core/model/block.h): pre-LayerNorm attention and a GELU MLP, each
 // added to the residual stream; qkv and fc column-parallel, the two projections row-parallel under -tp.
 #include "core/model/block.h"
-#include "models/gpt2/gpt2.h"
+#include "core/models/gpt2/gpt2.h"
 
 // The block's activations, in BUFFERS' order.
 enum { LN1, LN1_MEAN, LN1_RSTD, QKV, ATTY, ATT_LSE, RESID2, LN2, LN2_MEAN, LN2_RSTD, FCH, FCH_GELU, NUM_BUFFERS };

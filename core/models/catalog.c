@@ -1,9 +1,9 @@
 // catalog.c: every model family, in the order -e tries their specs. See catalog.h.
 #include <stdio.h>
 
-#include "models/catalog.h"
-#include "models/gpt2/gpt2.h"
-#include "models/llama/llama.h"
+#include "core/models/catalog.h"
+#include "core/models/gpt2/gpt2.h"
+#include "core/models/llama/llama.h"
 
 static const ModelFamily* const FAMILIES[] = {&GPT2_FAMILY, &LLAMA_FAMILY};
 #define NUM_FAMILIES (int)(sizeof(FAMILIES) / sizeof(FAMILIES[0]))

@@ -1,5 +1,5 @@
 // catalog.h: the model families the trainer knows (family.h), and the -e shapes and model files that name
-// them. Adding a family is its folder under models/ plus one entry in catalog.c.
+// them. Adding a family is its folder under core/models/ plus one entry in catalog.c.
 #pragma once
 #include <stdio.h>
 
