@@ -64,11 +64,11 @@ void attention_forward(Backend* be, DType dt, void* out, float* lse, const void*
     BACKEND_ENTRY(be, out, lse, qkv);
     AttnShape s = attn_shape(T, NH, KV, D);
     int per_thread = T + D;   // one score row + one output accumulator
-    float* buf = xmalloc(sizeof(float) * per_thread * omp_get_max_threads());
+    float* buf = xmalloc(sizeof(float) * per_thread * cpu_max_threads());
 #pragma omp parallel for schedule(dynamic, 8)
     for (int r = 0; r < B * NH * T; r++) {
         int t = r % T, h = (r / T) % NH, b = r / (T * NH);
-        float* mine = buf + (size_t)per_thread * omp_get_thread_num();
+        float* mine = buf + (size_t)per_thread * cpu_thread_num();
         attn_forward_row(&s, dt, out, lse, qkv, b, h, t, mine, mine + T);
     }
     free(buf);
@@ -137,10 +137,10 @@ void attention_backward(Backend* be, DType dt, void* dqkv, float* scratch, const
         scratch[r] = dot(dout, o_at(&s, b, t, h), out, o_at(&s, b, t, h), s.D, dt);
     }
     AttnBwd a = {&s, dt, dout, qkv, lse, scratch};
-    float* buf = xmalloc(sizeof(float) * 2 * s.D * omp_get_max_threads());
+    float* buf = xmalloc(sizeof(float) * 2 * s.D * cpu_max_threads());
 #pragma omp parallel
     {
-        float* mine = buf + (size_t)2 * s.D * omp_get_thread_num();
+        float* mine = buf + (size_t)2 * s.D * cpu_thread_num();
 #pragma omp for schedule(dynamic, 8)
         for (int r = 0; r < qrows; r++) attn_dq_row(&a, dqkv, r / (T * NH), (r / T) % NH, r % T, mine);
 #pragma omp for schedule(dynamic, 8)

@@ -11,6 +11,27 @@
 #include "kernels/host_elem.h"
 #include "kernels/kernels.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+// Per-thread scratch in a parallel region: the most threads it may have, and this thread's index (1 and 0 in
+// a build without OpenMP, such as the fuzzing harnesses').
+static inline int cpu_max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+static inline int cpu_thread_num(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
 // The fenced test build (-DBACKEND_FENCE: build/train_gpt_fenced, tests/system/t_fence.sh) keeps backend memory
 // unreadable to the host, as a GPU's device memory is, except while a thread is inside a backend function:
 // each one begins with BACKEND_ENTRY(be, its device pointers...), which lifts the fence until it returns and

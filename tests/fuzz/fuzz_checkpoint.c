@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "base/common.h"
+#include "core/models/gpt2/gpt2.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/model/memory.h"
 #include "zero.h"
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
     char path[PATH_MAX];
     for (int i = 0; i < parts; i++) harness_write(h, FILES[i], part[i], len[i], path);
 
-    ModelShape shape = {1, 8, 1, 128, 128, 4};   // L C NH V Vp maxT
+    ModelShape shape = gpt2_shape(1, 8, 1, 128, 4);   // L C NH V maxT
     ParamLayout* lay = calloc(1, sizeof *lay);
     if (!lay) return 2;
     layout_build(lay, &shape, layout_pad_multiple(1));

@@ -1,8 +1,8 @@
 // fuzz_model.c: llm.c model files through model_file_shape + model_file_read. The input is the file.
 //
-// As train_gpt does for -e FILE: read the shape, build the layout from it, read the values. Header word 8
-// (ignored by the reader) picks the padding (DP sizes 1-4), or, when odd, a fixed layout instead, so the
-// shape-mismatch path runs too.
+// As train_gpt does for -e FILE: read the shape, build the layout from it, read the values. Header word 64
+// (ignored by the reader; word 8 names the family) picks the padding (DP sizes 1-4), or, when odd, a fixed
+// layout instead, so the shape-mismatch path runs too.
 #include "tests/fuzz/harness.h"
 
 #include <limits.h>
@@ -12,19 +12,20 @@
 #include "core/checkpoint/checkpoint.h"
 #include "core/checkpoint/model_file.h"
 #include "base/common.h"
+#include "core/models/gpt2/gpt2.h"
 
 int main(int argc, char** argv) {
     unsigned char* in;
     size_t n;
     Harness* h = harness_begin(argc, argv, 0, &in, &n);
-    int pick = harness_le32(in, n, 32);
+    int pick = harness_le32(in, n, 256);
     ModelShape s = model_file_shape(argv[1]);
     int version = harness_le32(in, n, 4);
     size_t elem = version == 3 ? 4 : 2;
     ParamLayout* lay = calloc(1, sizeof *lay);
     if (!lay) return 2;
     if (pick & 1) {
-        ModelShape fixed = {1, 8, 1, 128, 128, 4};   // L C NH V Vp maxT
+        ModelShape fixed = gpt2_shape(1, 8, 1, 128, 4);   // L C NH V maxT
         layout_build(lay, &fixed, 64);
     } else {
         layout_build(lay, &s, layout_pad_multiple(1 + (pick >> 1 & 3)));

@@ -1,4 +1,5 @@
 // family.c: GPT-2 described for the trainer (family.h): kinds, cuts, shapes, file fields, costs.
+#include <limits.h>
 #include <string.h>
 
 #include "base/common.h"
@@ -52,9 +53,12 @@ static TensorCut kind_cut(const ModelShape* s, int k) {
     }
 }
 
+// 4C, or 0 (refused by shape_validate) when a file's header names channels beyond int's range for it.
+static int mlp_width(int C) { return C > 0 && C <= INT_MAX / 4 ? 4 * C : 0; }
+
 ModelShape gpt2_shape(int L, int C, int NH, int V, int maxT) {
     ModelShape s = {.family = &GPT2_FAMILY, .L = L, .C = C, .NH = NH, .V = V, .Vp = padded_vocab(V), .maxT = maxT,
-                    .KV = NH, .D = NH > 0 ? C / NH : 0, .F = 4 * C, .tied = 1, .eps = 1e-5f};
+                    .KV = NH, .D = NH > 0 ? C / NH : 0, .F = mlp_width(C), .tied = 1, .eps = 1e-5f};
     return s;
 }
 
@@ -94,7 +98,7 @@ static void validate(const ModelShape* s) {
     if (s->C % s->NH != 0) fail("model channels %d are not divisible by its %d heads", s->C, s->NH);
     if ((s->C / s->NH) % 8 != 0 || s->C / s->NH > 128)
         fail("head size %d (channels %d / heads %d) must be a multiple of 8 and at most 128", s->C / s->NH, s->C, s->NH);
-    if (s->KV != s->NH || s->D != s->C / s->NH || s->F != 4 * s->C || !s->tied || s->qk_norm)
+    if (s->KV != s->NH || s->D != s->C / s->NH || s->F != mlp_width(s->C) || !s->tied || s->qk_norm)
         fail("internal: a GPT-2 shape with another family's fields");
 }
 
