@@ -1,7 +1,7 @@
 // attention.c: causal self-attention with grouped-query heads (CPU twin), flash-attention style: the forward
 // keeps only the log-sum-exp of each score row, the backward recomputes probabilities from q, k and lse.
-// With KV == NH every sum runs over the same terms in the same order as plain multi-head attention, so
-// GPT-2's results do not depend on the grouping having been added.
+// With KV == NH every sum runs over the same terms in the same order as multi-head attention written for
+// that case alone (tests/unit/attention_mha_oracle.h), so GPT-2's bits do not depend on the grouping.
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>

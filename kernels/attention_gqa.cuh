@@ -1,8 +1,8 @@
 // attention_gqa.cuh: causal self-attention with grouped-query heads (R = NH/KV query heads share each kv
 // head), and head size 128 on tensor cores. Included by attention.cuh after the multi-head kernels, whose
-// device helpers it uses. Those kernels keep every call they served before kv heads could be shared (KV == NH:
-// head size 64 in 16-bit storage on tensor cores, every other case on CUDA cores), so their results do not
-// move; these take KV < NH, and KV == NH with head size 128 in 16-bit storage.
+// device helpers it uses. Those keep KV == NH (head size 64 in 16-bit storage on tensor cores, the rest on
+// CUDA cores) but for head size 128 in 16-bit storage, so GPT-2 runs on them alone; these take that case
+// and every KV < NH.
 // The backward has one owner per output, as the multi-head one: a query-major pass for dq, a key-major pass
 // for dk, dv in which a kv head's block sums over its R query heads in increasing order (no atomics, the
 // same bits on every run).
@@ -20,29 +20,43 @@ struct GqaShape {
 // ---------------------------------------------------------------------------------------------------
 // CUDA-core kernels: any head size the multi-head ones take (G lanes of 16 dims per row), any storage type.
 
-// grid (ceil(R*T/QB), B*KV), block ATT_THREADS. A block serves the R query heads of one kv head, so each k/v
-// tile it loads serves R rows per query: lane group p owns row p / R of query head kh*R + p % R.
+// Query-major CUDA-core kernels: grid (ceil(R*T/QB), B*KV), block ATT_THREADS. A block serves the R query
+// heads of one kv head, so each k/v tile it loads serves R rows per query: lane group p owns row i = p / R
+// (>= T past the last row) of query head kh*R + p % R, dims [d0, d0+16); last_q is the block's last row.
+struct GqaRow { int b, kh, h, i, d0, last_q; };
+template <int G> __device__ __forceinline__ GqaRow gqa_row(const GqaShape& sh) {
+    constexpr int QB = ATT_THREADS / G;
+    const int R = sh.R(), p0 = blockIdx.x * QB, p = p0 + threadIdx.x / G, kh = blockIdx.y % sh.KV;
+    return GqaRow{(int)blockIdx.y / sh.KV, kh, kh * R + p % R, p / R, (int)(threadIdx.x % G) * 16,
+                  min(sh.T - 1, (p0 + QB - 1) / R)};
+}
+// Key/value rows [t0, t0+ATT_TILE) of kv head kh into the block's tiles, once every thread is done with the last.
+template <typename T, int HSP>
+__device__ __forceinline__ void gqa_load_kv(float (*ks)[HSP], float (*vs)[HSP], const T* base, const GqaShape& sh, int kh,
+                                            int t0) {
+    __syncthreads();
+    load_tile<T, HSP>(ks, base, sh.ld(), sh.kcol(kh), t0, sh.T, sh.D);
+    load_tile<T, HSP>(vs, base, sh.ld(), sh.vcol(kh), t0, sh.T, sh.D);
+    __syncthreads();
+}
+
+// out and lse by an online softmax over the block's k/v tiles.
 template <typename T, int G>
 __global__ void __launch_bounds__(ATT_THREADS) gqa_forward_kernel(T* out, float* lse, const T* qkv, GqaShape sh) {
-    constexpr int HSP = 16 * G, QB = ATT_THREADS / G;
+    constexpr int HSP = 16 * G;
     __shared__ float ks[ATT_TILE][HSP], vs[ATT_TILE][HSP];
-    const int R = sh.R(), T_ = sh.T, D = sh.D, ld = sh.ld(), b = blockIdx.y / sh.KV, kh = blockIdx.y % sh.KV;
-    const int p0 = blockIdx.x * QB, p = p0 + threadIdx.x / G, i = p / R, h = kh * R + p % R;
-    const int g = threadIdx.x % G, d0 = g * 16;
-    const T* base = qkv + (size_t)b * T_ * ld;
+    const GqaRow w = gqa_row<G>(sh);
+    const int T_ = sh.T, D = sh.D, i = w.i, h = w.h, d0 = w.d0;
+    const T* base = qkv + (size_t)w.b * T_ * sh.ld();
     const float scale = 1.0f / sqrtf((float)D);
     float q[16], o[16];
-    if (i < T_) load_row16(base, ld, i, h * D, d0, D, q);
+    if (i < T_) load_row16(base, sh.ld(), i, h * D, d0, D, q);
     else
         for (int k = 0; k < 16; k++) q[k] = 0.0f;
     for (int k = 0; k < 16; k++) o[k] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    const int last_q = min(T_ - 1, (p0 + QB - 1) / R);
-    for (int t0 = 0; t0 <= last_q; t0 += ATT_TILE) {
-        __syncthreads();   // the previous tile is no longer read
-        load_tile<T, HSP>(ks, base, ld, sh.kcol(kh), t0, T_, D);
-        load_tile<T, HSP>(vs, base, ld, sh.vcol(kh), t0, T_, D);
-        __syncthreads();
+    for (int t0 = 0; t0 <= w.last_q; t0 += ATT_TILE) {
+        gqa_load_kv<T, HSP>(ks, vs, base, sh, w.kh, t0);
         for (int jj = 0; jj < ATT_TILE; jj++) {
             float s = 0.0f;
             for (int k = 0; k < 16; k++) s += q[k] * ks[jj][d0 + k];
@@ -62,40 +76,35 @@ __global__ void __launch_bounds__(ATT_THREADS) gqa_forward_kernel(T* out, float*
     if (i >= T_) return;
     const float inv = 1.0f / l;
     for (int k = 0; k < 16; k++) o[k] *= inv;
-    T* orow = out + ((size_t)b * T_ + i) * sh.NH * D + h * D;
+    T* orow = out + ((size_t)w.b * T_ + i) * sh.NH * D + h * D;
     for (int u = 0; u < 2; u++)
         if (d0 + u * 8 < D) store8(orow + d0 + u * 8, o + u * 8);
-    if (g == 0) lse[((size_t)b * sh.NH + h) * T_ + i] = m + logf(l);
+    if (d0 == 0) lse[((size_t)w.b * sh.NH + h) * T_ + i] = m + logf(l);
 }
 
-// dq (in dqkv's q part), with the forward's row ownership: dq_i = scale * sum_j dS_ij k_j.
+// dq (in dqkv's q part), rows owned as in the forward: dq_i = scale * sum_j dS_ij k_j.
 template <typename T, int G>
 __global__ void __launch_bounds__(ATT_THREADS) gqa_backward_dq_kernel(T* dqkv, const T* qkv, const T* dout,
                                                                       const float* lse, const float* Dsum, GqaShape sh) {
-    constexpr int HSP = 16 * G, QB = ATT_THREADS / G;
+    constexpr int HSP = 16 * G;
     __shared__ float ks[ATT_TILE][HSP], vs[ATT_TILE][HSP];
-    const int R = sh.R(), T_ = sh.T, D = sh.D, ld = sh.ld(), b = blockIdx.y / sh.KV, kh = blockIdx.y % sh.KV;
-    const int p0 = blockIdx.x * QB, p = p0 + threadIdx.x / G, i = p / R, h = kh * R + p % R;
-    const int g = threadIdx.x % G, d0 = g * 16;
-    const T* base = qkv + (size_t)b * T_ * ld;
+    const GqaRow w = gqa_row<G>(sh);
+    const int T_ = sh.T, D = sh.D, i = w.i, h = w.h, d0 = w.d0;
+    const T* base = qkv + (size_t)w.b * T_ * sh.ld();
     const float scale = 1.0f / sqrtf((float)D);
     float q[16], dov[16], dq[16];
     float lse_i = 0.0f, D_i = 0.0f;
     if (i < T_) {
-        load_row16(base, ld, i, h * D, d0, D, q);
-        load_row16(dout + (size_t)b * T_ * sh.NH * D, sh.NH * D, i, h * D, d0, D, dov);
-        lse_i = lse[((size_t)b * sh.NH + h) * T_ + i];
-        D_i = Dsum[((size_t)b * sh.NH + h) * T_ + i];
+        load_row16(base, sh.ld(), i, h * D, d0, D, q);
+        load_row16(dout + (size_t)w.b * T_ * sh.NH * D, sh.NH * D, i, h * D, d0, D, dov);
+        lse_i = lse[((size_t)w.b * sh.NH + h) * T_ + i];
+        D_i = Dsum[((size_t)w.b * sh.NH + h) * T_ + i];
     } else {
         for (int k = 0; k < 16; k++) q[k] = dov[k] = 0.0f;
     }
     for (int k = 0; k < 16; k++) dq[k] = 0.0f;
-    const int last_q = min(T_ - 1, (p0 + QB - 1) / R);
-    for (int t0 = 0; t0 <= last_q; t0 += ATT_TILE) {
-        __syncthreads();
-        load_tile<T, HSP>(ks, base, ld, sh.kcol(kh), t0, T_, D);
-        load_tile<T, HSP>(vs, base, ld, sh.vcol(kh), t0, T_, D);
-        __syncthreads();
+    for (int t0 = 0; t0 <= w.last_q; t0 += ATT_TILE) {
+        gqa_load_kv<T, HSP>(ks, vs, base, sh, w.kh, t0);
         for (int jj = 0; jj < ATT_TILE; jj++) {
             float s = 0.0f, dp = 0.0f;
             for (int k = 0; k < 16; k++) {
@@ -111,7 +120,7 @@ __global__ void __launch_bounds__(ATT_THREADS) gqa_backward_dq_kernel(T* dqkv, c
     }
     if (i >= T_) return;
     for (int k = 0; k < 16; k++) dq[k] *= scale;
-    T* row = dqkv + ((size_t)b * T_ + i) * ld + h * D;
+    T* row = dqkv + ((size_t)w.b * T_ + i) * sh.ld() + h * D;
     for (int u = 0; u < 2; u++)
         if (d0 + u * 8 < D) store8(row + d0 + u * 8, dq + u * 8);
 }
@@ -303,6 +312,24 @@ template <typename T> __device__ __forceinline__ void gqa_pack_a(uint32_t* a, co
     a[3] = pack2<T>(odd[2], odd[3]);
 }
 
+// Key/value tile j of a query-major kernel is in stage j & 1 for every thread, tile j+1 on its way into the
+// other stage (whose last readers passed the barrier ending iteration j-1).
+template <typename T, int HS, int W>
+__device__ __forceinline__ void gqa_kv_tile_ready(T* Ks, T* Vs, const T* kbase, const T* vbase, size_t ld, int j,
+                                                  int ntiles, int T_) {
+    constexpr int LD = GqaTile<HS>::LD;
+    if (j + 1 < ntiles) {
+        const int st = (j + 1) & 1;
+        gqa_load_tile<T, HS, FA_BT, W>(Ks + st * FA_BT * LD, kbase, ld, (j + 1) * FA_BT, T_);
+        gqa_load_tile<T, HS, FA_BT, W>(Vs + st * FA_BT * LD, vbase, ld, (j + 1) * FA_BT, T_);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+    __syncthreads();
+}
+
 template <int HS, int W> constexpr int gqa_fwd_smem() { return (W * 16 + 4 * FA_BT) * GqaTile<HS>::LD * 2; }
 // grid (ceil(T/BR), B*NH): one query head per block; the R blocks of a kv head read the same k/v rows (L2).
 // At least 1 block per SM: no register cap for occupancy, which would spill the accumulators.
@@ -335,16 +362,7 @@ __global__ void __launch_bounds__(W * 32, 1) gqa_forward_tc_kernel(T* out, float
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};   // rows g, g+8: running max (log2 units), partial sum
 
     for (int j = 0; j < ntiles; j++) {
-        if (j + 1 < ntiles) {
-            const int st = (j + 1) & 1;
-            gqa_load_tile<T, HS, FA_BT, W>(Ks + st * FA_BT * LD, kbase, ld, (j + 1) * FA_BT, T_);
-            gqa_load_tile<T, HS, FA_BT, W>(Vs + st * FA_BT * LD, vbase, ld, (j + 1) * FA_BT, T_);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        gqa_kv_tile_ready<T, HS, W>(Ks, Vs, kbase, vbase, ld, j, ntiles, T_);
         if (j == 0) gqa_load_a<HS>(qf, Qs, warp * 16);
         const int k0 = j * FA_BT;
         // Tiles start at multiples of 16, so a tile the warp does not skip holds key k0 <= r0 <= every row:
@@ -466,16 +484,7 @@ __global__ void __launch_bounds__(W * 32) gqa_backward_dq_tc_kernel(T* dqkv, flo
     for (int n = 0; n < NT; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
     for (int j = 0; j < ntiles; j++) {
-        if (j + 1 < ntiles) {
-            const int st = (j + 1) & 1;
-            gqa_load_tile<T, HS, FA_BT, W>(Ks + st * FA_BT * LD, kbase, ld, (j + 1) * FA_BT, T_);
-            gqa_load_tile<T, HS, FA_BT, W>(Vs + st * FA_BT * LD, vbase, ld, (j + 1) * FA_BT, T_);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        gqa_kv_tile_ready<T, HS, W>(Ks, Vs, kbase, vbase, ld, j, ntiles, T_);
         if (j == 0) {
             gqa_load_a<HS>(qf, Qs, warp * 16);
             gqa_load_a<HS>(df, dOs, warp * 16);

@@ -1,6 +1,7 @@
-// attention_mha_oracle.h: the CPU twin's causal multi-head attention as it stood before kv heads could be
-// shared (qkv rows [q | k | v] of C channels, NH heads), kept unchanged but for its names. Compiled with the
-// same flags as the kernels, it fixes the bits that attention_forward/backward must keep for KV == NH.
+// attention_mha_oracle.h: causal multi-head attention written for KV == NH alone (qkv rows [q | k | v] of
+// C channels, NH heads): the CPU twin's operations that GPT-2's results rest on, under other names. Compiled
+// with the kernels' flags (the same contractions into FMAs), it fixes the bits attention_forward/backward
+// must give for KV == NH.
 #pragma once
 #include <omp.h>
 #include <stdlib.h>

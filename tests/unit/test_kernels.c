@@ -326,8 +326,8 @@ static void test_attention(TestStats* s, Backend* be, int NH, int KV, int D) {
     be_free(be, out); be_free(be, lse); be_free(be, scratch); be_free(be, dq);
 }
 
-// KV == NH at GPT-2's head size (and the small test models' 16) against the multi-head kernel as it was, bit
-// for bit, in every storage type.
+// KV == NH at GPT-2's head size (and the small test models' 16) against the multi-head-only oracle, bit for
+// bit, in every storage type.
 static void test_attention_mha_bits(TestStats* s, Backend* be, int NH, int D, DType dt) {
     enum { B = 2, T = 33 };
     const int C = NH * D;
