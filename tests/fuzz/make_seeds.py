@@ -49,7 +49,8 @@ def bf16(xs):
 
 def model_file(s, rng, version=3, pick=0):
     _, n = canonical_tensors(s)
-    h = header([MODEL_MAGIC, version, s["maxT"], s["V"], s["L"], s["NH"], s["C"], s["Vp"], pick])
+    # Word 8 names the family (0: GPT-2); fuzz_model.c reads its layout pick from word 64.
+    h = header([MODEL_MAGIC, version, s["maxT"], s["V"], s["L"], s["NH"], s["C"], s["Vp"]] + [0] * 56 + [pick])
     vals = values(rng, n)
     return h + (struct.pack("<%df" % n, *vals) if version == 3 else bf16(vals))
 
