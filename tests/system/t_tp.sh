@@ -63,7 +63,9 @@ case_tp tp4_z3_r3_offload2 4 ref_ga1 1e-5 -tp 4 -z 3 -r 3 -offload 2
 case_tp tp2_bf16 2 ref_bf16 2e-2 -tp 2 -p bf16
 # A bf16 model file (version 5, as import_hf.py --bf16 writes): -tp 2 reads each shard's runs (a row's
 # columns of the row-parallel projections, q, k and v's rows) through bf16 scratch, one rank reads whole
-# tensors; both then train alike. The file is $MODEL rounded to bf16 (nearest even).
+# tensors; both then train alike. The file is $MODEL rounded to bf16 (nearest even). 2e-5: from these
+# rounded weights fcb's small entries carry the reordered sums' error relatively further than elsewhere
+# (how far depends on the CPU's vector width under -march=native); a wrong shard is off by far more.
 $PYTHON - "$MODEL" "$TMP/model_v5.bin" <<'PY'
 import sys, numpy as np
 h = np.fromfile(sys.argv[1], dtype=np.int32, count=256)
@@ -74,7 +76,7 @@ with open(sys.argv[2], "wb") as f:
     f.write(((u + 0x7fff + ((u >> 16) & 1)) >> 16).astype(np.uint16).tobytes())
 PY
 train 1 "$TMP/ref_v5" -ga 1 -e "$TMP/model_v5.bin" || t_fail reference "one-rank run from the bf16 file failed"
-case_tp tp2_from_bf16_file 2 ref_v5 1e-5 -tp 2 -e "$TMP/model_v5.bin"
+case_tp tp2_from_bf16_file 2 ref_v5 2e-5 -tp 2 -e "$TMP/model_v5.bin"
 # -sp 1: the LayerNorms and residual adds on each rank's rows; reduce-scatter and all-gather instead of
 # all-reduce; the LayerNorms' parameter gradients summed over the group.
 case_tp sp_tp2 2 ref_ga1 1e-5 -tp 2 -sp 1
