@@ -152,7 +152,7 @@ static ModelShape resolve_shape(const Config* cfg, int* is_spec) {
     ModelShape s;
     *is_spec = shape_from_spec(cfg->model, &s);
     if (*is_spec) return s;
-    if (file_size(cfg->model) < 0) fail("-e %s: not a model name (d12|d24|d36|d48|L<n>C<n>H<n>...) nor an existing file", cfg->model);
+    if (file_size(cfg->model) < 0) fail("-e %s: neither a model shape (GPT-2's d12|d24|d36|d48|L<n>C<n>H<n>..., a Llama family's smollm2-135m|...|llama:..., see -h) nor an existing file", cfg->model);
     return model_file_shape(cfg->model);
 }
 

@@ -121,8 +121,8 @@ struct BlockOps {
     // b's input is residual_at(index), its output residual_at(index + 1). A recomputation (the whole-block
     // level) may stop before the last layer, whose output is already in place.
     void (*forward)(GPT* g, Backend* be, const BlockRef* b, int recomputing);
-    // Refills what the recompute level did not keep, with the forward's kernels, so the values are the
-    // forward's bits.
+    // Refills what -r 1 and -r 2 did not keep, with the forward's kernels, so the values are the forward's
+    // bits. (-r 3 keeps only the block's input: the walk runs forward with recomputing set instead.)
     void (*recompute)(GPT* g, Backend* be, const BlockRef* b);
     // dresid holds d(output) on entry and d(input) on exit; gradients accumulate into b->grads (B has none).
     void (*backward)(BlockBackward* c, const BlockRef* b);

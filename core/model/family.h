@@ -92,7 +92,6 @@ struct ModelFamily {
     // The LM head's and loss's cost in blocks, for the pipeline's split (schedule.h: pipeline_split).
     double (*head_cost)(const ModelShape* s, int T);
     const BlockOps* block;
-    const char* spec_help;   // the -e syntax, for -h and errors
 };
 
 // Kind k's entry, and whether k is one per block.

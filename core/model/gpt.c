@@ -161,7 +161,7 @@ size_t gpt_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, int 
         total += plan_bytes(&p, lay, dt, B, T, sp) * (size_t)(p.per_set ? num_sets : 1);
     }
     for (int f = 0; f < ops->num_stash; f++) total += stash_elems(lay, ops, B, T, sp, f) * dtype_size(dt) * (size_t)num_stash;
-    return total;
+    return total + (ops->constants ? ops->constants(&lay->shape, NULL) * sizeof(float) : 0);
 }
 
 static void alloc_buffers(GPT* g, Backend* be, MemLedger* mem) {
@@ -464,7 +464,8 @@ static void backward_walk(GPT* g, Backend* be, int set, BackwardMode mode, int s
     for (int i = lay->num_blocks - 1; i >= 0; i--) {
         int l = lay->first_block + i, u = unit_of_block(lay, l), weights = mode != BWD_INPUT;
         BlockRef b = {.index = i, .layer = l, .params = store_params(ps, be, u)};   // one request (a gather) serves both
-        g->ops->recompute(g, be, &b);
+        if (g->recompute >= 3) g->ops->forward(g, be, &b, 1);
+        else g->ops->recompute(g, be, &b);
         BlockBackward c = {.g = g, .be = be, .mode = mode};
         if (mode != BWD_FUSED) c.stash = stash_of_block(g, slot, i);
         if (weights) b.grads = store_grads(ps, be, u);

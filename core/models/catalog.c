@@ -1,6 +1,4 @@
 // catalog.c: every model family, in the order -e tries their specs. See catalog.h.
-#include <stdio.h>
-
 #include "core/models/catalog.h"
 #include "core/models/gpt2/gpt2.h"
 #include "core/models/llama/llama.h"
@@ -18,8 +16,4 @@ const ModelFamily* family_of_file_id(int id) {
     for (int i = 0; i < NUM_FAMILIES; i++)
         if (FAMILIES[i]->file_id == id) return FAMILIES[i];
     return NULL;
-}
-
-void catalog_print_specs(FILE* f, const char* indent) {
-    for (int i = 0; i < NUM_FAMILIES; i++) fprintf(f, "%s%-6s %s\n", indent, FAMILIES[i]->name, FAMILIES[i]->spec_help);
 }

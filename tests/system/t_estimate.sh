@@ -38,6 +38,9 @@ compare estimate_np2_z2_bf16_offload 2 -z 2 -p bf16 -offload 1   # host_state pl
 compare estimate_np2_z3_bf16_offload2 2 -z 3 -p bf16 -offload 2   # and host_grads, host_params
 compare estimate_np4_tp2_z2 4 -tp 2 -z 2                           # a tensor rank's shards and activations
 compare estimate_np2_tp2_sp_r1 2 -tp 2 -sp 1 -r 1                    # and its rows under -sp
+llama=llama:L2,C64,H4,K2,D32,F96,V512,T64,qknorm
+compare estimate_llama_np1_r1 1 -e "$llama" -r 1                    # a Llama block's table, its RoPE table
+compare estimate_llama_np2_tp2_z3 2 -e "$llama" -tp 2 -z 3          # its shards, the untied head's rows
 # The plan needs no data and no device: it works with a shard pattern that matches nothing.
 ./train_gpt_cpu -e d48 -i "$TMP/none_*.bin" -b 4 -t 1024 -z 3 -w 64 --estimate > "$TMP/d48.txt" 2>&1
 t_check estimate_needs_no_data "grep -q '^plan: ' '$TMP/d48.txt' && grep -q 'ZeRO-3' '$TMP/d48.txt'"

@@ -7,7 +7,7 @@
 #
 # Prints "ok same_bits_NAME" or "FAIL same_bits_NAME: why" per run; exit 1 on any difference.
 set -u
-old=$1 new=$2
+old=$(readlink -f "$1") new=$(readlink -f "$2")   # the runs start in a scratch directory
 root=$(cd "$(dirname "$0")/../.." && pwd)
 PYTHON=${PYTHON:-/usr/bin/python3}
 tmp=$(mktemp -d /tmp/same-bits.XXXXXX)

@@ -76,16 +76,11 @@ static void forward(GPT* g, Backend* be, const BlockRef* b, int recomputing) {
     residual_forward(be, dt, v.out, v.resid2, sum_partials(g, proj), RC);
 }
 
-// -r 1 refills the GELU, -r 2 also attention and the LayerNorms, -r 3 runs the whole block again. On the
-// GPU cuBLASLt's fused GELU epilogue rounds differently from the separate GELU kernel, so only the CPU
-// backend promises the forward's bits there.
+// -r 1 refills the GELU, -r 2 also attention and the LayerNorms. On the GPU cuBLASLt's fused GELU epilogue
+// rounds differently from the separate GELU kernel, so only the CPU backend promises the forward's bits there.
 static void recompute(GPT* g, Backend* be, const BlockRef* b) {
     DType dt = g->dt;
     BlockDims d = block_dims(g);
-    if (g->recompute >= 3) {
-        forward(g, be, b, 1);
-        return;
-    }
     Params p = params_in(g, b->params, b->layer);
     Acts v = acts_of(g, b->index);
     if (g->recompute >= 2) {

@@ -145,5 +145,4 @@ const ModelFamily GPT2_FAMILY = {
     .flops_per_token = flops_per_token,
     .head_cost = head_cost,
     .block = &GPT2_BLOCK,
-    .spec_help = "d12 | d24 | d36 | d48 | L<layers>C<channels>H<heads>[V<vocab>][T<maxT>]",
 };

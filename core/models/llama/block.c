@@ -113,14 +113,10 @@ static void forward(GPT* g, Backend* be, const BlockRef* b, int recomputing) {
     residual_forward(be, dt, v.out, v.resid2, sum_partials(g, proj), RC);
 }
 
-// -r 1 refills the SwiGLU, -r 2 also attention and the two RMSNorms, -r 3 runs the whole block again (q|k|v,
-// their norms and rotation included).
+// -r 1 refills the SwiGLU, -r 2 also attention and the two RMSNorms (-r 3's forward also redoes q|k|v, their
+// norms and rotation).
 static void recompute(GPT* g, Backend* be, const BlockRef* b) {
     BlockDims d = block_dims(g);
-    if (g->recompute >= 3) {
-        forward(g, be, b, 1);
-        return;
-    }
     Params p = params_in(g, b->params, b->layer);
     Acts v = acts_of(g, b->index);
     if (g->recompute >= 2) {

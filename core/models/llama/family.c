@@ -6,6 +6,7 @@
 #include "base/common.h"
 #include "core/model/model.h"
 #include "core/models/llama/llama.h"
+#include "kernels/dtype.h"
 
 #define EMB(name) {name, UNIT_EMBEDDING, INIT_NORMAL, 1, 1}
 #define BLK(name, init, decay) {name, UNIT_BLOCK, init, decay, 0}
@@ -121,24 +122,22 @@ static void parse_rope_llama3(const char* spec, const char* text, Rope* r) {
     *r = (Rope){ROPE_LLAMA3, r->theta, f, lo, hi, orig};
 }
 
-// One comma-separated field of a custom spec into s (f: L, C, H, F seen).
+// One comma-separated field of a custom spec into s; seen counts the integer fields (KEYS' order).
+static const char INT_KEYS[] = "LCHFKDVT";
 static void parse_field(const char* spec, const char* tok, ModelShape* s, int* seen) {
-    static const struct { const char* key; int slot; } INTS[] = {{"L", 0}, {"C", 1}, {"H", 2}, {"F", 3}, {"K", 4},
-                                                                 {"D", 5}, {"V", 6}, {"T", 7}};
     int* slots[] = {&s->L, &s->C, &s->NH, &s->F, &s->KV, &s->D, &s->V, &s->maxT};
+    const char* key = tok[0] ? strchr(INT_KEYS, tok[0]) : NULL;
     if (strcmp(tok, "tied") == 0) s->tied = 1;
     else if (strcmp(tok, "qknorm") == 0) s->qk_norm = 1;
     else if (strncmp(tok, "theta", 5) == 0) s->rope.theta = (float)number(spec, "theta", tok + 5);
     else if (strncmp(tok, "eps", 3) == 0) s->eps = (float)number(spec, "eps", tok + 3);
     else if (strncmp(tok, "rope-linear", 11) == 0) s->rope.scaling = ROPE_LINEAR, s->rope.factor = (float)number(spec, "rope-linear", tok + 11 + (tok[11] == ':'));
     else if (strncmp(tok, "rope-llama3", 11) == 0) parse_rope_llama3(spec, tok + 11, &s->rope);
-    else {
-        for (size_t i = 0; i < sizeof(INTS) / sizeof(INTS[0]); i++)
-            if (tok[0] == INTS[i].key[0] && tok[1] >= '0' && tok[1] <= '9') {
-                if (seen[INTS[i].slot]++) fail("bad model spec '%s': '%c' is given twice", spec, tok[0]);
-                *slots[INTS[i].slot] = whole(spec, INTS[i].key, tok + 1);
-                return;
-            }
+    else if (key && tok[1] >= '0' && tok[1] <= '9') {
+        int k = (int)(key - INT_KEYS);
+        if (seen[k]++) fail("bad model spec '%s': '%c' is given twice", spec, tok[0]);
+        *slots[k] = whole(spec, (char[2]){tok[0], 0}, tok + 1);
+    } else {
         fail("bad model spec '%s': unknown field '%s' (expected %s)", spec, tok, SPEC_SYNTAX);
     }
 }
@@ -180,16 +179,8 @@ static int splits_tp(const ModelShape* s, int tp, char* why, size_t n) {
     return 1;
 }
 
-static int32_t float_bits(float f) {
-    int32_t i;
-    memcpy(&i, &f, sizeof(i));
-    return i;
-}
-static float bits_float(int32_t i) {
-    float f;
-    memcpy(&f, &i, sizeof(f));
-    return f;
-}
+static int32_t float_bits(float f) { return (int32_t)f32_bits(f); }
+static float bits_float(int32_t i) { return f32_from_bits((uint32_t)i); }
 
 // Slots 9..20: KV, D, F, tied, qk_norm, rope scaling kind, then theta, eps, factor, low and high frequency
 // factors as float32 bits, and the original context length.
@@ -249,5 +240,4 @@ const ModelFamily LLAMA_FAMILY = {
     .flops_per_token = flops_per_token,
     .head_cost = head_cost,
     .block = &LLAMA_BLOCK,
-    .spec_help = "smollm2-135m | smollm2-360m | smollm2-1.7b | llama3.2-1b | llama3.2-3b | llama3.1-8b | qwen3-0.6b | qwen3-1.7b | " SPEC_SYNTAX,
 };
