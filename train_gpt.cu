@@ -25,6 +25,7 @@
 #include "core/zero/delayed_update.h"
 #include "core/run/estimate.h"
 #include "core/run/generate.h"
+#include "core/run/hellaswag.h"
 #include "core/util/fs.h"
 #include "core/model/gpt.h"
 #include "core/comm/grid.h"
@@ -59,6 +60,7 @@ typedef struct {
     int chunks;
     DataLoader* train;
     DataLoader* val;        // NULL without -j
+    EvalFile* hellaswag;    // -hs's examples that fit -t; NULL without -hs
     Tokenizer* tokenizer;   // NULL without a tokenizer file: samples print token ids
     int eot;                // where samples start: the tokenizer's end-of-text id (tokenizer_eot_or_gpt2)
     char tokenizer_path[PATH_MAX];   // where it was looked for (-prompt's merges file sits beside it)
@@ -303,6 +305,10 @@ static void open_data(Trainer* tr, const ModelShape* shape) {
         long long w = dataloader_windows_per_epoch(tr->val);
         tr->val_batches = cfg->val_batches < w ? cfg->val_batches : (int)w;
     }
+    if (cfg->hellaswag) {   // a bad file is an error now, not at the first evaluation
+        tr->hellaswag = (EvalFile*)xmalloc(sizeof(EvalFile));
+        hellaswag_open(tr->hellaswag, cfg->hellaswag, shape->V, cfg->T);
+    }
     long long epoch_steps = dataloader_windows_per_epoch(tr->train) / ((long long)cfg->grad_accum * g->dp);
     if (cfg->max_steps < 0 && epoch_steps < 1)
         fail("one epoch of %s is shorter than one step (b*t*ga*replicas = %lld tokens); set -x", cfg->train_pattern, tokens_per_step(tr));
@@ -339,6 +345,12 @@ static void print_setup(Trainer* tr, CommKind comm) {
     if (tr->val && tr->val_batches < cfg->val_batches)
         printf("validation: %d batch%s per evaluation, all that %s holds (-m %d)\n", tr->val_batches,
                tr->val_batches > 1 ? "es" : "", cfg->val_pattern, cfg->val_batches);
+    if (tr->hellaswag) {
+        const EvalFile* hs = tr->hellaswag;
+        printf("hellaswag: %s: %d examples over %d replica%s", cfg->hellaswag, hs->count, tr->grid.dp, tr->grid.dp > 1 ? "s" : "");
+        if (hs->dropped) printf("; %d longer than -t %d left out", hs->dropped, cfg->T);
+        printf("\n");
+    }
     if (tr->run_dir.node_local)
         printf("-o %s: node-local directories on %d hosts (no shared filesystem): model.bin and the log in rank 0's\n",
                cfg->out_dir, tr->run_dir.dirs);
@@ -419,6 +431,8 @@ static void trainer_teardown(Trainer* tr) {
     run_dir_close(&tr->run_dir);
     dataloader_close(tr->train);
     if (tr->val) dataloader_close(tr->val);
+    if (tr->hellaswag) eval_file_free(tr->hellaswag);
+    free(tr->hellaswag);
     if (tr->tokenizer) tokenizer_free(tr->tokenizer);
     pipeline_destroy(&tr->pipe);
     for (int c = 0; c < tr->chunks; c++) gpt_destroy(&tr->gpt[c], tr->be);
@@ -460,6 +474,30 @@ static int validate(Trainer* tr, int step) {
     if (is_root(tr)) printf("step %d | val loss %.6f\n", step, val_loss);
     logger_line(&tr->log, "{\"step\": %d, \"val_loss\": %.9g}", step, val_loss);
     return 1;
+}
+
+// -hs: the share of the examples each replica scores, counted over the world (core/run/hellaswag.h). Returns
+// 0 when a stop signal ended it (nothing logged), like validate.
+static int hellaswag(Trainer* tr, int step) {
+    const Config* cfg = &tr->cfg;
+    EvalRunner run = {&tr->pipe, tr->gpt, tr->be, &tr->grid, tr->inputs, tr->targets, cfg->B, cfg->T, stop_signal_seen};
+    EvalScore s;
+    if (!hellaswag_evaluate(&run, tr->hellaswag, &s)) {
+        if (is_root(tr)) printf("step %d | hellaswag stopped by a signal: no accuracy\n", step);
+        return 0;
+    }
+    double acc = (double)s.correct / (double)s.total;
+    if (is_root(tr)) printf("step %d | hellaswag %lld/%lld = %.4f\n", step, s.correct, s.total, acc);
+    logger_line(&tr->log, "{\"step\": %d, \"hellaswag_acc\": %.9g, \"hellaswag_correct\": %lld, \"hellaswag_total\": %lld}", step,
+                acc, s.correct, s.total);
+    return 1;
+}
+
+// -v's evaluations: the validation loss (-j) and the HellaSwag accuracy (-hs). Returns 0 when a stop signal
+// ended one of them.
+static int evaluate(Trainer* tr, int step) {
+    if (tr->val && !validate(tr, step)) return 0;
+    return !tr->hellaswag || hellaswag(tr, step);
 }
 
 // What the generation loop (core/run/generate.h) runs on: this rank's stages, the world, the trainer's input
@@ -673,7 +711,7 @@ int main(int argc, char** argv) {
     for (; step <= tr.max_steps; step++) {
         int last = step == tr.max_steps;
         int loaded = tr.resumed && step == tr.first_step;   // this state is already a checkpoint
-        int val = tr.val && due(tr.cfg.val_every, step, last);
+        int val = (tr.val || tr.hellaswag) && due(tr.cfg.val_every, step, last);
         int smp = due(tr.cfg.sample_every, step, last) && step > tr.first_step;
         int save = tr.cfg.out_dir && !loaded && (last || (step > tr.first_step && due(tr.cfg.ckpt_every, step, 0)));
         if (val || smp || save || last) {
@@ -683,7 +721,7 @@ int main(int argc, char** argv) {
         // Evaluation and checkpoints are long phases for the watchdog (comm.h): rank 0 alone writes the model
         // file and publishes the checkpoint, and a slow disk can stretch either far past a training step.
         comm_watchdog_phase(tr.world, 1, "validation at step %d", step);
-        int stopped = val && !validate(&tr, step);   // a stop signal mid-evaluation: no val loss logged
+        int stopped = val && !evaluate(&tr, step);   // a stop signal mid-evaluation: no val loss logged
         comm_watchdog_phase(tr.world, 1, "sampling at step %d", step);
         if (!stopped && smp) stopped = !sample(&tr, step);
         // The state after `step` steps is unchanged by evaluation, so a stop there saves it as the checkpoint

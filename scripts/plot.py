@@ -1,10 +1,12 @@
 #!/usr/bin/python3
-"""Plots training runs from their log.jsonl files: loss (train and validation) above, tokens/s below.
+"""Plots training runs from their log.jsonl files: loss (train and validation) above, tokens/s below, and
+between them the HellaSwag accuracy when a log has it (-hs).
 
     scripts/plot.py out/run1/log.jsonl [out/run2/log.jsonl ...] -o loss.png
 
 Each run is named after the directory holding its log. Records with "loss" are training steps, with
-"val_loss" evaluations; everything else (memory, layout, comm_bytes) is ignored. A step logged twice
+"val_loss" evaluations, with "hellaswag_acc" HellaSwag accuracies; everything else (memory, layout,
+comm_bytes) is ignored. A step logged twice
 (a resumed run redoing steps) keeps its last record. Needs Debian's python3-matplotlib; writes a PNG
 without a display (Agg). Errors: one line on stderr, exit 1.
 """
@@ -42,8 +44,8 @@ def run_name(path, taken):
 
 
 def read_log(path):
-    """{step: (loss, tok_s)}, {step: val_loss} from one log."""
-    train, val = {}, {}
+    """{step: (loss, tok_s)}, {step: val_loss}, {step: hellaswag_acc} from one log."""
+    train, val, hs = {}, {}, {}
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().split("\n")
@@ -69,11 +71,23 @@ def read_log(path):
                 train[step] = (float(rec["loss"]), float(tok_s) if tok_s is not None else math.nan)
             elif "val_loss" in rec:
                 val[step] = float(rec["val_loss"])
+            elif "hellaswag_acc" in rec:
+                hs[step] = float(rec["hellaswag_acc"])
         except (TypeError, ValueError):
-            die("%s:%d has a non-numeric step, loss or tok_s" % (path, i))
+            die("%s:%d has a non-numeric step, loss, tok_s or accuracy" % (path, i))
     if not train:
         die("%s has no training steps (no record with \"loss\")" % path)
-    return train, val
+    return train, val, hs
+
+
+def plot_hellaswag(ax, runs):
+    for i, (name, _, _, hs) in enumerate(runs):
+        if hs:
+            steps = sorted(hs)
+            ax.plot(steps, [hs[s] for s in steps], color="C%d" % (i % 10), marker="o", ms=3, lw=1.2, label=name)
+    ax.set_ylabel("HellaSwag acc")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
 
 
 def main():
@@ -96,8 +110,14 @@ def main():
     except ImportError as e:
         die("matplotlib is missing (Debian package python3-matplotlib): %s" % e)
 
-    fig, (ax_loss, ax_tok) = plt.subplots(2, 1, figsize=(10, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-    for i, (name, train, val) in enumerate(runs):
+    with_hs = any(r[3] for r in runs)
+    if with_hs:
+        fig, (ax_loss, ax_hs, ax_tok) = plt.subplots(3, 1, figsize=(10, 9), sharex=True,
+                                                     gridspec_kw={"height_ratios": [3, 1.5, 1]})
+        plot_hellaswag(ax_hs, runs)
+    else:
+        fig, (ax_loss, ax_tok) = plt.subplots(2, 1, figsize=(10, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    for i, (name, train, val, _) in enumerate(runs):
         color = "C%d" % (i % 10)
         steps = sorted(train)
         ax_loss.plot(steps, [train[s][0] for s in steps], color=color, lw=1.2, label=name + " train")
@@ -113,7 +133,7 @@ def main():
     ax_tok.set_xlabel("step")
     ax_tok.grid(alpha=0.3)
     ax_tok.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
-    fig.suptitle(args.title or ", ".join(name for name, _, _ in runs))
+    fig.suptitle(args.title or ", ".join(r[0] for r in runs))
     fig.tight_layout()
     try:
         fig.savefig(args.output, dpi=100)

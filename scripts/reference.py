@@ -11,6 +11,7 @@ code it checks. The same flags as train_gpt_cpu where they overlap.
                -c 0.1 -gc 0.5 -o OUT -dump DUMP
   reference.py -e L2C64H4V500T64 --seed 1 --save model.bin          # random model, for tests
   reference.py -e llama:L2,C64,H4,K2,F160,V512,T64,tied --save llama.bin
+  reference.py -e MODEL.bin -t 64 --hellaswag data/hellaswag/hellaswag_val.bin   # the trainer's -hs, in float64
   reference.py -e d12 --bench --device cuda --dtype bfloat16 --compile -b 16 -t 1024 -x 30 --bench-out f.jsonl
 
 Runs on Debian's PyTorch 1.13 (CPU) and on PyTorch 2.x (CUDA): newer APIs (torch.compile,
@@ -707,6 +708,86 @@ def greedy(args, cfg, params):
 
 
 # ------------------------------------------------------------------------------------------------------
+EVAL_MAGIC, EVAL_ENDINGS = 20240522, 4
+
+
+def read_evalfile(path, V):
+    """[(context ids, [4 ending ids], label)] of an evaluation file (docs/formats.md: version 1 uint16
+    elements, version 2 uint32), every field checked."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        die("%s: %s" % (path, e.strerror))
+    if len(data) < 1024:
+        die("%s is shorter than its 1024-byte header" % path)
+    magic, version, count, longest = (int(x) for x in np.frombuffer(data[:16], dtype="<i4"))
+    if magic != EVAL_MAGIC or version not in (1, 2):
+        die("%s: magic %d version %d is not an evaluation file's" % (path, magic, version))
+    width = 2 * version
+    if (len(data) - 1024) % width:
+        die("%s ends in the middle of an element" % path)
+    el = np.frombuffer(data[1024:], dtype="<u2" if version == 1 else "<u4").astype(np.int64).tolist()
+    examples, pos = [], 0
+    for i in range(count):
+        head = el[pos:pos + 6]
+        if len(head) < 6 or head[0] != (1 << 8 * width) - 1 or head[2] != i or not 0 <= head[3] < 4 or head[4] != 4:
+            die("%s: example %d has a bad header %s" % (path, i, head))
+        end, p = pos + head[1] // width, pos + 5
+        parts = []
+        for _ in range(1 + EVAL_ENDINGS):
+            n = el[p] if p < end else 0
+            parts.append(el[p + 1:p + 1 + n])
+            p += 1 + n
+            if n < 1 or p > end:
+                die("%s: example %d has an empty or overlong part" % (path, i))
+        if p != end or end > len(el) or head[1] > longest:
+            die("%s: example %d's size does not match its fields or the header" % (path, i))
+        if max(max(x) for x in parts) >= V:
+            die("%s: example %d has a token outside the model's vocabulary of %d" % (path, i, V))
+        examples.append((parts[0], parts[1:], head[3]))
+        pos = end
+    if pos != len(el):
+        die("%s has bytes after its last example" % path)
+    return examples
+
+
+def ending_scores(model, ctx, endings):
+    """Each ending's mean cross-entropy over its own tokens, each given everything before it."""
+    scores = []
+    for e in endings:
+        row = ctx + e
+        logits, _ = model(torch.tensor([row[:-1]]))
+        nll = -torch.log_softmax(logits[0], dim=-1)[torch.arange(len(row) - 1), torch.tensor(row[1:])]
+        scores.append(float(nll[len(ctx) - 1:].mean()))
+    return scores
+
+
+def hellaswag(args, cfg, params):
+    """The trainer's -hs written out: an example whose context and longest ending exceed -t tokens is left
+    out; the prediction is the ending of lowest mean loss, the first among equals (llm.c's acc_norm). Prints
+    the count, the count by the summed loss instead (llm.c's acc), and the smallest gap between an example's
+    two lowest scores, below which float32 and float64 may rightly pick differently."""
+    model = build_model(cfg, params, {"float64": torch.float64, "float32": torch.float32}[args.dtype], "cpu")
+    correct = by_sum = total = dropped = 0
+    gap = float("inf")
+    with torch.no_grad():
+        for ctx, endings, label in read_evalfile(args.hellaswag, cfg.V):
+            if len(ctx) + max(len(e) for e in endings) > args.t:
+                dropped += 1
+                continue
+            scores = ending_scores(model, ctx, endings)
+            sums = [s * len(e) for s, e in zip(scores, endings)]
+            correct += min(range(EVAL_ENDINGS), key=lambda k: (scores[k], k)) == label
+            by_sum += min(range(EVAL_ENDINGS), key=lambda k: (sums[k], k)) == label
+            total += 1
+            low = sorted(scores)
+            gap = min(gap, low[1] - low[0])
+    print("hellaswag: %d/%d correct, %d dropped, %d by the summed loss" % (correct, total, dropped, by_sum))
+    print("min_gap: %.9g" % gap)
+
+
+# ------------------------------------------------------------------------------------------------------
 # Benchmark (GPU, PyTorch's fast paths); not a correctness reference.
 
 def bench(args, cfg, params):
@@ -817,6 +898,7 @@ def main(argv=None):
     ap.add_argument("-dpu", type=int, default=0, help="delay each update by one step from this step on (0: off)")
     ap.add_argument("--greedy", type=int, default=0, help="continue --prompt-ids by N most likely tokens")
     ap.add_argument("--prompt-ids", default="", help="comma-separated token ids for --greedy")
+    ap.add_argument("--hellaswag", metavar="FILE", help="score an evaluation file as the trainer's -hs does, at -t")
     ap.add_argument("-n", type=int, default=0, help="with -dpu: every update lands after each N-th step")
     ap.add_argument("-dump", help="dir for logits0.f32, grads0.f32, loss0.txt (step 0)")
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32", "bfloat16", "float16"])
@@ -845,7 +927,7 @@ def main(argv=None):
         params = random_params(cfg, args.seed)
     if args.save:
         save_model(args.save, cfg, params, args.save_version)
-    if (args.x > 0 or args.greedy) and args.t > cfg.maxT:
+    if (args.x > 0 or args.greedy or args.hellaswag) and args.t > cfg.maxT:
         die("-t %d exceeds the model's maxT %d" % (args.t, cfg.maxT))
     if args.o:
         if os.path.exists(args.o) and not os.path.isdir(args.o):
@@ -860,6 +942,9 @@ def main(argv=None):
         die("the reference runs on the CPU; --device is for --bench")
     if args.greedy:
         greedy(args, cfg, params)
+        return
+    if args.hellaswag:
+        hellaswag(args, cfg, params)
         return
     if args.x > 0:
         if not args.i:

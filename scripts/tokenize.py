@@ -397,6 +397,17 @@ def encode_docs(records, model, threads):
             raise Fail(err[len('error: '):] if err.startswith('error: ') else f'build/gpt2tok failed ({rc}): {err}')
 
 
+def encode_texts(texts, tokenizer=None, threads=0):
+    """Each of `texts` (UTF-8 bytes) as a list of token ids, encoded as a document of the shards is (without the
+    separator before it), and the vocabulary size: GPT-2's tokenizer, or `tokenizer`, a tokenizer.json path."""
+    if tokenizer:
+        raise Fail(f'--tokenizer {tokenizer}: this tokenize.py encodes with GPT-2\'s tokenizer only; '
+                   'tokenizer.json support is not here yet')
+    tokens, merges = load_vocab()
+    records = (('T', f'text {i}', t, len(t)) for i, t in enumerate(texts))
+    return [list(array('H', ids)) for ids, _ in encode_docs(records, model_bytes(tokens, merges), threads)], VOCAB
+
+
 # ---------- progress ----------
 
 class Progress:

@@ -70,3 +70,14 @@ double batch_io_take_losses(BatchIO* io, Backend* be) {
     io->pending = 0;
     return total;
 }
+
+int batch_io_take_each(BatchIO* io, Backend* be, float* out, int room) {
+    if (io->pending > room) fail("internal: %d micro-batches' losses queued, room for %d", io->pending, room);
+    int n = io->pending;
+    for (int k = 0; k < n; k++) {
+        be_event_synchronize(be, io->down_done[k]);
+        memcpy(out + (size_t)k * io->rows, io->down[k], (size_t)io->rows * sizeof(float));
+    }
+    io->pending = 0;
+    return n;
+}

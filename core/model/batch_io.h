@@ -41,3 +41,6 @@ void batch_io_before_losses(BatchIO* io, Backend* be);
 void batch_io_queue_losses(BatchIO* io, Backend* be, const float* losses);
 // Waits for the queued downloads and returns the sum of their losses (0 for none); the queue empties.
 double batch_io_take_losses(BatchIO* io, Backend* be);
+// Waits for the queued downloads and copies their losses, rows floats each in the order they were queued,
+// into out (room for `room` micro-batches); returns how many; the queue empties.
+int batch_io_take_each(BatchIO* io, Backend* be, float* out, int room);

@@ -408,6 +408,8 @@ static void head_forward(GPT* g, Backend* be, const int* targets, float dloss, f
 
 double gpt_take_losses(GPT* g, Backend* be) { return batch_io_take_losses(&g->io, be); }
 
+int gpt_take_token_losses(GPT* g, Backend* be, float* out, int room) { return batch_io_take_each(&g->io, be, out, room); }
+
 void gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* targets, float dloss, float* logits_dump) {
     const ParamLayout* lay = g->layout;
     use_set(g, set);

@@ -93,6 +93,9 @@ void gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* tar
 // The sum of the token losses of every forward with targets since the last call, each micro-batch's in row
 // order, then in the order of the forwards (0 on a stage without the head). Waits for their downloads.
 double gpt_take_losses(GPT* g, Backend* be);
+// The same forwards' per-token losses, B*T floats each in row order, into out (room for `room` of them);
+// returns how many forwards had targets (0 on a stage without the head).
+int gpt_take_token_losses(GPT* g, Backend* be, float* out, int room);
 // Backward of set `set`'s forward (which had dloss != 0); parameter gradients accumulate. The stage with
 // the head starts from its dlogits; a stage without it from gpt_boundary_grad, which the caller has filled
 // with d(output). Afterwards a stage without the encoder leaves d(input) in gpt_boundary_grad.

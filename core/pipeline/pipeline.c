@@ -181,7 +181,7 @@ double pipeline_train_step(Pipeline* p, GPT* chunks, Backend* be, DataLoader* da
 // 0's chunk c + 1. Each message's tag is the virtual stage that sends it. A chunk's output goes out in the
 // same exchange as the next chunk's input comes in (the ring's last stage sends to stage 0 while stage 0
 // waits for it), so no send waits for a receive its peer has not reached.
-double pipeline_forward(Pipeline* p, GPT* chunks, Backend* be, const int* tokens, const int* targets) {
+static void forward_through(Pipeline* p, GPT* chunks, Backend* be, const int* tokens, const int* targets) {
     const Grid* grid = p->grid;
     int P = grid->pp, V = p->sched.num_chunks, prev = (grid->stage + P - 1) % P, next = (grid->stage + 1) % P;
     size_t bytes = gpt_boundary_bytes(&chunks[0]);
@@ -198,5 +198,15 @@ double pipeline_forward(Pipeline* p, GPT* chunks, Backend* be, const int* tokens
     }
     if (n) comm_exchange(grid->pp_group, msgs, n);
     finish_sends(p);
-    return take_losses(chunks, V, be);
+}
+
+double pipeline_forward(Pipeline* p, GPT* chunks, Backend* be, const int* tokens, const int* targets) {
+    forward_through(p, chunks, be, tokens, targets);
+    return take_losses(chunks, p->sched.num_chunks, be);
+}
+
+int pipeline_forward_token_losses(Pipeline* p, GPT* chunks, Backend* be, const int* tokens, const int* targets, float* losses) {
+    forward_through(p, chunks, be, tokens, targets);
+    GPT* head = pipeline_head_chunk(p, chunks);
+    return gpt_has_head(head) && gpt_take_token_losses(head, be, losses, 1) == 1;
 }

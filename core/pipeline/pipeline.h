@@ -69,5 +69,8 @@ double pipeline_train_step(Pipeline* p, GPT* chunks, Backend* be, DataLoader* da
 // A forward through every (virtual) stage without backward (validation, sampling): the first stage embeds
 // tokens, the last one computes logits and, with targets, returns the sum of token losses (0 elsewhere).
 double pipeline_forward(Pipeline* p, GPT* chunks, Backend* be, const int* tokens, const int* targets);
+// The same forward, keeping each token's loss (the scores of a multiple-choice evaluation): on the stage
+// with the head, losses (B*T floats, row order) receives them and 1 is returned; elsewhere 0.
+int pipeline_forward_token_losses(Pipeline* p, GPT* chunks, Backend* be, const int* tokens, const int* targets, float* losses);
 // The chunk that holds the LM head on the last stage (its logits after pipeline_forward).
 static inline GPT* pipeline_head_chunk(const Pipeline* p, GPT* chunks) { return &chunks[p->sched.num_chunks - 1]; }

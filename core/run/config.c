@@ -42,6 +42,9 @@ void config_usage(const char* prog) {
            "evaluation, sampling, checkpoints\n"
            "  -v N      validation loss every N steps; 0 = off (default 20)\n"
            "  -m N      validation batches (default 20)\n"
+           "  -hs FILE  HellaSwag accuracy at each -v step from an evaluation file of scripts/prepare_hellaswag.py:\n"
+           "            per example, the ending of lowest mean loss per token (llm.c's acc_norm); examples longer\n"
+           "            than -t are left out and counted at start (default: none)\n"
            "  -s N      sample text every N steps; 0 = off (default 20)\n"
            "  -g N      tokens per sample (default 64)\n"
            "  -prompt TEXT  generate -g tokens after TEXT with -e's model, printing them as they come, then exit\n"
@@ -191,6 +194,7 @@ static void parse_one(Config* c, const char* f, const char* v) {
     else if (!strcmp(f, "-nf")) c->max_nonfinite = (int)parse_int(f, v, 1, 1 << 30);
     else if (!strcmp(f, "-v")) c->val_every = (int)parse_int(f, v, 0, 1 << 30);
     else if (!strcmp(f, "-m")) c->val_batches = (int)parse_int(f, v, 1, 1 << 30);
+    else if (!strcmp(f, "-hs")) c->hellaswag = v;
     else if (!strcmp(f, "-s")) c->sample_every = (int)parse_int(f, v, 0, 1 << 30);
     else if (!strcmp(f, "-lb")) c->breakdown_every = (int)parse_int(f, v, 0, 1 << 30);
     else if (!strcmp(f, "-g")) c->gen_tokens = (int)parse_int(f, v, 1, 1 << 20);
@@ -253,6 +257,9 @@ static void check_combinations(const Config* c) {
     if (c->host_mem_gib > 0 && !(c->gpu_mem_gib > 0)) fail("-host-mem needs -gpu-mem (the table is per device budget)");
     if (c->prompt && c->out_dir) fail("-prompt generates from -e's model and exits: it writes no run directory (drop -o)");
     if (c->prompt && !c->prompt[0]) fail("-prompt needs some text");
+    if (c->hellaswag && !c->hellaswag[0]) fail("-hs needs an evaluation file");
+    if (c->hellaswag && c->prompt) fail("-prompt generates from -e's model and exits: it runs no evaluation (drop -hs)");
+    if (c->hellaswag && c->val_every == 0) fail("-hs %s is scored at every validation step, which -v 0 turns off", c->hellaswag);
     if (c->sequence_parallel && c->tensor_parallel < 2) fail("-sp 1 splits the rows over the tensor group: it needs -tp 2 or more");
     if (c->sequence_parallel && ((long long)c->B * c->T) % c->tensor_parallel)
         fail("-sp 1: b*t = %d*%d rows do not split evenly over -tp %d ranks", c->B, c->T, c->tensor_parallel);

@@ -35,6 +35,7 @@ typedef struct {
     // evaluation, sampling, checkpoints
     int val_every;               // -v (0: off)
     int val_batches;             // -m
+    const char* hellaswag;       // -hs: an evaluation file (scripts/prepare_hellaswag.py) scored at each -v
     int sample_every;            // -s (0: off)
     int breakdown_every;         // -lb: time per phase every N steps (0: off)
     int gen_tokens;              // -g

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# scripts/plot.py: a PNG from synthetic logs (steps, evaluations and the records it must skip), and
-# one-line errors for a missing log and a log without training steps.
+# scripts/plot.py: a PNG from synthetic logs (steps, evaluations, HellaSwag accuracies and the records it
+# must skip), a HellaSwag panel exactly when a log has accuracies, and one-line errors for a missing log, a
+# log without training steps and a garbled line.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 PLOT=scripts/plot.py
@@ -20,6 +21,9 @@ for run, scale in (("run1", 1.0), ("run2", 0.9)):
             f.write('{"step": %d, "comm_bytes": {"allreduce": 123}}\n' % s)
             if s % 20 == 0:
                 f.write(json.dumps({"step": s, "val_loss": loss + 0.2}) + "\n")
+                if run == "run1":
+                    f.write(json.dumps({"step": s, "hellaswag_acc": 0.25 + s / 400, "hellaswag_correct": 10 + s // 10,
+                                        "hellaswag_total": 40}) + "\n")
         f.write('{"step": 60, "loss": nan, "lr": 3e-4, "grad_norm": inf, "dt_ms": 50, "tok_s": 20000}\n')
 PY
 "$PYTHON" $PLOT "$TMP/run1/log.jsonl" "$TMP/run2/log.jsonl" -o "$TMP/loss.png" 2>"$TMP/err"
@@ -29,6 +33,11 @@ t_check plot_png "[ \"\$(head -c 8 '$TMP/loss.png' | od -An -c | tr -d ' ')\" = 
 # A blank 1000x700 canvas compresses to a few KiB; curves, legend and tick labels make it much larger.
 size=$(stat -c %s "$TMP/loss.png" 2>/dev/null || echo 0)
 t_check plot_nontrivial "[ $size -gt 20000 ]" "PNG is only $size bytes"
+# The PNG's height (IHDR): 900 pixels with the HellaSwag panel, 700 without.
+png_height() { "$PYTHON" -c "import struct, sys; print(struct.unpack('>I', open(sys.argv[1], 'rb').read()[20:24])[0])" "$1"; }
+"$PYTHON" $PLOT "$TMP/run2/log.jsonl" -o "$TMP/no_hs.png" 2>"$TMP/err"
+t_check plot_hellaswag_panel "[ \"\$(png_height '$TMP/loss.png')\" = 900 ] && [ \"\$(png_height '$TMP/no_hs.png')\" = 700 ]" \
+    "heights $(png_height "$TMP/loss.png") with accuracies, $(png_height "$TMP/no_hs.png") without: $(head -2 "$TMP/err")"
 
 expect_error() {   # name, regex, args...
     local name=$1 re=$2; shift 2
@@ -47,6 +56,8 @@ expect_error plot_no_steps "no training steps" "$TMP/empty/log.jsonl"
 mkdir -p "$TMP/garbled"
 printf '{"step": 0, "loss": 1}\nnot json\n{"step": 1, "loss": 1}\n' >"$TMP/garbled/log.jsonl"
 expect_error plot_garbled_line "garbled/log.jsonl:2" "$TMP/garbled/log.jsonl"
+printf '{"step": 0, "loss": 1}\n{"step": 0, "hellaswag_acc": "high"}\n' >"$TMP/garbled/log.jsonl"
+expect_error plot_non_numeric_accuracy "garbled/log.jsonl:2 has a non-numeric" "$TMP/garbled/log.jsonl"
 # An output format matplotlib cannot write (this -o comes last, so it wins).
 expect_error plot_unknown_format "cannot write .*bad.xyz: Format 'xyz' is not supported" "$TMP/run1/log.jsonl" -o "$TMP/bad.xyz"
 t_finish
