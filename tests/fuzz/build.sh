@@ -17,7 +17,7 @@ BASE="-g -O1 -std=gnu11 -I. $SAN"
 # Every core module (the model families too) but the MPI and NCCL collectives and the tokenizer helper's own main.
 PROJ="base/*.c $(ls core/*/*.c core/models/*/*.c | grep -v -e /comm_mpi.c -e /comm_nccl.c -e /watchdog.c -e /gpt2tok.c | tr '\n' ' ') zero.c
       $(ls kernels/*.c)"
-HARNESSES=${*:-dataloader model tokenizer checkpoint}
+HARNESSES=${*:-dataloader model tokenizer checkpoint evalfile}
 mkdir -p "$OUT/obj"
 export AFL_QUIET=1
 objs=()

@@ -11,6 +11,7 @@ import struct
 import sys
 
 SHARD_MAGIC, MODEL_MAGIC, TOK_MAGIC, STATE_MAGIC = 20240520, 20240326, 20240328, 20261122
+EVAL_MAGIC = 20240522   # evaluation files (-hs)
 SHARD32_MAGIC, SHARD32_VERSION = 20240801, 7   # uint32 tokens
 KINDS = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
          "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
@@ -106,6 +107,21 @@ def tokenizer_file(rng, vocab, version=2, eot=None, random_tokens=None):
     return header(words) + body
 
 
+def eval_file(rng, examples, vocab, max_len, version=1, token_vocab=None):
+    """An evaluation file of random examples (1..4 tokens per part, below token_vocab, default vocab); header words
+    64 and 65 carry fuzz_evalfile.c's vocabulary and length limit."""
+    width, fmt = (2, "H") if version == 1 else (4, "I")
+    top, streams, longest = (1 << 8 * width) - 1, [], 0
+    rand_part = lambda: [rng.randrange(token_vocab or vocab) for _ in range(1 + rng.randrange(4))]
+    for i in range(examples):
+        parts = [rand_part() for _ in range(5)]
+        el = [top, 0, i, rng.randrange(4), 4] + [x for p in parts for x in [len(p)] + p]
+        el[1] = width * len(el)
+        longest = max(longest, el[1])
+        streams.append(struct.pack("<%d%s" % (len(el), fmt), *el))
+    return header([EVAL_MAGIC, version, examples, longest] + [0] * 60 + [vocab - 1, max_len - 1]) + b"".join(streams)
+
+
 def le32(x):
     return "".join("\\x%02x" % b for b in struct.pack("<i", x))
 
@@ -168,6 +184,17 @@ def main():
     ck["bad_span_overflow"] = bytes([0]) + b"FILE".join(good[:2] + [overflow])
     ck["bad_no_manifest_key"] = bytes([0]) + b"FILE".join([b'{"step": 1}'] + good[1:])
     seeds["checkpoint"] = ck
+    # Evaluation files: a limit of 6 tokens keeps some examples and drops others.
+    ev = eval_file(rng, 6, 1000, 6)
+    seeds["evalfile"] = {
+        "valid_v1": ev,
+        "valid_v2": eval_file(rng, 5, 70000, 6, version=2),
+        "bad_token_over_vocab": eval_file(rng, 3, 10, 8, token_vocab=1000),
+        "bad_truncated": ev[:-2],
+        "bad_trailing": ev + b"\0\0",
+        "bad_label": ev[:1030] + b"\x04\x00" + ev[1032:],
+        "bad_magic": header([EVAL_MAGIC + 1, 1, 1, 30]),
+    }
 
     dicts = {
         "dataloader": ['"SHRD"', '"%s"' % le32(SHARD_MAGIC), '"\\x01\\x00\\x00\\x00"', '"%s"' % le32(SHARD32_MAGIC),
@@ -178,6 +205,8 @@ def main():
         "checkpoint": ['"FILE"', '"%s"' % le32(STATE_MAGIC), '"%s"' % le32(MODEL_MAGIC)] +
         ['"\\"%s\\": "' % k for k in ("step", "tokens_per_step", "seed", "dp", "loss_scale", "clean_steps", "overflows_left")] +
         ['"%s"' % "".join("\\x%02x" % b for b in struct.pack("<q", total))],
+        "evalfile": ['"%s"' % le32(EVAL_MAGIC), '"\\x01\\x00\\x00\\x00"', '"\\x02\\x00\\x00\\x00"', '"\\xff\\xff"',
+                     '"\\xff\\xff\\xff\\xff"', '"\\x04\\x00"'],
     }
     for reader, files in seeds.items():
         d = os.path.join(out, "seeds", reader)

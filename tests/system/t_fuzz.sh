@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes every file reader (token shards, model files, tokenizer files, checkpoint directories) with
-# AFL++ under AddressSanitizer + UBSan: one "ok fuzz_<reader>" per reader when the campaign found no
+# Fuzzes every file reader (token shards, model files, tokenizer files, checkpoint directories, evaluation
+# files) with AFL++ under AddressSanitizer + UBSan: one "ok fuzz_<reader>" per reader when the campaign found no
 # crash, sanitizer report, broken exit contract (see tests/fuzz/harness.h) or hang.
 #   bash tests/system/t_fuzz.sh                     ~10 s per reader, two at a time (the default for make test)
 #   FUZZ_SECONDS=600 bash tests/system/t_fuzz.sh    deeper runs
@@ -11,7 +11,7 @@
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 SECONDS_EACH=${FUZZ_SECONDS:-10}
-READERS=${FUZZ_READERS:-dataloader model tokenizer checkpoint}
+READERS=${FUZZ_READERS:-dataloader model tokenizer checkpoint evalfile}
 JOBS=${FUZZ_JOBS:-2}
 FB=${FUZZ_BUILD:-build/fuzz}   # build.sh reads the same variable
 
