@@ -7,7 +7,8 @@
 #   step equals scripts/reference.py's float64 count on the saved model, it beats the untrained model's, and
 #   the examples longer than -t are left out and counted as the reference counts them;
 # - every layout (2 and 3 replicas under -z 0..3, -offload, -pp with 1f1b, interleaved and zb, -tp, -tp -sp,
-#   -b not a multiple of 4) gives the one-rank count; the 32-bit file gives the 16-bit file's;
+#   -b not a multiple of 4) gives the one-rank count; so do the 32-bit file and the fenced build (the host
+#   code's use of device memory, as on a GPU);
 # - the accuracy is in log.jsonl at each -v step and on the console;
 # - bad evaluation files and flags are one-line errors before training.
 source "$(dirname "$0")/lib.sh"
@@ -126,6 +127,11 @@ layouts llama "$TMP/llama/ckpt_000060/model.bin" "z3|2|-b 8 -z 3" "pp2_interleav
     "tp2_sp|2|-b 8 -tp 2 -sp 1" "pp2_tp2_zb|4|-b 8 -pp 2 -tp 2 -ps zb -z 1"
 eval_count gpt2_32bit "$TMP/gpt2/ckpt_000060/model.bin" 1 -b 8 -hs "$HS32"
 t_check gpt2_32bit_file_as_16bit "[ -n '$COUNT' ] && grep -q \"^step 0 | hellaswag $COUNT \" '$TMP/gpt2_one_rank.txt'" "$COUNT"
+# The fenced build (the host code as a GPU sees it, tests/system/t_fence.sh) on 2 stages, collectives poisoned.
+GPT_COMM_POISON=1 "${MPIRUN[@]}" -x GPT_COMM_POISON -np 2 build/train_gpt_fenced -e "$TMP/gpt2/ckpt_000060/model.bin" "${flags[@]}" \
+    -x 0 -v 1 -hs "$HS" -b 8 -pp 2 > "$TMP/fenced.txt" 2>&1 || t_fail gpt2_fenced "exited non-zero: $(grep -m1 error "$TMP/fenced.txt")"
+t_check gpt2_fenced_as_one_rank "[ \"\$(grep '^step 0 | hellaswag' '$TMP/fenced.txt')\" = \"\$(grep '^step 0 | hellaswag' '$TMP/gpt2_one_rank.txt')\" ]" \
+    "$(grep -m1 'hellaswag [0-9]' "$TMP/fenced.txt")"
 
 # Bad files and flags: one line, before training.
 expect_error() {   # name, regex, trainer args...

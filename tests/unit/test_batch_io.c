@@ -171,10 +171,33 @@ static void check_losses(TestStats* ts) {
     free(be);
 }
 
+// Per-token losses (a multiple-choice evaluation's scores): each queued micro-batch's own rows, in the order
+// queued, and the queue empties.
+static void check_each(TestStats* ts) {
+    Backend* be = xcalloc(1, sizeof(Backend));
+    BatchIO io;
+    memset(&io, 0xa5, sizeof io);
+    batch_io_create(&io, be, ROWS, 2);
+    float losses[ROWS], out[2 * ROWS];
+    for (int m = 0; m < 2; m++) {
+        batch_io_before_losses(&io, be);
+        main_write(be, losses, ROWS, 3.0f + (float)m);
+        batch_io_queue_losses(&io, be, losses);
+    }
+    int n = batch_io_take_each(&io, be, out, 2), bad = 0;
+    for (int m = 0; m < 2; m++)
+        for (int i = 0; i < ROWS; i++) bad += out[m * ROWS + i] != 3.0f + (float)m + 0.1f * (float)i;
+    check_true(ts, "each_row_of_each_micro_batch_in_order", n == 2 && bad == 0);
+    check_true(ts, "each_queue_empties", batch_io_take_each(&io, be, out, 2) == 0 && batch_io_take_losses(&io, be) == 0.0);
+    batch_io_destroy(&io, be);
+    free(be);
+}
+
 int main(void) {
     TestStats ts = {0, 0};
     check_upload_ring(&ts);
     check_upload_order(&ts);
     check_losses(&ts);
+    check_each(&ts);
     return test_exit(&ts);
 }
