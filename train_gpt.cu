@@ -721,7 +721,7 @@ int main(int argc, char** argv) {
         // Evaluation and checkpoints are long phases for the watchdog (comm.h): rank 0 alone writes the model
         // file and publishes the checkpoint, and a slow disk can stretch either far past a training step.
         comm_watchdog_phase(tr.world, 1, "validation at step %d", step);
-        int stopped = val && !evaluate(&tr, step);   // a stop signal mid-evaluation: no val loss logged
+        int stopped = val && !evaluate(&tr, step);   // a stop signal mid-evaluation: nothing of it logged
         comm_watchdog_phase(tr.world, 1, "sampling at step %d", step);
         if (!stopped && smp) stopped = !sample(&tr, step);
         // The state after `step` steps is unchanged by evaluation, so a stop there saves it as the checkpoint

@@ -9,7 +9,8 @@
 # - every layout (2 and 3 replicas under -z 0..3, -offload, -pp with 1f1b, interleaved and zb, -tp, -tp -sp,
 #   -b not a multiple of 4) gives the one-rank count; so do the 32-bit file and the fenced build (the host
 #   code's use of device memory, as on a GPU);
-# - the accuracy is in log.jsonl at each -v step and on the console;
+# - the accuracy is in log.jsonl at each -v step and on the console; a stop signal during an evaluation ends
+#   it on every rank at the same forward, with a checkpoint and no accuracy logged;
 # - bad evaluation files and flags are one-line errors before training.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
@@ -132,6 +133,27 @@ GPT_COMM_POISON=1 "${MPIRUN[@]}" -x GPT_COMM_POISON -np 2 build/train_gpt_fenced
     -x 0 -v 1 -hs "$HS" -b 8 -pp 2 > "$TMP/fenced.txt" 2>&1 || t_fail gpt2_fenced "exited non-zero: $(grep -m1 error "$TMP/fenced.txt")"
 t_check gpt2_fenced_as_one_rank "[ \"\$(grep '^step 0 | hellaswag' '$TMP/fenced.txt')\" = \"\$(grep '^step 0 | hellaswag' '$TMP/gpt2_one_rank.txt')\" ]" \
     "$(grep -m1 'hellaswag [0-9]' "$TMP/fenced.txt")"
+
+# SIGTERM to rank 1 during a long evaluation (the set 100 times, one row per forward): the ranks agree between
+# forwards and leave it together, log no accuracy, checkpoint step 0 and exit 0 soon after the signal.
+for _ in $(seq 100); do cat "$TMP/set/synth.jsonl"; done > "$TMP/big.jsonl"
+$PYTHON scripts/prepare_hellaswag.py --jsonl "$TMP/big.jsonl" -o "$TMP/big" > /dev/null
+timeout -k 5 120 "${MPIRUN[@]}" -np 2 ./train_gpt_cpu -e "$TMP/gpt2/ckpt_000060/model.bin" "${flags[@]}" -b 1 -x 2 -v 1 \
+    -hs "$TMP/big/hellaswag_val.bin" -o "$TMP/stop" > "$TMP/stop.txt" 2>&1 &
+pid=$!
+for _ in $(seq 1200); do grep -q '^memory (rank 0)' "$TMP/stop.txt" && break; sleep 0.05; done
+sleep 1   # the loop's handler goes in just after that line; step 0's evaluation then runs for many seconds
+victim=$(rank_pid "train_gpt_cpu .*$TMP/stop" 1)
+t0=$(now_ms)
+[ -n "$victim" ] && kill -TERM "$victim"
+wait $pid
+rc=$?
+ms=$(( $(now_ms) - t0 ))
+t_check sigterm_during_hellaswag_stops_soon "[ -n '$victim' ] && [ $rc -eq 0 ] && [ $ms -lt 3000 ] && \
+    grep -q '^step 0 | hellaswag stopped by a signal: no accuracy' '$TMP/stop.txt' && \
+    grep -q 'stopped by a signal after step 0 (during evaluation); checkpoint written' '$TMP/stop.txt'" \
+    "victim '$victim', exit $rc $ms ms after the signal: $(grep -a -E 'hellaswag|stopped|error' "$TMP/stop.txt" | head -c 300)"
+t_check sigterm_during_hellaswag_logs_nothing "! grep -q hellaswag_acc '$TMP/stop/log.jsonl' && [ -f '$TMP/stop/ckpt_000000/DONE' ]"
 
 # Bad files and flags: one line, before training.
 expect_error() {   # name, regex, trainer args...
