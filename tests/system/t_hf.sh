@@ -170,7 +170,7 @@ def variants(src, out):
              [(k, d, v.T if k == "h.0.attn.c_attn.weight" else v) for k, d, v in f32])
     write_st(os.path.join(folder(out, "dtype", cfg), "model.safetensors"),
              [(k, "I32", v.astype(np.int32)) if k == "h.0.ln_2.weight" else (k, d, v) for k, d, v in f32])
-    write_st(os.path.join(folder(out, "notgpt2", dict(cfg, model_type="llama")), "model.safetensors"), f32)
+    write_st(os.path.join(folder(out, "notgpt2", dict(cfg, model_type="gpt_neox")), "model.safetensors"), f32)
 
 
 def malformed(src, out):
@@ -314,7 +314,7 @@ expect_error error_dtype "tensor h\.0\.ln_2\.weight has dtype I32" "$TMP/v/dtype
 expect_error error_untied_head "lm_head\.weight differs from wte\.weight" "$TMP/v/untied"
 expect_error error_entry_not_tensor "entry 'step' is a int, not a named tensor" "$TMP/v/notensor"
 expect_error error_not_state_dict "holds a list, not a state dict" "$TMP/v/notdict"
-expect_error error_not_gpt2 "model_type 'llama' is not gpt2" "$TMP/v/notgpt2"
+expect_error error_not_gpt2 "model_type 'gpt_neox' is not one of gpt2, llama, qwen2, qwen3" "$TMP/v/notgpt2"
 expect_error error_missing_folder "no such folder" "$TMP/nothing"
 mkdir -p "$TMP/empty" && cp "$TMP/hf_a/config.json" "$TMP/empty/"
 expect_error error_no_weights "neither model.safetensors nor pytorch_model.bin" "$TMP/empty"
