@@ -221,7 +221,8 @@ def encode(name, a, dtype):
         return a.astype("<f4", copy=False)
     if dtype == "BF16":
         return ref.f32_to_bf16_bits(a).astype("<u2", copy=False)
-    out = a.astype("<f2")
+    with np.errstate(over="ignore"):
+        out = a.astype("<f2")
     overflow = np.count_nonzero(np.isinf(out)) - np.count_nonzero(np.isinf(a))
     if overflow:
         die("tensor %s has %d values beyond float16's range (largest magnitude %.6g, float16 holds 65504); "
@@ -413,7 +414,7 @@ def _llama_to_hf(cfg, params):
     out += [("model.layers.%d.%s" % (l, hf), params[name][l][first:first + rows])
             for l in range(cfg.L) for hf, name, first, rows in _llama_layer(cfg)]
     out.append(("model.norm.weight", params["final_norm"]))
-    return out + [(TIED_HEAD, params["lm_head"][:cfg.V])] * (not cfg.tied)
+    return out if cfg.tied else out + [(TIED_HEAD, params["lm_head"][:cfg.V])]
 
 
 def _llama_from_hf(cfg, get):

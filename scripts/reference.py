@@ -92,12 +92,13 @@ class LlamaConfig:
     family, decayed = FAMILY_LLAMA, LLAMA_DECAYED
 
     def __init__(self, maxT, V, L, NH, C, Vp, KV, D, F, tied=False, qk_norm=False, theta=10000.0, eps=1e-5,
-                 rope_kind=ROPE_NONE, rope_factor=0.0, rope_low=0.0, rope_high=0.0, rope_orig=0, qkv_bias=False):
+                 rope_kind=ROPE_NONE, rope_factor=1.0, rope_low=0.0, rope_high=0.0, rope_orig=0, qkv_bias=False):
         self.maxT, self.V, self.L, self.NH, self.C, self.Vp = maxT, V, L, NH, C, Vp
         self.KV, self.D, self.F, self.tied, self.qk_norm = KV, D, F, int(tied), int(qk_norm)
         self.qkv_bias = int(qkv_bias)
         self.rope_kind, self.rope_orig = rope_kind, rope_orig
         # The file holds these as float32: a model made from a spec must compute what its saved file will.
+        # rope_factor is 1 without scaling, as the trainer writes it, so that both write the same header.
         self.theta, self.eps = f32(theta), f32(eps)
         self.rope_factor, self.rope_low, self.rope_high = f32(rope_factor), f32(rope_low), f32(rope_high)
 
@@ -346,7 +347,7 @@ def _hf_rope(conf):
     rs = conf.get("rope_parameters") or conf.get("rope_scaling") or {}
     kind = rs.get("rope_type", rs.get("type", "default"))
     if kind == "default":
-        return ROPE_NONE, 0.0, 0.0, 0.0, 0
+        return ROPE_NONE, 1.0, 0.0, 0.0, 0
     if kind == "linear":
         return ROPE_LINEAR, rs["factor"], 0.0, 0.0, 0
     if kind == "llama3":

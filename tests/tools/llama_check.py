@@ -287,18 +287,19 @@ def saved_headers_and_sizes():
         run_ref(["-e", spec, "--seed", "5", "--save", path, "--save-version", str(version), "-x", "0"])
         expect_header(path, [20240326, version, 64, 500, 2, 4, 64, 512, 1, 2, 16, 160, 0, 1, 2,
                              F32(500000.0), F32(1e-6), F32(8.0), F32(1.0), F32(4.0), 8192], n1, width)
-    # Defaults (K = H, D = C/H, V 50257, T 1024, theta 1e4, eps 1e-5), tied: no lm_head.
+    # Defaults (K = H, D = C/H, V 50257, T 1024, theta 1e4, eps 1e-5, rope factor 1 as the trainer writes it
+    # without scaling), tied: no lm_head.
     path = os.path.join(TMP, "saved_defaults.bin")
     run_ref(["-e", "llama:L1,C32,H4,F64,tied", "--save", path, "-x", "0"])
     n2 = 50304 * 32 + 32 + (4 + 8) * 8 * 32 + 32 * 32 + 32 + 128 * 32 + 32 * 64 + 32
     expect_header(path, [20240326, 3, 1024, 50257, 1, 4, 32, 50304, 1, 4, 8, 64, 1, 0, 0,
-                         F32(10000.0), F32(1e-5)], n2, 4)
+                         F32(10000.0), F32(1e-5), F32(1.0)], n2, 4)
     # q/k/v biases (slot 21): qkv_bias (L, (NH + 2 KV) D) = 2 * (4 + 2) * 8 after wkv, tied.
     path = os.path.join(TMP, "saved_qkvbias.bin")
     run_ref(["-e", "llama:L2,C32,H4,K1,F64,V128,T32,tied,qkvbias", "--save", path, "-x", "0"])
     n4 = 128 * 32 + 2 * 32 + 2 * (4 + 2) * 8 * 32 + 2 * 6 * 8 + 2 * 32 * 32 + 2 * 32 + 2 * 128 * 32 + 2 * 32 * 64 + 32
     expect_header(path, [20240326, 3, 32, 128, 2, 4, 32, 128, 1, 1, 8, 64, 1, 0, 0,
-                         F32(10000.0), F32(1e-5), 0, 0, 0, 0, 1], n4, 4)
+                         F32(10000.0), F32(1e-5), F32(1.0), 0, 0, 0, 1], n4, 4)
     f, _, p = plain.read_model(path)
     assert (p["qkv_bias"] == 0).all(), "a random model's q/k/v biases are not 0"
     path = os.path.join(TMP, "saved_linear.bin")
