@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Hugging Face checkpoint folder -> model file, to start training from with `-e OUT.bin`.
 
-  import_hf.py DIR OUT.bin [--bf16] [--allow-nonfinite]
+  import_hf.py DIR OUT.bin [--bf16 | --fp32] [--allow-nonfinite]
 
 DIR holds config.json and the weights: model.safetensors, or model.safetensors.index.json and the shards it
 names, or (failing those) pytorch_model.bin; F32, BF16 or F16 values. config.json's model_type picks the
@@ -13,8 +13,9 @@ model file's family:
   qwen2         Qwen2ForCausalLM: the Llama family with q/k/v biases
 The Llama family's names may come with or without `model.`; a tied model's stored lm_head.weight must equal
 embed_tokens. The sizes come from config.json, with each class's defaults for what it leaves out. The
-vocabulary is padded to a multiple of 128 with zero rows. --bf16 writes version 5 (bf16, round to nearest
-even) instead of fp32 (version 3), which holds F32, BF16 and F16 values exactly.
+vocabulary is padded to a multiple of 128 with zero rows. The model file keeps the weights' precision: bf16
+(version 5) when every weight is stored BF16, else fp32 (version 3), which holds F32, F16 and BF16 values
+exactly; --bf16 writes bf16 whatever the storage (rounding to nearest even), --fp32 fp32.
 
 Refused, before any tensor is read: a config.json key whose meaning the trainer does not implement, named in
 the error (sliding-window attention that takes effect, RoPE scaling other than linear and llama3,
@@ -41,8 +42,9 @@ import numpy as np  # noqa: E402
 
 import hf_format as hf  # noqa: E402
 
-# One stored tensor: the file it is in, its shape, and load() -> its values as float32.
-Tensor = namedtuple("Tensor", "path shape load")
+# One stored tensor: the file it is in, its shape, its safetensors dtype, and load() -> its values as float32.
+Tensor = namedtuple("Tensor", "path shape dtype load")
+TORCH_DTYPES = {"torch.float32": "F32", "torch.bfloat16": "BF16", "torch.float16": "F16"}
 
 
 def weights_files(folder):
@@ -65,9 +67,10 @@ def load_weights(cfg, folder, files):
     elif files[0].endswith(".safetensors"):
         stored = {name: (files[0], e) for name, e in hf.read_safetensors(files[0]).items()}
     else:
-        return canonical(cfg, files[0], {name: Tensor(files[0], tuple(t.shape), lambda n=name, t=t: torch_to_f32(
-            files[0], n, t)) for name, t in torch_state_dict(files[0]).items()})
-    return canonical(cfg, files[0], {name: Tensor(path, e.shape, lambda n=name, p=path, e=e: hf.decode(p, n, e))
+        return canonical(cfg, files[0], {name: Tensor(files[0], tuple(t.shape), TORCH_DTYPES.get(str(t.dtype)),
+                                                      lambda n=name, t=t: torch_to_f32(files[0], n, t))
+                                         for name, t in torch_state_dict(files[0]).items()})
+    return canonical(cfg, files[0], {name: Tensor(path, e.shape, e.dtype, lambda n=name, p=path, e=e: hf.decode(p, n, e))
                                      for name, (path, e) in stored.items()})
 
 
@@ -169,7 +172,10 @@ def main():
     ap.add_argument("dir", help="Hugging Face folder: config.json and model.safetensors, its shards and "
                     "model.safetensors.index.json, or pytorch_model.bin")
     ap.add_argument("out", help="model file to write (not one of DIR's files)")
-    ap.add_argument("--bf16", action="store_true", help="write bf16 weights (version 5) instead of fp32")
+    precision = ap.add_mutually_exclusive_group()
+    precision.add_argument("--bf16", action="store_true", help="write bf16 weights (version 5), rounding F32 and "
+                           "F16 values (default: bf16 when every weight is stored BF16, else fp32)")
+    precision.add_argument("--fp32", action="store_true", help="write fp32 weights (version 3) whatever the storage")
     ap.add_argument("--allow-nonfinite", action="store_true",
                     help="import NaN and infinite weights instead of refusing them")
     args = ap.parse_args()
@@ -185,13 +191,14 @@ def main():
     check_shapes(files[0], tensors, shapes)
     get = getter(tensors, args.allow_nonfinite)
     check_extras(cfg, tensors, shapes, get)
+    bf16 = args.bf16 or (not args.fp32 and all(tensors[name].dtype == "BF16" for name in shapes))
     params = hf.from_hf(cfg, get)
     try:
-        hf.save_model(args.out, cfg, params, 5 if args.bf16 else 3)
+        hf.save_model(args.out, cfg, params, 5 if bf16 else 3)
     except OSError as e:
         hf.die("%s: cannot write (%s)" % (args.out, e.strerror or e))
     print("imported %s (%d parameters) from %s to %s (%s)"
-          % (cfg, cfg.numel(), files[0], args.out, "bf16" if args.bf16 else "fp32"))
+          % (cfg, cfg.numel(), files[0], args.out, "bf16" if bf16 else "fp32"))
 
 
 if __name__ == "__main__":

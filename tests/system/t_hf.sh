@@ -258,9 +258,10 @@ B=$TMP/b/ckpt_000000/model.bin
 export_hf export_a "$A" "$TMP/hf_a" && import_hf import_a "$TMP/hf_a" "$TMP/a2.bin" && same_file roundtrip_v500 "$A" "$TMP/a2.bin"
 export_hf export_b "$TMP/b/ckpt_000000" "$TMP/hf_b" && import_hf import_b "$TMP/hf_b" "$TMP/b2.bin" &&
     same_file roundtrip_v50257_from_checkpoint_dir "$B" "$TMP/b2.bin"
-# bf16 (version 5): import rounds to bf16; exporting that file and importing it again changes no bit.
+# bf16 (version 5): import --bf16 rounds to bf16; exporting that file (BF16, the file's precision) and
+# importing it again (bf16, the weights' precision) changes no bit.
 import_hf import_a_bf16 "$TMP/hf_a" "$TMP/a16.bin" --bf16 && export_hf export_a16 "$TMP/a16.bin" "$TMP/hf_a16" &&
-    import_hf import_a16 "$TMP/hf_a16" "$TMP/a16_2.bin" --bf16 && same_file roundtrip_bf16 "$TMP/a16.bin" "$TMP/a16_2.bin"
+    import_hf import_a16 "$TMP/hf_a16" "$TMP/a16_2.bin" && same_file roundtrip_bf16 "$TMP/a16.bin" "$TMP/a16_2.bin"
 run ref_bf16 "$PYTHON" scripts/reference.py -e "$A" -x 0 --save "$TMP/a_ref16.bin" --save-version 5 &&
     same_file import_bf16_matches_reference_save "$TMP/a_ref16.bin" "$TMP/a16.bin"
 t_check bf16_is_version_5 "[ \"\$(od -An -tu4 -j4 -N4 '$TMP/a16.bin' 2>/dev/null | tr -d ' ')\" = 5 ]"
