@@ -93,7 +93,7 @@ static void create_chunks(Trainer* tr) {
     for (int c = 0; c < tr->chunks; c++) {
         layout_chunk_view(tr->layout, c, &tr->chunk_layout[c]);
         gpt_create(&tr->gpt[c], tr->be, &tr->mem, &tr->chunk_layout[c], zero_param_store(tr->zero), g->tp_group,
-                   cfg->sequence_parallel, cfg->precision, cfg->B, cfg->T, cfg->recompute, tr->plan.sets[g->stage][c],
+                   g->kv_copies, cfg->sequence_parallel, cfg->precision, cfg->B, cfg->T, cfg->recompute, tr->plan.sets[g->stage][c],
                    tr->plan.stash[g->stage], cfg->grad_accum);
     }
 }
@@ -327,11 +327,12 @@ static void print_setup(Trainer* tr, CommKind comm) {
     const Config* cfg = &tr->cfg;
     const ModelShape* s = &tr->layout->shape;
     char delay[64];
-    char tensor[48] = "";
+    char tensor[48] = "", shape[256];
     if (tr->grid.tp > 1) snprintf(tensor, sizeof(tensor), " x %d tensor ranks", tr->grid.tp);
-    printf("model L=%d C=%d NH=%d V=%d maxT=%d: %zu parameters | %s on %s | %d rank%s (%s): %d stage%s x %d replica%s%s, "
+    shape_describe(s, shape, sizeof(shape));
+    printf("model %s: %zu parameters | %s on %s | %d rank%s (%s): %d stage%s x %d replica%s%s, "
            "ZeRO-%d%s%s | %d thread%s per rank | b=%d t=%d ga=%d | %d steps\n",
-           s->L, s->C, s->NH, s->V, s->maxT, shape_param_count(s), dtype_name(cfg->precision), backend_device_name(tr->be),
+           shape, shape_param_count(s), dtype_name(cfg->precision), backend_device_name(tr->be),
            tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), tr->grid.pp, tr->grid.pp > 1 ? "s" : "", tr->grid.dp,
            tr->grid.dp > 1 ? "s" : "", tensor, cfg->zero_stage, offload_text(cfg), delay_text(cfg, delay, sizeof(delay)), tr->threads,
            tr->threads > 1 ? "s" : "", cfg->B, cfg->T, cfg->grad_accum, tr->max_steps);
@@ -388,7 +389,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->be = backend_create(comm_local_rank(tr->world));
     comm_attach_backend(tr->world, tr->be);
     CommKind comm = comm_select(tr->world, cfg->comm);   // before any group is split
-    grid_create(&tr->grid, tr->world, cfg->pipeline_stages, cfg->tensor_parallel, shape.tied);
+    grid_create(&tr->grid, tr->world, cfg->pipeline_stages, cfg->tensor_parallel, shape.tied, shape_kv_copies(&shape, cfg->tensor_parallel));
     open_data(tr, &shape);
     open_tokenizer(tr, &shape);
 

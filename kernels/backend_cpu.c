@@ -268,6 +268,14 @@ void be_copy(Backend* be, void* dst, const void* src, size_t bytes) {
     if (bytes && dst != src) memmove(dst, src, bytes);
 }
 
+void be_copy_rows(Backend* be, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows) {
+    BACKEND_ENTRY(be);
+    if (!rows || !row_bytes) return;
+    expect_side(be, dst, 1, 1, "be_copy_rows", "destination");
+    expect_side(be, src, 1, 1, "be_copy_rows", "source");
+    for (size_t r = 0; r < rows; r++) memcpy((char*)dst + r * dst_pitch, (const char*)src + r * src_pitch, row_bytes);
+}
+
 #ifdef BACKEND_FENCE
 // A GPU's copy engine may read a copy's source and write its destination at any moment between its issue and
 // the wait for it, so neither may change in that window: the source keeps its hash from the issue, the

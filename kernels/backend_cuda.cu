@@ -173,6 +173,11 @@ void be_copy(Backend* be, void* dst, const void* src, size_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, be->stream));
 }
 
+void be_copy_rows(Backend* be, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows) {
+    if (!rows || !row_bytes) return;
+    CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice, be->stream));
+}
+
 // The comm and copy streams too: a collective or a copy not yet waited for may still be writing memory.
 void be_synchronize(Backend* be) {
     CUDA_CHECK(cudaStreamSynchronize(be->stream));

@@ -50,6 +50,9 @@ void be_memset0(Backend* be, void* p, size_t bytes);
 void be_upload(Backend* be, void* dst, const void* src_host, size_t bytes);
 void be_download(Backend* be, void* dst_host, const void* src, size_t bytes);   // synchronous
 void be_copy(Backend* be, void* dst, const void* src, size_t bytes);
+// `rows` rows of `row_bytes` each, from src to dst, each side's rows `pitch` bytes apart (a block of columns
+// of one matrix into another's); the two may not overlap.
+void be_copy_rows(Backend* be, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows);
 void be_synchronize(Backend* be);                      // every stream, copies included
 size_t be_peak_bytes(const Backend* be);               // high-water mark of be_malloc'd bytes
 // Host memory the host computes on and the backend copies to and from (optimizer state kept on the host,

@@ -137,6 +137,10 @@ int copy_held_whole_by_group(const ParamTensor* t, const ParamLayout* lay) {
     (void)lay;
     return t->group_whole;
 }
+int copy_of_kv_head(const ParamTensor* t, const ParamLayout* lay) {
+    (void)lay;
+    return t->copies > 1;
+}
 
 // Every rank's state file CRC-32 (mine: this rank's) and model.bin's, on every rank, as write_checksums takes
 // them. The stages write model.bin in place, in parts, so rank 0 reads it back once all of them are done.
@@ -170,6 +174,9 @@ void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Con
     if (!copies_agree(ms, be, g->tp_group, copy_held_whole_by_group))   // only tensor rank 0's copies are saved
         fail("internal: the tensor ranks' copies of the tensors they hold whole differ (stage %d, replica %d): their "
              "data-parallel reductions added in different orders", g->stage, g->dp_rank);
+    if (!copies_agree(ms, be, g->kv_copies, copy_of_kv_head))   // only the first copy of each kv head is saved
+        fail("internal: the tensor ranks' copies of a kv head differ (stage %d, replica %d, tensor rank %d)", g->stage, g->dp_rank,
+             g->tp_rank);
     snprintf(name, sizeof(name), "state_rank%d.bin", rank);
     path_join(p, sizeof(p), tmp, name);
     uint32_t state_crc = state_file_write(ms, be, p, rank, g->dp, cfg->zero_stage);

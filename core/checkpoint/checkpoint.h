@@ -34,6 +34,7 @@ typedef int (*CopyPick)(const ParamTensor* t, const ParamLayout* lay);
 int copies_agree(const ModelState* ms, Backend* be, Comm* group, CopyPick pick);
 int copy_in_embedding_unit(const ParamTensor* t, const ParamLayout* lay);     // the tied pair's copies
 int copy_held_whole_by_group(const ParamTensor* t, const ParamLayout* lay);   // a tensor group's copies
+int copy_of_kv_head(const ParamTensor* t, const ParamLayout* lay);            // a kv head's copies (Grid.kv_copies)
 
 // Checks everything a resume relies on without loading or exiting: the manifest's fields (its step the
 // directory's name), model.bin's size, each state file's header (the rank its name says, the model's

@@ -15,10 +15,11 @@ static Comm* split_or_null(Comm* world, int member, int color, int key) {
     return comm_split(world, member ? color : COMM_NO_GROUP, key);
 }
 
-void grid_create(Grid* g, Comm* world, int stages, int tp, int tied_head) {
+void grid_create(Grid* g, Comm* world, int stages, int tp, int tied_head, int kv_copies) {
     int rank = comm_rank(world), ranks = comm_size(world);
     if (stages < 1 || tp < 1 || ranks % (stages * tp) != 0)
         fail("internal: grid of %d stages x tp %d on %d ranks (pipeline_plan checks this)", stages, tp, ranks);
+    if (kv_copies < 1 || tp % kv_copies != 0) fail("internal: %d copies of each kv head on %d tensor ranks", kv_copies, tp);
     memset(g, 0, sizeof(*g));
     g->world = world;
     g->pp = stages;
@@ -35,6 +36,7 @@ void grid_create(Grid* g, Comm* world, int stages, int tp, int tied_head) {
     g->tp_group = split_or_null(world, tp > 1, g->stage * g->dp + g->dp_rank, g->tp_rank);
     g->pp_group = split_or_null(world, stages > 1, g->dp_rank * tp + g->tp_rank, g->stage);
     g->tied = split_or_null(world, stages > 1 && tied_head && (grid_first_stage(g) || grid_last_stage(g)), g->dp_rank * tp + g->tp_rank, g->stage);
+    g->kv_copies = split_or_null(world, kv_copies > 1, rank / kv_copies, g->tp_rank);
 }
 
 void grid_destroy(Grid* g) {
@@ -42,5 +44,6 @@ void grid_destroy(Grid* g) {
     comm_free(g->pp_group);
     comm_free(g->tp_group);
     comm_free(g->tied);
+    comm_free(g->kv_copies);
     memset(g, 0, sizeof(*g));
 }

@@ -10,6 +10,8 @@
 //   pp    the stages of one replica and tensor rank, ordered by stage: activations and gradients flow along it
 //   tied  stage 0 and stage pp-1 of one replica and tensor rank: the two copies of the tied embedding sum
 //         their gradients over it (NULL with one stage, on the stages in between, and for an untied head)
+//   kv_copies  the tp / KV neighbouring ranks of a tensor group that hold copies of one kv head, when the
+//         model has fewer kv heads than -tp: those heads' gradients sum over it (NULL otherwise)
 // With one stage and tp = 1, dp is the world itself; pp is NULL with one stage, tp NULL with tp = 1.
 #pragma once
 #include "core/comm/comm.h"
@@ -22,14 +24,16 @@ typedef struct {
     Comm* pp_group;
     Comm* tp_group;
     Comm* tied;
+    Comm* kv_copies;
 } Grid;
 
 // Fails with one line unless `ranks` (launched or planned) factor into `stages` equal stages of tp-rank
 // tensor groups (the model's family checks what tp must divide).
 void grid_check(int stages, int tp, int ranks);
 // Collective over world, whose size pipeline_plan has checked with grid_check. tied_head: the LM head is the
-// token embedding, so a pipeline's first and last stages form the tied group.
-void grid_create(Grid* g, Comm* world, int stages, int tp, int tied_head);
+// token embedding, so a pipeline's first and last stages form the tied group. kv_copies: tensor ranks per
+// kv head (layout_kv_copies; 1 when each rank has kv heads of its own).
+void grid_create(Grid* g, Comm* world, int stages, int tp, int tied_head, int kv_copies);
 void grid_destroy(Grid* g);   // frees the sub-groups, not the world
 static inline int grid_first_stage(const Grid* g) { return g->stage == 0; }
 static inline int grid_last_stage(const Grid* g) { return g->stage == g->pp - 1; }

@@ -9,10 +9,11 @@
 
 // ---- the activation table --------------------------------------------------------------------------
 // Elements per token of a buffer. *A: one tensor rank's share: attention channels NH*D/tp, q|k|v (NH+2KV)*D/tp,
-// the MLP's hidden F/tp (and twice that: gate|up), query heads NH/tp, q and k heads (NH+KV)/tp. VPA: the
+// the MLP's hidden F/tp (and twice that: gate|up), query heads NH/tp, q and k heads (NH+KV)/tp; a rank's kv
+// heads are KV/tp, or one when they are fewer than the ranks (KVA_COPIED: its k|v, 0 unless so). VPA: the
 // vocabulary columns (Vp/tp); VSTAT: 1 + 3 tp under -tp (the vocabulary-parallel cross-entropy's row max and
 // every rank's row sums), 0 without. *_QKN: 0 unless the shape has q/k norms.
-typedef enum { W_1, W_C, W_CA, W_QKVA, W_FA, W_2FA, W_NHA, W_QKVA_QKN, W_QKNA_QKN, W_VPA, W_VSTAT } Width;
+typedef enum { W_1, W_C, W_CA, W_QKVA, W_KVA_COPIED, W_FA, W_2FA, W_NHA, W_QKVA_QKN, W_QKNA_QKN, W_VPA, W_VSTAT } Width;
 // Which recompute levels keep a block's tensor for every block (the others hold one slot that the forward
 // overwrites block after block and the backward refills): norms and attention below -r 2, the MLP's
 // activation below -r 1, everything inside the block but its input below -r 3. SCRATCH: one slot the
@@ -94,6 +95,10 @@ void* grad_between(BlockBackward* c, void* scratch, void* stashed);
 // pre's (the GELU's backward fused in).
 void matmul_step(BlockBackward* c, void* dinp, const void* dout, const void* inp, const void* pre, const void* w, void* dw,
                  void* db, int IC, int OC);
+// The column-parallel q|k|v projection (OC = (NH + 2 KV) D per rank) as matmul_step, but when the model has
+// fewer kv heads than tensor ranks the copies of a kv head sum their gradients w.r.t. it (into dqkv itself)
+// before the weight gradient, so every copy is updated by the whole head's gradient and they stay equal.
+void qkv_matmul_step(BlockBackward* c, void* dinp, void* dqkv, const void* inp, const void* w, void* dw, void* db);
 // A norm of this rank's rows (dinp accumulates).
 void norm_step(BlockBackward* c, void* dinp, const void* dout, const void* inp, const void* w, const float* mean,
                const float* rstd, void* dw, void* db);

@@ -32,6 +32,7 @@ typedef struct {
     int F;        // the MLP's hidden width
     int tied;     // the LM head is the token embedding
     int qk_norm;  // per-head RMSNorm of q and k
+    int qkv_bias; // biases on the q, k and v projections (Qwen2)
     float eps;    // the normalization's epsilon
     Rope rope;
 } ModelShape;
@@ -42,10 +43,13 @@ typedef enum { UNIT_EMBEDDING, UNIT_BLOCK, UNIT_FINAL } UnitRole;
 // How tensor parallelism cuts a kind: a (rows x cols) row-major matrix (a vector is rows x 1) keeps, per
 // rank, a 1/tp share of the rows of each of `sections` equal row blocks (CUT_ROWS: q, k and v are three),
 // or of the columns of every row (CUT_COLS); CUT_NONE is held whole by every rank of the tensor group.
+// heads: CUT_ROWS' sections are made of this many heads, which are never split (0: any row count). With
+// fewer heads than tensor ranks each rank holds one head, a copy shared by tp / heads neighbouring ranks
+// (the kv heads of a model with fewer of them than -tp).
 typedef enum { CUT_NONE, CUT_ROWS, CUT_COLS } Cut;
 typedef struct {
     Cut cut;
-    size_t rows, cols, sections;
+    size_t rows, cols, sections, heads;
 } TensorCut;
 // Initial values: ones (norm weights), zeros (biases), normal with std 0.02, or 0.02 / sqrt(2L) for the
 // projections into the residual stream, so its variance stays bounded over the layers.
@@ -57,6 +61,9 @@ typedef struct {
     InitRule init;
     int decay;        // weight decay applies (the matrices and embeddings)
     int vocab_rows;   // rows are the padded vocabulary: rows >= V stay zero (the embedding, an LM head)
+    // Placed right after the previous kind with no alignment padding between, so the two are one tensor to
+    // the kernels (q's rows and k|v's, or their biases: one q|k|v projection).
+    int joins_previous;
 } KindInfo;
 
 typedef struct BlockOps BlockOps;   // block.h

@@ -33,17 +33,18 @@ static int kept_every_block(KeptBy kept, Keep k) {
 
 size_t width_elems(const ParamLayout* lay, Width w) {
     const ModelShape* s = &lay->shape;
-    size_t tp = (size_t)lay->tp_size, D = (size_t)s->D, NH = (size_t)s->NH, KV = (size_t)s->KV;
+    size_t tp = (size_t)lay->tp_size, D = (size_t)s->D, NH = (size_t)layout_heads(lay), KV = (size_t)layout_kv_heads(lay);
     switch (w) {
         case W_1: return 1;
         case W_C: return (size_t)s->C;
         case W_CA: return (size_t)layout_attn_channels(lay);
-        case W_QKVA: return (NH + 2 * KV) * D / tp;
+        case W_QKVA: return (NH + 2 * KV) * D;
+        case W_KVA_COPIED: return layout_kv_copies(lay) > 1 ? 2 * KV * D : 0;
         case W_FA: return (size_t)layout_mlp_channels(lay);
         case W_2FA: return 2 * (size_t)layout_mlp_channels(lay);
-        case W_NHA: return (size_t)layout_heads(lay);
-        case W_QKVA_QKN: return s->qk_norm ? (NH + 2 * KV) * D / tp : 0;
-        case W_QKNA_QKN: return s->qk_norm ? (NH + KV) / tp : 0;
+        case W_NHA: return NH;
+        case W_QKVA_QKN: return s->qk_norm ? (NH + 2 * KV) * D : 0;
+        case W_QKNA_QKN: return s->qk_norm ? NH + KV : 0;
         case W_VPA: return (size_t)layout_vocab_rows(lay);
         case W_VSTAT: return tp > 1 ? 1 + 3 * tp : 0;
     }
@@ -85,6 +86,7 @@ static const WalkBuffer WALK_BUFFERS[] = {
     BUF(dsmall, WORK, W_C, E_DT),
     BUF(dbig, WORK, WORK_WIDTH, E_DT),
     BUF(att_scratch, WORK, W_NHA, E_F32),
+    BUF(dkv_copied, WORK, W_KVA_COPIED, E_DT),
     OWN(dinput_out, UPSTREAM, W_C, E_DT),
 };
 #undef BUF
@@ -180,11 +182,12 @@ static void alloc_buffers(GPT* g, Backend* be, MemLedger* mem) {
                 mem_alloc(be, mem, MEM_ACTIVATIONS, stash_elems(g->layout, g->ops, g->B, g->T, g->sp, f) * dtype_size(g->dt));
 }
 
-void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, int sp, DType dt,
-                int B, int T, int recompute, int num_sets, int num_stash, int micro) {
+void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, Comm* kv_copies, int sp,
+                DType dt, int B, int T, int recompute, int num_sets, int num_stash, int micro) {
     memset(g, 0, sizeof(*g));
-    int tp_ranks = tp ? comm_size(tp) : 1;
+    int tp_ranks = tp ? comm_size(tp) : 1, copies = kv_copies ? comm_size(kv_copies) : 1;
     if (tp_ranks != layout->tp_size) fail("internal: a layout for %d tensor ranks on a group of %d", layout->tp_size, tp_ranks);
+    if (copies != layout_kv_copies(layout)) fail("internal: %d copies of each kv head in the layout, a group of %d", layout_kv_copies(layout), copies);
     if (sp && (!tp || (B * T) % tp_ranks)) fail("internal: sequence parallelism over %d ranks for %d rows", tp_ranks, B * T);
     g->sp = sp && tp;
     g->rows = g->sp ? B * T / layout->tp_size : B * T;
@@ -193,6 +196,7 @@ void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, 
     g->ops = layout->shape.family->block;
     g->store = store;
     g->tp = tp;
+    g->kv_copies = kv_copies;
     g->dt = dt;
     g->B = B;
     g->T = T;

@@ -34,6 +34,7 @@ typedef struct {
     void* dbig;        // (N, work)  the widest gradient between two of the block's steps (BlockOps.work);
                        //            -sp: between them, a norm's parameter gradients
     float* att_scratch;  // (B, NH/tp, T)
+    void* dkv_copied;  // (N, 2 D)  a kv head's gradient, summed over its copies (kv heads fewer than -tp)
     void* dinput_out;  // (N, C)   rows; d(input) on its way upstream (a stage without the embeddings)
     void* block[MAX_BLOCK_BUFFERS];   // the family's BlockOps.buffers
 } Activations;
@@ -50,6 +51,7 @@ typedef struct {
     int B, T;
     ParamStore store;    // where each unit's parameters and gradients live (param_store.h)
     Comm* tp;            // the tensor group (grid.h), NULL without tensor parallelism
+    Comm* kv_copies;     // the tensor ranks holding copies of this rank's kv head (grid.h), or NULL
     int sp;              // sequence parallelism: the regions outside the tensor-parallel layers split by rows
     int rows;            // rows of the "rows" buffers: N, or N / tp with sp
     const BlockOps* ops; // the family's block
@@ -72,8 +74,8 @@ static inline int gpt_has_head(const GPT* g) { return g->layout->final_unit >= 0
 // over the layout's blocks; parameters and gradients come from `store`. The LM head's buffers (logits) are
 // one, shared by the sets: the schedule runs each of that stage's backwards before its next forward.
 // micro: the micro-batches of a step, whose losses wait in page-locked slots until the step reads them.
-void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, int sp, DType dt,
-                int B, int T, int recompute, int num_sets, int num_stash, int micro);
+void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, Comm* kv_copies, int sp,
+                DType dt, int B, int T, int recompute, int num_sets, int num_stash, int micro);
 void gpt_destroy(GPT* g, Backend* be);
 // Activation bytes gpt_create allocates (for the memory plan).
 size_t gpt_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, int recompute, int num_sets, int num_stash,

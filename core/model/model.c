@@ -44,7 +44,7 @@ size_t shape_real_param_count(const ModelShape* s) {
 int shape_equal(const ModelShape* a, const ModelShape* b) {
     return a->family == b->family && a->L == b->L && a->C == b->C && a->NH == b->NH && a->V == b->V && a->Vp == b->Vp &&
            a->maxT == b->maxT && a->KV == b->KV && a->D == b->D && a->F == b->F && a->tied == b->tied &&
-           a->qk_norm == b->qk_norm && a->eps == b->eps && a->rope.scaling == b->rope.scaling && a->rope.theta == b->rope.theta &&
+           a->qk_norm == b->qk_norm && a->qkv_bias == b->qkv_bias && a->eps == b->eps && a->rope.scaling == b->rope.scaling && a->rope.theta == b->rope.theta &&
            a->rope.factor == b->rope.factor && a->rope.low_freq_factor == b->rope.low_freq_factor &&
            a->rope.high_freq_factor == b->rope.high_freq_factor && a->rope.original_max == b->rope.original_max;
 }
@@ -56,8 +56,8 @@ void shape_describe(const ModelShape* s, char* out, size_t n) {
     int w = snprintf(out, n, "%s%sL=%d C=%d NH=%d V=%d Vp=%d maxT=%d", other ? s->family->name : "", other ? " " : "", s->L, s->C,
                      s->NH, s->V, s->Vp, s->maxT);
     if (other && w >= 0 && (size_t)w < n)
-        snprintf(out + w, n - (size_t)w, " KV=%d D=%d F=%d%s%s theta=%g eps=%g%s", s->KV, s->D, s->F, s->tied ? " tied" : "",
-                 s->qk_norm ? " qk_norm" : "", (double)s->rope.theta, (double)s->eps, ROPE[s->rope.scaling]);
+        snprintf(out + w, n - (size_t)w, " KV=%d D=%d F=%d%s%s%s theta=%g eps=%g%s", s->KV, s->D, s->F, s->tied ? " tied" : "",
+                 s->qk_norm ? " qk_norm" : "", s->qkv_bias ? " qkv_bias" : "", (double)s->rope.theta, (double)s->eps, ROPE[s->rope.scaling]);
 }
 
 // llm.c's order: each kind stacked over its layers.
@@ -74,13 +74,18 @@ static void cut_tensor(ParamTensor* t, const ModelShape* s, int r, int tp) {
     t->size = t->run = t->stride = whole;
     t->replica = c.cut == CUT_NONE && r > 0;
     t->group_whole = c.cut == CUT_NONE && tp > 1;
+    t->copies = 1;
     if (tp == 1 || c.cut == CUT_NONE) return;
     if (c.cut == CUT_ROWS) {   // of each section, rows [r, r + 1) * rows / (sections * tp): one run per section
-        size_t section_rows = c.rows / c.sections, mine = section_rows / (size_t)tp;
+        // or, with fewer heads than ranks, head r / copies of each section, which `copies` ranks hold
+        size_t copies = c.heads && c.heads < (size_t)tp ? (size_t)tp / c.heads : 1;
+        size_t section_rows = c.rows / c.sections, mine = section_rows * copies / (size_t)tp;
         t->run = mine * c.cols;
         t->stride = section_rows * c.cols;
-        t->canonical += (size_t)r * t->run;
+        t->canonical += (size_t)r / copies * t->run;
         t->size = c.sections * t->run;
+        t->copies = (int)copies;
+        t->replica = r % (int)copies != 0;
     } else {                   // of each row, columns [r, r + 1) * cols / tp: one run per row
         t->run = c.cols / (size_t)tp;
         t->stride = c.cols;
@@ -117,10 +122,17 @@ static void add_unit(ParamLayout* lay, UnitRole role, int layer, size_t pad_mult
         t->layer = layer;
         t->canonical = canonical_offset(s, k, layer);
         cut_tensor(t, s, lay->tp_rank, lay->tp_size);
-        t->offset = u->offset + off;
+        size_t at = off;
+        if (kind_info(s, k)->joins_previous) {   // right after the previous tensor, whose padding it takes
+            const ParamTensor* prev = t - 1;
+            if (lay->num_tensors - 1 == u->first_tensor || prev->kind != k - 1)
+                fail("internal: %s joins %s, which this unit does not hold just before it", kind_info(s, k)->name, kind_info(s, k - 1)->name);
+            at = prev->offset - u->offset + prev->size;
+        }
+        t->offset = u->offset + at;
         t->decay = kind_info(s, k)->decay;
         t->unit = lay->num_units - 1;
-        off += (t->size + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
+        off = at + (t->size + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
         if (!t->replica) lay->num_params += t->size;
     }
     u->num_tensors = lay->num_tensors - u->first_tensor;

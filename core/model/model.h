@@ -23,6 +23,8 @@ typedef struct {
     size_t canonical, run, stride;
     int replica;        // a copy of values another rank of the tensor group writes (tensor_is_copy)
     int group_whole;    // held whole by every rank of a tensor group (tp > 1): rank 0's and its copies
+    int copies;         // tensor ranks holding these same rows (a kv head shared by tp / KV ranks), or 1;
+                        // the first of them writes it, the others are replicas
     int decay;          // weight decay applies (2-D tensors: matrices and the two embeddings)
     int unit;           // the unit holding it
 } ParamTensor;
@@ -127,7 +129,11 @@ static inline int tensor_is_copy(const ParamLayout* lay, const ParamTensor* t) {
 // The per-rank widths of a tensor-parallel block: query and key/value heads, attention channels
 // (NH * D / tp: GPT-2's C / tp), the MLP's hidden width (F / tp: GPT-2's 4C / tp).
 static inline int layout_heads(const ParamLayout* lay) { return lay->shape.NH / lay->tp_size; }
-static inline int layout_kv_heads(const ParamLayout* lay) { return lay->shape.KV / lay->tp_size; }
+// Tensor ranks holding a copy of each kv head: 1, or tp / KV when the model has fewer kv heads than -tp
+// (neighbouring ranks: rank r holds kv head r / copies, which all its query heads read).
+static inline int shape_kv_copies(const ModelShape* s, int tp) { return s->KV >= tp ? 1 : tp / s->KV; }
+static inline int layout_kv_copies(const ParamLayout* lay) { return shape_kv_copies(&lay->shape, lay->tp_size); }
+static inline int layout_kv_heads(const ParamLayout* lay) { return lay->shape.KV * layout_kv_copies(lay) / lay->tp_size; }
 static inline int layout_attn_channels(const ParamLayout* lay) { return lay->shape.NH * lay->shape.D / lay->tp_size; }
 static inline int layout_mlp_channels(const ParamLayout* lay) { return lay->shape.F / lay->tp_size; }
 // Whether a pipeline's last stage needs a mirror of the embedding unit: the LM head is tied to wte.

@@ -122,6 +122,33 @@ void matmul_step(BlockBackward* c, void* dinp, const void* dout, const void* inp
     else matmul_backward_weight(be, dt, dw, db, dout, inp, N, IC, OC);
 }
 
+// With fewer kv heads than tensor ranks, the ranks holding copies of one kv head each backpropagate only their
+// own query heads through it: their gradients w.r.t. that head's k|v columns of q|k|v (N, OC) are summed in
+// place over the copies, through a packed (N, 2 D) scratch.
+static void sum_kv_copies(GPT* g, Backend* be, void* dqkv, int OC) {
+    BlockDims d = block_dims(g);
+    size_t e = dtype_size(g->dt), width = 2 * (size_t)d.D * e, pitch = (size_t)OC * e;
+    char* kv = (char*)dqkv + (size_t)d.NH * d.D * e;   // after this rank's query heads
+    be_copy_rows(be, g->acts.dkv_copied, width, kv, pitch, width, (size_t)d.N);
+    comm_allreduce_sum(g->kv_copies, g->acts.dkv_copied, (size_t)d.N * 2 * d.D, g->dt);
+    be_copy_rows(be, kv, pitch, g->acts.dkv_copied, width, width, (size_t)d.N);
+}
+
+void qkv_matmul_step(BlockBackward* c, void* dinp, void* dqkv, const void* inp, const void* w, void* dw, void* db) {
+    GPT* g = c->g;
+    BlockDims d = block_dims(g);
+    int OC = (d.NH + 2 * d.KV) * d.D;
+    if (!g->kv_copies) {
+        matmul_step(c, dinp, dqkv, inp, NULL, w, dw, db, d.C, OC);
+        return;
+    }
+    // The input gradient takes each rank's own part (the tensor group sums those), the weights' the copies' sum.
+    if (c->mode != BWD_WEIGHT) matmul_backward_input(c->be, g->dt, dinp, dqkv, NULL, w, d.N, d.C, OC);
+    if (c->mode == BWD_INPUT) return;
+    sum_kv_copies(g, c->be, dqkv, OC);
+    matmul_backward_weight(c->be, g->dt, dw, db, dqkv, inp, d.N, d.C, OC);
+}
+
 // The norm's kernel makes all its gradients at once, so B and W each run it and drop the other's into
 // scratch, free here: B the parameter gradients (into dbig, not summed over the group), W the input
 // gradient (into dsmall).

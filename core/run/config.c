@@ -15,7 +15,7 @@ void config_usage(const char* prog) {
            "  -e MODEL  d12|d24|d36|d48 (GPT-2 124M/350M/774M/1558M), L<n>C<n>H<n>[V<n>][T<n>] (custom,\n"
            "            e.g. L4C256H4), a Llama-family shape (smollm2-135m|smollm2-360m|smollm2-1.7b|llama3.2-1b|\n"
            "            llama3.2-3b|llama3.1-8b|qwen3-0.6b|qwen3-1.7b, or llama:L<n>,C<n>,H<n>,F<n>[,K<kv heads>]\n"
-           "            [,D<head size>][,V<n>][,T<n>][,theta<x>][,eps<x>][,tied][,qknorm][,rope-linear:<f>]\n"
+           "            [,D<head size>][,V<n>][,T<n>][,theta<x>][,eps<x>][,tied][,qknorm][,qkvbias][,rope-linear:<f>]\n"
            "            [,rope-llama3:<f>/<low>/<high>/<original>]), or a model file to start from (default d12).\n"
            "            The Llama family's RMSNorm, RoPE, SwiGLU and grouped-query attention CUDA kernels are\n"
            "            compiled but have not yet run on a GPU\n"

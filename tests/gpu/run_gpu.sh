@@ -4,10 +4,11 @@
 #   2. full training steps of a small model: train_gpt vs train_gpt_cpu from the same model file and data
 #      (fp32: losses, grad norms and step-0 gradients per tensor; bf16: losses and grad norms within 1e-2, which
 #      an optimizer at half the learning rate misses by 30x on the CPU build), and
-#      -offload 1 against the device-side optimizer, -offload 2 on one rank (fp32, bf16, -dpu; repeated for bits)
+#      -offload 1 against the device-side optimizer, -offload 2 on one rank (fp32, bf16, -dpu; repeated for bits),
+#      and a Llama-family model (GQA, head size 128, q/k norms) likewise in fp32 and bf16
 #   3. 2 and 4 ranks on the one GPU through the MPI backend under -z 0..3 (and -z 2, 3 poisoned, see
 #      comm.h's GPT_COMM_POISON), 1F1B pipelines (-pp 2 and 4, with data parallelism, ZeRO and recompute;
-#      bf16 with the tied-copy check; -ps zb against 1f1b, bit for bit; -ps interleaved against one rank), -offload 2 under -z 2 and 3, -tp 2 under -z 0 and 3 and with -sp 1, and -r 1..3,
+#      bf16 with the tied-copy check; -ps zb against 1f1b, bit for bit; -ps interleaved against one rank), -offload 2 under -z 2 and 3, -tp 2 under -z 0 and 3 and with -sp 1, a Llama with its one kv head copied on -tp 2, and -r 1..3,
 #      against one rank;
 #      then NCCL (-comm nccl): the comm tests on device memory, one rank against -comm mpi, and with 2+
 #      GPUs 2 ranks under -z 0..3 against one rank
@@ -67,6 +68,18 @@ check step_fp32_losses_vs_cpu log fp32_loss "$W/gpu32/log.jsonl" "$W/cpu/log.jso
 check step_fp32_norms_vs_cpu log fp32_norm "$W/gpu32/log.jsonl" "$W/cpu/log.jsonl" --steps 6 --tol 1e-3 --key grad_norm
 check step_fp32_grads_vs_cpu grads fp32_grads "$W/gpu32/grads0.f32" "$W/cpu/grads0.f32" "$MODEL" --tol 1e-4
 check step_bf16_vs_cpu log bf16_loss "$W/gpu16/log.jsonl" "$W/cpu/log.jsonl" --steps 6 --tol 1e-2 --key loss --key grad_norm
+# The Llama family: RMSNorm, RoPE, SwiGLU, q/k norms and grouped-query attention with head size 128 (2 kv
+# heads of 4), one rank against the CPU build from the same model file.
+./train_gpt_cpu -e "llama:L2,C256,H4,K2,D128,F512,V50257,T256,qknorm" -i "$W/data.bin" -j "" -x 0 -s 0 -b 4 -t 128 \
+    -o "$W/linit" >/dev/null 2>&1
+LMODEL="$W/linit/ckpt_000000/model.bin"
+lflags=("${flags[@]}" -e "$LMODEL")
+./train_gpt_cpu "${lflags[@]}" -p fp32 -o "$W/lcpu" -dump "$W/lcpu" > "$W/lcpu.txt" 2>&1 || record llama_cpu_run FAIL "$(tail -1 "$W/lcpu.txt")"
+$GPU "${lflags[@]}" -p fp32 -o "$W/lgpu32" -dump "$W/lgpu32" > "$W/lgpu32.txt" 2>&1 || record llama_gpu_fp32_run FAIL "$(grep -m1 error "$W/lgpu32.txt")"
+$GPU "${lflags[@]}" -p bf16 -o "$W/lgpu16" > "$W/lgpu16.txt" 2>&1 || record llama_gpu_bf16_run FAIL "$(grep -m1 error "$W/lgpu16.txt")"
+check llama_fp32_losses_vs_cpu log llama_fp32_loss "$W/lgpu32/log.jsonl" "$W/lcpu/log.jsonl" --steps 6 --tol 1e-4
+check llama_fp32_grads_vs_cpu grads llama_fp32_grads "$W/lgpu32/grads0.f32" "$W/lcpu/grads0.f32" "$LMODEL" --tol 1e-4
+check llama_bf16_vs_cpu log llama_bf16_loss "$W/lgpu16/log.jsonl" "$W/lcpu/log.jsonl" --steps 6 --tol 1e-2 --key loss --key grad_norm
 # ZeRO-Offload (-offload 1): master and Adam state in pinned host memory, AdamW on the host (adamw_host) instead
 # of the CUDA kernel, gradients down and parameters up through the staging buffer. Same math, so the losses
 # follow the device-side runs to rounding (the CUDA kernel and the host loop may contract differently).
@@ -136,6 +149,13 @@ if command -v mpirun >/dev/null 2>&1 && ldd "$GPU" | grep -q libmpi; then
     for d in off2np2z2 off2np2z3 tp2z0 tp2z3 tp2sp; do
         check "${d}_vs_single" log "$d" "$W/$d/log.jsonl" "$W/ga4/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
     done
+    # A Llama of one kv head (with q/k/v biases) under -tp 2: each rank holds a copy of the kv head and the
+    # copies' gradients are summed through be_copy_rows' packed columns; against the same model on one rank.
+    kspec="llama:L2,C128,H4,K1,D32,F256,V50257,T256,qkvbias"
+    $GPU "${flags[@]}" -e "$kspec" -ga 4 -p fp32 -o "$W/kv1" > "$W/kv1.txt" 2>&1 || record llama_kv_copies_single_run FAIL "$(grep -m1 error "$W/kv1.txt")"
+    mpirun --oversubscribe --bind-to none -np 2 $GPU "${flags[@]}" -e "$kspec" -ga 4 -p fp32 -tp 2 -comm mpi -o "$W/kvtp2" \
+        > "$W/kvtp2.txt" 2>&1 || record llama_kv_copies_tp2_run FAIL "$(grep -m1 error "$W/kvtp2.txt")"
+    check llama_kv_copies_tp2_vs_single log kvtp2 "$W/kvtp2/log.jsonl" "$W/kv1/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
 else
     echo "skip ranks_on_one_gpu: this build has no MPI (mpirun/libmpi not found)"
     ROWS+=("| ranks_on_one_gpu | skip | no MPI on this machine: built with comm_single.c |")

@@ -41,6 +41,7 @@ compare estimate_np2_tp2_sp_r1 2 -tp 2 -sp 1 -r 1                    # and its r
 llama=llama:L2,C64,H4,K2,D32,F96,V512,T64,qknorm
 compare estimate_llama_np1_r1 1 -e "$llama" -r 1                    # a Llama block's table, its RoPE table
 compare estimate_llama_np2_tp2_z3 2 -e "$llama" -tp 2 -z 3          # its shards, the untied head's rows
+compare estimate_llama_kv_copies_np4_tp4 4 -e "$llama,qkvbias" -tp 4 -sp 1   # kv heads copied on 2 ranks each, their scratch
 # The plan needs no data and no device: it works with a shard pattern that matches nothing.
 ./train_gpt_cpu -e d48 -i "$TMP/none_*.bin" -b 4 -t 1024 -z 3 -w 64 --estimate > "$TMP/d48.txt" 2>&1
 t_check estimate_needs_no_data "grep -q '^plan: ' '$TMP/d48.txt' && grep -q 'ZeRO-3' '$TMP/d48.txt'"

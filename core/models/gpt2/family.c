@@ -6,9 +6,9 @@
 #include "core/model/model.h"
 #include "core/models/gpt2/gpt2.h"
 
-#define EMB(name, init, decay, vocab) {name, UNIT_EMBEDDING, init, decay, vocab}
-#define BLK(name, init, decay) {name, UNIT_BLOCK, init, decay, 0}
-#define FIN(name, init) {name, UNIT_FINAL, init, 0, 0}
+#define EMB(name, init, decay, vocab) {name, UNIT_EMBEDDING, init, decay, vocab, 0}
+#define BLK(name, init, decay) {name, UNIT_BLOCK, init, decay, 0, 0}
+#define FIN(name, init) {name, UNIT_FINAL, init, 0, 0, 0}
 static const KindInfo KINDS[GPT2_NUM_KINDS] = {
     EMB("wte", INIT_NORMAL, 1, 1),          EMB("wpe", INIT_NORMAL, 1, 0),
     BLK("ln1w", INIT_ONES, 0),              BLK("ln1b", INIT_ZEROS, 0),
@@ -42,14 +42,14 @@ static size_t kind_elems(const ModelShape* s, int k) {
 static TensorCut kind_cut(const ModelShape* s, int k) {
     size_t C = (size_t)s->C;
     switch ((Gpt2Kind)k) {
-        case GPT2_QKVW: return (TensorCut){CUT_ROWS, 3 * C, C, 3};
-        case GPT2_QKVB: return (TensorCut){CUT_ROWS, 3 * C, 1, 3};
-        case GPT2_FCW: return (TensorCut){CUT_ROWS, 4 * C, C, 1};
-        case GPT2_FCB: return (TensorCut){CUT_ROWS, 4 * C, 1, 1};
-        case GPT2_ATTPROJW: return (TensorCut){CUT_COLS, C, C, 1};
-        case GPT2_FCPROJW: return (TensorCut){CUT_COLS, C, 4 * C, 1};
-        case GPT2_WTE: return (TensorCut){CUT_ROWS, (size_t)s->Vp, C, 1};
-        default: return (TensorCut){CUT_NONE, kind_elems(s, k), 1, 1};
+        case GPT2_QKVW: return (TensorCut){CUT_ROWS, 3 * C, C, 3, (size_t)s->NH};
+        case GPT2_QKVB: return (TensorCut){CUT_ROWS, 3 * C, 1, 3, (size_t)s->NH};
+        case GPT2_FCW: return (TensorCut){CUT_ROWS, 4 * C, C, 1, 0};
+        case GPT2_FCB: return (TensorCut){CUT_ROWS, 4 * C, 1, 1, 0};
+        case GPT2_ATTPROJW: return (TensorCut){CUT_COLS, C, C, 1, 0};
+        case GPT2_FCPROJW: return (TensorCut){CUT_COLS, C, 4 * C, 1, 0};
+        case GPT2_WTE: return (TensorCut){CUT_ROWS, (size_t)s->Vp, C, 1, 0};
+        default: return (TensorCut){CUT_NONE, kind_elems(s, k), 1, 1, 0};
     }
 }
 

@@ -1,6 +1,7 @@
 // block.c: the Llama block for the walk (core/model/block.h): x + wo(attention(rope(qk_norm(wqkv(norm(x)))))),
 // then + down(silu(gate(n)) * up(n)) with n the RMSNorm of that. Under -tp q, k|v and gate|up are
-// column-parallel (whole heads and hidden rows per rank), wo and down row-parallel.
+// column-parallel (whole heads and hidden rows per rank; a kv head copied on several ranks when there are
+// fewer of them than ranks), wo and down row-parallel.
 #include <math.h>
 
 #include "base/common.h"
@@ -59,13 +60,14 @@ static const StashField STASH[NUM_STASH] = {
 };
 
 typedef struct {
-    void *attn_norm, *wqkv, *q_norm, *k_norm, *wo, *mlp_norm, *gate_up, *down;
+    void *attn_norm, *wqkv, *bqkv, *q_norm, *k_norm, *wo, *mlp_norm, *gate_up, *down;
 } Params;
 
-// wq and wkv are adjacent (llama.h), so wq's pointer is the whole q|k|v matrix's.
+// wkv joins wq and bkv joins bq (llama.h), so wq's pointer is the whole q|k|v matrix's, bq's its bias's
+// (NULL without biases).
 static Params params_in(const GPT* g, void* base, int layer) {
 #define T(kind) unit_tensor(g->layout, base, kind, layer, g->dt)
-    Params p = {T(LLAMA_ATTN_NORM), T(LLAMA_WQ), T(LLAMA_Q_NORM), T(LLAMA_K_NORM),
+    Params p = {T(LLAMA_ATTN_NORM), T(LLAMA_WQ), T(LLAMA_BQ), T(LLAMA_Q_NORM), T(LLAMA_K_NORM),
                 T(LLAMA_WO), T(LLAMA_MLP_NORM), T(LLAMA_GATE_UP), T(LLAMA_DOWN)};
 #undef T
     return p;
@@ -100,7 +102,7 @@ static void forward(GPT* g, Backend* be, const BlockRef* b, int recomputing) {
     Params p = params_in(g, b->params, b->layer);
     Acts v = acts_of(g, b->index);
     norm_forward(g, be, v.norm1, NULL, v.rstd1, v.x, p.attn_norm, NULL);
-    matmul_forward(be, dt, g->shape.qk_norm ? v.qkv_raw : v.qkv, NULL, v.norm1, p.wqkv, NULL, d.N, d.C, QKVA);
+    matmul_forward(be, dt, g->shape.qk_norm ? v.qkv_raw : v.qkv, NULL, v.norm1, p.wqkv, p.bqkv, d.N, d.C, QKVA);
     prepare_qkv(g, be, p, v);
     attention_forward(be, dt, v.atty, v.lse, v.qkv, d.B, d.T, d.NH, d.KV, d.D);
     matmul_forward(be, dt, proj, NULL, v.atty, p.wo, NULL, d.N, d.CA, d.C);
@@ -165,7 +167,6 @@ static void backward(BlockBackward* c, const BlockRef* b) {
     Activations* a = &g->acts;
     void** s = c->stash.field;
     BlockDims d = block_dims(g);
-    int QKVA = (d.NH + 2 * d.KV) * d.D;
     Params p = params_in(g, b->params, b->layer);
     Params dp = b->grads ? params_in(g, b->grads, b->layer) : (Params){0};
     Acts v = acts_of(g, b->index);
@@ -187,7 +188,7 @@ static void backward(BlockBackward* c, const BlockRef* b) {
         qk_norm_step(c, draw, dqkv, v.qkv_raw, p, dp, v.qk_rstd);
         dqkv = draw;
     }
-    matmul_step(c, a->dsmall, dqkv, v.norm1, NULL, p.wqkv, dp.wqkv, NULL, d.C, QKVA);
+    qkv_matmul_step(c, a->dsmall, dqkv, v.norm1, p.wqkv, dp.wqkv, dp.bqkv);
     norm_step(c, a->dresid, grad_of_partials(c, s[S_DNORM1]), v.x, p.attn_norm, NULL, v.rstd1, dp.attn_norm, NULL);
 }
 

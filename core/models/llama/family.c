@@ -8,24 +8,28 @@
 #include "core/models/llama/llama.h"
 #include "kernels/dtype.h"
 
-#define EMB(name) {name, UNIT_EMBEDDING, INIT_NORMAL, 1, 1}
-#define BLK(name, init, decay) {name, UNIT_BLOCK, init, decay, 0}
+#define EMB(name) {name, UNIT_EMBEDDING, INIT_NORMAL, 1, 1, 0}
+#define BLK(name, init, decay) {name, UNIT_BLOCK, init, decay, 0, 0}
+#define JOINED(name, init, decay) {name, UNIT_BLOCK, init, decay, 0, 1}
 static const KindInfo KINDS[LLAMA_NUM_KINDS] = {
     [LLAMA_WTE] = EMB("wte"),
     [LLAMA_ATTN_NORM] = BLK("attn_norm", INIT_ONES, 0),
     [LLAMA_WQ] = BLK("wq", INIT_NORMAL, 1),
-    [LLAMA_WKV] = BLK("wkv", INIT_NORMAL, 1),
+    [LLAMA_WKV] = JOINED("wkv", INIT_NORMAL, 1),
+    [LLAMA_BQ] = BLK("bq", INIT_ZEROS, 0),
+    [LLAMA_BKV] = JOINED("bkv", INIT_ZEROS, 0),
     [LLAMA_Q_NORM] = BLK("q_norm", INIT_ONES, 0),
     [LLAMA_K_NORM] = BLK("k_norm", INIT_ONES, 0),
     [LLAMA_WO] = BLK("wo", INIT_RESIDUAL, 1),
     [LLAMA_MLP_NORM] = BLK("mlp_norm", INIT_ONES, 0),
     [LLAMA_GATE_UP] = BLK("gate_up", INIT_NORMAL, 1),
     [LLAMA_DOWN] = BLK("down", INIT_RESIDUAL, 1),
-    [LLAMA_FINAL_NORM] = {"final_norm", UNIT_FINAL, INIT_ONES, 0, 0},
-    [LLAMA_HEAD] = {"lm_head", UNIT_FINAL, INIT_NORMAL, 1, 1},
+    [LLAMA_FINAL_NORM] = {"final_norm", UNIT_FINAL, INIT_ONES, 0, 0, 0},
+    [LLAMA_HEAD] = {"lm_head", UNIT_FINAL, INIT_NORMAL, 1, 1, 0},
 };
 #undef EMB
 #undef BLK
+#undef JOINED
 
 static size_t kind_elems(const ModelShape* s, int k) {
     size_t C = (size_t)s->C, D = (size_t)s->D, NH = (size_t)s->NH, KV = (size_t)s->KV, F = (size_t)s->F;
@@ -33,6 +37,8 @@ static size_t kind_elems(const ModelShape* s, int k) {
         case LLAMA_WTE: return (size_t)s->Vp * C;
         case LLAMA_WQ: return NH * D * C;
         case LLAMA_WKV: return 2 * KV * D * C;
+        case LLAMA_BQ: return s->qkv_bias ? NH * D : 0;
+        case LLAMA_BKV: return s->qkv_bias ? 2 * KV * D : 0;
         case LLAMA_Q_NORM: case LLAMA_K_NORM: return s->qk_norm ? D : 0;
         case LLAMA_WO: return C * NH * D;
         case LLAMA_GATE_UP: return 2 * F * C;
@@ -42,25 +48,28 @@ static size_t kind_elems(const ModelShape* s, int k) {
     }
 }
 
-// Megatron's cut: q by heads, k and v each by kv heads, gate and up each by hidden rows (column-parallel);
-// wo and down by columns (row-parallel); the embedding and the head by vocabulary rows; the norms whole.
+// Megatron's cut: q by heads, k and v each by kv heads (copied when fewer than the ranks), gate and up each
+// by hidden rows (column-parallel); wo and down by columns (row-parallel); the embedding and the head by
+// vocabulary rows; the norms whole.
 static TensorCut kind_cut(const ModelShape* s, int k) {
-    size_t C = (size_t)s->C, D = (size_t)s->D, Vp = (size_t)s->Vp;
+    size_t C = (size_t)s->C, D = (size_t)s->D, Vp = (size_t)s->Vp, NH = (size_t)s->NH, KV = (size_t)s->KV;
     switch ((LlamaKind)k) {
-        case LLAMA_WQ: return (TensorCut){CUT_ROWS, (size_t)s->NH * D, C, 1};
-        case LLAMA_WKV: return (TensorCut){CUT_ROWS, 2 * (size_t)s->KV * D, C, 2};
-        case LLAMA_WO: return (TensorCut){CUT_COLS, C, (size_t)s->NH * D, 1};
-        case LLAMA_GATE_UP: return (TensorCut){CUT_ROWS, 2 * (size_t)s->F, C, 2};
-        case LLAMA_DOWN: return (TensorCut){CUT_COLS, C, (size_t)s->F, 1};
-        case LLAMA_WTE: case LLAMA_HEAD: return (TensorCut){CUT_ROWS, Vp, C, 1};
-        default: return (TensorCut){CUT_NONE, kind_elems(s, k), 1, 1};
+        case LLAMA_WQ: return (TensorCut){CUT_ROWS, NH * D, C, 1, NH};
+        case LLAMA_WKV: return (TensorCut){CUT_ROWS, 2 * KV * D, C, 2, KV};
+        case LLAMA_BQ: return (TensorCut){CUT_ROWS, NH * D, 1, 1, NH};
+        case LLAMA_BKV: return (TensorCut){CUT_ROWS, 2 * KV * D, 1, 2, KV};
+        case LLAMA_WO: return (TensorCut){CUT_COLS, C, (size_t)s->NH * D, 1, 0};
+        case LLAMA_GATE_UP: return (TensorCut){CUT_ROWS, 2 * (size_t)s->F, C, 2, 0};
+        case LLAMA_DOWN: return (TensorCut){CUT_COLS, C, (size_t)s->F, 1, 0};
+        case LLAMA_WTE: case LLAMA_HEAD: return (TensorCut){CUT_ROWS, Vp, C, 1, 0};
+        default: return (TensorCut){CUT_NONE, kind_elems(s, k), 1, 1, 0};
     }
 }
 
 static ModelShape llama_shape(int L, int C, int NH, int KV, int D, int F, int V, int maxT, float theta, float eps, int tied,
-                              int qk_norm) {
+                              int qk_norm, int qkv_bias) {
     ModelShape s = {.family = &LLAMA_FAMILY, .L = L, .C = C, .NH = NH, .V = V, .Vp = padded_vocab(V), .maxT = maxT, .KV = KV,
-                    .D = D, .F = F, .tied = tied, .qk_norm = qk_norm, .eps = eps,
+                    .D = D, .F = F, .tied = tied, .qk_norm = qk_norm, .qkv_bias = qkv_bias, .eps = eps,
                     .rope = {.scaling = ROPE_NONE, .theta = theta, .factor = 1.0f}};
     return s;
 }
@@ -88,7 +97,7 @@ static int parse_named(const char* spec, ModelShape* out) {
     for (size_t i = 0; i < sizeof(NAMED) / sizeof(NAMED[0]); i++) {
         const Named* n = &NAMED[i];
         if (strcmp(spec, n->name) != 0) continue;
-        *out = llama_shape(n->L, n->C, n->NH, n->KV, n->D, n->F, n->V, n->maxT, n->theta, n->eps, n->tied, n->qk_norm);
+        *out = llama_shape(n->L, n->C, n->NH, n->KV, n->D, n->F, n->V, n->maxT, n->theta, n->eps, n->tied, n->qk_norm, 0);
         if (n->llama3_factor > 0)
             out->rope = (Rope){ROPE_LLAMA3, n->theta, n->llama3_factor, 1.0f, 4.0f, 8192};
         return 1;
@@ -96,7 +105,7 @@ static int parse_named(const char* spec, ModelShape* out) {
     return 0;
 }
 
-#define SPEC_SYNTAX "llama:L<n>,C<n>,H<n>,F<n>[,K<kv heads>][,D<head size>][,V<n>][,T<n>][,theta<x>][,eps<x>][,tied][,qknorm]" \
+#define SPEC_SYNTAX "llama:L<n>,C<n>,H<n>,F<n>[,K<kv heads>][,D<head size>][,V<n>][,T<n>][,theta<x>][,eps<x>][,tied][,qknorm][,qkvbias]" \
                     "[,rope-linear[:]<factor>][,rope-llama3[:]<factor>/<low>/<high>/<original>]"
 
 static double number(const char* spec, const char* field, const char* text) {
@@ -129,6 +138,7 @@ static void parse_field(const char* spec, const char* tok, ModelShape* s, int* s
     const char* key = tok[0] ? strchr(INT_KEYS, tok[0]) : NULL;
     if (strcmp(tok, "tied") == 0) s->tied = 1;
     else if (strcmp(tok, "qknorm") == 0) s->qk_norm = 1;
+    else if (strcmp(tok, "qkvbias") == 0) s->qkv_bias = 1;
     else if (strncmp(tok, "theta", 5) == 0) s->rope.theta = (float)number(spec, "theta", tok + 5);
     else if (strncmp(tok, "eps", 3) == 0) s->eps = (float)number(spec, "eps", tok + 3);
     else if (strncmp(tok, "rope-linear", 11) == 0) s->rope.scaling = ROPE_LINEAR, s->rope.factor = (float)number(spec, "rope-linear", tok + 11 + (tok[11] == ':'));
@@ -146,7 +156,7 @@ static void parse_field(const char* spec, const char* tok, ModelShape* s, int* s
 static int parse_spec(const char* spec, ModelShape* out) {
     if (parse_named(spec, out)) return 1;
     if (strncmp(spec, "llama:", 6) != 0) return 0;
-    ModelShape s = llama_shape(0, 0, 0, 0, 0, 0, 50257, 1024, 10000.0f, 1e-5f, 0, 0);
+    ModelShape s = llama_shape(0, 0, 0, 0, 0, 0, 50257, 1024, 10000.0f, 1e-5f, 0, 0, 0);
     int seen[8] = {0};
     char buf[512];
     if (strlen(spec + 6) >= sizeof(buf)) fail("bad model spec '%s': too long", spec);
@@ -173,8 +183,9 @@ static void validate(const ModelShape* s) {
 
 static int splits_tp(const ModelShape* s, int tp, char* why, size_t n) {
     if (s->NH % tp) return set_why(why, n, "-tp %d does not divide the model's %d attention heads", tp, s->NH);
-    if (s->KV % tp)
-        return set_why(why, n, "-tp %d does not divide n_kv_heads %d (kv heads replicated across tensor ranks are not supported)", tp, s->KV);
+    if (s->KV % tp && tp % s->KV)
+        return set_why(why, n, "-tp %d and n_kv_heads %d: one must divide the other (each rank holds KV / tp kv heads, or a copy of one)",
+                       tp, s->KV);
     if (s->F % tp) return set_why(why, n, "-tp %d does not divide the MLP's intermediate size %d", tp, s->F);
     return 1;
 }
@@ -182,17 +193,20 @@ static int splits_tp(const ModelShape* s, int tp, char* why, size_t n) {
 static int32_t float_bits(float f) { return (int32_t)f32_bits(f); }
 static float bits_float(int32_t i) { return f32_from_bits((uint32_t)i); }
 
-// Slots 9..20: KV, D, F, tied, qk_norm, rope scaling kind, then theta, eps, factor, low and high frequency
-// factors as float32 bits, and the original context length.
+// Slots 9..21: KV, D, F, tied, qk_norm, rope scaling kind, then theta, eps, factor, low and high frequency
+// factors as float32 bits, the original context length, and qkv_bias.
 static void header_write(const ModelShape* s, int32_t* h) {
     int32_t v[] = {s->KV, s->D, s->F, s->tied, s->qk_norm, (int32_t)s->rope.scaling, float_bits(s->rope.theta),
                    float_bits(s->eps), float_bits(s->rope.factor), float_bits(s->rope.low_freq_factor),
-                   float_bits(s->rope.high_freq_factor), s->rope.original_max};
+                   float_bits(s->rope.high_freq_factor), s->rope.original_max, s->qkv_bias};
     memcpy(h + 9, v, sizeof(v));
 }
 
 static void header_read(const int32_t* h, ModelShape* s) {
-    *s = llama_shape(h[4], h[6], h[5], h[9], h[10], h[11], h[3], h[2], bits_float(h[15]), bits_float(h[16]), h[12] != 0, h[13] != 0);
+    for (int slot = 12; slot <= 13; slot++)
+        if (h[slot] != 0 && h[slot] != 1) fail("model file: header slot %d (%s) is %d, not 0 or 1", slot, slot == 12 ? "tied" : "qk_norm", h[slot]);
+    if (h[21] != 0 && h[21] != 1) fail("model file: header slot 21 (qkv_bias) is %d, not 0 or 1", h[21]);
+    *s = llama_shape(h[4], h[6], h[5], h[9], h[10], h[11], h[3], h[2], bits_float(h[15]), bits_float(h[16]), h[12], h[13], h[21]);
     s->rope.scaling = h[14] == 1 ? ROPE_LINEAR : h[14] == 2 ? ROPE_LLAMA3 : ROPE_NONE;
     if (h[14] < 0 || h[14] > 2) fail("model file: unknown rope scaling kind %d in header slot 14", h[14]);
     s->rope.factor = bits_float(h[17]);

@@ -1,15 +1,15 @@
 // llama.h: the Llama family (family.h), with Hugging Face's LlamaForCausalLM semantics: RMSNorm, rotate-half
 // rotary embeddings (rope_theta; rope_scaling "linear" and "llama3"), a SwiGLU MLP down(silu(gate x) * up x)
-// of any width, grouped-query attention with a head size of its own, no biases, an untied or tied LM head,
-// and Qwen3's optional per-head RMSNorm of q and k.
+// of any width, grouped-query attention with a head size of its own, no biases (but Qwen2's optional q, k
+// and v biases), an untied or tied LM head, and Qwen3's optional per-head RMSNorm of q and k.
 #pragma once
 #include "core/model/family.h"
 
-// Its parameter kinds in the model file's order. WQ and WKV are adjacent in a unit and their sizes are
-// multiples of 64 elements, so together they are the one (NH + 2 KV) D x C matrix the block multiplies by.
+// Its parameter kinds in the model file's order. WKV joins WQ in a unit (KindInfo.joins_previous), so the
+// two are the one (NH + 2 KV) D x C matrix the block multiplies by; BKV joins BQ likewise, its bias.
 typedef enum {
-    LLAMA_WTE, LLAMA_ATTN_NORM, LLAMA_WQ, LLAMA_WKV, LLAMA_Q_NORM, LLAMA_K_NORM, LLAMA_WO, LLAMA_MLP_NORM,
-    LLAMA_GATE_UP, LLAMA_DOWN, LLAMA_FINAL_NORM, LLAMA_HEAD, LLAMA_NUM_KINDS
+    LLAMA_WTE, LLAMA_ATTN_NORM, LLAMA_WQ, LLAMA_WKV, LLAMA_BQ, LLAMA_BKV, LLAMA_Q_NORM, LLAMA_K_NORM, LLAMA_WO,
+    LLAMA_MLP_NORM, LLAMA_GATE_UP, LLAMA_DOWN, LLAMA_FINAL_NORM, LLAMA_HEAD, LLAMA_NUM_KINDS
 } LlamaKind;
 
 extern const ModelFamily LLAMA_FAMILY;
