@@ -389,9 +389,9 @@ def _llama_layer(cfg):
     row, rows) -- the HF tensor is rows [first, first + rows) of the file tensor's layer slice."""
     C, D, F, q, kv = cfg.C, cfg.D, cfg.F, cfg.NH * cfg.D, cfg.KV * cfg.D
     bias = cfg.qkv_bias
-    out = [("self_attn.q_proj.weight", "wq", 0, q)] + [("self_attn.q_proj.bias", "qkv_bias", 0, q)] * bias
-    out += [("self_attn.k_proj.weight", "wkv", 0, kv)] + [("self_attn.k_proj.bias", "qkv_bias", q, kv)] * bias
-    out += [("self_attn.v_proj.weight", "wkv", kv, kv)] + [("self_attn.v_proj.bias", "qkv_bias", q + kv, kv)] * bias
+    out = [("self_attn.q_proj.weight", "wq", 0, q)] + [("self_attn.q_proj.bias", "bq", 0, q)] * bias
+    out += [("self_attn.k_proj.weight", "wkv", 0, kv)] + [("self_attn.k_proj.bias", "bkv", 0, kv)] * bias
+    out += [("self_attn.v_proj.weight", "wkv", kv, kv)] + [("self_attn.v_proj.bias", "bkv", kv, kv)] * bias
     out += [("self_attn.o_proj.weight", "attn_proj", 0, C)]
     if cfg.qk_norm:
         out += [("self_attn.q_norm.weight", "q_norm", 0, D), ("self_attn.k_norm.weight", "k_norm", 0, D)]

@@ -47,10 +47,10 @@ DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
 PRESETS = {"d12": (12, 768, 12), "d24": (24, 1024, 16), "d36": (36, 1280, 20), "d48": (48, 1600, 25)}
 # Header slot 8. llm.c's own GPT-2 files leave it 0.
 FAMILY_GPT2, FAMILY_LLAMA = 0, 1
-# qkv_bias exists only with the attention bias flag (Qwen2), q_norm / k_norm only with qk_norm, lm_head only
+# bq and bkv exist only with the q/k/v bias flag (Qwen2), q_norm / k_norm only with qk_norm, lm_head only
 # when the head is not tied to wte. wq and wkv (k rows, then v rows) are stored apart, each stacked over
-# layers; a layer's q|k|v projection is their rows concatenated, and qkv_bias holds its bias in that order.
-LLAMA_NAMES = ["wte", "attn_norm", "wq", "wkv", "qkv_bias", "q_norm", "k_norm", "attn_proj", "mlp_norm", "gate_up",
+# layers; a layer's q|k|v projection is their rows concatenated, and bq, bkv (k, then v) are its bias.
+LLAMA_NAMES = ["wte", "attn_norm", "wq", "wkv", "bq", "bkv", "q_norm", "k_norm", "attn_proj", "mlp_norm", "gate_up",
                "down", "final_norm", "lm_head"]
 LLAMA_DECAYED = {"wte", "wq", "wkv", "attn_proj", "gate_up", "down", "lm_head"}
 ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3 = 0, 1, 2
@@ -105,12 +105,12 @@ class LlamaConfig:
     @property
     def names(self):
         return [n for n in LLAMA_NAMES if (self.qk_norm or n not in ("q_norm", "k_norm"))
-                and (not self.tied or n != "lm_head") and (self.qkv_bias or n != "qkv_bias")]
+                and (not self.tied or n != "lm_head") and (self.qkv_bias or n not in ("bq", "bkv"))]
 
     def shapes(self):
         Vp, L, NH, C, KV, D, F_ = self.Vp, self.L, self.NH, self.C, self.KV, self.D, self.F
         every = {"wte": (Vp, C), "attn_norm": (L, C), "wq": (L, NH * D, C), "wkv": (L, 2 * KV * D, C),
-                 "qkv_bias": (L, (NH + 2 * KV) * D), "q_norm": (L, D),
+                 "bq": (L, NH * D), "bkv": (L, 2 * KV * D), "q_norm": (L, D),
                  "k_norm": (L, D), "attn_proj": (L, C, NH * D), "mlp_norm": (L, C), "gate_up": (L, 2 * F_, C),
                  "down": (L, C, F_), "final_norm": (C,), "lm_head": (Vp, C)}
         return [every[n] for n in self.names]
@@ -398,7 +398,7 @@ def load_hf_folder(folder):
          "gate_up": layers("mlp.gate_proj.weight", "mlp.up_proj.weight"), "down": layers("mlp.down_proj.weight"),
          "final_norm": w["model.norm.weight"]}
     if cfg.qkv_bias:
-        p["qkv_bias"] = layers("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias")
+        p["bq"], p["bkv"] = layers("self_attn.q_proj.bias"), layers("self_attn.k_proj.bias", "self_attn.v_proj.bias")
     if cfg.qk_norm:
         p["q_norm"], p["k_norm"] = layers("self_attn.q_norm.weight"), layers("self_attn.k_norm.weight")
     if not cfg.tied:
@@ -504,7 +504,7 @@ def random_llama_params(cfg, seed):
         if name in LLAMA_DECAYED:
             std = 0.02 / math.sqrt(2 * cfg.L) if name in ("attn_proj", "down") else 0.02
             p[name] = (g.standard_normal(shape) * std).astype(np.float32)
-        elif name == "qkv_bias":
+        elif name in ("bq", "bkv"):
             p[name] = np.zeros(shape, np.float32)
         else:
             p[name] = np.ones(shape, np.float32)
@@ -607,7 +607,7 @@ def apply_rope(x, cos, sin):
 
 
 class Llama(torch.nn.Module):
-    """LlamaForCausalLM (Qwen3 with qk_norm, Qwen2 with qkv_bias), parameters layer-stacked as in the file like
+    """LlamaForCausalLM (Qwen3 with qk_norm, Qwen2 with q/k/v biases), parameters layer-stacked as in the file like
     GPT's."""
 
     def __init__(self, cfg, params, dtype, device, sdpa=False, fast=False):
@@ -654,7 +654,7 @@ class Llama(torch.nn.Module):
             h = self.rmsnorm(x, p["attn_norm"][l], cfg.eps)
             qkv = h @ torch.cat([p["wq"][l], p["wkv"][l]]).t()
             if cfg.qkv_bias:
-                qkv = qkv + p["qkv_bias"][l]
+                qkv = qkv + torch.cat([p["bq"][l], p["bkv"][l]])
             x = x + self.attention(qkv, l, cos, sin) @ p["attn_proj"][l].t()
             h = self.rmsnorm(x, p["mlp_norm"][l], cfg.eps)
             gate, up = (h @ p["gate_up"][l].t()).split(cfg.F, dim=-1)

@@ -2,13 +2,13 @@
 # t_hf_llama.sh: scripts/export_hf.py and scripts/import_hf.py for the Llama family: LlamaForCausalLM
 # (untied with llama3 RoPE, tied with linear RoPE), Qwen3ForCausalLM (q/k norms, head_dim != C/H) and
 # Qwen2ForCausalLM (q/k/v biases). The models are trained a few steps first, by one rank and by the
-# layouts -z 2, -pp 2 and -tp 2 (their consolidated model.bin); a trained GPT-2 of one rank and of -tp 2
-# round-trips bit for bit too. tests/tools/hf_llama_check.py then checks:
+# layouts -z 2 (Qwen2), -pp 2 (tied) and -tp 2 (Qwen3) (their consolidated model.bin); a trained GPT-2 of one
+# rank and of -tp 2 round-trips bit for bit too. tests/tools/hf_llama_check.py then checks:
 # export then import gives each file back byte for byte (F32; BF16 for a bf16 file; F16 and sharded folders
 # read back and written again identically); the folders' safetensors, names, shapes and config.json; a
-# Hugging Face forward written in the checker reads each folder and gives the step-0 logits of the trainer
-# (of scripts/reference.py for q/k/v biases, which the trainer does not read yet) within 1e-5;
-# reference.py -e FOLDER gives the logits reference.py -e MODEL.bin gives; Hugging Face folders written by
+# Hugging Face forward written in the checker reads each folder and gives the trainer's step-0 logits within
+# 1e-5; reference.py -e FOLDER gives the logits reference.py -e MODEL.bin gives, and the trainer's step-0
+# logits and gradients of a model with q/k/v biases equal reference.py's; Hugging Face folders written by
 # the checker (bf16 tied Llama, F16 Qwen3 in three shards, F32 Qwen2) import and export back to the same
 # tensor names, shapes, dtypes and values, and import to files whose step-0 logits equal the folder's HF
 # forward; each refused config.json key, missing, extra or misshapen tensor and bad index is one `error:`
@@ -38,14 +38,12 @@ train untied "$untied" 3 1
 train tied "$tied" 3 1
 train qknorm "$qknorm" 3 1
 train gpt2 L2C64H4V500T64 3 1
-# q/k/v biases (Qwen2) are trained by the reference until the trainer reads them; random ones start at 0.
-"$PYTHON" scripts/reference.py -e "llama:L2,C64,H4,K2,F160,V500,T64,tied,qkvbias" "${flags[@]::2}" -b 2 -t 32 -x 3 \
-    -l 1e-2 -o "$TMP/qkvbias" --quiet > "$TMP/qkvbias.txt" 2>&1 && models+=("qkvbias=$TMP/qkvbias/model_final.bin") ||
-    t_fail train_qkvbias "$(tail -1 "$TMP/qkvbias.txt")"
+qkvbias="llama:L2,C64,H4,K2,F160,V500,T64,tied,qkvbias"
+train qkvbias "$qkvbias" 3 1
 # The model.bin that a ZeRO-2 run, a pipeline (its tied head mirrored on the last stage) and tensor ranks
 # consolidate.
 if mpi_available; then
-    train z2 "$untied" 2 2 -z 2
+    train z2 "$qkvbias" 2 2 -z 2
     train pp2 "$tied" 2 2 -pp 2
     train tp2 "$qknorm" 2 2 -tp 2
     train gpt2_tp2 L2C64H4V500T64 2 2 -tp 2

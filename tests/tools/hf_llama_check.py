@@ -7,9 +7,9 @@ w * x / sqrt(mean(x^2) + eps); each class's config defaults).
 
   hf_llama_check.py TMP TRAINER SHARD NAME=MODEL.bin...
 
-NAME=MODEL.bin are trained model files: untied, tied, qknorm, qkvbias (Qwen2's biases, trained by
-scripts/reference.py until the trainer has them), those written by layouts (z2, pp2, tp2), and GPT-2's
-(gpt2, gpt2_tp2), whose export and import are checked for the bits only. Prints
+NAME=MODEL.bin are trained model files: untied, tied, qknorm, qkvbias (Qwen2's biases), those written by
+layouts (z2, pp2, tp2), and GPT-2's (gpt2, gpt2_tp2), whose export and import are checked for the bits
+only. Prints
 "ok NAME" / "FAIL NAME: why" per check; exit 1 on any FAIL.
 
 The scripts run as programs, each in a child forked from this process once torch and numpy are imported
@@ -347,26 +347,33 @@ def header(path):
     return np.fromfile(path, np.int32, 32)
 
 
-def qkv_bias_in_trainer():
-    """Whether the trainer reads model files with q/k/v biases (header slot 21)."""
-    if not hasattr(qkv_bias_in_trainer, "known"):
-        p = subprocess.run([TRAINER, "-e", MODELS["qkvbias"], "-b", "1", "-t", "8", "--estimate"],
-                           capture_output=True, text=True)
-        qkv_bias_in_trainer.known = p.returncode == 0
-    return qkv_bias_in_trainer.known
+def rel_err(a, b):
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-def dump_of(model, name):
-    """Step-0 logits of a model file: the trainer's, or reference.py's where the trainer lacks q/k/v biases."""
-    if header(model)[21] and not qkv_bias_in_trainer():
-        return reference_dump(model, name)
-    return trainer_dump(model, name)
+def trainer_vs_reference(name, model):
+    """The trainer's step-0 -dump of a model with q/k/v biases against reference.py's (float64): logits,
+    and the gradients of all tensors and of bq and bkv alone, within 1e-5 relative."""
+    a, b = trainer_dump(model, name), reference_dump(model, name)
+    h = header(model)
+    Vp, L, NH, C, KV, D = (int(h[i]) for i in (7, 4, 5, 6, 9, 10))
+    start = Vp * C + L * C + L * NH * D * C + L * 2 * KV * D * C   # wte, attn_norm, wq, wkv, then bq and bkv
+    bad = []
+    for what, f, lo, hi in (("logits", "logits0.f32", 0, None), ("gradients", "grads0.f32", 0, None),
+                            ("bq's gradient", "grads0.f32", start, start + L * NH * D),
+                            ("bkv's gradient", "grads0.f32", start + L * NH * D, start + L * (NH + 2 * KV) * D)):
+        x, y = (np.fromfile(os.path.join(d, f), np.float32)[lo:hi].astype(np.float64) for d in (a, b))
+        e = rel_err(x, y)
+        print("# %s %s: relative error %.2g" % (name, what, e))
+        if not (x.size == y.size and e < 1e-5 and np.abs(y).max() > 0):
+            bad.append("%s: relative error %.3g (%d vs %d values)" % (what, e, x.size, y.size))
+    return bad
 
 
 # ------------------------------------------------------------------------------------------------------
 # Trained model files -> Hugging Face folders and back
 
-FAMILY = {"untied": "llama", "tied": "llama", "qknorm": "qwen3", "qkvbias": "qwen2", "z2": "llama",
+FAMILY = {"untied": "llama", "tied": "llama", "qknorm": "qwen3", "qkvbias": "qwen2", "z2": "qwen2",
           "pp2": "llama", "tp2": "qwen3", "gpt2": "gpt2", "gpt2_tp2": "gpt2"}
 
 
@@ -412,7 +419,7 @@ def roundtrip(name, model):
     if FAMILY[name] == "gpt2":
         return []
     check("export_folder_" + name, exported_folder, name, model, out)
-    check("hf_logits_" + name, logits_match, out, dump_of(model, name))
+    check("hf_logits_" + name, logits_match, out, trainer_dump(model, name))
     return []
 
 
@@ -439,7 +446,7 @@ def bf16_roundtrip(name, model):
         bad.append("a bf16 file exported as %s" % dtypes)
     if not same_bytes(m16, back):
         bad.append("import(export(bf16 file)) differs")
-    return bad + logits_match(out, dump_of(m16, name + "16"))
+    return bad + logits_match(out, trainer_dump(m16, name + "16"))
 
 
 def fp16_and_shards(name, model):
@@ -534,9 +541,9 @@ def make_hf(name):
 
 def hf_roundtrip(name):
     """import (bf16 from BF16 storage, fp32 from the others) then export (in the folder's storage, sharded as
-    it is): the same names, shapes, dtypes and values; the imported file's header holds config.json's values and each class's defaults; the trainer's
-    (or, for q/k/v biases until it has them, reference.py's) step-0 logits of the imported file equal the HF
-    forward of the folder."""
+    it is): the same names, shapes, dtypes and values; the imported file's header holds config.json's values
+    and each class's defaults; the trainer's step-0 logits of the imported file equal the HF forward of the
+    folder."""
     conf, dtype, shards = HF[name]
     src, model, out = make_hf(name), os.path.join(TMP, name + ".bin"), os.path.join(TMP, name + "_out")
     opts = ["--dtype", STORAGE[dtype]] + (["--max-shard-size", "60000"] if shards > 1 else [])
@@ -559,7 +566,7 @@ def hf_roundtrip(name):
             13: int(conf["model_type"] == "qwen3"), 15: f32(conf["rope_theta"]),
             16: f32(conf.get("rms_norm_eps", 1e-6)), 21: int(conf["model_type"] == "qwen2")}
     bad += ["header slot %d is %d, want %d" % (i, h[i], v) for i, v in want.items() if h[i] != v]
-    return bad + logits_match(src, dump_of(model, name))
+    return bad + logits_match(src, trainer_dump(model, name))
 
 
 def alternative_names():
@@ -729,6 +736,7 @@ def main():
         check("roundtrip_" + name, roundtrip, name, model)
     for name in ("untied", "qknorm", "qkvbias"):
         check("reference_reads_folder_" + name, reference_reads_folder, name, MODELS[name])
+    check("trainer_vs_reference_qkvbias", trainer_vs_reference, "qkvbias_ref", MODELS["qkvbias"])
     for name in ("untied", "qkvbias"):
         check("bf16_roundtrip_" + name, bf16_roundtrip, name, MODELS[name])
     for name in ("tied", "qkvbias"):

@@ -294,14 +294,14 @@ def saved_headers_and_sizes():
     n2 = 50304 * 32 + 32 + (4 + 8) * 8 * 32 + 32 * 32 + 32 + 128 * 32 + 32 * 64 + 32
     expect_header(path, [20240326, 3, 1024, 50257, 1, 4, 32, 50304, 1, 4, 8, 64, 1, 0, 0,
                          F32(10000.0), F32(1e-5), F32(1.0)], n2, 4)
-    # q/k/v biases (slot 21): qkv_bias (L, (NH + 2 KV) D) = 2 * (4 + 2) * 8 after wkv, tied.
+    # q/k/v biases (slot 21): bq (L, NH D) = 2 * 4 * 8 and bkv (L, 2 KV D) = 2 * 2 * 8 after wkv, tied.
     path = os.path.join(TMP, "saved_qkvbias.bin")
     run_ref(["-e", "llama:L2,C32,H4,K1,F64,V128,T32,tied,qkvbias", "--save", path, "-x", "0"])
-    n4 = 128 * 32 + 2 * 32 + 2 * (4 + 2) * 8 * 32 + 2 * 6 * 8 + 2 * 32 * 32 + 2 * 32 + 2 * 128 * 32 + 2 * 32 * 64 + 32
+    n4 = 128 * 32 + 2 * 32 + 2 * (4 + 2) * 8 * 32 + 2 * 4 * 8 + 2 * 2 * 8 + 2 * 32 * 32 + 2 * 32 + 2 * 128 * 32 + 2 * 32 * 64 + 32
     expect_header(path, [20240326, 3, 32, 128, 2, 4, 32, 128, 1, 1, 8, 64, 1, 0, 0,
                          F32(10000.0), F32(1e-5), F32(1.0), 0, 0, 0, 1], n4, 4)
     f, _, p = plain.read_model(path)
-    assert (p["qkv_bias"] == 0).all(), "a random model's q/k/v biases are not 0"
+    assert (p["bq"] == 0).all() and (p["bkv"] == 0).all(), "a random model's q/k/v biases are not 0"
     path = os.path.join(TMP, "saved_linear.bin")
     run_ref(["-e", "llama:L1,C32,H4,K1,D6,F64,V128,T32,rope-linear2.5", "--save", path, "-x", "0"])
     n3 = 128 * 32 + 32 + (4 + 2) * 6 * 32 + 32 * 24 + 32 + 128 * 32 + 32 * 64 + 32 + 128 * 32

@@ -53,7 +53,7 @@ def tensors(f):
     Vp, L, NH, C, KV, D, F = f["Vp"], f["L"], f["NH"], f["C"], f["KV"], f["D"], f["F"]
     t = [("wte", (Vp, C)), ("attn_norm", (L, C)), ("wq", (L, NH * D, C)), ("wkv", (L, 2 * KV * D, C))]
     if f["qkv_bias"]:
-        t.append(("qkv_bias", (L, (NH + 2 * KV) * D)))
+        t += [("bq", (L, NH * D)), ("bkv", (L, 2 * KV * D))]
     if f["qk_norm"]:
         t += [("q_norm", (L, D)), ("k_norm", (L, D))]
     t += [("attn_proj", (L, C, NH * D)), ("mlp_norm", (L, C)), ("gate_up", (L, 2 * F, C)), ("down", (L, C, F)),
@@ -111,7 +111,7 @@ def random_params(f, seed, version=3):
     for name, shape in tensors(f):
         if name.endswith("norm"):
             p[name] = 1.0 + 0.3 * g.standard_normal(shape)
-        elif name in ("wte", "qkv_bias"):
+        elif name in ("wte", "bq", "bkv"):
             p[name] = g.standard_normal(shape)
         else:
             p[name] = g.standard_normal(shape) / math.sqrt(shape[-1])
@@ -184,7 +184,7 @@ def forward(f, P, idx):
                 n1 = rms(xs[t], P["attn_norm"][l], eps)
                 z = torch.cat([P["wq"][l] @ n1, P["wkv"][l] @ n1])
                 if f["qkv_bias"]:
-                    z = z + P["qkv_bias"][l]
+                    z = z + torch.cat([P["bq"][l], P["bkv"][l]])
                 q = [z[h * D:(h + 1) * D] for h in range(NH)]
                 k = [z[(NH + j) * D:(NH + j + 1) * D] for j in range(KV)]
                 v = [z[(NH + KV + j) * D:(NH + KV + j + 1) * D] for j in range(KV)]
