@@ -104,8 +104,7 @@ def tokenizer_source(folder, bos, eos):
     for name in ("config.json", "generation_config.json"):
         path = os.path.join(folder, name)
         if os.path.isfile(path):
-            with open(path, "rb") as f:
-                conf = hf.load_json(path, f.read())
+            conf = hf.read_json(path)
             if isinstance(conf, dict):
                 bos = conf.get("bos_token_id") if bos is None else bos
                 eos = conf.get("eos_token_id") if eos is None else eos

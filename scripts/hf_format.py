@@ -71,6 +71,15 @@ def load_json(path, raw):
         die("%s: not valid JSON (%s)" % (path, e))
 
 
+def read_json(path):
+    """A JSON file by load_json's rules, or one `error:` line if it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return load_json(path, f.read())
+    except OSError as e:
+        die("%s: cannot read (%s)" % (path, e.strerror))
+
+
 def _unique_keys(pairs):
     obj = dict(pairs)
     if len(obj) != len(pairs):
@@ -277,11 +286,7 @@ def read_index(folder):
     """model.safetensors.index.json -> {tensor name: shard path}; dies unless its weight_map maps names to
     file names in folder (a path elsewhere is refused: the index says where to read)."""
     path = os.path.join(folder, INDEX_FILE)
-    try:
-        with open(path, "rb") as f:
-            index = load_json(path, f.read())
-    except OSError as e:
-        die("%s: cannot read (%s)" % (path, e.strerror))
+    index = read_json(path)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         die("%s: has no weight_map object naming the shards" % path)
@@ -487,11 +492,7 @@ def hf_numel(cfg):
 def read_config(path):
     """config.json -> (reference.Config or LlamaConfig, the JSON object); dies, naming the key, unless it
     describes a model the trainer computes as Hugging Face does."""
-    try:
-        with open(path, "rb") as f:
-            conf = load_json(path, f.read())
-    except OSError as e:
-        die("%s: cannot read (%s)" % (path, e.strerror))
+    conf = read_json(path)
     kind = conf.get("model_type") if isinstance(conf, dict) else conf
     if kind == "gpt2":
         return _gpt2_config(path, conf), conf

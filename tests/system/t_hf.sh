@@ -27,6 +27,8 @@ cat > "$TMP/hfcheck.py" <<'PY'
 """
 import json, math, os, struct, sys
 import numpy as np
+sys.path.insert(0, os.path.join(os.getcwd(), "tests", "tools"))
+from safetensors_plain import read_st, write_st
 # torch (over a second to import) only in the modes that use it: logits and variants.
 
 SUFFIXES = ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
@@ -38,28 +40,10 @@ def report(name, bad):
     print("ok %s" % name if not bad else "FAIL %s: %s" % (name, "; ".join(bad)))
 
 
-def read_st(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    return json.loads(raw[8:8 + n]), n, raw[8 + n:]
-
-
 def st_tensors(path):
     header, _, data = read_st(path)
     return {k: np.frombuffer(data, "<f4", math.prod(e["shape"]), e["data_offsets"][0]).reshape(e["shape"])
             for k, e in header.items() if k != "__metadata__"}
-
-
-def write_st(path, tensors):   # [(name, safetensors dtype, array)], written in reverse order
-    header, blobs, off = {}, [], 0
-    for name, dtype, a in reversed(tensors):
-        b = np.ascontiguousarray(a).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def model_header(path):   # maxT, V, L, NH, C

@@ -16,10 +16,7 @@
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 BIN=./train_gpt_cpu
-if [ ! -x "$BIN" ]; then
-    t_fail trainer_built "$BIN is missing (run: make train_gpt_cpu)"
-    t_finish
-fi
+[ -x "$BIN" ] || { t_fail trainer_built "$BIN is missing (run: make train_gpt_cpu)"; t_finish; }
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 "$PYTHON" scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 500 --seed 11 > /dev/null || { t_fail shard "make_shard.py failed"; t_finish; }
 untied="llama:L2,C64,H4,K2,F160,V500,T64,rope-llama3:8/1/4/32"

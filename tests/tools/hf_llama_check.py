@@ -21,7 +21,6 @@ import math
 import os
 import runpy
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,8 @@ import traceback
 
 import numpy as np
 import torch
+
+from safetensors_plain import read_st, write_st
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "..", "..", "scripts")
@@ -115,18 +116,12 @@ def same_bytes(a, b):
 
 
 # ------------------------------------------------------------------------------------------------------
-# safetensors, read and written here
-
-def read_st(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    return json.loads(raw[8:8 + n]), 8 + n, raw[8 + n:]
-
+# Folders, read and written here (safetensors_plain: the files themselves)
 
 def st_problems(path):
     """What the safetensors library would refuse: data not 8-byte aligned, offsets that do not tile it."""
-    h, start, data = read_st(path)
-    bad = [] if start % 8 == 0 else ["%s: data starts at %d" % (path, start)]
+    h, n, data = read_st(path)
+    bad = [] if (8 + n) % 8 == 0 else ["%s: data starts at %d" % (path, 8 + n)]
     end = 0
     for k, e in sorted(((k, e) for k, e in h.items() if k != "__metadata__"), key=lambda kv: kv[1]["data_offsets"]):
         b, en = e["data_offsets"]
@@ -174,33 +169,19 @@ def encode(a, dtype):
     return a.astype({"F32": "<f4", "F16": "<f2"}[dtype])
 
 
-def write_st(path, tensors):
-    """[(name, dtype, array already in dtype's bits)], stored in reverse order (a writer may order freely)."""
-    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
-    for name, dtype, a in reversed(tensors):
-        b = np.ascontiguousarray(a).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-
-
 def write_folder(folder, conf, tensors, shards=1, index_map=None):
     """A Hugging Face folder: config.json and [(name, dtype, array)] in one file or `shards` shards with HF's
     names and index. index_map edits the index's weight_map after it is made."""
     os.makedirs(folder)
     json.dump(conf, open(os.path.join(folder, "config.json"), "w"), indent=1)
     if shards == 1:
-        return write_st(os.path.join(folder, "model.safetensors"), tensors)
+        return write_st(os.path.join(folder, "model.safetensors"), tensors, {"format": "pt"})
     per = -(-len(tensors) // shards)
     weight_map = {}
     for i in range(shards):
         name = "model-%05d-of-%05d.safetensors" % (i + 1, shards)
         part = tensors[i * per:(i + 1) * per]
-        write_st(os.path.join(folder, name), part)
+        write_st(os.path.join(folder, name), part, {"format": "pt"})
         weight_map.update((t[0], name) for t in part)
     if index_map:
         index_map(weight_map)
