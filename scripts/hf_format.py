@@ -530,7 +530,8 @@ def _padded(path, V):
 
 
 def _gpt2_config(path, conf):
-    sizes = {k: _positive_int(path, k, conf.get(k)) for k in ("n_positions", "vocab_size", "n_layer", "n_head", "n_embd")}
+    sizes = {k: _positive_int(path, k, conf.get(k))
+             for k in ("n_positions", "vocab_size", "n_layer", "n_head", "n_embd")}
     C, NH = sizes["n_embd"], sizes["n_head"]
     if C % NH:
         die("%s: n_embd %d is not a multiple of n_head %d" % (path, C, NH))

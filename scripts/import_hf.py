@@ -70,7 +70,8 @@ def load_weights(cfg, folder, files):
         return canonical(cfg, files[0], {name: Tensor(files[0], tuple(t.shape), TORCH_DTYPES.get(str(t.dtype)),
                                                       lambda n=name, t=t: torch_to_f32(files[0], n, t))
                                          for name, t in torch_state_dict(files[0]).items()})
-    return canonical(cfg, files[0], {name: Tensor(path, e.shape, e.dtype, lambda n=name, p=path, e=e: hf.decode(p, n, e))
+    return canonical(cfg, files[0], {name: Tensor(path, e.shape, e.dtype,
+                                                  lambda n=name, p=path, e=e: hf.decode(p, n, e))
                                      for name, (path, e) in stored.items()})
 
 

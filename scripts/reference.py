@@ -4,9 +4,9 @@ docs/formats.md: GPT-2, and Llama-style decoders with Hugging Face LlamaForCausa
 attention, RoPE with 'linear' or 'llama3' scaling, SwiGLU MLP, RMSNorm, Qwen3's optional q/k norms, Qwen2's
 q/k/v biases).
 
-It reads and writes llm.c model files and token shards, reads Hugging Face Llama, Qwen2 and Qwen3 folders, follows the design's data order, LR schedule,
-AdamW and clipping exactly, and computes in float64 by default so that it is more accurate than the C
-code it checks. The same flags as train_gpt_cpu where they overlap.
+It reads and writes llm.c model files and token shards, reads Hugging Face Llama, Qwen2 and Qwen3 folders,
+follows the design's data order, LR schedule, AdamW and clipping exactly, and computes in float64 by
+default so that it is more accurate than the C code it checks. The same flags as train_gpt_cpu where they overlap.
 
   reference.py -e MODEL.bin -i 'shards*.bin' -b 4 -t 64 -ga 2 -x 10 -l 1e-3 -u 3 -q 0.1 -k cosine \
                -c 0.1 -gc 0.5 -o OUT -dump DUMP
@@ -427,7 +427,8 @@ def parse_llama_spec(spec):
              or re.fullmatch(r"(rope-llama3):?" + "/".join([num] * 3) + r"/(\d+)", field))
         if not m:
             die("-e %r: unknown field %r (llama: then comma-separated L<n> C<n> H<n> K<n> D<n> F<n> V<n> T<n> "
-                "theta<x> eps<x> tied qknorm qkvbias rope-linear<f> rope-llama3<f>/<low>/<high>/<orig>)" % (spec, field))
+                "theta<x> eps<x> tied qknorm qkvbias rope-linear<f> rope-llama3<f>/<low>/<high>/<orig>)"
+                % (spec, field))
         key = "rope" if m.group(1).startswith("rope") else m.group(1)
         if key in got:
             die("-e %r: %s given twice" % (spec, key))

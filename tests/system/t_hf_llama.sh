@@ -18,7 +18,8 @@ cd "$(dirname "$0")/../.."
 BIN=./train_gpt_cpu
 [ -x "$BIN" ] || { t_fail trainer_built "$BIN is missing (run: make train_gpt_cpu)"; t_finish; }
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
-"$PYTHON" scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 500 --seed 11 > /dev/null || { t_fail shard "make_shard.py failed"; t_finish; }
+"$PYTHON" scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 500 --seed 11 > /dev/null ||
+    { t_fail shard "make_shard.py failed"; t_finish; }
 untied="llama:L2,C64,H4,K2,F160,V500,T64,rope-llama3:8/1/4/32"
 tied="llama:L2,C64,H4,K1,F160,V500,T64,tied,rope-linear:2"
 qknorm="llama:L2,C64,H4,K2,D32,F160,V500,T64,qknorm,theta1000000,eps1e-6"

@@ -445,7 +445,7 @@ def fp16_and_shards(name, model):
         bad.append("shards %s" % files)
     if os.path.exists(os.path.join(out, "model.safetensors")):
         bad.append("model.safetensors written beside the shards")
-    tensors, sizes = folder_tensors(out), {}
+    tensors = folder_tensors(out)
     for f in files:
         bad += st_problems(os.path.join(out, f))
         h = read_st(os.path.join(out, f))[0]
@@ -608,8 +608,8 @@ def import_refusals():
     cases = [   # name, folder, the key the error names
         ("sliding_window", variant(q2, "sliding", {"use_sliding_window": True, "sliding_window": 16,
                                                    "max_window_layers": 1}), "use_sliding_window"),
-        ("sliding_window_layer_types", variant(q3, "sliding3", {"use_sliding_window": True, "sliding_window": 8,
-                                                                "layer_types": ["full_attention", "sliding_attention"]}),
+        ("sliding_window_layer_types", variant(q3, "sliding3", {
+            "use_sliding_window": True, "sliding_window": 8, "layer_types": ["full_attention", "sliding_attention"]}),
          "use_sliding_window"),
         ("rope_yarn", variant(q2, "yarn", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                                                             "original_max_position_embeddings": 32}}), "rope_scaling"),
@@ -637,8 +637,8 @@ def import_refusals():
         ("missing_tensor", variant(q2, "missing", drop=["model.layers.1.self_attn.v_proj.bias"]),
          "model.layers.1.self_attn.v_proj.bias is missing"),
         ("missing_head", variant(q2, "nohead", drop=["lm_head.weight"]), "lm_head.weight is missing"),
-        ("wrong_shape", variant(q2, "shape", replace=lambda k, d, a: a[:, :32] if k.endswith("0.self_attn.k_proj.weight")
-                                else a), "model.layers.0.self_attn.k_proj.weight has shape [32, 32]"),
+        ("wrong_shape", variant(q2, "shape", replace=lambda k, d, a: a[:, :32] if k.endswith(
+            "0.self_attn.k_proj.weight") else a), "model.layers.0.self_attn.k_proj.weight has shape [32, 32]"),
         ("tied_head_differs", variant(ll, "untied", add=[("lm_head.weight", "BF16", np.zeros((500, 64), "<u2"))]),
          "lm_head.weight differs"),
         ("prefix_twice", variant(ll, "prefix", add=[("norm.weight", "BF16", np.zeros(64, "<u2"))]),
@@ -700,7 +700,8 @@ def tokenizer_and_ids():
         return bad
     conf = json.load(open(os.path.join(out, "config.json")))
     gen = json.load(open(os.path.join(out, "generation_config.json")))
-    if (conf["bos_token_id"], conf["eos_token_id"], gen.get("bos_token_id"), gen.get("eos_token_id")) != (7, [8, 9], 7, [8, 9]):
+    ids = (conf["bos_token_id"], conf["eos_token_id"], gen.get("bos_token_id"), gen.get("eos_token_id"))
+    if ids != (7, [8, 9], 7, [8, 9]):
         bad.append("ids: config %r %r, generation_config %r" % (conf["bos_token_id"], conf["eos_token_id"], gen))
     for f in ("tokenizer.json", "tokenizer_config.json"):
         if not same_bytes(os.path.join(src, f), os.path.join(out, f)):

@@ -297,7 +297,8 @@ def saved_headers_and_sizes():
     # q/k/v biases (slot 21): bq (L, NH D) = 2 * 4 * 8 and bkv (L, 2 KV D) = 2 * 2 * 8 after wkv, tied.
     path = os.path.join(TMP, "saved_qkvbias.bin")
     run_ref(["-e", "llama:L2,C32,H4,K1,F64,V128,T32,tied,qkvbias", "--save", path, "-x", "0"])
-    n4 = 128 * 32 + 2 * 32 + 2 * (4 + 2) * 8 * 32 + 2 * 4 * 8 + 2 * 2 * 8 + 2 * 32 * 32 + 2 * 32 + 2 * 128 * 32 + 2 * 32 * 64 + 32
+    n4 = (128 * 32 + 2 * 32 + 2 * (4 + 2) * 8 * 32 + 2 * 4 * 8 + 2 * 2 * 8 + 2 * 32 * 32 + 2 * 32 + 2 * 128 * 32
+          + 2 * 32 * 64 + 32)
     expect_header(path, [20240326, 3, 32, 128, 2, 4, 32, 128, 1, 1, 8, 64, 1, 0, 0,
                          F32(10000.0), F32(1e-5), F32(1.0), 0, 0, 0, 1], n4, 4)
     f, _, p = plain.read_model(path)
