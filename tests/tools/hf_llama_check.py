@@ -405,10 +405,15 @@ def roundtrip(name, model):
 
 
 def reference_reads_folder(name, model):
-    """reference.py -e FOLDER gives the logits reference.py -e MODEL.bin gives, to the bit."""
+    """reference.py -e FOLDER gives the logits reference.py -e MODEL.bin gives, to the bit, and the
+    trainer's step-0 logits (roundtrip's -dump) within 1e-5 relative."""
     a, b = reference_dump(os.path.join(TMP, "hf_" + name), name + "_folder"), reference_dump(model, name + "_file")
-    same = same_bytes(os.path.join(a, "logits0.f32"), os.path.join(b, "logits0.f32"))
-    return [] if same else ["reference.py's logits from the folder differ from those from the model file"]
+    logits = lambda d: np.fromfile(os.path.join(d, "logits0.f32"), np.float32).astype(np.float64)
+    bad = [] if same_bytes(os.path.join(a, "logits0.f32"), os.path.join(b, "logits0.f32")) else [
+        "reference.py's logits from the folder differ from those from the model file"]
+    x, y = logits(a), logits(os.path.join(TMP, "dump_" + name))
+    e = rel_err(x, y) if x.size == y.size else float("inf")
+    return bad + ([] if e < 1e-5 else ["reference.py on the folder vs the trainer: relative error %.3g" % e])
 
 
 def bf16_roundtrip(name, model):
