@@ -12,7 +12,9 @@ layout are those of Llama 3's own tokenizer.json (ignore_merges, merges as "a b"
 """
 import argparse
 import collections
+import importlib.util
 import json
+import os
 import sys
 
 import regex
@@ -22,16 +24,12 @@ LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{
 
 
 def byte_chars():
-    """GPT-2's map of the 256 bytes to printable characters (byte-level BPE's alphabet)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            chars[b] = chr(b)
-        else:
-            chars[b] = chr(256 + extra)
-            extra += 1
-    return chars
+    """GPT-2's map of the 256 bytes to printable characters (byte-level BPE's alphabet), from tokenize.py."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "tokenize.py")
+    spec = importlib.util.spec_from_file_location("project_tokenize", path)   # not the standard library's
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.bytes_to_unicode()
 
 
 def learn_merges(text, count):
