@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
-"""llm.c model file, or a trainer checkpoint directory (its model.bin: the fp32 master weights) -> a Hugging
-Face GPT-2 folder that GPT2LMHeadModel.from_pretrained and GPT2TokenizerFast.from_pretrained load.
+"""Model file, or a trainer checkpoint directory (its model.bin: the fp32 master weights) -> a Hugging Face
+folder that from_pretrained loads: GPT2LMHeadModel for a GPT-2 file; for the Llama family
+LlamaForCausalLM, Qwen3ForCausalLM when it has q/k norms, Qwen2ForCausalLM when it has q/k/v biases.
 
-  export_hf.py out/run/ckpt_000600 OUTDIR [--force]
-  export_hf.py model.bin OUTDIR [--force]
+  export_hf.py out/run/ckpt_000600 OUTDIR [--dtype fp32|bf16|fp16] [--max-shard-size 2GB] [--force]
+  export_hf.py model.bin OUTDIR [--tokenizer HF_FOLDER] [--bos-token-id N] [--eos-token-id N[,N...]]
 
-Writes model.safetensors (fp32, HF names, Conv1D weights transposed, wte cut to the real V rows, lm_head
-left out: it is tied to wte), config.json, generation_config.json, and GPT-2's tokenizer as vocab.json and
-merges.txt (copies of data/tokenizer/encoder.json and vocab.bpe).
+Writes the weights with HF's names, the vocabulary cut to the real V rows, a tied lm_head left out:
+model.safetensors, or, when --max-shard-size does not hold them all, model-0000i-of-0000n.safetensors and
+model.safetensors.index.json. --dtype is their storage (default the model file's: fp32 for version 3 and
+checkpoints, bf16 for version 5; bf16 and fp16 round to nearest even, and fp16 refuses values past its
+range). Then config.json (every key the class reads, the bos and eos ids where known), and the tokenizer:
+for GPT-2, GPT-2's (vocab.json and merges.txt, copies of data/tokenizer/encoder.json and vocab.bpe) and
+generation_config.json; --tokenizer copies the tokenizer files of a Hugging Face folder instead (the Llama
+family has none of its own here) and takes bos and eos from its config.json unless they are given.
 
 OUTDIR must be absent or empty: Hugging Face would load an old folder's other files (a sharded checkpoint's
 index, pytorch_model.bin, tokenizer.json) instead of, or mixed with, the new ones. --force exports into a
@@ -20,6 +26,7 @@ import argparse
 import contextlib
 import fnmatch
 import os
+import re
 import shutil
 import signal
 import sys
@@ -57,13 +64,65 @@ def model_path(src):
     return src
 
 
-def write_folder(cfg, params, outdir):
-    hf.write_safetensors(os.path.join(outdir, "model.safetensors"), hf.to_hf(cfg, params), {"format": "pt"})
-    hf.write_json(os.path.join(outdir, "config.json"), hf.config_to_hf(cfg))
-    hf.write_json(os.path.join(outdir, "generation_config.json"),
-                  {"bos_token_id": hf.GPT2_TOKEN, "eos_token_id": hf.GPT2_TOKEN})
-    for ours, theirs in TOKENIZER_FILES:
-        shutil.copyfile(os.path.join(TOKENIZER, ours), os.path.join(outdir, theirs))
+# A Hugging Face folder's tokenizer files, as --tokenizer copies them.
+TOKENIZER_NAMES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json"]
+SHARD_UNITS = {"": 1, "b": 1, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12, "kib": 2 ** 10,
+               "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
+
+
+def shard_bytes(text):
+    """--max-shard-size: bytes, or a number with KB/MB/GB/TB (powers of 1000) or KiB/MiB/GiB/TiB (of 1024)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text or "")
+    if not m or m.group(2).lower() not in SHARD_UNITS or int(m.group(1)) <= 0:
+        hf.die("--max-shard-size %r: want a positive size such as 2000000000, 500MB or 2GiB" % text)
+    return int(m.group(1)) * SHARD_UNITS[m.group(2).lower()]
+
+
+def token_ids(what, value, V):
+    """A bos or eos id (eos: one or several) checked against the vocabulary; None stays None."""
+    ids = value if isinstance(value, list) else [value]
+    if value is None or (ids and all(type(i) is int and 0 <= i < V for i in ids)):
+        return value
+    hf.die("%s %r: want token ids in [0, %d)" % (what, value, V))
+
+
+def parse_ids(text):
+    try:
+        ids = [int(x) for x in text.split(",")]
+    except ValueError:
+        hf.die("token ids %r: want integers separated by commas" % text)
+    return ids[0] if len(ids) == 1 else ids
+
+
+def tokenizer_source(folder, bos, eos):
+    """--tokenizer FOLDER -> ([tokenizer file paths], bos, eos), the ids from its config.json (or
+    generation_config.json) where not given."""
+    files = [os.path.join(folder, n) for n in TOKENIZER_NAMES if os.path.isfile(os.path.join(folder, n))]
+    if not files:
+        hf.die("%s: has none of the tokenizer files (%s)" % (folder, ", ".join(TOKENIZER_NAMES[:5]) + ", ..."))
+    for name in ("config.json", "generation_config.json"):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            conf = hf.read_json(path)
+            if isinstance(conf, dict):
+                bos = conf.get("bos_token_id") if bos is None else bos
+                eos = conf.get("eos_token_id") if eos is None else eos
+    return files, bos, eos
+
+
+def write_folder(cfg, params, outdir, opts):
+    hf.write_weights(outdir, hf.to_hf(cfg, params), {"format": "pt"}, hf.STORAGE[opts.dtype][0], opts.max_shard)
+    hf.write_json(os.path.join(outdir, "config.json"), hf.config_to_hf(cfg, opts.dtype, opts.bos, opts.eos))
+    if opts.tokenizer_files:
+        for path in opts.tokenizer_files:
+            shutil.copyfile(path, os.path.join(outdir, os.path.basename(path)))
+    elif not hf.is_llama(cfg):
+        for ours, theirs in TOKENIZER_FILES:
+            shutil.copyfile(os.path.join(TOKENIZER, ours), os.path.join(outdir, theirs))
+    if opts.bos is not None or opts.eos is not None:
+        hf.write_json(os.path.join(outdir, "generation_config.json"),
+                      {k: v for k, v in (("bos_token_id", opts.bos), ("eos_token_id", opts.eos)) if v is not None})
 
 
 def stale_files(outdir, target, force):
@@ -132,13 +191,20 @@ def umask():
     return mask
 
 
-def export(src, outdir, force):
+def export(src, outdir, opts):
     model = model_path(src)
     target = os.path.realpath(outdir)   # a link to a folder: the folder
-    stale = stale_files(outdir, target, force)
+    stale = stale_files(outdir, target, opts.force)
+    cfg, version = hf.read_model_header(model)
+    opts.dtype = opts.dtype or ("fp32" if version == 3 else "bf16")
+    if hf.is_llama(cfg):
+        hf.architecture(cfg)   # dies before anything is written if no HF class computes this model
+        opts.bos, opts.eos = token_ids("bos id", opts.bos, cfg.V), token_ids("eos id", opts.eos, cfg.V)
+    else:
+        opts.bos = opts.eos = hf.GPT2_TOKEN
     cfg, params = hf.load_model(model)
     refuse_own_input(model, outdir, target, stale)
-    for ours, _ in TOKENIZER_FILES:
+    for ours, _ in TOKENIZER_FILES if not (opts.tokenizer_files or hf.is_llama(cfg)) else []:
         if not os.path.isfile(os.path.join(TOKENIZER, ours)):
             hf.die("%s: is missing; the tokenizer files come from data/tokenizer/" % os.path.join(TOKENIZER, ours))
     # The new files are written in a hidden folder where writing is already allowed: inside OUTDIR when it
@@ -150,7 +216,7 @@ def export(src, outdir, force):
         tmp = tempfile.mkdtemp(prefix="." + os.path.basename(target) + ".", suffix=".tmp",
                                dir=target if exists else os.path.dirname(target))
         os.chmod(tmp, 0o777 & ~umask())   # mkdtemp's 0700 would become a new OUTDIR's mode
-        write_folder(cfg, params, tmp)
+        write_folder(cfg, params, tmp, opts)
         with signals_held():   # a Ctrl-C waits: the moves are not left half done
             move_in(tmp, target, stale)
             created = []   # they hold OUTDIR now
@@ -162,8 +228,12 @@ def export(src, outdir, force):
         for p in reversed(created):
             with contextlib.suppress(OSError):
                 os.rmdir(p)
-    print("exported %s (%d parameters without padding) to %s" % (cfg, hf.hf_numel(cfg), outdir))
-    if cfg.V != hf.GPT2_TOKEN + 1:
+    print("exported %s (%d parameters without padding) to %s as %s" % (cfg, hf.hf_numel(cfg), outdir,
+                                                                       hf.architecture(cfg)[1]))
+    if hf.is_llama(cfg) and not opts.tokenizer_files:
+        print("note: no tokenizer files written; --tokenizer FOLDER copies a Hugging Face folder's",
+              file=sys.stderr)
+    elif cfg.V != hf.GPT2_TOKEN + 1 and not opts.tokenizer_files:
         print("warning: vocabulary %d is not GPT-2's %d; vocab.json and merges.txt are GPT-2's tokenizer"
               % (cfg.V, hf.GPT2_TOKEN + 1), file=sys.stderr)
 
@@ -176,8 +246,24 @@ def main():
     ap.add_argument("outdir", help="Hugging Face folder to write: absent or empty, unless --force")
     ap.add_argument("--force", action="store_true",
                     help="export into a non-empty OUTDIR, removing the Hugging Face files in it (listed above)")
+    ap.add_argument("--dtype", choices=sorted(hf.STORAGE), help="storage of the weights (default: the model "
+                    "file's, fp32 for a checkpoint)")
+    ap.add_argument("--max-shard-size", help="shard the weights into files of at most this size (bytes, or "
+                    "e.g. 500MB, 2GiB); one tensor larger than it gets a shard of its own")
+    ap.add_argument("--tokenizer", metavar="HF_FOLDER", help="copy this folder's tokenizer files and take its "
+                    "bos and eos ids")
+    ap.add_argument("--bos-token-id", help="bos token id for config.json (Llama family)")
+    ap.add_argument("--eos-token-id", help="eos token id, or ids separated by commas (Llama family)")
     args = ap.parse_args()
-    export(args.src, args.outdir, args.force)
+    opts = argparse.Namespace(force=args.force, dtype=args.dtype, tokenizer_files=[],
+                              max_shard=shard_bytes(args.max_shard_size) if args.max_shard_size else 0,
+                              bos=parse_ids(args.bos_token_id) if args.bos_token_id else None,
+                              eos=parse_ids(args.eos_token_id) if args.eos_token_id else None)
+    if args.tokenizer:
+        if not os.path.isdir(args.tokenizer):
+            hf.die("%s: no such folder" % args.tokenizer)
+        opts.tokenizer_files, opts.bos, opts.eos = tokenizer_source(args.tokenizer, opts.bos, opts.eos)
+    export(args.src, args.outdir, opts)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,36 @@
 #!/usr/bin/env python3
-"""Hugging Face GPT-2 checkpoint folder -> llm.c model file, to start training from with `-e OUT.bin`.
+"""Hugging Face checkpoint folder -> model file, to start training from with `-e OUT.bin`.
 
-  import_hf.py DIR OUT.bin [--bf16] [--allow-nonfinite]
+  import_hf.py DIR OUT.bin [--bf16 | --fp32] [--allow-nonfinite]
 
-DIR holds config.json and model.safetensors (or, failing that, pytorch_model.bin); names may carry
-GPT2LMHeadModel's `transformer.` prefix. Any GPT-2 shape works (gpt2, -medium, -large, -xl): the sizes come
-from config.json. The attention-mask buffers are skipped; lm_head.weight must equal wte.weight (tied), as the
-trainer ties them. The vocabulary is padded to a multiple of 128 with zero rows. --bf16 writes version 5
-(bf16, round to nearest even) instead of fp32 (version 3).
+DIR holds config.json and the weights: model.safetensors, or model.safetensors.index.json and the shards it
+names, or (failing those) pytorch_model.bin; F32, BF16 or F16 values. config.json's model_type picks the
+model file's family:
+  gpt2          GPT2LMHeadModel, any shape (gpt2, -medium, -large, -xl); names with or without
+                `transformer.`; the attention-mask buffers are skipped; lm_head.weight must equal wte.weight
+  llama         LlamaForCausalLM (Llama 3.x, SmolLM2): the Llama family
+  qwen3         Qwen3ForCausalLM: the Llama family with q/k norms
+  qwen2         Qwen2ForCausalLM: the Llama family with q/k/v biases
+The Llama family's names may come with or without `model.`; a tied model's stored lm_head.weight must equal
+embed_tokens. The sizes come from config.json, with each class's defaults for what it leaves out. The
+vocabulary is padded to a multiple of 128 with zero rows. The model file keeps the weights' precision: bf16
+(version 5) when every weight is stored BF16, else fp32 (version 3), which holds F32, F16 and BF16 values
+exactly; --bf16 writes bf16 whatever the storage (rounding to nearest even), --fp32 fp32.
 
-Refused, before any tensor is read: a safetensors file the safetensors library would refuse (its offsets must
-tile the data exactly: no gap, overlap or trailing byte; integer shapes and offsets; byte counts that match
-dtype and shape; no repeated JSON key), a name stored both with and without `transformer.`, and config.json
-sizes the weights file is too small to hold. Then NaN or infinite weights, unless --allow-nonfinite. OUT
-must not be one of DIR's files. Errors: one `error: ...` line, exit 1, and no OUT written.
+Refused, before any tensor is read: a config.json key whose meaning the trainer does not implement, named in
+the error (sliding-window attention that takes effect, RoPE scaling other than linear and llama3,
+mixture-of-experts keys, o_proj or MLP biases, an activation other than silu, quantization); a safetensors
+file the safetensors library would refuse (its offsets must tile the data exactly: no gap, overlap or
+trailing byte; integer shapes and offsets; byte counts that match dtype and shape; no repeated JSON key); an
+index whose weight_map and shards disagree; a name stored both with and without its prefix; and config.json
+sizes the weights are too small to hold. Then a missing tensor, a wrong shape, a Llama-family tensor the model
+does not have (GPT-2's extra tensors are reported and skipped), and NaN or infinite weights unless
+--allow-nonfinite. OUT must not be one of DIR's files. Errors: one `error: ...` line, exit 1, and no OUT
+written.
 """
 import os
 import sys
+from collections import namedtuple
 
 # scripts/ goes last on sys.path: first, scripts/tokenize.py would shadow the stdlib module torch imports.
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -28,32 +42,49 @@ import numpy as np  # noqa: E402
 
 import hf_format as hf  # noqa: E402
 
-PREFIX = "transformer."
+# One stored tensor: the file it is in, its shape, its safetensors dtype, and load() -> its values as float32.
+Tensor = namedtuple("Tensor", "path shape dtype load")
+TORCH_DTYPES = {"torch.float32": "F32", "torch.bfloat16": "BF16", "torch.float16": "F16"}
 
 
-def weights_file(folder):
-    st, pt = os.path.join(folder, "model.safetensors"), os.path.join(folder, "pytorch_model.bin")
+def weights_files(folder):
+    """The files that hold the weights; the index first when they are shards."""
+    st, index, pt = (os.path.join(folder, n) for n in (hf.SINGLE_FILE, hf.INDEX_FILE, "pytorch_model.bin"))
+    if os.path.isfile(st) and os.path.isfile(index):
+        hf.die("%s: has both %s and %s; which one is the model?" % (folder, hf.SINGLE_FILE, hf.INDEX_FILE))
+    if os.path.isfile(index):
+        return [index] + sorted(set(hf.read_index(folder).values()))
     for path in (st, pt):
         if os.path.isfile(path):
-            return path
-    hf.die("%s: has neither model.safetensors nor pytorch_model.bin" % folder)
+            return [path]
+    hf.die("%s: has neither model.safetensors nor pytorch_model.bin (nor %s)" % (folder, hf.INDEX_FILE))
 
 
-def load_weights(path):
-    """-> ({name without `transformer.`: safetensors Entry or torch tensor}, decoder to float32)."""
-    if path.endswith(".safetensors"):
-        return strip_prefix(path, hf.read_safetensors(path)), lambda name, e: hf.decode(path, name, e)
-    return strip_prefix(path, torch_state_dict(path)), lambda name, t: torch_to_f32(path, name, t)
+def load_weights(cfg, folder, files):
+    """-> {name as hf_names spells it: Tensor}."""
+    if files[0].endswith(hf.INDEX_FILE):
+        stored = hf.read_sharded(folder)
+    elif files[0].endswith(".safetensors"):
+        stored = {name: (files[0], e) for name, e in hf.read_safetensors(files[0]).items()}
+    else:
+        return canonical(cfg, files[0], {name: Tensor(files[0], tuple(t.shape), TORCH_DTYPES.get(str(t.dtype)),
+                                                      lambda n=name, t=t: torch_to_f32(files[0], n, t))
+                                         for name, t in torch_state_dict(files[0]).items()})
+    return canonical(cfg, files[0], {name: Tensor(path, e.shape, e.dtype,
+                                                  lambda n=name, p=path, e=e: hf.decode(p, n, e))
+                                     for name, (path, e) in stored.items()})
 
 
-def strip_prefix(path, tensors):
-    """Names without `transformer.`; a name stored both ways is refused: which one is the model's?"""
+def canonical(cfg, path, tensors):
+    """The names as hf_names spells them; a name stored both with and without the prefix is refused: which
+    one is the model's?"""
     out = {}
     for name, t in tensors.items():
-        short = name[len(PREFIX):] if name.startswith(PREFIX) else name
-        if short in out:
-            hf.die("%s: tensor %s is stored both with and without the `%s` prefix" % (path, short, PREFIX))
-        out[short] = t
+        c = hf.canonical_name(cfg, name)
+        if c in out:
+            short = c[len(hf.prefix(cfg)):] if c.startswith(hf.prefix(cfg)) else c
+            hf.die("%s: tensor %s is stored both with and without the `%s` prefix" % (path, short, hf.prefix(cfg)))
+        out[c] = t
     return out
 
 
@@ -64,13 +95,13 @@ def refuse_own_input(out, inputs):
             hf.die("%s: is the input %s; the import would overwrite it" % (out, path))
 
 
-def check_size(config, cfg, path):
-    """config.json's sizes against the weights file's bytes (at least 2 a parameter: F16, BF16), before
-    anything is allocated from them: n_embd 2^30 is a wrong config, not a terabyte to allocate."""
-    numel, have = hf.hf_numel(cfg), os.path.getsize(path)
+def check_size(config, cfg, files):
+    """config.json's sizes against the weights files' bytes (at least 2 a parameter: F16, BF16), before
+    anything is allocated from them: hidden_size 2^30 is a wrong config, not a terabyte to allocate."""
+    numel, have = hf.hf_numel(cfg), sum(os.path.getsize(p) for p in files)
     if 2 * numel > have:
         hf.die("%s: %s has %d parameters, at least %d bytes; %s has %d bytes"
-               % (config, cfg, numel, 2 * numel, path, have))
+               % (config, cfg, numel, 2 * numel, files[0] if len(files) == 1 else "the shards", have))
 
 
 def torch_state_dict(path):
@@ -95,49 +126,57 @@ def torch_to_f32(path, name, t):
     return t.float().numpy()
 
 
-def check_shapes(path, tensors, shapes):
+def check_shapes(where, tensors, shapes):
     """Every parameter is there with config.json's shape, checked before from_hf allocates those shapes."""
     for name, shape in shapes.items():
         if name not in tensors:
-            hf.die("%s: tensor %s is missing" % (path, name))
+            hf.die("%s: tensor %s is missing" % (where, name))
         if tuple(tensors[name].shape) != shape:
             hf.die("%s: tensor %s has shape %s, config.json says %s"
-                   % (path, name, list(tensors[name].shape), list(shape)))
+                   % (tensors[name].path, name, list(tensors[name].shape), list(shape)))
 
 
-def getter(path, tensors, decode, allow_nonfinite):
+def getter(tensors, allow_nonfinite):
     """get(name): the tensor as float32. NaN or infinity in a weight would train to NaN losses, far from here:
     refused, naming the tensor, unless allowed."""
     def get(name):
-        a = decode(name, tensors[name])
+        a = tensors[name].load()
         bad = 0 if allow_nonfinite else a.size - np.count_nonzero(np.isfinite(a))
         if bad:
             hf.die("%s: tensor %s has %d non-finite values of %d (%d NaN, %d infinite); --allow-nonfinite "
-                   "imports them" % (path, name, bad, a.size, np.count_nonzero(np.isnan(a)),
+                   "imports them" % (tensors[name].path, name, bad, a.size, np.count_nonzero(np.isnan(a)),
                                      np.count_nonzero(np.isinf(a))))
         return a
     return get
 
 
-def check_extras(path, tensors, shapes, decode, get):
-    """A stored head must equal wte (the trainer ties them, it cannot hold another). Other unknown tensors are
-    reported: they may mean config.json and the weights disagree (a 13th layer for n_layer 12)."""
-    head = tensors.get(hf.TIED_HEAD)
-    if head is not None and not (tuple(head.shape) == shapes["wte.weight"]
-                                 and np.array_equal(decode(hf.TIED_HEAD, head), get("wte.weight"))):
-        hf.die("%s: %s differs from wte.weight; only tied heads are supported" % (path, hf.TIED_HEAD))
-    extra = [n for n in tensors
-             if n not in shapes and n != hf.TIED_HEAD and not n.endswith(hf.IGNORED_SUFFIXES)]
+def check_extras(cfg, tensors, shapes, get):
+    """A stored head of a tied model must equal the embedding (the trainer ties them, it cannot hold another).
+    Other tensors may mean config.json and the weights disagree (a 13th layer for 12): GPT-2's are reported,
+    the Llama family's refused, since the names there also tell which architecture (o_proj's bias) it is."""
+    wte = hf.hf_names(cfg)[0][0]
+    head = tensors.get(hf.TIED_HEAD) if hf.TIED_HEAD not in shapes else None
+    if head is not None and not (tuple(head.shape) == shapes[wte] and np.array_equal(head.load(), get(wte))):
+        hf.die("%s: %s differs from %s; %s" % (head.path, hf.TIED_HEAD, wte, "config.json's tie_word_embeddings "
+               "is true" if hf.is_llama(cfg) else "only tied heads are supported"))
+    extra = [n for n in tensors if n not in shapes and n != hf.TIED_HEAD and not hf.ignored(cfg, n)]
+    if extra and hf.is_llama(cfg):
+        hf.die("%s: tensor %s is not in a %s of config.json's shape" % (tensors[extra[0]].path, extra[0],
+                                                                      hf.architecture(cfg)[1]))
     if extra:
-        print("warning: %s: ignored %d tensors not in GPT-2: %s" % (path, len(extra), ", ".join(extra[:3])),
-              file=sys.stderr)
+        print("warning: %s: ignored %d tensors not in GPT-2: %s" % (tensors[extra[0]].path, len(extra),
+                                                                    ", ".join(extra[:3])), file=sys.stderr)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("dir", help="Hugging Face GPT-2 folder: config.json, model.safetensors or pytorch_model.bin")
-    ap.add_argument("out", help="llm.c model file to write (not one of DIR's files)")
-    ap.add_argument("--bf16", action="store_true", help="write bf16 weights (version 5) instead of fp32")
+    ap.add_argument("dir", help="Hugging Face folder: config.json and model.safetensors, its shards and "
+                    "model.safetensors.index.json, or pytorch_model.bin")
+    ap.add_argument("out", help="model file to write (not one of DIR's files)")
+    precision = ap.add_mutually_exclusive_group()
+    precision.add_argument("--bf16", action="store_true", help="write bf16 weights (version 5), rounding F32 and "
+                           "F16 values (default: bf16 when every weight is stored BF16, else fp32)")
+    precision.add_argument("--fp32", action="store_true", help="write fp32 weights (version 3) whatever the storage")
     ap.add_argument("--allow-nonfinite", action="store_true",
                     help="import NaN and infinite weights instead of refusing them")
     args = ap.parse_args()
@@ -145,21 +184,22 @@ def main():
         hf.die("%s: no such folder" % args.dir)
     config = os.path.join(args.dir, "config.json")
     cfg = hf.config_from_hf(config)
-    path = weights_file(args.dir)
-    refuse_own_input(args.out, [args.dir, config, path])
-    check_size(config, cfg, path)
-    tensors, decode = load_weights(path)
+    files = weights_files(args.dir)
+    refuse_own_input(args.out, [args.dir, config] + files)
+    check_size(config, cfg, files)
+    tensors = load_weights(cfg, args.dir, files)
     shapes = dict(hf.hf_names(cfg))
-    check_shapes(path, tensors, shapes)
-    get = getter(path, tensors, decode, args.allow_nonfinite)
-    check_extras(path, tensors, shapes, decode, get)
+    check_shapes(files[0], tensors, shapes)
+    get = getter(tensors, args.allow_nonfinite)
+    check_extras(cfg, tensors, shapes, get)
+    bf16 = args.bf16 or (not args.fp32 and all(tensors[name].dtype == "BF16" for name in shapes))
     params = hf.from_hf(cfg, get)
     try:
-        hf.save_model(args.out, cfg, params, 5 if args.bf16 else 3)
+        hf.save_model(args.out, cfg, params, 5 if bf16 else 3)
     except OSError as e:
         hf.die("%s: cannot write (%s)" % (args.out, e.strerror or e))
     print("imported %s (%d parameters) from %s to %s (%s)"
-          % (cfg, cfg.numel(), path, args.out, "bf16" if args.bf16 else "fp32"))
+          % (cfg, cfg.numel(), files[0], args.out, "bf16" if bf16 else "fp32"))
 
 
 if __name__ == "__main__":

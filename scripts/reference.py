@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """Independent PyTorch reference for the trainer, written from the spec in docs/ARCHITECTURE.md, README.md and
 docs/formats.md: GPT-2, and Llama-style decoders with Hugging Face LlamaForCausalLM semantics (grouped-query
-attention, RoPE with 'linear' or 'llama3' scaling, SwiGLU MLP, RMSNorm, Qwen3's optional q/k norms).
+attention, RoPE with 'linear' or 'llama3' scaling, SwiGLU MLP, RMSNorm, Qwen3's optional q/k norms, Qwen2's
+q/k/v biases).
 
-It reads and writes llm.c model files and token shards, follows the design's data order, LR schedule,
-AdamW and clipping exactly, and computes in float64 by default so that it is more accurate than the C
-code it checks. The same flags as train_gpt_cpu where they overlap.
+It reads and writes llm.c model files and token shards, reads Hugging Face Llama, Qwen2 and Qwen3 folders,
+follows the design's data order, LR schedule, AdamW and clipping exactly, and computes in float64 by
+default so that it is more accurate than the C code it checks. The same flags as train_gpt_cpu where they overlap.
 
   reference.py -e MODEL.bin -i 'shards*.bin' -b 4 -t 64 -ga 2 -x 10 -l 1e-3 -u 3 -q 0.1 -k cosine \
                -c 0.1 -gc 0.5 -o OUT -dump DUMP
   reference.py -e L2C64H4V500T64 --seed 1 --save model.bin          # random model, for tests
   reference.py -e llama:L2,C64,H4,K2,F160,V512,T64,tied --save llama.bin
+  reference.py -e HF_FOLDER -i 'shards*.bin' -x 1 -dump DUMP             # a Hugging Face Llama/Qwen folder
   reference.py -e MODEL.bin -t 64 --hellaswag data/hellaswag/hellaswag_val.bin   # the trainer's -hs, in float64
   reference.py -e d12 --bench --device cuda --dtype bfloat16 --compile -b 16 -t 1024 -x 30 --bench-out f.jsonl
 
@@ -46,11 +48,11 @@ DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}
 PRESETS = {"d12": (12, 768, 12), "d24": (24, 1024, 16), "d36": (36, 1280, 20), "d48": (48, 1600, 25)}
 # Header slot 8. llm.c's own GPT-2 files leave it 0.
 FAMILY_GPT2, FAMILY_LLAMA = 0, 1
-# q_norm / k_norm exist only with qk_norm, lm_head only when the head is not tied to wte.
-# wq and wkv (k rows, then v rows) are stored apart, each stacked over layers; a layer's q|k|v projection is
-# their rows concatenated.
-LLAMA_NAMES = ["wte", "attn_norm", "wq", "wkv", "q_norm", "k_norm", "attn_proj", "mlp_norm", "gate_up", "down",
-               "final_norm", "lm_head"]
+# bq and bkv exist only with the q/k/v bias flag (Qwen2), q_norm / k_norm only with qk_norm, lm_head only
+# when the head is not tied to wte. wq and wkv (k rows, then v rows) are stored apart, each stacked over
+# layers; a layer's q|k|v projection is their rows concatenated, and bq, bkv (k, then v) are its bias.
+LLAMA_NAMES = ["wte", "attn_norm", "wq", "wkv", "bq", "bkv", "q_norm", "k_norm", "attn_proj", "mlp_norm", "gate_up",
+               "down", "final_norm", "lm_head"]
 LLAMA_DECAYED = {"wte", "wq", "wkv", "attn_proj", "gate_up", "down", "lm_head"}
 ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3 = 0, 1, 2
 
@@ -91,22 +93,25 @@ class LlamaConfig:
     family, decayed = FAMILY_LLAMA, LLAMA_DECAYED
 
     def __init__(self, maxT, V, L, NH, C, Vp, KV, D, F, tied=False, qk_norm=False, theta=10000.0, eps=1e-5,
-                 rope_kind=ROPE_NONE, rope_factor=0.0, rope_low=0.0, rope_high=0.0, rope_orig=0):
+                 rope_kind=ROPE_NONE, rope_factor=1.0, rope_low=0.0, rope_high=0.0, rope_orig=0, qkv_bias=False):
         self.maxT, self.V, self.L, self.NH, self.C, self.Vp = maxT, V, L, NH, C, Vp
         self.KV, self.D, self.F, self.tied, self.qk_norm = KV, D, F, int(tied), int(qk_norm)
+        self.qkv_bias = int(qkv_bias)
         self.rope_kind, self.rope_orig = rope_kind, rope_orig
         # The file holds these as float32: a model made from a spec must compute what its saved file will.
+        # rope_factor is 1 without scaling, as the trainer writes it, so that both write the same header.
         self.theta, self.eps = f32(theta), f32(eps)
         self.rope_factor, self.rope_low, self.rope_high = f32(rope_factor), f32(rope_low), f32(rope_high)
 
     @property
     def names(self):
         return [n for n in LLAMA_NAMES if (self.qk_norm or n not in ("q_norm", "k_norm"))
-                and (not self.tied or n != "lm_head")]
+                and (not self.tied or n != "lm_head") and (self.qkv_bias or n not in ("bq", "bkv"))]
 
     def shapes(self):
         Vp, L, NH, C, KV, D, F_ = self.Vp, self.L, self.NH, self.C, self.KV, self.D, self.F
-        every = {"wte": (Vp, C), "attn_norm": (L, C), "wq": (L, NH * D, C), "wkv": (L, 2 * KV * D, C), "q_norm": (L, D),
+        every = {"wte": (Vp, C), "attn_norm": (L, C), "wq": (L, NH * D, C), "wkv": (L, 2 * KV * D, C),
+                 "bq": (L, NH * D), "bkv": (L, 2 * KV * D), "q_norm": (L, D),
                  "k_norm": (L, D), "attn_proj": (L, C, NH * D), "mlp_norm": (L, C), "gate_up": (L, 2 * F_, C),
                  "down": (L, C, F_), "final_norm": (C,), "lm_head": (Vp, C)}
         return [every[n] for n in self.names]
@@ -120,7 +125,7 @@ class LlamaConfig:
                   self.KV, self.D, self.F, self.tied, self.qk_norm, self.rope_kind]
         h[15:20] = np.array([self.theta, self.eps, self.rope_factor, self.rope_low, self.rope_high],
                             dtype=np.float32).view(np.int32)
-        h[20] = self.rope_orig
+        h[20], h[21] = self.rope_orig, self.qkv_bias
         return h
 
     @staticmethod
@@ -128,7 +133,7 @@ class LlamaConfig:
         fl = [float(x) for x in h[15:20].copy().view(np.float32)]
         return LlamaConfig(*(int(x) for x in h[2:8]), KV=int(h[9]), D=int(h[10]), F=int(h[11]), tied=int(h[12]),
                            qk_norm=int(h[13]), theta=fl[0], eps=fl[1], rope_kind=int(h[14]), rope_factor=fl[2],
-                           rope_low=fl[3], rope_high=fl[4], rope_orig=int(h[20]))
+                           rope_low=fl[3], rope_high=fl[4], rope_orig=int(h[20]), qkv_bias=int(h[21]))
 
     def error(self):
         """What makes this an impossible model, or None."""
@@ -138,8 +143,8 @@ class LlamaConfig:
             return "kv heads %d do not divide query heads %d" % (self.KV, self.NH)
         if self.D % 2:
             return "head_dim %d is odd (RoPE rotates pairs)" % self.D
-        if self.tied not in (0, 1) or self.qk_norm not in (0, 1):
-            return "tied head and qk_norm are 0 or 1"
+        if self.tied not in (0, 1) or self.qk_norm not in (0, 1) or self.qkv_bias not in (0, 1):
+            return "tied head, qk_norm and the attention bias flag are 0 or 1"
         if not (math.isfinite(self.theta) and self.theta > 0 and math.isfinite(self.eps) and self.eps > 0):
             return "rope_theta %g and RMSNorm eps %g must be positive and finite" % (self.theta, self.eps)
         if self.rope_kind not in (ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3):
@@ -166,9 +171,10 @@ class LlamaConfig:
             rope = " rope-llama3%g/%g/%g/%d" % (self.rope_factor, self.rope_low, self.rope_high, self.rope_orig)
         else:
             rope = " rope-kind%d" % self.rope_kind
-        return ("llama L%d C%d NH%d KV%d D%d F%d V%d Vp%d maxT%d theta%g eps%g%s%s%s"
+        return ("llama L%d C%d NH%d KV%d D%d F%d V%d Vp%d maxT%d theta%g eps%g%s%s%s%s"
                 % (self.L, self.C, self.NH, self.KV, self.D, self.F, self.V, self.Vp, self.maxT, self.theta,
-                   self.eps, " tied" if self.tied else "", " qknorm" if self.qk_norm else "", rope))
+                   self.eps, " tied" if self.tied else "", " qknorm" if self.qk_norm else "",
+                   " qkvbias" if self.qkv_bias else "", rope))
 
 
 def rope_inv_freq(D, theta, kind=ROPE_NONE, factor=1.0, low=1.0, high=4.0, orig=8192):
@@ -307,21 +313,123 @@ class Loader:
 
 
 # ------------------------------------------------------------------------------------------------------
+# Hugging Face folders of the Llama family, read with code of their own (not scripts/hf_format.py's, which
+# they check): config.json with each class's defaults, and model.safetensors or the shards that
+# model.safetensors.index.json lists.
+
+HF_HEAD_DIM_128 = "qwen3"   # Qwen3Config's head_dim defaults to 128; the others' to hidden_size / heads
+
+
+def _hf_safetensors(path):
+    """{name: float32 array} of one safetensors file (F32, BF16 or F16 tensors)."""
+    with open(path, "rb") as f:
+        n = int(np.frombuffer(f.read(8), "<u8")[0])
+        head = json.loads(f.read(n))
+        body = f.read()
+    out = {}
+    for name, e in head.items():
+        if name == "__metadata__":
+            continue
+        raw = np.frombuffer(body[e["data_offsets"][0]:e["data_offsets"][1]], np.uint8)
+        if e["dtype"] == "F32":
+            a = raw.view("<f4").astype(np.float32)
+        elif e["dtype"] == "F16":
+            a = raw.view("<f2").astype(np.float32)
+        elif e["dtype"] == "BF16":
+            a = bf16_bits_to_f32(raw.view("<u2"))
+        else:
+            die("%s: tensor %s is %s; the reference reads F32, BF16 and F16" % (path, name, e["dtype"]))
+        out[name] = a.reshape(e["shape"])
+    return out
+
+
+def _hf_rope(conf):
+    """(kind, factor, low, high, orig) from rope_scaling; a kind the reference does not compute is an error."""
+    rs = conf.get("rope_parameters") or conf.get("rope_scaling") or {}
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    if kind == "default":
+        return ROPE_NONE, 1.0, 0.0, 0.0, 0
+    if kind == "linear":
+        return ROPE_LINEAR, rs["factor"], 0.0, 0.0, 0
+    if kind == "llama3":
+        return (ROPE_LLAMA3, rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"],
+                rs["original_max_position_embeddings"])
+    die("rope_scaling %r: the reference computes default, linear and llama3 RoPE" % kind)
+
+
+def load_hf_folder(folder):
+    """A Hugging Face LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM folder -> (LlamaConfig, params in
+    the model file's layout, vocabulary padded with zero rows)."""
+    conf = json.load(open(os.path.join(folder, "config.json")))
+    kind = conf.get("model_type")
+    if kind not in ("llama", "qwen2", "qwen3"):
+        die("%s: model_type %r; the reference reads Hugging Face folders of llama, qwen2 and qwen3" % (folder, kind))
+    if conf.get("hidden_act", "silu") not in ("silu", "swish"):
+        die("%s: hidden_act %r; the reference computes silu" % (folder, conf["hidden_act"]))
+    for key in ("attention_bias", "mlp_bias", "use_sliding_window", "quantization_config"):
+        # Qwen2's class fixes its q/k/v biases and reads no attention_bias.
+        if conf.get(key) and not (kind == "qwen2" and key == "attention_bias"):
+            die("%s: config.json's %s is not computed by the reference" % (folder, key))
+    C, NH = conf["hidden_size"], conf["num_attention_heads"]
+    D = conf.get("head_dim") or (128 if kind == HF_HEAD_DIM_128 else C // NH)
+    V, L, KV = conf["vocab_size"], conf["num_hidden_layers"], conf.get("num_key_value_heads") or NH
+    rope, factor, low, high, orig = _hf_rope(conf)
+    cfg = LlamaConfig(conf.get("max_position_embeddings", 2048), V, L, NH, C, (V + 127) // 128 * 128, KV, D,
+                      conf["intermediate_size"], tied=conf.get("tie_word_embeddings", False),
+                      qk_norm=kind == "qwen3", theta=(conf.get("rope_parameters") or conf).get("rope_theta", 10000.0),
+                      eps=conf.get("rms_norm_eps", 1e-6), rope_kind=rope, rope_factor=factor, rope_low=low,
+                      rope_high=high, rope_orig=orig, qkv_bias=kind == "qwen2")
+    index = os.path.join(folder, "model.safetensors.index.json")
+    files = (sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index)
+             else ["model.safetensors"])
+    w = {}
+    for name in files:
+        w.update(_hf_safetensors(os.path.join(folder, name)))
+
+    def layers(*suffixes):   # each layer's tensors, concatenated along rows, stacked over layers
+        return np.stack([np.concatenate([w["model.layers.%d.%s" % (l, s)] for s in suffixes]) for l in range(L)])
+
+    def vocab(a):
+        out = np.zeros((cfg.Vp, C), np.float32)
+        out[:V] = a
+        return out
+    p = {"wte": vocab(w["model.embed_tokens.weight"]), "attn_norm": layers("input_layernorm.weight"),
+         "wq": layers("self_attn.q_proj.weight"), "wkv": layers("self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+         "attn_proj": layers("self_attn.o_proj.weight"), "mlp_norm": layers("post_attention_layernorm.weight"),
+         "gate_up": layers("mlp.gate_proj.weight", "mlp.up_proj.weight"), "down": layers("mlp.down_proj.weight"),
+         "final_norm": w["model.norm.weight"]}
+    if cfg.qkv_bias:
+        p["bq"], p["bkv"] = layers("self_attn.q_proj.bias"), layers("self_attn.k_proj.bias", "self_attn.v_proj.bias")
+    if cfg.qk_norm:
+        p["q_norm"], p["k_norm"] = layers("self_attn.q_norm.weight"), layers("self_attn.k_norm.weight")
+    if not cfg.tied:
+        p["lm_head"] = vocab(w["lm_head.weight"])
+    err = cfg.error()
+    if err:
+        die("%s: %s" % (folder, err))
+    for name, shape in zip(cfg.names, cfg.shapes()):
+        if p[name].shape != shape:
+            die("%s: %s has shape %s, config.json makes it %s" % (folder, name, p[name].shape, shape))
+    return cfg, p
+
+
+# ------------------------------------------------------------------------------------------------------
 # Model
 
 def parse_llama_spec(spec):
     """'llama:L2,C64,H4,K2,F160,...' -> LlamaConfig. Fields: L C H F (required), K (default H), D (C/H),
-    V (50257), T (1024), theta (10000), eps (1e-5), tied, qknorm, rope-linear<factor>,
-    rope-llama3<factor>/<low>/<high>/<orig>."""
+    V (50257), T (1024), theta (10000), eps (1e-5), tied, qknorm, qkvbias, rope-linear[:]<factor>,
+    rope-llama3[:]<factor>/<low>/<high>/<orig> (the colon optional, as the trainer's spec has it)."""
     num = r"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
     got = {}
     for field in spec[len("llama:"):].split(","):
         m = (re.fullmatch(r"([LCHKDFVT])(\d+)", field) or re.fullmatch(r"(theta|eps)" + num, field)
-             or re.fullmatch(r"(tied|qknorm)()", field) or re.fullmatch(r"(rope-linear)" + num, field)
-             or re.fullmatch(r"(rope-llama3)" + "/".join([num] * 3) + r"/(\d+)", field))
+             or re.fullmatch(r"(tied|qknorm|qkvbias)()", field) or re.fullmatch(r"(rope-linear):?" + num, field)
+             or re.fullmatch(r"(rope-llama3):?" + "/".join([num] * 3) + r"/(\d+)", field))
         if not m:
             die("-e %r: unknown field %r (llama: then comma-separated L<n> C<n> H<n> K<n> D<n> F<n> V<n> T<n> "
-                "theta<x> eps<x> tied qknorm rope-linear<f> rope-llama3<f>/<low>/<high>/<orig>)" % (spec, field))
+                "theta<x> eps<x> tied qknorm qkvbias rope-linear<f> rope-llama3<f>/<low>/<high>/<orig>)"
+                % (spec, field))
         key = "rope" if m.group(1).startswith("rope") else m.group(1)
         if key in got:
             die("-e %r: %s given twice" % (spec, key))
@@ -334,7 +442,7 @@ def parse_llama_spec(spec):
     if "D" not in n and (NH <= 0 or C % NH):
         die("-e %r: without D, C must be divisible by H" % spec)
     V = n.get("V", 50257)
-    kw = {"tied": "tied" in got, "qk_norm": "qknorm" in got,
+    kw = {"tied": "tied" in got, "qk_norm": "qknorm" in got, "qkv_bias": "qkvbias" in got,
           "theta": float(got["theta"][1]) if "theta" in got else 10000.0,
           "eps": float(got["eps"][1]) if "eps" in got else 1e-5}
     if "rope" in got:
@@ -374,7 +482,7 @@ def parse_spec(spec):
 
 def random_params(cfg, seed):
     """GPT-2 init: N(0, 0.02), residual output projections scaled by 1/sqrt(2L), biases 0, LN 1/0.
-    Llama: matrices the same way (attn_proj and down scaled), norms 1."""
+    Llama: matrices the same way (attn_proj and down scaled), norms 1, q/k/v biases 0."""
     if cfg.family == FAMILY_LLAMA:
         return random_llama_params(cfg, seed)
     g = np.random.default_rng(seed)
@@ -398,6 +506,8 @@ def random_llama_params(cfg, seed):
         if name in LLAMA_DECAYED:
             std = 0.02 / math.sqrt(2 * cfg.L) if name in ("attn_proj", "down") else 0.02
             p[name] = (g.standard_normal(shape) * std).astype(np.float32)
+        elif name in ("bq", "bkv"):
+            p[name] = np.zeros(shape, np.float32)
         else:
             p[name] = np.ones(shape, np.float32)
     for name in ("wte", "lm_head"):
@@ -499,7 +609,8 @@ def apply_rope(x, cos, sin):
 
 
 class Llama(torch.nn.Module):
-    """LlamaForCausalLM (and Qwen3 with qk_norm), parameters layer-stacked as in the file like GPT's."""
+    """LlamaForCausalLM (Qwen3 with qk_norm, Qwen2 with q/k/v biases), parameters layer-stacked as in the file like
+    GPT's."""
 
     def __init__(self, cfg, params, dtype, device, sdpa=False, fast=False):
         super().__init__()
@@ -543,7 +654,10 @@ class Llama(torch.nn.Module):
         cos, sin = rope_cos_sin(self.inv_freq, T, x.dtype, x.device)
         for l in range(cfg.L):
             h = self.rmsnorm(x, p["attn_norm"][l], cfg.eps)
-            x = x + self.attention(h @ torch.cat([p["wq"][l], p["wkv"][l]]).t(), l, cos, sin) @ p["attn_proj"][l].t()
+            qkv = h @ torch.cat([p["wq"][l], p["wkv"][l]]).t()
+            if cfg.qkv_bias:
+                qkv = qkv + torch.cat([p["bq"][l], p["bkv"][l]])
+            x = x + self.attention(qkv, l, cos, sin) @ p["attn_proj"][l].t()
             h = self.rmsnorm(x, p["mlp_norm"][l], cfg.eps)
             gate, up = (h @ p["gate_up"][l].t()).split(cfg.F, dim=-1)
             x = x + (self.silu(gate) * up) @ p["down"][l].t()
@@ -881,8 +995,8 @@ def bench(args, cfg, params):
 def main(argv=None):
     # Single-dash long flags (-ga, -gc, -dump) follow the trainer's CLI.
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-e", required=True, help="model file, or a spec (d12, L2C64H4V512T64, "
-                    "llama:L2,C64,H4,K2,F160,V512,T64,tied) for a random model")
+    ap.add_argument("-e", required=True, help="model file, a Hugging Face Llama, Qwen2 or Qwen3 folder, or a spec "
+                    "(d12, L2C64H4V512T64, llama:L2,C64,H4,K2,F160,V512,T64,tied) for a random model")
     ap.add_argument("-i", help="token shard glob (sorted, concatenated)")
     ap.add_argument("-b", type=int, default=4)
     ap.add_argument("-t", type=int, default=64)
@@ -920,7 +1034,9 @@ def main(argv=None):
     if args.x < 0 or args.u < 0:
         die("-x and -u must be >= 0")
 
-    if os.path.exists(args.e) or args.e.endswith(".bin"):
+    if os.path.isdir(args.e):
+        cfg, params = load_hf_folder(args.e)
+    elif os.path.exists(args.e) or args.e.endswith(".bin"):
         cfg, params = load_model(args.e)
     else:
         cfg = parse_spec(args.e)

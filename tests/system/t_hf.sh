@@ -27,6 +27,8 @@ cat > "$TMP/hfcheck.py" <<'PY'
 """
 import json, math, os, struct, sys
 import numpy as np
+sys.path.insert(0, os.path.join(os.getcwd(), "tests", "tools"))
+from safetensors_plain import read_st, write_st
 # torch (over a second to import) only in the modes that use it: logits and variants.
 
 SUFFIXES = ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
@@ -38,28 +40,10 @@ def report(name, bad):
     print("ok %s" % name if not bad else "FAIL %s: %s" % (name, "; ".join(bad)))
 
 
-def read_st(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    return json.loads(raw[8:8 + n]), n, raw[8 + n:]
-
-
 def st_tensors(path):
     header, _, data = read_st(path)
     return {k: np.frombuffer(data, "<f4", math.prod(e["shape"]), e["data_offsets"][0]).reshape(e["shape"])
             for k, e in header.items() if k != "__metadata__"}
-
-
-def write_st(path, tensors):   # [(name, safetensors dtype, array)], written in reverse order
-    header, blobs, off = {}, [], 0
-    for name, dtype, a in reversed(tensors):
-        b = np.ascontiguousarray(a).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def model_header(path):   # maxT, V, L, NH, C
@@ -170,7 +154,7 @@ def variants(src, out):
              [(k, d, v.T if k == "h.0.attn.c_attn.weight" else v) for k, d, v in f32])
     write_st(os.path.join(folder(out, "dtype", cfg), "model.safetensors"),
              [(k, "I32", v.astype(np.int32)) if k == "h.0.ln_2.weight" else (k, d, v) for k, d, v in f32])
-    write_st(os.path.join(folder(out, "notgpt2", dict(cfg, model_type="llama")), "model.safetensors"), f32)
+    write_st(os.path.join(folder(out, "notgpt2", dict(cfg, model_type="gpt_neox")), "model.safetensors"), f32)
 
 
 def malformed(src, out):
@@ -258,9 +242,10 @@ B=$TMP/b/ckpt_000000/model.bin
 export_hf export_a "$A" "$TMP/hf_a" && import_hf import_a "$TMP/hf_a" "$TMP/a2.bin" && same_file roundtrip_v500 "$A" "$TMP/a2.bin"
 export_hf export_b "$TMP/b/ckpt_000000" "$TMP/hf_b" && import_hf import_b "$TMP/hf_b" "$TMP/b2.bin" &&
     same_file roundtrip_v50257_from_checkpoint_dir "$B" "$TMP/b2.bin"
-# bf16 (version 5): import rounds to bf16; exporting that file and importing it again changes no bit.
+# bf16 (version 5): import --bf16 rounds to bf16; exporting that file (BF16, the file's precision) and
+# importing it again (bf16, the weights' precision) changes no bit.
 import_hf import_a_bf16 "$TMP/hf_a" "$TMP/a16.bin" --bf16 && export_hf export_a16 "$TMP/a16.bin" "$TMP/hf_a16" &&
-    import_hf import_a16 "$TMP/hf_a16" "$TMP/a16_2.bin" --bf16 && same_file roundtrip_bf16 "$TMP/a16.bin" "$TMP/a16_2.bin"
+    import_hf import_a16 "$TMP/hf_a16" "$TMP/a16_2.bin" && same_file roundtrip_bf16 "$TMP/a16.bin" "$TMP/a16_2.bin"
 run ref_bf16 "$PYTHON" scripts/reference.py -e "$A" -x 0 --save "$TMP/a_ref16.bin" --save-version 5 &&
     same_file import_bf16_matches_reference_save "$TMP/a_ref16.bin" "$TMP/a16.bin"
 t_check bf16_is_version_5 "[ \"\$(od -An -tu4 -j4 -N4 '$TMP/a16.bin' 2>/dev/null | tr -d ' ')\" = 5 ]"
@@ -314,7 +299,7 @@ expect_error error_dtype "tensor h\.0\.ln_2\.weight has dtype I32" "$TMP/v/dtype
 expect_error error_untied_head "lm_head\.weight differs from wte\.weight" "$TMP/v/untied"
 expect_error error_entry_not_tensor "entry 'step' is a int, not a named tensor" "$TMP/v/notensor"
 expect_error error_not_state_dict "holds a list, not a state dict" "$TMP/v/notdict"
-expect_error error_not_gpt2 "model_type 'llama' is not gpt2" "$TMP/v/notgpt2"
+expect_error error_not_gpt2 "model_type 'gpt_neox' is not one of gpt2, llama, qwen2, qwen3" "$TMP/v/notgpt2"
 expect_error error_missing_folder "no such folder" "$TMP/nothing"
 mkdir -p "$TMP/empty" && cp "$TMP/hf_a/config.json" "$TMP/empty/"
 expect_error error_no_weights "neither model.safetensors nor pytorch_model.bin" "$TMP/empty"

@@ -62,7 +62,8 @@ def run_cli(args):
 
 
 # Shapes: grouped-query attention (KV < NH), one kv head, head_dim other than C/NH, tied and untied heads,
-# q/k norms, each rope scaling, a bf16 file, and a large eps (so that where eps enters shows).
+# q/k norms, Qwen2's q/k/v biases, each rope scaling, a bf16 file, and a large eps (so that where eps enters
+# shows).
 CASES = {
     "gqa_untied": (dict(maxT=16, V=100, L=2, NH=4, C=32, KV=2, D=8, F=48), 3, 12),
     "kv1_tied_qknorm_D10": (dict(maxT=8, V=130, L=2, NH=4, C=24, KV=1, D=10, F=40, tied=1, qk_norm=1,
@@ -72,6 +73,7 @@ CASES = {
     # D=12, theta 1e4, orig 256: frequencies 0-1 kept, 2 blended, 3-5 divided (llama3_case_has_all_regimes).
     "gqa_qknorm_llama3_bf16": (dict(maxT=16, V=200, L=2, NH=6, C=32, KV=3, D=12, F=40, qk_norm=1,
                                     rope=2, factor=8.0, low=1.0, high=4.0, orig=256), 5, 12),
+    "gqa_qkvbias_tied": (dict(maxT=16, V=100, L=2, NH=4, C=32, KV=2, D=8, F=48, tied=1, qkv_bias=1), 3, 12),
 }
 
 
@@ -152,10 +154,10 @@ def llama3_case_has_all_regimes():
 
 @check
 def llama_train_vs_plain():
-    """Three steps (ga 2, warm-up then cosine, clipping active, weight decay 0.5) on two models: the log's
-    loss / lr / grad_norm and the final model vs the plain AdamW. Decay of a norm weight (or none of a matrix)
-    moves it by ~lr * 0.5 * value per step, far above the 1e-6 allowed."""
-    for name in ("gqa_untied", "kv1_tied_qknorm_D10"):
+    """Three steps (ga 2, warm-up then cosine, clipping active, weight decay 0.5) on three models: the log's
+    loss / lr / grad_norm and the final model vs the plain AdamW. Decay of a norm weight or a q/k/v bias (or
+    none of a matrix) moves it by ~lr * 0.5 * value per step, far above the 1e-6 allowed."""
+    for name in ("gqa_untied", "kv1_tied_qknorm_D10", "gqa_qkvbias_tied"):
         f, path, shard, T = case_files(name, seed=3)
         _, _, params = plain.read_model(path)
         toks = np.fromfile(shard, dtype=np.uint16, offset=1024)
@@ -285,12 +287,22 @@ def saved_headers_and_sizes():
         run_ref(["-e", spec, "--seed", "5", "--save", path, "--save-version", str(version), "-x", "0"])
         expect_header(path, [20240326, version, 64, 500, 2, 4, 64, 512, 1, 2, 16, 160, 0, 1, 2,
                              F32(500000.0), F32(1e-6), F32(8.0), F32(1.0), F32(4.0), 8192], n1, width)
-    # Defaults (K = H, D = C/H, V 50257, T 1024, theta 1e4, eps 1e-5), tied: no lm_head.
+    # Defaults (K = H, D = C/H, V 50257, T 1024, theta 1e4, eps 1e-5, rope factor 1 as the trainer writes it
+    # without scaling), tied: no lm_head.
     path = os.path.join(TMP, "saved_defaults.bin")
     run_ref(["-e", "llama:L1,C32,H4,F64,tied", "--save", path, "-x", "0"])
     n2 = 50304 * 32 + 32 + (4 + 8) * 8 * 32 + 32 * 32 + 32 + 128 * 32 + 32 * 64 + 32
     expect_header(path, [20240326, 3, 1024, 50257, 1, 4, 32, 50304, 1, 4, 8, 64, 1, 0, 0,
-                         F32(10000.0), F32(1e-5)], n2, 4)
+                         F32(10000.0), F32(1e-5), F32(1.0)], n2, 4)
+    # q/k/v biases (slot 21): bq (L, NH D) = 2 * 4 * 8 and bkv (L, 2 KV D) = 2 * 2 * 8 after wkv, tied.
+    path = os.path.join(TMP, "saved_qkvbias.bin")
+    run_ref(["-e", "llama:L2,C32,H4,K1,F64,V128,T32,tied,qkvbias", "--save", path, "-x", "0"])
+    n4 = (128 * 32 + 2 * 32 + 2 * (4 + 2) * 8 * 32 + 2 * 4 * 8 + 2 * 2 * 8 + 2 * 32 * 32 + 2 * 32 + 2 * 128 * 32
+          + 2 * 32 * 64 + 32)
+    expect_header(path, [20240326, 3, 32, 128, 2, 4, 32, 128, 1, 1, 8, 64, 1, 0, 0,
+                         F32(10000.0), F32(1e-5), F32(1.0), 0, 0, 0, 1], n4, 4)
+    f, _, p = plain.read_model(path)
+    assert (p["bq"] == 0).all() and (p["bkv"] == 0).all(), "a random model's q/k/v biases are not 0"
     path = os.path.join(TMP, "saved_linear.bin")
     run_ref(["-e", "llama:L1,C32,H4,K1,D6,F64,V128,T32,rope-linear2.5", "--save", path, "-x", "0"])
     n3 = 128 * 32 + 32 + (4 + 2) * 6 * 32 + 32 * 24 + 32 + 128 * 32 + 32 * 64 + 32 + 128 * 32

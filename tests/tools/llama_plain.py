@@ -21,12 +21,12 @@ def bits_f32(i):
 
 
 def make_fields(maxT, V, L, NH, C, KV, D, F, tied=0, qk_norm=0, theta=10000.0, eps=1e-5, rope=0, factor=0.0,
-                low=0.0, high=0.0, orig=0):
+                low=0.0, high=0.0, orig=0, qkv_bias=0):
     """The header's fields, the floats rounded to float32 as the file holds them."""
     r = lambda x: bits_f32(f32_bits(x))
     return dict(maxT=maxT, V=V, L=L, NH=NH, C=C, Vp=(V + 127) // 128 * 128, family=1, KV=KV, D=D, F=F,
                 tied=tied, qk_norm=qk_norm, rope=rope, theta=r(theta), eps=r(eps), factor=r(factor), low=r(low),
-                high=r(high), orig=orig)
+                high=r(high), orig=orig, qkv_bias=qkv_bias)
 
 
 def header_ints(f, version):
@@ -34,7 +34,7 @@ def header_ints(f, version):
     h[0:8] = [MODEL_MAGIC, version, f["maxT"], f["V"], f["L"], f["NH"], f["C"], f["Vp"]]
     h[8:15] = [f["family"], f["KV"], f["D"], f["F"], f["tied"], f["qk_norm"], f["rope"]]
     h[15:20] = [f32_bits(f[k]) for k in ("theta", "eps", "factor", "low", "high")]
-    h[20] = f["orig"]
+    h[20], h[21] = f["orig"], f["qkv_bias"]
     return h
 
 
@@ -44,7 +44,7 @@ def fields_of(h):
     f = {n: int(h[i]) for i, n in enumerate(names)}
     for i, n in enumerate(("theta", "eps", "factor", "low", "high")):
         f[n] = bits_f32(int(h[15 + i]))
-    f["orig"] = int(h[20])
+    f["orig"], f["qkv_bias"] = int(h[20]), int(h[21])
     return f
 
 
@@ -52,6 +52,8 @@ def tensors(f):
     """[(name, shape)] in file order, from the format's table."""
     Vp, L, NH, C, KV, D, F = f["Vp"], f["L"], f["NH"], f["C"], f["KV"], f["D"], f["F"]
     t = [("wte", (Vp, C)), ("attn_norm", (L, C)), ("wq", (L, NH * D, C)), ("wkv", (L, 2 * KV * D, C))]
+    if f["qkv_bias"]:
+        t += [("bq", (L, NH * D)), ("bkv", (L, 2 * KV * D))]
     if f["qk_norm"]:
         t += [("q_norm", (L, D)), ("k_norm", (L, D))]
     t += [("attn_proj", (L, C, NH * D)), ("mlp_norm", (L, C)), ("gate_up", (L, 2 * F, C)), ("down", (L, C, F)),
@@ -109,7 +111,7 @@ def random_params(f, seed, version=3):
     for name, shape in tensors(f):
         if name.endswith("norm"):
             p[name] = 1.0 + 0.3 * g.standard_normal(shape)
-        elif name == "wte":
+        elif name in ("wte", "bq", "bkv"):
             p[name] = g.standard_normal(shape)
         else:
             p[name] = g.standard_normal(shape) / math.sqrt(shape[-1])
@@ -181,6 +183,8 @@ def forward(f, P, idx):
             for t in range(T):
                 n1 = rms(xs[t], P["attn_norm"][l], eps)
                 z = torch.cat([P["wq"][l] @ n1, P["wkv"][l] @ n1])
+                if f["qkv_bias"]:
+                    z = z + torch.cat([P["bq"][l], P["bkv"][l]])
                 q = [z[h * D:(h + 1) * D] for h in range(NH)]
                 k = [z[(NH + j) * D:(NH + j + 1) * D] for j in range(KV)]
                 v = [z[(NH + KV + j) * D:(NH + KV + j + 1) * D] for j in range(KV)]
