@@ -44,6 +44,15 @@ rank_pid() {   # pattern, rank
     return 1
 }
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+# SIGTERM to world rank RANK of a run started in the background, once its loop's handler is in (a second after
+# the start-up's memory line appears in its output OUT); sets VICTIM (empty: no such rank) and T0 (ms).
+term_rank_when_running() {   # output file, pgrep pattern, rank
+    for _ in $(seq 1200); do grep -q '^memory (rank 0)' "$1" && break; sleep 0.05; done
+    sleep 1
+    VICTIM=$(rank_pid "$2" "$3")
+    T0=$(now_ms)
+    [ -n "$VICTIM" ] && kill -TERM "$VICTIM"
+}
 mpi_or_skip() {   # name: prints a skip line and exits when MPI is missing
     if ! mpi_available; then
         t_missing "$1" "MPI (train_gpt_cpu was built without it: install openmpi-bin libopenmpi-dev and rebuild)"

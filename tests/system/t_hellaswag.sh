@@ -141,14 +141,11 @@ $PYTHON scripts/prepare_hellaswag.py --jsonl "$TMP/big.jsonl" -o "$TMP/big" > /d
 timeout -k 5 120 "${MPIRUN[@]}" -np 2 ./train_gpt_cpu -e "$TMP/gpt2/ckpt_000060/model.bin" "${flags[@]}" -b 1 -x 2 -v 1 \
     -hs "$TMP/big/hellaswag_val.bin" -o "$TMP/stop" > "$TMP/stop.txt" 2>&1 &
 pid=$!
-for _ in $(seq 1200); do grep -q '^memory (rank 0)' "$TMP/stop.txt" && break; sleep 0.05; done
-sleep 1   # the loop's handler goes in just after that line; step 0's evaluation then runs for many seconds
-victim=$(rank_pid "train_gpt_cpu .*$TMP/stop" 1)
-t0=$(now_ms)
-[ -n "$victim" ] && kill -TERM "$victim"
+term_rank_when_running "$TMP/stop.txt" "train_gpt_cpu .*$TMP/stop" 1   # step 0's evaluation runs for many seconds
+victim=$VICTIM
 wait $pid
 rc=$?
-ms=$(( $(now_ms) - t0 ))
+ms=$(( $(now_ms) - T0 ))
 t_check sigterm_during_hellaswag_stops_soon "[ -n '$victim' ] && [ $rc -eq 0 ] && [ $ms -lt 3000 ] && \
     grep -q '^step 0 | hellaswag stopped by a signal: no accuracy' '$TMP/stop.txt' && \
     grep -q 'stopped by a signal after step 0 (during evaluation); checkpoint written' '$TMP/stop.txt'" \

@@ -97,13 +97,10 @@ $PYTHON scripts/make_shard.py -o "$TMP/val.bin" -n 220000 -V 512 --seed 5 >/dev/
 evalrun=(-e L4C256H4V512T64 -i "$TMP/data.bin" -j "$TMP/val.bin" -b 4 -t 64 -x 4 -v 2 -s 0 -o "$TMP/val_stop")
 timeout -k 5 120 "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${evalrun[@]}" -m 852 > "$TMP/val_stop.txt" 2>&1 &
 pid=$!
-for _ in $(seq 1200); do grep -q '^memory (rank 0)' "$TMP/val_stop.txt" && break; sleep 0.05; done
-sleep 1   # the loop's handler goes in just after that line; step 0's validation then runs for many seconds
-victim=$(rank_pid "train_gpt_cpu .*$TMP/val_stop" 1)
-t0=$(now_ms)
-[ -n "$victim" ] && kill -TERM "$victim"
+term_rank_when_running "$TMP/val_stop.txt" "train_gpt_cpu .*$TMP/val_stop" 1   # step 0's validation runs for many seconds
+victim=$VICTIM
 wait $pid; rc=$?
-ms=$(( $(now_ms) - t0 ))
+ms=$(( $(now_ms) - T0 ))
 t_check sigterm_during_validation_stops_soon "[ -n '$victim' ] && [ $rc -eq 0 ] && [ $ms -lt 2500 ] && \
     grep -q 'stopped by a signal after step 0 (during evaluation); checkpoint written' '$TMP/val_stop.txt'" \
     "victim '$victim', exit $rc $ms ms after the signal: $(grep -a -E 'stopped|error' "$TMP/val_stop.txt" | head -c 300)"
