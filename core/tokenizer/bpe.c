@@ -28,10 +28,16 @@ static uint64_t hash64(uint64_t x) {
     return x;
 }
 
+/* Eight bytes at a step: every piece and every vocabulary lookup hashes its bytes. */
 static uint64_t hash_bytes(const uint8_t *p, size_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001B3ULL;
-    return h | 1;   /* 0 marks an empty cache slot */
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ n, w;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&w, p, 8);
+        h = hash64(h ^ w);
+    }
+    w = 0;
+    memcpy(&w, p, n);
+    return hash64(h ^ w) | 1;   /* 0 marks an empty cache slot */
 }
 
 static uint32_t table_slots(size_t n) {   /* a power of two, at least twice n: short probe runs */
@@ -72,18 +78,21 @@ const uint8_t *bpe_token_bytes(const BpeModel *m, uint32_t id, size_t *len) {
 
 void bpe_vocab_reserve(BpeModel *m, size_t n) {
     uint32_t slots = table_slots(n);
-    m->vocab_slots = xmalloc(slots * sizeof(uint32_t));
+    m->vocab_slots = xmalloc(slots * sizeof *m->vocab_slots);
     m->vocab_mask = slots - 1;
-    for (uint32_t i = 0; i < slots; i++) m->vocab_slots[i] = EMPTY;
+    for (uint32_t i = 0; i < slots; i++) m->vocab_slots[i].id = EMPTY;
 }
 
-/* The slot holding bytes p[0, n), or the empty one where they would go. */
-static uint32_t *vocab_slot(const Model *m, const uint8_t *p, size_t n) {
-    for (uint64_t i = hash_bytes(p, n) & m->vocab_mask;; i = (i + 1) & m->vocab_mask) {
-        uint32_t *s = &m->vocab_slots[i];
+/* The slot holding bytes p[0, n) of hash h, or the empty one where they would go. The tag spares most
+ * mismatches a look at the token's bytes. */
+static VocabSlot *vocab_slot(const Model *m, const uint8_t *p, size_t n, uint64_t h) {
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (uint64_t i = h & m->vocab_mask;; i = (i + 1) & m->vocab_mask) {
+        VocabSlot *s = &m->vocab_slots[i];
+        if (s->id == EMPTY) return s;
+        if (s->tag != tag) continue;
         size_t len = 0;
-        if (*s == EMPTY) return s;
-        const uint8_t *t = bpe_token_bytes(m, *s, &len);
+        const uint8_t *t = bpe_token_bytes(m, s->id, &len);
         if (len == n && !memcmp(t, p, n)) return s;
     }
 }
@@ -91,16 +100,20 @@ static uint32_t *vocab_slot(const Model *m, const uint8_t *p, size_t n) {
 int bpe_vocab_add(BpeModel *m, uint32_t id) {
     size_t n = 0;
     const uint8_t *p = bpe_token_bytes(m, id, &n);
-    uint32_t *s = vocab_slot(m, p, n);
-    if (*s != EMPTY) return 0;
-    *s = id;
+    uint64_t h = hash_bytes(p, n);
+    VocabSlot *s = vocab_slot(m, p, n, h);
+    if (s->id != EMPTY) return 0;
+    *s = (VocabSlot){(uint32_t)(h >> 32), id};
     return 1;
 }
 
-int64_t bpe_vocab_find(const BpeModel *m, const uint8_t *p, size_t n) {
-    if (!m->vocab_slots) return -1;
-    uint32_t id = *vocab_slot(m, p, n);
+static int64_t vocab_find(const Model *m, const uint8_t *p, size_t n, uint64_t h) {
+    uint32_t id = vocab_slot(m, p, n, h)->id;
     return id == EMPTY ? -1 : (int64_t)id;
+}
+
+int64_t bpe_vocab_find(const BpeModel *m, const uint8_t *p, size_t n) {
+    return m->vocab_slots ? vocab_find(m, p, n, hash_bytes(p, n)) : -1;
 }
 
 /* Byte order, a prefix before the longer strings it begins: the tokens that share their first d bytes with
@@ -153,10 +166,20 @@ static int64_t added_at(const Model *m, const uint8_t *s, size_t p, size_t end) 
     return best;
 }
 
+/* The next position in text[p, end) where an added token may begin: memchr's speed when all begin with one
+ * byte, as Llama 3's, Qwen2's and GPT-2's do ('<'). */
+static size_t next_candidate(const Model *m, const uint8_t *text, size_t p, size_t end) {
+    if (m->added_range[m->added[0].bytes[0] + 1] == m->n_added) {
+        const uint8_t *c = memchr(text + p, m->added[0].bytes[0], end - p);
+        return c ? (size_t)(c - text) : end;
+    }
+    while (p < end && m->added_range[text[p]] == m->added_range[text[p] + 1]) p++;
+    return p;
+}
+
 int bpe_next_added(const BpeModel *m, const uint8_t *text, size_t from, size_t end, size_t *at, size_t *len, uint32_t *id) {
     if (!m->n_added) return 0;
-    for (size_t p = from; p < end; p++) {
-        if (m->added_range[text[p]] == m->added_range[text[p] + 1]) continue;
+    for (size_t p = from; (p = next_candidate(m, text, p, end)) < end; p++) {
         int64_t k = added_at(m, text, p, end);
         if (k < 0) continue;
         *at = p;
@@ -392,6 +415,8 @@ static uint32_t pair_rank(const Model *m, uint32_t a, uint32_t b) {
  * Hugging Face's priority queue, because a pair containing a freshly merged token always ranks after the
  * merge that made it. */
 static size_t bpe_naive(const Model *m, uint32_t *id, uint32_t *rank, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++)   /* the table is megabytes: its misses overlap when asked for together */
+        __builtin_prefetch(&m->merges[hash64((uint64_t)id[i] << 32 | id[i + 1]) & m->merge_mask]);
     for (size_t i = 0; i + 1 < n; i++) rank[i] = pair_rank(m, id[i], id[i + 1]);
     while (n > 1) {
         size_t best = 0;
@@ -531,14 +556,13 @@ static void merge_piece(Worker *w, const uint8_t *p, size_t n, CacheSlot *slot, 
 
 static void encode_piece(Worker *w, const uint8_t *p, size_t n, Tokens *out) {
     if (n == 1) { bpe_tokens_push(out, w->m->byte_id[p[0]]); return; }
+    uint64_t h = hash_bytes(p, n);
     if (w->m->ignore_merges) {
-        int64_t id = bpe_vocab_find(w->m, p, n);
+        int64_t id = vocab_find(w->m, p, n, h);
         if (id >= 0) { bpe_tokens_push(out, (uint32_t)id); return; }
     }
-    uint64_t h = 0;
     CacheSlot *slot = NULL;
     if (n <= CACHE_MAX_PIECE) {
-        h = hash_bytes(p, n);
         slot = cache_slot(&w->cache, p, n, h);
         if (slot->hash) {
             for (size_t i = 0; i < slot->ids_len; i++) bpe_tokens_push(out, w->cache.ids[slot->ids_off + i]);

@@ -22,6 +22,7 @@ typedef enum { BPE_PATTERN_GPT2, BPE_PATTERN_LLAMA3, BPE_PATTERN_QWEN2 } BpePatt
 
 typedef struct { uint64_t key; uint32_t rank, merged; } MergeSlot;   /* key = a << 32 | b; rank UINT32_MAX: empty */
 typedef struct { const uint8_t* bytes; uint32_t len, id; } BpeAdded;
+typedef struct { uint32_t tag, id; } VocabSlot;   /* tag: the bytes' hash's high half; id UINT32_MAX: empty */
 
 typedef struct {
     BpePattern pattern;
@@ -33,7 +34,7 @@ typedef struct {
     uint32_t vocab_size;          /* every id below it is a token */
     uint8_t* bytes;               /* every token's bytes, each followed by a NUL */
     uint32_t* offset;             /* token id's bytes: [offset[id], offset[id + 1] - 1) */
-    uint32_t* vocab_slots;        /* the model vocabulary's bytes -> id, open addressing (UINT32_MAX: empty) */
+    VocabSlot* vocab_slots;       /* the model vocabulary's bytes -> id, open addressing */
     uint32_t vocab_mask;
     BpeAdded* added;              /* the added tokens, sorted by their bytes */
     uint32_t n_added;

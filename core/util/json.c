@@ -3,7 +3,7 @@
 // a large file costs no allocation per string.
 #include "core/util/json.h"
 
-#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -238,15 +238,19 @@ int json_find(const Json* j, int object, const char* key) {
     return -1;
 }
 
+// By hand, not strtoll: a tokenizer.json has hundreds of thousands of ids, and strtoll's locale costs.
 int json_get_int(const Json* j, int i, long long lo, long long hi, long long* out) {
     if (i < 0 || j->values[i].type != JSON_NUMBER) return 0;
     const char* s = j->values[i].text;
-    char* end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || (*end && strchr(".eE", *end))) return 0;   // beyond long long, or not a whole number as written
-    if (v < lo || v > hi) return 0;
-    *out = v;
+    int negative = *s == '-';
+    unsigned long long v = 0, limit = negative ? (unsigned long long)LLONG_MAX + 1 : LLONG_MAX;
+    for (s += negative; *s >= '0' && *s <= '9'; s++)
+        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, (unsigned long long)(*s - '0'), &v) || v > limit)
+            return 0;   // beyond long long
+    if (*s == '.' || *s == 'e' || *s == 'E') return 0;   // not a whole number as written
+    long long x = negative ? (long long)(0 - v) : (long long)v;
+    if (x < lo || x > hi) return 0;
+    *out = x;
     return 1;
 }
 

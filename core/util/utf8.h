@@ -3,11 +3,14 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 // Offset of the first byte that does not begin a valid character, or len when all of s is valid.
 static inline size_t utf8_invalid_at(const uint8_t* s, size_t len) {
     size_t i = 0;
     while (i < len) {
+        uint64_t w;
+        if (i + 8 <= len && (memcpy(&w, s + i, 8), !(w & 0x8080808080808080ull))) { i += 8; continue; }   // ASCII
         uint8_t c = s[i];
         if (c < 0x80) { i++; continue; }
         int n = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1;

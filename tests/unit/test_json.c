@@ -30,6 +30,13 @@ static void lookups(TestStats* st) {
     check_true(st, "json_int_negative", ok && json_get_int(&j, json_find(&j, 0, "a"), -10, 10, &w) && w == -7);
     check_true(st, "json_int_range", ok && !json_get_int(&j, json_find(&j, 0, "a"), 0, 10, &w));
     check_true(st, "json_int_not_whole", ok && !json_get_int(&j, json_find(&j, 0, "f"), LLONG_MIN, LLONG_MAX, &w));
+    Json big;
+    long long lim = 0;
+    check_true(st, "json_int_limits", json_parse(&big, "[-9223372036854775808, 9223372036854775807, 9223372036854775808]", why, sizeof(why)) &&
+               json_get_int(&big, json_first(&big, 0), LLONG_MIN, LLONG_MAX, &lim) && lim == LLONG_MIN &&
+               json_get_int(&big, json_next(&big, json_first(&big, 0)), LLONG_MIN, LLONG_MAX, &lim) && lim == LLONG_MAX &&
+               !json_get_int(&big, json_next(&big, json_next(&big, json_first(&big, 0))), LLONG_MIN, LLONG_MAX, &lim));
+    json_free(&big);
     check_true(st, "json_number", ok && json_get_number(&j, json_find(&j, 0, "f"), &f) && f == 0.25);
     const char* s = ok ? json_get_string(&j, json_find(&j, 0, "s")) : NULL;
     check_true(st, "json_string_decoded", s && !strcmp(s, "q\"\\\xc3\xa9\n"));
