@@ -190,6 +190,45 @@ int bpe_next_added(const BpeModel *m, const uint8_t *text, size_t from, size_t e
     return 0;
 }
 
+/* ---------- character classes ---------- */
+
+/* Unicode White_Space: \s in GPT-2's `regex` module, in Hugging Face tokenizers' Oniguruma and in
+ * tiktoken (not JavaScript's \s, which adds U+FEFF and drops U+0085). Unchanged since Unicode 6.3. */
+static int is_white_space(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+           c == 0x3000;
+}
+
+static const unsigned char ASCII_CLASS[128] = {   /* the common case without a search */
+    ['\t' ... '\r'] = UC_WS, [' '] = UC_WS, ['0' ... '9'] = UC_N, ['A' ... 'Z'] = UC_L, ['a' ... 'z'] = UC_L,
+};
+
+static inline int char_class(uint32_t c) {
+    if (c < 0x80) return ASCII_CLASS[c];
+    if (is_white_space(c)) return UC_WS;
+    size_t lo = 0, hi = sizeof UC_RANGES / sizeof UC_RANGES[0];
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (c < UC_RANGES[mid].first) hi = mid;
+        else if (c > UC_RANGES[mid].last) lo = mid + 1;
+        else return UC_RANGES[mid].cls;
+    }
+    return UC_OTHER;
+}
+
+static inline int class_at(const Model *m, const uint8_t *s, size_t i, int *n) {
+    if (s[i] < 0x80) { *n = 1; return ASCII_CLASS[s[i]]; }
+    uint32_t c = utf8_decode(s + i, n);
+    return c < 0x10000 ? m->bmp_class[c] : char_class(c);
+}
+
+/* The class of every character below U+10000, for the scanners: most text needs no search then. */
+static void build_classes(Model *m) {
+    m->bmp_class = xmalloc(0x10000);
+    for (uint32_t c = 0; c < 0x10000; c++) m->bmp_class[c] = (uint8_t)char_class(c);
+}
+
 /* ---------- the compact merges file ---------- */
 
 static int read_exact(FILE *f, void *buf, size_t n) { return fread(buf, 1, n, f) == n; }
@@ -236,49 +275,19 @@ void bpe_model_load(BpeModel *m, const char *path) {
         char *text = read_text(path, f);
         if (fclose(f) != 0) fail("%s: %s", path, strerror(errno));
         bpe_model_load_json(m, path, text);
+        build_classes(m);
         return;
     }
     if (fseek(f, 0, SEEK_SET) != 0) fail("%s: %s", path, strerror(errno));
     m->pattern = BPE_PATTERN_GPT2;
     load_compact(m, path, f);
     if (fclose(f) != 0) fail("%s: %s", path, strerror(errno));
+    build_classes(m);
 }
 
 void bpe_model_free(BpeModel *m) {
-    free(m->merges); free(m->bytes); free(m->offset); free(m->vocab_slots); free(m->added);
+    free(m->merges); free(m->bytes); free(m->offset); free(m->vocab_slots); free(m->added); free(m->bmp_class);
     memset(m, 0, sizeof *m);
-}
-
-/* ---------- character classes ---------- */
-
-/* Unicode White_Space: \s in GPT-2's `regex` module, in Hugging Face tokenizers' Oniguruma and in
- * tiktoken (not JavaScript's \s, which adds U+FEFF and drops U+0085). Unchanged since Unicode 6.3. */
-static int is_white_space(uint32_t c) {
-    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-           c == 0x3000;
-}
-
-static const unsigned char ASCII_CLASS[128] = {   /* the common case without a search */
-    ['\t' ... '\r'] = UC_WS, [' '] = UC_WS, ['0' ... '9'] = UC_N, ['A' ... 'Z'] = UC_L, ['a' ... 'z'] = UC_L,
-};
-
-static inline int char_class(uint32_t c) {
-    if (c < 0x80) return ASCII_CLASS[c];
-    if (is_white_space(c)) return UC_WS;
-    size_t lo = 0, hi = sizeof UC_RANGES / sizeof UC_RANGES[0];
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (c < UC_RANGES[mid].first) hi = mid;
-        else if (c > UC_RANGES[mid].last) lo = mid + 1;
-        else return UC_RANGES[mid].cls;
-    }
-    return UC_OTHER;
-}
-
-static inline int class_at(const uint8_t *s, size_t i, int *n) {
-    if (s[i] < 0x80) { *n = 1; return ASCII_CLASS[s[i]]; }
-    return char_class(utf8_decode(s + i, n));
 }
 
 /* ---------- pre-tokenization ----------
@@ -298,9 +307,9 @@ static size_t contraction_end(const uint8_t *s, size_t i, size_t end, uint8_t fo
     return 0;
 }
 
-static size_t run_end(const uint8_t *s, size_t j, size_t end, int cls) {
+static size_t run_end(const Model *m, const uint8_t *s, size_t j, size_t end, int cls) {
     int n;
-    while (j < end && class_at(s, j, &n) == cls) j += (size_t)n;
+    while (j < end && class_at(m, s, j, &n) == cls) j += (size_t)n;
     return j;
 }
 
@@ -309,10 +318,10 @@ static int is_newline(uint8_t c) { return c == '\r' || c == '\n'; }
 /* A whitespace run at i: with newlines (crlf, \s*[\r\n]+) up to just after its last \r or \n; else the run,
  * minus its last character when a non-space follows (\s+(?!\S): that one joins the next piece or stands
  * alone), but never less than one character (\s+). */
-static size_t space_end(const uint8_t *s, size_t i, size_t end, int nonspace_after, int crlf) {
+static size_t space_end(const Model *m, const uint8_t *s, size_t i, size_t end, int nonspace_after, int crlf) {
     size_t j = i, last = i, after_newline = 0;
     int n;
-    while (j < end && class_at(s, j, &n) == UC_WS) {
+    while (j < end && class_at(m, s, j, &n) == UC_WS) {
         if (is_newline(s[j])) after_newline = j + 1;
         last = j;
         j += (size_t)n;
@@ -323,20 +332,20 @@ static size_t space_end(const uint8_t *s, size_t i, size_t end, int nonspace_aft
 }
 
 /* GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
-static size_t piece_end_gpt2(const uint8_t *s, size_t i, size_t end, int nonspace_after) {
+static size_t piece_end_gpt2(const Model *m, const uint8_t *s, size_t i, size_t end, int nonspace_after) {
     int n;
     if (s[i] == '\'') {
         size_t e = contraction_end(s, i, end, 0);
         if (e) return e;
     }
-    int cls = class_at(s, i, &n);
+    int cls = class_at(m, s, i, &n);
     size_t j = i + (size_t)n;
     if (s[i] == ' ' && j < end) {
-        int n2, next = class_at(s, j, &n2);
-        if (next != UC_WS) return run_end(s, j, end, next);
+        int n2, next = class_at(m, s, j, &n2);
+        if (next != UC_WS) return run_end(m, s, j, end, next);
     }
-    if (cls != UC_WS) return run_end(s, j, end, cls);
-    return space_end(s, i, end, nonspace_after, 0);
+    if (cls != UC_WS) return run_end(m, s, j, end, cls);
+    return space_end(m, s, i, end, nonspace_after, 0);
 }
 
 /* Llama 3 (digits = 3) and Qwen2 (digits = 1):
@@ -344,34 +353,34 @@ static size_t piece_end_gpt2(const uint8_t *s, size_t i, size_t end, int nonspac
  * with \p{N} in place of \p{N}{1,3} for Qwen2. The alternatives in order: a contraction; letters, after one
  * character that is neither a newline, a letter nor a number; up to `digits` numbers; punctuation (other),
  * after an optional space, and the newlines right after it; whitespace. */
-static size_t piece_end_llama3(const uint8_t *s, size_t i, size_t end, int nonspace_after, int digits) {
+static size_t piece_end_llama3(const Model *m, const uint8_t *s, size_t i, size_t end, int nonspace_after, int digits) {
     int n, n2;
     if (s[i] == '\'') {
         size_t e = contraction_end(s, i, end, 0x20);
         if (e) return e;
     }
-    int cls = class_at(s, i, &n);
+    int cls = class_at(m, s, i, &n);
     size_t j = i + (size_t)n;
-    if (cls == UC_L) return run_end(s, j, end, UC_L);
+    if (cls == UC_L) return run_end(m, s, j, end, UC_L);
     if (cls == UC_N) {
-        for (int k = 1; k < digits && j < end && class_at(s, j, &n2) == UC_N; k++) j += (size_t)n2;
+        for (int k = 1; k < digits && j < end && class_at(m, s, j, &n2) == UC_N; k++) j += (size_t)n2;
         return j;
     }
-    int next = j < end ? class_at(s, j, &n2) : -1;
-    if (!is_newline(s[i]) && next == UC_L) return run_end(s, j + (size_t)n2, end, UC_L);
+    int next = j < end ? class_at(m, s, j, &n2) : -1;
+    if (!is_newline(s[i]) && next == UC_L) return run_end(m, s, j + (size_t)n2, end, UC_L);
     if (cls == UC_OTHER || (s[i] == ' ' && next == UC_OTHER)) {
-        size_t k = run_end(s, j, end, UC_OTHER);
+        size_t k = run_end(m, s, j, end, UC_OTHER);
         while (k < end && is_newline(s[k])) k++;
         return k;
     }
-    return space_end(s, i, end, nonspace_after, 1);
+    return space_end(m, s, i, end, nonspace_after, 1);
 }
 
 static size_t piece_end(const Model *m, const uint8_t *s, size_t i, size_t end, int nonspace_after) {
     switch (m->pattern) {
-    case BPE_PATTERN_LLAMA3: return piece_end_llama3(s, i, end, nonspace_after, 3);
-    case BPE_PATTERN_QWEN2: return piece_end_llama3(s, i, end, nonspace_after, 1);
-    default: return piece_end_gpt2(s, i, end, nonspace_after);
+    case BPE_PATTERN_LLAMA3: return piece_end_llama3(m, s, i, end, nonspace_after, 3);
+    case BPE_PATTERN_QWEN2: return piece_end_llama3(m, s, i, end, nonspace_after, 1);
+    default: return piece_end_gpt2(m, s, i, end, nonspace_after);
     }
 }
 

@@ -40,6 +40,7 @@ typedef struct {
     uint32_t n_added;
     uint32_t added_range[257];    /* those beginning with byte b: added[added_range[b] .. added_range[b + 1]) */
     uint32_t doc_start;           /* the token before every document: the BOS, else the end-of-text token */
+    uint8_t *bmp_class;           /* the pattern's class of each character below U+10000 (bpe.c) */
 } BpeModel;
 typedef struct { uint32_t *v; size_t n, cap; } BpeTokens;
 typedef struct BpeWorker BpeWorker;   /* one thread's scratch and piece cache */
