@@ -209,16 +209,22 @@ static void open_tokenizer(Trainer* tr, const ModelShape* shape) {
     if (tr->cfg.tokenizer) {
         snprintf(path, size, "%s", tr->cfg.tokenizer);
         if (file_size(path) < 0) fail("-tk %s: no such file", path);
-    } else {   // gpt2_tokenizer.bin (llm.c's name) beside the training shards
+    } else {   // what scripts/tokenize.py writes beside the training shards: gpt2_tokenizer.bin (llm.c's name) or tokenizer.json
+        char json[PATH_MAX];
         path_beside(path, size, tr->cfg.train_pattern, "gpt2_tokenizer.bin");
+        path_beside(json, sizeof(json), tr->cfg.train_pattern, "tokenizer.json");
+        int has_bin = file_size(path) >= 0, has_json = file_size(json) >= 0;
+        if (has_bin && has_json) fail("%s and %s are both beside the shards: give the one they were encoded with as -tk", path, json);
+        if (has_json) snprintf(path, size, "%s", json);
     }
     tr->tokenizer = tokenizer_load(path);
-    // The training samples start from the end-of-text token: it must be one the model has (GPT-2's fallback,
-    // without a tokenizer file, always is).
+    // The training samples start from the end-of-text token (a tokenizer.json's document start): it must be one
+    // the model has (GPT-2's fallback, without a tokenizer file, always is).
     int V = shape->V, eot = tokenizer_eot_or_gpt2(tr->tokenizer, V);
     if (eot >= V && tr->cfg.sample_every > 0 && !tr->cfg.prompt)
-        fail("tokenizer %s: its end-of-text token %d is outside the model's vocabulary of %d, and samples start from it "
-             "(give the model's tokenizer with -tk, or -s 0)", path, eot, V);
+        fail("tokenizer %s: its %s token %d is outside the model's vocabulary of %d, and samples start from it "
+             "(give the model's tokenizer with -tk, or -s 0)", path, tokenizer_bpe(tr->tokenizer) ? "document-start" : "end-of-text",
+             eot, V);
     tr->eot = eot;
 }
 

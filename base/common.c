@@ -90,6 +90,12 @@ void* xmalloc(size_t bytes) {
     return p;
 }
 
+void* xrealloc(void* p, size_t bytes) {
+    p = realloc(p, bytes ? bytes : 1);
+    if (!p) fail("out of host memory allocating %zu bytes", bytes);
+    return p;
+}
+
 void* xcalloc(size_t n, size_t size) {
     void* p = calloc(n ? n : 1, size ? size : 1);
     if (!p) fail("out of host memory allocating %zu x %zu bytes", n, size);

@@ -41,6 +41,7 @@ void print_error_line(const char* fmt, ...);
 // Checked wrappers: on failure they call fail() with the path / size involved.
 void* xmalloc(size_t bytes);
 void* xcalloc(size_t n, size_t size);
+void* xrealloc(void* p, size_t bytes);
 FILE* xfopen(const char* path, const char* mode);   // "r"/"rb": regular files only (a FIFO would block)
 void xfread(void* dst, size_t size, size_t n, FILE* f, const char* path);   // fails on short read ("truncated")
 void xfwrite(const void* src, size_t size, size_t n, FILE* f, const char* path);

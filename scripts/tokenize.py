@@ -1,25 +1,30 @@
 #!/usr/bin/python3
-"""Text -> GPT-2 token shards in llm.c's format.
+"""Text -> token shards in llm.c's format, with GPT-2's tokenizer or a Hugging Face tokenizer.json.
 
-  tokenize.py INPUT... -o OUTDIR [--name NAME] [--shard-size N] [--val-fraction F] [--token-bits B] [-j N]
-              [--quiet]
-  tokenize.py --raw FILE -o OUT.bin [--token-bits B]
+  tokenize.py INPUT... -o OUTDIR [--tokenizer FILE] [--name NAME] [--shard-size N] [--val-fraction F]
+              [--token-bits B] [-j N] [--quiet]
+  tokenize.py --raw FILE -o OUT.bin [--tokenizer FILE] [--token-bits B]
 
 INPUT: text files (one document each), directories (every non-hidden file below, in sorted path order) or
 JSONL files (*.jsonl: one document per line, from its "text" field). Every document is preceded by the
-end-of-text token 50256. The token stream is cut into shards of --shard-size tokens:
+tokenizer's document-start token: GPT-2's end-of-text token 50256, or with --tokenizer the token its file
+names (the BOS its post_processor puts before a text, such as Llama 3's <|begin_of_text|>; else an added
+<|begin_of_text|>; else an added <|endoftext|>, as GPT-2 and Qwen2 separate documents; build/gpt2tok FILE
+--info prints it). The token stream is cut into shards of --shard-size tokens:
   default          llm.c's convention: the first shard is the validation split (NAME_val_000000.bin),
                    the rest are NAME_train_000001.bin, NAME_train_000002.bin, ...
   --val-fraction F the first round(F * total) tokens are the validation split (cut into shards of
                    --shard-size too), the rest is train; shard numbers continue across both.
 A shard: 256 x int32 header [20240520, 1, ntok, set_lo, set_hi], then ntok x uint16; with --token-bits 32
-(the default only for a vocabulary past 65,536 tokens) llm.c's 32-bit format [20240801, 7, ntok, set_lo,
-set_hi], then ntok x uint32; both little-endian. (set_hi << 32 | set_lo) is the shard's set id, 64 random
-bits shared by the shards of one run and by no other run; llm.c's readers ignore those slots, and 0 there
-marks a shard of no known set (llm.c's own). OUTDIR also gets
-gpt2_tokenizer.bin (the trainer's decoding table: [20240328, 2, 50257, 50256] header, then each token as
-uint8 length + bytes) and gpt2_merges.bin (the merges in gpt2tok's compact form, with which the trainer
-encodes -prompt). The output does not depend on -j, but for the set id.
+(the default only for a vocabulary past 65,536 tokens, such as Llama 3's) llm.c's 32-bit format [20240801,
+7, ntok, set_lo, set_hi], then ntok x uint32; both little-endian. (set_hi << 32 | set_lo) is the shard's set
+id, 64 random bits shared by the shards of one run and by no other run; llm.c's readers ignore those slots,
+and 0 there marks a shard of no known set (llm.c's own). OUTDIR also gets what the trainer decodes samples
+and encodes -prompt with: for GPT-2, gpt2_tokenizer.bin (the decoding table: [20240328, 2, 50257, 50256]
+header, then each token as uint8 length + bytes) and gpt2_merges.bin (the merges in gpt2tok's compact form);
+with --tokenizer, a copy of FILE as tokenizer.json. An OUTDIR that holds the other kind, or another
+tokenizer.json, is refused: its shards were encoded with that one. The output does not depend on -j, but for
+the set id.
 
 One run at a time per OUTDIR: a run holds OUTDIR/.tokenize.lock, and another run into OUTDIR stops at once.
 The new shards are written into a private directory OUTDIR/.tokenize-PID, then renamed over the old set
@@ -34,12 +39,15 @@ names none) has switched in a whole set. A private directory without a marker (a
 switch) does not keep the trainer off the old set.
 
 --raw writes the ids of FILE's bytes as one shard-format file (a set of its own: several in one directory
-train together): no end-of-text token, no split.
-The text "<|endoftext|>" inside a document is ordinary text; only the separator is 50256.
+train together): no document-start token, no split.
+With GPT-2's tokenizer the text "<|endoftext|>" inside a document is ordinary text; only the separator is
+50256. A tokenizer.json's added tokens (Llama 3's <|begin_of_text|>, ...) inside a document become their ids,
+as Hugging Face tokenizers encodes them.
 
 The encoding itself runs in build/gpt2tok (core/tokenizer/gpt2tok.c; built here with make when missing or
-stale). GPT-2's encoder.json and vocab.bpe come from data/tokenizer/ and are checked against their
-sha256 before use.
+stale), which also reads the tokenizer.json and refuses, in one line, one it would not encode as Hugging
+Face tokenizers does (core/tokenizer/tokenizer_json.c). GPT-2's encoder.json and vocab.bpe come from
+data/tokenizer/ and are checked against their sha256 before use.
 """
 import os
 import sys
@@ -163,6 +171,43 @@ def tokenizer_file_bytes(tokens):
     return header(TOKENIZER_MAGIC, TOKENIZER_VERSION, VOCAB, EOT) + body
 
 
+class Tokenizer:
+    """What a run encodes with: `model`, the file build/gpt2tok reads; the vocabulary size; the token before
+    each document; the bytes per id the helper writes (2 while they fit); the files the trainer needs beside
+    the shards ({name: bytes}) and those of the other kind, which must not be there."""
+    def __init__(self, model, vocab, doc_start, files, others):
+        self.model, self.vocab, self.doc_start, self.files, self.others = model, vocab, doc_start, files, others
+        self.width = 2 if vocab <= 1 << 16 else 4
+
+
+GPT2_FILES = ('gpt2_tokenizer.bin', 'gpt2_merges.bin')
+
+
+def gpt2_tokenizer(model_file):
+    tokens, merges = load_vocab()
+    model = model_bytes(tokens, merges)
+    model_file.write(model)
+    model_file.flush()
+    files = {'gpt2_tokenizer.bin': tokenizer_file_bytes(tokens), 'gpt2_merges.bin': model}
+    return Tokenizer(model_file.name, VOCAB, EOT, files, ('tokenizer.json',))
+
+
+def hf_tokenizer(path):
+    """A tokenizer.json, as build/gpt2tok reads it: it refuses what it would not encode as Hugging Face does."""
+    try:
+        with open(path, 'rb') as f:
+            data = f.read()
+    except OSError as e:
+        raise Fail(f'{path}: {e.strerror}')
+    ensure_helper()
+    r = subprocess.run([HELPER, path, '--info'], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    info = dict(line.split(' ', 1) for line in r.stdout.decode().splitlines() if ' ' in line)
+    if r.returncode != 0 or not {'vocab_size', 'doc_start'} <= info.keys():
+        err = r.stderr.decode(errors='replace').strip()
+        raise Fail(err[len('error: '):] if err.startswith('error: ') else f'build/gpt2tok {path} --info failed: {err}')
+    return Tokenizer(path, int(info['vocab_size']), int(info['doc_start']), {'tokenizer.json': data}, GPT2_FILES)
+
+
 # ---------- safe output ----------
 
 def write_atomic(path, chunks):
@@ -197,10 +242,10 @@ def shard_header(ntok, set_id, bits):
     return struct.pack('<3iQ', *SHARD_FORMATS[bits], ntok, set_id) + bytes(4 * 256 - 20)
 
 
-def shard_body(ids, bits):
-    """The shard bytes of `ids`, little-endian uint16s as the helper writes them: as they are, or each
-    widened to a uint32 by two zero bytes (slice copies, no per-token Python work)."""
-    if bits == 16:
+def shard_body(ids, bits, width):
+    """The shard bytes of `ids`, little-endian ids of `width` bytes as the helper writes them: as they are, or
+    uint16s widened to uint32s by two zero bytes (slice copies, no per-token Python work)."""
+    if bits == 8 * width:
         return ids
     wide = bytearray(2 * len(ids))
     wide[0::4] = ids[0::2]
@@ -216,10 +261,11 @@ def new_set_id():
             return n
 
 
-def spool_range(spool, start, end, block=1 << 24):
-    """Tokens [start, end) of the spool file as a stream of byte blocks (a shard can be 200 MB)."""
-    spool.seek(2 * start)
-    left = 2 * (end - start)
+def spool_range(spool, start, end, width, block=1 << 24):
+    """Tokens [start, end) of the spool file, `width` bytes each, as a stream of byte blocks (a shard can be
+    200 MB)."""
+    spool.seek(width * start)
+    left = width * (end - start)
     while left:
         data = spool.read(min(block, left))
         if not data:
@@ -361,51 +407,49 @@ def read_exact(stream, n):
     return buf
 
 
-def encode_docs(records, model, threads):
-    """Yields (token array, document bytes) per document, in order."""
+def encode_docs(records, tok, threads):
+    """Yields (token ids as bytes, tok.width each; document bytes) per document, in order."""
     ensure_helper()
-    with tempfile.NamedTemporaryFile(prefix='gpt2tok-model-') as mf:
-        mf.write(model)
-        mf.flush()
-        cmd = [HELPER, mf.name] + (['-t', str(threads)] if threads else [])
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        sizes, errors = [], []
-        writer = threading.Thread(target=feed, args=(proc, records, sizes, errors), daemon=True)
-        writer.start()
-        k, finished = 0, False
-        try:
-            while True:
-                head = proc.stdout.read(8)
-                if not head:
-                    break
-                n = struct.unpack('<Q', head)[0]
-                ids = read_exact(proc.stdout, 2 * n)   # uint16, little-endian like every target we build for
-                yield ids, sizes[k]
-                k += 1
-            finished = True
-        except EOFError:
-            finished = True
-        finally:
-            if not finished:
-                proc.kill()   # the consumer gave up; don't wait on a helper blocked on a full pipe
-            writer.join()
-            err = proc.stderr.read().decode(errors='replace').strip()
-            rc = proc.wait()
-        if errors:
-            raise errors[0]
-        if rc != 0:
-            raise Fail(err[len('error: '):] if err.startswith('error: ') else f'build/gpt2tok failed ({rc}): {err}')
+    cmd = [HELPER, tok.model, '-w', str(tok.width)] + (['-t', str(threads)] if threads else [])
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    sizes, errors = [], []
+    writer = threading.Thread(target=feed, args=(proc, records, sizes, errors), daemon=True)
+    writer.start()
+    k, finished = 0, False
+    try:
+        while True:
+            head = proc.stdout.read(8)
+            if not head:
+                break
+            n = struct.unpack('<Q', head)[0]
+            ids = read_exact(proc.stdout, tok.width * n)   # little-endian like every target we build for
+            yield ids, sizes[k]
+            k += 1
+        finished = True
+    except EOFError:
+        finished = True
+    finally:
+        if not finished:
+            proc.kill()   # the consumer gave up; don't wait on a helper blocked on a full pipe
+        writer.join()
+        err = proc.stderr.read().decode(errors='replace').strip()
+        rc = proc.wait()
+    if errors:
+        raise errors[0]
+    if rc != 0:
+        raise Fail(err[len('error: '):] if err.startswith('error: ') else f'build/gpt2tok failed ({rc}): {err}')
 
 
 def encode_texts(texts, tokenizer=None, threads=0):
     """Each of `texts` (UTF-8 bytes) as a list of token ids, encoded as a document of the shards is (without the
-    separator before it), and the vocabulary size: GPT-2's tokenizer, or `tokenizer`, a tokenizer.json path."""
-    if tokenizer:
-        raise Fail(f'--tokenizer {tokenizer}: this tokenize.py encodes with GPT-2\'s tokenizer only; '
-                   'tokenizer.json support is not here yet')
-    tokens, merges = load_vocab()
-    records = (('T', f'text {i}', t, len(t)) for i, t in enumerate(texts))
-    return [list(array('H', ids)) for ids, _ in encode_docs(records, model_bytes(tokens, merges), threads)], VOCAB
+    document start before it), and the vocabulary size: GPT-2's tokenizer, or `tokenizer`, a tokenizer.json path."""
+    with tempfile.NamedTemporaryFile(prefix='gpt2tok-model-') as model_file:
+        tok = hf_tokenizer(tokenizer) if tokenizer else gpt2_tokenizer(model_file)
+        records = (('T', f'text {i}', t, len(t)) for i, t in enumerate(texts))
+        code = 'H' if tok.width == 2 else 'I'
+        if array(code).itemsize != tok.width:
+            raise Fail(f'this Python\'s array type {code!r} is not {tok.width} bytes wide')
+        return [list(array(code, ids)) for ids, _ in encode_docs(records, tok, threads)], tok.vocab
 
 
 # ---------- progress ----------
@@ -439,25 +483,25 @@ class Progress:
 
 # ---------- modes ----------
 
-def cmd_raw(args, model):
+def cmd_raw(args, tok):
     check_regular(args.raw)
     size = os.path.getsize(args.raw)
     if size == 0:
         raise Fail(f'{args.raw}: empty file')
     recs = [('F', args.raw, args.raw, size)]   # a .jsonl name is plain text here: raw means bytes as they are
-    ids = b''.join(t for t, _ in encode_docs(iter(recs), model, args.threads))
+    ids = b''.join(t for t, _ in encode_docs(iter(recs), tok, args.threads))
     bits = args.token_bits
-    write_atomic(args.out, [shard_header(len(ids) // 2, new_set_id(), bits), shard_body(ids, bits)])
+    write_atomic(args.out, [shard_header(len(ids) // tok.width, new_set_id(), bits), shard_body(ids, bits, tok.width)])
 
 
-def spool_tokens(files, model, args, spool):
+def spool_tokens(files, tok, args, spool):
     records = (r for f in files for r in file_docs(f))
     prog = Progress(sum(os.path.getsize(f) for f in files), args.quiet)
-    eot = struct.pack('<H', EOT)
-    for ids, nbytes in encode_docs(records, model, args.threads):
-        spool.write(eot)
+    start = struct.pack('<H' if tok.width == 2 else '<I', tok.doc_start)
+    for ids, nbytes in encode_docs(records, tok, args.threads):
+        spool.write(start)
         spool.write(ids)
-        prog.update(nbytes, len(ids) // 2 + 1)
+        prog.update(nbytes, len(ids) // tok.width + 1)
     spool.flush()
     return prog
 
@@ -472,15 +516,15 @@ def plan_shards(total, shard_size, val_fraction):
     return plan + [('train', s, min(s + shard_size, total)) for s in range(nval, total, shard_size)]
 
 
-def write_shards(spool, plan, staging, args, set_id):
+def write_shards(spool, plan, staging, args, set_id, width):
     """Writes the new set into the run's private directory; returns the shards' names in stream order."""
     names = []
     for i, (split, s, e) in enumerate(plan):
         names.append(f'{args.name}_{split}_{i:06d}.bin')
         with open(os.path.join(staging, names[-1]), 'wb') as f:
             f.write(shard_header(e - s, set_id, args.token_bits))
-            for block in spool_range(spool, s, e):
-                f.write(shard_body(block, args.token_bits))
+            for block in spool_range(spool, s, e, width):
+                f.write(shard_body(block, args.token_bits, width))
     return names
 
 
@@ -662,12 +706,12 @@ def make_outdir(outdir):
         raise Fail(f'cannot write to {outdir}: permission denied')
 
 
-def cmd_shards(args, tokens, model):
+def cmd_shards(args, tok):
     files = input_files(args.inputs)
     make_outdir(args.out)
     lock = lock_outdir(args.out)
     try:
-        plan, names = tokenize_into(files, args, tokens, model)
+        plan, names = tokenize_into(files, args, tok)
     finally:
         lock.close()
     if not args.quiet:
@@ -676,14 +720,34 @@ def cmd_shards(args, tokens, model):
         sys.stderr.write(f'{total} tokens: {nval} val, {total - nval} train, {len(names)} shards in {args.out}\n')
 
 
-def tokenize_into(files, args, tokens, model):
+def check_tokenizer_files(outdir, tok):
+    """OUTDIR's shards of other datasets were encoded with the tokenizer files there: a tokenizer of the other
+    kind, or another tokenizer.json, would leave the trainer decoding them with the wrong one."""
+    for name in tok.others:
+        if os.path.lexists(os.path.join(outdir, name)):
+            raise Fail(f'{outdir} holds {name}, another tokenizer\'s file (its shards were encoded with it): '
+                       'give this run another -o, or remove the old shards and tokenizer files')
+    path = os.path.join(outdir, 'tokenizer.json')
+    if 'tokenizer.json' in tok.files and os.path.lexists(path):
+        try:
+            with open(path, 'rb') as f:
+                same = f.read() == tok.files['tokenizer.json']
+        except OSError as e:
+            raise Fail(f'{path}: {e.strerror}')
+        if not same:
+            raise Fail(f'{path} is another tokenizer (its shards were encoded with it): give this run another -o, '
+                       'or remove the old shards and tokenizer.json')
+
+
+def tokenize_into(files, args, tok):
     """The work under OUTDIR's lock; returns the shard plan and the new shards' names."""
     kept = clear_stale(args.out)
-    write_atomic(os.path.join(args.out, 'gpt2_tokenizer.bin'), [tokenizer_file_bytes(tokens)])
-    write_atomic(os.path.join(args.out, 'gpt2_merges.bin'), [model])   # the trainer's -prompt encodes with it
+    check_tokenizer_files(args.out, tok)
+    for name, data in tok.files.items():   # the trainer decodes samples and encodes -prompt with them
+        write_atomic(os.path.join(args.out, name), [data])
     staging = make_staging(args.out)
     try:
-        plan, names = stage(files, args, model, staging)
+        plan, names = stage(files, args, tok, staging)
         switch(staging, args.out, args.name, names, kept)
     finally:
         if os.path.lexists(os.path.join(staging, MARKER)):   # a switch that began and failed: the marker stays
@@ -693,14 +757,14 @@ def tokenize_into(files, args, tokens, model):
     return plan, names
 
 
-def stage(files, args, model, staging):
+def stage(files, args, tok, staging):
     """Tokenizes into the run's private directory (the spool, then the new shards), touching no shard of OUTDIR."""
     try:
         with open(os.path.join(staging, 'spool'), 'w+b') as spool:
-            prog = spool_tokens(files, model, args, spool)
+            prog = spool_tokens(files, tok, args, spool)
             plan = plan_shards(prog.tokens, args.shard_size, args.val_fraction)
             prog.finish()
-            return plan, write_shards(spool, plan, staging, args, new_set_id())
+            return plan, write_shards(spool, plan, staging, args, new_set_id(), tok.width)
     except OSError as e:   # the spool or a shard: a full disk, a file-size limit
         raise Fail(f'cannot write in {args.out}: {e.strerror}')
     except Interrupted as e:
@@ -712,7 +776,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument('inputs', nargs='*', help='text files, directories or .jsonl files')
-    p.add_argument('--raw', metavar='FILE', help='exact mode: ids of FILE as one document, no EOT, no split')
+    p.add_argument('--raw', metavar='FILE', help='exact mode: ids of FILE as one document, no document start, no split')
+    p.add_argument('--tokenizer', metavar='FILE', help="a Hugging Face tokenizer.json (default: GPT-2's, data/tokenizer/)")
     p.add_argument('-o', '--out', required=True, help='output directory (or file with --raw)')
     p.add_argument('--name', default='data', help='shard name prefix (default: data)')
     p.add_argument('--shard-size', type=int, default=100_000_000, help='tokens per shard (default 1e8)')
@@ -732,14 +797,25 @@ def parse_args(argv):
         raise Fail(f'--name {a.name!r} must be a plain file-name prefix (no "/", not hidden)')
     if not 0 <= a.threads <= 1024:
         raise Fail('-j must be between 0 (all cores) and 1024')
-    needed = 16 if VOCAB <= 1 << 16 else 32
-    if a.token_bits is None:
-        a.token_bits = needed
-    elif a.token_bits not in SHARD_FORMATS:
+    if a.token_bits is not None and a.token_bits not in SHARD_FORMATS:
         raise Fail(f'--token-bits must be 16 or 32 (got {a.token_bits})')
-    elif a.token_bits < needed:
-        raise Fail(f'--token-bits {a.token_bits} cannot hold the {VOCAB}-token vocabulary; use 32')
     return a
+
+
+def check_token_bits(args, tok):
+    needed = 16 if tok.vocab <= 1 << 16 else 32
+    if args.token_bits is None:
+        args.token_bits = needed
+    elif args.token_bits < needed:
+        raise Fail(f'--token-bits {args.token_bits} cannot hold the {tok.vocab}-token vocabulary; use 32')
+
+
+def run(args, tok):
+    check_token_bits(args, tok)
+    if args.raw:
+        cmd_raw(args, tok)
+    else:
+        cmd_shards(args, tok)
 
 
 def main(argv):
@@ -748,12 +824,11 @@ def main(argv):
         if sys.byteorder != 'little':
             raise Fail('only little-endian machines are supported (shards are little-endian)')
         args = parse_args(argv)
-        tokens, merges = load_vocab()
-        model = model_bytes(tokens, merges)
-        if args.raw:
-            cmd_raw(args, model)
+        if args.tokenizer:
+            run(args, hf_tokenizer(args.tokenizer))
         else:
-            cmd_shards(args, tokens, model)
+            with tempfile.NamedTemporaryFile(prefix='gpt2tok-model-') as model_file:
+                run(args, gpt2_tokenizer(model_file))
     except Fail as e:
         sys.stderr.write(f'error: {e}\n')
         return 1

@@ -101,27 +101,33 @@ int generate_sample(const Generator* g, int step, int eot, int count, FILE* out)
     return done;
 }
 
-int* generate_encode_prompt(const char* text, const Tokenizer* tokenizer, const char* tokenizer_path, int V, int* n) {
-    if (!tokenizer) fail("-prompt needs the tokenizer: %s does not exist (give -tk, or -i shards prepared by scripts/tokenize.py)", tokenizer_path);
+// The compact merges file beside llm.c's tokenizer file (a tokenizer.json holds its own model).
+static void load_merges_beside(BpeModel* model, const char* tokenizer_path) {
     char merges[PATH_MAX];
     path_beside(merges, sizeof(merges), tokenizer_path, "gpt2_merges.bin");
     if (file_size(merges) < 0)
         fail("-prompt: no %s beside the tokenizer (scripts/tokenize.py writes it; re-run scripts/prepare_kjv.sh for the quick start's data)", merges);
-    BpeModel model;
-    bpe_model_load(&model, merges);
-    BpeWorker* worker = bpe_worker_new(&model);
+    bpe_model_load(model, merges);
+}
+
+int* generate_encode_prompt(const char* text, const Tokenizer* tokenizer, const char* tokenizer_path, int V, int* n) {
+    if (!tokenizer) fail("-prompt needs the tokenizer: %s does not exist (give -tk, or -i shards prepared by scripts/tokenize.py)", tokenizer_path);
+    BpeModel merges;
+    const BpeModel* model = tokenizer_bpe(tokenizer);
+    if (!model) load_merges_beside(&merges, tokenizer_path);
+    BpeWorker* worker = bpe_worker_new(model ? model : &merges);
     BpeTokens ids = {0};
     size_t bad = bpe_encode_span(worker, (const uint8_t*)text, 0, strlen(text), 0, &ids);
     if (bad != SIZE_MAX) fail("-prompt is not valid UTF-8 at byte %zu", bad);
     int* out = (int*)xmalloc(ids.n * sizeof(int));
     for (size_t i = 0; i < ids.n; i++) {
-        if (ids.v[i] >= V) fail("-prompt encodes to token %d, outside the model's vocabulary of %d", ids.v[i], V);
-        out[i] = ids.v[i];
+        if (ids.v[i] >= (uint32_t)V) fail("-prompt encodes to token %u, outside the model's vocabulary of %d", ids.v[i], V);
+        out[i] = (int)ids.v[i];
     }
     *n = (int)ids.n;
     free(ids.v);
     bpe_worker_free(worker);
-    bpe_model_free(&model);
+    if (!model) bpe_model_free(&merges);
     return out;
 }
 

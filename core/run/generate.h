@@ -40,9 +40,11 @@ typedef struct {
 // before its last token (the line then ends " [sample stopped by a signal]").
 int generate_sample(const Generator* g, int step, int eot, int count, FILE* out);
 
-// -prompt's text as token ids (*n of them, malloc'd), encoded like scripts/tokenize.py does with the merges
-// file it writes beside the tokenizer file at tokenizer_path; every id must be below V. Fails (one line)
-// without a tokenizer, without the merges file, on invalid UTF-8.
+// -prompt's text as token ids (*n of them, malloc'd), encoded like scripts/tokenize.py does: with the
+// tokenizer.json's model, or with the merges file it writes beside llm.c's tokenizer file at tokenizer_path.
+// No token is added around the text (a tokenizer.json's added tokens in it, such as <|begin_of_text|>,
+// become their ids). Every id must be below V. Fails (one line) without a tokenizer, without the merges
+// file, on invalid UTF-8.
 int* generate_encode_prompt(const char* text, const Tokenizer* tokenizer, const char* tokenizer_path, int V, int* n);
 
 // -prompt: prints "prompt: n tokens [ids]" and the prompt's text, then `count` tokens after prompt[0..n) as

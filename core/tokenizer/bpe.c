@@ -1,5 +1,5 @@
-/* bpe.c: GPT-2's pre-tokenization and byte-level BPE; see bpe.h. Moved out of gpt2tok.c unchanged, so the
- * tool and the trainer's -prompt encode alike. */
+/* bpe.c: pre-tokenization and byte-level BPE; see bpe.h. Also the compact merges file's loader and the
+ * tables the tokenizer.json loader fills. */
 #include "core/tokenizer/bpe.h"
 
 #include <errno.h>
@@ -8,120 +8,192 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/common.h"
+#include "core/util/utf8.h"
+
 enum { UC_OTHER = 0, UC_L = 1, UC_N = 2, UC_WS = 3 };
 #include "core/tokenizer/unicode_tables.h"
 
 #define CACHE_SLOTS (1u << 16)
 #define CACHE_MAX_PIECE 48       /* longer pieces are rare; caching them would only churn the arena */
 #define NAIVE_MAX 64             /* below this, an O(n^2) merge loop beats the heap's bookkeeping */
+#define EMPTY UINT32_MAX
 
-/* ---------- small helpers ---------- */
-
-void bpe_die(const char *label, const char *msg) {
-    fprintf(stderr, "error: %s%s%s\n", label ? label : "", label ? ": " : "", msg);
-    exit(1);
-}
-
-void *bpe_xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) bpe_die(NULL, "out of memory");
-    return p;
-}
-
-void *bpe_xrealloc(void *p, size_t n) {
-    p = realloc(p, n ? n : 1);
-    if (!p) bpe_die(NULL, "out of memory");
-    return p;
-}
-
-static int read_exact(FILE *f, void *buf, size_t n) { return fread(buf, 1, n, f) == n; }
-
-/* ---------- model: byte ids and merge ranks ---------- */
-
-#define MERGE_SLOTS (1u << 17)
 typedef BpeModel Model;
 
-static uint32_t hash32(uint32_t x) {
-    x ^= x >> 16; x *= 0x7feb352dU; x ^= x >> 15; x *= 0x846ca68bU; x ^= x >> 16;
+/* ---------- model: merge ranks, the vocabulary, added tokens ---------- */
+
+static uint64_t hash64(uint64_t x) {
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL; x ^= x >> 33;
     return x;
 }
 
-static const MergeSlot *merge_find(const Model *m, uint16_t a, uint16_t b) {
-    uint32_t key = (uint32_t)a << 16 | b;
-    for (uint32_t i = hash32(key) & (MERGE_SLOTS - 1);; i = (i + 1) & (MERGE_SLOTS - 1)) {
-        const MergeSlot *s = &m->slots[i];
-        if (s->rank == UINT32_MAX) return NULL;
+/* Eight bytes at a step: every piece and every vocabulary lookup hashes its bytes. */
+static uint64_t hash_bytes(const uint8_t *p, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ n, w;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&w, p, 8);
+        h = hash64(h ^ w);
+    }
+    w = 0;
+    memcpy(&w, p, n);
+    return hash64(h ^ w) | 1;   /* 0 marks an empty cache slot */
+}
+
+static uint32_t table_slots(size_t n) {   /* a power of two, at least twice n: short probe runs */
+    uint32_t s = 1024;
+    while (s < 2 * n) s *= 2;
+    return s;
+}
+
+static const MergeSlot *merge_find(const Model *m, uint32_t a, uint32_t b) {
+    uint64_t key = (uint64_t)a << 32 | b;
+    for (uint64_t i = hash64(key) & m->merge_mask;; i = (i + 1) & m->merge_mask) {
+        const MergeSlot *s = &m->merges[i];
+        if (s->rank == EMPTY) return NULL;
         if (s->key == key) return s;
     }
 }
 
-static void merge_insert(Model *m, uint32_t a, uint32_t b, uint32_t rank, uint32_t merged) {
-    uint32_t key = a << 16 | b;
-    uint32_t i = hash32(key) & (MERGE_SLOTS - 1);
-    while (m->slots[i].rank != UINT32_MAX && m->slots[i].key != key) i = (i + 1) & (MERGE_SLOTS - 1);
-    if (m->slots[i].rank == UINT32_MAX) m->slots[i] = (MergeSlot){key, rank, merged};
+void bpe_merges_reserve(BpeModel *m, size_t n) {
+    uint32_t slots = table_slots(n);
+    m->merges = xmalloc(slots * sizeof(MergeSlot));
+    m->merge_mask = slots - 1;
+    for (uint32_t i = 0; i < slots; i++) m->merges[i].rank = EMPTY;
 }
 
-void bpe_model_load(BpeModel *m, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) bpe_die(path, strerror(errno));
-    int32_t hdr[4];
-    uint32_t bytes[256];
-    if (!read_exact(f, hdr, sizeof hdr) || hdr[0] != GPT2TOK_MAGIC || hdr[1] != 1 || hdr[2] <= 0 ||
-        hdr[2] >= (int32_t)(MERGE_SLOTS / 2) || !read_exact(f, bytes, sizeof bytes))
-        bpe_die(path, "not a gpt2tok model file");
-    for (int i = 0; i < 256; i++) {
-        if (bytes[i] > 0xffff) bpe_die(path, "byte id out of range");
-        m->byte_id[i] = (uint16_t)bytes[i];
+int bpe_merge_add(BpeModel *m, uint32_t a, uint32_t b, uint32_t rank, uint32_t merged) {
+    uint64_t key = (uint64_t)a << 32 | b, i = hash64(key) & m->merge_mask;
+    while (m->merges[i].rank != EMPTY && m->merges[i].key != key) i = (i + 1) & m->merge_mask;
+    if (m->merges[i].rank != EMPTY) return 0;
+    m->merges[i] = (MergeSlot){key, rank, merged};
+    return 1;
+}
+
+const uint8_t *bpe_token_bytes(const BpeModel *m, uint32_t id, size_t *len) {
+    if (id >= m->vocab_size) return NULL;
+    *len = m->offset[id + 1] - m->offset[id] - 1;
+    return m->bytes + m->offset[id];
+}
+
+void bpe_vocab_reserve(BpeModel *m, size_t n) {
+    uint32_t slots = table_slots(n);
+    m->vocab_slots = xmalloc(slots * sizeof *m->vocab_slots);
+    m->vocab_mask = slots - 1;
+    for (uint32_t i = 0; i < slots; i++) m->vocab_slots[i].id = EMPTY;
+}
+
+/* The slot holding bytes p[0, n) of hash h, or the empty one where they would go. The tag spares most
+ * mismatches a look at the token's bytes. */
+static VocabSlot *vocab_slot(const Model *m, const uint8_t *p, size_t n, uint64_t h) {
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (uint64_t i = h & m->vocab_mask;; i = (i + 1) & m->vocab_mask) {
+        VocabSlot *s = &m->vocab_slots[i];
+        if (s->id == EMPTY) return s;
+        if (s->tag != tag) continue;
+        size_t len = 0;
+        const uint8_t *t = bpe_token_bytes(m, s->id, &len);
+        if (len == n && !memcmp(t, p, n)) return s;
     }
-    m->slots = bpe_xmalloc(MERGE_SLOTS * sizeof(MergeSlot));
-    for (uint32_t i = 0; i < MERGE_SLOTS; i++) m->slots[i].rank = UINT32_MAX;
-    for (int32_t r = 0; r < hdr[2]; r++) {
-        uint32_t t[3];
-        if (!read_exact(f, t, sizeof t) || t[0] > 0xffff || t[1] > 0xffff || t[2] > 0xffff)
-            bpe_die(path, "truncated or corrupt merges");
-        merge_insert(m, t[0], t[1], (uint32_t)r, t[2]);
+}
+
+int bpe_vocab_add(BpeModel *m, uint32_t id) {
+    size_t n = 0;
+    const uint8_t *p = bpe_token_bytes(m, id, &n);
+    uint64_t h = hash_bytes(p, n);
+    VocabSlot *s = vocab_slot(m, p, n, h);
+    if (s->id != EMPTY) return 0;
+    *s = (VocabSlot){(uint32_t)(h >> 32), id};
+    return 1;
+}
+
+static int64_t vocab_find(const Model *m, const uint8_t *p, size_t n, uint64_t h) {
+    uint32_t id = vocab_slot(m, p, n, h)->id;
+    return id == EMPTY ? -1 : (int64_t)id;
+}
+
+int64_t bpe_vocab_find(const BpeModel *m, const uint8_t *p, size_t n) {
+    return m->vocab_slots ? vocab_find(m, p, n, hash_bytes(p, n)) : -1;
+}
+
+/* Byte order, a prefix before the longer strings it begins: the tokens that share their first d bytes with
+ * a text then form one run of the sorted list, and the one of exactly d bytes, if any, comes first. */
+static int added_order(const void *x, const void *y) {
+    const BpeAdded *a = x, *b = y;
+    int c = memcmp(a->bytes, b->bytes, a->len < b->len ? a->len : b->len);
+    return c ? c : (a->len > b->len) - (a->len < b->len);
+}
+
+int bpe_added_index(BpeModel *m) {
+    qsort(m->added, m->n_added, sizeof *m->added, added_order);
+    for (uint32_t i = 1; i < m->n_added; i++)
+        if (!added_order(&m->added[i - 1], &m->added[i])) return 0;
+    uint32_t k = 0;
+    for (int b = 0; b <= 256; b++) {
+        while (k < m->n_added && m->added[k].bytes[0] < b) k++;
+        m->added_range[b] = k;
     }
-    if (fclose(f) != 0) bpe_die(path, strerror(errno));
+    return 1;
 }
 
-/* ---------- UTF-8 and character classes ---------- */
+static uint8_t added_byte(const Model *m, uint32_t i, size_t d) { return m->added[i].bytes[d]; }
 
-/* Offset of the first byte that is not part of valid UTF-8 (strict: no overlongs, surrogates or
- * code points above U+10FFFF), or len when all of it is valid. */
-static size_t utf8_invalid_at(const uint8_t *s, size_t len) {
-    size_t i = 0;
-    while (i < len) {
-        uint8_t c = s[i];
-        if (c < 0x80) { i++; continue; }
-        int n = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1;
-        if (c < 0xC2 || c > 0xF4 || i + (size_t)n >= len) return i;
-        uint32_t cp = c & (0x3F >> n);
-        for (int k = 1; k <= n; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-            cp = cp << 6 | (s[i + k] & 0x3F);
-        }
-        if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
-            (cp >= 0xD800 && cp <= 0xDFFF))
-            return i;
-        i += (size_t)n + 1;
+/* Narrows the run [lo, hi) of tokens longer than d bytes to those whose byte d is c. */
+static void narrow(const Model *m, uint32_t *lo, uint32_t *hi, size_t d, uint8_t c) {
+    uint32_t a = *lo, b = *hi;
+    while (a < b) {
+        uint32_t mid = a + (b - a) / 2;
+        if (added_byte(m, mid, d) < c) a = mid + 1; else b = mid;
     }
-    return len;
+    uint32_t e = a, f = *hi;
+    while (e < f) {
+        uint32_t mid = e + (f - e) / 2;
+        if (added_byte(m, mid, d) <= c) e = mid + 1; else f = mid;
+    }
+    *lo = a;
+    *hi = e;
 }
 
-/* Decodes the (already validated) character at s; *n gets its byte length. */
-static uint32_t utf8_decode(const uint8_t *s, int *n) {
-    uint8_t c = s[0];
-    if (c < 0x80) { *n = 1; return c; }
-    int k = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1;
-    uint32_t cp = c & (0x3F >> k);
-    for (int i = 1; i <= k; i++) cp = cp << 6 | (s[i] & 0x3F);
-    *n = k + 1;
-    return cp;
+/* The longest added token that s[p, end) begins with (its index in m->added), or -1. */
+static int64_t added_at(const Model *m, const uint8_t *s, size_t p, size_t end) {
+    uint32_t lo = m->added_range[s[p]], hi = m->added_range[s[p] + 1];
+    int64_t best = -1;
+    for (size_t d = 1; lo < hi; d++) {
+        if (m->added[lo].len == d) best = lo++;
+        if (p + d >= end || lo >= hi) break;
+        narrow(m, &lo, &hi, d, s[p + d]);
+    }
+    return best;
 }
 
-/* Unicode White_Space, which is what \s means in the `regex` module GPT-2's encoder.py used (not JS's
- * \s: that adds U+FEFF and drops U+0085). The property has not changed since Unicode 6.3. */
+/* The next position in text[p, end) where an added token may begin: memchr's speed when all begin with one
+ * byte, as Llama 3's, Qwen2's and GPT-2's do ('<'). */
+static size_t next_candidate(const Model *m, const uint8_t *text, size_t p, size_t end) {
+    if (m->added_range[m->added[0].bytes[0] + 1] == m->n_added) {
+        const uint8_t *c = memchr(text + p, m->added[0].bytes[0], end - p);
+        return c ? (size_t)(c - text) : end;
+    }
+    while (p < end && m->added_range[text[p]] == m->added_range[text[p] + 1]) p++;
+    return p;
+}
+
+int bpe_next_added(const BpeModel *m, const uint8_t *text, size_t from, size_t end, size_t *at, size_t *len, uint32_t *id) {
+    if (!m->n_added) return 0;
+    for (size_t p = from; (p = next_candidate(m, text, p, end)) < end; p++) {
+        int64_t k = added_at(m, text, p, end);
+        if (k < 0) continue;
+        *at = p;
+        *len = m->added[k].len;
+        *id = m->added[k].id;
+        return 1;
+    }
+    return 0;
+}
+
+/* ---------- character classes ---------- */
+
+/* Unicode White_Space: \s in GPT-2's `regex` module, in Hugging Face tokenizers' Oniguruma and in
+ * tiktoken (not JavaScript's \s, which adds U+FEFF and drops U+0085). Unchanged since Unicode 6.3. */
 static int is_white_space(uint32_t c) {
     return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
            (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
@@ -145,70 +217,189 @@ static inline int char_class(uint32_t c) {
     return UC_OTHER;
 }
 
-static inline int class_at(const uint8_t *s, size_t i, int *n) {
+static inline int class_at(const Model *m, const uint8_t *s, size_t i, int *n) {
     if (s[i] < 0x80) { *n = 1; return ASCII_CLASS[s[i]]; }
-    return char_class(utf8_decode(s + i, n));
+    uint32_t c = utf8_decode(s + i, n);
+    return c < 0x10000 ? m->bmp_class[c] : char_class(c);
+}
+
+/* The class of every character below U+10000, for the scanners: most text needs no search then. */
+static void build_classes(Model *m) {
+    m->bmp_class = xmalloc(0x10000);
+    for (uint32_t c = 0; c < 0x10000; c++) m->bmp_class[c] = (uint8_t)char_class(c);
+}
+
+/* ---------- the compact merges file ---------- */
+
+static int read_exact(FILE *f, void *buf, size_t n) { return fread(buf, 1, n, f) == n; }
+
+static void load_compact(Model *m, const char *path, FILE *f) {
+    int32_t hdr[4];
+    uint32_t bytes[256];
+    if (!read_exact(f, hdr, sizeof hdr) || hdr[0] != GPT2TOK_MAGIC || hdr[1] != 1 || hdr[2] <= 0 ||
+        hdr[2] >= (int32_t)BPE_MAX_VOCAB || !read_exact(f, bytes, sizeof bytes))
+        fail("%s: not a gpt2tok model file", path);
+    for (int i = 0; i < 256; i++) {
+        if (bytes[i] > 0xffff) fail("%s: byte id out of range", path);
+        m->byte_id[i] = bytes[i];
+    }
+    bpe_merges_reserve(m, (size_t)hdr[2]);
+    for (int32_t r = 0; r < hdr[2]; r++) {
+        uint32_t t[3];
+        if (!read_exact(f, t, sizeof t) || t[0] > 0xffff || t[1] > 0xffff || t[2] > 0xffff)
+            fail("%s: truncated or corrupt merges", path);
+        bpe_merge_add(m, t[0], t[1], (uint32_t)r, t[2]);   /* a repeated pair keeps its first rank */
+    }
+}
+
+/* The whole file, NUL-terminated: tokenizer.json's text. */
+static char *read_text(const char *path, FILE *f) {
+    if (fseek(f, 0, SEEK_END) != 0) fail("%s: %s", path, strerror(errno));
+    long size = ftell(f);
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) fail("%s: %s", path, strerror(errno));
+    if (size >= (1L << 31)) fail("%s: larger than 2 GiB", path);
+    char *text = xmalloc((size_t)size + 1);
+    if (!read_exact(f, text, (size_t)size)) fail("%s: %s", path, ferror(f) ? strerror(errno) : "file shrank while reading");
+    text[size] = 0;
+    const char *nul = memchr(text, 0, (size_t)size);
+    if (nul) fail("%s: a NUL byte at byte %td", path, nul - text);
+    return text;
+}
+
+void bpe_model_load(BpeModel *m, const char *path) {
+    memset(m, 0, sizeof *m);
+    FILE *f = xfopen(path, "rb");
+    int c;
+    while ((c = getc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r') {}
+    if (c == '{') {
+        char *text = read_text(path, f);
+        if (fclose(f) != 0) fail("%s: %s", path, strerror(errno));
+        bpe_model_load_json(m, path, text);
+        build_classes(m);
+        return;
+    }
+    if (fseek(f, 0, SEEK_SET) != 0) fail("%s: %s", path, strerror(errno));
+    m->pattern = BPE_PATTERN_GPT2;
+    load_compact(m, path, f);
+    if (fclose(f) != 0) fail("%s: %s", path, strerror(errno));
+    build_classes(m);
+}
+
+void bpe_model_free(BpeModel *m) {
+    free(m->merges); free(m->bytes); free(m->offset); free(m->vocab_slots); free(m->added); free(m->bmp_class);
+    memset(m, 0, sizeof *m);
 }
 
 /* ---------- pre-tokenization ----------
- * The pattern: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * piece_end returns where the piece starting at i ends. `end` is the end of this chunk; nonspace_after
- * says the document goes on past it with a non-space character (how chunks are cut), which decides the
- * (?!\S) lookahead at the chunk's end. */
+ * Each scanner returns where the piece starting at i ends. `end` is the end of this span; nonspace_after
+ * says the section goes on past it with a non-space character (how spans are cut), which decides the
+ * (?!\S) lookahead at the span's end. */
 
-static size_t contraction_end(const uint8_t *s, size_t i, size_t end) {
+/* 's|'t|'re|'ve|'m|'ll|'d, or with fold (?i:...) of them: the letters are ASCII, so | 0x20 folds them
+ * exactly (only 'S' and 's' become 's', and so on). */
+static size_t contraction_end(const uint8_t *s, size_t i, size_t end, uint8_t fold) {
     if (i + 1 >= end) return 0;
-    uint8_t a = s[i + 1];
+    uint8_t a = s[i + 1] | fold;
     if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
     if (i + 2 >= end) return 0;
-    uint8_t b = s[i + 2];
+    uint8_t b = s[i + 2] | fold;
     if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
     return 0;
 }
 
-static size_t run_end(const uint8_t *s, size_t j, size_t end, int cls) {
+static size_t run_end(const Model *m, const uint8_t *s, size_t j, size_t end, int cls) {
     int n;
-    while (j < end && class_at(s, j, &n) == cls) j += (size_t)n;
+    while (j < end && class_at(m, s, j, &n) == cls) j += (size_t)n;
     return j;
 }
 
-static size_t piece_end(const uint8_t *s, size_t i, size_t end, int nonspace_after) {
+static int is_newline(uint8_t c) { return c == '\r' || c == '\n'; }
+
+/* A whitespace run at i: with newlines (crlf, \s*[\r\n]+) up to just after its last \r or \n; else the run,
+ * minus its last character when a non-space follows (\s+(?!\S): that one joins the next piece or stands
+ * alone), but never less than one character (\s+). */
+static size_t space_end(const Model *m, const uint8_t *s, size_t i, size_t end, int nonspace_after, int crlf) {
+    size_t j = i, last = i, after_newline = 0;
     int n;
-    if (s[i] == '\'') {
-        size_t e = contraction_end(s, i, end);
-        if (e) return e;
+    while (j < end && class_at(m, s, j, &n) == UC_WS) {
+        if (is_newline(s[j])) after_newline = j + 1;
+        last = j;
+        j += (size_t)n;
     }
-    int cls = class_at(s, i, &n);
-    size_t j = i + (size_t)n;
-    if (s[i] == ' ' && j < end) {
-        int n2, next = class_at(s, j, &n2);
-        if (next != UC_WS) return run_end(s, j, end, next);
-    }
-    if (cls != UC_WS) return run_end(s, j, end, cls);
-    /* Whitespace: the run, minus its last character when a non-space follows (that one joins the next
-     * piece or stands alone), but never less than one character. */
-    size_t last = i;
-    while (j < end && class_at(s, j, &n) == UC_WS) { last = j; j += (size_t)n; }
+    if (crlf && after_newline) return after_newline;
     if (j == end && !nonspace_after) return j;
     return last > i ? last : j;
+}
+
+/* GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
+static size_t piece_end_gpt2(const Model *m, const uint8_t *s, size_t i, size_t end, int nonspace_after) {
+    int n;
+    if (s[i] == '\'') {
+        size_t e = contraction_end(s, i, end, 0);
+        if (e) return e;
+    }
+    int cls = class_at(m, s, i, &n);
+    size_t j = i + (size_t)n;
+    if (s[i] == ' ' && j < end) {
+        int n2, next = class_at(m, s, j, &n2);
+        if (next != UC_WS) return run_end(m, s, j, end, next);
+    }
+    if (cls != UC_WS) return run_end(m, s, j, end, cls);
+    return space_end(m, s, i, end, nonspace_after, 0);
+}
+
+/* Llama 3 (digits = 3) and Qwen2 (digits = 1):
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * with \p{N} in place of \p{N}{1,3} for Qwen2. The alternatives in order: a contraction; letters, after one
+ * character that is neither a newline, a letter nor a number; up to `digits` numbers; punctuation (other),
+ * after an optional space, and the newlines right after it; whitespace. */
+static size_t piece_end_llama3(const Model *m, const uint8_t *s, size_t i, size_t end, int nonspace_after, int digits) {
+    int n, n2;
+    if (s[i] == '\'') {
+        size_t e = contraction_end(s, i, end, 0x20);
+        if (e) return e;
+    }
+    int cls = class_at(m, s, i, &n);
+    size_t j = i + (size_t)n;
+    if (cls == UC_L) return run_end(m, s, j, end, UC_L);
+    if (cls == UC_N) {
+        for (int k = 1; k < digits && j < end && class_at(m, s, j, &n2) == UC_N; k++) j += (size_t)n2;
+        return j;
+    }
+    int next = j < end ? class_at(m, s, j, &n2) : -1;
+    if (!is_newline(s[i]) && next == UC_L) return run_end(m, s, j + (size_t)n2, end, UC_L);
+    if (cls == UC_OTHER || (s[i] == ' ' && next == UC_OTHER)) {
+        size_t k = run_end(m, s, j, end, UC_OTHER);
+        while (k < end && is_newline(s[k])) k++;
+        return k;
+    }
+    return space_end(m, s, i, end, nonspace_after, 1);
+}
+
+static size_t piece_end(const Model *m, const uint8_t *s, size_t i, size_t end, int nonspace_after) {
+    switch (m->pattern) {
+    case BPE_PATTERN_LLAMA3: return piece_end_llama3(m, s, i, end, nonspace_after, 3);
+    case BPE_PATTERN_QWEN2: return piece_end_llama3(m, s, i, end, nonspace_after, 1);
+    default: return piece_end_gpt2(m, s, i, end, nonspace_after);
+    }
 }
 
 /* ---------- BPE ---------- */
 
 typedef BpeTokens Tokens;
 
-void bpe_tokens_push(BpeTokens *t, uint16_t id) {
+void bpe_tokens_push(BpeTokens *t, uint32_t id) {
     if (t->n == t->cap) {
         t->cap = t->cap ? 2 * t->cap : 1024;
-        t->v = bpe_xrealloc(t->v, t->cap * sizeof *t->v);
+        t->v = xrealloc(t->v, t->cap * sizeof *t->v);
     }
     t->v[t->n++] = id;
 }
 
-typedef struct { uint32_t rank; uint32_t pos; uint16_t a, b; } HeapItem;
+typedef struct { uint32_t rank; uint32_t pos; uint32_t a, b; } HeapItem;
 
 typedef struct {            /* per-thread scratch for merging one piece */
-    uint16_t *id;
+    uint32_t *id;
     uint32_t *rank;         /* naive: rank of (id[i], id[i+1]) */
     int32_t *prev, *next;   /* heap: linked list over the piece's symbols */
     HeapItem *heap;
@@ -218,31 +409,34 @@ typedef struct {            /* per-thread scratch for merging one piece */
 static void scratch_reserve(Scratch *s, size_t n) {
     if (n <= s->cap) return;
     s->cap = n * 2;
-    s->id = bpe_xrealloc(s->id, s->cap * sizeof *s->id);
-    s->rank = bpe_xrealloc(s->rank, s->cap * sizeof *s->rank);
-    s->prev = bpe_xrealloc(s->prev, s->cap * sizeof *s->prev);
-    s->next = bpe_xrealloc(s->next, s->cap * sizeof *s->next);
+    s->id = xrealloc(s->id, s->cap * sizeof *s->id);
+    s->rank = xrealloc(s->rank, s->cap * sizeof *s->rank);
+    s->prev = xrealloc(s->prev, s->cap * sizeof *s->prev);
+    s->next = xrealloc(s->next, s->cap * sizeof *s->next);
 }
 
-static uint32_t pair_rank(const Model *m, uint16_t a, uint16_t b) {
+static uint32_t pair_rank(const Model *m, uint32_t a, uint32_t b) {
     const MergeSlot *s = merge_find(m, a, b);
-    return s ? s->rank : UINT32_MAX;
+    return s ? s->rank : EMPTY;
 }
 
-/* Lowest rank first, leftmost among equals: the same order as encoder.py's merge-all-occurrences loop,
- * because a pair containing a freshly merged token always ranks after the merge that made it. */
-static size_t bpe_naive(const Model *m, uint16_t *id, uint32_t *rank, size_t n) {
+/* Lowest rank first, leftmost among equals: the order of encoder.py's merge-all-occurrences loop and of
+ * Hugging Face's priority queue, because a pair containing a freshly merged token always ranks after the
+ * merge that made it. */
+static size_t bpe_naive(const Model *m, uint32_t *id, uint32_t *rank, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++)   /* the table is megabytes: its misses overlap when asked for together */
+        __builtin_prefetch(&m->merges[hash64((uint64_t)id[i] << 32 | id[i + 1]) & m->merge_mask]);
     for (size_t i = 0; i + 1 < n; i++) rank[i] = pair_rank(m, id[i], id[i + 1]);
     while (n > 1) {
         size_t best = 0;
         for (size_t i = 1; i + 1 < n; i++) if (rank[i] < rank[best]) best = i;
-        if (rank[best] == UINT32_MAX) break;
+        if (rank[best] == EMPTY) break;
         id[best] = merge_find(m, id[best], id[best + 1])->merged;
         memmove(id + best + 1, id + best + 2, (n - best - 2) * sizeof *id);
         memmove(rank + best + 1, rank + best + 2, (n - best - 2) * sizeof *rank);
         n--;
         if (best + 1 < n) rank[best] = pair_rank(m, id[best], id[best + 1]);
-        else rank[best] = UINT32_MAX;
+        else rank[best] = EMPTY;
         if (best > 0) rank[best - 1] = pair_rank(m, id[best - 1], id[best]);
     }
     return n;
@@ -255,7 +449,7 @@ static int heap_less(const HeapItem *x, const HeapItem *y) {
 static void heap_push(Scratch *s, size_t *len, HeapItem it) {
     if (*len == s->heap_cap) {
         s->heap_cap = s->heap_cap ? 2 * s->heap_cap : 1024;
-        s->heap = bpe_xrealloc(s->heap, s->heap_cap * sizeof *s->heap);
+        s->heap = xrealloc(s->heap, s->heap_cap * sizeof *s->heap);
     }
     size_t i = (*len)++;
     while (i > 0 && heap_less(&it, &s->heap[(i - 1) / 2])) { s->heap[i] = s->heap[(i - 1) / 2]; i = (i - 1) / 2; }
@@ -313,7 +507,7 @@ typedef struct { uint64_t hash; uint32_t key_off, ids_off; uint16_t key_len, ids
 typedef struct {
     CacheSlot *slots;
     uint8_t *keys;
-    uint16_t *ids;
+    uint32_t *ids;
     size_t used, keys_used, ids_used;
 } Cache;
 
@@ -326,16 +520,10 @@ static void cache_clear(Cache *c) {
 }
 
 static void cache_init(Cache *c) {
-    c->slots = bpe_xmalloc(CACHE_SLOTS * sizeof *c->slots);
-    c->keys = bpe_xmalloc(CACHE_KEY_BYTES);
-    c->ids = bpe_xmalloc(CACHE_IDS * sizeof *c->ids);
+    c->slots = xmalloc(CACHE_SLOTS * sizeof *c->slots);
+    c->keys = xmalloc(CACHE_KEY_BYTES);
+    c->ids = xmalloc(CACHE_IDS * sizeof *c->ids);
     cache_clear(c);
-}
-
-static uint64_t hash_bytes(const uint8_t *p, size_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001B3ULL;
-    return h | 1;   /* 0 marks an empty slot */
 }
 
 static CacheSlot *cache_slot(Cache *c, const uint8_t *p, size_t n, uint64_t h) {
@@ -347,7 +535,7 @@ static CacheSlot *cache_slot(Cache *c, const uint8_t *p, size_t n, uint64_t h) {
 }
 
 static void cache_put(Cache *c, CacheSlot *slot, const uint8_t *p, size_t n, uint64_t h,
-                      const uint16_t *ids, size_t k) {
+                      const uint32_t *ids, size_t k) {
     slot->hash = h;
     slot->key_off = (uint32_t)c->keys_used; slot->key_len = (uint16_t)n;
     slot->ids_off = (uint32_t)c->ids_used; slot->ids_len = (uint16_t)k;
@@ -356,23 +544,12 @@ static void cache_put(Cache *c, CacheSlot *slot, const uint8_t *p, size_t n, uin
     c->keys_used += n; c->ids_used += k; c->used++;
 }
 
-/* ---------- encoding a chunk ---------- */
+/* ---------- encoding a span ---------- */
 
 struct BpeWorker { const Model *m; Scratch s; Cache cache; };
 typedef BpeWorker Worker;
 
-static void encode_piece(Worker *w, const uint8_t *p, size_t n, Tokens *out) {
-    if (n == 1) { bpe_tokens_push(out, w->m->byte_id[p[0]]); return; }
-    uint64_t h = 0;
-    CacheSlot *slot = NULL;
-    if (n <= CACHE_MAX_PIECE) {
-        h = hash_bytes(p, n);
-        slot = cache_slot(&w->cache, p, n, h);
-        if (slot->hash) {
-            for (size_t i = 0; i < slot->ids_len; i++) bpe_tokens_push(out, w->cache.ids[slot->ids_off + i]);
-            return;
-        }
-    }
+static void merge_piece(Worker *w, const uint8_t *p, size_t n, CacheSlot *slot, uint64_t h, Tokens *out) {
     scratch_reserve(&w->s, n);
     for (size_t i = 0; i < n; i++) w->s.id[i] = w->m->byte_id[p[i]];
     size_t k = n <= NAIVE_MAX ? bpe_naive(w->m, w->s.id, w->s.rank, n) : bpe_heap(w->m, &w->s, n);
@@ -386,20 +563,51 @@ static void encode_piece(Worker *w, const uint8_t *p, size_t n, Tokens *out) {
     cache_put(c, slot, p, n, h, w->s.id, k);
 }
 
+static void encode_piece(Worker *w, const uint8_t *p, size_t n, Tokens *out) {
+    if (n == 1) { bpe_tokens_push(out, w->m->byte_id[p[0]]); return; }
+    uint64_t h = hash_bytes(p, n);
+    if (w->m->ignore_merges) {
+        int64_t id = vocab_find(w->m, p, n, h);
+        if (id >= 0) { bpe_tokens_push(out, (uint32_t)id); return; }
+    }
+    CacheSlot *slot = NULL;
+    if (n <= CACHE_MAX_PIECE) {
+        slot = cache_slot(&w->cache, p, n, h);
+        if (slot->hash) {
+            for (size_t i = 0; i < slot->ids_len; i++) bpe_tokens_push(out, w->cache.ids[slot->ids_off + i]);
+            return;
+        }
+    }
+    merge_piece(w, p, n, slot, h, out);
+}
+
+/* A section: text between added tokens, which the pattern sees as a whole text. */
+static void encode_section(Worker *w, const uint8_t *text, size_t start, size_t end, int nonspace_after, Tokens *out) {
+    for (size_t i = start; i < end;) {
+        size_t e = piece_end(w->m, text, i, end, nonspace_after);
+        encode_piece(w, text + i, e - i, out);
+        i = e;
+    }
+}
+
 size_t bpe_encode_span(BpeWorker *w, const uint8_t *text, size_t start, size_t end, int nonspace_after, BpeTokens *out) {
     size_t bad = utf8_invalid_at(text + start, end - start);
     if (bad != end - start) return start + bad;
-    for (size_t i = start; i < end;) {
-        size_t e = piece_end(text, i, end, nonspace_after);
-        encode_piece(w, text + i, e - i, out);
-        i = e;
+    size_t at, len;
+    uint32_t id;
+    for (size_t p = start; p < end; p = at + len) {
+        if (!bpe_next_added(w->m, text, p, end, &at, &len, &id)) {
+            encode_section(w, text, p, end, nonspace_after, out);
+            break;
+        }
+        encode_section(w, text, p, at, 0, out);
+        bpe_tokens_push(out, id);
     }
     return SIZE_MAX;
 }
 
 BpeWorker *bpe_worker_new(const BpeModel *m) {
-    BpeWorker *w = bpe_xmalloc(sizeof *w);
-    memset(w, 0, sizeof *w);
+    BpeWorker *w = xcalloc(1, sizeof *w);
     w->m = m;
     cache_init(&w->cache);
     return w;
@@ -411,5 +619,3 @@ void bpe_worker_free(BpeWorker *w) {
     free(w->cache.slots); free(w->cache.keys); free(w->cache.ids);
     free(w);
 }
-
-void bpe_model_free(BpeModel *m) { free(m->slots); }

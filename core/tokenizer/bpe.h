@@ -1,32 +1,73 @@
-/* bpe.h: GPT-2's encoder: pre-tokenization by GPT-2's pattern, then byte-level BPE merges, over the compact
- * merges file scripts/tokenize.py writes (gpt2_merges.bin beside gpt2_tokenizer.bin):
- *     int32 [20240601, 1, n_merges, 0], uint32 byte_id[256], n_merges x uint32 {a, b, merged}
- * Shared by the tokenizer tool (core/tokenizer/gpt2tok.c) and the trainer's -prompt, so both encode alike.
- * Errors end the process with one "error: ..." line (bpe_die). */
+/* bpe.h: the byte-level BPE encoder, one for every model it reads:
+ *   - a Hugging Face tokenizer.json of the byte-level kind (GPT-2, Llama 3, Qwen2), read by
+ *     core/tokenizer/tokenizer_json.c, which says what it accepts and refuses;
+ *   - the compact merges file scripts/tokenize.py writes for GPT-2 (gpt2_merges.bin beside gpt2_tokenizer.bin):
+ *       int32 [20240601, 1, n_merges, 0], uint32 byte_id[256], n_merges x uint32 {a, b, merged}
+ *     (GPT-2's pattern, no added tokens, no token table).
+ * A text is encoded as Hugging Face tokenizers does: its added tokens, matched literally (at each position
+ * the longest; the leftmost first), are split out and become their ids; each section between them is cut
+ * into pre-tokens by the model's pattern, and each pre-token's bytes are merged, lowest rank first. Token
+ * ids are uint32, below 2^24. Shared by the tokenizer tool (core/tokenizer/gpt2tok.c) and the trainer
+ * (-prompt's encoding, the samples' decoding), so all of them encode alike. Errors end the process with one
+ * "error: ..." line (fail). */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 
 #define GPT2TOK_MAGIC 20240601
+#define BPE_MAX_VOCAB (1u << 24)
 
-typedef struct { uint32_t key, rank, merged; } MergeSlot;   /* key = a << 16 | b; rank UINT32_MAX = empty */
+/* The pre-tokenizer patterns, each a hand-written scanner (bpe.c states the regular expressions). */
+typedef enum { BPE_PATTERN_GPT2, BPE_PATTERN_LLAMA3, BPE_PATTERN_QWEN2 } BpePattern;
+
+typedef struct { uint64_t key; uint32_t rank, merged; } MergeSlot;   /* key = a << 32 | b; rank UINT32_MAX: empty */
+typedef struct { const uint8_t* bytes; uint32_t len, id; } BpeAdded;
+typedef struct { uint32_t tag, id; } VocabSlot;   /* tag: the bytes' hash's high half; id UINT32_MAX: empty */
+
 typedef struct {
-    uint16_t byte_id[256];
-    MergeSlot *slots;
+    BpePattern pattern;
+    int ignore_merges;            /* a pre-token that is itself in the vocabulary is that one token */
+    uint32_t byte_id[256];
+    MergeSlot* merges;
+    uint32_t merge_mask;          /* slots - 1, a power of two minus one */
+    /* The token table: a tokenizer.json's; vocab_size 0 for the compact merges file. */
+    uint32_t vocab_size;          /* every id below it is a token */
+    uint8_t* bytes;               /* every token's bytes, each followed by a NUL */
+    uint32_t* offset;             /* token id's bytes: [offset[id], offset[id + 1] - 1) */
+    VocabSlot* vocab_slots;       /* the model vocabulary's bytes -> id, open addressing */
+    uint32_t vocab_mask;
+    BpeAdded* added;              /* the added tokens, sorted by their bytes */
+    uint32_t n_added;
+    uint32_t added_range[257];    /* those beginning with byte b: added[added_range[b] .. added_range[b + 1]) */
+    uint32_t doc_start;           /* the token before every document: the BOS, else the end-of-text token */
+    uint8_t *bmp_class;           /* the pattern's class of each character below U+10000 (bpe.c) */
 } BpeModel;
-typedef struct { uint16_t *v; size_t n, cap; } BpeTokens;
+typedef struct { uint32_t *v; size_t n, cap; } BpeTokens;
 typedef struct BpeWorker BpeWorker;   /* one thread's scratch and piece cache */
 
+/* Either kind of file, told apart by its first byte ('{' after any spaces: tokenizer.json). */
 void bpe_model_load(BpeModel *m, const char *path);
 void bpe_model_free(BpeModel *m);
+/* The bytes of token id (*len of them, NUL-terminated), or NULL past the token table. */
+const uint8_t *bpe_token_bytes(const BpeModel *m, uint32_t id, size_t *len);
+
 BpeWorker *bpe_worker_new(const BpeModel *m);
 void bpe_worker_free(BpeWorker *w);
 /* Appends the ids of text[start, end) to out. The text may go on past end: nonspace_after says whether a
  * non-space follows there (it decides where a whitespace run splits). Returns SIZE_MAX, or the offset of
  * the first byte that is not valid UTF-8 (then nothing is appended). */
 size_t bpe_encode_span(BpeWorker *w, const uint8_t *text, size_t start, size_t end, int nonspace_after, BpeTokens *out);
-void bpe_tokens_push(BpeTokens *t, uint16_t id);
+/* The first added token in text[from, end): 1 with where it starts (*at), its length and id; 0 when none. */
+int bpe_next_added(const BpeModel *m, const uint8_t *text, size_t from, size_t end, size_t *at, size_t *len, uint32_t *id);
+void bpe_tokens_push(BpeTokens *t, uint32_t id);
 
-void bpe_die(const char *label, const char *msg);   /* "error: label: msg", exit 1 */
-void *bpe_xmalloc(size_t n);
-void *bpe_xrealloc(void *p, size_t n);
+/* For the loaders. Merges: a table for n merges, then each pair once (0: the pair is there already).
+ * Vocabulary: token id's bytes (in the token table) found by bpe_vocab_find (0 from bpe_vocab_add: the same
+ * bytes have an id already). Added tokens: indexed once all are in m->added (0: two with the same bytes). */
+void bpe_merges_reserve(BpeModel *m, size_t n);
+int bpe_merge_add(BpeModel *m, uint32_t a, uint32_t b, uint32_t rank, uint32_t merged);
+void bpe_vocab_reserve(BpeModel *m, size_t n);
+int bpe_vocab_add(BpeModel *m, uint32_t id);
+int64_t bpe_vocab_find(const BpeModel *m, const uint8_t *p, size_t n);
+int bpe_added_index(BpeModel *m);
+void bpe_model_load_json(BpeModel *m, const char *path, char *text);   /* tokenizer_json.c; takes over text */

@@ -1,4 +1,4 @@
-// tokenizer.c: see tokenizer.h.
+// decode.c: see decode.h.
 #include "core/tokenizer/decode.h"
 
 #include <errno.h>
@@ -11,12 +11,29 @@
 
 struct Tokenizer {
     int vocab, eot;
-    size_t* offset;   // token i's NUL-terminated bytes start at text + offset[i]
+    size_t* offset;   // llm.c's file: token i's bytes are text[offset[i], offset[i + 1] - 1), then a NUL
     char* text;
+    BpeModel* bpe;    // a tokenizer.json: its model holds the tokens' bytes instead
 };
 
 static int32_t le32(const unsigned char* p) {
     return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+static Tokenizer* load_json(const char* path) {
+    Tokenizer* t = xcalloc(1, sizeof *t);
+    t->bpe = xmalloc(sizeof *t->bpe);
+    bpe_model_load(t->bpe, path);
+    t->vocab = (int)t->bpe->vocab_size;
+    t->eot = (int)t->bpe->doc_start;
+    return t;
+}
+
+// A tokenizer.json begins with '{' (after any spaces); llm.c's file with its magic's bytes.
+static int is_json(FILE* f) {
+    int c;
+    while ((c = getc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r') {}
+    return c == '{';
 }
 
 Tokenizer* tokenizer_load(const char* path) {
@@ -26,6 +43,11 @@ Tokenizer* tokenizer_load(const char* path) {
         fail("cannot stat tokenizer %s: %s", path, strerror(errno));
     }
     FILE* f = xfopen(path, "rb");   // before the size check: a FIFO's size of 0 would hide what it is
+    if (is_json(f)) {
+        if (fclose(f) != 0) fail("cannot close tokenizer %s: %s", path, strerror(errno));
+        return load_json(path);
+    }
+    rewind(f);
     if (size < TOK_HEADER_BYTES)
         fail("tokenizer %s is shorter than its %d-byte header (%lld bytes)", path, TOK_HEADER_BYTES, size);
     unsigned char h[TOK_HEADER_BYTES];
@@ -47,7 +69,7 @@ Tokenizer* tokenizer_load(const char* path) {
     Tokenizer* t = xcalloc(1, sizeof *t);
     t->vocab = vocab;
     t->eot = eot;
-    t->offset = xmalloc((size_t)vocab * sizeof *t->offset);
+    t->offset = xmalloc(((size_t)vocab + 1) * sizeof *t->offset);
     t->text = xmalloc((size_t)body + (size_t)vocab);   // each token: its bytes + NUL <= its length byte + bytes
     long long pos = 0;
     size_t out = 0;
@@ -64,26 +86,42 @@ Tokenizer* tokenizer_load(const char* path) {
     }
     if (pos != body)
         fail("tokenizer %s has trailing bytes: %lld bytes after its %d tokens", path, body - pos, vocab);
+    t->offset[vocab] = out;
     free(buf);
     return t;
 }
 
-const char* tokenizer_decode(const Tokenizer* t, int token) {
-    if (token < 0 || token >= t->vocab) return "";
+// Token `token`'s bytes (*len of them, NUL-terminated), or NULL outside the vocabulary.
+static const char* token_bytes(const Tokenizer* t, int token, size_t* len) {
+    if (token < 0 || token >= t->vocab) return NULL;
+    if (t->bpe) return (const char*)bpe_token_bytes(t->bpe, (uint32_t)token, len);
+    *len = t->offset[token + 1] - t->offset[token] - 1;
     return t->text + t->offset[token];
 }
 
+const char* tokenizer_decode(const Tokenizer* t, int token) {
+    size_t len;
+    const char* p = token_bytes(t, token, &len);
+    return p ? p : "";
+}
+
+// fwrite, not fputs: a token may hold a NUL byte (byte-level vocabularies have one for every byte).
 void tokenizer_write(const Tokenizer* t, int token, FILE* out) {
-    if (token >= 0 && token < t->vocab) fputs(t->text + t->offset[token], out);
+    size_t len;
+    const char* p = token_bytes(t, token, &len);
+    if (p) fwrite(p, 1, len, out);
     else fprintf(out, "<id %d>", token);
 }
 
 int tokenizer_eot(const Tokenizer* t) { return t->eot; }
+const BpeModel* tokenizer_bpe(const Tokenizer* t) { return t->bpe; }
 int tokenizer_eot_or_gpt2(const Tokenizer* t, int V) { return t ? t->eot : V > GPT2_EOT ? GPT2_EOT : V - 1; }
 int tokenizer_vocab(const Tokenizer* t) { return t->vocab; }
 
 void tokenizer_free(Tokenizer* t) {
     if (!t) return;
+    if (t->bpe) bpe_model_free(t->bpe);
+    free(t->bpe);
     free(t->offset);
     free(t->text);
     free(t);

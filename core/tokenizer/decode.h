@@ -1,9 +1,13 @@
-// tokenizer.h: llm.c's GPT-2 tokenizer file, for decoding sampled tokens to text (no encoding).
+// decode.h: the trainer's tokenizer, for decoding sampled tokens to text: llm.c's GPT-2 tokenizer file, or a
+// Hugging Face tokenizer.json, whose model (core/tokenizer/bpe.h) also encodes -prompt.
 //
-// File: 256 x int32 header [20240328, version, vocab_size, eot_token] (version 1 has no eot field: eot is
-// 50256), then per token a uint8 length and that many bytes. Little-endian.
+// llm.c's file: 256 x int32 header [20240328, version, vocab_size, eot_token] (version 1 has no eot field: eot
+// is 50256), then per token a uint8 length and that many bytes. Little-endian. A file whose first byte, after
+// any spaces, is '{' is read as a tokenizer.json (core/tokenizer/tokenizer_json.c).
 #pragma once
 #include <stdio.h>
+
+#include "core/tokenizer/bpe.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -12,13 +16,18 @@ extern "C" {
 typedef struct Tokenizer Tokenizer;
 
 // NULL if the file does not exist (callers then print token ids); one-line error + exit 1 if it exists
-// but is malformed (short header, wrong magic, unknown version, bad vocab/eot, truncated, trailing bytes).
+// but is malformed (short header, wrong magic, unknown version, bad vocab/eot, truncated, trailing bytes; a
+// tokenizer.json that tokenizer_json.c refuses).
 Tokenizer* tokenizer_load(const char* path);
 const char* tokenizer_decode(const Tokenizer* t, int token);   // NUL-terminated bytes; "" for ids out of range
 // Writes the token's bytes to out; an id beyond the vocabulary (a model larger than its tokenizer) as
 // "<id N>", so that no sampled token goes missing from the text.
 void tokenizer_write(const Tokenizer* t, int token, FILE* out);
+// Where samples start: llm.c's end-of-text token, or a tokenizer.json's document start (BpeModel.doc_start:
+// the token scripts/tokenize.py puts before every document).
 int tokenizer_eot(const Tokenizer* t);
+// A tokenizer.json's model, which encodes -prompt; NULL for llm.c's file.
+const BpeModel* tokenizer_bpe(const Tokenizer* t);
 // GPT-2's end-of-text id: version 1 files' (which do not record one), and the fallback below.
 #define GPT2_EOT 50256
 // The end-of-text id a model of V tokens starts its samples from: the tokenizer's; without a tokenizer file

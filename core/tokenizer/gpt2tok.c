@@ -1,15 +1,20 @@
-/* gpt2tok: the hot loop of scripts/tokenize.py — GPT-2 pre-tokenization and byte-level BPE.
+/* gpt2tok: the hot loop of scripts/tokenize.py: pre-tokenization and byte-level BPE (core/tokenizer/bpe.c).
  *
- * usage: gpt2tok MODEL [-t THREADS]
- *   MODEL   merges in the compact form scripts/tokenize.py writes (it owns the sha256 check):
+ * usage: gpt2tok MODEL [-t THREADS] [-w 2|4]   encode
+ *        gpt2tok MODEL --info                  "vocab_size V" and "doc_start ID" lines (tokenizer.json only)
+ *        gpt2tok MODEL --decode                uint32 ids on stdin -> their bytes on stdout (tokenizer.json only)
+ *   MODEL   a Hugging Face tokenizer.json (core/tokenizer/tokenizer_json.c says which), or GPT-2's merges in
+ *           the compact form scripts/tokenize.py writes (it owns the sha256 check of GPT-2's files):
  *           int32 [GPT2TOK_MAGIC, 1, n_merges, 0], uint32 byte_id[256], n_merges x uint32 {a, b, merged}
  *   stdin   documents: 'F' u32 n path[n]            (the helper reads the file itself)
  *                      'T' u32 n label[n] u64 m text[m]
- *   stdout  per document, in input order: u64 ntok, then ntok x uint16 token ids
- * Invalid UTF-8 or an unreadable/empty file ends the run with one "error: ..." line on stderr, exit 1.
+ *   stdout  per document, in input order: u64 ntok, then ntok token ids of -w bytes each (default 2)
+ * Invalid UTF-8, an unreadable/empty file or ids wider than -w end the run with one "error: ..." line on
+ * stderr, exit 1.
  *
- * Work is parallel over chunks of a batch of documents; chunks are cut only where the pattern is certain
- * to have a piece boundary, so the output does not depend on the thread count or the chunking. */
+ * Work is parallel over chunks of a batch of documents. The added tokens are found first, one pass over each
+ * document; the sections between them are cut only where every pattern is certain to have a piece boundary,
+ * so the output does not depend on the thread count or the chunking. */
 #include <errno.h>
 #include <omp.h>
 #include <stdint.h>
@@ -18,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/common.h"
 #include "core/tokenizer/bpe.h"
 
 #define BATCH_BYTES (8u << 20)   /* enough work per batch to keep every thread busy */
@@ -59,72 +65,91 @@ static size_t next_cut(const uint8_t *s, size_t from, size_t len) {
 static void add_chunk(Batch *b, size_t doc, size_t start, size_t end, int nonspace_after) {
     if (b->nchunks == b->cap_chunks) {
         b->cap_chunks = b->cap_chunks ? 2 * b->cap_chunks : 256;
-        b->chunks = bpe_xrealloc(b->chunks, b->cap_chunks * sizeof *b->chunks);
+        b->chunks = xrealloc(b->chunks, b->cap_chunks * sizeof *b->chunks);
     }
     b->chunks[b->nchunks++] = (Chunk){doc, start, end, nonspace_after, SIZE_MAX, {0}};
 }
 
-static void split_docs(Batch *b) {
+/* A section, text between added tokens: its end is the end of a text to the pattern. */
+static void split_section(Batch *b, size_t d, const uint8_t *text, size_t start, size_t end) {
+    while (start < end) {
+        size_t cut = end - start > 2 * CHUNK_BYTES ? next_cut(text, start + CHUNK_BYTES, end) : end;
+        add_chunk(b, d, start, cut, cut < end);
+        start = cut;
+    }
+}
+
+static void split_docs(Batch *b, const BpeModel *m) {
     b->nchunks = 0;
     for (size_t d = 0; d < b->ndocs; d++) {
         const Doc *doc = &b->docs[d];
-        size_t start = 0;
-        while (start < doc->len) {
-            size_t end = doc->len - start > 2 * CHUNK_BYTES ? next_cut(doc->text, start + CHUNK_BYTES, doc->len)
-                                                            : doc->len;
-            add_chunk(b, d, start, end, end < doc->len);
-            start = end;
+        size_t p = 0, at, len;
+        uint32_t id;
+        while (bpe_next_added(m, doc->text, p, doc->len, &at, &len, &id)) {
+            split_section(b, d, doc->text, p, at);
+            add_chunk(b, d, at, at + len, 0);   /* the added token alone, which encodes to its id */
+            p = at + len;
         }
+        split_section(b, d, doc->text, p, doc->len);
     }
 }
 
 static void write_all(const void *p, size_t n) {
-    if (fwrite(p, 1, n, stdout) != n) bpe_die("stdout", strerror(errno));
+    if (fwrite(p, 1, n, stdout) != n) fail("stdout: %s", strerror(errno));
+}
+
+/* A chunk's ids at `width` bytes each (the caller checked that they fit). */
+static void write_ids(const BpeTokens *t, int width) {
+    if (width == 4) { write_all(t->v, t->n * sizeof *t->v); return; }
+    uint16_t narrow[4096];
+    for (size_t i = 0; i < t->n; i += 4096) {
+        size_t k = t->n - i < 4096 ? t->n - i : 4096;
+        for (size_t j = 0; j < k; j++) narrow[j] = (uint16_t)t->v[i + j];
+        write_all(narrow, k * sizeof *narrow);
+    }
 }
 
 /* Emits each document's ids (or stops at the first bad document) and frees the batch. */
-static void flush_batch(Batch *b) {
+static void flush_batch(Batch *b, int width) {
     size_t c = 0;
     for (size_t d = 0; d < b->ndocs; d++) {
         uint64_t ntok = 0;
         size_t first = c;
         for (; c < b->nchunks && b->chunks[c].doc == d; c++) {
             if (b->chunks[c].bad_at != SIZE_MAX) {
-                char msg[96];
-                snprintf(msg, sizeof msg, "not valid UTF-8 at byte %zu", b->chunks[c].bad_at);
-                bpe_die(b->docs[d].label, msg);
+                fail("%s: not valid UTF-8 at byte %zu", b->docs[d].label, b->chunks[c].bad_at);
             }
             ntok += b->chunks[c].out.n;
         }
         write_all(&ntok, sizeof ntok);
-        for (size_t k = first; k < c; k++) write_all(b->chunks[k].out.v, b->chunks[k].out.n * sizeof(uint16_t));
+        for (size_t k = first; k < c; k++) write_ids(&b->chunks[k].out, width);
     }
     for (size_t k = 0; k < b->nchunks; k++) free(b->chunks[k].out.v);
     for (size_t d = 0; d < b->ndocs; d++) { free(b->docs[d].label); free(b->docs[d].text); }
     b->ndocs = b->bytes = b->nchunks = 0;
-    if (fflush(stdout) != 0) bpe_die("stdout", strerror(errno));
+    if (fflush(stdout) != 0) fail("stdout: %s", strerror(errno));
 }
 
-static void run_batch(Batch *b, BpeWorker **workers) {
-    split_docs(b);
+static void run_batch(Batch *b, const BpeModel *m, BpeWorker **workers, int width) {
+    split_docs(b, m);
     #pragma omp parallel for schedule(dynamic, 1)
     for (size_t k = 0; k < b->nchunks; k++)
         encode_chunk(workers[omp_get_thread_num()], b->docs[b->chunks[k].doc].text, &b->chunks[k]);
-    flush_batch(b);
+    flush_batch(b, width);
 }
 
 /* ---------- input ---------- */
 
 static uint8_t *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
-    if (!f) bpe_die(path, strerror(errno));
+    if (!f) fail("%s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(f), &st) != 0) bpe_die(path, strerror(errno));
-    if (!S_ISREG(st.st_mode)) bpe_die(path, "not a regular file");
-    if (st.st_size == 0) bpe_die(path, "empty file");
-    uint8_t *buf = bpe_xmalloc((size_t)st.st_size);
-    if (!read_exact(f, buf, (size_t)st.st_size)) bpe_die(path, ferror(f) ? strerror(errno) : "file shrank while reading");
-    if (fclose(f) != 0) bpe_die(path, strerror(errno));
+    if (fstat(fileno(f), &st) != 0) fail("%s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) fail("%s: not a regular file", path);
+    if (st.st_size == 0) fail("%s: empty file", path);
+    uint8_t *buf = xmalloc((size_t)st.st_size);
+    if (!read_exact(f, buf, (size_t)st.st_size)) fail("%s: %s", path, ferror(f) ? strerror(errno) : "file shrank while reading");
+    if (fclose(f) != 0) fail("%s: %s", path, strerror(errno));
     *len = (size_t)st.st_size;
     return buf;
 }
@@ -133,54 +158,96 @@ static uint8_t *read_file(const char *path, size_t *len) {
 static int read_doc(Doc *d) {
     int kind = getchar();
     if (kind == EOF) {
-        if (ferror(stdin)) bpe_die("stdin", strerror(errno));   /* a broken pipe is not the end of the corpus */
+        if (ferror(stdin)) fail("stdin: %s", strerror(errno));   /* a broken pipe is not the end of the corpus */
         return 0;
     }
     uint32_t n;
     if ((kind != 'F' && kind != 'T') || !read_exact(stdin, &n, sizeof n) || n > 65536)
-        bpe_die("stdin", "bad document record");
-    d->label = bpe_xmalloc(n + 1);
-    if (!read_exact(stdin, d->label, n)) bpe_die("stdin", "truncated document record");
+        fail("stdin: bad document record");
+    d->label = xmalloc(n + 1);
+    if (!read_exact(stdin, d->label, n)) fail("stdin: truncated document record");
     d->label[n] = 0;
     if (kind == 'F') { d->text = read_file(d->label, &d->len); return 1; }
     uint64_t m;
-    if (!read_exact(stdin, &m, sizeof m)) bpe_die("stdin", "truncated document record");
-    d->text = bpe_xmalloc((size_t)m);
+    if (!read_exact(stdin, &m, sizeof m)) fail("stdin: truncated document record");
+    d->text = xmalloc((size_t)m);
     d->len = (size_t)m;
-    if (!read_exact(stdin, d->text, d->len)) bpe_die("stdin", "truncated document record");
+    if (!read_exact(stdin, d->text, d->len)) fail("stdin: truncated document record");
     return 1;
 }
 
 static void add_doc(Batch *b, Doc d) {
     if (b->ndocs == b->cap_docs) {
         b->cap_docs = b->cap_docs ? 2 * b->cap_docs : 64;
-        b->docs = bpe_xrealloc(b->docs, b->cap_docs * sizeof *b->docs);
+        b->docs = xrealloc(b->docs, b->cap_docs * sizeof *b->docs);
     }
     b->docs[b->ndocs++] = d;
     b->bytes += d.len;
 }
 
-int main(int argc, char **argv) {
-    if (argc != 2 && !(argc == 4 && !strcmp(argv[2], "-t"))) {
-        fprintf(stderr, "usage: gpt2tok MODEL [-t THREADS]  (documents on stdin; see scripts/tokenize.py)\n");
-        return 2;
+/* ---------- --info and --decode ---------- */
+
+static void need_table(const BpeModel *m, const char *path, const char *flag) {
+    if (!m->vocab_size) fail("%s: %s needs a tokenizer.json (this is a compact merges file)", path, flag);
+}
+
+static void print_info(const BpeModel *m) {
+    if (printf("vocab_size %u\ndoc_start %u\n", m->vocab_size, m->doc_start) < 0 || fflush(stdout) != 0)
+        fail("stdout: %s", strerror(errno));
+}
+
+static void decode(const BpeModel *m) {
+    uint32_t id;
+    for (size_t k = 0; read_exact(stdin, &id, sizeof id); k++) {
+        size_t len;
+        const uint8_t *p = bpe_token_bytes(m, id, &len);
+        if (!p) fail("stdin: id %u (the %zu-th) is not below the vocabulary size %u", id, k, m->vocab_size);
+        write_all(p, len);
     }
-    if (argc == 4) {
-        int t = atoi(argv[3]);
-        if (t < 1) bpe_die("-t", "needs a positive thread count");
-        omp_set_num_threads(t);
-    }
-    BpeModel m;
-    bpe_model_load(&m, argv[1]);
+    if (ferror(stdin)) fail("stdin: %s", strerror(errno));
+    if (fflush(stdout) != 0) fail("stdout: %s", strerror(errno));
+}
+
+static void encode(const BpeModel *m, int width) {
     int nthreads = omp_get_max_threads();
-    BpeWorker **workers = bpe_xmalloc((size_t)nthreads * sizeof *workers);
-    for (int t = 0; t < nthreads; t++) workers[t] = bpe_worker_new(&m);
+    BpeWorker **workers = xmalloc((size_t)nthreads * sizeof *workers);
+    for (int t = 0; t < nthreads; t++) workers[t] = bpe_worker_new(m);
     Batch b = {0};
     Doc d;
     while (read_doc(&d)) {
         add_doc(&b, d);
-        if (b.bytes >= BATCH_BYTES) run_batch(&b, workers);
+        if (b.bytes >= BATCH_BYTES) run_batch(&b, m, workers, width);
     }
-    if (b.ndocs) run_batch(&b, workers);
+    if (b.ndocs) run_batch(&b, m, workers, width);
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: gpt2tok MODEL [-t THREADS] [-w 2|4] | MODEL --info | MODEL --decode  (see scripts/tokenize.py)\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return usage();
+    int width = 2, mode = 0;   /* 0: encode, 1: --info, 2: --decode */
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--info") || !strcmp(argv[i], "--decode")) mode = argv[i][2] == 'i' ? 1 : 2;
+        else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
+            int t = atoi(argv[++i]);
+            if (t < 1) fail("-t needs a positive thread count");
+            omp_set_num_threads(t);
+        } else if (!strcmp(argv[i], "-w") && i + 1 < argc) {
+            width = atoi(argv[++i]);
+            if (width != 2 && width != 4) fail("-w takes 2 or 4 (bytes per id)");
+        } else return usage();
+    }
+    BpeModel m;
+    bpe_model_load(&m, argv[1]);
+    if (mode) need_table(&m, argv[1], mode == 1 ? "--info" : "--decode");
+    if (mode == 1) print_info(&m);
+    else if (mode == 2) decode(&m);
+    else if (width == 2 && m.vocab_size > 65536)
+        fail("%s: -w 2 cannot hold the ids of its %u-token vocabulary: use -w 4", argv[1], m.vocab_size);
+    else encode(&m, width);
+    bpe_model_free(&m);
     return 0;
 }

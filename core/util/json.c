@@ -1,7 +1,9 @@
-// json.c: see json.h. A recursive-descent parser; values go into one growing table in document order.
+// json.c: see json.h. A recursive-descent parser; values go into one growing table in document order, and
+// strings are decoded where they stand in the parser's copy of the text (decoding never lengthens one), so
+// a large file costs no allocation per string.
 #include "core/util/json.h"
 
-#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -10,11 +12,12 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "core/util/utf8.h"
 
 typedef struct {
     Json* j;
     const char* start;
-    const char* p;
+    char* p;
     char* why;
     size_t why_size;
 } Parser;
@@ -42,53 +45,61 @@ static int add_value(Parser* ps, int parent, JsonType type, char* key) {
         if (!grown) fail("out of host memory parsing JSON");
         j->values = grown;
     }
-    j->values[j->count] = (JsonValue){.parent = parent, .type = type, .key = key, .string = NULL, .text = ps->p};
+    j->values[j->count] = (JsonValue){.parent = parent, .next = -1, .type = type, .key = key, .string = NULL, .text = ps->p};
     return j->count++;
 }
 
-static void put_utf8(char* out, size_t* n, unsigned cp) {
-    if (cp < 0x80) out[(*n)++] = (char)cp;
-    else if (cp < 0x800) {
-        out[(*n)++] = (char)(0xC0 | cp >> 6);
-        out[(*n)++] = (char)(0x80 | (cp & 0x3F));
-    } else {
-        out[(*n)++] = (char)(0xE0 | cp >> 12);
-        out[(*n)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[(*n)++] = (char)(0x80 | (cp & 0x3F));
-    }
+static int hex4(const char* s, unsigned* out) {
+    if (strspn(s, "0123456789abcdefABCDEF") < 4) return 0;
+    char hex[5] = {s[0], s[1], s[2], s[3], 0};
+    *out = (unsigned)strtoul(hex, NULL, 16);
+    return 1;
 }
 
-// The string at ps->p (its opening quote), decoded into a malloc'ed buffer; NULL on a malformed one.
+// The \u escape at s (its backslash), joined with the low half that must follow a high surrogate; *len gets
+// the escape's length in the text. 0 on a malformed or lone one, a surrogate half alone, or \u0000.
+static uint32_t unicode_escape(const char* s, int* len) {
+    unsigned hi, lo;
+    if (!hex4(s + 2, &hi) || hi == 0 || (hi >= 0xDC00 && hi <= 0xDFFF)) return 0;
+    *len = 6;
+    if (hi < 0xD800 || hi > 0xDBFF) return hi;
+    if (s[6] != '\\' || s[7] != 'u' || !hex4(s + 8, &lo) || lo < 0xDC00 || lo > 0xDFFF) return 0;
+    *len = 12;
+    return 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
+}
+
+// The string at ps->p (its opening quote), decoded in place and NUL-terminated; NULL on a malformed one.
 static char* parse_string(Parser* ps) {
-    const char* s = ++ps->p;
-    char* out = (char*)xmalloc(strlen(s) + 1);   // decoding never grows a string
-    size_t n = 0;
+    char *s = ++ps->p, *out = s, *dst = s;
     for (; *s != '"'; s++) {
         unsigned char c = (unsigned char)*s;
         if (c < 0x20) break;   // the end of the text, or a raw control character
         if (c != '\\') {
-            out[n++] = (char)c;
+            *dst++ = (char)c;
             continue;
         }
-        const char* plain = strchr("\"\\/bfnrt", *++s);
-        if (*s && plain) {
-            out[n++] = "\"\\/\b\f\n\r\t"[plain - "\"\\/bfnrt"];
-        } else if (*s == 'u' && strspn(s + 1, "0123456789abcdefABCDEF") >= 4) {
-            char hex[5] = {s[1], s[2], s[3], s[4], 0};
-            put_utf8(out, &n, (unsigned)strtoul(hex, NULL, 16));
-            s += 4;
+        const char* plain = s[1] ? strchr("\"\\/bfnrt", s[1]) : NULL;
+        int len = 0;
+        uint32_t cp;
+        if (plain) {
+            *dst++ = "\"\\/\b\f\n\r\t"[plain - "\"\\/bfnrt"];
+            s++;
+        } else if (s[1] == 'u' && (cp = unicode_escape(s, &len))) {
+            dst += utf8_encode(cp, (uint8_t*)dst);
+            s += len - 1;
         } else {
-            break;
+            ps->p = s;
+            refuse(ps, s[1] == 'u' ? "a \\u escape that is malformed, \\u0000 or half a surrogate pair" : "malformed escape");
+            return NULL;
         }
     }
     ps->p = s;
     if (*s != '"') {
-        free(out);
         refuse(ps, "malformed string");
         return NULL;
     }
     ps->p++;
-    out[n] = '\0';
+    *dst = '\0';   // at or before the closing quote, which the parser has passed
     return out;
 }
 
@@ -99,22 +110,20 @@ static int parse_members(Parser* ps, int self, int depth, int object) {
     ps->p++;
     skip_space(ps);
     if (*ps->p == close) return ps->p++, 1;
-    for (;;) {
+    for (int last = -1;;) {
         char* key = NULL;
         skip_space(ps);
         if (object) {
             if (*ps->p != '"') return refuse(ps, "expected a key");
             if (!(key = parse_string(ps))) return 0;
-            if (json_find(ps->j, self, key) >= 0) {
-                int ok = refuse(ps, "duplicate key \"%.60s\"", key);
-                free(key);
-                return ok;
-            }
             skip_space(ps);
-            if (*ps->p != ':') return free(key), refuse(ps, "expected ':'");
+            if (*ps->p != ':') return refuse(ps, "expected ':'");
             ps->p++;
         }
+        int member = ps->j->count;
         if (!parse_value(ps, self, key, depth + 1)) return 0;
+        if (last >= 0) ps->j->values[last].next = member;
+        last = member;
         skip_space(ps);
         if (*ps->p == close) return ps->p++, 1;
         if (*ps->p != ',') return refuse(ps, "expected ',' or '%c'", close);
@@ -123,7 +132,7 @@ static int parse_members(Parser* ps, int self, int depth, int object) {
 }
 
 static int parse_number(Parser* ps) {
-    const char* s = ps->p;
+    char* s = ps->p;
     s += *s == '-';
     size_t digits = strspn(s, "0123456789");
     if (!digits || (s[0] == '0' && digits > 1)) return refuse(ps, "malformed number");
@@ -141,10 +150,10 @@ static int parse_number(Parser* ps) {
     return 1;
 }
 
-// key: the value's key (owned by the table from here on), or NULL.
+// key: the value's key (decoded in the text), or NULL.
 static int parse_value(Parser* ps, int parent, char* key, int depth) {
     skip_space(ps);
-    if (depth > JSON_MAX_DEPTH) return free(key), refuse(ps, "nested deeper than %d", JSON_MAX_DEPTH);
+    if (depth > JSON_MAX_DEPTH) return refuse(ps, "nested deeper than %d", JSON_MAX_DEPTH);
     static const struct { const char* word; JsonType type; } words[] = {{"true", JSON_TRUE}, {"false", JSON_FALSE}, {"null", JSON_NULL}};
     char c = *ps->p;
     if (c == '{' || c == '[') return parse_members(ps, add_value(ps, parent, c == '{' ? JSON_OBJECT : JSON_ARRAY, key), depth, c == '{');
@@ -161,46 +170,87 @@ static int parse_value(Parser* ps, int parent, char* key, int depth) {
             return 1;
         }
     }
-    free(key);
     return c ? refuse(ps, "unexpected character '%c'", c) : refuse(ps, "unexpected end");
 }
 
-int json_parse(Json* j, const char* text, char* why, size_t why_size) {
+// An object with two members of one name: one pass over every key through a hash table, so that an
+// object of 100,000 members costs no more than 100,000 lookups.
+static int refuse_duplicate_keys(Parser* ps) {
+    const Json* j = ps->j;
+    size_t cap = 16;
+    while (cap < 2 * (size_t)j->count) cap *= 2;
+    int* slot = (int*)xmalloc(cap * sizeof(int));
+    memset(slot, 0xff, cap * sizeof(int));   // -1: empty
+    int ok = 1;
+    for (int i = 1; i < j->count && ok; i++) {
+        const JsonValue* v = &j->values[i];
+        if (!v->key) continue;
+        size_t k = fnv1a(FNV1A_START ^ (uint64_t)v->parent, v->key, strlen(v->key)) & (cap - 1);
+        for (; slot[k] >= 0 && ok; k = (k + 1) & (cap - 1)) {
+            const JsonValue* w = &j->values[slot[k]];
+            if (w->parent == v->parent && !strcmp(w->key, v->key)) {
+                ps->p = (char*)v->text;
+                ok = refuse(ps, "duplicate key \"%.60s\"", v->key);
+            }
+        }
+        slot[k] = i;
+    }
+    free(slot);
+    return ok;
+}
+
+int json_parse_buffer(Json* j, char* text, char* why, size_t why_size) {
     *j = (Json){0};
-    size_t n = strlen(text) + 1;
-    j->text = (char*)memcpy(xmalloc(n), text, n);
-    Parser ps = {.j = j, .start = j->text, .p = j->text, .why = why, .why_size = why_size};
+    j->text = text;
+    Parser ps = {.j = j, .start = text, .p = text, .why = why, .why_size = why_size};
+    size_t len = strlen(text), bad = utf8_invalid_at((const uint8_t*)text, len);
+    if (bad != len) return ps.p = text + bad, refuse(&ps, "not valid UTF-8");
     if (!parse_value(&ps, -1, NULL, 0)) return 0;
     skip_space(&ps);
-    return *ps.p == '\0' || refuse(&ps, "text after the value");
+    if (*ps.p != '\0') return refuse(&ps, "text after the value");
+    return refuse_duplicate_keys(&ps);
+}
+
+int json_parse(Json* j, const char* text, char* why, size_t why_size) {
+    size_t n = strlen(text) + 1;
+    return json_parse_buffer(j, (char*)memcpy(xmalloc(n), text, n), why, why_size);
 }
 
 void json_free(Json* j) {
-    for (int i = 0; i < j->count; i++) {
-        free(j->values[i].key);
-        free(j->values[i].string);
-    }
     free(j->values);
     free(j->text);
     *j = (Json){0};
 }
 
+int json_first(const Json* j, int i) {
+    if (i < 0 || i + 1 >= j->count || j->values[i + 1].parent != i) return -1;
+    return i + 1;
+}
+
+int json_next(const Json* j, int i) { return i < 0 ? -1 : j->values[i].next; }
+
+size_t json_offset(const Json* j, int i) { return (size_t)(j->values[i].text - j->text); }
+
 int json_find(const Json* j, int object, const char* key) {
     if (object < 0 || object >= j->count || j->values[object].type != JSON_OBJECT) return -1;
-    for (int i = object + 1; i < j->count; i++)
-        if (j->values[i].parent == object && !strcmp(j->values[i].key, key)) return i;
+    for (int i = json_first(j, object); i >= 0; i = j->values[i].next)
+        if (!strcmp(j->values[i].key, key)) return i;
     return -1;
 }
 
+// By hand, not strtoll: a tokenizer.json has hundreds of thousands of ids, and strtoll's locale costs.
 int json_get_int(const Json* j, int i, long long lo, long long hi, long long* out) {
     if (i < 0 || j->values[i].type != JSON_NUMBER) return 0;
     const char* s = j->values[i].text;
-    char* end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || strchr(".eE", *end)) return 0;   // beyond long long, or not a whole number as written
-    if (v < lo || v > hi) return 0;
-    *out = v;
+    int negative = *s == '-';
+    unsigned long long v = 0, limit = negative ? (unsigned long long)LLONG_MAX + 1 : LLONG_MAX;
+    for (s += negative; *s >= '0' && *s <= '9'; s++)
+        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, (unsigned long long)(*s - '0'), &v) || v > limit)
+            return 0;   // beyond long long
+    if (*s == '.' || *s == 'e' || *s == 'E') return 0;   // not a whole number as written
+    long long x = negative ? (long long)(0 - v) : (long long)v;
+    if (x < lo || x > hi) return 0;
+    *out = x;
     return 1;
 }
 

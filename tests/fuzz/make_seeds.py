@@ -5,6 +5,7 @@ Generated rather than committed so they follow the formats in docs/ARCHITECTURE.
 seed must load (exit 0); a "bad_" one must end in one "error:" line (exit 1): t_fuzz.sh checks both, so
 the harnesses are known to reach the deep paths before any fuzzing. Usage: make_seeds.py OUT_DIR
 """
+import json
 import os
 import random
 import struct
@@ -107,6 +108,23 @@ def tokenizer_file(rng, vocab, version=2, eot=None, random_tokens=None):
     return header(words) + body
 
 
+def tokenizer_json(**changes):
+    """A byte-level BPE tokenizer.json: 256 byte tokens, two merges, <|endoftext|>; changes replace top-level keys."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars = [chr(b) if b in keep else chr(256 + sum(1 for c in range(b) if c not in keep)) for b in range(256)]
+    vocab = {c: b for b, c in enumerate(chars)}
+    vocab.update({"\u0120t": 256, "\u0120th": 257})
+    doc = {"version": "1.0", "truncation": None, "padding": None, "normalizer": None,
+           "added_tokens": [{"id": 258, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                             "rstrip": False, "normalized": True, "special": True}],
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+           "post_processor": {"type": "ByteLevel"}, "decoder": {"type": "ByteLevel"},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "ignore_merges": True, "vocab": vocab,
+                     "merges": ["\u0120 t", ["\u0120t", "h"]]}}
+    doc.update(changes)
+    return json.dumps(doc, ensure_ascii=False).encode("utf-8")
+
+
 def eval_file(rng, examples, vocab, max_len, version=1, token_vocab=None):
     """An evaluation file of random examples (1..4 tokens per part, below token_vocab, default vocab); header words
     64 and 65 carry fuzz_evalfile.c's vocabulary and length limit."""
@@ -167,6 +185,8 @@ def main():
         "bad_v1_without_eot": tokenizer_file(rng, 30, version=1),
         "bad_truncated": tokenizer_file(rng, 20)[:-1],
         "bad_eot": tokenizer_file(rng, 20, eot=20),
+        "valid_json": tokenizer_json(),
+        "bad_json_normalizer": tokenizer_json(normalizer={"type": "NFC"}),
     }
     # Checkpoints: a parameter byte (stage | dtype << 2 | offload << 7), then the files separated by "FILE".
     s = FIXED
@@ -201,7 +221,9 @@ def main():
                        '"%s"' % le32(SHARD32_VERSION)],
         "model": ['"%s"' % le32(MODEL_MAGIC), '"\\x03\\x00\\x00\\x00"', '"\\x05\\x00\\x00\\x00"',
                   '"\\x80\\x00\\x00\\x00"', '"\\x00\\x01\\x00\\x00"'],
-        "tokenizer": ['"%s"' % le32(TOK_MAGIC), '"\\x02\\x00\\x00\\x00"', '"\\x01\\x00\\x00\\x00"'],
+        "tokenizer": ['"%s"' % le32(TOK_MAGIC), '"\\x02\\x00\\x00\\x00"', '"\\x01\\x00\\x00\\x00"'] +
+        ['"\\"%s\\""' % k for k in ("model", "vocab", "merges", "added_tokens", "pre_tokenizer", "post_processor",
+                                    "Sequence", "Split", "TemplateProcessing", "SpecialToken", "ignore_merges")],
         "checkpoint": ['"FILE"', '"%s"' % le32(STATE_MAGIC), '"%s"' % le32(MODEL_MAGIC)] +
         ['"\\"%s\\": "' % k for k in ("step", "tokens_per_step", "seed", "dp", "loss_scale", "clean_steps", "overflows_left")] +
         ['"%s"' % "".join("\\x%02x" % b for b in struct.pack("<q", total))],

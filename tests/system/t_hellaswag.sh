@@ -2,10 +2,12 @@
 # HellaSwag during training (-hs) on a synthetic set in HellaSwag's format (tests/tools/hellaswag_synth.py:
 # 40 examples a briefly trained model partly knows, 2 longer than -t):
 # - scripts/prepare_hellaswag.py writes the evaluation file from the jsonl, in 16-bit and 32-bit elements,
-#   and refuses bad input in one line without leaving an output file;
-# - a GPT-2 and a Llama model trained on the set's text: the trainer's count of correct examples at the last
-#   step equals scripts/reference.py's float64 count on the saved model, it beats the untrained model's, and
-#   the examples longer than -t are left out and counted as the reference counts them;
+#   with GPT-2's tokenizer and with a tokenizer.json (tests/tools/make_tiny_tokenizer.py's, learned from the
+#   set's text), and refuses bad input in one line without leaving an output file;
+# - a GPT-2 model (GPT-2's tokenizer) and a Llama model (the tokenizer.json) trained on the set's text: the
+#   trainer's count of correct examples at the last step equals scripts/reference.py's float64 count on the
+#   saved model, it beats the untrained model's, and the examples longer than -t are left out and counted as
+#   the reference counts them;
 # - every layout (2 and 3 replicas under -z 0..3, -offload, -pp with 1f1b, interleaved and zb, -tp, -tp -sp,
 #   -b not a multiple of 4) gives the one-rank count; so do the 32-bit file and the fenced build (the host
 #   code's use of device memory, as on a GPU);
@@ -18,17 +20,25 @@ mpi_or_skip hellaswag
 export OMP_NUM_THREADS=1
 
 $PYTHON tests/tools/hellaswag_synth.py "$TMP/set"
-$PYTHON scripts/tokenize.py --raw "$TMP/set/corpus.txt" -o "$TMP/corpus.bin" ||
+TOK=$TMP/tokenizer.json
+$PYTHON tests/tools/make_tiny_tokenizer.py "$TMP/set/corpus.txt" "$TOK" --merges 200 ||
+    { t_fail tiny_tokenizer "make_tiny_tokenizer.py failed"; t_finish; }
+{ $PYTHON scripts/tokenize.py --raw "$TMP/set/corpus.txt" -o "$TMP/corpus.bin" &&
+  $PYTHON scripts/tokenize.py --raw "$TMP/set/corpus.txt" -o "$TMP/corpus_tok.bin" --tokenizer "$TOK"; } ||
     { t_fail tokenize_corpus "tokenize.py failed"; t_finish; }
 $PYTHON scripts/prepare_hellaswag.py --jsonl "$TMP/set/synth.jsonl" -o "$TMP/hs16" > "$TMP/prep16.txt" 2>&1
 $PYTHON scripts/prepare_hellaswag.py --jsonl "$TMP/set/synth.jsonl" -o "$TMP/hs32" --token-bits 32 > "$TMP/prep32.txt" 2>&1
+$PYTHON scripts/prepare_hellaswag.py --jsonl "$TMP/set/synth.jsonl" -o "$TMP/hstok" --tokenizer "$TOK" > "$TMP/preptok.txt" 2>&1
 HS=$TMP/hs16/hellaswag_val.bin
 HS32=$TMP/hs32/hellaswag_val.bin
+HSTOK=$TMP/hstok/hellaswag_val.bin
 t_check prepare_writes_file "[ -s '$HS' ] && grep -q '^42 examples, 16-bit' '$TMP/prep16.txt'" "$(cat "$TMP/prep16.txt")"
+t_check prepare_tokenizer_json "[ -s '$HSTOK' ] && ! cmp -s '$HS' '$HSTOK'" "$(cat "$TMP/preptok.txt")"
 
 # The file as llm.c's reader takes it: header, then per example <0xFFFF><bytes><index><label><4><n><ctx>...,
-# each ending the tokens of " " + ending; read back here with numpy, encoded here with tokenize.py.
-py_check prepare_file_layout "$HS" "$HS32" "$TMP/set/synth.jsonl" <<'PY'
+# each ending the tokens of " " + ending; read back here with numpy, encoded here with tokenize.py (GPT-2's
+# tokenizer, or the tokenizer.json), with no document start before the context.
+py_check prepare_file_layout "$HS" "$HS32" "$TMP/set/synth.jsonl" "$HSTOK" "$TOK" <<'PY'
 import importlib.util, json, sys
 import numpy as np
 spec = importlib.util.spec_from_file_location("tk", "scripts/tokenize.py")
@@ -36,8 +46,9 @@ tk = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tk)
 rows = [json.loads(l) for l in open(sys.argv[3])]
 texts = [t.encode() for r in rows for t in [r["ctx"]] + [" " + e for e in r["endings"]]]
-ids, _ = tk.encode_texts(texts)
-for path, dtype, version in ((sys.argv[1], "<u2", 1), (sys.argv[2], "<u4", 2)):
+gpt2, _ = tk.encode_texts(texts)
+tokjson, _ = tk.encode_texts(texts, sys.argv[5])
+for path, dtype, version, ids in ((sys.argv[1], "<u2", 1, gpt2), (sys.argv[2], "<u4", 2, gpt2), (sys.argv[4], "<u2", 1, tokjson)):
     data = open(path, "rb").read()
     h = np.frombuffer(data[:16], "<i4")
     el = np.frombuffer(data[1024:], dtype).tolist()
@@ -57,11 +68,15 @@ for path, dtype, version in ((sys.argv[1], "<u2", 1), (sys.argv[2], "<u4", 2)):
 print("ok")
 PY
 
-# Training: the accuracy at steps 0 and 60, against the reference on the step-60 model.
-flags=(-i "$TMP/corpus.bin" -j "" -t 32 -s 0)
-train() {   # dir, model spec
-    ./train_gpt_cpu -e "$2" "${flags[@]}" -b 8 -x 60 -l 3e-3 -u 5 -v 30 -hs "$HS" -o "$TMP/$1" > "$TMP/$1.txt" 2>&1 ||
-        t_fail "$1_trained" "exited non-zero: $(grep -m1 error "$TMP/$1.txt")"
+# Training: the accuracy at steps 0 and 60, against the reference on the step-60 model. GPT-2 reads GPT-2's
+# encoding, Llama the tokenizer.json's (its vocabulary: build/gpt2tok --info).
+flags=(-j "" -t 32 -s 0)
+gpt2_data=(-i "$TMP/corpus.bin" -hs "$HS")
+llama_data=(-i "$TMP/corpus_tok.bin" -hs "$HSTOK")
+train() {   # dir, model spec, data flags...
+    local dir=$1 model=$2; shift 2
+    ./train_gpt_cpu -e "$model" "$@" "${flags[@]}" -b 8 -x 60 -l 3e-3 -u 5 -v 30 -o "$TMP/$dir" > "$TMP/$dir.txt" 2>&1 ||
+        t_fail "${dir}_trained" "exited non-zero: $(grep -m1 error "$TMP/$dir.txt")"
 }
 # "C T D G": the step-60 count, its total, the dropped count the trainer printed, and the step-0 count.
 trainer_counts() {   # dir
@@ -74,10 +89,10 @@ print(last.get("hellaswag_correct", -1), last.get("hellaswag_total", -1), m.grou
       hs.get(0, {}).get("hellaswag_correct", -1))
 PY
 }
-against_reference() {   # name, dir
+against_reference() {   # name, dir, evaluation file
     local name=$1 dir=$2 c t d g rc rt rd rs
     read -r c t d g <<< "$(trainer_counts "$dir")"
-    $PYTHON scripts/reference.py -e "$TMP/$dir/ckpt_000060/model.bin" -t 32 --hellaswag "$HS" > "$TMP/$dir.ref" 2>&1 ||
+    $PYTHON scripts/reference.py -e "$TMP/$dir/ckpt_000060/model.bin" -t 32 --hellaswag "$3" > "$TMP/$dir.ref" 2>&1 ||
         t_fail "${name}_reference" "$(tail -1 "$TMP/$dir.ref")"
     read -r rc rt rd rs <<< "$(sed -n 's|^hellaswag: \([0-9]*\)/\([0-9]*\) correct, \([0-9]*\) dropped, \([0-9]*\) by the summed loss|\1 \2 \3 \4|p' "$TMP/$dir.ref")"
     local gap; gap=$(sed -n 's/^min_gap: //p' "$TMP/$dir.ref")
@@ -91,11 +106,11 @@ against_reference() {   # name, dir
     t_check "${name}_learned_not_all" "[ '$c' -gt '$g' ] && [ '$c' -lt '$t' ]" "step 0: $g, step 60: $c of $t"
 }
 gpt2="L4C64H4V4096T64"
-llama="llama:L4,C64,H4,K2,F128,V4096,T64,tied"
-train gpt2 "$gpt2"
-train llama "$llama"
-against_reference gpt2 gpt2
-against_reference llama llama
+llama="llama:L4,C64,H4,K2,F128,V$(build/gpt2tok "$TOK" --info | sed -n 's/^vocab_size //p'),T64,tied"
+train gpt2 "$gpt2" "${gpt2_data[@]}"
+train llama "$llama" "${llama_data[@]}"
+against_reference gpt2 gpt2 "$HS"
+against_reference llama llama "$HSTOK"
 t_check hellaswag_on_console "grep -q '^step 60 | hellaswag [0-9]*/40 = 0\.[0-9]*$' '$TMP/gpt2.txt'" "$(grep -m1 'hellaswag [0-9]' "$TMP/gpt2.txt")"
 t_check hellaswag_logged_each_eval "[ \$(grep -c '\"hellaswag_acc\"' '$TMP/gpt2/log.jsonl') = 3 ]" \
     "$(grep -c hellaswag_acc "$TMP/gpt2/log.jsonl") records, not 3 (steps 0, 30, 60)"
@@ -103,20 +118,21 @@ t_check hellaswag_logged_each_eval "[ \$(grep -c '\"hellaswag_acc\"' '$TMP/gpt2/
 # Layouts: the trained model evaluated once (-x 0) in each, against one rank.
 eval_count() {   # name, model, ranks, flags...: the count the run printed, in COUNT
     local name=$1 model=$2 np=$3; shift 3
-    "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu -e "$model" "${flags[@]}" -x 0 -v 1 -hs "$HS" "$@" > "$TMP/$name.txt" 2>&1 ||
+    "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu -e "$model" "${flags[@]}" -x 0 -v 1 "$@" > "$TMP/$name.txt" 2>&1 ||
         t_fail "$name" "exited non-zero: $(grep -m1 error "$TMP/$name.txt")"
     COUNT=$(sed -n 's|^step 0 \| hellaswag \([0-9]*/[0-9]*\) = .*|\1|p' "$TMP/$name.txt")
 }
-layouts() {   # family, model, layouts "name|ranks|flags"...
+layouts() {   # family, model, layouts "name|ranks|flags"...: the family's data flags come from ${family}_data
     local family=$1 model=$2 ref; shift 2
-    eval_count "${family}_one_rank" "$model" 1 -b 8
+    local -n data="${family}_data"
+    eval_count "${family}_one_rank" "$model" 1 "${data[@]}" -b 8
     ref=$COUNT
     trained=$(sed -n 's|^step 60 \| hellaswag \([0-9]*/[0-9]*\) = .*|\1|p' "$TMP/$family.txt")
     t_check "${family}_one_rank_as_trained" "[ -n '$ref' ] && [ '$ref' = '$trained' ]" "one rank $ref, at the end of training $trained"
     for layout in "$@"; do
         IFS='|' read -r name np extra <<< "$layout"
         # shellcheck disable=SC2086
-        eval_count "${family}_$name" "$model" "$np" $extra
+        eval_count "${family}_$name" "$model" "$np" "${data[@]}" $extra
         t_check "${family}_${name}_as_one_rank" "[ -n '$COUNT' ] && [ '$COUNT' = '$ref' ]" "$COUNT, one rank $ref"
     done
 }
@@ -126,11 +142,11 @@ layouts gpt2 "$TMP/gpt2/ckpt_000060/model.bin" "b3|1|-b 3" "z0|2|-b 8 -z 0" "z1_
     "pp2_tp2_z3|4|-b 8 -pp 2 -tp 2 -z 3"
 layouts llama "$TMP/llama/ckpt_000060/model.bin" "z3|2|-b 8 -z 3" "pp2_interleaved|2|-b 8 -ga 2 -pp 2 -ps interleaved -vp 2" \
     "tp2_sp|2|-b 8 -tp 2 -sp 1" "pp2_tp2_zb|4|-b 8 -pp 2 -tp 2 -ps zb -z 1"
-eval_count gpt2_32bit "$TMP/gpt2/ckpt_000060/model.bin" 1 -b 8 -hs "$HS32"
+eval_count gpt2_32bit "$TMP/gpt2/ckpt_000060/model.bin" 1 -i "$TMP/corpus.bin" -hs "$HS32" -b 8
 t_check gpt2_32bit_file_as_16bit "[ -n '$COUNT' ] && grep -q \"^step 0 | hellaswag $COUNT \" '$TMP/gpt2_one_rank.txt'" "$COUNT"
 # The fenced build (the host code as a GPU sees it, tests/system/t_fence.sh) on 2 stages, collectives poisoned.
 GPT_COMM_POISON=1 "${MPIRUN[@]}" -x GPT_COMM_POISON -np 2 build/train_gpt_fenced -e "$TMP/gpt2/ckpt_000060/model.bin" "${flags[@]}" \
-    -x 0 -v 1 -hs "$HS" -b 8 -pp 2 > "$TMP/fenced.txt" 2>&1 || t_fail gpt2_fenced "exited non-zero: $(grep -m1 error "$TMP/fenced.txt")"
+    "${gpt2_data[@]}" -x 0 -v 1 -b 8 -pp 2 > "$TMP/fenced.txt" 2>&1 || t_fail gpt2_fenced "exited non-zero: $(grep -m1 error "$TMP/fenced.txt")"
 t_check gpt2_fenced_as_one_rank "[ \"\$(grep '^step 0 | hellaswag' '$TMP/fenced.txt')\" = \"\$(grep '^step 0 | hellaswag' '$TMP/gpt2_one_rank.txt')\" ]" \
     "$(grep -m1 'hellaswag [0-9]' "$TMP/fenced.txt")"
 
@@ -138,7 +154,7 @@ t_check gpt2_fenced_as_one_rank "[ \"\$(grep '^step 0 | hellaswag' '$TMP/fenced.
 # forwards and leave it together, log no accuracy, checkpoint step 0 and exit 0 soon after the signal.
 for _ in $(seq 100); do cat "$TMP/set/synth.jsonl"; done > "$TMP/big.jsonl"
 $PYTHON scripts/prepare_hellaswag.py --jsonl "$TMP/big.jsonl" -o "$TMP/big" > /dev/null
-timeout -k 5 120 "${MPIRUN[@]}" -np 2 ./train_gpt_cpu -e "$TMP/gpt2/ckpt_000060/model.bin" "${flags[@]}" -b 1 -x 2 -v 1 \
+timeout -k 5 120 "${MPIRUN[@]}" -np 2 ./train_gpt_cpu -e "$TMP/gpt2/ckpt_000060/model.bin" "${flags[@]}" -i "$TMP/corpus.bin" -b 1 -x 2 -v 1 \
     -hs "$TMP/big/hellaswag_val.bin" -o "$TMP/stop" > "$TMP/stop.txt" 2>&1 &
 pid=$!
 term_rank_when_running "$TMP/stop.txt" "train_gpt_cpu .*$TMP/stop" 1   # step 0's evaluation runs for many seconds
@@ -155,7 +171,7 @@ t_check sigterm_during_hellaswag_logs_nothing "! grep -q hellaswag_acc '$TMP/sto
 # Bad files and flags: one line, before training.
 expect_error() {   # name, regex, trainer args...
     local name=$1 re=$2; shift 2
-    timeout -k 5 60 ./train_gpt_cpu -e "$gpt2" "${flags[@]}" -b 8 -x 1 -v 1 "$@" > "$TMP/out" 2> "$TMP/err"
+    timeout -k 5 60 ./train_gpt_cpu -e "$gpt2" "${flags[@]}" -i "$TMP/corpus.bin" -b 8 -x 1 -v 1 "$@" > "$TMP/out" 2> "$TMP/err"
     local rc=$? lines; lines=$(wc -l < "$TMP/err")
     if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ] && grep -Eq "^error: .*$re" "$TMP/err" && ! grep -q '^step' "$TMP/out"; then
         t_ok "$name"
@@ -203,7 +219,7 @@ prep_error prep_missing_key 'bad.jsonl:2: missing key "label"' "$good"$'\n''{"ct
 prep_error prep_label_outside 'bad.jsonl:1: "label" 4 is outside 0..3' '{"ctx": "a", "endings": ["a", "b", "c", "d"], "label": 4}'
 prep_error prep_three_endings 'bad.jsonl:1: "endings" has 3 endings, not 4' '{"ctx": "a", "endings": ["a", "b", "c"], "label": 1}'
 prep_error prep_not_json 'bad.jsonl:1: not a JSON object' '["ctx"]'
-prep_error prep_tokenizer_json "tokenizer.json support is not here yet" "$good" --tokenizer "$TMP/tokenizer.json"
+prep_error prep_tokenizer_missing "nothing.json: No such file" "$good" --tokenizer "$TMP/nothing.json"
 # A download that fails (a port nothing listens on) and one that works (a file: URL).
 rm -rf "$TMP/dl"
 $PYTHON scripts/prepare_hellaswag.py --url http://127.0.0.1:9/hellaswag_val.jsonl -o "$TMP/dl" > /dev/null 2> "$TMP/err"

@@ -1,7 +1,10 @@
-// test_json.c: core/util/json.c, the reader of the files the trainer reads back (checkpoint manifests, DONE):
-// lookups by key whatever the order and spacing, the value types and their ranges, decoded strings, and
-// the refusals (duplicate keys, deep nesting, malformed values, text after the value).
+// test_json.c: core/util/json.c, the reader of the files the trainer reads back (checkpoint manifests, DONE)
+// and of tokenizer.json: lookups by key whatever the order and spacing, the value types and their ranges,
+// decoded strings (surrogate pairs joined), walking members in order, and the refusals (duplicate keys in
+// small and large objects, deep nesting, malformed values, bad escapes, text that is not UTF-8, text after
+// the value) with the byte offset of the problem.
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/util/json.h"
@@ -27,6 +30,13 @@ static void lookups(TestStats* st) {
     check_true(st, "json_int_negative", ok && json_get_int(&j, json_find(&j, 0, "a"), -10, 10, &w) && w == -7);
     check_true(st, "json_int_range", ok && !json_get_int(&j, json_find(&j, 0, "a"), 0, 10, &w));
     check_true(st, "json_int_not_whole", ok && !json_get_int(&j, json_find(&j, 0, "f"), LLONG_MIN, LLONG_MAX, &w));
+    Json big;
+    long long lim = 0;
+    check_true(st, "json_int_limits", json_parse(&big, "[-9223372036854775808, 9223372036854775807, 9223372036854775808]", why, sizeof(why)) &&
+               json_get_int(&big, json_first(&big, 0), LLONG_MIN, LLONG_MAX, &lim) && lim == LLONG_MIN &&
+               json_get_int(&big, json_next(&big, json_first(&big, 0)), LLONG_MIN, LLONG_MAX, &lim) && lim == LLONG_MAX &&
+               !json_get_int(&big, json_next(&big, json_next(&big, json_first(&big, 0))), LLONG_MIN, LLONG_MAX, &lim));
+    json_free(&big);
     check_true(st, "json_number", ok && json_get_number(&j, json_find(&j, 0, "f"), &f) && f == 0.25);
     const char* s = ok ? json_get_string(&j, json_find(&j, 0, "s")) : NULL;
     check_true(st, "json_string_decoded", s && !strcmp(s, "q\"\\\xc3\xa9\n"));
@@ -46,9 +56,53 @@ static void refusals(TestStats* st) {
     check_true(st, "json_refuses_raw_control", !parses("[\"a\tb\"]") && !parses("{a: 1}"));
 }
 
+static void unicode(TestStats* st) {
+    Json j;
+    char why[160];
+    int ok = json_parse(&j, "[\"\\ud83d\\ude00 \\u00e9\", \"\xc3\xa9\"]", why, sizeof(why));
+    const char* pair = ok ? json_get_string(&j, json_first(&j, 0)) : NULL;
+    const char* raw = ok ? json_get_string(&j, json_next(&j, json_first(&j, 0))) : NULL;
+    check_true(st, "json_surrogate_pair_joined", pair && !strcmp(pair, "\xf0\x9f\x98\x80 \xc3\xa9"));
+    check_true(st, "json_raw_utf8_kept", raw && !strcmp(raw, "\xc3\xa9"));
+    json_free(&j);
+    check_true(st, "json_refuses_lone_surrogates", !parses("[\"\\ud83d\"]") && !parses("[\"\\ude00\"]") && !parses("[\"\\ud83dx\"]"));
+    check_true(st, "json_refuses_nul_escape", !parses("[\"a\\u0000\"]") && parses("[\"a\\u0001\"]"));
+    ok = json_parse(&j, "[\"ok\", \"caf\xe9\"]", why, sizeof(why));
+    check_true(st, "json_refuses_invalid_utf8_with_offset", !ok && strstr(why, "not valid UTF-8 at byte 11"));
+    json_free(&j);
+}
+
+// Members come back in document order; a large object's duplicate is found, and named by its offset.
+static void members(TestStats* st) {
+    enum { N = 20000 };
+    char* text = (char*)malloc(N * 24 + 64);
+    size_t n = (size_t)sprintf(text, "{");
+    for (int i = 0; i < N; i++) n += (size_t)sprintf(text + n, "%s\"k%d\": %d", i ? ", " : "", i, i);
+    sprintf(text + n, "}");
+    Json j;
+    char why[160];
+    int ok = json_parse(&j, text, why, sizeof(why)), seen = 0, in_order = ok;
+    for (int i = json_first(&j, 0); i >= 0; i = json_next(&j, i), seen++) {
+        long long v;
+        in_order &= json_get_int(&j, i, 0, N, &v) && v == seen;
+    }
+    check_true(st, "json_members_in_order", ok && in_order && seen == N && json_find(&j, 0, "k19999") > 0);
+    json_free(&j);
+    size_t dup_at = n - strlen("\"k19999\": 19999");
+    memcpy(text + dup_at, "\"k12345\"", 8);
+    ok = json_parse(&j, text, why, sizeof(why));
+    char want[64];
+    snprintf(want, sizeof(want), "duplicate key \"k12345\" at byte %zu", dup_at + 10);
+    check_true(st, "json_refuses_duplicate_in_large_object", !ok && strstr(why, want));
+    json_free(&j);
+    free(text);
+}
+
 int main(void) {
     TestStats st = {0};
     lookups(&st);
     refusals(&st);
+    unicode(&st);
+    members(&st);
     return test_exit(&st);
 }
