@@ -214,6 +214,7 @@ static void check_host_memory(const Trainer* tr) {
 static void check_disk_space(const Trainer* tr) {
     const Config* cfg = &tr->cfg;
     if (!cfg->nvme_dir) return;
+    make_dirs(cfg->nvme_dir);
     MemLedger plan = {{0}};
     plan_zero_states(&plan, tr->layout, cfg, cfg->zero_stage, tr->grid.dp);
     NvmeConfig mine = nvme_config(cfg, tr->rank);
@@ -433,6 +434,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     pipeline_create(&tr->pipe, g, &tr->plan);
     tr->scaler = loss_scaler_init(cfg->precision == DT_FP16, cfg->loss_scale);
     load_or_init_model(tr);
+    if (tr->model_states.disk) nvme_take_times(tr->model_states.disk);   // -lb's first step shows its own
     if (is_root(tr)) logger_open(&tr->log, cfg->out_dir, tr->first_step);
     if (is_root(tr)) print_setup(tr, comm);
     report_layout(&tr->log, tr->layout, cfg, g->dp, tr->first_step);

@@ -133,6 +133,7 @@ unsigned long long fs_free_bytes(const char* path) {
         else if (slash == p) p[1] = '\0';
         else *slash = '\0';
     }
+    if (st.f_blocks == 0) return ~0ull;   // a filesystem without a size (ramfs) reports no blocks at all
     return (unsigned long long)st.f_bavail * st.f_frsize;
 }
 

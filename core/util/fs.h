@@ -18,7 +18,8 @@ void sync_dir(const char* path);
 // process ends, however it ends. -1 when another process holds it; *holder is then its pid (-1 unknown).
 int lock_file(const char* path, long* holder);
 // Bytes an unprivileged write can still take on the filesystem of path, or of its nearest existing ancestor
-// when path does not exist yet. One-line error when neither can be inspected.
+// when path does not exist yet (the largest value for a filesystem without a size, such as ramfs). One-line
+// error when neither can be inspected.
 unsigned long long fs_free_bytes(const char* path);
 // Bytes of disk the regular file at path takes (its allocated blocks); 0 if it does not exist.
 unsigned long long file_disk_bytes(const char* path);

@@ -178,7 +178,7 @@ static void finish_job(NvmeStore* s, PoolBuf* b, int region) {
     b->busy[region] = 0;
 }
 
-// Waits for b's transfers (the time counts as waiting for the disk).
+// Waits for b's transfers (in a pass, the time counts as its wait for the disk).
 static void wait_buf(NvmeStore* s, PoolBuf* b) {
     double t0 = now_seconds();
     for (int r = 0; r < REGIONS; r++) {
@@ -186,7 +186,7 @@ static void wait_buf(NvmeStore* s, PoolBuf* b) {
         disk_io_wait(s->io, &b->job[r]);
         finish_job(s, b, r);
     }
-    s->times.wait += now_seconds() - t0;
+    if (s->in_pass) s->times.wait += now_seconds() - t0;
 }
 
 // Whether b's transfers are done (accounting for them if so), without waiting.
