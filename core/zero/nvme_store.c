@@ -393,14 +393,15 @@ const void* nvme_read_params(NvmeStore* s, size_t state, size_t n, void* buf) {
     DiskJob j = {.fd = s->fd[REC_PARAMS], .buf = buf, .bytes = (size_t)(z->off[REC_PARAMS] - a->off[REC_PARAMS]) + z->bytes[REC_PARAMS],
                  .offset = a->off[REC_PARAMS]};
     disk_job_run_here(&j);
-    check_job(s, REC_PARAMS, k0, &j);
-    for (int k = k0; k <= k1; k++) {
+    if (j.err) check_job(s, REC_PARAMS, k0, &j);
+    for (int k = k0; k <= k1; k++) {   // each chunk: whole, and as written
         const Chunk* c = &s->chunks[k];
-        char* at = (char*)buf + (c->off[REC_PARAMS] - a->off[REC_PARAMS]);
-        DiskJob one = {.buf = at, .bytes = c->bytes[REC_PARAMS], .got = c->bytes[REC_PARAMS], .offset = c->off[REC_PARAMS]};
-        if (!c->written[REC_PARAMS]) memset(at, 0, c->bytes[REC_PARAMS]);
-        else one.bad_sum = disk_checksum(at, c->bytes[REC_PARAMS]) != c->sum[REC_PARAMS];
-        check_job(s, REC_PARAMS, k, &one);
+        size_t at = (size_t)(c->off[REC_PARAMS] - a->off[REC_PARAMS]);
+        DiskJob one = {.bytes = c->bytes[REC_PARAMS], .offset = c->off[REC_PARAMS]};
+        one.got = j.got <= at ? 0 : j.got - at < one.bytes ? j.got - at : one.bytes;
+        if (!c->written[REC_PARAMS]) memset((char*)buf + at, 0, one.bytes);
+        else if (one.got == one.bytes) one.bad_sum = disk_checksum((char*)buf + at, one.bytes) != c->sum[REC_PARAMS];
+        if (c->written[REC_PARAMS]) check_job(s, REC_PARAMS, k, &one);
     }
     return buf;
 }
