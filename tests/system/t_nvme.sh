@@ -13,7 +13,6 @@ $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 512 --seed 6 >/dev/
 base=(-e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -v 0 -s 0 -l 1e-3 -u 2 -c 0.1 -sh 1)
 have_mpi=0
 mpi_available && have_mpi=1
-fields() { grep -o '"step": [0-9]*, "loss": [^,]*, "lr": [^,]*, "grad_norm": [^,]*' "$1"; }
 NV=(-nvme-chunk 2048)
 # A run started in the background with `train ... &` (pid: the subshell) and the trainer inside it, once its
 # log shows step STEP.
@@ -21,24 +20,6 @@ started() {   # subshell pid, out file, step
     local t=0
     until grep -q "^step  *$3/" "$2" 2>/dev/null || [ $t -gt 300 ]; do sleep 0.1; t=$((t + 1)); done
     pgrep -P "$1" -f train_gpt_cpu || echo "$1"
-}
-
-train() {   # ranks, out dir, flags...
-    local np=$1 out=$2; shift 2
-    if [ "$np" -gt 1 ]; then "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${base[@]}" "$@" -o "$out" > "$out.txt" 2>&1
-    else ./train_gpt_cpu "${base[@]}" "$@" -o "$out" > "$out.txt" 2>&1; fi
-}
-
-# Same log fields and checkpoint files (model.bin, every state file) at step STEP.
-same_run() {   # name, dir a, dir b, step
-    local a=$2 b=$3 ck=ckpt_$(printf %06d "$4") bad=""
-    [ -n "$(fields "$a/log.jsonl")" ] || bad="no steps in $a/log.jsonl"
-    [ -z "$bad" ] && ! diff <(fields "$a/log.jsonl") <(fields "$b/log.jsonl") > /dev/null && bad="losses or norms differ"
-    for f in "$a/$ck"/model.bin "$a/$ck"/state_rank*.bin; do
-        [ -z "$bad" ] && { [ -s "$f" ] || bad="$f missing"; }
-        [ -z "$bad" ] && ! cmp -s "$f" "$b/$ck/$(basename "$f")" && bad="$(basename "$f") differs"
-    done
-    if [ -z "$bad" ]; then t_ok "$1"; else t_fail "$1" "$bad"; fi
 }
 
 # -offload alone against -offload with -nvme, 4 steps; the disk directory is left empty at the end.
