@@ -2,10 +2,11 @@
 // the trainer's own adamw_host_spans) against the disk it streams through, measured in the same run, and
 // against the same update on state in host memory (-offload without -nvme).
 //   bench_nvme DIR [N_PARAMS] [fp32|bf16] [CHUNK]
-// The disk's floor: the bytes one pass must read (master, m, v) and write (those and the working copy),
-// each at the sequential bandwidth that O_DIRECT transfers of the pass's own size reach on DIR's disk (two
-// in flight, as the store keeps them), read and write measured apart. The parameters live on disk too, as
-// under -offload 2 -z 3. One line per measurement, then a JSON summary line.
+// The disk's floor: the bytes one pass must read (master, m, v) and write (those and the working copy) at
+// the sequential bandwidth that O_DIRECT transfers of the pass's own size reach on DIR's disk, two at a
+// time as the store moves them: read and write streams measured apart (their times added), and the two
+// streams at once (a disk that reads and writes at the same time beats the sum). The parameters live on
+// disk too, as under -offload 2 -z 3. One line per measurement, then a JSON summary line.
 #define _GNU_SOURCE   // O_DIRECT
 #include <errno.h>
 #include <fcntl.h>
@@ -30,53 +31,85 @@ static float* filled(size_t n, float base) {
     return p;
 }
 
-// Seconds to move `bytes` through fd sequentially in transfers of `io_bytes`, two in flight.
-static double stream(DiskIo* io, int fd, int write, char* bufs[2], size_t io_bytes, size_t bytes) {
-    DiskJob jobs[2];
-    int busy[2] = {0, 0};
-    double t0 = now_seconds();
-    size_t off = 0;
-    for (int k = 0; off < bytes || busy[0] || busy[1]; k = 1 - k) {
-        DiskJob* j = &jobs[k];
-        if (busy[k]) {
-            disk_io_wait(io, j);
-            if (j->err || j->got != j->bytes) fail("bench_nvme: a %s failed: %s", write ? "write" : "read", j->err ? strerror(j->err) : "short");
-            busy[k] = 0;
-        }
-        if (off >= bytes) continue;
-        size_t n = bytes - off < io_bytes ? bytes - off : io_bytes;
-        *j = (DiskJob){.fd = fd, .write = write, .buf = bufs[k], .bytes = (n + 4095) / 4096 * 4096, .offset = (long long)off};
-        disk_io_submit(io, j);
-        busy[k] = 1;
-        off += n;
+// One sequential stream of transfers through a file, two buffers of its own.
+typedef struct {
+    int fd, write;
+    char* buf[2];
+    size_t bytes, off;
+    DiskJob job[2];
+    int busy[2];
+} Stream;
+
+// Waits for buffer k's transfer, if any, then starts the next one; returns whether the stream goes on.
+static int stream_step(DiskIo* io, Stream* st, int k, size_t io_bytes) {
+    DiskJob* j = &st->job[k];
+    if (st->busy[k]) {
+        disk_io_wait(io, j);
+        if (j->err || j->got != j->bytes) fail("bench_nvme: a %s failed: %s", st->write ? "write" : "read", j->err ? strerror(j->err) : "short");
+        st->busy[k] = 0;
     }
-    if (write && fdatasync(fd) != 0) fail("bench_nvme: fdatasync: %s", strerror(errno));
+    if (st->off >= st->bytes) return st->busy[1 - k];
+    size_t n = st->bytes - st->off < io_bytes ? st->bytes - st->off : io_bytes;
+    *j = (DiskJob){.fd = st->fd, .write = st->write, .buf = st->buf[k], .bytes = (n + 4095) / 4096 * 4096, .offset = (long long)st->off};
+    disk_io_submit(io, j);
+    st->busy[k] = 1;
+    st->off += n;
+    return 1;
+}
+
+// Seconds for the streams to run together, their transfers taking turns on the workers.
+static double run_streams(DiskIo* io, Stream* st, int n, size_t io_bytes) {
+    double t0 = now_seconds();
+    for (int going = 1, k = 0; going; k = 1 - k) {
+        going = 0;
+        for (int i = 0; i < n; i++) going |= stream_step(io, &st[i], k, io_bytes);
+    }
+    for (int i = 0; i < n; i++)
+        if (st[i].write && fdatasync(st[i].fd) != 0) fail("bench_nvme: fdatasync: %s", strerror(errno));
     return now_seconds() - t0;
 }
 
-// The disk's best write and read bandwidth over two rounds (bytes per second).
-static void disk_bandwidth(const char* dir, size_t io_bytes, size_t bytes, double* write_bw, double* read_bw) {
+static int open_direct(const char* dir, const char* name) {
     char path[4096];
-    path_join(path, sizeof(path), dir, "bench-raw.bin");
+    path_join(path, sizeof(path), dir, name);
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
     if (fd < 0) fail("bench_nvme: cannot create %s with O_DIRECT: %s", path, strerror(errno));
-    char* bufs[2];
-    for (int b = 0; b < 2; b++) {
+    if (unlink(path) != 0) fail("bench_nvme: cannot remove %s: %s", path, strerror(errno));   // gone when closed
+    return fd;
+}
+
+typedef struct {
+    double write_bw, read_bw;   // bytes per second, each stream alone
+    double together;            // seconds to read read_bytes and write write_bytes at once
+} DiskSpeed;
+
+// The disk's best over two rounds: a write stream alone, a read stream alone, and the pass's reads and
+// writes at once (two files; the workers move two transfers at a time, as the store's do).
+static DiskSpeed disk_speed(const char* dir, size_t io_bytes, size_t read_bytes, size_t write_bytes) {
+    char* bufs[4];
+    for (int b = 0; b < 4; b++) {
         if (posix_memalign((void**)&bufs[b], 4096, io_bytes + 4096) != 0) fail("bench_nvme: out of memory");
         memset(bufs[b], 0x3c, io_bytes + 4096);
     }
+    int a = open_direct(dir, "bench-a.bin"), b = open_direct(dir, "bench-b.bin");
     DiskIo* io = disk_io_start(2, 0);
-    *write_bw = *read_bw = 0.0;
+    DiskSpeed best = {0.0, 0.0, 1e30};
     for (int round = 0; round < 2; round++) {
-        double w = (double)bytes / stream(io, fd, 1, bufs, io_bytes, bytes), r = (double)bytes / stream(io, fd, 0, bufs, io_bytes, bytes);
-        printf("disk round %d: write %.2f GB/s, read %.2f GB/s (%.2f GB, %.1f MiB transfers, O_DIRECT)\n", round, w / 1e9, r / 1e9,
-               (double)bytes / 1e9, (double)io_bytes / (1 << 20));
-        *write_bw = w > *write_bw ? w : *write_bw;
-        *read_bw = r > *read_bw ? r : *read_bw;
+        Stream w = {.fd = a, .write = 1, .buf = {bufs[0], bufs[1]}, .bytes = write_bytes};
+        Stream r = {.fd = a, .buf = {bufs[0], bufs[1]}, .bytes = read_bytes};
+        Stream both[2] = {{.fd = a, .buf = {bufs[0], bufs[1]}, .bytes = read_bytes},
+                          {.fd = b, .write = 1, .buf = {bufs[2], bufs[3]}, .bytes = write_bytes}};
+        double wt = run_streams(io, &w, 1, io_bytes), rt = run_streams(io, &r, 1, io_bytes), bt = run_streams(io, both, 2, io_bytes);
+        printf("disk round %d: write %.2f GB/s, read %.2f GB/s, both at once %.3f s (%.1f MiB transfers, O_DIRECT)\n", round,
+               (double)write_bytes / wt / 1e9, (double)read_bytes / rt / 1e9, bt, (double)io_bytes / (1 << 20));
+        best.write_bw = (double)write_bytes / wt > best.write_bw ? (double)write_bytes / wt : best.write_bw;
+        best.read_bw = (double)read_bytes / rt > best.read_bw ? (double)read_bytes / rt : best.read_bw;
+        best.together = bt < best.together ? bt : best.together;
     }
     disk_io_stop(io);
-    if (close(fd) != 0 || unlink(path) != 0) fail("bench_nvme: cannot remove %s: %s", path, strerror(errno));
-    free(bufs[0]), free(bufs[1]);
+    if (close(a) != 0 || close(b) != 0) fail("bench_nvme: close: %s", strerror(errno));
+    for (int k = 0; k < 4; k++) free(bufs[k]);
+    return best;
 }
 
 typedef struct {
@@ -156,23 +189,24 @@ int main(int argc, char** argv) {
     make_dirs(dir);
     Backend* be = backend_create(0);
     NvmeConfig cfg = {.dir = dir, .chunk_elems = chunk};
-    size_t state_bytes = nvme_disk_bytes(&cfg, &n, 1, dtype_size(dt), 0), all_bytes = nvme_disk_bytes(&cfg, &n, 1, dtype_size(dt), 1);
-    double write_bw, read_bw;
-    disk_bandwidth(dir, 3 * ((chunk * 4 + 4095) / 4096 * 4096), all_bytes, &write_bw, &read_bw);
-    double floor_s = (double)state_bytes / read_bw + (double)all_bytes / write_bw;
+    size_t rd = nvme_disk_bytes(&cfg, &n, 1, dtype_size(dt), 0), wr = nvme_disk_bytes(&cfg, &n, 1, dtype_size(dt), 1);
+    DiskSpeed disk = disk_speed(dir, 3 * ((chunk * 4 + 4095) / 4096 * 4096), rd, wr);
+    double apart = (double)rd / disk.read_bw + (double)wr / disk.write_bw;
     float* grads = filled(n, 0.01f);
     DiskTimes t;
     double nvme_s = disk_passes(be, dir, n, dt, chunk, grads, &t), host_s = host_passes(n, dt, grads);
-    printf("%zu params (%s), %d threads: the pass reads %.2f GB and writes %.2f GB; at the disk's %.2f GB/s read and %.2f GB/s write "
-           "that takes %.3f s. nvme pass %.3f s (median): %.0f%% of the disk's sequential bandwidth, %.0f M params/s; host-memory "
-           "update %.3f s (%.0f M params/s): the disk's pass takes %.1fx as long\n", n, dtype_name(dt), omp_get_max_threads(),
-           (double)state_bytes / 1e9, (double)all_bytes / 1e9, read_bw / 1e9, write_bw / 1e9, floor_s, nvme_s, 100.0 * floor_s / nvme_s,
+    printf("%zu params (%s), %d threads: the pass reads %.2f GB and writes %.2f GB. The disk: %.2f GB/s read, %.2f GB/s write, "
+           "%.3f s for both one after the other, %.3f s at once. nvme pass %.3f s (median): %.0f%% of the disk's sequential "
+           "bandwidth (reads and writes apart), %.0f%% of it at once; %.0f M params/s. Host-memory update %.3f s (%.0f M params/s): "
+           "the disk's pass takes %.1fx as long\n", n, dtype_name(dt), omp_get_max_threads(), (double)rd / 1e9, (double)wr / 1e9,
+           disk.read_bw / 1e9, disk.write_bw / 1e9, apart, disk.together, nvme_s, 100.0 * apart / nvme_s, 100.0 * disk.together / nvme_s,
            (double)n / nvme_s / 1e6, host_s, (double)n / host_s / 1e6, nvme_s / host_s);
     printf("{\"params\": %zu, \"dtype\": \"%s\", \"threads\": %d, \"chunk\": %zu, \"read_bytes\": %zu, \"write_bytes\": %zu, "
-           "\"disk_read_gbs\": %.3f, \"disk_write_gbs\": %.3f, \"floor_s\": %.4f, \"nvme_pass_s\": %.4f, \"nvme_read_s\": %.4f, "
-           "\"nvme_write_s\": %.4f, \"nvme_wait_s\": %.4f, \"host_pass_s\": %.4f, \"of_disk_bandwidth\": %.3f}\n",
-           n, dtype_name(dt), omp_get_max_threads(), chunk, state_bytes, all_bytes, read_bw / 1e9, write_bw / 1e9, floor_s, nvme_s, t.read,
-           t.write, t.wait, host_s, floor_s / nvme_s);
+           "\"disk_read_gbs\": %.3f, \"disk_write_gbs\": %.3f, \"disk_apart_s\": %.4f, \"disk_together_s\": %.4f, "
+           "\"nvme_pass_s\": %.4f, \"nvme_read_s\": %.4f, \"nvme_write_s\": %.4f, \"nvme_wait_s\": %.4f, \"host_pass_s\": %.4f, "
+           "\"of_disk_apart\": %.3f, \"of_disk_together\": %.3f}\n",
+           n, dtype_name(dt), omp_get_max_threads(), chunk, rd, wr, disk.read_bw / 1e9, disk.write_bw / 1e9, apart, disk.together, nvme_s,
+           t.read, t.write, t.wait, host_s, apart / nvme_s, disk.together / nvme_s);
     free(grads);
     backend_destroy(be);
     return 0;
