@@ -225,10 +225,12 @@ static PoolBuf* wait_free_buf(NvmeStore* s) {
     }
 }
 
-// A chunk never written holds zeros: nothing to read.
+// A chunk never written holds zeros: nothing to read. A pass that writes parameters writes the whole region,
+// the padding the update skips included: zeros, not what the buffer held before.
 static void start_read(NvmeStore* s, PoolBuf* b, int k) {
     b->chunk = k;
     b->state = BUF_READING;
+    if (s->write_params) memset(region_mem(s, b, REC_PARAMS), 0, s->chunks[k].bytes[REC_PARAMS]);
     if (s->chunks[k].written[REC_STATE]) start_job(s, b, REC_STATE, 0);
     else memset(b->mem, 0, s->chunks[k].bytes[REC_STATE]);
 }
@@ -451,7 +453,7 @@ static int open_file(NvmeStore* s, int region, int want_direct, void* block) {
     return direct;
 }
 
-// The whole file's blocks now, so that the disk filling up later cannot fail a write-back mid-step.
+// The whole file's blocks now, so that a disk filling up later does not take the blocks a write-back needs.
 static void reserve(const NvmeStore* s, int region, long long bytes) {
     if (bytes == 0) return;
     int rc = posix_fallocate(s->fd[region], 0, (off_t)bytes);
