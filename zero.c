@@ -33,7 +33,7 @@ struct Zero {
     // params_on_host); type dt.
     void* params;
     float* master;       // (state_elems) fp32; aliases params where both have the same indexing and type
-    int master_is_params;
+    int master_is_params;   // that alias (with the state on disk both are NULL, no alias)
     float* adam_m;
     float* adam_v;
     GradBuffers grad;          // without shard_grads
