@@ -80,7 +80,7 @@ CORE_CUDA_OBJ := $(CORE_SRC:%.c=$(B)/cuda/%.o) $(NCCL_OBJ)
 CPU_BACKEND   := $(CPU_KERNELS:%.c=$(B)/cpu/%.o)
 CUDA_BACKEND  := $(B)/cuda/kernels/backend_cuda.o
 
-.PHONY: all train_gpt_cpu test test-gpu bench bench-offload bench-cpu run clean tests-bin
+.PHONY: all train_gpt_cpu test test-gpu bench bench-offload bench-cpu bench-nvme run clean tests-bin
 all: train_gpt_cpu
 
 # make does not track flags: a stamp per NCCL setting rebuilds the one object whose flags it changes.
@@ -158,6 +158,12 @@ $(B)/bench_adamw: bench/bench_adamw.c base/common.c kernels/adamw_host.h kernels
 	$(CC) $(CFLAGS) -o $@ bench/bench_adamw.c base/common.c $(LDLIBS)
 bench-cpu: $(B)/bench_adamw
 	@bash scripts/bench_cpu.sh
+
+# `make bench-nvme`: -nvme's host update against the disk's sequential bandwidth and host-memory offload (scripts/bench_nvme.sh).
+$(B)/bench_nvme: $(B)/cpu/bench/bench_nvme.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
+	$(CC) -o $@ $^ $(LDLIBS)
+bench-nvme: $(B)/bench_nvme
+	@bash scripts/bench_nvme.sh
 
 # `make run`: the quick start. Prepares the default corpus if missing, then trains a small model on it.
 run: train_gpt_cpu

@@ -47,6 +47,7 @@ typedef struct {
     int rank, ranks;        // in the world
     int threads;            // OpenMP threads per rank
     PipelinePlan plan;      // the stages' blocks and activation sets, decided once
+    NvmeConfig nvme;        // -nvme: this rank's state files (dir NULL without)
     Grid grid;              // stages x data-parallel replicas
     Backend* be;
     ParamLayout* layout;    // this stage's units
@@ -175,17 +176,23 @@ static void resolve_batch(Config* cfg, const ModelShape* s, int ranks, int per_r
     }
 }
 
-// -z names what is sharded; -offload adds what of it lives on the host, -dpu the host buffers of the update
-// in flight.
+// -z names what is sharded; -offload adds what of it lives on the host, -nvme what of that lives on disk, -dpu
+// the host buffers of the update in flight.
 static ZeroCaps caps_of(const Config* cfg, int zero) {
-    ZeroCaps caps = zero_offload(zero_caps(zero), cfg->offload);
+    ZeroCaps caps = zero_on_disk(zero_offload(zero_caps(zero), cfg->offload), cfg->nvme_dir != NULL);
     caps.delayed_update = cfg->delay_from > 0;
     return caps;
 }
 
+static NvmeConfig nvme_config(const Config* cfg, int rank) {
+    NvmeConfig n = {.dir = cfg->nvme_dir, .chunk_elems = (size_t)cfg->nvme_chunk, .rank = rank};
+    return n;
+}
+
 // --estimate's planner for the model states: ZeRO's allocation code in counting mode.
 static void plan_zero_states(MemLedger* mem, const ParamLayout* lay, const Config* cfg, int zero, int dp) {
-    zero_plan(mem, lay, caps_of(cfg, zero), dp, cfg->precision);
+    NvmeConfig disk = nvme_config(cfg, 0);
+    zero_plan(mem, lay, caps_of(cfg, zero), dp, cfg->precision, cfg->nvme_dir ? &disk : NULL);
 }
 
 // -offload: the state this rank keeps on the host, planned before it is allocated, against its share of the
@@ -201,6 +208,25 @@ static void check_host_memory(const Trainer* tr) {
         fail("-offload %d: this rank's host state needs %.2f GiB, but the host has %.2f GiB available for its %d rank%s "
              "(%.2f GiB each); use more ranks or hosts, a higher -z, or a smaller model", tr->cfg.offload, (double)need / (1 << 30),
              (double)avail / (1 << 30), local, local > 1 ? "s" : "", (double)avail / (1 << 30) / local);
+}
+
+// -nvme: the files this rank will write, planned before anything is allocated, against its share of the free
+// space of DIR's filesystem (the ranks of one host split it evenly, as they split a node-local disk), plus
+// what its files of an earlier run there take, which this run reuses.
+static void check_disk_space(const Trainer* tr) {
+    const Config* cfg = &tr->cfg;
+    if (!cfg->nvme_dir) return;
+    make_dirs(cfg->nvme_dir);
+    MemLedger plan = {{0}};
+    plan_zero_states(&plan, tr->layout, cfg, cfg->zero_stage, tr->grid.dp);
+    NvmeConfig mine = nvme_config(cfg, tr->rank);
+    int local = comm_local_size(tr->world);
+    double gib = 1 << 30, need = (double)mem_disk_total(&plan), free_bytes = (double)fs_free_bytes(cfg->nvme_dir);
+    double share = free_bytes / local + (double)nvme_reusable_bytes(&mine);
+    if (need > share)
+        fail("-nvme %s: this rank's state files need %.3f GiB, but the filesystem has %.3f GiB free for this host's %d rank%s; "
+             "free some, use another -nvme directory, more hosts or a higher -z", cfg->nvme_dir, need / gib, free_bytes / gib, local,
+             local > 1 ? "s" : "");
 }
 
 static void open_tokenizer(Trainer* tr, const ModelShape* shape) {
@@ -360,6 +386,7 @@ static void print_setup(Trainer* tr, CommKind comm) {
     if (tr->run_dir.node_local)
         printf("-o %s: node-local directories on %d hosts (no shared filesystem): model.bin and the log in rank 0's\n",
                cfg->out_dir, tr->run_dir.dirs);
+    if (tr->model_states.disk) printf("%s\n", nvme_describe(tr->model_states.disk));
     const PipelinePlan* plan = &tr->plan;
     int P = plan->stages, m = plan->micro;
     if (P > 1) {
@@ -415,13 +442,17 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->layout = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     pipeline_stage_layout(tr->layout, &tr->plan, &shape, g->dp, g->stage, g->tp_rank);
     check_host_memory(tr);
-    tr->zero = zero_create(tr->be, &tr->mem, tr->layout, caps_of(cfg, cfg->zero_stage), g->dp_group, g->tied, cfg->precision);
+    check_disk_space(tr);
+    tr->nvme = nvme_config(cfg, tr->rank);
+    tr->zero = zero_create(tr->be, &tr->mem, tr->layout, caps_of(cfg, cfg->zero_stage), g->dp_group, g->tied, cfg->precision,
+                           cfg->nvme_dir ? &tr->nvme : NULL);
     tr->model_states = zero_model_state(tr->zero);
     if (cfg->delay_from > 0) tr->delayed = delayed_update_create(&tr->model_states);
     create_chunks(tr);
     pipeline_create(&tr->pipe, g, &tr->plan);
     tr->scaler = loss_scaler_init(cfg->precision == DT_FP16, cfg->loss_scale);
     load_or_init_model(tr);
+    if (tr->model_states.disk) nvme_take_times(tr->model_states.disk);   // -lb's first step shows its own
     if (is_root(tr)) logger_open(&tr->log, cfg->out_dir, tr->first_step);
     if (is_root(tr)) print_setup(tr, comm);
     report_layout(&tr->log, tr->layout, cfg, g->dp, tr->first_step);
@@ -581,6 +612,14 @@ typedef struct {
 // -dpu: the update in flight (the last step's) lands now; the caller redistributes the parameters if one did.
 static int land_delayed_update(Trainer* tr) { return tr->delayed && delayed_update_finish(tr->delayed, tr->be); }
 
+// -nvme: the disk's time since the last call (the pass of the update that just ran or landed, and -dpu's
+// landing of the working copy), for -lb.
+static void take_disk_times(Trainer* tr, PhaseTimer* pt) {
+    if (!tr->model_states.disk) return;
+    DiskTimes t = nvme_take_times(tr->model_states.disk);
+    pt->disk.read += t.read, pt->disk.write += t.write, pt->disk.wait += t.wait, pt->disk.pass += t.pass;
+}
+
 // Every update in flight has landed: before anything reads or saves the parameters or the state.
 static void settle_updates(Trainer* tr) {
     if (land_delayed_update(tr)) zero_after_update(tr->zero, tr->be);
@@ -596,12 +635,14 @@ static void update(Trainer* tr, int step, const StepResult* r, PhaseTimer* pt) {
     if (landed) pt->overlapped = delayed_update_seconds(tr->delayed);
     OptimizerStep o = {r->lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, step, cfg->seed};
     float grad_scale = grad_clip_scale(r->grad_norm, cfg->grad_clip) / r->loss_scale;
+    take_disk_times(tr, pt);
     if (!r->skipped && tr->delayed && step >= cfg->delay_from) {
         if (landed) zero_after_update(tr->zero, tr->be);
         delayed_update_start(tr->delayed, tr->be, &o, grad_scale);
         return;
     }
     if (!r->skipped) adamw_step(&tr->model_states, tr->be, &o, grad_scale);
+    take_disk_times(tr, pt);
     if (landed || !r->skipped) zero_after_update(tr->zero, tr->be);
 }
 
@@ -615,7 +656,7 @@ static StepResult train_step(Trainer* tr, int step) {
     // Every token of the global batch enters with weight 1/tokens: the summed gradient is that of the mean
     // loss (times the loss scale, which the optimizer divides back out).
     float dloss = (float)(tr->scaler.scale / tokens);
-    StepResult r = {0.0, 0.0, config_lr_at(cfg, step, tr->max_steps), tr->scaler.scale, 0, {0, now_seconds(), {0}, 0.0, 0.0}};
+    StepResult r = {.lr = config_lr_at(cfg, step, tr->max_steps), .loss_scale = tr->scaler.scale, .phases = {.last = now_seconds()}};
     PhaseTimer* pt = &r.phases;
     pt->on = cfg->breakdown_every > 0 && (step + 1) % cfg->breakdown_every == 0;
     comm_watchdog_phase(tr->world, 0, "step %d: forward and backward", step);

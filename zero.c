@@ -33,6 +33,7 @@ struct Zero {
     // params_on_host); type dt.
     void* params;
     float* master;       // (state_elems) fp32; aliases params where both have the same indexing and type
+    int master_is_params;   // that alias (with the state on disk both are NULL, no alias)
     float* adam_m;
     float* adam_v;
     GradBuffers grad;          // without shard_grads
@@ -41,6 +42,7 @@ struct Zero {
     float* norm_acc;           // one float of backend scratch
     HostStage stage;           // state_on_host: the optimizer's staging (model_state.h)
     PendingBuffers pending;    // delayed_update: (state_elems) each, host memory
+    NvmeStore* disk;           // state_on_disk: master, m, v (and with params_on_disk the pieces) in files
 };
 
 ZeroCaps zero_caps(int stage) {
@@ -57,6 +59,12 @@ ZeroCaps zero_offload(ZeroCaps caps, int level) {
     return caps;
 }
 
+ZeroCaps zero_on_disk(ZeroCaps caps, int on) {
+    caps.state_on_disk = on && caps.state_on_host;
+    caps.params_on_disk = on && caps.params_on_host;
+    return caps;
+}
+
 static size_t xs(const Zero* z) { return piece_elem_bytes(&z->pieces); }
 static const Unit* unit(const Zero* z, int u) { return &z->pieces.lay->units[u]; }
 static size_t piece(const Zero* z, int u) { return piece_len(&z->pieces, u); }
@@ -64,10 +72,10 @@ static int emb_unit(const Zero* z) { return z->pieces.lay->emb_unit; }
 static int final_unit(const Zero* z) { return z->pieces.lay->final_unit; }
 static int is_block(const Zero* z, int u) { return u != emb_unit(z) && u != final_unit(z); }
 
-static Place place(int on_host) { return on_host ? IN_HOST : IN_BACKEND; }
-static Place state_place(const Zero* z) { return place(z->caps.state_on_host); }
-static Place grads_place(const Zero* z) { return place(z->caps.grads_on_host); }
-static Place params_place(const Zero* z) { return place(z->caps.params_on_host); }
+static Place place(int on_host, int on_disk) { return on_disk ? IN_DISK : on_host ? IN_HOST : IN_BACKEND; }
+static Place state_place(const Zero* z) { return place(z->caps.state_on_host, z->caps.state_on_disk); }
+static Place grads_place(const Zero* z) { return place(z->caps.grads_on_host, 0); }
+static Place params_place(const Zero* z) { return place(z->caps.params_on_host, z->caps.params_on_disk); }
 
 // The reduced gradient, what the optimizer reads: with shard_state, this rank's piece of each unit
 // (indexed like the state: a piece); otherwise the whole all-reduced buffer (indexed like the layout).
@@ -110,14 +118,29 @@ static void allocate_grads(Zero* z, Backend* be, MemLedger* mem) {
 // bound, so the staging buffer does not grow with the model.
 #define HOST_STAGE_ELEMS ((size_t)1 << 20)
 
-// Master and Adam state: backend memory in category c, or host memory with state_on_host.
+// Master and Adam state: backend memory in category c, or host memory with state_on_host; none with
+// state_on_disk (the store's files hold them).
 static float* alloc_state(Zero* z, Backend* be, MemLedger* mem, MemCategory c) {
     size_t bytes = z->state_elems * 4;
+    if (z->caps.state_on_disk) return NULL;
     return (float*)(z->caps.state_on_host ? mem_alloc_host(be, mem, MEM_HOST_STATE, bytes) : mem_alloc(be, mem, c, bytes));
 }
 
+// The store of state_on_disk, over each unit's range of state indices (its piece with shard_state).
+static void open_disk(Zero* z, Backend* be, MemLedger* mem, const NvmeConfig* cfg) {
+    if (!z->caps.state_on_disk) return;
+    if (!cfg) fail("internal: state on disk without -nvme's directory");
+    const ParamLayout* lay = z->pieces.lay;
+    size_t begin[MAX_UNITS], len[MAX_UNITS];
+    for (int u = 0; u < lay->num_units; u++) {
+        begin[u] = z->caps.shard_state ? z->pieces.offset[u] : unit(z, u)->offset;
+        len[u] = z->caps.shard_state ? piece(z, u) : unit(z, u)->padded;
+    }
+    z->disk = nvme_open(be, mem, cfg, begin, len, lay->num_units, xs(z), z->caps.params_on_disk);
+}
+
 static void free_in(Backend* be, Place where, void* p) {
-    if (!p) return;
+    if (!p || where == IN_DISK) return;
     if (where == IN_HOST) be_host_free(be, p);
     else be_free(be, p);
 }
@@ -140,19 +163,24 @@ static void allocate_host_buffers(Zero* z, Backend* be, MemLedger* mem) {
     }
 }
 
-static void allocate_params(Zero* z, Backend* be, MemLedger* mem) {
+static void allocate_params(Zero* z, Backend* be, MemLedger* mem, const NvmeConfig* disk) {
     size_t x = xs(z);
-    if (z->caps.params_on_host) z->params = mem_alloc_host(be, mem, MEM_HOST_PARAMS, z->state_elems * x);
+    open_disk(z, be, mem, disk);
+    if (z->caps.params_on_disk) z->params = NULL;
+    else if (z->caps.params_on_host) z->params = mem_alloc_host(be, mem, MEM_HOST_PARAMS, z->state_elems * x);
     else z->params = mem_alloc(be, mem, MEM_PARAMS, (z->caps.shard_params ? z->state_elems : z->pieces.lay->total) * x);
     // fp32 parameters are their own master copy where both use the same indexing (both whole, both pieces,
     // or pieces that are the whole unit in its place) and the same memory (not with state_on_host).
     int same_indexing = z->caps.shard_params == z->caps.shard_state || pieces_are_whole(z);
     int alias = z->pieces.dt == DT_FP32 && same_indexing && !z->caps.state_on_host;
     z->master = alias ? (float*)z->params : alloc_state(z, be, mem, MEM_MASTER);
+    z->master_is_params = alias;
     z->adam_m = alloc_state(z, be, mem, MEM_OPTIMIZER);
     z->adam_v = alloc_state(z, be, mem, MEM_OPTIMIZER);
     allocate_host_buffers(z, be, mem);
-    if (z->caps.shard_params) param_slots_init(&z->gathered, be, mem, &z->pieces, z->params, z->caps.params_on_host);
+    if (z->caps.shard_params)
+        param_slots_init(&z->gathered, be, mem, &z->pieces, z->params, z->caps.params_on_host, z->caps.params_on_disk,
+                         z->caps.params_on_disk ? z->disk : NULL);
 }
 
 static void check_caps(ZeroCaps caps) {
@@ -163,10 +191,12 @@ static void check_caps(ZeroCaps caps) {
     if ((caps.grads_on_host && !(caps.shard_grads && caps.state_on_host)) || (caps.params_on_host && !(caps.shard_params && caps.grads_on_host)))
         fail("internal: offload without its sharding (gradients on host %d, parameters on host %d)", caps.grads_on_host,
              caps.params_on_host);
+    if ((caps.state_on_disk && !caps.state_on_host) || (caps.params_on_disk && !(caps.params_on_host && caps.state_on_disk)))
+        fail("internal: disk without host offload (state on disk %d, parameters on disk %d)", caps.state_on_disk, caps.params_on_disk);
 }
 
 static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, Comm* dp, Comm* tied,
-                      int rank, int size, DType dt) {
+                      int rank, int size, DType dt, const NvmeConfig* disk) {
     check_caps(caps);
     *z = (Zero){.caps = caps, .pieces = {.lay = lay, .dp = dp, .rank = rank, .size = size, .dt = dt}, .tied = tied};
     size_t off = 0;
@@ -177,22 +207,23 @@ static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* l
         off += piece(z, u);
     }
     z->state_elems = caps.shard_state ? off : lay->total;
-    allocate_params(z, be, mem);
+    allocate_params(z, be, mem, disk);
     allocate_grads(z, be, mem);
     z->norm_acc = (float*)mem_alloc(be, mem, MEM_GRADS, sizeof(float));
 }
 
-Zero* zero_create(Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, Comm* dp, Comm* tied, DType dt) {
+Zero* zero_create(Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, Comm* dp, Comm* tied, DType dt,
+                  const NvmeConfig* disk) {
     if (lay->emb_unit >= 0 && (tied != NULL) != embedding_is_tied(lay))
         fail("internal: the tied embedding's group (%s) disagrees with the layout", tied ? "present" : "absent");
     Zero* z = (Zero*)xmalloc(sizeof(Zero));
-    zero_init(z, be, mem, lay, caps, dp, tied, dp ? comm_rank(dp) : 0, dp ? comm_size(dp) : 1, dt);
+    zero_init(z, be, mem, lay, caps, dp, tied, dp ? comm_rank(dp) : 0, dp ? comm_size(dp) : 1, dt, disk);
     return z;
 }
 
-void zero_plan(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int size, DType dt) {
+void zero_plan(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int size, DType dt, const NvmeConfig* disk) {
     Zero z;
-    zero_init(&z, NULL, mem, lay, caps, NULL, NULL, 0, size, dt);
+    zero_init(&z, NULL, mem, lay, caps, NULL, NULL, 0, size, dt, disk);
 }
 
 static void settle(Zero* z, Backend* be);
@@ -211,14 +242,12 @@ void zero_destroy(Zero* z, Backend* be) {
     free_in(be, grads_place(z), ug->acc);
     free_in(be, state_place(z), z->adam_m);
     free_in(be, state_place(z), z->adam_v);
-    if ((void*)z->master != z->params) free_in(be, state_place(z), z->master);
+    if (!z->master_is_params) free_in(be, state_place(z), z->master);
     free_in(be, IN_HOST, z->stage.buf);
     free_in(be, IN_HOST, z->pending.grad);
     free_in(be, IN_HOST, z->pending.params);
-    BeEvent* events[] = {ga->slot[0].uploaded, ga->slot[1].uploaded, ga->resident[RESIDENT_EMB].uploaded,
-                         ga->resident[RESIDENT_FINAL].uploaded};
-    for (int i = 0; i < 4; i++)
-        if (events[i]) be_event_destroy(be, events[i]);
+    param_slots_free_host(ga, be);
+    nvme_close(z->disk, be);
     free(z);
 }
 
@@ -369,21 +398,26 @@ static int owned_range(const Zero* z, int u, size_t begin, size_t end, size_t* a
     return *a < *b;
 }
 
-// Where the working parameters of flat index `flat` (state index si) live.
+// Where the working parameters of flat index `flat` (state index si) live (NULL: on disk).
 static void* param_dest(const Zero* z, size_t flat, size_t si) {
+    if (z->caps.params_on_disk) return NULL;
     return elem_at(z->params, z->caps.shard_params ? si : flat, xs(z));
 }
 
+static float* state_at(const Zero* z, float* buf, size_t si) { return z->caps.state_on_disk ? NULL : buf + si; }
+
+// t may be NULL for a span the optimizer never sees (the whole-model transfers below).
 static StateSpan span_at(const Zero* z, const ParamTensor* t, size_t flat, size_t si, size_t n) {
     DType grad_dt;
     void* g = reduced_grads(z, &grad_dt);
     StateSpan s = {.t = t,
                    .flat = flat,
                    .n = n,
+                   .state = si,
                    .params = param_dest(z, flat, si),
-                   .master = z->master + si,
-                   .m = z->adam_m + si,
-                   .v = z->adam_v + si,
+                   .master = state_at(z, z->master, si),
+                   .m = state_at(z, z->adam_m, si),
+                   .v = state_at(z, z->adam_v, si),
                    .grad = elem_at(g, reduced_is_piece(z) ? si : flat, dtype_size(grad_dt)),
                    .grad_dt = grad_dt};
     return s;
@@ -436,22 +470,20 @@ typedef struct {
     const float* flat;
 } SetCtx;
 
+// Sets master (and parameter pieces) wherever they live, through the span operations (model_state.h).
 static void set_part(Zero* z, size_t begin, size_t end, size_t si, void* ctx) {
     SetCtx* c = (SetCtx*)ctx;
-    size_t n = end - begin;
-    place_from_host(c->be, state_place(z), z->master + si, c->flat + begin, n * 4);
-    if ((void*)z->master == z->params) return;
-    if (!z->caps.shard_params) return;   // whole parameters are set below
-    void* low = xmalloc(n * xs(z));
-    host_to_dtype(low, z->pieces.dt, c->flat + begin, n);
-    place_from_host(c->be, params_place(z), elem_at(z->params, si, xs(z)), low, n * xs(z));
+    ModelState ms = zero_model_state(z);
+    StateSpan s = span_at(z, NULL, begin, si, end - begin);
+    span_from_host(&ms, c->be, &s, SPAN_MASTER, c->flat + begin);
+    if (z->master_is_params || !z->caps.shard_params) return;   // whole parameters are set below
+    void* low = xmalloc(s.n * xs(z));
+    host_to_dtype(low, z->pieces.dt, c->flat + begin, s.n);
+    span_from_host(&ms, c->be, &s, SPAN_PARAMS, low);
     free(low);
 }
 
-void zero_set_from_host(Zero* z, Backend* be, const float* flat) {
-    SetCtx c = {.be = be, .flat = flat};
-    for_each_part(z, STATE_UPDATE, set_part, &c);
-    if (z->caps.shard_params || (void*)z->master == z->params) return;
+static void set_whole_params(Zero* z, Backend* be, const float* flat) {
     for (int u = 0; u < z->pieces.lay->num_units; u++) {   // every parameter is held here
         const Unit* un = unit(z, u);
         void* low = xmalloc(un->size * xs(z));
@@ -461,8 +493,17 @@ void zero_set_from_host(Zero* z, Backend* be, const float* flat) {
     }
 }
 
-// Gathers a buffer held as pieces (index = state index) into host fp32, flat layout.
-static void pieces_to_host(Zero* z, Backend* be, const void* pieces, DType dt, Place where, float* flat) {
+void zero_set_from_host(Zero* z, Backend* be, const float* flat) {
+    SetCtx c = {.be = be, .flat = flat};
+    for_each_part(z, STATE_UPDATE, set_part, &c);
+    if (!z->caps.shard_params && !z->master_is_params) set_whole_params(z, be, flat);
+    if (z->disk) nvme_flush(z->disk);
+}
+
+// Gathers buffer b (master or reduced gradients, of type dt), held as pieces, into host fp32 in the flat
+// layout. Where the pieces are not backend memory they go up first: the gather runs on backend memory.
+static void pieces_to_host(Zero* z, Backend* be, SpanBuffer b, DType dt, float* flat) {
+    ModelState ms = zero_model_state(z);
     size_t x = dtype_size(dt), largest = 0;
     for (int u = 0; u < z->pieces.lay->num_units; u++) largest = unit(z, u)->padded > largest ? unit(z, u)->padded : largest;
     void* buf = be_malloc(be, largest * x);   // checkpoint time only, never in the step
@@ -470,9 +511,12 @@ static void pieces_to_host(Zero* z, Backend* be, const void* pieces, DType dt, P
     for (int u = 0; u < z->pieces.lay->num_units; u++) {
         size_t p = piece(z, u);
         void* mine = elem_at(buf, (size_t)z->pieces.rank * p, x);
-        const void* src = elem_at((void*)pieces, z->pieces.offset[u], x);
-        if (where == IN_HOST) be_upload(be, mine, src, p * x);   // the gather runs on backend memory
-        else be_copy(be, mine, src, p * x);
+        StateSpan s = span_at(z, NULL, unit(z, u)->offset + (size_t)z->pieces.rank * p, z->pieces.offset[u], p);
+        if (span_place(&ms, b) == IN_BACKEND) be_copy(be, mine, span_ptr(&ms, &s, b, 0), p * x);
+        else {
+            span_to_host(&ms, be, &s, b, host);
+            be_upload(be, mine, host, p * x);
+        }
         if (z->pieces.size > 1) comm_allgather(z->pieces.dp, buf, p, dt);
         if (!flat) continue;
         be_download(be, host, buf, unit(z, u)->size * x);
@@ -482,30 +526,29 @@ static void pieces_to_host(Zero* z, Backend* be, const void* pieces, DType dt, P
     be_free(be, buf);
 }
 
-// A whole flat buffer into host fp32.
-static void full_to_host(Zero* z, Backend* be, const void* full, DType dt, Place where, float* flat) {
-    size_t x = dtype_size(dt);
+// Buffer b held whole (indexed like the layout) into host fp32.
+static void full_to_host(Zero* z, Backend* be, SpanBuffer b, DType dt, float* flat) {
+    ModelState ms = zero_model_state(z);
     if (!flat) return;
     for (int u = 0; u < z->pieces.lay->num_units; u++) {
         const Unit* un = unit(z, u);
-        void* host = xmalloc(un->size * x);
-        const void* src = elem_at((void*)full, un->offset, x);
-        place_to_host(be, where, host, src, un->size * x);
+        void* host = xmalloc(un->size * dtype_size(dt));
+        StateSpan s = span_at(z, NULL, un->offset, un->offset, un->size);
+        span_to_host(&ms, be, &s, b, host);
         host_from_dtype(flat + un->offset, host, dt, un->size);
         free(host);
     }
 }
 
 void zero_master_to_host(Zero* z, Backend* be, float* flat) {
-    if (z->caps.shard_state) pieces_to_host(z, be, z->master, DT_FP32, state_place(z), flat);
-    else full_to_host(z, be, z->master, DT_FP32, state_place(z), flat);
+    if (z->caps.shard_state) pieces_to_host(z, be, SPAN_MASTER, DT_FP32, flat);
+    else full_to_host(z, be, SPAN_MASTER, DT_FP32, flat);
 }
 
 void zero_grads_to_host(Zero* z, Backend* be, float* flat) {
-    DType dt;
-    const void* g = reduced_grads(z, &dt);
-    if (reduced_is_piece(z)) pieces_to_host(z, be, g, dt, grads_place(z), flat);
-    else full_to_host(z, be, g, dt, grads_place(z), flat);
+    DType dt = reduced_dtype(z);
+    if (reduced_is_piece(z)) pieces_to_host(z, be, SPAN_GRAD, dt, flat);
+    else full_to_host(z, be, SPAN_GRAD, dt, flat);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -532,6 +575,7 @@ ModelState zero_model_state(Zero* z) {
                     .parts = reduced_is_piece(z) && z->pieces.size > 1 ? z->pieces.dp : NULL,
                     .scratch = z->norm_acc,
                     .places = {.params = params_place(z), .state = state_place(z), .grads = grads_place(z)},
+                    .disk = z->disk,
                     .stage = z->stage,
                     .pending = z->pending,
                     .for_each_span = state_for_each_span,

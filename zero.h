@@ -19,6 +19,9 @@
 //   params_on_host (with shard_params) the working parameter pieces live in host memory: a gather starts by
 //                 uploading this rank's piece, and the optimizer writes the new pieces in place
 //                 (ZeRO-Infinity's shape: the device holds the walk's buffers, the host the model)
+//   state_on_disk (with state_on_host) the master + Adam state live in files (core/zero/nvme_store.h) that the
+//                 optimizer streams through a fixed pool of host buffers; params_on_disk (with params_on_host)
+//                 the parameter pieces too, read for each gather (ZeRO-Infinity's NVMe offload)
 // Overlap (shard_grads, shard_params): a unit's reduce-scatter runs while the next unit's backward
 // computes, and the gather of the block the walk will ask for next runs while the current one computes
 // (core/zero/grad_slots.h and core/zero/param_slots.h explain when).
@@ -31,6 +34,7 @@
 #include "core/model/memory.h"
 #include "core/model/model.h"
 #include "core/zero/model_state.h"
+#include "core/zero/nvme_store.h"
 #include "core/model/param_store.h"
 
 // What is sharded over the data-parallel group, and where the state lives. Each shard_* implies the one
@@ -45,6 +49,8 @@ typedef struct {
     int grads_on_host;  // shard_grads and state_on_host: the reduced gradient pieces accumulate on the host
     int params_on_host; // shard_params and grads_on_host: the working parameter pieces live on the host
     int delayed_update; // state_on_host and -dpu: host buffers for the update in flight (model_state.h)
+    int state_on_disk;  // state_on_host and -nvme: master, m, v in files, streamed through host buffers
+    int params_on_disk; // params_on_host and state_on_disk: the parameter pieces in a file too
 } ZeroCaps;
 
 // -z: stage 0 shards nothing, 1 the state, 2 also the gradients, 3 also the parameters. Everything stays in
@@ -53,16 +59,20 @@ ZeroCaps zero_caps(int stage);
 // -offload on top of caps: 1 moves the optimizer state to the host, 2 also what the stage shards of the
 // gradients and the parameters (grads_on_host with shard_grads, params_on_host with shard_params).
 ZeroCaps zero_offload(ZeroCaps caps, int level);
+// -nvme on top of -offload: what lives on the host moves to disk, except the gradient pieces.
+ZeroCaps zero_on_disk(ZeroCaps caps, int on);
 
 typedef struct Zero Zero;
 
 // dp: the data-parallel group (NULL for a single process). tied: with a pipeline, the group joining this
 // replica's first and last stage (grid.h), over which the embedding unit's reduced gradients are summed
-// with its mirror's in zero_reduce_grads; NULL otherwise.
-Zero* zero_create(Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, Comm* dp, Comm* tied, DType dt);
+// with its mirror's in zero_reduce_grads; NULL otherwise. disk: where and how the state on disk lives
+// (state_on_disk; else NULL).
+Zero* zero_create(Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, Comm* dp, Comm* tied, DType dt,
+                  const NvmeConfig* disk);
 void zero_destroy(Zero* z, Backend* be);
 // The bytes per category zero_create would allocate on each of `size` ranks, without allocating.
-void zero_plan(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int size, DType dt);
+void zero_plan(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int size, DType dt, const NvmeConfig* disk);
 
 // The interfaces below ZeRO; both stay valid until zero_destroy.
 ParamStore zero_param_store(Zero* z);

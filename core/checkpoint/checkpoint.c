@@ -291,4 +291,5 @@ void checkpoint_load(const ModelState* ms, Backend* be, const char* dir, const C
         state_file_read(ms, be, &reader);
         fclose(reader.f);
     }
+    state_flush(ms);   // what went to the disk's cache is on disk before anything reads it there
 }

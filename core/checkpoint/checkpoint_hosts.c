@@ -176,4 +176,5 @@ void checkpoint_load_hosts(const ModelState* ms, Backend* be, Comm* world, const
         if (reader.f) fclose(reader.f);
     }
     free(holders);
+    state_flush(ms);   // what went to the disk's cache is on disk before anything reads it there
 }

@@ -62,22 +62,13 @@ int run_dir_checkpoints(const char* dir, int** steps) {
     return n;
 }
 
-// fcntl locks (not flock) so the lock also holds on NFS; released when the process ends, however it ends.
+// One run per directory: the lock lasts as long as the run (lock_file).
 static int take_lock(const char* dir) {
     char path[PATH_MAX];
     path_join(path, sizeof(path), dir, "lock");
-    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) fail("cannot open %s: %s", path, strerror(errno));
-    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-    if (fcntl(fd, F_SETLK, &fl) != 0) {
-        if (errno != EACCES && errno != EAGAIN) fail("cannot lock %s: %s", path, strerror(errno));
-        struct flock holder = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-        long pid = fcntl(fd, F_GETLK, &holder) == 0 && holder.l_type != F_UNLCK ? (long)holder.l_pid : -1;
-        fail("-o %s is in use by another run (process %ld holds %s); give this run its own -o", dir, pid, path);
-    }
-    char text[32];
-    int n = snprintf(text, sizeof(text), "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)n, 0) != n) fail("cannot write %s: %s", path, strerror(errno));
+    long pid;
+    int fd = lock_file(path, &pid);
+    if (fd < 0) fail("-o %s is in use by another run (process %ld holds %s); give this run its own -o", dir, pid, path);
     return fd;
 }
 

@@ -8,7 +8,7 @@
 #include "base/common.h"
 
 static const char* const CATEGORY_NAMES[NUM_MEM_CATEGORIES] = {
-    "params", "grads", "master", "optimizer", "activations", "comm", "host_state", "host_grads", "host_params"};
+    "params", "grads", "master", "optimizer", "activations", "comm", "host_state", "host_grads", "host_params", "disk_state"};
 
 const char* mem_category_name(MemCategory c) { return CATEGORY_NAMES[c]; }
 
@@ -29,17 +29,33 @@ void* mem_alloc_host(Backend* be, MemLedger* ledger, MemCategory c, size_t bytes
     return p;
 }
 
-int mem_category_on_host(MemCategory c) { return c == MEM_HOST_STATE || c == MEM_HOST_GRADS || c == MEM_HOST_PARAMS; }
+void mem_charge(MemLedger* ledger, MemCategory c, size_t bytes) {
+    if (mem_category_where(c) != MEM_ON_DISK) fail("internal: memory category %s is memory, not disk", mem_category_name(c));
+    ledger->bytes[c] += bytes;
+}
 
-static size_t sum_where(const MemLedger* ledger, int on_host) {
+MemWhere mem_category_where(MemCategory c) {
+    if (c == MEM_DISK_STATE) return MEM_ON_DISK;
+    return c == MEM_HOST_STATE || c == MEM_HOST_GRADS || c == MEM_HOST_PARAMS ? MEM_ON_HOST : MEM_ON_BACKEND;
+}
+
+int mem_category_on_host(MemCategory c) { return mem_category_where(c) == MEM_ON_HOST; }
+
+int mem_category_shown(MemCategory c, int offload, int disk) {
+    MemWhere w = mem_category_where(c);
+    return w == MEM_ON_BACKEND || (w == MEM_ON_HOST && offload) || (w == MEM_ON_DISK && disk);
+}
+
+static size_t sum_where(const MemLedger* ledger, MemWhere where) {
     size_t total = 0;
     for (int c = 0; c < NUM_MEM_CATEGORIES; c++)
-        if (mem_category_on_host((MemCategory)c) == on_host) total += ledger->bytes[c];
+        if (mem_category_where((MemCategory)c) == where) total += ledger->bytes[c];
     return total;
 }
 
-size_t mem_total(const MemLedger* ledger) { return sum_where(ledger, 0); }
-size_t mem_host_total(const MemLedger* ledger) { return sum_where(ledger, 1); }
+size_t mem_total(const MemLedger* ledger) { return sum_where(ledger, MEM_ON_BACKEND); }
+size_t mem_host_total(const MemLedger* ledger) { return sum_where(ledger, MEM_ON_HOST); }
+size_t mem_disk_total(const MemLedger* ledger) { return sum_where(ledger, MEM_ON_DISK); }
 
 size_t host_memory_available(void) {
     const char* forced = getenv("GPT_HOST_MEM_AVAILABLE");

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "base/common.h"
+#include "core/zero/nvme_store.h"
 
 void config_usage(const char* prog) {
     printf("usage: %s [flags]\n"
@@ -86,6 +87,13 @@ void config_usage(const char* prog) {
            "            next step, which uses the parameters before it (ZeRO-Offload's delayed parameter update;\n"
            "            updates land one step late, and land at once before each checkpoint, evaluation and the\n"
            "            end). 0: off (default 0)\n"
+           "  -nvme DIR with -offload: keep each rank's fp32 master and Adam m, v (and with -offload 2 -z 3 its\n"
+           "            parameter pieces) in files under DIR/gpt-nvme-rank<r> instead of host memory, streamed through\n"
+           "            %d host buffers with O_DIRECT reads and writes on worker threads (ZeRO-Infinity's NVMe offload;\n"
+           "            node-local storage; one run per DIR; the files are scratch, removed at the end). Same results\n"
+           "            bit for bit. Not yet run on a GPU (default: none)\n"
+           "  -nvme-chunk E  with -nvme: elements per disk transfer and checksum, a multiple of %d\n"
+           "            (default %zu)\n"
            "  -comm C   mpi|nccl: what moves GPU buffers in the collectives. nccl needs one GPU per rank; mpi stages\n"
            "            through host memory and lets ranks share a GPU (default nccl on the GPU build with NCCL\n"
            "            when every rank has its own GPU, else mpi)\n"
@@ -100,10 +108,12 @@ void config_usage(const char* prog) {
            "  -w N      world size for --estimate (default: the ranks it is launched on)\n"
            "  -gpu-mem G, -host-mem G  with --estimate: also the largest GPT-2/GPT-3 shape whose states and\n"
            "            activations fit G GiB of device (and host) memory per rank, for each ZeRO stage, -offload and -r\n"
+           "  -disk-mem G  with -gpu-mem: also rows for -offload with -nvme, whose state files fit G GiB of disk\n"
+           "            per rank\n"
            "testing\n"
            "  -dump DIR write step 0's logits and gradients (fp32) for comparison with scripts/reference.py\n"
            "  -h        this help\n",
-           prog, COMM_WATCHDOG_LONG);
+           prog, NVME_BUFFERS, NVME_CHUNK_ALIGN, NVME_CHUNK_DEFAULT, COMM_WATCHDOG_LONG);
 }
 
 // A plain decimal: an optional '-', digits, and for a real number an optional fraction and exponent.
@@ -171,6 +181,7 @@ static void set_defaults(Config* c) {
     c->tensor_parallel = 1;
     c->virtual_stages = 0;   // 0: not given (2 under -ps interleaved, else 1)
     c->watchdog = 300.0f;
+    c->nvme_chunk = (long long)NVME_CHUNK_DEFAULT;
 }
 
 static void parse_one(Config* c, const char* f, const char* v) {
@@ -217,6 +228,9 @@ static void parse_one(Config* c, const char* f, const char* v) {
     else if (!strcmp(f, "-r")) c->recompute = (int)parse_int(f, v, 0, 3);
     else if (!strcmp(f, "-offload")) c->offload = (int)parse_int(f, v, 0, 2);
     else if (!strcmp(f, "-dpu")) c->delay_from = (int)parse_int(f, v, 0, 1 << 30);
+    else if (!strcmp(f, "-nvme")) c->nvme_dir = v;
+    else if (!strcmp(f, "-nvme-chunk")) c->nvme_chunk = parse_int(f, v, NVME_CHUNK_ALIGN, 1LL << 30);
+    else if (!strcmp(f, "-disk-mem")) c->disk_mem_gib = parse_float(f, v, 0.001, 1e9);
     else if (!strcmp(f, "-wd")) c->watchdog = parse_float(f, v, 0.0, 1e6);
     else if (!strcmp(f, "-w")) c->plan_ranks = (int)parse_int(f, v, 1, 1 << 20);
     else if (!strcmp(f, "-gpu-mem")) c->gpu_mem_gib = parse_float(f, v, 0.001, 1e6);
@@ -241,6 +255,15 @@ static void parse_one(Config* c, const char* f, const char* v) {
         else if (!strcmp(v, "fp16")) c->precision = DT_FP16;
         else fail("flag -p expects fp32|bf16|fp16, got '%s'", v);
     } else fail("unknown flag '%s' (see -h)", f);
+}
+
+static void check_nvme(const Config* c) {
+    if (c->nvme_dir && !c->nvme_dir[0]) fail("-nvme needs a directory name");
+    if (c->nvme_dir && !c->offload)
+        fail("-nvme %s keeps the optimizer state on disk instead of host memory: it needs -offload 1 or 2", c->nvme_dir);
+    if (c->nvme_chunk % NVME_CHUNK_ALIGN) fail("-nvme-chunk %lld is not a multiple of %d", c->nvme_chunk, NVME_CHUNK_ALIGN);
+    if (c->nvme_chunk != (long long)NVME_CHUNK_DEFAULT && !c->nvme_dir) fail("-nvme-chunk sizes the transfers of -nvme: give -nvme DIR");
+    if (c->disk_mem_gib > 0 && !(c->gpu_mem_gib > 0)) fail("-disk-mem needs -gpu-mem (the table is per device budget)");
 }
 
 // Flags that mean something only beside others, and values that only together leave the supported range: an
@@ -270,6 +293,7 @@ static void check_combinations(const Config* c) {
         fail("-offload 2 moves the sharded gradients (and with -z 3 the parameters) to the host: it needs -z 2 or 3, "
              "not -z %d (-offload 1 moves the optimizer state at any -z)", c->zero_stage);
     if (c->start_over && c->resume) fail("-ow 1 (start over) and -y %d (resume) contradict each other", c->resume);
+    check_nvme(c);
 }
 
 void config_parse(Config* c, int argc, char** argv) {

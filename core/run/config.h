@@ -61,6 +61,9 @@ typedef struct {
     int offload;                 // -offload: 1 each rank's fp32 master and Adam state in host memory, 2 also
                                  // its gradient pieces (-z >= 2) and parameter pieces (-z 3)
     int delay_from;              // -dpu: from this step on each update lands one step late (0: never)
+    const char* nvme_dir;        // -nvme: with -offload, the state (and with -offload 2 -z 3 the parameter pieces)
+                                 // in files under this directory instead of host memory; NULL: none
+    long long nvme_chunk;        // -nvme-chunk: elements per disk transfer and checksum
     CommKind comm;               // -comm (COMM_AUTO unless given)
     float watchdog;              // -wd: seconds a rank may wait for the others before the job ends (0: never)
     // planning
@@ -68,6 +71,7 @@ typedef struct {
     int plan_ranks;              // -w: world size to plan for (default: the launched world)
     float gpu_mem_gib;           // -gpu-mem: device memory per rank for --estimate's largest-model table (0: none)
     float host_mem_gib;          // -host-mem: host memory per rank for that table (0: unlimited)
+    float disk_mem_gib;          // -disk-mem: disk per rank for that table's -nvme rows (0: no such rows)
 } Config;
 
 // Parses argv into cfg. Prints usage and exits 0 on -h.

@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "base/common.h"
+#include "core/util/fs.h"
 #include "core/model/gpt.h"
 #include "core/pipeline/pipeline.h"
 #include "core/models/catalog.h"
@@ -28,6 +29,7 @@ static double gib(size_t bytes) { return (double)bytes / (double)(1ull << 30); }
 
 #define DEVICE_TOTAL (-1)   // heaviest_stage's category: all backend bytes
 #define HOST_TOTAL (-2)     // all host bytes (-offload)
+#define DISK_TOTAL (-3)     // all disk bytes (-nvme)
 
 // The most any stage needs (every stage is the same without a pipeline).
 static size_t heaviest_stage(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int dp,
@@ -38,6 +40,7 @@ static size_t heaviest_stage(StatePlanner states, const Config* cfg, const Pipel
         memory_plan(&m, states, cfg, plan, s, dp, st, zero, recompute);
         size_t b = category == DEVICE_TOTAL ? mem_total(&m)
                    : category == HOST_TOTAL ? mem_host_total(&m)
+                   : category == DISK_TOTAL ? mem_disk_total(&m)
                                             : m.bytes[category];
         most = b > most ? b : most;
     }
@@ -97,9 +100,16 @@ static void print_table(StatePlanner states, const Config* cfg, const PipelinePl
            P > 1 ? " on the heaviest stage" : "", cfg->recompute, cfg->B, cfg->T, P > 1 ? ", -pp and -ga as given" : "");
     print_rows(states, cfg, plan, s, ranks, DEVICE_TOTAL);
     if (cfg->offload) {   // what -offload moved: each rank's master, Adam state and staging buffer (and pieces)
-        printf("\nhost GiB per rank%s (-offload %d: fp32 master, Adam m, v, staging%s):\n", P > 1 ? " on the heaviest stage" : "",
-               cfg->offload, cfg->offload == 2 ? "; gradient pieces at -z >= 2, parameter pieces at -z 3" : "");
+        const char* params = cfg->nvme_dir ? "the walk's parameter read buffers" : "parameter pieces";
+        printf("\nhost GiB per rank%s (-offload %d%s: %s, staging%s%s):\n", P > 1 ? " on the heaviest stage" : "", cfg->offload,
+               cfg->nvme_dir ? " -nvme" : "", cfg->nvme_dir ? "the disk's buffer pool" : "fp32 master, Adam m, v",
+               cfg->offload == 2 ? "; gradient pieces at -z >= 2, at -z 3 " : "", cfg->offload == 2 ? params : "");
         print_rows(states, cfg, plan, s, ranks, HOST_TOTAL);
+    }
+    if (cfg->nvme_dir) {   // what -nvme moved on: the state files (and parameter pieces at -z 3 -offload 2)
+        printf("\ndisk GiB per rank%s (-nvme: fp32 master, Adam m, v%s):\n", P > 1 ? " on the heaviest stage" : "",
+               cfg->offload == 2 ? "; parameter pieces at -z 3" : "");
+        print_rows(states, cfg, plan, s, ranks, DISK_TOTAL);
     }
     printf("\nactivations per rank%s by recompute level (b=%d t=%d):", P > 1 ? " on the heaviest stage" : "", cfg->B, cfg->T);
     for (int r = 0; r <= 3; r++)
@@ -122,47 +132,68 @@ static const char* const LADDER[][2] = {
 };
 #define LADDER_SIZE (int)(sizeof(LADDER) / sizeof(LADDER[0]))
 
-// Whether every stage of shape s fits the budgets under ZeRO stage zero, offload and recompute level r.
-static int fits(StatePlanner states, const Config* cfg, const ModelShape* s, int ranks, int zero, int offload, int r) {
+// Whether every stage of shape s fits the budgets under ZeRO stage zero, offload (with -nvme's state files
+// when nvme) and recompute level r.
+static int fits(StatePlanner states, const Config* cfg, const ModelShape* s, int ranks, int zero, int offload, int nvme, int r) {
     char why[200];
     if (s->L < cfg->pipeline_stages || !shape_splits_vocab(s, cfg->tensor_parallel) ||
         !s->family->splits_tp(s, cfg->tensor_parallel, why, sizeof(why)))
         return 0;
     Config c = *cfg;
     c.offload = offload;
+    c.nvme_dir = nvme ? (cfg->nvme_dir ? cfg->nvme_dir : "-disk-mem") : NULL;   // planned, never opened
     PipelinePlan plan;
     pipeline_plan(&plan, s, cfg->pipeline_stages, cfg->pipe_schedule, cfg->virtual_stages, cfg->tensor_parallel, ranks, cfg->T,
                   cfg->grad_accum);
-    double gpu = cfg->gpu_mem_gib * (double)(1ull << 30), host = cfg->host_mem_gib * (double)(1ull << 30);
+    double gib = (double)(1ull << 30), gpu = cfg->gpu_mem_gib * gib, host = cfg->host_mem_gib * gib, disk = cfg->disk_mem_gib * gib;
     int dp = plan_replicas(&plan, ranks);
     return (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, DEVICE_TOTAL) <= gpu &&
-           (host <= 0.0 || (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, HOST_TOTAL) <= host);
+           (host <= 0.0 || (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, HOST_TOTAL) <= host) &&
+           (!nvme || (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, DISK_TOTAL) <= disk);
+}
+
+// One row of the capacity table: per -r, the largest shape of LADDER that fits.
+static void print_capacity_row(StatePlanner states, const Config* cfg, int ranks, int zero, int offload, int nvme) {
+    char level[16];
+    snprintf(level, sizeof(level), nvme ? "%d+nvme" : "%d", offload);
+    printf("  %4d  %7s", zero, level);
+    for (int r = 0; r <= 3; r++) {
+        const char* best = "-";
+        for (int i = 0; i < LADDER_SIZE; i++) {
+            char spec[64];
+            ModelShape s;
+            snprintf(spec, sizeof(spec), "%sT%d", LADDER[i][1], cfg->T > 1024 ? cfg->T : 1024);
+            if (shape_from_spec(spec, &s) && fits(states, cfg, &s, ranks, zero, offload, nvme, r)) best = LADDER[i][0];
+        }
+        printf(" %9s", best);
+    }
+    printf("\n");
 }
 
 // -gpu-mem (-host-mem): per ZeRO stage and -offload, per -r, the largest shape of LADDER that fits.
 static void print_capacity(StatePlanner states, const Config* cfg, int ranks) {
-    char host[64] = "";
+    char host[64] = "", disk[64] = "";
     if (cfg->host_mem_gib > 0) snprintf(host, sizeof(host), " and -host-mem %g GiB", cfg->host_mem_gib);
-    printf("\nlargest GPT shape per rank within -gpu-mem %g GiB%s (%d rank%s, -pp %d, -tp %d%s, b=%d t=%d, %s):\n  ZeRO  offload",
-           cfg->gpu_mem_gib, host, ranks, ranks > 1 ? "s" : "", cfg->pipeline_stages, cfg->tensor_parallel,
+    if (cfg->disk_mem_gib > 0) snprintf(disk, sizeof(disk), " (-nvme rows: -disk-mem %g GiB)", cfg->disk_mem_gib);
+    printf("\nlargest GPT shape per rank within -gpu-mem %g GiB%s%s (%d rank%s, -pp %d, -tp %d%s, b=%d t=%d, %s):\n  ZeRO  offload",
+           cfg->gpu_mem_gib, host, disk, ranks, ranks > 1 ? "s" : "", cfg->pipeline_stages, cfg->tensor_parallel,
            cfg->sequence_parallel ? " -sp 1" : "", cfg->B, cfg->T, dtype_name(cfg->precision));
     for (int r = 0; r <= 3; r++) printf("      -r %d", r);
     printf("\n");
     for (int zero = 0; zero < 4; zero++)
         for (int offload = 0; offload <= (zero >= 2 ? 2 : 1); offload++) {   // -offload 2 needs -z >= 2
-            printf("  %4d  %7d", zero, offload);
-            for (int r = 0; r <= 3; r++) {
-                const char* best = "-";
-                for (int i = 0; i < LADDER_SIZE; i++) {
-                    char spec[64];
-                    ModelShape s;
-                    snprintf(spec, sizeof(spec), "%sT%d", LADDER[i][1], cfg->T > 1024 ? cfg->T : 1024);
-                    if (shape_from_spec(spec, &s) && fits(states, cfg, &s, ranks, zero, offload, r)) best = LADDER[i][0];
-                }
-                printf(" %9s", best);
-            }
-            printf("\n");
+            print_capacity_row(states, cfg, ranks, zero, offload, 0);
+            if (offload > 0 && cfg->disk_mem_gib > 0) print_capacity_row(states, cfg, ranks, zero, offload, 1);
         }
+}
+
+// -nvme: the free space of DIR's filesystem against the state files, as the run checks it before allocating.
+static void print_disk_room(const Config* cfg, const MemLedger* plans, int stages) {
+    size_t most = 0;
+    for (int st = 0; st < stages; st++) most = mem_disk_total(&plans[st]) > most ? mem_disk_total(&plans[st]) : most;
+    double free_bytes = (double)fs_free_bytes(cfg->nvme_dir);
+    printf("-nvme: %.3f GiB free on the filesystem of %s: room for the state files of %.0f rank%s of %.3f GiB\n", gib((size_t)free_bytes),
+           cfg->nvme_dir, most ? free_bytes / (double)most : 0.0, most && free_bytes / (double)most < 2.0 ? "" : "s", gib(most));
 }
 
 void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks) {
@@ -184,18 +215,21 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
     printf("model: %s, %zu parameters (%zu with the padded vocabulary rows)\n", shape,
            shape_real_param_count(s), shape_param_count(s));
     if (P > 1) printf("stage 0 (embeddings, the most micro-batches in flight):\n");
-    for (int c = 0; c < NUM_MEM_CATEGORIES; c++)   // host categories are empty without -offload
-        if (cfg->offload || !mem_category_on_host((MemCategory)c))
+    for (int c = 0; c < NUM_MEM_CATEGORIES; c++)   // host categories are empty without -offload, disk without -nvme
+        if (mem_category_shown((MemCategory)c, cfg->offload, cfg->nvme_dir != NULL))
             printf("  %-12s %10.3f GiB\n", mem_category_name((MemCategory)c), gib(m->bytes[c]));
     printf("  %-12s %10.3f GiB\n", cfg->offload ? "device total" : "total", gib(mem_total(m)));
     if (cfg->offload) printf("  %-12s %10.3f GiB\n", "host total", gib(mem_host_total(m)));
+    if (cfg->nvme_dir) printf("  %-12s %10.3f GiB\n", "disk total", gib(mem_disk_total(m)));
     for (int st = 1; st < P; st++) {
         printf("stage %d%s: %.3f GiB (activations %.3f GiB)", st, st == P - 1 ? " (LM head)" : "", gib(mem_total(&plans[st])),
                gib(plans[st].bytes[MEM_ACTIVATIONS]));
         if (cfg->offload) printf(", host %.3f GiB", gib(mem_host_total(&plans[st])));
+        if (cfg->nvme_dir) printf(", disk %.3f GiB", gib(mem_disk_total(&plans[st])));
         printf("\n");
     }
     if (P > 1) printf("heaviest stage: %.3f GiB (the table below; per-stage bytes in plan_stages)\n", gib(heaviest));
+    if (cfg->nvme_dir) print_disk_room(cfg, plans, P);
     print_table(states, cfg, plan, s, ranks);
     print_json("plan: ", m);
     printf("\n");

@@ -61,15 +61,15 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
         long long total = 0;
         for (int c = 0; c < NUM_MEM_CATEGORIES; c++) {
             long long b = all[r * NUM_MEM_CATEGORIES + c];
-            if (!mem_category_on_host((MemCategory)c)) total += b;   // "total": backend memory
+            if (mem_category_where((MemCategory)c) == MEM_ON_BACKEND) total += b;   // "total": backend memory
             n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s\"%s\": %lld", c ? ", " : "", mem_category_name((MemCategory)c), b);
         }
         logger_line(log, "{\"step\": %d, \"rank\": %d, \"memory\": {%s}, \"total\": %lld}", first_step, r, buf, total);
     }
     if (rank == 0) {
         printf("memory (rank 0): %.1f MiB total:", (double)mem_total(mem) / (1 << 20));
-        for (int c = 0; c < NUM_MEM_CATEGORIES; c++)   // host categories are empty without -offload
-            if (cfg->offload || !mem_category_on_host((MemCategory)c))
+        for (int c = 0; c < NUM_MEM_CATEGORIES; c++)   // host categories are empty without -offload, disk without -nvme
+            if (mem_category_shown((MemCategory)c, cfg->offload, cfg->nvme_dir != NULL))
                 printf(" %s %.1f", mem_category_name((MemCategory)c), (double)mem->bytes[c] / (1 << 20));
         printf(" MiB\n");
         size_t keep_all = 0;
@@ -162,11 +162,23 @@ static void print_stage_line(int stage, const double* sec) {
 // One stage's {"forward", "backward", "wait"} record with its separator: three times under 10^12 ms fit.
 #define STAGE_JSON_MAX 128
 
+// -nvme: the disk's side of the update (not phases: with -dpu it ran behind the step, else within the
+// optimizer phase, of which the main loop waited for all). Appends to text; returns the characters added.
+static int disk_breakdown(Logger* log, int step, const PhaseTimer* pt, char* text, size_t size) {
+    const DiskTimes* d = &pt->disk;
+    logger_line(log, "{\"step\": %d, \"nvme_ms\": {\"read\": %.3f, \"write\": %.3f, \"update\": %.3f, \"disk_wait\": %.3f, \"pass\": %.3f}}",
+                step, d->read * 1e3, d->write * 1e3, (d->pass - d->wait) * 1e3, d->wait * 1e3, d->pass * 1e3);
+    int n = snprintf(text, size, " | nvme: read %.1f ms, write %.1f ms, update %.1f ms; the pass took %.1f ms, %.1f of them waiting "
+                     "for the disk%s", d->read * 1e3, d->write * 1e3, (d->pass - d->wait) * 1e3, d->pass * 1e3, d->wait * 1e3,
+                     pt->overlapped > 0.0 ? ", behind the step" : "");
+    return n < 0 ? 0 : n < (int)size ? n : (int)size - 1;
+}
+
 void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt, const PipelinePlan* plan) {
     double* all = gather_rows(g->world, pt->seconds, NUM_PHASES);
     if (comm_rank(g->world) == 0) {
         double total = 0.0;
-        char text[512], json[512];
+        char text[1024], json[512];
         const size_t stages_size = (size_t)g->pp * STAGE_JSON_MAX + 1;
         char* stages = (char*)xmalloc(stages_size);
         size_t k = 0;
@@ -182,6 +194,7 @@ void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt
             n += snprintf(text + n, sizeof(text) - (size_t)n, " | host copies %.1f ms, within them", pt->host_copies * 1e3);
             logger_line(log, "{\"step\": %d, \"offload_host_copies_ms\": %.3f}", step, pt->host_copies * 1e3);
         }
+        if (pt->disk.pass > 0.0 || pt->disk.write > 0.0) n += disk_breakdown(log, step, pt, text + n, sizeof(text) - (size_t)n);
         if (pt->overlapped > 0.0) {   // not a phase: it ran beside them
             n += snprintf(text + n, sizeof(text) - (size_t)n, " | host update %.1f ms, overlapped", pt->overlapped * 1e3);
             logger_line(log, "{\"step\": %d, \"host_update_overlapped_ms\": %.3f}", step, pt->overlapped * 1e3);

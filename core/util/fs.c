@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "base/common.h"
@@ -102,4 +103,45 @@ char* read_small_text(const char* dir, const char* name, char* why, size_t why_s
     }
     if (f) fclose(f);
     return text;
+}
+
+int lock_file(const char* path, long* holder) {
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) fail("cannot open %s: %s", path, strerror(errno));
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (fcntl(fd, F_SETLK, &fl) != 0) {
+        if (errno != EACCES && errno != EAGAIN) fail("cannot lock %s: %s", path, strerror(errno));
+        struct flock other = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        *holder = fcntl(fd, F_GETLK, &other) == 0 && other.l_type != F_UNLCK ? (long)other.l_pid : -1;
+        if (close(fd) != 0) fail("cannot close %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char text[32];
+    int n = snprintf(text, sizeof(text), "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)n, 0) != n) fail("cannot write %s: %s", path, strerror(errno));
+    return fd;
+}
+
+unsigned long long fs_free_bytes(const char* path) {
+    char p[PATH_MAX];
+    if (snprintf(p, sizeof(p), "%s", path) >= (int)sizeof(p)) fail("path too long: %s", path);
+    struct statvfs st;
+    while (statvfs(p, &st) != 0) {
+        char* slash = strrchr(p, '/');
+        if (errno != ENOENT || !strcmp(p, ".") || !strcmp(p, "/")) fail("cannot inspect the filesystem of %s: %s", path, strerror(errno));
+        if (!slash) snprintf(p, sizeof(p), ".");
+        else if (slash == p) p[1] = '\0';
+        else *slash = '\0';
+    }
+    if (st.f_blocks == 0) return ~0ull;   // a filesystem without a size (ramfs) reports no blocks at all
+    return (unsigned long long)st.f_bavail * st.f_frsize;
+}
+
+unsigned long long file_disk_bytes(const char* path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno != ENOENT) fail("cannot inspect %s: %s", path, strerror(errno));
+        return 0;
+    }
+    return S_ISREG(st.st_mode) ? (unsigned long long)st.st_blocks * 512 : 0;
 }

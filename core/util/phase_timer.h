@@ -2,6 +2,7 @@
 // breakdown steps (-lb) does a mark synchronize the device, so other steps keep their asynchrony. The
 // executor marks phases; report.h prints and logs them.
 #pragma once
+#include "core/util/disk_io.h"
 #include "kernels/kernels.h"
 
 double now_seconds(void);   // monotonic
@@ -17,6 +18,7 @@ typedef struct {
     double host_copies;  // -offload 2: time inside the forward and backward the launch thread spent on moving
                          // pieces to and from the host: uploads, and waits for the gradient landing
                          // (zero_host_copy_seconds); part of those phases
+    DiskTimes disk;      // -nvme: the optimizer's pass over the state on disk (behind the step with -dpu)
 } PhaseTimer;
 void phase_mark(PhaseTimer* pt, Backend* be, Phase p);   // the time since the last mark goes to phase p
 const char* phase_name(Phase p);                          // as logged: "data", "forward", ...

@@ -9,6 +9,7 @@
 
 #include "core/comm/comm.h"
 #include "core/model/model.h"
+#include "core/zero/nvme_store.h"
 
 // The spans a rank updates (the tied embedding's mirror included: it must stay equal to the original),
 // counts in the gradient norm (the same without the mirror), or writes to a checkpoint (its share without
@@ -16,10 +17,11 @@
 typedef enum { STATE_UPDATE, STATE_NORM, STATE_CHECKPOINT } StateParts;
 
 // n elements from flat index `flat` of tensor t; every pointer points at the span's start, in the memory
-// ModelState.places names for its buffer.
+// ModelState.places names for its buffer (NULL for a buffer on disk: `state` addresses it there).
 typedef struct {
     const ParamTensor* t;
     size_t flat, n;
+    size_t state;            // the index of its first element in the holder's master, m, v
     void* params;            // working copy, ModelState.dt
     float* master;
     float* m;
@@ -32,8 +34,9 @@ typedef void (*StateSpanFn)(const StateSpan* s, void* ctx);
 // A span's buffers, as the operations below name them.
 typedef enum { SPAN_PARAMS, SPAN_MASTER, SPAN_M, SPAN_V, SPAN_GRAD } SpanBuffer;
 
-// Where a buffer lives: backend memory (the GPU's on the GPU build), or host memory (-offload).
-typedef enum { IN_BACKEND, IN_HOST } Place;
+// Where a buffer lives: backend memory (the GPU's on the GPU build), host memory (-offload), or files on
+// disk that ModelState.disk reads and writes through host buffers (-nvme).
+typedef enum { IN_BACKEND, IN_HOST, IN_DISK } Place;
 
 // Where each buffer of every span lives; master, m and v always together.
 typedef struct {
@@ -66,6 +69,7 @@ typedef struct {
                              // so a sum over spans adds over it; NULL where this rank's cover them all
     float* scratch;          // one fp32 of backend memory for reductions (the norm)
     StatePlaces places;      // read by the operations below only
+    NvmeStore* disk;         // where a place is IN_DISK; else NULL
     HostStage stage;
     PendingBuffers pending;
     void (*for_each_span)(void* ctx, StateParts which, StateSpanFn fn, void* fn_ctx);
@@ -80,7 +84,8 @@ typedef struct {
 // ---------------------------------------------------------------------------------------------------
 // Moving values in and out of the spans, wherever their buffers live.
 
-// To host memory from memory in `from`, or from host memory to memory in `to`.
+// To host memory from memory in `from`, or from host memory to memory in `to` (not IN_DISK: the span
+// operations below reach the disk).
 static inline void place_to_host(Backend* be, Place from, void* dst_host, const void* src, size_t bytes) {
     if (from == IN_HOST) memcpy(dst_host, src, bytes);
     else be_download(be, dst_host, src, bytes);
@@ -107,13 +112,26 @@ static inline char* span_ptr(const ModelState* ms, const StateSpan* s, SpanBuffe
     return (char*)base[b] + i * span_elem_bytes(ms, s, b);
 }
 
+// The part of a disk store's chunks that holds buffer b (never the gradient: it is not stored there).
+static inline NvmePart span_disk_part(SpanBuffer b) {
+    if (b == SPAN_PARAMS) return NVME_PARAMS;
+    return b == SPAN_MASTER ? NVME_MASTER : b == SPAN_M ? NVME_M : NVME_V;
+}
+
 // All n elements of span s's buffer b, to or from host memory.
 static inline void span_to_host(const ModelState* ms, Backend* be, const StateSpan* s, SpanBuffer b, void* dst_host) {
-    place_to_host(be, span_place(ms, b), dst_host, span_ptr(ms, s, b, 0), s->n * span_elem_bytes(ms, s, b));
+    if (span_place(ms, b) == IN_DISK) nvme_copy_out(ms->disk, span_disk_part(b), s->state, s->n, dst_host);
+    else place_to_host(be, span_place(ms, b), dst_host, span_ptr(ms, s, b, 0), s->n * span_elem_bytes(ms, s, b));
 }
 static inline void span_from_host(const ModelState* ms, Backend* be, const StateSpan* s, SpanBuffer b,
                                   const void* src_host) {
-    place_from_host(be, span_place(ms, b), span_ptr(ms, s, b, 0), src_host, s->n * span_elem_bytes(ms, s, b));
+    if (span_place(ms, b) == IN_DISK) nvme_copy_in(ms->disk, span_disk_part(b), s->state, s->n, src_host);
+    else place_from_host(be, span_place(ms, b), span_ptr(ms, s, b, 0), src_host, s->n * span_elem_bytes(ms, s, b));
+}
+// After values were written with span_from_host: those bound for the disk are there, not only in its cache
+// (before a pass or the walk reads the disk again).
+static inline void state_flush(const ModelState* ms) {
+    if (ms->disk) nvme_flush(ms->disk);
 }
 
 // Sets the working copy of flat elements [flat, flat + n) from host memory wherever this rank holds it:
@@ -133,26 +151,44 @@ static inline void state_before_host_writes(const ModelState* ms, Backend* be) {
 }
 
 // Host access to elements [i, i + n) of a span's buffer, for work overlapped with the copy stream (the
-// optimizer's -offload staging): in place where the buffer is host memory, else through `stage`, whose
-// copy runs on the copy stream and records `copied`. Where the buffer is host memory none of these copies
-// or waits.
+// optimizer's -offload staging): in place where the buffer is host memory, in the disk pass's chunk where
+// it is on disk (state_pass_hold), else through `stage`, whose copy runs on the copy stream and records
+// `copied`. Only backend buffers are copied or waited for.
 static inline size_t span_stage_bytes(const ModelState* ms, SpanBuffer b, size_t bytes) {
-    return span_place(ms, b) == IN_HOST ? 0 : bytes;
+    return span_place(ms, b) == IN_BACKEND ? bytes : 0;
 }
 static inline void* span_host_view(const ModelState* ms, const StateSpan* s, SpanBuffer b, size_t i, void* stage) {
+    if (span_place(ms, b) == IN_DISK) return nvme_pass_view(ms->disk, span_disk_part(b), s->state + i);
     return span_place(ms, b) == IN_HOST ? span_ptr(ms, s, b, i) : stage;
 }
 static inline void span_fetch_async(const ModelState* ms, Backend* be, const StateSpan* s, SpanBuffer b, size_t i, size_t n,
                                     void* stage, BeEvent* copied) {
-    if (span_place(ms, b) == IN_HOST) return;
+    if (span_place(ms, b) != IN_BACKEND) return;
     be_download_async(be, stage, span_ptr(ms, s, b, i), n * span_elem_bytes(ms, s, b), copied);
 }
 static inline void span_store_async(const ModelState* ms, Backend* be, const StateSpan* s, SpanBuffer b, size_t i, size_t n,
                                     const void* stage, BeEvent* copied) {
-    if (span_place(ms, b) == IN_HOST) return;
+    if (span_place(ms, b) != IN_BACKEND) return;
     be_upload_async(be, span_ptr(ms, s, b, i), stage, n * span_elem_bytes(ms, s, b), copied);
 }
 // The host waits for the staged copy recorded in `copied`.
 static inline void span_stage_wait(const ModelState* ms, Backend* be, SpanBuffer b, BeEvent* copied) {
-    if (span_place(ms, b) != IN_HOST) be_event_synchronize(be, copied);
+    if (span_place(ms, b) == IN_BACKEND) be_event_synchronize(be, copied);
+}
+
+// The optimizer's pass over state on disk (nvme_store.h): chunk after chunk in increasing state index,
+// each held while its spans are updated in place (span_host_view); nothing where the state is in memory.
+// The pass writes the working copy back to disk where it lives there.
+static inline void state_pass_begin(const ModelState* ms) {
+    if (ms->places.state == IN_DISK) nvme_pass_begin(ms->disk, ms->places.params == IN_DISK);
+}
+// The elements from state index `state` to where the disk's chunk ends (a portion must not cross it).
+static inline size_t state_chunk_left(const ModelState* ms, size_t state) {
+    return ms->places.state == IN_DISK ? nvme_chunk_left(ms->disk, state) : (size_t)-1;
+}
+static inline void state_pass_hold(const ModelState* ms, size_t state) {
+    if (ms->places.state == IN_DISK) nvme_pass_hold(ms->disk, state);
+}
+static inline void state_pass_end(const ModelState* ms) {
+    if (ms->places.state == IN_DISK) nvme_pass_end(ms->disk);
 }

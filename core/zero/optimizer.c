@@ -81,6 +81,9 @@ static void update_on_backend(const ModelState* ms, Backend* be, const AdamWArgs
 // (adamw_host: the CPU twin's own code, so the same bits, each chunk's noise keyed by its canonical offsets),
 // and the new working copy goes up (unless it lives on the host: then it is written in place). The copies
 // run on the copy stream, so chunk c+1's download and chunk c-1's upload overlap chunk c's host update.
+// With the state on disk (-nvme) the same walk is a pass over its chunks (model_state.h): a portion never
+// crosses the end of one, and master, m, v (and a working copy on disk) are read and written in the chunk
+// the pass holds, while the store reads the next chunks and writes the last ones back.
 
 typedef struct {
     StateSpan* spans;
@@ -118,15 +121,15 @@ typedef struct {
     BeEvent* up[2];         // the upload from params[b]
 } Staging;
 
+// Without staging buffers nothing is copied, and be may be NULL (-dpu's thread).
 static Staging staging_open(const ModelState* ms, Backend* be) {
     Staging st = {.ms = ms, .be = be, .chunk = ms->stage.buf ? ms->stage.elems : (size_t)-1};
+    if (!ms->stage.buf) return st;
     size_t grad_bytes = span_stage_bytes(ms, SPAN_GRAD, st.chunk * 4);
     size_t params_bytes = span_stage_bytes(ms, SPAN_PARAMS, st.chunk * dtype_size(ms->dt));
     for (int b = 0; b < 2; b++) {
-        if (ms->stage.buf) {
-            st.grad[b] = (char*)ms->stage.buf + b * (grad_bytes + params_bytes);
-            st.params[b] = (char*)st.grad[b] + grad_bytes;
-        }
+        st.grad[b] = (char*)ms->stage.buf + b * (grad_bytes + params_bytes);
+        st.params[b] = (char*)st.grad[b] + grad_bytes;
         st.down[b] = be_event_create(be);
         st.up[b] = be_event_create(be);
     }
@@ -136,6 +139,7 @@ static Staging staging_open(const ModelState* ms, Backend* be) {
 // The host waits for every upload (the copy stream runs them in order, so the last one's event covers
 // them all): the main stream's later work sees them, and the next step may rewrite both buffers.
 static void staging_close(Staging* st, int last_buffer) {
+    if (!st->ms->stage.buf) return;
     if (last_buffer >= 0) span_stage_wait(st->ms, st->be, SPAN_PARAMS, st->up[last_buffer]);
     for (int b = 0; b < 2; b++) {
         be_event_destroy(st->be, st->down[b]);
@@ -143,15 +147,18 @@ static void staging_close(Staging* st, int last_buffer) {
     }
 }
 
-// The chunk after c in the order of spans[0 .. n); c.s == NULL at the end.
-static Chunk next_chunk(const StateSpan* spans, int n, Chunk c, size_t chunk_elems) {
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+// The chunk after c in the order of spans[0 .. n); c.s == NULL at the end. It ends where its span, a
+// staging buffer's worth or the disk's chunk ends.
+static Chunk next_chunk(const ModelState* ms, const StateSpan* spans, int n, Chunk c, size_t chunk_elems) {
     size_t i = c.i + c.k;
     const StateSpan* s = c.s;
     while (s && i >= s->n) {
         s = s + 1 < spans + n ? s + 1 : NULL;
         i = 0;
     }
-    Chunk out = {.s = s, .i = i, .k = s ? (s->n - i < chunk_elems ? s->n - i : chunk_elems) : 0};
+    Chunk out = {.s = s, .i = i, .k = s ? min_size(min_size(s->n - i, chunk_elems), state_chunk_left(ms, s->state + i)) : 0};
     return out;
 }
 
@@ -165,28 +172,38 @@ static void update_chunk(Staging* st, const Chunk* c, int b, int reused, const A
     size_t i = c->i;
     span_stage_wait(ms, st->be, SPAN_GRAD, st->down[b]);
     if (reused) span_stage_wait(ms, st->be, SPAN_PARAMS, st->up[b]);   // params[b] is free again
+    state_pass_hold(ms, s->state + i);
     void* params = span_host_view(ms, s, SPAN_PARAMS, i, st->params[b]);
     const void* grad = span_host_view(ms, s, SPAN_GRAD, i, st->grad[b]);
+    float* master = (float*)span_host_view(ms, s, SPAN_MASTER, i, NULL);
+    float* m = (float*)span_host_view(ms, s, SPAN_M, i, NULL);
+    float* v = (float*)span_host_view(ms, s, SPAN_V, i, NULL);
     AdamWArgs a = adamw_span_args(step, s);
-    adamw_host(params, ms->dt, s->master + i, grad, s->grad_dt, s->m + i, s->v + i, c->k, adamw_span_offset(s) + i, &a);
+    adamw_host(params, ms->dt, master, grad, s->grad_dt, m, v, c->k, adamw_span_offset(s) + i, &a);
     span_store_async(ms, st->be, s, SPAN_PARAMS, i, c->k, params, st->up[b]);
 }
 
-static void update_on_host(const ModelState* ms, Backend* be, const AdamWArgs* step) {
-    int n_spans;
-    StateSpan* spans = state_spans(ms, STATE_UPDATE, &n_spans);
+void adamw_host_spans(const ModelState* ms, Backend* be, const StateSpan* spans, int n_spans, const AdamWArgs* step) {
     Staging st = staging_open(ms, be);
-    Chunk c = next_chunk(spans, n_spans, (Chunk){.s = n_spans ? spans : NULL}, st.chunk);
+    state_pass_begin(ms);
+    Chunk c = next_chunk(ms, spans, n_spans, (Chunk){.s = n_spans ? spans : NULL}, st.chunk);
     int b = 0, last = -1;
     start_download(&st, &c, 0);
     for (int n = 0; c.s; n++, b = 1 - b) {
-        Chunk next = next_chunk(spans, n_spans, c, st.chunk);
+        Chunk next = next_chunk(ms, spans, n_spans, c, st.chunk);
         start_download(&st, &next, 1 - b);   // grad[1 - b] was last read by chunk n - 1's update, done
         update_chunk(&st, &c, b, n >= 2, step);
         last = b;
         c = next;
     }
     staging_close(&st, last);
+    state_pass_end(ms);
+}
+
+static void update_on_host(const ModelState* ms, Backend* be, const AdamWArgs* step) {
+    int n_spans;
+    StateSpan* spans = state_spans(ms, STATE_UPDATE, &n_spans);
+    adamw_host_spans(ms, be, spans, n_spans, step);
     free(spans);
 }
 
@@ -207,6 +224,6 @@ void adamw_step(const ModelState* ms, Backend* be, const OptimizerStep* o, float
     AdamWArgs args = adamw_args(o, grad_scale);
     state_before_host_writes(ms, be);
     // AdamW runs where master, m and v are: a host update leaves the backend only the copies.
-    if (span_place(ms, SPAN_MASTER) == IN_HOST) update_on_host(ms, be, &args);
+    if (span_place(ms, SPAN_MASTER) != IN_BACKEND) update_on_host(ms, be, &args);
     else update_on_backend(ms, be, &args);
 }

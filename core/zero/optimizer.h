@@ -25,3 +25,7 @@ AdamWArgs adamw_span_args(const AdamWArgs* a, const StateSpan* s);
 size_t adamw_span_offset(const StateSpan* s);
 // The spans of `which` in for_each_span's order, as an array the caller frees; *n is their count.
 StateSpan* state_spans(const ModelState* ms, StateParts which, int* n);
+// AdamW on the host over spans[0 .. n) (in for_each_span's order), with master, m and v where ms says: host
+// memory, or the disk through a pass; each span's gradient and working copy as ms's places say (be may be
+// NULL where neither is backend memory).
+void adamw_host_spans(const ModelState* ms, Backend* be, const StateSpan* spans, int n, const AdamWArgs* step);

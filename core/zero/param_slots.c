@@ -4,8 +4,24 @@
 #include "base/common.h"
 #include "core/util/phase_timer.h"
 
-void param_slots_init(ParamSlots* g, Backend* be, MemLedger* mem, const Pieces* pc, const void* pieces, int on_host) {
-    *g = (ParamSlots){.pieces = pieces, .on_host = on_host};
+static int resident_unit(const ParamLayout* lay, int r) { return r == RESIDENT_EMB ? lay->emb_unit : lay->final_unit; }
+
+// disk: each slot's and resident's buffer for this rank's piece read from the disk (host memory).
+static void alloc_read_buffers(ParamSlots* g, Backend* be, MemLedger* mem, const Pieces* pc) {
+    size_t x = piece_elem_bytes(pc);
+    for (int s = 0; s < 2; s++)
+        g->slot[s].read = nvme_host_alloc(be, mem, MEM_HOST_PARAMS, nvme_params_buffer_bytes(largest_block_unit(pc->lay) / (size_t)pc->size, x),
+                                          &g->slot[s].read_raw);
+    for (int r = 0; r < RESIDENTS; r++) {
+        int u = resident_unit(pc->lay, r);
+        if (u >= 0) g->resident[r].read = nvme_host_alloc(be, mem, MEM_HOST_PARAMS, nvme_params_buffer_bytes(piece_len(pc, u), x),
+                                                          &g->resident[r].read_raw);
+    }
+}
+
+void param_slots_init(ParamSlots* g, Backend* be, MemLedger* mem, const Pieces* pc, const void* pieces, int on_host, int on_disk,
+                      NvmeStore* disk) {
+    *g = (ParamSlots){.pieces = pieces, .on_host = on_host, .disk = disk};
     size_t block = largest_block_unit(pc->lay), x = piece_elem_bytes(pc);
     const ParamLayout* lay = pc->lay;
     for (int s = 0; s < 2; s++) {
@@ -15,9 +31,21 @@ void param_slots_init(ParamSlots* g, Backend* be, MemLedger* mem, const Pieces* 
     if (lay->emb_unit >= 0) g->resident[RESIDENT_EMB].buf = mem_alloc(be, mem, MEM_PARAMS, lay->units[lay->emb_unit].padded * x);
     if (lay->final_unit >= 0)
         g->resident[RESIDENT_FINAL].buf = mem_alloc(be, mem, MEM_PARAMS, lay->units[lay->final_unit].padded * x);
+    if (on_disk) alloc_read_buffers(g, be, mem, pc);
     if (!on_host || !be) return;
     for (int s = 0; s < 2; s++) g->slot[s].uploaded = be_event_create(be);
     for (int r = 0; r < RESIDENTS; r++) g->resident[r].uploaded = be_event_create(be);
+}
+
+void param_slots_free_host(ParamSlots* g, Backend* be) {
+    for (int s = 0; s < 2; s++) {
+        if (g->slot[s].uploaded) be_event_destroy(be, g->slot[s].uploaded);
+        if (g->slot[s].read_raw) be_host_free(be, g->slot[s].read_raw);
+    }
+    for (int r = 0; r < RESIDENTS; r++) {
+        if (g->resident[r].uploaded) be_event_destroy(be, g->resident[r].uploaded);
+        if (g->resident[r].read_raw) be_host_free(be, g->resident[r].read_raw);
+    }
 }
 
 // Starts the all-gather of unit u's parameters from every rank's piece into buf (the unit's padded size).
@@ -25,14 +53,15 @@ void param_slots_init(ParamSlots* g, Backend* be, MemLedger* mem, const Pieces* 
 // so far, which includes the last reads of buf. On one rank the main stream waits for it only in
 // finish_gather, so a prefetched block's upload overlaps the block computing now; with more ranks the
 // collective must follow it, and the comm layer orders collectives after the main stream, so the main stream
-// waits at once.
-static CommHandle gather_start(ParamSlots* g, Backend* be, const Pieces* pc, int u, void* buf, BeEvent* uploaded) {
+// waits at once. With a disk the piece is first read into `read`, once the upload that last read it is done.
+static CommHandle gather_start(ParamSlots* g, Backend* be, const Pieces* pc, int u, void* buf, BeEvent* uploaded, void* read) {
     size_t p = piece_len(pc, u), x = piece_elem_bytes(pc);
     void* mine = elem_at(buf, (size_t)pc->rank * p, x);
-    const void* src = elem_at((void*)g->pieces, pc->offset[u], x);
-    if (!g->on_host) be_copy(be, mine, src, p * x);
+    if (!g->on_host) be_copy(be, mine, elem_at((void*)g->pieces, pc->offset[u], x), p * x);
     else {
         double t0 = now_seconds();
+        if (g->disk) be_event_synchronize(be, uploaded);
+        const void* src = g->disk ? nvme_read_params(g->disk, pc->offset[u], p, read) : elem_at((void*)g->pieces, pc->offset[u], x);
         be_upload_async(be, mine, src, p * x, uploaded);
         if (pc->size > 1) be_stream_wait(be, uploaded);
         g->upload_seconds += now_seconds() - t0;
@@ -49,7 +78,7 @@ static void finish_gather(ParamSlots* g, Backend* be, const Pieces* pc, CommHand
 void* param_slots_resident(ParamSlots* g, Backend* be, const Pieces* pc, int u) {
     Resident* r = &g->resident[u == pc->lay->emb_unit ? RESIDENT_EMB : RESIDENT_FINAL];
     if (!r->gathered) {
-        CommHandle h = gather_start(g, be, pc, u, r->buf, r->uploaded);
+        CommHandle h = gather_start(g, be, pc, u, r->buf, r->uploaded, r->read);
         finish_gather(g, be, pc, &h, r->uploaded);
     }
     r->gathered = 1;
@@ -68,7 +97,7 @@ static ParamSlot* param_slot(ParamSlots* g, int u) {
 static void start_param_gather(ParamSlots* g, Backend* be, const Pieces* pc, ParamSlot* p, ParamSlotState state, int u) {
     p->state = state;
     p->unit = u;
-    p->flight = gather_start(g, be, pc, u, p->buf, p->uploaded);
+    p->flight = gather_start(g, be, pc, u, p->buf, p->uploaded, p->read);
 }
 
 // The unit of block l when this layout holds it, else -1.

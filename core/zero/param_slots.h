@@ -14,9 +14,11 @@
 // would cost a gather, not correctness: it is dropped when its slot is needed and when the parameters change.
 //
 // With on_host (params_on_host) the pieces live in host memory: a gather starts by uploading this rank's
-// piece on the copy stream.
+// piece on the copy stream. With a disk store (params_on_disk) they live in its file instead: a gather
+// first reads the piece into the slot's own host buffer (nvme_read_params), then uploads it from there.
 #pragma once
 #include "core/model/memory.h"
+#include "core/zero/nvme_store.h"
 #include "core/zero/pieces.h"
 
 // A block parameter slot's life.
@@ -37,6 +39,8 @@ typedef struct {
     int unit;             // PARAMS_PREFETCHED, PARAMS_HELD: whose parameters
     CommHandle flight;    // the gather into buf
     BeEvent* uploaded;    // on_host: the upload of this rank's piece into buf
+    void* read;           // disk: this rank's piece read from the disk, the upload's source
+    void* read_raw;       // its allocation
 } ParamSlot;
 
 enum { RESIDENT_EMB, RESIDENT_FINAL, RESIDENTS };
@@ -45,6 +49,8 @@ typedef struct {
     void* buf;            // Pieces.dt, the unit's padded size
     int gathered;         // since the parameters last changed
     BeEvent* uploaded;    // on_host: as ParamSlot's
+    void* read;           // disk: as ParamSlot's
+    void* read_raw;
 } Resident;
 
 typedef struct {
@@ -53,12 +59,18 @@ typedef struct {
     int walk_started, walk_last_block;   // the block the walk asked for last: the direction of its next request
     const void* pieces;                  // this rank's working pieces (index Pieces.offset), the gathers' source
     int on_host;                         // params_on_host: pieces is host memory
-    double upload_seconds;               // on_host: wall time the walk spent starting uploads; its reader resets it
+    NvmeStore* disk;                     // params_on_disk: the pieces are in its file instead (pieces NULL)
+    double upload_seconds;               // on_host: wall time the walk spent reading and starting uploads; its
+                                         // reader resets it
 } ParamSlots;
 
 // Allocates the two slots and the residents (charging mem) and, with on_host and a backend, their upload
-// events; with be == NULL (zero_plan) it only charges. pieces: as ParamSlots.pieces, which outlive the slots.
-void param_slots_init(ParamSlots* g, Backend* be, MemLedger* mem, const Pieces* pc, const void* pieces, int on_host);
+// events (and with on_disk their read buffers, host memory); with be == NULL (zero_plan) it only charges.
+// pieces (NULL with on_disk) and disk (NULL without, and for zero_plan): as ParamSlots', which outlive the slots.
+void param_slots_init(ParamSlots* g, Backend* be, MemLedger* mem, const Pieces* pc, const void* pieces, int on_host, int on_disk,
+                      NvmeStore* disk);
+// Frees the events and the host buffers (the backend buffers are the caller's to free).
+void param_slots_free_host(ParamSlots* g, Backend* be);
 
 // Block unit u's gathered parameters, for the walk to compute with now (held until param_slots_done): the
 // slot already holding or gathering it, else a free one (dropping a prefetch if none is free). Starts the

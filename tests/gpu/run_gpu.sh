@@ -5,6 +5,7 @@
 #      (fp32: losses, grad norms and step-0 gradients per tensor; bf16: losses and grad norms within 1e-2, which
 #      an optimizer at half the learning rate misses by 30x on the CPU build), and
 #      -offload 1 against the device-side optimizer, -offload 2 on one rank (fp32, bf16, -dpu; repeated for bits),
+#      -nvme against -offload 2 bit for bit (fp32, bf16, -dpu),
 #      and a Llama-family model (GQA, head size 128, q/k norms) likewise in fp32 and bf16
 #   3. 2 and 4 ranks on the one GPU through the MPI backend under -z 0..3 (and -z 2, 3 poisoned, see
 #      comm.h's GPT_COMM_POISON), 1F1B pipelines (-pp 2 and 4, with data parallelism, ZeRO and recompute;
@@ -107,6 +108,20 @@ check offload2_bf16_vs_device log off2bf16 "$W/off2bf16/log.jsonl" "$W/gpu16/log
 ./train_gpt_cpu "${flags[@]}" -p fp32 -z 3 -offload 2 -dpu 2 -o "$W/dpucpu" > "$W/dpucpu.txt" 2>&1 || record offload2_dpu_cpu_run FAIL "$(tail -1 "$W/dpucpu.txt")"
 $GPU "${flags[@]}" -p fp32 -z 3 -offload 2 -dpu 2 -o "$W/dpugpu" > "$W/dpugpu.txt" 2>&1 || record offload2_dpu_run FAIL "$(grep -m1 error "$W/dpugpu.txt")"
 check offload2_dpu_vs_cpu log off2dpu "$W/dpugpu/log.jsonl" "$W/dpucpu/log.jsonl" --steps 6 --tol 1e-4
+# -nvme (state and parameter pieces on disk, core/zero/nvme_store.h): O_DIRECT reads and writes into pinned
+# pool buffers on worker threads, each gather's piece read into pinned memory and uploaded from there. Only
+# where the bytes live changes, so the same bits as -offload 2 on this GPU (fp32 and bf16, and with -dpu,
+# whose pass runs on the update thread), with the disk under $W (its filesystem as the machine has it).
+$GPU "${flags[@]}" -p fp32 -z 3 -offload 2 -nvme "$W/nvme" -o "$W/nvme32" > "$W/nvme32.txt" 2>&1 || record nvme_fp32_run FAIL "$(grep -m1 error "$W/nvme32.txt")"
+same_steps() {   # name, log, reference log
+    if [ -n "$(steplog "$2")" ] && diff <(steplog "$2") <(steplog "$3") >/dev/null; then record "$1" ok "identical losses and norms"
+    else record "$1" FAIL "$(grep -m1 error "${2%/log.jsonl}.txt" || echo 'losses or norms differ')"; fi
+}
+same_steps nvme_fp32_vs_offload2 "$W/nvme32/log.jsonl" "$W/off2/log.jsonl"
+$GPU "${flags[@]}" -p bf16 -z 3 -offload 2 -nvme "$W/nvme" -lb 1 -o "$W/nvme16" > "$W/nvme16.txt" 2>&1 || record nvme_bf16_run FAIL "$(grep -m1 error "$W/nvme16.txt")"
+same_steps nvme_bf16_vs_offload2 "$W/nvme16/log.jsonl" "$W/off2bf16/log.jsonl"
+$GPU "${flags[@]}" -p fp32 -z 3 -offload 2 -dpu 2 -nvme "$W/nvme" -o "$W/nvmedpu" > "$W/nvmedpu.txt" 2>&1 || record nvme_dpu_run FAIL "$(grep -m1 error "$W/nvmedpu.txt")"
+same_steps nvme_dpu_vs_offload2_dpu "$W/nvmedpu/log.jsonl" "$W/dpugpu/log.jsonl"
 
 # 3. ranks on one GPU (MPI backend, staging through the host) and recompute levels, fp32, against the
 #    single-rank GPU run of the same global batch

@@ -109,3 +109,23 @@ init_model() {   # spec, data shard
     MODEL="$TMP/init/ckpt_000000/model.bin"
     t_check init_model "[ -s '$MODEL' ]"
 }
+# The step records' loss, lr and grad_norm, as text (for bit-for-bit comparisons).
+fields() { grep -o '"step": [0-9]*, "loss": [^,]*, "lr": [^,]*, "grad_norm": [^,]*' "$1"; }
+# train_gpt_cpu with the script's flags (the array `base`) and these, on NP ranks (mpirun above one); its
+# output in OUT.txt.
+train() {   # ranks, out dir, flags...
+    local np=$1 out=$2; shift 2
+    if [ "$np" -gt 1 ]; then "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${base[@]}" "$@" -o "$out" > "$out.txt" 2>&1
+    else ./train_gpt_cpu "${base[@]}" "$@" -o "$out" > "$out.txt" 2>&1; fi
+}
+# Same log fields and same checkpoint files (model.bin, every state file) at step STEP.
+same_run() {   # name, dir a, dir b, step
+    local a=$2 b=$3 ck=ckpt_$(printf %06d "$4") bad=""
+    [ -n "$(fields "$a/log.jsonl")" ] || bad="no steps in $a/log.jsonl"
+    [ -z "$bad" ] && ! diff <(fields "$a/log.jsonl") <(fields "$b/log.jsonl") > /dev/null && bad="losses or norms differ"
+    for f in "$a/$ck"/model.bin "$a/$ck"/state_rank*.bin; do
+        [ -z "$bad" ] && { [ -s "$f" ] || bad="$f missing"; }
+        [ -z "$bad" ] && ! cmp -s "$f" "$b/$ck/$(basename "$f")" && bad="$(basename "$f") differs"
+    done
+    if [ -z "$bad" ]; then t_ok "$1"; else t_fail "$1" "$bad"; fi
+}

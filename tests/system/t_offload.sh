@@ -12,25 +12,6 @@ $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 512 --seed 5 >/dev/
 base=(-e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -v 0 -s 0 -l 1e-3 -u 2 -c 0.1 -sh 1)
 have_mpi=0
 mpi_available && have_mpi=1
-fields() { grep -o '"step": [0-9]*, "loss": [^,]*, "lr": [^,]*, "grad_norm": [^,]*' "$1"; }
-
-train() {   # ranks, out dir, flags...
-    local np=$1 out=$2; shift 2
-    if [ "$np" -gt 1 ]; then "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${base[@]}" "$@" -o "$out" > "$out.txt" 2>&1
-    else ./train_gpt_cpu "${base[@]}" "$@" -o "$out" > "$out.txt" 2>&1; fi
-}
-
-# Same log fields and same checkpoint files (model.bin, every state file) at step STEP.
-same_run() {   # name, dir a, dir b, step
-    local a=$2 b=$3 ck=ckpt_$(printf %06d "$4") bad=""
-    [ -n "$(fields "$a/log.jsonl")" ] || bad="no steps in $a/log.jsonl"
-    [ -z "$bad" ] && ! diff <(fields "$a/log.jsonl") <(fields "$b/log.jsonl") > /dev/null && bad="losses or norms differ"
-    for f in "$a/$ck"/model.bin "$a/$ck"/state_rank*.bin; do
-        [ -z "$bad" ] && { [ -s "$f" ] || bad="$f missing"; }
-        [ -z "$bad" ] && ! cmp -s "$f" "$b/$ck/$(basename "$f")" && bad="$(basename "$f") differs"
-    done
-    if [ -z "$bad" ]; then t_ok "$1"; else t_fail "$1" "$bad"; fi
-}
 
 pair() {   # name, ranks, offload level, flags...: offload off vs on over 6 steps
     local name=$1 np=$2 level=$3; shift 3

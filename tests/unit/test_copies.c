@@ -27,7 +27,8 @@ static void each_tensor(void* ctx, StateParts which, StateSpanFn fn, void* fn_ct
     Copies* c = (Copies*)ctx;
     for (int i = 0; i < c->lay->num_tensors; i++) {
         const ParamTensor* t = &c->lay->tensors[i];
-        StateSpan s = {t, t->offset, t->size, c->params + t->offset, c->master + t->offset, NULL, NULL, NULL, DT_FP32};
+        StateSpan s = {.t = t, .flat = t->offset, .n = t->size, .state = t->offset, .params = c->params + t->offset,
+                       .master = c->master + t->offset, .grad_dt = DT_FP32};
         fn(&s, fn_ctx);
     }
 }

@@ -33,8 +33,9 @@ static void fake_spans(void* ctx, StateParts which, StateSpanFn fn, void* fn_ctx
         size_t cut[3] = {0, t->size / 2, t->size};
         for (int k = 0; k < 2; k++) {
             size_t flat = t->offset + cut[k];
-            StateSpan s = {t, flat, cut[k + 1] - cut[k], (char*)f->params + flat * dtype_size(f->dt), f->master + flat,
-                           f->m + flat, f->v + flat, f->grads + flat, DT_FP32};
+            StateSpan s = {.t = t, .flat = flat, .n = cut[k + 1] - cut[k], .state = flat,
+                           .params = (char*)f->params + flat * dtype_size(f->dt), .master = f->master + flat, .m = f->m + flat,
+                           .v = f->v + flat, .grad = f->grads + flat, .grad_dt = DT_FP32};
             if (s.n) fn(&s, fn_ctx);
         }
     }
@@ -168,7 +169,7 @@ int main(void) {
     int offsets_ok = 1;
     for (int i = 0; i < lay->num_tensors; i++) {
         const ParamTensor* t = &lay->tensors[i];
-        StateSpan sp = {t, t->offset + 7, 1, NULL, NULL, NULL, NULL, NULL, DT_FP32};
+        StateSpan sp = {.t = t, .flat = t->offset + 7, .n = 1, .grad_dt = DT_FP32};
         offsets_ok &= adamw_span_offset(&sp) == tensor_canonical(t, 7) && tensor_canonical(t, 7) == t->canonical + 7;
     }
     check_true(&st, "span_offset_is_canonical", offsets_ok);
