@@ -181,9 +181,11 @@ void nfc_normalize(Nfc *z, const uint8_t *s, size_t n) {
     size_t last = 0;   /* where the last stable character begins: the stretch after it starts there */
     for (size_t i = 0; i < n;) {
         size_t k = stable_end(s, i, n, &last);
-        reserve(z, k - i);
-        memcpy(z->text + z->len, s + i, k - i);
-        z->len += k - i;
+        if (k > i) {   /* an empty run may find no buffer yet */
+            reserve(z, k - i);
+            memcpy(z->text + z->len, s + i, k - i);
+            z->len += k - i;
+        }
         if (k == n) break;
         size_t end = unstable_end(s, k, n);
         z->len -= k - last;   /* that stable character is copied again, in its stretch's normal form */
