@@ -84,9 +84,11 @@ def two_stage(prop):
     return limit, index, [v for b in sorted(blocks, key=blocks.get) for v in b]
 
 
-def numbers(w, values, fmt, per_line):
+def array(w, ctype, name, values, fmt, per_line):
+    w('static const %s %s[%d] = {\n' % (ctype, name, len(values)))
     for i in range(0, len(values), per_line):
         w('    ' + ', '.join(fmt % v for v in values[i:i + per_line]) + ',\n')
+    w('};\n')
 
 
 def write_classes(w):
@@ -118,23 +120,13 @@ def write_nfc(w):
     w('/* The property of code point c below NFC_LIMIT, NFC_PROP[NFC_BLOCK[c >> NFC_BLOCK_SHIFT] << NFC_BLOCK_SHIFT\n'
       ' * | c % (1 << NFC_BLOCK_SHIFT)]: its canonical combining class; or NFC_UNSTABLE (class 0, but NFC may change\n'
       ' * it or join it to what precedes it); 0 for the rest. */\n')
-    w('static const unsigned char NFC_BLOCK[%d] = {\n' % len(index))
-    numbers(w, index, '%d', 24)
-    w('};\n')
-    w('static const unsigned char NFC_PROP[%d] = {\n' % len(values))
-    numbers(w, values, '%d', 24)
-    w('};\n')
+    array(w, 'unsigned char', 'NFC_BLOCK', index, '%d', 24)
+    array(w, 'unsigned char', 'NFC_PROP', values, '%d', 24)
     w('/* The full canonical decomposition of NFC_DECOMP_KEY[i] (ascending) is NFC_DECOMP_CP[NFC_DECOMP_AT[i] ..\n'
       ' * NFC_DECOMP_AT[i + 1]); Hangul syllables are not here. */\n')
-    w('static const unsigned NFC_DECOMP_KEY[%d] = {\n' % len(keys))
-    numbers(w, keys, '0x%04X', 12)
-    w('};\n')
-    w('static const unsigned short NFC_DECOMP_AT[%d] = {\n' % len(at))
-    numbers(w, at, '%d', 16)
-    w('};\n')
-    w('static const unsigned NFC_DECOMP_CP[%d] = {\n' % at[-1])
-    numbers(w, [x for cp in keys for x in decomp[cp]], '0x%04X', 12)
-    w('};\n')
+    array(w, 'unsigned', 'NFC_DECOMP_KEY', keys, '0x%04X', 12)
+    array(w, 'unsigned short', 'NFC_DECOMP_AT', at, '%d', 16)
+    array(w, 'unsigned', 'NFC_DECOMP_CP', [x for cp in keys for x in decomp[cp]], '0x%04X', 12)
     w('/* The primary composites, by their two parts (ascending); Hangul syllables are not here. */\n')
     w('typedef struct { unsigned first, second, composite; } NfcPair;\n')
     w('static const NfcPair NFC_PAIRS[%d] = {\n' % len(pairs))

@@ -54,17 +54,7 @@ t_check tokenizer_json_beside_shards 'cmp -s "$TMP/gpt2.json" "$TMP/g_json/token
 # --- refusals: one "error: FILE: ..." line naming the setting, exit 1 ---
 $FILES tiny "$TMP/tiny.json"
 t_check tiny_json_loads '[ "$($GT "$TMP/tiny.json" --info | tail -1)" = "doc_start $($FILES id "$TMP/tiny.json" "<|endoftext|>")" ]'
-expect_error() {   # name, pattern, command...
-    local name=$1 pat=$2; shift 2
-    "$@" > /dev/null 2> "$TMP/err" < /dev/null; local rc=$?
-    if [ $rc -eq 1 ] && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -qF -- "$pat" "$TMP/err"; then t_ok "$name"
-    else t_fail "$name" "exit $rc, stderr: $(head -3 "$TMP/err" | tr '\n' '|')"; fi
-}
-refuses() {   # name, message part, edits...
-    local name=$1 pat=$2; shift 2
-    $FILES edit "$TMP/tiny.json" "$TMP/$name.json" "$@"
-    expect_error "refuses_$name" "error: $TMP/$name.json: $pat" "$GT" "$TMP/$name.json" --info
-}
+source tests/system/tokenizer_json_lib.sh
 refuses normalizer "normalizer is NFKC: not supported (only NFC, or a Sequence of NFC)" 'normalizer={"type": "NFKC"}'
 refuses model_type 'model.type "WordPiece" is not supported' 'model.type="WordPiece"'
 refuses byte_fallback "model.byte_fallback true is not supported" 'model.byte_fallback=true'

@@ -40,17 +40,7 @@ t_check nfc_matches_python_every_code_point_and_sequences 'grep -qx "ok nfc_matc
 
 # --- refusals: one "error: FILE: ..." line naming the setting, exit 1 ---
 $FILES tiny "$TMP/tiny.json"
-expect_error() {   # name, pattern, command...
-    local name=$1 pat=$2; shift 2
-    "$@" > /dev/null 2> "$TMP/err" < /dev/null; local rc=$?
-    if [ $rc -eq 1 ] && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -qF -- "$pat" "$TMP/err"; then t_ok "$name"
-    else t_fail "$name" "exit $rc, stderr: $(head -3 "$TMP/err" | tr '\n' '|')"; fi
-}
-refuses() {   # name, message part, edits...
-    local name=$1 pat=$2; shift 2
-    $FILES edit "$TMP/tiny.json" "$TMP/$name.json" "$@"
-    expect_error "refuses_$name" "error: $TMP/$name.json: $pat" "$GT" "$TMP/$name.json" --info
-}
+source tests/system/tokenizer_json_lib.sh
 refuses nfkc 'normalizer is NFKC: not supported (only NFC, or a Sequence of NFC)' 'normalizer={"type": "NFKC"}'
 refuses sequence_lowercase 'normalizer.normalizers[1] is Lowercase: not supported (only NFC)' \
     'normalizer={"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Lowercase"}]}'

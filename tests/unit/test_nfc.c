@@ -99,16 +99,19 @@ static int parse_case(char *line, uint32_t *in, size_t *n, uint32_t *want, size_
 static void file_cases(TestStats *st, Nfc *z, const char *path) {
     FILE *f = fopen(path, "r");
     if (!f) fail("%s: cannot open", path);
-    static char line[16 * MAX_CPS];
-    static uint32_t in[MAX_CPS], want[MAX_CPS];
-    size_t n, m, cases = 0, wrong = 0;
-    while (fgets(line, sizeof line, f)) {
+    size_t line_size = 16 * MAX_CPS, n, m, cases = 0, wrong = 0;
+    char *line = xmalloc(line_size);
+    uint32_t *in = xmalloc(MAX_CPS * sizeof *in), *want = xmalloc(MAX_CPS * sizeof *want);
+    while (fgets(line, (int)line_size, f)) {
         if (!parse_case(line, in, &n, want, &m)) fail("%s: malformed line %zu", path, cases + 1);
         cases++;
         if (nfc_is(z, in, n, want, m)) continue;
         if (wrong++ < 5) printf("# case %zu: U+%04X... (%zu code points) normalizes otherwise\n", cases, in[0], n);
     }
     if (ferror(f) || fclose(f) != 0) fail("%s: read error", path);
+    free(line);
+    free(in);
+    free(want);
     printf("# %zu cases from %s, %zu wrong\n", cases, path, wrong);
     check_true(st, "nfc_matches_python_unicodedata", cases > 0 && wrong == 0);
 }
