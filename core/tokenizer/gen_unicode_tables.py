@@ -17,6 +17,7 @@ HANGUL_V = range(0x1161, 0x1161 + 21)
 HANGUL_T = range(0x11A8, 0x11A7 + 28)
 UNSTABLE = 255         # combining class 0, yet NFC may change it or join it to what precedes it
 BLOCK_SHIFT = 6        # the property table in blocks of 64 code points, equal blocks stored once
+PAIR_BITS = 11         # the primary composites' hash table: 2^11 slots, under half of them used
 
 
 def scalars():
@@ -84,6 +85,32 @@ def two_stage(prop):
     return limit, index, [v for b in sorted(blocks, key=blocks.get) for v in b]
 
 
+def pair_hash(a, b):
+    """nfc.c's hash of a composite's two parts, in its 32-bit arithmetic."""
+    return ((a * 0x9E3779B1 + b * 0x85EBCA77) & 0xFFFFFFFF) >> (32 - PAIR_BITS)
+
+
+def pair_slots(pairs):
+    """Open addressing with linear probing: a slot holds 1 + a pair's index in sorted order, 0 when empty."""
+    assert 2 * len(pairs) <= 1 << PAIR_BITS
+    slots = [0] * (1 << PAIR_BITS)
+    for k, (a, b) in enumerate(sorted(pairs)):
+        i = pair_hash(a, b)
+        while slots[i]:
+            i = (i + 1) % len(slots)
+        slots[i] = k + 1
+    return slots
+
+
+def decomposition_blocks(decomp, limit):
+    """A bit per block of the property table: whether a code point in it has a decomposition."""
+    words = [0] * ((limit >> BLOCK_SHIFT) // 32 + 1)
+    for cp in decomp:
+        block = cp >> BLOCK_SHIFT
+        words[block // 32] |= 1 << block % 32
+    return words
+
+
 def array(w, ctype, name, values, fmt, per_line):
     w('static const %s %s[%d] = {\n' % (ctype, name, len(values)))
     for i in range(0, len(values), per_line):
@@ -123,16 +150,22 @@ def write_nfc(w):
     array(w, 'unsigned char', 'NFC_BLOCK', index, '%d', 24)
     array(w, 'unsigned char', 'NFC_PROP', values, '%d', 24)
     w('/* The full canonical decomposition of NFC_DECOMP_KEY[i] (ascending) is NFC_DECOMP_CP[NFC_DECOMP_AT[i] ..\n'
-      ' * NFC_DECOMP_AT[i + 1]); Hangul syllables are not here. */\n')
+      ' * NFC_DECOMP_AT[i + 1]); Hangul syllables are not here. Bit b % 32 of NFC_DECOMP_BLOCKS[b / 32]: whether\n'
+      ' * a code point of the property table\'s block b has one. */\n')
+    array(w, 'unsigned', 'NFC_DECOMP_BLOCKS', decomposition_blocks(decomp, limit), '0x%08X', 8)
     array(w, 'unsigned', 'NFC_DECOMP_KEY', keys, '0x%04X', 12)
     array(w, 'unsigned short', 'NFC_DECOMP_AT', at, '%d', 16)
     array(w, 'unsigned', 'NFC_DECOMP_CP', [x for cp in keys for x in decomp[cp]], '0x%04X', 12)
-    w('/* The primary composites, by their two parts (ascending); Hangul syllables are not here. */\n')
+    w('/* The primary composites, by their two parts (ascending); Hangul syllables are not here. NFC_PAIR_SLOTS:\n'
+      ' * a hash table of them, slot (first * 0x9E3779B1 + second * 0x85EBCA77) >> (32 - NFC_PAIR_BITS) in 32-bit\n'
+      ' * arithmetic, or the next ones: 1 + an index into NFC_PAIRS, 0 for an empty slot. */\n')
     w('typedef struct { unsigned first, second, composite; } NfcPair;\n')
     w('static const NfcPair NFC_PAIRS[%d] = {\n' % len(pairs))
     for (a, b) in sorted(pairs):
         w('    {0x%04X, 0x%04X, 0x%04X},\n' % (a, b, pairs[(a, b)]))
     w('};\n')
+    w('#define NFC_PAIR_BITS %d\n' % PAIR_BITS)
+    array(w, 'unsigned short', 'NFC_PAIR_SLOTS', pair_slots(pairs), '%d', 16)
 
 
 def main():

@@ -62,6 +62,8 @@ static size_t unstable_end(const uint8_t *s, size_t i, size_t n) {
 /* ---------- one stretch: decompose, reorder, compose ---------- */
 
 static const unsigned *decomposition(uint32_t c, size_t *k) {
+    uint32_t block = c >> NFC_BLOCK_SHIFT;
+    if (c >= NFC_LIMIT || !(NFC_DECOMP_BLOCKS[block / 32] >> block % 32 & 1)) return NULL;   /* most text */
     size_t lo = 0, hi = sizeof NFC_DECOMP_KEY / sizeof NFC_DECOMP_KEY[0];
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -134,14 +136,13 @@ static void reorder(Nfc *z, size_t m) {
 static uint32_t composite(uint32_t a, uint32_t b) {
     if (a - L_BASE < L_COUNT && b - V_BASE < V_COUNT) return S_BASE + ((a - L_BASE) * V_COUNT + b - V_BASE) * T_COUNT;
     if (a - S_BASE < S_COUNT && (a - S_BASE) % T_COUNT == 0 && b - T_BASE - 1 < T_COUNT - 1) return a + b - T_BASE;
-    size_t lo = 0, hi = sizeof NFC_PAIRS / sizeof NFC_PAIRS[0];
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        const NfcPair *p = &NFC_PAIRS[mid];
+    const uint32_t mask = (1u << NFC_PAIR_BITS) - 1;
+    for (uint32_t i = (a * 0x9E3779B1u + b * 0x85EBCA77u) >> (32 - NFC_PAIR_BITS);; i = (i + 1) & mask) {
+        unsigned k = NFC_PAIR_SLOTS[i];
+        if (!k) return 0;
+        const NfcPair *p = &NFC_PAIRS[k - 1];
         if (p->first == a && p->second == b) return p->composite;
-        if (p->first < a || (p->first == a && p->second < b)) lo = mid + 1; else hi = mid;
     }
-    return 0;
 }
 
 /* In place; returns the new length. A character joins the last starter when they make a primary composite
