@@ -176,7 +176,8 @@ clean:
 -include $(filter-out $(B)/gpt2tok.d,$(shell find $(B) -name '*.d' 2>/dev/null))
 
 # ---- the tokenizer helper behind scripts/tokenize.py (which runs this rule itself) ----
-GPT2TOK_SRC := core/tokenizer/gpt2tok.c core/tokenizer/bpe.c core/tokenizer/tokenizer_json.c core/util/json.c base/common.c
-$(B)/gpt2tok: $(GPT2TOK_SRC) core/tokenizer/bpe.h core/tokenizer/unicode_tables.h core/util/json.h core/util/utf8.h base/common.h
+GPT2TOK_SRC := core/tokenizer/gpt2tok.c core/tokenizer/bpe.c core/tokenizer/tokenizer_json.c core/tokenizer/nfc.c core/util/json.c base/common.c
+$(B)/gpt2tok: $(GPT2TOK_SRC) core/tokenizer/bpe.h core/tokenizer/unicode_tables.h core/tokenizer/nfc.h core/tokenizer/nfc_tables.h \
+              core/util/json.h core/util/utf8.h base/common.h
 	@mkdir -p $(B)
 	$(CC) $(filter-out -MMD -MP,$(CFLAGS)) -o $@ $(GPT2TOK_SRC) $(LDLIBS)

@@ -13,6 +13,9 @@
 #     helper    build/gpt2tok tokenizer.json, 1 thread and all cores, loading the tokenizer.json included
 #               (the load alone: gpt2tok --info, shown in seconds)
 #     reference encode() only, file read and tokenizer set-up excluded
+#   A Qwen2-style tokenizer.json (Llama 3's with Qwen2's Split regex and the NFC normalizer, as Qwen2's and
+#   Qwen3's files have it; tests/tools/hf_tokenizer_files.py), the same way, on the same two texts and on
+#   MIXED_MB of mixed text with what NFC rewrites (hf_text.py 5 --nfc).
 # usage: scripts/bench_tokenizer.sh [FILE] [RUNS] [MIXED_MB]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,16 +76,26 @@ fi
 "$PY" tests/tools/hf_text.py 5 $((MIXED_MB * 1000000)) > "$tmp/mixed.txt"
 r=$(best build/gpt2tok "$LLAMA" --info) || exit 1
 echo "ours: loading tokenizer.json (--info)        cpu $(echo "$r" | cut -d' ' -f2) s"
-for text in "$FILE" "$tmp/mixed.txt"; do
-    n=$(stat -c %s "$text")
-    echo "-- $([ "$text" = "$FILE" ] && echo "$FILE" || echo "mixed text, hf_text.py 5") ($n bytes)"
-    "$PY" -c "import struct, sys; p = sys.argv[1].encode(); sys.stdout.buffer.write(b'F' + struct.pack('<I', len(p)) + p)" "$text" > "$tmp/doc.bin"
-    for t in 1 "$cores"; do
-        r=$(best sh -c "build/gpt2tok $LLAMA -t $t -w 4 < $tmp/doc.bin") || exit 1
-        report "ours: gpt2tok tokenizer.json -t $t" "$r" "$n"
+bench_json() {   # tokenizer.json, text files...: ours at 1 thread and all cores, the reference, and their ids compared
+    local json=$1 text n t r
+    shift
+    for text in "$@"; do
+        n=$(stat -c %s "$text")
+        echo "-- $(case $text in "$FILE") echo "$FILE" ;; "$tmp/mixed_nfc.txt") echo "mixed text, hf_text.py 5 --nfc" ;; *) echo "mixed text, hf_text.py 5" ;; esac) ($n bytes)"
+        "$PY" -c "import struct, sys; p = sys.argv[1].encode(); sys.stdout.buffer.write(b'F' + struct.pack('<I', len(p)) + p)" "$text" > "$tmp/doc.bin"
+        for t in 1 "$cores"; do
+            r=$(best sh -c "build/gpt2tok $json -t $t -w 4 < $tmp/doc.bin") || exit 1
+            report "ours: gpt2tok tokenizer.json -t $t" "$r" "$n"
+        done
+        report "@huggingface/tokenizers encode" "$(for _ in $(seq "$RUNS"); do
+            node tests/tools/hf_reference.js encode "$json" "$text" "$tmp/ref.u32" | cut -d' ' -f1,2; done | sort -k2 -g | head -1)" "$n"
+        if cmp -s <(build/gpt2tok "$json" -w 4 < "$tmp/doc.bin" | tail -c +9) "$tmp/ref.u32"; then echo "ids: identical to the reference's"
+        else echo "ids: DIFFER from the reference's"; exit 1; fi
     done
-    report "@huggingface/tokenizers encode" "$(for _ in $(seq "$RUNS"); do
-        node tests/tools/hf_reference.js encode "$LLAMA" "$text" "$tmp/ref.u32" | cut -d' ' -f1,2; done | sort -k2 -g | head -1)" "$n"
-    if cmp -s <(build/gpt2tok "$LLAMA" -w 4 < "$tmp/doc.bin" | tail -c +9) "$tmp/ref.u32"; then echo "ids: identical to the reference's"
-    else echo "ids: DIFFER from the reference's"; exit 1; fi
-done
+}
+bench_json "$LLAMA" "$FILE" "$tmp/mixed.txt" || exit 1
+
+echo "== Qwen2-style tokenizer.json (NFC normalizer)"
+"$PY" tests/tools/hf_tokenizer_files.py edit "$LLAMA" "$tmp/qwen2.json" --regex qwen2 'normalizer={"type": "NFC"}'
+"$PY" tests/tools/hf_text.py 5 $((MIXED_MB * 1000000)) --nfc > "$tmp/mixed_nfc.txt"
+bench_json "$tmp/qwen2.json" "$FILE" "$tmp/mixed.txt" "$tmp/mixed_nfc.txt" || exit 1

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "core/tokenizer/nfc.h"
 #include "core/util/utf8.h"
 
 enum { UC_OTHER = 0, UC_L = 1, UC_N = 2, UC_WS = 3 };
@@ -124,69 +125,90 @@ static int added_order(const void *x, const void *y) {
     return c ? c : (a->len > b->len) - (a->len < b->len);
 }
 
-int bpe_added_index(BpeModel *m) {
-    qsort(m->added, m->n_added, sizeof *m->added, added_order);
-    for (uint32_t i = 1; i < m->n_added; i++)
-        if (!added_order(&m->added[i - 1], &m->added[i])) return 0;
+int bpe_added_index(BpeAddedSet *s) {
+    qsort(s->v, s->n, sizeof *s->v, added_order);
+    for (uint32_t i = 1; i < s->n; i++)
+        if (!added_order(&s->v[i - 1], &s->v[i])) return 0;
     uint32_t k = 0;
     for (int b = 0; b <= 256; b++) {
-        while (k < m->n_added && m->added[k].bytes[0] < b) k++;
-        m->added_range[b] = k;
+        while (k < s->n && s->v[k].bytes[0] < b) k++;
+        s->range[b] = k;
     }
     return 1;
 }
 
-static uint8_t added_byte(const Model *m, uint32_t i, size_t d) { return m->added[i].bytes[d]; }
-
 /* Narrows the run [lo, hi) of tokens longer than d bytes to those whose byte d is c. */
-static void narrow(const Model *m, uint32_t *lo, uint32_t *hi, size_t d, uint8_t c) {
+static void narrow(const BpeAddedSet *s, uint32_t *lo, uint32_t *hi, size_t d, uint8_t c) {
     uint32_t a = *lo, b = *hi;
     while (a < b) {
         uint32_t mid = a + (b - a) / 2;
-        if (added_byte(m, mid, d) < c) a = mid + 1; else b = mid;
+        if (s->v[mid].bytes[d] < c) a = mid + 1; else b = mid;
     }
     uint32_t e = a, f = *hi;
     while (e < f) {
         uint32_t mid = e + (f - e) / 2;
-        if (added_byte(m, mid, d) <= c) e = mid + 1; else f = mid;
+        if (s->v[mid].bytes[d] <= c) e = mid + 1; else f = mid;
     }
     *lo = a;
     *hi = e;
 }
 
-/* The longest added token that s[p, end) begins with (its index in m->added), or -1. */
-static int64_t added_at(const Model *m, const uint8_t *s, size_t p, size_t end) {
-    uint32_t lo = m->added_range[s[p]], hi = m->added_range[s[p] + 1];
+/* The longest token of s that text[p, end) begins with (its index in s->v), or -1. */
+static int64_t added_at(const BpeAddedSet *s, const uint8_t *text, size_t p, size_t end) {
+    uint32_t lo = s->range[text[p]], hi = s->range[text[p] + 1];
     int64_t best = -1;
     for (size_t d = 1; lo < hi; d++) {
-        if (m->added[lo].len == d) best = lo++;
+        if (s->v[lo].len == d) best = lo++;
         if (p + d >= end || lo >= hi) break;
-        narrow(m, &lo, &hi, d, s[p + d]);
+        narrow(s, &lo, &hi, d, text[p + d]);
     }
     return best;
 }
 
-/* The next position in text[p, end) where an added token may begin: memchr's speed when all begin with one
+/* The next position in text[p, end) where a token of s may begin: memchr's speed when all begin with one
  * byte, as Llama 3's, Qwen2's and GPT-2's do ('<'). */
-static size_t next_candidate(const Model *m, const uint8_t *text, size_t p, size_t end) {
-    if (m->added_range[m->added[0].bytes[0] + 1] == m->n_added) {
-        const uint8_t *c = memchr(text + p, m->added[0].bytes[0], end - p);
+static size_t next_candidate(const BpeAddedSet *s, const uint8_t *text, size_t p, size_t end) {
+    if (s->range[s->v[0].bytes[0] + 1] == s->n) {
+        const uint8_t *c = memchr(text + p, s->v[0].bytes[0], end - p);
         return c ? (size_t)(c - text) : end;
     }
-    while (p < end && m->added_range[text[p]] == m->added_range[text[p] + 1]) p++;
+    while (p < end && s->range[text[p]] == s->range[text[p] + 1]) p++;
     return p;
 }
 
-int bpe_next_added(const BpeModel *m, const uint8_t *text, size_t from, size_t end, size_t *at, size_t *len, uint32_t *id) {
-    if (!m->n_added) return 0;
-    for (size_t p = from; (p = next_candidate(m, text, p, end)) < end; p++) {
-        int64_t k = added_at(m, text, p, end);
+static int next_added(const BpeAddedSet *s, const uint8_t *text, size_t from, size_t end, size_t *at, size_t *len, uint32_t *id) {
+    if (!s->n) return 0;
+    for (size_t p = from; (p = next_candidate(s, text, p, end)) < end; p++) {
+        int64_t k = added_at(s, text, p, end);
         if (k < 0) continue;
         *at = p;
-        *len = m->added[k].len;
-        *id = m->added[k].id;
+        *len = s->v[k].len;
+        *id = s->v[k].id;
         return 1;
     }
+    return 0;
+}
+
+int bpe_next_added(const BpeModel *m, const uint8_t *text, size_t from, size_t end, size_t *at, size_t *len, uint32_t *id) {
+    return next_added(&m->added, text, from, end, at, len, id);
+}
+
+/* After a '\n' and before a printable ASCII non-space: no alternative of any pattern joins a newline to what
+ * follows it, and the whitespace run before the cut ends at a non-space; NFC leaves both characters alone and
+ * joins neither to its neighbour. Only a second-pass added token holding that pair could span the cut. */
+static int cut_between(uint8_t a, uint8_t b) { return a == '\n' && b > 0x20 && b < 0x7F; }
+
+size_t bpe_next_cut(const BpeModel *m, const uint8_t *text, size_t from, size_t len) {
+    if (m->uncut) return len;
+    for (size_t i = from; i + 1 < len; i++)
+        if (cut_between(text[i], text[i + 1])) return i + 1;
+    return len;
+}
+
+static int holds_cut(const BpeAddedSet *s) {
+    for (uint32_t k = 0; k < s->n; k++)
+        for (uint32_t i = 0; i + 1 < s->v[k].len; i++)
+            if (cut_between(s->v[k].bytes[i], s->v[k].bytes[i + 1])) return 1;
     return 0;
 }
 
@@ -275,6 +297,7 @@ void bpe_model_load(BpeModel *m, const char *path) {
         char *text = read_text(path, f);
         if (fclose(f) != 0) fail("%s: %s", path, strerror(errno));
         bpe_model_load_json(m, path, text);
+        m->uncut = holds_cut(&m->added_normalized);
         build_classes(m);
         return;
     }
@@ -286,7 +309,8 @@ void bpe_model_load(BpeModel *m, const char *path) {
 }
 
 void bpe_model_free(BpeModel *m) {
-    free(m->merges); free(m->bytes); free(m->offset); free(m->vocab_slots); free(m->added); free(m->bmp_class);
+    free(m->merges); free(m->bytes); free(m->offset); free(m->vocab_slots); free(m->bmp_class);
+    free(m->added.v); free(m->added_normalized.v); free(m->normalized_bytes);
     memset(m, 0, sizeof *m);
 }
 
@@ -546,7 +570,7 @@ static void cache_put(Cache *c, CacheSlot *slot, const uint8_t *p, size_t n, uin
 
 /* ---------- encoding a span ---------- */
 
-struct BpeWorker { const Model *m; Scratch s; Cache cache; };
+struct BpeWorker { const Model *m; Scratch s; Cache cache; Nfc nfc; };
 typedef BpeWorker Worker;
 
 static void merge_piece(Worker *w, const uint8_t *p, size_t n, CacheSlot *slot, uint64_t h, Tokens *out) {
@@ -581,13 +605,31 @@ static void encode_piece(Worker *w, const uint8_t *p, size_t n, Tokens *out) {
     merge_piece(w, p, n, slot, h, out);
 }
 
-/* A section: text between added tokens, which the pattern sees as a whole text. */
-static void encode_section(Worker *w, const uint8_t *text, size_t start, size_t end, int nonspace_after, Tokens *out) {
+/* Text between added tokens, which the pattern sees as a whole text. */
+static void encode_pieces(Worker *w, const uint8_t *text, size_t start, size_t end, int nonspace_after, Tokens *out) {
     for (size_t i = start; i < end;) {
         size_t e = piece_end(w->m, text, i, end, nonspace_after);
         encode_piece(w, text + i, e - i, out);
         i = e;
     }
+}
+
+/* Text between first-pass added tokens: normalized, then split at the second pass's. */
+static void encode_section(Worker *w, const uint8_t *text, size_t start, size_t end, int nonspace_after, Tokens *out) {
+    const uint8_t *s = text + start;
+    size_t n = end - start, at, len;
+    if (w->m->nfc && nfc_quick_check(s, n) < n) {
+        nfc_normalize(&w->nfc, s, n);
+        s = w->nfc.text;
+        n = w->nfc.len;
+    }
+    uint32_t id;
+    size_t p = 0;
+    for (; next_added(&w->m->added_normalized, s, p, n, &at, &len, &id); p = at + len) {
+        encode_pieces(w, s, p, at, 0, out);
+        bpe_tokens_push(out, id);
+    }
+    encode_pieces(w, s, p, n, nonspace_after, out);
 }
 
 size_t bpe_encode_span(BpeWorker *w, const uint8_t *text, size_t start, size_t end, int nonspace_after, BpeTokens *out) {
@@ -617,5 +659,6 @@ void bpe_worker_free(BpeWorker *w) {
     Scratch *s = &w->s;
     free(s->id); free(s->rank); free(s->prev); free(s->next); free(s->heap);
     free(w->cache.slots); free(w->cache.keys); free(w->cache.ids);
+    nfc_free(&w->nfc);
     free(w);
 }

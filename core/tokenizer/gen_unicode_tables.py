@@ -1,12 +1,30 @@
 #!/usr/bin/python3
-"""Writes core/tokenizer/unicode_tables.h: the \\p{L} and \\p{N} code point ranges the GPT-2 pre-tokenization
-pattern needs, from Python's unicodedata (offline, and a different source than the references the tests
-compare against). Regenerate: /usr/bin/python3 core/tokenizer/gen_unicode_tables.py > core/tokenizer/unicode_tables.h"""
+"""Writes the tokenizer's Unicode tables from Python's unicodedata (offline, and a different source than the
+references the tests compare against):
+  unicode_tables.h   the \\p{L} and \\p{N} code point ranges the pre-tokenization patterns need
+  nfc_tables.h       what NFC (core/tokenizer/nfc.c) needs: every code point's canonical combining class and
+                     whether NFC can change it or join it to what precedes it, the canonical decompositions and
+                     the primary composites
+Regenerate: /usr/bin/python3 core/tokenizer/gen_unicode_tables.py [DIR]   (default: core/tokenizer/)"""
+import os
 import sys
 import unicodedata
 
+# Hangul syllables decompose and compose by arithmetic (nfc.c), not through the tables; these are the
+# algorithm's jamo that follow a syllable's first part, so they may join what precedes them.
+HANGUL_S = range(0xAC00, 0xAC00 + 19 * 21 * 28)
+HANGUL_V = range(0x1161, 0x1161 + 21)
+HANGUL_T = range(0x11A8, 0x11A7 + 28)
+UNSTABLE = 255         # combining class 0, yet NFC may change it or join it to what precedes it
+BLOCK_SHIFT = 6        # the property table in blocks of 64 code points, equal blocks stored once
+PAIR_BITS = 11         # the primary composites' hash table: 2^11 slots, under half of them used
 
-def ranges():
+
+def scalars():
+    return (cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF)
+
+
+def class_ranges():
     out, cur = [], None  # cur = [first, last, class]
     for cp in range(0x110000):
         major = unicodedata.category(chr(cp))[0]
@@ -22,9 +40,86 @@ def ranges():
     return out
 
 
-def main():
-    rs = ranges()
-    w = sys.stdout.write
+def nfc_data():
+    """Full canonical decompositions (NFD of each character but the Hangul syllables) and primary composites:
+    the two-character canonical mappings that NFC gives back, which leaves out the composition exclusions,
+    the singletons and the non-starter decompositions without listing them."""
+    decomp, pairs = {}, {}
+    for cp in scalars():
+        c = chr(cp)
+        if cp in HANGUL_S:
+            continue
+        d = unicodedata.normalize('NFD', c)
+        if d != c:
+            decomp[cp] = [ord(x) for x in d]
+        m = unicodedata.decomposition(c).split()
+        if len(m) == 2 and not m[0].startswith('<') and unicodedata.normalize('NFC', c) == c:
+            pairs[(int(m[0], 16), int(m[1], 16))] = cp
+    assert all(unicodedata.combining(chr(a)) == 0 for a, _ in pairs), 'a composite whose first part is not a starter'
+    return decomp, pairs
+
+
+def properties(pairs):
+    seconds = {b for _, b in pairs} | set(HANGUL_V) | set(HANGUL_T)
+    prop = [0] * 0x110000
+    for cp in scalars():
+        c = chr(cp)
+        ccc = unicodedata.combining(c)
+        assert ccc < UNSTABLE
+        if ccc:
+            prop[cp] = ccc
+        elif unicodedata.normalize('NFC', c) != c or cp in seconds:
+            prop[cp] = UNSTABLE
+    return prop
+
+
+def two_stage(prop):
+    """Blocks of the property table up to the last block holding a non-zero value; every code point past
+    them is 0."""
+    size = 1 << BLOCK_SHIFT
+    limit = (max(cp for cp in range(0x110000) if prop[cp]) // size + 1) * size
+    blocks, index = {}, []
+    for start in range(0, limit, size):
+        index.append(blocks.setdefault(tuple(prop[start:start + size]), len(blocks)))
+    assert len(blocks) <= 256
+    return limit, index, [v for b in sorted(blocks, key=blocks.get) for v in b]
+
+
+def pair_hash(a, b):
+    """nfc.c's hash of a composite's two parts, in its 32-bit arithmetic."""
+    return ((a * 0x9E3779B1 + b * 0x85EBCA77) & 0xFFFFFFFF) >> (32 - PAIR_BITS)
+
+
+def pair_slots(pairs):
+    """Open addressing with linear probing: a slot holds 1 + a pair's index in sorted order, 0 when empty."""
+    assert 2 * len(pairs) <= 1 << PAIR_BITS
+    slots = [0] * (1 << PAIR_BITS)
+    for k, (a, b) in enumerate(sorted(pairs)):
+        i = pair_hash(a, b)
+        while slots[i]:
+            i = (i + 1) % len(slots)
+        slots[i] = k + 1
+    return slots
+
+
+def decomposition_blocks(decomp, limit):
+    """A bit per block of the property table: whether a code point in it has a decomposition."""
+    words = [0] * ((limit >> BLOCK_SHIFT) // 32 + 1)
+    for cp in decomp:
+        block = cp >> BLOCK_SHIFT
+        words[block // 32] |= 1 << block % 32
+    return words
+
+
+def array(w, ctype, name, values, fmt, per_line):
+    w('static const %s %s[%d] = {\n' % (ctype, name, len(values)))
+    for i in range(0, len(values), per_line):
+        w('    ' + ', '.join(fmt % v for v in values[i:i + per_line]) + ',\n')
+    w('};\n')
+
+
+def write_classes(w):
+    rs = class_ranges()
     w('/* Generated by core/tokenizer/gen_unicode_tables.py from Python unicodedata %s; do not edit. */\n'
       % unicodedata.unidata_version)
     w('#define UNICODE_TABLES_VERSION "%s"\n' % unicodedata.unidata_version)
@@ -33,6 +128,51 @@ def main():
     for first, last, cls in rs:
         w('    {0x%04X, 0x%04X, %s},\n' % (first, last, cls))
     w('};\n')
+
+
+def write_nfc(w):
+    decomp, pairs = nfc_data()
+    limit, index, values = two_stage(properties(pairs))
+    keys = sorted(decomp)
+    at = [0]
+    for cp in keys:
+        at.append(at[-1] + len(decomp[cp]))
+    w('/* Generated by core/tokenizer/gen_unicode_tables.py from Python unicodedata %s; do not edit. */\n'
+      % unicodedata.unidata_version)
+    w('#define NFC_TABLES_VERSION "%s"\n' % unicodedata.unidata_version)
+    w('#define NFC_UNSTABLE %d\n' % UNSTABLE)
+    w('#define NFC_BLOCK_SHIFT %d\n' % BLOCK_SHIFT)
+    w('#define NFC_LIMIT 0x%X\n' % limit)
+    w('#define NFC_MAX_DECOMPOSITION %d\n' % max(len(d) for d in decomp.values()))
+    w('/* The property of code point c below NFC_LIMIT, NFC_PROP[NFC_BLOCK[c >> NFC_BLOCK_SHIFT] << NFC_BLOCK_SHIFT\n'
+      ' * | c % (1 << NFC_BLOCK_SHIFT)]: its canonical combining class; or NFC_UNSTABLE (class 0, but NFC may change\n'
+      ' * it or join it to what precedes it); 0 for the rest. */\n')
+    array(w, 'unsigned char', 'NFC_BLOCK', index, '%d', 24)
+    array(w, 'unsigned char', 'NFC_PROP', values, '%d', 24)
+    w('/* The full canonical decomposition of NFC_DECOMP_KEY[i] (ascending) is NFC_DECOMP_CP[NFC_DECOMP_AT[i] ..\n'
+      ' * NFC_DECOMP_AT[i + 1]); Hangul syllables are not here. Bit b % 32 of NFC_DECOMP_BLOCKS[b / 32]: whether\n'
+      ' * a code point of the property table\'s block b has one. */\n')
+    array(w, 'unsigned', 'NFC_DECOMP_BLOCKS', decomposition_blocks(decomp, limit), '0x%08X', 8)
+    array(w, 'unsigned', 'NFC_DECOMP_KEY', keys, '0x%04X', 12)
+    array(w, 'unsigned short', 'NFC_DECOMP_AT', at, '%d', 16)
+    array(w, 'unsigned', 'NFC_DECOMP_CP', [x for cp in keys for x in decomp[cp]], '0x%04X', 12)
+    w('/* The primary composites, by their two parts (ascending); Hangul syllables are not here. NFC_PAIR_SLOTS:\n'
+      ' * a hash table of them, slot (first * 0x9E3779B1 + second * 0x85EBCA77) >> (32 - NFC_PAIR_BITS) in 32-bit\n'
+      ' * arithmetic, or the next ones: 1 + an index into NFC_PAIRS, 0 for an empty slot. */\n')
+    w('typedef struct { unsigned first, second, composite; } NfcPair;\n')
+    w('static const NfcPair NFC_PAIRS[%d] = {\n' % len(pairs))
+    for (a, b) in sorted(pairs):
+        w('    {0x%04X, 0x%04X, 0x%04X},\n' % (a, b, pairs[(a, b)]))
+    w('};\n')
+    w('#define NFC_PAIR_BITS %d\n' % PAIR_BITS)
+    array(w, 'unsigned short', 'NFC_PAIR_SLOTS', pair_slots(pairs), '%d', 16)
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+    for name, write in (('unicode_tables.h', write_classes), ('nfc_tables.h', write_nfc)):
+        with open(os.path.join(out, name), 'w') as f:
+            write(f.write)
 
 
 if __name__ == '__main__':

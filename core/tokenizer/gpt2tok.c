@@ -12,9 +12,9 @@
  * Invalid UTF-8, an unreadable/empty file or ids wider than -w end the run with one "error: ..." line on
  * stderr, exit 1.
  *
- * Work is parallel over chunks of a batch of documents. The added tokens are found first, one pass over each
- * document; the sections between them are cut only where every pattern is certain to have a piece boundary,
- * so the output does not depend on the thread count or the chunking. */
+ * Work is parallel over chunks of a batch of documents. The added tokens of the first pass are found first,
+ * one pass over each document; the sections between them are cut only where bpe_next_cut says the encoding
+ * cannot change, so the output does not depend on the thread count or the chunking. */
 #include <errno.h>
 #include <omp.h>
 #include <stdint.h>
@@ -54,14 +54,6 @@ typedef struct {
     Chunk *chunks; size_t nchunks, cap_chunks;
 } Batch;
 
-/* A cut after '\n' and before a printable ASCII non-space is always a piece boundary: no alternative
- * joins a newline to what follows it, and the whitespace run before the cut ends at a non-space. */
-static size_t next_cut(const uint8_t *s, size_t from, size_t len) {
-    for (size_t i = from; i + 1 < len; i++)
-        if (s[i] == '\n' && s[i + 1] > 0x20 && s[i + 1] < 0x7F) return i + 1;
-    return len;
-}
-
 static void add_chunk(Batch *b, size_t doc, size_t start, size_t end, int nonspace_after) {
     if (b->nchunks == b->cap_chunks) {
         b->cap_chunks = b->cap_chunks ? 2 * b->cap_chunks : 256;
@@ -71,9 +63,9 @@ static void add_chunk(Batch *b, size_t doc, size_t start, size_t end, int nonspa
 }
 
 /* A section, text between added tokens: its end is the end of a text to the pattern. */
-static void split_section(Batch *b, size_t d, const uint8_t *text, size_t start, size_t end) {
+static void split_section(Batch *b, const BpeModel *m, size_t d, const uint8_t *text, size_t start, size_t end) {
     while (start < end) {
-        size_t cut = end - start > 2 * CHUNK_BYTES ? next_cut(text, start + CHUNK_BYTES, end) : end;
+        size_t cut = end - start > 2 * CHUNK_BYTES ? bpe_next_cut(m, text, start + CHUNK_BYTES, end) : end;
         add_chunk(b, d, start, cut, cut < end);
         start = cut;
     }
@@ -86,11 +78,11 @@ static void split_docs(Batch *b, const BpeModel *m) {
         size_t p = 0, at, len;
         uint32_t id;
         while (bpe_next_added(m, doc->text, p, doc->len, &at, &len, &id)) {
-            split_section(b, d, doc->text, p, at);
+            split_section(b, m, d, doc->text, p, at);
             add_chunk(b, d, at, at + len, 0);   /* the added token alone, which encodes to its id */
             p = at + len;
         }
-        split_section(b, d, doc->text, p, doc->len);
+        split_section(b, m, d, doc->text, p, doc->len);
     }
 }
 

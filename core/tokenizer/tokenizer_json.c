@@ -1,6 +1,6 @@
 /* tokenizer_json.c: a Hugging Face tokenizer.json of the byte-level BPE kind into bpe.h's model.
  *
- * Accepted: what GPT-2's, Llama 3's and Qwen2's files hold (but Qwen2's NFC normalizer):
+ * Accepted: what GPT-2's, Llama 3's, Qwen2's and Qwen3's files hold:
  *   model           type "BPE"; vocab {token: id}; merges as "a b" strings or ["a", "b"] pairs; ignore_merges;
  *                   dropout and unk_token null; continuing_subword_prefix and end_of_word_suffix null or "";
  *                   fuse_unk (nothing to fuse without unk_token); byte_fallback false
@@ -10,7 +10,8 @@
  *   decoder         ByteLevel
  *   post_processor  null, ByteLevel, TemplateProcessing, or a Sequence of them (read for the document start)
  *   added_tokens    {id, content, special, normalized; lstrip, rstrip and single_word false}
- *   normalizer, truncation, padding: null
+ *   normalizer      null, NFC, or a Sequence of NFC
+ *   truncation, padding: null
  * Every id below the largest must be a token. Anything else ends in one "error: PATH: ..." line naming the
  * key and its value: ignoring it would encode differently from Hugging Face tokenizers, without a word.
  * The vocabulary's tokens are written in ByteLevel's alphabet (each byte as one printable character) and
@@ -22,6 +23,7 @@
 
 #include "base/common.h"
 #include "core/tokenizer/bpe.h"
+#include "core/tokenizer/nfc.h"
 #include "core/util/json.h"
 #include "core/util/utf8.h"
 
@@ -140,10 +142,34 @@ static void check_top(const Doc *d) {
     only_keys(d, 0, "the top level", KEYS);
     must_be_null(d, 0, "truncation", "", "it would cut the text");
     must_be_null(d, 0, "padding", "", "it would add tokens");
-    must_be_null(d, 0, "normalizer", "", "only null: a normalizer changes the text before it is split");
     int dec = json_find(d->j, 0, "decoder");
     if (is_null(d, dec) || strcmp(describe(d, dec), "ByteLevel"))
         refuse(d, "decoder is %s: not supported (only ByteLevel)", is_null(d, dec) ? "null" : describe(d, dec));
+}
+
+/* NFC (1) or none (0): null, NFC, or a Sequence of NFC alone (NFC again changes nothing). */
+static int normalizer(const Doc *d) {
+    static const char *const NFC_KEYS[] = {"type", NULL}, *const SEQUENCE_KEYS[] = {"type", "normalizers", NULL};
+    int n = json_find(d->j, 0, "normalizer");
+    if (is_null(d, n)) return 0;
+    const char *type = type_of(d, n, "normalizer");
+    if (!strcmp(type, "NFC")) {
+        only_keys(d, n, "normalizer", NFC_KEYS);
+        return 1;
+    }
+    if (strcmp(type, "Sequence")) refuse(d, "normalizer is %.40s: not supported (only NFC, or a Sequence of NFC)", type);
+    only_keys(d, n, "normalizer", SEQUENCE_KEYS);
+    int nfc = 0;
+    size_t k = 0;
+    for (int i = json_first(d->j, array_of(d, n, "normalizers", "normalizer")); i >= 0; i = json_next(d->j, i), k++) {
+        char where[48];
+        snprintf(where, sizeof where, "normalizer.normalizers[%zu]", k);
+        const char *t = type_of(d, i, where);
+        if (strcmp(t, "NFC")) refuse(d, "%s is %.40s: not supported (only NFC)", where, t);
+        only_keys(d, i, where, NFC_KEYS);
+        nfc = 1;
+    }
+    return nfc;
 }
 
 static void check_model(const Doc *d, BpeModel *m, int model) {
@@ -231,7 +257,7 @@ static uint32_t added_id(const Doc *d, int t, size_t k) {
     static const char *const UNSUPPORTED[] = {"single_word", "lstrip", "rstrip"};
     for (int f = 0; f < 3; f++) want_flag(d, t, UNSUPPORTED[f], 0, 0, where);
     flag(d, t, "special", 0, where);
-    flag(d, t, "normalized", 0, where);   /* no normalizer: the same either way */
+    flag(d, t, "normalized", -1, where);   /* no default: Hugging Face's reader has none either */
     return (uint32_t)id;
 }
 
@@ -285,6 +311,41 @@ static size_t token_bytes(const Doc *d, Source s, uint32_t id, uint8_t *out) {
     return n;
 }
 
+static int is_normalized(const Doc *d, int t) {
+    return d->j->values[json_find(d->j, t, "normalized")].type == JSON_TRUE;
+}
+
+/* The second pass matches normalized text: its tokens are matched by their contents in NFC. */
+static void normalize_contents(BpeModel *m) {
+    BpeAddedSet *s = &m->added_normalized;
+    Nfc z = {0};
+    size_t total = 0, at = 0;
+    for (uint32_t k = 0; k < s->n; k++, total += z.len) nfc_normalize(&z, s->v[k].bytes, s->v[k].len);
+    m->normalized_bytes = xmalloc(total + 1);
+    for (uint32_t k = 0; k < s->n; k++, at += z.len) {
+        nfc_normalize(&z, s->v[k].bytes, s->v[k].len);
+        memcpy(m->normalized_bytes + at, z.text, z.len);
+        s->v[k].bytes = m->normalized_bytes + at;
+        s->v[k].len = (uint32_t)z.len;
+    }
+    nfc_free(&z);
+}
+
+/* Moves the added tokens with "normalized" true out of m->added into the second pass's set. */
+static void split_passes(const Doc *d, BpeModel *m, const Source *src) {
+    BpeAddedSet *raw = &m->added, *norm = &m->added_normalized;
+    norm->v = xmalloc((raw->n + 1) * sizeof *norm->v);
+    uint32_t kept = 0;
+    for (uint32_t k = 0; k < raw->n; k++) {
+        if (is_normalized(d, src[raw->v[k].id].added)) norm->v[norm->n++] = raw->v[k];
+        else raw->v[kept++] = raw->v[k];
+    }
+    raw->n = kept;
+    if (m->nfc) normalize_contents(m);
+    if (!bpe_added_index(raw)) refuse(d, "added_tokens has two tokens of the same content");
+    if (!bpe_added_index(norm)) refuse(d, "added_tokens has two \"normalized\" tokens whose contents are the same in NFC");
+}
+
 static void token_table(const Doc *d, BpeModel *m, int vocab, int added) {
     Source *src = token_sources(d, vocab, added, &m->vocab_size);
     size_t total = 0;
@@ -300,15 +361,16 @@ static void token_table(const Doc *d, BpeModel *m, int vocab, int added) {
     }
     m->offset[m->vocab_size] = at;
     bpe_vocab_reserve(m, m->vocab_size);
-    m->added = xmalloc((count(d, added) + 1) * sizeof *m->added);
+    m->added.v = xmalloc((count(d, added) + 1) * sizeof *m->added.v);
     for (uint32_t id = 0; id < m->vocab_size; id++) {
         size_t len;
         const uint8_t *p = bpe_token_bytes(m, id, &len);
         if (src[id].vocab >= 0 && !bpe_vocab_add(m, id)) refuse(d, "model.vocab has the bytes of token %u twice", id);
-        if (src[id].added >= 0) m->added[m->n_added++] = (BpeAdded){p, (uint32_t)len, id};
+        if (src[id].added >= 0) m->added.v[m->added.n++] = (BpeAdded){p, (uint32_t)len, id};
     }
+    if (!bpe_added_index(&m->added)) refuse(d, "added_tokens has two tokens of the same content");
+    split_passes(d, m, src);
     free(src);
-    if (!bpe_added_index(m)) refuse(d, "added_tokens has two tokens of the same content");
 }
 
 static void byte_ids(const Doc *d, BpeModel *m) {
@@ -394,8 +456,13 @@ static int64_t post_processor_start(const Doc *d, int pp) {
 }
 
 static int64_t added_named(const BpeModel *m, const char *content) {
-    for (uint32_t k = 0; k < m->n_added; k++)
-        if (m->added[k].len == strlen(content) && !memcmp(m->added[k].bytes, content, m->added[k].len)) return m->added[k].id;
+    const BpeAddedSet *sets[2] = {&m->added, &m->added_normalized};
+    for (int s = 0; s < 2; s++)
+        for (uint32_t k = 0; k < sets[s]->n; k++) {
+            size_t len;
+            const uint8_t *p = bpe_token_bytes(m, sets[s]->v[k].id, &len);
+            if (len == strlen(content) && !memcmp(p, content, len)) return sets[s]->v[k].id;
+        }
     return -1;
 }
 
@@ -421,6 +488,7 @@ void bpe_model_load_json(BpeModel *m, const char *path, char *text) {
     byte_level_alphabet(&d);
     if (j.values[0].type != JSON_OBJECT) refuse(&d, "not a JSON object");
     check_top(&d);
+    m->nfc = normalizer(&d);
     int model = json_find(&j, 0, "model");
     check_model(&d, m, model);
     m->pattern = pre_tokenizer(&d);

@@ -186,7 +186,12 @@ def main():
         "bad_truncated": tokenizer_file(rng, 20)[:-1],
         "bad_eot": tokenizer_file(rng, 20, eot=20),
         "valid_json": tokenizer_json(),
-        "bad_json_normalizer": tokenizer_json(normalizer={"type": "NFC"}),
+        "valid_json_nfc": tokenizer_json(normalizer={"type": "NFC"}, added_tokens=[
+            {"id": 258, "content": "<|endoftext|>", "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True},
+            {"id": 259, "content": "e\u0301\u212b", "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": True, "special": False}]),
+        "bad_json_normalizer": tokenizer_json(normalizer={"type": "NFKC"}),
     }
     # Checkpoints: a parameter byte (stage | dtype << 2 | offload << 7), then the files separated by "FILE".
     s = FIXED
@@ -223,7 +228,8 @@ def main():
                   '"\\x80\\x00\\x00\\x00"', '"\\x00\\x01\\x00\\x00"'],
         "tokenizer": ['"%s"' % le32(TOK_MAGIC), '"\\x02\\x00\\x00\\x00"', '"\\x01\\x00\\x00\\x00"'] +
         ['"\\"%s\\""' % k for k in ("model", "vocab", "merges", "added_tokens", "pre_tokenizer", "post_processor",
-                                    "Sequence", "Split", "TemplateProcessing", "SpecialToken", "ignore_merges")],
+                                    "Sequence", "Split", "TemplateProcessing", "SpecialToken", "ignore_merges",
+                                    "normalizer", "normalizers", "NFC", "normalized")],
         "checkpoint": ['"FILE"', '"%s"' % le32(STATE_MAGIC), '"%s"' % le32(MODEL_MAGIC)] +
         ['"\\"%s\\": "' % k for k in ("step", "tokens_per_step", "seed", "dp", "loss_scale", "clean_steps", "overflows_left")] +
         ['"%s"' % "".join("\\x%02x" % b for b in struct.pack("<q", total))],

@@ -54,18 +54,8 @@ t_check tokenizer_json_beside_shards 'cmp -s "$TMP/gpt2.json" "$TMP/g_json/token
 # --- refusals: one "error: FILE: ..." line naming the setting, exit 1 ---
 $FILES tiny "$TMP/tiny.json"
 t_check tiny_json_loads '[ "$($GT "$TMP/tiny.json" --info | tail -1)" = "doc_start $($FILES id "$TMP/tiny.json" "<|endoftext|>")" ]'
-expect_error() {   # name, pattern, command...
-    local name=$1 pat=$2; shift 2
-    "$@" > /dev/null 2> "$TMP/err" < /dev/null; local rc=$?
-    if [ $rc -eq 1 ] && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -qF -- "$pat" "$TMP/err"; then t_ok "$name"
-    else t_fail "$name" "exit $rc, stderr: $(head -3 "$TMP/err" | tr '\n' '|')"; fi
-}
-refuses() {   # name, message part, edits...
-    local name=$1 pat=$2; shift 2
-    $FILES edit "$TMP/tiny.json" "$TMP/$name.json" "$@"
-    expect_error "refuses_$name" "error: $TMP/$name.json: $pat" "$GT" "$TMP/$name.json" --info
-}
-refuses normalizer "normalizer is NFC: not supported" 'normalizer={"type": "NFC"}'
+source tests/system/tokenizer_json_lib.sh
+refuses normalizer "normalizer is NFKC: not supported (only NFC, or a Sequence of NFC)" 'normalizer={"type": "NFKC"}'
 refuses model_type 'model.type "WordPiece" is not supported' 'model.type="WordPiece"'
 refuses byte_fallback "model.byte_fallback true is not supported" 'model.byte_fallback=true'
 refuses dropout "model.dropout is a number: not supported" 'model.dropout=0.1'
@@ -88,8 +78,8 @@ printf '{"model": {"type": "BPE", "type": "BPE"}}' > "$TMP/dup.json"
 expect_error refuses_duplicate_key "error: $TMP/dup.json: duplicate key \"type\" at byte 34" "$GT" "$TMP/dup.json" --info
 head -c 500 "$TMP/tiny.json" > "$TMP/cut.json"
 expect_error refuses_cut_json "error: $TMP/cut.json: " "$GT" "$TMP/cut.json" --info
-expect_error tokenize_py_refuses_in_one_line "error: $TMP/normalizer.json: normalizer is NFC" $TOK "$TMP/docs" -o "$TMP/e1" --tokenizer "$TMP/normalizer.json"
-expect_error trainer_refuses_in_one_line "error: $TMP/normalizer.json: normalizer is NFC" ./train_gpt_cpu -e L1C32H2V300T32 -b 1 -t 32 -tk "$TMP/normalizer.json" -prompt hi
+expect_error tokenize_py_refuses_in_one_line "error: $TMP/normalizer.json: normalizer is NFKC" $TOK "$TMP/docs" -o "$TMP/e1" --tokenizer "$TMP/normalizer.json"
+expect_error trainer_refuses_in_one_line "error: $TMP/normalizer.json: normalizer is NFKC" ./train_gpt_cpu -e L1C32H2V300T32 -b 1 -t 32 -tk "$TMP/normalizer.json" -prompt hi
 expect_error tokenize_py_refuses_other_kind "holds gpt2_tokenizer.bin, another tokenizer's file" $TOK "$TMP/docs" -o "$TMP/g_files" --name u --tokenizer "$TMP/gpt2.json"
 expect_error tokenize_py_refuses_gpt2_beside_json "holds tokenizer.json, another tokenizer's file" $TOK "$TMP/docs" -o "$TMP/g_json" --name u
 # The document start: the special token a TemplateProcessing post_processor puts before the text, over an added <|endoftext|>.
