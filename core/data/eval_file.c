@@ -93,7 +93,7 @@ static long long parse_example(const Elements* e, long long pos, int i, int voca
     at += 1 + ex->context;
     long long taken = ex->context;
     for (int k = 0; k < EVAL_ENDINGS; k++) {
-        char what[16];
+        char what[24];   // room for any int, so no compiler sees a truncation
         snprintf(what, sizeof what, "ending %d", k);
         ex->ending[k] = length_at(e, at, end, i, what);
         take_tokens(e, at + 1, ex->ending[k], vocab, i, out ? out + taken : NULL);
