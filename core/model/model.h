@@ -88,8 +88,9 @@ size_t shape_real_param_count(const ModelShape* s);
 // Whether two shapes are the same model, and a one-line description of one (for messages).
 int shape_equal(const ModelShape* a, const ModelShape* b);
 void shape_describe(const ModelShape* s, char* out, size_t n);
-// The vocabulary padded to a multiple of 128, as llm.c pads it.
-static inline int padded_vocab(int V) { return (V + 127) / 128 * 128; }
+// The vocabulary padded to a multiple of 128, as llm.c pads it. A size no model has (a corrupt header's)
+// passes through unpadded, without overflowing, for shape_validate to refuse.
+static inline int padded_vocab(int V) { return V > (1 << 30) ? V : (V + 127) / 128 * 128; }
 
 // Units padded to a multiple of `pad_multiple` elements (layout_pad_multiple). layout_build holds the whole
 // model; layout_build_stage `chunks` contiguous ranges of blocks (a pipeline stage: one range, or one per
