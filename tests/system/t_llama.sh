@@ -178,6 +178,9 @@ bad kv_heads_divide_heads "n_kv_heads 3 does not divide the 4 heads" "llama:L2,C
 bad head_size "head size 12 must be a multiple of 8" "llama:L2,C48,H4,F96,V512,T64"
 bad missing_field "L, C, H and F are required" "llama:L2,C64,H4,V512"
 bad unknown_field "unknown field 'Z9'" "llama:L2,C64,H4,F96,Z9"
+$PYTHON -c "import sys, numpy as np
+h = np.fromfile(sys.argv[1], dtype=np.int32); h[21] = 2; h.tofile(sys.argv[2])" "$model" "$TMP/bad_flag.bin"
+bad header_flag "header slot 21 (qkv_bias) is 2, not 0 or 1" "$TMP/bad_flag.bin"
 NP=2 bad tp_kv_heads "-tp 2 and n_kv_heads 3: one must divide the other" "llama:L2,C96,H6,K3,F96,V512,T64" -tp 2
 NP=2 bad tp_intermediate "does not divide the MLP's intermediate size 97" "llama:L2,C64,H4,K2,F97,V512,T64" -tp 2
 t_finish

@@ -202,11 +202,14 @@ static void header_write(const ModelShape* s, int32_t* h) {
     memcpy(h + 9, v, sizeof(v));
 }
 
+static int flag_slot(const int32_t* h, int slot, const char* name) {
+    if (h[slot] != 0 && h[slot] != 1) fail("model file: header slot %d (%s) is %d, not 0 or 1", slot, name, h[slot]);
+    return h[slot];
+}
+
 static void header_read(const int32_t* h, ModelShape* s) {
-    for (int slot = 12; slot <= 13; slot++)
-        if (h[slot] != 0 && h[slot] != 1) fail("model file: header slot %d (%s) is %d, not 0 or 1", slot, slot == 12 ? "tied" : "qk_norm", h[slot]);
-    if (h[21] != 0 && h[21] != 1) fail("model file: header slot 21 (qkv_bias) is %d, not 0 or 1", h[21]);
-    *s = llama_shape(h[4], h[6], h[5], h[9], h[10], h[11], h[3], h[2], bits_float(h[15]), bits_float(h[16]), h[12], h[13], h[21]);
+    *s = llama_shape(h[4], h[6], h[5], h[9], h[10], h[11], h[3], h[2], bits_float(h[15]), bits_float(h[16]), flag_slot(h, 12, "tied"),
+                     flag_slot(h, 13, "qk_norm"), flag_slot(h, 21, "qkv_bias"));
     s->rope.scaling = h[14] == 1 ? ROPE_LINEAR : h[14] == 2 ? ROPE_LLAMA3 : ROPE_NONE;
     if (h[14] < 0 || h[14] > 2) fail("model file: unknown rope scaling kind %d in header slot 14", h[14]);
     s->rope.factor = bits_float(h[17]);
