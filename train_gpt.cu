@@ -20,6 +20,7 @@
 #include "core/checkpoint/model_file.h"
 #include "core/comm/comm.h"
 #include "base/common.h"
+#include "base/gpu_variants.h"
 #include "core/run/config.h"
 #include "core/data/dataloader.h"
 #include "core/zero/delayed_update.h"
@@ -361,6 +362,17 @@ static const char* delay_text(const Config* cfg, char* buf, size_t size) {
     return buf;
 }
 
+// The opt-in kernel variants (base/gpu_variants.h), on the console and in the log, so a timing names what ran.
+static void print_variants(Trainer* tr) {
+    const unsigned set = backend_variants(tr->be);
+    if (!set) return;
+    char names[256];
+    gpu_variants_describe(set, names, sizeof names);
+    const int cpu = !strncmp(backend_device_name(tr->be), "cpu", 3);   // "cpu" or "cpu (fenced)"
+    printf("kernel variants: %s%s\n", names, cpu ? " (the CPU build has one kernel each: they change nothing here)" : "");
+    logger_line(&tr->log, "{\"step\": %d, \"kernel_variants\": \"%s\"}", tr->first_step, names);
+}
+
 static void print_setup(Trainer* tr, CommKind comm) {
     const Config* cfg = &tr->cfg;
     const ModelShape* s = &tr->layout->shape;
@@ -383,6 +395,7 @@ static void print_setup(Trainer* tr, CommKind comm) {
         if (hs->dropped) printf("; %d longer than -t %d left out", hs->dropped, cfg->T);
         printf("\n");
     }
+    print_variants(tr);
     if (tr->run_dir.node_local)
         printf("-o %s: node-local directories on %d hosts (no shared filesystem): model.bin and the log in rank 0's\n",
                cfg->out_dir, tr->run_dir.dirs);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/gpu_variants.h"
 #include "kernels/cpu_common.h"
 #ifdef BACKEND_FENCE
 #include <sys/mman.h>
@@ -66,6 +67,7 @@ struct Backend {
     // Locked, because a worker thread may wait for an event (run the copies) while the launch thread issues more.
     pthread_mutex_t copy_lock;
     CopyQueue queues[NUM_COPY_QUEUES];
+    unsigned variants;   // GPT_CUDA_VARIANTS' names, validated; the CPU build has one kernel each
 #ifdef BACKEND_FENCE
     Fence fence;
 #endif
@@ -155,6 +157,7 @@ static void expect_ends(Backend* be, const void* dst, int dst_backend, const voi
 Backend* backend_create(int local_rank) {
     (void)local_rank;
     Backend* be = xcalloc(1, sizeof(Backend));
+    be->variants = gpu_variants_from_env();
     check_pthread(pthread_mutex_init(&be->copy_lock, NULL), "pthread_mutex_init");
 #ifdef BACKEND_FENCE
     check_pthread(pthread_mutex_init(&be->fence.lock, NULL), "pthread_mutex_init");
@@ -179,6 +182,8 @@ void backend_destroy(Backend* be) {
     for (int q = 0; q < NUM_COPY_QUEUES; q++) free(be->queues[q].pending);
     free(be);
 }
+
+unsigned backend_variants(const Backend* be) { return be->variants; }
 
 #ifdef BACKEND_FENCE
 const char* backend_device_name(const Backend* be) {

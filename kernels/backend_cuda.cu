@@ -3,6 +3,7 @@
 // functions of kernels.h (extern "C" through kernels.h). The .cuh files use struct Backend's fields, so
 // they are meant to be included here only, after it.
 #include "kernels/cuda_common.cuh"
+#include "base/gpu_variants.h"
 
 #define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
 // Kernel scratch (deterministic reductions' partials, the encoder's sort): separate from the cuBLASLt
@@ -29,7 +30,10 @@ struct Backend {
     size_t bytes_allocated, peak_bytes;
     Allocation* allocs;             // live be_malloc blocks, so be_free knows how many bytes it returns
     int n_allocs, cap_allocs;
+    unsigned variants;              // base/gpu_variants.h, from GPT_CUDA_VARIANTS at creation
 };
+
+static bool variant_on(const Backend* be, GpuVariant v) { return (be->variants & (unsigned)v) != 0; }
 
 // Scratch of at least `bytes` for one launcher; valid until the next launcher on the stream.
 static void* be_scratch(Backend* be, size_t bytes, const char* who) {
@@ -85,6 +89,7 @@ Backend* backend_create(int local_rank) {
              "is the CPU build", e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
     CUDA_CHECK(e);
     Backend* be = (Backend*)xcalloc(1, sizeof(Backend));
+    be->variants = gpu_variants_from_env();
     be->device = (local_rank < 0 ? 0 : local_rank) % count;
     CUDA_CHECK(cudaSetDevice(be->device));
     CUDA_CHECK(cudaGetDeviceProperties(&be->prop, be->device));
@@ -124,6 +129,7 @@ void backend_destroy(Backend* be) {
 
 const char* backend_device_name(const Backend* be) { return be->prop.name; }
 int backend_is_gpu(const Backend* be) { return 1; }
+unsigned backend_variants(const Backend* be) { return be->variants; }
 void* backend_stream(Backend* be) { return (void*)be->stream; }
 void* backend_comm_stream(Backend* be) { return (void*)be->comm_stream; }
 

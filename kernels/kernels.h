@@ -35,6 +35,8 @@ void backend_destroy(Backend* be);
 const char* backend_device_name(const Backend* be);   // "cpu" or e.g. "NVIDIA H100 80GB HBM3"
 int backend_is_gpu(const Backend* be);
 int backend_build_is_gpu(void);   // the same, known before any backend exists (this binary's build)
+// The opt-in kernel variants this backend runs (base/gpu_variants.h: GPT_CUDA_VARIANTS, read at backend_create).
+unsigned backend_variants(const Backend* be);
 // The main stream as a cudaStream_t (GPU; NULL on the CPU), for libraries that enqueue work in order with
 // the kernels (NCCL, core/comm/comm_nccl.c).
 void* backend_stream(Backend* be);
