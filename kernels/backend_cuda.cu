@@ -33,7 +33,7 @@ struct Backend {
     unsigned variants;              // base/gpu_variants.h, from GPT_CUDA_VARIANTS at creation
 };
 
-static bool variant_on(const Backend* be, GpuVariant v) { return (be->variants & (unsigned)v) != 0; }
+[[maybe_unused]] static bool variant_on(const Backend* be, GpuVariant v) { return (be->variants & (unsigned)v) != 0; }
 
 // Scratch of at least `bytes` for one launcher; valid until the next launcher on the stream.
 static void* be_scratch(Backend* be, size_t bytes, const char* who) {
