@@ -71,6 +71,27 @@ CUDA_LIBS  += -L$(NCCL_LIB) -l:libnccl.so.2 -Xlinker -rpath=$(NCCL_LIB)
 $(NCCL_OBJ): CFLAGS += $(MPI_CFLAGS) -I$(NCCL_INC) -I$(CUDA_HOME)/include
 $(B)/cuda/core/comm/comm_mpi.o: CFLAGS += -DGPT_NCCL
 endif
+# cuDNN (its graph API behind the cudnn_attention kernel variant, kernels/attention_cudnn.cuh): only ever in
+# backend_cuda.cu, so only train_gpt and the GPU test programs link it. CUDNN=0|1 overrides the detection;
+# CUDNN_HOME=DIR names an install (DIR/include/cudnn_graph.h, DIR/lib*/libcudnn.so.9); otherwise the header and
+# the library are each taken from the first of $(CUDA_HOME), /usr, /usr/local and PyTorch's pip wheel
+# nvidia-cudnn-cu* (site-packages/nvidia/cudnn) that has them, as for NCCL above.
+cudnn_inc   = $(firstword $(foreach d,$(1),$(if $(wildcard $(d)/include/cudnn_graph.h),$(d)/include)))
+cudnn_lib   = $(firstword $(foreach d,$(1),$(foreach l,lib64 lib lib/x86_64-linux-gnu lib/aarch64-linux-gnu,$(if $(wildcard $(d)/$(l)/libcudnn.so.9),$(d)/$(l)))))
+CUDNN_WHEEL = $(shell for py in python3 $(PYTHON); do $$py -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null && break; done)
+CUDNN_DIRS := $(if $(CUDNN_HOME),$(CUDNN_HOME),$(CUDA_HOME) /usr /usr/local)
+ifneq ($(CUDA_HOME)$(CUDNN_HOME),)
+CUDNN_INC  := $(or $(call cudnn_inc,$(CUDNN_DIRS)),$(if $(CUDNN_HOME),,$(call cudnn_inc,$(CUDNN_WHEEL))))
+CUDNN_LIB  := $(or $(call cudnn_lib,$(CUDNN_DIRS)),$(if $(CUDNN_HOME),,$(call cudnn_lib,$(CUDNN_WHEEL))))
+endif
+CUDNN      ?= $(if $(and $(CUDNN_INC),$(CUDNN_LIB)),1,0)
+ifeq ($(CUDNN),1)
+ifeq ($(and $(CUDNN_INC),$(CUDNN_LIB)),)
+$(error CUDNN=1 but cudnn_graph.h (found: '$(CUDNN_INC)') or libcudnn.so.9 (found: '$(CUDNN_LIB)') is missing under $(CUDNN_DIRS) and the nvidia-cudnn wheel: set CUDNN_HOME=DIR or build with CUDNN=0)
+endif
+NVFLAGS    += -DGPT_CUDNN -I$(CUDNN_INC)
+CUDA_LIBS  += -L$(CUDNN_LIB) -l:libcudnn.so.9 -Xlinker -rpath=$(CUDNN_LIB)
+endif
 # core/<concern>/*.c; gpt2tok.c is the tokenizer helper program (its own main), below.
 CORE_SRC    := $(wildcard base/*.c) $(filter-out $(COMM_UNUSED) core/comm/comm_nccl.c core/tokenizer/gpt2tok.c,$(wildcard core/*/*.c)) $(wildcard core/models/*/*.c) zero.c
 CPU_KERNELS := $(wildcard kernels/*.c)
@@ -80,13 +101,15 @@ CORE_CUDA_OBJ := $(CORE_SRC:%.c=$(B)/cuda/%.o) $(NCCL_OBJ)
 CPU_BACKEND   := $(CPU_KERNELS:%.c=$(B)/cpu/%.o)
 CUDA_BACKEND  := $(B)/cuda/kernels/backend_cuda.o
 
-.PHONY: all train_gpt_cpu test test-gpu bench bench-offload bench-cpu bench-nvme run clean tests-bin
+.PHONY: all train_gpt_cpu test test-gpu test-gpu-core test-gpu-variants bench bench-offload bench-cpu bench-nvme run clean tests-bin
 all: train_gpt_cpu
 
 # make does not track flags: a stamp per NCCL setting rebuilds the one object whose flags it changes.
 $(B)/cuda/.nccl-$(NCCL):
 	@mkdir -p $(dir $@) && rm -f $(B)/cuda/.nccl-* && touch $@
 $(B)/cuda/core/comm/comm_mpi.o: $(B)/cuda/.nccl-$(NCCL)
+$(B)/cuda/.cudnn-$(CUDNN):
+	@mkdir -p $(dir $@) && rm -f $(B)/cuda/.cudnn-* && touch $@
 
 train_gpt_cpu: $(B)/cpu/train_gpt.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
 	$(CC) -o $@ $^ $(LDLIBS)
@@ -105,7 +128,7 @@ $(B)/cpu/%.o: %.c
 $(B)/cuda/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
-$(B)/cuda/kernels/backend_cuda.o: kernels/backend_cuda.cu $(wildcard kernels/*.cuh) kernels/kernels.h kernels/dtype.h
+$(B)/cuda/kernels/backend_cuda.o: kernels/backend_cuda.cu $(wildcard kernels/*.cuh) kernels/kernels.h kernels/dtype.h $(B)/cuda/.cudnn-$(CUDNN)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
@@ -124,6 +147,9 @@ $(B)/kernel_check_gpu: $(B)/cuda/tests/gpu/kernel_check.o $(CORE_CUDA_OBJ) $(CUD
 # The comm tests on real device memory: the MPI staging path, and NCCL with --comm nccl.
 $(B)/comm_check_gpu: $(B)/cuda/tests/unit/test_comm.o $(CORE_CUDA_OBJ) $(CUDA_BACKEND)
 	$(NVCC) $(NVFLAGS) -o $@ $^ $(CUDA_LIBS) $(MPI_NVLIBS) -Xcompiler -fopenmp
+# The cudnn_attention variant's graphs, descriptor by descriptor (and, with --plan on a GPU, their plans).
+$(B)/cudnn_graph_check: tests/gpu/cudnn_graph_check.cu kernels/cudnn_graph.cuh kernels/attention_cudnn_graphs.cuh $(B)/cuda/base/common.o
+	$(NVCC) $(NVFLAGS) -o $@ tests/gpu/cudnn_graph_check.cu $(B)/cuda/base/common.o $(CUDA_LIBS)
 # The fenced CPU build (kernels/backend_cpu.c, tests/system/t_fence.sh): backend memory that host code cannot touch,
 # as on a GPU. Same objects as train_gpt_cpu but the kernels'.
 FENCE_BACKEND := $(CPU_KERNELS:%.c=$(B)/fence/%.o)
@@ -141,9 +167,16 @@ test: tests-bin
 	@PYTHON=$(PYTHON) bash tests/run_all.sh
 
 # `make test-gpu`: on a machine with a GPU, everything in tests/gpu/ (kernels vs CPU twins, a full step
-# vs train_gpt_cpu, ranks on one GPU, determinism, resume, benchmark); writes a report.
-test-gpu: train_gpt train_gpt_cpu $(B)/kernel_check_cpu $(B)/kernel_check_gpu $(B)/comm_check_gpu
+# vs train_gpt_cpu, ranks on one GPU, determinism, resume), then the kernel variants' rows; writes two reports.
+# test-gpu-core and test-gpu-variants are its two halves, for time-limited access (tests/gpu/run_part.sh).
+GPU_TEST_BIN := train_gpt train_gpt_cpu $(B)/kernel_check_cpu $(B)/kernel_check_gpu $(B)/comm_check_gpu \
+                $(if $(filter 1,$(CUDNN)),$(B)/cudnn_graph_check)
+test-gpu: $(GPU_TEST_BIN)
+	@bash tests/gpu/run_gpu.sh; core=$$?; bash tests/gpu/run_variants.sh && exit $$core
+test-gpu-core: $(GPU_TEST_BIN)
 	@bash tests/gpu/run_gpu.sh
+test-gpu-variants: $(GPU_TEST_BIN)
+	@bash tests/gpu/run_variants.sh
 
 bench: train_gpt
 	@bash scripts/bench.sh

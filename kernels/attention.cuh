@@ -724,10 +724,12 @@ static bool attention_scalar_forced() {
     } while (0)
 
 #include "kernels/attention_gqa.cuh"
+#include "kernels/attention_cudnn.cuh"
 
 extern "C" void attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int NH,
                                   int KV, int D) {
     const int G = attention_group(NH, KV, D, "attention_forward"), C = NH * D;
+    if (cudnn_attention_forward(be, dt, out, lse, qkv, B, T, NH, KV, D)) return;
     const bool scalar = attention_scalar_forced();
     if (gqa_forward(be, dt, out, lse, qkv, B, GqaShape{T, NH, KV, D}, G, scalar)) return;
     if (!scalar) {
@@ -746,6 +748,7 @@ extern "C" void attention_backward(Backend* be, DType dt, void* dqkv, float* scr
                                    const void* out, const float* lse, int B, int T, int NH, int KV, int hs) {
     const int G = attention_group(NH, KV, hs, "attention_backward"), C = NH * hs;
     float* D = scratch;   // (B,NH,T)
+    if (cudnn_attention_backward(be, dt, dqkv, scratch, dout, qkv, out, lse, B, T, NH, KV, hs)) return;
     const bool scalar = attention_scalar_forced();
     if (gqa_backward(be, dt, dqkv, D, dout, qkv, out, lse, B, GqaShape{T, NH, KV, hs}, G, scalar)) return;
     DISPATCH_DTYPE(dt, X, {

@@ -15,6 +15,8 @@ typedef struct {
     size_t bytes;
 } Allocation;
 
+struct CudnnAttention;   // kernels/attention_cudnn.cuh: cuDNN's handle, plans and workspace (the cudnn_attention variant)
+
 struct Backend {
     int device;
     cudaDeviceProp prop;
@@ -31,9 +33,14 @@ struct Backend {
     Allocation* allocs;             // live be_malloc blocks, so be_free knows how many bytes it returns
     int n_allocs, cap_allocs;
     unsigned variants;              // base/gpu_variants.h, from GPT_CUDA_VARIANTS at creation
+    CudnnAttention* cudnn;          // with the cudnn_attention variant
 };
 
-[[maybe_unused]] static bool variant_on(const Backend* be, GpuVariant v) { return (be->variants & (unsigned)v) != 0; }
+static bool variant_on(const Backend* be, GpuVariant v) { return (be->variants & (unsigned)v) != 0; }
+#ifdef GPT_CUDNN
+static CudnnAttention* cudnn_attention_create(Backend* be);
+#endif
+static void cudnn_attention_destroy(Backend* be, CudnnAttention* ca);
 
 // Scratch of at least `bytes` for one launcher; valid until the next launcher on the stream.
 static void* be_scratch(Backend* be, size_t bytes, const char* who) {
@@ -107,6 +114,13 @@ Backend* backend_create(int local_rank) {
     CUBLAS_CHECK(cublasLtCreate(&be->lt));
     be->lt_workspace = raw_malloc(be, CUBLASLT_WORKSPACE_BYTES, "cuBLASLt workspace");
     be->scratch = raw_malloc(be, KERNEL_SCRATCH_BYTES, "kernel scratch");
+    if (variant_on(be, VARIANT_CUDNN_ATTENTION)) {
+#ifdef GPT_CUDNN
+        be->cudnn = cudnn_attention_create(be);
+#else
+        fail("GPT_CUDA_VARIANTS names cudnn_attention, but this train_gpt was built without cuDNN (make CUDNN=1 CUDNN_HOME=DIR)");
+#endif
+    }
     return be;
 }
 
@@ -114,6 +128,7 @@ void backend_destroy(Backend* be) {
     if (!be) return;
     CUDA_CHECK(cudaSetDevice(be->device));
     be_synchronize(be);
+    cudnn_attention_destroy(be, be->cudnn);
     for (int i = 0; i < be->n_allocs; i++) CUDA_CHECK(cudaFree(be->allocs[i].ptr));
     CUDA_CHECK(cudaFree(be->lt_workspace));
     CUDA_CHECK(cudaFree(be->scratch));

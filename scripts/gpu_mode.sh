@@ -10,3 +10,7 @@ dry_run_or_gpu() {
         exit 1
     fi
 }
+
+# The CUDA backend's opt-in kernel variants (GPT_CUDA_VARIANTS, base/gpu_variants.h), each checked and timed
+# beside the default by make test-gpu and make bench. tests/system/t_variants.sh holds this list to the binary's.
+KERNEL_VARIANTS="cudnn_attention bias_grad_epilogue lt_plan_cache lt_autotune norm_one_pass adamw_multi"

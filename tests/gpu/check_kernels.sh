@@ -9,7 +9,8 @@
 # With --dry-run the CPU binary stands in for the GPU one: the comparison is CPU against CPU, which
 # proves the scripts end to end (without a GPU and without --dry-run: an error, scripts/gpu_mode.sh). Environment: SEEDS (default "1 2"),
 # DTYPES (default "fp32 bf16 fp16"), KERNEL_CHECK_SHAPES (default all; e.g. "odd,hs24"), KC_KEEP=1 keeps
-# the output directories, KC_BENCH=0 skips the timings that end a GPU run. Output: the comparison
+# the output directories, KC_FALLBACK=0 skips the fallback pass, KC_BENCH=0 the timings that end a GPU run
+# (KC_BENCH_VARIANTS names the kernel variants timed beside the default). Output: the comparison
 # tables, "ok NAME" / "FAIL NAME: why" lines, and last "N passed, N failed". Exit status 1 on any failure.
 set -u
 cd "$(dirname "$0")/../.."
@@ -81,20 +82,27 @@ for seed in $SEEDS; do
     done
 done
 # The fallback paths on one seed: plain products + separate GELU / bias-gradient kernels, and the
-# CUDA-core attention forward where the tensor-core one would run.
+# CUDA-core attention forward where the tensor-core one would run (KC_FALLBACK=0 skips them).
 first_seed=${SEEDS%% *}
-for dt in $DTYPES; do
-    run_pair "${dt}_s${first_seed}_fallback" "$first_seed" "$dt" GPT_CUDA_NO_FUSED_EPILOGUES=1 GPT_CUDA_ATTENTION_SCALAR=1
-done
+if [ "${KC_FALLBACK:-1}" = 1 ]; then
+    for dt in $DTYPES; do
+        run_pair "${dt}_s${first_seed}_fallback" "$first_seed" "$dt" GPT_CUDA_NO_FUSED_EPILOGUES=1 GPT_CUDA_ATTENTION_SCALAR=1
+    done
+fi
 
-# Timings at GPT-2 124M training sizes (GPU only; KC_BENCH=0 skips).
+# Timings at GPT-2 124M training sizes (GPU only; KC_BENCH=0 skips): the default kernels, then each kernel
+# variant of KC_BENCH_VARIANTS (default: every one, $KERNEL_VARIANTS of gpu_mode.sh) in the same run, side by side.
 if [ "$DRY" = 0 ] && [ "${KC_BENCH:-1}" = 1 ]; then
-    for dt in bf16 fp32; do
-        echo "== bench $dt (B=8, T=1024, C=768, NH=12)"
-        KERNEL_CHECK_BENCH=1 KERNEL_CHECK_SHAPES=none "$GPU_BIN" "$WORK/bench_$dt" 1 "$dt" >"$WORK/bench_$dt.log" 2>&1
-        rc=$?
-        grep '^bench ' "$WORK/bench_$dt.log"
-        count "$WORK/bench_$dt.log" "$rc" "bench_$dt"
+    for variant in default ${KC_BENCH_VARIANTS-$KERNEL_VARIANTS}; do
+        [ "$variant" = default ] && set_variant="" || set_variant=$variant
+        for dt in bf16 fp32; do
+            echo "== bench $dt, kernels: $variant (B=8, T=1024, C=768, NH=12)"
+            GPT_CUDA_VARIANTS=$set_variant KERNEL_CHECK_BENCH=1 KERNEL_CHECK_SHAPES=none "$GPU_BIN" "$WORK/bench_$dt" 1 "$dt" \
+                >"$WORK/bench_$dt.log" 2>&1
+            rc=$?
+            grep '^bench ' "$WORK/bench_$dt.log" | sed "s/^bench /bench [$variant] /"
+            count "$WORK/bench_$dt.log" "$rc" "bench_${dt}_$variant"
+        done
     done
 fi
 

@@ -21,28 +21,8 @@
 set -u
 cd "$(dirname "$0")/../.."
 REPORT=${REPORT:-build/gpu_report.md}
-# The Python with numpy and torch (compare.py reads files through scripts/reference.py): the GPU machine's
-# python3, or Debian's /usr/bin/python3 here. Exported so check_kernels.sh uses the same one.
-PY=python3
-python3 -c 'import numpy, torch' 2>/dev/null || PY=/usr/bin/python3
-export PYTHON=$PY
-GPU=./train_gpt
-DRY=""
-source scripts/gpu_mode.sh
-dry_run_or_gpu tests/gpu/run_gpu.sh "${1:-}"
-if [ "$DRY_RUN" = 1 ]; then
-    DRY="--dry-run"; GPU=build/train_gpt_fenced
-    [ -x "$GPU" ] || { echo "error: --dry-run runs $GPU: build it first (make tests-bin)" >&2; exit 1; }
-fi
-W=$(mktemp -d /tmp/gpu-test.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-declare -a ROWS
-passed=0
-failed=0
-record() {   # name, status (ok|FAIL), detail
-    ROWS+=("| $1 | $2 | $3 |")
-    if [ "$2" = ok ]; then passed=$((passed + 1)); echo "ok $1"; else failed=$((failed + 1)); echo "FAIL $1: $3"; fi
-}
+source tests/gpu/lib.sh
+gpu_test_setup tests/gpu/run_gpu.sh "${1:-}"
 
 # 1. kernels vs CPU twins
 bash tests/gpu/check_kernels.sh $DRY > "$W/kernels.log" 2>&1
@@ -51,31 +31,16 @@ cat "$W/kernels.log"
 ksum=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$W/kernels.log" | tail -1)
 [ $krc -eq 0 ] && record kernels_vs_cpu_twins ok "$ksum" || record kernels_vs_cpu_twins FAIL "${ksum:-no summary} (see kernel table above)"
 
-# 2. full steps against the CPU build
-$PY scripts/make_shard.py -o "$W/data.bin" -n 200000 -V 50257 --seed 7 >/dev/null
-./train_gpt_cpu -e L4C128H4T256 -i "$W/data.bin" -j "" -x 0 -s 0 -b 4 -t 128 -o "$W/init" >/dev/null 2>&1
-MODEL="$W/init/ckpt_000000/model.bin"
-flags=(-e "$MODEL" -i "$W/data.bin" -j "" -b 4 -t 128 -ga 2 -x 6 -l 1e-3 -u 2 -c 0.1 -gc 1.0 -s 0)
-./train_gpt_cpu "${flags[@]}" -p fp32 -o "$W/cpu" -dump "$W/cpu" > "$W/cpu.txt" 2>&1 || record step_cpu_run FAIL "$(tail -1 "$W/cpu.txt")"
+# 2. full steps against the CPU build (the models, the data and the CPU build's runs: lib.sh)
+cpu_reference_runs
 $GPU "${flags[@]}" -p fp32 -o "$W/gpu32" -dump "$W/gpu32" > "$W/gpu32.txt" 2>&1 || record step_gpu_fp32_run FAIL "$(tail -1 "$W/gpu32.txt")"
 $GPU "${flags[@]}" -p bf16 -o "$W/gpu16" > "$W/gpu16.txt" 2>&1 || record step_gpu_bf16_run FAIL "$(tail -1 "$W/gpu16.txt")"
-check() {   # name, compare.py arguments...: its ok/FAIL lines become one row
-    local name=$1 out; shift
-    out=$($PY tests/tools/compare.py "$@" 2>&1)
-    if [ $? -eq 0 ]; then record "$name" ok "$(echo "$out" | grep -v '^ok' | tr '\n' ' ' | cut -c1-200)"
-    else record "$name" FAIL "$(echo "$out" | grep '^FAIL' | tr '\n' ' ' | cut -c1-300)"; fi
-}
 check step_fp32_losses_vs_cpu log fp32_loss "$W/gpu32/log.jsonl" "$W/cpu/log.jsonl" --steps 6 --tol 1e-4
 check step_fp32_norms_vs_cpu log fp32_norm "$W/gpu32/log.jsonl" "$W/cpu/log.jsonl" --steps 6 --tol 1e-3 --key grad_norm
 check step_fp32_grads_vs_cpu grads fp32_grads "$W/gpu32/grads0.f32" "$W/cpu/grads0.f32" "$MODEL" --tol 1e-4
 check step_bf16_vs_cpu log bf16_loss "$W/gpu16/log.jsonl" "$W/cpu/log.jsonl" --steps 6 --tol 1e-2 --key loss --key grad_norm
 # The Llama family: RMSNorm, RoPE, SwiGLU, q/k norms and grouped-query attention with head size 128 (2 kv
 # heads of 4), one rank against the CPU build from the same model file.
-./train_gpt_cpu -e "llama:L2,C256,H4,K2,D128,F512,V50257,T256,qknorm" -i "$W/data.bin" -j "" -x 0 -s 0 -b 4 -t 128 \
-    -o "$W/linit" >/dev/null 2>&1
-LMODEL="$W/linit/ckpt_000000/model.bin"
-lflags=("${flags[@]}" -e "$LMODEL")
-./train_gpt_cpu "${lflags[@]}" -p fp32 -o "$W/lcpu" -dump "$W/lcpu" > "$W/lcpu.txt" 2>&1 || record llama_cpu_run FAIL "$(tail -1 "$W/lcpu.txt")"
 $GPU "${lflags[@]}" -p fp32 -o "$W/lgpu32" -dump "$W/lgpu32" > "$W/lgpu32.txt" 2>&1 || record llama_gpu_fp32_run FAIL "$(grep -m1 error "$W/lgpu32.txt")"
 $GPU "${lflags[@]}" -p bf16 -o "$W/lgpu16" > "$W/lgpu16.txt" 2>&1 || record llama_gpu_bf16_run FAIL "$(grep -m1 error "$W/lgpu16.txt")"
 check llama_fp32_losses_vs_cpu log llama_fp32_loss "$W/lgpu32/log.jsonl" "$W/lcpu/log.jsonl" --steps 6 --tol 1e-4
@@ -94,7 +59,6 @@ check offload_bf16_vs_device log off16 "$W/off16/log.jsonl" "$W/gpu16/log.jsonl"
 # device's), hence a tolerance against the device-side run. A missing wait would be a race, so the same run
 # again, with -lb's synchronized timing on top, must give the same bits. bf16 moves 2-byte pieces; -dpu
 # adds the delayed update's thread beside the worker, against the CPU build's -dpu run.
-steplog() { grep -o '"step": [0-9]*, "loss": [^,]*, "lr": [^,]*, "grad_norm": [^,]*' "$1"; }
 $GPU "${flags[@]}" -p fp32 -z 3 -offload 2 -o "$W/off2" > "$W/off2.txt" 2>&1 || record offload2_fp32_run FAIL "$(grep -m1 error "$W/off2.txt")"
 check offload2_fp32_vs_device log off2 "$W/off2/log.jsonl" "$W/gpu32/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
 $GPU "${flags[@]}" -p fp32 -z 3 -offload 2 -lb 1 -o "$W/off2b" > "$W/off2b.txt" 2>&1
@@ -113,10 +77,6 @@ check offload2_dpu_vs_cpu log off2dpu "$W/dpugpu/log.jsonl" "$W/dpucpu/log.jsonl
 # where the bytes live changes, so the same bits as -offload 2 on this GPU (fp32 and bf16, and with -dpu,
 # whose pass runs on the update thread), with the disk under $W (its filesystem as the machine has it).
 $GPU "${flags[@]}" -p fp32 -z 3 -offload 2 -nvme "$W/nvme" -o "$W/nvme32" > "$W/nvme32.txt" 2>&1 || record nvme_fp32_run FAIL "$(grep -m1 error "$W/nvme32.txt")"
-same_steps() {   # name, log, reference log
-    if [ -n "$(steplog "$2")" ] && diff <(steplog "$2") <(steplog "$3") >/dev/null; then record "$1" ok "identical losses and norms"
-    else record "$1" FAIL "$(grep -m1 error "${2%/log.jsonl}.txt" || echo 'losses or norms differ')"; fi
-}
 same_steps nvme_fp32_vs_offload2 "$W/nvme32/log.jsonl" "$W/off2/log.jsonl"
 $GPU "${flags[@]}" -p bf16 -z 3 -offload 2 -nvme "$W/nvme" -lb 1 -o "$W/nvme16" > "$W/nvme16.txt" 2>&1 || record nvme_bf16_run FAIL "$(grep -m1 error "$W/nvme16.txt")"
 same_steps nvme_bf16_vs_offload2 "$W/nvme16/log.jsonl" "$W/off2bf16/log.jsonl"
@@ -180,7 +140,6 @@ fi
 # comm tests (build/comm_check_gpu: every collective, fp32/bf16/fp16, world and split groups, in place and
 # not, byte counters) exercise each NCCL call on device memory, and the training run proves NCCL's setup and
 # teardown in the trainer with bit-identical logs. 2+ GPUs: real multi-rank NCCL traffic.
-fields() { grep -o '"step": [0-9]*, "\(loss\|val_loss\)": [^,}]*\(, "lr": [^,]*, "grad_norm": [^,]*\)\?' "$1"; }
 comm_test() {   # name, command...: test_comm's summary line becomes one row
     local name=$1 out sum rc; shift
     out=$("$@" 2>&1)
@@ -310,22 +269,4 @@ else
 fi
 
 # 5. report
-mkdir -p "$(dirname "$REPORT")"
-{
-    echo "# GPU test report"
-    echo
-    echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
-    echo "- commit: ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
-    echo "- device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "none (dry run: the fenced CPU build stands in)")"
-    echo "- command: make test-gpu"
-    echo
-    echo "| check | result | detail |"
-    echo "|---|---|---|"
-    printf '%s\n' "${ROWS[@]}"
-    echo
-    echo "$passed passed, $failed failed"
-} > "$REPORT"
-echo "report: $REPORT"
-printf '%s\n' "${ROWS[@]}"
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+write_report "make test-gpu"

@@ -3,7 +3,8 @@
 # builds for this GPU's architecture only and copies its report, stamped with date, device and commit, to
 # $OUT (default build/gpu_parts).
 #
-#   bash tests/gpu/run_part.sh test       make test-gpu (kernel checks: seed 1, fp32 and bf16)
+#   bash tests/gpu/run_part.sh test       make test-gpu-core (kernel checks: seed 1, fp32 and bf16)
+#   bash tests/gpu/run_part.sh variants   make test-gpu-variants: the kernel variants' rows
 #   bash tests/gpu/run_part.sh bench      make bench: d12 and d24 beside the PyTorch reference
 #   bash tests/gpu/run_part.sh offload    make bench-offload: d48 with and without -offload, the largest model
 #
@@ -13,10 +14,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 part=${1:-}
 case "$part" in
-    test) target=test-gpu; report=build/gpu_report.md ;;
+    test) target=test-gpu-core; report=build/gpu_report.md ;;
+    variants) target=test-gpu-variants; report=build/gpu_variants_report.md ;;
     bench) target=bench; report=build/bench_report.md ;;
     offload) target=bench-offload; report=build/bench_offload.md ;;
-    *) echo "usage: bash tests/gpu/run_part.sh test|bench|offload" >&2; exit 2 ;;
+    *) echo "usage: bash tests/gpu/run_part.sh test|variants|bench|offload" >&2; exit 2 ;;
 esac
 command -v nvidia-smi >/dev/null 2>&1 || { echo "error: no GPU here (nvidia-smi not found)" >&2; exit 1; }
 cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')

@@ -1,0 +1,161 @@
+// attention_cudnn.cuh: causal attention through cuDNN's fused SDPA, the cudnn_attention kernel variant
+// (base/gpu_variants.h). attention.cuh asks here first when the variant is on; for a shape, precision or
+// pointer cuDNN cannot take, its own kernels run, and the first time a shape does so a note on stderr says why.
+//
+// The graphs themselves are in attention_cudnn_graphs.cuh; here: a plan per shape, built the first time the
+// shape is seen and kept, the workspace, and the calls. The backward's row sums go to the scratch the contract
+// provides (B*NH*T floats).
+//
+// Bits: the backward takes only engines without cuDNN's NONDETERMINISTIC note (no atomics: the same bits every
+// run); where none exists for a shape, the shape runs this backend's kernels. cuDNN's rounding differs from the
+// CPU twin's within the bf16/fp16 tolerances; fp32 runs never come here (cuDNN's fused attention is 16-bit).
+// Plans are built once per shape and kept; the workspace is one device buffer, grown to the largest plan's need
+// and counted in the backend's bytes.
+#pragma once
+#ifdef GPT_CUDNN
+#include "kernels/attention_cudnn_graphs.cuh"
+
+struct SdpaEntry {
+    SdpaKey key;
+    CudnnPlan plan;   // plan.plan NULL: this shape runs the backend's own kernels
+};
+
+struct CudnnAttention {
+    cudnnHandle_t handle;
+    SdpaEntry* entries;
+    int n, cap;
+    void* workspace;
+    size_t workspace_bytes;
+};
+
+static CudnnAttention* cudnn_attention_create(Backend* be) {
+    const size_t version = cudnnGetVersion();
+    if (version < 90000)
+        fail("cudnn_attention: the cuDNN library loaded is %zu.%zu, the variant needs 9.0 or newer", version / 10000,
+             version / 100 % 100);
+    CudnnAttention* ca = (CudnnAttention*)xcalloc(1, sizeof(CudnnAttention));
+    CUDNN_CHECK(cudnnCreate(&ca->handle));
+    CUDNN_CHECK(cudnnSetStream(ca->handle, be->stream));
+    return ca;
+}
+
+static void cudnn_attention_destroy(Backend* be, CudnnAttention* ca) {
+    if (!ca) return;
+    for (int i = 0; i < ca->n; i++)
+        if (ca->entries[i].plan.plan) CUDNN_CHECK(cudnnBackendDestroyDescriptor(ca->entries[i].plan.plan));
+    if (ca->workspace) {
+        CUDA_CHECK(cudaFree(ca->workspace));
+        be->bytes_allocated -= ca->workspace_bytes;
+    }
+    CUDNN_CHECK(cudnnDestroy(ca->handle));
+    free(ca->entries);
+    free(ca);
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+static bool sdpa_key_equal(const SdpaKey& a, const SdpaKey& b) { return !memcmp(&a, &b, sizeof a); }
+
+// Why this backend's kernels must take the shape without asking cuDNN, or NULL.
+static const char* sdpa_unsupported(const SdpaKey& k) {
+    if (k.dt == DT_FP32) return "fp32 (cuDNN's fused attention is 16-bit)";
+    // cuDNN before 9.16 needs a padding mask for sequence lengths off a multiple of 128 in the backward.
+    if (cudnnGetVersion() < 91600 && k.T % 128 != 0) return "T not a multiple of 128 (cuDNN before 9.16)";
+    return NULL;
+}
+
+static CudnnPlan sdpa_build(CudnnAttention* ca, const SdpaKey& k) {
+    CudnnPlan plan = {NULL, 0};
+    char why[256] = "";
+    const char* refused = sdpa_unsupported(k);
+    if (!refused) {
+        GraphBuilder g = sdpa_graph(k);
+        gb_plan(&g, ca->handle, /*deterministic=*/true, &plan, why, sizeof why);
+        gb_destroy(&g);
+        refused = why;
+    }
+    if (!plan.plan)
+        fprintf(stderr, "note: cudnn_attention: %s B=%d T=%d NH=%d KV=%d D=%d %s runs this backend's kernels: %s\n",
+                k.direction == SDPA_FORWARD ? "forward" : "backward", k.B, k.T, k.NH, k.KV, k.D, dtype_name((DType)k.dt),
+                refused);
+    return plan;
+}
+
+// The shape's plan, built the first time it is asked for (NULL plan: not through cuDNN).
+static const CudnnPlan* sdpa_plan(CudnnAttention* ca, const SdpaKey& k) {
+    for (int i = 0; i < ca->n; i++)
+        if (sdpa_key_equal(ca->entries[i].key, k)) return &ca->entries[i].plan;
+    if (ca->n == ca->cap) {
+        ca->cap = ca->cap ? 2 * ca->cap : 8;
+        ca->entries = (SdpaEntry*)realloc(ca->entries, (size_t)ca->cap * sizeof(SdpaEntry));
+        if (!ca->entries) fail("out of host memory for cuDNN attention plans");
+    }
+    SdpaEntry* e = &ca->entries[ca->n++];
+    e->key = k;
+    e->plan = sdpa_build(ca, k);
+    return &e->plan;
+}
+
+// The workspace, grown (after the streams drain: kernels may still use the old one) to hold `bytes`.
+static void* sdpa_workspace(Backend* be, CudnnAttention* ca, int64_t bytes) {
+    if ((size_t)bytes <= ca->workspace_bytes) return ca->workspace;
+    if (ca->workspace) {
+        be_synchronize(be);
+        CUDA_CHECK(cudaFree(ca->workspace));
+        be->bytes_allocated -= ca->workspace_bytes;
+    }
+    ca->workspace = raw_malloc(be, (size_t)bytes, "cuDNN attention workspace");
+    ca->workspace_bytes = (size_t)bytes;
+    return ca->workspace;
+}
+
+static bool sdpa_aligned(const void* p) { return ((uintptr_t)p & 15) == 0; }
+
+// The plan for this call, or NULL (the caller runs its own kernels).
+static const CudnnPlan* sdpa_for_call(Backend* be, int direction, DType dt, int B, int T, int NH, int KV, int D,
+                                      const void* qkv, const void* other) {
+    if (!variant_on(be, VARIANT_CUDNN_ATTENTION) || !sdpa_aligned(qkv) || !sdpa_aligned(other)) return NULL;
+    const SdpaKey k = {direction, (int)dt, B, T, NH, KV, D};
+    const CudnnPlan* p = sdpa_plan(be->cudnn, k);
+    return p->plan ? p : NULL;
+}
+
+static bool cudnn_attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int NH,
+                                    int KV, int D) {
+    const CudnnPlan* p = sdpa_for_call(be, SDPA_FORWARD, dt, B, T, NH, KV, D, qkv, out);
+    if (!p) return false;
+    const size_t es = dtype_size(dt);
+    float scale = 1.0f / sqrtf((float)D), neg_inf = -INFINITY;
+    char* base = (char*)qkv;
+    const int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF};
+    void* ptrs[] = {base, base + (size_t)NH * D * es, base + (size_t)(NH + KV) * D * es, out, lse, &scale, &neg_inf};
+    cudnn_execute(be->cudnn->handle, p, 7, uids, ptrs, sdpa_workspace(be, be->cudnn, p->workspace));
+    return true;
+}
+
+static bool cudnn_attention_backward(Backend* be, DType dt, void* dqkv, float* scratch, const void* dout, const void* qkv,
+                                     const void* out, const float* lse, int B, int T, int NH, int KV, int D) {
+    const CudnnPlan* p = sdpa_for_call(be, SDPA_BACKWARD, dt, B, T, NH, KV, D, qkv, dqkv);
+    if (!p || !sdpa_aligned(dout) || !sdpa_aligned(out)) return false;
+    const size_t es = dtype_size(dt), k_off = (size_t)NH * D * es, v_off = (size_t)(NH + KV) * D * es;
+    float scale = 1.0f / sqrtf((float)D), neg_inf = -INFINITY, one = 1.0f;
+    char *base = (char*)qkv, *dbase = (char*)dqkv;
+    const int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_DQ, UID_DK, UID_DV, UID_SUM,
+                            UID_SCALE, UID_NEG_INF, UID_ONE};
+    void* ptrs[] = {base, base + k_off, base + v_off, (void*)out, (void*)dout, (void*)lse, dbase, dbase + k_off,
+                    dbase + v_off, scratch, &scale, &neg_inf, &one};
+    cudnn_execute(be->cudnn->handle, p, 13, uids, ptrs, sdpa_workspace(be, be->cudnn, p->workspace));
+    return true;
+}
+
+#else   // built without cuDNN: backend_create refuses the variant, so these are never asked
+
+struct CudnnAttention;
+static void cudnn_attention_destroy(Backend* be, CudnnAttention* ca) {}
+static bool cudnn_attention_forward(Backend*, DType, void*, float*, const void*, int, int, int, int, int) { return false; }
+static bool cudnn_attention_backward(Backend*, DType, void*, float*, const void*, const void*, const void*, const float*,
+                                     int, int, int, int, int) {
+    return false;
+}
+
+#endif
