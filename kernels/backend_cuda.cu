@@ -15,6 +15,8 @@ typedef struct {
     size_t bytes;
 } Allocation;
 
+struct LtPlan;   // kernels/matmul.cuh
+
 struct Backend {
     int device;
     cudaDeviceProp prop;
@@ -31,9 +33,11 @@ struct Backend {
     Allocation* allocs;             // live be_malloc blocks, so be_free knows how many bytes it returns
     int n_allocs, cap_allocs;
     unsigned variants;              // base/gpu_variants.h, from GPT_CUDA_VARIANTS at creation
+    LtPlan* lt_plans;               // cuBLASLt plans kept per shape (the lt_plan_cache / lt_autotune variants)
+    int n_lt_plans, cap_lt_plans;
 };
 
-[[maybe_unused]] static bool variant_on(const Backend* be, GpuVariant v) { return (be->variants & (unsigned)v) != 0; }
+static bool variant_on(const Backend* be, GpuVariant v) { return (be->variants & (unsigned)v) != 0; }
 
 // Scratch of at least `bytes` for one launcher; valid until the next launcher on the stream.
 static void* be_scratch(Backend* be, size_t bytes, const char* who) {
@@ -77,6 +81,8 @@ static void check_architecture(const cudaDeviceProp* p) {
     }
 }
 
+static void lt_plans_destroy(Backend* be);   // kernels/matmul.cuh
+
 extern "C" {
 
 Backend* backend_create(int local_rank) {
@@ -117,6 +123,7 @@ void backend_destroy(Backend* be) {
     for (int i = 0; i < be->n_allocs; i++) CUDA_CHECK(cudaFree(be->allocs[i].ptr));
     CUDA_CHECK(cudaFree(be->lt_workspace));
     CUDA_CHECK(cudaFree(be->scratch));
+    lt_plans_destroy(be);
     CUBLAS_CHECK(cublasLtDestroy(be->lt));
     CUDA_CHECK(cudaStreamDestroy(be->stream));
     CUDA_CHECK(cudaStreamDestroy(be->comm_stream));
