@@ -16,6 +16,7 @@ typedef struct {
 } Allocation;
 
 struct CudnnAttention;   // kernels/attention_cudnn.cuh: cuDNN's handle, plans and workspace (the cudnn_attention variant)
+struct LtPlan;           // kernels/matmul.cuh
 
 struct Backend {
     int device;
@@ -34,6 +35,8 @@ struct Backend {
     int n_allocs, cap_allocs;
     unsigned variants;              // base/gpu_variants.h, from GPT_CUDA_VARIANTS at creation
     CudnnAttention* cudnn;          // with the cudnn_attention variant
+    LtPlan* lt_plans;               // cuBLASLt plans kept per shape (the lt_plan_cache / lt_autotune variants)
+    int n_lt_plans, cap_lt_plans;
 };
 
 static bool variant_on(const Backend* be, GpuVariant v) { return (be->variants & (unsigned)v) != 0; }
@@ -84,6 +87,8 @@ static void check_architecture(const cudaDeviceProp* p) {
     }
 }
 
+static void lt_plans_destroy(Backend* be);   // kernels/matmul.cuh
+
 extern "C" {
 
 Backend* backend_create(int local_rank) {
@@ -132,6 +137,7 @@ void backend_destroy(Backend* be) {
     for (int i = 0; i < be->n_allocs; i++) CUDA_CHECK(cudaFree(be->allocs[i].ptr));
     CUDA_CHECK(cudaFree(be->lt_workspace));
     CUDA_CHECK(cudaFree(be->scratch));
+    lt_plans_destroy(be);
     CUBLAS_CHECK(cublasLtDestroy(be->lt));
     CUDA_CHECK(cudaStreamDestroy(be->stream));
     CUDA_CHECK(cudaStreamDestroy(be->comm_stream));
