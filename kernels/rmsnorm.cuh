@@ -2,7 +2,8 @@
 // Both normalize "rows" (as rmsnorm.c): spans of D channels at a fixed stride, one warp per row. dw is a column
 // sum over all rows: each block sums a fixed slice of rows into per-block partials in scratch, and a second
 // kernel adds the partials in a fixed order (deterministic, no float atomics), as layernorm.cuh does; that
-// kernel is matmul.cuh's bias-gradient one, so this file is included after matmul.cuh.
+// kernel is matmul.cuh's bias-gradient one, so this file is included after matmul.cuh. Under
+// VARIANT_NORM_ONE_PASS the backward takes layernorm.cuh's one-pass scheme (norm1_*), included before this.
 #pragma once
 
 // Rows (n, h), n < N, h < H: channels [n*W + (h0 + h)*D, + D) of the tensor, rstd at n*S + h0 + h.
@@ -135,6 +136,105 @@ static void rms_backward_dw_rows(Backend* be, DType dt, void* dw, const void* do
     });
 }
 
+// ---------------------------------------------------------------------------------------------------
+// One-pass backward (VARIANT_NORM_ONE_PASS): layernorm.cuh's scheme (why, and how the order is fixed, are
+// there) over RmsRows. Rows whose channels are not whole 16-byte packs take the default path (rms1_fits).
+
+// One row's dinp (D) += or = (dn - xhat * dot) * rstd: rms_backward_dinp_kernel's second loop.
+template <typename T, int P>
+__device__ __forceinline__ void rms1_row_dinp(T* dinp, const T* dout, const T* inp, const T* w, float rs, float dot,
+                                              int D, bool accumulate) {
+    for (int c = (threadIdx.x % 32) * P; c < D; c += 32 * P) {
+        float d[P], x[P], wv[P], g[P] = {};
+        load_f<P>(d, dout + c);
+        load_f<P>(x, inp + c);
+        load_f<P>(wv, w + c);
+        if (accumulate) load_f<P>(g, dinp + c);
+        for (int i = 0; i < P; i++) {
+            const float v = (d[i] * wv[i] - x[i] * rs * dot) * rs;
+            g[i] = accumulate ? g[i] + v : v;
+        }
+        store_f<P>(dinp + c, g);
+    }
+}
+
+// dinp as rms_backward_dinp_kernel; partial row b gets block b's dw sums. The rows (n, h) are numbered
+// k = n*H + h as there. L columns per lane (L/P packs), D <= 32*L. Grid G = gridDim.x, block NORM1_THREADS.
+template <typename T, int L>
+__global__ void __launch_bounds__(NORM1_THREADS)
+    rms_backward_one_pass_kernel(T* dinp, float* partial, const T* dout, const T* inp, const T* w, const float* rstd,
+                                 RmsRows r, bool accumulate) {
+    constexpr int P = Pack128<T>::size, J = L / P;
+    __shared__ float stage[NORM1_WARPS * 32 * P];
+    const int lane = threadIdx.x % 32;
+    const long long rows = (long long)r.N * r.H;
+    const long long k0 = (long long)blockIdx.x * rows / gridDim.x;
+    const long long k1 = (long long)(blockIdx.x + 1) * rows / gridDim.x;
+    float dw[J][P] = {};
+    for (long long k = k0 + threadIdx.x / 32; k < k1; k += NORM1_WARPS) {
+        const size_t o = r.off(k);
+        const float rs = rstd[r.stat(k)];
+        float dot = 0.0f;
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const int c = (j * 32 + lane) * P;
+            if (c >= r.D) break;
+            float d[P], x[P], wv[P];
+            load_f<P>(d, dout + o + c);
+            load_f<P>(x, inp + o + c);
+            load_f<P>(wv, w + c);
+#pragma unroll
+            for (int i = 0; i < P; i++) {
+                dot += d[i] * wv[i] * x[i] * rs;
+                dw[j][i] += d[i] * x[i] * rs;
+            }
+        }
+        rms1_row_dinp<T, P>(dinp + o, dout + o, inp + o, w, rs, warp_sum(dot) / r.D, r.D, accumulate);
+    }
+    norm1_block_partial<P, J>(partial + (size_t)blockIdx.x * r.D, dw, r.D, stage);
+}
+
+// The most columns per lane rms_backward_one_pass_kernel takes (D <= 4096): one accumulator each.
+#define RMS1_MAX_LANE_COLS 128
+
+// The one-pass kernel reads whole 16-byte packs (the default's vec case) and holds at most
+// RMS1_MAX_LANE_COLS columns per lane; any other rows take the default path.
+static bool rms1_fits(DType dt, const void* dinp, const void* dout, const void* inp, const void* w, RmsRows r) {
+    return r.D % (16 / (int)dtype_size(dt)) == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) &&
+           aligned16(w) && norm1_lane_cols(r.D, RMS1_MAX_LANE_COLS) != 0;
+}
+
+template <typename T>
+static void rms1_launch(Backend* be, int L, int G, float* partial, T* dinp, const T* dout, const T* inp, const T* w,
+                        const float* rstd, RmsRows r, bool accumulate) {
+#define RMS1(Lv)                                                                                           \
+    rms_backward_one_pass_kernel<T, Lv><<<G, NORM1_THREADS, 0, be->stream>>>(dinp, partial, dout, inp, w, rstd, r, \
+                                                                            accumulate)
+    switch (L) {
+    case 8: RMS1(8); break;
+    case 16: RMS1(16); break;
+    case 32: RMS1(32); break;
+    case 64: RMS1(64); break;
+    case 128: RMS1(128); break;
+    default: fail("rms backward: no one-pass kernel for %d columns per lane", L);
+    }
+#undef RMS1
+    LAUNCH_CHECK();
+}
+
+// dinp and dw of the rows r in one pass, then the partials' sums into dw; the caller checked rms1_fits.
+static void rms1_backward_rows(Backend* be, DType dt, void* dinp, void* dw, const void* dout, const void* inp,
+                               const void* w, const float* rstd, RmsRows r, bool accumulate, const char* who) {
+    const long long rows = (long long)r.N * r.H;
+    if (rows == 0 || r.D == 0) return;
+    const int L = norm1_lane_cols(r.D, RMS1_MAX_LANE_COLS), G = norm1_blocks(rows, L);
+    float* partial = (float*)be_scratch(be, (size_t)G * r.D * sizeof(float), who);
+    DISPATCH_DTYPE(dt, X, {
+        rms1_launch<X>(be, L, G, partial, (X*)dinp, (const X*)dout, (const X*)inp, (const X*)w, rstd, r, accumulate);
+        norm1_final<X>(be, (X*)dw, (X*)NULL, partial, G, r.D);
+    });
+}
+
 extern "C" void rmsnorm_forward(Backend* be, DType dt, void* out, float* rstd, const void* inp, const void* w, int N, int C,
                                 float eps) {
     rms_forward_rows(be, dt, out, rstd, inp, w, RmsRows{N, 1, C, 0, 1, (size_t)C}, eps);
@@ -143,6 +243,10 @@ extern "C" void rmsnorm_forward(Backend* be, DType dt, void* out, float* rstd, c
 extern "C" void rmsnorm_backward(Backend* be, DType dt, void* dinp, void* dw, const void* dout, const void* inp,
                                  const void* w, const float* rstd, int N, int C) {
     const RmsRows r{N, 1, C, 0, 1, (size_t)C};
+    if (variant_on(be, VARIANT_NORM_ONE_PASS) && rms1_fits(dt, dinp, dout, inp, w, r)) {
+        rms1_backward_rows(be, dt, dinp, dw, dout, inp, w, rstd, r, true, "rmsnorm_backward");
+        return;
+    }
     rms_backward_dinp_rows(be, dt, dinp, dout, inp, w, rstd, r, true);
     rms_backward_dw_rows(be, dt, dw, dout, inp, rstd, r, "rmsnorm_backward");
 }
@@ -170,6 +274,13 @@ extern "C" void qk_norm_backward(Backend* be, DType dt, void* dinp, void* dqw, v
                                  const void* inp, const void* qw, const void* kw, const float* rstd, int N, int NH,
                                  int KV, int D) {
     const RmsRows q = q_rows(N, NH, KV, D), k = k_rows(N, NH, KV, D);
+    if (variant_on(be, VARIANT_NORM_ONE_PASS) && rms1_fits(dt, dinp, dout, inp, qw, q) &&
+        rms1_fits(dt, dinp, dout, inp, kw, k)) {
+        rms1_backward_rows(be, dt, dinp, dqw, dout, inp, qw, rstd, q, false, "qk_norm_backward");
+        rms1_backward_rows(be, dt, dinp, dkw, dout, inp, kw, rstd, k, false, "qk_norm_backward");
+        qkv_copy_v(be, dt, dinp, dout, N, NH, KV, D);
+        return;
+    }
     rms_backward_dinp_rows(be, dt, dinp, dout, inp, qw, rstd, q, false);
     rms_backward_dinp_rows(be, dt, dinp, dout, inp, kw, rstd, k, false);
     qkv_copy_v(be, dt, dinp, dout, N, NH, KV, D);
