@@ -16,3 +16,18 @@ void sum_squares(Backend* be, DType dt, float* acc, const void* x, size_t n) {
     BACKEND_ENTRY(be, acc, x);
     *acc += (float)sum_squares_host(dt, x, n);
 }
+
+// The lists are the per-span calls; the CPU has no launches to save.
+void adamw_update_spans(Backend* be, DType param_dt, DType grad_dt, const AdamWSpan* spans, int count,
+                        const AdamWArgs* a) {
+    for (int i = 0; i < count; i++) {
+        const AdamWSpan* s = &spans[i];
+        AdamWArgs si = *a;
+        si.weight_decay = s->weight_decay;
+        adamw_update(be, s->params, param_dt, s->master, s->grads, grad_dt, s->m, s->v, s->n, s->offset, &si);
+    }
+}
+
+void sum_squares_spans(Backend* be, DType dt, float* acc, const void* const* x, const size_t* n, int count) {
+    for (int i = 0; i < count; i++) sum_squares(be, dt, acc, x[i], n[i]);
+}

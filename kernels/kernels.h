@@ -227,6 +227,28 @@ void adamw_update(Backend* be, void* params, DType param_dt, float* master, cons
 // *acc (one fp32 in backend memory) += sum of x[i]^2 over n elements. Deterministic.
 void sum_squares(Backend* be, DType dt, float* acc, const void* x, size_t n);
 
+// The optimizer's whole step as lists, so a backend may batch what would be hundreds of small launches.
+// Each list call gives exactly the bits of the per-span calls it stands for, in its order.
+
+// One span of adamw_update (backend pointers); weight_decay replaces AdamWArgs.weight_decay for it.
+typedef struct {
+    void* params;
+    float* master;
+    const void* grads;
+    float* m;
+    float* v;
+    size_t n, offset;
+    float weight_decay;
+} AdamWSpan;
+
+// For each spans[i] in order (spans: a host array of count): adamw_update(be, params, param_dt, master,
+// grads, grad_dt, m, v, n, offset, args with weight_decay = spans[i].weight_decay).
+void adamw_update_spans(Backend* be, DType param_dt, DType grad_dt, const AdamWSpan* spans, int count,
+                        const AdamWArgs* args);
+
+// For i = 0 .. count - 1 in order: sum_squares(be, dt, acc, x[i], n[i]). x and n are host arrays.
+void sum_squares_spans(Backend* be, DType dt, float* acc, const void* const* x, const size_t* n, int count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,28 +8,34 @@
 #include "kernels/adamw_host.h"
 #include "core/util/rng.h"
 
-// The squares are summed where the gradients are: the same fp32 additions on either side.
-typedef struct {
-    Backend* be;
-    float* acc;   // backend scratch
-} BackendSum;
+// The end of the run of spans from i on with i's gradient dtype: a list call takes one dtype.
+static int same_grad_dt(const StateSpan* spans, int i, int n) {
+    int j = i + 1;
+    while (j < n && spans[j].grad_dt == spans[i].grad_dt) j++;
+    return j;
+}
 
-static void add_squares_on_backend(const StateSpan* s, void* ctx) {
-    BackendSum* c = (BackendSum*)ctx;
-    sum_squares(c->be, s->grad_dt, c->acc, s->grad, s->n);
+// The squares are summed where the gradients are: the same fp32 additions on either side. One list call
+// per run of a gradient dtype, so a backend may batch the spans' launches.
+static float squares_on_backend(const ModelState* ms, Backend* be) {
+    int n;
+    StateSpan* spans = state_spans(ms, STATE_NORM, &n);
+    const void** x = (const void**)xmalloc(sizeof(void*) * (size_t)(n ? n : 1));
+    size_t* len = (size_t*)xmalloc(sizeof(size_t) * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++) x[i] = spans[i].grad, len[i] = spans[i].n;
+    be_memset0(be, ms->scratch, sizeof(float));
+    for (int i = 0, j; i < n; i = j) {
+        j = same_grad_dt(spans, i, n);
+        sum_squares_spans(be, spans[i].grad_dt, ms->scratch, x + i, len + i, j - i);
+    }
+    float sum;
+    be_download(be, &sum, ms->scratch, sizeof(float));
+    free(x), free(len), free(spans);
+    return sum;
 }
 
 static void add_squares_on_host(const StateSpan* s, void* ctx) {
     *(float*)ctx += (float)sum_squares_host(s->grad_dt, s->grad, s->n);
-}
-
-static float squares_on_backend(const ModelState* ms, Backend* be) {
-    BackendSum c = {.be = be, .acc = ms->scratch};
-    be_memset0(be, c.acc, sizeof(float));
-    ms->for_each_span(ms->ctx, STATE_NORM, add_squares_on_backend, &c);
-    float sum;
-    be_download(be, &sum, c.acc, sizeof(float));
-    return sum;
 }
 
 static float squares_on_host(const ModelState* ms) {
@@ -58,21 +64,23 @@ AdamWArgs adamw_span_args(const AdamWArgs* a, const StateSpan* s) {
 
 size_t adamw_span_offset(const StateSpan* s) { return tensor_canonical(s->t, s->flat - s->t->offset); }
 
-typedef struct {
-    Backend* be;
-    const ModelState* ms;
-    const AdamWArgs* args;
-} UpdateCtx;
-
-static void update_span(const StateSpan* s, void* ctx) {
-    UpdateCtx* c = (UpdateCtx*)ctx;
-    AdamWArgs a = adamw_span_args(c->args, s);
-    adamw_update(c->be, s->params, c->ms->dt, s->master, s->grad, s->grad_dt, s->m, s->v, s->n, adamw_span_offset(s), &a);
+static AdamWSpan adamw_span(const StateSpan* s, const AdamWArgs* step) {
+    AdamWSpan out = {.params = s->params, .master = s->master, .grads = s->grad, .m = s->m, .v = s->v, .n = s->n,
+                     .offset = adamw_span_offset(s), .weight_decay = adamw_span_args(step, s).weight_decay};
+    return out;
 }
 
+// One list call per run of a gradient dtype (the working copy's is ms->dt throughout).
 static void update_on_backend(const ModelState* ms, Backend* be, const AdamWArgs* step) {
-    UpdateCtx c = {.be = be, .ms = ms, .args = step};
-    ms->for_each_span(ms->ctx, STATE_UPDATE, update_span, &c);
+    int n;
+    StateSpan* spans = state_spans(ms, STATE_UPDATE, &n);
+    AdamWSpan* list = (AdamWSpan*)xmalloc(sizeof(AdamWSpan) * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++) list[i] = adamw_span(&spans[i], step);
+    for (int i = 0, j; i < n; i = j) {
+        j = same_grad_dt(spans, i, n);
+        adamw_update_spans(be, ms->dt, spans[i].grad_dt, list + i, j - i, step);
+    }
+    free(list), free(spans);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -744,6 +744,137 @@ static void t_sum_squares(Ctx* c, const Shape* s) {
     end_test(c);
 }
 
+// The lists: many spans of odd sizes (two empty; more than one launch's table of either list under the
+// adamw_multi variant) cut from shared buffers with gaps between them. The list's results are written for
+// compare_kernels.py, and must equal the per-span calls' bit for bit, gaps untouched (the variant's promise).
+#define SPANS_COUNT 170
+#define SPANS_GAP 3
+static size_t span_size(const Shape* s, int i) {
+    if (i == 2 || i == 100) return 0;
+    if (i == 5) return (size_t)s->C * 1000 + 7;
+    if (i == 60) return (size_t)s->B * s->T * s->C + 5;
+    return ((size_t)i * i * 37 + 11) % 3001;
+}
+// Span i starts at at[i]; SPANS_GAP elements precede each span and follow the last. Returns the total.
+static size_t span_layout(const Shape* s, size_t* at) {
+    size_t total = SPANS_GAP;
+    for (int i = 0; i < SPANS_COUNT; i++) {
+        at[i] = total;
+        total += span_size(s, i) + SPANS_GAP;
+    }
+    return total;
+}
+static int same_device_bits(Ctx* c, const void* a, const void* b, size_t bytes) {
+    void* ha = xmalloc(bytes);
+    void* hb = xmalloc(bytes);
+    be_download(c->be, ha, a, bytes);
+    be_download(c->be, hb, b, bytes);
+    const int same = memcmp(ha, hb, bytes) == 0;
+    free(ha), free(hb);
+    return same;
+}
+
+typedef struct {
+    void* params;
+    float *master, *m, *v;
+} AdamBufs;
+
+// Seeded master, m, v; 16-bit params poisoned inside the spans and seeded in the gaps, fp32 params the master.
+static AdamBufs adam_bufs(Ctx* c, const Shape* s, const size_t* at, size_t total) {
+    const DType dt = c->dt;
+    float* h = hvals(c, 801, total, -0.5f, 0.5f, DT_FP32);
+    AdamBufs b = {NULL, (float*)dnew(c, h, total, DT_FP32), NULL, NULL};
+    if (dt == DT_FP32) b.params = b.master;
+    else {
+        b.params = dnew(c, h, total, dt);
+        for (int i = 0; i < SPANS_COUNT; i++) poison(c, (char*)b.params + at[i] * dtype_size(dt), span_size(s, i) * dtype_size(dt));
+    }
+    free(h);
+    h = hvals(c, 802, total, -0.01f, 0.01f, DT_FP32);
+    b.m = (float*)dnew(c, h, total, DT_FP32);
+    free(h);
+    h = hvals(c, 803, total, 1e-6f, 1e-4f, DT_FP32);
+    b.v = (float*)dnew(c, h, total, DT_FP32);
+    free(h);
+    return b;
+}
+
+static void adam_spans_of(Ctx* c, const Shape* s, const AdamBufs* b, const void* grads, const size_t* at, AdamWSpan* out) {
+    const size_t x = dtype_size(c->dt);
+    for (int i = 0; i < SPANS_COUNT; i++)
+        out[i] = (AdamWSpan){.params = (char*)b->params + at[i] * x, .master = b->master + at[i],
+                             .grads = (const char*)grads + at[i] * x, .m = b->m + at[i], .v = b->v + at[i],
+                             .n = span_size(s, i), .offset = ((size_t)1 << 32) + 12345 + 7 * at[i],
+                             .weight_decay = i % 3 ? 0.1f : 0.0f};
+}
+
+static void t_adamw_spans(Ctx* c, const Shape* s) {
+    const DType dt = c->dt;
+    size_t at[SPANS_COUNT];
+    const size_t total = span_layout(s, at);
+    AdamBufs list = adam_bufs(c, s, at, total), one = adam_bufs(c, s, at, total);
+    void* grads = dalloc(c, total * dtype_size(dt));
+    AdamWSpan sl[SPANS_COUNT], so[SPANS_COUNT];
+    adam_spans_of(c, s, &list, grads, at, sl);
+    adam_spans_of(c, s, &one, grads, at, so);
+    AdamWArgs a = {6e-4f, 0.9f, 0.95f, 1e-8f, 0.7f /* not read */, 0.5f, 0, c->seed * 2654435761u + 17u};
+    for (int step = 1; step <= 3; step++) {
+        float* hg = hvals(c, 810 + step, total, -0.1f, 0.1f, dt);
+        put(c, grads, hg, total, dt);
+        free(hg);
+        a.step = step;
+        adamw_update_spans(c->be, dt, dt, sl, SPANS_COUNT, &a);
+        for (int i = 0; i < SPANS_COUNT; i++) {
+            AdamWArgs ai = a;
+            ai.weight_decay = so[i].weight_decay;
+            adamw_update(c->be, so[i].params, dt, so[i].master, so[i].grads, dt, so[i].m, so[i].v, so[i].n, so[i].offset, &ai);
+        }
+    }
+    Outs o;
+    outs_begin(&o, s, "adamw_update_spans");
+    out(c, &o, 0, "params", list.params, dt, total);
+    out(c, &o, 0, "master", list.master, DT_FP32, total);
+    out(c, &o, 0, "m", list.m, DT_FP32, total);
+    out(c, &o, 0, "v", list.v, DT_FP32, total);
+    outs_end(&o);
+    char name[160];
+    snprintf(name, sizeof(name), "%s_adamw_update_spans_same_bits_as_per_span", s->name);
+    check_true(&c->stats, name, same_device_bits(c, list.params, one.params, total * dtype_size(dt)) &&
+                                    same_device_bits(c, list.master, one.master, total * 4) &&
+                                    same_device_bits(c, list.m, one.m, total * 4) && same_device_bits(c, list.v, one.v, total * 4));
+    end_test(c);
+}
+
+static void t_sum_squares_spans(Ctx* c, const Shape* s) {
+    const DType dt = c->dt;
+    size_t at[SPANS_COUNT], n[SPANS_COUNT];
+    const size_t total = span_layout(s, at);
+    float* hx = hvals(c, 901, total, -1.0f, 1.0f, dt);
+    void* x = dnew(c, hx, total, dt);
+    const void* xs[SPANS_COUNT];
+    for (int i = 0; i < SPANS_COUNT; i++) xs[i] = (const char*)x + at[i] * dtype_size(dt), n[i] = span_size(s, i);
+    float* acc = (float*)dalloc(c, 4);
+    float* acc_one = (float*)dalloc(c, 4);
+    const float init = 3.25f;
+    Outs o;
+    outs_begin(&o, s, "sum_squares_spans");
+    for (int rep = 0; rep < 2; rep++) {
+        put(c, acc, &init, 1, DT_FP32);
+        sum_squares_spans(c->be, dt, acc, xs, n, SPANS_COUNT);
+        sum_squares_spans(c->be, dt, acc, xs, n, 7);   // accumulates
+        out(c, &o, rep, "acc", acc, DT_FP32, 1);
+    }
+    outs_end(&o);
+    put(c, acc_one, &init, 1, DT_FP32);
+    for (int i = 0; i < SPANS_COUNT; i++) sum_squares(c->be, dt, acc_one, xs[i], n[i]);
+    for (int i = 0; i < 7; i++) sum_squares(c->be, dt, acc_one, xs[i], n[i]);
+    char name[160];
+    snprintf(name, sizeof(name), "%s_sum_squares_spans_same_bits_as_per_span", s->name);
+    check_true(&c->stats, name, same_device_bits(c, acc, acc_one, 4));
+    free(hx);
+    end_test(c);
+}
+
 static void t_convert(Ctx* c, const Shape* s) {
     const DType dt = c->dt;
     const size_t n = (size_t)s->B * s->T * s->C + 3;
@@ -826,6 +957,37 @@ static void bench_attention_gqa(Ctx* c, int B, const float* pat, size_t npat) {
     }
 }
 
+// GPT-2 124M's tensors in its layout's order (wte, wpe, 12 blocks of 12, lnfw, lnfb): the spans one rank
+// updates and sums under -z 0, which the optimizer hands to the list calls.
+#define GPT2_SPANS 148
+static void gpt2_span_sizes(size_t* n) {
+    const size_t C = 768, block[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+    int k = 0;
+    n[k++] = 50304 * C, n[k++] = 1024 * C;
+    for (int l = 0; l < 12; l++)
+        for (int j = 0; j < 12; j++) n[k++] = block[j];
+    n[k++] = C, n[k++] = C;
+}
+
+// The 124M lists over the bench's whole-model buffers, timed beside the one-span calls above.
+static void bench_spans(Ctx* c, void* params, float* master, const void* grads, float* m, float* v, float* acc,
+                        const AdamWArgs* a) {
+    const DType dt = c->dt;
+    const size_t x = dtype_size(dt);
+    size_t n[GPT2_SPANS], at = 0;
+    gpt2_span_sizes(n);
+    AdamWSpan sp[GPT2_SPANS];
+    const void* gs[GPT2_SPANS];
+    for (int i = 0; i < GPT2_SPANS; i++) {
+        sp[i] = (AdamWSpan){.params = (char*)params + at * x, .master = master + at, .grads = (const char*)grads + at * x,
+                            .m = m + at, .v = v + at, .n = n[i], .offset = at, .weight_decay = 0.1f};
+        gs[i] = sp[i].grads;
+        at += n[i];
+    }
+    BENCH("adamw_update_spans 124M", 5, adamw_update_spans(c->be, dt, dt, sp, GPT2_SPANS, a));
+    BENCH("sum_squares_spans 124M", 5, sum_squares_spans(c->be, dt, acc, gs, n, GPT2_SPANS));
+}
+
 // KERNEL_CHECK_BENCH_B sets B (default 8); KERNEL_CHECK_BENCH=att times only the attention kernels.
 static void bench(Ctx* c, int only_attention) {
     const DType dt = c->dt;
@@ -889,6 +1051,7 @@ static void bench(Ctx* c, int only_attention) {
     AdamWArgs a = {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1, 1234u};
     BENCH("adamw_update 124M", 5, adamw_update(c->be, params, dt, master, grads, dt, m, v, P, 0, &a));
     BENCH("sum_squares 124M", 5, sum_squares(c->be, dt, acc, grads, P));
+    bench_spans(c, params, master, grads, m, v, acc, &a);
     end_test(c);
     free(pat), free(pos), free(tok);
 }
@@ -941,6 +1104,8 @@ int main(int argc, char** argv) {
         t_classifier_vocab(&c, s);
         t_adamw(&c, s);
         t_sum_squares(&c, s);
+        t_adamw_spans(&c, s);
+        t_sum_squares_spans(&c, s);
         t_convert(&c, s);
         fprintf(stderr, "kernel_check: shape %s done\n", s->name);
     }
