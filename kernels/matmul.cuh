@@ -41,8 +41,8 @@ typedef struct {
 } LtKey;
 static_assert(sizeof(LtKey) == 14 * 4 + sizeof(int64_t) + 6 * sizeof(uint32_t), "LtKey must have no padding");
 
-// A descriptor and its layouts, with the algorithm chosen for them. The lt_plan_cache / lt_autotune variants
-// keep one per key on the Backend; otherwise each call builds one and destroys it.
+// A descriptor and its layouts, with the algorithm chosen for them: the lt_plan_cache / lt_autotune variants keep
+// one per key on the Backend.
 struct LtPlan {
     LtKey key;
     cublasLtMatmulDesc_t desc;
@@ -235,30 +235,94 @@ static void lt_plans_destroy(Backend* be) {
     be->n_lt_plans = be->cap_lt_plans = 0;
 }
 
-// Column-major D (m,n) = op(A) (m,k) * op(B) (k,n) [+ beta * D]. Returns 0 (having launched nothing) when
-// cuBLASLt has no algorithm for this combination, so the caller can take its explicit fallback.
-// A plan's pointers are bound before its algorithm is chosen: the heuristic reads their alignment.
-static int lt_matmul(Backend* be, DType dt, void* d, const void* a, const void* b, int trans_a, int trans_b, int m,
-                     int n, int k, int lda, int ldb, int ldd, float beta, const LtEpilogue* ep) {
+// lt_matmul under lt_plan_cache / lt_autotune: the key's kept plan, made (and its algorithm chosen) the first
+// time. A plan's pointers are bound before its algorithm is chosen: the heuristic reads their alignment.
+static int lt_matmul_kept(Backend* be, DType dt, void* d, const void* a, const void* b, int trans_a, int trans_b, int m,
+                          int n, int k, int lda, int ldb, int ldd, float beta, const LtEpilogue* ep) {
     const LtOperands op = {d, a, b, beta};
     const LtKey key = lt_key(dt, trans_a, trans_b, m, n, k, lda, ldb, ldd, &op, ep);
-    const int tune = variant_on(be, VARIANT_LT_AUTOTUNE);
-    const int keep = tune || variant_on(be, VARIANT_LT_PLAN_CACHE);
-    LtPlan fresh;
-    LtPlan* p = keep ? lt_plan_find(be, &key) : NULL;
+    LtPlan* p = lt_plan_find(be, &key);
     if (p) {
         lt_plan_bind(p, ep);
     } else {
-        p = &fresh;
-        lt_plan_create(p, &key);
-        lt_plan_bind(p, ep);
-        lt_plan_choose(be, p, &op, tune);
-        if (keep) p = lt_plan_keep(be, p);
+        LtPlan fresh;
+        lt_plan_create(&fresh, &key);
+        lt_plan_bind(&fresh, ep);
+        lt_plan_choose(be, &fresh, &op, variant_on(be, VARIANT_LT_AUTOTUNE));
+        p = lt_plan_keep(be, &fresh);
     }
-    const int ok = p->has_algo;
-    if (ok) CUBLAS_CHECK(lt_launch(be, p, &p->algo, d, &op));
-    if (!keep) lt_plan_destroy(p);
+    if (p->has_algo) CUBLAS_CHECK(lt_launch(be, p, &p->algo, d, &op));
+    return p->has_algo;
+}
+
+// One call's descriptor, layouts and heuristic, made and destroyed with it: the default, as it ran on the GPU
+// (lt_plan_* above do the same kept per shape, for the variants; once a GPU run proves them, this goes).
+static int lt_matmul_per_call(Backend* be, DType dt, void* d, const void* a, const void* b, int trans_a, int trans_b, int m,
+                     int n, int k, int lda, int ldb, int ldd, float beta, const LtEpilogue* ep) {
+    const cudaDataType_t type = lt_type(dt);
+    cublasLtMatmulDesc_t desc;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep->epilogue,
+                                                sizeof(ep->epilogue)));
+    if (ep->bias) {
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ep->bias,
+                                                    sizeof(ep->bias)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &ep->bias_type,
+                                                    sizeof(ep->bias_type)));
+    }
+    if (ep->aux) {
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep->aux,
+                                                    sizeof(ep->aux)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ep->aux_ld,
+                                                    sizeof(ep->aux_ld)));
+    }
+    cublasLtMatrixLayout_t la, lb, ld;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type, trans_a ? k : m, trans_a ? m : k, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, type, trans_b ? n : k, trans_b ? k : n, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, type, m, n, ldd));
+
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const size_t ws = CUBLASLT_WORKSPACE_BYTES;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    const uint32_t al_a = lt_alignment(a), al_b = lt_alignment(b), al_d = lt_alignment(d);
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, 4));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, 4));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, 4));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, 4));
+
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(be->lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
+    int ok = 0;
+    if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
+        const float alpha = 1.0f;
+        CUBLAS_CHECK(cublasLtMatmul(be->lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
+                                    be->lt_workspace, ws, be->stream));
+        ok = 1;
+    } else if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED && hs != CUBLAS_STATUS_INVALID_VALUE) {
+        // NOT_SUPPORTED / INVALID_VALUE here mean "no such combination" (seen: BGRADB with an fp32 bias
+        // vector and bf16 matrices on the H100); anything else is a real error.
+        CUBLAS_CHECK(hs);
+    }
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
+    CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
     return ok;
+}
+
+// Column-major D (m,n) = op(A) (m,k) * op(B) (k,n) [+ beta * D]. Returns 0 (having launched nothing) when
+// cuBLASLt has no algorithm for this combination, so the caller can take its explicit fallback.
+static int lt_matmul(Backend* be, DType dt, void* d, const void* a, const void* b, int trans_a, int trans_b, int m,
+                     int n, int k, int lda, int ldb, int ldd, float beta, const LtEpilogue* ep) {
+    if (variant_on(be, VARIANT_LT_PLAN_CACHE) || variant_on(be, VARIANT_LT_AUTOTUNE))
+        return lt_matmul_kept(be, dt, d, a, b, trans_a, trans_b, m, n, k, lda, ldb, ldd, beta, ep);
+    return lt_matmul_per_call(be, dt, d, a, b, trans_a, trans_b, m, n, k, lda, ldb, ldd, beta, ep);
 }
 
 // Set GPT_CUDA_NO_FUSED_EPILOGUES=1 to take the unfused paths (tests use it to check the fallbacks).
@@ -285,14 +349,20 @@ __global__ void bias_grad_partial_kernel(float* partial, const T* dout, int N, i
         partial[(size_t)blockIdx.y * OC + c] = acc;
     }
 }
-// P is float for the partials, or the storage type for bias_grad_epilogue's single vector (RB = 1).
-template <typename T, typename P>
-__global__ void bias_grad_final_kernel(T* dbias, const P* partial, int RB, int OC) {
+template <typename T>
+__global__ void bias_grad_final_kernel(T* dbias, const float* partial, int RB, int OC) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= OC) return;
     float s = 0.0f;
-    for (int r = 0; r < RB; r++) s += to_f(partial[(size_t)r * OC + c]);
+    for (int r = 0; r < RB; r++) s += partial[(size_t)r * OC + c];
     dbias[c] = from_f<T>(to_f(dbias[c]) + s);
+}
+
+// bias_grad_epilogue: dbias += the storage-type vector BGRADB wrote.
+template <typename T>
+__global__ void bias_grad_add_kernel(T* dbias, const T* sum, int OC) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < OC) dbias[c] = from_f<T>(to_f(dbias[c]) + to_f(sum[c]));
 }
 
 extern "C" void matmul_forward(Backend* be, DType dt, void* out, void* out_pre_gelu, const void* inp, const void* w,
@@ -333,25 +403,19 @@ extern "C" void matmul_backward_input(Backend* be, DType dt, void* dinp, const v
     }
 }
 
-// dw and dbias from one cuBLASLt call: BGRADB reduces op(B) = dout over N into a scratch vector, which one small
-// kernel then adds to dbias (the epilogue overwrites; the contract accumulates). Returns 0, having launched
-// nothing, where cuBLASLt has no algorithm.
-// cuBLASLt rejects an fp32 vector with 16-bit matrices (seen on the H100), so under bias_grad_epilogue 16-bit
-// runs ask for the vector in the storage type and skip the fp32 attempt. The sum is then rounded to 16 bits
-// before the add, where the CPU twin adds the fp32 sum and rounds once: within the 16-bit runs' 1e-2 tolerance.
-static int bias_grad_fused(Backend* be, DType dt, void* dw, void* dbias, const void* dout, const void* inp, int N,
-                           int IC, int OC) {
-    const int lowp = dt != DT_FP32 && variant_on(be, VARIANT_BIAS_GRAD_EPILOGUE);
-    const size_t elem = lowp ? dtype_size(dt) : sizeof(float);
-    void* sum = be_scratch(be, (size_t)OC * elem, "matmul_backward dbias");
-    const LtEpilogue bg = {sum, lowp ? lt_type(dt) : CUDA_R_32F, NULL, 0, CUBLASLT_EPILOGUE_BGRADB};
+// bias_grad_epilogue, 16-bit runs: dw and dbias from one cuBLASLt call, BGRADB reducing op(B) = dout over N into
+// a scratch vector in the storage type, then one small kernel adding it to dbias (the epilogue overwrites; the
+// contract accumulates). cuBLASLt rejects an fp32 vector with 16-bit matrices (seen on the H100), which the
+// default asks first. The sum is rounded to 16 bits before the add, where the CPU twin adds the fp32 sum and
+// rounds once: within the 16-bit runs' 1e-2 tolerance. Returns 0, having launched nothing, where cuBLASLt has
+// no algorithm (the default path follows).
+static int bias_grad_epilogue_lowp(Backend* be, DType dt, void* dw, void* dbias, const void* dout, const void* inp,
+                                   int N, int IC, int OC) {
+    void* sum = be_scratch(be, (size_t)OC * dtype_size(dt), "matmul_backward dbias");
+    const LtEpilogue bg = {sum, lt_type(dt), NULL, 0, CUBLASLT_EPILOGUE_BGRADB};
     if (!lt_matmul(be, dt, dw, inp, dout, 0, 1, IC, OC, N, IC, OC, IC, 1.0f, &bg)) return 0;
     DISPATCH_DTYPE(dt, X, {
-        if (lowp)
-            bias_grad_final_kernel<X, X><<<ceil_div(OC, 256), 256, 0, be->stream>>>((X*)dbias, (const X*)sum, 1, OC);
-        else
-            bias_grad_final_kernel<X, float><<<ceil_div(OC, 256), 256, 0, be->stream>>>((X*)dbias, (const float*)sum,
-                                                                                         1, OC);
+        bias_grad_add_kernel<X><<<ceil_div(OC, 256), 256, 0, be->stream>>>((X*)dbias, (const X*)sum, OC);
         LAUNCH_CHECK();
     });
     return 1;
@@ -359,9 +423,28 @@ static int bias_grad_fused(Backend* be, DType dt, void* dw, void* dbias, const v
 
 extern "C" void matmul_backward_weight(Backend* be, DType dt, void* dw, void* dbias, const void* dout, const void* inp,
                                        int N, int IC, int OC) {
-    // dw (OC,IC) += dout^T @ inp: column-major D (IC,OC) = inp as (IC,N) * (dout as (OC,N))^T, beta = 1.
-    if (dbias && lt_fusion_allowed() && bias_grad_fused(be, dt, dw, dbias, dout, inp, N, IC, OC)) return;
+    const int fuse = lt_fusion_allowed();
+    if (dbias && fuse && dt != DT_FP32 && variant_on(be, VARIANT_BIAS_GRAD_EPILOGUE) &&
+        bias_grad_epilogue_lowp(be, dt, dw, dbias, dout, inp, N, IC, OC))
+        return;
     const LtEpilogue plain = {NULL, CUDA_R_32F, NULL, 0, CUBLASLT_EPILOGUE_DEFAULT};
+    // dw (OC,IC) += dout^T @ inp: column-major D (IC,OC) = inp as (IC,N) * (dout as (OC,N))^T, beta = 1.
+    // With BGRADB the same call also reduces op(B) = dout over N into an fp32 scratch vector, which is then
+    // added to dbias (the epilogue overwrites; the contract accumulates).
+    float* bias_sum = NULL;
+    int done = 0;
+    if (dbias && fuse) {
+        bias_sum = (float*)be_scratch(be, (size_t)OC * sizeof(float), "matmul_backward dbias");
+        const LtEpilogue bg = {bias_sum, CUDA_R_32F, NULL, 0, CUBLASLT_EPILOGUE_BGRADB};
+        done = lt_matmul(be, dt, dw, inp, dout, 0, 1, IC, OC, N, IC, OC, IC, 1.0f, &bg);
+        if (done) {
+            DISPATCH_DTYPE(dt, X, {
+                bias_grad_final_kernel<X><<<ceil_div(OC, 256), 256, 0, be->stream>>>((X*)dbias, bias_sum, 1, OC);
+                LAUNCH_CHECK();
+            });
+            return;
+        }
+    }
     if (!lt_matmul(be, dt, dw, inp, dout, 0, 1, IC, OC, N, IC, OC, IC, 1.0f, &plain))
         fail("matmul_backward: cuBLASLt has no algorithm for dw, N=%d IC=%d OC=%d (%s)", N, IC, OC, dtype_name(dt));
     if (dbias) {
@@ -376,7 +459,7 @@ extern "C" void matmul_backward_weight(Backend* be, DType dt, void* dw, void* db
             bias_grad_partial_kernel<X><<<dim3(ceil_div(OC, 32), RB), dim3(32, BG_ROWS), 0, be->stream>>>(
                 partial, (const X*)dout, N, OC);
             LAUNCH_CHECK();
-            bias_grad_final_kernel<X, float><<<ceil_div(OC, 256), 256, 0, be->stream>>>((X*)dbias, partial, RB, OC);
+            bias_grad_final_kernel<X><<<ceil_div(OC, 256), 256, 0, be->stream>>>((X*)dbias, partial, RB, OC);
             LAUNCH_CHECK();
         });
     }
