@@ -5,8 +5,9 @@
 # AdamW) for d12 and the Llama on the same GPU in the same run. MFU by both formulas against the GPU's dense
 # bf16 peak (H100/H200: 989 TFLOP/s): 6N + 12·L·A·T FLOPs per token (the trainer's; A = attention channels
 # NH·D) and llm.c's 6N + 6·L·A·T. Writes a table to $BENCH_REPORT (default build/bench_report.md).
-# BENCH_CASES="model B [flags],..." and BENCH_STEPS choose the runs; BENCH_REF_CASES="model B,..." the
-# PyTorch rows. With --dry-run it runs tiny shapes with train_gpt_cpu, to prove the script end to end;
+# BENCH_CASES="model B [flags] [NAME=value],..." and BENCH_STEPS choose the runs (NAME=value words are the run's
+# environment: GPT_CUDA_VARIANTS=... times a kernel variant beside the default, as the default cases do for
+# each); BENCH_REF_CASES="model B,..." the PyTorch rows. With --dry-run it runs tiny shapes with train_gpt_cpu, to prove the script end to end;
 # without a GPU and without it, an error (scripts/gpu_mode.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,11 +22,17 @@ dry_run_or_gpu scripts/bench.sh "${1:-}"
 if [ "$DRY_RUN" = 1 ]; then
     BIN=./train_gpt_cpu; T=64; PREC=fp32; DEVICE=cpu; REF_FLAGS=(--dtype float32); STEPS=6
     small=L2C64H4T64 llama="llama:L2,C64,H4,K2,F160,T64"
-    CASES=("$small 2" "$llama 2" "$small 2 -z 3" "$small 2 -r 1" "$small 2 -r 2" "$small 2 -r 3")
+    CASES=("$small 2" "$llama 2" "$small 2 -z 3" "$small 2 -r 1" "$small 2 -r 2" "$small 2 -r 3"
+           "$small 2 GPT_CUDA_VARIANTS=${KERNEL_VARIANTS// /,}")
     REF_CASES=("$small 2" "$llama 2")
 else
     BIN=./train_gpt; T=1024; PREC=bf16; DEVICE=cuda; REF_FLAGS=(--dtype bfloat16 --compile)
     CASES=("d12 16" "d24 8" "d48 4" "llama3.2-1b 4" "d12 16 -z 3" "d12 16 -r 1" "d12 16 -r 2" "d12 16 -r 3")
+    # Each kernel variant beside the default (d12; cuDNN's attention on the Llama too), then those that keep
+    # the bits from run to run together (all but lt_autotune).
+    together="GPT_CUDA_VARIANTS=$(echo $KERNEL_VARIANTS | tr ' ' '\n' | grep -v '^lt_autotune$' | paste -sd,)"
+    for v in $KERNEL_VARIANTS; do CASES+=("d12 16 GPT_CUDA_VARIANTS=$v"); done
+    CASES+=("d12 16 $together" "llama3.2-1b 4 GPT_CUDA_VARIANTS=cudnn_attention" "llama3.2-1b 4 $together")
     REF_CASES=("d12 16" "llama3.2-1b 4")
     [ -n "${BENCH_CASES:-}" ] && IFS=, read -ra CASES <<< "$BENCH_CASES"   # e.g. BENCH_CASES="d12 16,d48 4 -r 1"
     [ -n "${BENCH_REF_CASES:-}" ] && IFS=, read -ra REF_CASES <<< "$BENCH_REF_CASES"
@@ -37,9 +44,11 @@ n=0
 for c in "${CASES[@]}"; do
     read -r model B extra <<< "$c"
     n=$((n + 1))
-    # shellcheck disable=SC2086
-    $BIN -e "$model" -i "$W/data.bin" -j "" -b "$B" -t "$T" -p "$PREC" -x "$STEPS" -v 0 -s 0 -l 1e-4 $extra -o "$W/run$n" \
-        > "$W/run$n.txt" 2>&1 || { tail -3 "$W/run$n.txt"; exit 1; }
+    # Words of the form NAME=value (GPT_CUDA_VARIANTS=...) are the run's environment; the rest are flags.
+    envs=() args=()
+    for word in $extra; do [[ "$word" =~ ^[A-Z_][A-Z0-9_]*= ]] && envs+=("$word") || args+=("$word"); done
+    env "${envs[@]}" $BIN -e "$model" -i "$W/data.bin" -j "" -b "$B" -t "$T" -p "$PREC" -x "$STEPS" -v 0 -s 0 -l 1e-4 "${args[@]}" \
+        -o "$W/run$n" > "$W/run$n.txt" 2>&1 || { tail -3 "$W/run$n.txt"; exit 1; }
     # Median over the steps after the first 5 (warm-up: cuBLASLt heuristics, page faults, clocks); the
     # second MFU takes 6·L·A·T per token off the first's FLOPs (the setup line gives L, NH and D).
     row=$($PY - "$W/run$n/log.jsonl" "$W/run$n.txt" "$model${extra:+ $extra}" "$B" "$T" <<'PY'

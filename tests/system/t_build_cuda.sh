@@ -57,4 +57,18 @@ if [ -x train_gpt ] && make -s -p -n train_gpt 2>/dev/null | grep -q '^NCCL_OBJ 
     t_check build_cuda_links_nccl "ldd train_gpt | grep -q libnccl" "train_gpt does not link libnccl"
     t_check build_cpu_has_no_nccl "! ldd train_gpt_cpu 2>/dev/null | grep -q libnccl" "train_gpt_cpu links libnccl"
 fi
+# cuDNN, where the Makefile found it: linked into the GPU build only, and the cudnn_attention variant's graphs
+# (kernels/attention_cudnn_graphs.cuh) built descriptor by descriptor, each finalized by cuDNN, which needs no GPU.
+if [ -x train_gpt ] && make -s -n -B build/cuda/kernels/backend_cuda.o 2>/dev/null | grep -q -- -DGPT_CUDNN; then
+    t_check build_cuda_links_cudnn "ldd train_gpt | grep -q libcudnn" "train_gpt does not link libcudnn"
+    t_check build_cpu_has_no_cudnn "! ldd train_gpt_cpu 2>/dev/null | grep -q libcudnn" "train_gpt_cpu links libcudnn"
+    if make -s build/cudnn_graph_check > "$TMP/cgc_build.log" 2>&1; then
+        build/cudnn_graph_check > "$TMP/cgc.txt" 2>&1
+        rc=$?
+        t_check cudnn_attention_graph_descriptors "[ $rc -eq 0 ] && grep -q '^20 passed, 0 failed$' '$TMP/cgc.txt'" \
+            "exit $rc: $(grep -m2 -E '^FAIL|error' "$TMP/cgc.txt")"
+    else
+        t_fail cudnn_attention_graph_descriptors "build/cudnn_graph_check: $(grep -m2 -E 'error' "$TMP/cgc_build.log")"
+    fi
+fi
 t_finish
