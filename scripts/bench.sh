@@ -7,8 +7,8 @@
 # NH·D) and llm.c's 6N + 6·L·A·T. Writes a table to $BENCH_REPORT (default build/bench_report.md).
 # BENCH_CASES="model B [flags] [NAME=value],..." and BENCH_STEPS choose the runs (NAME=value words are the run's
 # environment: GPT_CUDA_VARIANTS=... times a kernel variant beside the default, as the default cases do for
-# each); BENCH_REF_CASES="model B,..." the PyTorch rows. With --dry-run it runs tiny shapes with train_gpt_cpu, to prove the script end to end;
-# without a GPU and without it, an error (scripts/gpu_mode.sh).
+# each); BENCH_REF_CASES="model B,..." the PyTorch rows. With --dry-run it runs tiny shapes with train_gpt_cpu,
+# to prove the script end to end; without a GPU and without it, an error (scripts/gpu_mode.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPORT=${BENCH_REPORT:-build/bench_report.md}
