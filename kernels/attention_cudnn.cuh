@@ -6,9 +6,10 @@
 // shape is seen and kept, the workspace, and the calls. The backward's row sums go to the scratch the contract
 // provides (B*NH*T floats).
 //
-// Bits: the backward takes only engines without cuDNN's NONDETERMINISTIC note (no atomics: the same bits every
-// run); where none exists for a shape, the shape runs this backend's kernels. cuDNN's rounding differs from the
-// CPU twin's within the bf16/fp16 tolerances; fp32 runs never come here (cuDNN's fused attention is 16-bit).
+// Bits: the plans come from engines without cuDNN's NONDETERMINISTIC note where one exists (no atomics: the same
+// bits every run); where only an engine with atomics exists, it runs, and a note on stderr says so. cuDNN's
+// rounding differs from the CPU twin's within the bf16/fp16 tolerances; fp32 runs never come here (cuDNN's fused
+// attention is 16-bit).
 // Plans are built once per shape and kept; the workspace is one device buffer, grown to the largest plan's need
 // and counted in the backend's bytes.
 #pragma once
@@ -59,25 +60,32 @@ static bool sdpa_key_equal(const SdpaKey& a, const SdpaKey& b) { return !memcmp(
 // Why this backend's kernels must take the shape without asking cuDNN, or NULL.
 static const char* sdpa_unsupported(const SdpaKey& k) {
     if (k.dt == DT_FP32) return "fp32 (cuDNN's fused attention is 16-bit)";
+    if (!k.aligned) return "a tensor's memory is not 16-byte aligned";
     // cuDNN before 9.16 needs a padding mask for sequence lengths off a multiple of 128 in the backward.
     if (cudnnGetVersion() < 91600 && k.T % 128 != 0) return "T not a multiple of 128 (cuDNN before 9.16)";
     return NULL;
 }
 
+static const char* sdpa_direction_name(const SdpaKey& k) { return k.direction == SDPA_FORWARD ? "forward" : "backward"; }
+
+// The shape's plan: a deterministic engine's, else (said on stderr) one with atomics, else none (said too).
 static CudnnPlan sdpa_build(CudnnAttention* ca, const SdpaKey& k) {
     CudnnPlan plan = {NULL, 0};
     char why[256] = "";
     const char* refused = sdpa_unsupported(k);
     if (!refused) {
         GraphBuilder g = sdpa_graph(k);
-        gb_plan(&g, ca->handle, /*deterministic=*/true, &plan, why, sizeof why);
+        if (!gb_plan(&g, ca->handle, /*deterministic=*/true, &plan, why, sizeof why) &&
+            gb_plan(&g, ca->handle, /*deterministic=*/false, &plan, why, sizeof why))
+            fprintf(stderr, "note: cudnn_attention: %s B=%d T=%d NH=%d KV=%d D=%d %s: no deterministic cuDNN engine; one "
+                    "with atomics runs it (runs may differ in the last bits)\n", sdpa_direction_name(k), k.B, k.T, k.NH,
+                    k.KV, k.D, dtype_name((DType)k.dt));
         gb_destroy(&g);
         refused = why;
     }
     if (!plan.plan)
         fprintf(stderr, "note: cudnn_attention: %s B=%d T=%d NH=%d KV=%d D=%d %s runs this backend's kernels: %s\n",
-                k.direction == SDPA_FORWARD ? "forward" : "backward", k.B, k.T, k.NH, k.KV, k.D, dtype_name((DType)k.dt),
-                refused);
+                sdpa_direction_name(k), k.B, k.T, k.NH, k.KV, k.D, dtype_name((DType)k.dt), refused);
     return plan;
 }
 
@@ -111,18 +119,22 @@ static void* sdpa_workspace(Backend* be, CudnnAttention* ca, int64_t bytes) {
 
 static bool sdpa_aligned(const void* p) { return ((uintptr_t)p & 15) == 0; }
 
-// The plan for this call, or NULL (the caller runs its own kernels).
+// The plan for this call, or NULL (the caller runs its own kernels). Every tensor of the call is in qkv, in
+// other (out, or dqkv) or in the row-major buffers d1, d2 (the backward's dout and out; NULL in the forward), with
+// heads at multiples of D elements, so those base pointers' alignment is the call's.
 static const CudnnPlan* sdpa_for_call(Backend* be, int direction, DType dt, int B, int T, int NH, int KV, int D,
-                                      const void* qkv, const void* other) {
-    if (!variant_on(be, VARIANT_CUDNN_ATTENTION) || !sdpa_aligned(qkv) || !sdpa_aligned(other)) return NULL;
-    const SdpaKey k = {direction, (int)dt, B, T, NH, KV, D};
+                                      const void* qkv, const void* other, const void* d1, const void* d2) {
+    if (!variant_on(be, VARIANT_CUDNN_ATTENTION)) return NULL;
+    const bool aligned = sdpa_aligned(qkv) && sdpa_aligned(other) && sdpa_aligned(d1) && sdpa_aligned(d2) &&
+                         ((size_t)D * dtype_size(dt)) % 16 == 0;
+    const SdpaKey k = {direction, (int)dt, B, T, NH, KV, D, aligned};
     const CudnnPlan* p = sdpa_plan(be->cudnn, k);
     return p->plan ? p : NULL;
 }
 
 static bool cudnn_attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int NH,
                                     int KV, int D) {
-    const CudnnPlan* p = sdpa_for_call(be, SDPA_FORWARD, dt, B, T, NH, KV, D, qkv, out);
+    const CudnnPlan* p = sdpa_for_call(be, SDPA_FORWARD, dt, B, T, NH, KV, D, qkv, out, NULL, NULL);
     if (!p) return false;
     const size_t es = dtype_size(dt);
     float scale = 1.0f / sqrtf((float)D), neg_inf = -INFINITY;
@@ -135,8 +147,8 @@ static bool cudnn_attention_forward(Backend* be, DType dt, void* out, float* lse
 
 static bool cudnn_attention_backward(Backend* be, DType dt, void* dqkv, float* scratch, const void* dout, const void* qkv,
                                      const void* out, const float* lse, int B, int T, int NH, int KV, int D) {
-    const CudnnPlan* p = sdpa_for_call(be, SDPA_BACKWARD, dt, B, T, NH, KV, D, qkv, dqkv);
-    if (!p || !sdpa_aligned(dout) || !sdpa_aligned(out)) return false;
+    const CudnnPlan* p = sdpa_for_call(be, SDPA_BACKWARD, dt, B, T, NH, KV, D, qkv, dqkv, dout, out);
+    if (!p) return false;
     const size_t es = dtype_size(dt), k_off = (size_t)NH * D * es, v_off = (size_t)(NH + KV) * D * es;
     float scale = 1.0f / sqrtf((float)D), neg_inf = -INFINITY, one = 1.0f;
     char *base = (char*)qkv, *dbase = (char*)dqkv;

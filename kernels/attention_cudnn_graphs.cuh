@@ -18,6 +18,7 @@ enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF, UID_ON
 
 struct SdpaKey {
     int direction, dt, B, T, NH, KV, D;
+    int aligned;   // every tensor's memory 16-byte aligned (cuDNN's assumption for these graphs)
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -108,7 +109,9 @@ static void sdpa_backward_graph(GraphBuilder* g, const SdpaKey& k, cudnnDataType
     CudnnDesc dq = gb_tensor(g, UID_DQ, io, sdpa_heads(k, k.NH, c3)), dk = gb_tensor(g, UID_DK, io, sdpa_heads(k, k.KV, c3));
     CudnnDesc dv = gb_tensor(g, UID_DV, io, sdpa_heads(k, k.KV, c3)), scale = gb_scalar(g, UID_SCALE);
     // sum = rowsum(dO ∘ O), kept in the caller's scratch.
-    CudnnDesc prod = gb_virtual(g, CUDNN_DATA_FLOAT, sdpa_per_query_head(k)), rows = gb_virtual(g, CUDNN_DATA_FLOAT, sdpa_rows(k));
+    // (The product's strides are those cuDNN's own description gives this virtual tensor.)
+    const Dims4 prod_dims = {{k.B, k.NH, k.T, k.D}, {(int64_t)k.NH * k.T * k.D, (int64_t)k.T * k.D, a, 1}};
+    CudnnDesc prod = gb_virtual(g, CUDNN_DATA_FLOAT, prod_dims), rows = gb_virtual(g, CUDNN_DATA_FLOAT, sdpa_rows(k));
     CudnnDesc sum = gb_tensor(g, UID_SUM, CUDNN_DATA_FLOAT, sdpa_rows(k));
     gb_pointwise(g, CUDNN_POINTWISE_MUL, d_o, o, prod);
     gb_reduction(g, CUDNN_REDUCE_TENSOR_ADD, prod, rows);

@@ -107,7 +107,8 @@ static void gb_pointwise(GraphBuilder* g, cudnnPointwiseMode_t mode, CudnnDesc x
     gb_pointwise_axis(g, mode, CUDNN_DATA_FLOAT, x, b, NULL, y, -1);
 }
 
-// y = the reduction of x over the dimensions where y has extent 1.
+// y = the reduction of x onto y's dimensions: over those where y has extent 1, and over groups of x's entries
+// where y's extent divides x's (heads (hk g) -> hk).
 static void gb_reduction(GraphBuilder* g, cudnnReduceTensorOp_t mode, CudnnDesc x, CudnnDesc y) {
     CudnnDesc r = gb_new(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
     const cudnnDataType_t prec = CUDNN_DATA_FLOAT;

@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     for (const NamedShape& s : SHAPES)
         for (int dt = DT_BF16; dt <= DT_FP16; dt++)
             for (int dir = SDPA_FORWARD; dir <= SDPA_BACKWARD; dir++) {
-                const SdpaKey k = {dir, dt, s.B, s.T, s.NH, s.KV, s.D};
+                const SdpaKey k = {dir, dt, s.B, s.T, s.NH, s.KV, s.D, 1};
                 char detail[512];
                 const bool ok = check_one(k, h, detail, sizeof detail);
                 printf("%s %s_%s_%s: %s\n", ok ? "ok" : "FAIL", s.name, dtype_name((DType)dt),
