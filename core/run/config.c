@@ -112,7 +112,13 @@ void config_usage(const char* prog) {
            "            per rank\n"
            "testing\n"
            "  -dump DIR write step 0's logits and gradients (fp32) for comparison with scripts/reference.py\n"
-           "  -h        this help\n",
+           "  -h        this help\n"
+           "environment\n"
+           "  GPT_CUDA_VARIANTS=a,b  opt-in CUDA kernel variants, each compiled but not yet run on a GPU:\n"
+           "            cudnn_attention (cuDNN's fused attention), bias_grad_epilogue (cuBLASLt's bias gradient in\n"
+           "            16 bits), lt_plan_cache / lt_autotune (cuBLASLt plans kept per shape / timed), norm_one_pass\n"
+           "            (one-pass LayerNorm/RMSNorm backward), adamw_multi (AdamW and the norm in a few launches).\n"
+           "            The CPU build accepts the names and changes nothing (default: none)\n",
            prog, NVME_BUFFERS, NVME_CHUNK_ALIGN, NVME_CHUNK_DEFAULT, COMM_WATCHDOG_LONG);
 }
 

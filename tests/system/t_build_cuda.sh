@@ -57,6 +57,26 @@ if [ -x train_gpt ] && make -s -p -n train_gpt 2>/dev/null | grep -q '^NCCL_OBJ 
     t_check build_cuda_links_nccl "ldd train_gpt | grep -q libnccl" "train_gpt does not link libnccl"
     t_check build_cpu_has_no_nccl "! ldd train_gpt_cpu 2>/dev/null | grep -q libnccl" "train_gpt_cpu links libnccl"
 fi
+# A machine whose only NCCL and cuDNN are PyTorch's pip wheels (site-packages/nvidia/{nccl,cudnn}: headers, and
+# the libraries without their .so links): the Makefile finds both there, here in a wheel-shaped folder made of
+# this machine's own files, with the system's folders ruled out.
+cuda_home=$(dirname "$(dirname "$(command -v nvcc)")")
+wheel="$TMP/site/nvidia"
+for pkg in nccl:nccl.h:libnccl.so.2 cudnn:cudnn_graph.h:libcudnn.so.9; do
+    IFS=: read -r name header lib <<< "$pkg"
+    real_lib=$(ls "$cuda_home"/lib64/$lib /usr/lib/x86_64-linux-gnu/$lib 2>/dev/null | head -1)
+    [ -f "$cuda_home/include/$header" ] && [ -n "$real_lib" ] || continue
+    mkdir -p "$wheel/$name/include" "$wheel/$name/lib"
+    touch "$wheel/$name/__init__.py"
+    ln -s "$cuda_home/include/$header" "$wheel/$name/include/$header"
+    ln -s "$real_lib" "$wheel/$name/lib/$lib"
+done
+if [ -d "$wheel/cudnn" ] && [ -d "$wheel/nccl" ]; then
+    found=$(PYTHONPATH="$TMP/site" make -s -p -n train_gpt NCCL_DIRS=/nonexistent CUDNN_DIRS=/nonexistent 2>/dev/null |
+        grep -E '^(NCCL|CUDNN)_(INC|LIB) := ' | sort | tr '\n' ' ')
+    t_check build_cuda_finds_wheels "[[ '$found' == *'CUDNN_INC := $wheel/cudnn/include'* && '$found' == *'CUDNN_LIB := $wheel/cudnn/lib'* && \
+        '$found' == *'NCCL_INC := $wheel/nccl/include'* && '$found' == *'NCCL_LIB := $wheel/nccl/lib'* ]]" "found: $found"
+fi
 # cuDNN, where the Makefile found it: linked into the GPU build only, and the cudnn_attention variant's graphs
 # (kernels/attention_cudnn_graphs.cuh) built descriptor by descriptor, each finalized by cuDNN, which needs no GPU.
 if [ -x train_gpt ] && make -s -n -B build/cuda/kernels/backend_cuda.o 2>/dev/null | grep -q -- -DGPT_CUDNN; then

@@ -84,7 +84,7 @@ t_check comm_write_in_flight_unseen_without_poison "grep -q 'error: --misuse wri
 # (kernels/backend_cpu.c with -DBACKEND_FENCE, tests/system/t_fence.sh): it says it is a GPU, and its memory faults
 # on any access outside the backend's functions, so a device pointer handed to MPI or memcpy crashes.
 if ${MPICC:-mpicc} -std=gnu11 -O1 -Wall -Wextra -Werror -fopenmp -DBACKEND_FENCE -I. tests/unit/test_comm.c core/comm/comm_mpi.c \
-        core/comm/watchdog.c base/common.c kernels/backend_cpu.c -lm -o "$TMP/test_comm_staged" > "$TMP/cc.out" 2>&1; then
+        core/comm/watchdog.c base/common.c base/gpu_variants.c kernels/backend_cpu.c -lm -o "$TMP/test_comm_staged" > "$TMP/cc.out" 2>&1; then
     run_ranks comm_staged_np3 3 mpirun --oversubscribe -np 3 "$TMP/test_comm_staged"
     run_ranks comm_staged_np4_chunked 4 mpirun --oversubscribe -np 4 -x GPT_COMM_MAX_COUNT=300 "$TMP/test_comm_staged"
     run_ranks comm_staged_np3_poison 3 mpirun --oversubscribe -np 3 -x GPT_COMM_POISON=1 "$TMP/test_comm_staged"
@@ -124,7 +124,7 @@ done
 
 # The MPI-less backend, built on the side (it is not what the Makefile links when MPI is there).
 if ${CC:-gcc} -std=gnu11 -O1 -Wall -Wextra -Werror -fopenmp -I. tests/unit/test_comm.c core/comm/comm_single.c \
-        base/common.c kernels/backend_cpu.c -lm -o "$TMP/test_comm_single" > "$TMP/cc.out" 2>&1; then
+        base/common.c base/gpu_variants.c kernels/backend_cpu.c -lm -o "$TMP/test_comm_single" > "$TMP/cc.out" 2>&1; then
     check_single "$TMP/test_comm_single"
 else
     t_fail comm_single_builds "$(head -3 "$TMP/cc.out")"
