@@ -14,6 +14,8 @@
 // and counted in the backend's bytes.
 #pragma once
 #ifdef GPT_CUDNN
+#include <float.h>
+
 #include "kernels/attention_cudnn_graphs.cuh"
 
 struct SdpaEntry {
@@ -42,8 +44,7 @@ static CudnnAttention* cudnn_attention_create(Backend* be) {
 
 static void cudnn_attention_destroy(Backend* be, CudnnAttention* ca) {
     if (!ca) return;
-    for (int i = 0; i < ca->n; i++)
-        if (ca->entries[i].plan.plan) CUDNN_CHECK(cudnnBackendDestroyDescriptor(ca->entries[i].plan.plan));
+    for (int i = 0; i < ca->n; i++) cudnn_plan_destroy(&ca->entries[i].plan);
     if (ca->workspace) {
         CUDA_CHECK(cudaFree(ca->workspace));
         be->bytes_allocated -= ca->workspace_bytes;
@@ -57,32 +58,49 @@ static void cudnn_attention_destroy(Backend* be, CudnnAttention* ca) {
 
 static bool sdpa_key_equal(const SdpaKey& a, const SdpaKey& b) { return !memcmp(&a, &b, sizeof a); }
 
-// Why this backend's kernels must take the shape without asking cuDNN, or NULL.
+// Why this backend's kernels must take the shape without asking cuDNN, or NULL. (The cuDNN versions and shapes
+// cuDNN's own frontend refuses for this graph, or works around with a padding mask this graph does not have.)
 static const char* sdpa_unsupported(const SdpaKey& k) {
+    const size_t version = cudnnGetVersion();
     if (k.dt == DT_FP32) return "fp32 (cuDNN's fused attention is 16-bit)";
     if (!k.aligned) return "a tensor's memory is not 16-byte aligned";
-    // cuDNN before 9.16 needs a padding mask for sequence lengths off a multiple of 128 in the backward.
-    if (cudnnGetVersion() < 91600 && k.T % 128 != 0) return "T not a multiple of 128 (cuDNN before 9.16)";
+    if (version >= 91000 && version < 91002) return "cuDNN 9.10.0 and 9.10.1 have known faults in 16-bit attention";
+    if (k.direction == SDPA_BACKWARD && k.T == 1) return "T = 1 (cuDNN's backward needs two or more)";
+    if (k.direction == SDPA_BACKWARD && version <= 91500 && k.T % 128 != 0)
+        return "T not a multiple of 128 (cuDNN 9.15 and older)";
     return NULL;
 }
 
 static const char* sdpa_direction_name(const SdpaKey& k) { return k.direction == SDPA_FORWARD ? "forward" : "backward"; }
 
-// The shape's plan: a deterministic engine's, else (said on stderr) one with atomics, else none (said too).
+// A plan whose workspace would take more than half the device memory free now is refused: the built-in kernels
+// need none, and the allocation would fail the run instead.
+static bool sdpa_workspace_fits(const CudnnPlan& plan, char* why, size_t size) {
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if ((size_t)plan.workspace <= free_b / 2) return true;
+    snprintf(why, size, "its workspace of %.2f GiB exceeds half the %.2f GiB free", plan.workspace / 1073741824.0,
+             free_b / 1073741824.0);
+    return false;
+}
+
+// The shape's plan: from an engine without atomics where one exists, else (noted on stderr) one with them; a NULL
+// plan (noted too, with the reason) when cuDNN has none or the shape is refused.
 static CudnnPlan sdpa_build(CudnnAttention* ca, const SdpaKey& k) {
-    CudnnPlan plan = {NULL, 0};
+    CudnnPlan plan = {};
     char why[256] = "";
     const char* refused = sdpa_unsupported(k);
     if (!refused) {
         GraphBuilder g = sdpa_graph(k);
-        if (!gb_plan(&g, ca->handle, /*deterministic=*/true, &plan, why, sizeof why) &&
-            gb_plan(&g, ca->handle, /*deterministic=*/false, &plan, why, sizeof why))
-            fprintf(stderr, "note: cudnn_attention: %s B=%d T=%d NH=%d KV=%d D=%d %s: no deterministic cuDNN engine; one "
-                    "with atomics runs it (runs may differ in the last bits)\n", sdpa_direction_name(k), k.B, k.T, k.NH,
-                    k.KV, k.D, dtype_name((DType)k.dt));
+        if (gb_plan(&g, ca->handle, &plan, why, sizeof why) && !sdpa_workspace_fits(plan, why, sizeof why))
+            cudnn_plan_destroy(&plan);
         gb_destroy(&g);
         refused = why;
     }
+    if (plan.plan && plan.nondeterministic)
+        fprintf(stderr, "note: cudnn_attention: %s B=%d T=%d NH=%d KV=%d D=%d %s: no deterministic cuDNN engine; one "
+                "with atomics runs it (runs may differ in the last bits)\n", sdpa_direction_name(k), k.B, k.T, k.NH, k.KV,
+                k.D, dtype_name((DType)k.dt));
     if (!plan.plan)
         fprintf(stderr, "note: cudnn_attention: %s B=%d T=%d NH=%d KV=%d D=%d %s runs this backend's kernels: %s\n",
                 sdpa_direction_name(k), k.B, k.T, k.NH, k.KV, k.D, dtype_name((DType)k.dt), refused);
@@ -132,12 +150,15 @@ static const CudnnPlan* sdpa_for_call(Backend* be, int direction, DType dt, int 
     return p->plan ? p : NULL;
 }
 
+// The masked scores' value: cuDNN before 9.10 wants the lowest float there, later versions -inf (as its frontend).
+static float sdpa_mask_value(void) { return cudnnGetVersion() < 91000 ? -FLT_MAX : -INFINITY; }
+
 static bool cudnn_attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int NH,
                                     int KV, int D) {
     const CudnnPlan* p = sdpa_for_call(be, SDPA_FORWARD, dt, B, T, NH, KV, D, qkv, out, NULL, NULL);
     if (!p) return false;
     const size_t es = dtype_size(dt);
-    float scale = 1.0f / sqrtf((float)D), neg_inf = -INFINITY;
+    float scale = 1.0f / sqrtf((float)D), neg_inf = sdpa_mask_value();
     char* base = (char*)qkv;
     const int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF};
     void* ptrs[] = {base, base + (size_t)NH * D * es, base + (size_t)(NH + KV) * D * es, out, lse, &scale, &neg_inf};
@@ -150,7 +171,7 @@ static bool cudnn_attention_backward(Backend* be, DType dt, void* dqkv, float* s
     const CudnnPlan* p = sdpa_for_call(be, SDPA_BACKWARD, dt, B, T, NH, KV, D, qkv, dqkv, dout, out);
     if (!p) return false;
     const size_t es = dtype_size(dt), k_off = (size_t)NH * D * es, v_off = (size_t)(NH + KV) * D * es;
-    float scale = 1.0f / sqrtf((float)D), neg_inf = -INFINITY, one = 1.0f;
+    float scale = 1.0f / sqrtf((float)D), neg_inf = sdpa_mask_value(), one = 1.0f;
     char *base = (char*)qkv, *dbase = (char*)dqkv;
     const int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_DQ, UID_DK, UID_DV, UID_SUM,
                             UID_SCALE, UID_NEG_INF, UID_ONE};

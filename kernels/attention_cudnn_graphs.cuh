@@ -133,7 +133,7 @@ static void sdpa_backward_graph(GraphBuilder* g, const SdpaKey& k, cudnnDataType
     CudnnDesc dst = gb_virtual(g, io, sdpa_scores_t(k));
     gb_reshape(g, ds_s, dst);
     sdpa_grouped_matmul(g, k, io, dst, q, dk);
-    CudnnDesc kr = gb_virtual(g, io, sdpa_heads(k, k.KV, c3));
+    CudnnDesc kr = gb_virtual(g, CUDNN_DATA_FLOAT, sdpa_heads(k, k.KV, c3));   // fp32, as cuDNN's description has it
     gb_reshape(g, kt, kr);
     gb_matmul(g, ds_s, kr, dq);
 }

@@ -151,9 +151,17 @@ static void gb_reshape(GraphBuilder* g, CudnnDesc x, CudnnDesc y) {
 // reported through `why`, not an error.
 
 struct CudnnPlan {
-    CudnnDesc plan;       // NULL: cuDNN has no engine for the graph
-    int64_t workspace;    // bytes the plan needs at execution
+    CudnnDesc plan;          // NULL: cuDNN has no engine for the graph
+    CudnnDesc config;        // the engine configuration it was made from, kept as long as the plan
+    int64_t workspace;       // bytes the plan needs at execution
+    bool nondeterministic;   // its engine carries cuDNN's NONDETERMINISTIC note (atomics)
 };
+
+static void cudnn_plan_destroy(CudnnPlan* p) {
+    if (p->plan) CUDNN_CHECK(cudnnBackendDestroyDescriptor(p->plan));
+    if (p->config) CUDNN_CHECK(cudnnBackendDestroyDescriptor(p->config));
+    p->plan = p->config = NULL;
+}
 
 static bool cudnn_answer(cudnnStatus_t s, const char* what, char* why, size_t size) {
     if (s == CUDNN_STATUS_SUCCESS) return true;
@@ -161,29 +169,32 @@ static bool cudnn_answer(cudnnStatus_t s, const char* what, char* why, size_t si
     return false;
 }
 
-// Whether the engine behind `cfg` may give different bits from run to run (atomics).
+// Whether the engine behind `cfg` may give different bits from run to run (atomics); an engine whose notes
+// cannot be read counts as one that may.
 static bool engine_nondeterministic(CudnnDesc cfg) {
     CudnnDesc engine;
-    CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine));
-    int64_t n = 0;
-    CUDNN_CHECK(cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine));
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) != CUDNN_STATUS_SUCCESS) return true;
     cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-    int64_t count = 0;
-    CUDNN_CHECK(cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                                         CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count, notes));
+    int64_t n = 0, count = 0;
+    const bool read =
+        cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                 CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count, notes) == CUDNN_STATUS_SUCCESS;
     CUDNN_CHECK(cudnnBackendDestroyDescriptor(engine));
+    if (!read) return true;
     for (int64_t i = 0; i < count; i++)
         if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return true;
     return false;
 }
 
-// The first of the heuristic's engine configurations (best first) that finalizes into a plan; with
-// `deterministic`, only among engines without the NONDETERMINISTIC note.
-static bool plan_from_configs(cudnnHandle_t h, CudnnDesc* cfgs, int64_t n, bool deterministic, CudnnPlan* out,
-                              char* why, size_t size) {
-    snprintf(why, size, "no engine configuration%s", deterministic ? " without the nondeterministic note" : "");
-    for (int64_t i = 0; i < n; i++) {
-        if (deterministic && engine_nondeterministic(cfgs[i])) continue;
+// The first of cfgs (best first) that finalizes into a plan, taking only engines without the NONDETERMINISTIC
+// note when `deterministic`; the configuration used moves into out (cfgs[i] = NULL).
+static bool plan_from_configs(cudnnHandle_t h, CudnnDesc* cfgs, int n, bool deterministic, CudnnPlan* out, char* why,
+                              size_t size) {
+    for (int i = 0; i < n; i++) {
+        const bool nondeterministic = engine_nondeterministic(cfgs[i]);
+        if (deterministic && nondeterministic) continue;
         CudnnDesc plan;
         CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan));
         cd_set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
@@ -198,40 +209,55 @@ static bool plan_from_configs(cudnnHandle_t h, CudnnDesc* cfgs, int64_t n, bool 
         CUDNN_CHECK(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got,
                                              &out->workspace));
         out->plan = plan;
+        out->config = cfgs[i];
+        out->nondeterministic = nondeterministic;
+        cfgs[i] = NULL;
         return true;
     }
     return false;
 }
 
-// The graph of g's operations as a plan; false (with why) when cuDNN has none for it. g keeps its descriptors.
-static bool gb_plan(GraphBuilder* g, cudnnHandle_t h, bool deterministic, CudnnPlan* out, char* why, size_t size) {
-    out->plan = NULL;
-    out->workspace = 0;
+#define GRAPH_MAX_CONFIGS 32
+
+// The heuristic's engine configurations for g's operations (mode A, best first, at most GRAPH_MAX_CONFIGS),
+// which the caller destroys; 0 (with why) when cuDNN offers none.
+static int gb_configs(GraphBuilder* g, cudnnHandle_t h, CudnnDesc* cfgs, char* why, size_t size) {
     CudnnDesc graph = gb_new(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
     cd_set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
     cd_set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->n_ops, g->ops);
-    if (!cudnn_answer(cudnnBackendFinalize(graph), "operation graph", why, size)) return false;
+    if (!cudnn_answer(cudnnBackendFinalize(graph), "operation graph", why, size)) return 0;
     CudnnDesc heur = gb_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
     cd_set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
     cd_set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-    if (!cudnn_answer(cudnnBackendFinalize(heur), "engine heuristic", why, size)) return false;
-    int64_t n = 0;
+    if (!cudnn_answer(cudnnBackendFinalize(heur), "engine heuristic", why, size)) return 0;
+    int64_t n = 0, got = 0;
     CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, NULL));
-    if (n <= 0) return cudnn_answer(CUDNN_STATUS_NOT_SUPPORTED, "engine heuristic (no configuration)", why, size);
-    if (n > 16) n = 16;
-    CudnnDesc cfgs[16];
-    for (int64_t i = 0; i < n; i++) cfgs[i] = gb_new(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    int64_t got = 0;
-    CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, cfgs));
-    return plan_from_configs(h, cfgs, got < n ? got : n, deterministic, out, why, size);
+    if (n > GRAPH_MAX_CONFIGS) n = GRAPH_MAX_CONFIGS;
+    for (int64_t i = 0; i < n; i++) CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[i]));
+    if (n > 0) CUDNN_CHECK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, cfgs));
+    for (int64_t i = got; i < n; i++) CUDNN_CHECK(cudnnBackendDestroyDescriptor(cfgs[i]));
+    if (got <= 0) snprintf(why, size, "engine heuristic: no configuration");
+    return (int)got;
 }
 
-// (Unused by tests/gpu/cudnn_graph_check.cu, which builds plans without running them.)
+// The graph of g's operations as a plan: from an engine without the NONDETERMINISTIC note where the heuristic
+// offers one, else from the first that builds (out->nondeterministic says which); false (with why) when none
+// does. g keeps its descriptors; the plan outlives them (cudnn_plan_destroy).
+static bool gb_plan(GraphBuilder* g, cudnnHandle_t h, CudnnPlan* out, char* why, size_t size) {
+    *out = CudnnPlan{};
+    CudnnDesc cfgs[GRAPH_MAX_CONFIGS];
+    const int n = gb_configs(g, h, cfgs, why, size);
+    const bool ok = plan_from_configs(h, cfgs, n, true, out, why, size) || plan_from_configs(h, cfgs, n, false, out, why, size);
+    for (int i = 0; i < n; i++)
+        if (cfgs[i]) CUDNN_CHECK(cudnnBackendDestroyDescriptor(cfgs[i]));
+    return ok;
+}
+
 // One execution of a plan on the handle's stream: the caller's tensors by uid (device pointers, or host
-// pointers for scalars passed by value).
-[[maybe_unused]] static void cudnn_execute(cudnnHandle_t h, const CudnnPlan* p, int n, const int64_t* uids, void* const* ptrs,
-                          void* workspace) {
+// pointers for scalars passed by value). (Unused by tests/gpu/cudnn_graph_check.cu, which runs no plan.)
+[[maybe_unused]] static void cudnn_execute(cudnnHandle_t h, const CudnnPlan* p, int n, const int64_t* uids,
+                                           void* const* ptrs, void* workspace) {
     CudnnDesc pack;
     CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
     cd_set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);

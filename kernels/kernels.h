@@ -242,7 +242,8 @@ typedef struct {
 } AdamWSpan;
 
 // For each spans[i] in order (spans: a host array of count): adamw_update(be, params, param_dt, master,
-// grads, grad_dt, m, v, n, offset, args with weight_decay = spans[i].weight_decay).
+// grads, grad_dt, m, v, n, offset, args with weight_decay = spans[i].weight_decay). No span may write memory
+// another span reads or writes (a backend may update them at once), as the model state's spans never do.
 void adamw_update_spans(Backend* be, DType param_dt, DType grad_dt, const AdamWSpan* spans, int count,
                         const AdamWArgs* args);
 

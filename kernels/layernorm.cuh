@@ -130,7 +130,7 @@ __global__ void layernorm_backward_dwdb_final_kernel(T* dw, T* db, const float* 
 // shape alone (norm1_blocks), so every sum's order, and the bits, depend only on the shape.
 #define NORM1_WARPS 8
 #define NORM1_THREADS (NORM1_WARPS * 32)
-#define NORM1_MIN_ROWS 64       // rows per block at least: the partials stay small beside the rows
+#define NORM1_MIN_ROWS 16       // rows per block at least: a block per SM from ~2k rows, the partials small
 #define NORM1_FINAL_SPLIT 32    // partial rows summed in parallel per column by norm1_final_kernel
 
 // Columns per lane that hold accumulators: the smallest of 8, 16, ..., max whose 32 lanes cover C, or 0

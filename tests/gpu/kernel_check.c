@@ -1109,6 +1109,20 @@ int main(int argc, char** argv) {
         t_convert(&c, s);
         fprintf(stderr, "kernel_check: shape %s done\n", s->name);
     }
+    // The norms alone at the widths and row counts the larger models bring (and the one-pass backward's
+    // accumulator sizes: 16, 64 and 128 columns a lane, and more rows than its blocks, so each block takes many).
+    const Shape norms[] = {
+        {"norm400", 2, 40, 400, 1, 0, 0, 0},
+        {"norm1600", 2, 50, 1600, 1, 0, 0, 0},
+        {"norm4096", 1, 40, 4096, 1, 0, 0, 0},
+        {"normrows", 64, 1100, 64, 1, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(norms) / sizeof(norms[0]); i++) {
+        if (only && !strstr(only, norms[i].name)) continue;
+        t_layernorm(&c, &norms[i]);
+        t_rmsnorm(&c, &norms[i], norms[i].C, "rmsnorm_forward", "rmsnorm_backward");
+        fprintf(stderr, "kernel_check: shape %s done\n", norms[i].name);
+    }
     // Grouped-query heads (attention only): head sizes 128 and 64 on the tensor-core path, 32 (multi-query)
     // on the CUDA-core one; T not a multiple of the tiles.
     const AttShape gqa[] = {{"gqa8x2d128", 2, 80, 8, 2, 128}, {"gqa9x3d64", 2, 75, 9, 3, 64}, {"mqa4x1d32", 2, 45, 4, 1, 32}};
