@@ -73,10 +73,10 @@ $(B)/cuda/core/comm/comm_mpi.o: CFLAGS += -DGPT_NCCL
 endif
 # cuDNN (its graph API behind the cudnn_attention kernel variant, kernels/attention_cudnn.cuh): only ever in
 # backend_cuda.cu, so only train_gpt and the GPU test programs link it. CUDNN=0|1 overrides the detection;
-# CUDNN_HOME=DIR names an install (DIR/include/cudnn_graph.h, DIR/lib*/libcudnn.so.9); otherwise the header and
-# the library are each taken from the first of $(CUDA_HOME), /usr, /usr/local and PyTorch's pip wheel
-# nvidia-cudnn-cu* (site-packages/nvidia/cudnn) that has them, as for NCCL above.
-cudnn_inc   = $(firstword $(foreach d,$(1),$(if $(wildcard $(d)/include/cudnn_graph.h),$(d)/include)))
+# CUDNN_HOME=DIR names an install of cuDNN 9 (DIR/include/cudnn_graph.h, DIR/lib*/libcudnn.so.9); otherwise the
+# headers (of cuDNN 9: cudnn_version.h says) and the library are each taken from the first of $(CUDA_HOME), /usr,
+# /usr/local and PyTorch's pip wheel nvidia-cudnn-cu* (site-packages/nvidia/cudnn) that has them, as for NCCL.
+cudnn_inc   = $(firstword $(foreach d,$(1),$(if $(shell grep -qs '^\#define CUDNN_MAJOR 9' $(d)/include/cudnn_version.h && echo 9),$(if $(wildcard $(d)/include/cudnn_graph.h),$(d)/include))))
 cudnn_lib   = $(firstword $(foreach d,$(1),$(foreach l,lib64 lib lib/x86_64-linux-gnu lib/aarch64-linux-gnu,$(if $(wildcard $(d)/$(l)/libcudnn.so.9),$(d)/$(l)))))
 CUDNN_WHEEL = $(shell for py in python3 $(PYTHON); do $$py -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null && break; done)
 CUDNN_DIRS := $(if $(CUDNN_HOME),$(CUDNN_HOME),$(CUDA_HOME) /usr /usr/local)

@@ -68,7 +68,7 @@ for pkg in nccl:nccl.h:libnccl.so.2 cudnn:cudnn_graph.h:libcudnn.so.9; do
     [ -f "$cuda_home/include/$header" ] && [ -n "$real_lib" ] || continue
     mkdir -p "$wheel/$name/include" "$wheel/$name/lib"
     touch "$wheel/$name/__init__.py"
-    ln -s "$cuda_home/include/$header" "$wheel/$name/include/$header"
+    for h in "$cuda_home"/include/$name*.h; do ln -s "$h" "$wheel/$name/include/"; done
     ln -s "$real_lib" "$wheel/$name/lib/$lib"
 done
 if [ -d "$wheel/cudnn" ] && [ -d "$wheel/nccl" ]; then
