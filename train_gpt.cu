@@ -431,6 +431,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->threads = threads_set_for_rank(comm_local_size(tr->world));
     Config* cfg = &tr->cfg;
     config_parse(cfg, argc, argv);
+    gpu_variants_from_env();   // a bad GPT_CUDA_VARIANTS fails here, before the run directory is touched
     ModelShape shape = resolve_shape(cfg, &tr->model_is_spec);
     if (!cfg->precision_set) cfg->precision = backend_build_is_gpu() ? DT_BF16 : DT_FP32;
     int planned = cfg->estimate && cfg->plan_ranks ? cfg->plan_ranks : tr->ranks;
