@@ -11,10 +11,10 @@
 #   - the banner names the variant (the environment reached the program).
 # For cudnn_attention, first cudnn_graph_check: each graph's descriptors, and on a GPU each graph's
 # deterministic plan; and its training runs must not have left a bf16 shape to the built-in kernels.
-# Writes $REPORT (default build/gpu_variants_report.md). --dry-run: the fenced CPU build stands in.
+# Writes $VARIANTS_REPORT (default build/gpu_variants_report.md). --dry-run: the fenced CPU build stands in.
 set -u
 cd "$(dirname "$0")/../.."
-REPORT=${REPORT:-build/gpu_variants_report.md}
+REPORT=${VARIANTS_REPORT:-build/gpu_variants_report.md}   # apart from run_gpu.sh's $REPORT: make test-gpu runs both
 source tests/gpu/lib.sh
 gpu_test_setup tests/gpu/run_variants.sh "${1:-}"
 cpu_reference_runs
