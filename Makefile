@@ -49,9 +49,14 @@ B := build
 # $(CUDA_HOME), /usr, /usr/local, and the pip wheel nvidia-nccl-cu* (site-packages/nvidia/nccl, asked of
 # python3 on PATH, then $(PYTHON)) that has them. A wheel ships libnccl.so.2 without the libnccl.so
 # symlink, hence -l:libnccl.so.2, and lives off the loader's path, hence the rpath.
-nccl_inc    = $(firstword $(foreach d,$(1),$(if $(wildcard $(d)/include/nccl.h),$(d)/include)))
-nccl_lib    = $(firstword $(foreach d,$(1),$(foreach l,lib64 lib lib/x86_64-linux-gnu lib/aarch64-linux-gnu,$(if $(wildcard $(d)/$(l)/libnccl.so.2),$(d)/$(l)))))
-NCCL_WHEEL  = $(shell for py in python3 $(PYTHON); do $$py -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null && break; done)
+# dep_inc HEADER,DIRS / dep_lib LIBRARY,DIRS: the first DIR/include (DIR/lib*) holding it; pip_wheel NAME: the folder
+# of PyTorch's wheel nvidia-NAME-cu*, asked of python3 on PATH, then $(PYTHON) (used for NCCL and cuDNN).
+dep_inc     = $(firstword $(foreach d,$(2),$(if $(wildcard $(d)/include/$(1)),$(d)/include)))
+dep_lib     = $(firstword $(foreach d,$(2),$(foreach l,lib64 lib lib/x86_64-linux-gnu lib/aarch64-linux-gnu,$(if $(wildcard $(d)/$(l)/$(1)),$(d)/$(l)))))
+pip_wheel   = $(shell for py in python3 $(PYTHON); do $$py -c 'import nvidia.$(1) as m; print(list(m.__path__)[0])' 2>/dev/null && break; done)
+nccl_inc    = $(call dep_inc,nccl.h,$(1))
+nccl_lib    = $(call dep_lib,libnccl.so.2,$(1))
+NCCL_WHEEL  = $(call pip_wheel,nccl)
 NCCL_DIRS  := $(if $(NCCL_HOME),$(NCCL_HOME),$(CUDA_HOME) /usr /usr/local)
 ifneq ($(CUDA_HOME)$(NCCL_HOME),)
 # $(or) stops at its first non-empty argument: Python is asked only when the system has no NCCL.
@@ -76,9 +81,10 @@ endif
 # CUDNN_HOME=DIR names an install of cuDNN 9 (DIR/include/cudnn_graph.h, DIR/lib*/libcudnn.so.9); otherwise the
 # headers (of cuDNN 9: cudnn_version.h says) and the library are each taken from the first of $(CUDA_HOME), /usr,
 # /usr/local and PyTorch's pip wheel nvidia-cudnn-cu* (site-packages/nvidia/cudnn) that has them, as for NCCL.
-cudnn_inc   = $(firstword $(foreach d,$(1),$(if $(shell grep -qs '^\#define CUDNN_MAJOR 9' $(d)/include/cudnn_version.h && echo 9),$(if $(wildcard $(d)/include/cudnn_graph.h),$(d)/include))))
-cudnn_lib   = $(firstword $(foreach d,$(1),$(foreach l,lib64 lib lib/x86_64-linux-gnu lib/aarch64-linux-gnu,$(if $(wildcard $(d)/$(l)/libcudnn.so.9),$(d)/$(l)))))
-CUDNN_WHEEL = $(shell for py in python3 $(PYTHON); do $$py -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null && break; done)
+cudnn9      = $(foreach d,$(1),$(if $(shell grep -qs '^\#define CUDNN_MAJOR 9' $(d)/include/cudnn_version.h && echo 9),$(d)))
+cudnn_inc   = $(call dep_inc,cudnn_graph.h,$(call cudnn9,$(1)))
+cudnn_lib   = $(call dep_lib,libcudnn.so.9,$(1))
+CUDNN_WHEEL = $(call pip_wheel,cudnn)
 CUDNN_DIRS := $(if $(CUDNN_HOME),$(CUDNN_HOME),$(CUDA_HOME) /usr /usr/local)
 ifneq ($(CUDA_HOME)$(CUDNN_HOME),)
 CUDNN_INC  := $(or $(call cudnn_inc,$(CUDNN_DIRS)),$(if $(CUDNN_HOME),,$(call cudnn_inc,$(CUDNN_WHEEL))))

@@ -257,8 +257,8 @@ static int lt_matmul_kept(Backend* be, DType dt, void* d, const void* a, const v
 
 // One call's descriptor, layouts and heuristic, made and destroyed with it: the default, as it ran on the GPU
 // (lt_plan_* above do the same kept per shape, for the variants; once a GPU run proves them, this goes).
-static int lt_matmul_per_call(Backend* be, DType dt, void* d, const void* a, const void* b, int trans_a, int trans_b, int m,
-                     int n, int k, int lda, int ldb, int ldd, float beta, const LtEpilogue* ep) {
+static int lt_matmul_per_call(Backend* be, DType dt, void* d, const void* a, const void* b, int trans_a, int trans_b,
+                              int m, int n, int k, int lda, int ldb, int ldd, float beta, const LtEpilogue* ep) {
     const cudaDataType_t type = lt_type(dt);
     cublasLtMatmulDesc_t desc;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
