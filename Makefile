@@ -204,6 +204,9 @@ $(B)/bench_nvme: $(B)/cpu/bench/bench_nvme.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
 bench-nvme: $(B)/bench_nvme
 	@bash scripts/bench_nvme.sh
 
+# The kernel emulator: the CUDA kernels' own source on the CPU (tests/emu/README.md).
+include tests/emu/emu.mk
+
 # `make run`: the quick start. Prepares the default corpus if missing, then trains a small model on it.
 run: train_gpt_cpu
 	@bash scripts/quickstart.sh

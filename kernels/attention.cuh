@@ -262,37 +262,70 @@ __global__ void __launch_bounds__(ATT_THREADS) attention_backward_dkdv_kernel(T*
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 // 16 bytes global -> shared, asynchronous; zero-fills when !valid (gmem must still be a valid address).
+// Under the kernel emulator (tests/emu, -DGPT_EMU) each PTX wrapper calls the emulator's instruction instead.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+#ifdef GPT_EMU
+    emu_ptx_cp_async_cg16(smem_u32(smem), gmem, valid ? 16 : 0);
+#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
                  "r"(valid ? 16 : 0));
+#endif
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef GPT_EMU
+    emu_ptx_cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+#ifdef GPT_EMU
+    emu_ptx_cp_async_wait(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
 
 __device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
+#ifdef GPT_EMU
+    emu_ptx_ldmatrix_x4(r, smem_u32(p), false);
+#else
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_u32(p)));
+#endif
 }
 __device__ __forceinline__ void ldsm_x4_t(uint32_t* r, const void* p) {
+#ifdef GPT_EMU
+    emu_ptx_ldmatrix_x4(r, smem_u32(p), true);
+#else
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(smem_u32(p)));
+#endif
 }
 
 // c (16x8 fp32) += a (16x16, row) * b (16x8, col).
 template <typename T> __device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1);
 template <> __device__ __forceinline__ void mma16816<__nv_bfloat16>(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+#ifdef GPT_EMU
+    emu_ptx_mma_m16n8k16_bf16(c, a, b0, b1);
+#else
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
 }
 template <> __device__ __forceinline__ void mma16816<__half>(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+#ifdef GPT_EMU
+    emu_ptx_mma_m16n8k16_f16(c, a, b0, b1);
+#else
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
 }
 // Two floats rounded to T, `lo` in the low half (the lower column of an mma fragment pair).
 template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {

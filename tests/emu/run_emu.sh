@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# run_emu.sh [--ci]: the kernel emulator's checks (make test-emu runs them all; tests/system/t_emu.sh, in
+# `make test`, runs --ci: the smallest shapes, and the plants that build fastest left to make test-emu).
+#   1. the runtime's own semantics (build/emu/test_runtime: each case, and each fault it must report)
+#   2. the PTX layouts against plain products, the cuBLASLt stand-in against a float64 reference
+#   3. kernel_check under the emulator against the CPU twins, per dtype, at the tolerances make test-gpu uses,
+#      and its determinism rows (each run twice, the second with another thread and block order)
+#   4. planted bugs, each reported (tests/emu/plant.sh)
+# Protocol: "ok NAME" / "FAIL NAME: why" lines (tests/unit/testlib.h); exit 1 on any failure.
+set -u
+cd "$(dirname "$0")/../.."
+PYTHON=${PYTHON:-/usr/bin/python3}
+ci=0
+[ "${1:-}" = --ci ] && ci=1
+failed=0
+fail() { echo "FAIL $1: $2"; failed=1; }
+# Shapes of tests/gpu/kernel_check.c, every path covered: tails (odd, hs64tail), head sizes 24/64/128 on the
+# scalar and tensor-core attention, grouped-query ratios 1, 3 and 4 (gqa9x3d64, mqa4x1d32, gqa8x2d128), the
+# norms' one-pass accumulators (norm400...), vocabulary tails. --ci keeps one of each kind.
+if [ $ci = 1 ]; then
+    SHAPES="odd,hs64tail,gqa9x3d64"
+    DTYPES="bf16 fp32"
+else
+    SHAPES="odd,hs24,hs128,hs64tail,norm400,norm1600,norm4096,normrows,gqa8x2d128,gqa9x3d64,mqa4x1d32"
+    DTYPES="fp32 bf16 fp16"
+fi
+
+# 1. The runtime: cases that pass, and cases that must fault with the line naming the problem.
+declare -A MUST_FAULT=(
+    [missing_barrier]="race on shared memory"
+    [warp_race]="race on shared memory"
+    [write_write_race]="race on shared memory"
+    [mask_mismatch]="names lanes that have returned"
+    [bad_width]="width 12: the width must be a power of two"
+    [global_oob]="past the end of the 400-byte allocation"
+    [shared_oob]="past the block's 64 bytes"
+)
+for c in $(build/emu/test_runtime list); do
+    out=$(timeout 60 build/emu/test_runtime "$c" 2>&1); rc=$?
+    if [ -n "${MUST_FAULT[$c]:-}" ]; then
+        if [ $rc -eq 1 ] && grep -q "^emulator: .*${MUST_FAULT[$c]}" <<< "$out"; then echo "ok emu_runtime_$c"
+        else fail "emu_runtime_$c" "expected a fault naming '${MUST_FAULT[$c]}', got (rc $rc): $(head -c 300 <<< "$out")"; fi
+    elif [ $rc -eq 0 ] && grep -q "^ok $c" <<< "$out"; then echo "ok emu_runtime_$c"
+    else fail "emu_runtime_$c" "rc $rc: $(head -c 300 <<< "$out")"; fi
+done
+
+# 2. The PTX and the cuBLASLt stand-in.
+for t in test_ptx test_cublaslt; do
+    out=$(timeout 300 "build/emu/$t" 2>/dev/null); rc=$?
+    grep -E '^(ok|FAIL) ' <<< "$out" | sed "s/^\(ok\|FAIL\) /\1 emu_${t#test_}_/"
+    [ $rc -eq 0 ] || fail "emu_$t" "exited $rc"
+done
+
+# 3. kernel_check under the emulator against the CPU twins.
+work=$(mktemp -d /tmp/emu-check.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+for dt in $DTYPES; do
+    KERNEL_CHECK_SHAPES=$SHAPES timeout 1500 build/kernel_check_emu "$work/emu_$dt" 11 "$dt" > "$work/emu_$dt.log" 2>&1
+    rc=$?
+    grep -E '^(ok|FAIL) ' "$work/emu_$dt.log" | sed "s/^\(ok\|FAIL\) /\1 emu_${dt}_/"
+    if [ $rc -ne 0 ]; then
+        fail "emu_kernel_check_$dt" "kernel_check_emu exited $rc: $(grep -m1 '^emulator: \|error' "$work/emu_$dt.log")"
+        continue
+    fi
+    KERNEL_CHECK_SHAPES=$SHAPES build/kernel_check_cpu "$work/cpu_$dt" 11 "$dt" > "$work/cpu_$dt.log" 2>&1 \
+        || { fail "emu_kernel_check_cpu_$dt" "kernel_check_cpu failed"; continue; }
+    "$PYTHON" tests/gpu/compare_kernels.py "$work/cpu_$dt" "$work/emu_$dt" "$dt" > "$work/cmp_$dt.log" 2>&1
+    rc=$?
+    n_ok=$(grep -c '^ok ' "$work/cmp_$dt.log")
+    grep '^FAIL ' "$work/cmp_$dt.log"
+    if [ $rc -eq 0 ] && [ "$n_ok" -gt 0 ]; then echo "ok emu_vs_cpu_$dt: $n_ok tensors within make test-gpu's tolerances"
+    else fail "emu_vs_cpu_$dt" "compare_kernels.py exited $rc ($n_ok tensors passed)"; fi
+done
+
+# 4. Planted bugs.
+if [ $ci = 0 ]; then bash tests/emu/plant.sh || failed=1; fi
+exit $failed
