@@ -107,7 +107,7 @@ CORE_CUDA_OBJ := $(CORE_SRC:%.c=$(B)/cuda/%.o) $(NCCL_OBJ)
 CPU_BACKEND   := $(CPU_KERNELS:%.c=$(B)/cpu/%.o)
 CUDA_BACKEND  := $(B)/cuda/kernels/backend_cuda.o
 
-.PHONY: all train_gpt_cpu test test-gpu test-gpu-core test-gpu-variants bench bench-offload bench-cpu bench-nvme run clean tests-bin
+.PHONY: all train_gpt_cpu test test-emu test-gpu test-gpu-core test-gpu-variants bench bench-offload bench-cpu bench-nvme run clean tests-bin
 all: train_gpt_cpu
 
 # make does not track flags: a stamp per NCCL setting rebuilds the one object whose flags it changes.
@@ -166,7 +166,14 @@ $(B)/train_gpt_fenced: $(B)/cpu/train_gpt.o $(CORE_CPU_OBJ) $(FENCE_BACKEND)
 	$(CC) -o $@ $^ $(LDLIBS)
 $(B)/fence_check: $(B)/cpu/tests/unit/fence_check.o $(CORE_CPU_OBJ) $(FENCE_BACKEND)
 	$(CC) -o $@ $^ $(LDLIBS)
-tests-bin: train_gpt_cpu $(TEST_BIN) $(B)/train_gpt_fenced $(B)/fence_check
+# The kernel emulator: the CUDA kernels' own source on the CPU (tests/emu/README.md). `make test-emu`: the
+# emulator's own checks and planted bugs, then make test-gpu's script with the emulated kernels standing in
+# for the GPU (its report: build/emu_report.md).
+include tests/emu/emu.mk
+test-emu: $(EMU_TEST_BIN) train_gpt_cpu
+	@bash tests/emu/run_emu.sh; a=$$?; REPORT=$${REPORT:-build/emu_report.md} bash tests/gpu/run_gpu.sh --emu; b=$$?; \
+	    [ $$a -eq 0 ] && [ $$b -eq 0 ]
+tests-bin: train_gpt_cpu $(TEST_BIN) $(B)/train_gpt_fenced $(B)/fence_check $(EMU_TEST_BIN)
 
 # `make test`: every CPU test; last line "N passed, N failed, N skipped"; non-zero exit on any failure.
 test: tests-bin
@@ -203,9 +210,6 @@ $(B)/bench_nvme: $(B)/cpu/bench/bench_nvme.o $(CORE_CPU_OBJ) $(CPU_BACKEND)
 	$(CC) -o $@ $^ $(LDLIBS)
 bench-nvme: $(B)/bench_nvme
 	@bash scripts/bench_nvme.sh
-
-# The kernel emulator: the CUDA kernels' own source on the CPU (tests/emu/README.md).
-include tests/emu/emu.mk
 
 # `make run`: the quick start. Prepares the default corpus if missing, then trains a small model on it.
 run: train_gpt_cpu

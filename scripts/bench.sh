@@ -19,6 +19,7 @@ W=$(mktemp -d /tmp/bench.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 source scripts/gpu_mode.sh
 dry_run_or_gpu scripts/bench.sh "${1:-}"
+[ "$EMU" = 0 ] || { echo "error: scripts/bench.sh times a GPU; the kernel emulator proves what kernels compute, not their speed" >&2; exit 1; }
 if [ "$DRY_RUN" = 1 ]; then
     BIN=./train_gpt_cpu; T=64; PREC=fp32; DEVICE=cpu; REF_FLAGS=(--dtype float32); STEPS=6
     small=L2C64H4T64 llama="llama:L2,C64,H4,K2,F160,T64"

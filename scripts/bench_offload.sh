@@ -23,6 +23,7 @@ W=$(mktemp -d /tmp/bench_offload.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 source scripts/gpu_mode.sh
 dry_run_or_gpu scripts/bench_offload.sh "${1:-}"
+[ "$EMU" = 0 ] || { echo "error: scripts/bench_offload.sh times a GPU; the kernel emulator proves what kernels compute, not their speed" >&2; exit 1; }
 if [ "$DRY_RUN" = 1 ]; then
     # The capacity lookup runs as on a GPU (for a 16 GiB one); the runs use tiny shapes.
     BIN=./train_gpt_cpu T=64 D48=L4C64H4V512 V=512 DEVICE="cpu (dry run)" GPU_GIB=16 STEPS=8 B=2 GA=2

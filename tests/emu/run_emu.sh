@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# run_emu.sh [--ci]: the kernel emulator's checks (make test-emu runs them all; tests/system/t_emu.sh, in
-# `make test`, runs --ci: the smallest shapes, and the plants that build fastest left to make test-emu).
+# run_emu.sh [--ci]: the kernel emulator's own checks. make test-emu runs them, then make test-gpu's script
+# on the emulator (tests/gpu/run_gpu.sh --emu: every kernel at every small shape and dtype, the fallbacks,
+# the step rows); tests/system/t_emu.sh, in `make test`, runs --ci: section 3 at one shape of each kind, no plants.
 #   1. the runtime's own semantics (build/emu/test_runtime: each case, and each fault it must report)
 #   2. the PTX layouts against plain products, the cuBLASLt stand-in against a float64 reference
-#   3. kernel_check under the emulator against the CPU twins, per dtype, at the tolerances make test-gpu uses,
-#      and its determinism rows (each run twice, the second with another thread and block order)
+#   3. kernel_check under the emulator against the CPU twins at make test-gpu's tolerances, with its
+#      determinism rows (each kernel twice, the second in another thread and block order): with --ci, the
+#      default kernels; in full, the kernel variants that are not library calls (GPT_CUDA_VARIANTS)
 #   4. planted bugs, each reported (tests/emu/plant.sh)
 # Protocol: "ok NAME" / "FAIL NAME: why" lines (tests/unit/testlib.h); exit 1 on any failure.
 set -u
@@ -17,12 +19,13 @@ fail() { echo "FAIL $1: $2"; failed=1; }
 # Shapes of tests/gpu/kernel_check.c, every path covered: tails (odd, hs64tail), head sizes 24/64/128 on the
 # scalar and tensor-core attention, grouped-query ratios 1, 3 and 4 (gqa9x3d64, mqa4x1d32, gqa8x2d128), the
 # norms' one-pass accumulators (norm400...), vocabulary tails. --ci keeps one of each kind.
+# The variants that are not library calls (cuDNN is not emulated): base/gpu_variants.h.
+EMU_VARIANTS=bias_grad_epilogue,lt_plan_cache,lt_autotune,norm_one_pass,adamw_multi
 if [ $ci = 1 ]; then
-    SHAPES="odd,hs64tail,gqa9x3d64"
-    DTYPES="bf16 fp32"
+    SHAPES="odd,hs64tail,gqa9x3d64" DTYPES="bf16" VARIANTS=""
 else
-    SHAPES="odd,hs24,hs128,hs64tail,norm400,norm1600,norm4096,normrows,gqa8x2d128,gqa9x3d64,mqa4x1d32"
-    DTYPES="fp32 bf16 fp16"
+    SHAPES="odd,hs24,hs128,hs64tail,norm400,norm1600,normrows,gqa8x2d128,gqa9x3d64,mqa4x1d32"
+    DTYPES="fp32 bf16 fp16" VARIANTS=$EMU_VARIANTS
 fi
 
 # 1. The runtime: cases that pass, and cases that must fault with the line naming the problem.
@@ -55,7 +58,8 @@ done
 work=$(mktemp -d /tmp/emu-check.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 for dt in $DTYPES; do
-    KERNEL_CHECK_SHAPES=$SHAPES timeout 1500 build/kernel_check_emu "$work/emu_$dt" 11 "$dt" > "$work/emu_$dt.log" 2>&1
+    KERNEL_CHECK_SHAPES=$SHAPES GPT_CUDA_VARIANTS=$VARIANTS timeout 1500 build/kernel_check_emu "$work/emu_$dt" 11 "$dt" \
+        > "$work/emu_$dt.log" 2>&1
     rc=$?
     grep -E '^(ok|FAIL) ' "$work/emu_$dt.log" | sed "s/^\(ok\|FAIL\) /\1 emu_${dt}_/"
     if [ $rc -ne 0 ]; then
@@ -68,7 +72,7 @@ for dt in $DTYPES; do
     rc=$?
     n_ok=$(grep -c '^ok ' "$work/cmp_$dt.log")
     grep '^FAIL ' "$work/cmp_$dt.log"
-    if [ $rc -eq 0 ] && [ "$n_ok" -gt 0 ]; then echo "ok emu_vs_cpu_$dt: $n_ok tensors within make test-gpu's tolerances"
+    if [ $rc -eq 0 ] && [ "$n_ok" -gt 0 ]; then echo "ok emu_vs_cpu_$dt: $n_ok tensors within make test-gpu's tolerances${VARIANTS:+ (variants $VARIANTS)}"
     else fail "emu_vs_cpu_$dt" "compare_kernels.py exited $rc ($n_ok tensors passed)"; fi
 done
 

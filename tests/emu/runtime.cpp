@@ -40,6 +40,7 @@ static const int kMaxThreads = 1024;
 static const size_t kStackBytes = 256 << 10;       // each GPU thread's fiber stack
 static const size_t kArenaBytes = (size_t)64 << 30;   // address space only
 static const size_t kPage = 4096;
+static const size_t kMaxGather = 64;               // bytes a lane contributes to one warp collective
 
 enum ThreadState { READY, AT_BARRIER, AT_WARP, DONE };
 
@@ -253,6 +254,7 @@ static void warp_meet(unsigned mask, const char* op, const void* in, size_t byte
     const int w = t->linear / 32, l = t->linear % 32;
     const unsigned warp_lanes = (unsigned)std::min(32, (int)x.threads.size() - w * 32);
     const unsigned present = warp_lanes == 32 ? 0xffffffffu : ((1u << warp_lanes) - 1);
+    if (bytes > kMaxGather) fault("%s gathers %zu bytes a lane, more than the emulator's %zu", op, bytes, kMaxGather);
     if (!(mask >> l & 1u)) fault("%s with mask 0x%08x, which does not name the calling lane %d", op, mask, l);
     if (mask & ~present) fault("%s with mask 0x%08x names lanes the block does not have (warp %d has 0x%08x)", op, mask, w, present);
     if (mask & x.exited[w])
@@ -272,11 +274,21 @@ static void warp_meet(unsigned mask, const char* op, const void* in, size_t byte
         yield_to_scheduler(x, AT_WARP);   // the last lane to arrive fills `all` and wakes us
         return;
     }
-    for (int i = 0; i < 32; i++) {
+    // Gather once, then hand each lane the lanes of mask in one copy (lanes outside mask keep their bytes).
+    unsigned char gathered[32 * kMaxGather];
+    for (int j = 0; j < 32; j++)
+        if (mask >> j & 1u) memcpy(gathered + (size_t)j * bytes, x.threads[(size_t)w * 32 + j].in, bytes);
+    const int first = __builtin_ctz(mask), last = 31 - __builtin_clz(mask);
+    const bool contiguous = mask == (last == 31 ? ~0u << first : ((1u << (last + 1)) - 1) & (~0u << first));
+    for (int i = first; i <= last; i++) {
         if (!(mask >> i & 1u)) continue;
         GpuThread& dst = x.threads[(size_t)w * 32 + i];
-        for (int j = 0; j < 32; j++)
-            if (mask >> j & 1u) memcpy((char*)dst.all + (size_t)j * bytes, x.threads[(size_t)w * 32 + j].in, bytes);
+        if (contiguous) {
+            memcpy((char*)dst.all + (size_t)first * bytes, gathered + (size_t)first * bytes, (size_t)(last - first + 1) * bytes);
+        } else {
+            for (int j = first; j <= last; j++)
+                if (mask >> j & 1u) memcpy((char*)dst.all + (size_t)j * bytes, gathered + (size_t)j * bytes, bytes);
+        }
         if (i != l) make_ready(x, &dst);
     }
     if (o.orders_memory) x.wsync[w]++;

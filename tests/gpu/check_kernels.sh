@@ -4,7 +4,7 @@
 # same seeded inputs and compares their outputs with compare_kernels.py; then once more with the fused
 # cuBLASLt epilogues and the tensor-core attention switched off, to check the explicit fallbacks.
 #
-#   bash tests/gpu/check_kernels.sh [--dry-run]
+#   bash tests/gpu/check_kernels.sh [--dry-run|--emu]
 #
 # With --dry-run the CPU binary stands in for the GPU one: the comparison is CPU against CPU, which
 # proves the scripts end to end (without a GPU and without --dry-run: an error, scripts/gpu_mode.sh). Environment: SEEDS (default "1 2"),
@@ -21,7 +21,12 @@ GPU_BIN=build/kernel_check_gpu
 source scripts/gpu_mode.sh
 dry_run_or_gpu tests/gpu/check_kernels.sh "${1:-}"
 DRY=$DRY_RUN
-if [ "$DRY" = 1 ]; then
+if [ "$EMU" = 1 ]; then
+    echo "check_kernels: the CUDA kernels under the kernel emulator (tests/emu) against the CPU build"
+    GPU_BIN=build/kernel_check_emu
+    SEEDS=${SEEDS_EMU:-1}
+    export KERNEL_CHECK_SHAPES=${KERNEL_CHECK_SHAPES:-odd,hs24,hs128,hs64tail,norm400,normrows,gqa8x2d128,gqa9x3d64,mqa4x1d32}
+elif [ "$DRY" = 1 ]; then
     echo "check_kernels: dry run (no GPU): comparing the CPU build against itself"
     GPU_BIN=$CPU_BIN
 fi

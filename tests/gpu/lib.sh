@@ -12,9 +12,24 @@ gpu_test_setup() {
     DRY=""
     source scripts/gpu_mode.sh
     dry_run_or_gpu "$1" "${2:-}"
-    if [ "$DRY_RUN" = 1 ]; then
+    if [ "$EMU" = 1 ]; then
+        DRY="--emu"; GPU=build/train_gpt_emu
+        [ -x "$GPU" ] || { echo "error: --emu runs $GPU: build it first (make test-emu builds it)" >&2; exit 1; }
+    elif [ "$DRY_RUN" = 1 ]; then
         DRY="--dry-run"; GPU=build/train_gpt_fenced
         [ -x "$GPU" ] || { echo "error: --dry-run runs $GPU: build it first (make tests-bin)" >&2; exit 1; }
+    fi
+    # The test models (cpu_reference_runs, run_gpu.sh): under the emulator, which runs every GPU thread on
+    # the CPU, smaller ones that still take every kernel path (head size 64 for the tensor-core attention,
+    # 128 for the Llama's, grouped-query heads, 4 layers for -pp 4).
+    if [ "$EMU" = 1 ]; then
+        GSPEC=L4C128H2T64 BT=(-b 2 -t 32)
+        LSPEC="llama:L2,C128,H4,K2,D128,F256,V50257,T64,qknorm"
+        KSPEC="llama:L2,C128,H4,K1,D32,F256,V50257,T64,qkvbias"
+    else
+        GSPEC=L4C128H4T256 BT=(-b 4 -t 128)
+        LSPEC="llama:L2,C256,H4,K2,D128,F512,V50257,T256,qknorm"
+        KSPEC="llama:L2,C128,H4,K1,D32,F256,V50257,T256,qkvbias"
     fi
     W=$(mktemp -d /tmp/gpu-test.XXXXXX)
     trap 'rm -rf "$W"' EXIT
@@ -48,12 +63,11 @@ same_steps() {   # name, log, reference log
 # `lflags`, $W/lcpu); both dump their step-0 gradients.
 cpu_reference_runs() {
     $PY scripts/make_shard.py -o "$W/data.bin" -n 200000 -V 50257 --seed 7 >/dev/null
-    ./train_gpt_cpu -e L4C128H4T256 -i "$W/data.bin" -j "" -x 0 -s 0 -b 4 -t 128 -o "$W/init" >/dev/null 2>&1
+    ./train_gpt_cpu -e "$GSPEC" -i "$W/data.bin" -j "" -x 0 -s 0 "${BT[@]}" -o "$W/init" >/dev/null 2>&1
     MODEL="$W/init/ckpt_000000/model.bin"
-    flags=(-e "$MODEL" -i "$W/data.bin" -j "" -b 4 -t 128 -ga 2 -x 6 -l 1e-3 -u 2 -c 0.1 -gc 1.0 -s 0)
+    flags=(-e "$MODEL" -i "$W/data.bin" -j "" "${BT[@]}" -ga 2 -x 6 -l 1e-3 -u 2 -c 0.1 -gc 1.0 -s 0)
     ./train_gpt_cpu "${flags[@]}" -p fp32 -o "$W/cpu" -dump "$W/cpu" > "$W/cpu.txt" 2>&1 || record step_cpu_run FAIL "$(tail -1 "$W/cpu.txt")"
-    ./train_gpt_cpu -e "llama:L2,C256,H4,K2,D128,F512,V50257,T256,qknorm" -i "$W/data.bin" -j "" -x 0 -s 0 -b 4 -t 128 \
-        -o "$W/linit" >/dev/null 2>&1
+    ./train_gpt_cpu -e "$LSPEC" -i "$W/data.bin" -j "" -x 0 -s 0 "${BT[@]}" -o "$W/linit" >/dev/null 2>&1
     LMODEL="$W/linit/ckpt_000000/model.bin"
     lflags=("${flags[@]}" -e "$LMODEL")
     ./train_gpt_cpu "${lflags[@]}" -p fp32 -o "$W/lcpu" -dump "$W/lcpu" > "$W/lcpu.txt" 2>&1 || record llama_cpu_run FAIL "$(tail -1 "$W/lcpu.txt")"
@@ -67,7 +81,8 @@ write_report() {
         echo
         echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
         echo "- commit: ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
-        echo "- device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "none (dry run: the fenced CPU build stands in)")"
+        if [ "$EMU" = 1 ]; then echo "- device: none: the kernel emulator (tests/emu) runs train_gpt's kernels on the CPU"
+        else echo "- device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "none (dry run: the fenced CPU build stands in)")"; fi
         echo "- command: $1"
         echo
         echo "| check | result | detail |"

@@ -17,7 +17,9 @@
 #   5. a pass/fail table, written with the device, date and commit to $REPORT (default build/gpu_report.md)
 # With --dry-run the fenced CPU build (build/train_gpt_fenced: device memory the host cannot touch, copies
 # with a GPU's windows; tests/system/t_fence.sh) stands in for train_gpt, proving the script end to end against a
-# backend other than train_gpt_cpu's; without a GPU and without --dry-run it is an error (scripts/gpu_mode.sh).
+# backend other than train_gpt_cpu's; with --emu (make test-emu) train_gpt's own host code and kernels run on
+# the kernel emulator (build/train_gpt_emu, smaller test models: lib.sh), every row but NCCL's; without a GPU
+# and without either it is an error (scripts/gpu_mode.sh).
 set -u
 cd "$(dirname "$0")/../.."
 REPORT=${REPORT:-build/gpu_report.md}
@@ -126,7 +128,7 @@ if command -v mpirun >/dev/null 2>&1 && ldd "$GPU" | grep -q libmpi; then
     done
     # A Llama of one kv head (with q/k/v biases) under -tp 2: each rank holds a copy of the kv head and the
     # copies' gradients are summed through be_copy_rows' packed columns; against the same model on one rank.
-    kspec="llama:L2,C128,H4,K1,D32,F256,V50257,T256,qkvbias"
+    kspec=$KSPEC
     $GPU "${flags[@]}" -e "$kspec" -ga 4 -p fp32 -o "$W/kv1" > "$W/kv1.txt" 2>&1 || record llama_kv_copies_single_run FAIL "$(grep -m1 error "$W/kv1.txt")"
     mpirun --oversubscribe --bind-to none -np 2 $GPU "${flags[@]}" -e "$kspec" -ga 4 -p fp32 -tp 2 -comm mpi -o "$W/kvtp2" \
         > "$W/kvtp2.txt" 2>&1 || record llama_kv_copies_tp2_run FAIL "$(grep -m1 error "$W/kvtp2.txt")"
@@ -150,8 +152,8 @@ comm_test() {   # name, command...: test_comm's summary line becomes one row
 }
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ -n "$DRY" ]; then
-    echo "skip nccl: no GPU (dry run; the fenced CPU build stands in and NCCL needs a GPU per rank)"
-    ROWS+=("| nccl | skip | no GPU (dry run): NCCL needs a GPU per rank |")
+    echo "skip nccl: no GPU ($DRY: NCCL needs a GPU per rank)"
+    ROWS+=("| nccl | skip | no GPU ($DRY): NCCL needs a GPU per rank |")
 elif ! ldd "$GPU" | grep -q libnccl; then
     echo "skip nccl: train_gpt was built without NCCL"
     ROWS+=("| nccl | skip | train_gpt built without NCCL (make NCCL=1 NCCL_HOME=DIR) |")
