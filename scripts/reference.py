@@ -430,10 +430,11 @@ def parse_llama_spec(spec):
             die("-e %r: unknown field %r (llama: then comma-separated L<n> C<n> H<n> K<n> D<n> F<n> V<n> T<n> "
                 "theta<x> eps<x> tied qknorm qkvbias rope-linear<f> rope-llama3<f>/<low>/<high>/<orig>)"
                 % (spec, field))
-        key = "rope" if m.group(1).startswith("rope") else m.group(1)
+        key = "rope" if m.group(1).startswith("rope") else m.group(1)   # rope-linear and rope-llama3 set one thing
         if key in got:
-            die("-e %r: %s given twice" % (spec, key))
-        got[key] = (m.group(1),) + m.groups()[1:]
+            die("-e %r: %r and %r both set %s; give one"
+                % (spec, got[key][-1], field, "the RoPE scaling" if key == "rope" else key))
+        got[key] = (m.group(1),) + m.groups()[1:] + (field,)
     missing = [k for k in "LCHF" if k not in got]
     if missing:
         die("-e %r: needs %s" % (spec, ", ".join(missing)))

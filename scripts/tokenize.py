@@ -22,9 +22,9 @@ id, 64 random bits shared by the shards of one run and by no other run; llm.c's 
 and 0 there marks a shard of no known set (llm.c's own). OUTDIR also gets what the trainer decodes samples
 and encodes -prompt with: for GPT-2, gpt2_tokenizer.bin (the decoding table: [20240328, 2, 50257, 50256]
 header, then each token as uint8 length + bytes) and gpt2_merges.bin (the merges in gpt2tok's compact form);
-with --tokenizer, a copy of FILE as tokenizer.json. An OUTDIR that holds the other kind, or another
-tokenizer.json, is refused: its shards were encoded with that one. The output does not depend on -j, but for
-the set id.
+with --tokenizer, a copy of FILE (a regular file, as every input is) as tokenizer.json. An OUTDIR that holds
+the other kind, or another tokenizer.json, is refused: its shards were encoded with that one. The output does
+not depend on -j, but for the set id.
 
 One run at a time per OUTDIR: a run holds OUTDIR/.tokenize.lock, and another run into OUTDIR stops at once.
 The new shards are written into a private directory OUTDIR/.tokenize-PID, then renamed over the old set
@@ -192,13 +192,28 @@ def gpt2_tokenizer(model_file):
     return Tokenizer(model_file.name, VOCAB, EOT, files, ('tokenizer.json',))
 
 
-def hf_tokenizer(path):
-    """A tokenizer.json, as build/gpt2tok reads it: it refuses what it would not encode as Hugging Face does."""
+def read_regular(path):
+    """The bytes of the regular file at path. Opened without waiting, so that a FIFO is refused rather than waited
+    on; a device such as /dev/zero, read to its end, would never end."""
     try:
-        with open(path, 'rb') as f:
-            data = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise Fail(f'{path}: not a regular file ({kind_of(mode)})')
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        with os.fdopen(fd, 'rb') as f:
+            return f.read()
     except OSError as e:
         raise Fail(f'{path}: {e.strerror}')
+
+
+def hf_tokenizer(path):
+    """A tokenizer.json, as build/gpt2tok reads it: it refuses what it would not encode as Hugging Face does."""
+    data = read_regular(path)
     ensure_helper()
     r = subprocess.run([HELPER, path, '--info'], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     info = dict(line.split(' ', 1) for line in r.stdout.decode().splitlines() if ' ' in line)
@@ -335,6 +350,10 @@ NOT_REGULAR = ((stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'), (stat.S
                (stat.S_ISBLK, 'a block device'), (stat.S_ISSOCK, 'a socket'))
 
 
+def kind_of(mode):
+    return next((kind for test, kind in NOT_REGULAR if test(mode)), 'of an unknown kind')
+
+
 def check_regular(path):
     """A FIFO or a device has no size to plan with, and reading one can block or never end."""
     try:
@@ -344,8 +363,7 @@ def check_regular(path):
     except OSError as e:
         raise Fail(f'{path}: {e.strerror}')
     if not stat.S_ISREG(mode):
-        kind = next((k for test, k in NOT_REGULAR if test(mode)), 'of an unknown kind')
-        raise Fail(f'{path}: not a regular file ({kind})')
+        raise Fail(f'{path}: not a regular file ({kind_of(mode)})')
     if not os.access(path, os.R_OK):
         raise Fail(f'{path}: not readable')
 

@@ -288,12 +288,17 @@ static char *read_text(const char *path, FILE *f) {
     return text;
 }
 
+int bpe_file_is_json(FILE *f, const char *path) {
+    int c;
+    while ((c = getc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r') {}
+    if (ferror(f) || fseek(f, 0, SEEK_SET) != 0) fail("%s: %s", path, strerror(errno));
+    return c == EOF || (c >= 0x20 && c < 0x7f);
+}
+
 void bpe_model_load(BpeModel *m, const char *path) {
     memset(m, 0, sizeof *m);
     FILE *f = xfopen(path, "rb");
-    int c;
-    while ((c = getc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r') {}
-    if (c == '{') {
+    if (bpe_file_is_json(f, path)) {
         char *text = read_text(path, f);
         if (fclose(f) != 0) fail("%s: %s", path, strerror(errno));
         bpe_model_load_json(m, path, text);
@@ -301,7 +306,6 @@ void bpe_model_load(BpeModel *m, const char *path) {
         build_classes(m);
         return;
     }
-    if (fseek(f, 0, SEEK_SET) != 0) fail("%s: %s", path, strerror(errno));
     m->pattern = BPE_PATTERN_GPT2;
     load_compact(m, path, f);
     if (fclose(f) != 0) fail("%s: %s", path, strerror(errno));

@@ -15,6 +15,7 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define GPT2TOK_MAGIC 20240601
 #define BPE_MAX_VOCAB (1u << 24)
@@ -51,8 +52,14 @@ typedef struct {
 typedef struct { uint32_t *v; size_t n, cap; } BpeTokens;
 typedef struct BpeWorker BpeWorker;   /* one thread's scratch and piece cache */
 
-/* Either kind of file, told apart by its first byte ('{' after any spaces: tokenizer.json). */
+/* Either kind of file, told apart by bpe_file_is_json. */
 void bpe_model_load(BpeModel *m, const char *path);
+/* Whether the tokenizer file f at path (read from its start, and left there) is to be read as a tokenizer.json.
+ * The binary formats (the compact merges file, llm.c's gpt2_tokenizer.bin) begin with a magic whose first byte
+ * is above 0x7f; a file that begins, after any spaces, with printable ASCII, or holds nothing else, was meant
+ * as JSON text, so the JSON reader names what is wrong with it (an empty file, a top level that is not an
+ * object, where the parse fails) rather than a binary header check. */
+int bpe_file_is_json(FILE *f, const char *path);
 void bpe_model_free(BpeModel *m);
 /* The bytes of token id (*len of them, NUL-terminated), or NULL past the token table. */
 const uint8_t *bpe_token_bytes(const BpeModel *m, uint32_t id, size_t *len);

@@ -29,13 +29,6 @@ static Tokenizer* load_json(const char* path) {
     return t;
 }
 
-// A tokenizer.json begins with '{' (after any spaces); llm.c's file with its magic's bytes.
-static int is_json(FILE* f) {
-    int c;
-    while ((c = getc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r') {}
-    return c == '{';
-}
-
 Tokenizer* tokenizer_load(const char* path) {
     long long size = file_size(path);
     if (size < 0) {
@@ -43,11 +36,10 @@ Tokenizer* tokenizer_load(const char* path) {
         fail("cannot stat tokenizer %s: %s", path, strerror(errno));
     }
     FILE* f = xfopen(path, "rb");   // before the size check: a FIFO's size of 0 would hide what it is
-    if (is_json(f)) {
+    if (bpe_file_is_json(f, path)) {
         if (fclose(f) != 0) fail("cannot close tokenizer %s: %s", path, strerror(errno));
         return load_json(path);
     }
-    rewind(f);
     if (size < TOK_HEADER_BYTES)
         fail("tokenizer %s is shorter than its %d-byte header (%lld bytes)", path, TOK_HEADER_BYTES, size);
     unsigned char h[TOK_HEADER_BYTES];

@@ -481,12 +481,16 @@ static uint32_t document_start(const Doc *d, const BpeModel *m) {
 }
 
 void bpe_model_load_json(BpeModel *m, const char *path, char *text) {
+    if (!*text) fail("%s: an empty file", path);
+    if (!text[strspn(text, " \t\n\r")])
+        fail("%s: nothing but whitespace, where a tokenizer.json holds one JSON object", path);
     Json j;
     char why[200];
-    if (!json_parse_buffer(&j, text, why, sizeof why)) fail("%s: %s", path, why);
+    if (!json_parse_buffer(&j, text, why, sizeof why)) fail("%s: JSON parse error: %s", path, why);
     Doc d = {&j, path, {0}};
+    if (j.values[0].type != JSON_OBJECT)
+        refuse(&d, "the top level is %s, not the JSON object of a tokenizer.json", describe(&d, 0));
     byte_level_alphabet(&d);
-    if (j.values[0].type != JSON_OBJECT) refuse(&d, "not a JSON object");
     check_top(&d);
     m->nfc = normalizer(&d);
     int model = json_find(&j, 0, "model");

@@ -29,7 +29,7 @@ static int refuse(Parser* ps, const char* fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    snprintf(ps->why, ps->why_size, "%s at byte %td", msg, ps->p - ps->start);
+    snprintf(ps->why, ps->why_size, "%s at byte %td%s", msg, ps->p - ps->start, *ps->p ? "" : ", where the text ends");
     return 0;
 }
 
@@ -170,7 +170,7 @@ static int parse_value(Parser* ps, int parent, char* key, int depth) {
             return 1;
         }
     }
-    return c ? refuse(ps, "unexpected character '%c'", c) : refuse(ps, "unexpected end");
+    return c ? refuse(ps, "unexpected character '%c'", c) : refuse(ps, "expected a value");
 }
 
 // An object with two members of one name: one pass over every key through a hash table, so that an

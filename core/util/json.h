@@ -4,7 +4,8 @@
 // writer's key order nor its spacing matters. Objects, arrays, strings (escapes decoded, \u to UTF-8 with
 // surrogate pairs joined), numbers, true, false, null. Refused, with the byte offset of the problem: text
 // that is not UTF-8, a duplicate key, nesting deeper than JSON_MAX_DEPTH, a lone surrogate, \u0000 (strings
-// are NUL-terminated, so it could not be told from their end), anything after the value.
+// are NUL-terminated, so it could not be told from their end), anything after the value; text that ends
+// early is said to end there.
 #pragma once
 #include <stddef.h>
 

@@ -62,6 +62,20 @@ expect_error model_spec_needs_heads "L, C and H are required" "${base[@]}" -e L2
 expect_error model_spec_needs_channels "L, C and H are required" "${base[@]}" -e L2H4
 expect_error model_spec_zero_layers "bad model spec 'L0C64H4'" "${base[@]}" -e L0C64H4
 expect_error model_spec_repeated_key "bad model spec 'L2C64H4L3': 'L' is given twice" "${base[@]}" -e L2C64H4L3
+# A Llama spec sets each thing once: a repeated field of each kind (integer, number, flag, RoPE scaling), or
+# two scalings, is refused naming both fields, never the last one winning (one table holds every field).
+llama=llama:L2,C64,H4,F96,V512,T64
+while read -r name first second; do
+    expect_error "model_spec_twice_$name" "bad model spec '$llama,$first,$second': '$first' and '$second' both set the " \
+        "${base[@]}" -e "$llama,$first,$second" < /dev/null
+done <<'FIELDS'
+kv_heads K2 K4
+theta theta5e5 theta1e6
+tied tied tied
+qk_norm qknorm qknorm
+rope_linear rope-linear:2 rope-linear:4
+rope_linear_and_llama3 rope-linear:2 rope-llama3:8/1/4/32
+FIELDS
 expect_error model_spec_signed_field "bad model spec 'L2C\+64H4'" "${base[@]}" -e L2C+64H4
 expect_error head_size "head size 12 \(channels 48 / heads 4\) must be a multiple of 8" "${base[@]}" -e L2C48H4
 expect_error missing_model_file "nor an existing file" "${base[@]}" -e "$TMP/none.bin"

@@ -120,6 +120,13 @@ expect_error tokenizer_err_fifo 'fifo: not a regular file (a FIFO)' timeout 20 $
 expect_error tokenizer_err_fifo_in_dir 'withfifo/pipe: not a regular file (a FIFO)' timeout 20 $TOK "$TMP/withfifo" -o "$TMP/e8"
 expect_error tokenizer_err_raw_fifo 'fifo: not a regular file (a FIFO)' timeout 20 $TOK --raw "$TMP/fifo" -o "$TMP/e8.bin"
 expect_error tokenizer_err_device '/dev/null: not a regular file (a character device)' $TOK /dev/null -o "$TMP/e8"
+# --tokenizer likewise: /dev/zero read whole would grow without end (ulimit -v: a regression fails, not the
+# machine), a FIFO would wait for a writer forever (-k: a read never ends for SIGTERM).
+mkdir "$TMP/tokdir"
+for tk in /dev/zero:'a character device' "$TMP/fifo":'a FIFO' "$TMP/tokdir":'a directory'; do
+    expect_error "tokenizer_err_tokenizer_${tk##* }" "${tk%%:*}: not a regular file (${tk#*:})" \
+        bash -c 'ulimit -v 2000000 && exec timeout -k 2 10 "$@"' - $TOK "$TMP/good.txt" -o "$TMP/e8" --tokenizer "${tk%%:*}"
+done
 printf '{"text": "fine"}\n{"text": "\\ud800 alone"}\n' > "$TMP/surrogate.jsonl"
 expect_error tokenizer_err_jsonl_surrogate 'surrogate.jsonl:2: the text holds a lone surrogate U+D800 (character 0), which is not valid Unicode' \
     $TOK "$TMP/surrogate.jsonl" -o "$TMP/e9"

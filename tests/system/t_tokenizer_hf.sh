@@ -75,9 +75,31 @@ refuses id_gap "ids reach 300" 'model.vocab.Ġthe=300'
 refuses not_byte_level 'model.vocab "中" holds U+4E2D, which is not one of ByteLevel'"'"'s 256 characters' 'model.vocab.中=259' 'added_tokens.0.id=260'
 refuses no_document_start "cannot tell the token that begins a document" 'added_tokens=[]'
 printf '{"model": {"type": "BPE", "type": "BPE"}}' > "$TMP/dup.json"
-expect_error refuses_duplicate_key "error: $TMP/dup.json: duplicate key \"type\" at byte 34" "$GT" "$TMP/dup.json" --info
+expect_error refuses_duplicate_key "error: $TMP/dup.json: JSON parse error: duplicate key \"type\" at byte 34" "$GT" "$TMP/dup.json" --info
 head -c 500 "$TMP/tiny.json" > "$TMP/cut.json"
 expect_error refuses_cut_json "error: $TMP/cut.json: " "$GT" "$TMP/cut.json" --info
+# A file meant as a tokenizer.json that holds no JSON object: the message says what is wrong with its JSON,
+# through each reader (the binary formats' magics begin with a byte above 0x7f: text is never taken for one).
+declare -A json_problem=([empty]="an empty file" [blank]="nothing but whitespace, where a tokenizer.json holds one JSON object"
+    [array]="the top level is an array, not the JSON object of a tokenizer.json" [number]="the top level is a number, not"
+    [string]="the top level is a string, not" [null]="the top level is null, not"
+    [truncated]="JSON parse error: expected ',' or '}' at byte 24, where the text ends")
+: > "$TMP/empty.json"
+printf ' \n\t' > "$TMP/blank.json"
+printf '[]' > "$TMP/array.json"
+printf '42\n' > "$TMP/number.json"
+printf '"x"' > "$TMP/string.json"
+printf 'null' > "$TMP/null.json"
+printf '{"model": {"type": "BPE"' > "$TMP/truncated.json"
+for f in empty blank array number string null truncated; do
+    expect_error "json_$f" "error: $TMP/$f.json: ${json_problem[$f]}" "$GT" "$TMP/$f.json" --info
+done
+for f in empty array truncated; do
+    expect_error "trainer_json_$f" "error: $TMP/$f.json: ${json_problem[$f]}" ./train_gpt_cpu -e L1C32H2V300T32 -b 1 -t 32 -tk "$TMP/$f.json" -prompt hi
+done
+for f in empty number truncated; do
+    expect_error "tokenize_py_json_$f" "error: $TMP/$f.json: ${json_problem[$f]}" $TOK "$TMP/docs" -o "$TMP/e1" --tokenizer "$TMP/$f.json"
+done
 expect_error tokenize_py_refuses_in_one_line "error: $TMP/normalizer.json: normalizer is NFKC" $TOK "$TMP/docs" -o "$TMP/e1" --tokenizer "$TMP/normalizer.json"
 expect_error trainer_refuses_in_one_line "error: $TMP/normalizer.json: normalizer is NFKC" ./train_gpt_cpu -e L1C32H2V300T32 -b 1 -t 32 -tk "$TMP/normalizer.json" -prompt hi
 expect_error tokenize_py_refuses_other_kind "holds gpt2_tokenizer.bin, another tokenizer's file" $TOK "$TMP/docs" -o "$TMP/g_files" --name u --tokenizer "$TMP/gpt2.json"

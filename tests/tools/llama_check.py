@@ -342,7 +342,7 @@ def gpt2_header_family0():
 def bad_specs():
     """Each bad llama spec: exit 1 with one 'error:' line that says what is wrong."""
     cases = [("llama:L2,C64,H4", "needs F"), ("llama:L2,C64,H4,K3,F16", "kv heads 3 do not divide query heads 4"),
-             ("llama:L2,C64,H4,D7,F16", "head_dim 7 is odd"), ("llama:L2,C64,H4,F16,F8", "F given twice"),
+             ("llama:L2,C64,H4,D7,F16", "head_dim 7 is odd"), ("llama:L2,C64,H4,F16,F8", "'F16' and 'F8' both set F"),
              ("llama:L2,C64,H3,F16", "C must be divisible by H"), ("llama:L2,C64,H4,F16,bias", "unknown field 'bias'"),
              ("llama:L2,C64,H4,F16,rope-llama38/4/1/64", "low_freq_factor < high_freq_factor"),
              ("llama:L2,C64,H4,F16,theta0", "rope_theta 0")]

@@ -54,6 +54,11 @@ static void refusals(TestStats* st) {
     check_true(st, "json_refuses_malformed_numbers", !parses("[01]") && !parses("[1.]") && !parses("[1e]") && !parses("[+1]") && !parses("[0x10]"));
     check_true(st, "json_refuses_unterminated", !parses("{\"a\": \"x") && !parses("{\"a\": 1") && !parses(""));
     check_true(st, "json_refuses_raw_control", !parses("[\"a\tb\"]") && !parses("{a: 1}"));
+    Json j;
+    char why[160];
+    int ok = json_parse(&j, "{\"a\": [1, ", why, sizeof(why));
+    check_true(st, "json_truncated_says_where_the_text_ends", !ok && !strcmp(why, "expected a value at byte 10, where the text ends"));
+    json_free(&j);
 }
 
 static void unicode(TestStats* st) {

@@ -1,5 +1,6 @@
 // family.c: the Llama family described for the trainer (family.h): kinds, cuts, shapes, file fields, costs.
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,24 +132,69 @@ static void parse_rope_llama3(const char* spec, const char* text, Rope* r) {
     *r = (Rope){ROPE_LLAMA3, r->theta, f, lo, hi, orig};
 }
 
-// One comma-separated field of a custom spec into s; seen counts the integer fields (KEYS' order).
-static const char INT_KEYS[] = "LCHFKDVT";
-static void parse_field(const char* spec, const char* tok, ModelShape* s, int* seen) {
-    int* slots[] = {&s->L, &s->C, &s->NH, &s->F, &s->KV, &s->D, &s->V, &s->maxT};
-    const char* key = tok[0] ? strchr(INT_KEYS, tok[0]) : NULL;
-    if (strcmp(tok, "tied") == 0) s->tied = 1;
-    else if (strcmp(tok, "qknorm") == 0) s->qk_norm = 1;
-    else if (strcmp(tok, "qkvbias") == 0) s->qkv_bias = 1;
-    else if (strncmp(tok, "theta", 5) == 0) s->rope.theta = (float)number(spec, "theta", tok + 5);
-    else if (strncmp(tok, "eps", 3) == 0) s->eps = (float)number(spec, "eps", tok + 3);
-    else if (strncmp(tok, "rope-linear", 11) == 0) s->rope.scaling = ROPE_LINEAR, s->rope.factor = (float)number(spec, "rope-linear", tok + 11 + (tok[11] == ':'));
-    else if (strncmp(tok, "rope-llama3", 11) == 0) parse_rope_llama3(spec, tok + 11, &s->rope);
-    else if (key && tok[1] >= '0' && tok[1] <= '9') {
-        int k = (int)(key - INT_KEYS);
-        if (seen[k]++) fail("bad model spec '%s': '%c' is given twice", spec, tok[0]);
-        *slots[k] = whole(spec, (char[2]){tok[0], 0}, tok + 1);
-    } else {
-        fail("bad model spec '%s': unknown field '%s' (expected %s)", spec, tok, SPEC_SYNTAX);
+// The fields of a custom spec (SPEC_SYNTAX), as data: what each sets, and where in the shape. Fields that set
+// one thing (rope-linear and rope-llama3 both set the RoPE scaling) share a Setting, so that a spec setting a
+// thing twice, with the same field or another, is refused instead of the last one winning.
+typedef enum {
+    SET_L, SET_C, SET_H, SET_F, SET_K, SET_D, SET_V, SET_T, SET_THETA, SET_EPS, SET_TIED, SET_QK_NORM, SET_QKV_BIAS,
+    SET_ROPE_SCALING, NUM_SETTINGS
+} Setting;
+static const char* const SETTING_NAMES[NUM_SETTINGS] = {
+    "the layers", "the channels", "the heads", "the MLP width", "the kv heads", "the head size", "the vocabulary",
+    "the context length", "the RoPE theta", "the RMSNorm eps", "the tied head", "the q/k norms", "the q/k/v biases",
+    "the RoPE scaling"};
+typedef enum { FIELD_INT, FIELD_NUMBER, FIELD_FLAG, FIELD_ROPE_LINEAR, FIELD_ROPE_LLAMA3 } FieldKind;
+typedef struct {
+    const char* name;   // an integer field's letter, digits follow; a number's or a scaling's prefix; a flag whole
+    FieldKind kind;
+    Setting sets;
+    size_t offset;      // of the int (FIELD_INT, FIELD_FLAG) or float (FIELD_NUMBER) in ModelShape
+} SpecField;
+static const SpecField SPEC_FIELDS[] = {
+    {"L", FIELD_INT, SET_L, offsetof(ModelShape, L)},
+    {"C", FIELD_INT, SET_C, offsetof(ModelShape, C)},
+    {"H", FIELD_INT, SET_H, offsetof(ModelShape, NH)},
+    {"F", FIELD_INT, SET_F, offsetof(ModelShape, F)},
+    {"K", FIELD_INT, SET_K, offsetof(ModelShape, KV)},
+    {"D", FIELD_INT, SET_D, offsetof(ModelShape, D)},
+    {"V", FIELD_INT, SET_V, offsetof(ModelShape, V)},
+    {"T", FIELD_INT, SET_T, offsetof(ModelShape, maxT)},
+    {"theta", FIELD_NUMBER, SET_THETA, offsetof(ModelShape, rope.theta)},
+    {"eps", FIELD_NUMBER, SET_EPS, offsetof(ModelShape, eps)},
+    {"tied", FIELD_FLAG, SET_TIED, offsetof(ModelShape, tied)},
+    {"qknorm", FIELD_FLAG, SET_QK_NORM, offsetof(ModelShape, qk_norm)},
+    {"qkvbias", FIELD_FLAG, SET_QKV_BIAS, offsetof(ModelShape, qkv_bias)},
+    {"rope-linear", FIELD_ROPE_LINEAR, SET_ROPE_SCALING, 0},
+    {"rope-llama3", FIELD_ROPE_LLAMA3, SET_ROPE_SCALING, 0},
+};
+
+static const SpecField* spec_field(const char* tok) {
+    for (size_t i = 0; i < sizeof(SPEC_FIELDS) / sizeof(SPEC_FIELDS[0]); i++) {
+        const SpecField* f = &SPEC_FIELDS[i];
+        size_t n = strlen(f->name);
+        if (strncmp(tok, f->name, n) != 0) continue;
+        if (f->kind == FIELD_FLAG ? tok[n] == 0 : f->kind == FIELD_INT ? tok[n] >= '0' && tok[n] <= '9' : 1) return f;
+    }
+    return NULL;
+}
+
+// One comma-separated field of a custom spec into s; set_by[k]: the field that set setting k, or NULL.
+static void parse_field(const char* spec, const char* tok, ModelShape* s, const char** set_by) {
+    const SpecField* f = spec_field(tok);
+    if (!f) fail("bad model spec '%s': unknown field '%s' (expected %s)", spec, tok, SPEC_SYNTAX);
+    if (set_by[f->sets])
+        fail("bad model spec '%s': '%s' and '%s' both set %s; give one", spec, set_by[f->sets], tok, SETTING_NAMES[f->sets]);
+    set_by[f->sets] = tok;
+    const char* value = tok + strlen(f->name);
+    char* at = (char*)s + f->offset;
+    switch (f->kind) {
+        case FIELD_INT: *(int*)at = whole(spec, f->name, value); break;
+        case FIELD_NUMBER: *(float*)at = (float)number(spec, f->name, value); break;
+        case FIELD_FLAG: *(int*)at = 1; break;
+        case FIELD_ROPE_LINEAR:
+            s->rope.scaling = ROPE_LINEAR, s->rope.factor = (float)number(spec, f->name, value + (*value == ':'));
+            break;
+        case FIELD_ROPE_LLAMA3: parse_rope_llama3(spec, value, &s->rope); break;
     }
 }
 
@@ -157,14 +203,15 @@ static int parse_spec(const char* spec, ModelShape* out) {
     if (parse_named(spec, out)) return 1;
     if (strncmp(spec, "llama:", 6) != 0) return 0;
     ModelShape s = llama_shape(0, 0, 0, 0, 0, 0, 50257, 1024, 10000.0f, 1e-5f, 0, 0, 0);
-    int seen[8] = {0};
+    const char* set_by[NUM_SETTINGS] = {0};   // point into buf
     char buf[512];
     if (strlen(spec + 6) >= sizeof(buf)) fail("bad model spec '%s': too long", spec);
     strcpy(buf, spec + 6);
-    for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) parse_field(spec, tok, &s, seen);
-    if (!seen[0] || !seen[1] || !seen[2] || !seen[3]) fail("bad model spec '%s': L, C, H and F are required (%s)", spec, SPEC_SYNTAX);
-    if (!seen[4]) s.KV = s.NH;
-    if (!seen[5]) {
+    for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) parse_field(spec, tok, &s, set_by);
+    if (!set_by[SET_L] || !set_by[SET_C] || !set_by[SET_H] || !set_by[SET_F])
+        fail("bad model spec '%s': L, C, H and F are required (%s)", spec, SPEC_SYNTAX);
+    if (!set_by[SET_K]) s.KV = s.NH;
+    if (!set_by[SET_D]) {
         if (s.C % s.NH) fail("bad model spec '%s': C %d is not a multiple of H %d; give the head size D", spec, s.C, s.NH);
         s.D = s.C / s.NH;
     }
