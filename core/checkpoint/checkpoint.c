@@ -213,9 +213,10 @@ static int missing_on_other_host(const char* dir, int rank, const CheckpointInfo
     return 1;
 }
 
-// checkpoint_inspect, keeping the manifest read (m, freed by the caller) for the checksums.
-static int inspect(const char* dir, const ModelShape* s, CheckpointInfo* info, Manifest* m, char* why, size_t n) {
-    int ok = manifest_read(m, dir, info, why, n) && model_file_inspect(dir, s, why, n);
+// The files whose meaning depends on the model's shape: model.bin's size, each state file's header and
+// spans, and the spans together covering every parameter once.
+static int inspect_files(const char* dir, const ModelShape* s, const CheckpointInfo* info, char* why, size_t n) {
+    int ok = model_file_inspect(dir, s, why, n);
     SpanList all = {0};
     for (int r = 0; ok && r < info->ranks; r++)
         ok = !missing_on_other_host(dir, r, info, why, n) && state_file_inspect(dir, r, s, info->dt, &all, why, n);
@@ -226,22 +227,26 @@ static int inspect(const char* dir, const ModelShape* s, CheckpointInfo* info, M
 
 int checkpoint_inspect(const char* dir, const ModelShape* s, CheckpointInfo* info, char* why, size_t n) {
     Manifest m;
-    int ok = inspect(dir, s, info, &m, why, n);
+    int ok = manifest_read(&m, dir, info, why, n) && inspect_files(dir, s, info, why, n);
     manifest_free(&m);
     return ok;
 }
 
-// Every file's bytes against the manifest's CRC-32s: the whole checkpoint is read once.
-static int verify_files(const char* dir, const CheckpointInfo* info, const Manifest* m, int verbose, char* why, size_t n) {
-    if (verbose && !manifest_has_checksums(m))
-        printf("note: %s records no checksums (written before they were): its files are not verified\n", dir);
+// Every file's bytes against the manifest's CRC-32s (the manifest's own against DONE's: manifest_read),
+// each file read once. Nothing here depends on the model's shape: a file that fails is damaged, whatever
+// its header says.
+static int verify_files(const char* dir, const CheckpointInfo* info, const Manifest* m, char* why, size_t n) {
     int ok = manifest_verify_file(m, dir, "model.bin", why, n);
     for (int r = 0; ok && r < info->ranks; r++) {
         char name[64];
         snprintf(name, sizeof(name), "state_rank%d.bin", r);
-        ok = manifest_verify_file(m, dir, name, why, n);
+        ok = !missing_on_other_host(dir, r, info, why, n) && manifest_verify_file(m, dir, name, why, n);
     }
     return ok;
+}
+
+void checkpoint_note_unverified(const char* dir, const CheckpointInfo* info) {
+    if (!info->checksums) printf("note: %s records no checksums (written before they were): its files are not verified\n", dir);
 }
 
 void checkpoint_refuse_other_shape(const char* dir, const ModelShape* want) {
@@ -251,24 +256,33 @@ void checkpoint_refuse_other_shape(const char* dir, const ModelShape* want) {
     if (model_file_peek_shape(p, &fs)) model_file_check_shape(&fs, want, p);
 }
 
+// One candidate of checkpoint_find: complete (DONE) and every file as the checksums say; only then is a
+// model of another shape another run (a one-line error) rather than damage; then well formed for this shape.
+static int usable(const char* dir, const ModelShape* s, int verbose, char* why, size_t n) {
+    long long done_size = 0;
+    if (!regular_file_size(dir, "DONE", &done_size, why, n)) return set_why(why, n, "no DONE marker (incomplete)");
+    CheckpointInfo info;
+    Manifest m;
+    int ok = manifest_read(&m, dir, &info, why, n) && verify_files(dir, &info, &m, why, n);
+    manifest_free(&m);
+    if (ok) checkpoint_refuse_other_shape(dir, s);
+    ok = ok && inspect_files(dir, s, &info, why, n);
+    if (ok && verbose) checkpoint_note_unverified(dir, &info);
+    return ok;
+}
+
 int checkpoint_find(const char* out_dir, const ModelShape* s, char* path, size_t size, int verbose) {
     int* steps;
     int count = run_dir_checkpoints(out_dir, &steps), found = -1;
     char why[512], skipped[2048] = "";
     size_t used = 0;
     for (int i = 0; i < count && found < 0; i++) {
-        CheckpointInfo info;
-        Manifest m = {0};
         run_dir_checkpoint_path(path, size, out_dir, steps[i]);
-        long long done_size = 0;
-        int ok = regular_file_size(path, "DONE", &done_size, why, sizeof(why)) || set_why(why, sizeof(why), "no DONE marker (incomplete)");
-        if (ok) {
-            checkpoint_refuse_other_shape(path, s);
-            ok = inspect(path, s, &info, &m, why, sizeof(why)) && verify_files(path, &info, &m, verbose, why, sizeof(why));
+        if (usable(path, s, verbose, why, sizeof(why))) {
+            found = steps[i];
+            break;
         }
-        manifest_free(&m);
-        if (ok) found = steps[i];
-        int w = ok ? 0 : snprintf(skipped + used, sizeof(skipped) - used, "%s%s: %s", used ? "; " : "", path, why);
+        int w = snprintf(skipped + used, sizeof(skipped) - used, "%s%s: %s", used ? "; " : "", path, why);
         used = w > 0 && used + (size_t)w < sizeof(skipped) ? used + (size_t)w : used;
     }
     free(steps);

@@ -21,8 +21,8 @@ void manifest_write(const char* path, const ModelState* ms, const Grid* g, const
                     int host_dirs, const uint32_t* crcs) {
     FILE* f = xfopen(path, "w");
     const ModelShape* s = &ms->lay->shape;
-    fprintf(f, "{\"step\": %d, \"tokens_per_step\": %lld, \"seed\": %llu, \"state_files\": %d,\n", info->step,
-            info->tokens_per_step, info->seed, comm_size(g->world));
+    fprintf(f, "{\"format\": %d, \"step\": %d, \"tokens_per_step\": %lld, \"seed\": %llu, \"state_files\": %d,\n",
+            MANIFEST_FORMAT, info->step, info->tokens_per_step, info->seed, comm_size(g->world));
     fprintf(f, " \"loss_scale\": %.9g, \"clean_steps\": %d, \"overflows_left\": %d,\n", info->scaler.scale,
             info->scaler.clean_steps, info->scaler.overflows_left);
     fprintf(f, " \"model\": {\"L\": %d, \"C\": %d, \"NH\": %d, \"V\": %d, \"Vp\": %d, \"maxT\": %d},\n", s->L, s->C,
@@ -57,10 +57,15 @@ static int parse_crc(const char* s, uint32_t* crc) {
     return 1;
 }
 
-// text against the CRC-32 that dir/DONE holds, when it holds one.
-static int matches_done(const char* dir, const char* text, char* why, size_t n) {
+typedef enum { DONE_ABSENT, DONE_EMPTY, DONE_SEALED } DoneState;
+
+// What dir/DONE says of text, the manifest: absent (the caller's concern), empty, or sealed (it holds
+// text's CRC-32). A DONE that holds anything else is damage (0, the problem in why).
+static int read_done(const char* dir, const char* text, DoneState* state, char* why, size_t n) {
     long long size = 0;
-    if (!regular_file_size(dir, "DONE", &size, why, n) || size == 0) return 1;   // no DONE: the caller's concern
+    char unused[8];   // why DONE is not there: the caller says it
+    *state = !regular_file_size(dir, "DONE", &size, unused, sizeof(unused)) ? DONE_ABSENT : size == 0 ? DONE_EMPTY : DONE_SEALED;
+    if (*state != DONE_SEALED) return 1;
     char* done = read_small_text(dir, "DONE", why, n);
     if (!done) return 0;
     Json j;
@@ -73,6 +78,22 @@ static int matches_done(const char* dir, const char* text, char* why, size_t n) 
     json_free(&j);
     free(done);
     return ok;
+}
+
+// Which era wrote the manifest, from its "format" and "crc32" and from DONE: only a manifest with neither
+// key was written before checksums, and only that one goes with an empty DONE (an empty DONE beside any
+// other is damage, so a damaged DONE never turns the checks off). Sets *checksums.
+static int check_format(const Json* j, DoneState done, int* checksums, char* why, size_t n) {
+    int format_at = json_find(j, 0, "format");
+    long long format = 0;
+    if (format_at >= 0 && !json_get_int(j, format_at, 3, MANIFEST_FORMAT, &format))
+        return set_why(why, n, "manifest.json has an unknown \"format\" (this build reads formats up to %d)", MANIFEST_FORMAT);
+    *checksums = json_find(j, 0, "crc32") >= 0;
+    if (!*checksums && format_at >= 0) return set_why(why, n, "manifest.json (format %lld) lacks \"crc32\"", format);
+    if (done == DONE_EMPTY && *checksums)
+        return set_why(why, n, "DONE is empty, but manifest.json records checksums (only a checkpoint from before them has an empty DONE)");
+    if (done == DONE_SEALED && !*checksums) return set_why(why, n, "manifest.json lacks \"crc32\", though DONE holds its CRC-32");
+    return 1;
 }
 
 // The run's fields, each checked against the range a writer could have written.
@@ -115,11 +136,14 @@ int manifest_read(Manifest* m, const char* dir, CheckpointInfo* info, char* why,
     if (!text) return 0;
     m->hash = fnv1a(FNV1A_START, text, strlen(text));
     char jwhy[128];
-    int ok = matches_done(dir, text, why, n);
+    DoneState done;
+    int checksums = 0;
+    int ok = read_done(dir, text, &done, why, n);
     if (ok && !json_parse(&m->json, text, jwhy, sizeof(jwhy))) ok = set_why(why, n, "manifest.json is not valid JSON: %s", jwhy);
     free(text);
-    ok = ok && read_fields(&m->json, dir, info, why, n);
+    ok = ok && check_format(&m->json, done, &checksums, why, n) && read_fields(&m->json, dir, info, why, n);
     if (ok) {
+        info->checksums = checksums;
         char rwhy[480];
         int run = json_find(&m->json, 0, "run");
         info->has_run = run >= 0;
@@ -130,10 +154,12 @@ int manifest_read(Manifest* m, const char* dir, CheckpointInfo* info, char* why,
 
 void manifest_free(Manifest* m) { json_free(&m->json); }
 
-int manifest_has_checksums(const Manifest* m) { return json_find(&m->json, 0, "crc32") >= 0; }
+static int has_checksums(const Manifest* m) { return json_find(&m->json, 0, "crc32") >= 0; }
 
 int manifest_verify_file(const Manifest* m, const char* dir, const char* name, char* why, size_t n) {
-    if (!manifest_has_checksums(m)) return 1;
+    long long size = 0;
+    if (!regular_file_size(dir, name, &size, why, n)) return 0;
+    if (!has_checksums(m)) return 1;
     uint32_t want, got;
     if (!parse_crc(json_get_string(&m->json, json_find(&m->json, json_find(&m->json, 0, "crc32"), name)), &want))
         return set_why(why, n, "manifest.json has no well-formed CRC-32 for %s", name);

@@ -1,8 +1,12 @@
 // manifest.h: a checkpoint's manifest.json and DONE. The manifest records what a resume needs besides the
-// tensors (step, tokens per step, seed, state files, loss-scale state, model, batch, precision, topology,
-// data position, "crc32": every other file's CRC-32, and "run": the recorded hyperparameters, run_record.h);
-// DONE, written last, holds the manifest's own CRC-32. Read back with a JSON parser (json.h): neither the
-// key order nor the spacing matters.
+// tensors ("format", step, tokens per step, seed, state files, loss-scale state, model, batch, precision,
+// topology, data position, "crc32": every other file's CRC-32, and "run": the recorded hyperparameters,
+// run_record.h); DONE, written last, holds the manifest's own CRC-32. Read back with a JSON parser
+// (json.h): neither the key order nor the spacing matters.
+//
+// Formats: 1, before checksums: neither "format" nor "crc32", and an empty DONE; 2: "crc32" and DONE's
+// CRC-32, no "format"; 3: the same with "format": 3. Only format 1 resumes unverified: an empty DONE
+// beside a manifest of format 2 or 3 is damage.
 #pragma once
 #include <stdint.h>
 
@@ -12,6 +16,8 @@
 #include "core/zero/loss_scale.h"
 #include "core/zero/model_state.h"
 #include "core/checkpoint/run_record.h"
+
+#define MANIFEST_FORMAT 3   // what manifest_write writes; manifest_read reads it and every older one
 
 typedef struct {
     int step;                   // optimizer steps taken
@@ -25,6 +31,7 @@ typedef struct {
     int has_run;                // 0: a manifest from before the hyperparameters were recorded
     RunRecord run;              // the hyperparameters that define the run (run_record.h)
     int host_dirs;              // written into this many hosts' own directories (node-local -o); 0: one directory
+    int checksums;              // 0: format 1, from before checksums: its files cannot be verified
 } CheckpointInfo;
 
 // Writes path. crcs: [r] state_rank<r>.bin's CRC-32 for each world rank r, [world] model.bin's. host_dirs:
@@ -39,12 +46,12 @@ typedef struct {
     uint64_t hash;   // of the text: hosts compare their copies without sending them
 } Manifest;
 
-// Reads dir/manifest.json (checked against the CRC-32 in DONE when DONE holds one: an empty DONE is from
-// before checksums) and fills info from it, checking every field (its step the directory's name). 1, or 0
-// with the problem in why; manifest_free either way.
+// Reads dir/manifest.json and fills info from it, checking every field (its step the directory's name) and
+// the manifest against DONE: the CRC-32 DONE holds, or an empty DONE only beside a manifest of format 1.
+// Without DONE (the caller's concern) nothing is checked against it. 1, or 0 with the problem in why;
+// manifest_free either way.
 int manifest_read(Manifest* m, const char* dir, CheckpointInfo* info, char* why, size_t why_size);
 void manifest_free(Manifest* m);
-// Whether it records its files' checksums (those written before checksums do not).
-int manifest_has_checksums(const Manifest* m);
-// dir/name's bytes against the manifest's CRC-32 of it (nothing to check when it records none). 1, or 0.
+// dir/name is a regular file and its bytes match the manifest's CRC-32 of it (format 1 records none). 1, or
+// 0 with the problem in why.
 int manifest_verify_file(const Manifest* m, const char* dir, const char* name, char* why, size_t why_size);

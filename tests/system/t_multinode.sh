@@ -8,8 +8,9 @@
 # launch resumes from it, ending as the straight single-host run does. With storage that is not shared
 # (each host sees its own directory at the -o path) the run is node-local: the same losses and files,
 # each host holding its own ranks' state files; resumes from the checkpoint complete on both hosts, also
-# when one host's newest is missing or damaged and under another topology; one host alone stops with
-# one line, and copying the files together makes an ordinary checkpoint.
+# when one host's newest is missing or damaged (one bit of a header included: damage, not another shape)
+# and under another topology; one host alone stops with one line, and copying the files together makes an
+# ordinary checkpoint.
 # Needs root, ip (iproute2), unshare and an MPI build; otherwise one "skip" line.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
@@ -46,6 +47,9 @@ exec "$PWD/train_gpt_cpu" "\$@"
 EOF
 chmod +x "$TMP/rank.sh"
 fields() { grep -o '"step": [0-9]*, "loss": [^,]*, "lr": [^,]*, "grad_norm": [^,]*' "$1"; }
+flip_bit() {   # file, byte offset: its lowest bit flipped
+    $PYTHON -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(int(sys.argv[2])); b = f.read(1)[0] ^ 1; f.seek(int(sys.argv[2])); f.write(bytes([b]))" "$1" "$2"
+}
 first_error() { grep -m1 '^error' "$1" || tail -1 "$1"; }
 
 two_hosts() {   # name, -o dir, flags...: 2 hosts x 2 ranks, started from host a
@@ -167,14 +171,18 @@ for layout in z2 pp2; do
         # a state file on no host: the newest is skipped with a warning naming it
         rm -f "$B/$run/ckpt_000006/state_rank3.bin"
         resumed_at_3 multinode_nodelocal_z2_resume_state_file_lost "$run" z2 \
-            "warning: skipping checkpoints incomplete on some host: .*ckpt_000006: state_rank3.bin is on no host" "${flags[@]}" ;;
+            "warning: skipping checkpoints incomplete on some host: .*ckpt_000006: state_rank3.bin is on no host" "${flags[@]}"
+        # one bit of model.bin's header (its layer count) on host a: damage, told by the checksum, not another shape
+        flip_bit "$A/$run/ckpt_000006/model.bin" 16
+        resumed_at_3 multinode_nodelocal_z2_resume_model_header_damaged "$run" z2 \
+            "warning: skipping checkpoints incomplete on some host: .*ckpt_000006: on the host of rank 0: model.bin is damaged: its CRC-32" "${flags[@]}" ;;
     pp2)  # host b's newest is incomplete (no DONE): host a's complete one is not taken alone
         rm -f "$B/$run/ckpt_000006/DONE"
         resumed_at_3 multinode_nodelocal_pp2_resume_newest_incomplete_on_b "$run" pp2 \
             "warning: skipping checkpoints incomplete on some host: .*ckpt_000006: on the host of rank 2: no DONE marker" "${flags[@]}"
-        # a state file damaged on the host that holds it: its holder's check of the CRC-32 names it
-        $PYTHON -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(1000); b = f.read(64); f.seek(1000); f.write(bytes(x ^ 255 for x in b))" \
-            "$B/$run/ckpt_000006/state_rank3.bin"
+        # a state file damaged on the host that holds it, in one bit of its header (the parameter count): its
+        # holder's check of the CRC-32, before the header is read, names it
+        flip_bit "$B/$run/ckpt_000006/state_rank3.bin" 16
         resumed_at_3 multinode_nodelocal_pp2_resume_state_file_damaged "$run" pp2 \
             "warning: skipping checkpoints incomplete on some host: .*ckpt_000006: state_rank3.bin is damaged: its CRC-32" "${flags[@]}" ;;
     esac

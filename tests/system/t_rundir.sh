@@ -11,6 +11,18 @@ base=(-e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -s 0 -l 1e-3 -k cons
 run() { timeout 120 ./train_gpt_cpu "${base[@]}" "$@"; }
 # A manifest edited by a test gets the DONE that matches it (DONE holds the manifest's CRC-32).
 reseal() { $PYTHON -c "import sys, zlib; print('{\"manifest.json\": \"%08x\"}' % zlib.crc32(open(sys.argv[1] + '/manifest.json', 'rb').read()), file=open(sys.argv[1] + '/DONE', 'w'))" "$1"; }
+# Files changed on purpose get their CRC-32s in the manifest too, to reach the checks behind the checksums.
+reseal_files() {
+    $PYTHON - "$1" <<'PY'
+import re, sys, zlib
+d = sys.argv[1]
+crc = lambda name: "%08x" % zlib.crc32(open(d + "/" + name, "rb").read())
+text = open(d + "/manifest.json").read()
+text = re.sub(r'"((?:model|state_rank[0-9]+)\.bin)": "[0-9a-f]{8}"', lambda m: '"%s": "%s"' % (m[1], crc(m[1])), text)
+open(d + "/manifest.json", "w").write(text)
+PY
+    reseal "$1"
+}
 one_error() {   # name, regex, stderr file, rc: exit 1 and exactly one line "error: ...regex"
     if [ "$4" -eq 1 ] && [ "$(wc -l < "$3")" -eq 1 ] && grep -Eq "^error: .*$2" "$3"; then t_ok "$1"
     else t_fail "$1" "rc=$4, stderr: $(head -c 300 "$3")"; fi
@@ -189,8 +201,9 @@ m = json.load(open(sys.argv[1])); keys = list(m); random.Random(3).shuffle(keys)
 json.dump({k: m[k] for k in reversed(keys)}, open(sys.argv[1], 'w'), indent=3)" "$TMP/ld/ckpt_000004/manifest.json" && reseal "$TMP/ld/ckpt_000004"
 run -x 4 -o "$TMP/ld" -y 1 > "$TMP/ld.txt" 2>&1
 t_check manifest_key_order_free "grep -q 'already reached step 4' $TMP/ld.txt && ! grep -q warning $TMP/ld.txt" "$(tail -2 "$TMP/ld.txt")"
-# A checkpoint from before checksums (no "crc32", an empty DONE) resumes, saying it is not verified.
-restore; sed -i -E 's/"crc32": \{[^}]*\},//' "$TMP/ld/ckpt_000004/manifest.json" && : > "$TMP/ld/ckpt_000004/DONE"
+# A checkpoint from before checksums (manifest format 1: neither "format" nor "crc32", an empty DONE) resumes,
+# saying it is not verified.
+restore; sed -i -E 's/"format": 3, //; s/"crc32": \{[^}]*\},//' "$TMP/ld/ckpt_000004/manifest.json" && : > "$TMP/ld/ckpt_000004/DONE"
 run -x 4 -o "$TMP/ld" -y 1 > "$TMP/ld.txt" 2>&1
 t_check unchecksummed_checkpoint_noted "grep -q 'ckpt_000004 records no checksums .*not verified' $TMP/ld.txt && grep -q 'already reached step 4' $TMP/ld.txt"
 restore
@@ -220,7 +233,7 @@ if mpi_available; then
     }
     sed -i 's/"state_files": 2/"state_files": 1/' "$c/manifest.json" && reseal "$c"
     expect_resume_error manifest_fewer_state_files "the 1 state files miss parameters"
-    cp "$c/state_rank0.bin" "$c/state_rank1.bin"
+    cp "$c/state_rank0.bin" "$c/state_rank1.bin" && reseal_files "$c"
     expect_resume_error copied_rank_file "state_rank1.bin was written by rank 0"
     # The copy with its header's rank patched: only the spans can tell.
     $PYTHON - "$c/state_rank0.bin" "$c/state_rank1.bin" <<'PY'
@@ -229,6 +242,7 @@ b = bytearray(open(sys.argv[1], "rb").read())
 struct.pack_into("<q", b, 5 * 8, 1)
 open(sys.argv[2], "wb").write(b)
 PY
+    reseal_files "$c"
     expect_resume_error copied_rank_file_spans_overlap "the 2 state files repeat parameters"
     flip "$c/state_rank1.bin" 1000
     expect_resume_error second_rank_state_checksum "state_rank1.bin is damaged: its CRC-32 is"
@@ -237,6 +251,44 @@ PY
 else
     t_missing two_rank_state_files MPI
 fi
+
+# Damage is told by the checksums before any header is read: one bit flipped in a header of the newest
+# checkpoint (model.bin's layer count, which would name another shape; a state file's parameter count; the
+# manifest's model record), or an empty DONE (only a checkpoint from before checksums has one; here beside
+# an edited manifest, of today's format and of format 2), skips it with a warning naming the damage, and the
+# older one resumes; on 1 rank, and on 2 ranks (rank 0 chooses for both).
+flip_bit() {   # file, byte offset: its lowest bit flipped
+    $PYTHON -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(int(sys.argv[2])); b = f.read(1)[0] ^ 1; f.seek(int(sys.argv[2])); f.write(bytes([b]))" "$1" "$2"
+}
+on_ranks() {   # ranks, flags...: the same tokens per step on either
+    local np=$1; shift
+    if [ "$np" -gt 1 ]; then timeout -k 5 120 "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${base[@]}" -b 1 -z 1 "$@"; else run "$@"; fi
+}
+damaged_header() {   # ranks, name, regex of the warning, command that damages the checkpoint it runs in
+    local np=$1 name=$2 want=$3 d=$TMP/hd$1_$2; shift 3
+    if ! cp -r "$TMP/hd$np" "$d" || ! (cd "$d/ckpt_000002" && "$@"); then t_fail "damaged_${name}_skipped_np$np" "cannot damage a copy: $*"; return; fi
+    on_ranks "$np" -x 2 -o "$d" -y 1 > "$d.txt" 2>&1
+    local rc=$?
+    t_check "damaged_${name}_skipped_np$np" "[ $rc -eq 0 ] && grep -Eq 'warning: skipping damaged checkpoints: .*ckpt_000002: $want' $d.txt && grep -q 'resumed from .*ckpt_000001 at step 1' $d.txt" \
+        "rc=$rc: $(grep -E -m2 'error|warning|resumed' "$d.txt" | head -c 300)"
+}
+empty_done_edited() { sed -i 's/"loss_scale": 1,/"loss_scale": 8,/' manifest.json && : > DONE; }
+empty_done_format2() { sed -i 's/"format": 3, //' manifest.json && ! grep -q '"format"' manifest.json && empty_done_edited; }
+nps=1
+mpi_available && nps="1 2" || t_missing damaged_headers_np2 MPI
+for np in $nps; do
+    on_ranks "$np" -x 2 -n 1 -o "$TMP/hd$np" > /dev/null 2>&1
+    t_check "damaged_headers_run_np$np" "[ -f $TMP/hd$np/ckpt_000001/DONE ] && [ -f $TMP/hd$np/ckpt_000002/DONE ]"
+    last=$((np - 1))
+    damaged_header "$np" model_header "model.bin is damaged: its CRC-32" flip_bit model.bin 16
+    damaged_header "$np" state_header "state_rank$last.bin is damaged: its CRC-32" flip_bit "state_rank$last.bin" 16
+    damaged_header "$np" manifest_model "manifest.json is damaged: its CRC-32 is [0-9a-f]{8}, DONE.s" sed -i 's/"L": 2,/"L": 3,/' manifest.json
+    damaged_header "$np" empty_done "DONE is empty, but manifest.json records checksums" empty_done_edited
+done
+damaged_header 1 empty_done_format2 "DONE is empty, but manifest.json records checksums" empty_done_format2
+cp -r "$TMP/hd1/ckpt_000002" "$TMP/hd_export" && : > "$TMP/hd_export/DONE"
+$PYTHON scripts/export_checkpoint.py "$TMP/hd_export" "$TMP/hdx" > /dev/null 2> "$TMP/hdx.err"
+one_error export_refuses_empty_done "DONE is empty, but manifest.json records checksums" "$TMP/hdx.err" $?
 
 # -y 1 with no checkpoint starts at step 0; it says so only where an earlier run's log is replaced.
 run -x 1 -o "$TMP/y1" -y 1 > "$TMP/y1a.txt" 2>&1
