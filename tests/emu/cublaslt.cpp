@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kernels/dtype.h"
+#include "tests/emu/device.h"
 #include "tests/emu/emu.h"
 
 struct cublasLtContext {
@@ -578,6 +579,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                               size_t workspaceSizeInBytes, cudaStream_t stream) {
     (void)stream;   // every emulated stream runs in issue order: computing now keeps that order
     if (!lightHandle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    emu::FenceLift open_device;   // the stand-in works on device memory as the library would
     Run r;
     cublasStatus_t s = make_problem(computeDesc, Adesc, Bdesc, Cdesc, Ddesc, &r.p);
     if (s != CUBLAS_STATUS_SUCCESS) return s;

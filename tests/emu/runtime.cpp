@@ -118,6 +118,7 @@ struct Device {
     Shadow* shadow;
     uint32_t epoch_counter;
     uint64_t seed, launches;
+    int fence_depth;             // FenceLifts held: the arena is open while it is > 0
 };
 
 static thread_local cudaError_t tls_last_error = cudaSuccess;
@@ -187,8 +188,13 @@ void fault(const char* fmt, ...) {
 static void on_segv(int sig, siginfo_t* si, void*) {
     char buf[512];
     int k = where(buf, sizeof(buf));
-    snprintf(buf + k, sizeof(buf) - (size_t)k,
-             "segmentation fault at %p (a freed or unmapped address, or a GPU thread's stack overflow)\n", si->si_addr);
+    const Device& d = device();
+    if ((uintptr_t)si->si_addr - (uintptr_t)d.arena < kArenaBytes && !tls_exec)
+        snprintf(buf + k, sizeof(buf) - (size_t)k, "host code touched device memory at %p (device memory is fenced from "
+                 "the host, as on a GPU: copy it with cudaMemcpy)\n", si->si_addr);
+    else
+        snprintf(buf + k, sizeof(buf) - (size_t)k,
+                 "segmentation fault at %p (a freed or unmapped address, or a GPU thread's stack overflow)\n", si->si_addr);
     if (write(2, buf, strlen(buf)) < 0) _exit(1);
     _exit(1);
 }
@@ -422,6 +428,7 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
     std::vector<size_t> order(nblocks);
     for (size_t i = 0; i < nblocks; i++) order[i] = i;
     for (size_t i = nblocks; i > 1; i--) std::swap(order[i - 1], order[next_rand(&x.rng) % i]);
+    FenceLift open_device;
     tls_exec = &x;
     for (size_t b : order) {
         x.bidx = Dim3{(unsigned)(b % grid.x), (unsigned)((b / grid.x) % grid.y), (unsigned)(b / ((size_t)grid.x * grid.y))};
@@ -538,7 +545,7 @@ void* device_alloc(size_t bytes) {
     const size_t span = (bytes + kPage - 1) / kPage * kPage;
     if (span + kPage > kArenaBytes - d.arena_top) return NULL;
     unsigned char* p = d.arena + d.arena_top;
-    if (span && mprotect(p, span, PROT_READ | PROT_WRITE) != 0) return NULL;
+    if (span && d.fence_depth > 0 && mprotect(p, span, PROT_READ | PROT_WRITE) != 0) return NULL;
     d.arena_top += span + kPage;
     d.allocs.push_back(Alloc{(uintptr_t)p, bytes, true});
     d.bytes_live += bytes;
@@ -553,8 +560,24 @@ bool device_free(void* p) {
     it->live = false;
     d.bytes_live -= it->bytes;
     const size_t span = (it->bytes + kPage - 1) / kPage * kPage;
-    if (span && mprotect(p, span, PROT_NONE) != 0) fault("mprotect of a freed allocation: %s", strerror(errno));
+    if (span && d.fence_depth > 0 && mprotect(p, span, PROT_NONE) != 0) fault("mprotect of a freed allocation: %s", strerror(errno));
     return true;
+}
+
+void fence_lift() {
+    Device& d = device();
+    std::lock_guard<std::mutex> g(d.lock);
+    if (d.fence_depth++ == 0 && d.arena_top && mprotect(d.arena, d.arena_top, PROT_READ | PROT_WRITE) != 0)
+        fault("mprotect opening device memory: %s", strerror(errno));
+}
+
+// Freed allocations reopen with the rest while the fence is lifted: the kernels' checks and the copies'
+// (global_access) name a use after free; host code reaches none of it.
+void fence_drop() {
+    Device& d = device();
+    std::lock_guard<std::mutex> g(d.lock);
+    if (--d.fence_depth == 0 && d.arena_top && mprotect(d.arena, d.arena_top, PROT_NONE) != 0)
+        fault("mprotect fencing device memory: %s", strerror(errno));
 }
 
 // Whether [p, p + bytes) lies in the arena (then it must be inside one live allocation: global_access checks).
@@ -576,6 +599,37 @@ cudaError_t take_last_error() {
     cudaError_t e = tls_last_error;
     tls_last_error = cudaSuccess;
     return e;
+}
+
+// An atomic's bounds: shared (inside the block's bytes) or device memory; never raced.
+static void check_atomic(const void* p, size_t n) {
+    Exec* x = tls_exec;
+    if (!x || !x->cur) fault("an atomic outside a kernel");
+    const uintptr_t off = (uintptr_t)p - (uintptr_t)x->smem;
+    if (off < kSmemWindow) {
+        if (off + n > x->dyn_bytes + x->static_used) fault("an atomic at shared byte %zu, past the block's %zu bytes", (size_t)off, x->dyn_bytes + x->static_used);
+        return;
+    }
+    global_access(p, n, true);
+}
+template <typename T, typename F> static T rmw(T* p, F f) {
+    check_atomic(p, sizeof(T));
+    const T old = *p;
+    *p = f(old);
+    return old;
+}
+int atomic_add(int* p, int v) { return rmw(p, [v](int o) { return (int)((unsigned)o + (unsigned)v); }); }
+unsigned atomic_add(unsigned* p, unsigned v) { return rmw(p, [v](unsigned o) { return o + v; }); }
+unsigned long long atomic_add(unsigned long long* p, unsigned long long v) { return rmw(p, [v](unsigned long long o) { return o + v; }); }
+float atomic_add(float* p, float v) { return rmw(p, [v](float o) { return o + v; }); }
+double atomic_add(double* p, double v) { return rmw(p, [v](double o) { return o + v; }); }
+int atomic_max(int* p, int v) { return rmw(p, [v](int o) { return o > v ? o : v; }); }
+unsigned atomic_max(unsigned* p, unsigned v) { return rmw(p, [v](unsigned o) { return o > v ? o : v; }); }
+int atomic_min(int* p, int v) { return rmw(p, [v](int o) { return o < v ? o : v; }); }
+int atomic_exch(int* p, int v) { return rmw(p, [v](int) { return v; }); }
+int atomic_cas(int* p, int c, int v) { return rmw(p, [c, v](int o) { return o == c ? v : o; }); }
+unsigned long long atomic_cas(unsigned long long* p, unsigned long long c, unsigned long long v) {
+    return rmw(p, [c, v](unsigned long long o) { return o == c ? v : o; });
 }
 
 static inline void on_access(const void* p, size_t n, bool write) {

@@ -114,6 +114,7 @@ static cudaError_t copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind
     const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
     check_end(dst, bytes, dst_dev, true, what);
     check_end(src, bytes, src_dev, false, what);
+    emu::FenceLift open_device;
     memmove(dst, src, bytes);
     return cudaSuccess;
 }
@@ -135,6 +136,7 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
     check_end(p, bytes, true, true, "cudaMemsetAsync");
+    emu::FenceLift open_device;
     memset(p, value, bytes);
     return cudaSuccess;
 }

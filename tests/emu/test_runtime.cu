@@ -189,6 +189,37 @@ static int case_block_order() {
     return verdict("block_order", __builtin_popcount((unsigned)seen) > 1, "eight launches ran their blocks in one order");
 }
 
+// Atomics: every thread of every block adds to one shared and one global counter; no race is reported and
+// the sums are exact (integers, and floats small enough to add exactly in any order).
+__global__ void atomics_kernel(int* total, float* ftotal) {
+    __shared__ int count[1];
+    if (threadIdx.x == 0) count[0] = 0;
+    __syncthreads();
+    atomicAdd(&count[0], 1);
+    atomicAdd(ftotal, 0.5f);
+    __syncthreads();
+    if (threadIdx.x == 0) atomicAdd(total, count[0]);
+    atomicMax(total + 1, (int)(blockIdx.x * blockDim.x + threadIdx.x));
+}
+static int case_atomics() {
+    int* d = dev<int>(2);
+    float* f = dev<float>(1);
+    atomics_kernel<<<8, 96>>>(d, f);
+    int h[2];
+    float hf;
+    down(h, d, 2);
+    down(&hf, f, 1);
+    return verdict("atomics", h[0] == 768 && h[1] == 767 && hf == 384.0f, "the atomic sums or the maximum are wrong");
+}
+
+// Host code reading device memory without a copy: the fence faults, as a GPU's memory would be out of reach.
+static int case_host_touch() {
+    float* d = dev<float>(4);
+    volatile float x = d[1];
+    (void)x;
+    return verdict("host_touch", false, "host code read device memory");
+}
+
 struct Case {
     const char* name;
     int (*run)();
@@ -200,6 +231,7 @@ static const Case kCases[] = {
     {"mask_mismatch", case_mask_mismatch},   {"bad_width", case_bad_width},
     {"global_oob", case_global_oob},         {"shared_oob", case_shared_oob},
     {"launch_limits", case_launch_limits},   {"block_order", case_block_order},
+    {"atomics", case_atomics},               {"host_touch", case_host_touch},
 };
 
 int main(int argc, char** argv) {

@@ -92,6 +92,27 @@ static inline unsigned __ballot_sync(unsigned mask, int pred) { return emu::vote
 static inline int __all_sync(unsigned mask, int pred) { return emu::vote(mask, pred != 0, "__all_sync") == mask; }
 static inline int __any_sync(unsigned mask, int pred) { return emu::vote(mask, pred != 0, "__any_sync") != 0; }
 
+// Atomics: one GPU thread runs at a time, so a read-modify-write is atomic as it stands. They are done by
+// the runtime (not instrumented): checked for bounds, not raced, as a GPU orders them.
+namespace emu {
+int atomic_add(int* p, int v);
+unsigned atomic_add(unsigned* p, unsigned v);
+unsigned long long atomic_add(unsigned long long* p, unsigned long long v);
+float atomic_add(float* p, float v);
+double atomic_add(double* p, double v);
+int atomic_max(int* p, int v);
+unsigned atomic_max(unsigned* p, unsigned v);
+int atomic_min(int* p, int v);
+int atomic_exch(int* p, int v);
+int atomic_cas(int* p, int compare, int v);
+unsigned long long atomic_cas(unsigned long long* p, unsigned long long compare, unsigned long long v);
+}  // namespace emu
+template <typename T> static inline T atomicAdd(T* p, T v) { return emu::atomic_add(p, v); }
+template <typename T> static inline T atomicMax(T* p, T v) { return emu::atomic_max(p, v); }
+template <typename T> static inline T atomicMin(T* p, T v) { return emu::atomic_min(p, v); }
+template <typename T> static inline T atomicExch(T* p, T v) { return emu::atomic_exch(p, v); }
+template <typename T> static inline T atomicCAS(T* p, T c, T v) { return emu::atomic_cas(p, c, v); }
+
 // Cache hints change nothing a kernel computes: a plain access (checked like any other).
 template <typename T> static inline T __ldcs(const T* p) { return *p; }
 template <typename T> static inline T __ldg(const T* p) { return *p; }

@@ -23,6 +23,7 @@ struct DeviceRadixSort {
         }
         emu::note_once("cub::DeviceRadixSort::SortPairs: emulated by a stable sort on the CPU (tests/emu/include/cub)");
         if (n <= 0) return cudaSuccess;
+        emu::FenceLift open_device;
         emu::global_access(tmp, tmp_bytes, true);
         for (const void* p : {(const void*)keys_in, (const void*)vals_in}) emu::global_access(p, (size_t)n * 4, false);
         for (const void* p : {(const void*)keys_out, (const void*)vals_out}) emu::global_access(p, (size_t)n * 4, true);
