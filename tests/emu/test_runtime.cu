@@ -220,6 +220,20 @@ static int case_host_touch() {
     return verdict("host_touch", false, "host code read device memory");
 }
 
+// The same within a block: the threads' order between barriers is drawn too, so the last writer differs.
+__global__ void last_thread_kernel(int* out) { out[0] = (int)threadIdx.x; }
+static int case_thread_order() {
+    int* d = dev<int>(1);
+    int seen = 0;
+    for (int rep = 0; rep < 8; rep++) {
+        last_thread_kernel<<<1, 64>>>(d);
+        int h;
+        down(&h, d, 1);
+        seen |= 1 << (h % 31);
+    }
+    return verdict("thread_order", __builtin_popcount((unsigned)seen) > 1, "eight launches ran their threads in one order");
+}
+
 struct Case {
     const char* name;
     int (*run)();
@@ -232,6 +246,7 @@ static const Case kCases[] = {
     {"global_oob", case_global_oob},         {"shared_oob", case_shared_oob},
     {"launch_limits", case_launch_limits},   {"block_order", case_block_order},
     {"atomics", case_atomics},               {"host_touch", case_host_touch},
+    {"thread_order", case_thread_order},
 };
 
 int main(int argc, char** argv) {
