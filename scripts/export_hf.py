@@ -10,8 +10,9 @@ Writes the weights with HF's names, the vocabulary cut to the real V rows, a tie
 model.safetensors, or, when --max-shard-size does not hold them all, model-0000i-of-0000n.safetensors and
 model.safetensors.index.json. --dtype is their storage (default the model file's: fp32 for version 3 and
 checkpoints, bf16 for version 5; bf16 and fp16 round to nearest even, and fp16 refuses values past its
-range). Then config.json (every key the class reads, the bos and eos ids where known), and the tokenizer:
-for GPT-2, GPT-2's (vocab.json and merges.txt, copies of data/tokenizer/encoder.json and vocab.bpe) and
+range). NaN and infinite weights are written as they are, after a warning naming each tensor that holds them
+and how many of each. Then config.json (every key the class reads, the bos and eos ids where known), and the
+tokenizer: for GPT-2, GPT-2's (vocab.json and merges.txt, copies of data/tokenizer/encoder.json and vocab.bpe) and
 generation_config.json; --tokenizer copies the tokenizer files of a Hugging Face folder instead (the Llama
 family has none of its own here) and takes bos and eos from its config.json unless they are given.
 
@@ -36,6 +37,8 @@ import textwrap
 # scripts/ goes last on sys.path: first, scripts/tokenize.py would shadow the stdlib module torch imports.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _HERE] + [_HERE]
+
+import numpy as np  # noqa: E402
 
 import checkpoint_files  # noqa: E402
 import hf_format as hf  # noqa: E402
@@ -109,6 +112,21 @@ def tokenizer_source(folder, bos, eos):
                 bos = conf.get("bos_token_id") if bos is None else bos
                 eos = conf.get("eos_token_id") if eos is None else eos
     return files, bos, eos
+
+
+def warn_nonfinite(tensors, shown=5):
+    """NaN and infinite weights are exported as they are (they are the model), but said first, naming the
+    tensors: Hugging Face loads them without a word, and generates nothing but NaN from them."""
+    bad = []
+    for name, a in tensors:
+        nan, inf = np.count_nonzero(np.isnan(a)), np.count_nonzero(np.isinf(a))
+        if nan or inf:
+            bad.append("warning: tensor %s has %d NaN and %d infinite values of %d; exported as they are"
+                       % (name, nan, inf, a.size))
+    if len(bad) > shown:
+        bad[shown:] = ["warning: %d more tensors hold NaN or infinite values" % (len(bad) - shown)]
+    for line in bad:
+        print(line, file=sys.stderr)
 
 
 def write_folder(cfg, params, outdir, opts):
@@ -207,6 +225,7 @@ def export(src, outdir, opts):
     for ours, _ in TOKENIZER_FILES if not (opts.tokenizer_files or hf.is_llama(cfg)) else []:
         if not os.path.isfile(os.path.join(TOKENIZER, ours)):
             hf.die("%s: is missing; the tokenizer files come from data/tokenizer/" % os.path.join(TOKENIZER, ours))
+    warn_nonfinite(hf.to_hf(cfg, params))
     # The new files are written in a hidden folder where writing is already allowed: inside OUTDIR when it
     # is there, beside it otherwise.
     exists, tmp, created = os.path.isdir(target), None, []

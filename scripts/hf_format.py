@@ -6,9 +6,10 @@ config.json and what of it the trainer does not implement).
 Written from the published formats. safetensors: an 8-byte little-endian header length N, N bytes of JSON
 {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}} (space-padded so
 the data starts 8-byte aligned), then the raw little-endian tensors, offsets relative to the data start.
-Model files are read by scripts/reference.py's load_model and written in its format by save_model here.
-The scripts that import this module first move scripts/ to the end of sys.path, because
-scripts/tokenize.py would otherwise shadow the standard library's tokenize, which torch imports.
+Model files are read by scripts/model_file.py's load_model and written in its format by save_model here.
+numpy is all this needs: PyTorch only reads pytorch_model.bin, in import_hf.py. The scripts that import this
+module first move scripts/ to the end of sys.path, because scripts/tokenize.py would otherwise shadow the
+standard library's tokenize, which torch imports.
 """
 import contextlib
 import json
@@ -20,7 +21,7 @@ from collections import namedtuple
 
 import numpy as np
 
-import reference as ref
+import model_file as mf
 
 # Per-layer tensors: llm.c name, Hugging Face name under h.{l}., and whether HF stores it transposed
 # (GPT-2's Conv1D keeps weights as (in, out) and computes x @ W + b; llm.c keeps (out, in)).
@@ -44,9 +45,9 @@ INT32_MAX = 2 ** 31 - 1          # the model file's header holds its sizes as in
 GPT2_TOKEN = 50256   # <|endoftext|>: GPT-2's bos and eos
 
 
-die = ref.die   # one convention for every script: "error: ..." on stderr, exit 1
-load_model = ref.load_model   # the model-file reader, with its header and size checks
-read_model_header = ref.read_model_header
+die = mf.die   # one convention for every script: "error: ..." on stderr, exit 1
+load_model = mf.load_model   # the model-file reader, with its header and size checks
+read_model_header = mf.read_model_header
 
 
 def run(main):
@@ -194,7 +195,7 @@ def decode(path, name, entry):
     elif entry.dtype == "F16":
         out = entry.data.view("<f2").astype(np.float32)
     elif entry.dtype == "BF16":
-        out = ref.bf16_bits_to_f32(entry.data.view("<u2"))
+        out = mf.bf16_bits_to_f32(entry.data.view("<u2"))
     else:
         die("%s: tensor %s has dtype %s; supported: %s" % (path, name, entry.dtype, ", ".join(FLOAT_DTYPES)))
     return out.reshape(entry.shape)
@@ -229,7 +230,7 @@ def encode(name, a, dtype):
     if dtype == "F32":
         return a.astype("<f4", copy=False)
     if dtype == "BF16":
-        return ref.f32_to_bf16_bits(a).astype("<u2", copy=False)
+        return mf.f32_to_bf16_bits(a).astype("<u2", copy=False)
     with np.errstate(over="ignore"):
         out = a.astype("<f2")
     overflow = np.count_nonzero(np.isinf(out)) - np.count_nonzero(np.isinf(a))
@@ -324,13 +325,13 @@ def read_sharded(folder):
 
 
 def save_model(path, cfg, params, version):
-    """reference.save_model's file (its header, its bf16 rounding), written a tensor at a time: for gpt2-xl
+    """model_file.save_model's file (its header, its bf16 rounding), written a tensor at a time: for gpt2-xl
     that one concatenates and copies 6 GB twice more."""
     with atomic_file(path) as f:
         f.write(cfg.header(version).tobytes())
         for name in cfg.names:
             a = np.ascontiguousarray(params[name], dtype=np.float32)
-            f.write((a if version == 3 else ref.f32_to_bf16_bits(a)).data)
+            f.write((a if version == 3 else mf.f32_to_bf16_bits(a)).data)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -363,7 +364,7 @@ def _gpt2_from_hf(cfg, get):
     wte padded to Vp with zero rows (inert: the trainer never looks them up and masks their logits)."""
     params = {"wte": padded_vocab(cfg, get("wte.weight")), "wpe": get("wpe.weight"), "lnfw": get("ln_f.weight"),
               "lnfb": get("ln_f.bias")}
-    shapes = dict(zip(ref.NAMES, cfg.shapes()))
+    shapes = dict(zip(mf.NAMES, cfg.shapes()))
     for name, hf, transposed in LAYER:
         params[name] = np.empty(shapes[name], np.float32)   # filled layer by layer: one copy in memory
         for l in range(cfg.L):
@@ -438,7 +439,7 @@ def _llama_from_hf(cfg, get):
 # Either family
 
 def is_llama(cfg):
-    return cfg.family == ref.FAMILY_LLAMA
+    return cfg.family == mf.FAMILY_LLAMA
 
 
 def hf_names(cfg):
@@ -490,7 +491,7 @@ def hf_numel(cfg):
 # config.json
 
 def read_config(path):
-    """config.json -> (reference.Config or LlamaConfig, the JSON object); dies, naming the key, unless it
+    """config.json -> (model_file.Config or LlamaConfig, the JSON object); dies, naming the key, unless it
     describes a model the trainer computes as Hugging Face does."""
     conf = read_json(path)
     kind = conf.get("model_type") if isinstance(conf, dict) else conf
@@ -522,6 +523,34 @@ def _positive_int(path, key, x):
     return x
 
 
+# The shapes the trainer runs (core/model/model.c's shape_validate, and each family's validate in
+# core/models/): a model beyond them is refused on import, not by the trainer afterwards. t_hf.sh asks
+# train_gpt_cpu about shapes on either side of each bound, so that this and the C cannot drift apart.
+MAX_LAYERS, MAX_VOCAB, MAX_HEAD_SIZE = 256, 1 << 24, 128
+
+
+def trainer_shape_error(cfg):
+    """Why the trainer cannot run cfg's shape, or None. The head size rule is the CUDA attention kernels'
+    (kernels/attention.cuh); shape_validate applies it to every build, so a model runs on both or neither."""
+    D = cfg.D if is_llama(cfg) else cfg.C // cfg.NH
+    if D % 8 or not 8 <= D <= MAX_HEAD_SIZE:
+        return "head size %d must be a multiple of 8 and at most %d" % (D, MAX_HEAD_SIZE)
+    if is_llama(cfg) and cfg.C % 8:
+        return "hidden_size %d must be a multiple of 8" % cfg.C
+    if cfg.L > MAX_LAYERS:
+        return "%d layers; the trainer runs 1 to %d" % (cfg.L, MAX_LAYERS)
+    if not 2 <= cfg.V <= MAX_VOCAB:
+        return "vocabulary size %d is outside 2..%d" % (cfg.V, MAX_VOCAB)
+    return None
+
+
+def _runnable(path, cfg):
+    err = trainer_shape_error(cfg)
+    if err:
+        die("%s: %s: the trainer cannot run this model" % (path, err))
+    return cfg
+
+
 def _padded(path, V):
     Vp = (V + 127) // 128 * 128
     if Vp > INT32_MAX:
@@ -539,7 +568,7 @@ def _gpt2_config(path, conf):
         if conf.get(key, accepted[0]) not in accepted:
             die("%s: %s is %r; the trainer computes GPT-2 with %r" % (path, key, conf[key], accepted[0]))
     V = sizes["vocab_size"]
-    return ref.Config(sizes["n_positions"], V, sizes["n_layer"], NH, C, _padded(path, V))
+    return _runnable(path, mf.Config(sizes["n_positions"], V, sizes["n_layer"], NH, C, _padded(path, V)))
 
 
 LLAMA_ARCHS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
@@ -584,12 +613,12 @@ def _rope(path, key, rs):
             die("%s: %s.%s is missing (%s RoPE scaling needs it)" % (path, key, k, kind))
         _number(path, "%s.%s" % (key, k), rs[k])
     if kind == "linear":
-        return {"rope_kind": ref.ROPE_LINEAR, "rope_factor": rs["factor"]}
+        return {"rope_kind": mf.ROPE_LINEAR, "rope_factor": rs["factor"]}
     if kind == "llama3":
         if type(rs["original_max_position_embeddings"]) is not int:
             die("%s: %s.original_max_position_embeddings is %r, not an integer"
                 % (path, key, rs["original_max_position_embeddings"]))
-        return {"rope_kind": ref.ROPE_LLAMA3, "rope_factor": rs["factor"], "rope_low": rs["low_freq_factor"],
+        return {"rope_kind": mf.ROPE_LLAMA3, "rope_factor": rs["factor"], "rope_low": rs["low_freq_factor"],
                 "rope_high": rs["high_freq_factor"], "rope_orig": rs["original_max_position_embeddings"]}
     return {}
 
@@ -644,8 +673,6 @@ def _llama_config(path, conf):
         die("%s: num_key_value_heads %d does not divide num_attention_heads %d" % (path, KV, NH))
     if get("head_dim") is None and C % NH:
         die("%s: hidden_size %d is not a multiple of num_attention_heads %d, and there is no head_dim" % (path, C, NH))
-    if D % 2:
-        die("%s: head_dim %d is odd; RoPE turns pairs of channels" % (path, D))
     if kind == "qwen2" and D != C // NH:
         die("%s: head_dim %d is not hidden_size / num_attention_heads %d: transformers versions differ on which "
             "one Qwen2 uses" % (path, D, C // NH))
@@ -661,9 +688,10 @@ def _llama_config(path, conf):
                                                                               conf["rope_scaling"]) != rope:
         die("%s: rope_scaling and rope_parameters disagree" % path)
     theta = (params or {}).get("rope_theta", get("rope_theta"))
-    cfg = ref.LlamaConfig(maxT, V, L, NH, C, _padded(path, V), KV, D, F, tied=get("tie_word_embeddings"),
-                          qk_norm=kind == "qwen3", qkv_bias=kind == "qwen2", theta=_number(path, "rope_theta", theta),
-                          eps=_number(path, "rms_norm_eps", get("rms_norm_eps")), **rope)
+    cfg = _runnable(path, mf.LlamaConfig(maxT, V, L, NH, C, _padded(path, V), KV, D, F,
+                                         tied=get("tie_word_embeddings"), qk_norm=kind == "qwen3",
+                                         qkv_bias=kind == "qwen2", theta=_number(path, "rope_theta", theta),
+                                         eps=_number(path, "rms_norm_eps", get("rms_norm_eps")), **rope))
     err = cfg.error()
     if err:
         die("%s: %s" % (path, err))
@@ -705,9 +733,9 @@ def config_to_hf(cfg, storage="fp32", bos=None, eos=None):
                 "eos_token_id": GPT2_TOKEN, "tie_word_embeddings": True, "torch_dtype": torch_dtype}
     kind, arch = architecture(cfg)
     rope = None
-    if cfg.rope_kind == ref.ROPE_LINEAR:
+    if cfg.rope_kind == mf.ROPE_LINEAR:
         rope = {"rope_type": "linear", "factor": f32_json(cfg.rope_factor)}
-    elif cfg.rope_kind == ref.ROPE_LLAMA3:
+    elif cfg.rope_kind == mf.ROPE_LLAMA3:
         rope = {"rope_type": "llama3", "factor": f32_json(cfg.rope_factor), "low_freq_factor": f32_json(cfg.rope_low),
                 "high_freq_factor": f32_json(cfg.rope_high), "original_max_position_embeddings": cfg.rope_orig}
     conf = {"architectures": [arch], "model_type": kind, "vocab_size": cfg.V, "hidden_size": cfg.C,

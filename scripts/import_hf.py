@@ -4,29 +4,30 @@
   import_hf.py DIR OUT.bin [--bf16 | --fp32] [--allow-nonfinite]
 
 DIR holds config.json and the weights: model.safetensors, or model.safetensors.index.json and the shards it
-names, or (failing those) pytorch_model.bin; F32, BF16 or F16 values. config.json's model_type picks the
-model file's family:
+names, or (failing those) pytorch_model.bin; F32, BF16 or F16 values. numpy is all it needs, but for
+pytorch_model.bin, which only PyTorch reads. config.json's model_type picks the model file's family:
   gpt2          GPT2LMHeadModel, any shape (gpt2, -medium, -large, -xl); names with or without
-                `transformer.`; the attention-mask buffers are skipped; lm_head.weight must equal wte.weight
+                `transformer.`; the attention-mask buffers are skipped; lm_head.weight must be wte.weight
   llama         LlamaForCausalLM (Llama 3.x, SmolLM2): the Llama family
   qwen3         Qwen3ForCausalLM: the Llama family with q/k norms
   qwen2         Qwen2ForCausalLM: the Llama family with q/k/v biases
-The Llama family's names may come with or without `model.`; a tied model's stored lm_head.weight must equal
-embed_tokens. The sizes come from config.json, with each class's defaults for what it leaves out. The
-vocabulary is padded to a multiple of 128 with zero rows. The model file keeps the weights' precision: bf16
-(version 5) when every weight is stored BF16, else fp32 (version 3), which holds F32, F16 and BF16 values
-exactly; --bf16 writes bf16 whatever the storage (rounding to nearest even), --fp32 fp32.
+The Llama family's names may come with or without `model.`; a tied model's stored lm_head.weight must be
+embed_tokens, bit for bit. The sizes come from config.json, with each class's defaults for what it leaves
+out. The vocabulary is padded to a multiple of 128 with zero rows. The model file keeps the weights'
+precision: bf16 (version 5) when every weight is stored BF16, else fp32 (version 3), which holds F32, F16 and
+BF16 values exactly; --bf16 writes bf16 whatever the storage (rounding to nearest even), --fp32 fp32.
 
 Refused, before any tensor is read: a config.json key whose meaning the trainer does not implement, named in
 the error (sliding-window attention that takes effect, RoPE scaling other than linear and llama3,
-mixture-of-experts keys, o_proj or MLP biases, an activation other than silu, quantization); a safetensors
-file the safetensors library would refuse (its offsets must tile the data exactly: no gap, overlap or
-trailing byte; integer shapes and offsets; byte counts that match dtype and shape; no repeated JSON key); an
-index whose weight_map and shards disagree; a name stored both with and without its prefix; and config.json
-sizes the weights are too small to hold. Then a missing tensor, a wrong shape, a Llama-family tensor the model
-does not have (GPT-2's extra tensors are reported and skipped), and NaN or infinite weights unless
---allow-nonfinite. OUT must not be one of DIR's files. Errors: one `error: ...` line, exit 1, and no OUT
-written.
+mixture-of-experts keys, o_proj or MLP biases, an activation other than silu, quantization); a shape the
+trainer does not run (a head size must be a multiple of 8 and at most 128, the layers 1 to 256, the
+vocabulary 2 to 2^24, a Llama hidden_size a multiple of 8); a safetensors file the safetensors library would
+refuse (its offsets must tile the data exactly: no gap, overlap or trailing byte; integer shapes and offsets;
+byte counts that match dtype and shape; no repeated JSON key); an index whose weight_map and shards
+disagree; a name stored both with and without its prefix; and config.json sizes the weights are too small to
+hold. Then a missing tensor, a wrong shape, a Llama-family tensor the model does not have (GPT-2's extra
+tensors are reported and skipped), and NaN or infinite weights unless --allow-nonfinite. OUT must not be one
+of DIR's files. Errors: one `error: ...` line, exit 1, and no OUT written.
 """
 import os
 import sys
@@ -104,9 +105,20 @@ def check_size(config, cfg, files):
                % (config, cfg, numel, 2 * numel, files[0] if len(files) == 1 else "the shards", have))
 
 
+def import_torch(path):
+    """PyTorch, the one reader of pytorch_model.bin's pickle; safetensors folders need numpy alone."""
+    try:
+        import torch
+    except ImportError as e:
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        hf.die("%s: reading it needs PyTorch (Debian's python3-torch), which does not import here (%s); a "
+               "safetensors folder imports without it" % (path, why))
+    return torch
+
+
 def torch_state_dict(path):
     """torch.load restricted to tensors and containers (weights_only): a checkpoint cannot run code."""
-    import torch
+    torch = import_torch(path)
     try:
         sd = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:   # torch raises many kinds (pickle, zip, runtime) for a bad file
@@ -120,7 +132,7 @@ def torch_state_dict(path):
 
 
 def torch_to_f32(path, name, t):
-    import torch
+    torch = import_torch(path)
     if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         hf.die("%s: tensor %s has dtype %s; supported: float32, float16, bfloat16" % (path, name, t.dtype))
     return t.float().numpy()
@@ -150,13 +162,19 @@ def getter(tensors, allow_nonfinite):
     return get
 
 
+def same_bits(a, b):
+    """Bit for bit: a NaN, unequal to itself, is the same NaN; -0 is not 0."""
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
 def check_extras(cfg, tensors, shapes, get):
-    """A stored head of a tied model must equal the embedding (the trainer ties them, it cannot hold another).
-    Other tensors may mean config.json and the weights disagree (a 13th layer for 12): GPT-2's are reported,
-    the Llama family's refused, since the names there also tell which architecture (o_proj's bias) it is."""
+    """A stored head of a tied model must be the embedding, bit for bit (the trainer ties them, it cannot hold
+    another). Other tensors may mean config.json and the weights disagree (a 13th layer for 12): GPT-2's are
+    reported, the Llama family's refused, since the names there also tell which architecture (o_proj's bias)
+    it is."""
     wte = hf.hf_names(cfg)[0][0]
     head = tensors.get(hf.TIED_HEAD) if hf.TIED_HEAD not in shapes else None
-    if head is not None and not (tuple(head.shape) == shapes[wte] and np.array_equal(head.load(), get(wte))):
+    if head is not None and not (tuple(head.shape) == shapes[wte] and same_bits(head.load(), get(wte))):
         hf.die("%s: %s differs from %s; %s" % (head.path, hf.TIED_HEAD, wte, "config.json's tie_word_embeddings "
                "is true" if hf.is_llama(cfg) else "only tied heads are supported"))
     extra = [n for n in tensors if n not in shapes and n != hf.TIED_HEAD and not hf.ignored(cfg, n)]

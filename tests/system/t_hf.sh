@@ -7,8 +7,12 @@
 # mask buffers, and a BF16 safetensors, import to the same file; the trainer trains from an imported file;
 # bad input, including every malformed safetensors the safetensors library refuses, ends in one `error:` line
 # and no output; neither script overwrites its input; export_hf.py refuses a non-empty folder unless --force,
-# which removes the old Hugging Face files; a full disk, SIGINT or SIGTERM leaves nothing behind. The checks
-# in Python read and write safetensors with their own code.
+# which removes the old Hugging Face files; a full disk, SIGINT or SIGTERM leaves nothing behind. The
+# importer refuses the shapes the trainer refuses (head sizes 6, 20, 256; its rule asked of train_gpt_cpu for
+# many shapes); a tied head bit-identical to an embedding holding NaN imports with --allow-nonfinite; export
+# warns of NaN and infinity, naming the tensor; both scripts run without PyTorch (a torch that fails to import
+# first on PYTHONPATH), but for pytorch_model.bin, refused in one line. The checks in Python read and write
+# safetensors with their own code.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 BIN=./train_gpt_cpu
@@ -23,6 +27,7 @@ cat > "$TMP/hfcheck.py" <<'PY'
   logits NAME DIR SHARD LOGITS B T   HF-convention forward of DIR's weights vs the trainer's logits
   variants SRC OUT               HF folders derived from SRC: pt, bf16, missing, shape, dtype, untied, notensor (a non-tensor entry), notdict (a list), notgpt2
   malformed SRC OUT              HF folders whose model.safetensors or config.json is SRC's edited (see there)
+  shapes TRAINER                 the importer's shape rule against the trainer's
   losses NAME LOG N              N finite losses in a trainer log.jsonl
 """
 import json, math, os, struct, sys
@@ -199,7 +204,47 @@ def malformed(src, out):
     vals[at:at + 12] = np.array([np.nan, np.inf, np.nan], "<f4").tobytes()
     save("nonfinite", d=bytes(vals))
     save("huge_embd", conf=dict(cfg, n_embd=2 ** 31))
-    save("many_layers", conf=dict(cfg, n_layer=100000))
+    save("many_layers", conf=dict(cfg, n_layer=256))
+    for D, NH in ((6, 2), (20, 3), (256, 1)):   # head sizes the trainer refuses, in folders otherwise whole
+        conf = dict(cfg, n_embd=D * NH, n_head=NH, n_layer=1)
+        write_st(os.path.join(folder(out, "head%d" % D, conf), "model.safetensors"),
+                 [(k, "F32", np.zeros(s, "<f4")) for k, s in hf_shapes(conf["n_positions"], conf["vocab_size"], 1,
+                                                                         D * NH).items()])
+    # A tied head stored bit for bit as the embedding, which holds NaN (unequal to itself).
+    vals = bytearray(data)
+    b, e = header["wte.weight"]["data_offsets"]
+    vals[b:b + 8] = np.array([np.nan, np.nan], "<f4").tobytes()
+    head = dict(header["wte.weight"], data_offsets=[len(data), len(data) + e - b])
+    save("nan_tied", dict(header, **{"lm_head.weight": head}), bytes(vals) + bytes(vals[b:e]))
+
+
+def shapes(trainer):
+    """hf_format.trainer_shape_error, which import_hf.py applies, against train_gpt_cpu --estimate (which
+    checks the shape and allocates nothing): head sizes on either side of each bound in both families, and
+    the layer, vocabulary and channel bounds. Both accept, or both refuse for the same reason (every number
+    in the importer's error is in the trainer's)."""
+    import re, subprocess
+    sys.path.append("scripts")
+    import hf_format, model_file
+    Vp = lambda V: (V + 127) // 128 * 128
+    gpt2 = lambda L, C, NH, V: ("L%dC%dH%dV%dT64" % (L, C, NH, V), model_file.Config(64, V, L, NH, C, Vp(V)))
+    llama = lambda C, D, V: ("llama:L1,C%d,H4,D%d,F96,V%d,T64" % (C, D, V),
+                             model_file.LlamaConfig(64, V, 1, 4, C, Vp(V), 4, D, 96))
+    cases = [gpt2(1, 2 * D, 2, 500) for D in (2, 6, 8, 12, 16, 20, 64, 120, 128, 136, 256)]
+    cases += [llama(64, D, 500) for D in (2, 6, 7, 8, 20, 64, 128, 130, 136, 256)]
+    cases += [gpt2(256, 64, 2, 500), gpt2(257, 64, 2, 500), gpt2(1, 64, 2, 1), gpt2(1, 64, 2, 2),
+              gpt2(1, 64, 2, 1 << 24), gpt2(1, 64, 2, (1 << 24) + 1), llama(60, 16, 500), llama(72, 16, 500)]
+    bad, refused = [], 0
+    for spec, cfg in cases:
+        r = subprocess.run([trainer, "-e", spec, "--estimate", "-i", "none", "-j", "", "-b", "1", "-t", "8"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        theirs = next((l for l in r.stderr.splitlines() if l.startswith("error: ")), r.stderr) if r.returncode else None
+        ours = hf_format.trainer_shape_error(cfg)
+        refused += ours is not None
+        numbers = lambda text: set(re.findall(r"\d+", text))
+        if (ours is None) != (theirs is None) or (ours and not numbers(ours) <= numbers(theirs)):
+            bad.append("%s: import_hf.py says %r, the trainer %r" % (spec, ours, theirs))
+    report("import_shape_rule_is_trainers", bad + ([] if refused else ["no shape refused"]))
 
 
 def losses(name, log, n):
@@ -207,7 +252,8 @@ def losses(name, log, n):
     report(name, [] if len(vals) == int(n) and all(math.isfinite(v) for v in vals) else ["losses %s" % vals])
 
 
-{"header": header, "logits": logits, "variants": variants, "malformed": malformed, "losses": losses}[sys.argv[1]](*sys.argv[2:])
+{"header": header, "logits": logits, "variants": variants, "malformed": malformed, "shapes": shapes,
+ "losses": losses}[sys.argv[1]](*sys.argv[2:])
 PY
 
 # Runs the checker; a crash without a FAIL line is still a FAIL.
@@ -324,7 +370,12 @@ expect_error error_deep_header "model\.safetensors: JSON nested too deeply" "$M/
 expect_error error_nonfinite "h\.1\.attn\.c_proj\.weight has 3 non-finite values .*\(2 NaN, 1 infinite\)" "$M/nonfinite"
 expect_error error_config_int32 "config\.json: n_embd is 2147483648, more than" "$M/huge_embd"
 expect_error error_config_beyond_weights "config\.json: .* at least [0-9]+ bytes; .*model\.safetensors has [0-9]+ bytes" "$M/many_layers"
+for D in 6 20 256; do
+    expect_error "error_head_size_$D" "config\.json: head size $D must be a multiple of 8 and at most 128" "$M/head$D"
+done
+expect_error error_nan_tied_needs_allow_nonfinite "tensor wte\.weight has 2 non-finite values .*\(2 NaN, 0 infinite\)" "$M/nan_tied"
 check_errors
+check shapes shapes "$BIN"
 import_hf import_bool_buffer "$M/bool_buffer" "$TMP/bool_buffer.bin" && same_file import_accepts_bool_buffer "$TMP/a2.bin" "$TMP/bool_buffer.bin"
 import_hf import_nonfinite "$M/nonfinite" "$TMP/nonfinite.bin" --allow-nonfinite &&
     py_check import_allow_nonfinite "$TMP/nonfinite.bin" <<'PY'
@@ -332,6 +383,36 @@ import sys, numpy as np
 n = np.count_nonzero(~np.isfinite(np.fromfile(sys.argv[1], np.float32, offset=1024)))
 print("ok" if n == 3 else "%d non-finite values imported, want 3" % n)
 PY
+# A tied head stored bit for bit as an embedding that holds NaN is the embedding (NaN != NaN as values).
+import_hf import_nan_tied "$M/nan_tied" "$TMP/nan_tied.bin" --allow-nonfinite &&
+    py_check import_tied_head_with_nan "$TMP/nan_tied.bin" <<'PY'
+import sys, numpy as np
+n = np.count_nonzero(np.isnan(np.fromfile(sys.argv[1], np.float32, offset=1024)))
+print("ok" if n == 2 else "%d NaN imported, want wte's 2" % n)
+PY
+# Exporting NaN and infinity warns first, naming the tensor and the counts, and writes them as they are:
+# the folder imports back to the same file.
+run export_nonfinite "$PYTHON" scripts/export_hf.py "$TMP/nonfinite.bin" "$TMP/hf_nonfinite" &&
+    t_check export_warns_nonfinite "grep -q '^warning: tensor h\.1\.attn\.c_proj\.weight has 2 NaN and 1 infinite values of 4096' \
+        '$TMP/export_nonfinite.log' && [ \$(grep -c '^warning: tensor' '$TMP/export_nonfinite.log') = 1 ]" "$(cat "$TMP/export_nonfinite.log")" &&
+    import_hf import_nonfinite_back "$TMP/hf_nonfinite" "$TMP/nonfinite_back.bin" --allow-nonfinite &&
+    same_file export_nonfinite_roundtrip "$TMP/nonfinite.bin" "$TMP/nonfinite_back.bin"
+
+# Without PyTorch, which scripts/install_deps.sh run does not install: a torch package that fails to import
+# comes first on PYTHONPATH. A safetensors folder exports and imports back; pytorch_model.bin is one error
+# line naming PyTorch, and nothing written.
+mkdir -p "$TMP/notorch/torch" && echo 'raise ImportError("No module named torch (hidden by t_hf.sh)")' > "$TMP/notorch/torch/__init__.py"
+notorch=(env PYTHONPATH="$TMP/notorch" "$PYTHON")
+if "${notorch[@]}" -c 'import torch' 2> /dev/null; then t_fail torch_hidden "PYTHONPATH=$TMP/notorch still imports torch"
+else
+    run export_without_torch "${notorch[@]}" scripts/export_hf.py "$A" "$TMP/hf_notorch" &&
+        run import_without_torch "${notorch[@]}" scripts/import_hf.py "$TMP/hf_notorch" "$TMP/notorch.bin" &&
+        same_file roundtrip_without_torch "$A" "$TMP/notorch.bin"
+    "${notorch[@]}" scripts/import_hf.py "$TMP/v/pt" "$TMP/notorch_pt.bin" > /dev/null 2> "$TMP/notorch_pt.err"; rc=$?
+    t_check import_pytorch_model_bin_without_torch "[ $rc = 1 ] && [ \$(wc -l < '$TMP/notorch_pt.err') = 1 ] &&
+        grep -q '^error: .*pt/pytorch_model\.bin: reading it needs PyTorch' '$TMP/notorch_pt.err' && [ ! -e '$TMP/notorch_pt.bin' ]" \
+        "rc=$rc, stderr: $(head -c 300 "$TMP/notorch_pt.err")"
+fi
 
 # The model file is renamed over OUT at the end: OUT naming one of the inputs (or a link to one) is refused,
 # and the input is left as it was.

@@ -590,6 +590,13 @@ def variant(base, name, conf=None, drop=(), add=(), replace=None, shards=1, inde
     return folder
 
 
+def whole_folder(name, conf):
+    """A folder whose tensors all have config.json's shapes: refused for its config.json, or not at all."""
+    folder = os.path.join(TMP, "bad", name)
+    write_folder(folder, conf, hf_tensors(conf, "F32", 1))
+    return folder
+
+
 def with_single_file(folder):
     """A sharded folder with a model.safetensors beside its index (a copy of its first shard)."""
     shutil.copyfile(os.path.join(folder, "model-00001-of-00003.safetensors"), os.path.join(folder, "model.safetensors"))
@@ -654,6 +661,8 @@ def import_refusals():
             {"model.norm.weight": "../model-00003-of-00003.safetensors"})), "not a file name in the folder"),
         ("single_and_index", with_single_file(variant(q3, "both", shards=3)), "has both"),
     ]
+    cases += [("head_dim_%d" % D, whole_folder("head_dim%d" % D, hf_config("llama", head_dim=D)),
+               "config.json: head size %d must be a multiple of 8 and at most 128" % D) for D in (6, 20, 256)]
     for name, folder, pattern in cases:
         out = os.path.join(TMP, "bad", name + ".bin")
         check("import_refuses_" + name, refused, imp(folder, out), pattern, out)
