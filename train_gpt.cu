@@ -313,10 +313,13 @@ static void resume_from(Trainer* tr, const char* dir, const CheckpointInfo* foun
 static void load_or_init_model(Trainer* tr) {
     char dir[PATH_MAX];
     CheckpointInfo info;
+    if (tr->cfg.resume) comm_watchdog_phase(tr->world, 1, "start-up: checkpoint search");
     if (tr->cfg.resume && find_checkpoint(tr, dir, sizeof(dir), &info) >= 0) {
+        comm_watchdog_phase(tr->world, 1, "start-up: loading %s", dir);
         resume_from(tr, dir, &info);
         return;
     }
+    comm_watchdog_phase(tr->world, 1, "start-up: model weights");
     char log[PATH_MAX];   // say so where an earlier run's log is about to be replaced, not on a first run
     if (tr->cfg.resume && is_root(tr) && (path_join(log, sizeof(log), tr->cfg.out_dir, "log.jsonl"), path_exists(log)))
         printf("no checkpoint in %s: starting at step 0\n", tr->cfg.out_dir);
@@ -431,6 +434,9 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->threads = threads_set_for_rank(comm_local_size(tr->world));
     Config* cfg = &tr->cfg;
     config_parse(cfg, argc, argv);
+    // Watched from comm_init_world on; now at this run's -wd. Start-up is a long phase (comm.h): one rank
+    // may find, inspect and read a large checkpoint, or a model file, while the others wait.
+    comm_watchdog_start(tr->world, cfg->watchdog);
     gpu_variants_from_env();   // a bad GPT_CUDA_VARIANTS fails here, before the run directory is touched
     ModelShape shape = resolve_shape(cfg, &tr->model_is_spec);
     if (!cfg->precision_set) cfg->precision = backend_build_is_gpu() ? DT_BF16 : DT_FP32;
@@ -444,17 +450,21 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
         exit(0);
     }
     // Before anything is written: one run per directory, never mixed with an earlier one; shared or node-local.
+    comm_watchdog_phase(tr->world, 1, "start-up: run directory");
     run_dir_setup(&tr->run_dir, tr->world, cfg->out_dir, cfg->start_over ? RUN_START_OVER : cfg->resume ? RUN_RESUME : RUN_FRESH);
+    comm_watchdog_phase(tr->world, 1, "start-up: device and groups");
     tr->be = backend_create(comm_local_rank(tr->world));
     comm_attach_backend(tr->world, tr->be);
     CommKind comm = comm_select(tr->world, cfg->comm);   // before any group is split
     grid_create(&tr->grid, tr->world, cfg->pipeline_stages, cfg->tensor_parallel, shape.tied, shape_kv_copies(&shape, cfg->tensor_parallel));
+    comm_watchdog_phase(tr->world, 1, "start-up: data and tokenizer");
     open_data(tr, &shape);
     open_tokenizer(tr, &shape);
 
     const Grid* g = &tr->grid;
     tr->layout = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     pipeline_stage_layout(tr->layout, &tr->plan, &shape, g->dp, g->stage, g->tp_rank);
+    comm_watchdog_phase(tr->world, 1, "start-up: model state");
     check_host_memory(tr);
     check_disk_space(tr);
     tr->nvme = nvme_config(cfg, tr->rank);
@@ -467,17 +477,18 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->scaler = loss_scaler_init(cfg->precision == DT_FP16, cfg->loss_scale);
     load_or_init_model(tr);
     if (tr->model_states.disk) nvme_take_times(tr->model_states.disk);   // -lb's first step shows its own
+    comm_watchdog_phase(tr->world, 1, "start-up: report");
     if (is_root(tr)) logger_open(&tr->log, cfg->out_dir, tr->first_step);
     if (is_root(tr)) print_setup(tr, comm);
     report_layout(&tr->log, tr->layout, cfg, g->dp, tr->first_step);
     report_memory(&tr->log, tr->world, &tr->mem, cfg, tr->gpt, tr->chunks, tr->first_step);
     catch_stop_signal(SIGTERM);   // last: the training loop starts next
     catch_stop_signal(SIGINT);
-    comm_watchdog_start(tr->world, cfg->watchdog);
 }
 
 static void trainer_teardown(Trainer* tr) {
-    comm_watchdog_phase(tr->world, 0, "the end of the run");
+    // Long: a rank may remove large -nvme files, or free much memory, while the others wait in finalize.
+    comm_watchdog_phase(tr->world, 1, "the end of the run");
     logger_close(&tr->log);
     run_dir_close(&tr->run_dir);
     dataloader_close(tr->train);

@@ -5,7 +5,7 @@
 // are computed in fp32 and rounded once per pairwise reduction (MPI; NCCL reduces in its own order with its
 // own 16-bit arithmetic); every rank of a group gets the same bits. Every failure is a one-line error and
 // exit 1; a rank that dies takes the job down (mpirun aborts the others) instead of leaving them waiting, and
-// one that stops answering is named by the hang watchdog (comm_watchdog_start) when it is on.
+// one that stops answering is named by the hang watchdog (comm_watchdog_start), on from comm_init_world.
 //
 // Byte counts follow the ring algorithms' per-rank traffic, so they are comparable across backends:
 // all-reduce of S bytes over N ranks sends 2(N-1)/N * S, reduce-scatter and all-gather of S total bytes
@@ -27,10 +27,14 @@ typedef enum {
 typedef struct Comm Comm;
 
 // The world: initializes MPI (a plain `./train_gpt_cpu` without mpirun is a world of one). argc/argv may
-// be NULL. be: the backend whose memory the collectives will see (for staging).
+// be NULL. be: the backend whose memory the collectives will see (for staging). The hang watchdog is on
+// from here, at COMM_WATCHDOG_DEFAULT in a long phase called "start-up", until comm_watchdog_start and
+// comm_watchdog_phase say otherwise: only MPI_Init and the watchdog's own communicator come before it.
 Comm* comm_init_world(int* argc, char*** argv);
 void comm_attach_backend(Comm* c, Backend* be);   // before the first collective on backend memory
-// A sub-group: ranks of `parent` with the same color, ordered by key (MPI_Comm_split). Inherits the backend.
+// A sub-group: ranks of `parent` with the same color, ordered by key (MPI_Comm_split, which has no
+// nonblocking form: the ranks meet in a watched barrier first, so that one stopped before it is named).
+// Inherits the backend.
 // Collective over parent; a rank passing COMM_NO_GROUP joins none and gets NULL (and no NCCL communicator).
 #define COMM_NO_GROUP (-1)
 Comm* comm_split(Comm* parent, int color, int key);
@@ -158,10 +162,13 @@ static inline int comm_all_equal(Comm* c, uint64_t v) {
 // they wait in operations that do not match, and the line lists them. Waits during a long phase (see
 // comm_watchdog_phase) get COMM_WATCHDOG_LONG times the timeout. The job ends through MPI_Abort, after the
 // line and after stdio's buffers are flushed; a checkpoint it interrupts has no DONE marker, so the previous
-// one stays the newest complete one. NCCL's collectives never block the host in this layer: they are not
-// watched (watchdog.c says what is missing).
+// one stays the newest complete one. NCCL's collectives (and its communicators' set-up) never block the
+// host in this layer: they are not watched (watchdog.c says what is missing).
 #define COMM_WATCHDOG_LONG 10
-// Every rank the same timeout, in seconds; 0 (the default until called): off.
+// The timeout from comm_init_world until comm_watchdog_start: -wd's default.
+#define COMM_WATCHDOG_DEFAULT 300.0
+// Every rank the same timeout, in seconds; 0: off. A program calls it as soon as it knows its own (the
+// ranks may call it at different moments: only the waiting rank's timeout decides when it asks).
 void comm_watchdog_start(Comm* world, double timeout_s);
 // What this rank is doing from now on, for the watchdog's lines ("step 12: gradient norm", "checkpoint at
 // step 20"). long_phase: work that may keep the other ranks waiting far longer than a training step (rank 0

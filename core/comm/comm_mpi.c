@@ -159,11 +159,36 @@ void comm_watchdog_start(Comm* world, double timeout_s) {
     watchdog_set_timeout(world->wd, world->size > 1 ? timeout_s : 0.0);
 }
 
+static void set_phase(Watchdog* w, int long_phase, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    watchdog_phase(w, long_phase, fmt, ap);
+    va_end(ap);
+}
+
 void comm_watchdog_phase(Comm* world, int long_phase, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     watchdog_phase(world->wd, long_phase, fmt, ap);
     va_end(ap);
+}
+
+// This host's ranks (MPI_COMM_TYPE_SHARED). The split has no nonblocking form: a watched barrier first.
+static void find_host(Comm* world) {
+    comm_barrier(world);
+    MPI_Comm node;
+    mpi_check(MPI_Comm_split_type(world->mc, MPI_COMM_TYPE_SHARED, world->rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+    mpi_check(MPI_Comm_rank(node, &world->local_rank), "MPI_Comm_rank");
+    mpi_check(MPI_Comm_size(node, &world->local_size), "MPI_Comm_size");
+    // The host's lowest world rank is its node rank 0 (the split's key): a translation, no message.
+    MPI_Group g, wg;
+    int first = 0;
+    mpi_check(MPI_Comm_group(node, &g), "MPI_Comm_group");
+    mpi_check(MPI_Comm_group(world->mc, &wg), "MPI_Comm_group");
+    mpi_check(MPI_Group_translate_ranks(g, 1, &first, wg, &world->host_leader), "MPI_Group_translate_ranks");
+    mpi_check(MPI_Group_free(&g), "MPI_Group_free");
+    mpi_check(MPI_Group_free(&wg), "MPI_Group_free");
+    mpi_check(MPI_Comm_free(&node), "MPI_Comm_free");
 }
 
 static Comm* comm_new(MPI_Comm mc, const char* what) {
@@ -180,24 +205,27 @@ Comm* comm_init_world(int* argc, char*** argv) {
     int provided = 0;
     mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     if (provided < MPI_THREAD_FUNNELED) fail("MPI_Init_thread: this MPI does not provide MPI_THREAD_FUNNELED");
-    // Errors on MPI_COMM_WORLD itself (the dup below, op creation) return too, so they get our message.
+    // Errors on MPI_COMM_WORLD itself (the dups below, op creation) return too, so they get our message.
     mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-    MPI_Comm mc;
-    mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &mc), "MPI_Comm_dup");   // isolates our traffic from any library's
+    // The watchdog first: every wait from here to MPI_Finalize is watched, start-up included, where a rank
+    // that stops (or never gets this far) would otherwise leave the others waiting with no word. Until the
+    // program knows its -wd, the default's, and start-up is long: a rank may read a large checkpoint alone.
+    Watchdog* wd = watchdog_create(MPI_COMM_WORLD);
+    int world_size;
+    mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &world_size), "MPI_Comm_size");
+    watchdog_set_timeout(wd, world_size > 1 ? COMM_WATCHDOG_DEFAULT : 0.0);
+    set_phase(wd, 1, "start-up");
+    MPI_Comm mc;   // isolates our traffic from any library's
+    MPI_Request req;
+    mpi_check(MPI_Comm_idup(MPI_COMM_WORLD, &mc, &req), "MPI_Comm_idup");
+    watchdog_waitall(wd, 1, &req, NULL, "MPI_Wait (MPI_Comm_idup)", (WdWait){.op = "communicator set-up", .group_size = world_size});
     Comm* c = comm_new(mc, "MPI_Comm_set_errhandler");
     c->is_world = 1;
-    c->wd = watchdog_create(mc);
+    c->wd = wd;
     c->op_sum[DT_FP32] = MPI_SUM;
     mpi_check(MPI_Op_create(sum_bf16, 1, &c->op_sum[DT_BF16]), "MPI_Op_create");
     mpi_check(MPI_Op_create(sum_fp16, 1, &c->op_sum[DT_FP16]), "MPI_Op_create");
-
-    MPI_Comm node;
-    mpi_check(MPI_Comm_split_type(mc, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
-    mpi_check(MPI_Comm_rank(node, &c->local_rank), "MPI_Comm_rank");
-    mpi_check(MPI_Comm_size(node, &c->local_size), "MPI_Comm_size");
-    c->host_leader = c->rank;   // node rank 0 has the lowest world rank (the split's key)
-    mpi_check(MPI_Bcast(&c->host_leader, 1, MPI_INT, 0, node), "MPI_Bcast");
-    mpi_check(MPI_Comm_free(&node), "MPI_Comm_free");
+    find_host(c);
 
     const char* mx = getenv("GPT_COMM_MAX_COUNT");   // test hook: small chunks exercise the splitting
     if (mx && *mx) {
@@ -216,6 +244,7 @@ void comm_attach_backend(Comm* c, Backend* be) { c->be = be; }
 
 Comm* comm_split(Comm* parent, int color, int key) {
     if (color < 0 && color != COMM_NO_GROUP) fail("comm_split: color %d must be >= 0", color);
+    comm_barrier(parent);   // MPI_Comm_split blocks unwatched: the ranks meet in a watched wait first
     MPI_Comm mc;
     mpi_check(MPI_Comm_split(parent->mc, color == COMM_NO_GROUP ? MPI_UNDEFINED : color, key, &mc), "MPI_Comm_split");
     if (color == COMM_NO_GROUP) return NULL;   // MPI_COMM_NULL
@@ -261,6 +290,7 @@ CommKind comm_select(Comm* world, CommKind want) {
     }
     // Every rank sees the same count, so every rank takes the same branch.
     if (world->poison) fail("GPT_COMM_POISON checks the MPI path only; unset it or use -comm mpi");
+    comm_barrier(world);   // NCCL's set-up blocks unwatched (blocking MPI calls, then NCCL's): the ranks meet first
     int gpus = nccl_distinct_gpus(world->mc);
     if (gpus < world->size) {
         if (want == COMM_NCCL)
@@ -769,7 +799,7 @@ void comm_finalize(Comm* world) {
     mpi_check(MPI_Op_free(&world->op_sum[DT_FP16]), "MPI_Op_free");
     // MPI_Finalize waits for every rank without being watched: the ranks meet in a watched barrier first.
     if (watchdog_timeout(world->wd) > 0.0) {
-        comm_watchdog_phase(world, 0, "the end of the run");
+        comm_watchdog_phase(world, 1, "the end of the run");
         comm_barrier(world);
     }
     Watchdog* w = world->wd;

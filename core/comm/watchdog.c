@@ -30,6 +30,9 @@
 // COMM_WATCHDOG_LONG times the timeout: still bounded, and a generous margin, since the timeout itself must
 // already exceed the longest stretch of work between two waits of a training step. Every rank enters such a
 // phase at the same step (checkpoints and evaluations are collective), so the waiting ranks know it.
+// Start-up and the end of the run are long phases too: rank 0 alone searches and inspects the checkpoint to
+// resume, each rank reads its share of it or initializes its part of the model at its own pace, and at the
+// end a rank may remove large -nvme files while the others wait in finalize.
 //
 // NCCL (comm_nccl.c) enqueues its collectives on the GPU and never blocks the host in this layer: a rank
 // whose peer stopped blocks in the backend's device synchronization (be_download, be_synchronize) instead,

@@ -100,7 +100,8 @@ void config_usage(const char* prog) {
            "            when every rank has its own GPU, else mpi)\n"
            "  -wd S     hang watchdog: a rank that waits longer than S seconds for the others (in a collective,\n"
            "            send or receive) ends the job, non-zero, with one line naming the rank that stopped\n"
-           "            answering and the operation the waiting rank was in; x%d during checkpoints and evaluation.\n"
+           "            answering and the operation the waiting rank was in; x%d during start-up (checkpoint load,\n"
+           "            model initialization), checkpoints, evaluation and the end of the run.\n"
            "            S must exceed the longest work between two collectives of a step; 0 = off. MPI only: NCCL's\n"
            "            collectives are not watched (default 300)\n"
            "planning\n"
@@ -188,7 +189,7 @@ static void set_defaults(Config* c) {
     c->pipeline_stages = 1;
     c->tensor_parallel = 1;
     c->virtual_stages = 0;   // 0: not given (2 under -ps interleaved, else 1)
-    c->watchdog = 300.0f;
+    c->watchdog = (float)COMM_WATCHDOG_DEFAULT;
     c->nvme_chunk = (long long)NVME_CHUNK_DEFAULT;
 }
 

@@ -543,22 +543,33 @@ NvmeStore* nvme_open(Backend* be, MemLedger* mem, const NvmeConfig* cfg, const s
     return s;
 }
 
-static void remove_file(const char* path) {
-    if (unlink(path) != 0 && errno != ENOENT) fail("-nvme: cannot remove %s: %s", path, strerror(errno));
+// Removes one of the store's files or its directory; 1 when it was already gone. Someone removed it behind
+// the run: the run kept its files open and finished with its state intact, so that is a warning, not an
+// error. Any other failure to clean up is.
+static int remove_entry(const char* path, int is_dir) {
+    if ((is_dir ? rmdir(path) : unlink(path)) == 0) return 0;
+    if (errno == ENOENT) return 1;
+    if (is_dir && (errno == ENOTEMPTY || errno == EEXIST)) return 0;   // something of the user's: it stays
+    fail("-nvme: cannot remove %s: %s", path, strerror(errno));
 }
 
 void nvme_close(NvmeStore* s, Backend* be) {
     if (!s) return;
     if (s->in_pass) fail("internal: the -nvme store closed during a pass");
     disk_io_stop(s->io);
+    int gone = 0;
     for (int r = 0; r < REGIONS; r++) {
         if (s->fd[r] < 0) continue;
         if (close(s->fd[r]) != 0) fail("-nvme: cannot close %s: %s", s->path[r], strerror(errno));
-        remove_file(s->path[r]);
+        gone |= remove_entry(s->path[r], 0);
     }
-    remove_file(s->lock_path);
+    gone |= remove_entry(s->lock_path, 0);
     if (close(s->lock_fd) != 0) fail("-nvme: cannot close %s: %s", s->lock_path, strerror(errno));
-    if (rmdir(s->dir) != 0 && errno != ENOTEMPTY && errno != EEXIST) fail("-nvme: cannot remove %s: %s", s->dir, strerror(errno));
+    gone |= remove_entry(s->dir, 1);
+    // A warning that cannot be written (stderr gone) is not worth failing the finished run for.
+    if (gone && fprintf(stderr, "warning: -nvme: %s was removed while the run used it; the run kept its files open, so "
+                                "its state and checkpoints are intact\n", s->dir) < 0) {
+    }
     be_host_free(be, s->pool_raw);
     free(s->chunks);
     free(s);

@@ -55,7 +55,8 @@ typedef struct NvmeStore NvmeStore;
 // directory in use by another run or one that cannot be written to is a one-line error.
 NvmeStore* nvme_open(Backend* be, MemLedger* mem, const NvmeConfig* cfg, const size_t* begin, const size_t* len, int ranges,
                      size_t x, int params_on_disk);
-// Stops the workers, removes the files and frees the pool.
+// Stops the workers, removes the files and frees the pool. Files or a directory already gone (removed
+// behind the run, which kept them open) are one warning; any other failure to remove them is an error.
 void nvme_close(NvmeStore* s, Backend* be);
 
 // The bytes this rank's files take (the planner's, without a store).

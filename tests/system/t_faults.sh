@@ -3,8 +3,9 @@
 # rank and the scale follows its state machine; non-finite steps stop the run after -nf in a row; SIGTERM
 # finishes the step, checkpoints and exits 0 on every rank, and the resumed run ends bit-identical to an
 # uninterrupted one; a rank killed with -9 ends the whole job instead of hanging; a rank stopped with SIGSTOP
-# (mid-training, or mid-checkpoint) ends it through the hang watchdog (-wd) with one line naming that rank,
-# the newest checkpoint staying complete, while a checkpoint or validation longer than -wd ends nothing.
+# (mid-training, mid-checkpoint, or during start-up) ends it through the hang watchdog (-wd) with one line
+# naming that rank, the newest checkpoint staying complete, while a checkpoint, validation or start-up
+# longer than -wd ends nothing.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 512 --seed 4 >/dev/null
@@ -210,6 +211,42 @@ if [ $have_mpi = 1 ]; then
     t_check watchdog_spares_slow_checkpoint "[ -n '$victim' ] && [ $RC -eq 0 ] && [ \$(error_lines $TMP/wdslow.err) -eq 0 ] && [ -f '$TMP/wdslow/ckpt_000004/DONE' ]" \
         "victim '$victim', exit $RC: $(grep -a '^error' "$TMP/wdslow.err" | head -c 300)"
     rm -rf "$TMP/wdslow"
+
+    # Start-up is watched too. Rank 1 stops right after launch, before step 0: once rank 0 has made the run
+    # directory's lock, which it does after the ranks' first collectives (so rank 1 is past MPI_Init, which
+    # nothing can watch), and before the rest of start-up, which takes milliseconds here: no sleep and no
+    # process started between the lock and the stop (the line's phase says where it landed). Start-up is a
+    # long phase: the job ends after 10 x -wd and the ask window, with the line naming rank 1 and a start-up
+    # phase. A time limit of its own, and every rank killed after, so that a regression fails instead of
+    # hanging the suite. Sets VICTIM, RANK0, START.
+    stop_in_startup() {   # name, -wd
+        local name=$1 lock=$TMP/$1/lock
+        timeout -k 2 30 "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -x 3 -wd "$2" -o "$TMP/$name" > "$TMP/$name.txt" 2> "$TMP/$name.err" &
+        RUN_PID=$!
+        VICTIM=""
+        for _ in $(seq 2000); do VICTIM=$(rank_pid "train_gpt_cpu .*$TMP/$name" 1) && break; sleep 0.005; done
+        for ((i = 0; i < 5000000; i++)); do [ -e "$lock" ] && break; done
+        [ -n "$VICTIM" ] && kill -STOP "$VICTIM"
+        START=$(now_ms)
+        RANK0=$(rank_pid "train_gpt_cpu .*$TMP/$name" 0)
+    }
+    kill_ranks() { for p in "$VICTIM" "$RANK0"; do [ -n "$p" ] && kill -KILL "$p" 2> /dev/null; done; }
+    stop_in_startup wdstart 0.2
+    end_run ""
+    kill_ranks
+    t_check watchdog_during_startup "[ -n '$VICTIM' ] && [ $RC -ne 0 ] && [ $RC -ne 124 ] && [ $MS -ge 2000 ] && [ $MS -lt 12000 ] && \
+        [ \$(error_lines $TMP/wdstart.err) -eq 1 ] && ! grep -q '^step' $TMP/wdstart.txt && \
+        grep -qE '^error: rank 1 stopped answering: rank 0 waited [0-9.]+ s in .*\(start-up: ' $TMP/wdstart.err" \
+        "victim '$VICTIM', exit $RC after $MS ms (10 x 0.2 s + 2 s to ask): $(grep -a '^error' "$TMP/wdstart.err" | head -c 300)"
+    # A start-up stalled longer than -wd plus the ask window (rank 1 stopped for 3.5 s, then continued: a slow
+    # filesystem, as the others see it) is healthy, and must not end the run: only 10 x -wd does. (Had the
+    # stop landed in a step, the watchdog would end the run; had the run been over, it would end in < 3.5 s.)
+    stop_in_startup wdslowstart 0.5
+    [ -n "$VICTIM" ] && sleep 3.5 && kill -CONT "$VICTIM"
+    end_run ""
+    kill_ranks
+    t_check watchdog_spares_slow_startup "[ -n '$VICTIM' ] && [ $RC -eq 0 ] && [ $MS -ge 3500 ] && [ \$(error_lines $TMP/wdslowstart.err) -eq 0 ] && \
+        [ -f '$TMP/wdslowstart/ckpt_000003/DONE' ]" "victim '$VICTIM', exit $RC after $MS ms: $(grep -a '^error' "$TMP/wdslowstart.err" | head -c 300)"
 
     # A validation longer than -wd 1 (every rank evaluates, with a stop check between rounds) must not either.
     $PYTHON scripts/make_shard.py -o "$TMP/val.bin" -n 40000 -V 512 --seed 6 >/dev/null

@@ -6,7 +6,7 @@
 # checkpoints move freely between the two. Checked beside that: -lb's disk times, the plan (host bytes held
 # to the pool however large the model, disk bytes per rank, DIR's free space, the largest model per layout
 # under a disk budget), and the faults: a full disk mid-step, a state file changed or truncated behind the
-# run, a filesystem without O_DIRECT, one in memory, and two runs given the same DIR.
+# run, a filesystem without O_DIRECT, one in memory, two runs given the same DIR, and DIR removed mid-run.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 512 --seed 6 >/dev/null || t_fail shard "make_shard failed"
@@ -177,6 +177,20 @@ flip_every_chunk() {   # chunks of 2048 elements: records of 3 x 8192 bytes
 cut_to_nothing() { truncate -s 0 "$1"; }
 damage nvme_changed_behind_the_run flip_every_chunk '^error: -nvme: .*state.bin changed behind the run: chunk [0-9]* (.*) does not match the checksum'
 damage nvme_truncated_behind_the_run cut_to_nothing '^error: -nvme: .*state.bin ends at byte [0-9]*, inside chunk .*truncated behind the run'
+
+# DIR removed while the run uses it (the run stopped after step 2 meanwhile, and not yet finished): its files
+# stay open, so the run trains to the end and writes its last checkpoint; the directory missing at the end
+# is one warning, and the exit is 0.
+train 1 "$TMP/removed" -x 60 -z 1 -offload 1 -nvme "$TMP/nvme_removed" & pid=$!
+trainer=$(started $pid "$TMP/removed.txt" 2)
+kill -STOP "$trainer"
+finished=$(grep -c '^trained' "$TMP/removed.txt")
+rm -rf "$TMP/nvme_removed"
+kill -CONT "$trainer"
+wait $pid; rc=$?
+t_check nvme_dir_removed_mid_run "[ $finished -eq 0 ] && [ $rc -eq 0 ] && [ -f $TMP/removed/ckpt_000060/DONE ] && ! grep -q '^error' $TMP/removed.txt &&
+    [ \$(grep -c '^warning: -nvme: $TMP/nvme_removed/gpt-nvme-rank0 was removed while the run used it;' $TMP/removed.txt) -eq 1 ]" \
+    "finished before the removal: $finished, rc $rc: $(tail -1 "$TMP/removed.txt")"
 
 # tmpfs is memory: it works (here with O_DIRECT, which kernels from 6.6 take on tmpfs) and says so. ramfs
 # refuses O_DIRECT: the run falls back to the page cache and says so. Both give the same bits.

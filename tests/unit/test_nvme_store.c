@@ -3,7 +3,9 @@
 // chunks never written read as zeros; copies in any order through the write-back cache land after a
 // flush; a pass that skips a range updates the others in place and leaves it alone; the walk's parameter
 // reads return whole units; the files are as large as planned and the pool as charged; a byte changed or a
-// file cut behind the store is one line and exit 1 (in a child process); closing removes the files.
+// file cut behind the store is one line and exit 1 (in a child process); closing removes the files; a
+// directory removed behind the store is one warning at the close, any other failure to remove one line and
+// exit 1.
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 
 #include "base/common.h"
 #include "core/util/disk_io.h"
+#include "core/util/fs.h"
 #include "core/zero/nvme_store.h"
 #include "tests/unit/testlib.h"
 
@@ -115,26 +118,17 @@ static long long file_size_of(const char* dir, const char* name) {
 // before a sanitizer build's exit-time leak check (registered earlier, so run later) can call it one.
 static void leave_now(void) { _exit(1); }
 
-// In a child: damage params.bin as `how` says, then read range 0's parameters (on the calling thread: a
-// child has no I/O workers). The child must exit 1 with one line naming the problem.
-static int child_detects(NvmeStore* s, const char* dir, int how, const char* want) {
+// Runs child() in a child process whose stderr is collected: whether it exited with `code` after exactly one
+// line of stderr that contains want.
+typedef void (*ChildFn)(NvmeStore* s, const char* dir, int how);
+
+static int child_says(ChildFn child, NvmeStore* s, const char* dir, int how, int code, const char* want) {
     int fds[2];
     if (pipe(fds) != 0) return 0;
     pid_t pid = fork();
     if (pid == 0) {
         if (dup2(fds[1], 2) < 0 || atexit(leave_now) != 0) _exit(3);
-        char p[4096];
-        snprintf(p, sizeof(p), "%s/gpt-nvme-rank0/params.bin", dir);
-        int fd = open(p, O_RDWR);
-        if (how == 0) {
-            unsigned char b = 0x77;
-            if (pwrite(fd, &b, 1, 4096 + 17) != 1) _exit(3);   // chunk 1's parameters
-        } else if (ftruncate(fd, 6000) != 0) {
-            _exit(3);
-        }
-        void* buf;
-        if (posix_memalign(&buf, DISK_IO_ALIGN, nvme_params_buffer_bytes(LEN[0], 2)) != 0) _exit(3);
-        nvme_read_params(s, BEGIN[0], LEN[0], buf);
+        child(s, dir, how);
         _exit(0);
     }
     close(fds[1]);
@@ -147,7 +141,43 @@ static int child_detects(NvmeStore* s, const char* dir, int how, const char* wan
     waitpid(pid, &status, 0);
     int lines = 0;
     for (size_t i = 0; i < got; i++) lines += text[i] == '\n';
-    return WIFEXITED(status) && WEXITSTATUS(status) == 1 && lines == 1 && strstr(text, want) != NULL;
+    return WIFEXITED(status) && WEXITSTATUS(status) == code && lines == 1 && strstr(text, want) != NULL;
+}
+
+// Damages params.bin of s (the parent's store) as `how` says (0: a byte changed, 1: cut short), then reads
+// range 0's parameters (on the calling thread: a child has no I/O workers).
+static void damage_and_read(NvmeStore* s, const char* dir, int how) {
+    char p[4096];
+    snprintf(p, sizeof(p), "%s/gpt-nvme-rank0/params.bin", dir);
+    int fd = open(p, O_RDWR);
+    if (how == 0) {
+        unsigned char b = 0x77;
+        if (pwrite(fd, &b, 1, 4096 + 17) != 1) _exit(3);   // chunk 1's parameters
+    } else if (ftruncate(fd, 6000) != 0) {
+        _exit(3);
+    }
+    void* buf;
+    if (posix_memalign(&buf, DISK_IO_ALIGN, nvme_params_buffer_bytes(LEN[0], 2)) != 0) _exit(3);
+    nvme_read_params(s, BEGIN[0], LEN[0], buf);
+}
+
+// A store of its own in dir (none is given), whose files are taken away behind it (how 0: its whole
+// directory removed; 1: state.bin replaced by a directory, which unlink cannot remove), then closed.
+static void close_after_removal(NvmeStore* none, const char* dir, int how) {
+    (void)none;
+    Backend* be = backend_create(0);
+    MemLedger mem = {{0}};
+    NvmeConfig cfg = {.dir = dir, .chunk_elems = CHUNK, .rank = 0};
+    NvmeStore* s = nvme_open(be, &mem, &cfg, BEGIN, LEN, RANGES, 2, 1);
+    char p[4096];
+    snprintf(p, sizeof(p), "%s/gpt-nvme-rank0", dir);
+    if (how == 0) {
+        remove_path(p);
+    } else {
+        snprintf(p, sizeof(p), "%s/gpt-nvme-rank0/state.bin", dir);
+        if (unlink(p) != 0 || mkdir(p, 0755) != 0) _exit(3);
+    }
+    nvme_close(s, be);
 }
 
 int main(void) {
@@ -185,12 +215,17 @@ int main(void) {
     random_copies(s, ref, 8);   // a second round over written chunks: read, changed, written again
     pass_skipping_range_1(s, ref);
     check_true(&st, "second_round", matches(s, ref) && read_params_match(s, ref));
-    check_true(&st, "changed_file_detected", child_detects(s, dir, 0, "params.bin changed behind the run: chunk 1 "));
-    check_true(&st, "truncated_file_detected", child_detects(s, dir, 1, "params.bin ends at byte 6000, inside chunk 1 "));
+    check_true(&st, "changed_file_detected", child_says(damage_and_read, s, dir, 0, 1, "params.bin changed behind the run: chunk 1 "));
+    check_true(&st, "truncated_file_detected", child_says(damage_and_read, s, dir, 1, 1, "params.bin ends at byte 6000, inside chunk 1 "));
     nvme_close(s, be);
     char sub[4096];
     snprintf(sub, sizeof(sub), "%s/gpt-nvme-rank0", dir);
-    check_true(&st, "close_removes_files", access(sub, F_OK) != 0 && rmdir(dir) == 0);
+    check_true(&st, "close_removes_files", access(sub, F_OK) != 0);
+    check_true(&st, "close_warns_when_dir_was_removed",
+               child_says(close_after_removal, NULL, dir, 0, 0, "/gpt-nvme-rank0 was removed while the run used it;"));
+    check_true(&st, "close_fails_on_other_removal_errors",
+               child_says(close_after_removal, NULL, dir, 1, 1, "error: -nvme: cannot remove ") &&
+                   (snprintf(sub, sizeof(sub), "%s/gpt-nvme-rank0", dir), remove_path(sub), rmdir(dir) == 0));
     check_true(&st, "a_gap_is_in_no_range", !in_range(11500) && in_range(11143));
     free(ref);
     backend_destroy(be);
