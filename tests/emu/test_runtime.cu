@@ -172,21 +172,29 @@ static int case_launch_limits() {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Order: the last block to write wins. The emulator draws the block order from the seed, so the winner
-// differs between seeds, as it may on a GPU.
-__global__ void last_writer_kernel(int* out) {
+// Order: the last writer wins. The emulator draws the order of the blocks, and of the threads between two
+// barriers, from the seed and the launch count, so the winner differs from launch to launch, as it may on a GPU.
+__global__ void last_block_kernel(int* out) {
     if (threadIdx.x == 0) out[0] = (int)blockIdx.x;
 }
-static int case_block_order() {
+__global__ void last_thread_kernel(int* out) { out[0] = (int)threadIdx.x; }
+// Eight launches of k: whether more than one writer won.
+static bool several_winners(void (*k)(int*), int blocks, int threads) {
     int* d = dev<int>(1);
     int seen = 0;
     for (int rep = 0; rep < 8; rep++) {
-        last_writer_kernel<<<64, 32>>>(d);
+        k<<<blocks, threads>>>(d);
         int h;
         down(&h, d, 1);
         seen |= 1 << (h % 31);
     }
-    return verdict("block_order", __builtin_popcount((unsigned)seen) > 1, "eight launches ran their blocks in one order");
+    return __builtin_popcount((unsigned)seen) > 1;
+}
+static int case_block_order() {
+    return verdict("block_order", several_winners(last_block_kernel, 64, 32), "eight launches ran their blocks in one order");
+}
+static int case_thread_order() {
+    return verdict("thread_order", several_winners(last_thread_kernel, 1, 64), "eight launches ran their threads in one order");
 }
 
 // Atomics: every thread of every block adds to one shared and one global counter; no race is reported and
@@ -218,20 +226,6 @@ static int case_host_touch() {
     volatile float x = d[1];
     (void)x;
     return verdict("host_touch", false, "host code read device memory");
-}
-
-// The same within a block: the threads' order between barriers is drawn too, so the last writer differs.
-__global__ void last_thread_kernel(int* out) { out[0] = (int)threadIdx.x; }
-static int case_thread_order() {
-    int* d = dev<int>(1);
-    int seen = 0;
-    for (int rep = 0; rep < 8; rep++) {
-        last_thread_kernel<<<1, 64>>>(d);
-        int h;
-        down(&h, d, 1);
-        seen |= 1 << (h % 31);
-    }
-    return verdict("thread_order", __builtin_popcount((unsigned)seen) > 1, "eight launches ran their threads in one order");
 }
 
 struct Case {
