@@ -77,6 +77,24 @@ for dt in $DTYPES; do
     else fail "emu_vs_cpu_$dt" "compare_kernels.py exited $rc ($n_ok tensors passed)"; fi
 done
 
+# 5 (--ci). The trainer on the emulated kernels, device memory fenced from its host code: a GPT-2 in fp32 and
+# a Llama (grouped-query heads of size 128, q/k norms) in bf16, three steps each against the CPU build.
+# make test-emu runs make test-gpu's rows instead (run_gpu.sh --emu).
+if [ $ci = 1 ]; then
+    "$PYTHON" scripts/make_shard.py -o "$work/data.bin" -n 20000 -V 512 --seed 3 > /dev/null
+    for m in "gpt2 L2C128H2V512T64 fp32 1e-5" "llama llama:L2,C128,H4,K2,D128,F256,V512,T64,qknorm bf16 1e-2"; do
+        set -- $m
+        ./train_gpt_cpu -e "$2" -i "$work/data.bin" -j "" -x 0 -s 0 -b 2 -t 32 -o "$work/init_$1" > /dev/null 2>&1
+        run=(-e "$work/init_$1/ckpt_000000/model.bin" -i "$work/data.bin" -j "" -b 2 -t 32 -x 3 -s 0 -l 1e-3)
+        ./train_gpt_cpu "${run[@]}" -p fp32 -o "$work/cpu_$1" > "$work/cpu_$1.txt" 2>&1
+        timeout 600 build/train_gpt_emu "${run[@]}" -p "$3" -o "$work/emu_$1" > "$work/emu_$1.txt" 2>&1 ||
+            { fail "emu_trainer_$1_$3" "train_gpt_emu failed: $(grep -m1 'error\|emulator:' "$work/emu_$1.txt")"; continue; }
+        out=$("$PYTHON" tests/tools/compare.py log "emu_trainer_$1_$3_vs_cpu" "$work/emu_$1/log.jsonl" "$work/cpu_$1/log.jsonl" \
+            --steps 3 --tol "$4" --key loss --key grad_norm 2>&1) || failed=1
+        printf '%s\n' "$out" | grep -E '^(ok|FAIL) '
+    done
+fi
+
 # 4. Planted bugs.
 if [ $ci = 0 ]; then bash tests/emu/plant.sh || failed=1; fi
 exit $failed
