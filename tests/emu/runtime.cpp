@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -119,7 +120,16 @@ struct Device {
     uint32_t epoch_counter;
     uint64_t seed, launches;
     int fence_depth;             // FenceLifts held: the arena is open while it is > 0
+    std::atomic<uint64_t> frees; // allocations freed so far: a thread's cached allocation is valid while unchanged
 };
+
+// The allocation a thread's last device access fell in: most accesses fall in the same one, and checking
+// them against it needs no lock.
+struct LastAlloc {
+    uintptr_t start, end;
+    uint64_t frees;
+};
+static thread_local LastAlloc tls_last_alloc;
 
 static thread_local cudaError_t tls_last_error = cudaSuccess;
 
@@ -521,13 +531,18 @@ static bool in_arena(const Device& d, const void* p) {
 void global_access(const void* p, size_t bytes, bool write) {
     Device& d = device();
     if (!in_arena(d, p)) return;   // host memory: pinned buffers and the emulator's own
-    std::lock_guard<std::mutex> g(d.lock);
     const uintptr_t a = (uintptr_t)p;
+    const LastAlloc& last = tls_last_alloc;
+    if (a >= last.start && a + bytes <= last.end && last.frees == d.frees.load(std::memory_order_relaxed)) return;
+    std::lock_guard<std::mutex> g(d.lock);
     auto it = std::upper_bound(d.allocs.begin(), d.allocs.end(), a, [](uintptr_t v, const Alloc& al) { return v < al.start; });
     if (it != d.allocs.begin()) {
         const Alloc& al = *(it - 1);
         if (a + bytes <= al.start + al.bytes) {
-            if (al.live) return;
+            if (al.live) {
+                tls_last_alloc = LastAlloc{al.start, al.start + al.bytes, d.frees.load(std::memory_order_relaxed)};
+                return;
+            }
             fault("%s of %zu bytes at %p, inside an allocation of %zu bytes at %p that was freed", write ? "write" : "read",
                   bytes, p, al.bytes, (void*)al.start);
         }
@@ -558,9 +573,13 @@ bool device_free(void* p) {
     auto it = std::lower_bound(d.allocs.begin(), d.allocs.end(), (uintptr_t)p, [](const Alloc& al, uintptr_t v) { return al.start < v; });
     if (it == d.allocs.end() || it->start != (uintptr_t)p || !it->live) return false;
     it->live = false;
+    d.frees.fetch_add(1, std::memory_order_relaxed);
     d.bytes_live -= it->bytes;
+    // A fresh mapping in its place returns the pages (the arena is never reused, so nothing else may claim
+    // them) and keeps the fence cheap to move, whose cost grows with the pages it covers.
     const size_t span = (it->bytes + kPage - 1) / kPage * kPage;
-    if (span && d.fence_depth > 0 && mprotect(p, span, PROT_NONE) != 0) fault("mprotect of a freed allocation: %s", strerror(errno));
+    if (span && mmap(p, span, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+        fault("unmapping a freed allocation: %s", strerror(errno));
     return true;
 }
 
