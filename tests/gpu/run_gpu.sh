@@ -271,4 +271,4 @@ else
 fi
 
 # 5. report
-write_report "make test-gpu"
+write_report "bash tests/gpu/run_gpu.sh $DRY"
