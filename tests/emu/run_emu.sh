@@ -7,7 +7,8 @@
 #   3. kernel_check under the emulator against the CPU twins at make test-gpu's tolerances, with its
 #      determinism rows (each kernel twice, the second in another thread and block order): with --ci, the
 #      default kernels; in full, the kernel variants that are not library calls (GPT_CUDA_VARIANTS)
-#   4. planted bugs, each reported (tests/emu/plant.sh)
+#   4. with --ci, the trainer on the emulated kernels against the CPU build (make test-emu: run_gpu.sh --emu)
+#   5. in full, planted bugs, each reported (tests/emu/plant.sh)
 # Protocol: "ok NAME" / "FAIL NAME: why" lines (tests/unit/testlib.h); exit 1 on any failure.
 set -u
 cd "$(dirname "$0")/../.."
@@ -77,7 +78,7 @@ for dt in $DTYPES; do
     else fail "emu_vs_cpu_$dt" "compare_kernels.py exited $rc ($n_ok tensors passed)"; fi
 done
 
-# 5 (--ci). The trainer on the emulated kernels, device memory fenced from its host code: a GPT-2 in fp32 and
+# 4 (--ci). The trainer on the emulated kernels, device memory fenced from its host code: a GPT-2 in fp32 and
 # a Llama (grouped-query heads of size 128, q/k norms) in bf16, three steps each against the CPU build.
 # make test-emu runs make test-gpu's rows instead (run_gpu.sh --emu).
 if [ $ci = 1 ]; then
@@ -95,6 +96,6 @@ if [ $ci = 1 ]; then
     done
 fi
 
-# 4. Planted bugs.
+# 5. Planted bugs.
 if [ $ci = 0 ]; then bash tests/emu/plant.sh || failed=1; fi
 exit $failed

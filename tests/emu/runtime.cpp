@@ -76,12 +76,11 @@ static const uint8_t kManyWarps = 0xff;
 
 struct SharedSite {
     const void* site;
-    size_t offset, bytes;
+    size_t offset;
 };
 
 struct Exec {
     const char* kernel;
-    dim3 grid, block;
     Dim3 grid_d, block_d, bidx;
     KernelCall call;
     std::vector<GpuThread> threads;
@@ -423,8 +422,6 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
     if (tls_exec) fault("a kernel launched %s from inside a kernel", name);
     Exec x;
     x.kernel = name;
-    x.grid = grid;
-    x.block = block;
     x.grid_d = Dim3{grid.x, grid.y, grid.z};
     x.block_d = Dim3{block.x, block.y, block.z};
     x.call = call;
@@ -450,10 +447,8 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
 // ---------------------------------------------------------------------------------------------------
 // Shared memory.
 void* shared_base() { return exec_or_fault("shared memory").smem; }
-size_t shared_size() {
-    Exec& x = exec_or_fault("shared memory");
-    return x.dyn_bytes + x.static_used;
-}
+static size_t block_shared_bytes(const Exec& x) { return x.dyn_bytes + x.static_used; }
+size_t shared_size() { return block_shared_bytes(exec_or_fault("shared memory")); }
 
 void* shared_dynamic(size_t align) {
     Exec& x = exec_or_fault("extern __shared__");
@@ -470,7 +465,7 @@ void* shared_static(const void* site, size_t bytes, size_t align) {
     const size_t used = off + bytes - x.dyn_bytes;
     if (used > kStaticSmemMax) fault("%zu bytes of static __shared__ memory: more than the %zu a block may declare", used, kStaticSmemMax);
     memset(x.smem + off, 0xff, bytes);
-    x.sites.push_back(SharedSite{site, off, bytes});
+    x.sites.push_back(SharedSite{site, off});
     x.static_used = used;
     return x.smem + off;
 }
@@ -486,11 +481,14 @@ static bool ordered(const Exec& x, int a, uint32_t a_wsync, int b) {
     return a == b || (a / 32 == b / 32 && x.wsync[b / 32] != a_wsync);
 }
 
+static void check_shared_bounds(const Exec& x, size_t off, size_t n, const char* what) {
+    if (off + n > block_shared_bytes(x))
+        fault("%s of %zu bytes at shared byte %zu, past the block's %zu bytes (%zu dynamic + %zu static)", what, n, off,
+              block_shared_bytes(x), x.dyn_bytes, x.static_used);
+}
+
 static void check_shared(Exec& x, size_t off, size_t n, bool write) {
-    const size_t size = x.dyn_bytes + x.static_used;
-    if (off + n > size)
-        fault("%s of %zu bytes at shared byte %zu, past the block's %zu bytes (%zu dynamic + %zu static)",
-              write ? "write" : "read", n, off, size, x.dyn_bytes, x.static_used);
+    check_shared_bounds(x, off, n, write ? "write" : "read");
     const int me = x.cur->linear, w = me / 32;
     for (size_t i = off; i < off + n; i++) {
         Shadow& s = x.shadow[i];
@@ -625,11 +623,8 @@ static void check_atomic(const void* p, size_t n) {
     Exec* x = tls_exec;
     if (!x || !x->cur) fault("an atomic outside a kernel");
     const uintptr_t off = (uintptr_t)p - (uintptr_t)x->smem;
-    if (off < kSmemWindow) {
-        if (off + n > x->dyn_bytes + x->static_used) fault("an atomic at shared byte %zu, past the block's %zu bytes", (size_t)off, x->dyn_bytes + x->static_used);
-        return;
-    }
-    global_access(p, n, true);
+    if (off < kSmemWindow) check_shared_bounds(*x, off, n, "atomic");
+    else global_access(p, n, true);
 }
 template <typename T, typename F> static T rmw(T* p, F f) {
     check_atomic(p, sizeof(T));

@@ -25,7 +25,6 @@
 #define __grid_constant__
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ __shared__was_not_rewritten_by_cuda_to_host_py
-#define __CUDACC__EMU 1
 
 // ---------------------------------------------------------------------------------------------------
 // Vector types and the built-in coordinates.
