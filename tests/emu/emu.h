@@ -23,7 +23,7 @@ int warp();          // linear thread index / 32
 int linear_tid();    // threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)
 
 // A report of something a GPU would fault on or compute wrongly: one line on stderr naming the kernel,
-// the block and thread, then exit(1) (or, under emu_expect_faults, counted and returned to the caller).
+// the block and thread, then the process ends with status 1 (tests run each faulting case in a process of its own).
 [[noreturn]] void fault(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // __syncthreads: every thread of the block that has not exited waits here.
