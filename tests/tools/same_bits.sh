@@ -5,6 +5,8 @@
 #
 #   tests/tools/same_bits.sh OLD_TRAIN_GPT_CPU NEW_TRAIN_GPT_CPU
 #
+# GPT-2 runs, then Llama-family runs (untied with q/k norms and q/k/v biases, tied).
+#
 # Prints "ok same_bits_NAME" or "FAIL same_bits_NAME: why" per run; exit 1 on any difference.
 set -u
 old=$(readlink -f "$1") new=$(readlink -f "$2")   # the runs start in a scratch directory
@@ -28,11 +30,19 @@ runs=(
     "pp2_vp2|2|-pp 2 -ps interleaved -vp 2 -ga 4 -e L4C64H4V512T64"
     "tp2_sp|2|-tp 2 -sp 1 -ga 2"
     "pp2_tp2_z3|4|-pp 2 -tp 2 -z 3 -ga 2"
+    "llama_untied_bf16|1|-p bf16 -r 2 -ga 2 -e llama:L2,C64,H4,K2,D32,F96,V512,T64,qknorm,qkvbias"
+    "llama_tied_z3_np2|2|-z 3 -ga 1 -e llama:L2,C64,H4,K1,F96,V512,T64,tied"
+    "llama_untied_z2_offload_np2|2|-z 2 -offload 1 -ga 1 -e llama:L2,C64,H4,K2,F96,V512,T64"
+    "llama_tp2_sp_np2|2|-tp 2 -sp 1 -ga 2 -e llama:L2,C64,H4,K2,F96,V512,T64"
+    "llama_pp2_1f1b_np2|2|-pp 2 -ga 4 -e llama:L2,C64,H4,K2,F96,V512,T64,qknorm"
 )
+# SAME_BITS_ONLY=regex runs only the runs whose name matches.
+only=${SAME_BITS_ONLY:-.}
 failed=0
 strip_times() { sed -E 's/"(dt_ms|tok_s|mfu|elapsed_s|wall_s|time_s|[a-z_]*_ms)": [0-9.eE+-]+,? ?//g' "$1"; }
 for r in "${runs[@]}"; do
     IFS='|' read -r name np extra <<< "$r"
+    [[ $name =~ $only ]] || continue
     for which in old new; do
         bin=$old; [ "$which" = new ] && bin=$new
         # shellcheck disable=SC2086
