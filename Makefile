@@ -98,8 +98,8 @@ endif
 NVFLAGS    += -DGPT_CUDNN -I$(CUDNN_INC)
 CUDA_LIBS  += -L$(CUDNN_LIB) -l:libcudnn.so.9 -Xlinker -rpath=$(CUDNN_LIB)
 endif
-# core/<concern>/*.c; gpt2tok.c is the tokenizer helper program (its own main), below.
-CORE_SRC    := $(wildcard base/*.c) $(filter-out $(COMM_UNUSED) core/comm/comm_nccl.c core/tokenizer/gpt2tok.c,$(wildcard core/*/*.c)) $(wildcard core/models/*/*.c) zero.c
+# core/<concern>/*.c; tokenizer_tool.c is the tokenizer helper program (its own main), below.
+CORE_SRC    := $(wildcard base/*.c) $(filter-out $(COMM_UNUSED) core/comm/comm_nccl.c core/tokenizer/tokenizer_tool.c,$(wildcard core/*/*.c)) $(wildcard core/models/*/*.c) zero.c
 CPU_KERNELS := $(wildcard kernels/*.c)
 
 CORE_CPU_OBJ  := $(CORE_SRC:%.c=$(B)/cpu/%.o)
@@ -220,12 +220,12 @@ run: train_gpt_cpu
 clean:
 	rm -rf $(B) train_gpt train_gpt_cpu
 
-# build/gpt2tok's rule names its sources itself: a .d an older build left for it could name moved files.
--include $(filter-out $(B)/gpt2tok.d,$(shell find $(B) -name '*.d' 2>/dev/null))
+# build/tokenizer's rule names its sources itself: a .d an older build left for it could name moved files.
+-include $(filter-out $(B)/tokenizer.d,$(shell find $(B) -name '*.d' 2>/dev/null))
 
 # ---- the tokenizer helper behind scripts/tokenize.py (which runs this rule itself) ----
-GPT2TOK_SRC := core/tokenizer/gpt2tok.c core/tokenizer/bpe.c core/tokenizer/tokenizer_json.c core/tokenizer/nfc.c core/util/json.c base/common.c
-$(B)/gpt2tok: $(GPT2TOK_SRC) core/tokenizer/bpe.h core/tokenizer/unicode_tables.h core/tokenizer/nfc.h core/tokenizer/nfc_tables.h \
+TOKENIZER_TOOL_SRC := core/tokenizer/tokenizer_tool.c core/tokenizer/tokenizer_file.c core/tokenizer/bpe.c core/tokenizer/tokenizer_json.c core/tokenizer/nfc.c core/util/json.c base/common.c
+$(B)/tokenizer: $(TOKENIZER_TOOL_SRC) core/tokenizer/bpe.h core/tokenizer/tokenizer_file.h core/tokenizer/tokenizer_json.h core/tokenizer/unicode_tables.h core/tokenizer/nfc.h core/tokenizer/nfc_tables.h \
               core/util/json.h core/util/utf8.h base/common.h
 	@mkdir -p $(B)
-	$(CC) $(filter-out -MMD -MP,$(CFLAGS)) -o $@ $(GPT2TOK_SRC) $(LDLIBS)
+	$(CC) $(filter-out -MMD -MP,$(CFLAGS)) -o $@ $(TOKENIZER_TOOL_SRC) $(LDLIBS)

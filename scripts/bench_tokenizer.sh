@@ -4,14 +4,14 @@
 # shares the cores; wall-clock MB/s is shown too.
 #   GPT-2, on one text file (default: the KJV dump, 4.3 MB), against npm's tiktoken (OpenAI's Rust tokenizer
 #   as WASM; npm install --no-save --prefix . tiktoken):
-#     helper    build/gpt2tok alone (the encoding work, as tiktoken is timed), 1 thread and all cores
+#     helper    build/tokenizer alone (the encoding work, as tiktoken is timed), 1 thread and all cores
 #     pipeline  scripts/tokenize.py --raw end to end (Python start, vocab load + sha256, helper), all cores
 #     tiktoken  encode_ordinary() only, file read and WASM start-up excluded
 #   Llama 3's tokenizer.json (from .npm/: scripts/install_deps.sh test), on the same file and on MIXED_MB of
 #   mixed text (tests/tools/hf_text.py: many scripts, emoji, digits, whitespace runs, special tokens), against
 #   npm's @huggingface/tokenizers (tests/tools/hf_reference.js):
-#     helper    build/gpt2tok tokenizer.json, 1 thread and all cores, loading the tokenizer.json included
-#               (the load alone: gpt2tok --info, shown in seconds)
+#     helper    build/tokenizer tokenizer.json, 1 thread and all cores, loading the tokenizer.json included
+#               (the load alone: the tokenizer tool's --info, shown in seconds)
 #     reference encode() only, file read and tokenizer set-up excluded
 #   A Qwen2-style tokenizer.json (Llama 3's with Qwen2's Split regex and the NFC normalizer, as Qwen2's and
 #   Qwen3's files have it; tests/tools/hf_tokenizer_files.py), the same way, on the same two texts and on
@@ -25,7 +25,7 @@ MIXED_MB=${3:-8}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 if [ -n "${1:-}" ]; then FILE=$1; else FILE=$tmp/kjv.txt; bible -l0 gen1:1-rev22:21 > "$FILE"; fi
-make -s build/gpt2tok
+make -s build/tokenizer
 "$PY" - "$FILE" "$tmp" <<'PYEOF'
 import importlib.util, os, sys, tempfile
 spec = importlib.util.spec_from_file_location('gpt2_tokenize', 'scripts/tokenize.py')
@@ -52,10 +52,10 @@ report() {  # label, "wall cpu"[, bytes]
 }
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'); file: $FILE ($bytes bytes); $cores cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'); load $(cut -d' ' -f1 /proc/loadavg)"
 echo "== GPT-2"
-r=$(best sh -c "build/gpt2tok $tmp/model.bin -t 1 < $tmp/docs.bin") || exit 1
-report "ours: gpt2tok -t 1" "$r"
-r=$(best sh -c "build/gpt2tok $tmp/model.bin -t $cores < $tmp/docs.bin") || exit 1
-report "ours: gpt2tok -t $cores" "$r"
+r=$(best sh -c "build/tokenizer $tmp/model.bin -t 1 < $tmp/docs.bin") || exit 1
+report "ours: tokenizer -t 1" "$r"
+r=$(best sh -c "build/tokenizer $tmp/model.bin -t $cores < $tmp/docs.bin") || exit 1
+report "ours: tokenizer -t $cores" "$r"
 r=$(best "$PY" scripts/tokenize.py --raw "$FILE" -o "$tmp/out.bin") || exit 1
 report "ours: tokenize.py --raw" "$r"
 if [ -d node_modules/tiktoken ]; then
@@ -74,7 +74,7 @@ if [ ! -s "$LLAMA" ] || ! node -e "require('module').createRequire('$PWD/.npm/x'
     exit 0
 fi
 "$PY" tests/tools/hf_text.py 5 $((MIXED_MB * 1000000)) > "$tmp/mixed.txt"
-r=$(best build/gpt2tok "$LLAMA" --info) || exit 1
+r=$(best build/tokenizer "$LLAMA" --info) || exit 1
 echo "ours: loading tokenizer.json (--info)        cpu $(echo "$r" | cut -d' ' -f2) s"
 bench_json() {   # tokenizer.json, text files...: ours at 1 thread and all cores, the reference, and their ids compared
     local json=$1 text n t r
@@ -84,12 +84,12 @@ bench_json() {   # tokenizer.json, text files...: ours at 1 thread and all cores
         echo "-- $(case $text in "$FILE") echo "$FILE" ;; "$tmp/mixed_nfc.txt") echo "mixed text, hf_text.py 5 --nfc" ;; *) echo "mixed text, hf_text.py 5" ;; esac) ($n bytes)"
         "$PY" -c "import struct, sys; p = sys.argv[1].encode(); sys.stdout.buffer.write(b'F' + struct.pack('<I', len(p)) + p)" "$text" > "$tmp/doc.bin"
         for t in 1 "$cores"; do
-            r=$(best sh -c "build/gpt2tok $json -t $t -w 4 < $tmp/doc.bin") || exit 1
-            report "ours: gpt2tok tokenizer.json -t $t" "$r" "$n"
+            r=$(best sh -c "build/tokenizer $json -t $t -w 4 < $tmp/doc.bin") || exit 1
+            report "ours: tokenizer tokenizer.json -t $t" "$r" "$n"
         done
         report "@huggingface/tokenizers encode" "$(for _ in $(seq "$RUNS"); do
             node tests/tools/hf_reference.js encode "$json" "$text" "$tmp/ref.u32" | cut -d' ' -f1,2; done | sort -k2 -g | head -1)" "$n"
-        if cmp -s <(build/gpt2tok "$json" -w 4 < "$tmp/doc.bin" | tail -c +9) "$tmp/ref.u32"; then echo "ids: identical to the reference's"
+        if cmp -s <(build/tokenizer "$json" -w 4 < "$tmp/doc.bin" | tail -c +9) "$tmp/ref.u32"; then echo "ids: identical to the reference's"
         else echo "ids: DIFFER from the reference's"; exit 1; fi
     done
 }

@@ -9,7 +9,7 @@ INPUT: text files (one document each), directories (every non-hidden file below,
 JSONL files (*.jsonl: one document per line, from its "text" field). Every document is preceded by the
 tokenizer's document-start token: GPT-2's end-of-text token 50256, or with --tokenizer the token its file
 names (the BOS its post_processor puts before a text, such as Llama 3's <|begin_of_text|>; else an added
-<|begin_of_text|>; else an added <|endoftext|>, as GPT-2 and Qwen2 separate documents; build/gpt2tok FILE
+<|begin_of_text|>; else an added <|endoftext|>, as GPT-2 and Qwen2 separate documents; build/tokenizer FILE
 --info prints it). The token stream is cut into shards of --shard-size tokens:
   default          llm.c's convention: the first shard is the validation split (NAME_val_000000.bin),
                    the rest are NAME_train_000001.bin, NAME_train_000002.bin, ...
@@ -21,7 +21,7 @@ A shard: 256 x int32 header [20240520, 1, ntok, set_lo, set_hi], then ntok x uin
 id, 64 random bits shared by the shards of one run and by no other run; llm.c's readers ignore those slots,
 and 0 there marks a shard of no known set (llm.c's own). OUTDIR also gets what the trainer decodes samples
 and encodes -prompt with: for GPT-2, gpt2_tokenizer.bin (the decoding table: [20240328, 2, 50257, 50256]
-header, then each token as uint8 length + bytes) and gpt2_merges.bin (the merges in gpt2tok's compact form);
+header, then each token as uint8 length + bytes) and gpt2_merges.bin (the merges in the compact merges form);
 with --tokenizer, a copy of FILE (a regular file, as every input is) as tokenizer.json. An OUTDIR that holds
 the other kind, or another tokenizer.json, is refused: its shards were encoded with that one. The output does
 not depend on -j, but for the set id.
@@ -44,7 +44,7 @@ With GPT-2's tokenizer the text "<|endoftext|>" inside a document is ordinary te
 50256. A tokenizer.json's added tokens (Llama 3's <|begin_of_text|>, ...) inside a document become their ids,
 as Hugging Face tokenizers encodes them.
 
-The encoding itself runs in build/gpt2tok (core/tokenizer/gpt2tok.c; built here with make when missing or
+The encoding itself runs in build/tokenizer (core/tokenizer/tokenizer_tool.c; built here with make when missing or
 stale), which also reads the tokenizer.json and refuses, in one line, one it would not encode as Hugging
 Face tokenizers does (core/tokenizer/tokenizer_json.c). GPT-2's encoder.json and vocab.bpe come from
 data/tokenizer/ and are checked against their sha256 before use.
@@ -75,7 +75,7 @@ from array import array  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOKDIR = os.environ.get('GPT2_TOKENIZER_DIR') or os.path.join(ROOT, 'data', 'tokenizer')   # override: tests
-HELPER = os.path.join(ROOT, 'build', 'gpt2tok')
+HELPER = os.path.join(ROOT, 'build', 'tokenizer')
 SHA256 = {
     'encoder.json': '196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783',
     'vocab.bpe': '1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5',
@@ -84,7 +84,7 @@ EOT = 50256
 VOCAB = 50257
 SHARD_FORMATS = {16: (20240520, 1), 32: (20240801, 7)}   # token bits: (magic, version)
 TOKENIZER_MAGIC, TOKENIZER_VERSION = 20240328, 2
-MODEL_MAGIC = 20240601   # gpt2tok's compact merges file
+MODEL_MAGIC = 20240601   # the tokenizer tool's compact merges file
 LOCK = '.tokenize.lock'
 STAGING = re.compile(r'\.tokenize-[0-9]+(-[0-9]+)?')   # a run's private directory, .tokenize-PID[-N]
 MARKER = 'SWITCHING'   # in it while its switch is under way: the trainer refuses OUTDIR then
@@ -172,7 +172,7 @@ def tokenizer_file_bytes(tokens):
 
 
 class Tokenizer:
-    """What a run encodes with: `model`, the file build/gpt2tok reads; the vocabulary size; the token before
+    """What a run encodes with: `model`, the file build/tokenizer reads; the vocabulary size; the token before
     each document; the bytes per id the helper writes (2 while they fit); the files the trainer needs beside
     the shards ({name: bytes}) and those of the other kind, which must not be there."""
     def __init__(self, model, vocab, doc_start, files, others):
@@ -212,14 +212,14 @@ def read_regular(path):
 
 
 def hf_tokenizer(path):
-    """A tokenizer.json, as build/gpt2tok reads it: it refuses what it would not encode as Hugging Face does."""
+    """A tokenizer.json, as build/tokenizer reads it: it refuses what it would not encode as Hugging Face does."""
     data = read_regular(path)
     ensure_helper()
     r = subprocess.run([HELPER, path, '--info'], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     info = dict(line.split(' ', 1) for line in r.stdout.decode().splitlines() if ' ' in line)
     if r.returncode != 0 or not {'vocab_size', 'doc_start'} <= info.keys():
         err = r.stderr.decode(errors='replace').strip()
-        raise Fail(err[len('error: '):] if err.startswith('error: ') else f'build/gpt2tok {path} --info failed: {err}')
+        raise Fail(err[len('error: '):] if err.startswith('error: ') else f'build/tokenizer {path} --info failed: {err}')
     return Tokenizer(path, int(info['vocab_size']), int(info['doc_start']), {'tokenizer.json': data}, GPT2_FILES)
 
 
@@ -383,15 +383,15 @@ def input_files(paths):
 
 def ensure_helper():
     try:
-        r = subprocess.run(['make', '-s', '-C', ROOT, 'build/gpt2tok'], stdout=subprocess.PIPE,
+        r = subprocess.run(['make', '-s', '-C', ROOT, 'build/tokenizer'], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT)
     except FileNotFoundError:   # no make: a helper built earlier will do
         if os.access(HELPER, os.X_OK):
             return
-        raise Fail('build/gpt2tok is missing and make is not installed')
+        raise Fail('build/tokenizer is missing and make is not installed')
     if r.returncode != 0 or not os.access(HELPER, os.X_OK):
         last = r.stdout.decode(errors='replace').strip().splitlines()[-1:] or ['']
-        raise Fail(f'could not build build/gpt2tok with make: {last[0]}')
+        raise Fail(f'could not build build/tokenizer with make: {last[0]}')
 
 
 def encode_record(rec):
@@ -455,13 +455,13 @@ def encode_docs(records, tok, threads):
     if errors:
         raise errors[0]
     if rc != 0:
-        raise Fail(err[len('error: '):] if err.startswith('error: ') else f'build/gpt2tok failed ({rc}): {err}')
+        raise Fail(err[len('error: '):] if err.startswith('error: ') else f'build/tokenizer failed ({rc}): {err}')
 
 
 def encode_texts(texts, tokenizer=None, threads=0):
     """Each of `texts` (UTF-8 bytes) as a list of token ids, encoded as a document of the shards is (without the
     document start before it), and the vocabulary size: GPT-2's tokenizer, or `tokenizer`, a tokenizer.json path."""
-    with tempfile.NamedTemporaryFile(prefix='gpt2tok-model-') as model_file:
+    with tempfile.NamedTemporaryFile(prefix='tokenizer-model-') as model_file:
         tok = hf_tokenizer(tokenizer) if tokenizer else gpt2_tokenizer(model_file)
         records = (('T', f'text {i}', t, len(t)) for i, t in enumerate(texts))
         code = 'H' if tok.width == 2 else 'I'
@@ -845,7 +845,7 @@ def main(argv):
         if args.tokenizer:
             run(args, hf_tokenizer(args.tokenizer))
         else:
-            with tempfile.NamedTemporaryFile(prefix='gpt2tok-model-') as model_file:
+            with tempfile.NamedTemporaryFile(prefix='tokenizer-model-') as model_file:
                 run(args, gpt2_tokenizer(model_file))
     except Fail as e:
         sys.stderr.write(f'error: {e}\n')

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "core/tokenizer/bpe.h"
+#include "core/tokenizer/tokenizer_file.h"
 #include "core/util/rng.h"
 
 typedef struct {
@@ -107,7 +107,7 @@ static void load_merges_beside(BpeModel* model, const char* tokenizer_path) {
     path_beside(merges, sizeof(merges), tokenizer_path, "gpt2_merges.bin");
     if (file_size(merges) < 0)
         fail("-prompt: no %s beside the tokenizer (scripts/tokenize.py writes it; re-run scripts/prepare_kjv.sh for the quick start's data)", merges);
-    bpe_model_load(model, merges);
+    tokenizer_file_load(model, merges);
 }
 
 int* generate_encode_prompt(const char* text, const Tokenizer* tokenizer, const char* tokenizer_path, int V, int* n) {

@@ -1,15 +1,15 @@
 /* bpe.h: the byte-level BPE encoder, one for every model it reads:
  *   - a Hugging Face tokenizer.json of the byte-level kind (GPT-2, Llama 3, Qwen2), read by
  *     core/tokenizer/tokenizer_json.c, which says what it accepts and refuses;
- *   - the compact merges file scripts/tokenize.py writes for GPT-2 (gpt2_merges.bin beside gpt2_tokenizer.bin):
- *       int32 [20240601, 1, n_merges, 0], uint32 byte_id[256], n_merges x uint32 {a, b, merged}
- *     (GPT-2's pattern, no added tokens, no token table).
+ *   - the compact merges file scripts/tokenize.py writes for GPT-2 (gpt2_merges.bin beside gpt2_tokenizer.bin,
+ *     read by core/tokenizer/tokenizer_file.c, which also tells the two kinds apart).
+ * This file knows neither format: the loaders fill the model through the functions at its end.
  * A text is encoded as Hugging Face tokenizers does. Its added tokens are matched literally (at each position
  * the longest; the leftmost first) in two passes: those with "normalized" false in the text as it is, then
  * those with "normalized" true in each stretch between them, after the normalizer (NFC, or none) has
  * rewritten the stretch, by their own normalized contents. Each becomes its id; each section between them
  * is cut into pre-tokens by the model's pattern, and each pre-token's bytes are merged, lowest rank first.
- * Token ids are uint32, below 2^24. Shared by the tokenizer tool (core/tokenizer/gpt2tok.c) and the trainer
+ * Token ids are uint32, below 2^24. Shared by the tokenizer tool (core/tokenizer/tokenizer_tool.c) and the trainer
  * (-prompt's encoding, the samples' decoding), so all of them encode alike. Errors end the process with one
  * "error: ..." line (fail). */
 #pragma once
@@ -17,7 +17,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define GPT2TOK_MAGIC 20240601
 #define BPE_MAX_VOCAB (1u << 24)
 
 /* The pre-tokenizer patterns, each a hand-written scanner (bpe.c states the regular expressions). */
@@ -52,14 +51,6 @@ typedef struct {
 typedef struct { uint32_t *v; size_t n, cap; } BpeTokens;
 typedef struct BpeWorker BpeWorker;   /* one thread's scratch and piece cache */
 
-/* Either kind of file, told apart by bpe_file_is_json. */
-void bpe_model_load(BpeModel *m, const char *path);
-/* Whether the tokenizer file f at path (read from its start, and left there) is to be read as a tokenizer.json.
- * The binary formats (the compact merges file, llm.c's gpt2_tokenizer.bin) begin with a magic whose first byte
- * is above 0x7f; a file that begins, after any spaces, with printable ASCII, or holds nothing else, was meant
- * as JSON text, so the JSON reader names what is wrong with it (an empty file, a top level that is not an
- * object, where the parse fails) rather than a binary header check. */
-int bpe_file_is_json(FILE *f, const char *path);
 void bpe_model_free(BpeModel *m);
 /* The bytes of token id (*len of them, NUL-terminated), or NULL past the token table. */
 const uint8_t *bpe_token_bytes(const BpeModel *m, uint32_t id, size_t *len);
@@ -88,4 +79,5 @@ void bpe_vocab_reserve(BpeModel *m, size_t n);
 int bpe_vocab_add(BpeModel *m, uint32_t id);
 int64_t bpe_vocab_find(const BpeModel *m, const uint8_t *p, size_t n);
 int bpe_added_index(BpeAddedSet *s);
-void bpe_model_load_json(BpeModel *m, const char *path, char *text);   /* tokenizer_json.c; takes over text */
+/* Last, once the loader has filled the model: the tables derived from it. */
+void bpe_model_finish(BpeModel *m);

@@ -4,6 +4,7 @@
 #include <errno.h>
 
 #include "base/common.h"
+#include "core/tokenizer/tokenizer_file.h"
 
 #define TOK_MAGIC 20240328
 #define TOK_HEADER_BYTES 1024
@@ -23,7 +24,7 @@ static int32_t le32(const unsigned char* p) {
 static Tokenizer* load_json(const char* path) {
     Tokenizer* t = xcalloc(1, sizeof *t);
     t->bpe = xmalloc(sizeof *t->bpe);
-    bpe_model_load(t->bpe, path);
+    tokenizer_file_load(t->bpe, path);
     t->vocab = (int)t->bpe->vocab_size;
     t->eot = (int)t->bpe->doc_start;
     return t;
@@ -36,7 +37,7 @@ Tokenizer* tokenizer_load(const char* path) {
         fail("cannot stat tokenizer %s: %s", path, strerror(errno));
     }
     FILE* f = xfopen(path, "rb");   // before the size check: a FIFO's size of 0 would hide what it is
-    if (bpe_file_is_json(f, path)) {
+    if (tokenizer_file_is_json(f, path)) {
         if (fclose(f) != 0) fail("cannot close tokenizer %s: %s", path, strerror(errno));
         return load_json(path);
     }

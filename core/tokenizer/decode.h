@@ -2,7 +2,7 @@
 // Hugging Face tokenizer.json, whose model (core/tokenizer/bpe.h) also encodes -prompt.
 //
 // llm.c's file: 256 x int32 header [20240328, version, vocab_size, eot_token] (version 1 has no eot field: eot
-// is 50256), then per token a uint8 length and that many bytes. Little-endian. A file that bpe_file_is_json
+// is 50256), then per token a uint8 length and that many bytes. Little-endian. A file that tokenizer_file_is_json
 // finds to be text is read as a tokenizer.json (core/tokenizer/tokenizer_json.c).
 #pragma once
 #include <stdio.h>

@@ -16,13 +16,14 @@
  * key and its value: ignoring it would encode differently from Hugging Face tokenizers, without a word.
  * The vocabulary's tokens are written in ByteLevel's alphabet (each byte as one printable character) and
  * stored as the bytes they stand for; added tokens' contents are their own bytes. */
+#include "core/tokenizer/tokenizer_json.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/common.h"
-#include "core/tokenizer/bpe.h"
 #include "core/tokenizer/nfc.h"
 #include "core/util/json.h"
 #include "core/util/utf8.h"
@@ -480,7 +481,7 @@ static uint32_t document_start(const Doc *d, const BpeModel *m) {
     return (uint32_t)id;
 }
 
-void bpe_model_load_json(BpeModel *m, const char *path, char *text) {
+void tokenizer_json_load(BpeModel *m, const char *path, char *text) {
     if (!*text) fail("%s: an empty file", path);
     if (!text[strspn(text, " \t\n\r")])
         fail("%s: nothing but whitespace, where a tokenizer.json holds one JSON object", path);

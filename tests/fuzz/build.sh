@@ -15,7 +15,7 @@ BASE="-g -O1 -std=gnu11 -I. $SAN"
 # the fork server's fork().
 # They go into one archive, so each harness links only what its reader reaches.
 # Every core module (the model families too) but the MPI and NCCL collectives and the tokenizer helper's own main.
-PROJ="base/*.c $(ls core/*/*.c core/models/*/*.c | grep -v -e /comm_mpi.c -e /comm_nccl.c -e /watchdog.c -e /gpt2tok.c | tr '\n' ' ') zero.c
+PROJ="base/*.c $(ls core/*/*.c core/models/*/*.c | grep -v -e /comm_mpi.c -e /comm_nccl.c -e /watchdog.c -e /tokenizer_tool.c | tr '\n' ' ') zero.c
       $(ls kernels/*.c)"
 HARNESSES=${*:-dataloader model tokenizer checkpoint evalfile}
 mkdir -p "$OUT/obj"

@@ -69,7 +69,7 @@ print("ok")
 PY
 
 # Training: the accuracy at steps 0 and 60, against the reference on the step-60 model. GPT-2 reads GPT-2's
-# encoding, Llama the tokenizer.json's (its vocabulary: build/gpt2tok --info).
+# encoding, Llama the tokenizer.json's (its vocabulary: build/tokenizer --info).
 flags=(-j "" -t 32 -s 0)
 gpt2_data=(-i "$TMP/corpus.bin" -hs "$HS")
 llama_data=(-i "$TMP/corpus_tok.bin" -hs "$HSTOK")
@@ -106,7 +106,7 @@ against_reference() {   # name, dir, evaluation file
     t_check "${name}_learned_not_all" "[ '$c' -gt '$g' ] && [ '$c' -lt '$t' ]" "step 0: $g, step 60: $c of $t"
 }
 gpt2="L4C64H4V4096T64"
-llama="llama:L4,C64,H4,K2,F128,V$(build/gpt2tok "$TOK" --info | sed -n 's/^vocab_size //p'),T64,tied"
+llama="llama:L4,C64,H4,K2,F128,V$(build/tokenizer "$TOK" --info | sed -n 's/^vocab_size //p'),T64,tied"
 train gpt2 "$gpt2" "${gpt2_data[@]}"
 train llama "$llama" "${llama_data[@]}"
 against_reference gpt2 gpt2 "$HS"

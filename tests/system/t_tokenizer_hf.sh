@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A Hugging Face tokenizer.json through the C tokenizer (core/tokenizer/bpe.c, tokenizer_json.c), from
-# build/gpt2tok, scripts/tokenize.py --tokenizer and the trainer's -tk.
+# build/tokenizer, scripts/tokenize.py --tokenizer and the trainer's -tk.
 #   Without a reference: GPT-2's tokenizer.json encodes as GPT-2's own files do (tiktoken's ids, shards byte
 #   for byte), its merges as "a b" strings or as pairs; every setting that would change the encoding is
 #   refused in one line naming it.
@@ -14,8 +14,8 @@ source tests/system/lib.sh
 PY=$PYTHON
 TOK="$PY scripts/tokenize.py"
 FILES="$PY tests/tools/hf_tokenizer_files.py"
-GT=build/gpt2tok
-make -s "$GT" || { t_fail gpt2tok_builds "make build/gpt2tok failed"; t_finish; }
+GT=build/tokenizer
+make -s "$GT" || { t_fail tokenizer_tool_builds "make build/tokenizer failed"; t_finish; }
 body() { tail -c +1025 "$1"; }   # a shard's ids
 # The first differing id of two uint32 files, with the text around it, for a failure's message.
 first_diff() {   # ours.u32 reference.u32

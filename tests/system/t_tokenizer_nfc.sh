@@ -18,8 +18,8 @@ cd "$(dirname "$0")/../.." || exit 1
 source tests/system/lib.sh
 PY=$PYTHON
 FILES="$PY tests/tools/hf_tokenizer_files.py"
-GT=build/gpt2tok
-make -s "$GT" build/test_nfc || { t_fail nfc_builds "make build/gpt2tok build/test_nfc failed"; t_finish; }
+GT=build/tokenizer
+make -s "$GT" build/test_nfc || { t_fail nfc_builds "make build/tokenizer build/test_nfc failed"; t_finish; }
 body() { tail -c +1025 "$1"; }   # a shard's ids
 u32s() { od -An -v -t u4 "$1" | xargs; }
 

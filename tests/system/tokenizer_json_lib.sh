@@ -1,5 +1,5 @@
 # tokenizer_json_lib.sh: sourced by the tokenizer.json tests (t_tokenizer_hf.sh, t_tokenizer_nfc.sh) after
-# lib.sh, with FILES (tests/tools/hf_tokenizer_files.py), GT (build/gpt2tok) and $TMP/tiny.json set up.
+# lib.sh, with FILES (tests/tools/hf_tokenizer_files.py), GT (build/tokenizer) and $TMP/tiny.json set up.
 expect_error() {   # name, pattern, command...: exit 1 with one line on stderr that holds the pattern
     local name=$1 pat=$2; shift 2
     "$@" > /dev/null 2> "$TMP/err" < /dev/null; local rc=$?

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Checks build/gpt2tok's ids against tests/data/tokenizer_expected.json (made by tiktoken, see
+"""Checks build/tokenizer's ids against tests/data/tokenizer_expected.json (made by tiktoken, see
 tests/tools/gen_tokenizer_expected.sh), all cases through one helper run. Prints "ok NAME" / "FAIL NAME: why".
 
   tokenizer_check.py                  with GPT-2's files in data/tokenizer/, as scripts/tokenize.py uses them
@@ -37,7 +37,7 @@ def main():
     if json_file:
         cases = [c for c in cases if '<|endoftext|>' not in c['text']]
     records = [('T', c['name'], c['text'].encode('utf-8'), 0) for c in cases]
-    with tempfile.NamedTemporaryFile(prefix='gpt2tok-model-') as model_file:
+    with tempfile.NamedTemporaryFile(prefix='tokenizer-model-') as model_file:
         gpt2 = tok.hf_tokenizer(json_file) if json_file else tok.gpt2_tokenizer(model_file)
         got = [array('H', ids).tolist() for ids, _ in tok.encode_docs(iter(records), gpt2, 2)]
     failed = 0

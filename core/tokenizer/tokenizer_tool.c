@@ -1,11 +1,12 @@
-/* gpt2tok: the hot loop of scripts/tokenize.py: pre-tokenization and byte-level BPE (core/tokenizer/bpe.c).
+/* tokenizer_tool.c, built as build/tokenizer: the hot loop of scripts/tokenize.py, pre-tokenization and
+ * byte-level BPE (core/tokenizer/bpe.c).
  *
- * usage: gpt2tok MODEL [-t THREADS] [-w 2|4]   encode
- *        gpt2tok MODEL --info                  "vocab_size V" and "doc_start ID" lines (tokenizer.json only)
- *        gpt2tok MODEL --decode                uint32 ids on stdin -> their bytes on stdout (tokenizer.json only)
+ * usage: tokenizer MODEL [-t THREADS] [-w 2|4]   encode
+ *        tokenizer MODEL --info                "vocab_size V" and "doc_start ID" lines (tokenizer.json only)
+ *        tokenizer MODEL --decode              uint32 ids on stdin -> their bytes on stdout (tokenizer.json only)
  *   MODEL   a Hugging Face tokenizer.json (core/tokenizer/tokenizer_json.c says which), or GPT-2's merges in
- *           the compact form scripts/tokenize.py writes (it owns the sha256 check of GPT-2's files):
- *           int32 [GPT2TOK_MAGIC, 1, n_merges, 0], uint32 byte_id[256], n_merges x uint32 {a, b, merged}
+ *           the compact form scripts/tokenize.py writes (core/tokenizer/tokenizer_file.h; the script owns the
+ *           sha256 check of GPT-2's files)
  *   stdin   documents: 'F' u32 n path[n]            (the helper reads the file itself)
  *                      'T' u32 n label[n] u64 m text[m]
  *   stdout  per document, in input order: u64 ntok, then ntok token ids of -w bytes each (default 2)
@@ -24,7 +25,7 @@
 #include <sys/stat.h>
 
 #include "base/common.h"
-#include "core/tokenizer/bpe.h"
+#include "core/tokenizer/tokenizer_file.h"
 
 #define BATCH_BYTES (8u << 20)   /* enough work per batch to keep every thread busy */
 #define CHUNK_BYTES (64u << 10)  /* small enough to balance, large enough to amortize the split scan */
@@ -214,7 +215,7 @@ static void encode(const BpeModel *m, int width) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: gpt2tok MODEL [-t THREADS] [-w 2|4] | MODEL --info | MODEL --decode  (see scripts/tokenize.py)\n");
+    fprintf(stderr, "usage: tokenizer MODEL [-t THREADS] [-w 2|4] | MODEL --info | MODEL --decode  (see scripts/tokenize.py)\n");
     return 2;
 }
 
@@ -233,7 +234,7 @@ int main(int argc, char **argv) {
         } else return usage();
     }
     BpeModel m;
-    bpe_model_load(&m, argv[1]);
+    tokenizer_file_load(&m, argv[1]);
     if (mode) need_table(&m, argv[1], mode == 1 ? "--info" : "--decode");
     if (mode == 1) print_info(&m);
     else if (mode == 2) decode(&m);
