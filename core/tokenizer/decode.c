@@ -14,7 +14,7 @@ struct Tokenizer {
     int vocab, eot;
     size_t* offset;   // llm.c's file: token i's bytes are text[offset[i], offset[i + 1] - 1), then a NUL
     char* text;
-    BpeModel* bpe;    // a tokenizer.json: its model holds the tokens' bytes instead
+    BpeModel* bpe;   // a tokenizer.json: its model holds the tokens' bytes instead
 };
 
 static int32_t le32(const unsigned char* p) {
@@ -77,8 +77,7 @@ Tokenizer* tokenizer_load(const char* path) {
         t->text[out++] = '\0';
         pos += len;
     }
-    if (pos != body)
-        fail("tokenizer %s has trailing bytes: %lld bytes after its %d tokens", path, body - pos, vocab);
+    if (pos != body) fail("tokenizer %s has trailing bytes: %lld bytes after its %d tokens", path, body - pos, vocab);
     t->offset[vocab] = out;
     free(buf);
     return t;
@@ -102,8 +101,10 @@ const char* tokenizer_decode(const Tokenizer* t, int token) {
 void tokenizer_write(const Tokenizer* t, int token, FILE* out) {
     size_t len;
     const char* p = token_bytes(t, token, &len);
-    if (p) fwrite(p, 1, len, out);
-    else fprintf(out, "<id %d>", token);
+    if (p)
+        fwrite(p, 1, len, out);
+    else
+        fprintf(out, "<id %d>", token);
 }
 
 int tokenizer_eot(const Tokenizer* t) { return t->eot; }

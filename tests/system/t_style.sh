@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The tree's shape rules: the C, C++ and CUDA sources that follow .clang-format (FORMATTED; the generated
+# Unicode tables excepted) are what clang-format makes of them.
+source "$(dirname "$0")/lib.sh"
+cd "$(dirname "$0")/../.."
+FORMATTED=(core/tokenizer)
+if command -v clang-format > /dev/null; then
+    files=$(find "${FORMATTED[@]}" \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' \) \
+            ! -name '*_tables.h' | sort)
+    unformatted=$(for f in $files; do clang-format --dry-run --Werror "$f" > /dev/null 2>&1 || echo "$f"; done)
+    t_check clang_format_clean "[ -n '$files' ] && [ -z '$unformatted' ]" "not as clang-format writes them: $(echo $unformatted)"
+else
+    t_missing clang_format_clean "clang-format"
+fi
+t_finish
