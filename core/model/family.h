@@ -66,6 +66,12 @@ typedef struct {
     int joins_previous;
 } KindInfo;
 
+// One rung of a family's ladder of shapes for --estimate -gpu-mem: a label for the table and an -e spec.
+typedef struct {
+    const char* label;
+    const char* spec;
+} ShapeRung;
+
 typedef struct BlockOps BlockOps;   // block.h
 // The norm the blocks and the final norm use: LayerNorm (weight and bias, eps 1e-5) or RMSNorm (weight,
 // ModelShape.eps; statistics in fp32).
@@ -99,6 +105,9 @@ struct ModelFamily {
     // The LM head's and loss's cost in blocks, for the pipeline's split (schedule.h: pipeline_split).
     double (*head_cost)(const ModelShape* s, int T);
     const BlockOps* block;
+    // The shapes "the largest model that fits" is chosen from, smallest first.
+    const ShapeRung* ladder;
+    int ladder_len;
 };
 
 // Kind k's entry, and whether k is one per block.

@@ -124,14 +124,6 @@ static void print_json(const char* prefix, const MemLedger* m) {
     printf("}");
 }
 
-// The GPT-2 and GPT-3 shapes, smallest first: what "the largest model that fits" is chosen from.
-static const char* const LADDER[][2] = {
-    {"124M", "L12C768H12"},  {"350M", "L24C1024H16"}, {"774M", "L36C1280H20"},  {"1.6B", "L48C1600H25"},
-    {"2.7B", "L32C2560H32"}, {"6.7B", "L32C4096H32"}, {"13B", "L40C5120H40"},   {"30B", "L48C7168H56"},
-    {"65B", "L80C8192H64"},  {"175B", "L96C12288H96"},
-};
-#define LADDER_SIZE (int)(sizeof(LADDER) / sizeof(LADDER[0]))
-
 // Whether every stage of shape s fits the budgets under ZeRO stage zero, offload (with -nvme's state files
 // when nvme) and recompute level r.
 static int fits(StatePlanner states, const Config* cfg, const ModelShape* s, int ranks, int zero, int offload, int nvme, int r) {
@@ -152,38 +144,41 @@ static int fits(StatePlanner states, const Config* cfg, const ModelShape* s, int
            (!nvme || (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, DISK_TOTAL) <= disk);
 }
 
-// One row of the capacity table: per -r, the largest shape of LADDER that fits.
-static void print_capacity_row(StatePlanner states, const Config* cfg, int ranks, int zero, int offload, int nvme) {
+// One row of the capacity table: per -r, the largest shape of the family's ladder that fits, each planned for
+// sequences of -t (and at least 1024) tokens.
+static void print_capacity_row(StatePlanner states, const Config* cfg, const ModelFamily* family, int ranks, int zero,
+                               int offload, int nvme) {
     char level[16];
     snprintf(level, sizeof(level), nvme ? "%d+nvme" : "%d", offload);
     printf("  %4d  %7s", zero, level);
     for (int r = 0; r <= 3; r++) {
         const char* best = "-";
-        for (int i = 0; i < LADDER_SIZE; i++) {
-            char spec[64];
+        for (int i = 0; i < family->ladder_len; i++) {
             ModelShape s;
-            snprintf(spec, sizeof(spec), "%sT%d", LADDER[i][1], cfg->T > 1024 ? cfg->T : 1024);
-            if (shape_from_spec(spec, &s) && fits(states, cfg, &s, ranks, zero, offload, nvme, r)) best = LADDER[i][0];
+            if (!shape_from_spec(family->ladder[i].spec, &s))
+                fail("the %s ladder's shape '%s' is no shape", family->name, family->ladder[i].spec);
+            if (s.maxT < cfg->T || s.maxT < 1024) s.maxT = cfg->T > 1024 ? cfg->T : 1024;
+            if (fits(states, cfg, &s, ranks, zero, offload, nvme, r)) best = family->ladder[i].label;
         }
         printf(" %9s", best);
     }
     printf("\n");
 }
 
-// -gpu-mem (-host-mem): per ZeRO stage and -offload, per -r, the largest shape of LADDER that fits.
-static void print_capacity(StatePlanner states, const Config* cfg, int ranks) {
+// -gpu-mem (-host-mem): per ZeRO stage and -offload, per -r, the largest shape of -e's family that fits.
+static void print_capacity(StatePlanner states, const Config* cfg, const ModelFamily* family, int ranks) {
     char host[64] = "", disk[64] = "";
     if (cfg->host_mem_gib > 0) snprintf(host, sizeof(host), " and -host-mem %g GiB", cfg->host_mem_gib);
     if (cfg->disk_mem_gib > 0) snprintf(disk, sizeof(disk), " (-nvme rows: -disk-mem %g GiB)", cfg->disk_mem_gib);
-    printf("\nlargest GPT shape per rank within -gpu-mem %g GiB%s%s (%d rank%s, -pp %d, -tp %d%s, b=%d t=%d, %s):\n  ZeRO  offload",
-           cfg->gpu_mem_gib, host, disk, ranks, ranks > 1 ? "s" : "", cfg->pipeline_stages, cfg->tensor_parallel,
+    printf("\nlargest %s shape per rank within -gpu-mem %g GiB%s%s (%d rank%s, -pp %d, -tp %d%s, b=%d t=%d, %s):\n  ZeRO  offload",
+           family->name, cfg->gpu_mem_gib, host, disk, ranks, ranks > 1 ? "s" : "", cfg->pipeline_stages, cfg->tensor_parallel,
            cfg->sequence_parallel ? " -sp 1" : "", cfg->B, cfg->T, dtype_name(cfg->precision));
     for (int r = 0; r <= 3; r++) printf("      -r %d", r);
     printf("\n");
     for (int zero = 0; zero < 4; zero++)
         for (int offload = 0; offload <= (zero >= 2 ? 2 : 1); offload++) {   // -offload 2 needs -z >= 2
-            print_capacity_row(states, cfg, ranks, zero, offload, 0);
-            if (offload > 0 && cfg->disk_mem_gib > 0) print_capacity_row(states, cfg, ranks, zero, offload, 1);
+            print_capacity_row(states, cfg, family, ranks, zero, offload, 0);
+            if (offload > 0 && cfg->disk_mem_gib > 0) print_capacity_row(states, cfg, family, ranks, zero, offload, 1);
         }
 }
 
@@ -238,6 +233,6 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
         for (int st = 0; st < P; st++) print_json(st ? ", " : "", &plans[st]);
         printf("]\n");
     }
-    if (cfg->gpu_mem_gib > 0) print_capacity(states, cfg, ranks);
+    if (cfg->gpu_mem_gib > 0) print_capacity(states, cfg, s->family, ranks);
     free(plans);
 }

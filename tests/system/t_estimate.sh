@@ -46,7 +46,7 @@ compare estimate_llama_kv_copies_np4_tp4 4 -e "$llama,qkvbias" -tp 4 -sp 1   # k
 # The plan needs no data and no device: it works with a shard pattern that matches nothing.
 ./train_gpt_cpu -e d48 -i "$TMP/none_*.bin" -b 4 -t 1024 -z 3 -w 64 --estimate > "$TMP/d48.txt" 2>&1
 t_check estimate_needs_no_data "grep -q '^plan: ' '$TMP/d48.txt' && grep -q 'ZeRO-3' '$TMP/d48.txt'"
-# -gpu-mem/-host-mem: the largest GPT-2/GPT-3 shape per ZeRO stage, -offload and -r. Each cell must be the
+# -gpu-mem/-host-mem: the largest GPT-2/GPT-3 shape (-e's family's ladder) per ZeRO stage, -offload and -r. Each cell must be the
 # planner's own answer: the chosen shape's plan fits the budgets and the next larger shape's does not; and
 # more sharding, offload or recompute never fits a smaller model.
 cap=(--estimate -w 8 -gpu-mem 80 -host-mem 128 -p bf16 -b 4 -t 1024)
@@ -56,7 +56,7 @@ import json, subprocess, sys
 ladder = ["124M", "350M", "774M", "1.6B", "2.7B", "6.7B", "13B", "30B", "65B", "175B"]
 specs = ["L12C768H12", "L24C1024H16", "L36C1280H20", "L48C1600H25", "L32C2560H32", "L32C4096H32", "L40C5120H40",
          "L48C7168H56", "L80C8192H64", "L96C12288H96"]
-lines = open(sys.argv[1]).read().split("largest GPT shape")[1].splitlines()[2:12]
+lines = open(sys.argv[1]).read().split("largest gpt2 shape")[1].splitlines()[2:12]
 table = {(int(l.split()[0]), int(l.split()[1])): l.split()[2:6] for l in lines}
 bad = []
 rank = lambda name: ladder.index(name) if name in ladder else -1
@@ -97,12 +97,37 @@ PY
 $PYTHON - "$TMP/cap_device.txt" <<'PY'
 import sys
 ladder = ["124M", "350M", "774M", "1.6B", "2.7B", "6.7B", "13B", "30B", "65B", "175B"]
-lines = open(sys.argv[1]).read().split("largest GPT shape")[1].splitlines()[2:12]
+lines = open(sys.argv[1]).read().split("largest gpt2 shape")[1].splitlines()[2:12]
 table = {(int(l.split()[0]), int(l.split()[1])): [ladder.index(c) if c in ladder else -1 for c in l.split()[2:6]] for l in lines}
 bad = ["z%d o%d fits less than o%d" % (z, o, o - 1) for (z, o), cells in table.items() if o > 0
        and any(a < b for a, b in zip(cells, table[(z, o - 1)]))]
 if table.get((3, 2), [-1] * 4)[3] <= table.get((3, 1), [99] * 4)[3]: bad.append("z3: offload 2 fits no larger model than offload 1 at -r 3")
 print("ok estimate_offload_levels_fit_more" if not bad else "FAIL estimate_offload_levels_fit_more: " + "; ".join(bad))
+sys.exit(1 if bad else 0)
+PY
+[ $? -eq 0 ] || FAILED=1
+# A Llama-family -e climbs the Llama family's shapes; at z3 -offload 2 -r 3 the cell is the planner's answer.
+./train_gpt_cpu -e llama3.2-1b --estimate -w 8 -gpu-mem 80 -p bf16 -b 1 -t 4096 > "$TMP/cap_llama.txt" 2>&1
+$PYTHON - "$TMP/cap_llama.txt" <<'PY'
+import json, subprocess, sys
+ladder = ["135M", "360M", "1B", "3B", "8B", "70B", "405B"]
+specs = ["smollm2-135m", "smollm2-360m", "llama3.2-1b", "llama3.2-3b", "llama3.1-8b",
+         "llama:L80,C8192,H64,K8,F28672,V128256,T131072,theta500000", "llama:L126,C16384,H128,K8,F53248,V128256,T131072,theta500000"]
+text = open(sys.argv[1]).read()
+bad = [] if "largest llama shape" in text else ["no llama table"]
+lines = text.split("largest llama shape")[-1].splitlines()[2:12]
+cells = {(int(l.split()[0]), int(l.split()[1])): l.split()[2:6] for l in lines}
+bad += ["z%d o%d: %s is not a llama rung" % (z, o, c) for (z, o), cs in cells.items() for c in cs if c not in ladder + ["-"]]
+def device_gib(spec):
+    out = subprocess.run(["./train_gpt_cpu", "-e", spec, "--estimate", "-w", "8", "-z", "3", "-offload", "2", "-r", "3",
+                          "-p", "bf16", "-b", "1", "-t", "4096"], capture_output=True, text=True).stdout
+    p = json.loads(out.split("plan: ")[1].splitlines()[0])
+    return sum(v for k, v in p.items() if not k.startswith("host_")) / 2**30
+i = ladder.index(cells.get((3, 2), ["-"] * 4)[3]) if cells.get((3, 2), ["-"] * 4)[3] in ladder else -1
+if i < 0: bad.append("no z3 o2 -r 3 cell")
+elif device_gib(specs[i]) > 80 or (i + 1 < len(specs) and device_gib(specs[i + 1]) <= 80):
+    bad.append("z3 o2 -r 3: %s is not the largest rung within 80 GiB" % ladder[i])
+print("ok estimate_largest_llama_table" if not bad else "FAIL estimate_largest_llama_table: " + "; ".join(bad))
 sys.exit(1 if bad else 0)
 PY
 [ $? -eq 0 ] || FAILED=1

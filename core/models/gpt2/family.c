@@ -124,6 +124,13 @@ static double head_cost(const ModelShape* s, int T) {
     return 2.0 * V * C / (24.0 * C * C + 4.0 * t * C);
 }
 
+// GPT-2's and GPT-3's sizes.
+static const ShapeRung LADDER[] = {
+    {"124M", "L12C768H12"},  {"350M", "L24C1024H16"}, {"774M", "L36C1280H20"}, {"1.6B", "L48C1600H25"},
+    {"2.7B", "L32C2560H32"}, {"6.7B", "L32C4096H32"}, {"13B", "L40C5120H40"},  {"30B", "L48C7168H56"},
+    {"65B", "L80C8192H64"},  {"175B", "L96C12288H96"},
+};
+
 const ModelFamily GPT2_FAMILY = {
     .name = "gpt2",
     .file_id = 0,
@@ -145,4 +152,6 @@ const ModelFamily GPT2_FAMILY = {
     .flops_per_token = flops_per_token,
     .head_cost = head_cost,
     .block = &GPT2_BLOCK,
+    .ladder = LADDER,
+    .ladder_len = (int)(sizeof(LADDER) / sizeof(LADDER[0])),
 };

@@ -283,6 +283,17 @@ static double head_cost(const ModelShape* s, int T) {
     return 2.0 * (double)s->Vp * s->C / (block_matrix_flops(s) + 4.0 * (double)T * s->NH * s->D);
 }
 
+// SmolLM2's two smallest and Llama 3.x's sizes (70B and 405B are not named shapes: their fields).
+static const ShapeRung LADDER[] = {
+    {"135M", "smollm2-135m"},
+    {"360M", "smollm2-360m"},
+    {"1B", "llama3.2-1b"},
+    {"3B", "llama3.2-3b"},
+    {"8B", "llama3.1-8b"},
+    {"70B", "llama:L80,C8192,H64,K8,F28672,V128256,T131072,theta500000"},
+    {"405B", "llama:L126,C16384,H128,K8,F53248,V128256,T131072,theta500000"},
+};
+
 const ModelFamily LLAMA_FAMILY = {
     .name = "llama",
     .file_id = 1,
@@ -304,4 +315,6 @@ const ModelFamily LLAMA_FAMILY = {
     .flops_per_token = flops_per_token,
     .head_cost = head_cost,
     .block = &LLAMA_BLOCK,
+    .ladder = LADDER,
+    .ladder_len = (int)(sizeof(LADDER) / sizeof(LADDER[0])),
 };
