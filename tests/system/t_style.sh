@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The tree's shape rules: the C, C++ and CUDA sources that follow .clang-format (FORMATTED; the generated
-# Unicode tables excepted) are what clang-format makes of them.
+# Unicode tables excepted) are what clang-format makes of them; the README stays short enough to read.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 FORMATTED=(core/tokenizer)
@@ -12,4 +12,6 @@ if command -v clang-format > /dev/null; then
 else
     t_missing clang_format_clean "clang-format"
 fi
+readme=$(wc -l < README.md)
+t_check readme_at_most_250_lines "[ $readme -le 250 ]" "README.md has $readme lines"
 t_finish
