@@ -6,7 +6,7 @@
 
 #include "core/run/config.h"
 
-// A row's value type follows its Config field (FLAG_TYPE_OF); a switch takes no value.
+// A row's value type follows its Config field's C type (flags.c's TYPE_OF); a switch takes no value.
 typedef enum {
     FLAG_STRING,   // const char*
     FLAG_INT,      // int
