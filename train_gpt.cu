@@ -389,6 +389,9 @@ static void print_setup(Trainer* tr, CommKind comm) {
            tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), tr->grid.pp, tr->grid.pp > 1 ? "s" : "", tr->grid.dp,
            tr->grid.dp > 1 ? "s" : "", tensor, cfg->zero_stage, offload_text(cfg), delay_text(cfg, delay, sizeof(delay)), tr->threads,
            tr->threads > 1 ? "s" : "", cfg->B, cfg->T, cfg->grad_accum, tr->max_steps);
+    if (!cfg->prompt)
+        printf("optimizer: AdamW beta1 %g, beta2 %g, eps %g, weight decay %g on 2-D tensors | gradient clip %g\n", cfg->adam_beta1,
+               cfg->adam_beta2, cfg->adam_eps, cfg->weight_decay, cfg->grad_clip);
     if (tr->val && tr->val_batches < cfg->val_batches)
         printf("validation: %d batch%s per evaluation, all that %s holds (-m %d)\n", tr->val_batches,
                tr->val_batches > 1 ? "es" : "", cfg->val_pattern, cfg->val_batches);
@@ -658,7 +661,7 @@ static void update(Trainer* tr, int step, const StepResult* r, PhaseTimer* pt) {
     int landed = land_delayed_update(tr);
     phase_mark(pt, tr->be, PHASE_UPDATE_WAIT);
     if (landed) pt->overlapped = delayed_update_seconds(tr->delayed);
-    OptimizerStep o = {r->lr, 0.9f, 0.95f, 1e-8f, cfg->weight_decay, step, cfg->seed};
+    OptimizerStep o = {r->lr, cfg->adam_beta1, cfg->adam_beta2, cfg->adam_eps, cfg->weight_decay, step, cfg->seed};
     float grad_scale = grad_clip_scale(r->grad_norm, cfg->grad_clip) / r->loss_scale;
     take_disk_times(tr, pt);
     if (!r->skipped && tr->delayed && step >= cfg->delay_from) {

@@ -1,4 +1,5 @@
-// config.h: the command line, in llm.c's flag style. Parsing validates every value; a bad flag is a
+// config.h: the command line, in llm.c's flag style. Each field is set by a row of flags.c's table, which
+// holds its name, default, range, help and resume rule. Parsing validates every value; a bad flag is a
 // one-line error and exit 1.
 #pragma once
 #include <stdint.h>
@@ -29,6 +30,9 @@ typedef struct {
     float final_lr_frac;         // -q
     LrSchedule schedule;         // -k
     float weight_decay;          // -c
+    float adam_beta1;            // -beta1
+    float adam_beta2;            // -beta2
+    float adam_eps;              // -eps
     float grad_clip;             // -gc (0: off)
     float loss_scale;            // -ls initial fp16 loss scale
     int max_nonfinite;           // -nf stop after this many non-finite steps in a row
@@ -74,9 +78,10 @@ typedef struct {
     float disk_mem_gib;          // -disk-mem: disk per rank for that table's -nvme rows (0: no such rows)
 } Config;
 
+// Every flag's default (flags.c).
+void config_defaults(Config* cfg);
 // Parses argv into cfg. Prints usage and exits 0 on -h.
 void config_parse(Config* cfg, int argc, char** argv);
-void config_usage(const char* prog);
 const char* lr_schedule_name(LrSchedule s);
 // Learning rate at step (0-based) of max_steps: warm-up, then the schedule down to lr * final_lr_frac.
 float config_lr_at(const Config* cfg, int step, int max_steps);

@@ -25,6 +25,11 @@ expect_error space_integer "-b expects an integer, got ' 2'" "${base[@]}" -b " 2
 timeout 60 ./train_gpt_cpu "${base[@]}" -l .5e-3 -c 1. -gc 2E0 > "$TMP/dec.txt" 2>&1
 t_check decimal_forms_accepted "[ $? -eq 0 ]" "$(tail -1 "$TMP/dec.txt")"
 expect_error watchdog_negative "-wd.*outside" "${base[@]}" -wd -1
+# AdamW's constants: 0 <= beta < 1, 0 < eps <= 1 (flags.c's table).
+expect_error beta1_below_one "-beta1 = 1 is outside \[0, 1\)" "${base[@]}" -beta1 1
+expect_error beta2_not_negative "-beta2 = -0.5 is outside \[0, 1\)" "${base[@]}" -beta2 -0.5
+expect_error eps_positive "-eps = 0 is outside \(0, 1\]" "${base[@]}" -eps 0
+expect_error eps_not_a_number "-eps expects a number, got 'tiny'" "${base[@]}" -eps tiny
 expect_error watchdog_not_a_number "-wd.*number.*'soon'" "${base[@]}" -wd soon
 # -d sets -ga = d / (b*t*replicas): the quotient gets -ga's range check, so it can neither wrap to 5 nor go negative.
 expect_error tokens_per_step_wraps_ga "-d 4294967301 gives -ga 4294967301 .*outside 1\.\.1048576" "${base[@]}" -b 1 -t 1 -d 4294967301

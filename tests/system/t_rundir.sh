@@ -67,6 +67,19 @@ run -x 4 -u 1 -t 16 -b 4 -o "$TMP/hp" -y 1 > /dev/null 2> "$TMP/hp3.err"
 one_error resume_refuses_fixed_change "would change -t 32 -> 16, which a resume cannot change" "$TMP/hp3.err" $?
 run -x 4 -u 4 -o "$TMP/hp" -y 1 > /dev/null 2> "$TMP/hp4.err"
 one_error resume_refuses_changed_past_lr "would change -u 1 -> 4" "$TMP/hp4.err" $?
+# The AdamW constants are recorded like -c, but a manifest holds them only off their defaults (a run with the
+# defaults writes the manifest it wrote before they were flags), so a manifest without them means the defaults.
+t_check manifest_leaves_out_default_adam "[ -f $TMP/hp/ckpt_000002/manifest.json ] && ! grep -q adam_ $TMP/hp/ckpt_000002/manifest.json"
+run -x 4 -u 1 -beta1 0.8 -o "$TMP/hp" -y 1 > /dev/null 2> "$TMP/beta1.err"
+one_error resume_refuses_changed_beta1 "would change -beta1 0.9 -> 0.8" "$TMP/beta1.err" $?
+cp -r "$TMP/hp" "$TMP/beta"
+run -x 4 -u 1 -beta1 0.8 -o "$TMP/beta" -y 2 > "$TMP/beta.txt" 2>&1
+t_check resume_y2_lists_beta1 "grep -q 'with changed hyperparameters (-y 2): -beta1 0.9 -> 0.8' $TMP/beta.txt && grep -q '\"adam_beta1\": \"0.8\"' $TMP/beta/ckpt_000004/manifest.json" "$(tail -2 "$TMP/beta.txt")"
+sed -i -E 's/, "adam_beta1": "[^"]*"//' "$TMP/beta/ckpt_000004/manifest.json" && reseal "$TMP/beta/ckpt_000004"
+run -x 6 -u 1 -beta1 0.8 -o "$TMP/beta" -y 1 > /dev/null 2> "$TMP/beta2.err"
+one_error manifest_without_beta1_means_default "would change -beta1 0.9 -> 0.8" "$TMP/beta2.err" $?
+run -x 6 -u 1 -o "$TMP/beta" -y 1 > "$TMP/beta3.txt" 2>&1
+t_check manifest_without_adam_resumes "[ $? -eq 0 ] && grep -q 'resumed from .*ckpt_000004 at step 4' $TMP/beta3.txt && ! grep -q 'does not record' $TMP/beta3.txt" "$(tail -2 "$TMP/beta3.txt")"
 run -x 4 -u 1 -l 2e-3 -o "$TMP/hp" -y 2 > "$TMP/hp5.txt" 2>&1
 t_check resume_y2_accepts_and_says "grep -q 'with changed hyperparameters (-y 2): -l 0.001 -> 0.002' $TMP/hp5.txt && [ -f $TMP/hp/ckpt_000004/DONE ]"
 # A manifest from before the run record: what may never change is still checked, from its batch and precision.
@@ -92,12 +105,13 @@ t_check old_manifest_resumes "grep -q 'resumed from .*ckpt_000002 at step 2' $TM
 # (each lands the delayed update early); -j "" turns validation, and so its landings, off.
 $PYTHON scripts/make_shard.py -o "$TMP/val.bin" -n 4000 -V 512 --seed 12 >/dev/null
 $PYTHON scripts/make_shard.py -o "$TMP/other.bin" -n 20000 -V 512 --seed 13 >/dev/null
-dpu=(-j "$TMP/val.bin" -m 2 -k cosine -q 0.1 -offload 1 -dpu 1 -v 2 -n 2)
+# The AdamW constants off their defaults, so that the manifest records their keys too.
+dpu=(-j "$TMP/val.bin" -m 2 -k cosine -q 0.1 -offload 1 -dpu 1 -v 2 -n 2 -beta1 0.85 -beta2 0.99 -eps 1e-7)
 run -x 4 "${dpu[@]}" -o "$TMP/rec" > /dev/null 2>&1 && rm -rf "$TMP/rec/ckpt_000004"
 changes=(tokens_per_step "-b 4" seq_len "-t 16 -b 4" seed "-seed 7" precision "-p bf16" train "-i $TMP/other.bin"
          shuffle "-sh 1" steps "-x 6" lr "-l 2e-3" warmup "-u 1" final_lr_frac "-q 0.2" schedule "-k linear"
          weight_decay "-c 0.1" grad_clip "-gc 0.5" delayed_update "-dpu 2" dpu_val_every "-v 3" dpu_sample_every "-s 3"
-         dpu_ckpt_every "-n 3")
+         dpu_ckpt_every "-n 3" adam_beta1 "-beta1 0.8" adam_beta2 "-beta2 0.9" adam_eps "-eps 1e-6")
 recorded=$($PYTHON -c "import json, sys; print(' '.join(json.load(open(sys.argv[1]))['run']))" "$TMP/rec/ckpt_000002/manifest.json")
 tested=$(for ((i = 0; i < ${#changes[@]}; i += 2)); do printf '%s ' "${changes[i]}"; done)
 t_check resume_change_table_covers_record "[ '$recorded ' = '$tested' ]" "recorded: $recorded; tested: $tested"

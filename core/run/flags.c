@@ -1,0 +1,450 @@
+// flags.c: the flag table and what reads a row (parsing, formatting, -h). See flags.h.
+#include "core/run/flags.h"
+
+#include <errno.h>
+#include <math.h>
+
+#include "base/common.h"
+#include "core/zero/nvme_store.h"
+
+// Enum fields are read and written as int (memcpy): each must be int-sized.
+_Static_assert(sizeof(LrSchedule) == sizeof(int) && sizeof(DType) == sizeof(int) && sizeof(ScheduleKind) == sizeof(int) &&
+                   sizeof(CommKind) == sizeof(int), "an enum flag's field is not int-sized");
+// The defaults below are text; the code that compares against these constants must see the same values.
+_Static_assert(NVME_CHUNK_DEFAULT == 1048576, "-nvme-chunk's default in the table differs from NVME_CHUNK_DEFAULT");
+_Static_assert((int)COMM_WATCHDOG_DEFAULT == 300, "-wd's default in the table differs from COMM_WATCHDOG_DEFAULT");
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define HELP_INDENT 12
+#define HELP_WIDTH 112
+
+// A row's type follows its field's C type; GCC gives an enum without negative values unsigned int.
+#define TYPE_OF(x) \
+    _Generic(((Config*)0)->x, const char*: FLAG_STRING, int: FLAG_INT, long long: FLAG_LONG, uint64_t: FLAG_U64, \
+             float: FLAG_FLOAT, unsigned int: FLAG_ENUM)
+#define FIELD(x) .field = offsetof(Config, x), .type = TYPE_OF(x)
+#define RANGE(lo, hi) .range = {lo, hi, 0}
+#define NAMES(list) .names = list, .name_count = (int)(sizeof(list) / sizeof(list[0]))
+#define RECORD(kind_, key_, at_) .resume = {.kind = kind_, .key = key_, .at = at_}
+#define BIG (double)(1LL << 40)
+#define STEPS (double)(1 << 30)
+#define WIDE (double)(1 << 20)
+
+static const char* const SCHEDULES[] = {[LR_COSINE] = "cosine", [LR_LINEAR] = "linear", [LR_CONSTANT] = "constant"};
+static const char* const PRECISIONS[] = {[DT_FP32] = "fp32", [DT_BF16] = "bf16", [DT_FP16] = "fp16"};
+static const char* const PIPE_SCHEDULES[] = {[SCHEDULE_1F1B] = "1f1b", [SCHEDULE_INTERLEAVED] = "interleaved", [SCHEDULE_ZB] = "zb"};
+static const char* const COMMS[] = {[COMM_AUTO] = NULL, [COMM_MPI] = "mpi", [COMM_NCCL] = "nccl"};
+
+// -ga and -d both set the accumulation steps: config.c refuses the two together.
+static int parse_grad_accum(const Flag* f, Config* c, const char* v, char* why, size_t size) {
+    if (!flag_parse_typed(f, c, v, why, size)) return 0;
+    c->grad_accum_set = 1;
+    return 1;
+}
+
+// Without -p the build chooses (fp32 on the CPU, bf16 on the GPU), once the backend is known.
+static int parse_precision(const Flag* f, Config* c, const char* v, char* why, size_t size) {
+    if (!flag_parse_typed(f, c, v, why, size)) return 0;
+    c->precision_set = 1;
+    return 1;
+}
+
+static int parse_pipe_schedule(const Flag* f, Config* c, const char* v, char* why, size_t size) {
+    if (flag_parse_typed(f, c, v, why, size)) return 1;
+    return set_why(why, size, "-ps %s: the schedule must be 1f1b, interleaved or zb", v);
+}
+
+// Here rather than at comm_select, so the error comes before any device or data work.
+static int parse_comm(const Flag* f, Config* c, const char* v, char* why, size_t size) {
+    if (!flag_parse_typed(f, c, v, why, size)) return 0;
+    if (c->comm == COMM_NCCL && !backend_build_is_gpu())
+        return set_why(why, size, "-comm nccl needs the GPU build (train_gpt); this is the CPU build");
+    if (c->comm == COMM_NCCL && !comm_nccl_built())
+        return set_why(why, size, "-comm nccl: this train_gpt was built without NCCL (rebuild with make NCCL=1 NCCL_HOME=DIR)");
+    return 1;
+}
+
+static void record_steps(const RunFacts* run, char* out, size_t size) { snprintf(out, size, "%d", run->max_steps); }
+
+static void record_tokens_per_step(const RunFacts* run, char* out, size_t size) {
+    snprintf(out, size, "%lld", run->tokens_per_step);
+}
+
+// Under -dpu every evaluation, sample and checkpoint lands the update in flight at once, so their cadence
+// decides which steps see fresh parameters; without -dpu they only observe ("-").
+static void record_landing(const Config* c, int every, char* out, size_t size) {
+    if (c->delay_from > 0) snprintf(out, size, "%d", every);
+    else snprintf(out, size, "-");
+}
+
+static void record_dpu_val_every(const RunFacts* run, char* out, size_t size) {
+    const Config* c = run->cfg;
+    int validates = c->val_pattern && c->val_pattern[0] && c->val_every > 0;   // as the trainer opens -j
+    record_landing(c, validates ? c->val_every : 0, out, size);
+}
+
+static void record_dpu_sample_every(const RunFacts* run, char* out, size_t size) {
+    record_landing(run->cfg, run->cfg->sample_every, out, size);
+}
+
+static void record_dpu_ckpt_every(const RunFacts* run, char* out, size_t size) {
+    record_landing(run->cfg, run->cfg->ckpt_every, out, size);
+}
+
+#define DATA "data and files"
+#define BATCH "batch"
+#define OPTIM "optimization"
+#define EVAL "evaluation, sampling, checkpoints"
+#define PARALLEL "precision and parallelism"
+#define PLANNING "planning"
+#define TESTING "testing"
+
+const Flag FLAGS[] = {
+    {DATA, "-i", "GLOB", FIELD(train_pattern), .def = "data/kjv/kjv_train_*.bin", .help = "training token shards",
+     RECORD(RESUME_OTHER, "train", 4)},
+    {DATA, "-j", "GLOB", FIELD(val_pattern), .def = "data/kjv/kjv_val_*.bin", .help = "validation token shards (\"\" for none)"},
+    {DATA, "-e", "MODEL", FIELD(model), .def = "d12",
+     .help = "d12|d24|d36|d48 (GPT-2 124M/350M/774M/1558M), L<n>C<n>H<n>[V<n>][T<n>] (custom, e.g. L4C256H4), a "
+             "Llama-family shape (smollm2-135m, smollm2-360m, smollm2-1.7b, llama3.2-1b, llama3.2-3b, llama3.1-8b, "
+             "qwen3-0.6b, qwen3-1.7b, or llama:L<n>,C<n>,H<n>,F<n> followed by any of ,K<kv_heads> ,D<head_size> ,V<n> "
+             ",T<n> ,theta<x> ,eps<x> ,tied ,qknorm ,qkvbias ,rope-linear:<f> ,rope-llama3:<f>/<low>/<high>/<original>, "
+             "each field once, one scaling), or a model file to start from. The Llama family's RMSNorm, RoPE, SwiGLU "
+             "and grouped-query attention CUDA kernels have not yet run on a GPU, only under the kernel emulator (make "
+             "test-emu)"},
+    {DATA, "-o", "DIR", FIELD(out_dir),
+     .help = "output directory, created with its parents: log.jsonl and checkpoints; one run at a time"},
+    {DATA, "-tk", "FILE", FIELD(tokenizer), .def_shown = "whichever of the two is beside the shards",
+     .help = "tokenizer for decoding samples and encoding -prompt: llm.c's gpt2_tokenizer.bin or a Hugging Face "
+             "tokenizer.json"},
+
+    {BATCH, "-b", "N", FIELD(B), RANGE(1, WIDE), .def = "4", .help = "micro-batch size in sequences"},
+    {BATCH, "-t", "N", FIELD(T), RANGE(1, WIDE), .def = "1024", .help = "sequence length",
+     RECORD(RESUME_FIXED, "seq_len", 1)},   // another -t cuts the token stream into other windows
+    {BATCH, "-ga", "N", FIELD(grad_accum), RANGE(1, WIDE), .def = "1", .parse = parse_grad_accum,
+     .help = "gradient accumulation micro-steps per step"},
+    // Steps index the data: another number of tokens per step skips or repeats tokens.
+    {BATCH, "-d", "N", FIELD(total_batch), RANGE(1, BIG), .def_shown = "unset: -ga decides",
+     .help = "tokens per step; sets -ga = N / (b * t * data-parallel ranks)",
+     .resume = {RESUME_FIXED, "tokens_per_step", 0, ABSENT_REFUSED, "b*t*ga*replicas", record_tokens_per_step}},
+
+    {OPTIM, "-x", "N", FIELD(max_steps), RANGE(-1, STEPS), .def = "-1", .help = "steps; -1: one epoch of the training data",
+     .resume = {RESUME_SCHEDULE, "steps", 6, ABSENT_REFUSED, NULL, record_steps}},
+    {OPTIM, "-l", "F", FIELD(lr), RANGE(0, 10), .def = "3e-4", .help = "peak learning rate", RECORD(RESUME_SCHEDULE, "lr", 7)},
+    {OPTIM, "-u", "N", FIELD(warmup), RANGE(0, STEPS), .def = "0", .help = "warm-up steps", RECORD(RESUME_SCHEDULE, "warmup", 8)},
+    {OPTIM, "-q", "F", FIELD(final_lr_frac), RANGE(0, 1), .def = "1.0", .help = "final learning rate as a fraction of -l",
+     RECORD(RESUME_SCHEDULE, "final_lr_frac", 9)},
+    {OPTIM, "-k", NULL, FIELD(schedule), NAMES(SCHEDULES), .def = "cosine", .help = "schedule after warm-up",
+     RECORD(RESUME_SCHEDULE, "schedule", 10)},
+    {OPTIM, "-c", "F", FIELD(weight_decay), RANGE(0, 10), .def = "0.0", .help = "AdamW weight decay on 2-D tensors",
+     RECORD(RESUME_OTHER, "weight_decay", 11)},
+    {OPTIM, "-beta1", "F", FIELD(adam_beta1), .range = {0, 1, FLAG_HI_OPEN}, .def = "0.9",
+     .help = "AdamW's decay rate of the running mean of the gradient (m)",
+     .resume = {RESUME_OTHER, "adam_beta1", 17, ABSENT_DEFAULT, NULL, NULL}},
+    {OPTIM, "-beta2", "F", FIELD(adam_beta2), .range = {0, 1, FLAG_HI_OPEN}, .def = "0.95",
+     .help = "AdamW's decay rate of the running mean of the squared gradient (v)",
+     .resume = {RESUME_OTHER, "adam_beta2", 18, ABSENT_DEFAULT, NULL, NULL}},
+    {OPTIM, "-eps", "F", FIELD(adam_eps), .range = {0, 1, FLAG_LO_OPEN}, .def = "1e-8",
+     .help = "AdamW's term added to the root of v in the update's denominator",
+     .resume = {RESUME_OTHER, "adam_eps", 19, ABSENT_DEFAULT, NULL, NULL}},
+    {OPTIM, "-gc", "F", FIELD(grad_clip), RANGE(0, 1e9), .def = "1.0", .help = "clip the global gradient norm to F; 0 = off",
+     RECORD(RESUME_OTHER, "grad_clip", 12)},
+    {OPTIM, "-ls", "F", FIELD(loss_scale), RANGE(1, 1e30), .def = "65536",
+     .help = "initial fp16 loss scale; dynamic: halves after 2 overflows, doubles after 1000 clean steps"},
+    {OPTIM, "-nf", "N", FIELD(max_nonfinite), RANGE(1, STEPS), .def = "5",
+     .help = "stop with an error after N non-finite steps in a row; each is skipped on every rank (with fp16, counted "
+             "once the loss scale is at its minimum 1)"},
+
+    {EVAL, "-v", "N", FIELD(val_every), RANGE(0, STEPS), .def = "20", .help = "validation loss every N steps; 0 = off",
+     .resume = {RESUME_OTHER, "dpu_val_every", 14, ABSENT_UNKNOWN, "-v (with -dpu)", record_dpu_val_every}},
+    {EVAL, "-m", "N", FIELD(val_batches), RANGE(1, STEPS), .def = "20", .help = "validation batches"},
+    {EVAL, "-hs", "FILE", FIELD(hellaswag),
+     .help = "HellaSwag accuracy at each -v step from an evaluation file of scripts/prepare_hellaswag.py: per example, "
+             "the ending of lowest mean loss per token (llm.c's acc_norm); examples longer than -t are left out and "
+             "counted at start"},
+    {EVAL, "-s", "N", FIELD(sample_every), RANGE(0, STEPS), .def = "20", .help = "sample text every N steps; 0 = off",
+     .resume = {RESUME_OTHER, "dpu_sample_every", 15, ABSENT_UNKNOWN, "-s (with -dpu)", record_dpu_sample_every}},
+    {EVAL, "-g", "N", FIELD(gen_tokens), RANGE(1, WIDE), .def = "64", .help = "tokens per sample"},
+    {EVAL, "-prompt", "TEXT", FIELD(prompt),
+     .help = "generate -g tokens after TEXT with -e's model, printing them as they come, then exit (no training; "
+             "encoded with the tokenizer.json, or gpt2_merges.bin beside gpt2_tokenizer.bin; seeded by -seed)"},
+    {EVAL, "-temp", "F", FIELD(temperature), RANGE(0, 100), .def = "1",
+     .help = "sampling temperature, 0 = always the most likely token"},
+    {EVAL, "-topk", "K", FIELD(top_k), RANGE(0, WIDE), .def = "0", .help = "sample among the K most likely tokens only; 0 = all"},
+    {EVAL, "-lb", "N", FIELD(breakdown_every), RANGE(0, STEPS), .def = "0",
+     .help = "every N steps, time per phase (data, forward, backward, pipeline wait, grad reduce, optimizer; with -pp "
+             "each stage's split too), synchronizing the device on those steps only; 0 = off"},
+    {EVAL, "-n", "N", FIELD(ckpt_every), RANGE(0, STEPS), .def = "0",
+     .help = "checkpoint every N steps into -o; 0 = only at the end",
+     .resume = {RESUME_OTHER, "dpu_ckpt_every", 16, ABSENT_UNKNOWN, "-n (with -dpu)", record_dpu_ckpt_every}},
+    {EVAL, "-y", "0|1|2", FIELD(resume), RANGE(0, 2), .def = "0",
+     .help = "1: resume from the newest complete checkpoint in -o (an older one when a newer one is damaged; step 0 "
+             "when there is none); refuses flags that change the run's results (-x, -l, -u, -q, -k, -c, -beta1, "
+             "-beta2, -eps, -gc, -i, -sh, -dpu, and with -dpu -v, -s, -n); 2: resume with those changes, each printed"},
+    {EVAL, "-ow", "0|1", FIELD(start_over), RANGE(0, 1), .def = "0",
+     .help = "start over in an -o that holds an earlier run: delete its log and checkpoints. Without it a fresh run "
+             "(-y 0) refuses such a directory"},
+    {EVAL, "-sh", "0|1", FIELD(shuffle), RANGE(0, 1), .def = "0", .help = "shuffle the training windows each epoch",
+     RECORD(RESUME_OTHER, "shuffle", 5)},
+    {EVAL, "-seed", "N", FIELD(seed), RANGE(0, BIG), .def = "1337",
+     .help = "random seed for initialization, shuffling and sampling",
+     RECORD(RESUME_FIXED, "seed", 2)},   // shuffling and stochastic rounding follow it
+
+    {PARALLEL, "-p", NULL, FIELD(precision), NAMES(PRECISIONS), .parse = parse_precision,
+     .def_shown = "fp32 on the CPU build, bf16 on the GPU build",
+     .help = "storage, fp32 master weights; fp16 with dynamic loss scaling",
+     RECORD(RESUME_FIXED, "precision", 3)},   // the state files hold the working copy in this dtype
+    {PARALLEL, "-z", "N", FIELD(zero_stage), RANGE(0, 3), .def = "0", .help = "ZeRO stage 0..3"},
+    {PARALLEL, "-pp", "N", FIELD(pipeline_stages), RANGE(1, 1024), .def = "1",
+     .help = "pipeline stages; ranks form N stages x ranks/N data-parallel replicas"},
+    {PARALLEL, "-ps", NULL, FIELD(pipe_schedule), NAMES(PIPE_SCHEDULES), .parse = parse_pipe_schedule, .def = "1f1b",
+     .help = "pipeline schedule: 1f1b | interleaved (with -vp V model chunks per rank: bubble (P-1)/(V m)) | zb (zero "
+             "bubble, ZB-H1: weight gradients deferred into the bubble)"},
+    {PARALLEL, "-vp", "V", FIELD(virtual_stages), RANGE(1, MAX_CHUNKS), .def_shown = "2 under -ps interleaved, else 1",
+     .help = "with -ps interleaved: virtual stages per rank, 2.." STR(MAX_CHUNKS)},
+    {PARALLEL, "-tp", "N", FIELD(tensor_parallel), RANGE(1, 1024), .def = "1",
+     .help = "tensor parallelism: N neighbouring ranks share each block, Megatron-style (heads and the MLP split; N "
+             "divides the heads); ranks form stages x replicas x N"},
+    {PARALLEL, "-sp", "0|1", FIELD(sequence_parallel), RANGE(0, 1), .def = "0",
+     .help = "with -tp: sequence parallelism; LayerNorms and residual adds on each rank's b*t/N rows, all-reduces "
+             "become reduce-scatter + all-gather, stages send 1/N of the activations"},
+    {PARALLEL, "-r", "N", FIELD(recompute), RANGE(0, 3), .def = "0",
+     .help = "activation recompute: 0 keep all, 1 GELU, 2 + attention and LayerNorms, 3 whole blocks"},
+    {PARALLEL, "-offload", "0|1|2", FIELD(offload), RANGE(0, 2), .def = "0",
+     .help = "1: keep each rank's fp32 master weights and Adam m, v (its pieces with -z >= 1) in host memory (pinned on "
+             "the GPU build); the optimizer runs there on the downloaded gradient and uploads the new parameters. 2 (-z 2 "
+             "or 3): also accumulate the gradient pieces on the host, each unit's as its reduce-scatter ends, and with -z "
+             "3 keep the parameter pieces there, uploaded for each gather. Same results bit for bit"},
+    {PARALLEL, "-dpu", "W", FIELD(delay_from), RANGE(0, STEPS), .def = "0",
+     .help = "with -offload: from step W on, run each step's host update while the device computes the next step, "
+             "which uses the parameters before it (ZeRO-Offload's delayed parameter update; updates land one step "
+             "late, and land at once before each checkpoint, evaluation and the end). 0: off",
+     .resume = {RESUME_OTHER, "delayed_update", 13, ABSENT_UNKNOWN, NULL, NULL}},
+    {PARALLEL, "-nvme", "DIR", FIELD(nvme_dir),
+     .help = "with -offload: keep each rank's fp32 master and Adam m, v (and with -offload 2 -z 3 its parameter "
+             "pieces) in files under DIR/gpt-nvme-rank<r> instead of host memory, streamed through " STR(NVME_BUFFERS)
+             " host buffers with O_DIRECT reads and writes on worker threads (ZeRO-Infinity's NVMe offload; node-local "
+             "storage; one run per DIR; the files are scratch, removed at the end). Same results bit for bit. Not yet "
+             "run on a GPU, only under the kernel emulator"},
+    {PARALLEL, "-nvme-chunk", "E", FIELD(nvme_chunk), RANGE(NVME_CHUNK_ALIGN, (double)(1 << 30)), .def = "1048576",
+     .help = "with -nvme: elements per disk transfer and checksum, a multiple of " STR(NVME_CHUNK_ALIGN)},
+    {PARALLEL, "-comm", NULL, FIELD(comm), NAMES(COMMS), .parse = parse_comm,
+     .def_shown = "nccl on the GPU build with NCCL when every rank has its own GPU, else mpi",
+     .help = "what moves GPU buffers in the collectives. nccl needs one GPU per rank; mpi stages through host memory "
+             "and lets ranks share a GPU"},
+    {PARALLEL, "-wd", "S", FIELD(watchdog), RANGE(0, 1e6), .def = "300",
+     .help = "hang watchdog: a rank that waits longer than S seconds for the others (in a collective, send or "
+             "receive) ends the job, non-zero, with one line naming the rank that stopped answering and the operation "
+             "the waiting rank was in; x" STR(COMM_WATCHDOG_LONG) " during start-up (checkpoint load, model "
+             "initialization), checkpoints, evaluation and the end of the run. S must exceed the longest work between "
+             "two collectives of a step; 0 = off. MPI only: NCCL's collectives are not watched"},
+
+    {PLANNING, "--estimate", NULL, .field = offsetof(Config, estimate), .type = FLAG_SWITCH,
+     .help = "print each rank's memory per category (and a table across ZeRO stages and world sizes) for these flags "
+             "without allocating anything, then exit"},
+    {PLANNING, "-w", "N", FIELD(plan_ranks), RANGE(1, WIDE), .def_shown = "the ranks it is launched on",
+     .help = "world size for --estimate"},
+    {PLANNING, "-gpu-mem", "G", FIELD(gpu_mem_gib), RANGE(0.001, 1e6),
+     .help = "with --estimate: also the largest GPT-2/GPT-3 shape whose states and activations fit G GiB of device "
+             "memory per rank, for each ZeRO stage, -offload and -r"},
+    {PLANNING, "-host-mem", "G", FIELD(host_mem_gib), RANGE(0.001, 1e6),
+     .help = "with -gpu-mem: that table's shapes must also fit G GiB of host memory per rank"},
+    {PLANNING, "-disk-mem", "G", FIELD(disk_mem_gib), RANGE(0.001, 1e9),
+     .help = "with -gpu-mem: also rows for -offload with -nvme, whose state files fit G GiB of disk per rank"},
+
+    {TESTING, "-dump", "DIR", FIELD(dump_dir),
+     .help = "write step 0's logits and gradients (fp32) for comparison with scripts/reference.py"},
+    {TESTING, "-h", NULL, .type = FLAG_HELP, .help = "this help (also --help)"},
+};
+const int FLAG_COUNT = (int)(sizeof(FLAGS) / sizeof(FLAGS[0]));
+
+const Flag* flag_find(const char* name) {
+    if (!strcmp(name, "--help")) name = "-h";
+    for (int i = 0; i < FLAG_COUNT; i++)
+        if (!strcmp(FLAGS[i].name, name)) return &FLAGS[i];
+    return NULL;
+}
+
+// A plain decimal: an optional '-', digits, and for a real number an optional fraction and exponent.
+// strtod alone would also take " 1", "+1", "0x1p3" and "1e", strtoll " 1" and "+1": typos, not numbers.
+static int is_decimal(const char* s, int real) {
+    static const char* digits = "0123456789";
+    const char* p = s + (*s == '-');
+    size_t whole = strspn(p, digits), frac = 0;
+    p += whole;
+    if (real && *p == '.') {
+        frac = strspn(++p, digits);
+        p += frac;
+    }
+    if (whole + frac == 0) return 0;
+    if (real && (*p == 'e' || *p == 'E')) {
+        p += 1 + (p[1] == '-' || p[1] == '+');
+        size_t exp = strspn(p, digits);
+        if (exp == 0) return 0;
+        p += exp;
+    }
+    return *p == '\0';
+}
+
+static int parse_integer(const Flag* f, const char* s, long long* out, char* why, size_t size) {
+    char* end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (!is_decimal(s, 0) || errno || end == s || *end) return set_why(why, size, "flag %s expects an integer, got '%s'", f->name, s);
+    long long lo = (long long)f->range.lo, hi = (long long)f->range.hi;
+    if (v < lo || v > hi) return set_why(why, size, "flag %s = %lld is outside %lld..%lld", f->name, v, lo, hi);
+    *out = v;
+    return 1;
+}
+
+static int parse_number(const Flag* f, const char* s, float* out, char* why, size_t size) {
+    char* end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!is_decimal(s, 1) || errno || end == s || *end || !isfinite(v))
+        return set_why(why, size, "flag %s expects a number, got '%s'", f->name, s);
+    const FlagRange* r = &f->range;
+    int below = r->open & FLAG_LO_OPEN ? v <= r->lo : v < r->lo;
+    int above = r->open & FLAG_HI_OPEN ? v >= r->hi : v > r->hi;
+    if (!r->open && (below || above)) return set_why(why, size, "flag %s = %g is outside %g..%g", f->name, v, r->lo, r->hi);
+    if (below || above)
+        return set_why(why, size, "flag %s = %g is outside %c%g, %g%c", f->name, v, r->open & FLAG_LO_OPEN ? '(' : '[', r->lo,
+                       r->hi, r->open & FLAG_HI_OPEN ? ')' : ']');
+    *out = (float)v;
+    return 1;
+}
+
+// "a|b|c": the names a value may take.
+static void join_names(const Flag* f, char* out, size_t size) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < f->name_count; i++) {
+        if (!f->names[i]) continue;
+        int w = snprintf(out + used, size - used, "%s%s", used ? "|" : "", f->names[i]);
+        if (w < 0 || used + (size_t)w >= size) return;
+        used += (size_t)w;
+    }
+}
+
+static int parse_enum(const Flag* f, void* at, const char* v, char* why, size_t size) {
+    for (int i = 0; i < f->name_count; i++)
+        if (f->names[i] && !strcmp(f->names[i], v)) return memcpy(at, &i, sizeof i), 1;
+    char names[256];
+    join_names(f, names, sizeof(names));
+    return set_why(why, size, "flag %s expects %s, got '%s'", f->name, names, v);
+}
+
+// An integer into its field's width; the range check already kept it within.
+static void store_integer(const Flag* f, void* at, long long v) {
+    int i = (int)v;
+    uint64_t u = (uint64_t)v;
+    if (f->type == FLAG_INT) memcpy(at, &i, sizeof i);
+    else if (f->type == FLAG_U64) memcpy(at, &u, sizeof u);
+    else memcpy(at, &v, sizeof v);
+}
+
+int flag_parse_typed(const Flag* f, Config* c, const char* v, char* why, size_t size) {
+    void* at = (char*)c + f->field;
+    long long i = 0;
+    float x = 0.0f;
+    switch (f->type) {
+        case FLAG_STRING: memcpy(at, &v, sizeof v); return 1;
+        case FLAG_INT:
+        case FLAG_LONG:
+        case FLAG_U64:
+            if (!parse_integer(f, v, &i, why, size)) return 0;
+            store_integer(f, at, i);
+            return 1;
+        case FLAG_FLOAT:
+            if (!parse_number(f, v, &x, why, size)) return 0;
+            memcpy(at, &x, sizeof x);
+            return 1;
+        case FLAG_ENUM: return parse_enum(f, at, v, why, size);
+        default: return set_why(why, size, "flag %s takes no value", f->name);
+    }
+}
+
+int flag_parse(const Flag* f, Config* c, const char* value, char* why, size_t size) {
+    return f->parse ? f->parse(f, c, value, why, size) : flag_parse_typed(f, c, value, why, size);
+}
+
+// The shortest decimal form that reads back as the same float: 0.0003, not 0.000300000014.
+static void format_float(char* out, size_t size, float v) {
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(out, size, "%.*g", digits, v);
+        if (strtof(out, NULL) == v) return;
+    }
+}
+
+void flag_format(const Flag* f, const Config* c, char* out, size_t size) {
+    const void* at = (const char*)c + f->field;
+    const char* s;
+    int i;
+    long long l;
+    uint64_t u;
+    float x;
+    switch (f->type) {
+        case FLAG_STRING: memcpy(&s, at, sizeof s), snprintf(out, size, "%s", s ? s : ""); break;
+        case FLAG_INT: case FLAG_SWITCH: memcpy(&i, at, sizeof i), snprintf(out, size, "%d", i); break;
+        case FLAG_LONG: memcpy(&l, at, sizeof l), snprintf(out, size, "%lld", l); break;
+        case FLAG_U64: memcpy(&u, at, sizeof u), snprintf(out, size, "%llu", (unsigned long long)u); break;
+        case FLAG_FLOAT: memcpy(&x, at, sizeof x), format_float(out, size, x); break;
+        case FLAG_ENUM:
+            memcpy(&i, at, sizeof i);
+            snprintf(out, size, "%s", i >= 0 && i < f->name_count && f->names[i] ? f->names[i] : "");
+            break;
+        default: snprintf(out, size, "%s", "");
+    }
+}
+
+void flag_record_value(const Flag* f, const RunFacts* run, char* out, size_t size) {
+    if (f->resume.value) f->resume.value(run, out, size);
+    else flag_format(f, run->cfg, out, size);
+}
+
+const char* flag_label(const Flag* f) { return f->resume.label ? f->resume.label : f->name; }
+
+// text, word by word, at HELP_INDENT up to HELP_WIDTH, beside the flag's name (which ends at column col)
+// when the name leaves room, else from the next line.
+static void print_wrapped(FILE* out, int col, const char* text) {
+    if (col < HELP_INDENT) fprintf(out, "%*s", HELP_INDENT - col, "");
+    else fprintf(out, "\n%*s", HELP_INDENT, "");
+    col = HELP_INDENT;
+    int first = 1;
+    for (const char* p = text; *p;) {
+        int w = (int)strcspn(p, " ");
+        if (!first && col + 1 + w > HELP_WIDTH) fprintf(out, "\n%*s", HELP_INDENT, ""), col = HELP_INDENT, first = 1;
+        if (!first) fputc(' ', out), col++;
+        fwrite(p, 1, (size_t)w, out);
+        col += w, first = 0;
+        p += w + (p[w] == ' ');
+    }
+    fputc('\n', out);
+}
+
+static void print_row(FILE* out, const Flag* f) {
+    char arg[256], text[4096], def[256] = "";
+    if (f->arg) snprintf(arg, sizeof(arg), " %s", f->arg);
+    else if (f->type == FLAG_ENUM) arg[0] = ' ', join_names(f, arg + 1, sizeof(arg) - 1);
+    else arg[0] = '\0';
+    if (f->def_shown) snprintf(def, sizeof(def), " (default %s)", f->def_shown);
+    else if (f->def) snprintf(def, sizeof(def), " (default %s)", f->def);
+    else if (f->type == FLAG_STRING || f->type == FLAG_FLOAT) snprintf(def, sizeof(def), " (default none)");
+    snprintf(text, sizeof(text), "%s%s", f->help, def);
+    print_wrapped(out, fprintf(out, "  %s%s", f->name, arg), text);
+}
+
+void flags_print_usage(FILE* out, const char* prog) {
+    fprintf(out, "usage: %s [flags]\n", prog);
+    for (int i = 0; i < FLAG_COUNT; i++) {
+        if (!i || strcmp(FLAGS[i].group, FLAGS[i - 1].group)) fprintf(out, "%s\n", FLAGS[i].group);
+        print_row(out, &FLAGS[i]);
+    }
+    fprintf(out, "environment\n");
+    print_wrapped(out, fprintf(out, "  GPT_CUDA_VARIANTS=a,b"),
+                  "opt-in CUDA kernel variants, none yet run on a GPU (all but cudnn_attention under the kernel emulator, "
+                  "make test-emu): cudnn_attention (cuDNN's fused attention), bias_grad_epilogue (cuBLASLt's bias "
+                  "gradient in 16 bits), lt_plan_cache / lt_autotune (cuBLASLt plans kept per shape / timed), "
+                  "norm_one_pass (one-pass LayerNorm/RMSNorm backward), adamw_multi (AdamW and the norm in a few "
+                  "launches). The CPU build accepts the names and changes nothing (default: none)");
+}
