@@ -2,9 +2,9 @@
 // kinds (shape, tensor-parallel cut, weight decay, initialization), which unit holds each, its own shape
 // parameters and the sizes the generic layers read from them, its block's forward and backward over an
 // activation table (block.h) and optionally its own embedding, LM head and loss, its FLOPs and pipeline
-// head cost, its named shapes and its model-file fields. The layout, the walk, ZeRO, the pipeline, tensor parallelism,
-// checkpoints, --estimate and the report read it; none of them names a family. The families themselves
-// live in core/models/, one folder each, listed by core/models/catalog.c.
+// head cost, its named shapes and its model-file fields. The layout, the walk, ZeRO, the pipeline, tensor
+// parallelism, checkpoints, --estimate and the report read it; none of them names a family. The families
+// themselves live in core/models/, one folder each, listed by core/models/catalog.c.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
