@@ -8,12 +8,13 @@
 #include "core/model/gpt.h"
 
 // ---- the activation table --------------------------------------------------------------------------
-// Elements per token of a buffer. *A: one tensor rank's share: attention channels NH*D/tp, q|k|v (NH+2KV)*D/tp,
-// the MLP's hidden F/tp (and twice that: gate|up), query heads NH/tp, q and k heads (NH+KV)/tp; a rank's kv
-// heads are KV/tp, or one when they are fewer than the ranks (KVA_COPIED: its k|v, 0 unless so). VPA: the
-// vocabulary columns (Vp/tp); VSTAT: 1 + 3 tp under -tp (the vocabulary-parallel cross-entropy's row max and
-// every rank's row sums), 0 without. *_QKN: 0 unless the shape has q/k norms.
-typedef enum { W_1, W_C, W_CA, W_QKVA, W_KVA_COPIED, W_FA, W_2FA, W_NHA, W_QKVA_QKN, W_QKNA_QKN, W_VPA, W_VSTAT } Width;
+// Elements per token of a buffer. The walk's own widths: 1, C, and for the generic steps' scratch the
+// rank's query heads NH/tp (W_NHA) and a copied kv head's k|v (W_KVA_COPIED: 2 D, 0 unless the model has
+// fewer kv heads than tensor ranks); the head's: VPA, the rank's vocabulary columns (Vp/tp), and VSTAT,
+// 1 + 3 tp under -tp (the vocabulary-parallel cross-entropy's row max and every rank's row sums), 0 without.
+// A family numbers its own widths from W_FAMILY and gives their sizes in BlockOps.width.
+typedef int Width;
+enum { W_1, W_C, W_NHA, W_KVA_COPIED, W_VPA, W_VSTAT, W_FAMILY };
 // Which recompute levels keep a block's tensor for every block (the others hold one slot that the forward
 // overwrites block after block and the backward refills): norms and attention below -r 2, the MLP's
 // activation below -r 1, everything inside the block but its input below -r 3. SCRATCH: one slot the
@@ -38,7 +39,7 @@ typedef struct {
     Rows rows;
 } StashField;
 
-// Elements per token of `w` in this layout (0 for W_VSTAT without -tp).
+// Elements per token of `w` in this layout (0 for W_VSTAT without -tp; a family's: BlockOps.width).
 size_t width_elems(const ParamLayout* lay, Width w);
 // Block l's (l counts the stage's blocks) slice of block buffer `i`: its own where the recompute level keeps
 // the buffer for every block, the shared slot otherwise. As fp32 for the statistics.
@@ -120,6 +121,8 @@ struct BlockOps {
     int num_stash;
     const StashField* stash;
     Width work[2];                // dbig's width: the wider of the two (the widest gradient between two steps)
+    // Elements per token of the family's widths (w >= W_FAMILY) in this layout: one rank's share under -tp.
+    size_t (*width)(const ParamLayout* lay, Width w);
     // Constant fp32 tables the block reads (RoPE's inverse frequencies): their count, and (out != NULL)
     // their values, uploaded once into GPT.constants. NULL: none.
     size_t (*constants)(const ModelShape* s, float* out);
@@ -132,3 +135,48 @@ struct BlockOps {
     // dresid holds d(output) on entry and d(input) on exit; gradients accumulate into b->grads (B has none).
     void (*backward)(BlockBackward* c, const BlockRef* b);
 };
+
+// ---- the model's ends: the embedding, the LM head and the loss ------------------------------------------
+// The defaults, which a family without an EndOps hook gets: the vocabulary-parallel lookup of kind
+// ModelFamily.wte; the final norm (final_w, final_b) and a linear head over the vocabulary (wte when tied,
+// else ModelFamily.head); the cross-entropy. They are written in the steps below, as a family's own are.
+
+// The two units the head reads (their parameters, or their gradients): the final unit, and the unit holding
+// the LM head's matrix (the embedding unit when tied, else the final unit itself).
+typedef struct {
+    void *final, *head;
+} HeadUnits;
+
+struct EndOps {
+    // acts.tokens -> residual_at(g, 0) (this rank's rows under -sp), from the embedding unit's parameters.
+    void (*embed)(GPT* g, Backend* be, void* params);
+    // Its backward from d(first block's input), `dout` (every row); gradients accumulate into `grads`.
+    void (*embed_backward)(GPT* g, Backend* be, void* grads, const void* dout);
+    // The last block's output -> acts.logits, keeping what head_backward reads (acts.lnf, its statistics).
+    void (*head)(GPT* g, Backend* be, HeadUnits params);
+    // dlogits (in acts.logits) -> acts.dresid, this rank's rows; the head's gradients accumulate.
+    void (*head_backward)(GPT* g, Backend* be, HeadUnits params, HeadUnits grads);
+    // acts.logits and the targets (host; acts.targets on the device) -> acts.losses; dloss != 0: dlogits
+    // (d(dloss * mean loss)) replace the logits.
+    void (*loss)(GPT* g, Backend* be, const int* targets, float dloss);
+};
+
+// The walk's calls: the family's hook, or the default.
+void ends_embed(GPT* g, Backend* be, void* params);
+void ends_embed_backward(GPT* g, Backend* be, void* grads, const void* dout);
+void ends_head(GPT* g, Backend* be, HeadUnits params);
+void ends_head_backward(GPT* g, Backend* be, HeadUnits params, HeadUnits grads);
+void ends_loss(GPT* g, Backend* be, const int* targets, float dloss);
+
+// The steps. The vocabulary-parallel token embedding (Megatron's): under -tp each rank holds wte's rows
+// [v0, v0 + Vp/tp) (layout_vocab_*), embeds the tokens among them, and the tensor group adds the ranks'
+// rows. pos: a table of learned position embeddings (maxT, C) added to it (by tensor rank 0), or NULL.
+void embed_step(GPT* g, Backend* be, const void* wte, const void* pos);
+// Its backward: each rank scatters into its own vocabulary rows; dpos (or NULL) is whole on every rank.
+void embed_backward_step(GPT* g, Backend* be, void* dwte, void* dpos, const void* dout);
+// The final norm of the last block's output into acts.lnf, then logits (N, Vp/tp) = lnf . head^T over this
+// rank's vocabulary rows of `head`; and the backward of both into acts.dresid.
+void lm_head_step(GPT* g, Backend* be, const void* norm_w, const void* norm_b, const void* head);
+void lm_head_backward_step(GPT* g, Backend* be, const void* norm_w, const void* head, void* dnorm_w, void* dnorm_b, void* dhead);
+// The cross-entropy over the logits (under -tp over this rank's columns, with the group's max and sums).
+void cross_entropy_step(GPT* g, Backend* be, const int* targets, float dloss);

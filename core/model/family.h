@@ -1,24 +1,27 @@
 // family.h: what a model family is. One ModelFamily describes one architecture completely: its parameter
-// kinds (shape, tensor-parallel cut, weight decay, initialization), which unit holds each, its block's
-// forward and backward over an activation table (block.h), its FLOPs and pipeline head cost, its named
-// shapes and its model-file fields. The layout, the walk, ZeRO, the pipeline, tensor parallelism,
-// checkpoints, --estimate and the report read it; none of them names a family. The families themselves
-// live in core/models/, one folder each, listed by core/models/catalog.c.
+// kinds (shape, tensor-parallel cut, weight decay, initialization), which unit holds each, its own shape
+// parameters and the sizes the generic layers read from them, its block's forward and backward over an
+// activation table (block.h) and optionally its own embedding, LM head and loss, its FLOPs and pipeline
+// head cost, its named shapes and its model-file fields. The layout, the walk, ZeRO, the pipeline, tensor
+// parallelism, checkpoints, --estimate and the report read it; none of them names a family. The families
+// themselves live in core/models/, one folder each, listed by core/models/catalog.c.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct ModelFamily ModelFamily;
 
-// Rotary position embeddings (families that use them): the rotate-half convention with base `theta`, and
-// Hugging Face's rope_scaling kinds.
-typedef enum { ROPE_NONE, ROPE_LINEAR, ROPE_LLAMA3 } RopeScaling;
+// A family's own shape parameters (Llama's kv heads, head size, MLP width, RoPE ...), which only its folder
+// reads: a fixed block of bytes, so a shape stays one plain value that assignment copies and memcmp
+// compares. The family keeps a struct of its own here (family_params_get and _set copy it in and out); it
+// must have no padding bytes, so that equal parameters are equal bytes.
+#define FAMILY_PARAMS_BYTES 64
 typedef struct {
-    RopeScaling scaling;
-    float theta, factor, low_freq_factor, high_freq_factor;
-    int original_max;   // original_max_position_embeddings (ROPE_LLAMA3)
-} Rope;
+    _Alignas(8) unsigned char bytes[FAMILY_PARAMS_BYTES];
+} FamilyParams;
 
+// What every family has and the generic code reads; the rest is the family's (params).
 typedef struct {
     const ModelFamily* family;
     int L;        // layers
@@ -27,15 +30,23 @@ typedef struct {
     int V;        // vocabulary
     int Vp;       // vocabulary padded to a multiple of 128 (the embedding rows beyond V are zero)
     int maxT;     // maximum sequence length
-    int KV;       // key/value heads (NH: multi-head attention; 1: multi-query)
-    int D;        // head size (C / NH unless the family lets it differ)
-    int F;        // the MLP's hidden width
     int tied;     // the LM head is the token embedding
-    int qk_norm;  // per-head RMSNorm of q and k
-    int qkv_bias; // biases on the q, k and v projections (Qwen2)
-    float eps;    // the normalization's epsilon
-    Rope rope;
+    FamilyParams params;
 } ModelShape;
+
+static inline void family_params_get(const ModelShape* s, void* out, size_t n) { memcpy(out, s->params.bytes, n); }
+static inline void family_params_set(ModelShape* s, const void* in, size_t n) {
+    memset(s->params.bytes, 0, sizeof(s->params.bytes));
+    memcpy(s->params.bytes, in, n);
+}
+
+// The sizes the generic layers read (block.h's steps; the layout's per-rank widths under -tp), which a
+// family derives from its shape: its attention's kv heads (NH: multi-head attention; 1: multi-query) and
+// head size, its MLP's hidden width, and its norm's epsilon.
+typedef struct {
+    int kv_heads, head_size, mlp;
+    float norm_eps;
+} LayerSizes;
 
 // Which unit holds a kind: the embedding unit (the first stage's), one per block, or the final unit (the
 // last stage's: the final norm and an untied LM head).
@@ -73,8 +84,9 @@ typedef struct {
 } ShapeRung;
 
 typedef struct BlockOps BlockOps;   // block.h
+typedef struct EndOps EndOps;       // block.h
 // The norm the blocks and the final norm use: LayerNorm (weight and bias, eps 1e-5) or RMSNorm (weight,
-// ModelShape.eps; statistics in fp32).
+// LayerSizes.norm_eps; statistics in fp32).
 typedef enum { NORM_LAYER, NORM_RMS } NormKind;
 
 struct ModelFamily {
@@ -85,17 +97,19 @@ struct ModelFamily {
     // Elements of one layer's tensor of kind k (0: this shape has none, e.g. an absent optional norm).
     size_t (*kind_elems)(const ModelShape* s, int k);
     TensorCut (*kind_cut)(const ModelShape* s, int k);
-    int wte;            // the token embedding's kind
-    int wpe;            // learned position embeddings' kind, or -1
-    int head;           // the untied LM head's kind (used when !tied)
-    int final_w, final_b;   // the final norm's weight and bias kinds (b: -1 without a bias)
+    // The kinds the default embedding and head (EndOps) read: the token embedding, the untied LM head
+    // (used when !tied), the final norm's weight and bias (b: -1 without a bias).
+    int wte, head, final_w, final_b;
     NormKind norm;
+    LayerSizes (*layer_sizes)(const ModelShape* s);
     // Reads "spec" as one of the family's named shapes or its custom syntax: 1 and *out filled, 0 when
     // spec is not this family's, a one-line error when it is but is malformed.
     int (*parse_spec)(const char* spec, ModelShape* out);
     // The family's own checks of a shape (after the common ones: shape_validate): one-line errors naming the
     // field. splits_tp: whether -tp tp can cut the blocks; if not, why (a one-line message) in `why`.
     void (*validate)(const ModelShape* s);
+    // Appends the family's own parameters to a shape's one-line description (NULL: it has none to show).
+    void (*describe)(const ModelShape* s, char* out, size_t n);
     int (*splits_tp)(const ModelShape* s, int tp, char* why, size_t n);
     // Header slots 8.. of the model file (slots 0-7 are llm.c's: magic, version, maxT, V, L, NH, C, Vp).
     void (*header_write)(const ModelShape* s, int32_t* h);
@@ -105,6 +119,7 @@ struct ModelFamily {
     // The LM head's and loss's cost in blocks, for the pipeline's split (schedule.h: pipeline_split).
     double (*head_cost)(const ModelShape* s, int T);
     const BlockOps* block;
+    const EndOps* ends;   // its own embedding, LM head or loss (block.h); NULL: the defaults for all three
     // The shapes "the largest model that fits" is chosen from, smallest first.
     const ShapeRung* ladder;
     int ladder_len;

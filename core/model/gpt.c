@@ -32,23 +32,16 @@ static int kept_every_block(KeptBy kept, Keep k) {
 }
 
 size_t width_elems(const ParamLayout* lay, Width w) {
-    const ModelShape* s = &lay->shape;
-    size_t tp = (size_t)lay->tp_size, D = (size_t)s->D, NH = (size_t)layout_heads(lay), KV = (size_t)layout_kv_heads(lay);
+    size_t tp = (size_t)lay->tp_size;
     switch (w) {
         case W_1: return 1;
-        case W_C: return (size_t)s->C;
-        case W_CA: return (size_t)layout_attn_channels(lay);
-        case W_QKVA: return (NH + 2 * KV) * D;
-        case W_KVA_COPIED: return layout_kv_copies(lay) > 1 ? 2 * KV * D : 0;
-        case W_FA: return (size_t)layout_mlp_channels(lay);
-        case W_2FA: return 2 * (size_t)layout_mlp_channels(lay);
-        case W_NHA: return NH;
-        case W_QKVA_QKN: return s->qk_norm ? (NH + 2 * KV) * D : 0;
-        case W_QKNA_QKN: return s->qk_norm ? NH + KV : 0;
+        case W_C: return (size_t)lay->shape.C;
+        case W_NHA: return (size_t)layout_heads(lay);
+        case W_KVA_COPIED: return layout_kv_copies(lay) > 1 ? 2 * (size_t)layout_kv_heads(lay) * (size_t)layout_head_size(lay) : 0;
         case W_VPA: return (size_t)layout_vocab_rows(lay);
         case W_VSTAT: return tp > 1 ? 1 + 3 * tp : 0;
+        default: return lay->shape.family->block->width(lay, w);
     }
-    return 0;
 }
 
 // The walk's own buffers, described once: how many (N, width) slices each holds on this stage, and of what.
@@ -271,10 +264,7 @@ static WeightGradStash stash_of_block(GPT* g, int slot, int l) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// The vocabulary-parallel embedding, LM head and cross-entropy (Megatron's). Under -tp each rank holds wte's
-// vocabulary rows [v0, v0 + Vl) (layout_vocab_*), so the logits (N, Vl) are its columns of the whole (N, Vp)
-// and no rank ever holds a whole row: the embedding is a sum over the group, the softmax's max, normalizer
-// and target logit are all-reduced row scalars, and the head's input gradient a sum of partial products.
+// The model's ends (ends.c) in the walk: which units they read, and when those are fetched and released.
 
 void gpt_logits_to_host(GPT* g, Backend* be, int first, int rows, float* out) {
     const ParamLayout* lay = g->layout;
@@ -301,108 +291,22 @@ void gpt_logits_to_host(GPT* g, Backend* be, int first, int rows, float* out) {
     free(raw);
 }
 
-// The embedding unit's tables (or their gradients) in a buffer holding it: wte, and wpe or NULL.
-typedef struct {
-    void *wte, *wpe;
-} Embedding;
-
-static Embedding embedding_in(const GPT* g, void* unit_base) {
-    const ModelFamily* fam = g->shape.family;
-    Embedding e = {unit_tensor(g->layout, unit_base, fam->wte, -1, g->dt),
-                   fam->wpe >= 0 ? unit_tensor(g->layout, unit_base, fam->wpe, -1, g->dt) : NULL};
-    return e;
-}
-
-// The embedding of every token into acts.resid (this rank's rows under -sp). Under -tp each rank embeds the
-// tokens of its vocabulary rows (zeros for the others; wpe added by rank 0 only) into every row, and the
-// group adds them: x + 0 is exact, so the sum has encoder_forward's bits in fp32. Without position
-// embeddings one rank's lookup is the vocabulary-parallel one over every row.
-static void embed(GPT* g, Backend* be, Embedding emb) {
-    const ParamLayout* lay = g->layout;
-    Activations* a = &g->acts;
-    size_t NC = (size_t)g->B * g->T * g->shape.C;
-    if (!g->tp && emb.wpe) {
-        encoder_forward(be, g->dt, a->resid, a->tokens, emb.wte, emb.wpe, g->B, g->T, g->shape.C);
-        return;
-    }
-    if (!g->tp) {
-        encoder_forward_vocab(be, g->dt, a->resid, a->tokens, emb.wte, NULL, 0, g->shape.Vp, g->B, g->T, g->shape.C);
-        return;
-    }
-    void* all = g->sp ? a->proj : a->resid;   // (N, C); proj is free before the first block
-    encoder_forward_vocab(be, g->dt, all, a->tokens, emb.wte, lay->tp_rank == 0 ? emb.wpe : NULL, layout_vocab_first(lay),
-                          layout_vocab_rows(lay), g->B, g->T, g->shape.C);
-    if (g->sp) comm_reduce_scatter_sum(g->tp, a->resid, all, (size_t)g->rows * g->shape.C, g->dt);
-    else comm_allreduce_sum(g->tp, all, NC, g->dt);
-}
-
-// The embedding's backward from d(input of the first block) (every row, gathered under -sp): each rank
-// scatters into its own vocabulary rows only; wpe's gradient is whole on every rank.
-static void embed_backward(GPT* g, Backend* be, Embedding demb, const void* dout) {
-    const ParamLayout* lay = g->layout;
-    if (!g->tp && demb.wpe) encoder_backward(be, g->dt, demb.wte, demb.wpe, dout, g->acts.tokens, g->B, g->T, g->shape.C);
-    else encoder_backward_vocab(be, g->dt, demb.wte, demb.wpe, dout, g->acts.tokens, layout_vocab_first(lay),
-                                layout_vocab_rows(lay), g->B, g->T, g->shape.C);
-}
-
-// The cross-entropy over this rank's logits columns, in three steps with the group's max and sums between
-// (kernels.h); every rank ends with the same losses and its own columns' dlogits.
-static void vocab_cross_entropy(GPT* g, Backend* be, const int* targets, float dloss) {
-    const ParamLayout* lay = g->layout;
-    Activations* a = &g->acts;
-    int N = g->B * g->T, V = g->shape.V, v0 = layout_vocab_first(lay), Vl = layout_vocab_rows(lay);
-    int real = layout_vocab_real(lay);
-    for (int n = 0; n < N; n++)   // each kernel sees only its columns, so the range is checked here
-        if (targets[n] < 0 || targets[n] >= V) fail("classifier: target %d at row %d outside [0, %d)", targets[n], n, V);
-    int ranks = lay->tp_size;
-    float* rowmax = a->vocab_stats;   // (N)
-    float* all = a->vocab_stats + N;   // (tp, 3, N): each rank's sum of exp (hi, lo) and target logit
-    classifier_vocab_max(be, g->dt, rowmax, a->logits, N, real, Vl);
-    comm_allreduce_max_f32(g->tp, rowmax, (size_t)N);
-    classifier_vocab_sums(be, g->dt, all + (size_t)lay->tp_rank * 3 * N, a->logits, rowmax, a->targets, v0, N, real, Vl);
-    comm_allgather(g->tp, all, 3 * (size_t)N, DT_FP32);   // not a sum: the ranks' normalizers add in double
-    classifier_vocab_finish(be, g->dt, a->logits, a->losses, rowmax, all, ranks, a->targets, v0, N, real, Vl, dloss,
-                            dloss != 0.0f);
-}
-
-// The head's tensors (or their gradients): the final norm's weight and bias (NULL without one), and the LM
-// head's matrix (this rank's vocabulary rows): wte when tied, else the final unit's own.
-typedef struct {
-    void *norm_w, *norm_b, *head;
-} Head;
-
 // The unit holding the LM head's matrix.
 static int head_unit(const GPT* g) { return g->shape.tied ? g->layout->emb_unit : final_norm_unit(g->layout); }
 
-static Head head_in(const GPT* g, void* final_base, void* head_base) {
-    const ModelFamily* fam = g->shape.family;
-    const ParamLayout* lay = g->layout;
-    Head h = {unit_tensor(lay, final_base, fam->final_w, -1, g->dt),
-              fam->final_b >= 0 ? unit_tensor(lay, final_base, fam->final_b, -1, g->dt) : NULL,
-              unit_tensor(lay, head_base, g->shape.tied ? fam->wte : fam->head, -1, g->dt)};
-    return h;
-}
-
-// The LM head and the loss: the final norm, logits = lnf . head^T, then (with targets) the cross-entropy.
+// The LM head and the loss: logits, then (with targets) the losses.
 static void head_forward(GPT* g, Backend* be, const int* targets, float dloss, float* logits_dump) {
-    const ParamLayout* lay = g->layout;
     Activations* a = &g->acts;
-    DType dt = g->dt;
-    int N = g->B * g->T, C = g->shape.C, fin = final_norm_unit(lay), hu = head_unit(g);
+    int fin = final_norm_unit(g->layout), hu = head_unit(g);
     void* head_base = store_params(&g->store, be, hu);
-    Head h = head_in(g, store_params(&g->store, be, fin), head_base);
-    void* out = slice(a->resid, (size_t)g->rows * C, lay->num_blocks, dt);
-    norm_forward(g, be, a->lnf, a->lnf_mean, a->lnf_rstd, out, h.norm_w, h.norm_b);
-    // (N, Vp/tp) = lnf . (this rank's head rows)^T.
-    matmul_forward(be, dt, a->logits, NULL, a->lnf, h.head, NULL, N, C, layout_vocab_rows(lay));
+    ends_head(g, be, (HeadUnits){store_params(&g->store, be, fin), head_base});
     store_params_done(&g->store, fin);
     if (hu != fin) store_params_done(&g->store, hu);
-    if (logits_dump) gpt_logits_to_host(g, be, 0, N, logits_dump);
+    if (logits_dump) gpt_logits_to_host(g, be, 0, g->B * g->T, logits_dump);
     if (!targets) return;
     batch_io_upload(&g->io, be, a->targets, targets);
     batch_io_before_losses(&g->io, be);
-    if (g->tp) vocab_cross_entropy(g, be, targets, dloss);
-    else classifier_forward(be, dt, a->logits, a->losses, a->targets, N, g->shape.V, g->shape.Vp, dloss, dloss != 0.0f);
+    ends_loss(g, be, targets, dloss);
     batch_io_queue_losses(&g->io, be, a->losses);
 }
 
@@ -416,7 +320,7 @@ void gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* tar
     Activations* a = &g->acts;
     if (gpt_has_encoder(g)) {
         batch_io_upload(&g->io, be, a->tokens, tokens);
-        embed(g, be, embedding_in(g, store_params(&g->store, be, lay->emb_unit)));
+        ends_embed(g, be, store_params(&g->store, be, lay->emb_unit));
         if (!gpt_has_head(g) || head_unit(g) != lay->emb_unit) store_params_done(&g->store, lay->emb_unit);
     }
     for (int i = 0; i < lay->num_blocks; i++) {
@@ -432,22 +336,14 @@ void gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* tar
 // gradients accumulate. A tied head's gradient buffer (wte's) stays live for the encoder on a one-stage run.
 static void head_backward(GPT* g, Backend* be) {
     const ParamLayout* lay = g->layout;
-    Activations* a = &g->acts;
     const ParamStore* ps = &g->store;
-    DType dt = g->dt;
-    int N = g->B * g->T, C = g->shape.C, fin = final_norm_unit(lay), hu = head_unit(g);
+    int fin = final_norm_unit(lay), hu = head_unit(g);
     void* head_params = store_params(ps, be, hu);
     void* head_grads = store_grads(ps, be, hu);
-    Head h = head_in(g, store_params(ps, be, fin), head_params);
-    Head dh = head_in(g, store_grads(ps, be, fin), head_grads);
+    HeadUnits params = {store_params(ps, be, fin), head_params}, grads = {store_grads(ps, be, fin), head_grads};
     // The backward needs the last block next: a store that gathers may start now, while the head computes.
     store_prefetch(ps, be, unit_of_block(lay, lay->first_block + lay->num_blocks - 1));
-    void* out = slice(a->resid, (size_t)g->rows * C, lay->num_blocks, dt);
-    // (N, C) d(lnf): under -tp a partial product over this rank's vocabulary columns, which the group adds
-    // (a reduce-scatter into each rank's rows under -sp), like a row-parallel projection's output.
-    matmul_backward(be, dt, a->dsmall, dh.head, NULL, a->logits, a->lnf, NULL, h.head, N, C, layout_vocab_rows(lay));
-    be_memset0(be, a->dresid, (size_t)g->rows * C * dtype_size(dt));   // the norm's backward accumulates into it
-    norm_backward(g, be, a->dresid, dh.norm_w, dh.norm_b, sum_partials(g, a->dsmall), out, h.norm_w, a->lnf_mean, a->lnf_rstd);
+    ends_head_backward(g, be, params, grads);
     store_grads_done(ps, be, fin);
     store_params_done(ps, fin);
     if (hu != fin && !gpt_has_encoder(g)) {
@@ -480,8 +376,8 @@ static void backward_walk(GPT* g, Backend* be, int set, BackwardMode mode, int s
         store_params_done(ps, u);
     }
     if (mode == BWD_WEIGHT || !gpt_has_encoder(g)) return;
-    Embedding demb = embedding_in(g, store_grads(ps, be, lay->emb_unit));   // still live with a tied head
-    embed_backward(g, be, demb, gather_rows(g, be, a->proj, a->dresid));
+    void* demb = store_grads(ps, be, lay->emb_unit);   // still live with a tied head
+    ends_embed_backward(g, be, demb, gather_rows(g, be, a->proj, a->dresid));
     store_grads_done(ps, be, lay->emb_unit);
     if (head_unit(g) == lay->emb_unit) store_params_done(ps, lay->emb_unit);
 }

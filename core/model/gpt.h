@@ -1,7 +1,7 @@
 // gpt.h: a model of any family (family.h) on a backend: its parameter buffers, activations, and the
-// forward/backward walk over units. The walk owns the embedding lookup, the LM head and the loss; each block
-// is its family's (block.h). Everything is expressed in kernels.h calls, so it is the same on the CPU and
-// the GPU.
+// forward/backward walk over units. The embedding, the LM head and the loss are the family's or the
+// defaults (block.h: EndOps, in ends.c); each block is its family's (block.h). Everything is expressed in
+// kernels.h calls, so it is the same on the CPU and the GPU.
 #pragma once
 #include "core/model/batch_io.h"
 #include "core/comm/comm.h"

@@ -8,13 +8,17 @@
 
 const char* param_kind_name(const ModelShape* s, int k) { return kind_info(s, k)->name; }
 
+// The head-size and kv-head rules are the attention kernels' (every family's attention runs on them).
 void shape_validate(const ModelShape* s) {
     if (!s->family) fail("internal: a shape without a family");
     if (s->L < 1 || s->L > MAX_LAYERS) fail("model has %d layers; supported: 1..%d", s->L, MAX_LAYERS);
-    if (s->C < 1 || s->NH < 1 || s->KV < 1 || s->F < 1) fail("model has %d channels, %d heads, %d kv heads, MLP width %d: all must be positive", s->C, s->NH, s->KV, s->F);
+    LayerSizes z = shape_layer_sizes(s);
+    if (s->C < 1 || s->NH < 1 || z.kv_heads < 1 || z.mlp < 1)
+        fail("model has %d channels, %d heads, %d kv heads, MLP width %d: all must be positive", s->C, s->NH, z.kv_heads, z.mlp);
     s->family->validate(s);   // first: a family's own message names the fields the common checks derive from
-    if (s->NH % s->KV != 0) fail("n_kv_heads %d does not divide the %d heads", s->KV, s->NH);
-    if (s->D % 8 != 0 || s->D < 8 || s->D > 128) fail("head size %d must be a multiple of 8 and at most 128", s->D);
+    if (s->NH % z.kv_heads != 0) fail("n_kv_heads %d does not divide the %d heads", z.kv_heads, s->NH);
+    if (z.head_size % 8 != 0 || z.head_size < 8 || z.head_size > 128)
+        fail("head size %d must be a multiple of 8 and at most 128", z.head_size);
     if (s->V < 2 || s->V > (1 << 24)) fail("vocabulary size %d is outside 2..%d", s->V, 1 << 24);
     if (s->Vp < s->V || s->Vp % 128 != 0) fail("padded vocabulary %d must be a multiple of 128 and >= %d", s->Vp, s->V);
     if (s->maxT < 1) fail("maximum sequence length %d must be positive", s->maxT);
@@ -41,23 +45,18 @@ size_t shape_real_param_count(const ModelShape* s) {
     return n;
 }
 
+// A family's parameters are a struct without padding, so equal values are equal bytes (family.h).
 int shape_equal(const ModelShape* a, const ModelShape* b) {
     return a->family == b->family && a->L == b->L && a->C == b->C && a->NH == b->NH && a->V == b->V && a->Vp == b->Vp &&
-           a->maxT == b->maxT && a->KV == b->KV && a->D == b->D && a->F == b->F && a->tied == b->tied &&
-           a->qk_norm == b->qk_norm && a->qkv_bias == b->qkv_bias && a->eps == b->eps && a->rope.scaling == b->rope.scaling && a->rope.theta == b->rope.theta &&
-           a->rope.factor == b->rope.factor && a->rope.low_freq_factor == b->rope.low_freq_factor &&
-           a->rope.high_freq_factor == b->rope.high_freq_factor && a->rope.original_max == b->rope.original_max;
+           a->maxT == b->maxT && a->tied == b->tied && memcmp(a->params.bytes, b->params.bytes, sizeof(a->params.bytes)) == 0;
 }
 
 // GPT-2's as llm.c's header has it; another family's with its name first and its own fields after.
 void shape_describe(const ModelShape* s, char* out, size_t n) {
-    static const char* const ROPE[] = {"", " rope-linear", " rope-llama3"};
     int other = s->family->file_id != 0;
     int w = snprintf(out, n, "%s%sL=%d C=%d NH=%d V=%d Vp=%d maxT=%d", other ? s->family->name : "", other ? " " : "", s->L, s->C,
                      s->NH, s->V, s->Vp, s->maxT);
-    if (other && w >= 0 && (size_t)w < n)
-        snprintf(out + w, n - (size_t)w, " KV=%d D=%d F=%d%s%s%s theta=%g eps=%g%s", s->KV, s->D, s->F, s->tied ? " tied" : "",
-                 s->qk_norm ? " qk_norm" : "", s->qkv_bias ? " qkv_bias" : "", (double)s->rope.theta, (double)s->eps, ROPE[s->rope.scaling]);
+    if (s->family->describe && w >= 0 && (size_t)w < n) s->family->describe(s, out + w, n - (size_t)w);
 }
 
 // llm.c's order: each kind stacked over its layers.

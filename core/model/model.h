@@ -127,16 +127,24 @@ static inline int unit_is_mirror(const ParamLayout* lay, int u) { return lay->em
 // A tensor whose values another rank owns (a mirror's, or a tensor-group copy): skipped by checkpoints and
 // the norm, updated like the original so it stays equal.
 static inline int tensor_is_copy(const ParamLayout* lay, const ParamTensor* t) { return t->replica || unit_is_mirror(lay, t->unit); }
+// The family's LayerSizes of a shape.
+static inline LayerSizes shape_layer_sizes(const ModelShape* s) { return s->family->layer_sizes(s); }
 // The per-rank widths of a tensor-parallel block: query and key/value heads, attention channels
-// (NH * D / tp: GPT-2's C / tp), the MLP's hidden width (F / tp: GPT-2's 4C / tp).
+// (NH * head size / tp: GPT-2's C / tp), the MLP's hidden width (GPT-2's 4C / tp).
 static inline int layout_heads(const ParamLayout* lay) { return lay->shape.NH / lay->tp_size; }
 // Tensor ranks holding a copy of each kv head: 1, or tp / KV when the model has fewer kv heads than -tp
 // (neighbouring ranks: rank r holds kv head r / copies, which all its query heads read).
-static inline int shape_kv_copies(const ModelShape* s, int tp) { return s->KV >= tp ? 1 : tp / s->KV; }
+static inline int shape_kv_copies(const ModelShape* s, int tp) {
+    int KV = shape_layer_sizes(s).kv_heads;
+    return KV >= tp ? 1 : tp / KV;
+}
 static inline int layout_kv_copies(const ParamLayout* lay) { return shape_kv_copies(&lay->shape, lay->tp_size); }
-static inline int layout_kv_heads(const ParamLayout* lay) { return lay->shape.KV * layout_kv_copies(lay) / lay->tp_size; }
-static inline int layout_attn_channels(const ParamLayout* lay) { return lay->shape.NH * lay->shape.D / lay->tp_size; }
-static inline int layout_mlp_channels(const ParamLayout* lay) { return lay->shape.F / lay->tp_size; }
+static inline int layout_kv_heads(const ParamLayout* lay) {
+    return shape_layer_sizes(&lay->shape).kv_heads * layout_kv_copies(lay) / lay->tp_size;
+}
+static inline int layout_head_size(const ParamLayout* lay) { return shape_layer_sizes(&lay->shape).head_size; }
+static inline int layout_attn_channels(const ParamLayout* lay) { return lay->shape.NH * layout_head_size(lay) / lay->tp_size; }
+static inline int layout_mlp_channels(const ParamLayout* lay) { return shape_layer_sizes(&lay->shape).mlp / lay->tp_size; }
 // Whether a pipeline's last stage needs a mirror of the embedding unit: the LM head is tied to wte.
 static inline int layout_needs_mirror(const ModelShape* s) { return s->tied; }
 // The vocabulary rows (wte rows, logits columns) a tensor rank holds: [layout_vocab_first, + layout_vocab_rows),

@@ -10,7 +10,7 @@ static void* slice(void* base, size_t elems_per_layer, int l, DType dt) {
 BlockDims block_dims(const GPT* g) {
     const ParamLayout* lay = g->layout;
     BlockDims d = {g->B, g->T, g->B * g->T, g->rows, g->shape.C, layout_attn_channels(lay), layout_mlp_channels(lay),
-                   layout_heads(lay), layout_kv_heads(lay), g->shape.D};
+                   layout_heads(lay), layout_kv_heads(lay), layout_head_size(lay)};
     return d;
 }
 
@@ -53,7 +53,8 @@ const void* row_bias(const GPT* g, const void* bias) { return g->layout->tp_rank
 
 static void norm_kernel_forward(GPT* g, Backend* be, void* out, float* mean, float* rstd, const void* inp, const void* w,
                                 const void* b) {
-    if (g->shape.family->norm == NORM_RMS) rmsnorm_forward(be, g->dt, out, rstd, inp, w, g->rows, g->shape.C, g->shape.eps);
+    if (g->shape.family->norm == NORM_RMS)
+        rmsnorm_forward(be, g->dt, out, rstd, inp, w, g->rows, g->shape.C, shape_layer_sizes(&g->shape).norm_eps);
     else layernorm_forward(be, g->dt, out, mean, rstd, inp, w, b, g->rows, g->shape.C);
 }
 

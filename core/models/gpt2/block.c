@@ -1,7 +1,20 @@
 // block.c: GPT-2's block for the walk (core/model/block.h): pre-LayerNorm attention and a GELU MLP, each
 // added to the residual stream; qkv and fc column-parallel, the two projections row-parallel under -tp.
+#include "base/common.h"
 #include "core/model/block.h"
 #include "core/models/gpt2/gpt2.h"
+
+// Its widths beside the walk's (block.h), per tensor rank: attention's C/tp channels, q|k|v's 3C/tp, the
+// MLP's 4C/tp.
+enum { W_CA = W_FAMILY, W_QKVA, W_FA };
+static size_t width(const ParamLayout* lay, Width w) {
+    switch (w) {
+        case W_CA: return (size_t)layout_attn_channels(lay);
+        case W_QKVA: return 3 * (size_t)layout_attn_channels(lay);
+        case W_FA: return (size_t)layout_mlp_channels(lay);
+    }
+    fail("internal: GPT-2's block has no width %d", w);
+}
 
 // The block's activations, in BUFFERS' order.
 enum { LN1, LN1_MEAN, LN1_RSTD, QKV, ATTY, ATT_LSE, RESID2, LN2, LN2_MEAN, LN2_RSTD, FCH, FCH_GELU, NUM_BUFFERS };
@@ -119,7 +132,20 @@ const BlockOps GPT2_BLOCK = {
     .num_stash = NUM_STASH,
     .stash = STASH,
     .work = {W_FA, W_QKVA},   // dfch (N, 4C/tp), dqkv (N, 3C/tp)
+    .width = width,
     .forward = forward,
     .recompute = recompute,
     .backward = backward,
 };
+
+// Token and learned position embeddings (wte and wpe), added.
+static void embed(GPT* g, Backend* be, void* params) {
+    embed_step(g, be, unit_tensor(g->layout, params, GPT2_WTE, -1, g->dt), unit_tensor(g->layout, params, GPT2_WPE, -1, g->dt));
+}
+
+static void embed_backward(GPT* g, Backend* be, void* grads, const void* dout) {
+    embed_backward_step(g, be, unit_tensor(g->layout, grads, GPT2_WTE, -1, g->dt), unit_tensor(g->layout, grads, GPT2_WPE, -1, g->dt),
+                        dout);
+}
+
+const EndOps GPT2_ENDS = {.embed = embed, .embed_backward = embed_backward};

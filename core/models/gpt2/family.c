@@ -1,4 +1,4 @@
-// family.c: GPT-2 described for the trainer (family.h): kinds, cuts, shapes, file fields, costs.
+// family.c: GPT-2 described for the trainer (family.h): kinds, cuts, shapes, sizes, file fields, costs.
 #include <limits.h>
 #include <string.h>
 
@@ -56,10 +56,15 @@ static TensorCut kind_cut(const ModelShape* s, int k) {
 // 4C, or 0 (refused by shape_validate) when a file's header names channels beyond int's range for it.
 static int mlp_width(int C) { return C > 0 && C <= INT_MAX / 4 ? 4 * C : 0; }
 
+// GPT-2 has no parameters of its own: multi-head attention of C / NH channels a head, the MLP 4C, eps 1e-5.
 ModelShape gpt2_shape(int L, int C, int NH, int V, int maxT) {
-    ModelShape s = {.family = &GPT2_FAMILY, .L = L, .C = C, .NH = NH, .V = V, .Vp = padded_vocab(V), .maxT = maxT,
-                    .KV = NH, .D = NH > 0 ? C / NH : 0, .F = mlp_width(C), .tied = 1, .eps = 1e-5f};
+    ModelShape s = {.family = &GPT2_FAMILY, .L = L, .C = C, .NH = NH, .V = V, .Vp = padded_vocab(V), .maxT = maxT, .tied = 1};
     return s;
+}
+
+static LayerSizes layer_sizes(const ModelShape* s) {
+    LayerSizes z = {.kv_heads = s->NH, .head_size = s->NH > 0 ? s->C / s->NH : 0, .mlp = mlp_width(s->C), .norm_eps = 1e-5f};
+    return z;
 }
 
 // "d12" | "d24" | "d36" | "d48" (GPT-2 124M/350M/774M/1558M, maxT 1024, V 50257), or a custom
@@ -98,8 +103,8 @@ static void validate(const ModelShape* s) {
     if (s->C % s->NH != 0) fail("model channels %d are not divisible by its %d heads", s->C, s->NH);
     if ((s->C / s->NH) % 8 != 0 || s->C / s->NH > 128)
         fail("head size %d (channels %d / heads %d) must be a multiple of 8 and at most 128", s->C / s->NH, s->C, s->NH);
-    if (s->KV != s->NH || s->D != s->C / s->NH || s->F != mlp_width(s->C) || !s->tied || s->qk_norm)
-        fail("internal: a GPT-2 shape with another family's fields");
+    static const FamilyParams none;
+    if (!s->tied || memcmp(&s->params, &none, sizeof(none)) != 0) fail("internal: a GPT-2 shape with another family's fields");
 }
 
 static int splits_tp(const ModelShape* s, int tp, char* why, size_t n) {
@@ -139,11 +144,11 @@ const ModelFamily GPT2_FAMILY = {
     .kind_elems = kind_elems,
     .kind_cut = kind_cut,
     .wte = GPT2_WTE,
-    .wpe = GPT2_WPE,
     .head = -1,
     .final_w = GPT2_LNFW,
     .final_b = GPT2_LNFB,
     .norm = NORM_LAYER,
+    .layer_sizes = layer_sizes,
     .parse_spec = parse_spec,
     .validate = validate,
     .splits_tp = splits_tp,
@@ -152,6 +157,7 @@ const ModelFamily GPT2_FAMILY = {
     .flops_per_token = flops_per_token,
     .head_cost = head_cost,
     .block = &GPT2_BLOCK,
+    .ends = &GPT2_ENDS,
     .ladder = LADDER,
     .ladder_len = (int)(sizeof(LADDER) / sizeof(LADDER[0])),
 };

@@ -14,5 +14,5 @@ extern const ModelFamily GPT2_FAMILY;
 // A GPT-2 shape from its four free sizes (heads of C / NH channels, MLP 4C, vocabulary padded as llm.c does).
 ModelShape gpt2_shape(int L, int C, int NH, int V, int maxT);
 
-typedef struct BlockOps BlockOps;
 extern const BlockOps GPT2_BLOCK;   // block.c
+extern const EndOps GPT2_ENDS;      // block.c: the embedding with learned positions

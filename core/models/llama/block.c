@@ -9,10 +9,11 @@
 #include "core/models/llama/llama.h"
 
 void llama_inv_freq(const ModelShape* s, float* out) {
-    const Rope* r = &s->rope;
+    LlamaParams p = llama_params(s);
+    const Rope* r = &p.rope;
     double two_pi = 2.0 * M_PI;
-    for (int i = 0; i < s->D / 2; i++) {
-        double f = 1.0 / pow((double)r->theta, 2.0 * i / s->D);
+    for (int i = 0; i < p.D / 2; i++) {
+        double f = 1.0 / pow((double)r->theta, 2.0 * i / p.D);
         if (r->scaling == ROPE_LINEAR) f /= r->factor;
         if (r->scaling == ROPE_LLAMA3) {   // Hugging Face's _compute_llama3_parameters
             double wavelen = two_pi / f, low = r->original_max / r->low_freq_factor, high = r->original_max / r->high_freq_factor;
@@ -25,7 +26,25 @@ void llama_inv_freq(const ModelShape* s, float* out) {
 
 static size_t constants(const ModelShape* s, float* out) {
     if (out) llama_inv_freq(s, out);
-    return (size_t)s->D / 2;
+    return (size_t)llama_params(s).D / 2;
+}
+
+// Its widths beside the walk's (block.h), per tensor rank: attention's NH D / tp channels, q|k|v's
+// (NH + 2 KV) D / tp, the MLP's F / tp and gate|up's twice that; with q/k norms only (else 0), q|k|v before
+// them and the norms' statistics, one per q and k head.
+enum { W_CA = W_FAMILY, W_QKVA, W_FA, W_2FA, W_QKVA_QKN, W_QKNA_QKN };
+static size_t width(const ParamLayout* lay, Width w) {
+    size_t NH = (size_t)layout_heads(lay), KV = (size_t)layout_kv_heads(lay), D = (size_t)layout_head_size(lay);
+    int qk_norm = llama_params(&lay->shape).qk_norm;
+    switch (w) {
+        case W_CA: return (size_t)layout_attn_channels(lay);
+        case W_QKVA: return (NH + 2 * KV) * D;
+        case W_FA: return (size_t)layout_mlp_channels(lay);
+        case W_2FA: return 2 * (size_t)layout_mlp_channels(lay);
+        case W_QKVA_QKN: return qk_norm ? (NH + 2 * KV) * D : 0;
+        case W_QKNA_QKN: return qk_norm ? NH + KV : 0;
+    }
+    fail("internal: the Llama block has no width %d", w);
 }
 
 enum {
@@ -86,10 +105,13 @@ static Acts acts_of(GPT* g, int l) {
     return v;
 }
 
+static int has_qk_norm(const GPT* g) { return llama_params(&g->shape).qk_norm; }
+
 // q|k|v as attention reads them, from the matmul's output (qkv_raw with q/k norms, qkv itself without).
 static void prepare_qkv(GPT* g, Backend* be, Params p, Acts v) {
     BlockDims d = block_dims(g);
-    if (g->shape.qk_norm) qk_norm_forward(be, g->dt, v.qkv, v.qk_rstd, v.qkv_raw, p.q_norm, p.k_norm, d.N, d.NH, d.KV, d.D, g->shape.eps);
+    LlamaParams lp = llama_params(&g->shape);
+    if (lp.qk_norm) qk_norm_forward(be, g->dt, v.qkv, v.qk_rstd, v.qkv_raw, p.q_norm, p.k_norm, d.N, d.NH, d.KV, d.D, lp.eps);
     rope_forward(be, g->dt, v.qkv, v.qkv, g->constants, d.B, d.T, d.NH, d.KV, d.D);
 }
 
@@ -102,7 +124,7 @@ static void forward(GPT* g, Backend* be, const BlockRef* b, int recomputing) {
     Params p = params_in(g, b->params, b->layer);
     Acts v = acts_of(g, b->index);
     norm_forward(g, be, v.norm1, NULL, v.rstd1, v.x, p.attn_norm, NULL);
-    matmul_forward(be, dt, g->shape.qk_norm ? v.qkv_raw : v.qkv, NULL, v.norm1, p.wqkv, p.bqkv, d.N, d.C, QKVA);
+    matmul_forward(be, dt, has_qk_norm(g) ? v.qkv_raw : v.qkv, NULL, v.norm1, p.wqkv, p.bqkv, d.N, d.C, QKVA);
     prepare_qkv(g, be, p, v);
     attention_forward(be, dt, v.atty, v.lse, v.qkv, d.B, d.T, d.NH, d.KV, d.D);
     matmul_forward(be, dt, proj, NULL, v.atty, p.wo, NULL, d.N, d.CA, d.C);
@@ -180,10 +202,10 @@ static void backward(BlockBackward* c, const BlockRef* b) {
     // Attention: resid2 = x + wo(attention(rope(qk_norm(wqkv(norm1(x)))))).
     void* datty = block_buffer(g, DATTY, 0);
     matmul_step(c, datty, grad_of_stream(c, s[S_DWO]), v.atty, NULL, p.wo, dp.wo, NULL, d.CA, d.C);
-    void* dqkv = grad_between(c, a->dbig, s[g->shape.qk_norm ? S_DQKN : S_DQKV]);   // d(q|k|v as attention read them)
+    void* dqkv = grad_between(c, a->dbig, s[has_qk_norm(g) ? S_DQKN : S_DQKV]);   // d(q|k|v as attention read them)
     attention_step(c, dqkv, datty, v.qkv, v.atty, v.lse);
     rope_step(c, dqkv);
-    if (g->shape.qk_norm) {
+    if (has_qk_norm(g)) {
         void* draw = grad_between(c, block_buffer(g, DQKV_RAW, 0), s[S_DQKV]);
         qk_norm_step(c, draw, dqkv, v.qkv_raw, p, dp, v.qk_rstd);
         dqkv = draw;
@@ -198,6 +220,7 @@ const BlockOps LLAMA_BLOCK = {
     .num_stash = NUM_STASH,
     .stash = STASH,
     .work = {W_2FA, W_QKVA},
+    .width = width,
     .constants = constants,
     .forward = forward,
     .recompute = recompute,

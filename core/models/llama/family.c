@@ -1,4 +1,4 @@
-// family.c: the Llama family described for the trainer (family.h): kinds, cuts, shapes, file fields, costs.
+// family.c: the Llama family described for the trainer (family.h): kinds, cuts, shapes, sizes, file fields, costs.
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -33,14 +33,15 @@ static const KindInfo KINDS[LLAMA_NUM_KINDS] = {
 #undef JOINED
 
 static size_t kind_elems(const ModelShape* s, int k) {
-    size_t C = (size_t)s->C, D = (size_t)s->D, NH = (size_t)s->NH, KV = (size_t)s->KV, F = (size_t)s->F;
+    LlamaParams p = llama_params(s);
+    size_t C = (size_t)s->C, D = (size_t)p.D, NH = (size_t)s->NH, KV = (size_t)p.KV, F = (size_t)p.F;
     switch ((LlamaKind)k) {
         case LLAMA_WTE: return (size_t)s->Vp * C;
         case LLAMA_WQ: return NH * D * C;
         case LLAMA_WKV: return 2 * KV * D * C;
-        case LLAMA_BQ: return s->qkv_bias ? NH * D : 0;
-        case LLAMA_BKV: return s->qkv_bias ? 2 * KV * D : 0;
-        case LLAMA_Q_NORM: case LLAMA_K_NORM: return s->qk_norm ? D : 0;
+        case LLAMA_BQ: return p.qkv_bias ? NH * D : 0;
+        case LLAMA_BKV: return p.qkv_bias ? 2 * KV * D : 0;
+        case LLAMA_Q_NORM: case LLAMA_K_NORM: return p.qk_norm ? D : 0;
         case LLAMA_WO: return C * NH * D;
         case LLAMA_GATE_UP: return 2 * F * C;
         case LLAMA_DOWN: return C * F;
@@ -53,26 +54,34 @@ static size_t kind_elems(const ModelShape* s, int k) {
 // by hidden rows (column-parallel); wo and down by columns (row-parallel); the embedding and the head by
 // vocabulary rows; the norms whole.
 static TensorCut kind_cut(const ModelShape* s, int k) {
-    size_t C = (size_t)s->C, D = (size_t)s->D, Vp = (size_t)s->Vp, NH = (size_t)s->NH, KV = (size_t)s->KV;
+    LlamaParams p = llama_params(s);
+    size_t C = (size_t)s->C, D = (size_t)p.D, Vp = (size_t)s->Vp, NH = (size_t)s->NH, KV = (size_t)p.KV, F = (size_t)p.F;
     switch ((LlamaKind)k) {
         case LLAMA_WQ: return (TensorCut){CUT_ROWS, NH * D, C, 1, NH};
         case LLAMA_WKV: return (TensorCut){CUT_ROWS, 2 * KV * D, C, 2, KV};
         case LLAMA_BQ: return (TensorCut){CUT_ROWS, NH * D, 1, 1, NH};
         case LLAMA_BKV: return (TensorCut){CUT_ROWS, 2 * KV * D, 1, 2, KV};
-        case LLAMA_WO: return (TensorCut){CUT_COLS, C, (size_t)s->NH * D, 1, 0};
-        case LLAMA_GATE_UP: return (TensorCut){CUT_ROWS, 2 * (size_t)s->F, C, 2, 0};
-        case LLAMA_DOWN: return (TensorCut){CUT_COLS, C, (size_t)s->F, 1, 0};
+        case LLAMA_WO: return (TensorCut){CUT_COLS, C, NH * D, 1, 0};
+        case LLAMA_GATE_UP: return (TensorCut){CUT_ROWS, 2 * F, C, 2, 0};
+        case LLAMA_DOWN: return (TensorCut){CUT_COLS, C, F, 1, 0};
         case LLAMA_WTE: case LLAMA_HEAD: return (TensorCut){CUT_ROWS, Vp, C, 1, 0};
         default: return (TensorCut){CUT_NONE, kind_elems(s, k), 1, 1, 0};
     }
 }
 
-static ModelShape llama_shape(int L, int C, int NH, int KV, int D, int F, int V, int maxT, float theta, float eps, int tied,
-                              int qk_norm, int qkv_bias) {
-    ModelShape s = {.family = &LLAMA_FAMILY, .L = L, .C = C, .NH = NH, .V = V, .Vp = padded_vocab(V), .maxT = maxT, .KV = KV,
-                    .D = D, .F = F, .tied = tied, .qk_norm = qk_norm, .qkv_bias = qkv_bias, .eps = eps,
-                    .rope = {.scaling = ROPE_NONE, .theta = theta, .factor = 1.0f}};
+static ModelShape llama_shape(int L, int C, int NH, int V, int maxT, int tied, const LlamaParams* p) {
+    ModelShape s = {.family = &LLAMA_FAMILY, .L = L, .C = C, .NH = NH, .V = V, .Vp = padded_vocab(V), .maxT = maxT, .tied = tied};
+    family_params_set(&s, p, sizeof(*p));
     return s;
+}
+
+// Without rope_scaling: factor 1.
+static Rope plain_rope(float theta) { return (Rope){.scaling = ROPE_NONE, .theta = theta, .factor = 1.0f}; }
+
+static LayerSizes layer_sizes(const ModelShape* s) {
+    LlamaParams p = llama_params(s);
+    LayerSizes z = {.kv_heads = p.KV, .head_size = p.D, .mlp = p.F, .norm_eps = p.eps};
+    return z;
 }
 
 // The published configurations (their config.json files on the Hugging Face hub).
@@ -98,9 +107,9 @@ static int parse_named(const char* spec, ModelShape* out) {
     for (size_t i = 0; i < sizeof(NAMED) / sizeof(NAMED[0]); i++) {
         const Named* n = &NAMED[i];
         if (strcmp(spec, n->name) != 0) continue;
-        *out = llama_shape(n->L, n->C, n->NH, n->KV, n->D, n->F, n->V, n->maxT, n->theta, n->eps, n->tied, n->qk_norm, 0);
-        if (n->llama3_factor > 0)
-            out->rope = (Rope){ROPE_LLAMA3, n->theta, n->llama3_factor, 1.0f, 4.0f, 8192};
+        LlamaParams p = {.KV = n->KV, .D = n->D, .F = n->F, .qk_norm = n->qk_norm, .eps = n->eps, .rope = plain_rope(n->theta)};
+        if (n->llama3_factor > 0) p.rope = (Rope){ROPE_LLAMA3, n->theta, n->llama3_factor, 1.0f, 4.0f, 8192};
+        *out = llama_shape(n->L, n->C, n->NH, n->V, n->maxT, n->tied, &p);
         return 1;
     }
     return 0;
@@ -132,7 +141,13 @@ static void parse_rope_llama3(const char* spec, const char* text, Rope* r) {
     *r = (Rope){ROPE_LLAMA3, r->theta, f, lo, hi, orig};
 }
 
-// The fields of a custom spec (SPEC_SYNTAX), as data: what each sets, and where in the shape. Fields that set
+// A custom spec while it is read: the shape's common fields and the family's own.
+typedef struct {
+    ModelShape shape;
+    LlamaParams p;
+} Draft;
+
+// The fields of a custom spec (SPEC_SYNTAX), as data: what each sets, and where in the draft. Fields that set
 // one thing (rope-linear and rope-llama3 both set the RoPE scaling) share a Setting, so that a spec setting a
 // thing twice, with the same field or another, is refused instead of the last one winning.
 typedef enum {
@@ -148,22 +163,22 @@ typedef struct {
     const char* name;   // an integer field's letter, digits follow; a number's or a scaling's prefix; a flag whole
     FieldKind kind;
     Setting sets;
-    size_t offset;      // of the int (FIELD_INT, FIELD_FLAG) or float (FIELD_NUMBER) in ModelShape
+    size_t offset;      // of the int (FIELD_INT, FIELD_FLAG) or float (FIELD_NUMBER) in Draft
 } SpecField;
 static const SpecField SPEC_FIELDS[] = {
-    {"L", FIELD_INT, SET_L, offsetof(ModelShape, L)},
-    {"C", FIELD_INT, SET_C, offsetof(ModelShape, C)},
-    {"H", FIELD_INT, SET_H, offsetof(ModelShape, NH)},
-    {"F", FIELD_INT, SET_F, offsetof(ModelShape, F)},
-    {"K", FIELD_INT, SET_K, offsetof(ModelShape, KV)},
-    {"D", FIELD_INT, SET_D, offsetof(ModelShape, D)},
-    {"V", FIELD_INT, SET_V, offsetof(ModelShape, V)},
-    {"T", FIELD_INT, SET_T, offsetof(ModelShape, maxT)},
-    {"theta", FIELD_NUMBER, SET_THETA, offsetof(ModelShape, rope.theta)},
-    {"eps", FIELD_NUMBER, SET_EPS, offsetof(ModelShape, eps)},
-    {"tied", FIELD_FLAG, SET_TIED, offsetof(ModelShape, tied)},
-    {"qknorm", FIELD_FLAG, SET_QK_NORM, offsetof(ModelShape, qk_norm)},
-    {"qkvbias", FIELD_FLAG, SET_QKV_BIAS, offsetof(ModelShape, qkv_bias)},
+    {"L", FIELD_INT, SET_L, offsetof(Draft, shape.L)},
+    {"C", FIELD_INT, SET_C, offsetof(Draft, shape.C)},
+    {"H", FIELD_INT, SET_H, offsetof(Draft, shape.NH)},
+    {"F", FIELD_INT, SET_F, offsetof(Draft, p.F)},
+    {"K", FIELD_INT, SET_K, offsetof(Draft, p.KV)},
+    {"D", FIELD_INT, SET_D, offsetof(Draft, p.D)},
+    {"V", FIELD_INT, SET_V, offsetof(Draft, shape.V)},
+    {"T", FIELD_INT, SET_T, offsetof(Draft, shape.maxT)},
+    {"theta", FIELD_NUMBER, SET_THETA, offsetof(Draft, p.rope.theta)},
+    {"eps", FIELD_NUMBER, SET_EPS, offsetof(Draft, p.eps)},
+    {"tied", FIELD_FLAG, SET_TIED, offsetof(Draft, shape.tied)},
+    {"qknorm", FIELD_FLAG, SET_QK_NORM, offsetof(Draft, p.qk_norm)},
+    {"qkvbias", FIELD_FLAG, SET_QKV_BIAS, offsetof(Draft, p.qkv_bias)},
     {"rope-linear", FIELD_ROPE_LINEAR, SET_ROPE_SCALING, 0},
     {"rope-llama3", FIELD_ROPE_LLAMA3, SET_ROPE_SCALING, 0},
 };
@@ -178,23 +193,23 @@ static const SpecField* spec_field(const char* tok) {
     return NULL;
 }
 
-// One comma-separated field of a custom spec into s; set_by[k]: the field that set setting k, or NULL.
-static void parse_field(const char* spec, const char* tok, ModelShape* s, const char** set_by) {
+// One comma-separated field of a custom spec into d; set_by[k]: the field that set setting k, or NULL.
+static void parse_field(const char* spec, const char* tok, Draft* d, const char** set_by) {
     const SpecField* f = spec_field(tok);
     if (!f) fail("bad model spec '%s': unknown field '%s' (expected %s)", spec, tok, SPEC_SYNTAX);
     if (set_by[f->sets])
         fail("bad model spec '%s': '%s' and '%s' both set %s; give one", spec, set_by[f->sets], tok, SETTING_NAMES[f->sets]);
     set_by[f->sets] = tok;
     const char* value = tok + strlen(f->name);
-    char* at = (char*)s + f->offset;
+    char* at = (char*)d + f->offset;
     switch (f->kind) {
         case FIELD_INT: *(int*)at = whole(spec, f->name, value); break;
         case FIELD_NUMBER: *(float*)at = (float)number(spec, f->name, value); break;
         case FIELD_FLAG: *(int*)at = 1; break;
         case FIELD_ROPE_LINEAR:
-            s->rope.scaling = ROPE_LINEAR, s->rope.factor = (float)number(spec, f->name, value + (*value == ':'));
+            d->p.rope.scaling = ROPE_LINEAR, d->p.rope.factor = (float)number(spec, f->name, value + (*value == ':'));
             break;
-        case FIELD_ROPE_LLAMA3: parse_rope_llama3(spec, value, &s->rope); break;
+        case FIELD_ROPE_LLAMA3: parse_rope_llama3(spec, value, &d->p.rope); break;
     }
 }
 
@@ -202,38 +217,48 @@ static void parse_field(const char* spec, const char* tok, ModelShape* s, const 
 static int parse_spec(const char* spec, ModelShape* out) {
     if (parse_named(spec, out)) return 1;
     if (strncmp(spec, "llama:", 6) != 0) return 0;
-    ModelShape s = llama_shape(0, 0, 0, 0, 0, 0, 50257, 1024, 10000.0f, 1e-5f, 0, 0, 0);
+    Draft d = {.shape = {.V = 50257, .maxT = 1024}, .p = {.eps = 1e-5f, .rope = plain_rope(10000.0f)}};
     const char* set_by[NUM_SETTINGS] = {0};   // point into buf
     char buf[512];
     if (strlen(spec + 6) >= sizeof(buf)) fail("bad model spec '%s': too long", spec);
     strcpy(buf, spec + 6);
-    for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) parse_field(spec, tok, &s, set_by);
+    for (char* tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) parse_field(spec, tok, &d, set_by);
     if (!set_by[SET_L] || !set_by[SET_C] || !set_by[SET_H] || !set_by[SET_F])
         fail("bad model spec '%s': L, C, H and F are required (%s)", spec, SPEC_SYNTAX);
-    if (!set_by[SET_K]) s.KV = s.NH;
+    if (!set_by[SET_K]) d.p.KV = d.shape.NH;
     if (!set_by[SET_D]) {
-        if (s.C % s.NH) fail("bad model spec '%s': C %d is not a multiple of H %d; give the head size D", spec, s.C, s.NH);
-        s.D = s.C / s.NH;
+        if (d.shape.C % d.shape.NH)
+            fail("bad model spec '%s': C %d is not a multiple of H %d; give the head size D", spec, d.shape.C, d.shape.NH);
+        d.p.D = d.shape.C / d.shape.NH;
     }
-    s.Vp = padded_vocab(s.V);
+    ModelShape s = llama_shape(d.shape.L, d.shape.C, d.shape.NH, d.shape.V, d.shape.maxT, d.shape.tied, &d.p);
     shape_validate(&s);
     *out = s;
     return 1;
 }
 
 static void validate(const ModelShape* s) {
+    LlamaParams p = llama_params(s);
     if (s->C % 8 != 0) fail("model channels %d must be a multiple of 8", s->C);
-    if (!(s->eps > 0)) fail("RMSNorm eps %g must be positive", (double)s->eps);
-    if (!(s->rope.theta > 0)) fail("rope_theta %g must be positive", (double)s->rope.theta);
-    if (s->rope.scaling != ROPE_NONE && !(s->rope.factor > 0)) fail("rope_scaling factor %g must be positive", (double)s->rope.factor);
+    if (!(p.eps > 0)) fail("RMSNorm eps %g must be positive", (double)p.eps);
+    if (!(p.rope.theta > 0)) fail("rope_theta %g must be positive", (double)p.rope.theta);
+    if (p.rope.scaling != ROPE_NONE && !(p.rope.factor > 0)) fail("rope_scaling factor %g must be positive", (double)p.rope.factor);
+}
+
+static void describe(const ModelShape* s, char* out, size_t n) {
+    static const char* const ROPE[] = {"", " rope-linear", " rope-llama3"};
+    LlamaParams p = llama_params(s);
+    snprintf(out, n, " KV=%d D=%d F=%d%s%s%s theta=%g eps=%g%s", p.KV, p.D, p.F, s->tied ? " tied" : "", p.qk_norm ? " qk_norm" : "",
+             p.qkv_bias ? " qkv_bias" : "", (double)p.rope.theta, (double)p.eps, ROPE[p.rope.scaling]);
 }
 
 static int splits_tp(const ModelShape* s, int tp, char* why, size_t n) {
+    LlamaParams p = llama_params(s);
     if (s->NH % tp) return set_why(why, n, "-tp %d does not divide the model's %d attention heads", tp, s->NH);
-    if (s->KV % tp && tp % s->KV)
+    if (p.KV % tp && tp % p.KV)
         return set_why(why, n, "-tp %d and n_kv_heads %d: one must divide the other (each rank holds KV / tp kv heads, or a copy of one)",
-                       tp, s->KV);
-    if (s->F % tp) return set_why(why, n, "-tp %d does not divide the MLP's intermediate size %d", tp, s->F);
+                       tp, p.KV);
+    if (p.F % tp) return set_why(why, n, "-tp %d does not divide the MLP's intermediate size %d", tp, p.F);
     return 1;
 }
 
@@ -243,9 +268,10 @@ static float bits_float(int32_t i) { return f32_from_bits((uint32_t)i); }
 // Slots 9..21: KV, D, F, tied, qk_norm, rope scaling kind, then theta, eps, factor, low and high frequency
 // factors as float32 bits, the original context length, and qkv_bias.
 static void header_write(const ModelShape* s, int32_t* h) {
-    int32_t v[] = {s->KV, s->D, s->F, s->tied, s->qk_norm, (int32_t)s->rope.scaling, float_bits(s->rope.theta),
-                   float_bits(s->eps), float_bits(s->rope.factor), float_bits(s->rope.low_freq_factor),
-                   float_bits(s->rope.high_freq_factor), s->rope.original_max, s->qkv_bias};
+    LlamaParams p = llama_params(s);
+    int32_t v[] = {p.KV, p.D, p.F, s->tied, p.qk_norm, (int32_t)p.rope.scaling, float_bits(p.rope.theta),
+                   float_bits(p.eps), float_bits(p.rope.factor), float_bits(p.rope.low_freq_factor),
+                   float_bits(p.rope.high_freq_factor), p.rope.original_max, p.qkv_bias};
     memcpy(h + 9, v, sizeof(v));
 }
 
@@ -255,32 +281,32 @@ static int flag_slot(const int32_t* h, int slot, const char* name) {
 }
 
 static void header_read(const int32_t* h, ModelShape* s) {
-    *s = llama_shape(h[4], h[6], h[5], h[9], h[10], h[11], h[3], h[2], bits_float(h[15]), bits_float(h[16]), flag_slot(h, 12, "tied"),
-                     flag_slot(h, 13, "qk_norm"), flag_slot(h, 21, "qkv_bias"));
-    s->rope.scaling = h[14] == 1 ? ROPE_LINEAR : h[14] == 2 ? ROPE_LLAMA3 : ROPE_NONE;
+    int tied = flag_slot(h, 12, "tied");
+    LlamaParams p = {.KV = h[9], .D = h[10], .F = h[11], .qk_norm = flag_slot(h, 13, "qk_norm"), .eps = bits_float(h[16])};
+    p.qkv_bias = flag_slot(h, 21, "qkv_bias");
     if (h[14] < 0 || h[14] > 2) fail("model file: unknown rope scaling kind %d in header slot 14", h[14]);
-    s->rope.factor = bits_float(h[17]);
-    s->rope.low_freq_factor = bits_float(h[18]);
-    s->rope.high_freq_factor = bits_float(h[19]);
-    s->rope.original_max = h[20];
+    p.rope = (Rope){h[14] == 1 ? ROPE_LINEAR : h[14] == 2 ? ROPE_LLAMA3 : ROPE_NONE, bits_float(h[15]), bits_float(h[17]),
+                    bits_float(h[18]), bits_float(h[19]), h[20]};
+    *s = llama_shape(h[4], h[6], h[5], h[3], h[2], tied, &p);
 }
 
 // Matrix FLOPs per token of one block (forward): 2 per weight.
 static double block_matrix_flops(const ModelShape* s) {
-    double C = s->C, A = (double)s->NH * s->D, KVD = (double)s->KV * s->D;
-    return 2.0 * (C * (A + 2.0 * KVD) + A * C + 3.0 * C * s->F);
+    LlamaParams p = llama_params(s);
+    double C = s->C, A = (double)s->NH * p.D, KVD = (double)p.KV * p.D;
+    return 2.0 * (C * (A + 2.0 * KVD) + A * C + 3.0 * C * p.F);
 }
 
 // 6 per weight a token multiplies by (the lookup multiplies by none), plus attention's scores and weighted
 // sums: 12 L NH D T.
 static double flops_per_token(const ModelShape* s, int T) {
     double lookup = s->tied ? 0.0 : (double)s->Vp * s->C;
-    return 6.0 * ((double)shape_param_count(s) - lookup) + 12.0 * s->L * (double)s->NH * s->D * (double)T;
+    return 6.0 * ((double)shape_param_count(s) - lookup) + 12.0 * s->L * (double)s->NH * llama_params(s).D * (double)T;
 }
 
 static double head_cost(const ModelShape* s, int T) {
     if (T < 1) fail("pipeline: bad sequence length %d for the cost model", T);
-    return 2.0 * (double)s->Vp * s->C / (block_matrix_flops(s) + 4.0 * (double)T * s->NH * s->D);
+    return 2.0 * (double)s->Vp * s->C / (block_matrix_flops(s) + 4.0 * (double)T * s->NH * llama_params(s).D);
 }
 
 // SmolLM2's two smallest and Llama 3.x's sizes (70B and 405B are not named shapes: their fields).
@@ -302,13 +328,14 @@ const ModelFamily LLAMA_FAMILY = {
     .kind_elems = kind_elems,
     .kind_cut = kind_cut,
     .wte = LLAMA_WTE,
-    .wpe = -1,
     .head = LLAMA_HEAD,
     .final_w = LLAMA_FINAL_NORM,
     .final_b = -1,
     .norm = NORM_RMS,
+    .layer_sizes = layer_sizes,
     .parse_spec = parse_spec,
     .validate = validate,
+    .describe = describe,
     .splits_tp = splits_tp,
     .header_write = header_write,
     .header_read = header_read,
