@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/model/optimizer_kind.h"
+
 typedef struct ModelFamily ModelFamily;
 
 // Rotary position embeddings (families that use them): the rotate-half convention with base `theta`, and
@@ -64,6 +66,7 @@ typedef struct {
     // Placed right after the previous kind with no alignment padding between, so the two are one tensor to
     // the kernels (q's rows and k|v's, or their biases: one q|k|v projection).
     int joins_previous;
+    OptimizerId optimizer;   // what updates it (optimizer_kind.h): OPT_ADAMW unless the family says otherwise
 } KindInfo;
 
 typedef struct BlockOps BlockOps;   // block.h
