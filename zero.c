@@ -35,6 +35,7 @@ struct Zero {
     // element has state index state_base[u], and the frozen elements before an element in its unit are not
     // counted (state_index). Nothing frozen: the state index is the piece index.
     size_t state_elems;
+    int any_frozen;         // the layout holds a frozen tensor
     size_t frozen_elems;    // held elements of frozen tensors, which have no state
     size_t state_base[MAX_UNITS];
     int opt_buffers;        // fp32 buffers per state element: the master and the state (shape_optimizer_buffers)
@@ -111,6 +112,7 @@ static void for_each_stretch(Zero* z, int u, size_t a, size_t b, StretchFn fn, v
 
 // Elements of frozen tensors in flat [a, b) of unit u.
 static size_t frozen_in(const Zero* z, int u, size_t a, size_t b) {
+    if (!z->any_frozen) return 0;
     const Unit* un = unit(z, u);
     size_t n = 0;
     for (int i = un->first_tensor; i < un->first_tensor + un->num_tensors; i++) {
@@ -135,6 +137,7 @@ static size_t state_index(const Zero* z, int u, size_t f) {
 
 // state_base of every unit; the state's elements and the frozen ones held here.
 static void index_state(Zero* z) {
+    for (int i = 0; i < z->pieces.lay->num_tensors; i++) z->any_frozen |= is_frozen(z, &z->pieces.lay->tensors[i]);
     size_t at = 0, frozen = 0;
     for (int u = 0; u < z->pieces.lay->num_units; u++) {
         size_t h = held_begin(z, u), f = frozen_in(z, u, h, h + held_len(z, u));
@@ -205,7 +208,8 @@ static void open_disk(Zero* z, Backend* be, MemLedger* mem, const NvmeConfig* cf
     if (!z->caps.state_on_disk) return;
     if (!cfg) fail("internal: state on disk without -nvme's directory");
     // A pass writes whole chunks of parameters, which frozen ones would share with updated ones.
-    if (z->caps.params_on_disk && z->frozen_elems) fail("internal: frozen parameters with the parameters on disk");
+    if (z->caps.params_on_disk && z->frozen_elems)
+        fail("-nvme with -offload 2 -z 3 keeps the parameter pieces on disk, which cannot hold frozen parameters yet");
     const ParamLayout* lay = z->pieces.lay;
     size_t begin[MAX_UNITS], len[MAX_UNITS];
     for (int u = 0; u < lay->num_units; u++) {

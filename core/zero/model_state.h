@@ -1,10 +1,9 @@
 // model_state.h: what the optimizer (optimizer.h) and the checkpoints (checkpoint.h) see of the model
 // states this rank holds: working parameters, fp32 master weights, the optimizer's state buffers (as its
 // description names them, optimizer_kind.h: AdamW's m and v), reduced gradients. They see spans inside one
-// tensor each and act on those, so they stay below the policy that decides which
-// spans a rank holds and where they live (ZeRO provides one: zero_model_state in zero.h). Where a buffer
-// lives is the holder's business: its users move a span's values with the operations at the end of this
-// file, which know.
+// tensor each and act on those, so they stay below the policy that decides which spans a rank holds and
+// where they live (ZeRO provides one: zero_model_state in zero.h). Where a buffer lives is the holder's
+// business: its users move a span's values with the operations at the end of this file, which know.
 #pragma once
 #include <string.h>
 
@@ -33,8 +32,8 @@ typedef struct {
 } StateSpan;
 typedef void (*StateSpanFn)(const StateSpan* s, void* ctx);
 
-// A span's buffers, as the operations below name them: SPAN_MASTER + i is the optimizer's fp32 buffer i
-// (optimizer_kind.h: 0 the master, 1 + k state buffer k), up to SPAN_MASTER + 1 + OPT_MAX_STATE.
+// A span's buffers, as the operations below name them: SPAN_MASTER + i (i = 0 .. OPT_MAX_STATE) is the
+// optimizer's fp32 buffer i (optimizer_kind.h: 0 the master, 1 + k state buffer k).
 typedef enum { SPAN_PARAMS, SPAN_GRAD, SPAN_MASTER } SpanBuffer;
 static inline SpanBuffer span_optimizer_buffer(int i) { return (SpanBuffer)(SPAN_MASTER + i); }
 
@@ -113,8 +112,10 @@ static inline size_t span_elem_bytes(const ModelState* ms, const StateSpan* s, S
 
 // Element i of buffer b; the gradient is only ever read through it.
 static inline char* span_ptr(const ModelState* ms, const StateSpan* s, SpanBuffer b, size_t i) {
-    const void* base = b == SPAN_PARAMS ? s->params : b == SPAN_GRAD ? s->grad : b == SPAN_MASTER ? (const void*)s->master
-                                                                                                  : s->opt_state[b - SPAN_MASTER - 1];
+    const void* base = s->params;
+    if (b == SPAN_GRAD) base = s->grad;
+    else if (b == SPAN_MASTER) base = s->master;
+    else if (b > SPAN_MASTER) base = s->opt_state[b - SPAN_MASTER - 1];
     return (char*)base + i * span_elem_bytes(ms, s, b);
 }
 
