@@ -669,7 +669,7 @@ static void update(Trainer* tr, int step, const StepResult* r, PhaseTimer* pt) {
         delayed_update_start(tr->delayed, tr->be, &o, grad_scale);
         return;
     }
-    if (!r->skipped) adamw_step(&tr->model_states, tr->be, &o, grad_scale);
+    if (!r->skipped) optimizer_step(&tr->model_states, tr->be, &o, grad_scale);
     take_disk_times(tr, pt);
     if (landed || !r->skipped) zero_after_update(tr->zero, tr->be);
 }

@@ -1,7 +1,9 @@
 // zero.c: ZeRO by capabilities (zero.h): what each configuration shards, where it lives, and when it moves.
 //
-//   allocation      which of params / master / m / v / gradients exist, whole or as pieces (core/zero/pieces.h),
-//                   in backend or host memory (zero_init and its allocate_*)
+//   allocation      which of params / master / optimizer state / gradients exist, whole or as pieces
+//                   (core/zero/pieces.h), in backend or host memory (zero_init and its allocate_*); the
+//                   optimizer's buffers as its description names them (optimizer_kind.h), none for a
+//                   frozen tensor
 //   the walk        whole buffers in place; with shard_grads the rotating gradient slots, each unit's
 //                   reduce-scatter running during the next unit's backward (core/zero/grad_slots.h); with
 //                   shard_params the gathered blocks and their prefetch (core/zero/param_slots.h)
@@ -28,21 +30,28 @@ struct Zero {
     Pieces pieces;       // the layout, the data-parallel group (dp NULL for a single process), dt, and the
                          // state index of each unit's piece (shard_state)
     Comm* tied;          // pipeline: stage 0 <-> last stage, summing the embedding and its mirror; else NULL
-    size_t state_elems;  // elements of master / m / v held here: the layout's total, or the sum of the pieces
+    // The master and the optimizer's state cover the elements this rank holds state for (the whole layout,
+    // or its pieces with shard_state) except frozen tensors', packed in flat order: unit u's first held
+    // element has state index state_base[u], and the frozen elements before an element in its unit are not
+    // counted (state_index). Nothing frozen: the state index is the piece index.
+    size_t state_elems;
+    int any_frozen;         // the layout holds a frozen tensor
+    size_t frozen_elems;    // held elements of frozen tensors, which have no state
+    size_t state_base[MAX_UNITS];
+    int opt_buffers;        // fp32 buffers per state element: the master and the state (shape_optimizer_buffers)
     // Parameters: the full flat buffer, or this rank's pieces with shard_params (host memory with
     // params_on_host); type dt.
     void* params;
     float* master;       // (state_elems) fp32; aliases params where both have the same indexing and type
     int master_is_params;   // that alias (with the state on disk both are NULL, no alias)
-    float* adam_m;
-    float* adam_v;
+    float* opt_state[OPT_MAX_STATE];   // (state_elems) fp32 each: the first opt_buffers - 1 exist
     GradBuffers grad;          // without shard_grads
     GradSlots grads;           // shard_grads: the walk's slots and the fp32 accumulator of pieces
     ParamSlots gathered;       // shard_params: the walk's gathered parameters
     float* norm_acc;           // one float of backend scratch
     HostStage stage;           // state_on_host: the optimizer's staging (model_state.h)
     PendingBuffers pending;    // delayed_update: (state_elems) each, host memory
-    NvmeStore* disk;           // state_on_disk: master, m, v (and with params_on_disk the pieces) in files
+    NvmeStore* disk;           // state_on_disk: master and state (and with params_on_disk the pieces) in files
 };
 
 ZeroCaps zero_caps(int stage) {
@@ -71,6 +80,74 @@ static size_t piece(const Zero* z, int u) { return piece_len(&z->pieces, u); }
 static int emb_unit(const Zero* z) { return z->pieces.lay->emb_unit; }
 static int final_unit(const Zero* z) { return z->pieces.lay->final_unit; }
 static int is_block(const Zero* z, int u) { return u != emb_unit(z) && u != final_unit(z); }
+
+// The flat elements of unit u whose state this rank holds: its piece with shard_state, else the whole unit.
+static size_t held_begin(const Zero* z, int u) {
+    return unit(z, u)->offset + (z->caps.shard_state ? (size_t)z->pieces.rank * piece(z, u) : 0);
+}
+static size_t held_len(const Zero* z, int u) { return z->caps.shard_state ? piece(z, u) : unit(z, u)->padded; }
+
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+static int is_frozen(const Zero* z, const ParamTensor* t) { return !tensor_optimizer(z->pieces.lay, t)->updates; }
+
+// Calls fn for each stretch of flat [a, b) inside unit u that is all one frozen tensor's, or all not frozen
+// (updated tensors and padding), in order: one stretch where nothing is frozen.
+typedef void (*StretchFn)(Zero* z, int u, size_t a, size_t b, int frozen, void* ctx);
+
+static void for_each_stretch(Zero* z, int u, size_t a, size_t b, StretchFn fn, void* ctx) {
+    const Unit* un = unit(z, u);
+    size_t at = a;
+    for (int i = un->first_tensor; i < un->first_tensor + un->num_tensors && at < b; i++) {
+        const ParamTensor* t = &z->pieces.lay->tensors[i];
+        size_t lo = max_size(t->offset, at), hi = min_size(t->offset + t->size, b);
+        if (!is_frozen(z, t) || lo >= hi) continue;
+        if (at < lo) fn(z, u, at, lo, 0, ctx);
+        fn(z, u, lo, hi, 1, ctx);
+        at = hi;
+    }
+    if (at < b) fn(z, u, at, b, 0, ctx);
+}
+
+// Elements of frozen tensors in flat [a, b) of unit u.
+static size_t frozen_in(const Zero* z, int u, size_t a, size_t b) {
+    if (!z->any_frozen) return 0;
+    const Unit* un = unit(z, u);
+    size_t n = 0;
+    for (int i = un->first_tensor; i < un->first_tensor + un->num_tensors; i++) {
+        const ParamTensor* t = &z->pieces.lay->tensors[i];
+        size_t lo = max_size(t->offset, a), hi = min_size(t->offset + t->size, b);
+        if (is_frozen(z, t) && lo < hi) n += hi - lo;
+    }
+    return n;
+}
+
+// Where held flat element f of unit u is in the pieces (the reduced gradient's, the parameters' with
+// shard_params): with shard_state its piece's index, else f itself.
+static size_t piece_index(const Zero* z, int u, size_t f) {
+    return z->caps.shard_state ? z->pieces.offset[u] + (f - held_begin(z, u)) : f;
+}
+
+// Its state index (not frozen).
+static size_t state_index(const Zero* z, int u, size_t f) {
+    size_t h = held_begin(z, u);
+    return z->state_base[u] + (f - h) - frozen_in(z, u, h, f);
+}
+
+// state_base of every unit; the state's elements and the frozen ones held here.
+static void index_state(Zero* z) {
+    for (int i = 0; i < z->pieces.lay->num_tensors; i++) z->any_frozen |= is_frozen(z, &z->pieces.lay->tensors[i]);
+    size_t at = 0, frozen = 0;
+    for (int u = 0; u < z->pieces.lay->num_units; u++) {
+        size_t h = held_begin(z, u), f = frozen_in(z, u, h, h + held_len(z, u));
+        z->state_base[u] = at;
+        at += held_len(z, u) - f;
+        frozen += f;
+    }
+    z->state_elems = at;
+    z->frozen_elems = frozen;
+}
 
 static Place place(int on_host, int on_disk) { return on_disk ? IN_DISK : on_host ? IN_HOST : IN_BACKEND; }
 static Place state_place(const Zero* z) { return place(z->caps.state_on_host, z->caps.state_on_disk); }
@@ -118,8 +195,8 @@ static void allocate_grads(Zero* z, Backend* be, MemLedger* mem) {
 // bound, so the staging buffer does not grow with the model.
 #define HOST_STAGE_ELEMS ((size_t)1 << 20)
 
-// Master and Adam state: backend memory in category c, or host memory with state_on_host; none with
-// state_on_disk (the store's files hold them).
+// The master and the optimizer's state: backend memory in category c, or host memory with state_on_host;
+// none with state_on_disk (the store's files hold them).
 static float* alloc_state(Zero* z, Backend* be, MemLedger* mem, MemCategory c) {
     size_t bytes = z->state_elems * 4;
     if (z->caps.state_on_disk) return NULL;
@@ -130,13 +207,16 @@ static float* alloc_state(Zero* z, Backend* be, MemLedger* mem, MemCategory c) {
 static void open_disk(Zero* z, Backend* be, MemLedger* mem, const NvmeConfig* cfg) {
     if (!z->caps.state_on_disk) return;
     if (!cfg) fail("internal: state on disk without -nvme's directory");
+    // A pass writes whole chunks of parameters, which frozen ones would share with updated ones.
+    if (z->caps.params_on_disk && z->frozen_elems)
+        fail("-nvme with -offload 2 -z 3 keeps the parameter pieces on disk, which cannot hold frozen parameters yet");
     const ParamLayout* lay = z->pieces.lay;
     size_t begin[MAX_UNITS], len[MAX_UNITS];
     for (int u = 0; u < lay->num_units; u++) {
-        begin[u] = z->caps.shard_state ? z->pieces.offset[u] : unit(z, u)->offset;
-        len[u] = z->caps.shard_state ? piece(z, u) : unit(z, u)->padded;
+        begin[u] = z->state_base[u];
+        len[u] = (u + 1 < lay->num_units ? z->state_base[u + 1] : z->state_elems) - z->state_base[u];
     }
-    z->disk = nvme_open(be, mem, cfg, begin, len, lay->num_units, xs(z), z->caps.params_on_disk);
+    z->disk = nvme_open(be, mem, cfg, begin, len, lay->num_units, z->opt_buffers, xs(z), z->caps.params_on_disk);
 }
 
 static void free_in(Backend* be, Place where, void* p) {
@@ -170,13 +250,13 @@ static void allocate_params(Zero* z, Backend* be, MemLedger* mem, const NvmeConf
     else if (z->caps.params_on_host) z->params = mem_alloc_host(be, mem, MEM_HOST_PARAMS, z->state_elems * x);
     else z->params = mem_alloc(be, mem, MEM_PARAMS, (z->caps.shard_params ? z->state_elems : z->pieces.lay->total) * x);
     // fp32 parameters are their own master copy where both use the same indexing (both whole, both pieces,
-    // or pieces that are the whole unit in its place) and the same memory (not with state_on_host).
-    int same_indexing = z->caps.shard_params == z->caps.shard_state || pieces_are_whole(z);
+    // or pieces that are the whole unit in its place; nothing frozen left out of the state) and the same
+    // memory (not with state_on_host).
+    int same_indexing = (z->caps.shard_params == z->caps.shard_state || pieces_are_whole(z)) && !z->frozen_elems;
     int alias = z->pieces.dt == DT_FP32 && same_indexing && !z->caps.state_on_host;
     z->master = alias ? (float*)z->params : alloc_state(z, be, mem, MEM_MASTER);
     z->master_is_params = alias;
-    z->adam_m = alloc_state(z, be, mem, MEM_OPTIMIZER);
-    z->adam_v = alloc_state(z, be, mem, MEM_OPTIMIZER);
+    for (int k = 0; k < z->opt_buffers - 1; k++) z->opt_state[k] = alloc_state(z, be, mem, MEM_OPTIMIZER);
     allocate_host_buffers(z, be, mem);
     if (z->caps.shard_params)
         param_slots_init(&z->gathered, be, mem, &z->pieces, z->params, z->caps.params_on_host, z->caps.params_on_disk,
@@ -206,7 +286,9 @@ static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* l
         z->pieces.offset[u] = off;
         off += piece(z, u);
     }
-    z->state_elems = caps.shard_state ? off : lay->total;
+    z->opt_buffers = shape_optimizer_buffers(&lay->shape);
+    if (z->opt_buffers < 1) fail("internal: every parameter kind is frozen: nothing to train");
+    index_state(z);
     allocate_params(z, be, mem, disk);
     allocate_grads(z, be, mem);
     z->norm_acc = (float*)mem_alloc(be, mem, MEM_GRADS, sizeof(float));
@@ -240,8 +322,7 @@ void zero_destroy(Zero* z, Backend* be) {
     free_in(be, params_place(z), z->params);
     grad_landing_destroy(ug->landing, be);   // before the accumulator it adds into
     free_in(be, grads_place(z), ug->acc);
-    free_in(be, state_place(z), z->adam_m);
-    free_in(be, state_place(z), z->adam_v);
+    for (int k = 0; k < z->opt_buffers - 1; k++) free_in(be, state_place(z), z->opt_state[k]);
     if (!z->master_is_params) free_in(be, state_place(z), z->master);
     free_in(be, IN_HOST, z->stage.buf);
     free_in(be, IN_HOST, z->pending.grad);
@@ -364,10 +445,10 @@ void zero_after_update(Zero* z, Backend* be) {
     for (int u = 0; u < z->pieces.lay->num_units; u++) comm_allgather(z->pieces.dp, elem_at(z->params, unit(z, u)->offset, xs(z)), piece(z, u), z->pieces.dt);
 }
 
-// The parts of the flat buffer `which` names (model_state.h), each with the state index of its first
-// element: with shard_state this rank's pieces; without, whole units, except that a checkpoint always
-// takes pieces, so checkpoints are cut alike whatever the capabilities.
-typedef void (*PartFn)(Zero* z, size_t flat_begin, size_t flat_end, size_t state_index, void* ctx);
+// The parts of the flat buffer `which` names (model_state.h), each inside unit u: with shard_state this
+// rank's pieces; without, whole units, except that a checkpoint always takes pieces, so checkpoints are cut
+// alike whatever the capabilities.
+typedef void (*PartFn)(Zero* z, int u, size_t flat_begin, size_t flat_end, void* ctx);
 
 static void for_each_part(Zero* z, StateParts which, PartFn fn, void* ctx) {
     for (int u = 0; u < z->pieces.lay->num_units; u++) {
@@ -375,51 +456,49 @@ static void for_each_part(Zero* z, StateParts which, PartFn fn, void* ctx) {
         size_t real_end = un->offset + un->size;
         if (which != STATE_UPDATE && unit_is_mirror(z->pieces.lay, u)) continue;
         if (!z->caps.shard_state && which != STATE_CHECKPOINT) {
-            fn(z, un->offset, real_end, un->offset, ctx);
+            fn(z, u, un->offset, real_end, ctx);
             continue;
         }
         size_t begin = un->offset + (size_t)z->pieces.rank * piece(z, u);
         size_t end = begin + piece(z, u) < real_end ? begin + piece(z, u) : real_end;
-        if (begin < end) fn(z, begin, end, z->caps.shard_state ? z->pieces.offset[u] : begin, ctx);
+        if (begin < end) fn(z, u, begin, end, ctx);
     }
 }
 
-// The part of [begin, end) (inside one unit) whose state this rank holds: [*a, *b) with state index *si;
-// returns 0 when it holds none of it.
-static int owned_range(const Zero* z, int u, size_t begin, size_t end, size_t* a, size_t* b, size_t* si) {
-    if (!z->caps.shard_state) {
-        *a = begin, *b = end, *si = begin;
-        return begin < end;
-    }
-    size_t mine = unit(z, u)->offset + (size_t)z->pieces.rank * piece(z, u);
+// The part of [begin, end) (inside one unit) whose state this rank holds: [*a, *b); returns 0 when it holds
+// none of it.
+static int owned_range(const Zero* z, int u, size_t begin, size_t end, size_t* a, size_t* b) {
+    size_t mine = held_begin(z, u);
     *a = begin > mine ? begin : mine;
-    *b = end < mine + piece(z, u) ? end : mine + piece(z, u);
-    *si = z->pieces.offset[u] + (*a - mine);
+    *b = end < mine + held_len(z, u) ? end : mine + held_len(z, u);
     return *a < *b;
 }
 
-// Where the working parameters of flat index `flat` (state index si) live (NULL: on disk).
-static void* param_dest(const Zero* z, size_t flat, size_t si) {
+// Where the working parameters of flat index `flat` (piece index pi) live (NULL: on disk).
+static void* param_dest(const Zero* z, size_t flat, size_t pi) {
     if (z->caps.params_on_disk) return NULL;
-    return elem_at(z->params, z->caps.shard_params ? si : flat, xs(z));
+    return elem_at(z->params, z->caps.shard_params ? pi : flat, xs(z));
 }
 
 static float* state_at(const Zero* z, float* buf, size_t si) { return z->caps.state_on_disk ? NULL : buf + si; }
 
-// t may be NULL for a span the optimizer never sees (the whole-model transfers below).
-static StateSpan span_at(const Zero* z, const ParamTensor* t, size_t flat, size_t si, size_t n) {
+// The span of held flat elements [flat, flat + n) of unit u, inside tensor t (NULL for a span the optimizer
+// never sees: the whole-model transfers below). Its master and state are meaningful only where none of
+// its elements is frozen.
+static StateSpan span_at(const Zero* z, const ParamTensor* t, int u, size_t flat, size_t n) {
     DType grad_dt;
     void* g = reduced_grads(z, &grad_dt);
+    size_t pi = piece_index(z, u, flat), si = state_index(z, u, flat);
     StateSpan s = {.t = t,
+                   .optimizer = t ? kind_info(&z->pieces.lay->shape, t->kind)->optimizer : OPT_ADAMW,
                    .flat = flat,
                    .n = n,
                    .state = si,
-                   .params = param_dest(z, flat, si),
+                   .params = param_dest(z, flat, pi),
                    .master = state_at(z, z->master, si),
-                   .m = state_at(z, z->adam_m, si),
-                   .v = state_at(z, z->adam_v, si),
-                   .grad = elem_at(g, reduced_is_piece(z) ? si : flat, dtype_size(grad_dt)),
+                   .grad = elem_at(g, reduced_is_piece(z) ? pi : flat, dtype_size(grad_dt)),
                    .grad_dt = grad_dt};
+    for (int k = 0; k < z->opt_buffers - 1; k++) s.opt_state[k] = state_at(z, z->opt_state[k], si);
     return s;
 }
 
@@ -430,19 +509,19 @@ typedef struct {
 } SpanWalk;
 
 // A part's spans: one per canonical run of each tensor inside it (so a span's elements are contiguous in
-// llm.c's order), without tensor-group copies except for the update.
-static void part_to_spans(Zero* z, size_t begin, size_t end, size_t si, void* ctx) {
+// llm.c's order), without tensor-group copies except for the update, and never a frozen tensor's.
+static void part_to_spans(Zero* z, int u, size_t begin, size_t end, void* ctx) {
     SpanWalk* w = (SpanWalk*)ctx;
     const ParamLayout* lay = z->pieces.lay;
     for (int i = 0; i < lay->num_tensors; i++) {
         const ParamTensor* t = &lay->tensors[i];
-        if (t->replica && w->which != STATE_UPDATE) continue;
+        if ((t->replica && w->which != STATE_UPDATE) || is_frozen(z, t)) continue;
         size_t a = t->offset > begin ? t->offset : begin;
         size_t b = t->offset + t->size < end ? t->offset + t->size : end;
         while (a < b) {
             size_t n = tensor_run_left(t, a - t->offset);
             n = n < b - a ? n : b - a;
-            StateSpan s = span_at(z, t, a, si + (a - begin), n);
+            StateSpan s = span_at(z, t, u, a, n);
             w->fn(&s, w->ctx);
             a += n;
         }
@@ -456,9 +535,9 @@ static void state_for_each_span(void* ctx, StateParts which, StateSpanFn fn, voi
 
 static int state_owned_span(void* ctx, const ParamTensor* t, size_t flat, size_t n, StateSpan* out) {
     const Zero* z = (const Zero*)ctx;
-    size_t a, b, si;
-    if (!owned_range(z, t->unit, flat, flat + n, &a, &b, &si)) return 0;
-    *out = span_at(z, t, a, si, b - a);
+    size_t a, b;
+    if (is_frozen(z, t) || !owned_range(z, t->unit, flat, flat + n, &a, &b)) return 0;
+    *out = span_at(z, t, t->unit, a, b - a);
     return 1;
 }
 
@@ -470,13 +549,22 @@ typedef struct {
     const float* flat;
 } SetCtx;
 
-// Sets master (and parameter pieces) wherever they live, through the span operations (model_state.h).
-static void set_part(Zero* z, size_t begin, size_t end, size_t si, void* ctx) {
+// The master of a stretch that has one (a frozen one's working copy is set with the others' below).
+static void set_master(Zero* z, int u, size_t a, size_t b, int frozen, void* ctx) {
+    if (frozen) return;
     SetCtx* c = (SetCtx*)ctx;
     ModelState ms = zero_model_state(z);
-    StateSpan s = span_at(z, NULL, begin, si, end - begin);
-    span_from_host(&ms, c->be, &s, SPAN_MASTER, c->flat + begin);
+    StateSpan s = span_at(z, NULL, u, a, b - a);
+    span_from_host(&ms, c->be, &s, SPAN_MASTER, c->flat + a);
+}
+
+// Sets master (and parameter pieces) wherever they live, through the span operations (model_state.h).
+static void set_part(Zero* z, int u, size_t begin, size_t end, void* ctx) {
+    SetCtx* c = (SetCtx*)ctx;
+    ModelState ms = zero_model_state(z);
+    for_each_stretch(z, u, begin, end, set_master, c);
     if (z->master_is_params || !z->caps.shard_params) return;   // whole parameters are set below
+    StateSpan s = span_at(z, NULL, u, begin, end - begin);
     void* low = xmalloc(s.n * xs(z));
     host_to_dtype(low, z->pieces.dt, c->flat + begin, s.n);
     span_from_host(&ms, c->be, &s, SPAN_PARAMS, low);
@@ -500,8 +588,44 @@ void zero_set_from_host(Zero* z, Backend* be, const float* flat) {
     if (z->disk) nvme_flush(z->disk);
 }
 
+typedef struct {
+    Backend* be;
+    size_t first;   // the flat index of host[0]
+    float* host;
+} MasterCtx;
+
+// A stretch's master into host fp32, or a frozen one's working copy, its only copy.
+static void master_stretch_to_host(Zero* z, int u, size_t a, size_t b, int frozen, void* ctx) {
+    MasterCtx* c = (MasterCtx*)ctx;
+    ModelState ms = zero_model_state(z);
+    StateSpan s = span_at(z, NULL, u, a, b - a);
+    float* dst = c->host + (a - c->first);
+    if (!frozen) {
+        span_to_host(&ms, c->be, &s, SPAN_MASTER, dst);
+        return;
+    }
+    void* low = xmalloc(s.n * xs(z));
+    span_to_host(&ms, c->be, &s, SPAN_PARAMS, low);
+    host_from_dtype(dst, low, z->pieces.dt, s.n);
+    free(low);
+}
+
+// Held flat elements [a, a + n) of unit u of buffer b (the master as fp32, or the reduced gradient in
+// dt) into host memory, a frozen tensor's working copy standing in for the master it lacks.
+static void held_to_host(Zero* z, Backend* be, SpanBuffer b, int u, size_t a, size_t n, void* host) {
+    ModelState ms = zero_model_state(z);
+    if (b == SPAN_MASTER && frozen_in(z, u, a, a + n)) {
+        MasterCtx c = {.be = be, .first = a, .host = (float*)host};
+        for_each_stretch(z, u, a, a + n, master_stretch_to_host, &c);
+        return;
+    }
+    StateSpan s = span_at(z, NULL, u, a, n);
+    span_to_host(&ms, be, &s, b, host);
+}
+
 // Gathers buffer b (master or reduced gradients, of type dt), held as pieces, into host fp32 in the flat
-// layout. Where the pieces are not backend memory they go up first: the gather runs on backend memory.
+// layout. Where the pieces are not backend memory (or a frozen tensor's working copy stands in for the
+// master) they go up first: the gather runs on backend memory.
 static void pieces_to_host(Zero* z, Backend* be, SpanBuffer b, DType dt, float* flat) {
     ModelState ms = zero_model_state(z);
     size_t x = dtype_size(dt), largest = 0;
@@ -509,12 +633,13 @@ static void pieces_to_host(Zero* z, Backend* be, SpanBuffer b, DType dt, float* 
     void* buf = be_malloc(be, largest * x);   // checkpoint time only, never in the step
     void* host = xmalloc(largest * x);
     for (int u = 0; u < z->pieces.lay->num_units; u++) {
-        size_t p = piece(z, u);
+        size_t p = piece(z, u), first = held_begin(z, u);
         void* mine = elem_at(buf, (size_t)z->pieces.rank * p, x);
-        StateSpan s = span_at(z, NULL, unit(z, u)->offset + (size_t)z->pieces.rank * p, z->pieces.offset[u], p);
-        if (span_place(&ms, b) == IN_BACKEND) be_copy(be, mine, span_ptr(&ms, &s, b, 0), p * x);
+        StateSpan s = span_at(z, NULL, u, first, p);
+        if (span_place(&ms, b) == IN_BACKEND && !(b == SPAN_MASTER && frozen_in(z, u, first, first + p)))
+            be_copy(be, mine, span_ptr(&ms, &s, b, 0), p * x);
         else {
-            span_to_host(&ms, be, &s, b, host);
+            held_to_host(z, be, b, u, first, p, host);
             be_upload(be, mine, host, p * x);
         }
         if (z->pieces.size > 1) comm_allgather(z->pieces.dp, buf, p, dt);
@@ -528,13 +653,11 @@ static void pieces_to_host(Zero* z, Backend* be, SpanBuffer b, DType dt, float* 
 
 // Buffer b held whole (indexed like the layout) into host fp32.
 static void full_to_host(Zero* z, Backend* be, SpanBuffer b, DType dt, float* flat) {
-    ModelState ms = zero_model_state(z);
     if (!flat) return;
     for (int u = 0; u < z->pieces.lay->num_units; u++) {
         const Unit* un = unit(z, u);
         void* host = xmalloc(un->size * dtype_size(dt));
-        StateSpan s = span_at(z, NULL, un->offset, un->offset, un->size);
-        span_to_host(&ms, be, &s, b, host);
+        held_to_host(z, be, b, u, un->offset, un->size, host);
         host_from_dtype(flat + un->offset, host, dt, un->size);
         free(host);
     }

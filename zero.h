@@ -4,24 +4,26 @@
 // (layout_pad_multiple in model.h), so it splits into N equal "pieces", one per rank of the data-parallel
 // group. Rank r's piece of unit u is [u.offset + r·piece_u, + piece_u). A configuration is described by
 // what it shards (ZeroCaps); -z only names one of four (zero_caps). What each capability changes:
-//   none          full params, grads, master, Adam state; grads all-reduced at the step boundary
-//   shard_state   master + Adam state are pieces; grads accumulate in full and are reduce-scattered at the
+//   none          full params, grads, master, optimizer state; grads all-reduced at the step boundary
+//   shard_state   master + optimizer state are pieces; grads accumulate in full and are reduce-scattered at the
 //                 boundary; each rank updates its pieces, then the params are all-gathered
 //   shard_grads   each unit's gradient is reduce-scattered as soon as its backward is done, into an fp32
 //                 piece accumulator; only two units' gradient buffers (and the embeddings') exist
 //   shard_params  params are pieces: a block is all-gathered before its forward and again before its
 //                 backward, into one of two rotating buffers; embeddings and final LayerNorm stay gathered
 //                 from first use until the parameters change
-//   state_on_host the master + Adam state held here (whole or pieces) live in host memory; the optimizer
+//   state_on_host the master + optimizer state held here (whole or pieces) live in host memory; the optimizer
 //                 updates them there, one staged chunk of a span at a time (core/zero/optimizer.c)
 //   grads_on_host (with shard_grads) the fp32 piece accumulator lives in host memory: each unit's piece comes
 //                 down as its reduce-scatter finishes, during the backward, and is added there
 //   params_on_host (with shard_params) the working parameter pieces live in host memory: a gather starts by
 //                 uploading this rank's piece, and the optimizer writes the new pieces in place
 //                 (ZeRO-Infinity's shape: the device holds the walk's buffers, the host the model)
-//   state_on_disk (with state_on_host) the master + Adam state live in files (core/zero/nvme_store.h) that the
+//   state_on_disk (with state_on_host) the master + optimizer state live in files (core/zero/nvme_store.h) that the
 //                 optimizer streams through a fixed pool of host buffers; params_on_disk (with params_on_host)
 //                 the parameter pieces too, read for each gather (ZeRO-Infinity's NVMe offload)
+// The optimizer's state is what the kinds' optimizers describe (core/model/optimizer_kind.h: AdamW's m, v):
+// a frozen tensor has no master and no state, so the state covers the held elements less frozen tensors'.
 // Overlap (shard_grads, shard_params): a unit's reduce-scatter runs while the next unit's backward
 // computes, and the gather of the block the walk will ask for next runs while the current one computes
 // (core/zero/grad_slots.h and core/zero/param_slots.h explain when).
@@ -41,15 +43,15 @@
 // before it: sharded gradients are reduced into pieces, which only sharded state can consume, and gathered
 // parameters need their gradients reduced unit by unit. state_on_host composes with any of them.
 typedef struct {
-    int shard_state;    // fp32 master weights and Adam m, v
+    int shard_state;    // fp32 master weights and the optimizer's state (AdamW's m, v)
     int shard_grads;    // gradients, reduced unit by unit during the backward
     int shard_params;   // working parameters, gathered unit by unit for the walk
-    int state_on_host;  // the master, m, v this rank holds live in (pinned) host memory, where the optimizer
+    int state_on_host;  // the master and state this rank holds live in (pinned) host memory, where the optimizer
                         // updates them; the reduced gradient comes down and the working copy goes up (-offload)
     int grads_on_host;  // shard_grads and state_on_host: the reduced gradient pieces accumulate on the host
     int params_on_host; // shard_params and grads_on_host: the working parameter pieces live on the host
     int delayed_update; // state_on_host and -dpu: host buffers for the update in flight (model_state.h)
-    int state_on_disk;  // state_on_host and -nvme: master, m, v in files, streamed through host buffers
+    int state_on_disk;  // state_on_host and -nvme: master and state in files, streamed through host buffers
     int params_on_disk; // params_on_host and state_on_disk: the parameter pieces in a file too
 } ZeroCaps;
 

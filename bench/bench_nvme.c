@@ -23,6 +23,8 @@
 #include "core/zero/optimizer.h"
 
 #define PASSES 3
+// fp32 buffers per parameter on disk: the master and AdamW's state, as its description names them.
+#define ADAMW_PARTS optimizer_buffers(optimizer_kind(OPT_ADAMW))
 
 static float* filled(size_t n, float base) {
     float* p = (float*)xmalloc(n * sizeof(float));
@@ -113,13 +115,13 @@ static DiskSpeed disk_speed(const char* dir, size_t io_bytes, size_t read_bytes,
 typedef struct {
     ParamTensor t;
     StateSpan span;
-    AdamWArgs args;
+    StepArgs args;
 } Update;
 
 static void update_of(Update* u, size_t n, float* grads) {
     *u = (Update){.t = {.size = n, .run = n, .stride = n, .decay = 1}};
     u->span = (StateSpan){.t = &u->t, .n = n, .grad = grads, .grad_dt = DT_FP32};
-    u->args = (AdamWArgs){.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 1.0f, .seed = 1337};
+    u->args.adamw = (AdamWArgs){.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 1.0f, .seed = 1337};
 }
 
 static double median(double* v, int n) {
@@ -137,15 +139,15 @@ static double disk_passes(Backend* be, const char* dir, size_t n, DType dt, size
     MemLedger mem = {{0}};
     NvmeConfig cfg = {.dir = dir, .chunk_elems = chunk};
     size_t begin = 0;
-    NvmeStore* s = nvme_open(be, &mem, &cfg, &begin, &n, 1, dtype_size(dt), 1);
+    NvmeStore* s = nvme_open(be, &mem, &cfg, &begin, &n, 1, ADAMW_PARTS, dtype_size(dt), 1);
     printf("%s (pool %.1f MiB of host memory)\n", nvme_describe(s), (double)mem.bytes[MEM_HOST_STATE] / (1 << 20));
     ModelState ms = {.dt = dt, .places = {.params = IN_DISK, .state = IN_DISK, .grads = IN_HOST}, .disk = s};
     Update u;
     update_of(&u, n, grads);
     double pass[PASSES], read[PASSES], write[PASSES], wait[PASSES];
     for (int p = -1; p < PASSES; p++) {
-        u.args.step = p + 2;
-        adamw_host_spans(&ms, NULL, &u.span, 1, &u.args);
+        u.args.adamw.step = p + 2;
+        optimizer_host_spans(&ms, NULL, &u.span, 1, &u.args);
         DiskTimes t = nvme_take_times(s);
         if (p < 0) continue;
         pass[p] = t.pass, read[p] = t.read, write[p] = t.write, wait[p] = t.wait;
@@ -164,12 +166,12 @@ static double host_passes(size_t n, DType dt, float* grads) {
     ModelState ms = {.dt = dt, .places = {.params = IN_HOST, .state = IN_HOST, .grads = IN_HOST}};
     Update u;
     update_of(&u, n, grads);
-    u.span.master = master, u.span.m = m, u.span.v = v, u.span.params = params;
+    u.span.master = master, u.span.opt_state[0] = m, u.span.opt_state[1] = v, u.span.params = params;
     double pass[PASSES];
     for (int p = -1; p < PASSES; p++) {   // the first touches the pages
-        u.args.step = p + 2;
+        u.args.adamw.step = p + 2;
         double t0 = now_seconds();
-        adamw_host_spans(&ms, NULL, &u.span, 1, &u.args);
+        optimizer_host_spans(&ms, NULL, &u.span, 1, &u.args);
         if (p >= 0) pass[p] = now_seconds() - t0;
         if (p >= 0) printf("host-memory pass %d: %.3f s\n", p, pass[p]);
     }
@@ -187,8 +189,9 @@ int main(int argc, char** argv) {
     make_dirs(dir);
     Backend* be = backend_create(0);
     NvmeConfig cfg = {.dir = dir, .chunk_elems = chunk};
-    size_t rd = nvme_disk_bytes(&cfg, &n, 1, dtype_size(dt), 0), wr = nvme_disk_bytes(&cfg, &n, 1, dtype_size(dt), 1);
-    DiskSpeed disk = disk_speed(dir, 3 * ((chunk * 4 + 4095) / 4096 * 4096), rd, wr);
+    size_t rd = nvme_disk_bytes(&cfg, &n, 1, ADAMW_PARTS, dtype_size(dt), 0),
+           wr = nvme_disk_bytes(&cfg, &n, 1, ADAMW_PARTS, dtype_size(dt), 1);
+    DiskSpeed disk = disk_speed(dir, (size_t)ADAMW_PARTS * ((chunk * 4 + 4095) / 4096 * 4096), rd, wr);
     double apart = (double)rd / disk.read_bw + (double)wr / disk.write_bw;
     float* grads = filled(n, 0.01f);
     DiskTimes t;

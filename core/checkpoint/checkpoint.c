@@ -220,7 +220,7 @@ static int inspect_files(const char* dir, const ModelShape* s, const CheckpointI
     SpanList all = {0};
     for (int r = 0; ok && r < info->ranks; r++)
         ok = !missing_on_other_host(dir, r, info, why, n) && state_file_inspect(dir, r, s, info->dt, &all, why, n);
-    ok = ok && spans_cover(&all, shape_param_count(s), info->ranks, why, n);
+    ok = ok && spans_cover(&all, s, info->ranks, why, n);
     free(all.items);
     return ok;
 }

@@ -1,8 +1,8 @@
 // checkpoint.h: checkpoints that resume bit-for-bit, under any topology.
 //
 // A checkpoint is a directory OUT/ckpt_<step> holding model.bin (llm.c format, fp32 master weights),
-// state_rank<r>.bin (world rank r's pieces of the fp32 master, Adam m and v, and the working copy when it
-// is not fp32, as spans of canonical = llm.c-order offsets, so another world size, ZeRO stage or pipeline
+// state_rank<r>.bin (world rank r's pieces of the fp32 master and optimizer state, and the working copy
+// when it is not fp32, as spans of canonical = llm.c-order offsets, so another world size, ZeRO stage or pipeline
 // split can re-cut them), manifest.json (format, step, tokens per step, seed, state_files, loss-scale
 // state, model, batch, precision, topology, data, "crc32": every other file's CRC-32, and "run": the
 // recorded hyperparameters, run_record.h) and DONE, written last, holding the manifest's CRC-32. It is
@@ -56,7 +56,7 @@ int checkpoint_find(const char* out_dir, const ModelShape* shape, char* path, si
 void checkpoint_refuse_other_shape(const char* dir, const ModelShape* want);
 // The note for a checkpoint that cannot be verified (info->checksums 0), naming dir; nothing otherwise.
 void checkpoint_note_unverified(const char* dir, const CheckpointInfo* info);
-// Restores parameters, master weights and Adam state from dir, which passed checkpoint_inspect (info is
+// Restores parameters, master weights and optimizer state from dir, which passed checkpoint_inspect (info is
 // what it filled: nothing is checked twice), whatever topology and ZeRO stage wrote it: each rank reads every
 // state file and keeps what it owns, seeking past other stages' spans.
 void checkpoint_load(const ModelState* ms, Backend* be, const char* dir, const CheckpointInfo* info);

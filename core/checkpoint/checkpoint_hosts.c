@@ -129,7 +129,7 @@ static int state_files_cover(Comm* world, const char* dir, const int* holders, c
     SpanList all = {0};
     int ok = 1;
     for (int r = 0; ok && r < info->ranks; r++) ok = state_file_spans(world, dir, r, holders[r], s, info->dt, &all, why);
-    ok = ok && spans_cover(&all, shape_param_count(s), info->ranks, why, WHY_SIZE);
+    ok = ok && spans_cover(&all, s, info->ranks, why, WHY_SIZE);
     free(all.items);
     return ok;
 }

@@ -37,9 +37,8 @@ static void write_span(const StateSpan* s, void* ctx) {
     long long span[2] = {(long long)tensor_canonical(s->t, s->flat - s->t->offset), (long long)n};   // inside one run
     state_write(w, span, sizeof(span));
     float* buf = (float*)xmalloc(n * sizeof(float));
-    const SpanBuffer state[3] = {SPAN_MASTER, SPAN_M, SPAN_V};
-    for (int k = 0; k < 3; k++) {
-        span_to_host(w->ms, w->be, s, state[k], buf);
+    for (int b = 0; b < optimizer_buffers(optimizer_kind(s->optimizer)); b++) {
+        span_to_host(w->ms, w->be, s, span_optimizer_buffer(b), buf);
         state_write(w, buf, n * sizeof(float));
     }
     if (w->dt != DT_FP32) {
@@ -83,31 +82,38 @@ static int tensor_at_canonical(const ModelShape* s, long long c, long long count
     return 0;
 }
 
-// Uploads the part of one file span that this rank keeps: master, m, v where it owns them; the working
-// parameters everywhere it holds them (the whole span where it holds all of them, else its own part).
-static void restore_span(const ModelState* ms, Backend* be, const ParamTensor* t, size_t flat0, size_t n, float* const vals[3],
-                         const void* params) {
-    StateSpan s;
-    int owned = ms->owned_span(ms->ctx, t, flat0, n, &s);
-    const SpanBuffer state[3] = {SPAN_MASTER, SPAN_M, SPAN_V};
-    for (int k = 0; owned && k < 3; k++) span_from_host(ms, be, &s, state[k], vals[k] + (s.flat - flat0));
-    state_params_from_host(ms, be, flat0, n, owned ? &s : NULL, params);
+// The fp32 buffers a file span of kind k holds per element (its optimizer's: the master, then the state),
+// and all its bytes per element (the working copy too unless fp32).
+static int file_buffers(const ModelShape* s, int k) { return optimizer_buffers(kind_optimizer(s, k)); }
+static long long file_elem_bytes(const ModelShape* s, int k, long long dt) {
+    return 4LL * file_buffers(s, k) + (dt != DT_FP32 ? (long long)dtype_size((DType)dt) : 0);
 }
 
-// One file span's values (canonical offset c), restored where this layout's tensor holds them.
+// One file span's values (canonical offset c): the optimizer's buffers vals[0 .. buffers), the working copy.
 typedef struct {
     const ModelState* ms;
     Backend* be;
     size_t c;
+    int buffers;
     float* const* vals;
     const void* params;
 } SpanValues;
 
+// Uploads the part of one file span that this rank keeps: the master and the state where it owns them
+// (skip: the part's first element in the file span); the working parameters everywhere it holds them (the
+// whole part where it holds all of it, else its own).
+static void restore_span(const SpanValues* sv, const ParamTensor* t, size_t flat0, size_t n, size_t skip) {
+    StateSpan s;
+    int owned = sv->ms->owned_span(sv->ms->ctx, t, flat0, n, &s);
+    for (int b = 0; owned && b < sv->buffers; b++)
+        span_from_host(sv->ms, sv->be, &s, span_optimizer_buffer(b), sv->vals[b] + skip + (s.flat - flat0));
+    const char* params = (const char*)sv->params + skip * dtype_size(sv->ms->dt);
+    state_params_from_host(sv->ms, sv->be, flat0, n, owned ? &s : NULL, params);
+}
+
 static void restore_overlap(const ParamTensor* t, size_t index, size_t canonical, size_t n, void* ctx) {
     SpanValues* sv = (SpanValues*)ctx;
-    size_t skip = canonical - sv->c, x = dtype_size(sv->ms->dt);
-    float* vals[3] = {sv->vals[0] + skip, sv->vals[1] + skip, sv->vals[2] + skip};
-    restore_span(sv->ms, sv->be, t, t->offset + index, n, vals, (const char*)sv->params + skip * x);
+    restore_span(sv, t, t->offset + index, n, canonical - sv->c);
 }
 
 static void reader_get(StateReader* r, void* buf, size_t bytes) {
@@ -129,24 +135,25 @@ void state_file_read(const ModelState* ms, Backend* be, StateReader* r) {
         size_t n = (size_t)span[1];
         const ParamTensor* t = layout_tensor(ms->lay, kind, layer);
         if (!t && !r->world) {   // another pipeline stage's tensor; a broadcast span is taken by every rank
-            if (fseeko(r->f, (off_t)(n * (12 + (ms->dt != DT_FP32 ? x : 0))), SEEK_CUR) != 0)
+            if (fseeko(r->f, (off_t)((long long)n * file_elem_bytes(&ms->lay->shape, kind, ms->dt)), SEEK_CUR) != 0)
                 fail("cannot seek in %s: %s", r->path, strerror(errno));
             continue;
         }
-        float* vals[3];
-        for (int k = 0; k < 3; k++) {
-            vals[k] = (float*)xmalloc(n * sizeof(float));
-            reader_get(r, vals[k], n * sizeof(float));
+        int buffers = file_buffers(&ms->lay->shape, kind);   // >= 1: inspect refused a frozen kind's span
+        float* vals[1 + OPT_MAX_STATE];
+        for (int b = 0; b < buffers; b++) {
+            vals[b] = (float*)xmalloc(n * sizeof(float));
+            reader_get(r, vals[b], n * sizeof(float));
         }
         void* params = vals[0];   // fp32 runs: the working copy is the master
         if (ms->dt != DT_FP32) {
             params = xmalloc(n * x);
             reader_get(r, params, n * x);
         }
-        SpanValues sv = {ms, be, (size_t)span[0], vals, params};
+        SpanValues sv = {ms, be, (size_t)span[0], buffers, vals, params};
         if (t) tensor_overlaps(t, (size_t)span[0], n, restore_overlap, &sv);
         if (params != vals[0]) free(params);
-        for (int k = 0; k < 3; k++) free(vals[k]);
+        for (int b = 0; b < buffers; b++) free(vals[b]);
     }
 }
 
@@ -175,7 +182,7 @@ int state_file_inspect(const char* dir, int rank, const ModelShape* s, long long
     else if (h.h[2] != (long long)shape_param_count(s)) ok = set_why(why, n, "%s holds %lld parameters, the model %zu", name, h.h[2], shape_param_count(s));
     else if (h.h[4] != dt) ok = set_why(why, n, "%s holds %s state, the manifest says %s", name, dtype_name((DType)(h.h[4] & 3)), dtype_name((DType)dt));
     else if (h.h[5] != rank) ok = set_why(why, n, "%s was written by rank %lld (a copied or renamed file)", name, h.h[5]);
-    long long per_elem = 12 + (dt != DT_FP32 ? (long long)dtype_size((DType)dt) : 0), pos = (long long)sizeof(h);
+    long long pos = (long long)sizeof(h);
     for (long long i = 0; ok && i < h.h[3]; i++) {
         long long span[2];
         int kind;
@@ -183,9 +190,11 @@ int state_file_inspect(const char* dir, int rank, const ModelShape* s, long long
         if (fread(span, sizeof(span), 1, f) != 1) ok = set_why(why, n, "%s is truncated in its span %lld", name, i);
         else if (!tensor_at_canonical(s, span[0], span[1], &kind, &layer) || span[1] < 1)
             ok = set_why(why, n, "%s has a span [%lld, +%lld) outside the model's tensors", name, span[0], span[1]);
-        else if (span[1] > (size - pos - 16) / per_elem) ok = set_why(why, n, "%s is truncated in its span %lld", name, i);
+        else if (!file_buffers(s, kind))
+            ok = set_why(why, n, "%s holds optimizer state for %s, which this run keeps frozen", name, param_kind_name(s, kind));
+        else if (span[1] > (size - pos - 16) / file_elem_bytes(s, kind, dt)) ok = set_why(why, n, "%s is truncated in its span %lld", name, i);
         else {
-            pos += 16 + span[1] * per_elem;
+            pos += 16 + span[1] * file_elem_bytes(s, kind, dt);
             ok = fseeko(f, (off_t)pos, SEEK_SET) == 0 || set_why(why, n, "cannot seek in %s", name);
             span_push(all, span[0], span[1]);
         }
@@ -200,7 +209,20 @@ static int by_start(const void* a, const void* b) {
     return (x > y) - (x < y);
 }
 
-int spans_cover(SpanList* all, size_t params, int ranks, char* why, size_t n) {
+// Each frozen kind's canonical range (a kind's tensors are stacked over layers: one range), which no
+// state file holds.
+static void push_frozen_kinds(SpanList* all, const ModelShape* s) {
+    size_t off = 0;
+    for (int k = 0; k < s->family->num_kinds; k++) {
+        size_t elems = param_kind_elems(s, k) * param_kind_layers(s, k);
+        if (elems && !file_buffers(s, k)) span_push(all, (long long)off, (long long)elems);
+        off += elems;
+    }
+}
+
+int spans_cover(SpanList* all, const ModelShape* s, int ranks, char* why, size_t n) {
+    size_t params = shape_param_count(s);
+    push_frozen_kinds(all, s);
     qsort(all->items, all->n, sizeof(Span), by_start);
     long long next = 0;
     for (size_t i = 0; i < all->n; i++) {

@@ -1,10 +1,13 @@
-// state_file.h: a checkpoint's state_rank<r>.bin, world rank r's pieces of the fp32 master, Adam m and v,
-// and the working copy when it is not fp32, as spans of canonical (llm.c-order) offsets, so that another
-// world size, ZeRO stage or pipeline split can re-cut them.
+// state_file.h: a checkpoint's state_rank<r>.bin, world rank r's pieces of the fp32 master and the
+// optimizer's state (as the optimizer's description names them, optimizer_kind.h: AdamW's m and v), and the
+// working copy when it is not fp32, as spans of canonical (llm.c-order) offsets, so that another world
+// size, ZeRO stage or pipeline split can re-cut them.
 //
 // Format: 8 x int64 [20261122, 2, num_params, num_spans, working dtype, world rank, dp, zero stage], then
-// per span int64 (canonical offset, count), count fp32 each of master, m and v, and the working copy in its
-// dtype unless fp32. A span never crosses a tensor.
+// per span int64 (canonical offset, count), count fp32 each of its kind's optimizer's buffers (the master,
+// then the state: AdamW's master, m and v), and the working copy in its dtype unless fp32. A span never
+// crosses a tensor. A frozen kind has no spans: model.bin holds its values, and a file holding state for a
+// kind this run keeps frozen is refused.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -45,7 +48,7 @@ void span_push(SpanList* l, long long start, long long count);
 // lie inside the model's tensors and its bytes end after the last one. The spans go to `all`. 1, or 0 with
 // the problem in why.
 int state_file_inspect(const char* dir, int rank, const ModelShape* s, long long dt, SpanList* all, char* why, size_t n);
-// Together the state files must hold every parameter exactly once: a missing rank file named in the
-// manifest, a rank file copied over another, or a manifest claiming fewer ranks shows as a gap or an
-// overlap. Sorts `all`.
-int spans_cover(SpanList* all, size_t params, int ranks, char* why, size_t n);
+// Together the state files must hold every parameter of shape s exactly once (every one a frozen kind's
+// excepted, which they never hold): a missing rank file named in the manifest, a rank file copied over
+// another, or a manifest claiming fewer ranks shows as a gap or an overlap. Sorts `all`.
+int spans_cover(SpanList* all, const ModelShape* s, int ranks, char* why, size_t n);

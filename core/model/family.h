@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/model/optimizer_kind.h"
+
 typedef struct ModelFamily ModelFamily;
 
 // A family's own shape parameters (Llama's kv heads, head size, MLP width, RoPE ...), which only its folder
@@ -75,6 +77,7 @@ typedef struct {
     // Placed right after the previous kind with no alignment padding between, so the two are one tensor to
     // the kernels (q's rows and k|v's, or their biases: one q|k|v projection).
     int joins_previous;
+    OptimizerId optimizer;   // what updates it (optimizer_kind.h): OPT_ADAMW unless the family says otherwise
 } KindInfo;
 
 // One rung of a family's ladder of shapes for --estimate -gpu-mem: a label for the table and an -e spec.

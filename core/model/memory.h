@@ -11,14 +11,14 @@ typedef enum {
     MEM_PARAMS,       // the working copy of the parameters in the run's dtype
     MEM_GRADS,        // parameter gradients (and -offload 2's two landing outboxes, core/zero/grad_landing.h)
     MEM_MASTER,       // fp32 master weights (absent for fp32 runs: the parameters are the master)
-    MEM_OPTIMIZER,    // Adam moments m, v
+    MEM_OPTIMIZER,    // the optimizer's state (optimizer_kind.h: AdamW's moments m, v)
     MEM_ACTIVATIONS,  // saved activations, their gradients and kernel scratch
     MEM_COMM,         // communication buffers
-    MEM_HOST_STATE,   // host memory (-offload 1): fp32 master, Adam m, v and the optimizer's two staging buffers
+    MEM_HOST_STATE,   // host memory (-offload 1): fp32 master, optimizer state and the optimizer's two staging buffers
     MEM_HOST_GRADS,   // host memory (-offload 2, -z >= 2): the fp32 gradient pieces and their two landing buffers
     MEM_HOST_PARAMS,  // host memory (-offload 2, -z 3): the working parameter pieces (with -nvme: the walk's
                       // read buffers for them)
-    MEM_DISK_STATE,   // disk (-nvme): the files holding the fp32 master, Adam m, v (and with -offload 2 -z 3
+    MEM_DISK_STATE,   // disk (-nvme): the files holding the fp32 master, optimizer state (and with -offload 2 -z 3
                       // the parameter pieces); with -nvme, host_state holds the buffer pool they move through
     NUM_MEM_CATEGORIES
 } MemCategory;

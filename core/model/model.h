@@ -171,3 +171,19 @@ static inline int final_norm_unit(const ParamLayout* lay) { return lay->final_un
 
 // Host fp32 values for one tensor: its kind's InitRule (family.h), a pure function of (seed, kind, layer).
 void init_tensor_values(float* out, const ModelShape* s, const ParamTensor* t, unsigned long long seed);
+
+// The optimizer of kind k and of tensor t (optimizer_kind.h).
+static inline const OptimizerKind* kind_optimizer(const ModelShape* s, int k) { return optimizer_kind(kind_info(s, k)->optimizer); }
+static inline const OptimizerKind* tensor_optimizer(const ParamLayout* lay, const ParamTensor* t) {
+    return kind_optimizer(&lay->shape, t->kind);
+}
+// The fp32 buffers a holder keeps per updated element: the most any of the model's kinds' optimizers holds
+// (master and state; a kind whose optimizer holds fewer leaves the rest unused). 0: every kind is frozen.
+static inline int shape_optimizer_buffers(const ModelShape* s) {
+    int most = 0;
+    for (int k = 0; k < s->family->num_kinds; k++) {
+        int b = optimizer_buffers(kind_optimizer(s, k));
+        most = b > most ? b : most;
+    }
+    return most;
+}

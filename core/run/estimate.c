@@ -94,20 +94,36 @@ static void print_schedules(StatePlanner states, const Config* cfg, const Pipeli
     }
 }
 
+// What the kinds' optimizers keep per parameter, as their descriptions name it: "fp32 master, adamw m, v"
+// (each updating optimizer once; a frozen kind keeps nothing).
+static void describe_state(const ModelShape* s, char* out, size_t n) {
+    size_t used = (size_t)snprintf(out, n, "fp32 master");
+    int seen[NUM_OPTIMIZERS] = {0};
+    for (int k = 0; k < s->family->num_kinds && used < n; k++) {
+        OptimizerId id = kind_info(s, k)->optimizer;
+        const OptimizerKind* o = optimizer_kind(id);
+        if (seen[id]++ || !o->num_state) continue;
+        used += (size_t)snprintf(out + used, n - used, ", %s", o->name);
+        for (int i = 0; i < o->num_state && used < n; i++) used += (size_t)snprintf(out + used, n - used, "%s%s", i ? ", " : " ", o->state_names[i]);
+    }
+}
+
 static void print_table(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks) {
     int P = plan->stages;
+    char state[128];
+    describe_state(s, state, sizeof(state));
     printf("\n%sGiB per rank%s (model states + activations at -r %d, b=%d t=%d%s):\n", cfg->offload ? "device " : "",
            P > 1 ? " on the heaviest stage" : "", cfg->recompute, cfg->B, cfg->T, P > 1 ? ", -pp and -ga as given" : "");
     print_rows(states, cfg, plan, s, ranks, DEVICE_TOTAL);
-    if (cfg->offload) {   // what -offload moved: each rank's master, Adam state and staging buffer (and pieces)
+    if (cfg->offload) {   // what -offload moved: each rank's master, optimizer state and staging buffer (and pieces)
         const char* params = cfg->nvme_dir ? "the walk's parameter read buffers" : "parameter pieces";
         printf("\nhost GiB per rank%s (-offload %d%s: %s, staging%s%s):\n", P > 1 ? " on the heaviest stage" : "", cfg->offload,
-               cfg->nvme_dir ? " -nvme" : "", cfg->nvme_dir ? "the disk's buffer pool" : "fp32 master, Adam m, v",
+               cfg->nvme_dir ? " -nvme" : "", cfg->nvme_dir ? "the disk's buffer pool" : state,
                cfg->offload == 2 ? "; gradient pieces at -z >= 2, at -z 3 " : "", cfg->offload == 2 ? params : "");
         print_rows(states, cfg, plan, s, ranks, HOST_TOTAL);
     }
     if (cfg->nvme_dir) {   // what -nvme moved on: the state files (and parameter pieces at -z 3 -offload 2)
-        printf("\ndisk GiB per rank%s (-nvme: fp32 master, Adam m, v%s):\n", P > 1 ? " on the heaviest stage" : "",
+        printf("\ndisk GiB per rank%s (-nvme: %s%s):\n", P > 1 ? " on the heaviest stage" : "", state,
                cfg->offload == 2 ? "; parameter pieces at -z 3" : "");
         print_rows(states, cfg, plan, s, ranks, DISK_TOTAL);
     }

@@ -22,7 +22,7 @@ struct DelayedUpdate {
     int num_spans;
     ModelState pending_ms;    // ms with the gradient and the working copy in the pending buffers (host memory)
     StateSpan* pending;       // the spans as the thread sees them: gradient and working copy pointing there
-    AdamWArgs args;    // of the update in flight
+    StepArgs args;     // of the update in flight
     double seconds;    // the thread's time for it
     pthread_t thread;
     int in_flight;
@@ -66,7 +66,7 @@ DelayedUpdate* delayed_update_create(const ModelState* ms) {
 static void* run_update(void* arg) {
     DelayedUpdate* d = (DelayedUpdate*)arg;
     double t0 = now_seconds();
-    adamw_host_spans(&d->pending_ms, NULL, d->pending, d->num_spans, &d->args);
+    optimizer_host_spans(&d->pending_ms, NULL, d->pending, d->num_spans, &d->args);
     d->seconds = now_seconds() - t0;
     return NULL;
 }
@@ -77,7 +77,7 @@ void delayed_update_start(DelayedUpdate* d, Backend* be, const OptimizerStep* o,
         const StateSpan* s = &d->spans[i].span;
         span_to_host(&d->ms, be, s, SPAN_GRAD, pending_at(d->ms.pending.grad, d->spans[i].at, s->grad_dt));
     }
-    d->args = adamw_args(o, grad_scale);
+    d->args = optimizer_args(o, grad_scale);
     int rc = pthread_create(&d->thread, NULL, run_update, d);
     if (rc) fail("-dpu: cannot start the host thread of the delayed update: %s", strerror(rc));
     d->in_flight = 1;

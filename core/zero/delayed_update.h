@@ -1,8 +1,8 @@
-// delayed_update.h: -dpu, ZeRO-Offload's delayed parameter update. The host's AdamW step for the
+// delayed_update.h: -dpu, ZeRO-Offload's delayed parameter update. The host's optimizer step for the
 // gradients of step s runs in a host thread while the device computes step s + 1, whose forward and
 // backward therefore use the parameters before that update: each update lands one step late, and the host
-// step leaves the critical path. Same arithmetic as adamw_step (adamw_host, the same arguments and noise),
-// on the gradients as they were at step s: the step copies them to host memory before the next
+// step leaves the critical path. Same arithmetic as optimizer_step (optimizer_host_spans, the same arguments
+// and noise), on the gradients as they were at step s: the step copies them to host memory before the next
 // micro-step overwrites them, and the new working copy is written to host memory until it is published.
 #pragma once
 #include "core/zero/model_state.h"

@@ -1,9 +1,9 @@
 // model_state.h: what the optimizer (optimizer.h) and the checkpoints (checkpoint.h) see of the model
-// states this rank holds: working parameters, fp32 master weights, Adam's m and v, reduced gradients. They
-// see spans inside one tensor each and act on those, so they stay below the policy that decides which
-// spans a rank holds and where they live (ZeRO provides one: zero_model_state in zero.h). Where a buffer
-// lives is the holder's business: its users move a span's values with the operations at the end of this
-// file, which know.
+// states this rank holds: working parameters, fp32 master weights, the optimizer's state buffers (as its
+// description names them, optimizer_kind.h: AdamW's m and v), reduced gradients. They see spans inside one
+// tensor each and act on those, so they stay below the policy that decides which spans a rank holds and
+// where they live (ZeRO provides one: zero_model_state in zero.h). Where a buffer lives is the holder's
+// business: its users move a span's values with the operations at the end of this file, which know.
 #pragma once
 #include <string.h>
 
@@ -13,32 +13,35 @@
 
 // The spans a rank updates (the tied embedding's mirror included: it must stay equal to the original),
 // counts in the gradient norm (the same without the mirror), or writes to a checkpoint (its share without
-// the mirror, cut the same way however the states are held, so that any layout resumes any other).
+// the mirror, cut the same way however the states are held, so that any layout resumes any other). None of
+// them holds a frozen tensor (optimizer_kind.h): it is never updated, not in the norm, not in the files.
 typedef enum { STATE_UPDATE, STATE_NORM, STATE_CHECKPOINT } StateParts;
 
 // n elements from flat index `flat` of tensor t; every pointer points at the span's start, in the memory
 // ModelState.places names for its buffer (NULL for a buffer on disk: `state` addresses it there).
 typedef struct {
     const ParamTensor* t;
+    OptimizerId optimizer;   // its tensor's kind's (the holder copies it; never a frozen one in a walk)
     size_t flat, n;
-    size_t state;            // the index of its first element in the holder's master, m, v
+    size_t state;            // the index of its first element in the holder's master and state buffers
     void* params;            // working copy, ModelState.dt
     float* master;
-    float* m;
-    float* v;
+    float* opt_state[OPT_MAX_STATE];   // state buffer k of its tensor's optimizer (optimizer_kind.h)
     const void* grad;        // reduced gradient, grad_dt
     DType grad_dt;
 } StateSpan;
 typedef void (*StateSpanFn)(const StateSpan* s, void* ctx);
 
-// A span's buffers, as the operations below name them.
-typedef enum { SPAN_PARAMS, SPAN_MASTER, SPAN_M, SPAN_V, SPAN_GRAD } SpanBuffer;
+// A span's buffers, as the operations below name them: SPAN_MASTER + i (i = 0 .. OPT_MAX_STATE) is the
+// optimizer's fp32 buffer i (optimizer_kind.h: 0 the master, 1 + k state buffer k).
+typedef enum { SPAN_PARAMS, SPAN_GRAD, SPAN_MASTER } SpanBuffer;
+static inline SpanBuffer span_optimizer_buffer(int i) { return (SpanBuffer)(SPAN_MASTER + i); }
 
 // Where a buffer lives: backend memory (the GPU's on the GPU build), host memory (-offload), or files on
 // disk that ModelState.disk reads and writes through host buffers (-nvme).
 typedef enum { IN_BACKEND, IN_HOST, IN_DISK } Place;
 
-// Where each buffer of every span lives; master, m and v always together.
+// Where each buffer of every span lives; the master and the optimizer's state always together.
 typedef struct {
     Place params, state, grads;
 } StatePlaces;
@@ -73,10 +76,12 @@ typedef struct {
     HostStage stage;
     PendingBuffers pending;
     void (*for_each_span)(void* ctx, StateParts which, StateSpanFn fn, void* fn_ctx);
-    // The part of [flat, flat + n) inside tensor t whose master, m and v this rank holds; 0 if none.
+    // The part of [flat, flat + n) inside tensor t whose master and state this rank holds; 0 if none (a
+    // frozen tensor's: it has neither).
     int (*owned_span)(void* ctx, const ParamTensor* t, size_t flat, size_t n, StateSpan* out);
     // Whole-model transfers through host fp32 in the flat layout; collective over the holders of parts.
-    // master_to_host with flat = NULL only takes part in the gathers.
+    // master_to_host gives a frozen tensor's working copy, its only copy; with flat = NULL it only takes
+    // part in the gathers.
     void (*set_from_host)(void* ctx, Backend* be, const float* flat);
     void (*master_to_host)(void* ctx, Backend* be, float* flat);
 } ModelState;
@@ -107,15 +112,17 @@ static inline size_t span_elem_bytes(const ModelState* ms, const StateSpan* s, S
 
 // Element i of buffer b; the gradient is only ever read through it.
 static inline char* span_ptr(const ModelState* ms, const StateSpan* s, SpanBuffer b, size_t i) {
-    const void* base[] = {[SPAN_PARAMS] = s->params, [SPAN_MASTER] = s->master, [SPAN_M] = s->m, [SPAN_V] = s->v,
-                          [SPAN_GRAD] = s->grad};
-    return (char*)base[b] + i * span_elem_bytes(ms, s, b);
+    const void* base = s->params;
+    if (b == SPAN_GRAD) base = s->grad;
+    else if (b == SPAN_MASTER) base = s->master;
+    else if (b > SPAN_MASTER) base = s->opt_state[b - SPAN_MASTER - 1];
+    return (char*)base + i * span_elem_bytes(ms, s, b);
 }
 
-// The part of a disk store's chunks that holds buffer b (never the gradient: it is not stored there).
+// The part of a disk store's chunks that holds buffer b (never the gradient: it is not stored there): the
+// store keeps the optimizer's buffers in the same order.
 static inline NvmePart span_disk_part(SpanBuffer b) {
-    if (b == SPAN_PARAMS) return NVME_PARAMS;
-    return b == SPAN_MASTER ? NVME_MASTER : b == SPAN_M ? NVME_M : NVME_V;
+    return b == SPAN_PARAMS ? NVME_PARAMS : (NvmePart)(NVME_MASTER + (b - SPAN_MASTER));
 }
 
 // All n elements of span s's buffer b, to or from host memory.

@@ -19,14 +19,14 @@
 // Two workers: a chunk's read and the last chunk's write-back in flight together.
 #define IO_WORKERS 2
 
-// A chunk's two regions: its record (master, m, v) in state.bin, its parameters in params.bin.
+// A chunk's two regions: its record (the store's `parts` fp32 buffers) in state.bin, its parameters in params.bin.
 enum { REC_STATE, REC_PARAMS, REGIONS };
 
 typedef struct {
     size_t state, n;          // state indices [state, state + n)
     long long off[REGIONS];   // where each region starts in its file
-    size_t bytes[REGIONS];    // the record: 3 parts; the parameters padded to the alignment
-    size_t part;              // bytes of each of master, m, v: 4n padded to the alignment
+    size_t bytes[REGIONS];    // the record: its parts; the parameters padded to the alignment
+    size_t part;              // bytes of each fp32 buffer: 4n padded to the alignment
     uint64_t sum[REGIONS];    // each region's checksum as last written
     int written[REGIONS];
 } Chunk;
@@ -55,6 +55,7 @@ struct NvmeStore {
     Chunk* chunks;
     int num_chunks;
     size_t x;                  // bytes per working parameter
+    int parts;                 // fp32 buffers in a record
     int params_on_disk;
     size_t state_cap, params_cap;
     void* pool_raw;
@@ -76,7 +77,7 @@ static size_t align_up(size_t b) { return (b + DISK_IO_ALIGN - 1) / DISK_IO_ALIG
 
 // Cuts each range into chunks of at most chunk_elems elements and places them one after the other in the
 // two files (bytes: their sizes); fills chunks unless NULL. Returns the number of chunks.
-static int lay_out(size_t chunk_elems, const size_t* begin, const size_t* len, int ranges, size_t x, Chunk* chunks,
+static int lay_out(size_t chunk_elems, const size_t* begin, const size_t* len, int ranges, int parts, size_t x, Chunk* chunks,
                    long long bytes[REGIONS]) {
     int k = 0;
     bytes[REC_STATE] = bytes[REC_PARAMS] = 0;
@@ -84,7 +85,7 @@ static int lay_out(size_t chunk_elems, const size_t* begin, const size_t* len, i
         for (size_t i = 0; i < len[r]; i += chunk_elems, k++) {
             size_t n = len[r] - i < chunk_elems ? len[r] - i : chunk_elems, part = align_up(n * 4);
             Chunk c = {.state = chunks ? begin[r] + i : 0, .n = n, .off = {bytes[REC_STATE], bytes[REC_PARAMS]},
-                       .bytes = {3 * part, align_up(n * x)}, .part = part};
+                       .bytes = {(size_t)parts * part, align_up(n * x)}, .part = part};
             if (chunks) chunks[k] = c;
             bytes[REC_STATE] += (long long)c.bytes[REC_STATE];
             bytes[REC_PARAMS] += (long long)c.bytes[REC_PARAMS];
@@ -98,9 +99,9 @@ static size_t largest_chunk(size_t chunk_elems, const size_t* len, int ranges) {
     return m < chunk_elems ? m : chunk_elems;
 }
 
-size_t nvme_disk_bytes(const NvmeConfig* cfg, const size_t* len, int ranges, size_t x, int params_on_disk) {
+size_t nvme_disk_bytes(const NvmeConfig* cfg, const size_t* len, int ranges, int parts, size_t x, int params_on_disk) {
     long long bytes[REGIONS];
-    lay_out(cfg->chunk_elems, NULL, len, ranges, x, NULL, bytes);
+    lay_out(cfg->chunk_elems, NULL, len, ranges, parts, x, NULL, bytes);
     return (size_t)bytes[REC_STATE] + (params_on_disk ? (size_t)bytes[REC_PARAMS] : 0);
 }
 
@@ -130,6 +131,7 @@ static char* region_mem(const NvmeStore* s, PoolBuf* b, int region) { return b->
 static char* part_at(const NvmeStore* s, PoolBuf* b, const Chunk* c, NvmePart p, size_t state) {
     size_t i = state - c->state;
     if (p == NVME_PARAMS) return region_mem(s, b, REC_PARAMS) + i * s->x;
+    if ((int)(p - NVME_MASTER) >= s->parts) fail("internal: -nvme part %d of a store of %d", (int)(p - NVME_MASTER), s->parts);
     return b->mem + (size_t)(p - NVME_MASTER) * c->part + i * 4;
 }
 
@@ -522,20 +524,21 @@ static void open_files(NvmeStore* s, long long bytes[REGIONS]) {
 }
 
 NvmeStore* nvme_open(Backend* be, MemLedger* mem, const NvmeConfig* cfg, const size_t* begin, const size_t* len, int ranges,
-                     size_t x, int params_on_disk) {
+                     int parts, size_t x, int params_on_disk) {
+    if (parts < 1) fail("internal: a -nvme store without a master to hold");
     size_t c = largest_chunk(cfg->chunk_elems, len, ranges);
-    size_t state_cap = 3 * align_up(c * 4), params_cap = params_on_disk ? align_up(c * x) : 0;
+    size_t state_cap = (size_t)parts * align_up(c * 4), params_cap = params_on_disk ? align_up(c * x) : 0;
     void* raw;
     char* pool = (char*)nvme_host_alloc(be, mem, MEM_HOST_STATE, NVME_BUFFERS * (state_cap + params_cap), &raw);
-    mem_charge(mem, MEM_DISK_STATE, nvme_disk_bytes(cfg, len, ranges, x, params_on_disk));
+    mem_charge(mem, MEM_DISK_STATE, nvme_disk_bytes(cfg, len, ranges, parts, x, params_on_disk));
     if (!be) return NULL;
     NvmeStore* s = (NvmeStore*)xcalloc(1, sizeof(NvmeStore));
-    *s = (NvmeStore){.fd = {-1, -1}, .x = x, .params_on_disk = params_on_disk, .state_cap = state_cap, .params_cap = params_cap, .pool_raw = raw};
+    *s = (NvmeStore){.fd = {-1, -1}, .x = x, .parts = parts, .params_on_disk = params_on_disk, .state_cap = state_cap, .params_cap = params_cap, .pool_raw = raw};
     for (int i = 0; i < NVME_BUFFERS; i++) s->buf[i].mem = pool + (size_t)i * (state_cap + params_cap);
     long long bytes[REGIONS];
-    s->num_chunks = lay_out(cfg->chunk_elems, begin, len, ranges, x, NULL, bytes);
+    s->num_chunks = lay_out(cfg->chunk_elems, begin, len, ranges, parts, x, NULL, bytes);
     s->chunks = (Chunk*)xcalloc((size_t)(s->num_chunks ? s->num_chunks : 1), sizeof(Chunk));
-    lay_out(cfg->chunk_elems, begin, len, ranges, x, s->chunks, bytes);
+    lay_out(cfg->chunk_elems, begin, len, ranges, parts, x, s->chunks, bytes);
     name_files(s, cfg);
     take_lock(s, cfg);
     open_files(s, bytes);

@@ -1,10 +1,11 @@
-// nvme_store.h: -nvme DIR, ZeRO-Infinity's optimizer state on disk. A rank's fp32 master, Adam m and v (and
-// under -z 3 -offload 2 its working parameter pieces) live in files of its own directory under DIR instead
+// nvme_store.h: -nvme DIR, ZeRO-Infinity's optimizer state on disk. A rank's fp32 master and optimizer state
+// (the fp32 buffers the optimizer's description names, optimizer_kind.h: AdamW's m and v; and under
+// -z 3 -offload 2 its working parameter pieces) live in files of its own directory under DIR instead
 // of host memory; what host memory holds of them is a fixed pool of buffers, whatever the model's size.
 //
 // The state is cut into chunks: each unit's range of state indices (a piece under ZeRO >= 1) in pieces of
 // at most -nvme-chunk elements, so a chunk never crosses a unit and a unit's parameters are whole chunks.
-// state.bin holds chunk after chunk its master, m and v, each padded to the I/O alignment so that one
+// state.bin holds chunk after chunk its master and state buffers, each padded to the I/O alignment so that one
 // O_DIRECT transfer moves a chunk's record; params.bin holds the chunks' parameters in the run's dtype.
 // Every chunk's checksum is kept in memory as it is written and compared with every read, so a file
 // truncated or changed behind the run is one line, never values taken for state. A chunk never written
@@ -44,23 +45,26 @@ typedef struct {
 // Buffers in the pool: one being updated, one being written back, and reads ahead in the others.
 #define NVME_BUFFERS 4
 
-typedef enum { NVME_PARAMS, NVME_MASTER, NVME_M, NVME_V } NvmePart;
+// The parts of a chunk: its parameters, then the optimizer's fp32 buffer i at NVME_MASTER + i (0: the
+// master, 1 + k: state buffer k).
+typedef enum { NVME_PARAMS, NVME_MASTER } NvmePart;
 
 typedef struct NvmeStore NvmeStore;
 
 
-// The store for ranges[i] = [begin[i], begin[i] + len[i]) of state indices (sorted, disjoint), whose
-// working parameters (x bytes each) live on disk too when params_on_disk. Charges the pool to host_state
+// The store for ranges[i] = [begin[i], begin[i] + len[i]) of state indices (sorted, disjoint), each with
+// `parts` fp32 buffers (the master and the state), whose working parameters (x bytes each) live on disk too
+// when params_on_disk. Charges the pool to host_state
 // and the files to disk_state; with be == NULL (zero_plan) it only charges and returns NULL. A full disk, a
 // directory in use by another run or one that cannot be written to is a one-line error.
 NvmeStore* nvme_open(Backend* be, MemLedger* mem, const NvmeConfig* cfg, const size_t* begin, const size_t* len, int ranges,
-                     size_t x, int params_on_disk);
+                     int parts, size_t x, int params_on_disk);
 // Stops the workers, removes the files and frees the pool. Files or a directory already gone (removed
 // behind the run, which kept them open) are one warning; any other failure to remove them is an error.
 void nvme_close(NvmeStore* s, Backend* be);
 
 // The bytes this rank's files take (the planner's, without a store).
-size_t nvme_disk_bytes(const NvmeConfig* cfg, const size_t* len, int ranges, size_t x, int params_on_disk);
+size_t nvme_disk_bytes(const NvmeConfig* cfg, const size_t* len, int ranges, int parts, size_t x, int params_on_disk);
 // The disk this rank's files of an earlier run (one that did not end cleanly) take, which nvme_open reuses.
 unsigned long long nvme_reusable_bytes(const NvmeConfig* cfg);
 
@@ -71,7 +75,7 @@ const char* nvme_describe(const NvmeStore* s);
 size_t nvme_chunk_left(const NvmeStore* s, size_t state);
 
 // A pass over the chunks in increasing order. write_params: the pass writes the parameters of the chunks
-// it holds (else only master, m and v).
+// it holds (else only the master and the state).
 void nvme_pass_begin(NvmeStore* s, int write_params);
 // Holds the chunk of state index `state` (at or after the last one held): waits for its read and starts
 // writing back the one held before.

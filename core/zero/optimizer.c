@@ -15,6 +15,13 @@ static int same_grad_dt(const StateSpan* spans, int i, int n) {
     return j;
 }
 
+// The same with i's optimizer too: an update's list call is one optimizer's.
+static int same_update(const StateSpan* spans, int i, int n) {
+    int j = i + 1;
+    while (j < n && spans[j].grad_dt == spans[i].grad_dt && spans[j].optimizer == spans[i].optimizer) j++;
+    return j;
+}
+
 // The squares are summed where the gradients are: the same fp32 additions on either side. One list call
 // per run of a gradient dtype, so a backend may batch the spans' launches.
 static float squares_on_backend(const ModelState* ms, Backend* be) {
@@ -62,36 +69,68 @@ AdamWArgs adamw_span_args(const AdamWArgs* a, const StateSpan* s) {
     return out;
 }
 
-size_t adamw_span_offset(const StateSpan* s) { return tensor_canonical(s->t, s->flat - s->t->offset); }
+size_t span_canonical_offset(const StateSpan* s) { return tensor_canonical(s->t, s->flat - s->t->offset); }
 
+// ---------------------------------------------------------------------------------------------------
+// Each optimizer's update, where the buffers of its spans are: on the backend over a list of spans of one
+// gradient dtype (buffers in backend memory), or on the host over elements [i, i + k) of one span, its fp32
+// buffers at buf[b] (host memory, optimizer_kind.h's order: the master, then the state).
+
+typedef struct {
+    void (*on_backend)(const ModelState* ms, Backend* be, const StateSpan* spans, int n, const StepArgs* a);
+    void (*on_host)(const ModelState* ms, const StateSpan* s, size_t i, size_t k, void* params, const void* grad,
+                    float* const* buf, const StepArgs* a);
+} OptimizerUpdate;
+
+// AdamW's state: m at opt_state[0], v at opt_state[1].
 static AdamWSpan adamw_span(const StateSpan* s, const AdamWArgs* step) {
-    AdamWSpan out = {.params = s->params, .master = s->master, .grads = s->grad, .m = s->m, .v = s->v, .n = s->n,
-                     .offset = adamw_span_offset(s), .weight_decay = adamw_span_args(step, s).weight_decay};
+    AdamWSpan out = {.params = s->params, .master = s->master, .grads = s->grad, .m = s->opt_state[0], .v = s->opt_state[1],
+                     .n = s->n, .offset = span_canonical_offset(s), .weight_decay = adamw_span_args(step, s).weight_decay};
     return out;
 }
 
-// One list call per run of a gradient dtype (the working copy's is ms->dt throughout).
-static void update_on_backend(const ModelState* ms, Backend* be, const AdamWArgs* step) {
+static void adamw_on_backend(const ModelState* ms, Backend* be, const StateSpan* spans, int n, const StepArgs* a) {
+    AdamWSpan* list = (AdamWSpan*)xmalloc(sizeof(AdamWSpan) * (size_t)n);
+    for (int i = 0; i < n; i++) list[i] = adamw_span(&spans[i], &a->adamw);
+    adamw_update_spans(be, ms->dt, spans[0].grad_dt, list, n, &a->adamw);
+    free(list);
+}
+
+static void adamw_on_host(const ModelState* ms, const StateSpan* s, size_t i, size_t k, void* params, const void* grad,
+                          float* const* buf, const StepArgs* a) {
+    AdamWArgs x = adamw_span_args(&a->adamw, s);
+    adamw_host(params, ms->dt, buf[0], grad, s->grad_dt, buf[1], buf[2], k, span_canonical_offset(s) + i, &x);
+}
+
+static const OptimizerUpdate UPDATES[NUM_OPTIMIZERS] = {[OPT_ADAMW] = {adamw_on_backend, adamw_on_host}};
+
+static const OptimizerUpdate* update_of(const StateSpan* s) {
+    const OptimizerUpdate* u = &UPDATES[s->optimizer];
+    if (!u->on_backend) fail("internal: a span of %s parameters to update", optimizer_kind(s->optimizer)->name);
+    return u;
+}
+
+// One list call per run of a gradient dtype and an optimizer (the working copy's dtype is ms->dt throughout).
+static void update_on_backend(const ModelState* ms, Backend* be, const StepArgs* step) {
     int n;
     StateSpan* spans = state_spans(ms, STATE_UPDATE, &n);
-    AdamWSpan* list = (AdamWSpan*)xmalloc(sizeof(AdamWSpan) * (size_t)(n ? n : 1));
-    for (int i = 0; i < n; i++) list[i] = adamw_span(&spans[i], step);
     for (int i = 0, j; i < n; i = j) {
-        j = same_grad_dt(spans, i, n);
-        adamw_update_spans(be, ms->dt, spans[i].grad_dt, list + i, j - i, step);
+        j = same_update(spans, i, n);
+        update_of(&spans[i])->on_backend(ms, be, spans + i, j - i, step);
     }
-    free(list), free(spans);
+    free(spans);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // State on the host (-offload). The spans go through the two staging buffers a chunk at a time: a chunk's
-// reduced gradient comes down (unless it is on the host already), AdamW runs on the host over master, m, v
-// (adamw_host: the CPU twin's own code, so the same bits, each chunk's noise keyed by its canonical offsets),
-// and the new working copy goes up (unless it lives on the host: then it is written in place). The copies
-// run on the copy stream, so chunk c+1's download and chunk c-1's upload overlap chunk c's host update.
-// With the state on disk (-nvme) the same walk is a pass over its chunks (model_state.h): a portion never
-// crosses the end of one, and master, m, v (and a working copy on disk) are read and written in the chunk
-// the pass holds, while the store reads the next chunks and writes the last ones back.
+// reduced gradient comes down (unless it is on the host already), the span's optimizer runs on the host over
+// its master and state (AdamW: adamw_host, the CPU twin's own code, so the same bits, each chunk's noise
+// keyed by its canonical offsets), and the new working copy goes up (unless it lives on the host: then it is
+// written in place). The copies run on the copy stream, so chunk c+1's download and chunk c-1's upload
+// overlap chunk c's host update. With the state on disk (-nvme) the same walk is a pass over its chunks
+// (model_state.h): a portion never crosses the end of one, and the master and state (and a working copy on
+// disk) are read and written in the chunk the pass holds, while the store reads the next chunks and writes
+// the last ones back.
 
 typedef struct {
     StateSpan* spans;
@@ -174,7 +213,7 @@ static void start_download(Staging* st, const Chunk* c, int b) {
     if (c->s) span_fetch_async(st->ms, st->be, c->s, SPAN_GRAD, c->i, c->k, st->grad[b], st->down[b]);
 }
 
-static void update_chunk(Staging* st, const Chunk* c, int b, int reused, const AdamWArgs* step) {
+static void update_chunk(Staging* st, const Chunk* c, int b, int reused, const StepArgs* step) {
     const ModelState* ms = st->ms;
     const StateSpan* s = c->s;
     size_t i = c->i;
@@ -183,15 +222,14 @@ static void update_chunk(Staging* st, const Chunk* c, int b, int reused, const A
     state_pass_hold(ms, s->state + i);
     void* params = span_host_view(ms, s, SPAN_PARAMS, i, st->params[b]);
     const void* grad = span_host_view(ms, s, SPAN_GRAD, i, st->grad[b]);
-    float* master = (float*)span_host_view(ms, s, SPAN_MASTER, i, NULL);
-    float* m = (float*)span_host_view(ms, s, SPAN_M, i, NULL);
-    float* v = (float*)span_host_view(ms, s, SPAN_V, i, NULL);
-    AdamWArgs a = adamw_span_args(step, s);
-    adamw_host(params, ms->dt, master, grad, s->grad_dt, m, v, c->k, adamw_span_offset(s) + i, &a);
+    float* buf[1 + OPT_MAX_STATE];
+    for (int k = 0; k < optimizer_buffers(optimizer_kind(s->optimizer)); k++)
+        buf[k] = (float*)span_host_view(ms, s, span_optimizer_buffer(k), i, NULL);
+    update_of(s)->on_host(ms, s, i, c->k, params, grad, buf, step);
     span_store_async(ms, st->be, s, SPAN_PARAMS, i, c->k, params, st->up[b]);
 }
 
-void adamw_host_spans(const ModelState* ms, Backend* be, const StateSpan* spans, int n_spans, const AdamWArgs* step) {
+void optimizer_host_spans(const ModelState* ms, Backend* be, const StateSpan* spans, int n_spans, const StepArgs* step) {
     Staging st = staging_open(ms, be);
     state_pass_begin(ms);
     Chunk c = next_chunk(ms, spans, n_spans, (Chunk){.s = n_spans ? spans : NULL}, st.chunk);
@@ -208,30 +246,30 @@ void adamw_host_spans(const ModelState* ms, Backend* be, const StateSpan* spans,
     state_pass_end(ms);
 }
 
-static void update_on_host(const ModelState* ms, Backend* be, const AdamWArgs* step) {
+static void update_on_host(const ModelState* ms, Backend* be, const StepArgs* step) {
     int n_spans;
     StateSpan* spans = state_spans(ms, STATE_UPDATE, &n_spans);
-    adamw_host_spans(ms, be, spans, n_spans, step);
+    optimizer_host_spans(ms, be, spans, n_spans, step);
     free(spans);
 }
 
-AdamWArgs adamw_args(const OptimizerStep* o, float grad_scale) {
+StepArgs optimizer_args(const OptimizerStep* o, float grad_scale) {
     Rng r = rng_seeded(o->seed, 0x5eed0000ull + (uint64_t)o->step);
-    AdamWArgs a = {.lr = o->lr,
-                   .beta1 = o->beta1,
-                   .beta2 = o->beta2,
-                   .eps = o->eps,
-                   .weight_decay = o->weight_decay,
-                   .grad_scale = grad_scale,
-                   .step = o->step + 1,
-                   .seed = (uint32_t)rng_next_u64(&r)};
+    StepArgs a = {.adamw = {.lr = o->lr,
+                            .beta1 = o->beta1,
+                            .beta2 = o->beta2,
+                            .eps = o->eps,
+                            .weight_decay = o->weight_decay,
+                            .grad_scale = grad_scale,
+                            .step = o->step + 1,
+                            .seed = (uint32_t)rng_next_u64(&r)}};
     return a;
 }
 
-void adamw_step(const ModelState* ms, Backend* be, const OptimizerStep* o, float grad_scale) {
-    AdamWArgs args = adamw_args(o, grad_scale);
+void optimizer_step(const ModelState* ms, Backend* be, const OptimizerStep* o, float grad_scale) {
+    StepArgs args = optimizer_args(o, grad_scale);
     state_before_host_writes(ms, be);
-    // AdamW runs where master, m and v are: a host update leaves the backend only the copies.
+    // The update runs where the master and the state are: a host update leaves the backend only the copies.
     if (span_place(ms, SPAN_MASTER) != IN_BACKEND) update_on_host(ms, be, &args);
     else update_on_backend(ms, be, &args);
 }

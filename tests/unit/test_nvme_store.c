@@ -24,9 +24,10 @@
 static const size_t BEGIN[RANGES] = {0, 5000, 12000};
 static const size_t LEN[RANGES] = {5000, 3 * CHUNK, 3001};
 #define TOTAL (12000 + 3001)   // state indices [0, TOTAL), [11144, 12000) in no range
+#define PARTS 3                // fp32 buffers per element: the master and AdamW's m, v
 
 typedef struct {
-    float f[3][TOTAL];       // master, m, v
+    float f[PARTS][TOTAL];   // master, m, v
     uint16_t p[TOTAL];       // the working copy (2 bytes)
 } Ref;
 
@@ -44,7 +45,7 @@ static int matches(NvmeStore* s, Ref* ref) {
     static uint16_t gotp[TOTAL];
     int ok = 1;
     for (int r = 0; r < RANGES; r++) {
-        for (NvmePart p = NVME_MASTER; p <= NVME_V; p++) {
+        for (NvmePart p = NVME_MASTER; p < NVME_MASTER + PARTS; p++) {
             nvme_copy_out(s, p, BEGIN[r], LEN[r], got);
             ok &= memcmp(got, part_of(ref, p) + BEGIN[r], LEN[r] * 4) == 0;
         }
@@ -61,7 +62,7 @@ static void random_copies(NvmeStore* s, Ref* ref, unsigned seed) {
     for (int k = 0; k < 400; k++) {
         int r = rand() % RANGES;
         size_t a = BEGIN[r] + (size_t)rand() % LEN[r], n = 1 + (size_t)rand() % (BEGIN[r] + LEN[r] - a);
-        NvmePart p = (NvmePart)(rand() % 4);
+        NvmePart p = (NvmePart)(rand() % (1 + PARTS));
         for (size_t i = 0; i < n; i++) vals[i] = (float)rand() / (float)RAND_MAX;
         if (p == NVME_PARAMS) {
             for (size_t i = 0; i < n; i++) ref->p[a + i] = (uint16_t)(vals[i] * 60000);
@@ -168,7 +169,7 @@ static void close_after_removal(NvmeStore* none, const char* dir, int how) {
     Backend* be = backend_create(0);
     MemLedger mem = {{0}};
     NvmeConfig cfg = {.dir = dir, .chunk_elems = CHUNK, .rank = 0};
-    NvmeStore* s = nvme_open(be, &mem, &cfg, BEGIN, LEN, RANGES, 2, 1);
+    NvmeStore* s = nvme_open(be, &mem, &cfg, BEGIN, LEN, RANGES, PARTS, 2, 1);
     char p[4096];
     snprintf(p, sizeof(p), "%s/gpt-nvme-rank0", dir);
     if (how == 0) {
@@ -187,21 +188,23 @@ int main(void) {
     Backend* be = backend_create(0);
     MemLedger mem = {{0}};
     NvmeConfig cfg = {.dir = dir, .chunk_elems = CHUNK, .rank = 0};
-    NvmeStore* s = nvme_open(be, &mem, &cfg, BEGIN, LEN, RANGES, 2, 1);
+    NvmeStore* s = nvme_open(be, &mem, &cfg, BEGIN, LEN, RANGES, PARTS, 2, 1);
     Ref* ref = (Ref*)xcalloc(1, sizeof(Ref));
 
-    size_t pool = NVME_BUFFERS * (3 * 8192 + 4096) + DISK_IO_ALIGN;
+    size_t pool = NVME_BUFFERS * (PARTS * 8192 + 4096) + DISK_IO_ALIGN;
     check_true(&st, "pool_charged_to_host_state", mem.bytes[MEM_HOST_STATE] == pool);
-    check_true(&st, "disk_charged_as_planned", mem.bytes[MEM_DISK_STATE] == nvme_disk_bytes(&cfg, LEN, RANGES, 2, 1));
+    check_true(&st, "disk_charged_as_planned", mem.bytes[MEM_DISK_STATE] == nvme_disk_bytes(&cfg, LEN, RANGES, PARTS, 2, 1));
     MemLedger plan = {{0}};
     void* raw = &plan;
-    check_true(&st, "planning_only_charges", nvme_open(NULL, &plan, &cfg, BEGIN, LEN, RANGES, 2, 1) == NULL &&
+    check_true(&st, "planning_only_charges", nvme_open(NULL, &plan, &cfg, BEGIN, LEN, RANGES, PARTS, 2, 1) == NULL &&
                                                  nvme_host_alloc(NULL, &plan, MEM_HOST_PARAMS, 100, &raw) == NULL && raw == NULL &&
                                                  plan.bytes[MEM_HOST_STATE] == pool && plan.bytes[MEM_HOST_PARAMS] == 100 + DISK_IO_ALIGN);
     // ranges of 5000 (chunks 2048, 2048, 904), 6144 (3 x 2048) and 3001 (2048, 953): 6 full chunks, whose parts
     // take 8192 bytes, and 2 whose parts are padded to 4096; 8 chunks of parameters, each 4096 bytes at most
     check_true(&st, "files_as_large_as_planned",
-               file_size_of(dir, "state.bin") == 6 * 3 * 8192 + 2 * 3 * 4096 && file_size_of(dir, "params.bin") == 8 * 4096);
+               file_size_of(dir, "state.bin") == 6 * PARTS * 8192 + 2 * PARTS * 4096 && file_size_of(dir, "params.bin") == 8 * 4096);
+    // A record holds as many parts as the optimizer's description names: the master alone takes a third.
+    check_true(&st, "record_parts_as_described", nvme_disk_bytes(&cfg, LEN, RANGES, 1, 2, 0) == 6 * 8192 + 2 * 4096);
     check_true(&st, "chunk_left", nvme_chunk_left(s, 0) == CHUNK && nvme_chunk_left(s, 4100) == 900 && nvme_chunk_left(s, 5000) == CHUNK &&
                                        nvme_chunk_left(s, 14048) == 953);
     check_true(&st, "fresh_chunks_read_zero", matches(s, ref));

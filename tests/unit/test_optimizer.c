@@ -34,8 +34,8 @@ static void fake_spans(void* ctx, StateParts which, StateSpanFn fn, void* fn_ctx
         for (int k = 0; k < 2; k++) {
             size_t flat = t->offset + cut[k];
             StateSpan s = {.t = t, .flat = flat, .n = cut[k + 1] - cut[k], .state = flat,
-                           .params = (char*)f->params + flat * dtype_size(f->dt), .master = f->master + flat, .m = f->m + flat,
-                           .v = f->v + flat, .grad = f->grads + flat, .grad_dt = DT_FP32};
+                           .params = (char*)f->params + flat * dtype_size(f->dt), .master = f->master + flat,
+                           .opt_state = {f->m + flat, f->v + flat}, .grad = f->grads + flat, .grad_dt = DT_FP32};
             if (s.n) fn(&s, fn_ctx);
         }
     }
@@ -68,13 +68,13 @@ static OptimizerStep opt_step(int step) {
     return o;
 }
 
-// Two steps through adamw_step under `ms`, the gradients of step s loaded before it.
+// Two steps through optimizer_step under `ms`, the gradients of step s loaded before it.
 static void run_steps(const ModelState* ms, Backend* be, Fake* f, const Init* in) {
     fake_load(f, in, 0);
     for (int step = 0; step < 2; step++) {
         memcpy(f->grads, in->grads[step], in->n * sizeof(float));
         OptimizerStep o = opt_step(step);
-        adamw_step(ms, be, &o, 0.5f);
+        optimizer_step(ms, be, &o, 0.5f);
     }
     be_synchronize(be);
 }
@@ -85,7 +85,7 @@ static void reference_steps(const ParamLayout* lay, Fake* f, const Init* in) {
     for (int step = 0; step < 2; step++) {
         memcpy(f->grads, in->grads[step], in->n * sizeof(float));
         OptimizerStep o = opt_step(step);
-        AdamWArgs a = adamw_args(&o, 0.5f);
+        AdamWArgs a = optimizer_args(&o, 0.5f).adamw;
         for (int i = 0; i < lay->num_tensors; i++) {
             const ParamTensor* t = &lay->tensors[i];
             AdamWArgs ta = a;
@@ -170,7 +170,7 @@ int main(void) {
     for (int i = 0; i < lay->num_tensors; i++) {
         const ParamTensor* t = &lay->tensors[i];
         StateSpan sp = {.t = t, .flat = t->offset + 7, .n = 1, .grad_dt = DT_FP32};
-        offsets_ok &= adamw_span_offset(&sp) == tensor_canonical(t, 7) && tensor_canonical(t, 7) == t->canonical + 7;
+        offsets_ok &= span_canonical_offset(&sp) == tensor_canonical(t, 7) && tensor_canonical(t, 7) == t->canonical + 7;
     }
     check_true(&st, "span_offset_is_canonical", offsets_ok);
 

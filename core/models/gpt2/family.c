@@ -6,9 +6,9 @@
 #include "core/model/model.h"
 #include "core/models/gpt2/gpt2.h"
 
-#define EMB(name, init, decay, vocab) {name, UNIT_EMBEDDING, init, decay, vocab, 0}
-#define BLK(name, init, decay) {name, UNIT_BLOCK, init, decay, 0, 0}
-#define FIN(name, init) {name, UNIT_FINAL, init, 0, 0, 0}
+#define EMB(name, init, decay, vocab) {name, UNIT_EMBEDDING, init, decay, vocab, 0, OPT_ADAMW}
+#define BLK(name, init, decay) {name, UNIT_BLOCK, init, decay, 0, 0, OPT_ADAMW}
+#define FIN(name, init) {name, UNIT_FINAL, init, 0, 0, 0, OPT_ADAMW}
 static const KindInfo KINDS[GPT2_NUM_KINDS] = {
     EMB("wte", INIT_NORMAL, 1, 1),          EMB("wpe", INIT_NORMAL, 1, 0),
     BLK("ln1w", INIT_ONES, 0),              BLK("ln1b", INIT_ZEROS, 0),

@@ -9,9 +9,9 @@
 #include "core/models/llama/llama.h"
 #include "kernels/dtype.h"
 
-#define EMB(name) {name, UNIT_EMBEDDING, INIT_NORMAL, 1, 1, 0}
-#define BLK(name, init, decay) {name, UNIT_BLOCK, init, decay, 0, 0}
-#define JOINED(name, init, decay) {name, UNIT_BLOCK, init, decay, 0, 1}
+#define EMB(name) {name, UNIT_EMBEDDING, INIT_NORMAL, 1, 1, 0, OPT_ADAMW}
+#define BLK(name, init, decay) {name, UNIT_BLOCK, init, decay, 0, 0, OPT_ADAMW}
+#define JOINED(name, init, decay) {name, UNIT_BLOCK, init, decay, 0, 1, OPT_ADAMW}
 static const KindInfo KINDS[LLAMA_NUM_KINDS] = {
     [LLAMA_WTE] = EMB("wte"),
     [LLAMA_ATTN_NORM] = BLK("attn_norm", INIT_ONES, 0),
