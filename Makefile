@@ -196,7 +196,7 @@ test-gpu-variants: $(GPU_TEST_BIN)
 bench: train_gpt
 	@bash scripts/bench.sh
 
-# `make bench-offload`: d48 with and without -offload, and the largest GPT this GPU and host fit (scripts/bench_offload.sh).
+# `make bench-offload`: d48 with and without -offload, and the largest GPT-2 shape this GPU and host fit (scripts/bench_offload.sh).
 bench-offload: train_gpt
 	@bash scripts/bench_offload.sh
 

@@ -1,5 +1,6 @@
-// train_gpt.cu: the GPT-2 trainer. Plain C with no CUDA syntax: the same file builds train_gpt_cpu (CPU
-// backend) and train_gpt (CUDA backend); the backend is chosen at link time (kernels/kernels.h).
+// train_gpt.cu: the trainer, for every model family (core/models/: GPT-2, the Llama family). Plain C with no
+// CUDA syntax: the same file builds train_gpt_cpu (CPU backend) and train_gpt (CUDA backend); the backend
+// is chosen at link time (kernels/kernels.h).
 //
 // Reads top to bottom: set-up (ranks, flags, backend, model, data, log), then the loop: at each step maybe
 // validate, sample and checkpoint, then one optimizer step over `ga` accumulated micro-batches on every
@@ -28,7 +29,7 @@
 #include "core/run/generate.h"
 #include "core/run/hellaswag.h"
 #include "core/util/fs.h"
-#include "core/model/gpt.h"
+#include "core/model/walk.h"
 #include "core/comm/grid.h"
 #include "core/util/logger.h"
 #include "core/zero/loss_scale.h"
@@ -57,7 +58,7 @@ typedef struct {
     Zero* zero;
     ModelState model_states;   // zero's, as the optimizer and the checkpoints see them
     DelayedUpdate* delayed;    // -dpu; NULL otherwise
-    GPT gpt[MAX_MODEL_CHUNKS];   // one per model chunk of this stage (one without interleaving)
+    Model model[MAX_MODEL_CHUNKS];   // one per model chunk of this stage (one without interleaving)
     ParamLayout* chunk_layout;   // [chunks]: each chunk's view of `layout` (layout_chunk_view)
     int chunks;
     DataLoader* train;
@@ -85,9 +86,9 @@ static long long tokens_per_step(const Trainer* tr) {
 static int is_root(const Trainer* tr) { return tr->rank == 0; }
 
 // The chunk with the LM head (on the last stage; elsewhere a chunk without one).
-static GPT* head_chunk(Trainer* tr) { return pipeline_head_chunk(&tr->pipe, tr->gpt); }
+static Model* head_chunk(Trainer* tr) { return pipeline_head_chunk(&tr->pipe, tr->model); }
 
-// One GPT per model chunk of this stage, each walking its view of the stage's layout with its own
+// One Model per model chunk of this stage, each walking its view of the stage's layout with its own
 // activation sets; they share the parameter store (ZeRO) and the stash sizing of the schedule.
 static void create_chunks(Trainer* tr) {
     const Config* cfg = &tr->cfg;
@@ -96,7 +97,7 @@ static void create_chunks(Trainer* tr) {
     tr->chunk_layout = (ParamLayout*)xmalloc((size_t)tr->chunks * sizeof(ParamLayout));
     for (int c = 0; c < tr->chunks; c++) {
         layout_chunk_view(tr->layout, c, &tr->chunk_layout[c]);
-        gpt_create(&tr->gpt[c], tr->be, &tr->mem, &tr->chunk_layout[c], zero_param_store(tr->zero), g->tp_group,
+        model_create(&tr->model[c], tr->be, &tr->mem, &tr->chunk_layout[c], zero_param_store(tr->zero), g->tp_group,
                    g->kv_copies, cfg->sequence_parallel, cfg->precision, cfg->B, cfg->T, cfg->recompute, tr->plan.sets[g->stage][c],
                    tr->plan.stash[g->stage], cfg->grad_accum);
     }
@@ -484,7 +485,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     if (is_root(tr)) logger_open(&tr->log, cfg->out_dir, tr->first_step);
     if (is_root(tr)) print_setup(tr, comm);
     report_layout(&tr->log, tr->layout, cfg, g->dp, tr->first_step);
-    report_memory(&tr->log, tr->world, &tr->mem, cfg, tr->gpt, tr->chunks, tr->first_step);
+    report_memory(&tr->log, tr->world, &tr->mem, cfg, tr->model, tr->chunks, tr->first_step);
     catch_stop_signal(SIGTERM);   // last: the training loop starts next
     catch_stop_signal(SIGINT);
 }
@@ -500,7 +501,7 @@ static void trainer_teardown(Trainer* tr) {
     free(tr->hellaswag);
     if (tr->tokenizer) tokenizer_free(tr->tokenizer);
     pipeline_destroy(&tr->pipe);
-    for (int c = 0; c < tr->chunks; c++) gpt_destroy(&tr->gpt[c], tr->be);
+    for (int c = 0; c < tr->chunks; c++) model_destroy(&tr->model[c], tr->be);
     free(tr->chunk_layout);
     if (tr->delayed) delayed_update_destroy(tr->delayed);
     zero_destroy(tr->zero, tr->be);
@@ -531,7 +532,7 @@ static int validate(Trainer* tr, int step) {
             return 0;
         }
         dataloader_batch(tr->val, i, 1, 0, tr->inputs, tr->targets);
-        double loss = pipeline_forward(&tr->pipe, tr->gpt, tr->be, tr->inputs, tr->targets);
+        double loss = pipeline_forward(&tr->pipe, tr->model, tr->be, tr->inputs, tr->targets);
         if (i * g->dp + g->dp_rank < tr->val_batches && g->tp_rank == 0) sum += loss;   // a tensor group's losses are one
     }
     comm_allreduce_host_sum(tr->world, &sum, 1);
@@ -545,7 +546,7 @@ static int validate(Trainer* tr, int step) {
 // 0 when a stop signal ended it (nothing logged), like validate.
 static int hellaswag(Trainer* tr, int step) {
     const Config* cfg = &tr->cfg;
-    EvalRunner run = {&tr->pipe, tr->gpt, tr->be, &tr->grid, tr->inputs, tr->targets, cfg->B, cfg->T, stop_signal_seen};
+    EvalRunner run = {&tr->pipe, tr->model, tr->be, &tr->grid, tr->inputs, tr->targets, cfg->B, cfg->T, stop_signal_seen};
     EvalScore s;
     if (!hellaswag_evaluate(&run, tr->hellaswag, &s)) {
         if (is_root(tr)) printf("step %d | hellaswag stopped by a signal: no accuracy\n", step);
@@ -569,7 +570,7 @@ static int evaluate(Trainer* tr, int step) {
 // buffer and tokenizer, the stop signals, and -temp, -topk and -seed.
 static Generator generator_of(Trainer* tr) {
     const Config* cfg = &tr->cfg;
-    return (Generator){&tr->pipe, tr->gpt, tr->be, tr->world, tr->inputs, cfg->B, cfg->T, tr->tokenizer, stop_signal_seen,
+    return (Generator){&tr->pipe, tr->model, tr->be, tr->world, tr->inputs, cfg->B, cfg->T, tr->tokenizer, stop_signal_seen,
                        {cfg->temperature, cfg->top_k}, cfg->seed};
 }
 
@@ -585,7 +586,7 @@ static int sample(Trainer* tr, int step) {
 static void generate(Trainer* tr) {
     const Config* cfg = &tr->cfg;
     int n = 0;
-    int* prompt = generate_encode_prompt(cfg->prompt, tr->tokenizer, tr->tokenizer_path, tr->gpt[0].shape.V, &n);
+    int* prompt = generate_encode_prompt(cfg->prompt, tr->tokenizer, tr->tokenizer_path, tr->model[0].shape.V, &n);
     if (is_root(tr) && !tr->resumed && tr->model_is_spec)
         fprintf(stderr, "warning: -e %s is a shape, not weights: the text is sampled from a randomly initialized model "
                         "(give a model file with -e, or -y 1 -o DIR to generate from a run's checkpoint)\n", cfg->model);
@@ -616,7 +617,7 @@ static void dump_step0(Trainer* tr, const float* logits, double loss) {
     if (writer) model_file_write_part(tr->layout, grads, p, 0);
     free(grads);
     if (logits && tr->grid.tp_rank == 0) {
-        size_t n = (size_t)tr->cfg.B * tr->cfg.T * tr->gpt[0].shape.V;
+        size_t n = (size_t)tr->cfg.B * tr->cfg.T * tr->model[0].shape.V;
         path_join(p, sizeof(p), tr->cfg.dump_dir, "logits0.f32");
         FILE* f = xfopen(p, "wb");
         xfwrite(logits, sizeof(float), n, f, p);
@@ -676,10 +677,10 @@ static void update(Trainer* tr, int step, const StepResult* r, PhaseTimer* pt) {
 
 static StepResult train_step(Trainer* tr, int step) {
     Config* cfg = &tr->cfg;
-    GPT* g = head_chunk(tr);
+    Model* g = head_chunk(tr);
     int dump = cfg->dump_dir && step == 0;
     double tokens = (double)tokens_per_step(tr);
-    int dumps_logits = dump && gpt_has_head(g) && tr->grid.dp_rank == 0;
+    int dumps_logits = dump && model_has_head(g) && tr->grid.dp_rank == 0;
     float* logits = dumps_logits ? (float*)xmalloc((size_t)cfg->B * cfg->T * g->shape.V * sizeof(float)) : NULL;
     // Every token of the global batch enters with weight 1/tokens: the summed gradient is that of the mean
     // loss (times the loss scale, which the optimizer divides back out).
@@ -689,7 +690,7 @@ static StepResult train_step(Trainer* tr, int step) {
     pt->on = cfg->breakdown_every > 0 && (step + 1) % cfg->breakdown_every == 0;
     comm_watchdog_phase(tr->world, 0, "step %d: forward and backward", step);
     zero_begin_step(tr->zero, tr->be);
-    r.loss = pipeline_train_step(&tr->pipe, tr->gpt, tr->be, tr->train, step, tr->inputs, tr->targets, dloss, logits, pt);
+    r.loss = pipeline_train_step(&tr->pipe, tr->model, tr->be, tr->train, step, tr->inputs, tr->targets, dloss, logits, pt);
     if (tr->grid.tp_rank > 0) r.loss = 0.0;            // its tensor group's rank 0 holds the same losses
     comm_watchdog_phase(tr->world, 0, "step %d: loss", step);
     comm_allreduce_host_sum(tr->world, &r.loss, 1);   // the last stage of each replica holds its losses

@@ -28,7 +28,7 @@
 // computes, and the gather of the block the walk will ask for next runs while the current one computes
 // (core/zero/grad_slots.h and core/zero/param_slots.h explain when).
 //
-// The layers below see ZeRO only through interfaces it fills: the walk (gpt.c) through a ParamStore, the
+// The layers below see ZeRO only through interfaces it fills: the walk (walk.c) through a ParamStore, the
 // optimizer and the checkpoints through a ModelState, --estimate through the trainer's StatePlanner around
 // zero_plan. Zero itself is private to zero.c.
 #pragma once

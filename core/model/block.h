@@ -1,11 +1,11 @@
-// block.h: a family's transformer block as the walk (gpt.c) runs it. A family gives its block's activation
+// block.h: a family's transformer block as the walk (walk.c) runs it. A family gives its block's activation
 // table, its forward (also used to recompute), what each recompute level refills, and its backward as a list
 // of steps; this header gives the steps those are written in. Every step is one layer (a matmul, a norm,
 // attention) with tensor parallelism built in (Megatron's f and g, sequence parallelism's gathers) and, for
 // the backward, written once for the three modes, so the fused backward and zero-bubble's split one cannot
 // drift apart and a new block type is a new list of steps, not new modes.
 #pragma once
-#include "core/model/gpt.h"
+#include "core/model/walk.h"
 
 // ---- the activation table --------------------------------------------------------------------------
 // Elements per token of a buffer. The walk's own widths: 1, C, and for the generic steps' scratch the
@@ -43,9 +43,9 @@ typedef struct {
 size_t width_elems(const ParamLayout* lay, Width w);
 // Block l's (l counts the stage's blocks) slice of block buffer `i`: its own where the recompute level keeps
 // the buffer for every block, the shared slot otherwise. As fp32 for the statistics.
-void* block_buffer(GPT* g, int i, int l);
+void* block_buffer(Model* g, int i, int l);
 // The same for a buffer that recompute never drops: the residual stream's block l (0: the stage's input).
-void* residual_at(GPT* g, int l);
+void* residual_at(Model* g, int l);
 
 // ---- the forward's steps -------------------------------------------------------------------------------
 // Per rank: C the model's width, CA attention channels in NH query and KV key/value heads of D, CF the MLP's
@@ -53,32 +53,32 @@ void* residual_at(GPT* g, int l);
 typedef struct {
     int B, T, N, R, C, CA, CF, NH, KV, D;
 } BlockDims;
-BlockDims block_dims(const GPT* g);
+BlockDims block_dims(const Model* g);
 
 // The family's norm (ModelFamily.norm) of this rank's rows of inp into `out`, which then holds every row
 // (gathered under -sp). mean: LayerNorm's (RMSNorm has none: NULL); b: LayerNorm's bias.
-void norm_forward(GPT* g, Backend* be, void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b);
+void norm_forward(Model* g, Backend* be, void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b);
 // Its backward over this rank's rows (dinp accumulates); under -sp the parameter gradients of every rank's
 // rows are summed over the tensor group first, so every copy of the norm gets the same gradient.
-void norm_backward(GPT* g, Backend* be, void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
+void norm_backward(Model* g, Backend* be, void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
                    const float* mean, const float* rstd);
 // Adds the partial sums in `all` (N, C) over the tensor group; returns where this rank's rows of the sum are.
-void* sum_partials(GPT* g, void* all);
+void* sum_partials(Model* g, void* all);
 // Every row of a tensor whose rows are split (-sp): `mine` copied into `all` (N, C), then gathered. Without
 // sequence parallelism `mine` is already every row.
-void* gather_rows(GPT* g, Backend* be, void* all, const void* mine);
+void* gather_rows(Model* g, Backend* be, void* all, const void* mine);
 // A row-parallel projection's bias, added once, by tensor rank 0, before the sum (NULL on the others).
-const void* row_bias(const GPT* g, const void* bias);
+const void* row_bias(const Model* g, const void* bias);
 
 // ---- the backward's steps ----------------------------------------------------------------------------
 typedef enum {
-    BWD_FUSED,    // input and weight gradients together (gpt_backward)
+    BWD_FUSED,    // input and weight gradients together (model_backward)
     BWD_INPUT,    // zb's B: the input gradients; the output gradients the weight gradients need go to the stash
     BWD_WEIGHT,   // zb's W: the weight gradients, from the stash and the layer inputs still in the set
 } BackwardMode;
 
 typedef struct {
-    GPT* g;
+    Model* g;
     Backend* be;
     BackwardMode mode;
     WeightGradStash stash;   // B and W: the block's slices of the micro-batch's stash slot
@@ -124,14 +124,14 @@ struct BlockOps {
     // Elements per token of the family's widths (w >= W_FAMILY) in this layout: one rank's share under -tp.
     size_t (*width)(const ParamLayout* lay, Width w);
     // Constant fp32 tables the block reads (RoPE's inverse frequencies): their count, and (out != NULL)
-    // their values, uploaded once into GPT.constants. NULL: none.
+    // their values, uploaded once into Model.constants. NULL: none.
     size_t (*constants)(const ModelShape* s, float* out);
     // b's input is residual_at(index), its output residual_at(index + 1). A recomputation (the whole-block
     // level) may stop before the last layer, whose output is already in place.
-    void (*forward)(GPT* g, Backend* be, const BlockRef* b, int recomputing);
+    void (*forward)(Model* g, Backend* be, const BlockRef* b, int recomputing);
     // Refills what -r 1 and -r 2 did not keep, with the forward's kernels, so the values are the forward's
     // bits. (-r 3 keeps only the block's input: the walk runs forward with recomputing set instead.)
-    void (*recompute)(GPT* g, Backend* be, const BlockRef* b);
+    void (*recompute)(Model* g, Backend* be, const BlockRef* b);
     // dresid holds d(output) on entry and d(input) on exit; gradients accumulate into b->grads (B has none).
     void (*backward)(BlockBackward* c, const BlockRef* b);
 };
@@ -149,34 +149,34 @@ typedef struct {
 
 struct EndOps {
     // acts.tokens -> residual_at(g, 0) (this rank's rows under -sp), from the embedding unit's parameters.
-    void (*embed)(GPT* g, Backend* be, void* params);
+    void (*embed)(Model* g, Backend* be, void* params);
     // Its backward from d(first block's input), `dout` (every row); gradients accumulate into `grads`.
-    void (*embed_backward)(GPT* g, Backend* be, void* grads, const void* dout);
+    void (*embed_backward)(Model* g, Backend* be, void* grads, const void* dout);
     // The last block's output -> acts.logits, keeping what head_backward reads (acts.lnf, its statistics).
-    void (*head)(GPT* g, Backend* be, HeadUnits params);
+    void (*head)(Model* g, Backend* be, HeadUnits params);
     // dlogits (in acts.logits) -> acts.dresid, this rank's rows; the head's gradients accumulate.
-    void (*head_backward)(GPT* g, Backend* be, HeadUnits params, HeadUnits grads);
+    void (*head_backward)(Model* g, Backend* be, HeadUnits params, HeadUnits grads);
     // acts.logits and the targets (host; acts.targets on the device) -> acts.losses; dloss != 0: dlogits
     // (d(dloss * mean loss)) replace the logits.
-    void (*loss)(GPT* g, Backend* be, const int* targets, float dloss);
+    void (*loss)(Model* g, Backend* be, const int* targets, float dloss);
 };
 
 // The walk's calls: the family's hook, or the default.
-void ends_embed(GPT* g, Backend* be, void* params);
-void ends_embed_backward(GPT* g, Backend* be, void* grads, const void* dout);
-void ends_head(GPT* g, Backend* be, HeadUnits params);
-void ends_head_backward(GPT* g, Backend* be, HeadUnits params, HeadUnits grads);
-void ends_loss(GPT* g, Backend* be, const int* targets, float dloss);
+void ends_embed(Model* g, Backend* be, void* params);
+void ends_embed_backward(Model* g, Backend* be, void* grads, const void* dout);
+void ends_head(Model* g, Backend* be, HeadUnits params);
+void ends_head_backward(Model* g, Backend* be, HeadUnits params, HeadUnits grads);
+void ends_loss(Model* g, Backend* be, const int* targets, float dloss);
 
 // The steps. The vocabulary-parallel token embedding (Megatron's): under -tp each rank holds wte's rows
 // [v0, v0 + Vp/tp) (layout_vocab_*), embeds the tokens among them, and the tensor group adds the ranks'
 // rows. pos: a table of learned position embeddings (maxT, C) added to it (by tensor rank 0), or NULL.
-void embed_step(GPT* g, Backend* be, const void* wte, const void* pos);
+void embed_step(Model* g, Backend* be, const void* wte, const void* pos);
 // Its backward: each rank scatters into its own vocabulary rows; dpos (or NULL) is whole on every rank.
-void embed_backward_step(GPT* g, Backend* be, void* dwte, void* dpos, const void* dout);
+void embed_backward_step(Model* g, Backend* be, void* dwte, void* dpos, const void* dout);
 // The final norm of the last block's output into acts.lnf, then logits (N, Vp/tp) = lnf . head^T over this
 // rank's vocabulary rows of `head`; and the backward of both into acts.dresid.
-void lm_head_step(GPT* g, Backend* be, const void* norm_w, const void* norm_b, const void* head);
-void lm_head_backward_step(GPT* g, Backend* be, const void* norm_w, const void* head, void* dnorm_w, void* dnorm_b, void* dhead);
+void lm_head_step(Model* g, Backend* be, const void* norm_w, const void* norm_b, const void* head);
+void lm_head_backward_step(Model* g, Backend* be, const void* norm_w, const void* head, void* dnorm_w, void* dnorm_b, void* dhead);
 // The cross-entropy over the logits (under -tp over this rank's columns, with the group's max and sums).
-void cross_entropy_step(GPT* g, Backend* be, const int* targets, float dloss);
+void cross_entropy_step(Model* g, Backend* be, const int* targets, float dloss);

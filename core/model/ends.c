@@ -10,14 +10,14 @@
 #include "core/model/block.h"
 
 // The last block's output (this rank's rows under -sp).
-static void* blocks_output(GPT* g) {
+static void* blocks_output(Model* g) {
     return (char*)g->acts.resid + (size_t)g->layout->num_blocks * g->rows * g->shape.C * dtype_size(g->dt);
 }
 
 // Under -tp each rank embeds the tokens of its vocabulary rows (zeros for the others; positions added by
 // rank 0 only) into every row, and the group adds them: x + 0 is exact, so the sum has encoder_forward's bits in
 // fp32. Without position embeddings one rank's lookup is the vocabulary-parallel one over every row.
-void embed_step(GPT* g, Backend* be, const void* wte, const void* pos) {
+void embed_step(Model* g, Backend* be, const void* wte, const void* pos) {
     const ParamLayout* lay = g->layout;
     Activations* a = &g->acts;
     size_t NC = (size_t)g->B * g->T * g->shape.C;
@@ -36,20 +36,20 @@ void embed_step(GPT* g, Backend* be, const void* wte, const void* pos) {
     else comm_allreduce_sum(g->tp, all, NC, g->dt);
 }
 
-void embed_backward_step(GPT* g, Backend* be, void* dwte, void* dpos, const void* dout) {
+void embed_backward_step(Model* g, Backend* be, void* dwte, void* dpos, const void* dout) {
     const ParamLayout* lay = g->layout;
     if (!g->tp && dpos) encoder_backward(be, g->dt, dwte, dpos, dout, g->acts.tokens, g->B, g->T, g->shape.C);
     else encoder_backward_vocab(be, g->dt, dwte, dpos, dout, g->acts.tokens, layout_vocab_first(lay), layout_vocab_rows(lay),
                                 g->B, g->T, g->shape.C);
 }
 
-void lm_head_step(GPT* g, Backend* be, const void* norm_w, const void* norm_b, const void* head) {
+void lm_head_step(Model* g, Backend* be, const void* norm_w, const void* norm_b, const void* head) {
     Activations* a = &g->acts;
     norm_forward(g, be, a->lnf, a->lnf_mean, a->lnf_rstd, blocks_output(g), norm_w, norm_b);
     matmul_forward(be, g->dt, a->logits, NULL, a->lnf, head, NULL, g->B * g->T, g->shape.C, layout_vocab_rows(g->layout));
 }
 
-void lm_head_backward_step(GPT* g, Backend* be, const void* norm_w, const void* head, void* dnorm_w, void* dnorm_b, void* dhead) {
+void lm_head_backward_step(Model* g, Backend* be, const void* norm_w, const void* head, void* dnorm_w, void* dnorm_b, void* dhead) {
     Activations* a = &g->acts;
     DType dt = g->dt;
     int N = g->B * g->T, C = g->shape.C;
@@ -63,7 +63,7 @@ void lm_head_backward_step(GPT* g, Backend* be, const void* norm_w, const void* 
 
 // Under -tp: three steps with the group's max and sums between (kernels.h); every rank ends with the same
 // losses and its own columns' dlogits.
-static void vocab_cross_entropy(GPT* g, Backend* be, const int* targets, float dloss) {
+static void vocab_cross_entropy(Model* g, Backend* be, const int* targets, float dloss) {
     const ParamLayout* lay = g->layout;
     Activations* a = &g->acts;
     int N = g->B * g->T, V = g->shape.V, v0 = layout_vocab_first(lay), Vl = layout_vocab_rows(lay);
@@ -81,7 +81,7 @@ static void vocab_cross_entropy(GPT* g, Backend* be, const int* targets, float d
                             dloss != 0.0f);
 }
 
-void cross_entropy_step(GPT* g, Backend* be, const int* targets, float dloss) {
+void cross_entropy_step(Model* g, Backend* be, const int* targets, float dloss) {
     Activations* a = &g->acts;
     if (g->tp) vocab_cross_entropy(g, be, targets, dloss);
     else classifier_forward(be, g->dt, a->logits, a->losses, a->targets, g->B * g->T, g->shape.V, g->shape.Vp, dloss, dloss != 0.0f);
@@ -90,35 +90,35 @@ void cross_entropy_step(GPT* g, Backend* be, const int* targets, float dloss) {
 // ---------------------------------------------------------------------------------------------------
 // The defaults, over the kinds the family names in ModelFamily.
 
-static void* kind_in(const GPT* g, void* unit_base, int kind) { return unit_tensor(g->layout, unit_base, kind, -1, g->dt); }
+static void* kind_in(const Model* g, void* unit_base, int kind) { return unit_tensor(g->layout, unit_base, kind, -1, g->dt); }
 
 // The final norm's weight and bias (NULL without one) and the LM head's matrix (this rank's vocabulary rows).
 typedef struct {
     void *norm_w, *norm_b, *head;
 } Head;
 
-static Head head_in(const GPT* g, HeadUnits u) {
+static Head head_in(const Model* g, HeadUnits u) {
     const ModelFamily* fam = g->shape.family;
     Head h = {kind_in(g, u.final, fam->final_w), fam->final_b >= 0 ? kind_in(g, u.final, fam->final_b) : NULL,
               kind_in(g, u.head, g->shape.tied ? fam->wte : fam->head)};
     return h;
 }
 
-static const EndOps* ends_of(const GPT* g) { return g->shape.family->ends; }
+static const EndOps* ends_of(const Model* g) { return g->shape.family->ends; }
 
-void ends_embed(GPT* g, Backend* be, void* params) {
+void ends_embed(Model* g, Backend* be, void* params) {
     const EndOps* e = ends_of(g);
     if (e && e->embed) e->embed(g, be, params);
     else embed_step(g, be, kind_in(g, params, g->shape.family->wte), NULL);
 }
 
-void ends_embed_backward(GPT* g, Backend* be, void* grads, const void* dout) {
+void ends_embed_backward(Model* g, Backend* be, void* grads, const void* dout) {
     const EndOps* e = ends_of(g);
     if (e && e->embed_backward) e->embed_backward(g, be, grads, dout);
     else embed_backward_step(g, be, kind_in(g, grads, g->shape.family->wte), NULL, dout);
 }
 
-void ends_head(GPT* g, Backend* be, HeadUnits params) {
+void ends_head(Model* g, Backend* be, HeadUnits params) {
     const EndOps* e = ends_of(g);
     if (e && e->head) {
         e->head(g, be, params);
@@ -128,7 +128,7 @@ void ends_head(GPT* g, Backend* be, HeadUnits params) {
     lm_head_step(g, be, h.norm_w, h.norm_b, h.head);
 }
 
-void ends_head_backward(GPT* g, Backend* be, HeadUnits params, HeadUnits grads) {
+void ends_head_backward(Model* g, Backend* be, HeadUnits params, HeadUnits grads) {
     const EndOps* e = ends_of(g);
     if (e && e->head_backward) {
         e->head_backward(g, be, params, grads);
@@ -138,7 +138,7 @@ void ends_head_backward(GPT* g, Backend* be, HeadUnits params, HeadUnits grads) 
     lm_head_backward_step(g, be, h.norm_w, h.head, dh.norm_w, dh.norm_b, dh.head);
 }
 
-void ends_loss(GPT* g, Backend* be, const int* targets, float dloss) {
+void ends_loss(Model* g, Backend* be, const int* targets, float dloss) {
     const EndOps* e = ends_of(g);
     if (e && e->loss) e->loss(g, be, targets, dloss);
     else cross_entropy_step(g, be, targets, dloss);

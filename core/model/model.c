@@ -1,4 +1,5 @@
-// model.c: GPT-2 shapes, the layer-ordered parameter layout, initialization. See model.h.
+// model.c: shapes of any family (the checks and counts every family shares), the layer-ordered parameter layout,
+// initialization. See model.h.
 #include "core/model/model.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-// param_store.h: what the forward/backward walk (gpt.c) needs from whoever holds the parameters and the
+// param_store.h: what the forward/backward walk (walk.c) needs from whoever holds the parameters and the
 // gradients, so the walk stays below the policy that decides where they live (ZeRO provides one:
 // zero_param_store in zero.h). The walk asks for a unit just before it computes with it and says when it
 // is done, so the holder may gather a unit on demand, reduce its gradients as soon as they are complete,

@@ -7,7 +7,7 @@ static void* slice(void* base, size_t elems_per_layer, int l, DType dt) {
     return (char*)base + (size_t)l * elems_per_layer * dtype_size(dt);
 }
 
-BlockDims block_dims(const GPT* g) {
+BlockDims block_dims(const Model* g) {
     const ParamLayout* lay = g->layout;
     BlockDims d = {g->B, g->T, g->B * g->T, g->rows, g->shape.C, layout_attn_channels(lay), layout_mlp_channels(lay),
                    layout_heads(lay), layout_kv_heads(lay), layout_head_size(lay)};
@@ -23,10 +23,10 @@ BlockDims block_dims(const GPT* g) {
 // group all of this is nothing.
 
 // This rank's first row in a buffer of all N rows (0 without sequence parallelism).
-static size_t own_row(const GPT* g) { return g->sp ? (size_t)g->layout->tp_rank * g->rows : 0; }
-static void* own_rows(const GPT* g, void* all) { return slice(all, (size_t)g->shape.C, (int)own_row(g), g->dt); }
+static size_t own_row(const Model* g) { return g->sp ? (size_t)g->layout->tp_rank * g->rows : 0; }
+static void* own_rows(const Model* g, void* all) { return slice(all, (size_t)g->shape.C, (int)own_row(g), g->dt); }
 
-void* sum_partials(GPT* g, void* all) {
+void* sum_partials(Model* g, void* all) {
     size_t NC = (size_t)g->B * g->T * g->shape.C;
     if (!g->tp) return all;
     if (!g->sp) {
@@ -38,7 +38,7 @@ void* sum_partials(GPT* g, void* all) {
     return mine;
 }
 
-void* gather_rows(GPT* g, Backend* be, void* all, const void* mine) {
+void* gather_rows(Model* g, Backend* be, void* all, const void* mine) {
     if (!g->sp) return (void*)mine;
     size_t n = (size_t)g->rows * g->shape.C;
     be_copy(be, own_rows(g, all), mine, n * dtype_size(g->dt));
@@ -46,32 +46,32 @@ void* gather_rows(GPT* g, Backend* be, void* all, const void* mine) {
     return all;
 }
 
-const void* row_bias(const GPT* g, const void* bias) { return g->layout->tp_rank == 0 ? bias : NULL; }
+const void* row_bias(const Model* g, const void* bias) { return g->layout->tp_rank == 0 ? bias : NULL; }
 
 // ---------------------------------------------------------------------------------------------------
 // The family's norm over this rank's rows.
 
-static void norm_kernel_forward(GPT* g, Backend* be, void* out, float* mean, float* rstd, const void* inp, const void* w,
+static void norm_kernel_forward(Model* g, Backend* be, void* out, float* mean, float* rstd, const void* inp, const void* w,
                                 const void* b) {
     if (g->shape.family->norm == NORM_RMS)
         rmsnorm_forward(be, g->dt, out, rstd, inp, w, g->rows, g->shape.C, shape_layer_sizes(&g->shape).norm_eps);
     else layernorm_forward(be, g->dt, out, mean, rstd, inp, w, b, g->rows, g->shape.C);
 }
 
-static void norm_kernel_backward(GPT* g, Backend* be, void* dinp, void* dw, void* db, const void* dout, const void* inp,
+static void norm_kernel_backward(Model* g, Backend* be, void* dinp, void* dw, void* db, const void* dout, const void* inp,
                                  const void* w, const float* mean, const float* rstd) {
     if (g->shape.family->norm == NORM_RMS) rmsnorm_backward(be, g->dt, dinp, dw, dout, inp, w, rstd, g->rows, g->shape.C);
     else layernorm_backward(be, g->dt, dinp, dw, db, dout, inp, w, mean, rstd, g->rows, g->shape.C);
 }
 
-void norm_forward(GPT* g, Backend* be, void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b) {
+void norm_forward(Model* g, Backend* be, void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b) {
     norm_kernel_forward(g, be, own_rows(g, out), mean, rstd, inp, w, b);
     if (g->sp) comm_allgather(g->tp, out, (size_t)g->rows * g->shape.C, g->dt);
 }
 
 // Under -sp each rank's weight and bias gradients cover its rows only: they are made in scratch (dbig, free
 // at every call site), summed over the tensor group, then added.
-void norm_backward(GPT* g, Backend* be, void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
+void norm_backward(Model* g, Backend* be, void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
                    const float* mean, const float* rstd) {
     DType dt = g->dt;
     size_t C = (size_t)g->shape.C;
@@ -93,7 +93,7 @@ void norm_backward(GPT* g, Backend* be, void* dinp, void* dw, void* db, const vo
 // The backward's steps, each written once for the three modes (block.h).
 
 void* grad_of_stream(BlockBackward* c, void* stashed) {
-    GPT* g = c->g;
+    Model* g = c->g;
     if (c->mode == BWD_WEIGHT) return stashed;
     void* all = gather_rows(g, c->be, g->acts.proj, g->acts.dresid);
     if (c->mode == BWD_FUSED) return all;
@@ -102,7 +102,7 @@ void* grad_of_stream(BlockBackward* c, void* stashed) {
 }
 
 void* grad_of_partials(BlockBackward* c, void* stashed) {
-    GPT* g = c->g;
+    Model* g = c->g;
     if (c->mode == BWD_WEIGHT) return stashed;
     void* sum = sum_partials(g, g->acts.dsmall);
     if (c->mode == BWD_FUSED) return sum;
@@ -126,7 +126,7 @@ void matmul_step(BlockBackward* c, void* dinp, const void* dout, const void* inp
 // With fewer kv heads than tensor ranks, the ranks holding copies of one kv head each backpropagate only their
 // own query heads through it: their gradients w.r.t. that head's k|v columns of q|k|v (N, OC) are summed in
 // place over the copies, through a packed (N, 2 D) scratch.
-static void sum_kv_copies(GPT* g, Backend* be, void* dqkv, int OC) {
+static void sum_kv_copies(Model* g, Backend* be, void* dqkv, int OC) {
     BlockDims d = block_dims(g);
     size_t e = dtype_size(g->dt), width = 2 * (size_t)d.D * e, pitch = (size_t)OC * e;
     char* kv = (char*)dqkv + (size_t)d.NH * d.D * e;   // after this rank's query heads
@@ -136,7 +136,7 @@ static void sum_kv_copies(GPT* g, Backend* be, void* dqkv, int OC) {
 }
 
 void qkv_matmul_step(BlockBackward* c, void* dinp, void* dqkv, const void* inp, const void* w, void* dw, void* db) {
-    GPT* g = c->g;
+    Model* g = c->g;
     BlockDims d = block_dims(g);
     int OC = (d.NH + 2 * d.KV) * d.D;
     if (!g->kv_copies) {
@@ -155,7 +155,7 @@ void qkv_matmul_step(BlockBackward* c, void* dinp, void* dqkv, const void* inp, 
 // gradient (into dsmall).
 void norm_step(BlockBackward* c, void* dinp, const void* dout, const void* inp, const void* w, const float* mean,
                const float* rstd, void* dw, void* db) {
-    GPT* g = c->g;
+    Model* g = c->g;
     size_t C = (size_t)g->shape.C;
     if (c->mode == BWD_FUSED) {
         norm_backward(g, c->be, dinp, dw, db, dout, inp, w, mean, rstd);

@@ -63,7 +63,7 @@ void pipeline_create(Pipeline* p, const Grid* grid, const PipelinePlan* plan) {
     p->grid = grid;
     schedule_build(plan->schedule, grid->pp, plan->micro, plan->chunks, grid->stage, &p->sched);
     p->stash = plan->stash[grid->stage];
-    for (int c = 0; c < plan->chunks; c++)   // what gpt_create sized
+    for (int c = 0; c < plan->chunks; c++)   // what model_create sized
         if (p->sched.peak_chunk[c] != plan->sets[grid->stage][c] || p->sched.peak_deferred != p->stash)
             fail("internal: stage %d chunk %d holds %d micro-batches and %d deferred W's at once, %d and %d planned",
                  grid->stage, c, p->sched.peak_chunk[c], p->sched.peak_deferred, plan->sets[grid->stage][c], p->stash);
@@ -95,27 +95,27 @@ static void finish_sends(const Pipeline* p) {
 }
 
 // Actions first .. end-1 of the list, all communication, as one exchange. A gradient to send leaves
-// dresid for a copy (gpt_grad_to_send), since the same exchange may receive the next one into dresid; the
+// dresid for a copy (model_grad_to_send), since the same exchange may receive the next one into dresid; the
 // copy waits for the previous exchange, whose sends may still read it (comm_exchange).
-static void exchange(Pipeline* p, GPT* chunks, Backend* be, int first, int end) {
+static void exchange(Pipeline* p, Model* chunks, Backend* be, int first, int end) {
     const StageSchedule* s = &p->sched;
     finish_sends(p);
     CommMessage msgs[MAX_EXCHANGE];
     int n = 0;
-    size_t bytes = gpt_boundary_bytes(&chunks[0]);   // the same for every chunk
+    size_t bytes = model_boundary_bytes(&chunks[0]);   // the same for every chunk
     for (int i = first; i < end; i++) {
         const Action* a = &s->actions[i];
-        GPT* g = &chunks[a->chunk];
+        Model* g = &chunks[a->chunk];
         int set = a->micro % g->num_sets;
         if (n == MAX_EXCHANGE) fail("internal: an exchange of more than %d messages", MAX_EXCHANGE);
         CommMessage* m = &msgs[n++];
         *m = (CommMessage){.send = a->kind == ACT_SEND_ACT || a->kind == ACT_SEND_GRAD, .bytes = bytes, .peer = a->peer,
                            .tag = tag_of(s, a)};
         switch (a->kind) {
-        case ACT_RECV_ACT: m->buf = gpt_stage_input(g, set); break;
-        case ACT_SEND_ACT: m->buf = gpt_stage_output(g, set); break;
-        case ACT_RECV_GRAD: m->buf = gpt_boundary_grad(g); break;
-        case ACT_SEND_GRAD: m->buf = gpt_grad_to_send(g, be); break;
+        case ACT_RECV_ACT: m->buf = model_stage_input(g, set); break;
+        case ACT_SEND_ACT: m->buf = model_stage_output(g, set); break;
+        case ACT_RECV_GRAD: m->buf = model_boundary_grad(g); break;
+        case ACT_SEND_GRAD: m->buf = model_grad_to_send(g, be); break;
         default: fail("internal: %s inside an exchange", schedule_action_name(a->kind));
         }
     }
@@ -123,41 +123,41 @@ static void exchange(Pipeline* p, GPT* chunks, Backend* be, int first, int end) 
 }
 
 // The losses the step's forwards queued: only the chunk with the head has any.
-static double take_losses(GPT* chunks, int num_chunks, Backend* be) {
+static double take_losses(Model* chunks, int num_chunks, Backend* be) {
     double loss = 0.0;
-    for (int c = 0; c < num_chunks; c++) loss += gpt_take_losses(&chunks[c], be);
+    for (int c = 0; c < num_chunks; c++) loss += model_take_losses(&chunks[c], be);
     return loss;
 }
 
-static void compute(Pipeline* p, GPT* chunks, Backend* be, const Action* a, DataLoader* data, int step, int* inputs,
+static void compute(Pipeline* p, Model* chunks, Backend* be, const Action* a, DataLoader* data, int step, int* inputs,
                     int* targets, float dloss, float* logits_dump, PhaseTimer* pt) {
-    GPT* g = &chunks[a->chunk];
+    Model* g = &chunks[a->chunk];
     int set = a->micro % g->num_sets;
     switch (a->kind) {
     case ACT_FORWARD:
-        if (gpt_has_encoder(g) || gpt_has_head(g))
+        if (model_has_encoder(g) || model_has_head(g))
             dataloader_batch(data, step, p->sched.num_micro, a->micro, inputs, targets);
         phase_mark(pt, be, PHASE_DATA);
-        gpt_forward(g, be, set, inputs, targets, dloss, a->micro == 0 ? logits_dump : NULL);
+        model_forward(g, be, set, inputs, targets, dloss, a->micro == 0 ? logits_dump : NULL);
         phase_mark(pt, be, PHASE_FORWARD);
         break;
     case ACT_BACKWARD:
-        gpt_backward(g, be, set);   // ZeRO-2/3 reduce-scatters and gathers happen in here
+        model_backward(g, be, set);   // ZeRO-2/3 reduce-scatters and gathers happen in here
         phase_mark(pt, be, PHASE_BACKWARD);
         break;
     case ACT_BACKWARD_INPUT:
-        gpt_backward_input(g, be, set, a->micro % p->stash);
+        model_backward_input(g, be, set, a->micro % p->stash);
         phase_mark(pt, be, PHASE_BACKWARD);
         break;
     case ACT_BACKWARD_WEIGHT:
-        gpt_backward_weight(g, be, set, a->micro % p->stash);   // and ZeRO-2/3's reduce-scatters
+        model_backward_weight(g, be, set, a->micro % p->stash);   // and ZeRO-2/3's reduce-scatters
         phase_mark(pt, be, PHASE_BACKWARD);
         break;
     default: fail("internal: %s is not compute", schedule_action_name(a->kind));
     }
 }
 
-double pipeline_train_step(Pipeline* p, GPT* chunks, Backend* be, DataLoader* data, int step, int* inputs, int* targets,
+double pipeline_train_step(Pipeline* p, Model* chunks, Backend* be, DataLoader* data, int step, int* inputs, int* targets,
                            float dloss, float* logits_dump, PhaseTimer* pt) {
     const StageSchedule* s = &p->sched;
     for (int i = 0; i < s->count;) {
@@ -181,32 +181,32 @@ double pipeline_train_step(Pipeline* p, GPT* chunks, Backend* be, DataLoader* da
 // 0's chunk c + 1. Each message's tag is the virtual stage that sends it. A chunk's output goes out in the
 // same exchange as the next chunk's input comes in (the ring's last stage sends to stage 0 while stage 0
 // waits for it), so no send waits for a receive its peer has not reached.
-static void forward_through(Pipeline* p, GPT* chunks, Backend* be, const int* tokens, const int* targets) {
+static void forward_through(Pipeline* p, Model* chunks, Backend* be, const int* tokens, const int* targets) {
     const Grid* grid = p->grid;
     int P = grid->pp, V = p->sched.num_chunks, prev = (grid->stage + P - 1) % P, next = (grid->stage + 1) % P;
-    size_t bytes = gpt_boundary_bytes(&chunks[0]);
+    size_t bytes = model_boundary_bytes(&chunks[0]);
     CommMessage msgs[2];
     int n = 0;
     for (int c = 0; c < V; c++) {
-        GPT* g = &chunks[c];
+        Model* g = &chunks[c];
         int vs = c * P + grid->stage;
-        if (vs > 0) msgs[n++] = (CommMessage){.send = 0, .buf = gpt_stage_input(g, 0), .bytes = bytes, .peer = prev, .tag = vs - 1};
+        if (vs > 0) msgs[n++] = (CommMessage){.send = 0, .buf = model_stage_input(g, 0), .bytes = bytes, .peer = prev, .tag = vs - 1};
         if (n) comm_exchange(grid->pp_group, msgs, n);
-        gpt_forward(g, be, 0, tokens, targets, 0.0f, NULL);
+        model_forward(g, be, 0, tokens, targets, 0.0f, NULL);
         n = 0;
-        if (vs < P * V - 1) msgs[n++] = (CommMessage){.send = 1, .buf = gpt_stage_output(g, 0), .bytes = bytes, .peer = next, .tag = vs};
+        if (vs < P * V - 1) msgs[n++] = (CommMessage){.send = 1, .buf = model_stage_output(g, 0), .bytes = bytes, .peer = next, .tag = vs};
     }
     if (n) comm_exchange(grid->pp_group, msgs, n);
     finish_sends(p);
 }
 
-double pipeline_forward(Pipeline* p, GPT* chunks, Backend* be, const int* tokens, const int* targets) {
+double pipeline_forward(Pipeline* p, Model* chunks, Backend* be, const int* tokens, const int* targets) {
     forward_through(p, chunks, be, tokens, targets);
     return take_losses(chunks, p->sched.num_chunks, be);
 }
 
-int pipeline_forward_token_losses(Pipeline* p, GPT* chunks, Backend* be, const int* tokens, const int* targets, float* losses) {
+int pipeline_forward_token_losses(Pipeline* p, Model* chunks, Backend* be, const int* tokens, const int* targets, float* losses) {
     forward_through(p, chunks, be, tokens, targets);
-    GPT* head = pipeline_head_chunk(p, chunks);
-    return gpt_has_head(head) && gpt_take_token_losses(head, be, losses, 1) == 1;
+    Model* head = pipeline_head_chunk(p, chunks);
+    return model_has_head(head) && model_take_token_losses(head, be, losses, 1) == 1;
 }

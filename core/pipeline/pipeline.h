@@ -1,6 +1,6 @@
 // pipeline.h: the pipeline executor. Walks this stage's action list (schedule.h: 1f1b, interleaved or zb)
-// for one training step: forwards and backwards through the stage's blocks (gpt.h; with interleaving, one
-// GPT per model chunk), activations sent to the next stage and gradients to the previous one over the
+// for one training step: forwards and backwards through the stage's blocks (walk.h; with interleaving, one
+// Model per model chunk), activations sent to the next stage and gradients to the previous one over the
 // grid's pp group (grid.h). Without a pipeline (one stage) the 1F1B list is F0 B0 F1 B1 ..., so the same
 // code runs gradient accumulation on a single rank.
 //
@@ -11,13 +11,13 @@
 // zb's deferred weight gradients use stash slot i % D, D = peak_deferred, by the same argument.
 #pragma once
 #include "core/data/dataloader.h"
-#include "core/model/gpt.h"
+#include "core/model/walk.h"
 #include "core/comm/grid.h"
 #include "core/util/phase_timer.h"
 #include "core/pipeline/schedule.h"
 
 // The pipeline's shape, decided once at set-up from the flags and used by everything that depends on it:
-// the stage layouts, the activation sets gpt_create allocates, the schedule's check, --estimate and the
+// the stage layouts, the activation sets model_create allocates, the schedule's check, --estimate and the
 // start-up line. One stage (no -pp) is the same plan with P = 1.
 typedef struct {
     int stages;                  // P
@@ -58,19 +58,19 @@ void pipeline_create(Pipeline* p, const Grid* grid, const PipelinePlan* plan);
 void pipeline_destroy(Pipeline* p);
 
 // One step's forwards and backwards over `ga` micro-batches of step `step` (gradients accumulate through
-// zero.h; reducing them is the caller's). `chunks`: one GPT per model chunk of this stage (layout_chunk_view
+// zero.h; reducing them is the caller's). `chunks`: one Model per model chunk of this stage (layout_chunk_view
 // of the stage's layout; one without interleaving). Returns the sum of the token losses on the stage with
-// the head, 0 elsewhere; the losses are read once, at the end (gpt_take_losses). inputs/targets: host
-// scratch of B*T ints. logits_dump: see gpt_forward (micro-batch 0). pt: on breakdown steps, each action's
+// the head, 0 elsewhere; the losses are read once, at the end (model_take_losses). inputs/targets: host
+// scratch of B*T ints. logits_dump: see model_forward (micro-batch 0). pt: on breakdown steps, each action's
 // time goes to data, forward, backward or pipeline_wait (blocked in an exchange: the bubble as this stage
 // saw it, plus any imbalance between stages); zb's W's count as backward.
-double pipeline_train_step(Pipeline* p, GPT* chunks, Backend* be, DataLoader* data, int step, int* inputs, int* targets,
+double pipeline_train_step(Pipeline* p, Model* chunks, Backend* be, DataLoader* data, int step, int* inputs, int* targets,
                            float dloss, float* logits_dump, PhaseTimer* pt);
 // A forward through every (virtual) stage without backward (validation, sampling): the first stage embeds
 // tokens, the last one computes logits and, with targets, returns the sum of token losses (0 elsewhere).
-double pipeline_forward(Pipeline* p, GPT* chunks, Backend* be, const int* tokens, const int* targets);
+double pipeline_forward(Pipeline* p, Model* chunks, Backend* be, const int* tokens, const int* targets);
 // The same forward, keeping each token's loss (the scores of a multiple-choice evaluation): on the stage
 // with the head, losses (B*T floats, row order) receives them and 1 is returned; elsewhere 0.
-int pipeline_forward_token_losses(Pipeline* p, GPT* chunks, Backend* be, const int* tokens, const int* targets, float* losses);
+int pipeline_forward_token_losses(Pipeline* p, Model* chunks, Backend* be, const int* tokens, const int* targets, float* losses);
 // The chunk that holds the LM head on the last stage (its logits after pipeline_forward).
-static inline GPT* pipeline_head_chunk(const Pipeline* p, GPT* chunks) { return &chunks[p->sched.num_chunks - 1]; }
+static inline Model* pipeline_head_chunk(const Pipeline* p, Model* chunks) { return &chunks[p->sched.num_chunks - 1]; }

@@ -5,7 +5,7 @@
 
 #include "base/common.h"
 #include "core/util/fs.h"
-#include "core/model/gpt.h"
+#include "core/model/walk.h"
 #include "core/pipeline/pipeline.h"
 #include "core/models/catalog.h"
 
@@ -18,7 +18,7 @@ void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const P
     ParamLayout* chunk = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     for (int c = 0; c < lay->num_chunks; c++) {
         layout_chunk_view(lay, c, chunk);
-        out->bytes[MEM_ACTIVATIONS] += gpt_activation_bytes(chunk, cfg->precision, cfg->B, cfg->T, recompute,
+        out->bytes[MEM_ACTIVATIONS] += model_activation_bytes(chunk, cfg->precision, cfg->B, cfg->T, recompute,
                                                             plan->sets[stage][c], plan->stash[stage], cfg->sequence_parallel);
     }
     free(chunk);

@@ -1,4 +1,4 @@
-// estimate.h: --estimate, the memory plan. It runs the trainer's own allocation code (zero.c, gpt.c) in
+// estimate.h: --estimate, the memory plan. It runs the trainer's own allocation code (zero.c, walk.c) in
 // counting mode (mem_alloc with no backend), so the plan is what a run allocates, not a second formula.
 #pragma once
 #include "core/run/config.h"

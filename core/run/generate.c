@@ -33,11 +33,11 @@ static void keep_top_k(double* w, const float* p, int V, int k) {
 
 // A token drawn from row `row` of the head chunk's logits: softmax(logits / temperature) over the top k, one
 // uniform draw (none at temperature 0).
-static int sample_row(GPT* head, Backend* be, int row, Rng* rng, Sampling how) {
+static int sample_row(Model* head, Backend* be, int row, Rng* rng, Sampling how) {
     const ModelShape* s = &head->shape;
     float* p = (float*)xmalloc((size_t)s->V * sizeof(float));
     double* w = (double*)xmalloc((size_t)s->V * sizeof(double));
-    gpt_logits_to_host(head, be, row, 1, p);   // collective over the tensor group
+    model_logits_to_host(head, be, row, 1, p);   // collective over the tensor group
     int best = 0;
     for (int v = 1; v < s->V; v++) best = p[v] > p[best] ? v : best;
     int token = best;
@@ -67,7 +67,7 @@ static int sample_row(GPT* head, Backend* be, int row, Rng* rng, Sampling how) {
 // (that token is kept).
 static int generate_tokens(const Generator* g, int* text, int n, int count, int pad, Rng* rng, FILE* out, int stream) {
     int T = g->T, N = g->B * T;
-    GPT* head = pipeline_head_chunk(g->pipe, g->chunks);
+    Model* head = pipeline_head_chunk(g->pipe, g->chunks);
     for (int len = n; len < n + count; len++) {
         int start = len > T ? len - T : 0, window = len - start;
         for (int i = 0; i < N; i++) g->inputs[i] = i < window ? text[start + i] : pad;
@@ -75,7 +75,7 @@ static int generate_tokens(const Generator* g, int* text, int n, int count, int 
         pipeline_forward(g->pipe, g->chunks, g->be, g->inputs, NULL);
         // The last stage has the logits; the max over the world hands its token, and any rank's stop flag, to
         // every rank.
-        long long shared[2] = {gpt_has_head(head) ? sample_row(head, g->be, window - 1, rng, g->how) : -1, g->stop_seen()};
+        long long shared[2] = {model_has_head(head) ? sample_row(head, g->be, window - 1, rng, g->how) : -1, g->stop_seen()};
         comm_allreduce_host_max_i64(g->world, shared, 2);
         text[len] = (int)shared[0];
         if (out) {

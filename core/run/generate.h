@@ -11,7 +11,7 @@
 #include <stdio.h>
 
 #include "core/comm/comm.h"
-#include "core/model/gpt.h"
+#include "core/model/walk.h"
 #include "core/pipeline/pipeline.h"
 #include "core/tokenizer/decode.h"
 
@@ -24,7 +24,7 @@ typedef struct {
 // What the loop runs on, lent by the trainer for one call.
 typedef struct {
     Pipeline* pipe;
-    GPT* chunks;                  // this stage's model chunks, as pipeline_forward takes them
+    Model* chunks;                  // this stage's model chunks, as pipeline_forward takes them
     Backend* be;
     Comm* world;                  // every rank: the token's all-reduce
     int* inputs;                  // (B*T) host ids, overwritten: each forward's input

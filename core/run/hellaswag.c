@@ -87,7 +87,7 @@ int hellaswag_evaluate(const EvalRunner* r, const EvalFile* ef, EvalScore* score
     Share s = share_of(ef->count, g);
     int forwards = (int)(((long long)EVAL_ENDINGS * s.per + r->B - 1) / r->B);
     // The losses are whole on every rank of the head's tensor group: its rank 0 tallies them.
-    int tally = gpt_has_head(pipeline_head_chunk(r->pipe, r->chunks)) && g->tp_rank == 0;
+    int tally = model_has_head(pipeline_head_chunk(r->pipe, r->chunks)) && g->tp_rank == 0;
     double* mean = (double*)xmalloc((size_t)EVAL_ENDINGS * s.per * sizeof(double));   // per >= 1: hellaswag_open refused a file without an example that fits
     float* losses = (float*)xmalloc((size_t)r->B * r->T * sizeof(float));
     int stopped = 0;

@@ -14,13 +14,13 @@
 #pragma once
 #include "core/comm/grid.h"
 #include "core/data/eval_file.h"
-#include "core/model/gpt.h"
+#include "core/model/walk.h"
 #include "core/pipeline/pipeline.h"
 
 // What the evaluation runs on, lent by the trainer for one call.
 typedef struct {
     Pipeline* pipe;
-    GPT* chunks;                  // this stage's model chunks, as pipeline_forward takes them
+    Model* chunks;                  // this stage's model chunks, as pipeline_forward takes them
     Backend* be;
     const Grid* grid;             // its world carries the counts and the stop flag
     int* inputs;                  // (B*T) host ints, overwritten

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "core/model/gpt.h"
+#include "core/model/walk.h"
 #include "core/pipeline/schedule.h"
 
 const char* json_number(char* buf, size_t size, double x) {
@@ -49,7 +49,7 @@ static long long* gather_counts(Comm* world, const long long* mine, int n) {
     return all;
 }
 
-void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config* cfg, const GPT* chunks, int num_chunks,
+void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config* cfg, const Model* chunks, int num_chunks,
                    int first_step) {
     int rank = comm_rank(world), ranks = comm_size(world);
     long long mine[NUM_MEM_CATEGORIES];
@@ -74,8 +74,8 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
         printf(" MiB\n");
         size_t keep_all = 0;
         for (int c = 0; c < num_chunks; c++) {
-            const GPT* g = &chunks[c];
-            keep_all += gpt_activation_bytes(g->layout, cfg->precision, cfg->B, cfg->T, 0, g->num_sets, g->num_stash, g->sp);
+            const Model* g = &chunks[c];
+            keep_all += model_activation_bytes(g->layout, cfg->precision, cfg->B, cfg->T, 0, g->num_sets, g->num_stash, g->sp);
         }
         size_t saved = keep_all - mem->bytes[MEM_ACTIVATIONS];
         if (cfg->recompute > 0) printf("recompute -r %d saves %.1f MiB of activations per rank (-r 0 would need %.1f MiB)\n",

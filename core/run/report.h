@@ -4,7 +4,7 @@
 #pragma once
 #include "core/comm/comm.h"
 #include "core/run/config.h"
-#include "core/model/gpt.h"
+#include "core/model/walk.h"
 #include "core/comm/grid.h"
 #include "core/util/logger.h"
 #include "core/model/memory.h"
@@ -18,7 +18,7 @@ const char* json_number(char* buf, size_t size, double x);
 // The flat buffer's units (padded elements each), so memory and traffic can be checked against the layout.
 void report_layout(Logger* log, const ParamLayout* lay, const Config* cfg, int ranks, int first_step);
 // Each rank's bytes per category, and what recompute saves against -r 0.
-void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config* cfg, const GPT* chunks, int num_chunks,
+void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config* cfg, const Model* chunks, int num_chunks,
                    int first_step);
 // Bytes each rank sent per collective (over all its groups) since the last call; then the counters reset.
 void report_comm(Logger* log, const Grid* g, int step);

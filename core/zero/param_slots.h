@@ -8,7 +8,7 @@
 // Prefetch: when the walk asks for block l, the gather of the block it will ask for next starts into the
 // other slot, so it runs while l computes: l+1 walking forward, l-1 backward. The direction comes from the
 // order of the requests (l after l-1: forward, after l+1: backward); a request after neither begins a walk,
-// which starts at an end of this layout's blocks and goes inward. gpt.c's walks (and a 1F1B stage's)
+// which starts at an end of this layout's blocks and goes inward. walk.c's walks (and a 1F1B stage's)
 // always cover all the blocks, so every prefetched block is asked for, the bytes moved are those of the
 // unprefetched walk (tests/tools/zero_check.py), and no hint from the walk is needed. A prefetch nobody asks for
 // would cost a gather, not correctness: it is dropped when its slot is needed and when the parameters change.

@@ -220,7 +220,7 @@ if command -v mpirun >/dev/null 2>&1 && ldd "$GPU" | grep -q libmpi; then
     else
         record pipeline_zb_bits_equal_1f1b FAIL "-ps zb differs from -ps 1f1b on the same layout"
     fi
-    # -ps interleaved: 2 ranks x 2 model chunks each (one GPT per chunk), against one rank.
+    # -ps interleaved: 2 ranks x 2 model chunks each (one Model per chunk), against one rank.
     mpirun --oversubscribe --bind-to none -np 2 $GPU "${flags[@]}" -pp 2 -ps interleaved -vp 2 -ga 4 -z 2 -p fp32 -comm mpi \
         -o "$W/il" > "$W/il.txt" 2>&1 || record pipeline_interleaved_run FAIL "$(grep -m1 error "$W/il.txt")"
     check pipeline_interleaved_vs_single log il "$W/il/log.jsonl" "$W/ga4/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm

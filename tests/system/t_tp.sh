@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# -tp N: tensor parallelism (Megatron's column- then row-parallel pairs in every block; core/model/gpt.c,
+# -tp N: tensor parallelism (Megatron's column- then row-parallel pairs in every block; core/model/walk.c,
 # core/model/model.c). Against the one-rank run of the same global batch, from the same model file:
 #   - losses and gradient norms within 1e-5 at every step, and the final parameters within 1e-5 per tensor
 #     (the key bias, whose exact gradient is 0, only within the LRs' sum: compare.py --kbias-bound);

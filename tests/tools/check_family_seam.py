@@ -5,7 +5,7 @@
     live in its FamilyParams block, which only its folder reads.
   - The Width enum (core/model/block.h) lists only the walk's widths; a family numbers its own from
     W_FAMILY.
-  - The walk (core/model/gpt.c) reads nothing of a ModelFamily but its block: the kinds it embeds and
+  - The walk (core/model/walk.c) reads nothing of a ModelFamily but its block: the kinds it embeds and
     projects with are the ends' (core/model/ends.c, or the family's own hooks).
   - No file outside core/models/ includes a family's folder (only the catalog), so no generic code can
     name a family's parameters: with the first check, the compiler enforces the seam.
@@ -82,10 +82,10 @@ def check(root):
     results.append(("seam_width_enum_walk_only",
                     "the Width enum (with W_1) not found in core/model/block.h" if widths is None else
                     extra and "the generic Width enum lists a family's widths: " + ", ".join(extra)))
-    walk = strip_comments(read(root, "core/model/gpt.c"))
+    walk = strip_comments(read(root, "core/model/walk.c"))
     used = sorted(set(re.findall(r"\b(?:family|fam)\s*->\s*(\w+)", walk)) - WALK_FAMILY_MEMBERS)
     results.append(("seam_walk_reads_only_the_block",
-                    used and "core/model/gpt.c reads ModelFamily fields: " + ", ".join(used)))
+                    used and "core/model/walk.c reads ModelFamily fields: " + ", ".join(used)))
     leaks = ["%s includes %s" % (src, inc) for src in generic_sources(root)
              for inc in INCLUDE.findall(read(root, src))
              if inc.startswith("core/models/") and inc != "core/models/catalog.h"]
@@ -112,14 +112,14 @@ def self_test():
             shutil.copytree(os.path.join(src_root, d), os.path.join(scratch, d))
         plant(scratch, "core/model/family.h", "    int tied;", "    int tied;\n    int KV, D;")
         plant(scratch, "core/model/block.h", "W_VSTAT,", "W_VSTAT, W_QKVA,")
-        plant(scratch, "core/model/gpt.c", "static int head_unit(", "static int wte_kind(const GPT* g) { return g->shape.family->wte; }\nstatic int head_unit(")
+        plant(scratch, "core/model/walk.c", "static int head_unit(", "static int wte_kind(const Model* g) { return g->shape.family->wte; }\nstatic int head_unit(")
         plant(scratch, "core/run/report.c", "#include", '#include "core/models/llama/llama.h"\n#include')
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             check(scratch)
         want = ["seam_model_shape_common_fields: ModelShape holds a family's fields (belong in its FamilyParams): D, KV",
                 "seam_width_enum_walk_only: the generic Width enum lists a family's widths: W_QKVA",
-                "seam_walk_reads_only_the_block: core/model/gpt.c reads ModelFamily fields: wte",
+                "seam_walk_reads_only_the_block: core/model/walk.c reads ModelFamily fields: wte",
                 "seam_family_folders_private: core/run/report.c includes core/models/llama/llama.h"]
         missed = [w for w in want if "FAIL " + w not in out.getvalue().splitlines()]
         print("ok seam_checker_finds_planted_leaks" if not missed else

@@ -6,7 +6,7 @@ or sideways (the same layer), never up. Layers, bottom to top:
    1 kernels/           the backend contract (kernels.h, dtype.h) and each layer's CPU twin and CUDA kernels
    2 core/util/         files, JSON, phase timing, threads, randomness, the log
    3 core/comm/         the collectives (MPI, NCCL, one rank) and the rank grid
-   4 core/model/        shapes and the parameter layout, activation memory, batch I/O, the walk (gpt.c)
+   4 core/model/        shapes and the parameter layout, activation memory, batch I/O, the walk (walk.c)
    5 core/data/         token shards                         } one layer: none includes another
      core/tokenizer/    BPE encoding and llm.c's decoding file }
      core/models/       the model families (one folder each) and their catalog }
@@ -108,7 +108,7 @@ def self_test():
             shutil.copytree(os.path.join(root, d), os.path.join(scratch, d))
         for f in ("zero.h", "zero.c", "train_gpt.cu"):
             shutil.copy(os.path.join(root, f), scratch)
-        plants = [("kernels/planted.h", "core/model/gpt.h"), ("core/comm/planted.h", "core/zero/optimizer.h"),
+        plants = [("kernels/planted.h", "core/model/walk.h"), ("core/comm/planted.h", "core/zero/optimizer.h"),
                   ("core/data/planted.h", "core/pipeline/schedule.h")]
         for src, dst in plants:
             with open(os.path.join(scratch, src), "w") as f:

@@ -46,7 +46,7 @@ typedef struct {
     void *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 } Params;
 
-static Params params_in(const GPT* g, void* base, int layer) {
+static Params params_in(const Model* g, void* base, int layer) {
 #define T(kind) unit_tensor(g->layout, base, kind, layer, g->dt)
     Params p = {T(GPT2_LN1W), T(GPT2_LN1B), T(GPT2_QKVW), T(GPT2_QKVB), T(GPT2_ATTPROJW), T(GPT2_ATTPROJB),
                 T(GPT2_LN2W), T(GPT2_LN2B), T(GPT2_FCW), T(GPT2_FCB), T(GPT2_FCPROJW), T(GPT2_FCPROJB)};
@@ -60,7 +60,7 @@ typedef struct {
     float *ln1_mean, *ln1_rstd, *att_lse, *ln2_mean, *ln2_rstd;
 } Acts;
 
-static Acts acts_of(GPT* g, int l) {
+static Acts acts_of(Model* g, int l) {
 #define A(i) block_buffer(g, i, l)
     Acts v = {residual_at(g, l), A(LN1), A(QKV), A(ATTY), A(RESID2), A(LN2), A(FCH), A(FCH_GELU), residual_at(g, l + 1),
               A(LN1_MEAN), A(LN1_RSTD), A(ATT_LSE), A(LN2_MEAN), A(LN2_RSTD)};
@@ -70,7 +70,7 @@ static Acts acts_of(GPT* g, int l) {
 
 // A recomputation (the whole-block level) stops before the MLP's output projection: the backward needs
 // everything up to fch_gelu, and the block's output is already in place.
-static void forward(GPT* g, Backend* be, const BlockRef* b, int recomputing) {
+static void forward(Model* g, Backend* be, const BlockRef* b, int recomputing) {
     DType dt = g->dt;
     BlockDims d = block_dims(g);
     size_t RC = (size_t)d.R * d.C;
@@ -91,7 +91,7 @@ static void forward(GPT* g, Backend* be, const BlockRef* b, int recomputing) {
 
 // -r 1 refills the GELU, -r 2 also attention and the LayerNorms. On the GPU cuBLASLt's fused GELU epilogue
 // rounds differently from the separate GELU kernel, so only the CPU backend promises the forward's bits there.
-static void recompute(GPT* g, Backend* be, const BlockRef* b) {
+static void recompute(Model* g, Backend* be, const BlockRef* b) {
     DType dt = g->dt;
     BlockDims d = block_dims(g);
     Params p = params_in(g, b->params, b->layer);
@@ -106,7 +106,7 @@ static void recompute(GPT* g, Backend* be, const BlockRef* b) {
 
 // dsmall and dbig carry the gradients between the steps.
 static void backward(BlockBackward* c, const BlockRef* b) {
-    GPT* g = c->g;
+    Model* g = c->g;
     Activations* a = &g->acts;
     void** s = c->stash.field;
     BlockDims d = block_dims(g);
@@ -139,11 +139,11 @@ const BlockOps GPT2_BLOCK = {
 };
 
 // Token and learned position embeddings (wte and wpe), added.
-static void embed(GPT* g, Backend* be, void* params) {
+static void embed(Model* g, Backend* be, void* params) {
     embed_step(g, be, unit_tensor(g->layout, params, GPT2_WTE, -1, g->dt), unit_tensor(g->layout, params, GPT2_WPE, -1, g->dt));
 }
 
-static void embed_backward(GPT* g, Backend* be, void* grads, const void* dout) {
+static void embed_backward(Model* g, Backend* be, void* grads, const void* dout) {
     embed_backward_step(g, be, unit_tensor(g->layout, grads, GPT2_WTE, -1, g->dt), unit_tensor(g->layout, grads, GPT2_WPE, -1, g->dt),
                         dout);
 }

@@ -84,7 +84,7 @@ typedef struct {
 
 // wkv joins wq and bkv joins bq (llama.h), so wq's pointer is the whole q|k|v matrix's, bq's its bias's
 // (NULL without biases).
-static Params params_in(const GPT* g, void* base, int layer) {
+static Params params_in(const Model* g, void* base, int layer) {
 #define T(kind) unit_tensor(g->layout, base, kind, layer, g->dt)
     Params p = {T(LLAMA_ATTN_NORM), T(LLAMA_WQ), T(LLAMA_BQ), T(LLAMA_Q_NORM), T(LLAMA_K_NORM),
                 T(LLAMA_WO), T(LLAMA_MLP_NORM), T(LLAMA_GATE_UP), T(LLAMA_DOWN)};
@@ -97,7 +97,7 @@ typedef struct {
     float *rstd1, *qk_rstd, *lse, *rstd2;
 } Acts;
 
-static Acts acts_of(GPT* g, int l) {
+static Acts acts_of(Model* g, int l) {
 #define A(i) block_buffer(g, i, l)
     Acts v = {residual_at(g, l), A(NORM1), A(QKV_RAW), A(QKV), A(ATTY), A(RESID2), A(NORM2), A(GU), A(ACT),
               residual_at(g, l + 1), A(RSTD1), A(QK_RSTD), A(LSE), A(RSTD2)};
@@ -105,17 +105,17 @@ static Acts acts_of(GPT* g, int l) {
     return v;
 }
 
-static int has_qk_norm(const GPT* g) { return llama_params(&g->shape).qk_norm; }
+static int has_qk_norm(const Model* g) { return llama_params(&g->shape).qk_norm; }
 
 // q|k|v as attention reads them, from the matmul's output (qkv_raw with q/k norms, qkv itself without).
-static void prepare_qkv(GPT* g, Backend* be, Params p, Acts v) {
+static void prepare_qkv(Model* g, Backend* be, Params p, Acts v) {
     BlockDims d = block_dims(g);
     LlamaParams lp = llama_params(&g->shape);
     if (lp.qk_norm) qk_norm_forward(be, g->dt, v.qkv, v.qk_rstd, v.qkv_raw, p.q_norm, p.k_norm, d.N, d.NH, d.KV, d.D, lp.eps);
     rope_forward(be, g->dt, v.qkv, v.qkv, g->constants, d.B, d.T, d.NH, d.KV, d.D);
 }
 
-static void forward(GPT* g, Backend* be, const BlockRef* b, int recomputing) {
+static void forward(Model* g, Backend* be, const BlockRef* b, int recomputing) {
     DType dt = g->dt;
     BlockDims d = block_dims(g);
     size_t RC = (size_t)d.R * d.C;
@@ -139,7 +139,7 @@ static void forward(GPT* g, Backend* be, const BlockRef* b, int recomputing) {
 
 // -r 1 refills the SwiGLU, -r 2 also attention and the two RMSNorms (-r 3's forward also redoes q|k|v, their
 // norms and rotation).
-static void recompute(GPT* g, Backend* be, const BlockRef* b) {
+static void recompute(Model* g, Backend* be, const BlockRef* b) {
     BlockDims d = block_dims(g);
     Params p = params_in(g, b->params, b->layer);
     Acts v = acts_of(g, b->index);
@@ -169,7 +169,7 @@ static void rope_step(BlockBackward* c, void* dqkv) {
 // drops them; W drops the input gradient (into the dqkv_raw scratch).
 static void qk_norm_step(BlockBackward* c, void* dinp, const void* dout, const void* inp, Params p, Params dp,
                          const float* rstd) {
-    GPT* g = c->g;
+    Model* g = c->g;
     BlockDims d = block_dims(g);
     DType dt = g->dt;
     size_t D = (size_t)d.D;
@@ -185,7 +185,7 @@ static void qk_norm_step(BlockBackward* c, void* dinp, const void* dout, const v
 
 // dbig carries d(gate|up) and then d(q|k|v); the scratch buffers the gradients between the other steps.
 static void backward(BlockBackward* c, const BlockRef* b) {
-    GPT* g = c->g;
+    Model* g = c->g;
     Activations* a = &g->acts;
     void** s = c->stash.field;
     BlockDims d = block_dims(g);

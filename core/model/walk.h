@@ -1,4 +1,4 @@
-// gpt.h: a model of any family (family.h) on a backend: its parameter buffers, activations, and the
+// walk.h: a model of any family (family.h) on a backend: its parameter buffers, activations, and the
 // forward/backward walk over units. The embedding, the LM head and the loss are the family's or the
 // defaults (block.h: EndOps, in ends.c); each block is its family's (block.h). Everything is expressed in
 // kernels.h calls, so it is the same on the CPU and the GPU.
@@ -64,63 +64,63 @@ typedef struct {
     int num_stash;       // zb's deferred weight gradients at once (0 without zb)
     WeightGradStash* stash;   // [num_stash]
     BatchIO io;          // tokens and targets up, losses down, without stopping the main stream
-} GPT;
+} Model;
 
 // What the stage runs (the whole model without a pipeline): the embedding lookup, the LM head and loss.
-static inline int gpt_has_encoder(const GPT* g) { return g->layout->emb_unit >= 0 && !g->layout->emb_mirror; }
-static inline int gpt_has_head(const GPT* g) { return g->layout->final_unit >= 0; }
+static inline int model_has_encoder(const Model* g) { return g->layout->emb_unit >= 0 && !g->layout->emb_mirror; }
+static inline int model_has_head(const Model* g) { return g->layout->final_unit >= 0; }
 
 // Allocates num_sets activation sets and num_stash weight-gradient stash slots for micro-batches of B x T
 // over the layout's blocks; parameters and gradients come from `store`. The LM head's buffers (logits) are
 // one, shared by the sets: the schedule runs each of that stage's backwards before its next forward.
 // micro: the micro-batches of a step, whose losses wait in page-locked slots until the step reads them.
-void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, Comm* kv_copies, int sp,
+void model_create(Model* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, Comm* kv_copies, int sp,
                 DType dt, int B, int T, int recompute, int num_sets, int num_stash, int micro);
-void gpt_destroy(GPT* g, Backend* be);
-// Activation bytes gpt_create allocates (for the memory plan).
-size_t gpt_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, int recompute, int num_sets, int num_stash,
+void model_destroy(Model* g, Backend* be);
+// Activation bytes model_create allocates (for the memory plan).
+size_t model_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, int recompute, int num_sets, int num_stash,
                             int sp);
 
 // Forward of one micro-batch of B x T tokens into activation set `set`. The first stage embeds `tokens`
-// (host ints, free again on return); a later stage starts from gpt_stage_input(g, set), which the caller
+// (host ints, free again on return); a later stage starts from model_stage_input(g, set), which the caller
 // has filled. The stage with the head, given targets, leaves per-token losses in acts.losses and queues
-// their download (gpt_take_losses); if dloss != 0 the logits are replaced by dlogits scaled by dloss, ready
-// for gpt_backward. Without targets: logits only. logits_dump (host, N x V floats) receives the logits
+// their download (model_take_losses); if dloss != 0 the logits are replaced by dlogits scaled by dloss, ready
+// for model_backward. Without targets: logits only. logits_dump (host, N x V floats) receives the logits
 // before the loss when not NULL. The host waits for the device only for logits_dump and when an upload
 // slot comes round again (batch_io.h: for the upload issued four before, so a stage with the embeddings
 // and the head, two uploads per forward, queues at most about two micro-batches ahead of the device).
-void gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* targets, float dloss, float* logits_dump);
+void model_forward(Model* g, Backend* be, int set, const int* tokens, const int* targets, float dloss, float* logits_dump);
 // The sum of the token losses of every forward with targets since the last call, each micro-batch's in row
 // order, then in the order of the forwards (0 on a stage without the head). Waits for their downloads.
-double gpt_take_losses(GPT* g, Backend* be);
+double model_take_losses(Model* g, Backend* be);
 // The same forwards' per-token losses, B*T floats each in row order, into out (room for `room` of them);
 // returns how many forwards had targets (0 on a stage without the head).
-int gpt_take_token_losses(GPT* g, Backend* be, float* out, int room);
+int model_take_token_losses(Model* g, Backend* be, float* out, int room);
 // Backward of set `set`'s forward (which had dloss != 0); parameter gradients accumulate. The stage with
-// the head starts from its dlogits; a stage without it from gpt_boundary_grad, which the caller has filled
-// with d(output). Afterwards a stage without the encoder leaves d(input) in gpt_boundary_grad.
-void gpt_backward(GPT* g, Backend* be, int set);
-// zb's halves of gpt_backward (same inputs, same outputs, same bits): B computes the input gradients
-// (everything gpt_backward does but the blocks' weight gradients) and leaves what those need in stash slot
+// the head starts from its dlogits; a stage without it from model_boundary_grad, which the caller has filled
+// with d(output). Afterwards a stage without the encoder leaves d(input) in model_boundary_grad.
+void model_backward(Model* g, Backend* be, int set);
+// zb's halves of model_backward (same inputs, same outputs, same bits): B computes the input gradients
+// (everything model_backward does but the blocks' weight gradients) and leaves what those need in stash slot
 // `slot`; W, later, computes the blocks' weight gradients from that slot and set `set`, which must still
 // hold the micro-batch's activations, and hands each block's gradients to the store (ZeRO's reductions).
 // The head's and the embeddings' gradients are B's: they are small, or on the stage that runs W at once.
-void gpt_backward_input(GPT* g, Backend* be, int set, int slot);
-void gpt_backward_weight(GPT* g, Backend* be, int set, int slot);
+void model_backward_input(Model* g, Backend* be, int set, int slot);
+void model_backward_weight(Model* g, Backend* be, int set, int slot);
 
 // Rows [first, first + rows) of the last forward's logits, their V real columns, into out (host, rows x V
 // floats). Under -tp each rank holds Vp/tp columns, so every rank of the tensor group calls it and gets the
 // whole rows (summed on the host, where none of the step's traffic is counted).
-void gpt_logits_to_host(GPT* g, Backend* be, int first, int rows, float* out);
+void model_logits_to_host(Model* g, Backend* be, int first, int rows, float* out);
 
 // The tensors that cross a stage boundary, (B,T,C) of type dt each (this rank's rows of them with -sp): the
 // first block's input and the last block's output of a set, and the gradient of either (one buffer: the
 // residual stream's gradient).
-void* gpt_stage_input(GPT* g, int set);
-void* gpt_stage_output(GPT* g, int set);
-void* gpt_boundary_grad(GPT* g);
-size_t gpt_boundary_bytes(const GPT* g);
-// d(input) to send upstream, copied out of gpt_boundary_grad into a buffer of its own (dinput_out), so that
-// the next gradient can arrive in gpt_boundary_grad while this one travels (one exchange may hold both, and
+void* model_stage_input(Model* g, int set);
+void* model_stage_output(Model* g, int set);
+void* model_boundary_grad(Model* g);
+size_t model_boundary_bytes(const Model* g);
+// d(input) to send upstream, copied out of model_boundary_grad into a buffer of its own (dinput_out), so that
+// the next gradient can arrive in model_boundary_grad while this one travels (one exchange may hold both, and
 // a send completes in the background: comm_exchange). Valid until the next call.
-void* gpt_grad_to_send(GPT* g, Backend* be);
+void* model_grad_to_send(Model* g, Backend* be);

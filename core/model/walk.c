@@ -1,5 +1,5 @@
-// gpt.c: the forward and backward walk over units, for any family. See gpt.h; a family's block is block.h's.
-#include "core/model/gpt.h"
+// walk.c: the forward and backward walk over units, for any family. See walk.h; a family's block is block.h's.
+#include "core/model/walk.h"
 
 #include <stddef.h>
 
@@ -133,7 +133,7 @@ static void check_buffer_tables(const BlockOps* ops) {
     for (size_t i = 0; i < NUM_WALK_BUFFERS; i++) {
         size_t f = WALK_BUFFERS[i].field / sizeof(void*);
         if (WALK_BUFFERS[i].field % sizeof(void*) || f >= NUM_WALK_BUFFERS || seen[f]++)
-            fail("internal: gpt.c's WALK_BUFFERS table names Activations field %zu twice or not at all", f);
+            fail("internal: walk.c's WALK_BUFFERS table names Activations field %zu twice or not at all", f);
     }
     if (ops->num_buffers > MAX_BLOCK_BUFFERS || ops->num_stash > MAX_STASH_FIELDS)
         fail("internal: a block of %d buffers and %d stash fields (at most %d and %d)", ops->num_buffers, ops->num_stash,
@@ -146,7 +146,7 @@ static size_t stash_elems(const ParamLayout* lay, const BlockOps* ops, int B, in
     return (size_t)lay->num_blocks * rows_of(lay, B, T, s->rows, sp) * width_elems(lay, s->width);
 }
 
-size_t gpt_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, int recompute, int num_sets, int num_stash,
+size_t model_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, int recompute, int num_sets, int num_stash,
                             int sp) {
     const BlockOps* ops = lay->shape.family->block;
     Keep k = keep_for(recompute);
@@ -159,7 +159,7 @@ size_t gpt_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, int 
     return total + (ops->constants ? ops->constants(&lay->shape, NULL) * sizeof(float) : 0);
 }
 
-static void alloc_buffers(GPT* g, Backend* be, MemLedger* mem) {
+static void alloc_buffers(Model* g, Backend* be, MemLedger* mem) {
     Keep k = keep_for(g->recompute);
     for (int set = 0; set < g->num_sets; set++)
         for (size_t i = 0; i < num_buffers(g->ops); i++) {
@@ -175,7 +175,7 @@ static void alloc_buffers(GPT* g, Backend* be, MemLedger* mem) {
                 mem_alloc(be, mem, MEM_ACTIVATIONS, stash_elems(g->layout, g->ops, g->B, g->T, g->sp, f) * dtype_size(g->dt));
 }
 
-void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, Comm* kv_copies, int sp,
+void model_create(Model* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, Comm* kv_copies, int sp,
                 DType dt, int B, int T, int recompute, int num_sets, int num_stash, int micro) {
     memset(g, 0, sizeof(*g));
     int tp_ranks = tp ? comm_size(tp) : 1, copies = kv_copies ? comm_size(kv_copies) : 1;
@@ -209,10 +209,10 @@ void gpt_create(GPT* g, Backend* be, MemLedger* mem, const ParamLayout* layout, 
         be_upload(be, g->constants, host, nc * sizeof(float));
         free(host);
     }
-    if (gpt_has_encoder(g) || gpt_has_head(g)) batch_io_create(&g->io, be, B * T, micro);   // the only users
+    if (model_has_encoder(g) || model_has_head(g)) batch_io_create(&g->io, be, B * T, micro);   // the only users
 }
 
-void gpt_destroy(GPT* g, Backend* be) {
+void model_destroy(Model* g, Backend* be) {
     batch_io_destroy(&g->io, be);
     Keep k = keep_for(g->recompute);
     for (int set = 0; set < g->num_sets; set++)
@@ -228,26 +228,26 @@ void gpt_destroy(GPT* g, Backend* be) {
     memset(g, 0, sizeof(*g));
 }
 
-void* gpt_stage_input(GPT* g, int set) { return g->sets[set].resid; }
-void* gpt_stage_output(GPT* g, int set) {
+void* model_stage_input(Model* g, int set) { return g->sets[set].resid; }
+void* model_stage_output(Model* g, int set) {
     return slice(g->sets[set].resid, (size_t)g->rows * g->shape.C, g->layout->num_blocks, g->dt);
 }
-void* gpt_boundary_grad(GPT* g) { return g->sets[0].dresid; }
-size_t gpt_boundary_bytes(const GPT* g) { return (size_t)g->rows * g->shape.C * dtype_size(g->dt); }
-void* gpt_grad_to_send(GPT* g, Backend* be) {
-    if (!g->sets[0].dinput_out) fail("internal: gpt_grad_to_send on the stage with the embeddings");
-    be_copy(be, g->sets[0].dinput_out, g->sets[0].dresid, gpt_boundary_bytes(g));
+void* model_boundary_grad(Model* g) { return g->sets[0].dresid; }
+size_t model_boundary_bytes(const Model* g) { return (size_t)g->rows * g->shape.C * dtype_size(g->dt); }
+void* model_grad_to_send(Model* g, Backend* be) {
+    if (!g->sets[0].dinput_out) fail("internal: model_grad_to_send on the stage with the embeddings");
+    be_copy(be, g->sets[0].dinput_out, g->sets[0].dresid, model_boundary_bytes(g));
     return g->sets[0].dinput_out;
 }
 
-static void use_set(GPT* g, int set) {
+static void use_set(Model* g, int set) {
     if (set < 0 || set >= g->num_sets) fail("internal: activation set %d of %d", set, g->num_sets);
     g->acts = g->sets[set];
 }
 
-void* residual_at(GPT* g, int l) { return slice(g->acts.resid, (size_t)g->rows * g->shape.C, l, g->dt); }
+void* residual_at(Model* g, int l) { return slice(g->acts.resid, (size_t)g->rows * g->shape.C, l, g->dt); }
 
-void* block_buffer(GPT* g, int i, int l) {
+void* block_buffer(Model* g, int i, int l) {
     const BlockBuffer* b = &g->ops->buffers[i];
     size_t per_block = rows_of(g->layout, g->B, g->T, b->rows, g->sp) * width_elems(g->layout, b->width);
     int at = kept_every_block(b->kept, keep_for(g->recompute)) ? l : 0;
@@ -255,7 +255,7 @@ void* block_buffer(GPT* g, int i, int l) {
 }
 
 // Block l's slices (l counts the stage's blocks) of stash slot `slot`.
-static WeightGradStash stash_of_block(GPT* g, int slot, int l) {
+static WeightGradStash stash_of_block(Model* g, int slot, int l) {
     if (slot < 0 || slot >= g->num_stash) fail("internal: stash slot %d of %d", slot, g->num_stash);
     WeightGradStash w = g->stash[slot];
     for (int f = 0; f < g->ops->num_stash; f++)
@@ -266,7 +266,7 @@ static WeightGradStash stash_of_block(GPT* g, int slot, int l) {
 // ---------------------------------------------------------------------------------------------------
 // The model's ends (ends.c) in the walk: which units they read, and when those are fetched and released.
 
-void gpt_logits_to_host(GPT* g, Backend* be, int first, int rows, float* out) {
+void model_logits_to_host(Model* g, Backend* be, int first, int rows, float* out) {
     const ParamLayout* lay = g->layout;
     int V = g->shape.V, Vl = layout_vocab_rows(lay), v0 = layout_vocab_first(lay), real = layout_vocab_real(lay);
     size_t x = dtype_size(g->dt);
@@ -292,17 +292,17 @@ void gpt_logits_to_host(GPT* g, Backend* be, int first, int rows, float* out) {
 }
 
 // The unit holding the LM head's matrix.
-static int head_unit(const GPT* g) { return g->shape.tied ? g->layout->emb_unit : final_norm_unit(g->layout); }
+static int head_unit(const Model* g) { return g->shape.tied ? g->layout->emb_unit : final_norm_unit(g->layout); }
 
 // The LM head and the loss: logits, then (with targets) the losses.
-static void head_forward(GPT* g, Backend* be, const int* targets, float dloss, float* logits_dump) {
+static void head_forward(Model* g, Backend* be, const int* targets, float dloss, float* logits_dump) {
     Activations* a = &g->acts;
     int fin = final_norm_unit(g->layout), hu = head_unit(g);
     void* head_base = store_params(&g->store, be, hu);
     ends_head(g, be, (HeadUnits){store_params(&g->store, be, fin), head_base});
     store_params_done(&g->store, fin);
     if (hu != fin) store_params_done(&g->store, hu);
-    if (logits_dump) gpt_logits_to_host(g, be, 0, g->B * g->T, logits_dump);
+    if (logits_dump) model_logits_to_host(g, be, 0, g->B * g->T, logits_dump);
     if (!targets) return;
     batch_io_upload(&g->io, be, a->targets, targets);
     batch_io_before_losses(&g->io, be);
@@ -310,18 +310,18 @@ static void head_forward(GPT* g, Backend* be, const int* targets, float dloss, f
     batch_io_queue_losses(&g->io, be, a->losses);
 }
 
-double gpt_take_losses(GPT* g, Backend* be) { return batch_io_take_losses(&g->io, be); }
+double model_take_losses(Model* g, Backend* be) { return batch_io_take_losses(&g->io, be); }
 
-int gpt_take_token_losses(GPT* g, Backend* be, float* out, int room) { return batch_io_take_each(&g->io, be, out, room); }
+int model_take_token_losses(Model* g, Backend* be, float* out, int room) { return batch_io_take_each(&g->io, be, out, room); }
 
-void gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* targets, float dloss, float* logits_dump) {
+void model_forward(Model* g, Backend* be, int set, const int* tokens, const int* targets, float dloss, float* logits_dump) {
     const ParamLayout* lay = g->layout;
     use_set(g, set);
     Activations* a = &g->acts;
-    if (gpt_has_encoder(g)) {
+    if (model_has_encoder(g)) {
         batch_io_upload(&g->io, be, a->tokens, tokens);
         ends_embed(g, be, store_params(&g->store, be, lay->emb_unit));
-        if (!gpt_has_head(g) || head_unit(g) != lay->emb_unit) store_params_done(&g->store, lay->emb_unit);
+        if (!model_has_head(g) || head_unit(g) != lay->emb_unit) store_params_done(&g->store, lay->emb_unit);
     }
     for (int i = 0; i < lay->num_blocks; i++) {
         int l = lay->first_block + i, u = unit_of_block(lay, l);
@@ -329,12 +329,12 @@ void gpt_forward(GPT* g, Backend* be, int set, const int* tokens, const int* tar
         g->ops->forward(g, be, &b, 0);
         store_params_done(&g->store, u);
     }
-    if (gpt_has_head(g)) head_forward(g, be, targets, dloss, logits_dump);
+    if (model_has_head(g)) head_forward(g, be, targets, dloss, logits_dump);
 }
 
 // dlogits -> the gradient of the last block's output, in acts.dresid; the head's and the final norm's
 // gradients accumulate. A tied head's gradient buffer (wte's) stays live for the encoder on a one-stage run.
-static void head_backward(GPT* g, Backend* be) {
+static void head_backward(Model* g, Backend* be) {
     const ParamLayout* lay = g->layout;
     const ParamStore* ps = &g->store;
     int fin = final_norm_unit(lay), hu = head_unit(g);
@@ -346,7 +346,7 @@ static void head_backward(GPT* g, Backend* be) {
     ends_head_backward(g, be, params, grads);
     store_grads_done(ps, be, fin);
     store_params_done(ps, fin);
-    if (hu != fin && !gpt_has_encoder(g)) {
+    if (hu != fin && !model_has_encoder(g)) {
         store_grads_done(ps, be, hu);
         store_params_done(ps, hu);
     }
@@ -357,12 +357,12 @@ static void head_backward(GPT* g, Backend* be) {
 // order, so a store that gathers (ZeRO-3) prefetches as it does there, and asks for the parameters too:
 // the recompute levels refill what B refilled, and the norm kernels take their weights. slot: B's and W's
 // stash slot.
-static void backward_walk(GPT* g, Backend* be, int set, BackwardMode mode, int slot) {
+static void backward_walk(Model* g, Backend* be, int set, BackwardMode mode, int slot) {
     const ParamLayout* lay = g->layout;
     const ParamStore* ps = &g->store;
     use_set(g, set);
     Activations* a = &g->acts;
-    if (mode != BWD_WEIGHT && gpt_has_head(g)) head_backward(g, be);
+    if (mode != BWD_WEIGHT && model_has_head(g)) head_backward(g, be);
     for (int i = lay->num_blocks - 1; i >= 0; i--) {
         int l = lay->first_block + i, u = unit_of_block(lay, l), weights = mode != BWD_INPUT;
         BlockRef b = {.index = i, .layer = l, .params = store_params(ps, be, u)};   // one request (a gather) serves both
@@ -375,13 +375,13 @@ static void backward_walk(GPT* g, Backend* be, int set, BackwardMode mode, int s
         if (weights) store_grads_done(ps, be, u);
         store_params_done(ps, u);
     }
-    if (mode == BWD_WEIGHT || !gpt_has_encoder(g)) return;
+    if (mode == BWD_WEIGHT || !model_has_encoder(g)) return;
     void* demb = store_grads(ps, be, lay->emb_unit);   // still live with a tied head
     ends_embed_backward(g, be, demb, gather_rows(g, be, a->proj, a->dresid));
     store_grads_done(ps, be, lay->emb_unit);
     if (head_unit(g) == lay->emb_unit) store_params_done(ps, lay->emb_unit);
 }
 
-void gpt_backward(GPT* g, Backend* be, int set) { backward_walk(g, be, set, BWD_FUSED, -1); }
-void gpt_backward_input(GPT* g, Backend* be, int set, int slot) { backward_walk(g, be, set, BWD_INPUT, slot); }
-void gpt_backward_weight(GPT* g, Backend* be, int set, int slot) { backward_walk(g, be, set, BWD_WEIGHT, slot); }
+void model_backward(Model* g, Backend* be, int set) { backward_walk(g, be, set, BWD_FUSED, -1); }
+void model_backward_input(Model* g, Backend* be, int set, int slot) { backward_walk(g, be, set, BWD_INPUT, slot); }
+void model_backward_weight(Model* g, Backend* be, int set, int slot) { backward_walk(g, be, set, BWD_WEIGHT, slot); }
