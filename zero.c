@@ -69,8 +69,6 @@ static size_t xs(const Zero* z) { return piece_elem_bytes(&z->pieces); }
 static const Unit* unit(const Zero* z, int u) { return &z->pieces.lay->units[u]; }
 static size_t piece(const Zero* z, int u) { return piece_len(&z->pieces, u); }
 static int emb_unit(const Zero* z) { return z->pieces.lay->emb_unit; }
-static int final_unit(const Zero* z) { return z->pieces.lay->final_unit; }
-static int is_block(const Zero* z, int u) { return u != emb_unit(z) && u != final_unit(z); }
 
 static Place place(int on_host, int on_disk) { return on_disk ? IN_DISK : on_host ? IN_HOST : IN_BACKEND; }
 static Place state_place(const Zero* z) { return place(z->caps.state_on_host, z->caps.state_on_disk); }
@@ -234,8 +232,8 @@ void zero_destroy(Zero* z, Backend* be) {
     GradSlots* ug = &z->grads;
     ParamSlots* ga = &z->gathered;
     if (g->piece == g->whole) g->piece = NULL;   // an alias, not an allocation
-    void* on_backend[] = {g->whole, g->piece, ug->piece_f32, ug->slot[0].buf, ug->slot[1].buf, ug->emb.buf, ga->slot[0].buf,
-                          ga->slot[1].buf, ga->resident[RESIDENT_EMB].buf, ga->resident[RESIDENT_FINAL].buf, z->norm_acc};
+    void* on_backend[] = {g->whole, g->piece, ug->piece_f32, ug->slot[0].buf, ug->slot[1].buf, ug->edge.buf, ga->slot[0].buf,
+                          ga->slot[1].buf, ga->edge[0].buf, ga->edge[1].buf, z->norm_acc};
     for (size_t i = 0; i < sizeof(on_backend) / sizeof(on_backend[0]); i++) free_in(be, IN_BACKEND, on_backend[i]);
     free_in(be, params_place(z), z->params);
     grad_landing_destroy(ug->landing, be);   // before the accumulator it adds into
@@ -253,26 +251,25 @@ void zero_destroy(Zero* z, Backend* be) {
 
 // ---------------------------------------------------------------------------------------------------
 // The walk's parameters and gradients (the ParamStore). Whole buffers are handed out in place. Sharded,
-// a block's parameters are gathered into a rotating slot and the next block's gather is prefetched
-// (param_slots.h); the embeddings and the final LayerNorm stay gathered until the parameters change.
-// Sharded gradients go into rotating slots whose reduce-scatters run during the next unit's backward
-// (grad_slots.h).
+// a unit's parameters are gathered when the walk asks for them and released when it is done: a block's into
+// a rotating slot, with the next block's gather prefetched; the embedding and final units' into slots of
+// their own (param_slots.h). Sharded gradients go into slots whose reduce-scatters run during the next
+// units' backward (grad_slots.h).
 
 static void* walk_params(void* ctx, Backend* be, int u) {
     Zero* z = (Zero*)ctx;
     if (!z->caps.shard_params) return elem_at(z->params, unit(z, u)->offset, xs(z));
-    return is_block(z, u) ? param_slots_block(&z->gathered, be, &z->pieces, u) : param_slots_resident(&z->gathered, be, &z->pieces, u);
+    return param_slots_unit(&z->gathered, be, &z->pieces, u);
 }
 
 static void walk_prefetch(void* ctx, Backend* be, int u) {
     Zero* z = (Zero*)ctx;
-    if (z->caps.shard_params && is_block(z, u)) param_slots_prefetch(&z->gathered, be, &z->pieces, u);
+    if (z->caps.shard_params) param_slots_prefetch(&z->gathered, be, &z->pieces, u);
 }
 
 static void walk_params_done(void* ctx, int u) {
     Zero* z = (Zero*)ctx;
-    if (!z->caps.shard_params || !is_block(z, u)) return;
-    param_slots_done(&z->gathered, u);
+    if (z->caps.shard_params) param_slots_done(&z->gathered, &z->pieces, u);
 }
 
 static void* walk_grads(void* ctx, Backend* be, int u) {
