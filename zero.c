@@ -2,9 +2,9 @@
 //
 //   allocation      which of params / master / m / v / gradients exist, whole or as pieces (core/zero/pieces.h),
 //                   in backend or host memory (zero_init and its allocate_*)
-//   the walk        whole buffers in place; with shard_grads the rotating gradient slots, each unit's
-//                   reduce-scatter running during the next unit's backward (core/zero/grad_slots.h); with
-//                   shard_params the gathered blocks and their prefetch (core/zero/param_slots.h)
+//   the walk        whole buffers in place; with shard_grads the gradient slots, each unit's reduce-scatter
+//                   running during the next units' backward (core/zero/grad_slots.h); with shard_params the
+//                   gathered units and their prefetch (core/zero/param_slots.h)
 //   step boundary   zero_begin_step zeroes; zero_reduce_grads reduces what the walk has not and sums the tied
 //                   embedding; zero_after_update gathers the parameters sharded state updated
 //   the state       the spans the optimizer and the checkpoints see (ModelState), and the whole-model
