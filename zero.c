@@ -4,9 +4,9 @@
 //                   (core/zero/pieces.h), in backend or host memory (zero_init and its allocate_*); the
 //                   optimizer's buffers as its description names them (optimizer_kind.h), none for a
 //                   frozen tensor
-//   the walk        whole buffers in place; with shard_grads the rotating gradient slots, each unit's
-//                   reduce-scatter running during the next unit's backward (core/zero/grad_slots.h); with
-//                   shard_params the gathered blocks and their prefetch (core/zero/param_slots.h)
+//   the walk        whole buffers in place; with shard_grads the gradient slots, each unit's reduce-scatter
+//                   running during the next units' backward (core/zero/grad_slots.h); with shard_params the
+//                   gathered units and their prefetch (core/zero/param_slots.h)
 //   step boundary   zero_begin_step zeroes; zero_reduce_grads reduces what the walk has not and sums the tied
 //                   embedding; zero_after_update gathers the parameters sharded state updated
 //   the state       the spans the optimizer and the checkpoints see (ModelState), and the whole-model
@@ -78,8 +78,6 @@ static size_t xs(const Zero* z) { return piece_elem_bytes(&z->pieces); }
 static const Unit* unit(const Zero* z, int u) { return &z->pieces.lay->units[u]; }
 static size_t piece(const Zero* z, int u) { return piece_len(&z->pieces, u); }
 static int emb_unit(const Zero* z) { return z->pieces.lay->emb_unit; }
-static int final_unit(const Zero* z) { return z->pieces.lay->final_unit; }
-static int is_block(const Zero* z, int u) { return u != emb_unit(z) && u != final_unit(z); }
 
 // The flat elements of unit u whose state this rank holds: its piece with shard_state, else the whole unit.
 static size_t held_begin(const Zero* z, int u) {
@@ -316,8 +314,8 @@ void zero_destroy(Zero* z, Backend* be) {
     GradSlots* ug = &z->grads;
     ParamSlots* ga = &z->gathered;
     if (g->piece == g->whole) g->piece = NULL;   // an alias, not an allocation
-    void* on_backend[] = {g->whole, g->piece, ug->piece_f32, ug->slot[0].buf, ug->slot[1].buf, ug->emb.buf, ga->slot[0].buf,
-                          ga->slot[1].buf, ga->resident[RESIDENT_EMB].buf, ga->resident[RESIDENT_FINAL].buf, z->norm_acc};
+    void* on_backend[] = {g->whole, g->piece, ug->piece_f32, ug->slot[0].buf, ug->slot[1].buf, ug->edge.buf, ga->slot[0].buf,
+                          ga->slot[1].buf, ga->edge[0].buf, ga->edge[1].buf, z->norm_acc};
     for (size_t i = 0; i < sizeof(on_backend) / sizeof(on_backend[0]); i++) free_in(be, IN_BACKEND, on_backend[i]);
     free_in(be, params_place(z), z->params);
     grad_landing_destroy(ug->landing, be);   // before the accumulator it adds into
@@ -334,26 +332,25 @@ void zero_destroy(Zero* z, Backend* be) {
 
 // ---------------------------------------------------------------------------------------------------
 // The walk's parameters and gradients (the ParamStore). Whole buffers are handed out in place. Sharded,
-// a block's parameters are gathered into a rotating slot and the next block's gather is prefetched
-// (param_slots.h); the embeddings and the final LayerNorm stay gathered until the parameters change.
-// Sharded gradients go into rotating slots whose reduce-scatters run during the next unit's backward
-// (grad_slots.h).
+// a unit's parameters are gathered when the walk asks for them and released when it is done: a block's into
+// a rotating slot, with the next block's gather prefetched; the embedding and final units' into slots of
+// their own (param_slots.h). Sharded gradients go into slots whose reduce-scatters run during the next
+// units' backward (grad_slots.h).
 
 static void* walk_params(void* ctx, Backend* be, int u) {
     Zero* z = (Zero*)ctx;
     if (!z->caps.shard_params) return elem_at(z->params, unit(z, u)->offset, xs(z));
-    return is_block(z, u) ? param_slots_block(&z->gathered, be, &z->pieces, u) : param_slots_resident(&z->gathered, be, &z->pieces, u);
+    return param_slots_unit(&z->gathered, be, &z->pieces, u);
 }
 
 static void walk_prefetch(void* ctx, Backend* be, int u) {
     Zero* z = (Zero*)ctx;
-    if (z->caps.shard_params && is_block(z, u)) param_slots_prefetch(&z->gathered, be, &z->pieces, u);
+    if (z->caps.shard_params) param_slots_prefetch(&z->gathered, be, &z->pieces, u);
 }
 
 static void walk_params_done(void* ctx, int u) {
     Zero* z = (Zero*)ctx;
-    if (!z->caps.shard_params || !is_block(z, u)) return;
-    param_slots_done(&z->gathered, u);
+    if (z->caps.shard_params) param_slots_done(&z->gathered, &z->pieces, u);
 }
 
 static void* walk_grads(void* ctx, Backend* be, int u) {

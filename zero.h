@@ -1,17 +1,20 @@
 // zero.h: ZeRO over the layer-ordered flat parameter buffer (the tables in docs/ARCHITECTURE.md).
 //
-// Every unit (embeddings, each block, final LayerNorm) is padded to a multiple of 64·N elements
-// (layout_pad_multiple in model.h), so it splits into N equal "pieces", one per rank of the data-parallel
-// group. Rank r's piece of unit u is [u.offset + r·piece_u, + piece_u). A configuration is described by
-// what it shards (ZeroCaps); -z only names one of four (zero_caps). What each capability changes:
+// Every unit (the embeddings, each block, the final unit: final norm and an untied LM head) is padded to a
+// multiple of 64·N elements (layout_pad_multiple in model.h), so it splits into N equal "pieces", one per
+// rank of the data-parallel group. Rank r's piece of unit u is [u.offset + r·piece_u, + piece_u). A
+// configuration is described by what it shards (ZeroCaps); -z only names one of four (zero_caps). What each
+// capability changes:
 //   none          full params, grads, master, optimizer state; grads all-reduced at the step boundary
 //   shard_state   master + optimizer state are pieces; grads accumulate in full and are reduce-scattered at the
 //                 boundary; each rank updates its pieces, then the params are all-gathered
 //   shard_grads   each unit's gradient is reduce-scattered as soon as its backward is done, into an fp32
-//                 piece accumulator; only two units' gradient buffers (and the embeddings') exist
-//   shard_params  params are pieces: a block is all-gathered before its forward and again before its
-//                 backward, into one of two rotating buffers; embeddings and final LayerNorm stay gathered
-//                 from first use until the parameters change
+//                 piece accumulator; only the walk's gradient slots exist: two rotating ones for the blocks,
+//                 one for the embedding unit (which an untied head's final unit shares)
+//   shard_params  params are pieces: each unit is all-gathered when the walk uses it and released after, a
+//                 block before its forward and again before its backward into one of two rotating slots,
+//                 the embedding and final units into slots of their own (one they share with an untied head),
+//                 which keep the gather until another unit needs the slot or the parameters change
 //   state_on_host the master + optimizer state held here (whole or pieces) live in host memory; the optimizer
 //                 updates them there, one staged chunk of a span at a time (core/zero/optimizer.c)
 //   grads_on_host (with shard_grads) the fp32 piece accumulator lives in host memory: each unit's piece comes
@@ -25,7 +28,7 @@
 // The optimizer's state is what the kinds' optimizers describe (core/model/optimizer_kind.h: AdamW's m, v):
 // a frozen tensor has no master and no state, so the state covers the held elements less frozen tensors'.
 // Overlap (shard_grads, shard_params): a unit's reduce-scatter runs while the next unit's backward
-// computes, and the gather of the block the walk will ask for next runs while the current one computes
+// computes, and the gather of the unit the walk will ask for next runs while the current one computes
 // (core/zero/grad_slots.h and core/zero/param_slots.h explain when).
 //
 // The layers below see ZeRO only through interfaces it fills: the walk (walk.c) through a ParamStore, the

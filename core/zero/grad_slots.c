@@ -3,6 +3,20 @@
 
 #include "base/common.h"
 
+// Whether unit u's gradients go through the edge slot (grad_slots.h): the embedding unit's, and the final
+// unit's unless the head is tied (then it is the final norm alone, and rotates like a block).
+static int uses_edge_slot(const ParamLayout* lay, int u) {
+    return u == lay->emb_unit || (u == lay->final_unit && !edge_units_overlap(lay));
+}
+
+// The largest unit whose gradients go through the edge slot (edge = 1) or the rotating ones (edge = 0).
+static size_t largest_unit(const ParamLayout* lay, int edge) {
+    size_t m = 0;
+    for (int u = 0; u < lay->num_units; u++)
+        if (uses_edge_slot(lay, u) == edge && lay->units[u].padded > m) m = lay->units[u].padded;
+    return m;
+}
+
 void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc, size_t acc_elems, int on_host, int tied) {
     *g = (GradSlots){.on_host = on_host};
     size_t max_piece = 0, x = piece_elem_bytes(pc);
@@ -15,13 +29,13 @@ void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc
     }
     // The accumulator's additions on the backend; with on_host only the tied embedding's all-reduce.
     if (!on_host || tied) g->piece_f32 = (float*)mem_alloc(be, mem, MEM_GRADS, max_piece * 4);
-    size_t block = largest_block_unit(pc->lay);
+    size_t rotating = largest_unit(pc->lay, 0), edge = largest_unit(pc->lay, 1);
     for (int s = 0; s < 2; s++) {
-        g->slot[s].buf = mem_alloc(be, mem, MEM_GRADS, block * x);
+        g->slot[s].buf = mem_alloc(be, mem, MEM_GRADS, rotating * x);
         g->slot[s].unit = -1;
     }
-    int emb = pc->lay->emb_unit;
-    if (emb >= 0) g->emb.buf = mem_alloc(be, mem, MEM_GRADS, pc->lay->units[emb].padded * x);
+    g->edge.unit = -1;
+    if (edge) g->edge.buf = mem_alloc(be, mem, MEM_GRADS, edge * x);
 }
 
 static CommHandle reduce_start(const Pieces* pc, int u, void* buf) {
@@ -64,7 +78,7 @@ void grad_slots_finish_all(GradSlots* g, Backend* be, const Pieces* pc) {
     int first = g->slot[0].seq <= g->slot[1].seq ? 0 : 1;
     finish_grad_slot(g, be, pc, &g->slot[first]);
     finish_grad_slot(g, be, pc, &g->slot[1 - first]);
-    finish_grad_slot(g, be, pc, &g->emb);
+    finish_grad_slot(g, be, pc, &g->edge);
     if (g->on_host) grad_landing_drain(g->landing);
 }
 
@@ -96,13 +110,19 @@ static GradSlot* take_grad_slot(GradSlots* g, Backend* be, const Pieces* pc, int
     return pick;
 }
 
-// The slot to accumulate unit u's gradients in: the embeddings' own (its last reduce-scatter finished
-// first), the rotating one already filling with u, or a newly taken one.
+// The edge slot for unit u: the reduce-scatter in flight there finished first.
+static GradSlot* take_edge_slot(GradSlots* g, Backend* be, const Pieces* pc, int u) {
+    GradSlot* s = &g->edge;
+    if (s->state == GRAD_FILLING && s->unit != u)
+        fail("internal: the walk fills unit %d's gradients while unit %d fills their shared buffer", u, s->unit);
+    finish_grad_slot(g, be, pc, s);
+    return s;
+}
+
+// The slot to accumulate unit u's gradients in: the edge slot, the rotating one already filling with u, or
+// a newly taken one.
 static GradSlot* grad_slot_for(GradSlots* g, Backend* be, const Pieces* pc, int u) {
-    if (u == pc->lay->emb_unit) {
-        finish_grad_slot(g, be, pc, &g->emb);
-        return &g->emb;
-    }
+    if (uses_edge_slot(pc->lay, u)) return take_edge_slot(g, be, pc, u);
     GradSlot* s = filling_slot(g, u);
     return s ? s : take_grad_slot(g, be, pc, u);
 }
@@ -118,7 +138,7 @@ void* grad_slots_buffer(GradSlots* g, Backend* be, const Pieces* pc, int u) {
 }
 
 void grad_slots_done(GradSlots* g, const Pieces* pc, int u) {
-    GradSlot* s = u == pc->lay->emb_unit ? &g->emb : filling_slot(g, u);
-    if (!s) fail("internal: gradients of unit %d finished but never requested", u);
+    GradSlot* s = uses_edge_slot(pc->lay, u) ? &g->edge : filling_slot(g, u);
+    if (!s || s->state != GRAD_FILLING || s->unit != u) fail("internal: gradients of unit %d finished but never requested", u);
     start_reduce(g, pc, s, u);
 }

@@ -1,14 +1,18 @@
 // grad_slots.h: the walk's gradient buffers under shard_grads (zero.h), and the reduce-scatters that empty
 // them into this rank's fp32 accumulator of pieces.
 //
-// Two rotating slots hold the blocks' and the final LayerNorm's gradients, one more the embeddings' (which
-// the LM head and the encoder both fill). A unit's reduce-scatter starts when the walk is done with its
-// gradients (grad_slots_done) and is finished (waited for, then added into the accumulator) only when its
-// slot is needed again: two units later for the rotating slots, the next micro-step for the embeddings, or
-// grad_slots_finish_all at the step boundary. So each unit's reduce-scatter runs during the next unit's
-// backward (bucket = unit). A unit's earlier reduce-scatter is always finished before its next one starts,
-// so every piece of the accumulator gets its micro-steps' sums added in the same order, with the same bits,
-// as when each was finished at once.
+// Two rotating slots hold the blocks' gradients (and a tied head's final norm's: a small unit), one more,
+// the edge slot, the embedding unit's, which the LM head and the encoder both fill with a tied head. An
+// untied head's final unit, as large as the embedding unit, shares the edge slot: the walk fills it in the
+// head's backward and the embedding unit's at the end of the backward, so they never fill it at once. A
+// unit's reduce-scatter starts when the walk is done with its gradients (grad_slots_done) and is finished
+// (waited for, then added into the accumulator) only when its slot is needed again: two units later for
+// the rotating slots; for the edge slot at the embedding unit's request after the untied head's, or the
+// next micro-step's; or grad_slots_finish_all at the step boundary. So each unit's reduce-scatter runs
+// during the next units' backward (bucket = unit), and a tied embedding's only once both the head's and
+// the encoder's contributions are in. A unit's earlier reduce-scatter is always finished before its next
+// one starts, so every piece of the accumulator gets its micro-steps' sums added in the same order, with the
+// same bits, as when each was finished at once.
 #pragma once
 #include "core/model/memory.h"
 #include "core/zero/grad_landing.h"
@@ -34,8 +38,8 @@ typedef struct {
 } GradSlot;
 
 typedef struct {
-    GradSlot slot[2];        // rotating: the blocks and the final LayerNorm
-    GradSlot emb;            // the embeddings'
+    GradSlot slot[2];        // rotating: the blocks (and a tied head's final unit)
+    GradSlot edge;           // the embedding unit's and an untied head's final unit's
     unsigned long started;   // reduce-scatters started so far: the next one's seq
     float* acc;              // fp32 accumulator of this rank's pieces (index Pieces.offset); host memory with on_host
     float* piece_f32;        // backend: one piece converted to fp32 before it is added; with on_host only
@@ -49,12 +53,12 @@ typedef struct {
 // (zero_plan) it only charges. The slots start GRAD_FREE.
 void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc, size_t acc_elems, int on_host, int tied);
 
-// The buffer the walk accumulates unit u's gradients in (zeroed when the unit takes it): the embeddings'
-// slot (its last reduce-scatter finished first), the rotating one already filling with u, or a newly taken
+// The buffer the walk accumulates unit u's gradients in (zeroed when the unit takes it): the edge slot (the
+// reduce-scatter in flight there finished first), the rotating one already filling with u, or a newly taken
 // one, whose reduce-scatter in flight is finished first (the older of the two if neither is filling).
 void* grad_slots_buffer(GradSlots* g, Backend* be, const Pieces* pc, int u);
 // The walk is done with unit u's gradients for this micro-step: starts its reduce-scatter.
 void grad_slots_done(GradSlots* g, const Pieces* pc, int u);
-// Finishes every reduce-scatter in flight, in the order they started (the embeddings' last), and with
+// Finishes every reduce-scatter in flight, in the order they started (the edge slot's last), and with
 // on_host waits until every piece is in the accumulator: afterwards acc holds the reduced sums.
 void grad_slots_finish_all(GradSlots* g, Backend* be, const Pieces* pc);

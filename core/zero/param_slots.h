@@ -1,17 +1,30 @@
 // param_slots.h: the parameters the walk computes with under shard_params (zero.h), gathered from every
 // rank's piece.
 //
-// Blocks are gathered into two rotating slots: before a block's forward and again before its backward.
-// The embeddings and the final LayerNorm are small, or shared by the LM head and the encoder, so each has
-// its own buffer (Resident), gathered at first use and kept until the parameters change.
+// Every unit is gathered when the walk asks for it and released when the walk says it is done (the
+// ParamStore's params_done). Blocks go through two rotating slots: gathered before a block's forward and
+// again before its backward. The embedding unit and the final unit (the "edge" units, pieces.h) have slots
+// of their own, sized for them: an untied LM head, in the final unit, is as large as wte, and rotating slots
+// sized for it would double it. The two edge units share one slot when the walk never uses them at once
+// (an untied head: the encoder's lookup is done before the head starts); a tied head uses wte beside the
+// final norm, so then each has its own. A released edge slot keeps its gather until another unit takes the
+// slot or the parameters change, and a request meanwhile finds it there: an untied head is gathered once
+// for its forward and its backward, and a tied head (the embedding unit, whose slot no other unit takes)
+// once per step for the encoder's lookup, the head's forward and the head's backward, the walk holding it
+// from the lookup to the head's forward (walk.c). Keeping it costs nothing: the slot exists either way.
+// Where the untied head's slot is the embedding unit's (one stage holding both), the embedding unit is
+// gathered again at each micro-step's lookup.
 //
 // Prefetch: when the walk asks for block l, the gather of the block it will ask for next starts into the
-// other slot, so it runs while l computes: l+1 walking forward, l-1 backward. The direction comes from the
-// order of the requests (l after l-1: forward, after l+1: backward); a request after neither begins a walk,
-// which starts at an end of this layout's blocks and goes inward. walk.c's walks (and a 1F1B stage's)
-// always cover all the blocks, so every prefetched block is asked for, the bytes moved are those of the
-// unprefetched walk (tests/tools/zero_check.py), and no hint from the walk is needed. A prefetch nobody asks for
-// would cost a gather, not correctness: it is dropped when its slot is needed and when the parameters change.
+// other slot, so it runs while l computes: l+1 walking forward, l-1 backward; after the model's last block
+// walking forward, the head's units (the final unit, and with a tied head the embedding unit) into their
+// edge slots. The direction comes from the order of the requests (l after l-1: forward, after l+1:
+// backward); a request after neither begins a walk, which starts at an end of this layout's blocks and goes
+// inward. walk.c's walks (and a 1F1B stage's) always cover all the blocks and follow the last block's
+// forward with the head, so every prefetched unit is asked for, the bytes moved are those of the
+// unprefetched walk (tests/tools/zero_check.py), and no hint from the walk is needed. A prefetch nobody asks
+// for would cost a gather, not correctness: it is dropped when its slot is needed and when the parameters
+// change. Nothing precedes the embedding unit's lookup in a walk, so its gather is not prefetched.
 //
 // With on_host (params_on_host) the pieces live in host memory: a gather starts by uploading this rank's
 // piece on the copy stream. With a disk store (params_on_disk) they live in its file instead: a gather
@@ -21,41 +34,35 @@
 #include "core/zero/nvme_store.h"
 #include "core/zero/pieces.h"
 
-// A block parameter slot's life.
+// A parameter slot's life.
 typedef enum {
-    PARAMS_FREE,        // nothing in it the walk will ask for.
-                        // -> PREFETCHED: a prefetch starts the gather of the block the walk will ask for next;
-                        // -> HELD: param_slots_block starts the gather of a block the walk asks for now
+    PARAMS_FREE,        // nothing in it the walk is using (an edge slot may still hold a unit's gather: `unit`).
+                        // -> PREFETCHED: a prefetch starts the gather of the unit the walk will ask for next;
+                        // -> HELD: the walk asks for a unit now: its gather starts, or (edge slot) is still there
     PARAMS_PREFETCHED,  // `unit`'s gather runs ahead of the walk.
-                        // -> HELD: param_slots_block, when the walk asks for it;
+                        // -> HELD: when the walk asks for it;
                         // -> FREE: param_slots_drop_prefetches, when the buffer is needed or the parameters change
-    PARAMS_HELD,        // the walk computes with `unit`, its gather finished by param_slots_block.
+    PARAMS_HELD,        // the walk computes with `unit`, its gather finished.
                         // -> FREE: param_slots_done
 } ParamSlotState;
 
 typedef struct {
-    void* buf;            // Pieces.dt, the largest block unit
+    void* buf;            // Pieces.dt: the largest block unit, or for an edge slot the largest unit it serves
     ParamSlotState state;
-    int unit;             // PARAMS_PREFETCHED, PARAMS_HELD: whose parameters
+    int unit;             // PARAMS_PREFETCHED, PARAMS_HELD: whose parameters; PARAMS_FREE: in an edge slot, the
+                          // unit whose finished gather it still holds, until the parameters change; else -1
     CommHandle flight;    // the gather into buf
     BeEvent* uploaded;    // on_host: the upload of this rank's piece into buf
     void* read;           // disk: this rank's piece read from the disk, the upload's source
     void* read_raw;       // its allocation
 } ParamSlot;
 
-enum { RESIDENT_EMB, RESIDENT_FINAL, RESIDENTS };
+// edge[0] serves the embedding unit and an untied final unit; edge[1] the final unit beside a tied head.
+enum { EDGE_SLOTS = 2 };
 
 typedef struct {
-    void* buf;            // Pieces.dt, the unit's padded size
-    int gathered;         // since the parameters last changed
-    BeEvent* uploaded;    // on_host: as ParamSlot's
-    void* read;           // disk: as ParamSlot's
-    void* read_raw;
-} Resident;
-
-typedef struct {
-    ParamSlot slot[2];
-    Resident resident[RESIDENTS];
+    ParamSlot slot[2];                   // rotating: the blocks
+    ParamSlot edge[EDGE_SLOTS];          // the edge units' (buf NULL where this layout needs none)
     int walk_started, walk_last_block;   // the block the walk asked for last: the direction of its next request
     const void* pieces;                  // this rank's working pieces (index Pieces.offset), the gathers' source
     int on_host;                         // params_on_host: pieces is host memory
@@ -64,7 +71,7 @@ typedef struct {
                                          // reader resets it
 } ParamSlots;
 
-// Allocates the two slots and the residents (charging mem) and, with on_host and a backend, their upload
+// Allocates the rotating and the edge slots (charging mem) and, with on_host and a backend, their upload
 // events (and with on_disk their read buffers, host memory); with be == NULL (zero_plan) it only charges.
 // pieces (NULL with on_disk) and disk (NULL without, and for zero_plan): as ParamSlots', which outlive the slots.
 void param_slots_init(ParamSlots* g, Backend* be, MemLedger* mem, const Pieces* pc, const void* pieces, int on_host, int on_disk,
@@ -72,19 +79,17 @@ void param_slots_init(ParamSlots* g, Backend* be, MemLedger* mem, const Pieces* 
 // Frees the events and the host buffers (the backend buffers are the caller's to free).
 void param_slots_free_host(ParamSlots* g, Backend* be);
 
-// Block unit u's gathered parameters, for the walk to compute with now (held until param_slots_done): the
-// slot already holding or gathering it, else a free one (dropping a prefetch if none is free). Starts the
-// prefetch of the block the walk will ask for next before it waits for u's gather.
-void* param_slots_block(ParamSlots* g, Backend* be, const Pieces* pc, int u);
-// The embeddings' or the final LayerNorm's gathered parameters, gathered now if they changed since last time.
-void* param_slots_resident(ParamSlots* g, Backend* be, const Pieces* pc, int u);
-// Starts gathering block unit u ahead of the walk, into a free slot; nothing if u < 0, if u is in a slot
+// Unit u's gathered parameters, for the walk to compute with now (held until param_slots_done). A block:
+// the slot already holding or gathering it, else a free one (dropping a prefetch if none is free); the
+// prefetch of what the walk will ask for next starts before it waits for u's gather. An edge unit: its
+// edge slot, gathered now unless the slot still holds or is gathering u.
+void* param_slots_unit(ParamSlots* g, Backend* be, const Pieces* pc, int u);
+// Starts gathering unit u ahead of the walk, into a free slot; nothing if u < 0, if u is in a slot
 // already, or if none is free.
 void param_slots_prefetch(ParamSlots* g, Backend* be, const Pieces* pc, int u);
-// The walk is done with block unit u for now: its slot is free (nothing unless u is held).
-void param_slots_done(ParamSlots* g, int u);
+// The walk is done with unit u for now: its slot is free (nothing unless u is held).
+void param_slots_done(ParamSlots* g, const Pieces* pc, int u);
 // Finishes and forgets the gathers the walk has not asked for (parameters about to change, teardown).
 void param_slots_drop_prefetches(ParamSlots* g, const Pieces* pc);
-// The pieces changed (after an update): the residents are gathered again at their next use, and the
-// prefetches are dropped.
+// The pieces changed (after an update): the edge slots forget what they hold, and the prefetches are dropped.
 void param_slots_invalidate(ParamSlots* g, const Pieces* pc);

@@ -26,11 +26,20 @@ static inline void pieces_wait(const Pieces* pc, CommHandle* h) {
     if (pc->size > 1) comm_wait(pc->dp, h);
 }
 
-// The largest unit other than the embeddings: the size of a rotating slot, which holds a block or the final
-// LayerNorm (grad_slots.h, param_slots.h).
+// The walk's buffers (grad_slots.h, param_slots.h): two rotating slots take the blocks one after another,
+// and the embedding unit and the final unit (the "edge" units) have slots of their own, because an untied
+// LM head is as large as wte, two or more blocks' worth: rotating slots sized for it would hold two heads.
+static inline int is_edge_unit(const ParamLayout* lay, int u) { return u == lay->emb_unit || u == lay->final_unit; }
+
+// Whether the walk uses the two edge units at the same time: with a tied LM head, whose matrix is wte,
+// beside the final norm. With an untied head (the final unit's own) it uses one, then the other (the
+// encoder's lookup, then the head), so one buffer serves both in turn.
+static inline int edge_units_overlap(const ParamLayout* lay) { return lay->shape.tied; }
+
+// The largest block unit: the size of a rotating slot.
 static inline size_t largest_block_unit(const ParamLayout* lay) {
     size_t m = 0;
     for (int u = 0; u < lay->num_units; u++)
-        if (u != lay->emb_unit) m = lay->units[u].padded > m ? lay->units[u].padded : m;
+        if (!is_edge_unit(lay, u)) m = lay->units[u].padded > m ? lay->units[u].padded : m;
     return m;
 }

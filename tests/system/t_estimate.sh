@@ -43,6 +43,21 @@ llama=llama:L2,C64,H4,K2,D32,F96,V512,T64,qknorm
 compare estimate_llama_np1_r1 1 -e "$llama" -r 1                    # a Llama block's table, its RoPE table
 compare estimate_llama_np2_tp2_z3 2 -e "$llama" -tp 2 -z 3          # its shards, the untied head's rows
 compare estimate_llama_kv_copies_np4_tp4 4 -e "$llama,qkvbias" -tp 4 -sp 1   # kv heads copied on 2 ranks each, their scratch
+compare estimate_llama_np2_z3_nvme 2 -e "$llama" -z 3 -offload 2 -nvme "$TMP/nvme3" -nvme-chunk 4096   # the untied head's slots
+# ZeRO-3 holds the embedding unit and an untied LM head whole only while the walk uses them, in one slot they
+# share: Llama-3.1-8B's plan on 64 ranks holds, beside its pieces, two blocks and one wte-sized unit of parameters
+# and of gradients (and one fp32 gradient piece), not the embedding, the head and two rotating slots sized for it.
+./train_gpt_cpu -e llama3.1-8b -t 8192 -b 1 -r 3 -z 3 -w 64 --estimate > "$TMP/llama8b.txt" 2>&1
+py_check estimate_llama8b_z3_edge_units_once "$TMP/llama8b.txt" <<'PY'
+import json, sys
+plan = json.loads(next(l for l in open(sys.argv[1]) if l.startswith("plan: "))[6:])
+C, F, V, KV, D, P, N, x = 4096, 14336, 128256, 8, 128, 8030261248, 64, 4   # fp32
+block = C * (C + 2 * KV * D) + C * C + 3 * C * F + 2 * C   # q, k, v; o; the MLP; two norms
+piece = (V * C + C) // N   # of the largest unit, the final one
+bound = {"params": x * (P // N + 2 * block + V * C + C), "grads": 4 * P // N + 4 * piece + x * (2 * block + V * C + C)}
+bad = ["%s %.2f GiB, at most %.2f" % (k, plan[k] / 2**30, 1.001 * v / 2**30) for k, v in bound.items() if plan[k] > 1.001 * v]
+print("ok" if not bad else "; ".join(bad))
+PY
 # The plan needs no data and no device: it works with a shard pattern that matches nothing.
 ./train_gpt_cpu -e d48 -i "$TMP/none_*.bin" -b 4 -t 1024 -z 3 -w 64 --estimate > "$TMP/d48.txt" 2>&1
 t_check estimate_needs_no_data "grep -q '^plan: ' '$TMP/d48.txt' && grep -q 'ZeRO-3' '$TMP/d48.txt'"

@@ -4,7 +4,7 @@
 #   the single-rank run's loss and gradient norm at each of 12 steps (relative difference < 1e-5) and its
 #   final parameters;
 # - memory and traffic: each rank's bytes per category and per collective equal the stage's formulas
-#   (tests/tools/zero_check.py), for N = 1, 2, 4;
+#   (tests/tools/zero_check.py), for N = 1, 2, 4, and for an untied LM head under ZeRO-3;
 # - resume across topologies: checkpoint at -np 4 -z 3, resume at -np 2 -z 1, same losses;
 # - a checkpoint missing a rank's state file is skipped for an older one.
 source "$(dirname "$0")/lib.sh"
@@ -40,6 +40,17 @@ for z in 2 3; do
              <(grep -o '\"loss\".*\"grad_norm\": [^,]*' '$TMP/z${z}_np4/log.jsonl') > /dev/null" \
         "final parameters or losses differ from z${z}_np4's: $(grep -m1 error "$TMP/$name.txt")"
 done
+# An untied LM head (a Llama-family shape): the final unit, as large as the embedding unit, shares its slots,
+# so the embedding unit is gathered again each micro-step. Each rank's bytes and gathers are the table's for
+# an untied head; in poison mode the same bits (t_llama.sh compares -z 3's losses with one rank's).
+untied=(-e llama:L2,C64,H4,K2,F96,V512,T64)
+run untied_z3_np2 2 2 "${untied[@]}" -z 3
+$PYTHON tests/tools/zero_check.py untied_z3_np2 "$TMP/untied_z3_np2/log.jsonl" --untied || FAILED=1
+"${MPIRUN[@]}" -x GPT_COMM_POISON=1 -np 2 ./train_gpt_cpu "${flags[@]}" "${untied[@]}" -ga 2 -z 3 -o "$TMP/untied_poison" > "$TMP/untied_poison.txt" 2>&1 ||
+    t_fail untied_poison "exited non-zero: $(grep -m1 error "$TMP/untied_poison.txt")"
+t_check untied_z3_np2_poison_same_bits "cmp -s '$TMP/untied_poison/ckpt_000012/model.bin' '$TMP/untied_z3_np2/ckpt_000012/model.bin' &&
+    diff <(fields '$TMP/untied_poison/log.jsonl') <(fields '$TMP/untied_z3_np2/log.jsonl') > /dev/null" \
+    "final parameters or losses differ from untied_z3_np2's: $(grep -m1 error "$TMP/untied_poison.txt")"
 # Checkpoint at 4 ranks, ZeRO-3 (z3_np4's); lose everything after step 6; resume at 2 ranks, ZeRO-1.
 cp -r "$TMP/z3_np4" "$TMP/split" && rm -rf "$TMP/split/ckpt_000012"
 run split 2 2 -z 1 -y 1
