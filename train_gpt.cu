@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -36,6 +35,7 @@
 #include "core/zero/optimizer.h"
 #include "core/pipeline/pipeline.h"
 #include "core/run/report.h"
+#include "core/run/stop_signal.h"
 #include "core/checkpoint/run_dir.h"
 #include "core/util/threads.h"
 #include "core/tokenizer/decode.h"
@@ -103,47 +103,8 @@ static void create_chunks(Trainer* tr) {
     }
 }
 
-// Preemption (SIGTERM from a scheduler, SIGINT from a terminal). During start-up both keep their default
-// action, so a trainer stuck loading ends at once. From the training loop on, the first one is caught by a
-// handler whose only work is putting both signals back to their default (sigaction is async-signal-safe):
-// the disposition itself then says "stop requested", so there is no global flag, and a second signal of
-// either kind ends the process at once, mid-step or mid-checkpoint. Between steps the ranks agree through an
-// all-reduce, finish the step, checkpoint and exit 0 together. Dispositions are per process, so threads of
-// MPI and OpenMP need nothing. A signal ignored when the trainer started (nohup, or SIGINT for a background
-// job of a script) stays ignored.
-typedef void (*SignalHandler)(int);
-
-static SignalHandler disposition(int sig) {
-    struct sigaction cur;
-    if (sigaction(sig, NULL, &cur) != 0) fail("cannot read the action of signal %d: %s", sig, strerror(errno));
-    return cur.sa_handler;
-}
-
-static void on_stop_signal(int sig) {
-    (void)sig;
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);   // async-signal-safe since POSIX.1-2016, like sigaction
-    dfl.sa_handler = SIG_DFL;
-    sigaction(SIGTERM, &dfl, NULL);   // cannot fail: valid signals, a valid action
-    sigaction(SIGINT, &dfl, NULL);
-}
-
-static void catch_stop_signal(int sig) {
-    if (disposition(sig) == SIG_IGN) return;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sa.sa_flags = SA_RESTART | SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    sigaddset(&sa.sa_mask, SIGTERM);   // a second signal during the handler waits for it, then ends us
-    sigaddset(&sa.sa_mask, SIGINT);
-    if (sigaction(sig, &sa, NULL) != 0) fail("cannot catch signal %d: %s", sig, strerror(errno));
-}
-
-// This rank's own view (1: a signal came); the ranks act on the max over the world, so that they all stop
-// at the same point.
-static int stop_signal_seen(void) { return disposition(SIGTERM) == SIG_DFL || disposition(SIGINT) == SIG_DFL; }
-
+// Between steps the ranks agree on a stop (core/run/stop_signal.h) through an all-reduce, finish the step,
+// checkpoint and exit 0 together.
 static int stop_requested(Trainer* tr) {
     long long stop = stop_signal_seen();
     comm_allreduce_host_max_i64(tr->world, &stop, 1);
@@ -159,23 +120,6 @@ static ModelShape resolve_shape(const Config* cfg, int* is_spec) {
     if (*is_spec) return s;
     if (file_size(cfg->model) < 0) fail("-e %s: neither a model shape (GPT-2's d12|d24|d36|d48|L<n>C<n>H<n>..., a Llama family's smollm2-135m|...|llama:..., see -h) nor an existing file", cfg->model);
     return model_file_shape(cfg->model);
-}
-
-// -d sets -ga from the data-parallel replicas, ranks / (stages x tensor ranks). When those do not divide the
-// ranks there are no replicas to count: pipeline_plan, next, says so.
-static void resolve_batch(Config* cfg, const ModelShape* s, int ranks, int per_replica) {
-    if (cfg->T > s->maxT) fail("-t %d exceeds the model's maximum sequence length %d", cfg->T, s->maxT);
-    int dp = ranks / per_replica;
-    if (cfg->total_batch && ranks % per_replica == 0) {
-        long long per_micro = (long long)cfg->B * cfg->T * dp;
-        if (cfg->total_batch % per_micro)
-            fail("-d %lld is not a multiple of b*t*replicas = %d*%d*%d", cfg->total_batch, cfg->B, cfg->T, dp);
-        long long ga = cfg->total_batch / per_micro;
-        if (ga < 1 || ga > 1 << 20)   // -ga's own range, checked before the narrowing to int
-            fail("-d %lld gives -ga %lld (d / (b*t*replicas = %d*%d*%d)), outside 1..%d", cfg->total_batch, ga, cfg->B,
-                 cfg->T, dp, 1 << 20);
-        cfg->grad_accum = (int)ga;
-    }
 }
 
 // -z names what is sharded; -offload adds what of it lives on the host, -nvme what of that lives on disk, -dpu
@@ -197,54 +141,9 @@ static void plan_zero_states(MemLedger* mem, const ParamLayout* lay, const Confi
     zero_plan(mem, lay, caps_of(cfg, zero), dp, cfg->precision, cfg->nvme_dir ? &disk : NULL);
 }
 
-// -offload: the state this rank keeps on the host, planned before it is allocated, against its share of the
-// host's available memory (the ranks of one host split it evenly), so a model too large for the host is
-// one clear error instead of the kernel's OOM killer mid-allocation.
-static void check_host_memory(const Trainer* tr) {
-    if (!tr->cfg.offload) return;
-    MemLedger plan = {{0}};
-    plan_zero_states(&plan, tr->layout, &tr->cfg, tr->cfg.zero_stage, tr->grid.dp);
-    size_t need = mem_host_total(&plan), avail = host_memory_available();
-    int local = comm_local_size(tr->world);
-    if (avail > 0 && need > avail / (size_t)local)
-        fail("-offload %d: this rank's host state needs %.2f GiB, but the host has %.2f GiB available for its %d rank%s "
-             "(%.2f GiB each); use more ranks or hosts, a higher -z, or a smaller model", tr->cfg.offload, (double)need / (1 << 30),
-             (double)avail / (1 << 30), local, local > 1 ? "s" : "", (double)avail / (1 << 30) / local);
-}
-
-// -nvme: the files this rank will write, planned before anything is allocated, against its share of the free
-// space of DIR's filesystem (the ranks of one host split it evenly, as they split a node-local disk), plus
-// what its files of an earlier run there take, which this run reuses.
-static void check_disk_space(const Trainer* tr) {
-    const Config* cfg = &tr->cfg;
-    if (!cfg->nvme_dir) return;
-    make_dirs(cfg->nvme_dir);
-    MemLedger plan = {{0}};
-    plan_zero_states(&plan, tr->layout, cfg, cfg->zero_stage, tr->grid.dp);
-    NvmeConfig mine = nvme_config(cfg, tr->rank);
-    int local = comm_local_size(tr->world);
-    double gib = 1 << 30, need = (double)mem_disk_total(&plan), free_bytes = (double)fs_free_bytes(cfg->nvme_dir);
-    double share = free_bytes / local + (double)nvme_reusable_bytes(&mine);
-    if (need > share)
-        fail("-nvme %s: this rank's state files need %.3f GiB, but the filesystem has %.3f GiB free for this host's %d rank%s; "
-             "free some, use another -nvme directory, more hosts or a higher -z", cfg->nvme_dir, need / gib, free_bytes / gib, local,
-             local > 1 ? "s" : "");
-}
-
 static void open_tokenizer(Trainer* tr, const ModelShape* shape) {
     char* path = tr->tokenizer_path;
-    size_t size = sizeof(tr->tokenizer_path);
-    if (tr->cfg.tokenizer) {
-        snprintf(path, size, "%s", tr->cfg.tokenizer);
-        if (file_size(path) < 0) fail("-tk %s: no such file", path);
-    } else {   // what scripts/tokenize.py writes beside the training shards: gpt2_tokenizer.bin (llm.c's name) or tokenizer.json
-        char json[PATH_MAX];
-        path_beside(path, size, tr->cfg.train_pattern, "gpt2_tokenizer.bin");
-        path_beside(json, sizeof(json), tr->cfg.train_pattern, "tokenizer.json");
-        int has_bin = file_size(path) >= 0, has_json = file_size(json) >= 0;
-        if (has_bin && has_json) fail("%s and %s are both beside the shards: give the one they were encoded with as -tk", path, json);
-        if (has_json) snprintf(path, size, "%s", json);
-    }
+    tokenizer_path_for(path, sizeof(tr->tokenizer_path), tr->cfg.tokenizer, tr->cfg.train_pattern);
     tr->tokenizer = tokenizer_load(path);
     // The training samples start from the end-of-text token (a tokenizer.json's document start): it must be one
     // the model has (GPT-2's fallback, without a tokenizer file, always is).
@@ -272,32 +171,9 @@ static int find_checkpoint(Trainer* tr, char* dir, size_t size, CheckpointInfo* 
     return (int)step;
 }
 
-// The checkpoint must continue this run: its recorded hyperparameters against this launch's (older
-// manifests record only what may never change: the tokens per step, -t, -seed and -p), and not past this
-// run's end.
-static void check_resume(const Trainer* tr, const CheckpointInfo* info, const char* dir) {
-    const Config* cfg = &tr->cfg;
-    if (info->has_run) {
-        RunRecord now;
-        run_record_of(&now, cfg, tr->max_steps, tokens_per_step(tr));
-        run_record_check_resume(&info->run, &now, cfg, tr->max_steps, info->step, dir, is_root(tr));
-    } else if (info->tokens_per_step != tokens_per_step(tr)) {
-        fail("checkpoint %s was written with %lld tokens per step; this run has %lld (keep b*t*ga*replicas the same)", dir,
-             info->tokens_per_step, tokens_per_step(tr));
-    } else if (info->T != cfg->T) {
-        fail("checkpoint %s was written with -t %d; this run has %d", dir, info->T, cfg->T);
-    } else if (info->seed != cfg->seed) {
-        fail("checkpoint %s was written with -seed %llu; this run has %llu", dir, info->seed, (unsigned long long)cfg->seed);
-    } else if (info->dt != cfg->precision) {
-        fail("checkpoint %s was written with -p %s; this run has %s", dir, dtype_name(info->dt), dtype_name(cfg->precision));
-    }
-    if (cfg->dump_dir) fail("-dump writes step 0's tensors: this run resumes at step %d (dump from a fresh run)", info->step);
-    if (info->step > tr->max_steps) fail("checkpoint %s is at step %d, past this run's last step %d (-x)", dir, info->step, tr->max_steps);
-}
-
 static void resume_from(Trainer* tr, const char* dir, const CheckpointInfo* found) {
     CheckpointInfo info = *found;
-    check_resume(tr, &info, dir);   // before the (long) load
+    checkpoint_check_resume(&info, &tr->cfg, tr->max_steps, tokens_per_step(tr), dir, is_root(tr));   // before the long load
     if (tr->run_dir.node_local) checkpoint_load_hosts(&tr->model_states, tr->be, tr->world, dir, &info);
     else checkpoint_load(&tr->model_states, tr->be, dir, &info);
     tr->first_step = info.step;
@@ -366,17 +242,6 @@ static const char* delay_text(const Config* cfg, char* buf, size_t size) {
     return buf;
 }
 
-// The opt-in kernel variants (base/gpu_variants.h), on the console and in the log, so a timing names what ran.
-static void print_variants(Trainer* tr) {
-    const unsigned set = backend_variants(tr->be);
-    if (!set) return;
-    char names[256];
-    gpu_variants_describe(set, names, sizeof names);
-    const int cpu = !strncmp(backend_device_name(tr->be), "cpu", 3);   // "cpu" or "cpu (fenced)"
-    printf("kernel variants: %s%s\n", names, cpu ? " (the CPU build has one kernel each: they change nothing here)" : "");
-    logger_line(&tr->log, "{\"step\": %d, \"kernel_variants\": \"%s\"}", tr->first_step, names);
-}
-
 static void print_setup(Trainer* tr, CommKind comm) {
     const Config* cfg = &tr->cfg;
     const ModelShape* s = &tr->layout->shape;
@@ -402,32 +267,12 @@ static void print_setup(Trainer* tr, CommKind comm) {
         if (hs->dropped) printf("; %d longer than -t %d left out", hs->dropped, cfg->T);
         printf("\n");
     }
-    print_variants(tr);
+    report_variants(&tr->log, tr->be, tr->first_step);
     if (tr->run_dir.node_local)
         printf("-o %s: node-local directories on %d hosts (no shared filesystem): model.bin and the log in rank 0's\n",
                cfg->out_dir, tr->run_dir.dirs);
     if (tr->model_states.disk) printf("%s\n", nvme_describe(tr->model_states.disk));
-    const PipelinePlan* plan = &tr->plan;
-    int P = plan->stages, m = plan->micro;
-    if (P > 1) {
-        char blocks[MAX_LAYERS * 6], chunks[64] = "";
-        for (int i = 0, n = 0; i < P * plan->chunks; i++)
-            n += snprintf(blocks + n, sizeof(blocks) - (size_t)n, "%s%d", i ? ", " : "", plan->count[i]);
-        if (plan->chunks > 1) snprintf(chunks, sizeof(chunks), " x %d virtual stages each", plan->chunks);
-        const char* formula[] = {"(P-1)/m", "(P-1)/(V m)", "(P-1)/(3m)"};
-        printf("pipeline: %s over %d stages%s (blocks per %sstage: %s), %d micro-batches per step: bubble %s = %.1f%% of "
-               "the useful time\n", schedule_kind_name(plan->schedule), P, chunks, plan->chunks > 1 ? "virtual " : "", blocks,
-               m, formula[plan->schedule], 100.0 * plan->bubble);
-        if (plan->schedule == SCHEDULE_ZB)   // core/pipeline/schedule.h: an exchange completes as a whole
-            printf("pipeline: zb's bubble assumes buffered sends; its exchanges (rendezvous, as NCCL's) leave more: "
-                   "./build/test_schedule print zb %d %d (make tests-bin)\n", P, m);
-        logger_line(&tr->log, "{\"step\": %d, \"pipeline\": {\"schedule\": \"%s\", \"stages\": %d, \"micro_batches\": %d, "
-                    "\"blocks\": [%s], \"bubble_theory\": %.6f}}", tr->first_step, schedule_kind_name(plan->schedule), P, m,
-                    blocks, plan->bubble);
-    }
-    if (P > 1 && m < P)
-        fprintf(stderr, "warning: -ga %d < -pp %d: most of each step is pipeline bubble; use -ga >= %d (ideally several times -pp)\n", m,
-                P, P);
+    report_pipeline_plan(&tr->log, &tr->plan, tr->first_step);
 }
 
 static void trainer_setup(Trainer* tr, int argc, char** argv) {
@@ -445,7 +290,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     ModelShape shape = resolve_shape(cfg, &tr->model_is_spec);
     if (!cfg->precision_set) cfg->precision = backend_build_is_gpu() ? DT_BF16 : DT_FP32;
     int planned = cfg->estimate && cfg->plan_ranks ? cfg->plan_ranks : tr->ranks;
-    resolve_batch(cfg, &shape, planned, cfg->pipeline_stages * cfg->tensor_parallel);
+    config_resolve_batch(cfg, shape.maxT, planned, cfg->pipeline_stages * cfg->tensor_parallel);
     pipeline_plan(&tr->plan, &shape, cfg->pipeline_stages, cfg->pipe_schedule, cfg->virtual_stages, cfg->tensor_parallel, planned,
                   cfg->T, cfg->grad_accum);
     if (cfg->estimate) {   // before any allocation, data or device
@@ -469,8 +314,8 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->layout = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     pipeline_stage_layout(tr->layout, &tr->plan, &shape, g->dp, g->stage, g->tp_rank);
     comm_watchdog_phase(tr->world, 1, "start-up: model state");
-    check_host_memory(tr);
-    check_disk_space(tr);
+    NvmeConfig mine = nvme_config(cfg, tr->rank);
+    check_room(plan_zero_states, cfg, tr->layout, tr->grid.dp, comm_local_size(tr->world), &mine);
     tr->nvme = nvme_config(cfg, tr->rank);
     tr->zero = zero_create(tr->be, &tr->mem, tr->layout, caps_of(cfg, cfg->zero_stage), g->dp_group, g->tied, cfg->precision,
                            cfg->nvme_dir ? &tr->nvme : NULL);
@@ -486,8 +331,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     if (is_root(tr)) print_setup(tr, comm);
     report_layout(&tr->log, tr->layout, cfg, g->dp, tr->first_step);
     report_memory(&tr->log, tr->world, &tr->mem, cfg, tr->model, tr->chunks, tr->first_step);
-    catch_stop_signal(SIGTERM);   // last: the training loop starts next
-    catch_stop_signal(SIGINT);
+    stop_signals_catch();   // last: the training loop starts next
 }
 
 static void trainer_teardown(Trainer* tr) {
@@ -774,6 +618,50 @@ static void print_finish(const Trainer* tr, int steps_done, double seconds) {
     flush_stdout();
 }
 
+// Between steps: land -dpu's update where anything reads the parameters, then validate, sample and checkpoint
+// as due. Returns 0 when a stop signal came during evaluation: then the state after `step` steps, unchanged by
+// evaluation, is saved as step's checkpoint, and the resumed run evaluates step `step` again.
+static int between_steps(Trainer* tr, int step, int last) {
+    const Config* cfg = &tr->cfg;
+    int loaded = tr->resumed && step == tr->first_step;   // this state is already a checkpoint
+    int val = (tr->val || tr->hellaswag) && due(cfg->val_every, step, last);
+    int smp = due(cfg->sample_every, step, last) && step > tr->first_step;
+    int save = cfg->out_dir && !loaded && (last || (step > tr->first_step && due(cfg->ckpt_every, step, 0)));
+    if (val || smp || save || last) {
+        comm_watchdog_phase(tr->world, 0, "step %d: landing the updates", step);
+        settle_updates(tr);
+    }
+    // Evaluation and checkpoints are long phases for the watchdog (comm.h): rank 0 alone writes the model file
+    // and publishes the checkpoint, and a slow disk can stretch either far past a training step.
+    comm_watchdog_phase(tr->world, 1, "validation at step %d", step);
+    int stopped = val && !evaluate(tr, step);   // a stop signal mid-evaluation: nothing of it logged
+    comm_watchdog_phase(tr->world, 1, "sampling at step %d", step);
+    if (!stopped && smp) stopped = !sample(tr, step);
+    comm_watchdog_phase(tr->world, 1, "checkpoint at step %d", step);
+    if (save || (stopped && cfg->out_dir && !loaded)) save_checkpoint(tr, step);
+    if (stopped && is_root(tr))
+        printf("stopped by a signal after step %d (during evaluation)%s\n", step,
+               !cfg->out_dir ? " (no -o: nothing saved)"
+               : loaded      ? "; its checkpoint was already there, resume with -y 1"
+                             : "; checkpoint written, resume with -y 1");
+    return !stopped;
+}
+
+// After step `step`: when any rank saw a stop signal, every rank lands the update in flight and checkpoints
+// step + 1. Returns 1 when the run stops.
+static int stop_after_step(Trainer* tr, int step) {
+    comm_watchdog_phase(tr->world, 0, "step %d: stop check", step);
+    if (!stop_requested(tr)) return 0;
+    comm_watchdog_phase(tr->world, 1, "checkpoint at step %d", step + 1);
+    settle_updates(tr);
+    if (tr->cfg.out_dir) save_checkpoint(tr, step + 1);
+    if (is_root(tr))
+        printf("stopped by a signal after step %d%s%s\n", step + 1,
+               tr->cfg.out_dir ? "; checkpoint written, resume with -y 1" : " (no -o: nothing saved)",
+               tr->delayed && tr->cfg.out_dir ? " (-dpu: the update in flight landed for it, as at a -n checkpoint)" : "");
+    return 1;
+}
+
 int main(int argc, char** argv) {
     Trainer tr;
     trainer_setup(&tr, argc, argv);
@@ -786,47 +674,14 @@ int main(int argc, char** argv) {
     int step = tr.first_step;
     for (; step <= tr.max_steps; step++) {
         int last = step == tr.max_steps;
-        int loaded = tr.resumed && step == tr.first_step;   // this state is already a checkpoint
-        int val = (tr.val || tr.hellaswag) && due(tr.cfg.val_every, step, last);
-        int smp = due(tr.cfg.sample_every, step, last) && step > tr.first_step;
-        int save = tr.cfg.out_dir && !loaded && (last || (step > tr.first_step && due(tr.cfg.ckpt_every, step, 0)));
-        if (val || smp || save || last) {
-            comm_watchdog_phase(tr.world, 0, "step %d: landing the updates", step);
-            settle_updates(&tr);
-        }
-        // Evaluation and checkpoints are long phases for the watchdog (comm.h): rank 0 alone writes the model
-        // file and publishes the checkpoint, and a slow disk can stretch either far past a training step.
-        comm_watchdog_phase(tr.world, 1, "validation at step %d", step);
-        int stopped = val && !evaluate(&tr, step);   // a stop signal mid-evaluation: nothing of it logged
-        comm_watchdog_phase(tr.world, 1, "sampling at step %d", step);
-        if (!stopped && smp) stopped = !sample(&tr, step);
-        // The state after `step` steps is unchanged by evaluation, so a stop there saves it as the checkpoint
-        // of `step`; the resumed run evaluates step `step` again.
-        comm_watchdog_phase(tr.world, 1, "checkpoint at step %d", step);
-        if (save || (stopped && tr.cfg.out_dir && !loaded)) save_checkpoint(&tr, step);
-        if (stopped) {
-            if (is_root(&tr))
-                printf("stopped by a signal after step %d (during evaluation)%s\n", step,
-                       !tr.cfg.out_dir ? " (no -o: nothing saved)"
-                       : loaded        ? "; its checkpoint was already there, resume with -y 1"
-                                       : "; checkpoint written, resume with -y 1");
-            break;
-        }
-        if (last) break;
+        if (!between_steps(&tr, step, last) || last) break;
         report_comm_reset(&tr.grid);
         double t0 = now_seconds();
         StepResult r = train_step(&tr, step);
         comm_watchdog_phase(tr.world, 0, "step %d: report", step);
         report_step(&tr, step, &r, now_seconds() - t0, &avg_seconds);
         check_nonfinite(&tr, step, &r);
-        comm_watchdog_phase(tr.world, 0, "step %d: stop check", step);
-        if (stop_requested(&tr)) {
-            comm_watchdog_phase(tr.world, 1, "checkpoint at step %d", step + 1);
-            settle_updates(&tr);
-            if (tr.cfg.out_dir) save_checkpoint(&tr, step + 1);
-            if (is_root(&tr))
-                printf("stopped by a signal after step %d%s%s\n", step + 1, tr.cfg.out_dir ? "; checkpoint written, resume with -y 1" : " (no -o: nothing saved)",
-                       tr.delayed && tr.cfg.out_dir ? " (-dpu: the update in flight landed for it, as at a -n checkpoint)" : "");
+        if (stop_after_step(&tr, step)) {
             step++;
             break;
         }

@@ -307,3 +307,26 @@ void checkpoint_load(const ModelState* ms, Backend* be, const char* dir, const C
     }
     state_flush(ms);   // what went to the disk's cache is on disk before anything reads it there
 }
+
+// The checkpoint must continue this run: its recorded hyperparameters against this launch's (older
+// manifests record only what may never change: the tokens per step, -t, -seed and -p), and not past this
+// run's end.
+void checkpoint_check_resume(const CheckpointInfo* info, const Config* cfg, int max_steps, long long tokens_per_step,
+                             const char* dir, int root) {
+    if (info->has_run) {
+        RunRecord now;
+        run_record_of(&now, cfg, max_steps, tokens_per_step);
+        run_record_check_resume(&info->run, &now, cfg, max_steps, info->step, dir, root);
+    } else if (info->tokens_per_step != tokens_per_step) {
+        fail("checkpoint %s was written with %lld tokens per step; this run has %lld (keep b*t*ga*replicas the same)", dir,
+             info->tokens_per_step, tokens_per_step);
+    } else if (info->T != cfg->T) {
+        fail("checkpoint %s was written with -t %d; this run has %d", dir, info->T, cfg->T);
+    } else if (info->seed != cfg->seed) {
+        fail("checkpoint %s was written with -seed %llu; this run has %llu", dir, info->seed, (unsigned long long)cfg->seed);
+    } else if (info->dt != cfg->precision) {
+        fail("checkpoint %s was written with -p %s; this run has %s", dir, dtype_name(info->dt), dtype_name(cfg->precision));
+    }
+    if (cfg->dump_dir) fail("-dump writes step 0's tensors: this run resumes at step %d (dump from a fresh run)", info->step);
+    if (info->step > max_steps) fail("checkpoint %s is at step %d, past this run's last step %d (-x)", dir, info->step, max_steps);
+}

@@ -74,3 +74,9 @@ void checkpoint_load(const ModelState* ms, Backend* be, const char* dir, const C
 int checkpoint_find_hosts(const char* out_dir, Comm* world, const ModelShape* shape, char* path, size_t path_size,
                           CheckpointInfo* info, int verbose);
 void checkpoint_load_hosts(const ModelState* ms, Backend* be, Comm* world, const char* dir, const CheckpointInfo* info);
+
+// One-line errors unless the checkpoint in dir continues this launch: its recorded hyperparameters against
+// this launch's (older manifests record only what may never change: the tokens per step, -t, -seed and -p),
+// no -dump, and not past this run's last step. root: rank 0 prints what -y 2 accepts.
+void checkpoint_check_resume(const CheckpointInfo* info, const Config* cfg, int max_steps, long long tokens_per_step,
+                             const char* dir, int root);

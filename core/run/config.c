@@ -92,3 +92,20 @@ float config_lr_at(const Config* c, int step, int max_steps) {
         default: return c->lr;
     }
 }
+
+// -d sets -ga from the data-parallel replicas, ranks / (stages x tensor ranks). When those do not divide the
+// ranks there are no replicas to count: pipeline_plan, next, says so.
+void config_resolve_batch(Config* cfg, int maxT, int ranks, int per_replica) {
+    if (cfg->T > maxT) fail("-t %d exceeds the model's maximum sequence length %d", cfg->T, maxT);
+    int dp = ranks / per_replica;
+    if (cfg->total_batch && ranks % per_replica == 0) {
+        long long per_micro = (long long)cfg->B * cfg->T * dp;
+        if (cfg->total_batch % per_micro)
+            fail("-d %lld is not a multiple of b*t*replicas = %d*%d*%d", cfg->total_batch, cfg->B, cfg->T, dp);
+        long long ga = cfg->total_batch / per_micro;
+        if (ga < 1 || ga > 1 << 20)   // -ga's own range, checked before the narrowing to int
+            fail("-d %lld gives -ga %lld (d / (b*t*replicas = %d*%d*%d)), outside 1..%d", cfg->total_batch, ga, cfg->B,
+                 cfg->T, dp, 1 << 20);
+        cfg->grad_accum = (int)ga;
+    }
+}

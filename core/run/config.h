@@ -82,6 +82,9 @@ typedef struct {
 void config_defaults(Config* cfg);
 // Parses argv into cfg. Prints usage and exits 0 on -h.
 void config_parse(Config* cfg, int argc, char** argv);
+// -t against the model's maxT, and -ga from -d once the world is known: -d sets -ga from the data-parallel
+// replicas, ranks / per_replica (stages x tensor ranks). One-line errors.
+void config_resolve_batch(Config* cfg, int maxT, int ranks, int per_replica);
 const char* lr_schedule_name(LrSchedule s);
 // Learning rate at step (0-based) of max_steps: warm-up, then the schedule down to lr * final_lr_frac.
 float config_lr_at(const Config* cfg, int step, int max_steps);

@@ -207,6 +207,38 @@ static void print_disk_room(const Config* cfg, const MemLedger* plans, int stage
            cfg->nvme_dir, most ? free_bytes / (double)most : 0.0, most && free_bytes / (double)most < 2.0 ? "" : "s", gib(most));
 }
 
+// -offload: the state this rank keeps on the host against its share of the host's available memory (the
+// ranks of one host split it evenly), so a model too large for the host is one clear error instead of the
+// kernel's OOM killer mid-allocation.
+static void check_host_room(const MemLedger* plan, const Config* cfg, int local) {
+    size_t need = mem_host_total(plan), avail = host_memory_available();
+    if (avail > 0 && need > avail / (size_t)local)
+        fail("-offload %d: this rank's host state needs %.2f GiB, but the host has %.2f GiB available for its %d rank%s "
+             "(%.2f GiB each); use more ranks or hosts, a higher -z, or a smaller model", cfg->offload, (double)need / (1 << 30),
+             (double)avail / (1 << 30), local, local > 1 ? "s" : "", (double)avail / (1 << 30) / local);
+}
+
+// -nvme: the files this rank will write against its share of the free space of DIR's filesystem (the ranks of
+// one host split it evenly, as they split a node-local disk), plus what its files of an earlier run there
+// take, which this run reuses.
+static void check_disk_room(const MemLedger* plan, const Config* cfg, int local, const NvmeConfig* mine) {
+    make_dirs(cfg->nvme_dir);
+    double gib = 1 << 30, need = (double)mem_disk_total(plan), free_bytes = (double)fs_free_bytes(cfg->nvme_dir);
+    double share = free_bytes / local + (double)nvme_reusable_bytes(mine);
+    if (need > share)
+        fail("-nvme %s: this rank's state files need %.3f GiB, but the filesystem has %.3f GiB free for this host's %d rank%s; "
+             "free some, use another -nvme directory, more hosts or a higher -z", cfg->nvme_dir, need / gib, free_bytes / gib, local,
+             local > 1 ? "s" : "");
+}
+
+void check_room(StatePlanner states, const Config* cfg, const ParamLayout* lay, int dp, int local_ranks, const NvmeConfig* mine) {
+    if (!cfg->offload && !cfg->nvme_dir) return;
+    MemLedger plan = {{0}};
+    states(&plan, lay, cfg, cfg->zero_stage, dp);
+    if (cfg->offload) check_host_room(&plan, cfg, local_ranks);
+    if (cfg->nvme_dir) check_disk_room(&plan, cfg, local_ranks, mine);
+}
+
 void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks) {
     int P = plan->stages, dp = plan_replicas(plan, ranks);
     MemLedger* plans = (MemLedger*)xmalloc((size_t)P * sizeof(MemLedger));   // one per pipeline stage

@@ -5,6 +5,7 @@
 #include "core/model/memory.h"
 #include "core/model/model.h"
 #include "core/pipeline/pipeline.h"
+#include "core/zero/nvme_store.h"
 
 // The bytes one stage's model states (parameters, gradients, master weights, Adam) take under ZeRO stage
 // `zero` on `dp` ranks, with what cfg says of precision, -offload and -dpu. The policy above the
@@ -16,6 +17,10 @@ typedef void (*StatePlanner)(MemLedger* mem, const ParamLayout* lay, const Confi
 // stage `zero`, recompute level `recompute` (cfg supplies precision, b and t).
 void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int dp,
                  int stage, int zero, int recompute);
+// Before anything is allocated: this rank's planned host state (-offload) against its share of the host's
+// available memory, and its state files (-nvme) against its share of DIR's free space (creating DIR); a
+// one-line error when either does not fit. mine: this rank's -nvme files, reused when there from a run before.
+void check_room(StatePlanner states, const Config* cfg, const ParamLayout* lay, int dp, int local_ranks, const NvmeConfig* mine);
 // Prints the plan for this configuration, a table across ZeRO stages and world sizes, and activation bytes
 // per recompute level; then a one-line JSON record of the configuration's plan for scripts.
 void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks);

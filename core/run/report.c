@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "base/gpu_variants.h"
 #include "core/model/walk.h"
 #include "core/pipeline/schedule.h"
 
@@ -217,3 +218,35 @@ void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt
     free(all);
 }
 
+void report_pipeline_plan(Logger* log, const PipelinePlan* plan, int first_step) {
+    int P = plan->stages, m = plan->micro;
+    if (P > 1) {
+        char blocks[MAX_LAYERS * 6], chunks[64] = "";
+        for (int i = 0, n = 0; i < P * plan->chunks; i++)
+            n += snprintf(blocks + n, sizeof(blocks) - (size_t)n, "%s%d", i ? ", " : "", plan->count[i]);
+        if (plan->chunks > 1) snprintf(chunks, sizeof(chunks), " x %d virtual stages each", plan->chunks);
+        const char* formula[] = {"(P-1)/m", "(P-1)/(V m)", "(P-1)/(3m)"};
+        printf("pipeline: %s over %d stages%s (blocks per %sstage: %s), %d micro-batches per step: bubble %s = %.1f%% of "
+               "the useful time\n", schedule_kind_name(plan->schedule), P, chunks, plan->chunks > 1 ? "virtual " : "", blocks,
+               m, formula[plan->schedule], 100.0 * plan->bubble);
+        if (plan->schedule == SCHEDULE_ZB)   // core/pipeline/schedule.h: an exchange completes as a whole
+            printf("pipeline: zb's bubble assumes buffered sends; its exchanges (rendezvous, as NCCL's) leave more: "
+                   "./build/test_schedule print zb %d %d (make tests-bin)\n", P, m);
+        logger_line(log, "{\"step\": %d, \"pipeline\": {\"schedule\": \"%s\", \"stages\": %d, \"micro_batches\": %d, "
+                    "\"blocks\": [%s], \"bubble_theory\": %.6f}}", first_step, schedule_kind_name(plan->schedule), P, m,
+                    blocks, plan->bubble);
+    }
+    if (P > 1 && m < P)
+        fprintf(stderr, "warning: -ga %d < -pp %d: most of each step is pipeline bubble; use -ga >= %d (ideally several times -pp)\n", m,
+                P, P);
+}
+
+void report_variants(Logger* log, Backend* be, int first_step) {
+    const unsigned set = backend_variants(be);
+    if (!set) return;
+    char names[256];
+    gpu_variants_describe(set, names, sizeof names);
+    const int cpu = !strncmp(backend_device_name(be), "cpu", 3);   // "cpu" or "cpu (fenced)"
+    printf("kernel variants: %s%s\n", names, cpu ? " (the CPU build has one kernel each: they change nothing here)" : "");
+    logger_line(log, "{\"step\": %d, \"kernel_variants\": \"%s\"}", first_step, names);
+}

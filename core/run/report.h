@@ -24,6 +24,13 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
 void report_comm(Logger* log, const Grid* g, int step);
 void report_comm_reset(const Grid* g);   // before a step: validation, samples and checkpoints are not its traffic
 
+// Rank 0: the opt-in kernel variants (base/gpu_variants.h) in use, on the console and in the log, so a timing
+// names what ran. Nothing when none is.
+void report_variants(Logger* log, Backend* be, int first_step);
+// Rank 0: the pipeline's schedule, blocks per stage and theoretical bubble (console and log), and a warning
+// when -ga leaves most of each step to the bubble. Nothing without a pipeline.
+void report_pipeline_plan(Logger* log, const PipelinePlan* plan, int first_step);
+
 // Collective: rank 0 prints and logs its phases and, with a pipeline, each stage's forward, backward and
 // waiting time (replica 0's ranks) next to the bubble the plan's schedule predicts.
 void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt, const PipelinePlan* plan);

@@ -2,6 +2,7 @@
 #include "core/tokenizer/decode.h"
 
 #include <errno.h>
+#include <limits.h>
 
 #include "base/common.h"
 #include "core/tokenizer/tokenizer_file.h"
@@ -119,4 +120,19 @@ void tokenizer_free(Tokenizer* t) {
     free(t->offset);
     free(t->text);
     free(t);
+}
+
+void tokenizer_path_for(char* path, size_t size, const char* given, const char* train_pattern) {
+    if (given) {
+        snprintf(path, size, "%s", given);
+        if (file_size(path) < 0) fail("-tk %s: no such file", path);
+        return;
+    }
+    char json[PATH_MAX];
+    path_beside(path, size, train_pattern, "gpt2_tokenizer.bin");
+    path_beside(json, sizeof(json), train_pattern, "tokenizer.json");
+    int has_bin = file_size(path) >= 0, has_json = file_size(json) >= 0;
+    if (has_bin && has_json)
+        fail("%s and %s are both beside the shards: give the one they were encoded with as -tk", path, json);
+    if (has_json) snprintf(path, size, "%s", json);
 }

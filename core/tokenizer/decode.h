@@ -19,6 +19,10 @@ typedef struct Tokenizer Tokenizer;
 // but is malformed (short header, wrong magic, unknown version, bad vocab/eot, truncated, trailing bytes; a
 // tokenizer.json that tokenizer_json.c refuses).
 Tokenizer* tokenizer_load(const char* path);
+// The tokenizer file a run reads: -tk's (given; a one-line error when it does not exist), else what
+// scripts/tokenize.py writes beside the training shards, gpt2_tokenizer.bin (llm.c's name) or tokenizer.json
+// (both there: a one-line error, since only one was used to encode them). The path may not exist.
+void tokenizer_path_for(char* path, size_t size, const char* given, const char* train_pattern);
 const char* tokenizer_decode(const Tokenizer* t, int token);   // NUL-terminated bytes; "" for ids out of range
 // Writes the token's bytes to out; an id beyond the vocabulary (a model larger than its tokenizer) as
 // "<id N>", so that no sampled token goes missing from the text.
