@@ -51,7 +51,7 @@ class Config:
         return mf.numel(self)
 
     def header(self, version):
-        return mf.header(self, version)   # llm.c's: nothing after slot 7
+        return mf.header(self, version)   # llm.c's: slot 8 (FILE_ID) and every later slot 0
 
     def error(self):
         """What makes this an impossible model, or None."""
@@ -73,6 +73,7 @@ def config_from_header(path, h):
         die("%s: inconsistent model header maxT=%d V=%d L=%d NH=%d C=%d Vp=%d"
             % (path, cfg.maxT, cfg.V, cfg.L, cfg.NH, cfg.C, cfg.Vp))
     return cfg
+
 
 # ------------------------------------------------------------------------------------------------------
 # -e: the trainer's grammar (core/models/gpt2/family.c's parse_spec)

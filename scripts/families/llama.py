@@ -206,7 +206,9 @@ def c_float(text):
 
 def _named(spec):
     L, C, NH, KV, D, F, V, maxT, theta, eps, tied, qk_norm, factor = NAMED[spec]
-    rope = dict(rope_kind=ROPE_LLAMA3, rope_factor=factor, rope_low=1.0, rope_high=4.0, rope_orig=8192) if factor else {}
+    rope = {}
+    if factor:
+        rope = dict(rope_kind=ROPE_LLAMA3, rope_factor=factor, rope_low=1.0, rope_high=4.0, rope_orig=8192)
     return Config(maxT, V, L, NH, C, mf.padded_vocab(V), KV, D, F, tied=tied, qk_norm=qk_norm, theta=theta, eps=eps,
                   **rope)
 
@@ -499,8 +501,9 @@ def hf_config(cfg, torch_dtype, bos=None, eos=None):
     if cfg.rope_kind == ROPE_LINEAR:
         rope = {"rope_type": "linear", "factor": hf.f32_json(cfg.rope_factor)}
     elif cfg.rope_kind == ROPE_LLAMA3:
-        rope = {"rope_type": "llama3", "factor": hf.f32_json(cfg.rope_factor), "low_freq_factor": hf.f32_json(cfg.rope_low),
-                "high_freq_factor": hf.f32_json(cfg.rope_high), "original_max_position_embeddings": cfg.rope_orig}
+        rope = {"rope_type": "llama3", "factor": hf.f32_json(cfg.rope_factor),
+                "low_freq_factor": hf.f32_json(cfg.rope_low), "high_freq_factor": hf.f32_json(cfg.rope_high),
+                "original_max_position_embeddings": cfg.rope_orig}
     conf = {"architectures": [arch], "model_type": kind, "vocab_size": cfg.V, "hidden_size": cfg.C,
             "intermediate_size": cfg.F, "num_hidden_layers": cfg.L, "num_attention_heads": cfg.NH,
             "num_key_value_heads": cfg.KV, "head_dim": cfg.D, "hidden_act": "silu",

@@ -190,7 +190,8 @@ def describe(cfg):
     if cfg.file_id != 0:
         out += " KV=%d D=%d F=%d%s%s%s theta=%g eps=%g%s" % (
             cfg.KV, cfg.D, cfg.F, " tied" if cfg.tied else "", " qk_norm" if cfg.qk_norm else "",
-            " qkv_bias" if cfg.qkv_bias else "", cfg.theta, cfg.eps, ["", " rope-linear", " rope-llama3"][cfg.rope_kind])
+            " qkv_bias" if cfg.qkv_bias else "", cfg.theta, cfg.eps,
+            ["", " rope-linear", " rope-llama3"][cfg.rope_kind])
     real = cfg.numel() - sum((cfg.Vp - cfg.V) * cfg.C for _ in cfg.vocab_tensors)
     return "model: %s, %d parameters (%d with the padded vocabulary rows)" % (out, real, cfg.numel())
 
