@@ -41,10 +41,10 @@ sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _HERE] + [_HERE]
 import numpy as np  # noqa: E402
 
 import checkpoint_files  # noqa: E402
+import families  # noqa: E402
 import hf_format as hf  # noqa: E402
 
-TOKENIZER = os.path.join(_HERE, "..", "data", "tokenizer")
-TOKENIZER_FILES = [("encoder.json", "vocab.json"), ("vocab.bpe", "merges.txt")]   # ours -> HF's name
+TOKENIZER = os.path.join(_HERE, "..", "data", "tokenizer")   # a family's TOKENIZER_FILES are here
 # What transformers' from_pretrained reads for a model and its tokenizer: weights in every framework and
 # sharding, a PEFT adapter (loaded on top when adapter_config.json is there), configs, tokenizer files.
 HF_FILES = ["model*.safetensors", "model*.safetensors.index.json", "pytorch_model*.bin",
@@ -130,13 +130,15 @@ def warn_nonfinite(tensors, shown=5):
 
 
 def write_folder(cfg, params, outdir, opts):
-    hf.write_weights(outdir, hf.to_hf(cfg, params), {"format": "pt"}, hf.STORAGE[opts.dtype][0], opts.max_shard)
-    hf.write_json(os.path.join(outdir, "config.json"), hf.config_to_hf(cfg, opts.dtype, opts.bos, opts.eos))
+    family = families.of(cfg)
+    storage, torch_dtype = hf.STORAGE[opts.dtype][:2]
+    hf.write_weights(outdir, family.to_hf(cfg, params), {"format": "pt"}, storage, opts.max_shard)
+    hf.write_json(os.path.join(outdir, "config.json"), family.hf_config(cfg, torch_dtype, opts.bos, opts.eos))
     if opts.tokenizer_files:
         for path in opts.tokenizer_files:
             shutil.copyfile(path, os.path.join(outdir, os.path.basename(path)))
-    elif not hf.is_llama(cfg):
-        for ours, theirs in TOKENIZER_FILES:
+    else:
+        for ours, theirs in family.TOKENIZER_FILES:
             shutil.copyfile(os.path.join(TOKENIZER, ours), os.path.join(outdir, theirs))
     if opts.bos is not None or opts.eos is not None:
         hf.write_json(os.path.join(outdir, "generation_config.json"),
@@ -213,19 +215,20 @@ def export(src, outdir, opts):
     model = model_path(src)
     target = os.path.realpath(outdir)   # a link to a folder: the folder
     stale = stale_files(outdir, target, opts.force)
-    cfg, version = hf.read_model_header(model)
+    cfg, version = families.read_model_header(model)
+    family = families.of(cfg)
     opts.dtype = opts.dtype or ("fp32" if version == 3 else "bf16")
-    if hf.is_llama(cfg):
-        hf.architecture(cfg)   # dies before anything is written if no HF class computes this model
-        opts.bos, opts.eos = token_ids("bos id", opts.bos, cfg.V), token_ids("eos id", opts.eos, cfg.V)
+    family.architecture(cfg)   # dies before anything is written if no HF class computes this model
+    if family.TOKEN_IDS:
+        opts.bos, opts.eos = family.TOKEN_IDS
     else:
-        opts.bos = opts.eos = hf.GPT2_TOKEN
-    cfg, params = hf.load_model(model)
+        opts.bos, opts.eos = token_ids("bos id", opts.bos, cfg.V), token_ids("eos id", opts.eos, cfg.V)
+    cfg, params = families.load_model(model)
     refuse_own_input(model, outdir, target, stale)
-    for ours, _ in TOKENIZER_FILES if not (opts.tokenizer_files or hf.is_llama(cfg)) else []:
+    for ours, _ in family.TOKENIZER_FILES if not opts.tokenizer_files else []:
         if not os.path.isfile(os.path.join(TOKENIZER, ours)):
             hf.die("%s: is missing; the tokenizer files come from data/tokenizer/" % os.path.join(TOKENIZER, ours))
-    warn_nonfinite(hf.to_hf(cfg, params))
+    warn_nonfinite(family.to_hf(cfg, params))
     # The new files are written in a hidden folder where writing is already allowed: inside OUTDIR when it
     # is there, beside it otherwise.
     exists, tmp, created = os.path.isdir(target), None, []
@@ -247,14 +250,11 @@ def export(src, outdir, opts):
         for p in reversed(created):
             with contextlib.suppress(OSError):
                 os.rmdir(p)
-    print("exported %s (%d parameters without padding) to %s as %s" % (cfg, hf.hf_numel(cfg), outdir,
-                                                                       hf.architecture(cfg)[1]))
-    if hf.is_llama(cfg) and not opts.tokenizer_files:
-        print("note: no tokenizer files written; --tokenizer FOLDER copies a Hugging Face folder's",
-              file=sys.stderr)
-    elif cfg.V != hf.GPT2_TOKEN + 1 and not opts.tokenizer_files:
-        print("warning: vocabulary %d is not GPT-2's %d; vocab.json and merges.txt are GPT-2's tokenizer"
-              % (cfg.V, hf.GPT2_TOKEN + 1), file=sys.stderr)
+    print("exported %s (%d parameters without padding) to %s as %s" % (cfg, family.hf_numel(cfg), outdir,
+                                                                       family.architecture(cfg)[1]))
+    note = None if opts.tokenizer_files else family.tokenizer_note(cfg)
+    if note:
+        print(note, file=sys.stderr)
 
 
 def main():

@@ -1,12 +1,12 @@
-"""Shared by import_hf.py and export_hf.py: safetensors files (one, or shards and their index), and the map
-between a model file and a Hugging Face checkpoint of GPT2LMHeadModel or, for the Llama family,
-LlamaForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM (names, transposes, the padded vocabulary,
-config.json and what of it the trainer does not implement).
+"""Shared by import_hf.py, export_hf.py and the family modules (scripts/families/): safetensors files (one,
+or shards and their index), config.json's JSON and the checks every family's config.json reader makes, the
+padded vocabulary, and the shapes the trainer runs. What differs by family (names, transposes, config.json's
+keys and what of them the trainer does not implement) is the family module's.
 
 Written from the published formats. safetensors: an 8-byte little-endian header length N, N bytes of JSON
 {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}} (space-padded so
 the data starts 8-byte aligned), then the raw little-endian tensors, offsets relative to the data start.
-Model files are read by scripts/model_file.py's load_model and written in its format by save_model here.
+Model files are read by families.load_model and written in scripts/model_file.py's format by save_model here.
 numpy is all this needs: PyTorch only reads pytorch_model.bin, in import_hf.py. The scripts that import this
 module first move scripts/ to the end of sys.path, because scripts/tokenize.py would otherwise shadow the
 standard library's tokenize, which torch imports.
@@ -23,16 +23,8 @@ import numpy as np
 
 import model_file as mf
 
-# Per-layer tensors: llm.c name, Hugging Face name under h.{l}., and whether HF stores it transposed
-# (GPT-2's Conv1D keeps weights as (in, out) and computes x @ W + b; llm.c keeps (out, in)).
-LAYER = [("ln1w", "ln_1.weight", False), ("ln1b", "ln_1.bias", False),
-         ("qkvw", "attn.c_attn.weight", True), ("qkvb", "attn.c_attn.bias", False),
-         ("attprojw", "attn.c_proj.weight", True), ("attprojb", "attn.c_proj.bias", False),
-         ("ln2w", "ln_2.weight", False), ("ln2b", "ln_2.bias", False),
-         ("fcw", "mlp.c_fc.weight", True), ("fcb", "mlp.c_fc.bias", False),
-         ("fcprojw", "mlp.c_proj.weight", True), ("fcprojb", "mlp.c_proj.bias", False)]
-# Buffers some HF versions store, not parameters: the causal mask and its fill value.
-IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
+# Hugging Face's name of the head of a *ForCausalLM, stored when it is not tied to the embedding (and by some
+# versions even then).
 TIED_HEAD = "lm_head.weight"
 # Bits per element of every safetensors dtype, as the safetensors library knows them: each tensor's byte count
 # is checked, whatever its dtype. Decoded to float32: FLOAT_DTYPES; a parameter in any other is refused.
@@ -42,12 +34,9 @@ DTYPE_BITS = {"BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8, 
 FLOAT_DTYPES = ("F32", "F16", "BF16")
 MAX_HEADER_BYTES = 100_000_000   # the safetensors library's limit
 INT32_MAX = 2 ** 31 - 1          # the model file's header holds its sizes as int32
-GPT2_TOKEN = 50256   # <|endoftext|>: GPT-2's bos and eos
 
 
 die = mf.die   # one convention for every script: "error: ..." on stderr, exit 1
-load_model = mf.load_model   # the model-file reader, with its header and size checks
-read_model_header = mf.read_model_header
 
 
 def run(main):
@@ -335,43 +324,7 @@ def save_model(path, cfg, params, version):
 
 
 # ------------------------------------------------------------------------------------------------------
-# llm.c <-> Hugging Face GPT-2
-
-def _gpt2_names(cfg):
-    """[(HF name, HF shape)] of every stored parameter, in GPT-2's state-dict order (no tied lm_head)."""
-    C = cfg.C
-    shapes = {"ln_1.weight": (C,), "ln_1.bias": (C,), "attn.c_attn.weight": (C, 3 * C), "attn.c_attn.bias": (3 * C,),
-              "attn.c_proj.weight": (C, C), "attn.c_proj.bias": (C,), "ln_2.weight": (C,), "ln_2.bias": (C,),
-              "mlp.c_fc.weight": (C, 4 * C), "mlp.c_fc.bias": (4 * C,), "mlp.c_proj.weight": (4 * C, C),
-              "mlp.c_proj.bias": (C,)}
-    out = [("wte.weight", (cfg.V, C)), ("wpe.weight", (cfg.maxT, C))]
-    out += [("h.%d.%s" % (l, hf), shapes[hf]) for l in range(cfg.L) for _, hf, _ in LAYER]
-    return out + [("ln_f.weight", (C,)), ("ln_f.bias", (C,))]
-
-
-def _gpt2_to_hf(cfg, params):
-    """llm.c tensors -> [(HF name, array)]: layers unstacked, Conv1D weights transposed, wte cut to V rows
-    (llm.c's padding rows are never looked up, and HF's vocabulary is the real one)."""
-    out = [("wte.weight", params["wte"][:cfg.V]), ("wpe.weight", params["wpe"])]
-    for l in range(cfg.L):
-        out += [("h.%d.%s" % (l, hf), params[name][l].T if transposed else params[name][l])
-                for name, hf, transposed in LAYER]
-    return out + [("ln_f.weight", params["lnfw"]), ("ln_f.bias", params["lnfb"])]
-
-
-def _gpt2_from_hf(cfg, get):
-    """get(HF name) -> float32 array of its HF shape. Returns llm.c's tensors: stacked, transposed back,
-    wte padded to Vp with zero rows (inert: the trainer never looks them up and masks their logits)."""
-    params = {"wte": padded_vocab(cfg, get("wte.weight")), "wpe": get("wpe.weight"), "lnfw": get("ln_f.weight"),
-              "lnfb": get("ln_f.bias")}
-    shapes = dict(zip(mf.NAMES, cfg.shapes()))
-    for name, hf, transposed in LAYER:
-        params[name] = np.empty(shapes[name], np.float32)   # filled layer by layer: one copy in memory
-        for l in range(cfg.L):
-            a = get("h.%d.%s" % (l, hf))
-            params[name][l] = a.T if transposed else a
-    return params
-
+# What every family's map and config.json reader use
 
 def padded_vocab(cfg, a):
     """A (V, C) vocabulary matrix with zero rows up to Vp (inert: the trainer never looks them up and masks
@@ -381,140 +334,7 @@ def padded_vocab(cfg, a):
     return out
 
 
-# ------------------------------------------------------------------------------------------------------
-# llm.c <-> Hugging Face LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
-#
-# HF's Linear weights are (out, in) as the model file's are, and its RoPE is the rotate-half the trainer
-# computes, so every HF tensor is a block of rows of one model-file tensor, copied as it is.
-
-LLAMA_PREFIX = "model."
-
-
-def _llama_layer(cfg):
-    """A layer's HF tensors in HF's state-dict order: (name under model.layers.{l}., model-file tensor, first
-    row, rows) -- the HF tensor is rows [first, first + rows) of the file tensor's layer slice."""
-    C, D, F, q, kv = cfg.C, cfg.D, cfg.F, cfg.NH * cfg.D, cfg.KV * cfg.D
-    bias = cfg.qkv_bias
-    out = [("self_attn.q_proj.weight", "wq", 0, q)] + [("self_attn.q_proj.bias", "bq", 0, q)] * bias
-    out += [("self_attn.k_proj.weight", "wkv", 0, kv)] + [("self_attn.k_proj.bias", "bkv", 0, kv)] * bias
-    out += [("self_attn.v_proj.weight", "wkv", kv, kv)] + [("self_attn.v_proj.bias", "bkv", kv, kv)] * bias
-    out += [("self_attn.o_proj.weight", "attn_proj", 0, C)]
-    if cfg.qk_norm:
-        out += [("self_attn.q_norm.weight", "q_norm", 0, D), ("self_attn.k_norm.weight", "k_norm", 0, D)]
-    return out + [("mlp.gate_proj.weight", "gate_up", 0, F), ("mlp.up_proj.weight", "gate_up", F, F),
-                  ("mlp.down_proj.weight", "down", 0, C), ("input_layernorm.weight", "attn_norm", 0, C),
-                  ("post_attention_layernorm.weight", "mlp_norm", 0, C)]
-
-
-def _llama_names(cfg):
-    shapes = dict(zip(cfg.names, cfg.shapes()))
-    out = [("model.embed_tokens.weight", (cfg.V, cfg.C))]
-    out += [("model.layers.%d.%s" % (l, hf), (rows,) + shapes[name][2:])
-            for l in range(cfg.L) for hf, name, _, rows in _llama_layer(cfg)]
-    out.append(("model.norm.weight", (cfg.C,)))
-    return out + [(TIED_HEAD, (cfg.V, cfg.C))] * (not cfg.tied)
-
-
-def _llama_to_hf(cfg, params):
-    out = [("model.embed_tokens.weight", params["wte"][:cfg.V])]
-    out += [("model.layers.%d.%s" % (l, hf), params[name][l][first:first + rows])
-            for l in range(cfg.L) for hf, name, first, rows in _llama_layer(cfg)]
-    out.append(("model.norm.weight", params["final_norm"]))
-    return out if cfg.tied else out + [(TIED_HEAD, params["lm_head"][:cfg.V])]
-
-
-def _llama_from_hf(cfg, get):
-    params = {name: np.empty(shape, np.float32) for name, shape in zip(cfg.names, cfg.shapes())}
-    params["wte"] = padded_vocab(cfg, get("model.embed_tokens.weight"))
-    params["final_norm"] = get("model.norm.weight")
-    if not cfg.tied:
-        params["lm_head"] = padded_vocab(cfg, get(TIED_HEAD))
-    for l in range(cfg.L):
-        for hf, name, first, rows in _llama_layer(cfg):
-            params[name][l][first:first + rows] = get("model.layers.%d.%s" % (l, hf))
-    return params
-
-
-# ------------------------------------------------------------------------------------------------------
-# Either family
-
-def is_llama(cfg):
-    return cfg.family == mf.FAMILY_LLAMA
-
-
-def hf_names(cfg):
-    """[(HF name, HF shape)] of every stored parameter in HF's state-dict order; a tied lm_head is not one."""
-    return _llama_names(cfg) if is_llama(cfg) else _gpt2_names(cfg)
-
-
-def to_hf(cfg, params):
-    """Model-file tensors -> [(HF name, array)], the names and order of hf_names, vocabularies cut to V rows."""
-    return _llama_to_hf(cfg, params) if is_llama(cfg) else _gpt2_to_hf(cfg, params)
-
-
-def from_hf(cfg, get):
-    """get(HF name) -> float32 array of its hf_names shape. Returns the model file's tensors, vocabularies
-    padded to Vp with zero rows."""
-    return _llama_from_hf(cfg, get) if is_llama(cfg) else _gpt2_from_hf(cfg, get)
-
-
-def canonical_name(cfg, name):
-    """The name hf_names uses for a stored tensor: GPT2LMHeadModel's `transformer.` prefix dropped; a Llama
-    base model's names (LlamaModel's, without `model.`) given it, as from_pretrained does."""
-    if not is_llama(cfg):
-        return name[len("transformer."):] if name.startswith("transformer.") else name
-    return name if name.startswith(LLAMA_PREFIX) or name == TIED_HEAD else LLAMA_PREFIX + name
-
-
-def prefix(cfg):
-    return LLAMA_PREFIX if is_llama(cfg) else "transformer."
-
-
-def ignored(cfg, name):
-    """Buffers some HF versions store that are not parameters: GPT-2's causal mask and its fill value,
-    Llama's RoPE frequencies (recomputed from config.json by HF too)."""
-    return name.endswith(".rotary_emb.inv_freq" if is_llama(cfg) else IGNORED_SUFFIXES)
-
-
-def hf_numel(cfg):
-    """Parameters a Hugging Face checkpoint of cfg stores (wte has V rows there, not Vp), in Python integers:
-    config.json's sizes are unchecked, and numpy's int64 products would wrap."""
-    C, L = cfg.C, cfg.L
-    if not is_llama(cfg):
-        return (cfg.V + cfg.maxT + 2) * C + L * (12 * C * C + 13 * C)
-    q, kv = cfg.NH * cfg.D, cfg.KV * cfg.D
-    block = 2 * C + (q + 2 * kv) * C + q * C + 3 * cfg.F * C + (q + 2 * kv) * cfg.qkv_bias + 2 * cfg.D * cfg.qk_norm
-    return cfg.V * C * (1 if cfg.tied else 2) + L * block + C
-
-
-# ------------------------------------------------------------------------------------------------------
-# config.json
-
-def read_config(path):
-    """config.json -> (model_file.Config or LlamaConfig, the JSON object); dies, naming the key, unless it
-    describes a model the trainer computes as Hugging Face does."""
-    conf = read_json(path)
-    kind = conf.get("model_type") if isinstance(conf, dict) else conf
-    if kind == "gpt2":
-        return _gpt2_config(path, conf), conf
-    if kind in LLAMA_ARCHS:
-        return _llama_config(path, conf), conf
-    die("%s: model_type %r is not one of gpt2, %s" % (path, kind, ", ".join(LLAMA_ARCHS)))
-
-
-def config_from_hf(path):
-    return read_config(path)[0]
-
-
-def _fixed_settings(C):
-    """config.json settings the trainer's forward has no choice in: key -> accepted values (HF's default
-    first). gelu_pytorch_tanh is the same tanh approximation as gelu_new."""
-    return {"activation_function": ("gelu_new", "gelu_pytorch_tanh"), "layer_norm_epsilon": (1e-5,),
-            "n_inner": (None, 4 * C), "scale_attn_weights": (True,), "scale_attn_by_inverse_layer_idx": (False,),
-            "add_cross_attention": (False,), "tie_word_embeddings": (True,)}
-
-
-def _positive_int(path, key, x):
+def positive_int(path, key, x):
     """A config.json size: a positive integer that fits the model file's int32 header."""
     if type(x) is not int or x <= 0:
         die("%s: %s is %r, not a positive integer" % (path, key, x))
@@ -524,19 +344,21 @@ def _positive_int(path, key, x):
 
 
 # The shapes the trainer runs (core/model/model.c's shape_validate, and each family's validate in
-# core/models/): a model beyond them is refused on import, not by the trainer afterwards. t_hf.sh asks
-# train_gpt_cpu about shapes on either side of each bound, so that this and the C cannot drift apart.
+# core/models/, here its Config.trainer_error): a model beyond them is refused on import, not by the trainer
+# afterwards. t_hf.sh asks train_gpt_cpu about shapes on either side of each bound, so that this and the C
+# cannot drift apart.
 MAX_LAYERS, MAX_VOCAB, MAX_HEAD_SIZE = 256, 1 << 24, 128
 
 
 def trainer_shape_error(cfg):
     """Why the trainer cannot run cfg's shape, or None. The head size rule is the CUDA attention kernels'
     (kernels/attention.cuh); shape_validate applies it to every build, so a model runs on both or neither."""
-    D = cfg.D if is_llama(cfg) else cfg.C // cfg.NH
+    D = cfg.head_size
     if D % 8 or not 8 <= D <= MAX_HEAD_SIZE:
         return "head size %d must be a multiple of 8 and at most %d" % (D, MAX_HEAD_SIZE)
-    if is_llama(cfg) and cfg.C % 8:
-        return "hidden_size %d must be a multiple of 8" % cfg.C
+    family_rule = cfg.trainer_error()
+    if family_rule:
+        return family_rule
     if cfg.L > MAX_LAYERS:
         return "%d layers; the trainer runs 1 to %d" % (cfg.L, MAX_LAYERS)
     if not 2 <= cfg.V <= MAX_VOCAB:
@@ -544,214 +366,32 @@ def trainer_shape_error(cfg):
     return None
 
 
-def _runnable(path, cfg):
+def runnable(path, cfg):
+    """cfg, or one `error:` saying why the trainer cannot run it."""
     err = trainer_shape_error(cfg)
     if err:
         die("%s: %s: the trainer cannot run this model" % (path, err))
     return cfg
 
 
-def _padded(path, V):
-    Vp = (V + 127) // 128 * 128
+def padded(path, V):
+    """config.json's vocabulary size padded as the trainer pads it, refused past the header's int32."""
+    Vp = mf.padded_vocab(V)
     if Vp > INT32_MAX:
         die("%s: vocab_size %d pads to %d, more than the model file's int32 header holds" % (path, V, Vp))
     return Vp
 
 
-def _gpt2_config(path, conf):
-    sizes = {k: _positive_int(path, k, conf.get(k))
-             for k in ("n_positions", "vocab_size", "n_layer", "n_head", "n_embd")}
-    C, NH = sizes["n_embd"], sizes["n_head"]
-    if C % NH:
-        die("%s: n_embd %d is not a multiple of n_head %d" % (path, C, NH))
-    for key, accepted in _fixed_settings(C).items():
-        if conf.get(key, accepted[0]) not in accepted:
-            die("%s: %s is %r; the trainer computes GPT-2 with %r" % (path, key, conf[key], accepted[0]))
-    V = sizes["vocab_size"]
-    return _runnable(path, mf.Config(sizes["n_positions"], V, sizes["n_layer"], NH, C, _padded(path, V)))
-
-
-LLAMA_ARCHS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
-# What a config.json may leave out, as each class fills it in (transformers' LlamaConfig, Qwen2Config,
-# Qwen3Config). head_dim None: hidden_size / num_attention_heads.
-LLAMA_DEFAULTS = {
-    "llama": {"max_position_embeddings": 2048, "head_dim": None},
-    "qwen2": {"max_position_embeddings": 32768, "head_dim": None, "sliding_window": 4096, "max_window_layers": 28},
-    "qwen3": {"max_position_embeddings": 32768, "head_dim": 128, "sliding_window": 4096, "max_window_layers": 28},
-}
-COMMON_DEFAULTS = {"rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
-                   "hidden_act": "silu", "num_key_value_heads": None}
-# Keys that make a model mixture-of-experts (Mixtral's, Qwen2-MoE's and Qwen3-MoE's, DeepSeek's): a value
-# other than null, 0 or false.
-MOE_KEYS = ("num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
-            "shared_expert_intermediate_size", "n_routed_experts", "n_shared_experts")
-ROPE_KEYS = {"default": (), "linear": ("factor",),
-             "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
-
-
-def _number(path, key, x):
+def positive_number(path, key, x):
     if type(x) not in (int, float) or not (math.isfinite(x) and x > 0):
         die("%s: %s is %r, not a positive number" % (path, key, x))
     return float(x)
-
-
-def _rope(path, key, rs):
-    """rope_scaling (or transformers 5's rope_parameters) -> LlamaConfig's rope keywords. Any kind but
-    default, linear and llama3, and any key those do not read, is refused: it would change the frequencies."""
-    if rs is None:
-        return {}
-    if not isinstance(rs, dict):
-        die("%s: %s is %r, not an object" % (path, key, rs))
-    kind = rs.get("rope_type", rs.get("type", "default"))
-    if kind not in ROPE_KEYS:
-        die("%s: %s kind %r is not implemented (the trainer has default, linear and llama3)" % (path, key, kind))
-    extra = [k for k in rs if k not in ROPE_KEYS[kind] + ("rope_type", "type", "rope_theta")]
-    if extra:
-        die("%s: %s.%s is not read by %s RoPE scaling, which the trainer implements" % (path, key, extra[0], kind))
-    for k in ROPE_KEYS[kind]:
-        if k not in rs:
-            die("%s: %s.%s is missing (%s RoPE scaling needs it)" % (path, key, k, kind))
-        _number(path, "%s.%s" % (key, k), rs[k])
-    if kind == "linear":
-        return {"rope_kind": mf.ROPE_LINEAR, "rope_factor": rs["factor"]}
-    if kind == "llama3":
-        if type(rs["original_max_position_embeddings"]) is not int:
-            die("%s: %s.original_max_position_embeddings is %r, not an integer"
-                % (path, key, rs["original_max_position_embeddings"]))
-        return {"rope_kind": mf.ROPE_LLAMA3, "rope_factor": rs["factor"], "rope_low": rs["low_freq_factor"],
-                "rope_high": rs["high_freq_factor"], "rope_orig": rs["original_max_position_embeddings"]}
-    return {}
-
-
-def _refuse_unimplemented(path, conf, kind, L, maxT):
-    """One `error:` naming the first key that asks for what the trainer does not compute."""
-    if conf.get("hidden_act", "silu") not in ("silu", "swish"):   # HF's swish is silu
-        die("%s: hidden_act %r is not implemented (the trainer's MLP is SwiGLU with silu)" % (path, conf["hidden_act"]))
-    # Qwen2's class always biases q, k and v and reads no attention_bias; Llama's and Qwen3's bias o_proj too.
-    keys = ("mlp_bias",) if kind == "qwen2" else ("attention_bias", "mlp_bias")
-    for key in keys:
-        if conf.get(key) not in (None, False):
-            die("%s: %s is %r; the trainer has no %s biases" % (path, key, conf[key],
-                                                               "MLP" if key == "mlp_bias" else "o_proj"))
-    for key in MOE_KEYS:
-        if conf.get(key) not in (None, 0, False):
-            die("%s: %s is %r: mixture-of-experts layers are not implemented" % (path, key, conf[key]))
-    if conf.get("quantization_config") is not None:
-        die("%s: quantization_config is set: quantized weights are not read" % path)
-    if conf.get("partial_rotary_factor", 1.0) != 1.0:
-        die("%s: partial_rotary_factor %r is not implemented (RoPE turns the whole head)"
-            % (path, conf["partial_rotary_factor"]))
-    layer_types = conf.get("layer_types")
-    if layer_types is not None and (not isinstance(layer_types, list) or len(layer_types) != L or any(
-            t not in ("full_attention", "sliding_attention") for t in layer_types)):
-        die("%s: layer_types is %.200r, not %d entries full_attention or sliding_attention" % (path, layer_types, L))
-    if conf.get("use_sliding_window"):
-        window = conf.get("sliding_window", LLAMA_DEFAULTS[kind].get("sliding_window"))
-        first = conf.get("max_window_layers", LLAMA_DEFAULTS[kind].get("max_window_layers", 0))
-        sliding = ([l for l, t in enumerate(layer_types) if t == "sliding_attention"] if layer_types is not None
-                   else list(range(first if type(first) is int else 0, L)))
-        # A window as long as the model's context excludes no key, at any position the model reads.
-        if window is not None and sliding and not (type(window) is int and window >= maxT):
-            die("%s: use_sliding_window is true with sliding_window %r < max_position_embeddings %d in layers "
-                "%s: sliding-window attention is not implemented" % (path, window, maxT, sliding[:4]))
-
-
-def _llama_config(path, conf):
-    kind = conf["model_type"]
-    archs = conf.get("architectures")
-    if archs is not None and archs != [LLAMA_ARCHS[kind]]:
-        die("%s: architectures %.200r; a model_type %s model the trainer reads is %s"
-            % (path, archs, kind, LLAMA_ARCHS[kind]))
-    get = lambda key: conf.get(key, LLAMA_DEFAULTS[kind].get(key, COMMON_DEFAULTS.get(key)))
-    V, C, F, L, NH = (_positive_int(path, k, conf.get(k)) for k in (
-        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"))
-    maxT = _positive_int(path, "max_position_embeddings", get("max_position_embeddings"))
-    KV = NH if get("num_key_value_heads") is None else _positive_int(path, "num_key_value_heads",
-                                                                     get("num_key_value_heads"))
-    D = C // NH if get("head_dim") is None else _positive_int(path, "head_dim", get("head_dim"))
-    if NH % KV:
-        die("%s: num_key_value_heads %d does not divide num_attention_heads %d" % (path, KV, NH))
-    if get("head_dim") is None and C % NH:
-        die("%s: hidden_size %d is not a multiple of num_attention_heads %d, and there is no head_dim" % (path, C, NH))
-    if kind == "qwen2" and D != C // NH:
-        die("%s: head_dim %d is not hidden_size / num_attention_heads %d: transformers versions differ on which "
-            "one Qwen2 uses" % (path, D, C // NH))
-    if max(NH, KV) * D > INT32_MAX:
-        die("%s: head_dim %d times %d heads is more than the model file's int32 sizes hold" % (path, D, NH))
-    if type(get("tie_word_embeddings")) is not bool:
-        die("%s: tie_word_embeddings is %r, not true or false" % (path, conf["tie_word_embeddings"]))
-    _refuse_unimplemented(path, conf, kind, L, maxT)
-    params = conf.get("rope_parameters")
-    rope = _rope(path, "rope_parameters", params) if params is not None else _rope(path, "rope_scaling",
-                                                                                       conf.get("rope_scaling"))
-    if params is not None and conf.get("rope_scaling") is not None and _rope(path, "rope_scaling",
-                                                                              conf["rope_scaling"]) != rope:
-        die("%s: rope_scaling and rope_parameters disagree" % path)
-    theta = (params or {}).get("rope_theta", get("rope_theta"))
-    cfg = _runnable(path, mf.LlamaConfig(maxT, V, L, NH, C, _padded(path, V), KV, D, F,
-                                         tied=get("tie_word_embeddings"), qk_norm=kind == "qwen3",
-                                         qkv_bias=kind == "qwen2", theta=_number(path, "rope_theta", theta),
-                                         eps=_number(path, "rms_norm_eps", get("rms_norm_eps")), **rope))
-    err = cfg.error()
-    if err:
-        die("%s: %s" % (path, err))
-    return cfg
-
-
-def architecture(cfg):
-    """(model_type, architecture) of cfg's Hugging Face class; dies if none computes it."""
-    if not is_llama(cfg):
-        return "gpt2", "GPT2LMHeadModel"
-    if cfg.qk_norm and cfg.qkv_bias:
-        die("%s: no Hugging Face class has both q/k norms (Qwen3) and q/k/v biases (Qwen2)" % cfg)
-    if cfg.qkv_bias and cfg.D * cfg.NH != cfg.C:
-        die("%s: a Qwen2 model's head_dim must be hidden_size / num_attention_heads (transformers versions "
-            "differ on which one it uses)" % cfg)
-    kind = "qwen3" if cfg.qk_norm else "qwen2" if cfg.qkv_bias else "llama"
-    return kind, LLAMA_ARCHS[kind]
 
 
 def f32_json(x):
     """A float32 header value as the shortest decimal that reads back as the same float32 (1e-05, not
     9.999999747378752e-06)."""
     return float(str(np.float32(x)))
-
-
-def config_to_hf(cfg, storage="fp32", bos=None, eos=None):
-    """The config.json of cfg's Hugging Face class, its weights stored as storage (a STORAGE key); bos and
-    eos token ids where known (GPT-2's are its end-of-text)."""
-    torch_dtype = STORAGE[storage][1]
-    if not is_llama(cfg):
-        return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
-                "vocab_size": cfg.V, "n_positions": cfg.maxT, "n_ctx": cfg.maxT, "n_embd": cfg.C,
-                "n_layer": cfg.L, "n_head": cfg.NH, "n_inner": None, "activation_function": "gelu_new",
-                "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1, "layer_norm_epsilon": 1e-5,
-                "initializer_range": 0.02, "summary_type": "cls_index", "summary_use_proj": True,
-                "summary_activation": None, "summary_proj_to_labels": True, "summary_first_dropout": 0.1,
-                "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
-                "reorder_and_upcast_attn": False, "use_cache": True, "bos_token_id": GPT2_TOKEN,
-                "eos_token_id": GPT2_TOKEN, "tie_word_embeddings": True, "torch_dtype": torch_dtype}
-    kind, arch = architecture(cfg)
-    rope = None
-    if cfg.rope_kind == mf.ROPE_LINEAR:
-        rope = {"rope_type": "linear", "factor": f32_json(cfg.rope_factor)}
-    elif cfg.rope_kind == mf.ROPE_LLAMA3:
-        rope = {"rope_type": "llama3", "factor": f32_json(cfg.rope_factor), "low_freq_factor": f32_json(cfg.rope_low),
-                "high_freq_factor": f32_json(cfg.rope_high), "original_max_position_embeddings": cfg.rope_orig}
-    conf = {"architectures": [arch], "model_type": kind, "vocab_size": cfg.V, "hidden_size": cfg.C,
-            "intermediate_size": cfg.F, "num_hidden_layers": cfg.L, "num_attention_heads": cfg.NH,
-            "num_key_value_heads": cfg.KV, "head_dim": cfg.D, "hidden_act": "silu",
-            "max_position_embeddings": cfg.maxT, "rms_norm_eps": f32_json(cfg.eps),
-            "rope_theta": f32_json(cfg.theta), "rope_scaling": rope, "tie_word_embeddings": bool(cfg.tied),
-            "initializer_range": 0.02, "attention_dropout": 0.0, "use_cache": True, "torch_dtype": torch_dtype,
-            "bos_token_id": bos, "eos_token_id": eos}
-    if kind == "llama":
-        conf.update(attention_bias=False, mlp_bias=False, pretraining_tp=1)
-    else:   # Qwen2's q/k/v biases come with its class: it has no attention_bias to set
-        conf.update(use_sliding_window=False, sliding_window=None, max_window_layers=cfg.L)
-        if kind == "qwen3":
-            conf["attention_bias"] = False
-    return conf
 
 
 def write_json(path, obj):

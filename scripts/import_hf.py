@@ -5,7 +5,8 @@
 
 DIR holds config.json and the weights: model.safetensors, or model.safetensors.index.json and the shards it
 names, or (failing those) pytorch_model.bin; F32, BF16 or F16 values. numpy is all it needs, but for
-pytorch_model.bin, which only PyTorch reads. config.json's model_type picks the model file's family:
+pytorch_model.bin, which only PyTorch reads. config.json's model_type picks the model file's family
+(scripts/families/):
   gpt2          GPT2LMHeadModel, any shape (gpt2, -medium, -large, -xl); names with or without
                 `transformer.`; the attention-mask buffers are skipped; lm_head.weight must be wte.weight
   llama         LlamaForCausalLM (Llama 3.x, SmolLM2): the Llama family
@@ -41,6 +42,7 @@ import argparse  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+import families  # noqa: E402
 import hf_format as hf  # noqa: E402
 
 # One stored tensor: the file it is in, its shape, its safetensors dtype, and load() -> its values as float32.
@@ -79,12 +81,13 @@ def load_weights(cfg, folder, files):
 def canonical(cfg, path, tensors):
     """The names as hf_names spells them; a name stored both with and without the prefix is refused: which
     one is the model's?"""
-    out = {}
+    family, out = families.of(cfg), {}
     for name, t in tensors.items():
-        c = hf.canonical_name(cfg, name)
+        c = family.canonical_name(name)
         if c in out:
-            short = c[len(hf.prefix(cfg)):] if c.startswith(hf.prefix(cfg)) else c
-            hf.die("%s: tensor %s is stored both with and without the `%s` prefix" % (path, short, hf.prefix(cfg)))
+            prefix = family.HF_PREFIX
+            short = c[len(prefix):] if c.startswith(prefix) else c
+            hf.die("%s: tensor %s is stored both with and without the `%s` prefix" % (path, short, prefix))
         out[c] = t
     return out
 
@@ -99,7 +102,7 @@ def refuse_own_input(out, inputs):
 def check_size(config, cfg, files):
     """config.json's sizes against the weights files' bytes (at least 2 a parameter: F16, BF16), before
     anything is allocated from them: hidden_size 2^30 is a wrong config, not a terabyte to allocate."""
-    numel, have = hf.hf_numel(cfg), sum(os.path.getsize(p) for p in files)
+    numel, have = families.of(cfg).hf_numel(cfg), sum(os.path.getsize(p) for p in files)
     if 2 * numel > have:
         hf.die("%s: %s has %d parameters, at least %d bytes; %s has %d bytes"
                % (config, cfg, numel, 2 * numel, files[0] if len(files) == 1 else "the shards", have))
@@ -169,21 +172,16 @@ def same_bits(a, b):
 
 def check_extras(cfg, tensors, shapes, get):
     """A stored head of a tied model must be the embedding, bit for bit (the trainer ties them, it cannot hold
-    another). Other tensors may mean config.json and the weights disagree (a 13th layer for 12): GPT-2's are
-    reported, the Llama family's refused, since the names there also tell which architecture (o_proj's bias)
-    it is."""
-    wte = hf.hf_names(cfg)[0][0]
+    another). Other tensors may mean config.json and the weights disagree (a 13th layer for 12): the family
+    reports or refuses them (extra_tensors)."""
+    family = families.of(cfg)
+    wte = family.hf_names(cfg)[0][0]
     head = tensors.get(hf.TIED_HEAD) if hf.TIED_HEAD not in shapes else None
     if head is not None and not (tuple(head.shape) == shapes[wte] and same_bits(head.load(), get(wte))):
-        hf.die("%s: %s differs from %s; %s" % (head.path, hf.TIED_HEAD, wte, "config.json's tie_word_embeddings "
-               "is true" if hf.is_llama(cfg) else "only tied heads are supported"))
-    extra = [n for n in tensors if n not in shapes and n != hf.TIED_HEAD and not hf.ignored(cfg, n)]
-    if extra and hf.is_llama(cfg):
-        hf.die("%s: tensor %s is not in a %s of config.json's shape" % (tensors[extra[0]].path, extra[0],
-                                                                      hf.architecture(cfg)[1]))
+        hf.die("%s: %s differs from %s; %s" % (head.path, hf.TIED_HEAD, wte, family.TIED_WHY))
+    extra = [n for n in tensors if n not in shapes and n != hf.TIED_HEAD and not family.ignored(n)]
     if extra:
-        print("warning: %s: ignored %d tensors not in GPT-2: %s" % (tensors[extra[0]].path, len(extra),
-                                                                    ", ".join(extra[:3])), file=sys.stderr)
+        family.extra_tensors(cfg, tensors[extra[0]].path, extra)
 
 
 def main():
@@ -201,17 +199,17 @@ def main():
     if not os.path.isdir(args.dir):
         hf.die("%s: no such folder" % args.dir)
     config = os.path.join(args.dir, "config.json")
-    cfg = hf.config_from_hf(config)
+    cfg = families.config_from_hf(config)
     files = weights_files(args.dir)
     refuse_own_input(args.out, [args.dir, config] + files)
     check_size(config, cfg, files)
     tensors = load_weights(cfg, args.dir, files)
-    shapes = dict(hf.hf_names(cfg))
+    shapes = dict(families.of(cfg).hf_names(cfg))
     check_shapes(files[0], tensors, shapes)
     get = getter(tensors, args.allow_nonfinite)
     check_extras(cfg, tensors, shapes, get)
     bf16 = args.bf16 or (not args.fp32 and all(tensors[name].dtype == "BF16" for name in shapes))
-    params = hf.from_hf(cfg, get)
+    params = families.of(cfg).from_hf(cfg, get)
     try:
         hf.save_model(args.out, cfg, params, 5 if bf16 else 3)
     except OSError as e:

@@ -2,7 +2,8 @@
 """Independent PyTorch reference for the trainer, written from the spec in docs/ARCHITECTURE.md, README.md and
 docs/formats.md: GPT-2, and Llama-style decoders with Hugging Face LlamaForCausalLM semantics (grouped-query
 attention, RoPE with 'linear' or 'llama3' scaling, SwiGLU MLP, RMSNorm, Qwen3's optional q/k norms, Qwen2's
-q/k/v biases).
+q/k/v biases). Each family's forward, spec and file fields are its module's in scripts/families/; this file
+holds what they share: data, attention, loss, AdamW, the schedule, the command line.
 
 It reads and writes llm.c model files and token shards, reads Hugging Face Llama, Qwen2 and Qwen3 folders,
 follows the design's data order, LR schedule, AdamW and clipping exactly, and computes in float64 by
@@ -23,7 +24,7 @@ import os
 import sys
 
 # Run as a script, Python puts scripts/ first on sys.path, where scripts/tokenize.py would shadow the
-# standard library's tokenize (which torch imports): scripts/ goes last, for model_file alone.
+# standard library's tokenize (which torch imports): scripts/ goes last, for model_file and families alone.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _HERE] + [_HERE]
 
@@ -31,21 +32,20 @@ import argparse
 import glob
 import json
 import math
-import re
 import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-# The model file's format, shared with the Hugging Face scripts (which run without PyTorch); the tests read
-# some of these as reference.NAME.
-from model_file import (DECAYED, FAMILY_LLAMA, HEADER_INTS, LLAMA_DECAYED, NAMES, ROPE_LINEAR,  # noqa: F401
-                        ROPE_LLAMA3, ROPE_NONE, Config, LlamaConfig, bf16_bits_to_f32, die, f32_to_bf16_bits,
-                        load_model, read_model_header, rope_inv_freq, save_model, split_payload)
+# The model file's format and the families, shared with the Hugging Face scripts (which run without
+# PyTorch); tests/tools/compare.py reads some of these as reference.NAME.
+import families
+from families import load_model, read_model_header  # noqa: F401
+from model_file import (HEADER_INTS, INIT_NORMAL, INIT_ONES, INIT_RESIDUAL, bf16_bits_to_f32, die,  # noqa: F401
+                        save_model, split_payload)
 
 SHARD_MAGIC = 20240520
-PRESETS = {"d12": (12, 768, 12), "d24": (24, 1024, 16), "d36": (36, 1280, 20), "d48": (48, 1600, 25)}
 
 
 def read_shard(path):
@@ -89,12 +89,9 @@ class Loader:
 
 
 # ------------------------------------------------------------------------------------------------------
-# Hugging Face folders of the Llama family, read with code of their own (not scripts/hf_format.py's, which
-# they check): config.json with each class's defaults, and model.safetensors or the shards that
+# Hugging Face folders, read with code of their own (not scripts/hf_format.py's, which they check): the
+# family's reference_hf_config and reference_hf_params, and model.safetensors or the shards that
 # model.safetensors.index.json lists.
-
-HF_HEAD_DIM_128 = "qwen3"   # Qwen3Config's head_dim defaults to 128; the others' to hidden_size / heads
-
 
 def _hf_safetensors(path):
     """{name: float32 array} of one safetensors file (F32, BF16 or F16 tensors)."""
@@ -119,67 +116,24 @@ def _hf_safetensors(path):
     return out
 
 
-def _hf_rope(conf):
-    """(kind, factor, low, high, orig) from rope_scaling; a kind the reference does not compute is an error."""
-    rs = conf.get("rope_parameters") or conf.get("rope_scaling") or {}
-    kind = rs.get("rope_type", rs.get("type", "default"))
-    if kind == "default":
-        return ROPE_NONE, 1.0, 0.0, 0.0, 0
-    if kind == "linear":
-        return ROPE_LINEAR, rs["factor"], 0.0, 0.0, 0
-    if kind == "llama3":
-        return (ROPE_LLAMA3, rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"],
-                rs["original_max_position_embeddings"])
-    die("rope_scaling %r: the reference computes default, linear and llama3 RoPE" % kind)
-
-
 def load_hf_folder(folder):
-    """A Hugging Face LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM folder -> (LlamaConfig, params in
-    the model file's layout, vocabulary padded with zero rows)."""
+    """A Hugging Face folder of a family the reference reads -> (Config, params in the model file's layout,
+    vocabulary padded with zero rows)."""
     conf = json.load(open(os.path.join(folder, "config.json")))
     kind = conf.get("model_type")
-    if kind not in ("llama", "qwen2", "qwen3"):
-        die("%s: model_type %r; the reference reads Hugging Face folders of llama, qwen2 and qwen3" % (folder, kind))
-    if conf.get("hidden_act", "silu") not in ("silu", "swish"):
-        die("%s: hidden_act %r; the reference computes silu" % (folder, conf["hidden_act"]))
-    for key in ("attention_bias", "mlp_bias", "use_sliding_window", "quantization_config"):
-        # Qwen2's class fixes its q/k/v biases and reads no attention_bias.
-        if conf.get(key) and not (kind == "qwen2" and key == "attention_bias"):
-            die("%s: config.json's %s is not computed by the reference" % (folder, key))
-    C, NH = conf["hidden_size"], conf["num_attention_heads"]
-    D = conf.get("head_dim") or (128 if kind == HF_HEAD_DIM_128 else C // NH)
-    V, L, KV = conf["vocab_size"], conf["num_hidden_layers"], conf.get("num_key_value_heads") or NH
-    rope, factor, low, high, orig = _hf_rope(conf)
-    cfg = LlamaConfig(conf.get("max_position_embeddings", 2048), V, L, NH, C, (V + 127) // 128 * 128, KV, D,
-                      conf["intermediate_size"], tied=conf.get("tie_word_embeddings", False),
-                      qk_norm=kind == "qwen3", theta=(conf.get("rope_parameters") or conf).get("rope_theta", 10000.0),
-                      eps=conf.get("rms_norm_eps", 1e-6), rope_kind=rope, rope_factor=factor, rope_low=low,
-                      rope_high=high, rope_orig=orig, qkv_bias=kind == "qwen2")
+    family = families.by_model_type(kind) if isinstance(kind, str) else None
+    if family is None or family.reference_hf_config is None:
+        readable = [t for f in families.FAMILIES.values() if f.reference_hf_config for t in f.HF_MODEL_TYPES]
+        die("%s: model_type %r; the reference reads Hugging Face folders of %s"
+            % (folder, kind, ", ".join(readable[:-1]) + " and " + readable[-1]))
+    cfg = family.reference_hf_config(folder, conf)
     index = os.path.join(folder, "model.safetensors.index.json")
     files = (sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index)
              else ["model.safetensors"])
     w = {}
     for name in files:
         w.update(_hf_safetensors(os.path.join(folder, name)))
-
-    def layers(*suffixes):   # each layer's tensors, concatenated along rows, stacked over layers
-        return np.stack([np.concatenate([w["model.layers.%d.%s" % (l, s)] for s in suffixes]) for l in range(L)])
-
-    def vocab(a):
-        out = np.zeros((cfg.Vp, C), np.float32)
-        out[:V] = a
-        return out
-    p = {"wte": vocab(w["model.embed_tokens.weight"]), "attn_norm": layers("input_layernorm.weight"),
-         "wq": layers("self_attn.q_proj.weight"), "wkv": layers("self_attn.k_proj.weight", "self_attn.v_proj.weight"),
-         "attn_proj": layers("self_attn.o_proj.weight"), "mlp_norm": layers("post_attention_layernorm.weight"),
-         "gate_up": layers("mlp.gate_proj.weight", "mlp.up_proj.weight"), "down": layers("mlp.down_proj.weight"),
-         "final_norm": w["model.norm.weight"]}
-    if cfg.qkv_bias:
-        p["bq"], p["bkv"] = layers("self_attn.q_proj.bias"), layers("self_attn.k_proj.bias", "self_attn.v_proj.bias")
-    if cfg.qk_norm:
-        p["q_norm"], p["k_norm"] = layers("self_attn.q_norm.weight"), layers("self_attn.k_norm.weight")
-    if not cfg.tied:
-        p["lm_head"] = vocab(w["lm_head.weight"])
+    p = family.reference_hf_params(cfg, w)
     err = cfg.error()
     if err:
         die("%s: %s" % (folder, err))
@@ -192,104 +146,29 @@ def load_hf_folder(folder):
 # ------------------------------------------------------------------------------------------------------
 # Model
 
-def parse_llama_spec(spec):
-    """'llama:L2,C64,H4,K2,F160,...' -> LlamaConfig. Fields: L C H F (required), K (default H), D (C/H),
-    V (50257), T (1024), theta (10000), eps (1e-5), tied, qknorm, qkvbias, rope-linear[:]<factor>,
-    rope-llama3[:]<factor>/<low>/<high>/<orig> (the colon optional, as the trainer's spec has it)."""
-    num = r"(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
-    got = {}
-    for field in spec[len("llama:"):].split(","):
-        m = (re.fullmatch(r"([LCHKDFVT])(\d+)", field) or re.fullmatch(r"(theta|eps)" + num, field)
-             or re.fullmatch(r"(tied|qknorm|qkvbias)()", field) or re.fullmatch(r"(rope-linear):?" + num, field)
-             or re.fullmatch(r"(rope-llama3):?" + "/".join([num] * 3) + r"/(\d+)", field))
-        if not m:
-            die("-e %r: unknown field %r (llama: then comma-separated L<n> C<n> H<n> K<n> D<n> F<n> V<n> T<n> "
-                "theta<x> eps<x> tied qknorm qkvbias rope-linear<f> rope-llama3<f>/<low>/<high>/<orig>)"
-                % (spec, field))
-        key = "rope" if m.group(1).startswith("rope") else m.group(1)   # rope-linear and rope-llama3 set one thing
-        if key in got:
-            die("-e %r: %r and %r both set %s; give one"
-                % (spec, got[key][-1], field, "the RoPE scaling" if key == "rope" else key))
-        got[key] = (m.group(1),) + m.groups()[1:] + (field,)
-    missing = [k for k in "LCHF" if k not in got]
-    if missing:
-        die("-e %r: needs %s" % (spec, ", ".join(missing)))
-    n = {k: int(v[1]) for k, v in got.items() if k in tuple("LCHKDFVT")}
-    L, C, NH, F_ = n["L"], n["C"], n["H"], n["F"]
-    if "D" not in n and (NH <= 0 or C % NH):
-        die("-e %r: without D, C must be divisible by H" % spec)
-    V = n.get("V", 50257)
-    kw = {"tied": "tied" in got, "qk_norm": "qknorm" in got, "qkv_bias": "qkvbias" in got,
-          "theta": float(got["theta"][1]) if "theta" in got else 10000.0,
-          "eps": float(got["eps"][1]) if "eps" in got else 1e-5}
-    if "rope" in got:
-        r = got["rope"]
-        if r[0] == "rope-linear":
-            kw.update(rope_kind=ROPE_LINEAR, rope_factor=float(r[1]))
-        else:
-            kw.update(rope_kind=ROPE_LLAMA3, rope_factor=float(r[1]), rope_low=float(r[2]),
-                      rope_high=float(r[3]), rope_orig=int(r[4]))
-    cfg = LlamaConfig(n.get("T", 1024), V, L, NH, C, (V + 127) // 128 * 128, KV=n.get("K", NH),
-                      D=n.get("D", C // NH if NH > 0 else 0), F=F_, **kw)
-    err = cfg.error()
-    if err:
-        die("-e %r: %s" % (spec, err))
+def parse_spec(spec):
+    """A -e spec of any family (the trainer's grammar: families.from_spec) -> Config."""
+    cfg = families.from_spec(spec)
+    if cfg is None:
+        die("-e %r: neither a model file nor a spec like d12, L2C64H4V512T64, smollm2-135m or llama:L2,C64,H4,F160"
+            % spec)
     return cfg
 
 
-def parse_spec(spec):
-    """'d12' or 'L2C64H4[V512][T64]' -> Config (V padded to a multiple of 128, as the design says), or a
-    'llama:...' spec (parse_llama_spec)."""
-    if spec.startswith("llama:"):
-        return parse_llama_spec(spec)
-    if spec in PRESETS:
-        L, C, NH = PRESETS[spec]
-        V, maxT = 50257, 1024
-    else:
-        m = re.fullmatch(r"L(\d+)C(\d+)H(\d+)(?:V(\d+))?(?:T(\d+))?", spec)
-        if not m:
-            die("-e %r: neither a model file nor a spec like d12 or L2C64H4V512T64" % spec)
-        L, C, NH = int(m.group(1)), int(m.group(2)), int(m.group(3))
-        V = int(m.group(4)) if m.group(4) else 50257
-        maxT = int(m.group(5)) if m.group(5) else 1024
-    if min(L, C, NH, V, maxT) <= 0 or C % NH:
-        die("-e %r: need positive sizes and C divisible by H" % spec)
-    return Config(maxT, V, L, NH, C, (V + 127) // 128 * 128)
-
-
 def random_params(cfg, seed):
-    """GPT-2 init: N(0, 0.02), residual output projections scaled by 1/sqrt(2L), biases 0, LN 1/0.
-    Llama: matrices the same way (attn_proj and down scaled), norms 1, q/k/v biases 0."""
-    if cfg.family == FAMILY_LLAMA:
-        return random_llama_params(cfg, seed)
-    g = np.random.default_rng(seed)
-    p = {}
-    for name, shape in zip(NAMES, cfg.shapes()):
-        if name in ("ln1w", "ln2w", "lnfw"):
-            p[name] = np.ones(shape, np.float32)
-        elif name in DECAYED:
-            std = 0.02 / math.sqrt(2 * cfg.L) if name in ("attprojw", "fcprojw") else 0.02
-            p[name] = (g.standard_normal(shape) * std).astype(np.float32)
-        else:
-            p[name] = np.zeros(shape, np.float32)
-    p["wte"][cfg.V:] = 0   # padded rows are never looked up; keep them inert
-    return p
-
-
-def random_llama_params(cfg, seed):
+    """Each tensor as its family's init says: N(0, 0.02), the residual projections N(0, 0.02 / sqrt(2L)),
+    ones or zeros, drawn in the file's order; the padded vocabulary rows 0."""
     g = np.random.default_rng(seed)
     p = {}
     for name, shape in zip(cfg.names, cfg.shapes()):
-        if name in LLAMA_DECAYED:
-            std = 0.02 / math.sqrt(2 * cfg.L) if name in ("attn_proj", "down") else 0.02
+        init = cfg.init(name)
+        if init in (INIT_NORMAL, INIT_RESIDUAL):
+            std = 0.02 / math.sqrt(2 * cfg.L) if init == INIT_RESIDUAL else 0.02
             p[name] = (g.standard_normal(shape) * std).astype(np.float32)
-        elif name in ("bq", "bkv"):
-            p[name] = np.zeros(shape, np.float32)
         else:
-            p[name] = np.ones(shape, np.float32)
-    for name in ("wte", "lm_head"):
-        if name in p:
-            p[name][cfg.V:] = 0
+            p[name] = (np.ones if init == INIT_ONES else np.zeros)(shape, np.float32)
+    for name in cfg.vocab_tensors:
+        p[name][cfg.V:] = 0   # padded rows are never looked up; keep them inert
     return p
 
 
@@ -309,144 +188,38 @@ def lm_loss(logits, targets, V):
                            else logits.reshape(-1, V), targets.reshape(-1))
 
 
-class GPT(torch.nn.Module):
-    """Parameters stay layer-stacked exactly as in the file, so gradients come out in the file's layout."""
+class Model(torch.nn.Module):
+    """A family's reference forward (its module's reference_logits) over the model file's tensors as
+    parameters, kept layer-stacked as in the file, so that gradients come out in the file's layout."""
 
     def __init__(self, cfg, params, dtype, device, sdpa=False, fast=False):
         super().__init__()
-        # fast (bench only): PyTorch's fused LayerNorm / GELU instead of the spelled-out math, which in
+        # fast (bench only): PyTorch's fused norms and activations instead of the spelled-out math, which in
         # eager mode costs a kernel per elementwise op.
-        self.cfg, self.sdpa, self.fast = cfg, sdpa, fast
-        self.p = torch.nn.ParameterDict({n: torch.nn.Parameter(torch.as_tensor(np.asarray(params[n]))
-                                                               .to(device=device, dtype=dtype))
-                                         for n in NAMES})
-
-    def params(self):
-        return [self.p[n] for n in NAMES]
-
-    def ln(self, x, w, b):
-        return F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5) if self.fast else self.layernorm(x, w, b)
-
-    def act(self, x):
-        return F.gelu(x, approximate="tanh") if self.fast else self.gelu(x)
-
-    @staticmethod
-    def layernorm(x, w, b):
-        mean = x.mean(-1, keepdim=True)
-        var = ((x - mean) ** 2).mean(-1, keepdim=True)   # biased variance, as GPT-2 / llm.c
-        return (x - mean) * torch.rsqrt(var + 1e-5) * w + b
-
-    @staticmethod
-    def gelu(x):
-        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
-
-    def attention(self, qkv, B, T):
-        C, NH = self.cfg.C, self.cfg.NH
-        hs = C // NH
-        # Packed [q | k | v]; head h owns channels h*hs .. (h+1)*hs of each.
-        q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in qkv.split(C, dim=-1))
-        y = causal_attention(q, k, v, self.sdpa)
-        return y.transpose(1, 2).reshape(B, T, C)
-
-    def forward(self, idx, targets=None):
-        """Returns (logits over the real V columns, mean loss or None)."""
-        p, cfg = self.p, self.cfg
-        B, T = idx.shape
-        if T > cfg.maxT:
-            raise ValueError("T=%d exceeds the model's maxT=%d" % (T, cfg.maxT))
-        x = p["wte"][idx] + p["wpe"][:T]
-        for l in range(cfg.L):
-            h = self.ln(x, p["ln1w"][l], p["ln1b"][l])
-            qkv = h @ p["qkvw"][l].t() + p["qkvb"][l]
-            x = x + self.attention(qkv, B, T) @ p["attprojw"][l].t() + p["attprojb"][l]
-            h = self.ln(x, p["ln2w"][l], p["ln2b"][l])
-            h = self.act(h @ p["fcw"][l].t() + p["fcb"][l])
-            x = x + h @ p["fcprojw"][l].t() + p["fcprojb"][l]
-        x = self.ln(x, p["lnfw"], p["lnfb"])
-        # Tied head over all Vp rows, then only the real vocabulary enters the softmax (padding is inert).
-        logits = (x @ p["wte"].t())[..., :cfg.V]
-        return logits, None if targets is None else lm_loss(logits, targets, cfg.V)
-
-
-def rotate_half(x):
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def rope_cos_sin(inv_freq, T, dtype, device):
-    """(T, D) tables for apply_rope: channel i and i + D/2 turn by the angle pos * inv_freq[i]."""
-    ang = torch.outer(torch.arange(T, dtype=torch.float64), torch.as_tensor(inv_freq, dtype=torch.float64))
-    ang = torch.cat((ang, ang), dim=-1)
-    return ang.cos().to(device=device, dtype=dtype), ang.sin().to(device=device, dtype=dtype)
-
-
-def apply_rope(x, cos, sin):
-    """Hugging Face's apply_rotary_pos_emb (rotate-half pairing) on x (..., T, D)."""
-    return x * cos + rotate_half(x) * sin
-
-
-class Llama(torch.nn.Module):
-    """LlamaForCausalLM (Qwen3 with qk_norm, Qwen2 with q/k/v biases), parameters layer-stacked as in the file like
-    GPT's."""
-
-    def __init__(self, cfg, params, dtype, device, sdpa=False, fast=False):
-        super().__init__()
-        self.cfg, self.sdpa, self.fast = cfg, sdpa, fast
+        self.cfg, self.family, self.sdpa, self.fast = cfg, families.of(cfg), sdpa, fast
         self.p = torch.nn.ParameterDict({n: torch.nn.Parameter(torch.as_tensor(np.asarray(params[n]))
                                                                .to(device=device, dtype=dtype))
                                          for n in cfg.names})
-        self.inv_freq = cfg.inv_freq()
 
     def params(self):
         return [self.p[n] for n in self.cfg.names]
 
-    @staticmethod
-    def rmsnorm(x, w, eps):
-        return w * (x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps))
-
-    def silu(self, x):
-        return F.silu(x) if self.fast else x * torch.sigmoid(x)
-
-    def attention(self, qkv, l, cos, sin):
-        cfg, p = self.cfg, self.p
-        B, T = qkv.shape[:2]
-        NH, KV, D = cfg.NH, cfg.KV, cfg.D
-        q, k, v = qkv.split([NH * D, KV * D, KV * D], dim=-1)
-        q, k, v = q.view(B, T, NH, D), k.view(B, T, KV, D), v.view(B, T, KV, D)
-        if cfg.qk_norm:
-            q, k = self.rmsnorm(q, p["q_norm"][l], cfg.eps), self.rmsnorm(k, p["k_norm"][l], cfg.eps)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        # Query head h reads kv head h // (NH/KV): each kv head serves a run of consecutive query heads.
-        k, v = k.repeat_interleave(NH // KV, dim=1), v.repeat_interleave(NH // KV, dim=1)
-        return causal_attention(q, k, v, self.sdpa).transpose(1, 2).reshape(B, T, NH * D)
+    def attention(self, q, k, v):
+        return causal_attention(q, k, v, self.sdpa)
 
     def forward(self, idx, targets=None):
         """Returns (logits over the real V columns, mean loss or None)."""
-        p, cfg = self.p, self.cfg
-        B, T = idx.shape
+        cfg = self.cfg
+        T = idx.shape[1]
         if T > cfg.maxT:
             raise ValueError("T=%d exceeds the model's maxT=%d" % (T, cfg.maxT))
-        x = p["wte"][idx]
-        cos, sin = rope_cos_sin(self.inv_freq, T, x.dtype, x.device)
-        for l in range(cfg.L):
-            h = self.rmsnorm(x, p["attn_norm"][l], cfg.eps)
-            qkv = h @ torch.cat([p["wq"][l], p["wkv"][l]]).t()
-            if cfg.qkv_bias:
-                qkv = qkv + torch.cat([p["bq"][l], p["bkv"][l]])
-            x = x + self.attention(qkv, l, cos, sin) @ p["attn_proj"][l].t()
-            h = self.rmsnorm(x, p["mlp_norm"][l], cfg.eps)
-            gate, up = (h @ p["gate_up"][l].t()).split(cfg.F, dim=-1)
-            x = x + (self.silu(gate) * up) @ p["down"][l].t()
-        x = self.rmsnorm(x, p["final_norm"], cfg.eps)
-        # Padded head rows (>= V) are sliced off before the softmax, as for GPT-2.
-        head = p["wte"] if cfg.tied else p["lm_head"]
-        logits = (x @ head.t())[..., :cfg.V]
+        # The head covers all Vp rows; only the real vocabulary enters the softmax (padding is inert).
+        logits = self.family.reference_logits(self, idx)[..., :cfg.V]
         return logits, None if targets is None else lm_loss(logits, targets, cfg.V)
 
 
 def build_model(cfg, params, dtype, device, sdpa=False, fast=False):
-    return (Llama if cfg.family == FAMILY_LLAMA else GPT)(cfg, params, dtype, device, sdpa=sdpa, fast=fast)
+    return Model(cfg, params, dtype, device, sdpa=sdpa, fast=fast)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -469,7 +242,7 @@ def lr_at(step, args):
 class AdamW:
     """AdamW written out, so the update is exactly the spec's (and checked against torch.optim.AdamW in tests)."""
 
-    def __init__(self, named_params, wd, b1=0.9, b2=0.95, eps=1e-8, decayed=DECAYED):
+    def __init__(self, named_params, wd, decayed, b1=0.9, b2=0.95, eps=1e-8):
         self.named, self.decayed = named_params, decayed
         self.wd, self.b1, self.b2, self.eps, self.t = wd, b1, b2, eps, 0
         self.m = {n: torch.zeros_like(p) for n, p in named_params}
@@ -528,7 +301,7 @@ def train(args, cfg, params):
     dtype = {"float64": torch.float64, "float32": torch.float32}[args.dtype]
     model = build_model(cfg, params, dtype, "cpu", sdpa=args.sdpa)
     named = [(n, model.p[n]) for n in cfg.names]
-    opt = AdamW(named, args.c, decayed=cfg.decayed)
+    opt = AdamW(named, args.c, cfg.decayed)
     loader = Loader(load_tokens(args.i, cfg.V), args.b, args.t, args.ga)
     log = open(os.path.join(args.o, "log.jsonl"), "w") if args.o else None
     if args.dump:
@@ -773,7 +546,8 @@ def main(argv=None):
     # Single-dash long flags (-ga, -gc, -dump) follow the trainer's CLI.
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-e", required=True, help="model file, a Hugging Face Llama, Qwen2 or Qwen3 folder, or a spec "
-                    "(d12, L2C64H4V512T64, llama:L2,C64,H4,K2,F160,V512,T64,tied) for a random model")
+                    "as the trainer's -e takes it (d12, L2C64H4V512T64, smollm2-135m, "
+                    "llama:L2,C64,H4,K2,F160,V512,T64,tied) for a random model")
     ap.add_argument("-i", help="token shard glob (sorted, concatenated)")
     ap.add_argument("-b", type=int, default=4)
     ap.add_argument("-t", type=int, default=64)

@@ -225,11 +225,12 @@ def shapes(trainer):
     in the importer's error is in the trainer's)."""
     import re, subprocess
     sys.path.append("scripts")
-    import hf_format, model_file
+    import hf_format
+    from families import gpt2 as gpt2_family, llama as llama_family
     Vp = lambda V: (V + 127) // 128 * 128
-    gpt2 = lambda L, C, NH, V: ("L%dC%dH%dV%dT64" % (L, C, NH, V), model_file.Config(64, V, L, NH, C, Vp(V)))
+    gpt2 = lambda L, C, NH, V: ("L%dC%dH%dV%dT64" % (L, C, NH, V), gpt2_family.Config(64, V, L, NH, C, Vp(V)))
     llama = lambda C, D, V: ("llama:L1,C%d,H4,D%d,F96,V%d,T64" % (C, D, V),
-                             model_file.LlamaConfig(64, V, 1, 4, C, Vp(V), 4, D, 96))
+                             llama_family.Config(64, V, 1, 4, C, Vp(V), 4, D, 96))
     cases = [gpt2(1, 2 * D, 2, 500) for D in (2, 6, 8, 12, 16, 20, 64, 120, 128, 136, 256)]
     cases += [llama(64, D, 500) for D in (2, 6, 7, 8, 20, 64, 128, 130, 136, 256)]
     cases += [gpt2(256, 64, 2, 500), gpt2(257, 64, 2, 500), gpt2(1, 64, 2, 1), gpt2(1, 64, 2, 2),

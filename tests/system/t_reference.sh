@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # t_reference.sh: train_gpt_cpu's numbers vs the independent float64 PyTorch reference (scripts/reference.py):
 # step-0 logits, every parameter's gradient, 10 AdamW steps' losses (warm-up, cosine, clipping, decay) and
-# the final models. First checks the reference itself (tests/tools/ref_selftest.py). A missing trainer is a
-# FAIL, never a skip: `make` builds it before the tests run.
+# the final models. First checks the reference itself (tests/tools/ref_selftest.py), and the scripts' family
+# seam: generic code names no family, and the families' -e grammar is the trainer's
+# (tests/tools/family_seam_check.py). A missing trainer is a FAIL, never a skip: `make` builds it before the
+# tests run.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-/usr/bin/python3}
@@ -30,6 +32,7 @@ if [ ! -x "$BIN" ]; then
     t_fail trainer_built "$BIN is missing (run: make train_gpt_cpu)"
     t_finish
 fi
+run_checker family_seam tests/tools/family_seam_check.py "$TMP/seam" "$BIN"
 
 # V=500 is not a multiple of 128, so the model is padded to Vp=512 and the padding path is exercised;
 # T=32 < maxT=64 leaves part of wpe unused; ga=2 exercises accumulation.

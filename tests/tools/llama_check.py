@@ -29,6 +29,7 @@ import llama_plain as plain  # noqa: E402
 _spec = importlib.util.spec_from_file_location("reference", REF)
 ref = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ref)
+llama = ref.families.llama
 
 TMP = sys.argv[1] if len(sys.argv) > 1 else "/tmp"
 ONLY = sys.argv[2:]
@@ -107,7 +108,7 @@ def make_case_check(name):
         want_logits, want_loss, want_grads = plain_grads(f, params, x, y)
 
         cfg, rp = ref.load_model(path)
-        assert cfg.family == ref.FAMILY_LLAMA, "read as family %d" % cfg.family
+        assert cfg.family == llama.NAME, "read as family %s" % cfg.family
         model = ref.build_model(cfg, rp, torch.float64, "cpu")
         logits, loss = model(torch.tensor(x), torch.tensor(y))
         loss.backward()
@@ -205,7 +206,7 @@ LLAMA31 = {0: 1.0, 16: 0.037606030930863935681, 28: 0.0032114459947525910185, 29
 def llama3_inv_freq_llama31():
     cfg = ref.parse_spec("llama:L1,C1024,H8,F64,theta500000,rope-llama38/1/4/8192")
     assert cfg.D == 128
-    for got in (ref.rope_inv_freq(128, 500000.0, ref.ROPE_LLAMA3, 8.0, 1.0, 4.0, 8192), cfg.inv_freq()):
+    for got in (llama.rope_inv_freq(128, 500000.0, llama.ROPE_LLAMA3, 8.0, 1.0, 4.0, 8192), cfg.inv_freq()):
         assert len(got) == 64, len(got)
         for i, want in LLAMA31.items():
             assert abs(got[i] - want) <= 1e-13 * want, "inv_freq[%d] %.17g, by hand %.17g" % (i, got[i], want)
@@ -214,10 +215,10 @@ def llama3_inv_freq_llama31():
 @check
 def rope_inv_freq_plain_and_linear():
     """Without scaling, theta^(-2i/D); 'linear' divides every entry by the factor."""
-    got = ref.rope_inv_freq(8, 100.0)
+    got = llama.rope_inv_freq(8, 100.0)
     want = [1.0, 0.31622776601683794, 0.1, 0.031622776601683794]
     assert np.allclose(got, want, rtol=1e-15, atol=0), got
-    got = ref.rope_inv_freq(8, 100.0, ref.ROPE_LINEAR, 2.5)
+    got = llama.rope_inv_freq(8, 100.0, llama.ROPE_LINEAR, 2.5)
     assert np.allclose(got, np.array(want) / 2.5, rtol=1e-15, atol=0), got
 
 
@@ -226,9 +227,9 @@ def rope_position0_identity():
     """RoPE leaves position 0 exactly as it is and turns later positions (norm kept per pair)."""
     g = torch.Generator().manual_seed(1)
     x = torch.randn(2, 3, 5, 12, generator=g, dtype=torch.float64)
-    inv = ref.rope_inv_freq(12, 10000.0, ref.ROPE_LLAMA3, 8.0, 1.0, 4.0, 256)
-    cos, sin = ref.rope_cos_sin(inv, 5, torch.float64, "cpu")
-    y = ref.apply_rope(x, cos, sin)
+    inv = llama.rope_inv_freq(12, 10000.0, llama.ROPE_LLAMA3, 8.0, 1.0, 4.0, 256)
+    cos, sin = llama.rope_cos_sin(inv, 5, torch.float64, "cpu")
+    y = llama.apply_rope(x, cos, sin)
     assert torch.equal(y[..., 0, :], x[..., 0, :]), "position 0 changed"
     assert (y[..., 1:, :] - x[..., 1:, :]).abs().max() > 1e-3, "later positions unchanged"
     pairs = lambda t: t[..., :6] ** 2 + t[..., 6:] ** 2

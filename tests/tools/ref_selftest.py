@@ -25,6 +25,7 @@ import importlib.util  # noqa: E402
 _spec = importlib.util.spec_from_file_location("reference", os.path.join(SCRIPTS, "reference.py"))
 ref = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ref)
+gpt2 = ref.families.gpt2
 
 TMP = sys.argv[1] if len(sys.argv) > 1 else "/tmp"
 FAILED = []
@@ -38,9 +39,9 @@ def check(fn):
 
 def tiny(seed=0, V=20, L=2, C=8, NH=2, maxT=8, scale=0.3):
     """A small model with every parameter random and O(1), so no term of the gradient is trivially 0."""
-    cfg = ref.Config(maxT, V, L, NH, C, (V + 127) // 128 * 128)
+    cfg = gpt2.Config(maxT, V, L, NH, C, (V + 127) // 128 * 128)
     g = np.random.default_rng(seed)
-    p = {n: (g.standard_normal(s) * scale).astype(np.float32) for n, s in zip(ref.NAMES, cfg.shapes())}
+    p = {n: (g.standard_normal(s) * scale).astype(np.float32) for n, s in zip(gpt2.NAMES, cfg.shapes())}
     for n in ("ln1w", "ln2w", "lnfw"):
         p[n] += 1.0
     return cfg, p
@@ -51,14 +52,14 @@ def ref_gradcheck():
     """Autograd gradients of the mean loss vs central finite differences in float64, per tensor: along a
     random direction over the whole tensor, and at 6 random single entries (full gradcheck takes ~15 s)."""
     cfg, p = tiny()
-    model = ref.GPT(cfg, p, torch.float64, "cpu")
+    model = ref.Model(cfg, p, torch.float64, "cpu")
     g = torch.Generator().manual_seed(0)
     idx = torch.randint(0, cfg.V, (2, 5), generator=g)
     tgt = torch.randint(0, cfg.V, (2, 5), generator=g)
     model(idx, tgt)[1].backward()
     h = 1e-5
     bad = []
-    for n in ref.NAMES:
+    for n in gpt2.NAMES:
         w = model.p[n]
         grad = w.grad.clone()
         rows = cfg.V if n == "wte" else w.shape[0]   # padded wte rows have no effect: skip them
@@ -86,13 +87,13 @@ def ref_layers_vs_torch():
     torch.manual_seed(0)
     x = torch.randn(3, 7, 16, dtype=torch.float64)
     w, b = torch.randn(16, dtype=torch.float64), torch.randn(16, dtype=torch.float64)
-    e1 = (ref.GPT.layernorm(x, w, b) - F.layer_norm(x, (16,), w, b, eps=1e-5)).abs().max().item()
-    e2 = (ref.GPT.gelu(x) - F.gelu(x, approximate="tanh")).abs().max().item()
+    e1 = (gpt2.layernorm(x, w, b) - F.layer_norm(x, (16,), w, b, eps=1e-5)).abs().max().item()
+    e2 = (gpt2.gelu(x) - F.gelu(x, approximate="tanh")).abs().max().item()
     cfg, p = tiny(C=16, NH=4)
-    m = ref.GPT(cfg, p, torch.float64, "cpu")
+    m = ref.Model(cfg, p, torch.float64, "cpu")
     B, T, C, NH, hs = 2, 6, 16, 4, 4
     qkv = torch.randn(B, T, 3 * C, dtype=torch.float64)
-    y = m.attention(qkv, B, T)
+    y = gpt2.reference_attention(m, qkv, B, T)
     naive = torch.zeros(B, T, C, dtype=torch.float64)   # loops straight from the definition
     for bb in range(B):
         for h in range(NH):
@@ -106,7 +107,7 @@ def ref_layers_vs_torch():
     assert max(e1, e2, e3) < 1e-12, "layernorm %.1e gelu %.1e attention %.1e" % (e1, e2, e3)
     if hasattr(F, "scaled_dot_product_attention"):
         m.sdpa = True
-        e4 = (m.attention(qkv, B, T) - naive).abs().max().item()
+        e4 = (gpt2.reference_attention(m, qkv, B, T) - naive).abs().max().item()
         assert e4 < 1e-12, "sdpa attention %.1e" % e4
 
 
@@ -115,11 +116,11 @@ def ref_padding_inert():
     """Padded wte rows and logits must not affect the loss; logits are returned over V columns only."""
     cfg, p = tiny()
     idx = torch.randint(0, cfg.V, (2, 5))
-    l1, loss1 = ref.GPT(cfg, p, torch.float64, "cpu")(idx, idx)
+    l1, loss1 = ref.Model(cfg, p, torch.float64, "cpu")(idx, idx)
     p2 = dict(p)
     p2["wte"] = p["wte"].copy()
     p2["wte"][cfg.V:] = 100.0
-    l2, loss2 = ref.GPT(cfg, p2, torch.float64, "cpu")(idx, idx)
+    l2, loss2 = ref.Model(cfg, p2, torch.float64, "cpu")(idx, idx)
     assert l1.shape[-1] == cfg.V and torch.equal(l1, l2) and loss1.item() == loss2.item()
 
 
@@ -130,7 +131,7 @@ def ref_model_file_roundtrip():
     ref.save_model(a, cfg, p)
     cfg2, p2 = ref.load_model(a)
     assert vars(cfg2) == vars(cfg), "header %s vs %s" % (cfg2, cfg)
-    for n in ref.NAMES:
+    for n in gpt2.NAMES:
         assert np.array_equal(p2[n], p[n]), "%s changed in the fp32 round trip" % n
     ref.save_model(b, cfg2, p2)
     assert open(a, "rb").read() == open(b, "rb").read(), "fp32 rewrite is not byte-identical"
@@ -138,7 +139,7 @@ def ref_model_file_roundtrip():
     ref.save_model(b, cfg, p, version=5)
     cfg3, p3 = ref.load_model(b)
     assert ref.read_model_header(b)[1] == 5
-    for n in ref.NAMES:
+    for n in gpt2.NAMES:
         want = torch.from_numpy(p[n]).to(torch.bfloat16).float().numpy()
         assert np.array_equal(p3[n], want), "%s: bf16 rounding differs from torch's" % n
 
@@ -237,15 +238,15 @@ def ref_lr_schedule():
 def ref_adamw_vs_torch():
     """The hand-written AdamW (decay on matrices only, clip scale on the gradient) vs torch.optim.AdamW."""
     cfg, p = tiny()
-    m1 = ref.GPT(cfg, p, torch.float64, "cpu")
-    m2 = ref.GPT(cfg, p, torch.float64, "cpu")
-    opt1 = ref.AdamW([(n, m1.p[n]) for n in ref.NAMES], 0.1)
-    groups = [{"params": [m2.p[n] for n in ref.NAMES if n in ref.DECAYED], "weight_decay": 0.1},
-              {"params": [m2.p[n] for n in ref.NAMES if n not in ref.DECAYED], "weight_decay": 0.0}]
+    m1 = ref.Model(cfg, p, torch.float64, "cpu")
+    m2 = ref.Model(cfg, p, torch.float64, "cpu")
+    opt1 = ref.AdamW([(n, m1.p[n]) for n in gpt2.NAMES], 0.1, gpt2.DECAYED)
+    groups = [{"params": [m2.p[n] for n in gpt2.NAMES if n in gpt2.DECAYED], "weight_decay": 0.1},
+              {"params": [m2.p[n] for n in gpt2.NAMES if n not in gpt2.DECAYED], "weight_decay": 0.0}]
     opt2 = torch.optim.AdamW(groups, lr=1.0, betas=(0.9, 0.95), eps=1e-8)
     g = torch.Generator().manual_seed(1)
     for step, (lr, scale) in enumerate([(1e-3, 1.0), (2e-3, 0.5), (5e-4, 0.25), (1e-3, 1.0)]):
-        for n in ref.NAMES:
+        for n in gpt2.NAMES:
             gr = torch.randn(m1.p[n].shape, generator=g, dtype=torch.float64)
             m1.p[n].grad = gr.clone()
             m2.p[n].grad = gr * scale
@@ -253,7 +254,7 @@ def ref_adamw_vs_torch():
         for grp in opt2.param_groups:
             grp["lr"] = lr
         opt2.step()
-    for n in ref.NAMES:
+    for n in gpt2.NAMES:
         e = (m1.p[n] - m2.p[n]).abs().max().item()
         assert e < 1e-14, "%s differs by %.2e" % (n, e)
 
@@ -263,12 +264,12 @@ def ref_accumulation_equals_big_batch():
     """ga micro-steps of B rows must give the mean-loss gradient of one batch of ga*B rows."""
     cfg, p = tiny()
     toks = torch.randint(0, cfg.V, (4, 6))
-    m1 = ref.GPT(cfg, p, torch.float64, "cpu")
+    m1 = ref.Model(cfg, p, torch.float64, "cpu")
     m1(toks[:, :-1], toks[:, 1:])[1].backward()
-    m2 = ref.GPT(cfg, p, torch.float64, "cpu")
+    m2 = ref.Model(cfg, p, torch.float64, "cpu")
     for half in (toks[:2], toks[2:]):
         (m2(half[:, :-1], half[:, 1:])[1] / 2).backward()
-    for n in ref.NAMES:
+    for n in gpt2.NAMES:
         e = (m1.p[n].grad - m2.p[n].grad).abs().max().item()
         assert e < 1e-13, "%s grad differs by %.2e" % (n, e)
 
