@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tree's shape rules: the C, C++ and CUDA sources that follow .clang-format (FORMATTED; the generated
-# Unicode tables excepted) are what clang-format makes of them; the README stays short enough to read, and
-# train_gpt.cu reads top to bottom (at most 700 lines, main at most 40).
+# Unicode tables excepted) are what clang-format makes of them; the README and docs/ARCHITECTURE.md stay short
+# enough to read, and train_gpt.cu reads top to bottom (at most 700 lines, main at most 40).
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 FORMATTED=(core/tokenizer)
@@ -15,6 +15,8 @@ else
 fi
 readme=$(wc -l < README.md)
 t_check readme_at_most_250_lines "[ $readme -le 250 ]" "README.md has $readme lines"
+architecture=$(wc -l < docs/ARCHITECTURE.md)
+t_check architecture_at_most_480_lines "[ $architecture -le 480 ]" "docs/ARCHITECTURE.md has $architecture lines"
 lines=$(wc -l < train_gpt.cu)
 main_lines=$(awk '/^int main\(/,/^}/' train_gpt.cu | wc -l)
 t_check train_gpt_at_most_700_lines "[ $lines -le 700 ] && [ $main_lines -ge 10 ] && [ $main_lines -le 40 ]" \
