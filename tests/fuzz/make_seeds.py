@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the fuzzers' seed corpora and dictionaries: OUT/seeds/<reader>/{valid,bad}_*, OUT/<reader>.dict.
 
-Generated rather than committed so they follow the formats in docs/ARCHITECTURE.md and stay reviewable. A "valid_"
+Generated rather than committed so they follow the formats in docs/formats.md and stay reviewable. A "valid_"
 seed must load (exit 0); a "bad_" one must end in one "error:" line (exit 1): t_fuzz.sh checks both, so
 the harnesses are known to reach the deep paths before any fuzzing. Usage: make_seeds.py OUT_DIR
 """
