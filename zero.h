@@ -1,4 +1,4 @@
-// zero.h: ZeRO over the layer-ordered flat parameter buffer (the tables in docs/ARCHITECTURE.md).
+// zero.h: ZeRO over the layer-ordered flat parameter buffer (the table in docs/ARCHITECTURE.md).
 //
 // Every unit (the embeddings, each block, the final unit: final norm and an untied LM head) is padded to a
 // multiple of 64·N elements (layout_pad_multiple in model.h), so it splits into N equal "pieces", one per
