@@ -1,5 +1,5 @@
 # The kernel emulator's build (tests/emu/README.md), included by the Makefile. kernels/backend_cuda.cu and its
-# .cuh files, rewritten by cuda_to_host.py (launches and __shared__ only), are compiled by clang++ as C++
+# .cuh files (kernels/*.cuh, kernels/variants/*.cuh), rewritten by cuda_to_host.py (launches and __shared__ only), are compiled by clang++ as C++
 # against the stand-in CUDA headers in tests/emu/include/, with every load and store instrumented
 # (-fsanitize-coverage=edge,trace-loads,trace-stores calls the runtime's checks); the runtime itself is not.
 EMU_CXX      ?= clang++
@@ -12,7 +12,8 @@ EMU_KERNELS   ?= kernels
 EMU_KDIR      ?= $(EMU_DIR)
 EMU_KOPT      ?= -O2
 EMU_CHECK_BIN ?= $(B)/kernel_check_emu
-EMU_REWRITTEN  := $(patsubst $(EMU_KERNELS)/%,$(EMU_KDIR)/src/kernels/%,$(EMU_KERNELS)/backend_cuda.cu $(wildcard $(EMU_KERNELS)/*.cuh))
+EMU_CUH        := $(wildcard $(EMU_KERNELS)/*.cuh $(EMU_KERNELS)/variants/*.cuh)
+EMU_REWRITTEN  := $(patsubst $(EMU_KERNELS)/%,$(EMU_KDIR)/src/kernels/%,$(EMU_KERNELS)/backend_cuda.cu $(EMU_CUH))
 EMU_RUNTIME    := $(patsubst tests/emu/%.cpp,$(EMU_DIR)/%.o,$(filter-out tests/emu/test_%.cpp,$(wildcard tests/emu/*.cpp)))
 EMU_OBJ        := $(EMU_KDIR)/backend_cuda.o $(EMU_RUNTIME)
 EMU_HEADERS    := $(wildcard tests/emu/*.h tests/emu/include/*.h tests/emu/include/cub/device/*.cuh)
