@@ -107,7 +107,7 @@ CORE_CUDA_OBJ := $(CORE_SRC:%.c=$(B)/cuda/%.o) $(NCCL_OBJ)
 CPU_BACKEND   := $(CPU_KERNELS:%.c=$(B)/cpu/%.o)
 CUDA_BACKEND  := $(B)/cuda/kernels/backend_cuda.o
 
-.PHONY: all train_gpt_cpu test test-emu test-gpu test-gpu-core test-gpu-variants bench bench-offload bench-cpu bench-nvme run clean tests-bin
+.PHONY: all train_gpt_cpu kernels-alone test test-emu test-gpu test-gpu-core test-gpu-variants bench bench-offload bench-cpu bench-nvme run clean tests-bin
 all: train_gpt_cpu
 
 # make does not track flags: a stamp per NCCL setting rebuilds the one object whose flags it changes.

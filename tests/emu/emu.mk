@@ -25,6 +25,21 @@ $(EMU_KDIR)/src/kernels/%: $(EMU_KERNELS)/% tests/emu/cuda_to_host.py
 $(EMU_KDIR)/backend_cuda.o: $(EMU_REWRITTEN) $(EMU_HEADERS) kernels/kernels.h kernels/dtype.h base/gpu_variants.h
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_KOPT) -DGPT_EMU -I$(EMU_KDIR)/src -Itests/emu/include -I. \
 	    -fsanitize-coverage=edge,trace-loads,trace-stores -x c++ -c $(EMU_KDIR)/src/kernels/backend_cuda.cu -o $@
+# make kernels-alone: every kernels/*.cuh and kernels/variants/*.cuh compiles alone, as a translation unit of its
+# one #include (its rewritten copy, so the path is the emulator's), parsed by clang++ against the stand-in CUDA
+# headers: syntax and types, no code. A file's helpers for the files that include it are unused there, hence
+# -Wno-unused-function. The cuDNN graph headers need cudnn.h, which has no stand-in: tests/gpu/cudnn_graph_check.cu,
+# which includes one of them before anything else, is their check (tests/system/t_build_cuda.sh).
+EMU_ALONE       := $(filter-out %/cudnn_graph.cuh %/attention_cudnn_graphs.cuh,$(EMU_CUH))
+EMU_ALONE_OK    := $(patsubst $(EMU_KERNELS)/%,$(EMU_KDIR)/alone/%.ok,$(EMU_ALONE))
+EMU_ALONE_FLAGS := $(filter-out -O% -g -MMD -MP,$(EMU_CXXFLAGS)) -Wno-unused-function -fsyntax-only
+$(EMU_KDIR)/alone/%.ok: $(EMU_REWRITTEN) $(EMU_HEADERS)
+	@mkdir -p $(dir $@)
+	@echo '#include "kernels/$*"' > $(@:.ok=.cpp)
+	$(EMU_CXX) $(EMU_ALONE_FLAGS) -DGPT_EMU -I$(EMU_KDIR)/src -Itests/emu/include -I. $(@:.ok=.cpp)
+	@touch $@
+kernels-alone: $(EMU_ALONE_OK)
+
 $(EMU_DIR)/%.o: tests/emu/%.cpp $(EMU_HEADERS)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -Itests/emu/include -I. -c $< -o $@
