@@ -67,8 +67,8 @@ extern "C" void adamw_update(Backend* be, void* params, DType param_dt, float* m
     const int grid = adamw_blocks(n);
     DISPATCH_DTYPE(param_dt, TP, DISPATCH_DTYPE(grad_dt, TG, {
         adamw_kernel<TP, TG><<<grid, ADAMW_BLOCK, 0, be_stream(be)>>>((TP*)params, master, (const TG*)grads, m, v, n,
-                                                                   offset, k.lr, k.beta1, k.beta2, k.eps,
-                                                                   a->weight_decay, k.grad_scale, k.bc1, k.bc2, k.seed);
+                                                                      offset, k.lr, k.beta1, k.beta2, k.eps,
+                                                                      a->weight_decay, k.grad_scale, k.bc1, k.bc2, k.seed);
         LAUNCH_CHECK();
     }));
 }

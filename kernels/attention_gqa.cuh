@@ -631,10 +631,10 @@ static void gqa_backward_tc(Backend* be, T* dqkv, float* Dsum, const T* dout, co
     // dq first: it writes D, which the dk/dv kernel reads.
     const dim3 qgrid(ceil_div(sh.T, W * 16), B * sh.NH), kgrid(ceil_div(sh.T, W * 16), B * sh.KV);
     gqa_backward_dq_tc_kernel<T, HS, W><<<qgrid, W * 32, gqa_dq_smem<HS, W>(), be_stream(be)>>>(dqkv, Dsum, qkv, dout,
-                                                                                           out, lse, sh);
+                                                                                              out, lse, sh);
     LAUNCH_CHECK();
     gqa_backward_dkdv_tc_kernel<T, HS, W><<<kgrid, W * 32, gqa_dkv_smem<HS, W>(), be_stream(be)>>>(dqkv, qkv, dout, lse,
-                                                                                              Dsum, sh);
+                                                                                                 Dsum, sh);
     LAUNCH_CHECK();
 }
 

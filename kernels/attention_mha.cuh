@@ -561,10 +561,10 @@ static void fa_backward(Backend* be, T* dqkv, float* D, const T* dout, const T* 
     const dim3 grid(ceil_div(T_, W * 16), B * NH);
     // dq first: it writes D, which the dk/dv kernel reads.
     attention_backward_dq_fa_kernel<T, W><<<grid, W * 32, fa_dq_smem<W>(), be_stream(be)>>>(dqkv, D, qkv, dout, out, lse,
-                                                                                       T_, C, NH);
+                                                                                          T_, C, NH);
     LAUNCH_CHECK();
     attention_backward_dkdv_fa_kernel<T, W><<<grid, W * 32, fa_dkv_smem<W>(), be_stream(be)>>>(dqkv, qkv, dout, lse, D,
-                                                                                          T_, C, NH);
+                                                                                             T_, C, NH);
     LAUNCH_CHECK();
 }
 
@@ -581,15 +581,15 @@ template <typename X>
 static void mha_backward_cuda_core(Backend* be, X* dqkv, float* D, const X* dout, const X* qkv, const X* out,
                                    const float* lse, int B, int T, int C, int NH, int G) {
     attention_backward_d_kernel<X><<<ceil_div((size_t)B * T * NH, 256), 256, 0, be_stream(be)>>>(D, dout, out, B, T,
-                                                                                                C, NH);
+                                                                                                 C, NH);
     LAUNCH_CHECK();
     ATT_DISPATCH_G(G, {
         const dim3 grid(ceil_div(T, ATT_THREADS / GG), B * NH);
         attention_backward_dq_kernel<X, GG><<<grid, ATT_THREADS, 0, be_stream(be)>>>(dqkv, qkv, dout, lse, D, B, T,
-                                                                                      C, NH);
+                                                                                     C, NH);
         LAUNCH_CHECK();
         attention_backward_dkdv_kernel<X, GG><<<grid, ATT_THREADS, 0, be_stream(be)>>>(dqkv, qkv, dout, lse, D, B, T,
-                                                                                        C, NH);
+                                                                                       C, NH);
         LAUNCH_CHECK();
     });
 }

@@ -61,10 +61,10 @@ extern "C" void classifier_forward(Backend* be, DType dt, void* logits, float* l
     DISPATCH_DTYPE(dt, X, {
         if (vec)
             classifier_kernel<X, true><<<N, CLS_BLOCK, 0, be_stream(be)>>>((X*)logits, losses, targets, V, Vp, dloss,
-                                                                        write_dlogits);
+                                                                           write_dlogits);
         else
             classifier_kernel<X, false><<<N, CLS_BLOCK, 0, be_stream(be)>>>((X*)logits, losses, targets, V, Vp, dloss,
-                                                                         write_dlogits);
+                                                                            write_dlogits);
         LAUNCH_CHECK();
     });
 }
@@ -145,7 +145,7 @@ extern "C" void classifier_vocab_sums(Backend* be, DType dt, float* stats, const
     if (N == 0) return;
     DISPATCH_DTYPE(dt, X, {
         classifier_vocab_sums_kernel<X><<<N, CLS_BLOCK, 0, be_stream(be)>>>(stats, (const X*)logits, rowmax, targets, v0,
-                                                                         N, real, Vl);
+                                                                            N, real, Vl);
         LAUNCH_CHECK();
     });
 }
@@ -158,8 +158,8 @@ extern "C" void classifier_vocab_finish(Backend* be, DType dt, void* logits, flo
     if (N == 0) return;
     DISPATCH_DTYPE(dt, X, {
         classifier_vocab_finish_kernel<X><<<N, CLS_BLOCK, 0, be_stream(be)>>>((X*)logits, losses, rowmax, all, ranks,
-                                                                           targets, v0, N, real, Vl, dloss,
-                                                                           write_dlogits);
+                                                                              targets, v0, N, real, Vl, dloss,
+                                                                              write_dlogits);
         LAUNCH_CHECK();
     });
 }

@@ -1,11 +1,12 @@
 // cuda_backend.cuh: what a kernel file sees of the CUDA backend. struct Backend is kernels/backend_cuda.cu's
-// alone; a kernels/*.cuh reaches it only through these: the main stream, the kernel scratch, cuBLASLt's handle
-// and workspace, device memory counted in the backend's bytes, and the kernel table. Every kernels/*.cuh
-// includes this header (through its layer's) and compiles alone (make kernels-alone).
+// alone; a kernel file reaches it only through these: the main stream, the kernel scratch, cuBLASLt's handle
+// and workspace, device memory counted in the backend's bytes, and the kernel table. Every kernels/*.cuh and
+// kernels/variants/*.cuh includes this header and what else it uses, and compiles alone (make kernels-alone);
+// the cuDNN graph builders (cudnn_graph.cuh, attention_cudnn_graphs.cuh) are host code that needs none of it.
 //
 // The kernel table: each op a kernel variant can replace is called through it. backend_create fills it once,
-// with each op's default (the .cuh of its layer), then lets every variant named in GPT_CUDA_VARIANTS override
-// the entries it replaces (kernels/variants/<name>.cuh, base/gpu_variants.h), and sets the test hooks. A
+// with each op's default (the .cuh of its layer) and the test hooks, then lets every variant named in
+// GPT_CUDA_VARIANTS override the entries it replaces (kernels/variants/<name>.cuh, base/gpu_variants.h). A
 // launcher never asks which variants are on: it calls its entry, and an entry that does not take a shape hands
 // it to the default in code. An op no variant replaces is its kernels.h function.
 #pragma once

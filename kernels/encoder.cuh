@@ -103,7 +103,7 @@ extern "C" void encoder_backward(Backend* be, DType dt, void* dwte, void* dwpe, 
         constexpr int P = Pack128<X>::size;
         const int threads = C / P < 256 ? ((C / P + 31) / 32) * 32 : 256;
         encoder_backward_wte_kernel<X><<<N, threads, 0, be_stream(be)>>>((X*)dwte, (const X*)dout, sorted_tok,
-                                                                      sorted_pos, N, C);
+                                                                         sorted_pos, N, C);
         LAUNCH_CHECK();
         if (dwpe) {
             const size_t packs = (size_t)T * C / P;
@@ -209,7 +209,7 @@ extern "C" void encoder_backward_vocab(Backend* be, DType dt, void* dwte, void* 
         constexpr int P = Pack128<X>::size;
         const int threads = C / P < 256 ? ((C / P + 31) / 32) * 32 : 256;
         encoder_backward_vocab_wte_kernel<X><<<N, threads, 0, be_stream(be)>>>((X*)dwte, (const X*)dout, sorted_row,
-                                                                            sorted_pos, N, C, Vl);
+                                                                               sorted_pos, N, C, Vl);
         LAUNCH_CHECK();
         if (dwpe) {
             const size_t packs = (size_t)T * C / P;

@@ -147,10 +147,10 @@ static void layernorm_backward_default(Backend* be, DType dt, void* dinp, void* 
         LAUNCH_CHECK();
         layernorm_backward_dwdb_partial_kernel<X><<<dim3(ceil_div(C, 32), RB), dim3(32, LN_ROWS_PER_PASS), 0,
                                                     be_stream(be)>>>(partial, (const X*)dout, (const X*)inp, mean,
-                                                                  rstd, N, C);
+                                                                     rstd, N, C);
         LAUNCH_CHECK();
         layernorm_backward_dwdb_final_kernel<X><<<ceil_div(C, 256), 256, 0, be_stream(be)>>>((X*)dw, (X*)db, partial,
-                                                                                         RB, C);
+                                                                                            RB, C);
         LAUNCH_CHECK();
     });
 }

@@ -73,11 +73,12 @@ static int lt_matmul_per_call(Backend* be, DType dt, void* d, const void* a, con
 
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(be_cublaslt(be), desc, la, lb, ld, ld, pref, 1, &heur, &found);
+    const cublasLtHandle_t lt = be_cublaslt(be);
+    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
     int ok = 0;
     if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
         const float alpha = 1.0f;
-        CUBLAS_CHECK(cublasLtMatmul(be_cublaslt(be), desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
+        CUBLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo,
                                     be_cublaslt_workspace(be), ws, be_stream(be)));
         ok = 1;
     } else if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED && hs != CUBLAS_STATUS_INVALID_VALUE) {

@@ -101,8 +101,8 @@ __global__ void rms_backward_dw_partial_kernel(float* partial, const T* dout, co
 #define RMS_LAUNCH(kernel, T, vec, r, ...)                                                               \
     do {                                                                                                 \
         const int block_ = 256, grid_ = ceil_div((long long)(r).N * (r).H, block_ / 32);                 \
-        if (vec) kernel<T, Pack128<T>::size><<<grid_, block_, 0, be_stream(be)>>>(__VA_ARGS__);             \
-        else kernel<T, 1><<<grid_, block_, 0, be_stream(be)>>>(__VA_ARGS__);                                \
+        if (vec) kernel<T, Pack128<T>::size><<<grid_, block_, 0, be_stream(be)>>>(__VA_ARGS__);          \
+        else kernel<T, 1><<<grid_, block_, 0, be_stream(be)>>>(__VA_ARGS__);                             \
         LAUNCH_CHECK();                                                                                  \
     } while (0)
 

@@ -45,8 +45,8 @@ __global__ void swiglu_backward_kernel(X* dgu, const X* dout, const X* gu, size_
     do {                                                                                                 \
         const int block_ = 256;                                                                          \
         if (vec) kernel<X, Pack128<X>::size><<<ceil_div((n) / Pack128<X>::size, block_), block_, 0,      \
-                                               be_stream(be)>>>(__VA_ARGS__);                               \
-        else kernel<X, 1><<<ceil_div((n), block_), block_, 0, be_stream(be)>>>(__VA_ARGS__);                \
+                                               be_stream(be)>>>(__VA_ARGS__);                            \
+        else kernel<X, 1><<<ceil_div((n), block_), block_, 0, be_stream(be)>>>(__VA_ARGS__);             \
         LAUNCH_CHECK();                                                                                  \
     } while (0)
 

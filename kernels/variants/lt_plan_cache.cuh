@@ -99,8 +99,8 @@ static int lt_heuristic(Backend* be, const LtPlan* p, int want, cublasLtMatmulHe
     LT_PREF_SET(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k->al_c);
     LT_PREF_SET(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k->al_d);
     int found = 0;
-    const cublasStatus_t hs =
-        cublasLtMatmulAlgoGetHeuristic(be_cublaslt(be), p->desc, p->la, p->lb, p->ld, p->ld, pref, want, res, &found);
+    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(be_cublaslt(be), p->desc, p->la, p->lb, p->ld, p->ld, pref,
+                                                             want, res, &found);
     // NOT_SUPPORTED / INVALID_VALUE here mean "no such combination" (seen: BGRADB with an fp32 bias
     // vector and bf16 matrices on the H100); anything else is a real error.
     if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED && hs != CUBLAS_STATUS_INVALID_VALUE)
@@ -113,8 +113,8 @@ static int lt_heuristic(Backend* be, const LtPlan* p, int want, cublasLtMatmulHe
 static cublasStatus_t lt_launch(Backend* be, const LtPlan* p, const cublasLtMatmulAlgo_t* algo, void* dst,
                                 const LtOperands* op) {
     const float alpha = 1.0f;
-    return cublasLtMatmul(be_cublaslt(be), p->desc, &alpha, op->a, p->la, op->b, p->lb, &op->beta, op->d, p->ld, dst, p->ld,
-                          algo, be_cublaslt_workspace(be), CUBLASLT_WORKSPACE_BYTES, be_stream(be));
+    return cublasLtMatmul(be_cublaslt(be), p->desc, &alpha, op->a, p->la, op->b, p->lb, &op->beta, op->d, p->ld, dst,
+                          p->ld, algo, be_cublaslt_workspace(be), CUBLASLT_WORKSPACE_BYTES, be_stream(be));
 }
 
 // The backend's kept plans (the table's lt_plans).

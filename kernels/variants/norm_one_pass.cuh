@@ -161,7 +161,7 @@ static void ln1_launch(Backend* be, int L, int G, float* partial, T* dinp, const
                        const float* mean, const float* rstd, int N, int C) {
 #define LN1(Lv)                                                                                            \
     layernorm_backward_one_pass_kernel<T, Lv><<<G, NORM1_THREADS, 0, be_stream(be)>>>(dinp, partial, dout, inp, w, \
-                                                                                  mean, rstd, N, C)
+                                                                                      mean, rstd, N, C)
     switch (L) {
     case 8: LN1(8); break;
     case 16: LN1(16); break;
@@ -259,7 +259,7 @@ static void rms1_launch(Backend* be, int L, int G, float* partial, T* dinp, cons
                         const float* rstd, RmsRows r, bool accumulate) {
 #define RMS1(Lv)                                                                                           \
     rms_backward_one_pass_kernel<T, Lv><<<G, NORM1_THREADS, 0, be_stream(be)>>>(dinp, partial, dout, inp, w, rstd, r, \
-                                                                            accumulate)
+                                                                                accumulate)
     switch (L) {
     case 8: RMS1(8); break;
     case 16: RMS1(16); break;
