@@ -168,6 +168,7 @@ static inline void attention_check_shape(int NH, int KV, int hs, const char* who
 // G, the lanes that own a row in the CUDA-core kernels (16 head dims each).
 static inline int attention_lane_group(int hs) { return hs <= 16 ? 1 : hs <= 32 ? 2 : hs <= 64 ? 4 : 8; }
 
+// Run `body` with the constant GG = G, the lane group of attention_lane_group.
 #define ATT_DISPATCH_G(G, ...)                                                                           \
     do {                                                                                                 \
         switch (G) {                                                                                     \
