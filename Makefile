@@ -76,7 +76,7 @@ CUDA_LIBS  += -L$(NCCL_LIB) -l:libnccl.so.2 -Xlinker -rpath=$(NCCL_LIB)
 $(NCCL_OBJ): CFLAGS += $(MPI_CFLAGS) -I$(NCCL_INC) -I$(CUDA_HOME)/include
 $(B)/cuda/core/comm/comm_mpi.o: CFLAGS += -DGPT_NCCL
 endif
-# cuDNN (its graph API behind the cudnn_attention kernel variant, kernels/attention_cudnn.cuh): only ever in
+# cuDNN (its graph API behind the cudnn_attention kernel variant, kernels/variants/cudnn_attention.cuh): only ever in
 # backend_cuda.cu, so only train_gpt and the GPU test programs link it. CUDNN=0|1 overrides the detection;
 # CUDNN_HOME=DIR names an install of cuDNN 9 (DIR/include/cudnn_graph.h, DIR/lib*/libcudnn.so.9); otherwise the
 # headers (of cuDNN 9: cudnn_version.h says) and the library are each taken from the first of $(CUDA_HOME), /usr,
@@ -107,7 +107,7 @@ CORE_CUDA_OBJ := $(CORE_SRC:%.c=$(B)/cuda/%.o) $(NCCL_OBJ)
 CPU_BACKEND   := $(CPU_KERNELS:%.c=$(B)/cpu/%.o)
 CUDA_BACKEND  := $(B)/cuda/kernels/backend_cuda.o
 
-.PHONY: all train_gpt_cpu test test-emu test-gpu test-gpu-core test-gpu-variants bench bench-offload bench-cpu bench-nvme run clean tests-bin
+.PHONY: all train_gpt_cpu kernels-alone test test-emu test-gpu test-gpu-core test-gpu-variants bench bench-offload bench-cpu bench-nvme run clean tests-bin
 all: train_gpt_cpu
 
 # make does not track flags: a stamp per NCCL setting rebuilds the one object whose flags it changes.
@@ -134,7 +134,8 @@ $(B)/cpu/%.o: %.c
 $(B)/cuda/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
-$(B)/cuda/kernels/backend_cuda.o: kernels/backend_cuda.cu $(wildcard kernels/*.cuh) kernels/kernels.h kernels/dtype.h $(B)/cuda/.cudnn-$(CUDNN)
+$(B)/cuda/kernels/backend_cuda.o: kernels/backend_cuda.cu $(wildcard kernels/*.cuh kernels/variants/*.cuh) kernels/kernels.h kernels/dtype.h \
+                                  base/gpu_variants.h $(B)/cuda/.cudnn-$(CUDNN)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 

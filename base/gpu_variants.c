@@ -15,6 +15,7 @@ static const struct {
     {"norm_one_pass", VARIANT_NORM_ONE_PASS},     {"adamw_multi", VARIANT_ADAMW_MULTI},
 };
 #define N_VARIANTS (sizeof VARIANTS / sizeof *VARIANTS)
+_Static_assert(N_VARIANTS == GPU_VARIANT_COUNT, "every GpuVariant has a name");
 
 static unsigned variant_bit(const char* name, size_t len) {
     for (size_t i = 0; i < N_VARIANTS; i++)
@@ -41,4 +42,14 @@ void gpu_variants_describe(unsigned set, char* buf, size_t size) {
     for (size_t i = 0; i < N_VARIANTS && n < size; i++)
         if (set & VARIANTS[i].bit) n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? "," : "", VARIANTS[i].name);
     if (!n) snprintf(buf, size, "none");
+}
+
+static int env_is_1(const char* name) {
+    const char* s = getenv(name);
+    return s && s[0] == '1';
+}
+
+unsigned gpu_test_hooks_from_env(void) {
+    return (env_is_1("GPT_CUDA_NO_FUSED_EPILOGUES") ? GPU_HOOK_NO_FUSED_EPILOGUES : 0u) |
+           (env_is_1("GPT_CUDA_ATTENTION_SCALAR") ? GPU_HOOK_ATTENTION_SCALAR : 0u);
 }

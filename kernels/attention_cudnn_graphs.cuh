@@ -1,5 +1,5 @@
 // attention_cudnn_graphs.cuh: causal attention (forward and backward) as cuDNN operation graphs, the shapes of
-// the cudnn_attention variant (attention_cudnn.cuh). The graphs follow cuDNN's own description of SDPA training
+// the cudnn_attention variant (kernels/variants/cudnn_attention.cuh). The graphs follow cuDNN's own description of SDPA training
 // (the cudnn-frontend's composite SDPA nodes), which cuDNN's engines recognize and run as one fused kernel:
 //   forward   S = Q Kᵀ · scale, causal mask (-inf where key > query), P = softmax(S) with
 //             stats = max + log(sum exp(S - max)) (= this backend's lse), O = P V
@@ -11,6 +11,7 @@
 // tests/gpu/cudnn_graph_check.cu can build every descriptor without a GPU.
 #pragma once
 #include "kernels/cudnn_graph.cuh"
+#include "kernels/kernels.h"
 
 enum { SDPA_FORWARD = 0, SDPA_BACKWARD = 1 };
 // The caller's tensors in both graphs.

@@ -1,12 +1,13 @@
-// attention_gqa.cuh: causal self-attention with grouped-query heads (R = NH/KV query heads share each kv
-// head), and head size 128 on tensor cores. Included by attention.cuh after the multi-head kernels, whose
-// device helpers it uses. Those keep KV == NH (head size 64 in 16-bit storage on tensor cores, the rest on
-// CUDA cores) but for head size 128 in 16-bit storage, so GPT-2 runs on them alone; these take that case
-// and every KV < NH.
+// attention_gqa.cuh: causal self-attention kernels with grouped-query heads (R = NH/KV query heads share each kv
+// head), on CUDA cores for any head size and on tensor cores for head sizes 64 and 128 in 16-bit storage. The
+// multi-head kernels (attention_mha.cuh) keep KV == NH but for head size 128 on tensor cores, so GPT-2 runs on
+// them alone; these take that case and every KV < NH (attention.cuh chooses).
 // The backward has one owner per output, as the multi-head one: a query-major pass for dq, a key-major pass
 // for dk, dv in which a kv head's block sums over its R query heads in increasing order (no atomics, the
 // same bits on every run).
 #pragma once
+#include "kernels/cuda_backend.cuh"
+#include "kernels/attention_common.cuh"
 
 // Rows of qkv hold [q: NH heads | k: KV heads | v: KV heads] of D each; out and dout rows NH heads of D.
 struct GqaShape {
@@ -193,7 +194,7 @@ template <typename X>
 static void gqa_forward_cuda_core(Backend* be, X* out, float* lse, const X* qkv, int B, GqaShape sh, int G) {
     ATT_DISPATCH_G(G, {
         const dim3 grid(ceil_div((long long)sh.R() * sh.T, ATT_THREADS / GG), B * sh.KV);
-        gqa_forward_kernel<X, GG><<<grid, ATT_THREADS, 0, be->stream>>>(out, lse, qkv, sh);
+        gqa_forward_kernel<X, GG><<<grid, ATT_THREADS, 0, be_stream(be)>>>(out, lse, qkv, sh);
         LAUNCH_CHECK();
     });
 }
@@ -202,15 +203,15 @@ template <typename X>
 static void gqa_backward_cuda_core(Backend* be, X* dqkv, float* Dsum, const X* dout, const X* qkv, const X* out,
                                    const float* lse, int B, GqaShape sh, int G) {
     const int C = sh.NH * sh.D;   // out and dout are multi-head shaped: the multi-head D kernel serves them
-    attention_backward_d_kernel<X><<<ceil_div((size_t)B * sh.T * sh.NH, 256), 256, 0, be->stream>>>(
+    attention_backward_d_kernel<X><<<ceil_div((size_t)B * sh.T * sh.NH, 256), 256, 0, be_stream(be)>>>(
         Dsum, dout, out, B, sh.T, C, sh.NH);
     LAUNCH_CHECK();
     ATT_DISPATCH_G(G, {
         const dim3 qgrid(ceil_div((long long)sh.R() * sh.T, ATT_THREADS / GG), B * sh.KV);
-        gqa_backward_dq_kernel<X, GG><<<qgrid, ATT_THREADS, 0, be->stream>>>(dqkv, qkv, dout, lse, Dsum, sh);
+        gqa_backward_dq_kernel<X, GG><<<qgrid, ATT_THREADS, 0, be_stream(be)>>>(dqkv, qkv, dout, lse, Dsum, sh);
         LAUNCH_CHECK();
         const dim3 kgrid(ceil_div(sh.T, ATT_THREADS / GG), B * sh.KV);
-        gqa_backward_dkdv_kernel<X, GG><<<kgrid, ATT_THREADS, 0, be->stream>>>(dqkv, qkv, dout, lse, Dsum, sh);
+        gqa_backward_dkdv_kernel<X, GG><<<kgrid, ATT_THREADS, 0, be_stream(be)>>>(dqkv, qkv, dout, lse, Dsum, sh);
         LAUNCH_CHECK();
     });
 }
@@ -615,7 +616,7 @@ static void gqa_forward_tc(Backend* be, T* out, float* lse, const T* qkv, int B,
     CUDA_CHECK(cudaFuncSetAttribute(gqa_forward_tc_kernel<T, HS, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     gqa_fwd_smem<HS, W>()));
     const dim3 grid(ceil_div(sh.T, W * 16), B * sh.NH);
-    gqa_forward_tc_kernel<T, HS, W><<<grid, W * 32, gqa_fwd_smem<HS, W>(), be->stream>>>(out, lse, qkv, sh);
+    gqa_forward_tc_kernel<T, HS, W><<<grid, W * 32, gqa_fwd_smem<HS, W>(), be_stream(be)>>>(out, lse, qkv, sh);
     LAUNCH_CHECK();
 }
 
@@ -629,21 +630,16 @@ static void gqa_backward_tc(Backend* be, T* dqkv, float* Dsum, const T* dout, co
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, gqa_dkv_smem<HS, W>()));
     // dq first: it writes D, which the dk/dv kernel reads.
     const dim3 qgrid(ceil_div(sh.T, W * 16), B * sh.NH), kgrid(ceil_div(sh.T, W * 16), B * sh.KV);
-    gqa_backward_dq_tc_kernel<T, HS, W><<<qgrid, W * 32, gqa_dq_smem<HS, W>(), be->stream>>>(dqkv, Dsum, qkv, dout,
-                                                                                           out, lse, sh);
+    gqa_backward_dq_tc_kernel<T, HS, W><<<qgrid, W * 32, gqa_dq_smem<HS, W>(), be_stream(be)>>>(dqkv, Dsum, qkv, dout,
+                                                                                              out, lse, sh);
     LAUNCH_CHECK();
-    gqa_backward_dkdv_tc_kernel<T, HS, W><<<kgrid, W * 32, gqa_dkv_smem<HS, W>(), be->stream>>>(dqkv, qkv, dout, lse,
-                                                                                              Dsum, sh);
+    gqa_backward_dkdv_tc_kernel<T, HS, W><<<kgrid, W * 32, gqa_dkv_smem<HS, W>(), be_stream(be)>>>(dqkv, qkv, dout, lse,
+                                                                                                 Dsum, sh);
     LAUNCH_CHECK();
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Dispatch. A call these kernels do not take (0) stays with the multi-head kernels.
-
-// Tensor cores: 16-bit storage, head size 64 or 128 (rows are then 16-byte multiples); the caller checks the
-// operands' alignment.
-static bool gqa_tensor_cores(DType dt, int D, bool scalar) { return !scalar && dt != DT_FP32 && (D == 64 || D == 128); }
-static bool gqa_takes(GqaShape sh, bool tc) { return sh.KV != sh.NH || (tc && sh.D == 128); }
+// Launchers by head size (64 or 128) for attention.cuh.
 
 template <typename T> static void gqa_forward_tc_hd(Backend* be, void* out, float* lse, const void* qkv, int B, GqaShape sh) {
     if (sh.D == 64) gqa_forward_tc<T, 64>(be, (T*)out, lse, (const T*)qkv, B, sh);
@@ -654,27 +650,4 @@ static void gqa_backward_tc_hd(Backend* be, void* dqkv, float* Dsum, const void*
                                const float* lse, int B, GqaShape sh) {
     if (sh.D == 64) gqa_backward_tc<T, 64>(be, (T*)dqkv, Dsum, (const T*)dout, (const T*)qkv, (const T*)out, lse, B, sh);
     else gqa_backward_tc<T, 128>(be, (T*)dqkv, Dsum, (const T*)dout, (const T*)qkv, (const T*)out, lse, B, sh);
-}
-
-static int gqa_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, GqaShape sh, int G,
-                       bool scalar) {
-    const bool tc = gqa_tensor_cores(dt, sh.D, scalar) && aligned16(out) && aligned16(qkv);
-    if (!gqa_takes(sh, tc)) return 0;
-    if (tc && dt == DT_BF16) gqa_forward_tc_hd<__nv_bfloat16>(be, out, lse, qkv, B, sh);
-    else if (tc) gqa_forward_tc_hd<__half>(be, out, lse, qkv, B, sh);
-    else DISPATCH_DTYPE(dt, X, gqa_forward_cuda_core<X>(be, (X*)out, lse, (const X*)qkv, B, sh, G));
-    return 1;
-}
-
-static int gqa_backward(Backend* be, DType dt, void* dqkv, float* Dsum, const void* dout, const void* qkv,
-                        const void* out, const float* lse, int B, GqaShape sh, int G, bool scalar) {
-    const bool tc = gqa_tensor_cores(dt, sh.D, scalar) && aligned16(dqkv) && aligned16(dout) && aligned16(qkv) &&
-                    aligned16(out);
-    if (!gqa_takes(sh, tc)) return 0;
-    if (tc && dt == DT_BF16) gqa_backward_tc_hd<__nv_bfloat16>(be, dqkv, Dsum, dout, qkv, out, lse, B, sh);
-    else if (tc) gqa_backward_tc_hd<__half>(be, dqkv, Dsum, dout, qkv, out, lse, B, sh);
-    else
-        DISPATCH_DTYPE(dt, X, gqa_backward_cuda_core<X>(be, (X*)dqkv, Dsum, (const X*)dout, (const X*)qkv,
-                                                         (const X*)out, lse, B, sh, G));
-    return 1;
 }

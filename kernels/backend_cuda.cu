@@ -1,22 +1,39 @@
-// backend_cuda.cu: the CUDA backend, the one CUDA translation unit. It defines struct Backend and the
-// be_* / dtype functions of kernels.h, then includes one .cuh per layer whose launchers are the layer
-// functions of kernels.h (extern "C" through kernels.h). The .cuh files use struct Backend's fields, so
-// they are meant to be included here only, after it.
-#include "kernels/cuda_common.cuh"
+// backend_cuda.cu: the CUDA backend, the one CUDA translation unit. It defines struct Backend, the be_* and
+// dtype functions of kernels.h and the accessors of kernels/cuda_backend.cuh, and includes one .cuh per layer
+// (whose launchers are the layer functions of kernels.h, extern "C" through kernels.h) and one per kernel
+// variant (kernels/variants/). backend_create fills the kernel table once: each op's default and the test
+// hooks, then the variants named in GPT_CUDA_VARIANTS.
+#include "kernels/cuda_backend.cuh"
 #include "base/gpu_variants.h"
 
-#define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
-// Kernel scratch (deterministic reductions' partials, the encoder's sort): separate from the cuBLASLt
-// workspace so a launcher can hold scratch across a cuBLASLt call. Work on one stream never overlaps.
-#define KERNEL_SCRATCH_BYTES ((size_t)32 << 20)
+#include "kernels/encoder.cuh"
+#include "kernels/layernorm.cuh"
+#include "kernels/matmul.cuh"
+#include "kernels/rmsnorm.cuh"
+#include "kernels/rope.cuh"
+#include "kernels/swiglu.cuh"
+#include "kernels/attention.cuh"
+#include "kernels/gelu.cuh"
+#include "kernels/classifier.cuh"
+#include "kernels/adamw.cuh"
+
+#include "kernels/variants/cudnn_attention.cuh"
+#include "kernels/variants/bias_grad_epilogue.cuh"
+#include "kernels/variants/lt_plan_cache.cuh"
+#include "kernels/variants/lt_autotune.cuh"
+#include "kernels/variants/norm_one_pass.cuh"
+#include "kernels/variants/adamw_multi.cuh"
 
 typedef struct {
     void* ptr;
     size_t bytes;
 } Allocation;
 
-struct CudnnAttention;   // kernels/attention_cudnn.cuh: cuDNN's handle, plans and workspace (the cudnn_attention variant)
-struct LtPlan;           // kernels/matmul.cuh
+typedef struct {
+    void (*release)(Backend* be, void* state);
+    void* state;
+} Release;
+#define MAX_RELEASES 8
 
 struct Backend {
     int device;
@@ -34,25 +51,61 @@ struct Backend {
     Allocation* allocs;             // live be_malloc blocks, so be_free knows how many bytes it returns
     int n_allocs, cap_allocs;
     unsigned variants;              // base/gpu_variants.h, from GPT_CUDA_VARIANTS at creation
-    CudnnAttention* cudnn;          // with the cudnn_attention variant
-    LtPlan* lt_plans;               // cuBLASLt plans kept per shape (the lt_plan_cache / lt_autotune variants)
-    int n_lt_plans, cap_lt_plans;
+    KernelTable kernels;            // filled once by backend_create
+    Release releases[MAX_RELEASES]; // the variants' state, released by backend_destroy (be_on_destroy)
+    int n_releases;
 };
 
-static bool variant_on(const Backend* be, GpuVariant v) { return (be->variants & (unsigned)v) != 0; }
-#ifdef GPT_CUDNN
-static CudnnAttention* cudnn_attention_create(Backend* be);
-#endif
-static void cudnn_attention_destroy(Backend* be, CudnnAttention* ca);
+// Each variant's registration (kernels/variants/<name>.cuh), in base/gpu_variants.h's order, which is the order
+// they run in: a later one overrides an earlier one's entries (lt_autotune those of lt_plan_cache).
+static const struct {
+    GpuVariant variant;
+    VariantRegister register_into;
+} VARIANT_REGISTRATIONS[] = {
+    {VARIANT_CUDNN_ATTENTION, cudnn_attention_register}, {VARIANT_BIAS_GRAD_EPILOGUE, bias_grad_epilogue_register},
+    {VARIANT_LT_PLAN_CACHE, lt_plan_cache_register},     {VARIANT_LT_AUTOTUNE, lt_autotune_register},
+    {VARIANT_NORM_ONE_PASS, norm_one_pass_register},     {VARIANT_ADAMW_MULTI, adamw_multi_register},
+};
+static_assert(sizeof VARIANT_REGISTRATIONS / sizeof *VARIANT_REGISTRATIONS == GPU_VARIANT_COUNT,
+              "every kernel variant of base/gpu_variants.h registers itself here");
 
-// Scratch of at least `bytes` for one launcher; valid until the next launcher on the stream.
-static void* be_scratch(Backend* be, size_t bytes, const char* who) {
+// Each op's default and the test hooks, then the named variants over them: the one place an op's implementation
+// is chosen.
+static void kernel_table_fill(Backend* be, unsigned hooks) {
+    KernelTable* t = &be->kernels;
+    *t = KernelTable{};
+    t->attention_forward = attention_forward_default;
+    t->attention_backward = attention_backward_default;
+    t->matmul_backward_weight = matmul_backward_weight_default;
+    t->layernorm_backward = layernorm_backward_default;
+    t->rmsnorm_backward = rmsnorm_backward_default;
+    t->qk_norm_backward = qk_norm_backward_default;
+    t->adamw_update_spans = adamw_update_spans_default;
+    t->sum_squares_spans = sum_squares_spans_default;
+    t->lt_matmul = lt_matmul_per_call;
+    t->fused_epilogues = !(hooks & GPU_HOOK_NO_FUSED_EPILOGUES);
+    t->attention_tensor_cores = !(hooks & GPU_HOOK_ATTENTION_SCALAR);
+    for (const auto& r : VARIANT_REGISTRATIONS)
+        if (be->variants & (unsigned)r.variant) r.register_into(be, t);
+}
+
+const KernelTable* be_kernels(const Backend* be) { return &be->kernels; }
+cudaStream_t be_stream(const Backend* be) { return be->stream; }
+cublasLtHandle_t be_cublaslt(const Backend* be) { return be->lt; }
+void* be_cublaslt_workspace(const Backend* be) { return be->lt_workspace; }
+
+void* be_scratch(Backend* be, size_t bytes, const char* who) {
     if (bytes > KERNEL_SCRATCH_BYTES)
         fail("%s needs %zu bytes of kernel scratch, the CUDA backend has %zu", who, bytes, (size_t)KERNEL_SCRATCH_BYTES);
     return be->scratch;
 }
 
-static void* raw_malloc(Backend* be, size_t bytes, const char* what) {
+void be_on_destroy(Backend* be, void (*release)(Backend* be, void* state), void* state) {
+    if (be->n_releases == MAX_RELEASES) fail("more than %d kernel variants keep state on the backend", MAX_RELEASES);
+    be->releases[be->n_releases++] = Release{release, state};
+}
+
+void* be_device_alloc(Backend* be, size_t bytes, const char* what) {
     void* p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
@@ -66,6 +119,11 @@ static void* raw_malloc(Backend* be, size_t bytes, const char* what) {
     be->bytes_allocated += bytes;
     if (be->bytes_allocated > be->peak_bytes) be->peak_bytes = be->bytes_allocated;
     return p;
+}
+
+void be_device_free(Backend* be, void* p, size_t bytes) {
+    CUDA_CHECK(cudaFree(p));
+    be->bytes_allocated -= bytes;
 }
 
 // An empty kernel asked for its attributes: CUDA answers with an error when this binary holds no image the
@@ -87,8 +145,6 @@ static void check_architecture(const cudaDeviceProp* p) {
     }
 }
 
-static void lt_plans_destroy(Backend* be);   // kernels/matmul.cuh
-
 extern "C" {
 
 Backend* backend_create(int local_rank) {
@@ -102,6 +158,7 @@ Backend* backend_create(int local_rank) {
     CUDA_CHECK(e);
     Backend* be = (Backend*)xcalloc(1, sizeof(Backend));
     be->variants = gpu_variants_from_env();
+    const unsigned hooks = gpu_test_hooks_from_env();
     be->device = (local_rank < 0 ? 0 : local_rank) % count;
     CUDA_CHECK(cudaSetDevice(be->device));
     CUDA_CHECK(cudaGetDeviceProperties(&be->prop, be->device));
@@ -117,15 +174,9 @@ Backend* backend_create(int local_rank) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&be->up_stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&be->main_mark, cudaEventDisableTiming));
     CUBLAS_CHECK(cublasLtCreate(&be->lt));
-    be->lt_workspace = raw_malloc(be, CUBLASLT_WORKSPACE_BYTES, "cuBLASLt workspace");
-    be->scratch = raw_malloc(be, KERNEL_SCRATCH_BYTES, "kernel scratch");
-    if (variant_on(be, VARIANT_CUDNN_ATTENTION)) {
-#ifdef GPT_CUDNN
-        be->cudnn = cudnn_attention_create(be);
-#else
-        fail("GPT_CUDA_VARIANTS names cudnn_attention, but this train_gpt was built without cuDNN (make CUDNN=1 CUDNN_HOME=DIR)");
-#endif
-    }
+    be->lt_workspace = be_device_alloc(be, CUBLASLT_WORKSPACE_BYTES, "cuBLASLt workspace");
+    be->scratch = be_device_alloc(be, KERNEL_SCRATCH_BYTES, "kernel scratch");
+    kernel_table_fill(be, hooks);
     return be;
 }
 
@@ -133,11 +184,10 @@ void backend_destroy(Backend* be) {
     if (!be) return;
     CUDA_CHECK(cudaSetDevice(be->device));
     be_synchronize(be);
-    cudnn_attention_destroy(be, be->cudnn);
+    for (int i = be->n_releases - 1; i >= 0; i--) be->releases[i].release(be, be->releases[i].state);
     for (int i = 0; i < be->n_allocs; i++) CUDA_CHECK(cudaFree(be->allocs[i].ptr));
     CUDA_CHECK(cudaFree(be->lt_workspace));
     CUDA_CHECK(cudaFree(be->scratch));
-    lt_plans_destroy(be);
     CUBLAS_CHECK(cublasLtDestroy(be->lt));
     CUDA_CHECK(cudaStreamDestroy(be->stream));
     CUDA_CHECK(cudaStreamDestroy(be->comm_stream));
@@ -155,7 +205,7 @@ void* backend_stream(Backend* be) { return (void*)be->stream; }
 void* backend_comm_stream(Backend* be) { return (void*)be->comm_stream; }
 
 void* be_malloc(Backend* be, size_t bytes) {
-    void* p = raw_malloc(be, bytes, "be_malloc");
+    void* p = be_device_alloc(be, bytes, "be_malloc");
     if (be->n_allocs == be->cap_allocs) {
         int cap = be->cap_allocs ? 2 * be->cap_allocs : 64;
         Allocation* a = (Allocation*)realloc(be->allocs, (size_t)cap * sizeof(Allocation));
@@ -319,16 +369,5 @@ extern "C" void convert(Backend* be, void* dst, DType dst_dt, const void* src, D
         LAUNCH_CHECK();
     }));
 }
-
-#include "kernels/encoder.cuh"
-#include "kernels/layernorm.cuh"
-#include "kernels/matmul.cuh"
-#include "kernels/rmsnorm.cuh"
-#include "kernels/rope.cuh"
-#include "kernels/swiglu.cuh"
-#include "kernels/attention.cuh"
-#include "kernels/gelu.cuh"
-#include "kernels/classifier.cuh"
-#include "kernels/adamw.cuh"
 
 int backend_build_is_gpu(void) { return 1; }

@@ -4,6 +4,7 @@
 // are stored anywhere. -tp's vocabulary-parallel head splits this into three kernels (classifier_vocab_max,
 // _sums, _finish), with the group's max and all-gather between them, since no rank holds a whole row.
 #pragma once
+#include "kernels/cuda_backend.cuh"
 
 #define CLS_BLOCK 512
 
@@ -59,11 +60,11 @@ extern "C" void classifier_forward(Backend* be, DType dt, void* logits, float* l
     const bool vec = aligned16(logits) && ((size_t)Vp * dtype_size(dt)) % 16 == 0;
     DISPATCH_DTYPE(dt, X, {
         if (vec)
-            classifier_kernel<X, true><<<N, CLS_BLOCK, 0, be->stream>>>((X*)logits, losses, targets, V, Vp, dloss,
-                                                                        write_dlogits);
+            classifier_kernel<X, true><<<N, CLS_BLOCK, 0, be_stream(be)>>>((X*)logits, losses, targets, V, Vp, dloss,
+                                                                           write_dlogits);
         else
-            classifier_kernel<X, false><<<N, CLS_BLOCK, 0, be->stream>>>((X*)logits, losses, targets, V, Vp, dloss,
-                                                                         write_dlogits);
+            classifier_kernel<X, false><<<N, CLS_BLOCK, 0, be_stream(be)>>>((X*)logits, losses, targets, V, Vp, dloss,
+                                                                            write_dlogits);
         LAUNCH_CHECK();
     });
 }
@@ -133,7 +134,7 @@ extern "C" void classifier_vocab_max(Backend* be, DType dt, float* rowmax, const
     classifier_vocab_check("classifier_vocab_max", N, real, Vl);
     if (N == 0) return;
     DISPATCH_DTYPE(dt, X, {
-        classifier_vocab_max_kernel<X><<<N, CLS_BLOCK, 0, be->stream>>>(rowmax, (const X*)logits, real, Vl);
+        classifier_vocab_max_kernel<X><<<N, CLS_BLOCK, 0, be_stream(be)>>>(rowmax, (const X*)logits, real, Vl);
         LAUNCH_CHECK();
     });
 }
@@ -143,8 +144,8 @@ extern "C" void classifier_vocab_sums(Backend* be, DType dt, float* stats, const
     classifier_vocab_check("classifier_vocab_sums", N, real, Vl);
     if (N == 0) return;
     DISPATCH_DTYPE(dt, X, {
-        classifier_vocab_sums_kernel<X><<<N, CLS_BLOCK, 0, be->stream>>>(stats, (const X*)logits, rowmax, targets, v0,
-                                                                         N, real, Vl);
+        classifier_vocab_sums_kernel<X><<<N, CLS_BLOCK, 0, be_stream(be)>>>(stats, (const X*)logits, rowmax, targets, v0,
+                                                                            N, real, Vl);
         LAUNCH_CHECK();
     });
 }
@@ -156,9 +157,9 @@ extern "C" void classifier_vocab_finish(Backend* be, DType dt, void* logits, flo
     if (ranks < 1) fail("classifier_vocab_finish: %d ranks", ranks);
     if (N == 0) return;
     DISPATCH_DTYPE(dt, X, {
-        classifier_vocab_finish_kernel<X><<<N, CLS_BLOCK, 0, be->stream>>>((X*)logits, losses, rowmax, all, ranks,
-                                                                           targets, v0, N, real, Vl, dloss,
-                                                                           write_dlogits);
+        classifier_vocab_finish_kernel<X><<<N, CLS_BLOCK, 0, be_stream(be)>>>((X*)logits, losses, rowmax, all, ranks,
+                                                                              targets, v0, N, real, Vl, dloss,
+                                                                              write_dlogits);
         LAUNCH_CHECK();
     });
 }

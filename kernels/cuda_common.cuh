@@ -1,5 +1,6 @@
-// cuda_common.cuh: error checks, storage-type load/store and 16-byte packs shared by the CUDA kernels.
-// Included only by backend_cuda.cu (the one CUDA translation unit).
+// cuda_common.cuh: error checks, storage-type load/store, 16-byte packs and block reductions shared by the CUDA
+// kernels, which include it through kernels/cuda_backend.cuh (all of them in backend_cuda.cu, the one CUDA
+// translation unit).
 #pragma once
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>

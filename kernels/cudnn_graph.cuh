@@ -1,12 +1,16 @@
 // cudnn_graph.cuh: a small layer over cuDNN's backend graph API (cudnn_graph.h), enough to describe a fused
 // operation graph (tensors, pointwise ops, reductions, matmuls, reshapes), turn it into an execution plan and run
 // it. The graph API is what cuDNN's fused attention is reached through: its engines recognize a graph of plain
-// operations as one fused kernel. Included by attention_cudnn.cuh only (built with cuDNN: -DGPT_CUDNN).
+// operations as one fused kernel. Included by attention_cudnn_graphs.cuh only (built with cuDNN: -DGPT_CUDNN).
 //
 // A GraphBuilder owns every descriptor it creates and destroys them with itself; a finished plan (CudnnPlan)
 // holds only the execution plan, which cuDNN keeps valid without the graph it came from.
 #pragma once
 #include <cudnn.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "base/common.h"
 
 // Building a descriptor fails only on a programming error (a wrong attribute or type): fatal, naming the call.
 #define CUDNN_CHECK(call)                                                                                \

@@ -3,6 +3,7 @@
 // (cub's radix sort), and every run of equal tokens is summed by one thread block in position order, so
 // each dwte row has exactly one writer and one summation order.
 #pragma once
+#include "kernels/cuda_backend.cuh"
 #include <cub/device/device_radix_sort.cuh>
 
 // out (B,T,C) = wte[tokens] (Vp,C) + wpe[t] (maxT,C); one 16-byte pack per thread. C % pack == 0.
@@ -73,7 +74,7 @@ extern "C" void encoder_forward(Backend* be, DType dt, void* out, const int* tok
     DISPATCH_DTYPE(dt, X, {
         const int block = 256;
         const size_t packs = (size_t)B * T * C / Pack128<X>::size;
-        encoder_forward_kernel<X><<<ceil_div(packs, block), block, 0, be->stream>>>(
+        encoder_forward_kernel<X><<<ceil_div(packs, block), block, 0, be_stream(be)>>>(
             (X*)out, tokens, (const X*)wte, (const X*)wpe, B, T, C);
         LAUNCH_CHECK();
     });
@@ -86,27 +87,27 @@ extern "C" void encoder_backward(Backend* be, DType dt, void* dwte, void* dwpe, 
     // Scratch: sorted tokens, positions in and out, then cub's temporary storage.
     size_t cub_bytes = 0;
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, cub_bytes, (const int*)NULL, (int*)NULL, (const int*)NULL,
-                                               (int*)NULL, N, 0, 32, be->stream));
+                                               (int*)NULL, N, 0, 32, be_stream(be)));
     const size_t ints = ((size_t)3 * N + 63) / 64 * 64;   // keeps cub's storage 256-byte aligned
     int* s = (int*)be_scratch(be, ints * sizeof(int) + cub_bytes, "encoder_backward");
     int* sorted_tok = s;
     int* pos = s + N;
     int* sorted_pos = s + 2 * N;
     void* cub_tmp = s + ints;
-    encoder_iota_kernel<<<ceil_div(N, 256), 256, 0, be->stream>>>(pos, N);
+    encoder_iota_kernel<<<ceil_div(N, 256), 256, 0, be_stream(be)>>>(pos, N);
     LAUNCH_CHECK();
     // Tokens are non-negative ids below 2^31: sorting all 32 bits keeps the code independent of V.
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_tmp, cub_bytes, tokens, sorted_tok, pos, sorted_pos, N, 0, 32,
-                                               be->stream));
+                                               be_stream(be)));
     DISPATCH_DTYPE(dt, X, {
         constexpr int P = Pack128<X>::size;
         const int threads = C / P < 256 ? ((C / P + 31) / 32) * 32 : 256;
-        encoder_backward_wte_kernel<X><<<N, threads, 0, be->stream>>>((X*)dwte, (const X*)dout, sorted_tok,
-                                                                      sorted_pos, N, C);
+        encoder_backward_wte_kernel<X><<<N, threads, 0, be_stream(be)>>>((X*)dwte, (const X*)dout, sorted_tok,
+                                                                         sorted_pos, N, C);
         LAUNCH_CHECK();
         if (dwpe) {
             const size_t packs = (size_t)T * C / P;
-            encoder_backward_wpe_kernel<X><<<ceil_div(packs, 256), 256, 0, be->stream>>>((X*)dwpe, (const X*)dout, B, T, C);
+            encoder_backward_wpe_kernel<X><<<ceil_div(packs, 256), 256, 0, be_stream(be)>>>((X*)dwpe, (const X*)dout, B, T, C);
             LAUNCH_CHECK();
         }
     });
@@ -177,7 +178,7 @@ extern "C" void encoder_forward_vocab(Backend* be, DType dt, void* out, const in
     DISPATCH_DTYPE(dt, X, {
         const int block = 256;
         const size_t packs = (size_t)B * T * C / Pack128<X>::size;
-        encoder_forward_vocab_kernel<X><<<ceil_div(packs, block), block, 0, be->stream>>>(
+        encoder_forward_vocab_kernel<X><<<ceil_div(packs, block), block, 0, be_stream(be)>>>(
             (X*)out, tokens, (const X*)wte, (const X*)wpe, v0, Vl, B, T, C);
         LAUNCH_CHECK();
     });
@@ -190,7 +191,7 @@ extern "C" void encoder_backward_vocab(Backend* be, DType dt, void* dwte, void* 
     // Scratch: keys, sorted keys, positions in and out, then cub's temporary storage.
     size_t cub_bytes = 0;
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, cub_bytes, (const int*)NULL, (int*)NULL, (const int*)NULL,
-                                               (int*)NULL, N, 0, 32, be->stream));
+                                               (int*)NULL, N, 0, 32, be_stream(be)));
     const size_t ints = ((size_t)4 * N + 63) / 64 * 64;   // keeps cub's storage 256-byte aligned
     int* s = (int*)be_scratch(be, ints * sizeof(int) + cub_bytes, "encoder_backward_vocab");
     int* keys = s;
@@ -198,21 +199,21 @@ extern "C" void encoder_backward_vocab(Backend* be, DType dt, void* dwte, void* 
     int* pos = s + 2 * N;
     int* sorted_pos = s + 3 * N;
     void* cub_tmp = s + ints;
-    encoder_iota_kernel<<<ceil_div(N, 256), 256, 0, be->stream>>>(pos, N);
+    encoder_iota_kernel<<<ceil_div(N, 256), 256, 0, be_stream(be)>>>(pos, N);
     LAUNCH_CHECK();
-    encoder_vocab_keys_kernel<<<ceil_div(N, 256), 256, 0, be->stream>>>(keys, tokens, v0, Vl, N);
+    encoder_vocab_keys_kernel<<<ceil_div(N, 256), 256, 0, be_stream(be)>>>(keys, tokens, v0, Vl, N);
     LAUNCH_CHECK();
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_tmp, cub_bytes, keys, sorted_row, pos, sorted_pos, N, 0, 32,
-                                               be->stream));
+                                               be_stream(be)));
     DISPATCH_DTYPE(dt, X, {
         constexpr int P = Pack128<X>::size;
         const int threads = C / P < 256 ? ((C / P + 31) / 32) * 32 : 256;
-        encoder_backward_vocab_wte_kernel<X><<<N, threads, 0, be->stream>>>((X*)dwte, (const X*)dout, sorted_row,
-                                                                            sorted_pos, N, C, Vl);
+        encoder_backward_vocab_wte_kernel<X><<<N, threads, 0, be_stream(be)>>>((X*)dwte, (const X*)dout, sorted_row,
+                                                                               sorted_pos, N, C, Vl);
         LAUNCH_CHECK();
         if (dwpe) {
             const size_t packs = (size_t)T * C / P;
-            encoder_backward_wpe_kernel<X><<<ceil_div(packs, 256), 256, 0, be->stream>>>((X*)dwpe, (const X*)dout, B, T, C);
+            encoder_backward_wpe_kernel<X><<<ceil_div(packs, 256), 256, 0, be_stream(be)>>>((X*)dwpe, (const X*)dout, B, T, C);
             LAUNCH_CHECK();
         }
     });

@@ -2,6 +2,7 @@
 // One 16-byte pack per thread when every pointer is 16-byte aligned (the launcher checks); the last
 // n % pack elements, or everything for misaligned pointers, go element by element.
 #pragma once
+#include "kernels/cuda_backend.cuh"
 
 template <typename T, bool VEC>
 __global__ void residual_forward_kernel(T* out, const T* a, const T* b, size_t n) {
@@ -51,9 +52,9 @@ __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_
         const int block_ = 256;                                                                          \
         if (vec) {                                                                                       \
             const size_t threads_ = ((n) + Pack128<T>::size - 1) / Pack128<T>::size;                     \
-            kernel<T, true><<<ceil_div(threads_, block_), block_, 0, be->stream>>>(__VA_ARGS__);         \
+            kernel<T, true><<<ceil_div(threads_, block_), block_, 0, be_stream(be)>>>(__VA_ARGS__);      \
         } else {                                                                                         \
-            kernel<T, false><<<ceil_div((n), block_), block_, 0, be->stream>>>(__VA_ARGS__);             \
+            kernel<T, false><<<ceil_div((n), block_), block_, 0, be_stream(be)>>>(__VA_ARGS__);          \
         }                                                                                                \
         LAUNCH_CHECK();                                                                                  \
     } while (0)

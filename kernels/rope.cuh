@@ -3,6 +3,8 @@
 // (the accurate cosf/sinf, as the CPU twin's libm) and rotates pair (i, i + D/2) of every q and k head of its
 // token. Each pair is read before it is written by the one thread that owns it, so out may alias inp.
 #pragma once
+#include "kernels/cuda_backend.cuh"
+#include "kernels/qkv_copy.cuh"
 
 template <typename X>
 __global__ void rope_kernel(X* out, const X* inp, const float* inv_freq, long long pairs, int T, int heads, int D,
@@ -29,7 +31,7 @@ static void rope_rotate(Backend* be, DType dt, void* out, const void* inp, const
     if (pairs > 0) {
         const int block = 256;
         DISPATCH_DTYPE(dt, X, {
-            rope_kernel<X><<<ceil_div(pairs, block), block, 0, be->stream>>>(
+            rope_kernel<X><<<ceil_div(pairs, block), block, 0, be_stream(be)>>>(
                 (X*)out, (const X*)inp, inv_freq, pairs, T, NH + KV, D, (size_t)(NH + 2 * KV) * D, sign);
             LAUNCH_CHECK();
         });

@@ -2,6 +2,7 @@
 // P consecutive elements of a row per thread: a 16-byte pack when F is a whole number of packs and the
 // pointers are 16-byte aligned (then no pack straddles a row), else one element.
 #pragma once
+#include "kernels/cuda_backend.cuh"
 
 // As cpu_common.h's: at large |x| exp overflows to inf and both give the limits.
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
@@ -44,8 +45,8 @@ __global__ void swiglu_backward_kernel(X* dgu, const X* dout, const X* gu, size_
     do {                                                                                                 \
         const int block_ = 256;                                                                          \
         if (vec) kernel<X, Pack128<X>::size><<<ceil_div((n) / Pack128<X>::size, block_), block_, 0,      \
-                                               be->stream>>>(__VA_ARGS__);                               \
-        else kernel<X, 1><<<ceil_div((n), block_), block_, 0, be->stream>>>(__VA_ARGS__);                \
+                                               be_stream(be)>>>(__VA_ARGS__);                            \
+        else kernel<X, 1><<<ceil_div((n), block_), block_, 0, be_stream(be)>>>(__VA_ARGS__);             \
         LAUNCH_CHECK();                                                                                  \
     } while (0)
 

@@ -1,5 +1,5 @@
 # The kernel emulator's build (tests/emu/README.md), included by the Makefile. kernels/backend_cuda.cu and its
-# .cuh files, rewritten by cuda_to_host.py (launches and __shared__ only), are compiled by clang++ as C++
+# .cuh files (kernels/*.cuh, kernels/variants/*.cuh), rewritten by cuda_to_host.py (launches and __shared__ only), are compiled by clang++ as C++
 # against the stand-in CUDA headers in tests/emu/include/, with every load and store instrumented
 # (-fsanitize-coverage=edge,trace-loads,trace-stores calls the runtime's checks); the runtime itself is not.
 EMU_CXX      ?= clang++
@@ -12,7 +12,8 @@ EMU_KERNELS   ?= kernels
 EMU_KDIR      ?= $(EMU_DIR)
 EMU_KOPT      ?= -O2
 EMU_CHECK_BIN ?= $(B)/kernel_check_emu
-EMU_REWRITTEN  := $(patsubst $(EMU_KERNELS)/%,$(EMU_KDIR)/src/kernels/%,$(EMU_KERNELS)/backend_cuda.cu $(wildcard $(EMU_KERNELS)/*.cuh))
+EMU_CUH        := $(wildcard $(EMU_KERNELS)/*.cuh $(EMU_KERNELS)/variants/*.cuh)
+EMU_REWRITTEN  := $(patsubst $(EMU_KERNELS)/%,$(EMU_KDIR)/src/kernels/%,$(EMU_KERNELS)/backend_cuda.cu $(EMU_CUH))
 EMU_RUNTIME    := $(patsubst tests/emu/%.cpp,$(EMU_DIR)/%.o,$(filter-out tests/emu/test_%.cpp,$(wildcard tests/emu/*.cpp)))
 EMU_OBJ        := $(EMU_KDIR)/backend_cuda.o $(EMU_RUNTIME)
 EMU_HEADERS    := $(wildcard tests/emu/*.h tests/emu/include/*.h tests/emu/include/cub/device/*.cuh)
@@ -24,6 +25,21 @@ $(EMU_KDIR)/src/kernels/%: $(EMU_KERNELS)/% tests/emu/cuda_to_host.py
 $(EMU_KDIR)/backend_cuda.o: $(EMU_REWRITTEN) $(EMU_HEADERS) kernels/kernels.h kernels/dtype.h base/gpu_variants.h
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_KOPT) -DGPT_EMU -I$(EMU_KDIR)/src -Itests/emu/include -I. \
 	    -fsanitize-coverage=edge,trace-loads,trace-stores -x c++ -c $(EMU_KDIR)/src/kernels/backend_cuda.cu -o $@
+# make kernels-alone: every kernels/*.cuh and kernels/variants/*.cuh compiles alone, as a translation unit of its
+# one #include (its rewritten copy, so the path is the emulator's), parsed by clang++ against the stand-in CUDA
+# headers: syntax and types, no code. A file's helpers for the files that include it are unused there, hence
+# -Wno-unused-function. The cuDNN graph headers need cudnn.h, which has no stand-in: tests/gpu/cudnn_graph_check.cu,
+# which includes one of them before anything else, is their check (tests/system/t_build_cuda.sh).
+EMU_ALONE       := $(filter-out %/cudnn_graph.cuh %/attention_cudnn_graphs.cuh,$(EMU_CUH))
+EMU_ALONE_OK    := $(patsubst $(EMU_KERNELS)/%,$(EMU_KDIR)/alone/%.ok,$(EMU_ALONE))
+EMU_ALONE_FLAGS := $(filter-out -O% -g -MMD -MP,$(EMU_CXXFLAGS)) -Wno-unused-function -fsyntax-only
+$(EMU_KDIR)/alone/%.ok: $(EMU_REWRITTEN) $(EMU_HEADERS)
+	@mkdir -p $(dir $@)
+	@echo '#include "kernels/$*"' > $(@:.ok=.cpp)
+	$(EMU_CXX) $(EMU_ALONE_FLAGS) -DGPT_EMU -I$(EMU_KDIR)/src -Itests/emu/include -I. $(@:.ok=.cpp)
+	@touch $@
+kernels-alone: $(EMU_ALONE_OK)
+
 $(EMU_DIR)/%.o: tests/emu/%.cpp $(EMU_HEADERS)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -Itests/emu/include -I. -c $< -o $@

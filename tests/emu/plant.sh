@@ -10,7 +10,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 PLANTS=(
   "missing_barrier|cuda_common.cuh|    if (lane == 0) shared[warp] = x;\n    __syncthreads();|    if (lane == 0) shared[warp] = x;|odd|fp32|race on shared memory"
   "tail_off_by_one|gelu.cuh|j < i + P \&\& j < n; j++) out[j] = from_f<T>(to_f(a[j]) + to_f(b[j]))|j < i + P \&\& j <= n; j++) out[j] = from_f<T>(to_f(a[j]) + to_f(b[j]))|odd|bf16|past the end"
-  "mma_fragment|attention.cuh|pa[n / 2][(n \& 1) * 2 + 0] = pack2<T>(p0, p1);|pa[n / 2][(n \& 1) * 2 + 1] = pack2<T>(p0, p1);|hs64tail|bf16|FAIL bf16_hs64tail_attention_forward"
+  "mma_fragment|attention_mha.cuh|pa[n / 2][(n \& 1) * 2 + 0] = pack2<T>(p0, p1);|pa[n / 2][(n \& 1) * 2 + 1] = pack2<T>(p0, p1);|hs64tail|bf16|FAIL bf16_hs64tail_attention_forward"
   "shuffle_width|cuda_common.cuh|x += __shfl_xor_sync(0xffffffffu, x, o);|x += __shfl_xor_sync(0xffffffffu, x, o, 16);|odd|fp32|FAIL fp32_odd_layernorm_forward"
 )
 want=("$@")

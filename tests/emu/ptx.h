@@ -1,4 +1,4 @@
-// ptx.h: the PTX instructions the CUDA kernels issue through inline asm (kernels/attention.cuh: cp.async,
+// ptx.h: the PTX instructions the CUDA kernels issue through inline asm (kernels/attention_common.cuh: cp.async,
 // ldmatrix, mma.sync), performed by the emulator. Two layers:
 //  - warp cores (ptx_*): pure functions from all 32 lanes' operands to all 32 lanes' results, written from
 //    the PTX ISA's fragment layouts (section "Matrix Fragments for mma.m16n8k16 with floating point type"

@@ -7,12 +7,14 @@
 //   cudnn_graph_check [--plan]
 //
 // Prints "ok <shape>" / "FAIL <shape>: why" and last "N passed, N failed"; exit status 1 on any failure.
+// First, so this program is also the check that the graph headers compile alone (the emulator has no cudnn.h).
+#include "kernels/attention_cudnn_graphs.cuh"
+
 #include <cuda_runtime.h>
 #include <math.h>
 
 #include "base/common.h"
 #include "kernels/kernels.h"
-#include "kernels/attention_cudnn_graphs.cuh"
 
 struct NamedShape {
     const char* name;

@@ -3,7 +3,8 @@
 # an unknown name is one line listing the known ones, and that list is the one the GPU scripts run
 # ($KERNEL_VARIANTS, scripts/gpu_mode.sh); named variants are printed and logged; the CPU build, which has one
 # kernel each, says they change nothing there and gives the same bits as without them. On a GPU,
-# tests/gpu/run_variants.sh checks each variant against the CPU twins.
+# tests/gpu/run_variants.sh checks each variant against the CPU twins. In the CUDA backend's source, each variant
+# is one file that registers itself, and no kernel file asks at run time which variants are on.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 source scripts/gpu_mode.sh
@@ -32,6 +33,19 @@ t_check variants_no_banner_without "! grep -q 'kernel variants' '$TMP/plain.txt'
 t_check variants_same_bits_on_cpu "cmp -s '$TMP/plain/ckpt_000003/model.bin' '$TMP/all/ckpt_000003/model.bin' && \
     diff <(grep -o '\"loss\": [^,]*' '$TMP/plain/log.jsonl') <(grep -o '\"loss\": [^,]*' '$TMP/all/log.jsonl') >/dev/null" \
     "the CPU build's bits changed with GPT_CUDA_VARIANTS set"
+# The CUDA backend chooses every op's implementation once, when it fills its kernel table in backend_create
+# (kernels/cuda_backend.cuh): each variant is kernels/variants/NAME.cuh with its NAME_register, listed among
+# backend_create's registrations, and no kernel file reads the environment or names a variant (the test hooks
+# are read with the variants, base/gpu_variants.c).
+unregistered=""
+for v in $KERNEL_VARIANTS; do
+    grep -q "^static void ${v}_register(Backend\* be, KernelTable\* t)" "kernels/variants/$v.cuh" 2>/dev/null &&
+        grep -q "{VARIANT_[A-Z_]*, ${v}_register}" kernels/backend_cuda.cu || unregistered="$unregistered $v"
+done
+t_check variants_each_register_itself "[ -z '$unregistered' ]" "not a file of its own registered in backend_create:$unregistered"
+asks=$(grep -nE 'getenv|variant_on|\bVARIANT_[A-Z_]+' kernels/*.cuh kernels/variants/*.cuh 2>/dev/null | head -3)
+t_check variants_chosen_once_in_backend_create "[ -z \"\$asks\" ] && ! grep -q getenv kernels/backend_cuda.cu" \
+    "a kernel file chooses at run time: $asks"
 run commas GPT_CUDA_VARIANTS=,norm_one_pass,,
 t_check variants_empty_names_ignored "grep -q '^kernel variants: norm_one_pass ' '$TMP/commas.txt'" "$(tail -1 "$TMP/commas.txt")"
 t_finish

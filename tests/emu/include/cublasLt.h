@@ -1,4 +1,5 @@
-// cublasLt.h (emulated): the part of cuBLASLt's API that kernels/matmul.cuh and kernels/backend_cuda.cu call,
+// cublasLt.h (emulated): the part of cuBLASLt's API that kernels/matmul.cuh, kernels/backend_cuda.cu and the
+// lt_plan_cache / lt_autotune variants (kernels/variants/) call,
 // with the real names, values and signatures, so their unmodified source compiles against it. The library
 // behind it (tests/emu/cublaslt.cpp) is a CPU matmul with cuBLASLt's semantics; an attribute or value it does
 // not implement is refused where it is set, and a function this header does not declare is not emulated.

@@ -1,6 +1,7 @@
-// attention_cudnn.cuh: causal attention through cuDNN's fused SDPA, the cudnn_attention kernel variant
-// (base/gpu_variants.h). attention.cuh asks here first when the variant is on; for a shape, precision or
-// pointer cuDNN cannot take, its own kernels run, and the first time a shape does so a note on stderr says why.
+// cudnn_attention.cuh: the cudnn_attention kernel variant (base/gpu_variants.h): causal attention through cuDNN's
+// fused SDPA. It replaces the kernel table's attention_forward and attention_backward; a shape, precision or
+// pointer cuDNN cannot take goes to the default (kernels/attention.cuh), and the first time a shape does so a
+// note on stderr says why. A build without cuDNN refuses the variant when the backend is created.
 //
 // The graphs themselves are in attention_cudnn_graphs.cuh; here: a plan per shape, built the first time the
 // shape is seen and kept, the workspace, and the calls. The backward's row sums go to the scratch the contract
@@ -13,6 +14,8 @@
 // Plans are built once per shape and kept; the workspace is one device buffer, grown to the largest plan's need
 // and counted in the backend's bytes.
 #pragma once
+#include "kernels/cuda_backend.cuh"
+#include "kernels/attention.cuh"
 #ifdef GPT_CUDNN
 #include <float.h>
 
@@ -38,17 +41,14 @@ static CudnnAttention* cudnn_attention_create(Backend* be) {
              version / 100 % 100);
     CudnnAttention* ca = (CudnnAttention*)xcalloc(1, sizeof(CudnnAttention));
     CUDNN_CHECK(cudnnCreate(&ca->handle));
-    CUDNN_CHECK(cudnnSetStream(ca->handle, be->stream));
+    CUDNN_CHECK(cudnnSetStream(ca->handle, be_stream(be)));
     return ca;
 }
 
-static void cudnn_attention_destroy(Backend* be, CudnnAttention* ca) {
-    if (!ca) return;
+static void cudnn_attention_release(Backend* be, void* state) {
+    CudnnAttention* ca = (CudnnAttention*)state;
     for (int i = 0; i < ca->n; i++) cudnn_plan_destroy(&ca->entries[i].plan);
-    if (ca->workspace) {
-        CUDA_CHECK(cudaFree(ca->workspace));
-        be->bytes_allocated -= ca->workspace_bytes;
-    }
+    if (ca->workspace) be_device_free(be, ca->workspace, ca->workspace_bytes);
     CUDNN_CHECK(cudnnDestroy(ca->handle));
     free(ca->entries);
     free(ca);
@@ -127,49 +127,54 @@ static void* sdpa_workspace(Backend* be, CudnnAttention* ca, int64_t bytes) {
     if ((size_t)bytes <= ca->workspace_bytes) return ca->workspace;
     if (ca->workspace) {
         be_synchronize(be);
-        CUDA_CHECK(cudaFree(ca->workspace));
-        be->bytes_allocated -= ca->workspace_bytes;
+        be_device_free(be, ca->workspace, ca->workspace_bytes);
     }
-    ca->workspace = raw_malloc(be, (size_t)bytes, "cuDNN attention workspace");
+    ca->workspace = be_device_alloc(be, (size_t)bytes, "cuDNN attention workspace");
     ca->workspace_bytes = (size_t)bytes;
     return ca->workspace;
 }
 
 static bool sdpa_aligned(const void* p) { return ((uintptr_t)p & 15) == 0; }
 
-// The plan for this call, or NULL (the caller runs its own kernels). Every tensor of the call is in qkv, in
+// The plan for this call, or NULL (the default runs it). Every tensor of the call is in qkv, in
 // other (out, or dqkv) or in the row-major buffers d1, d2 (the backward's dout and out; NULL in the forward), with
 // heads at multiples of D elements, so those base pointers' alignment is the call's.
 static const CudnnPlan* sdpa_for_call(Backend* be, int direction, DType dt, int B, int T, int NH, int KV, int D,
                                       const void* qkv, const void* other, const void* d1, const void* d2) {
-    if (!variant_on(be, VARIANT_CUDNN_ATTENTION)) return NULL;
     const bool aligned = sdpa_aligned(qkv) && sdpa_aligned(other) && sdpa_aligned(d1) && sdpa_aligned(d2) &&
                          ((size_t)D * dtype_size(dt)) % 16 == 0;
     const SdpaKey k = {direction, (int)dt, B, T, NH, KV, D, aligned};
-    const CudnnPlan* p = sdpa_plan(be->cudnn, k);
+    const CudnnPlan* p = sdpa_plan(be_kernels(be)->cudnn, k);
     return p->plan ? p : NULL;
 }
 
 // The masked scores' value: cuDNN before 9.10 wants the lowest float there, later versions -inf (as its frontend).
 static float sdpa_mask_value(void) { return cudnnGetVersion() < 91000 ? -FLT_MAX : -INFINITY; }
 
-static bool cudnn_attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int NH,
+static void cudnn_attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int NH,
                                     int KV, int D) {
     const CudnnPlan* p = sdpa_for_call(be, SDPA_FORWARD, dt, B, T, NH, KV, D, qkv, out, NULL, NULL);
-    if (!p) return false;
+    if (!p) {
+        attention_forward_default(be, dt, out, lse, qkv, B, T, NH, KV, D);
+        return;
+    }
+    CudnnAttention* ca = be_kernels(be)->cudnn;
     const size_t es = dtype_size(dt);
     float scale = 1.0f / sqrtf((float)D), neg_inf = sdpa_mask_value();
     char* base = (char*)qkv;
     const int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF};
     void* ptrs[] = {base, base + (size_t)NH * D * es, base + (size_t)(NH + KV) * D * es, out, lse, &scale, &neg_inf};
-    cudnn_execute(be->cudnn->handle, p, 7, uids, ptrs, sdpa_workspace(be, be->cudnn, p->workspace));
-    return true;
+    cudnn_execute(ca->handle, p, 7, uids, ptrs, sdpa_workspace(be, ca, p->workspace));
 }
 
-static bool cudnn_attention_backward(Backend* be, DType dt, void* dqkv, float* scratch, const void* dout, const void* qkv,
+static void cudnn_attention_backward(Backend* be, DType dt, void* dqkv, float* scratch, const void* dout, const void* qkv,
                                      const void* out, const float* lse, int B, int T, int NH, int KV, int D) {
     const CudnnPlan* p = sdpa_for_call(be, SDPA_BACKWARD, dt, B, T, NH, KV, D, qkv, dqkv, dout, out);
-    if (!p) return false;
+    if (!p) {
+        attention_backward_default(be, dt, dqkv, scratch, dout, qkv, out, lse, B, T, NH, KV, D);
+        return;
+    }
+    CudnnAttention* ca = be_kernels(be)->cudnn;
     const size_t es = dtype_size(dt), k_off = (size_t)NH * D * es, v_off = (size_t)(NH + KV) * D * es;
     float scale = 1.0f / sqrtf((float)D), neg_inf = sdpa_mask_value(), one = 1.0f;
     char *base = (char*)qkv, *dbase = (char*)dqkv;
@@ -177,18 +182,20 @@ static bool cudnn_attention_backward(Backend* be, DType dt, void* dqkv, float* s
                             UID_SCALE, UID_NEG_INF, UID_ONE};
     void* ptrs[] = {base, base + k_off, base + v_off, (void*)out, (void*)dout, (void*)lse, dbase, dbase + k_off,
                     dbase + v_off, scratch, &scale, &neg_inf, &one};
-    cudnn_execute(be->cudnn->handle, p, 13, uids, ptrs, sdpa_workspace(be, be->cudnn, p->workspace));
-    return true;
+    cudnn_execute(ca->handle, p, 13, uids, ptrs, sdpa_workspace(be, ca, p->workspace));
 }
 
-#else   // built without cuDNN: backend_create refuses the variant, so these are never asked
+static void cudnn_attention_register(Backend* be, KernelTable* t) {
+    t->cudnn = cudnn_attention_create(be);
+    be_on_destroy(be, cudnn_attention_release, t->cudnn);
+    t->attention_forward = cudnn_attention_forward;
+    t->attention_backward = cudnn_attention_backward;
+}
 
-struct CudnnAttention;
-static void cudnn_attention_destroy(Backend* be, CudnnAttention* ca) {}
-static bool cudnn_attention_forward(Backend*, DType, void*, float*, const void*, int, int, int, int, int) { return false; }
-static bool cudnn_attention_backward(Backend*, DType, void*, float*, const void*, const void*, const void*, const float*,
-                                     int, int, int, int, int) {
-    return false;
+#else
+
+static void cudnn_attention_register(Backend* be, KernelTable* t) {
+    fail("GPT_CUDA_VARIANTS names cudnn_attention, but this train_gpt was built without cuDNN (make CUDNN=1 CUDNN_HOME=DIR)");
 }
 
 #endif
