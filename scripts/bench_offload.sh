@@ -48,7 +48,7 @@ largest() {
         { echo "error: --estimate failed: $est" >&2; exit 1; }
     echo "$est" | awk -v z="$1" -v o="$2" -v r="$3" '$1 == z && $2 == o && NF == 6 {print $(3 + r)}'
 }
-# Ladder names to -e shapes (core/run/estimate.c's LADDER).
+# Ladder names to -e shapes (GPT-2's ladder: LADDER in core/models/gpt2/family.c).
 shape_of() {
     [ "$DEVICE" = "cpu (dry run)" ] && { echo L4C128H4V512; return; }   # the ladder starts at 124M
     case $1 in
