@@ -21,12 +21,14 @@
 
 #include "core/comm/comm.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <mpi.h>
 #include <stdarg.h>
 
 #include "base/common.h"
 #include "core/comm/comm_nccl.h"
+#include "core/comm/launcher.h"
 #include "core/comm/mpi_check.h"
 #include "core/comm/watchdog.h"
 #include "kernels/dtype.h"
@@ -202,6 +204,11 @@ static Comm* comm_new(MPI_Comm mc, const char* what) {
 }
 
 Comm* comm_init_world(int* argc, char*** argv) {
+    // Started without a launcher, OpenMPI makes this process a singleton and starts a daemon beside it, which
+    // only MPI_Comm_spawn (never called here) needs and which takes most of a one-rank run's start-up.
+    // Isolated, the singleton starts none. An explicit setting in the environment wins.
+    if (!launcher_ranks() && setenv("OMPI_MCA_ess_singleton_isolated", "1", 0) != 0)
+        fail("setenv OMPI_MCA_ess_singleton_isolated: %s", strerror(errno));
     int provided = 0;
     mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     if (provided < MPI_THREAD_FUNNELED) fail("MPI_Init_thread: this MPI does not provide MPI_THREAD_FUNNELED");

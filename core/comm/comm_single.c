@@ -4,31 +4,17 @@
 #include "core/comm/comm.h"
 
 #include "base/common.h"
+#include "core/comm/launcher.h"
 
 struct Comm {
     Backend* be;
     int is_world;
 };
 
-// The launchers' environment: OpenMPI (mpirun / PRRTE), MPICH's Hydra and other PMI/PMIx launchers.
-static int launched_ranks(void) {
-    const char* sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"};
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
-        const char* v = getenv(sizes[i]);
-        if (v && atoi(v) > 1) return atoi(v);
-    }
-    const char* ranks[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
-    for (size_t i = 0; i < sizeof ranks / sizeof *ranks; i++) {
-        const char* v = getenv(ranks[i]);
-        if (v && atoi(v) > 0) return atoi(v) + 1;   // at least this many
-    }
-    return 1;
-}
-
 Comm* comm_init_world(int* argc, char*** argv) {
     (void)argc;
     (void)argv;
-    int n = launched_ranks();
+    int n = launcher_ranks();
     if (n > 1) fail("this binary was built without MPI; rebuild with OpenMPI installed to run %d ranks", n);
     Comm* c = xcalloc(1, sizeof(Comm));
     c->is_world = 1;

@@ -122,8 +122,24 @@ for mode in stop deadlock; do
         "mpirun exit $rc after $ms ms: $(grep -a -m1 -E '^error|hang:' "$TMP/hang.out" || echo 'the ranks never came up')"
 done
 
+# A plain start (no launcher) is an isolated singleton: OpenMPI starts no daemon beside it (it would be a child
+# of the trainer for the whole run); with the setting given explicitly as 0, the daemon is there (the check sees it).
+singleton_daemons() {   # environment assignments...: the number of children of a 2 s run named orted
+    $PYTHON scripts/make_shard.py -o "$TMP/one.bin" -n 4000 -V 256 --seed 2 > /dev/null
+    env "$@" ./train_gpt_cpu -e L1C32H2V256T32 -i "$TMP/one.bin" -b 1 -t 16 -x 100000 -v 0 -s 0 > /dev/null 2>&1 &
+    local pid=$! n=0
+    sleep 2
+    n=$(pgrep -c -P "$pid" orted)
+    kill "$pid"; wait "$pid" 2>/dev/null
+    echo "$n"
+}
+n_iso=$(singleton_daemons OMP_NUM_THREADS=1)
+n_daemon=$(singleton_daemons OMP_NUM_THREADS=1 OMPI_MCA_ess_singleton_isolated=0)
+t_check comm_singleton_starts_no_daemon "[ '$n_iso' = 0 ] && [ '$n_daemon' = 1 ]" \
+    "orted children: $n_iso by default, $n_daemon with OMPI_MCA_ess_singleton_isolated=0"
+
 # The MPI-less backend, built on the side (it is not what the Makefile links when MPI is there).
-if ${CC:-gcc} -std=gnu11 -O1 -Wall -Wextra -Werror -fopenmp -I. tests/unit/test_comm.c core/comm/comm_single.c \
+if ${CC:-gcc} -std=gnu11 -O1 -Wall -Wextra -Werror -fopenmp -I. tests/unit/test_comm.c core/comm/comm_single.c core/comm/launcher.c \
         base/common.c base/gpu_variants.c kernels/backend_cpu.c -lm -o "$TMP/test_comm_single" > "$TMP/cc.out" 2>&1; then
     check_single "$TMP/test_comm_single"
 else
