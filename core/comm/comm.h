@@ -26,10 +26,11 @@ typedef enum {
 
 typedef struct Comm Comm;
 
-// The world: initializes MPI (a plain `./train_gpt_cpu` without mpirun is a world of one, an isolated singleton
-// that starts no OpenMPI daemon beside it). argc/argv may be NULL. be: the backend whose memory the collectives will see (for staging). The hang watchdog is on
-// from here, at COMM_WATCHDOG_DEFAULT in a long phase called "start-up", until comm_watchdog_start and
-// comm_watchdog_phase say otherwise: only MPI_Init and the watchdog's own communicator come before it.
+// The world: initializes MPI (a plain `./train_gpt_cpu` without mpirun is a world of one, an isolated
+// singleton that starts no OpenMPI daemon beside it). argc/argv may be NULL. be: the backend whose memory the
+// collectives will see (for staging). The hang watchdog is on from here, at COMM_WATCHDOG_DEFAULT in a long
+// phase called "start-up", until comm_watchdog_start and comm_watchdog_phase say otherwise: only MPI_Init and
+// the watchdog's own communicator come before it.
 Comm* comm_init_world(int* argc, char*** argv);
 void comm_attach_backend(Comm* c, Backend* be);   // before the first collective on backend memory
 // A sub-group: ranks of `parent` with the same color, ordered by key (MPI_Comm_split, which has no
