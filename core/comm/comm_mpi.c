@@ -205,10 +205,12 @@ static Comm* comm_new(MPI_Comm mc, const char* what) {
 
 Comm* comm_init_world(int* argc, char*** argv) {
     // Started without a launcher, OpenMPI makes this process a singleton and starts a daemon beside it, which
-    // only MPI_Comm_spawn (never called here) needs and which takes most of a one-rank run's start-up.
-    // Isolated, the singleton starts none. An explicit setting in the environment wins.
-    if (!launcher_ranks() && setenv("OMPI_MCA_ess_singleton_isolated", "1", 0) != 0)
-        fail("setenv OMPI_MCA_ess_singleton_isolated: %s", strerror(errno));
+    // only MPI_Comm_spawn (never called here) needs; and its default messaging layer (UCX) probes the network
+    // devices, though a world of one sends nothing over them. Those two are most of a one-rank run's start-up:
+    // the singleton is isolated and messages with ob1 (its self transport). Settings in the environment win.
+    if (!launcher_ranks())
+        if (setenv("OMPI_MCA_ess_singleton_isolated", "1", 0) != 0 || setenv("OMPI_MCA_pml", "ob1", 0) != 0)
+            fail("setenv of OpenMPI's singleton settings: %s", strerror(errno));
     int provided = 0;
     mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     if (provided < MPI_THREAD_FUNNELED) fail("MPI_Init_thread: this MPI does not provide MPI_THREAD_FUNNELED");
