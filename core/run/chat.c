@@ -139,6 +139,8 @@ void chat_conversation_add(ChatConversation* c, ChatRole role, const char* conte
 static int parse_message(ChatConversation* c, const Json* j, int line, char* why, size_t size) {
     if (j->values[0].type != JSON_OBJECT)
         return set_why(why, size, "not a JSON object: a message is {\"role\": \"user\", \"content\": \"...\"}");
+    if (json_find(j, 0, "messages") >= 0)
+        return set_why(why, size, "a -chat-file holds one message per line, not {\"messages\": [...]}");
     for (int m = json_first(j, 0); m >= 0; m = json_next(j, m))
         if (strcmp(j->values[m].key, "role") && strcmp(j->values[m].key, "content"))
             return set_why(why, size, "the key \"%s\" is not one of role, content", j->values[m].key);

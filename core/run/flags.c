@@ -115,7 +115,7 @@ const Flag FLAGS[] = {
     {DATA, "-o", "DIR", FIELD(out_dir),
      .help = "output directory, created with its parents: log.jsonl and checkpoints; one run at a time"},
     {DATA, "-tk", "FILE", FIELD(tokenizer), .def_shown = "whichever of the two is beside the shards",
-     .help = "tokenizer for decoding samples and encoding -prompt: llm.c's gpt2_tokenizer.bin or a Hugging Face "
+     .help = "tokenizer for decoding samples and encoding -prompt and -chat: llm.c's gpt2_tokenizer.bin or a Hugging Face "
              "tokenizer.json"},
 
     {BATCH, "-b", "N", FIELD(B), RANGE(1, WIDE), .def = "4", .help = "micro-batch size in sequences"},
