@@ -25,6 +25,7 @@
 #include "core/data/dataloader.h"
 #include "core/zero/delayed_update.h"
 #include "core/run/estimate.h"
+#include "core/run/chat.h"
 #include "core/run/generate.h"
 #include "core/run/hellaswag.h"
 #include "core/util/fs.h"
@@ -148,7 +149,7 @@ static void open_tokenizer(Trainer* tr, const ModelShape* shape) {
     // The training samples start from the end-of-text token (a tokenizer.json's document start): it must be one
     // the model has (GPT-2's fallback, without a tokenizer file, always is).
     int V = shape->V, eot = tokenizer_eot_or_gpt2(tr->tokenizer, V);
-    if (eot >= V && tr->cfg.sample_every > 0 && !tr->cfg.prompt)
+    if (eot >= V && tr->cfg.sample_every > 0 && !config_generates(&tr->cfg))
         fail("tokenizer %s: its %s token %d is outside the model's vocabulary of %d, and samples start from it "
              "(give the model's tokenizer with -tk, or -s 0)", path, tokenizer_bpe(tr->tokenizer) ? "document-start" : "end-of-text",
              eot, V);
@@ -211,7 +212,7 @@ static void open_data(Trainer* tr, const ModelShape* shape) {
     int N = cfg->B * cfg->T;
     tr->inputs = (int*)xmalloc((size_t)N * sizeof(int));
     tr->targets = (int*)xmalloc((size_t)N * sizeof(int));
-    if (cfg->prompt) return;   // generation reads no data and takes no step
+    if (config_generates(cfg)) return;   // generation reads no data and takes no step
     tr->train = dataloader_open(cfg->train_pattern, cfg->B, cfg->T, g->dp_rank, g->dp, cfg->shuffle, cfg->seed, shape->V);
     if (cfg->val_pattern && cfg->val_pattern[0] && cfg->val_every > 0) {
         tr->val = dataloader_open(cfg->val_pattern, cfg->B, cfg->T, g->dp_rank, g->dp, 0, cfg->seed, shape->V);
@@ -255,7 +256,7 @@ static void print_setup(Trainer* tr, CommKind comm) {
            tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), tr->grid.pp, tr->grid.pp > 1 ? "s" : "", tr->grid.dp,
            tr->grid.dp > 1 ? "s" : "", tensor, cfg->zero_stage, offload_text(cfg), delay_text(cfg, delay, sizeof(delay)), tr->threads,
            tr->threads > 1 ? "s" : "", cfg->B, cfg->T, cfg->grad_accum, tr->max_steps);
-    if (!cfg->prompt)
+    if (!config_generates(cfg))
         printf("optimizer: AdamW beta1 %g, beta2 %g, eps %g, weight decay %g on 2-D tensors | gradient clip %g\n", cfg->adam_beta1,
                cfg->adam_beta2, cfg->adam_eps, cfg->weight_decay, cfg->grad_clip);
     if (tr->val && tr->val_batches < cfg->val_batches)
@@ -328,7 +329,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     if (tr->model_states.disk) nvme_take_times(tr->model_states.disk);   // -lb's first step shows its own
     comm_watchdog_phase(tr->world, 1, "start-up: report");
     if (is_root(tr)) logger_open(&tr->log, cfg->out_dir, tr->first_step);
-    if (is_root(tr)) print_setup(tr, comm);
+    if (is_root(tr) && !config_chats(cfg)) print_setup(tr, comm);   // a chat prints its reply alone
     report_layout(&tr->log, tr->layout, cfg, g->dp, tr->first_step);
     report_memory(&tr->log, tr->world, &tr->mem, cfg, tr->model, tr->chunks, tr->first_step);
     stop_signals_catch();   // last: the training loop starts next
@@ -425,19 +426,22 @@ static int sample(Trainer* tr, int step) {
     return generate_sample(&gen, step, tr->eot, tr->cfg.gen_tokens, is_root(tr) ? stdout : NULL);
 }
 
-// -prompt: -g tokens after the prompt, sampled with -temp and -topk from -seed's stream and printed as they
-// come; Ctrl-C ends the text early (a second one kills).
+// -prompt (-chat: the rendered conversation, up to its end of turn): -g tokens after the prompt, sampled with -temp
+// and -topk from -seed's stream and printed as they come; Ctrl-C ends the text early (a second one kills).
 static void generate(Trainer* tr) {
     const Config* cfg = &tr->cfg;
-    int n = 0;
-    int* prompt = generate_encode_prompt(cfg->prompt, tr->tokenizer, tr->tokenizer_path, tr->model[0].shape.V, &n);
+    int V = tr->model[0].shape.V;
+    ChatPrompt chat = config_chats(cfg) ? chat_prompt(cfg->chat, cfg->chat_file, tr->tokenizer, tr->tokenizer_path, V) : (ChatPrompt){0};
+    if (!chat.ids) chat.ids = generate_encode_text("-prompt", cfg->prompt, tr->tokenizer, tr->tokenizer_path, V, &chat.n);
     if (is_root(tr) && !tr->resumed && tr->model_is_spec)
         fprintf(stderr, "warning: -e %s is a shape, not weights: the text is sampled from a randomly initialized model "
                         "(give a model file with -e, or -y 1 -o DIR to generate from a run's checkpoint)\n", cfg->model);
     comm_watchdog_phase(tr->world, 1, "generation");
     Generator gen = generator_of(tr);
-    generate_from_prompt(&gen, cfg->prompt, prompt, n, cfg->gen_tokens, is_root(tr) ? stdout : NULL);
-    free(prompt);
+    FILE* out = is_root(tr) ? stdout : NULL;
+    if (config_chats(cfg)) generate_reply(&gen, chat.ids, chat.n, cfg->gen_tokens, chat.stop, chat.nstop, cfg->chat_ids, out);
+    else generate_from_prompt(&gen, cfg->prompt, chat.ids, chat.n, cfg->gen_tokens, out);
+    free(chat.ids);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -665,7 +669,7 @@ static int stop_after_step(Trainer* tr, int step) {
 int main(int argc, char** argv) {
     Trainer tr;
     trainer_setup(&tr, argc, argv);
-    if (tr.cfg.prompt) {
+    if (config_generates(&tr.cfg)) {
         generate(&tr);
         trainer_teardown(&tr);
         return 0;

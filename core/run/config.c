@@ -26,6 +26,20 @@ static void check_nvme(const Config* c) {
     if (c->disk_mem_gib > 0 && !(c->gpu_mem_gib > 0)) fail("-disk-mem needs -gpu-mem (the table is per device budget)");
 }
 
+int config_chats(const Config* c) { return c->chat || c->chat_file; }
+int config_generates(const Config* c) { return c->prompt || config_chats(c); }
+
+// What generates, for the messages of the checks below.
+static const char* generation_flag(const Config* c) { return c->prompt ? "-prompt" : c->chat ? "-chat" : "-chat-file"; }
+
+static void check_chat(const Config* c) {
+    if (c->chat && !c->chat[0]) fail("-chat needs a message");
+    if (c->chat_file && !c->chat_file[0]) fail("-chat-file needs a file name");
+    if (c->prompt && config_chats(c))
+        fail("-prompt continues a text, %s answers a conversation: give one of them", c->chat ? "-chat" : "-chat-file");
+    if (c->chat_ids && !config_chats(c)) fail("-chat-ids 1 shows a chat's ids: give -chat or -chat-file");
+}
+
 // Flags that mean something only beside others, and values that only together leave the supported range: an
 // error rather than a flag quietly ignored or overridden.
 static void check_combinations(const Config* c) {
@@ -39,10 +53,13 @@ static void check_combinations(const Config* c) {
     if (c->dump_dir && c->max_steps == 0) fail("-dump writes step 0's tensors: it needs a step (-x 0 takes none)");
     if ((c->gpu_mem_gib > 0 || c->host_mem_gib > 0) && !c->estimate) fail("-gpu-mem and -host-mem plan with --estimate only");
     if (c->host_mem_gib > 0 && !(c->gpu_mem_gib > 0)) fail("-host-mem needs -gpu-mem (the table is per device budget)");
-    if (c->prompt && c->out_dir) fail("-prompt generates from -e's model and exits: it writes no run directory (drop -o)");
+    if (config_generates(c) && c->out_dir)
+        fail("%s generates from -e's model and exits: it writes no run directory (drop -o)", generation_flag(c));
     if (c->prompt && !c->prompt[0]) fail("-prompt needs some text");
+    check_chat(c);
     if (c->hellaswag && !c->hellaswag[0]) fail("-hs needs an evaluation file");
-    if (c->hellaswag && c->prompt) fail("-prompt generates from -e's model and exits: it runs no evaluation (drop -hs)");
+    if (c->hellaswag && config_generates(c))
+        fail("%s generates from -e's model and exits: it runs no evaluation (drop -hs)", generation_flag(c));
     if (c->hellaswag && c->val_every == 0) fail("-hs %s is scored at every validation step, which -v 0 turns off", c->hellaswag);
     if (c->sequence_parallel && c->tensor_parallel < 2) fail("-sp 1 splits the rows over the tensor group: it needs -tp 2 or more");
     if (c->sequence_parallel && ((long long)c->B * c->T) % c->tensor_parallel)

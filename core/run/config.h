@@ -44,6 +44,9 @@ typedef struct {
     int breakdown_every;         // -lb: time per phase every N steps (0: off)
     int gen_tokens;              // -g
     const char* prompt;          // -prompt: generate -g tokens after this text with -e's model, then exit
+    const char* chat;            // -chat: a user's message, answered with the chat template's pieces, then exit
+    const char* chat_file;       // -chat-file: the conversation before it, one message per line (core/run/chat.h)
+    int chat_ids;                // -chat-ids: also print the conversation's ids and the reply's
     float temperature;           // -temp: sampling temperature; 0 = the most likely token (default 1)
     int top_k;                   // -topk: sample among the k most likely tokens; 0 = all
     int ckpt_every;              // -n (0: only at the end)
@@ -78,6 +81,10 @@ typedef struct {
     float disk_mem_gib;          // -disk-mem: disk per rank for that table's -nvme rows (0: no such rows)
 } Config;
 
+// -chat or -chat-file: answer a conversation.
+int config_chats(const Config* cfg);
+// -prompt or a chat: generate from -e's model and exit, without data or a run directory.
+int config_generates(const Config* cfg);
 // Every flag's default (flags.c).
 void config_defaults(Config* cfg);
 // Parses argv into cfg. Prints usage and exits 0 on -h.

@@ -115,7 +115,7 @@ const Flag FLAGS[] = {
     {DATA, "-o", "DIR", FIELD(out_dir),
      .help = "output directory, created with its parents: log.jsonl and checkpoints; one run at a time"},
     {DATA, "-tk", "FILE", FIELD(tokenizer), .def_shown = "whichever of the two is beside the shards",
-     .help = "tokenizer for decoding samples and encoding -prompt: llm.c's gpt2_tokenizer.bin or a Hugging Face "
+     .help = "tokenizer for decoding samples and encoding -prompt and -chat: llm.c's gpt2_tokenizer.bin or a Hugging Face "
              "tokenizer.json"},
 
     {BATCH, "-b", "N", FIELD(B), RANGE(1, WIDE), .def = "4", .help = "micro-batch size in sequences"},
@@ -168,6 +168,19 @@ const Flag FLAGS[] = {
     {EVAL, "-prompt", "TEXT", FIELD(prompt),
      .help = "generate -g tokens after TEXT with -e's model, printing them as they come, then exit (no training; "
              "encoded with the tokenizer.json, or gpt2_merges.bin beside gpt2_tokenizer.bin; seeded by -seed)"},
+    {EVAL, "-chat", "TEXT", FIELD(chat),
+     .help = "answer TEXT, a user's message, with -e's model, then exit: the conversation is rendered with the pieces of "
+             "its chat template in chat_format.json beside the tokenizer (scripts/tokenize.py --chat writes it), "
+             "encoded (special tokens become their ids), and up to -g tokens are sampled with -temp, -topk and -seed; "
+             "the reply ends at the template's end-of-turn token (or the tokenizer's document start), which is not "
+             "printed. Only the reply is printed"},
+    {EVAL, "-chat-file", "FILE", FIELD(chat_file),
+     .help = "the conversation before -chat's message (or, alone, the whole conversation to answer): one message per "
+             "line, {\"role\": \"system\"|\"user\"|\"assistant\", \"content\": \"...\"}; blank lines skipped; it ends "
+             "with a user's message"},
+    {EVAL, "-chat-ids", "0|1", FIELD(chat_ids), RANGE(0, 1), .def = "0",
+     .help = "with -chat or -chat-file: also print the rendered conversation's ids (\"prompt: N tokens [...]\") before "
+             "the reply and the reply's ids, its end token included (\"ids: [...]\"), after it"},
     {EVAL, "-temp", "F", FIELD(temperature), RANGE(0, 100), .def = "1",
      .help = "sampling temperature, 0 = always the most likely token"},
     {EVAL, "-topk", "K", FIELD(top_k), RANGE(0, WIDE), .def = "0", .help = "sample among the K most likely tokens only; 0 = all"},

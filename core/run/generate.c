@@ -1,4 +1,4 @@
-// generate.c: the generation loop (generate.h), its sampler, and -prompt's encoding.
+// generate.c: the generation loop (generate.h), its sampler, and the encoding of -prompt's and -chat's text.
 #include "core/run/generate.h"
 
 #include <limits.h>
@@ -59,13 +59,20 @@ static int sample_row(Model* head, Backend* be, int row, Rng* rng, Sampling how)
     return token;
 }
 
+static int is_stop(const int* stop, int nstop, int token) {
+    for (int i = 0; i < nstop; i++)
+        if (stop[i] == token) return 1;
+    return 0;
+}
+
 // The one loop: appends tokens to text[n..n+count) (text has room for them), writing each to `out` as it
 // comes (flushed at once when `stream`: -prompt's text appears token by token; a training sample's line is
 // flushed whole by its caller, as it always was). Positions of the (B, T) input past the window hold `pad`: causal attention keeps them from the row
 // that is read, and each caller passes the filler it has always used, so the forwards see the same bytes.
 // Returns how many were appended: `count`, or fewer when a stop request came with a token before the last
-// (that token is kept).
-static int generate_tokens(const Generator* g, int* text, int n, int count, int pad, Rng* rng, FILE* out, int stream) {
+// (that token is kept), or when a token of stop[0..nstop) came (kept in text, not written).
+static int generate_tokens(const Generator* g, int* text, int n, int count, int pad, Rng* rng, FILE* out, int stream,
+                           const int* stop, int nstop) {
     int T = g->T, N = g->B * T;
     Model* head = pipeline_head_chunk(g->pipe, g->chunks);
     for (int len = n; len < n + count; len++) {
@@ -78,6 +85,7 @@ static int generate_tokens(const Generator* g, int* text, int n, int count, int 
         long long shared[2] = {model_has_head(head) ? sample_row(head, g->be, window - 1, rng, g->how) : -1, g->stop_seen()};
         comm_allreduce_host_max_i64(g->world, shared, 2);
         text[len] = (int)shared[0];
+        if (is_stop(stop, nstop, text[len])) return len + 1 - n;
         if (out) {
             if (g->tokenizer) tokenizer_write(g->tokenizer, text[len], out);
             else fprintf(out, "%d ", text[len]);
@@ -94,7 +102,7 @@ int generate_sample(const Generator* g, int step, int eot, int count, FILE* out)
     int* text = (int*)xmalloc((size_t)(1 + count) * sizeof(int));
     text[0] = eot;
     if (out) fprintf(out, "step %d | sample: ", step);
-    int done = generate_tokens(g, text, 1, count, eot, &rng, out, 0) == count;
+    int done = generate_tokens(g, text, 1, count, eot, &rng, out, 0, NULL, 0) == count;
     if (out) fprintf(out, done ? "\n" : " [sample stopped by a signal]\n");
     flush_stdout();
     free(text);
@@ -102,26 +110,26 @@ int generate_sample(const Generator* g, int step, int eot, int count, FILE* out)
 }
 
 // The compact merges file beside llm.c's tokenizer file (a tokenizer.json holds its own model).
-static void load_merges_beside(BpeModel* model, const char* tokenizer_path) {
+static void load_merges_beside(BpeModel* model, const char* what, const char* tokenizer_path) {
     char merges[PATH_MAX];
     path_beside(merges, sizeof(merges), tokenizer_path, "gpt2_merges.bin");
     if (file_size(merges) < 0)
-        fail("-prompt: no %s beside the tokenizer (scripts/tokenize.py writes it; re-run scripts/prepare_kjv.sh for the quick start's data)", merges);
+        fail("%s: no %s beside the tokenizer (scripts/tokenize.py writes it; re-run scripts/prepare_kjv.sh for the quick start's data)", what, merges);
     tokenizer_file_load(model, merges);
 }
 
-int* generate_encode_prompt(const char* text, const Tokenizer* tokenizer, const char* tokenizer_path, int V, int* n) {
-    if (!tokenizer) fail("-prompt needs the tokenizer: %s does not exist (give -tk, or -i shards prepared by scripts/tokenize.py)", tokenizer_path);
+int* generate_encode_text(const char* what, const char* text, const Tokenizer* tokenizer, const char* tokenizer_path, int V, int* n) {
+    if (!tokenizer) fail("%s needs the tokenizer: %s does not exist (give -tk, or -i shards prepared by scripts/tokenize.py)", what, tokenizer_path);
     BpeModel merges;
     const BpeModel* model = tokenizer_bpe(tokenizer);
-    if (!model) load_merges_beside(&merges, tokenizer_path);
+    if (!model) load_merges_beside(&merges, what, tokenizer_path);
     BpeWorker* worker = bpe_worker_new(model ? model : &merges);
     BpeTokens ids = {0};
     size_t bad = bpe_encode_span(worker, (const uint8_t*)text, 0, strlen(text), 0, &ids);
-    if (bad != SIZE_MAX) fail("-prompt is not valid UTF-8 at byte %zu", bad);
+    if (bad != SIZE_MAX) fail("%s is not valid UTF-8 at byte %zu", what, bad);
     int* out = (int*)xmalloc(ids.n * sizeof(int));
     for (size_t i = 0; i < ids.n; i++) {
-        if (ids.v[i] >= (uint32_t)V) fail("-prompt encodes to token %u, outside the model's vocabulary of %d", ids.v[i], V);
+        if (ids.v[i] >= (uint32_t)V) fail("%s encodes to token %u, outside the model's vocabulary of %d", what, ids.v[i], V);
         out[i] = (int)ids.v[i];
     }
     *n = (int)ids.n;
@@ -140,12 +148,31 @@ void generate_from_prompt(const Generator* g, const char* text, const int* promp
         for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? ", " : "", prompt[i]);
         fprintf(out, "]\n%s", text);
     }
-    int generated = generate_tokens(g, all, n, count, 0, &rng, out, 1);
+    int generated = generate_tokens(g, all, n, count, 0, &rng, out, 1, NULL, 0);
     if (out) {   // the ids too, for scripts comparing generations
         fprintf(out, "\nids: [");
         for (int i = n; i < n + generated; i++) fprintf(out, "%s%d", i > n ? ", " : "", all[i]);
         fprintf(out, "]\n");
     }
+    flush_stdout();
+    free(all);
+}
+
+static void print_ids(FILE* out, const char* head, const int* ids, int n) {
+    fprintf(out, "%s[", head);
+    for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? ", " : "", ids[i]);
+    fprintf(out, "]\n");
+}
+
+void generate_reply(const Generator* g, const int* prompt, int n, int count, const int* stop, int nstop, int show_ids,
+                    FILE* out) {
+    int* all = (int*)xmalloc((size_t)(n + count) * sizeof(int));
+    memcpy(all, prompt, (size_t)n * sizeof(int));
+    Rng rng = rng_seeded(g->seed, 0x9e4e0000ull);   // -prompt's stream: the same draws from the same ids
+    if (out && show_ids) fprintf(out, "prompt: %d token%s ", n, n == 1 ? "" : "s"), print_ids(out, "", prompt, n);
+    int generated = generate_tokens(g, all, n, count, 0, &rng, out, 1, stop, nstop);
+    if (out) fprintf(out, "\n");
+    if (out && show_ids) print_ids(out, "ids: ", all + n, generated);
     flush_stdout();
     free(all);
 }

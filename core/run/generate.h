@@ -1,4 +1,5 @@
-// generate.h: text from the model, one token at a time. One loop serves -s's training samples and -prompt.
+// generate.h: text from the model, one token at a time. One loop serves -s's training samples, -prompt and
+// -chat.
 //
 // Contract. Every rank calls with the same arguments (`out` aside: rank 0's stdout, NULL elsewhere). Each
 // token is one pipeline_forward over (B, T) on every rank; the ranks holding the LM head draw it from its
@@ -40,14 +41,22 @@ typedef struct {
 // before its last token (the line then ends " [sample stopped by a signal]").
 int generate_sample(const Generator* g, int step, int eot, int count, FILE* out);
 
-// -prompt's text as token ids (*n of them, malloc'd), encoded like scripts/tokenize.py does: with the
-// tokenizer.json's model, or with the merges file it writes beside llm.c's tokenizer file at tokenizer_path.
-// No token is added around the text (a tokenizer.json's added tokens in it, such as <|begin_of_text|>,
-// become their ids). Every id must be below V. Fails (one line) without a tokenizer, without the merges
-// file, on invalid UTF-8.
-int* generate_encode_prompt(const char* text, const Tokenizer* tokenizer, const char* tokenizer_path, int V, int* n);
+// A text as token ids (*n of them, malloc'd), encoded like scripts/tokenize.py does: with the tokenizer.json's
+// model, or with the merges file it writes beside llm.c's tokenizer file at tokenizer_path. No token is added
+// around the text (a tokenizer.json's added tokens in it, such as <|begin_of_text|>, become their ids). Every
+// id must be below V. Fails (one line beginning with `what`, the text's name: "-prompt") without a tokenizer,
+// without the merges file, on invalid UTF-8.
+int* generate_encode_text(const char* what, const char* text, const Tokenizer* tokenizer, const char* tokenizer_path,
+                          int V, int* n);
 
 // -prompt: prints "prompt: n tokens [ids]" and the prompt's text, then `count` tokens after prompt[0..n) as
 // they come (flushed one by one; a stop request ends the text at the token that carried it), then
 // "ids: [the generated ids]" for scripts.
 void generate_from_prompt(const Generator* g, const char* text, const int* prompt, int n, int count, FILE* out);
+
+// -chat: up to `count` tokens after prompt[0..n), from -prompt's stream of the seed, written as they come and
+// ended by a newline, stopping at the first token of stop[0..nstop) (not written) or at a stop request. With
+// show_ids, also "prompt: n tokens [ids]" before the text and "ids: [the generated ids, a stop token
+// included]" after it, for scripts.
+void generate_reply(const Generator* g, const int* prompt, int n, int count, const int* stop, int nstop, int show_ids,
+                    FILE* out);

@@ -67,7 +67,7 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
         }
         logger_line(log, "{\"step\": %d, \"rank\": %d, \"memory\": {%s}, \"total\": %lld}", first_step, r, buf, total);
     }
-    if (rank == 0) {
+    if (rank == 0 && !config_chats(cfg)) {   // a chat prints its reply alone
         printf("memory (rank 0): %.1f MiB total:", (double)mem_total(mem) / (1 << 20));
         for (int c = 0; c < NUM_MEM_CATEGORIES; c++)   // host categories are empty without -offload, disk without -nvme
             if (mem_category_shown((MemCategory)c, cfg->offload, cfg->nvme_dir != NULL))
