@@ -23,6 +23,7 @@
 #include "base/gpu_variants.h"
 #include "core/run/config.h"
 #include "core/data/dataloader.h"
+#include "core/run/data_splits.h"
 #include "core/zero/delayed_update.h"
 #include "core/run/estimate.h"
 #include "core/run/chat.h"
@@ -76,8 +77,8 @@ typedef struct {
     int nonfinite_run;      // non-finite steps in a row (the -nf limit)
     int max_steps;
     int val_batches;
-    int* inputs;            // (B*T) host
-    int* targets;           // (B*T) host
+    long long val_trained;  // labels in the validation batches (their B*T each without masks)
+    Batch batch;            // (B*T) host ints each; pos and doc only when the data has documents
 } Trainer;
 
 static long long tokens_per_step(const Trainer* tr) {
@@ -101,6 +102,7 @@ static void create_chunks(Trainer* tr) {
         model_create(&tr->model[c], tr->be, &tr->mem, &tr->chunk_layout[c], zero_param_store(tr->zero), g->tp_group,
                    g->kv_copies, cfg->sequence_parallel, cfg->precision, cfg->B, cfg->T, cfg->recompute, tr->plan.sets[g->stage][c],
                    tr->plan.stash[g->stage], cfg->grad_accum);
+        if (tr->train && dataloader_has_documents(tr->train)) model_use_documents(&tr->model[c], tr->be, &tr->mem);
     }
 }
 
@@ -209,16 +211,12 @@ static void load_or_init_model(Trainer* tr) {
 static void open_data(Trainer* tr, const ModelShape* shape) {
     Config* cfg = &tr->cfg;
     const Grid* g = &tr->grid;   // every stage of a replica reads that replica's windows
-    int N = cfg->B * cfg->T;
-    tr->inputs = (int*)xmalloc((size_t)N * sizeof(int));
-    tr->targets = (int*)xmalloc((size_t)N * sizeof(int));
     if (config_generates(cfg)) return;   // generation reads no data and takes no step
-    tr->train = dataloader_open(cfg->train_pattern, cfg->B, cfg->T, g->dp_rank, g->dp, cfg->shuffle, cfg->seed, shape->V);
-    if (cfg->val_pattern && cfg->val_pattern[0] && cfg->val_every > 0) {
-        tr->val = dataloader_open(cfg->val_pattern, cfg->B, cfg->T, g->dp_rank, g->dp, 0, cfg->seed, shape->V);
-        long long w = dataloader_windows_per_epoch(tr->val);
-        tr->val_batches = cfg->val_batches < w ? cfg->val_batches : (int)w;
-    }
+    DataOptions opt = {cfg->pack, cfg->long_docs == LONG_TRUNCATE, data_document_token(cfg, tr->tokenizer, tr->tokenizer_path, shape->V)};
+    tr->train = dataloader_open_documents(cfg->train_pattern, cfg->B, cfg->T, g->dp_rank, g->dp, cfg->shuffle, cfg->seed,
+                                          shape->V, &opt);
+    if (cfg->val_pattern && cfg->val_pattern[0] && cfg->val_every > 0)
+        tr->val = data_open_val(cfg, tr->train, g->dp_rank, g->dp, shape->V, &opt, &tr->val_batches, &tr->val_trained);
     if (cfg->hellaswag) {   // a bad file is an error now, not at the first evaluation
         tr->hellaswag = (EvalFile*)xmalloc(sizeof(EvalFile));
         hellaswag_open(tr->hellaswag, cfg->hellaswag, shape->V, cfg->T);
@@ -259,6 +257,7 @@ static void print_setup(Trainer* tr, CommKind comm) {
     if (!config_generates(cfg))
         printf("optimizer: AdamW beta1 %g, beta2 %g, eps %g, weight decay %g on 2-D tensors | gradient clip %g\n", cfg->adam_beta1,
                cfg->adam_beta2, cfg->adam_eps, cfg->weight_decay, cfg->grad_clip);
+    data_print_packing(tr->train, tr->val, cfg);
     if (tr->val && tr->val_batches < cfg->val_batches)
         printf("validation: %d batch%s per evaluation, all that %s holds (-m %d)\n", tr->val_batches,
                tr->val_batches > 1 ? "es" : "", cfg->val_pattern, cfg->val_batches);
@@ -308,8 +307,9 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     CommKind comm = comm_select(tr->world, cfg->comm);   // before any group is split
     grid_create(&tr->grid, tr->world, cfg->pipeline_stages, cfg->tensor_parallel, shape.tied, shape_kv_copies(&shape, cfg->tensor_parallel));
     comm_watchdog_phase(tr->world, 1, "start-up: data and tokenizer");
+    open_tokenizer(tr, &shape);   // first: -docmask's document-start token is the tokenizer's
     open_data(tr, &shape);
-    open_tokenizer(tr, &shape);
+    tr->batch = data_batch_create(cfg->B, cfg->T, tr->train);
 
     const Grid* g = &tr->grid;
     tr->layout = (ParamLayout*)xmalloc(sizeof(ParamLayout));
@@ -353,8 +353,7 @@ static void trainer_teardown(Trainer* tr) {
     grid_destroy(&tr->grid);
     backend_destroy(tr->be);
     free(tr->layout);
-    free(tr->inputs);
-    free(tr->targets);
+    data_batch_free(&tr->batch);
     comm_finalize(tr->world);
 }
 
@@ -376,12 +375,13 @@ static int validate(Trainer* tr, int step) {
             if (is_root(tr)) printf("step %d | validation stopped by a signal after %d of %d rounds: no val loss\n", step, i, rounds);
             return 0;
         }
-        dataloader_batch(tr->val, i, 1, 0, tr->inputs, tr->targets);
-        double loss = pipeline_forward(&tr->pipe, tr->model, tr->be, tr->inputs, tr->targets);
+        dataloader_read(tr->val, i, 1, 0, &tr->batch);
+        MicroBatch mb = pipeline_micro_batch(&tr->batch, tr->val);
+        double loss = pipeline_forward(&tr->pipe, tr->model, tr->be, &mb);
         if (i * g->dp + g->dp_rank < tr->val_batches && g->tp_rank == 0) sum += loss;   // a tensor group's losses are one
     }
     comm_allreduce_host_sum(tr->world, &sum, 1);
-    double val_loss = sum / ((double)tr->val_batches * tr->cfg.B * tr->cfg.T);
+    double val_loss = sum / (double)tr->val_trained;
     if (is_root(tr)) printf("step %d | val loss %.6f\n", step, val_loss);
     logger_line(&tr->log, "{\"step\": %d, \"val_loss\": %.9g}", step, val_loss);
     return 1;
@@ -391,7 +391,7 @@ static int validate(Trainer* tr, int step) {
 // 0 when a stop signal ended it (nothing logged), like validate.
 static int hellaswag(Trainer* tr, int step) {
     const Config* cfg = &tr->cfg;
-    EvalRunner run = {&tr->pipe, tr->model, tr->be, &tr->grid, tr->inputs, tr->targets, cfg->B, cfg->T, stop_signal_seen};
+    EvalRunner run = {&tr->pipe, tr->model, tr->be, &tr->grid, tr->batch.tokens, tr->batch.targets, cfg->B, cfg->T, stop_signal_seen};
     EvalScore s;
     if (!hellaswag_evaluate(&run, tr->hellaswag, &s)) {
         if (is_root(tr)) printf("step %d | hellaswag stopped by a signal: no accuracy\n", step);
@@ -415,7 +415,7 @@ static int evaluate(Trainer* tr, int step) {
 // buffer and tokenizer, the stop signals, and -temp, -topk and -seed.
 static Generator generator_of(Trainer* tr) {
     const Config* cfg = &tr->cfg;
-    return (Generator){&tr->pipe, tr->model, tr->be, tr->world, tr->inputs, cfg->B, cfg->T, tr->tokenizer, stop_signal_seen,
+    return (Generator){&tr->pipe, tr->model, tr->be, tr->world, tr->batch.tokens, cfg->B, cfg->T, tr->tokenizer, stop_signal_seen,
                        {cfg->temperature, cfg->top_k}, cfg->seed};
 }
 
@@ -446,7 +446,6 @@ static void generate(Trainer* tr) {
 
 // ---------------------------------------------------------------------------------------------------
 // One optimizer step.
-
 
 // -dump: step 0's first-micro-batch logits (N x V) and its loss, from the rank with the head of replica 0
 // (tensor rank 0; every tensor rank gathers them, since each holds a slice of the vocabulary),
@@ -483,6 +482,7 @@ typedef struct {
     float lr;
     float loss_scale;         // the scale this step used
     int skipped;              // non-finite loss or gradients: no update on any rank
+    long long trained;        // labels in the step, over every micro-step and replica (0: no update either)
     PhaseTimer phases;
 } StepResult;
 
@@ -508,41 +508,42 @@ static void update(Trainer* tr, int step, const StepResult* r, PhaseTimer* pt) {
     const Config* cfg = &tr->cfg;
     phase_mark(pt, tr->be, PHASE_OPTIMIZER);   // the norm
     int landed = land_delayed_update(tr);
+    int skip = r->skipped || r->trained == 0;   // nothing to learn from: AdamW's moments and decay stay put too
     phase_mark(pt, tr->be, PHASE_UPDATE_WAIT);
     if (landed) pt->overlapped = delayed_update_seconds(tr->delayed);
     OptimizerStep o = {r->lr, cfg->adam_beta1, cfg->adam_beta2, cfg->adam_eps, cfg->weight_decay, step, cfg->seed};
     float grad_scale = grad_clip_scale(r->grad_norm, cfg->grad_clip) / r->loss_scale;
     take_disk_times(tr, pt);
-    if (!r->skipped && tr->delayed && step >= cfg->delay_from) {
+    if (!skip && tr->delayed && step >= cfg->delay_from) {
         if (landed) zero_after_update(tr->zero, tr->be);
         delayed_update_start(tr->delayed, tr->be, &o, grad_scale);
         return;
     }
-    if (!r->skipped) optimizer_step(&tr->model_states, tr->be, &o, grad_scale);
+    if (!skip) optimizer_step(&tr->model_states, tr->be, &o, grad_scale);
     take_disk_times(tr, pt);
-    if (landed || !r->skipped) zero_after_update(tr->zero, tr->be);
+    if (landed || !skip) zero_after_update(tr->zero, tr->be);
 }
 
 static StepResult train_step(Trainer* tr, int step) {
     Config* cfg = &tr->cfg;
     Model* g = head_chunk(tr);
-    int dump = cfg->dump_dir && step == 0;
-    double tokens = (double)tokens_per_step(tr);
-    int dumps_logits = dump && model_has_head(g) && tr->grid.dp_rank == 0;
+    int dump = cfg->dump_dir && step == 0, dumps_logits = dump && model_has_head(g) && tr->grid.dp_rank == 0;
     float* logits = dumps_logits ? (float*)xmalloc((size_t)cfg->B * cfg->T * g->shape.V * sizeof(float)) : NULL;
-    // Every token of the global batch enters with weight 1/tokens: the summed gradient is that of the mean
-    // loss (times the loss scale, which the optimizer divides back out).
-    float dloss = (float)(tr->scaler.scale / tokens);
-    StepResult r = {.lr = config_lr_at(cfg, step, tr->max_steps), .loss_scale = tr->scaler.scale, .phases = {.last = now_seconds()}};
+    // Every label of the global step (every token without masks; each rank counts them from the data order) enters
+    // with weight 1/labels: the gradient of the mean loss (times the loss scale, which the optimizer divides back out).
+    long long trained = dataloader_step_trained(tr->train, step, cfg->grad_accum);
+    float dloss = trained ? (float)(tr->scaler.scale / (double)trained) : 0.0f;
+    StepResult r = {.lr = config_lr_at(cfg, step, tr->max_steps), .loss_scale = tr->scaler.scale, .trained = trained,
+                    .phases = {.last = now_seconds()}};
     PhaseTimer* pt = &r.phases;
     pt->on = cfg->breakdown_every > 0 && (step + 1) % cfg->breakdown_every == 0;
     comm_watchdog_phase(tr->world, 0, "step %d: forward and backward", step);
     zero_begin_step(tr->zero, tr->be);
-    r.loss = pipeline_train_step(&tr->pipe, tr->model, tr->be, tr->train, step, tr->inputs, tr->targets, dloss, logits, pt);
+    r.loss = pipeline_train_step(&tr->pipe, tr->model, tr->be, tr->train, step, &tr->batch, dloss, logits, pt);
     if (tr->grid.tp_rank > 0) r.loss = 0.0;            // its tensor group's rank 0 holds the same losses
     comm_watchdog_phase(tr->world, 0, "step %d: loss", step);
     comm_allreduce_host_sum(tr->world, &r.loss, 1);   // the last stage of each replica holds its losses
-    r.loss /= tokens;
+    r.loss = trained ? r.loss / (double)trained : NAN;
     comm_watchdog_phase(tr->world, 0, "step %d: gradient reduction", step);
     zero_reduce_grads(tr->zero, tr->be);
     pt->host_copies = zero_host_copy_seconds(tr->zero);   // read every step, so it covers this step only
@@ -552,8 +553,8 @@ static StepResult train_step(Trainer* tr, int step) {
     comm_watchdog_phase(tr->world, 0, "step %d: gradient norm", step);
     r.grad_norm = grad_global_norm(&tr->model_states, tr->be, tr->grid.tp_group, tr->grid.pp_group) / r.loss_scale;
     // The loss and the norm are all-reduced, so every rank reaches the same verdict.
-    r.skipped = !isfinite(r.loss) || !isfinite(r.grad_norm);
-    loss_scaler_update(&tr->scaler, r.skipped);
+    r.skipped = trained && (!isfinite(r.loss) || !isfinite(r.grad_norm));
+    if (trained) loss_scaler_update(&tr->scaler, r.skipped);
     comm_watchdog_phase(tr->world, 0, "step %d: update", step);
     update(tr, step, &r, pt);
     be_synchronize(tr->be);
@@ -572,17 +573,20 @@ static void report_step(Trainer* tr, int step, const StepResult* r, double secon
     double peak = gpu_peak_flops(tr->be) * tr->ranks;
     double mfu = peak > 0.0 ? tok_s * model_flops_per_token(tr->layout, tr->cfg.T) / peak : 0.0;
     double peak_mib = (double)be_peak_bytes(tr->be) / (1 << 20);
-    char mfu_text[32] = "", extra[96] = "";
+    char mfu_text[32] = "", extra[192] = "", trained_text[48] = "";
     if (peak > 0.0) snprintf(mfu_text, sizeof(mfu_text), " | mfu %.1f%%", 100.0 * mfu);
     if (tr->scaler.dynamic) snprintf(extra, sizeof(extra), ", \"loss_scale\": %.9g", r->loss_scale);
+    data_trained_rate(tr->train, r->trained, seconds, trained_text, sizeof(trained_text), extra, sizeof(extra));
+    if (!r->trained)
+        printf("step %5d/%d | no trained token in this step's documents: no update on any rank\n", step, tr->max_steps);
     if (r->skipped) {
         size_t n = strlen(extra);
         snprintf(extra + n, sizeof(extra) - n, ", \"skipped\": 1");
         printf("step %5d/%d | non-finite loss or gradients (loss %g, norm %g): update skipped on every rank\n", step,
                tr->max_steps, r->loss, r->grad_norm);
     }
-    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s | mem %.0f MiB | eta %.0fs\n", step,
-           tr->max_steps, r->loss, r->lr, r->grad_norm, seconds * 1e3, tok_s, mfu_text, peak_mib, eta);
+    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s%s | mem %.0f MiB | eta %.0fs\n", step,
+           tr->max_steps, r->loss, r->lr, r->grad_norm, seconds * 1e3, tok_s, trained_text, mfu_text, peak_mib, eta);
     flush_stdout();
     char loss[32], norm[32];
     logger_line(&tr->log,
