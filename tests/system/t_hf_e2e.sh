@@ -23,39 +23,8 @@ PY
 "$PYTHON" tests/tools/make_tiny_tokenizer.py "$T/own.txt" "$H/tokenizer.json" --merges 200 ||
     { t_fail tiny_tokenizer "make_tiny_tokenizer.py failed"; t_finish; }
 
-# The folder: LlamaForCausalLM's config.json and names, GQA (4 heads over 2 kv heads), an untied head, random
-# weights stored as BF16 (as published checkpoints are), written with the tests' own safetensors writer.
-"$PYTHON" - "$H" <<'PY' || t_fail hf_folder "could not write the folder"
-import json, os, sys
-import numpy as np
-sys.path.insert(0, os.path.join("tests", "tools"))
-from safetensors_plain import write_st
-out = sys.argv[1]
-tok = json.load(open(os.path.join(out, "tokenizer.json"), encoding="utf-8"))
-V = max(tok["model"]["vocab"].values()) + 1 + len(tok["added_tokens"])
-bos, eos = (t["id"] for t in tok["added_tokens"])
-cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": 64,
-       "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-       "head_dim": 16, "hidden_act": "silu", "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
-       "rope_theta": 10000.0, "rope_scaling": None, "tie_word_embeddings": False, "attention_bias": False,
-       "mlp_bias": False, "bos_token_id": bos, "eos_token_id": eos, "torch_dtype": "bfloat16"}
-json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=1)
-rng = np.random.default_rng(3)
-def bf16(a):   # round to nearest even, as the bits safetensors stores
-    u = np.asarray(a, dtype=np.float32).view(np.uint32)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-C, F, KVD = 64, 160, 2 * 16
-t = [("model.embed_tokens.weight", rng.normal(0, 0.02, (V, C))), ("model.norm.weight", np.ones(C)),
-     ("lm_head.weight", rng.normal(0, 0.02, (V, C)))]
-for l in range(2):
-    p = "model.layers.%d." % l
-    t += [(p + "input_layernorm.weight", 1 + rng.normal(0, 0.1, C)), (p + "post_attention_layernorm.weight", np.ones(C)),
-          (p + "self_attn.q_proj.weight", rng.normal(0, 0.02, (C, C))), (p + "self_attn.k_proj.weight", rng.normal(0, 0.02, (KVD, C))),
-          (p + "self_attn.v_proj.weight", rng.normal(0, 0.02, (KVD, C))), (p + "self_attn.o_proj.weight", rng.normal(0, 0.01, (C, C))),
-          (p + "mlp.gate_proj.weight", rng.normal(0, 0.02, (F, C))), (p + "mlp.up_proj.weight", rng.normal(0, 0.02, (F, C))),
-          (p + "mlp.down_proj.weight", rng.normal(0, 0.01, (C, F)))]
-write_st(os.path.join(out, "model.safetensors"), [(n, "BF16", bf16(a)) for n, a in t])
-PY
+# The folder: a made-up LlamaForCausalLM beside that tokenizer (GQA, untied head, BF16 weights).
+"$PYTHON" tests/tools/make_tiny_llama.py "$H" || t_fail hf_folder "could not write the folder"
 
 "$PYTHON" scripts/import_hf.py "$H" "$TMP/start.bin" > "$TMP/import.txt" 2>&1 || t_fail hf_import "$(tail -1 "$TMP/import.txt")"
 "$PYTHON" scripts/tokenize.py "$T" -o "$TMP/data" --name own --tokenizer "$H/tokenizer.json" --val-fraction 0.1 --quiet \
