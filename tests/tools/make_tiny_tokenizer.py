@@ -2,13 +2,14 @@
 """A small Hugging Face tokenizer.json of the byte-level BPE kind, learned from a text, for tests that need a
 Llama-3-style tokenizer whose vocabulary keeps a model tiny.
 
-  make_tiny_tokenizer.py TEXT OUT.json [--merges N]
+  make_tiny_tokenizer.py TEXT OUT.json [--merges N] [--special TOKEN]...
 
 Pre-tokenization is Llama 3's Split regex; the vocabulary is the 256 byte tokens (in GPT-2's printable
 byte-to-character map), then one token per merge, learned greedily (the most frequent adjacent pair over
 the text's pre-tokens, ties to the smaller pair), then the special tokens <|begin_of_text|> and
-<|end_of_text|>, which the post-processor puts before each sequence as Llama 3's does. The file's keys and
-layout are those of Llama 3's own tokenizer.json (ignore_merges, merges as "a b" strings).
+<|end_of_text|>, which the post-processor puts before each sequence as Llama 3's does, then those given with
+--special (a chat template's). The file's keys and layout are those of Llama 3's own tokenizer.json
+(ignore_merges, merges as "a b" strings).
 """
 import argparse
 import collections
@@ -61,13 +62,14 @@ def learn_merges(text, count):
     return merges
 
 
-def tokenizer_json(merges):
+def tokenizer_json(merges, extra=()):
     chars = byte_chars()
     vocab = {chars[b]: b for b in range(256)}
     for a, b in merges:
         vocab.setdefault(a + b, len(vocab))
     bos, eos = len(vocab), len(vocab) + 1
     special = [(bos, "<|begin_of_text|>"), (eos, "<|end_of_text|>")]
+    special += [(eos + 1 + i, c) for i, c in enumerate(extra)]
     return {
         "version": "1.0",
         "truncation": None,
@@ -99,11 +101,13 @@ def main():
     ap.add_argument("text")
     ap.add_argument("out")
     ap.add_argument("--merges", type=int, default=200)
+    ap.add_argument("--special", action="append", default=[], metavar="TOKEN",
+                    help="one more special token after those two (a chat template's), repeatable")
     args = ap.parse_args()
     try:
         with open(args.text, encoding="utf-8") as f:
             text = f.read()
-        doc = tokenizer_json(learn_merges(text, args.merges))
+        doc = tokenizer_json(learn_merges(text, args.merges), args.special)
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump(doc, f, ensure_ascii=False, indent=1)
     except (OSError, UnicodeDecodeError) as e:
