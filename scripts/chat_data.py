@@ -78,41 +78,26 @@ def parse_conversation(line, where):
     return messages
 
 
-# ---------- the tokenizer's token bytes ----------
-
-def byte_level_alphabet():
-    """ByteLevel's character for each byte (GPT-2's bytes_to_unicode), inverted: character -> byte."""
-    printable = [b for b in range(256) if ord('!') <= b <= ord('~') or 0xA1 <= b <= 0xAC or b >= 0xAE]
-    others = [b for b in range(256) if b not in printable]
-    table = {chr(b): b for b in printable}
-    table.update({chr(256 + i): b for i, b in enumerate(others)})
-    return table
-
+# ---------- the tokenizer's token lengths ----------
 
 class TokenTable:
-    """Each id's bytes, as the tokenizer.json (byte-level BPE, which build/tokenizer has accepted) defines them:
-    `lengths[id]`, the added tokens' strings (`added`, `special`) and whether it normalizes to NFC."""
+    """What masking needs of a tokenizer.json (byte-level BPE, which build/tokenizer has accepted): each id's
+    length in bytes (`lengths`: a vocabulary token is written one character per byte, in ByteLevel's alphabet;
+    an added token is its content's UTF-8), the added tokens' strings (`added`), the special ones among them
+    (`special`) and whether it normalizes text to NFC (`nfc`)."""
     def __init__(self, data, path):
         try:
             obj = json.loads(data)
             vocab, added = obj['model']['vocab'], obj['added_tokens']
-            norm = obj.get('normalizer')
-        except (ValueError, KeyError, TypeError):
+            lengths = {i: len(s) for s, i in vocab.items()}
+            lengths.update({t['id']: len(t['content'].encode('utf-8')) for t in added})
+            self.added = {t['content'] for t in added}
+            self.special = tuple(sorted(t['content'] for t in added if t.get('special')))
+            self.nfc = obj.get('normalizer') is not None   # build/tokenizer accepts only NFC (or a Sequence of it)
+        except (ValueError, KeyError, TypeError, AttributeError):
             raise ChatError(f'{path}: not a tokenizer.json with model.vocab and added_tokens')
-        alphabet = byte_level_alphabet()
-        self.bytes = {i: bytes(alphabet[c] for c in s) for s, i in vocab.items()}
-        self.bytes.update({t['id']: t['content'].encode('utf-8') for t in added})
-        self.lengths = np.zeros(max(self.bytes) + 1, dtype=np.int64)
-        for i, b in self.bytes.items():
-            self.lengths[i] = len(b)
-        self.added = {t['content'] for t in added}
-        self.special = tuple(sorted(t['content'] for t in added if t.get('special')))
-        self.nfc = norm is not None   # build/tokenizer accepts no normalizer other than NFC or a Sequence of it
-
-    def check_against(self, decoded):
-        """decoded: every id's bytes, in id order, as build/tokenizer --decode writes them."""
-        ours = b''.join(self.bytes.get(i, b'') for i in range(len(self.lengths)))
-        return ours == decoded
+        self.lengths = np.zeros(max(lengths) + 1, dtype=np.int64)
+        self.lengths[list(lengths)] = list(lengths.values())
 
 
 # ---------- rendering a conversation into its trained spans ----------
@@ -260,8 +245,10 @@ class Masker:
         to_b = lambda s: [(offset(a), offset(b)) for a, b in s]   # noqa: E731
         return Conversation(where, data, to_b(spans), to_b(untrained))
 
-    def mask(self, conv, ids):
-        """The mask bytes of the conversation's token ids (a numpy array), or None when no token is trained."""
+    def mask(self, conv, data, width):
+        """The mask of the conversation's tokens (`data`: little-endian ids of `width` bytes) as a uint8 array, or
+        None when no token is trained."""
+        ids = np.frombuffer(data, '<u2' if width == 2 else '<u4')
         if len(ids) == 0:
             return None
         ends = np.cumsum(self.table.lengths[ids])

@@ -820,15 +820,6 @@ class Chat:
             self.masker = self.data.Masker(self.template, self.table, args.train_on, args.train_empty_think)
         except self.problems as e:
             raise Fail(str(e))
-        self.check_table(tok)
-
-    def check_table(self, tok):
-        """The token bytes the masks are computed from must be those build/tokenizer encodes with."""
-        ids = array('I', range(len(self.table.lengths))).tobytes()
-        r = subprocess.run([HELPER, tok.model, '--decode'], input=ids, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        if r.returncode != 0 or not self.table.check_against(r.stdout):
-            raise Fail(f'{tok.model}: its tokens\' bytes as read here differ from build/tokenizer --decode\'s '
-                       f'({r.stderr.decode(errors="replace").strip()})')
 
     def records(self, path, pending):
         """Renders each conversation into a build/tokenizer record; its Conversation goes to `pending`."""
@@ -843,7 +834,7 @@ class Chat:
 
     def mask(self, conv, ids, width):
         try:
-            return self.masker.mask(conv, self.data.np.frombuffer(ids, '<u2' if width == 2 else '<u4'))
+            return self.masker.mask(conv, ids, width)
         except self.problems as e:
             raise Fail(str(e))
 
@@ -900,8 +891,9 @@ def write_masks(masks, plan, staging, name, set_id):
     return names
 
 
-def report_left_out(left_out, n, quiet):
-    if left_out and not quiet:
+def report_left_out(left_out, n):
+    """Printed even under --quiet: training on fewer conversations than given must not go unnoticed."""
+    if left_out:
         shown = ', '.join(left_out[:5]) + (', ...' if len(left_out) > 5 else '')
         sys.stderr.write(f'{len(left_out)} of {n} conversations have no trained token and were left out: {shown}\n')
 
@@ -920,9 +912,10 @@ def stage_chat(args, tok, chat, staging):
     try:
         with open(os.path.join(staging, 'spool'), 'w+b') as spool, open(os.path.join(staging, 'masks'), 'w+b') as masks:
             lengths, left_out = spool_chat(args, tok, chat, spool, masks)
-            report_left_out(left_out, len(lengths) + len(left_out), args.quiet)
             if not lengths:
-                raise Fail(f'{args.chat}: no conversation has a trained token (--train-on {args.train_on})')
+                raise Fail(f'{args.chat}: none of its {len(left_out)} conversations has a trained token '
+                           f'(--train-on {args.train_on})')
+            report_left_out(left_out, len(lengths) + len(left_out))
             plan = plan_documents(lengths, args.shard_size, validation_count(args.val_fraction or 0, len(lengths)))
             set_id = new_set_id()
             names = write_shards(spool, plan, staging, args, set_id, tok.width)
@@ -932,20 +925,19 @@ def stage_chat(args, tok, chat, staging):
     except Interrupted as e:
         e.note = f'; the shards in {args.out} were left as they were'
         raise
-    write_chat_format(args.out, chat, args.quiet)
+    write_chat_format(args.out, chat)
     return (plan, len(lengths)), names
 
 
-def write_chat_format(outdir, chat, quiet):
+def write_chat_format(outdir, chat):
     """chat_format.json for the trainer's -chat; a template that cannot be written as its pieces gets none (and
-    one it replaces goes)."""
+    one it replaces goes), with a note printed even under --quiet."""
     fmt, why = chat.format.chat_format(chat.template, chat.table.special)
     path = os.path.join(outdir, 'chat_format.json')
     if fmt is None:
         remove_quietly(path)
-        if not quiet:
-            sys.stderr.write(f'note: no chat_format.json: the chat template cannot be written as plain pieces ({why}); '
-                             'the trainer\'s -chat will not work with it\n')
+        sys.stderr.write(f'note: no chat_format.json: the chat template cannot be written as plain pieces ({why}); '
+                         'the trainer\'s -chat will not work with it\n')
         return
     write_atomic(path, [json.dumps(fmt, ensure_ascii=False, indent=1).encode('utf-8') + b'\n'])
 

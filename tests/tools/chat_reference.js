@@ -2,9 +2,9 @@
 // with npm's @huggingface/jinja (Hugging Face's JavaScript Jinja for chat templates) and encoded with
 // @huggingface/tokenizers without special tokens added around it, as transformers' apply_chat_template(...,
 // tokenize=True) does. From .npm/ (scripts/install_deps.sh test).
-//   node tests/tools/chat_reference.js TOKENIZER.json CONFIG.json CONVERSATIONS.jsonl OUT.jsonl [TEMPLATE.json]
-// CONFIG: a tokenizer_config.json (its chat_template, "default" of a list, and its special tokens);
-// TEMPLATE.json: {"chat_template": ...} in place of CONFIG's.
+//   node tests/tools/chat_reference.js TOKENIZER.json CONFIG.json CONVERSATIONS.jsonl OUT.jsonl TEMPLATE [OUT TEMPLATE ...]
+// CONFIG: a tokenizer_config.json (its special tokens, and its chat_template for TEMPLATE "-"); TEMPLATE: else a
+// JSON file whose chat_template is the template ("default" of a list of named ones, as CONFIG's).
 // OUT: one line per conversation, {"line": N, "ids": [...]}.
 'use strict';
 const fs = require('fs');
@@ -39,20 +39,26 @@ function chatTemplate(config) {
     return Array.isArray(t) ? t.find((x) => x.name === 'default').template : t;
 }
 
-const [tokenizerFile, configFile, conversationsFile, outFile, templateFile] = process.argv.slice(2);
-if (!outFile) {
-    console.error('usage: chat_reference.js TOKENIZER.json CONFIG.json CONVERSATIONS.jsonl OUT.jsonl [TEMPLATE.json]');
+function render(template, vars, conversationsFile) {
+    const out = [];
+    fs.readFileSync(conversationsFile, 'utf8').split('\n').forEach((line, i) => {
+        if (!line.trim()) return;
+        const { messages } = JSON.parse(line);
+        const text = template.render({ ...vars, messages, add_generation_prompt: false });
+        out.push(JSON.stringify({ line: i + 1, ids: tok.encode(text, { add_special_tokens: false }).ids }));
+    });
+    return out.join('\n') + '\n';
+}
+
+const [tokenizerFile, configFile, conversationsFile, ...jobs] = process.argv.slice(2);
+if (!conversationsFile || jobs.length === 0 || jobs.length % 2 !== 0) {
+    console.error('usage: chat_reference.js TOKENIZER.json CONFIG.json CONVERSATIONS.jsonl OUT.jsonl TEMPLATE [...]');
     process.exit(2);
 }
 const tok = new Tokenizer(JSON.parse(fs.readFileSync(tokenizerFile, 'utf8')), {});
 const config = JSON.parse(fs.readFileSync(configFile, 'utf8'));
-const template = new Template(chatTemplate(templateFile ? JSON.parse(fs.readFileSync(templateFile, 'utf8')) : config));
 const vars = specialTokens(config);
-const out = [];
-fs.readFileSync(conversationsFile, 'utf8').split('\n').forEach((line, i) => {
-    if (!line.trim()) return;
-    const { messages } = JSON.parse(line);
-    const text = template.render({ ...vars, messages, add_generation_prompt: false });
-    out.push(JSON.stringify({ line: i + 1, ids: tok.encode(text, { add_special_tokens: false }).ids }));
-});
-fs.writeFileSync(outFile, out.join('\n') + '\n');
+for (let j = 0; j < jobs.length; j += 2) {
+    const source = jobs[j + 1] === '-' ? config : JSON.parse(fs.readFileSync(jobs[j + 1], 'utf8'));
+    fs.writeFileSync(jobs[j], render(new Template(chatTemplate(source)), vars, conversationsFile));
+}

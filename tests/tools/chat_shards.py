@@ -1,7 +1,10 @@
 """The documents of a tokenize.py --chat output, checked against the formats (docs/formats.md), as JSON lines.
 
-  chat_shards.py OUTDIR [NAME]    one line per document, in stream order (val shards, then train):
+  chat_shards.py OUTDIR [NAME]    one line per document, in shard number order (val's shards, then train's):
                                   {"split": "val"|"train", "ids": [...], "mask": [...]}
+  chat_shards.py --runs TOKENIZER.json OUTDIR [NAME]
+                                  one line per document: its runs of TRAINED tokens as text, each with the
+                                  token before it: [["before", "run"], ...], decoded here from TOKENIZER.json
 Exits 1 with one line naming the file on a format error: a header that is not a shard's or a mask's, a mask
 whose ntok or set id differs from its shard's, set ids that differ across the set, a shard without its mask, a
 shard not starting with DOC_START, a document whose first token is TRAINED, a mask byte with other bits set.
@@ -47,8 +50,34 @@ def documents(shard):
         yield set_id, ids[a:b], list(mask[a:b])
 
 
-def main(outdir, name='data'):
-    shards = sorted(glob.glob(os.path.join(outdir, f'{name}_*.bin')))
+def decoder(path):
+    """id -> bytes, from a byte-level tokenizer.json (its own reading, not scripts/chat_data.py's)."""
+    with open(path, encoding='utf-8') as f:
+        tok = json.load(f)
+    printable = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or b >= 174]
+    byte_of = {chr(b): b for b in printable}
+    byte_of.update({chr(256 + k): b for k, b in enumerate(b for b in range(256) if b not in printable)})
+    table = {i: bytes(byte_of[c] for c in s) for s, i in tok['model']['vocab'].items()}
+    table.update({t['id']: t['content'].encode() for t in tok['added_tokens']})
+    return lambda ids: b''.join(table[i] for i in ids).decode('utf-8', errors='replace')
+
+
+def runs(decode, ids, mask):
+    found, k = [], 0
+    while k < len(ids):
+        if mask[k] & TRAINED:
+            end = k
+            while end < len(ids) and mask[end] & TRAINED:
+                end += 1
+            found.append([decode(ids[k - 1:k]), decode(ids[k:end])])
+            k = end
+        k += 1
+    return found
+
+
+def main(outdir, name='data', decode=None):
+    number = lambda path: int(re.search(r'_([0-9]+)\.bin$', path).group(1))   # noqa: E731
+    shards = sorted(glob.glob(os.path.join(outdir, f'{name}_*.bin')), key=number)   # val's numbers come first
     if not shards:
         fail(f'{outdir}: no shards of {name}')
     sets = set()
@@ -56,10 +85,14 @@ def main(outdir, name='data'):
         split = re.search(r'_(val|train)_[0-9]+\.bin$', shard).group(1)
         for set_id, ids, mask in documents(shard):
             sets.add(set_id)
-            print(json.dumps({'split': split, 'ids': ids, 'mask': mask}))
+            line = {'split': split, 'ids': ids, 'mask': mask} if decode is None else runs(decode, ids, mask)
+            print(json.dumps(line, ensure_ascii=False))
     if len(sets) != 1 or 0 in sets:
         fail(f'{outdir}: set ids {sorted(sets)}: not one set')
 
 
 if __name__ == '__main__':
-    main(*sys.argv[1:])
+    if sys.argv[1:2] == ['--runs']:
+        main(*sys.argv[3:], decode=decoder(sys.argv[2]))
+    else:
+        main(*sys.argv[1:])
