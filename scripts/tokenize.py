@@ -4,6 +4,8 @@
   tokenize.py INPUT... -o OUTDIR [--tokenizer FILE] [--name NAME] [--shard-size N] [--val-fraction F]
               [--token-bits B] [-j N] [--quiet]
   tokenize.py --raw FILE -o OUT.bin [--tokenizer FILE] [--token-bits B]
+  tokenize.py --chat FILE.jsonl --tokenizer FILE -o OUTDIR [--chat-template FILE]
+              [--train-on assistant|last-assistant|all] [--train-empty-think] [--val-fraction F] [...]
 
 INPUT: text files (one document each), directories (every non-hidden file below, in sorted path order) or
 JSONL files (*.jsonl: one document per line, from its "text" field). Every document is preceded by the
@@ -27,16 +29,29 @@ the other kind, or another tokenizer.json, is refused: its shards were encoded w
 not depend on -j, but for the set id.
 
 One run at a time per OUTDIR: a run holds OUTDIR/.tokenize.lock, and another run into OUTDIR stops at once.
-The new shards are written into a private directory OUTDIR/.tokenize-PID, then renamed over the old set
-of NAME, whose other shards are then deleted. SIGINT, SIGTERM, SIGHUP and SIGQUIT wait until that switch
-is done, so a run they stop leaves the old set or the new one. A SIGKILL or a power loss can stop it all
-the same, so before its first rename the run writes (and fsyncs) OUTDIR/.tokenize-PID/SWITCHING, whose one
+The new shards (and masks) are written into a private directory OUTDIR/.tokenize-PID, then renamed over the
+old set of NAME, whose other shards and mask files are then deleted. SIGINT, SIGTERM, SIGHUP and SIGQUIT wait
+until that switch is done, so a run they stop leaves the old set or the new one. A SIGKILL or a power loss
+can stop it all the same, so before its first rename the run writes (and fsyncs) OUTDIR/.tokenize-PID/SWITCHING, whose one
 line is NAME, and it removes that marker only once the switch is complete and OUTDIR synced. The trainer
 refuses every glob of shards in a directory that holds such a marker (and, by the set ids, a mix of two
 sets under one NAME): run tokenize.py again. The next run into OUTDIR removes the private directories that
 killed runs left, but for their markers: a marker stays until a run of its NAME (any run, for a marker that
 names none) has switched in a whole set. A private directory without a marker (a run stopped before its
 switch) does not keep the trainer off the old set.
+
+--chat reads conversations, one {"messages": [{"role": ..., "content": ...}, ...]} per line, and renders each
+with the tokenizer's chat template (the tokenizer_config.json beside --tokenizer, or --chat-template FILE) as
+Hugging Face's apply_chat_template does, into one document with no document-start token added (the template
+writes any BOS). Beside each shard X.bin goes X.mask: a 256 x int32 header [20261129, 1, ntok, set_lo, set_hi],
+then one byte per token, bit 0 TRAINED (its prediction is trained: by default the assistant turns' tokens and
+the special token that closes each, not their headers; --train-on last-assistant or all), bit 1 DOC_START (it
+begins a conversation). Qwen3's empty think block is not trained unless --train-empty-think. A conversation
+without a trained token is left out, with a line naming it. --val-fraction F: the first round(F * n)
+conversations are the validation split (default 0: none); a shard holds whole conversations. OUTDIR also gets
+chat_format.json, the template as plain pieces for the trainer's -chat (when the pieces reproduce it).
+docs/formats.md says it all (scripts/chat_template.py renders, scripts/chat_data.py masks, scripts/chat_format.py
+derives the pieces).
 
 --raw writes the ids of FILE's bytes as one shard-format file (a set of its own: several in one directory
 train together): no document-start token, no split.
