@@ -423,10 +423,10 @@ def feed(proc, records, sizes, errors):
         for rec in records:
             sizes.append(rec[3])
             proc.stdin.write(encode_record(rec))
-    except Fail as e:
-        errors.append(e)
     except BrokenPipeError:
         pass   # the helper stopped early; its own error is reported
+    except Exception as e:   # raised again in the main thread: a thread's exception would only end the input early
+        errors.append(e)
     finally:
         try:
             proc.stdin.close()
