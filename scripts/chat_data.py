@@ -93,11 +93,19 @@ class TokenTable:
             lengths.update({t['id']: len(t['content'].encode('utf-8')) for t in added})
             self.added = {t['content'] for t in added}
             self.special = tuple(sorted(t['content'] for t in added if t.get('special')))
-            self.nfc = obj.get('normalizer') is not None   # build/tokenizer accepts only NFC (or a Sequence of it)
+            self.nfc = normalizes_to_nfc(obj.get('normalizer'))
         except (ValueError, KeyError, TypeError, AttributeError):
             raise ChatError(f'{path}: not a tokenizer.json with model.vocab and added_tokens')
         self.lengths = np.zeros(max(lengths) + 1, dtype=np.int64)
         self.lengths[list(lengths)] = list(lengths.values())
+
+
+def normalizes_to_nfc(normalizer):
+    """build/tokenizer accepts no normalizer, NFC, or a Sequence of NFC."""
+    if normalizer is None:
+        return False
+    steps = normalizer['normalizers'] if normalizer.get('type') == 'Sequence' else [normalizer]
+    return any(n.get('type') == 'NFC' for n in steps)
 
 
 # ---------- rendering a conversation into its trained spans ----------
@@ -186,8 +194,7 @@ class Masker:
         """(start, end) of assistant turn k in text, and the span of what the template inserts before its content
         (None when nothing)."""
         def inconsistent(why):
-            return ChatError(f'{where}: assistant message {k} has no consistent span in the rendering ({why}); '
-                             'the template renders it differently as more messages follow')
+            return ChatError(f'{where}: assistant message {k} has no consistent span in the rendering ({why})')
         mark = sentinel(text, 'a')
         marked = messages[:k] + [{'role': 'assistant', 'content': mark}] + messages[k + 1:]
         probe = self.render_or_fail(marked, False, where)

@@ -837,12 +837,12 @@ class Chat:
             raise Fail(str(e))
 
     def records(self, path, pending):
-        """Renders each conversation into a build/tokenizer record; its Conversation goes to `pending`."""
+        """Renders each conversation into a build/tokenizer record; (its Conversation, the input bytes it took)
+        goes to `pending`."""
         try:
             for lineno, messages, size in self.data.read_conversations(path):
                 conv = self.masker.render(messages, f'{path}:{lineno}')
-                conv.size = size
-                pending.append(conv)
+                pending.append((conv, size))
                 yield 'T', conv.where, conv.data, len(conv.data)
         except self.problems as e:
             raise Fail(str(e))
@@ -864,9 +864,9 @@ def spool_chat(args, tok, chat, spool, masks):
     pending, lengths, left_out = collections.deque(), [], []
     prog = Progress(os.path.getsize(args.chat), args.quiet)
     for ids, _ in encode_docs(chat.records(args.chat, pending), tok, args.threads):
-        conv = pending.popleft()
+        conv, size = pending.popleft()
         mask = chat.mask(conv, ids, tok.width)
-        prog.update(conv.size, len(ids) // tok.width)
+        prog.update(size, len(ids) // tok.width)
         if mask is None:
             left_out.append(conv.where)
             continue
