@@ -859,9 +859,9 @@ def mask_header(ntok, set_id):
 
 
 def spool_chat(args, tok, chat, spool, masks):
-    """Encodes the conversations into the spools (ids, mask bytes); returns the kept ones' token counts and where
-    the left-out ones are."""
-    pending, lengths, left_out = collections.deque(), [], []
+    """Encodes the conversations into the spools (ids, mask bytes); returns the kept ones' token counts, where the
+    left-out ones are and the number of trained tokens."""
+    pending, lengths, left_out, trained = collections.deque(), [], [], 0
     prog = Progress(os.path.getsize(args.chat), args.quiet)
     for ids, _ in encode_docs(chat.records(args.chat, pending), tok, args.threads):
         conv, size = pending.popleft()
@@ -873,10 +873,11 @@ def spool_chat(args, tok, chat, spool, masks):
         spool.write(ids)
         masks.write(mask.tobytes())
         lengths.append(len(mask))
+        trained += int((mask & 1).sum())
     spool.flush()
     masks.flush()
     prog.finish()
-    return lengths, left_out
+    return lengths, left_out, trained
 
 
 def plan_documents(lengths, shard_size, nval):
@@ -926,7 +927,7 @@ def stage_chat(args, tok, chat, staging):
     """Tokenizes the conversations into the run's private directory: shards and masks, then chat_format.json."""
     try:
         with open(os.path.join(staging, 'spool'), 'w+b') as spool, open(os.path.join(staging, 'masks'), 'w+b') as masks:
-            lengths, left_out = spool_chat(args, tok, chat, spool, masks)
+            lengths, left_out, trained = spool_chat(args, tok, chat, spool, masks)
             if not lengths:
                 raise Fail(f'{args.chat}: none of its {len(left_out)} conversations has a trained token '
                            f'(--train-on {args.train_on})')
@@ -941,7 +942,7 @@ def stage_chat(args, tok, chat, staging):
         e.note = f'; the shards in {args.out} were left as they were'
         raise
     write_chat_format(args.out, chat)
-    return (plan, len(lengths)), names
+    return (plan, len(lengths), trained), names
 
 
 def write_chat_format(outdir, chat):
@@ -963,14 +964,14 @@ def cmd_chat(args, tok):
     make_outdir(args.out)
     lock = lock_outdir(args.out)
     try:
-        (plan, ndocs), names = tokenize_into(args, tok, lambda staging: stage_chat(args, tok, chat, staging))
+        (plan, ndocs, trained), names = tokenize_into(args, tok, lambda staging: stage_chat(args, tok, chat, staging))
     finally:
         lock.close()
     if not args.quiet:
         nval = sum(1 for split, _, _ in plan if split == 'val')
         total = plan[-1][2]
-        sys.stderr.write(f'{ndocs} conversations, {total} tokens: {nval} val and {len(plan) - nval} train shards '
-                         f'(with masks) in {args.out}\n')
+        sys.stderr.write(f'{ndocs} conversations, {total} tokens ({trained} trained): {nval} val and '
+                         f'{len(plan) - nval} train shards (with masks) in {args.out}\n')
 
 
 def parse_args(argv):
