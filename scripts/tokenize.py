@@ -4,6 +4,8 @@
   tokenize.py INPUT... -o OUTDIR [--tokenizer FILE] [--name NAME] [--shard-size N] [--val-fraction F]
               [--token-bits B] [-j N] [--quiet]
   tokenize.py --raw FILE -o OUT.bin [--tokenizer FILE] [--token-bits B]
+  tokenize.py --chat FILE.jsonl --tokenizer FILE -o OUTDIR [--chat-template FILE]
+              [--train-on assistant|last-assistant|all] [--train-empty-think] [--val-fraction F] [...]
 
 INPUT: text files (one document each), directories (every non-hidden file below, in sorted path order) or
 JSONL files (*.jsonl: one document per line, from its "text" field). Every document is preceded by the
@@ -27,16 +29,29 @@ the other kind, or another tokenizer.json, is refused: its shards were encoded w
 not depend on -j, but for the set id.
 
 One run at a time per OUTDIR: a run holds OUTDIR/.tokenize.lock, and another run into OUTDIR stops at once.
-The new shards are written into a private directory OUTDIR/.tokenize-PID, then renamed over the old set
-of NAME, whose other shards are then deleted. SIGINT, SIGTERM, SIGHUP and SIGQUIT wait until that switch
-is done, so a run they stop leaves the old set or the new one. A SIGKILL or a power loss can stop it all
-the same, so before its first rename the run writes (and fsyncs) OUTDIR/.tokenize-PID/SWITCHING, whose one
+The new shards (and masks) are written into a private directory OUTDIR/.tokenize-PID, then renamed over the
+old set of NAME, whose other shards and mask files are then deleted. SIGINT, SIGTERM, SIGHUP and SIGQUIT wait
+until that switch is done, so a run they stop leaves the old set or the new one. A SIGKILL or a power loss
+can stop it all the same, so before its first rename the run writes (and fsyncs) OUTDIR/.tokenize-PID/SWITCHING, whose one
 line is NAME, and it removes that marker only once the switch is complete and OUTDIR synced. The trainer
 refuses every glob of shards in a directory that holds such a marker (and, by the set ids, a mix of two
 sets under one NAME): run tokenize.py again. The next run into OUTDIR removes the private directories that
 killed runs left, but for their markers: a marker stays until a run of its NAME (any run, for a marker that
 names none) has switched in a whole set. A private directory without a marker (a run stopped before its
 switch) does not keep the trainer off the old set.
+
+--chat reads conversations, one {"messages": [{"role": ..., "content": ...}, ...]} per line, and renders each
+with the tokenizer's chat template (the tokenizer_config.json beside --tokenizer, or --chat-template FILE) as
+Hugging Face's apply_chat_template does, into one document with no document-start token added (the template
+writes any BOS). Beside each shard X.bin goes X.mask: a 256 x int32 header [20261129, 1, ntok, set_lo, set_hi],
+then one byte per token, bit 0 TRAINED (its prediction is trained: by default the assistant turns' tokens and
+the special token that closes each, not their headers; --train-on last-assistant or all), bit 1 DOC_START (it
+begins a conversation). Qwen3's empty think block is not trained unless --train-empty-think. A conversation
+without a trained token is left out, with a line naming it. --val-fraction F: the first round(F * n)
+conversations are the validation split (default 0: none); a shard holds whole conversations. OUTDIR also gets
+chat_format.json, the template as plain pieces for the trainer's -chat (when the pieces reproduce it).
+docs/formats.md says it all (scripts/chat_template.py renders, scripts/chat_data.py masks, scripts/chat_format.py
+derives the pieces).
 
 --raw writes the ids of FILE's bytes as one shard-format file (a set of its own: several in one directory
 train together): no document-start token, no split.
@@ -57,6 +72,7 @@ import sys
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != os.path.dirname(os.path.abspath(__file__))]
 
 import argparse  # noqa: E402
+import collections  # noqa: E402
 import errno  # noqa: E402
 import fcntl  # noqa: E402
 import hashlib  # noqa: E402
@@ -407,10 +423,10 @@ def feed(proc, records, sizes, errors):
         for rec in records:
             sizes.append(rec[3])
             proc.stdin.write(encode_record(rec))
-    except Fail as e:
-        errors.append(e)
     except BrokenPipeError:
         pass   # the helper stopped early; its own error is reported
+    except Exception as e:   # raised again in the main thread: a thread's exception would only end the input early
+        errors.append(e)
     finally:
         try:
             proc.stdin.close()
@@ -547,9 +563,9 @@ def write_shards(spool, plan, staging, args, set_id, width):
 
 
 def shard_names(outdir, name):
-    """The names of NAME's shards in OUTDIR. Only NAME_{val,train}_<digits>.bin: a dataset named NAME_train
-    beside it has its own shards."""
-    ours = re.compile(re.escape(name) + r'_(val|train)_[0-9]{6,}\.bin')
+    """The names of NAME's shards and mask files in OUTDIR. Only NAME_{val,train}_<digits>.{bin,mask}: a dataset
+    named NAME_train beside it has its own shards."""
+    ours = re.compile(re.escape(name) + r'_(val|train)_[0-9]{6,}\.(bin|mask)')
     return {e.name for e in os.scandir(outdir) if ours.fullmatch(e.name)}
 
 
@@ -729,7 +745,7 @@ def cmd_shards(args, tok):
     make_outdir(args.out)
     lock = lock_outdir(args.out)
     try:
-        plan, names = tokenize_into(files, args, tok)
+        plan, names = tokenize_into(args, tok, lambda staging: stage(files, args, tok, staging))
     finally:
         lock.close()
     if not args.quiet:
@@ -757,15 +773,16 @@ def check_tokenizer_files(outdir, tok):
                        'or remove the old shards and tokenizer.json')
 
 
-def tokenize_into(files, args, tok):
-    """The work under OUTDIR's lock; returns the shard plan and the new shards' names."""
+def tokenize_into(args, tok, stage_in):
+    """The work under OUTDIR's lock; stage_in(staging) writes the new set there and returns its plan and the
+    names of its files, which this returns."""
     kept = clear_stale(args.out)
     check_tokenizer_files(args.out, tok)
     for name, data in tok.files.items():   # the trainer decodes samples and encodes -prompt with them
         write_atomic(os.path.join(args.out, name), [data])
     staging = make_staging(args.out)
     try:
-        plan, names = stage(files, args, tok, staging)
+        plan, names = stage_in(staging)
         switch(staging, args.out, args.name, names, kept)
     finally:
         if os.path.lexists(os.path.join(staging, MARKER)):   # a switch that began and failed: the marker stays
@@ -790,27 +807,210 @@ def stage(files, args, tok, staging):
         raise
 
 
+# ---------- conversations (--chat) ----------
+
+MASK_MAGIC, MASK_VERSION = 20261129, 1
+
+
+def chat_modules():
+    """The --chat modules beside this file, imported from the end of the path: before the standard library's
+    directories this file's name would shadow its tokenize module."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.append(here)
+    import chat_data
+    import chat_format
+    import chat_template
+    return chat_data, chat_format, chat_template
+
+
+class Chat:
+    """What a --chat run renders and masks with."""
+    def __init__(self, args, tok):
+        self.data, self.format, template = chat_modules()
+        self.problems = (self.data.ChatError, template.TemplateProblem)
+        try:
+            self.template = template.load(args.tokenizer, args.chat_template)
+            self.table = self.data.TokenTable(tok.files['tokenizer.json'], args.tokenizer)
+            self.masker = self.data.Masker(self.template, self.table, args.train_on, args.train_empty_think)
+        except self.problems as e:
+            raise Fail(str(e))
+
+    def records(self, path, pending):
+        """Renders each conversation into a build/tokenizer record; (its Conversation, the input bytes it took)
+        goes to `pending`."""
+        try:
+            for lineno, messages, size in self.data.read_conversations(path):
+                conv = self.masker.render(messages, f'{path}:{lineno}')
+                pending.append((conv, size))
+                yield 'T', conv.where, conv.data, len(conv.data)
+        except self.problems as e:
+            raise Fail(str(e))
+
+    def mask(self, conv, ids, width):
+        try:
+            return self.masker.mask(conv, ids, width)
+        except self.problems as e:
+            raise Fail(str(e))
+
+
+def mask_header(ntok, set_id):
+    return struct.pack('<3iQ', MASK_MAGIC, MASK_VERSION, ntok, set_id) + bytes(4 * 256 - 20)
+
+
+def spool_chat(args, tok, chat, spool, masks):
+    """Encodes the conversations into the spools (ids, mask bytes); returns the kept ones' token counts, where the
+    left-out ones are and the number of trained tokens."""
+    pending, lengths, left_out, trained = collections.deque(), [], [], 0
+    prog = Progress(os.path.getsize(args.chat), args.quiet)
+    for ids, _ in encode_docs(chat.records(args.chat, pending), tok, args.threads):
+        conv, size = pending.popleft()
+        mask = chat.mask(conv, ids, tok.width)
+        prog.update(size, len(ids) // tok.width)
+        if mask is None:
+            left_out.append(conv.where)
+            continue
+        spool.write(ids)
+        masks.write(mask.tobytes())
+        lengths.append(len(mask))
+        trained += int((mask & 1).sum())
+    spool.flush()
+    masks.flush()
+    prog.finish()
+    return lengths, left_out, trained
+
+
+def plan_documents(lengths, shard_size, nval):
+    """[(split, start, end)]: the first nval documents are the validation split; a shard holds whole documents
+    and ends before the one that would take it past shard_size tokens."""
+    plan, pos = [], 0
+    for split, docs in (('val', lengths[:nval]), ('train', lengths[nval:])):
+        start = pos
+        for n in docs:
+            if pos > start and pos + n - start > shard_size:
+                plan.append((split, start, pos))
+                start = pos
+            pos += n
+        if pos > start:
+            plan.append((split, start, pos))
+    return plan
+
+
+def write_masks(masks, plan, staging, name, set_id):
+    names = []
+    for i, (split, s, e) in enumerate(plan):
+        names.append(f'{name}_{split}_{i:06d}.mask')
+        with open(os.path.join(staging, names[-1]), 'wb') as f:
+            f.write(mask_header(e - s, set_id))
+            for block in spool_range(masks, s, e, 1):
+                f.write(block)
+    return names
+
+
+def report_left_out(left_out, n):
+    """Printed even under --quiet: training on fewer conversations than given must not go unnoticed."""
+    if left_out:
+        shown = ', '.join(left_out[:5]) + (', ...' if len(left_out) > 5 else '')
+        sys.stderr.write(f'{len(left_out)} of {n} conversations have no trained token and were left out: {shown}\n')
+
+
+def validation_count(fraction, n):
+    nval = round(fraction * n)
+    if fraction and nval < 1:
+        raise Fail(f'--val-fraction {fraction} of {n} conversations is none; give a larger fraction, or 0')
+    if nval >= n:
+        raise Fail(f'--val-fraction {fraction} of {n} conversations leaves none for training')
+    return nval
+
+
+def stage_chat(args, tok, chat, staging):
+    """Tokenizes the conversations into the run's private directory: shards and masks, then chat_format.json."""
+    try:
+        with open(os.path.join(staging, 'spool'), 'w+b') as spool, open(os.path.join(staging, 'masks'), 'w+b') as masks:
+            lengths, left_out, trained = spool_chat(args, tok, chat, spool, masks)
+            if not lengths:
+                raise Fail(f'{args.chat}: none of its {len(left_out)} conversations has a trained token '
+                           f'(--train-on {args.train_on})')
+            report_left_out(left_out, len(lengths) + len(left_out))
+            plan = plan_documents(lengths, args.shard_size, validation_count(args.val_fraction or 0, len(lengths)))
+            set_id = new_set_id()
+            names = write_shards(spool, plan, staging, args, set_id, tok.width)
+            names += write_masks(masks, plan, staging, args.name, set_id)
+    except OSError as e:
+        raise Fail(f'cannot write in {args.out}: {e.strerror}')
+    except Interrupted as e:
+        e.note = f'; the shards in {args.out} were left as they were'
+        raise
+    write_chat_format(args.out, chat)
+    return (plan, len(lengths), trained), names
+
+
+def write_chat_format(outdir, chat):
+    """chat_format.json for the trainer's -chat; a template that cannot be written as its pieces gets none (and
+    one it replaces goes), with a note printed even under --quiet."""
+    fmt, why = chat.format.chat_format(chat.template, chat.table.special)
+    path = os.path.join(outdir, 'chat_format.json')
+    if fmt is None:
+        remove_quietly(path)
+        sys.stderr.write(f'note: no chat_format.json: the chat template cannot be written as plain pieces ({why}); '
+                         'the trainer\'s -chat will not work with it\n')
+        return
+    write_atomic(path, [json.dumps(fmt, ensure_ascii=False, indent=1).encode('utf-8') + b'\n'])
+
+
+def cmd_chat(args, tok):
+    check_regular(args.chat)
+    chat = Chat(args, tok)
+    make_outdir(args.out)
+    lock = lock_outdir(args.out)
+    try:
+        (plan, ndocs, trained), names = tokenize_into(args, tok, lambda staging: stage_chat(args, tok, chat, staging))
+    finally:
+        lock.close()
+    if not args.quiet:
+        nval = sum(1 for split, _, _ in plan if split == 'val')
+        total = plan[-1][2]
+        sys.stderr.write(f'{ndocs} conversations, {total} tokens ({trained} trained): {nval} val and '
+                         f'{len(plan) - nval} train shards (with masks) in {args.out}\n')
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument('inputs', nargs='*', help='text files, directories or .jsonl files')
     p.add_argument('--raw', metavar='FILE', help='exact mode: ids of FILE as one document, no document start, no split')
+    p.add_argument('--chat', metavar='FILE',
+                   help='conversations, one JSON object per line: shards and masks (needs --tokenizer)')
+    p.add_argument('--chat-template', metavar='FILE',
+                   help='with --chat: the Jinja chat template (default: the tokenizer_config.json beside --tokenizer)')
+    p.add_argument('--train-on', choices=('assistant', 'last-assistant', 'all'), default='assistant',
+                   help='with --chat: the tokens trained (default: every assistant turn)')
+    p.add_argument('--train-empty-think', action='store_true',
+                   help='with --chat: train the empty reasoning block a template inserts too')
     p.add_argument('--tokenizer', metavar='FILE', help="a Hugging Face tokenizer.json (default: GPT-2's, data/tokenizer/)")
     p.add_argument('-o', '--out', required=True, help='output directory (or file with --raw)')
     p.add_argument('--name', default='data', help='shard name prefix (default: data)')
     p.add_argument('--shard-size', type=int, default=100_000_000, help='tokens per shard (default 1e8)')
-    p.add_argument('--val-fraction', type=float, help='fraction of tokens for validation (default: first shard)')
+    p.add_argument('--val-fraction', type=float,
+                   help='fraction of tokens (with --chat: of conversations) for validation (default: the first shard; '
+                        'with --chat: 0, none)')
     p.add_argument('--token-bits', type=int, metavar='{16,32}',
                    help='bits per token in the shards (default: 16 when the vocabulary fits, else 32)')
     p.add_argument('-j', '--threads', type=int, default=0, help='threads (default: all cores)')
     p.add_argument('-q', '--quiet', action='store_true')
     a = p.parse_args(argv)
-    if bool(a.raw) == bool(a.inputs):
-        raise Fail('give either INPUT... or --raw FILE')
+    if sum(map(bool, (a.raw, a.inputs, a.chat))) != 1:
+        raise Fail('give one of INPUT..., --raw FILE or --chat FILE')
+    if a.chat and not a.tokenizer:
+        raise Fail('--chat needs --tokenizer FILE, a tokenizer.json (its chat template is in the tokenizer_config.json '
+                   'beside it, or give --chat-template FILE)')
+    if not a.chat and (a.chat_template or a.train_empty_think or a.train_on != 'assistant'):
+        raise Fail('--chat-template, --train-on and --train-empty-think go with --chat')
     if not 0 < a.shard_size < 2 ** 31:
         raise Fail('--shard-size must be between 1 and 2^31-1')
-    if a.val_fraction is not None and not 0 < a.val_fraction < 1:
-        raise Fail('--val-fraction must be between 0 and 1')
+    lowest = 0 if a.chat else 1e-300   # conversations may all be for training; a token stream needs a val split
+    if a.val_fraction is not None and not lowest <= a.val_fraction < 1:
+        raise Fail('--val-fraction must be between 0 and 1' + (' (0: no validation split)' if a.chat else ''))
     if not a.name or '/' in a.name or a.name.startswith('.'):
         raise Fail(f'--name {a.name!r} must be a plain file-name prefix (no "/", not hidden)')
     if not 0 <= a.threads <= 1024:
@@ -832,6 +1032,8 @@ def run(args, tok):
     check_token_bits(args, tok)
     if args.raw:
         cmd_raw(args, tok)
+    elif args.chat:
+        cmd_chat(args, tok)
     else:
         cmd_shards(args, tok)
 
