@@ -5,6 +5,11 @@
 // The backward has one owner per output, as the multi-head one: a query-major pass for dq, a key-major pass
 // for dk, dv in which a kv head's block sums over its R query heads in increasing order (no atomics, the
 // same bits on every run).
+// Documents (kernels.h): every kernel here has a twin taking doc (B,T), the `_doc` kernels, made from the same
+// body with DOC true: query i attends keys doc[i] .. i. They skip what the mask covers whole: a query-major
+// block starts at the key tile of its first query's document, a warp skips key tiles (chunks) before its
+// first row's document, and a key-major block stops at the query tile where its last key's document ends
+// (its warps skip chunks of later documents). The kernels without doc are the bodies with DOC false.
 #pragma once
 #include "kernels/cuda_backend.cuh"
 #include "kernels/attention_common.cuh"
@@ -31,6 +36,23 @@ template <int G> __device__ __forceinline__ GqaRow gqa_row(const GqaShape& sh) {
     return GqaRow{(int)blockIdx.y / sh.KV, kh, kh * R + p % R, p / R, (int)(threadIdx.x % G) * 16,
                   min(sh.T - 1, (p0 + QB - 1) / R)};
 }
+// Row t's document start in batch row b (DOC), else 0.
+template <bool DOC> __device__ __forceinline__ int gqa_doc(const int* doc, int b, int T_, int t) {
+    return DOC ? doc[(size_t)b * T_ + t] : 0;
+}
+// The end of the document holding key `key` (< T) of batch row b: the first query past it whose document starts
+// later, else T. doc is non-decreasing along a row, so a binary search finds it.
+__device__ __forceinline__ int gqa_doc_end(const int* doc, int b, int T_, int key) {
+    const int* row = doc + (size_t)b * T_;
+    int lo = key + 1, hi = T_;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (row[mid] > key) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
 // Key/value rows [t0, t0+ATT_TILE) of kv head kh into the block's tiles, once every thread is done with the last.
 template <typename T, int HSP>
 __device__ __forceinline__ void gqa_load_kv(float (*ks)[HSP], float (*vs)[HSP], const T* base, const GqaShape& sh, int kh,
@@ -41,11 +63,16 @@ __device__ __forceinline__ void gqa_load_kv(float (*ks)[HSP], float (*vs)[HSP], 
     __syncthreads();
 }
 
-// out and lse by an online softmax over the block's k/v tiles.
-template <typename T, int G>
-__global__ void __launch_bounds__(ATT_THREADS) gqa_forward_kernel(T* out, float* lse, const T* qkv, GqaShape sh) {
+// The first key tile of a query-major CUDA-core block: that of its first row's document (DOC), else 0.
+template <int G, bool DOC> __device__ __forceinline__ int gqa_first_key_tile(const int* doc, int b, const GqaShape& sh) {
+    return gqa_doc<DOC>(doc, b, sh.T, (int)blockIdx.x * (ATT_THREADS / G) / sh.R()) / ATT_TILE * ATT_TILE;
+}
+
+// out and lse by an online softmax over the block's k/v tiles (the tiles are the kernel's shared arrays).
+template <typename T, int G, bool DOC>
+__device__ __forceinline__ void gqa_forward_body(float (*ks)[16 * G], float (*vs)[16 * G], T* out, float* lse,
+                                                 const T* qkv, const int* doc, const GqaShape& sh) {
     constexpr int HSP = 16 * G;
-    __shared__ float ks[ATT_TILE][HSP], vs[ATT_TILE][HSP];
     const GqaRow w = gqa_row<G>(sh);
     const int T_ = sh.T, D = sh.D, i = w.i, h = w.h, d0 = w.d0;
     const T* base = qkv + (size_t)w.b * T_ * sh.ld();
@@ -56,13 +83,15 @@ __global__ void __launch_bounds__(ATT_THREADS) gqa_forward_kernel(T* out, float*
         for (int k = 0; k < 16; k++) q[k] = 0.0f;
     for (int k = 0; k < 16; k++) o[k] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    for (int t0 = 0; t0 <= w.last_q; t0 += ATT_TILE) {
+    const int first = i < T_ ? gqa_doc<DOC>(doc, w.b, T_, i) : 0;
+    for (int t0 = gqa_first_key_tile<G, DOC>(doc, w.b, sh); t0 <= w.last_q; t0 += ATT_TILE) {
         gqa_load_kv<T, HSP>(ks, vs, base, sh, w.kh, t0);
         for (int jj = 0; jj < ATT_TILE; jj++) {
             float s = 0.0f;
             for (int k = 0; k < 16; k++) s += q[k] * ks[jj][d0 + k];
             s = group_sum<G>(s) * scale;
             if (t0 + jj > i || i >= T_) continue;   // causal mask (after the shuffle: all lanes took part)
+            if (DOC && t0 + jj < first) continue;   // another document's key
             if (s > m) {   // a new maximum rescales what was summed so far
                 const float corr = expf(m - s);
                 l *= corr;
@@ -83,12 +112,24 @@ __global__ void __launch_bounds__(ATT_THREADS) gqa_forward_kernel(T* out, float*
     if (d0 == 0) lse[((size_t)w.b * sh.NH + h) * T_ + i] = m + logf(l);
 }
 
-// dq (in dqkv's q part), rows owned as in the forward: dq_i = scale * sum_j dS_ij k_j.
 template <typename T, int G>
-__global__ void __launch_bounds__(ATT_THREADS) gqa_backward_dq_kernel(T* dqkv, const T* qkv, const T* dout,
-                                                                      const float* lse, const float* Dsum, GqaShape sh) {
+__global__ void __launch_bounds__(ATT_THREADS) gqa_forward_kernel(T* out, float* lse, const T* qkv, GqaShape sh) {
+    __shared__ float ks[ATT_TILE][16 * G], vs[ATT_TILE][16 * G];
+    gqa_forward_body<T, G, false>(ks, vs, out, lse, qkv, nullptr, sh);
+}
+template <typename T, int G>
+__global__ void __launch_bounds__(ATT_THREADS) gqa_forward_doc_kernel(T* out, float* lse, const T* qkv, const int* doc,
+                                                                      GqaShape sh) {
+    __shared__ float ks[ATT_TILE][16 * G], vs[ATT_TILE][16 * G];
+    gqa_forward_body<T, G, true>(ks, vs, out, lse, qkv, doc, sh);
+}
+
+// dq (in dqkv's q part), rows owned as in the forward: dq_i = scale * sum_j dS_ij k_j.
+template <typename T, int G, bool DOC>
+__device__ __forceinline__ void gqa_backward_dq_body(float (*ks)[16 * G], float (*vs)[16 * G], T* dqkv, const T* qkv,
+                                                     const T* dout, const float* lse, const float* Dsum, const int* doc,
+                                                     const GqaShape& sh) {
     constexpr int HSP = 16 * G;
-    __shared__ float ks[ATT_TILE][HSP], vs[ATT_TILE][HSP];
     const GqaRow w = gqa_row<G>(sh);
     const int T_ = sh.T, D = sh.D, i = w.i, h = w.h, d0 = w.d0;
     const T* base = qkv + (size_t)w.b * T_ * sh.ld();
@@ -104,7 +145,8 @@ __global__ void __launch_bounds__(ATT_THREADS) gqa_backward_dq_kernel(T* dqkv, c
         for (int k = 0; k < 16; k++) q[k] = dov[k] = 0.0f;
     }
     for (int k = 0; k < 16; k++) dq[k] = 0.0f;
-    for (int t0 = 0; t0 <= w.last_q; t0 += ATT_TILE) {
+    const int first = i < T_ ? gqa_doc<DOC>(doc, w.b, T_, i) : 0;
+    for (int t0 = gqa_first_key_tile<G, DOC>(doc, w.b, sh); t0 <= w.last_q; t0 += ATT_TILE) {
         gqa_load_kv<T, HSP>(ks, vs, base, sh, w.kh, t0);
         for (int jj = 0; jj < ATT_TILE; jj++) {
             float s = 0.0f, dp = 0.0f;
@@ -115,6 +157,7 @@ __global__ void __launch_bounds__(ATT_THREADS) gqa_backward_dq_kernel(T* dqkv, c
             s = group_sum<G>(s) * scale;
             dp = group_sum<G>(dp);
             if (t0 + jj > i || i >= T_) continue;
+            if (DOC && t0 + jj < first) continue;
             const float ds = expf(s - lse_i) * (dp - D_i);
             for (int k = 0; k < 16; k++) dq[k] += ds * ks[jj][d0 + k];
         }
@@ -126,16 +169,29 @@ __global__ void __launch_bounds__(ATT_THREADS) gqa_backward_dq_kernel(T* dqkv, c
         if (d0 + u * 8 < D) store8(row + d0 + u * 8, dq + u * 8);
 }
 
+template <typename T, int G>
+__global__ void __launch_bounds__(ATT_THREADS) gqa_backward_dq_kernel(T* dqkv, const T* qkv, const T* dout,
+                                                                      const float* lse, const float* Dsum, GqaShape sh) {
+    __shared__ float ks[ATT_TILE][16 * G], vs[ATT_TILE][16 * G];
+    gqa_backward_dq_body<T, G, false>(ks, vs, dqkv, qkv, dout, lse, Dsum, nullptr, sh);
+}
+template <typename T, int G>
+__global__ void __launch_bounds__(ATT_THREADS) gqa_backward_dq_doc_kernel(T* dqkv, const T* qkv, const T* dout,
+                                                                          const float* lse, const float* Dsum,
+                                                                          const int* doc, GqaShape sh) {
+    __shared__ float ks[ATT_TILE][16 * G], vs[ATT_TILE][16 * G];
+    gqa_backward_dq_body<T, G, true>(ks, vs, dqkv, qkv, dout, lse, Dsum, doc, sh);
+}
+
 // dk, dv (in dqkv's k and v parts): key-major, grid (ceil(T/KB), B*KV). A lane group owns key j of kv head kh
 // and sums over the group's query heads in increasing order, each over its queries i >= j:
 // dv_j = sum P_ij dout_i, dk_j = scale * sum dS_ij q_i.
-template <typename T, int G>
-__global__ void __launch_bounds__(ATT_THREADS) gqa_backward_dkdv_kernel(T* dqkv, const T* qkv, const T* dout,
-                                                                        const float* lse, const float* Dsum,
-                                                                        GqaShape sh) {
+// With documents a block's query tiles end with its last key's document: later queries see none of its keys.
+template <typename T, int G, bool DOC>
+__device__ __forceinline__ void gqa_backward_dkdv_body(float (*qs)[16 * G], float (*dos)[16 * G], float* lses, float* Ds,
+                                                       T* dqkv, const T* qkv, const T* dout, const float* lse,
+                                                       const float* Dsum, const int* doc, const GqaShape& sh) {
     constexpr int HSP = 16 * G, KB = ATT_THREADS / G;
-    __shared__ float qs[ATT_TILE][HSP], dos[ATT_TILE][HSP];
-    __shared__ float lses[ATT_TILE], Ds[ATT_TILE];
     const int R = sh.R(), T_ = sh.T, D = sh.D, ld = sh.ld(), b = blockIdx.y / sh.KV, kh = blockIdx.y % sh.KV;
     const int g = threadIdx.x % G, j = blockIdx.x * KB + threadIdx.x / G, d0 = g * 16;
     const T* base = qkv + (size_t)b * T_ * ld;
@@ -149,11 +205,12 @@ __global__ void __launch_bounds__(ATT_THREADS) gqa_backward_dkdv_kernel(T* dqkv,
         for (int k = 0; k < 16; k++) kr[k] = vr[k] = 0.0f;
     }
     for (int k = 0; k < 16; k++) dk[k] = dv[k] = 0.0f;
+    const int q_end = DOC ? gqa_doc_end(doc, b, T_, min(T_ - 1, ((int)blockIdx.x + 1) * KB - 1)) : T_;
     for (int h = kh * R; h < (kh + 1) * R; h++) {
         const float* lrow = lse + ((size_t)b * sh.NH + h) * T_;
         const float* drow = Dsum + ((size_t)b * sh.NH + h) * T_;
         // Queries before the block's first key see none of its keys.
-        for (int t0 = (int)blockIdx.x * KB / ATT_TILE * ATT_TILE; t0 < T_; t0 += ATT_TILE) {
+        for (int t0 = (int)blockIdx.x * KB / ATT_TILE * ATT_TILE; t0 < q_end; t0 += ATT_TILE) {
             __syncthreads();
             load_tile<T, HSP>(qs, base, ld, h * D, t0, T_, D);
             load_tile<T, HSP>(dos, dbase, sh.NH * D, h * D, t0, T_, D);
@@ -172,6 +229,7 @@ __global__ void __launch_bounds__(ATT_THREADS) gqa_backward_dkdv_kernel(T* dqkv,
                 dp = group_sum<G>(dp);
                 const int i = t0 + ii;
                 if (i < j || i >= T_ || j >= T_) continue;
+                if (DOC && gqa_doc<DOC>(doc, b, T_, i) > j) continue;   // a later document's query
                 const float pr = expf(s - lses[ii]), ds = pr * (dp - Ds[ii]);
                 for (int k = 0; k < 16; k++) {
                     dv[k] += pr * dos[ii][d0 + k];
@@ -190,29 +248,57 @@ __global__ void __launch_bounds__(ATT_THREADS) gqa_backward_dkdv_kernel(T* dqkv,
         }
 }
 
+template <typename T, int G>
+__global__ void __launch_bounds__(ATT_THREADS) gqa_backward_dkdv_kernel(T* dqkv, const T* qkv, const T* dout,
+                                                                        const float* lse, const float* Dsum,
+                                                                        GqaShape sh) {
+    __shared__ float qs[ATT_TILE][16 * G], dos[ATT_TILE][16 * G];
+    __shared__ float lses[ATT_TILE], Ds[ATT_TILE];
+    gqa_backward_dkdv_body<T, G, false>(qs, dos, lses, Ds, dqkv, qkv, dout, lse, Dsum, nullptr, sh);
+}
+template <typename T, int G>
+__global__ void __launch_bounds__(ATT_THREADS) gqa_backward_dkdv_doc_kernel(T* dqkv, const T* qkv, const T* dout,
+                                                                            const float* lse, const float* Dsum,
+                                                                            const int* doc, GqaShape sh) {
+    __shared__ float qs[ATT_TILE][16 * G], dos[ATT_TILE][16 * G];
+    __shared__ float lses[ATT_TILE], Ds[ATT_TILE];
+    gqa_backward_dkdv_body<T, G, true>(qs, dos, lses, Ds, dqkv, qkv, dout, lse, Dsum, doc, sh);
+}
+
 template <typename X>
-static void gqa_forward_cuda_core(Backend* be, X* out, float* lse, const X* qkv, int B, GqaShape sh, int G) {
+static void gqa_forward_cuda_core(Backend* be, X* out, float* lse, const X* qkv, const int* doc, int B, GqaShape sh,
+                                  int G) {
     ATT_DISPATCH_G(G, {
         const dim3 grid(ceil_div((long long)sh.R() * sh.T, ATT_THREADS / GG), B * sh.KV);
-        gqa_forward_kernel<X, GG><<<grid, ATT_THREADS, 0, be_stream(be)>>>(out, lse, qkv, sh);
+        if (doc) gqa_forward_doc_kernel<X, GG><<<grid, ATT_THREADS, 0, be_stream(be)>>>(out, lse, qkv, doc, sh);
+        else gqa_forward_kernel<X, GG><<<grid, ATT_THREADS, 0, be_stream(be)>>>(out, lse, qkv, sh);
         LAUNCH_CHECK();
     });
 }
 
 template <typename X>
 static void gqa_backward_cuda_core(Backend* be, X* dqkv, float* Dsum, const X* dout, const X* qkv, const X* out,
-                                   const float* lse, int B, GqaShape sh, int G) {
+                                   const float* lse, const int* doc, int B, GqaShape sh, int G) {
     const int C = sh.NH * sh.D;   // out and dout are multi-head shaped: the multi-head D kernel serves them
     attention_backward_d_kernel<X><<<ceil_div((size_t)B * sh.T * sh.NH, 256), 256, 0, be_stream(be)>>>(
         Dsum, dout, out, B, sh.T, C, sh.NH);
     LAUNCH_CHECK();
     ATT_DISPATCH_G(G, {
         const dim3 qgrid(ceil_div((long long)sh.R() * sh.T, ATT_THREADS / GG), B * sh.KV);
-        gqa_backward_dq_kernel<X, GG><<<qgrid, ATT_THREADS, 0, be_stream(be)>>>(dqkv, qkv, dout, lse, Dsum, sh);
-        LAUNCH_CHECK();
         const dim3 kgrid(ceil_div(sh.T, ATT_THREADS / GG), B * sh.KV);
-        gqa_backward_dkdv_kernel<X, GG><<<kgrid, ATT_THREADS, 0, be_stream(be)>>>(dqkv, qkv, dout, lse, Dsum, sh);
-        LAUNCH_CHECK();
+        if (doc) {
+            gqa_backward_dq_doc_kernel<X, GG><<<qgrid, ATT_THREADS, 0, be_stream(be)>>>(dqkv, qkv, dout, lse, Dsum, doc,
+                                                                                        sh);
+            LAUNCH_CHECK();
+            gqa_backward_dkdv_doc_kernel<X, GG><<<kgrid, ATT_THREADS, 0, be_stream(be)>>>(dqkv, qkv, dout, lse, Dsum,
+                                                                                          doc, sh);
+            LAUNCH_CHECK();
+        } else {
+            gqa_backward_dq_kernel<X, GG><<<qgrid, ATT_THREADS, 0, be_stream(be)>>>(dqkv, qkv, dout, lse, Dsum, sh);
+            LAUNCH_CHECK();
+            gqa_backward_dkdv_kernel<X, GG><<<kgrid, ATT_THREADS, 0, be_stream(be)>>>(dqkv, qkv, dout, lse, Dsum, sh);
+            LAUNCH_CHECK();
+        }
     });
 }
 
@@ -334,10 +420,19 @@ __device__ __forceinline__ void gqa_kv_tile_ready(T* Ks, T* Vs, const T* kbase, 
 template <int HS, int W> constexpr int gqa_fwd_smem() { return (W * 16 + 4 * FA_BT) * GqaTile<HS>::LD * 2; }
 // grid (ceil(T/BR), B*NH): one query head per block; the R blocks of a kv head read the same k/v rows (L2).
 // At least 1 block per SM: no register cap for occupancy, which would spill the accumulators.
-template <typename T, int HS, int W>
-__global__ void __launch_bounds__(W * 32, 1) gqa_forward_tc_kernel(T* out, float* lse, const T* qkv, GqaShape sh) {
+// The documents of rows r0 + g and r0 + g + 8 (the rows a lane holds in the mma layout; rows past T take the
+// last row's), and of row r0, the warp's earliest (DOC; else 0).
+struct GqaRowDocs { int g, g8, first; };
+template <bool DOC> __device__ __forceinline__ GqaRowDocs gqa_row_docs(const int* doc, int b, int T_, int r0) {
+    const int g = (threadIdx.x % 32) >> 2;
+    return GqaRowDocs{gqa_doc<DOC>(doc, b, T_, min(r0 + g, T_ - 1)), gqa_doc<DOC>(doc, b, T_, min(r0 + g + 8, T_ - 1)),
+                      gqa_doc<DOC>(doc, b, T_, min(r0, T_ - 1))};
+}
+
+template <typename T, int HS, int W, bool DOC>
+__device__ __forceinline__ void gqa_forward_tc_body(unsigned char* gqa_smem, T* out, float* lse, const T* qkv,
+                                                    const int* doc, const GqaShape& sh) {
     constexpr int BR = W * 16, LD = GqaTile<HS>::LD, NT = GqaTile<HS>::NT;
-    extern __shared__ __align__(128) unsigned char gqa_smem[];
     T* Qs = reinterpret_cast<T*>(gqa_smem);   // BR rows
     T* Ks = Qs + BR * LD;                     // 2 stages
     T* Vs = Ks + 2 * FA_BT * LD;              // 2 stages
@@ -351,10 +446,12 @@ __global__ void __launch_bounds__(W * 32, 1) gqa_forward_tc_kernel(T* out, float
     const T* vbase = rows + sh.vcol(kh);
     const int ntiles = (min(T_, q0 + BR) - 1) / FA_BT + 1;
     const float sl2 = FA_LOG2E / sqrtf((float)HS);   // scores in log2 units
+    const GqaRowDocs rd = gqa_row_docs<DOC>(doc, b, T_, r0);
+    const int j0 = gqa_doc<DOC>(doc, b, T_, q0) / FA_BT;   // the block's first row's document's first key tile
 
     gqa_load_tile<T, HS, BR, W>(Qs, rows + h * HS, ld, q0, T_);
-    gqa_load_tile<T, HS, FA_BT, W>(Ks, kbase, ld, 0, T_);
-    gqa_load_tile<T, HS, FA_BT, W>(Vs, vbase, ld, 0, T_);
+    gqa_load_tile<T, HS, FA_BT, W>(Ks + (j0 & 1) * FA_BT * LD, kbase, ld, j0 * FA_BT, T_);
+    gqa_load_tile<T, HS, FA_BT, W>(Vs + (j0 & 1) * FA_BT * LD, vbase, ld, j0 * FA_BT, T_);
     cp_async_commit();
 
     uint32_t qf[GqaTile<HS>::KS][4];
@@ -362,13 +459,14 @@ __global__ void __launch_bounds__(W * 32, 1) gqa_forward_tc_kernel(T* out, float
     for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};   // rows g, g+8: running max (log2 units), partial sum
 
-    for (int j = 0; j < ntiles; j++) {
+    for (int j = j0; j < ntiles; j++) {
         gqa_kv_tile_ready<T, HS, W>(Ks, Vs, kbase, vbase, ld, j, ntiles, T_);
-        if (j == 0) gqa_load_a<HS>(qf, Qs, warp * 16);
+        if (j == j0) gqa_load_a<HS>(qf, Qs, warp * 16);
         const int k0 = j * FA_BT;
         // Tiles start at multiples of 16, so a tile the warp does not skip holds key k0 <= r0 <= every row:
-        // each row has a finite maximum.
-        if (k0 <= r0 + 15) {
+        // each row has a finite maximum. With documents a row may have none in a tile (its document starts
+        // later): its maximum stays -inf, and the subtractions below use 0 in its place.
+        if (k0 <= r0 + 15 && !(DOC && k0 + FA_BT <= rd.first)) {
             const T* Kt = Ks + (j & 1) * FA_BT * LD;
             const T* Vt = Vs + (j & 1) * FA_BT * LD;
             float s[8][4];
@@ -379,14 +477,19 @@ __global__ void __launch_bounds__(W * 32, 1) gqa_forward_tc_kernel(T* out, float
                     for (int e = 0; e < 4; e++)
                         if (k0 + n * 8 + 2 * tq + (e & 1) > r0 + g + (e >> 1) * 8) s[n][e] = -INFINITY;
             }
-            float corr[2];
+            if (DOC)   // keys before the row's document
+                for (int n = 0; n < 8; n++)
+                    for (int e = 0; e < 4; e++)
+                        if (k0 + n * 8 + 2 * tq + (e & 1) < (e >> 1 ? rd.g8 : rd.g)) s[n][e] = -INFINITY;
+            float corr[2], mu[2];
             for (int i = 0; i < 2; i++) {
                 float mx = -INFINITY;
                 for (int n = 0; n < 8; n++) mx = fmaxf(mx, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 const float mnew = fmaxf(m[i], mx * sl2);
-                corr[i] = exp2f(m[i] - mnew);
+                mu[i] = DOC && mnew == -INFINITY ? 0.0f : mnew;
+                corr[i] = exp2f(m[i] - mu[i]);
                 m[i] = mnew;
                 l[i] *= corr[i];
             }
@@ -396,8 +499,8 @@ __global__ void __launch_bounds__(W * 32, 1) gqa_forward_tc_kernel(T* out, float
             }
             uint32_t pa[4][4];   // P as A fragments: key k-step n/2, halves by n parity
             for (int n = 0; n < 8; n++) {
-                const float p0 = exp2f(fmaf(s[n][0], sl2, -m[0])), p1 = exp2f(fmaf(s[n][1], sl2, -m[0]));
-                const float p2 = exp2f(fmaf(s[n][2], sl2, -m[1])), p3 = exp2f(fmaf(s[n][3], sl2, -m[1]));
+                const float p0 = exp2f(fmaf(s[n][0], sl2, -mu[0])), p1 = exp2f(fmaf(s[n][1], sl2, -mu[0]));
+                const float p2 = exp2f(fmaf(s[n][2], sl2, -mu[1])), p3 = exp2f(fmaf(s[n][3], sl2, -mu[1]));
                 l[0] += p0 + p1;
                 l[1] += p2 + p3;
                 pa[n / 2][(n & 1) * 2 + 0] = pack2<T>(p0, p1);
@@ -425,6 +528,18 @@ __global__ void __launch_bounds__(W * 32, 1) gqa_forward_tc_kernel(T* out, float
     }
 }
 
+template <typename T, int HS, int W>
+__global__ void __launch_bounds__(W * 32, 1) gqa_forward_tc_kernel(T* out, float* lse, const T* qkv, GqaShape sh) {
+    extern __shared__ __align__(128) unsigned char gqa_smem[];
+    gqa_forward_tc_body<T, HS, W, false>(gqa_smem, out, lse, qkv, nullptr, sh);
+}
+template <typename T, int HS, int W>
+__global__ void __launch_bounds__(W * 32, 1) gqa_forward_tc_doc_kernel(T* out, float* lse, const T* qkv, const int* doc,
+                                                                       GqaShape sh) {
+    extern __shared__ __align__(128) unsigned char gqa_smem[];
+    gqa_forward_tc_body<T, HS, W, true>(gqa_smem, out, lse, qkv, doc, sh);
+}
+
 // D = rowsum(dout * out) of rows [r0, r0+16) of head h, written for rows < T; returns rows g and g+8 of the
 // mma layout. Two lanes per row, HS/2 dims each, straight from global memory.
 template <typename T, int HS>
@@ -449,11 +564,11 @@ __device__ __forceinline__ void gqa_rows_d(float* Dsum, const T* dout, const T* 
 
 // dq = scale * sum_j dS_ij k_j, query-major like the forward; also D for its rows. 32 keys at a time.
 template <int HS, int W> constexpr int gqa_dq_smem() { return (2 * W * 16 + 4 * FA_BT) * GqaTile<HS>::LD * 2; }
-template <typename T, int HS, int W>
-__global__ void __launch_bounds__(W * 32) gqa_backward_dq_tc_kernel(T* dqkv, float* Dsum, const T* qkv, const T* dout,
-                                                                    const T* out, const float* lse, GqaShape sh) {
+template <typename T, int HS, int W, bool DOC>
+__device__ __forceinline__ void gqa_backward_dq_tc_body(unsigned char* gqa_smem, T* dqkv, float* Dsum, const T* qkv,
+                                                        const T* dout, const T* out, const float* lse, const int* doc,
+                                                        const GqaShape& sh) {
     constexpr int BR = W * 16, LD = GqaTile<HS>::LD, NT = GqaTile<HS>::NT, KS = GqaTile<HS>::KS;
-    extern __shared__ __align__(128) unsigned char gqa_smem[];
     T* Qs = reinterpret_cast<T*>(gqa_smem);   // BR rows
     T* dOs = Qs + BR * LD;                    // BR rows
     T* Ks = dOs + BR * LD;                    // 2 stages
@@ -468,11 +583,13 @@ __global__ void __launch_bounds__(W * 32) gqa_backward_dq_tc_kernel(T* dqkv, flo
     const T* vbase = rows + sh.vcol(kh);
     const int ntiles = (min(T_, q0 + BR) - 1) / FA_BT + 1;
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * FA_LOG2E;
+    const GqaRowDocs rd = gqa_row_docs<DOC>(doc, b, T_, r0);
+    const int j0 = gqa_doc<DOC>(doc, b, T_, q0) / FA_BT;   // as in the forward
 
     gqa_load_tile<T, HS, BR, W>(Qs, rows + h * HS, ld, q0, T_);
     gqa_load_tile<T, HS, BR, W>(dOs, dout + (size_t)b * T_ * ow + h * HS, ow, q0, T_);
-    gqa_load_tile<T, HS, FA_BT, W>(Ks, kbase, ld, 0, T_);
-    gqa_load_tile<T, HS, FA_BT, W>(Vs, vbase, ld, 0, T_);
+    gqa_load_tile<T, HS, FA_BT, W>(Ks + (j0 & 1) * FA_BT * LD, kbase, ld, j0 * FA_BT, T_);
+    gqa_load_tile<T, HS, FA_BT, W>(Vs + (j0 & 1) * FA_BT * LD, vbase, ld, j0 * FA_BT, T_);
     cp_async_commit();
 
     float D0, D1;
@@ -484,9 +601,9 @@ __global__ void __launch_bounds__(W * 32) gqa_backward_dq_tc_kernel(T* dqkv, flo
     float dq[NT][4];
     for (int n = 0; n < NT; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
-    for (int j = 0; j < ntiles; j++) {
+    for (int j = j0; j < ntiles; j++) {
         gqa_kv_tile_ready<T, HS, W>(Ks, Vs, kbase, vbase, ld, j, ntiles, T_);
-        if (j == 0) {
+        if (j == j0) {
             gqa_load_a<HS>(qf, Qs, warp * 16);
             gqa_load_a<HS>(df, dOs, warp * 16);
         }
@@ -495,6 +612,7 @@ __global__ void __launch_bounds__(W * 32) gqa_backward_dq_tc_kernel(T* dqkv, flo
         for (int hc = 0; hc < 2; hc++) {
             const int k0 = j * FA_BT + hc * 32;
             if (k0 > r0 + 15) continue;   // every key of the chunk is past every row of the warp
+            if (DOC && k0 + 31 < rd.first) continue;   // or before every row's document
             float s[4][4], dp[4][4];
             for (int n = 0; n < 4; n++)
                 for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
@@ -504,7 +622,9 @@ __global__ void __launch_bounds__(W * 32) gqa_backward_dq_tc_kernel(T* dqkv, flo
             for (int n = 0; n < 4; n++)
                 for (int e = 0; e < 4; e++) {
                     const int row = r0 + g + (e >> 1) * 8, key = k0 + n * 8 + 2 * tq + (e & 1);
-                    const float p = (mask && key > row) ? 0.0f : exp2f(fmaf(s[n][e], sl2, -(e >> 1 ? lse1 : lse0)));
+                    const bool out_of_doc = DOC && key < (e >> 1 ? rd.g8 : rd.g);
+                    const float p = (mask && key > row) || out_of_doc ? 0.0f
+                                                                      : exp2f(fmaf(s[n][e], sl2, -(e >> 1 ? lse1 : lse0)));
                     s[n][e] = p * (dp[n][e] - (e >> 1 ? D1 : D0));   // dS
                 }
             uint32_t dsa[2][4];
@@ -516,17 +636,31 @@ __global__ void __launch_bounds__(W * 32) gqa_backward_dq_tc_kernel(T* dqkv, flo
     gqa_store_rows<T, HS>(dq, scale, Qs, warp * 16, dqkv + (size_t)b * T_ * ld + h * HS, ld, r0, T_);
 }
 
+template <typename T, int HS, int W>
+__global__ void __launch_bounds__(W * 32) gqa_backward_dq_tc_kernel(T* dqkv, float* Dsum, const T* qkv, const T* dout,
+                                                                    const T* out, const float* lse, GqaShape sh) {
+    extern __shared__ __align__(128) unsigned char gqa_smem[];
+    gqa_backward_dq_tc_body<T, HS, W, false>(gqa_smem, dqkv, Dsum, qkv, dout, out, lse, nullptr, sh);
+}
+template <typename T, int HS, int W>
+__global__ void __launch_bounds__(W * 32) gqa_backward_dq_tc_doc_kernel(T* dqkv, float* Dsum, const T* qkv,
+                                                                        const T* dout, const T* out, const float* lse,
+                                                                        const int* doc, GqaShape sh) {
+    extern __shared__ __align__(128) unsigned char gqa_smem[];
+    gqa_backward_dq_tc_body<T, HS, W, true>(gqa_smem, dqkv, Dsum, qkv, dout, out, lse, doc, sh);
+}
+
 // dk, dv: key-major. The block owns 64 keys of kv head kh (K, V rows in shared memory) and streams query
 // tiles (Q, dO, lse, D) of each of the R query heads in turn, from its first key on: S^T = K Q^T,
 // dP^T = V dO^T, P^T = exp(S^T - lse), dS^T = P^T (dP^T - D); dv += P^T dO, dk += dS^T Q, 32 queries at a time.
 template <int HS, int W> constexpr int gqa_dkv_smem() {
     return (2 * W * 16 + 4 * FA_BT) * GqaTile<HS>::LD * 2 + 4 * FA_BT * 4;
 }
-template <typename T, int HS, int W>
-__global__ void __launch_bounds__(W * 32) gqa_backward_dkdv_tc_kernel(T* dqkv, const T* qkv, const T* dout,
-                                                                      const float* lse, const float* Dsum, GqaShape sh) {
+template <typename T, int HS, int W, bool DOC>
+__device__ __forceinline__ void gqa_backward_dkdv_tc_body(unsigned char* gqa_smem, T* dqkv, const T* qkv, const T* dout,
+                                                          const float* lse, const float* Dsum, const int* doc,
+                                                          const GqaShape& sh) {
     constexpr int BK = W * 16, LD = GqaTile<HS>::LD, NT = GqaTile<HS>::NT;
-    extern __shared__ __align__(128) unsigned char gqa_smem[];
     T* Kb = reinterpret_cast<T*>(gqa_smem);   // BK rows
     T* Vb = Kb + BK * LD;                     // BK rows
     T* Qs = Vb + BK * LD;                     // 2 stages
@@ -539,7 +673,9 @@ __global__ void __launch_bounds__(W * 32) gqa_backward_dkdv_tc_kernel(T* dqkv, c
     const size_t ld = sh.ld(), ow = (size_t)sh.NH * HS;
     const T* rows = qkv + (size_t)b * T_ * ld;
     const T* dorows = dout + (size_t)b * T_ * ow;
-    const int jt0 = k0 / FA_BT, nt = (T_ - 1) / FA_BT + 1 - jt0, iters = R * nt;
+    // With documents the query tiles end with the block's last key's document.
+    const int q_end = DOC ? gqa_doc_end(doc, b, T_, min(T_ - 1, k0 + BK - 1)) : T_;
+    const int jt0 = k0 / FA_BT, nt = (q_end - 1) / FA_BT + 1 - jt0, iters = R * nt;
     const float scale = 1.0f / sqrtf((float)HS), sl2 = scale * FA_LOG2E;
 
     gqa_load_tile<T, HS, BK, W>(Kb, rows + sh.kcol(kh), ld, k0, T_);
@@ -581,6 +717,8 @@ __global__ void __launch_bounds__(W * 32) gqa_backward_dkdv_tc_kernel(T* dqkv, c
         for (int hc = 0; hc < 2; hc++) {
             const int c0 = j * FA_BT + hc * 32;   // first query of the chunk
             if (c0 + 31 < kw) continue;          // every query of the chunk is before every key of the warp
+            // or (documents) past T, or in documents after every key of the warp's
+            if (DOC && (c0 >= T_ || gqa_doc<DOC>(doc, b, T_, c0) > kw + 15)) continue;
             float s[4][4], dp[4][4];
             for (int n = 0; n < 4; n++)
                 for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
@@ -590,7 +728,9 @@ __global__ void __launch_bounds__(W * 32) gqa_backward_dkdv_tc_kernel(T* dqkv, c
             for (int n = 0; n < 4; n++)
                 for (int e = 0; e < 4; e++) {
                     const int col = hc * 32 + n * 8 + 2 * tq + (e & 1), key = kw + g + (e >> 1) * 8, q = j * FA_BT + col;
-                    const float p = (mask && (q < key || q >= T_)) ? 0.0f : exp2f(fmaf(s[n][e], sl2, -Lt[col]));
+                    const bool out_of_doc = DOC && q < T_ && gqa_doc<DOC>(doc, b, T_, q) > key;
+                    const float p = (mask && (q < key || q >= T_)) || out_of_doc ? 0.0f
+                                                                                 : exp2f(fmaf(s[n][e], sl2, -Lt[col]));
                     s[n][e] = p;
                     dp[n][e] = p * (dp[n][e] - Dt[col]);   // dS
                 }
@@ -610,19 +750,61 @@ __global__ void __launch_bounds__(W * 32) gqa_backward_dkdv_tc_kernel(T* dqkv, c
     gqa_store_rows<T, HS>(dv, 1.0f, Vb, warp * 16, dst + sh.vcol(kh), ld, kw, T_);
 }
 
+template <typename T, int HS, int W>
+__global__ void __launch_bounds__(W * 32) gqa_backward_dkdv_tc_kernel(T* dqkv, const T* qkv, const T* dout,
+                                                                      const float* lse, const float* Dsum, GqaShape sh) {
+    extern __shared__ __align__(128) unsigned char gqa_smem[];
+    gqa_backward_dkdv_tc_body<T, HS, W, false>(gqa_smem, dqkv, qkv, dout, lse, Dsum, nullptr, sh);
+}
+template <typename T, int HS, int W>
+__global__ void __launch_bounds__(W * 32) gqa_backward_dkdv_tc_doc_kernel(T* dqkv, const T* qkv, const T* dout,
+                                                                          const float* lse, const float* Dsum,
+                                                                          const int* doc, GqaShape sh) {
+    extern __shared__ __align__(128) unsigned char gqa_smem[];
+    gqa_backward_dkdv_tc_body<T, HS, W, true>(gqa_smem, dqkv, qkv, dout, lse, Dsum, doc, sh);
+}
+
 template <typename T, int HS>
-static void gqa_forward_tc(Backend* be, T* out, float* lse, const T* qkv, int B, GqaShape sh) {
+static void gqa_forward_tc(Backend* be, T* out, float* lse, const T* qkv, const int* doc, int B, GqaShape sh) {
     constexpr int W = FA_WARPS;
+    const dim3 grid(ceil_div(sh.T, W * 16), B * sh.NH);
+    if (doc) {
+        CUDA_CHECK(cudaFuncSetAttribute(gqa_forward_tc_doc_kernel<T, HS, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        gqa_fwd_smem<HS, W>()));
+        gqa_forward_tc_doc_kernel<T, HS, W><<<grid, W * 32, gqa_fwd_smem<HS, W>(), be_stream(be)>>>(out, lse, qkv, doc, sh);
+        LAUNCH_CHECK();
+        return;
+    }
     CUDA_CHECK(cudaFuncSetAttribute(gqa_forward_tc_kernel<T, HS, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     gqa_fwd_smem<HS, W>()));
-    const dim3 grid(ceil_div(sh.T, W * 16), B * sh.NH);
     gqa_forward_tc_kernel<T, HS, W><<<grid, W * 32, gqa_fwd_smem<HS, W>(), be_stream(be)>>>(out, lse, qkv, sh);
     LAUNCH_CHECK();
 }
 
 template <typename T, int HS>
+static void gqa_backward_tc_doc(Backend* be, T* dqkv, float* Dsum, const T* dout, const T* qkv, const T* out,
+                                const float* lse, const int* doc, int B, GqaShape sh) {
+    constexpr int W = FA_WARPS;
+    CUDA_CHECK(cudaFuncSetAttribute(gqa_backward_dq_tc_doc_kernel<T, HS, W>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, gqa_dq_smem<HS, W>()));
+    CUDA_CHECK(cudaFuncSetAttribute(gqa_backward_dkdv_tc_doc_kernel<T, HS, W>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, gqa_dkv_smem<HS, W>()));
+    const dim3 qgrid(ceil_div(sh.T, W * 16), B * sh.NH), kgrid(ceil_div(sh.T, W * 16), B * sh.KV);
+    gqa_backward_dq_tc_doc_kernel<T, HS, W><<<qgrid, W * 32, gqa_dq_smem<HS, W>(), be_stream(be)>>>(
+        dqkv, Dsum, qkv, dout, out, lse, doc, sh);
+    LAUNCH_CHECK();
+    gqa_backward_dkdv_tc_doc_kernel<T, HS, W><<<kgrid, W * 32, gqa_dkv_smem<HS, W>(), be_stream(be)>>>(
+        dqkv, qkv, dout, lse, Dsum, doc, sh);
+    LAUNCH_CHECK();
+}
+
+template <typename T, int HS>
 static void gqa_backward_tc(Backend* be, T* dqkv, float* Dsum, const T* dout, const T* qkv, const T* out,
-                            const float* lse, int B, GqaShape sh) {
+                            const float* lse, const int* doc, int B, GqaShape sh) {
+    if (doc) {
+        gqa_backward_tc_doc<T, HS>(be, dqkv, Dsum, dout, qkv, out, lse, doc, B, sh);
+        return;
+    }
     constexpr int W = FA_WARPS;
     CUDA_CHECK(cudaFuncSetAttribute(gqa_backward_dq_tc_kernel<T, HS, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     gqa_dq_smem<HS, W>()));
@@ -641,13 +823,14 @@ static void gqa_backward_tc(Backend* be, T* dqkv, float* Dsum, const T* dout, co
 // ---------------------------------------------------------------------------------------------------
 // Launchers by head size (64 or 128) for attention.cuh.
 
-template <typename T> static void gqa_forward_tc_hd(Backend* be, void* out, float* lse, const void* qkv, int B, GqaShape sh) {
-    if (sh.D == 64) gqa_forward_tc<T, 64>(be, (T*)out, lse, (const T*)qkv, B, sh);
-    else gqa_forward_tc<T, 128>(be, (T*)out, lse, (const T*)qkv, B, sh);
+template <typename T>
+static void gqa_forward_tc_hd(Backend* be, void* out, float* lse, const void* qkv, const int* doc, int B, GqaShape sh) {
+    if (sh.D == 64) gqa_forward_tc<T, 64>(be, (T*)out, lse, (const T*)qkv, doc, B, sh);
+    else gqa_forward_tc<T, 128>(be, (T*)out, lse, (const T*)qkv, doc, B, sh);
 }
 template <typename T>
 static void gqa_backward_tc_hd(Backend* be, void* dqkv, float* Dsum, const void* dout, const void* qkv, const void* out,
-                               const float* lse, int B, GqaShape sh) {
-    if (sh.D == 64) gqa_backward_tc<T, 64>(be, (T*)dqkv, Dsum, (const T*)dout, (const T*)qkv, (const T*)out, lse, B, sh);
-    else gqa_backward_tc<T, 128>(be, (T*)dqkv, Dsum, (const T*)dout, (const T*)qkv, (const T*)out, lse, B, sh);
+                               const float* lse, const int* doc, int B, GqaShape sh) {
+    if (sh.D == 64) gqa_backward_tc<T, 64>(be, (T*)dqkv, Dsum, (const T*)dout, (const T*)qkv, (const T*)out, lse, doc, B, sh);
+    else gqa_backward_tc<T, 128>(be, (T*)dqkv, Dsum, (const T*)dout, (const T*)qkv, (const T*)out, lse, doc, B, sh);
 }

@@ -58,8 +58,7 @@ void classifier_vocab_sums(Backend* be, DType dt, float* stats, const void* logi
     for (int n = 0; n < N; n++) {
         size_t o = (size_t)n * Vl;
         double sum = 0.0;
-        const int terms = targets[n] == CLASSIFIER_IGNORE ? 0 : real;   // an ignored row's stats are unused
-        for (int v = 0; v < terms; v++) sum += expf(ld(logits, o + v, dt) - rowmax[n]);
+        for (int v = 0; v < real; v++) sum += expf(ld(logits, o + v, dt) - rowmax[n]);
         int t = targets[n] - v0;
         stats[n] = (float)sum;
         stats[N + n] = (float)(sum - (double)stats[n]);

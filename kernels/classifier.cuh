@@ -1,7 +1,7 @@
 // classifier.cuh: fused softmax + cross-entropy + dlogits over the (padded) vocabulary.
 // One block per row. Pass 1 keeps a running (max, scaled sum) per thread (online softmax), combined once
 // across the block; pass 2 rereads the row (from L2) to overwrite it with the gradient. No probabilities
-// are stored anywhere. -tp's vocabulary-parallel head splits this into three kernels (classifier_vocab_max,
+// are stored anywhere. A row whose target is -1 (ignored) does none of this: loss 0, a zero dlogits row. -tp's vocabulary-parallel head splits this into three kernels (classifier_vocab_max,
 // _sums, _finish), with the group's max and all-gather between them, since no rank holds a whole row.
 #pragma once
 #include "kernels/cuda_backend.cuh"
@@ -15,6 +15,12 @@ __global__ void __launch_bounds__(CLS_BLOCK) classifier_kernel(T* logits, float*
     __shared__ float red[32];
     const int row = blockIdx.x;
     T* x = logits + (size_t)row * Vp;
+    const int tgt = targets[row];
+    if (tgt == CLASSIFIER_IGNORE) {   // not a label: loss 0, a zero gradient row
+        if (threadIdx.x == 0) losses[row] = 0.0f;
+        for (int c = threadIdx.x; c < (write_dlogits ? Vp : 0); c += blockDim.x) x[c] = from_f<T>(0.0f);
+        return;
+    }
     float m = -INFINITY, s = 0.0f;
     for (int c0 = threadIdx.x * P; c0 < V; c0 += blockDim.x * P) {
         float v[P];
@@ -35,7 +41,6 @@ __global__ void __launch_bounds__(CLS_BLOCK) classifier_kernel(T* logits, float*
     const float M = block_max(m, red);
     const float S = block_sum(m == -INFINITY ? 0.0f : s * expf(m - M), red);
     const float lse = M + logf(S);
-    const int tgt = targets[row];
     if (threadIdx.x == 0) losses[row] = lse - to_f(x[tgt]);
     if (!write_dlogits) return;
     __syncthreads();   // x[tgt] is read above before any thread overwrites it
@@ -110,6 +115,12 @@ __global__ void __launch_bounds__(CLS_BLOCK) classifier_vocab_finish_kernel(T* l
                                                                             int N, int real, int Vl, float dloss,
                                                                             int write_dlogits) {
     const int row = blockIdx.x;
+    T* x = logits + (size_t)row * Vl;
+    if (targets[row] == CLASSIFIER_IGNORE) {   // not a label: loss 0, a zero gradient row
+        if (threadIdx.x == 0) losses[row] = 0.0f;
+        for (int c = threadIdx.x; c < (write_dlogits ? Vl : 0); c += blockDim.x) x[c] = from_f<T>(0.0f);
+        return;
+    }
     double sum = 0.0;   // every thread adds the ranks' few scalars itself: no shared memory, same order
     float target = 0.0f;
     for (int k = 0; k < ranks; k++) {
@@ -120,7 +131,6 @@ __global__ void __launch_bounds__(CLS_BLOCK) classifier_vocab_finish_kernel(T* l
     const float lse = rowmax[row] + (float)log(sum);
     if (threadIdx.x == 0) losses[row] = lse - target;
     if (!write_dlogits) return;
-    T* x = logits + (size_t)row * Vl;
     const int t = targets[row] - v0;
     for (int c = threadIdx.x; c < Vl; c += blockDim.x)
         x[c] = from_f<T>(c < real ? dloss * (expf(to_f(x[c]) - lse) - (c == t ? 1.0f : 0.0f)) : 0.0f);

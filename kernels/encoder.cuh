@@ -1,24 +1,36 @@
 // encoder.cuh: token + position embedding, forward and backward.
 // The backward is deterministic without atomics: the (token, position) pairs are stably sorted by token
 // (cub's radix sort), and every run of equal tokens is summed by one thread block in position order, so
-// each dwte row has exactly one writer and one summation order.
+// each dwte row has exactly one writer and one summation order. With documents (pos) dwpe is made the same way
+// from the (position, index) pairs sorted by position: dwpe[p] sums the tokens at position p in (b,t) order.
 #pragma once
 #include "kernels/cuda_backend.cuh"
 #include <cub/device/device_radix_sort.cuh>
 
-// out (B,T,C) = wte[tokens] (Vp,C) + wpe[t] (maxT,C); one 16-byte pack per thread. C % pack == 0.
-template <typename T>
-__global__ void encoder_forward_kernel(T* out, const int* tokens, const T* wte, const T* wpe, int B, int T_, int C) {
+// out (B,T,C) = wte[tokens] (Vp,C) + wpe[t] (maxT,C), t = pos[b,t] with POS; one 16-byte pack per thread.
+// C % pack == 0.
+template <typename T, bool POS>
+__device__ __forceinline__ void encoder_forward_pack(T* out, const int* tokens, const int* pos, const T* wte,
+                                                     const T* wpe, int B, int T_, int C) {
     constexpr int P = Pack128<T>::size;
     const size_t idx = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
     if (idx >= (size_t)B * T_ * C) return;
     const size_t bt = idx / C;
-    const int c = (int)(idx % C), t = (int)(bt % T_);
+    const int c = (int)(idx % C), t = POS ? pos[bt] : (int)(bt % T_);
     const Pack128<T> e = load128(wte + (size_t)tokens[bt] * C + c);
     const Pack128<T> p = load128(wpe + (size_t)t * C + c);
     Pack128<T> o;
     for (int k = 0; k < P; k++) o.set(k, e.get(k) + p.get(k));
     store128(out + idx, o);
+}
+template <typename T>
+__global__ void encoder_forward_kernel(T* out, const int* tokens, const T* wte, const T* wpe, int B, int T_, int C) {
+    encoder_forward_pack<T, false>(out, tokens, nullptr, wte, wpe, B, T_, C);
+}
+template <typename T>
+__global__ void encoder_forward_pos_kernel(T* out, const int* tokens, const int* pos, const T* wte, const T* wpe, int B,
+                                           int T_, int C) {
+    encoder_forward_pack<T, true>(out, tokens, pos, wte, wpe, B, T_, C);
 }
 
 // dwpe[t] (T,C) += sum over b of dout[b,t]; one thread per (t, pack), b summed in order.
@@ -70,20 +82,39 @@ __global__ void encoder_backward_wte_kernel(T* dwte, const T* dout, const int* s
 
 extern "C" void encoder_forward(Backend* be, DType dt, void* out, const int* tokens, const int* pos, const void* wte,
                                 const void* wpe, int B, int T, int C) {
-    if (pos) fail("encoder_forward: positions (pos) are not yet supported by the CUDA kernels");
     if (C % 8 != 0) fail("encoder_forward: C=%d must be a multiple of 8", C);
     DISPATCH_DTYPE(dt, X, {
         const int block = 256;
         const size_t packs = (size_t)B * T * C / Pack128<X>::size;
-        encoder_forward_kernel<X><<<ceil_div(packs, block), block, 0, be_stream(be)>>>(
-            (X*)out, tokens, (const X*)wte, (const X*)wpe, B, T, C);
+        if (pos)
+            encoder_forward_pos_kernel<X><<<ceil_div(packs, block), block, 0, be_stream(be)>>>(
+                (X*)out, tokens, pos, (const X*)wte, (const X*)wpe, B, T, C);
+        else
+            encoder_forward_kernel<X><<<ceil_div(packs, block), block, 0, be_stream(be)>>>(
+                (X*)out, tokens, (const X*)wte, (const X*)wpe, B, T, C);
+        LAUNCH_CHECK();
+    });
+}
+
+// dwpe (T,C) += the rows of dout summed by position, each position's rows in (b,t) order: the (pos, index)
+// pairs sorted by position (stably), then the sorted-key sums dwte uses. `index` holds 0..N-1; sorted_pos,
+// sorted_index and cub_tmp (cub_bytes) are scratch the launcher's earlier work no longer needs.
+static void encoder_backward_wpe_by_pos(Backend* be, DType dt, void* dwpe, const void* dout, const int* pos,
+                                        const int* index, int* sorted_pos, int* sorted_index, void* cub_tmp,
+                                        size_t cub_bytes, int N, int C) {
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_tmp, cub_bytes, pos, sorted_pos, index, sorted_index, N, 0, 32,
+                                               be_stream(be)));
+    DISPATCH_DTYPE(dt, X, {
+        constexpr int P = Pack128<X>::size;
+        const int threads = C / P < 256 ? ((C / P + 31) / 32) * 32 : 256;
+        encoder_backward_wte_kernel<X><<<N, threads, 0, be_stream(be)>>>((X*)dwpe, (const X*)dout, sorted_pos,
+                                                                         sorted_index, N, C);
         LAUNCH_CHECK();
     });
 }
 
 extern "C" void encoder_backward(Backend* be, DType dt, void* dwte, void* dwpe, const void* dout, const int* tokens,
                                  const int* pos, int B, int T, int C) {
-    if (pos) fail("encoder_backward: positions (pos) are not yet supported by the CUDA kernels");
     if (C % 8 != 0) fail("encoder_backward: C=%d must be a multiple of 8", C);
     const int N = B * T;
     // Scratch: sorted tokens, positions in and out, then cub's temporary storage.
@@ -107,26 +138,29 @@ extern "C" void encoder_backward(Backend* be, DType dt, void* dwte, void* dwpe, 
         encoder_backward_wte_kernel<X><<<N, threads, 0, be_stream(be)>>>((X*)dwte, (const X*)dout, sorted_tok,
                                                                          sorted_pos, N, C);
         LAUNCH_CHECK();
-        if (dwpe) {
+        if (dwpe && !pos) {
             const size_t packs = (size_t)T * C / P;
             encoder_backward_wpe_kernel<X><<<ceil_div(packs, 256), 256, 0, be_stream(be)>>>((X*)dwpe, (const X*)dout, B, T, C);
             LAUNCH_CHECK();
         }
     });
+    // The token sort's outputs are read by the kernel above, which runs first on the stream: reused here.
+    if (dwpe && pos) encoder_backward_wpe_by_pos(be, dt, dwpe, dout, pos, index, sorted_tok, sorted_pos, cub_tmp, cub_bytes, N, C);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // The vocabulary-parallel embedding (kernels.h): this rank's wte rows are [v0, v0 + Vl).
 
-// out (B,T,C) = (token in range ? wte[token - v0] : 0) + (wpe ? wpe[t] : 0); one 16-byte pack per thread.
-template <typename T>
-__global__ void encoder_forward_vocab_kernel(T* out, const int* tokens, const T* wte, const T* wpe, int v0, int Vl,
-                                             int B, int T_, int C) {
+// out (B,T,C) = (token in range ? wte[token - v0] : 0) + (wpe ? wpe[t] : 0), t = pos[b,t] with POS; one 16-byte
+// pack per thread.
+template <typename T, bool POS>
+__device__ __forceinline__ void encoder_forward_vocab_pack(T* out, const int* tokens, const int* pos, const T* wte,
+                                                           const T* wpe, int v0, int Vl, int B, int T_, int C) {
     constexpr int P = Pack128<T>::size;
     const size_t idx = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
     if (idx >= (size_t)B * T_ * C) return;
     const size_t bt = idx / C;
-    const int c = (int)(idx % C), t = (int)(bt % T_), row = tokens[bt] - v0;
+    const int c = (int)(idx % C), t = POS ? pos[bt] : (int)(bt % T_), row = tokens[bt] - v0;
     float v[P];
     for (int k = 0; k < P; k++) v[k] = 0.0f;
     if (row >= 0 && row < Vl) {
@@ -140,6 +174,16 @@ __global__ void encoder_forward_vocab_kernel(T* out, const int* tokens, const T*
     Pack128<T> o;
     for (int k = 0; k < P; k++) o.set(k, v[k]);
     store128(out + idx, o);
+}
+template <typename T>
+__global__ void encoder_forward_vocab_kernel(T* out, const int* tokens, const T* wte, const T* wpe, int v0, int Vl,
+                                             int B, int T_, int C) {
+    encoder_forward_vocab_pack<T, false>(out, tokens, nullptr, wte, wpe, v0, Vl, B, T_, C);
+}
+template <typename T>
+__global__ void encoder_forward_vocab_pos_kernel(T* out, const int* tokens, const int* pos, const T* wte, const T* wpe,
+                                                 int v0, int Vl, int B, int T_, int C) {
+    encoder_forward_vocab_pack<T, true>(out, tokens, pos, wte, wpe, v0, Vl, B, T_, C);
 }
 
 // The sort key of each position: its row in this rank's shard, or Vl (sorted last, skipped) when the token is
@@ -176,20 +220,22 @@ __global__ void encoder_backward_vocab_wte_kernel(T* dwte, const T* dout, const 
 
 extern "C" void encoder_forward_vocab(Backend* be, DType dt, void* out, const int* tokens, const int* pos,
                                       const void* wte, const void* wpe, int v0, int Vl, int B, int T, int C) {
-    if (pos) fail("encoder_forward_vocab: positions (pos) are not yet supported by the CUDA kernels");
     if (C % 8 != 0) fail("encoder_forward_vocab: C=%d must be a multiple of 8", C);
     DISPATCH_DTYPE(dt, X, {
         const int block = 256;
         const size_t packs = (size_t)B * T * C / Pack128<X>::size;
-        encoder_forward_vocab_kernel<X><<<ceil_div(packs, block), block, 0, be_stream(be)>>>(
-            (X*)out, tokens, (const X*)wte, (const X*)wpe, v0, Vl, B, T, C);
+        if (pos)
+            encoder_forward_vocab_pos_kernel<X><<<ceil_div(packs, block), block, 0, be_stream(be)>>>(
+                (X*)out, tokens, pos, (const X*)wte, (const X*)wpe, v0, Vl, B, T, C);
+        else
+            encoder_forward_vocab_kernel<X><<<ceil_div(packs, block), block, 0, be_stream(be)>>>(
+                (X*)out, tokens, (const X*)wte, (const X*)wpe, v0, Vl, B, T, C);
         LAUNCH_CHECK();
     });
 }
 
 extern "C" void encoder_backward_vocab(Backend* be, DType dt, void* dwte, void* dwpe, const void* dout,
                                        const int* tokens, const int* pos, int v0, int Vl, int B, int T, int C) {
-    if (pos) fail("encoder_backward_vocab: positions (pos) are not yet supported by the CUDA kernels");
     if (C % 8 != 0) fail("encoder_backward_vocab: C=%d must be a multiple of 8", C);
     const int N = B * T;
     // Scratch: keys, sorted keys, positions in and out, then cub's temporary storage.
@@ -215,10 +261,11 @@ extern "C" void encoder_backward_vocab(Backend* be, DType dt, void* dwte, void* 
         encoder_backward_vocab_wte_kernel<X><<<N, threads, 0, be_stream(be)>>>((X*)dwte, (const X*)dout, sorted_row,
                                                                                sorted_pos, N, C, Vl);
         LAUNCH_CHECK();
-        if (dwpe) {
+        if (dwpe && !pos) {
             const size_t packs = (size_t)T * C / P;
             encoder_backward_wpe_kernel<X><<<ceil_div(packs, 256), 256, 0, be_stream(be)>>>((X*)dwpe, (const X*)dout, B, T, C);
             LAUNCH_CHECK();
         }
     });
+    if (dwpe && pos) encoder_backward_wpe_by_pos(be, dt, dwpe, dout, pos, index, keys, sorted_pos, cub_tmp, cub_bytes, N, C);
 }

@@ -99,8 +99,9 @@ void convert(Backend* be, void* dst, DType dst_dt, const void* src, DType src_dt
 // - pos: the token's position in its document (the learned position row wpe[pos]; RoPE's angle (float)pos);
 // - doc: the row index of the first token of the token's document. Query t attends keys j with
 //   doc[t] <= j <= t (block-diagonal causal). Documents are contiguous: doc is non-decreasing within a row,
-//   doc[t] <= t, and doc[t] == doc[t'] for every t' in [doc[t], t].
-// The argument goes right after the token or qkv input it qualifies.
+//   doc[t] <= t, and doc[t] == doc[t'] for every t' in [doc[t], t]; then pos[t] = t - doc[t] in [0, t].
+// The argument goes right after the token or qkv input it qualifies. The CPU twins check the arrays (a malformed
+// one is a one-line error); the CUDA kernels read them as given.
 
 // out (B,T,C) X = wte[tokens[b,t]] (Vp,C) X + wpe[p] (maxT,C) X, p = pos ? pos[b,t] : t.   tokens (B,T) int
 void encoder_forward(Backend* be, DType dt, void* out, const int* tokens, const int* pos, const void* wte,

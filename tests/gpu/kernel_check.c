@@ -9,6 +9,8 @@
 // except those the contract says accumulate, which start from random values. Each output is written as
 // OUTDIR/<shape>_<kernel>.<tensor>.f32 and listed in OUTDIR/index.txt ("<shape>_<kernel> <tensor> <n>").
 // Kernels that promise determinism run twice from the same state; the bits must match ("ok det_...").
+// The kernels that take documents (kernels.h) also run with them ("..._doc", "..._pos", "..._ignore" outputs):
+// rows packed with seeded documents (make_docs), and targets of -1 for the classifiers.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +92,30 @@ static void* dpoisoned(Ctx* c, size_t bytes) {
     return d;
 }
 
+// Documents packed into B rows of T (kernels.h): doc (B,T) and pos (B,T) on the host. Even rows hold documents of
+// seeded lengths up to T, odd rows short ones (up to 37 tokens, the first of one token), so documents start and
+// end inside the kernels' tiles, and whole tiles lie before a row's document or after a key's.
+static void make_docs(const Ctx* c, int B, int T, int* doc, int* pos) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0, k = 0; t < T; k++) {
+            const uint64_t u = mix64(((uint64_t)c->seed << 32) ^ (0xd0c0000u + (uint64_t)b * 4096 + (uint64_t)k));
+            int len = 1 + (int)(u % (uint64_t)(b % 2 ? 37 : T));
+            if (b % 2 && k == 0) len = 1;
+            for (int i = t; i < T && i < t + len; i++) doc[(size_t)b * T + i] = t, pos[(size_t)b * T + i] = i - t;
+            t += len;
+        }
+}
+// make_docs' arrays uploaded: doc if want_doc, else pos.
+static int* ddocs(Ctx* c, int B, int T, int want_doc) {
+    int* doc = (int*)xmalloc((size_t)B * T * sizeof(int));
+    int* pos = (int*)xmalloc((size_t)B * T * sizeof(int));
+    make_docs(c, B, T, doc, pos);
+    int* d = (int*)dalloc(c, (size_t)B * T * sizeof(int));
+    be_upload(c->be, d, want_doc ? doc : pos, (size_t)B * T * sizeof(int));
+    free(doc), free(pos);
+    return d;
+}
+
 // Outputs of one test: rep 0 writes the files and keeps the raw bytes, rep 1 compares bits with rep 0.
 typedef struct {
     char kernel[96];
@@ -144,7 +170,8 @@ static float gelu_host(float x) {
     return 0.5f * x * (1.0f + tanhf(s * (x + 0.044715f * x * x * x)));
 }
 
-static void t_encoder(Ctx* c, const Shape* s) {
+// With `pos` (device, make_docs' positions) the _pos outputs: wpe rows by position in the document.
+static void t_encoder(Ctx* c, const Shape* s, int with_pos) {
     const DType dt = c->dt;
     const int B = s->B, T = s->T, C = s->C, N = B * T;
     // Half the positions draw from a handful of ids, so dwte rows collect many contributions.
@@ -159,21 +186,22 @@ static void t_encoder(Ctx* c, const Shape* s) {
     float* hwpe = hvals(c, 102, (size_t)T * C, -0.2f, 0.2f, dt);
     void* wte = dnew(c, hwte, (size_t)s->Vp * C, dt);
     void* wpe = dnew(c, hwpe, (size_t)T * C, dt);
+    const int* pos = with_pos ? ddocs(c, B, T, 0) : NULL;
     Outs o;
-    outs_begin(&o, s, "encoder_forward");
+    outs_begin(&o, s, with_pos ? "encoder_forward_pos" : "encoder_forward");
     void* outp = dpoisoned(c, (size_t)N * C * dtype_size(dt));
-    encoder_forward(c->be, dt, outp, dtok, NULL, wte, wpe, B, T, C);
+    encoder_forward(c->be, dt, outp, dtok, pos, wte, wpe, B, T, C);
     out(c, &o, 0, "out", outp, dt, (size_t)N * C);
     outs_end(&o);
 
     // Backward: wte/wpe now play the accumulated gradients' initial values.
     float* hdout = hvals(c, 103, (size_t)N * C, -1.0f, 1.0f, dt);
     void* dout = dnew(c, hdout, (size_t)N * C, dt);
-    outs_begin(&o, s, "encoder_backward");
+    outs_begin(&o, s, with_pos ? "encoder_backward_pos" : "encoder_backward");
     for (int rep = 0; rep < 2; rep++) {
         put(c, wte, hwte, (size_t)s->Vp * C, dt);
         put(c, wpe, hwpe, (size_t)T * C, dt);
-        encoder_backward(c->be, dt, wte, wpe, dout, dtok, NULL, B, T, C);
+        encoder_backward(c->be, dt, wte, wpe, dout, dtok, pos, B, T, C);
         out(c, &o, rep, "dwte", wte, dt, (size_t)s->Vp * C);
         out(c, &o, rep, "dwpe", wpe, dt, (size_t)T * C);
     }
@@ -338,8 +366,9 @@ static void t_qk_norm(Ctx* c, const Shape* s) {
     end_test(c);
 }
 
-// One direction of RoPE into a poisoned buffer, then in place (out aliasing inp), as the model runs it.
-static void rope_rows(Ctx* c, const Shape* s, int backward, const float* hx, const float* inv_freq) {
+// One direction of RoPE into a poisoned buffer, then in place (out aliasing inp), as the model runs it; with pos
+// (device) at the tokens' positions in their documents.
+static void rope_rows(Ctx* c, const Shape* s, int backward, const float* hx, const float* inv_freq, const int* pos) {
     const DType dt = c->dt;
     const int B = s->B, T = s->T, NH = s->NH, KV = shape_kv(s), D = s->C / s->NH;
     const size_t n = (size_t)B * T * (NH + 2 * KV) * D;
@@ -348,12 +377,15 @@ static void rope_rows(Ctx* c, const Shape* s, int backward, const float* hx, con
     void (*rope)(Backend*, DType, void*, const void*, const float*, const int*, int, int, int, int, int) =
         backward ? rope_backward : rope_forward;
     Outs o;
-    outs_begin(&o, s, backward ? "rope_backward" : "rope_forward");
-    rope(c->be, dt, y, x, inv_freq, NULL, B, T, NH, KV, D);
+    char name[64];
+    snprintf(name, sizeof name, "rope_%s%s", backward ? "backward" : "forward", pos ? "_pos" : "");
+    outs_begin(&o, s, name);
+    rope(c->be, dt, y, x, inv_freq, pos, B, T, NH, KV, D);
     out(c, &o, 0, backward ? "dinp" : "out", y, dt, n);
     outs_end(&o);
-    outs_begin(&o, s, backward ? "rope_backward_inplace" : "rope_forward_inplace");
-    rope(c->be, dt, x, x, inv_freq, NULL, B, T, NH, KV, D);
+    snprintf(name, sizeof name, "rope_%s_inplace%s", backward ? "backward" : "forward", pos ? "_pos" : "");
+    outs_begin(&o, s, name);
+    rope(c->be, dt, x, x, inv_freq, pos, B, T, NH, KV, D);
     out(c, &o, 0, backward ? "dinp" : "out", x, dt, n);
     outs_end(&o);
 }
@@ -366,8 +398,11 @@ static void t_rope(Ctx* c, const Shape* s) {
     float* inv_freq = (float*)dnew(c, hf, D / 2, DT_FP32);
     float* hx = hvals(c, 1321, n, -2.0f, 2.0f, c->dt);
     float* hdout = hvals(c, 1322, n, -1.0f, 1.0f, c->dt);
-    rope_rows(c, s, 0, hx, inv_freq);
-    rope_rows(c, s, 1, hdout, inv_freq);
+    rope_rows(c, s, 0, hx, inv_freq, NULL);
+    rope_rows(c, s, 1, hdout, inv_freq, NULL);
+    const int* pos = ddocs(c, s->B, s->T, 0);
+    rope_rows(c, s, 0, hx, inv_freq, pos);
+    rope_rows(c, s, 1, hdout, inv_freq, pos);
     free(hf), free(hx), free(hdout);
     end_test(c);
 }
@@ -467,8 +502,9 @@ typedef struct {
     int B, T, NH, KV, D;
 } AttShape;
 
-// Host attention in double: out (B,T,NH*D) rounded to dt and lse (B,NH,T), inputs for the backward.
-static void attention_host(const float* qkv, float* outh, float* lse, const AttShape* a, DType dt) {
+// Host attention in double: out (B,T,NH*D) rounded to dt and lse (B,NH,T), inputs for the backward; with doc
+// (host, make_docs') each query attends its document's keys only.
+static void attention_host(const float* qkv, float* outh, float* lse, const AttShape* a, DType dt, const int* doc) {
     const int T = a->T, D = a->D, NH = a->NH, R = a->NH / a->KV;
     const size_t ld = (size_t)(NH + 2 * a->KV) * D;
     const double scale = 1.0 / sqrt((double)D);
@@ -481,7 +517,8 @@ static void attention_host(const float* qkv, float* outh, float* lse, const AttS
                 const float* q = rows + i * ld + h * D;
                 const size_t koff = (size_t)(NH + h / R) * D, voff = koff + (size_t)a->KV * D;
                 double m = -INFINITY;
-                for (int j = 0; j <= i; j++) {
+                const int j0 = doc ? doc[(size_t)b * T + i] : 0;
+                for (int j = j0; j <= i; j++) {
                     double d = 0;
                     for (int e = 0; e < D; e++) d += (double)q[e] * rows[j * ld + koff + e];
                     sc[j] = d * scale;
@@ -489,7 +526,7 @@ static void attention_host(const float* qkv, float* outh, float* lse, const AttS
                 }
                 double sum = 0;
                 for (int e = 0; e < D; e++) acc[e] = 0;
-                for (int j = 0; j <= i; j++) {
+                for (int j = j0; j <= i; j++) {
                     const double p = exp(sc[j] - m);
                     sum += p;
                     for (int e = 0; e < D; e++) acc[e] += p * rows[j * ld + voff + e];
@@ -502,39 +539,49 @@ static void attention_host(const float* qkv, float* outh, float* lse, const AttS
     free(acc);
 }
 
-static void t_attention(Ctx* c, const AttShape* a) {
+// With `docs`, the _doc outputs: documents packed into the rows (make_docs).
+static void t_attention(Ctx* c, const AttShape* a, int docs) {
     const DType dt = c->dt;
     const int B = a->B, T = a->T, NH = a->NH, KV = a->KV, D = a->D, N = B * T;
+    int* hdoc = NULL;
+    int* doc = NULL;
+    if (docs) {
+        hdoc = (int*)xmalloc((size_t)N * sizeof(int));
+        int* hpos = (int*)xmalloc((size_t)N * sizeof(int));
+        make_docs(c, B, T, hdoc, hpos);
+        free(hpos);
+        doc = ddocs(c, B, T, 1);
+    }
     const size_t nq = (size_t)N * (NH + 2 * KV) * D, no = (size_t)N * NH * D, nl = (size_t)B * NH * T;
     float* hqkv = hvals(c, 501, nq, -1.5f, 1.5f, dt);
     void* qkv = dnew(c, hqkv, nq, dt);
     void* outp = dpoisoned(c, no * dtype_size(dt));
     float* lse = (float*)dpoisoned(c, nl * 4);
     Outs o;
-    outs_begin_named(&o, a->name, "attention_forward");
-    attention_forward(c->be, dt, outp, lse, qkv, NULL, B, T, NH, KV, D);
+    outs_begin_named(&o, a->name, docs ? "attention_forward_doc" : "attention_forward");
+    attention_forward(c->be, dt, outp, lse, qkv, doc, B, T, NH, KV, D);
     out(c, &o, 0, "out", outp, dt, no);
     out(c, &o, 0, "lse", lse, DT_FP32, nl);
     outs_end(&o);
 
     float* hout = (float*)xmalloc(no * sizeof(float));
     float* hlse = (float*)xmalloc(nl * sizeof(float));
-    attention_host(hqkv, hout, hlse, a, dt);
+    attention_host(hqkv, hout, hlse, a, dt, hdoc);
     put(c, outp, hout, no, dt);
     put(c, lse, hlse, nl, DT_FP32);
     float* hdout = hvals(c, 502, no, -1.0f, 1.0f, dt);
     void* dout = dnew(c, hdout, no, dt);
     void* dqkv = dalloc(c, nq * dtype_size(dt));
     float* scratch = (float*)dalloc(c, nl * 4);
-    outs_begin_named(&o, a->name, "attention_backward");
+    outs_begin_named(&o, a->name, docs ? "attention_backward_doc" : "attention_backward");
     for (int rep = 0; rep < 2; rep++) {
         poison(c, dqkv, nq * dtype_size(dt));
         poison(c, scratch, nl * 4);
-        attention_backward(c->be, dt, dqkv, scratch, dout, qkv, outp, lse, NULL, B, T, NH, KV, D);
+        attention_backward(c->be, dt, dqkv, scratch, dout, qkv, outp, lse, doc, B, T, NH, KV, D);
         out(c, &o, rep, "dqkv", dqkv, dt, nq);
     }
     outs_end(&o);
-    free(hqkv), free(hout), free(hlse), free(hdout);
+    free(hqkv), free(hout), free(hlse), free(hdout), free(hdoc);
     end_test(c);
 }
 
@@ -575,24 +622,26 @@ static void t_elementwise(Ctx* c, const Shape* s) {
     end_test(c);
 }
 
-static void t_classifier(Ctx* c, const Shape* s) {
+// With `ignore`, every third target is -1 (not a label) and the outputs are the _ignore ones.
+static void t_classifier(Ctx* c, const Shape* s, int ignore) {
     const DType dt = c->dt;
     const int N = s->cls_rows < s->B * s->T ? s->cls_rows : s->B * s->T, V = s->V, Vp = s->Vp;
     float* hl = hvals(c, 701, (size_t)N * Vp, -4.0f, 4.0f, dt);
     int* tg = (int*)xmalloc((size_t)N * sizeof(int));
     for (int i = 0; i < N; i++) tg[i] = (int)(mix64(((uint64_t)c->seed << 32) ^ (0x7a000u + (uint64_t)i)) % (uint64_t)V);
     tg[0] = V - 1;   // the last real column: the padded tail's neighbour
+    for (int i = 1; i < N; i += 3) tg[i] = ignore ? CLASSIFIER_IGNORE : tg[i];
     int* dtg = (int*)dalloc(c, (size_t)N * sizeof(int));
     be_upload(c->be, dtg, tg, (size_t)N * sizeof(int));
     void* logits = dnew(c, hl, (size_t)N * Vp, dt);
     float* losses = (float*)dpoisoned(c, (size_t)N * 4);
     Outs o;
-    outs_begin(&o, s, "classifier_loss_only");
+    outs_begin(&o, s, ignore ? "classifier_loss_only_ignore" : "classifier_loss_only");
     classifier_forward(c->be, dt, logits, losses, dtg, N, V, Vp, 1.0f / N, 0);
     out(c, &o, 0, "losses", losses, DT_FP32, N);
     out(c, &o, 0, "logits", logits, dt, (size_t)N * Vp);   // untouched
     outs_end(&o);
-    outs_begin(&o, s, "classifier_dlogits");
+    outs_begin(&o, s, ignore ? "classifier_dlogits_ignore" : "classifier_dlogits");
     poison(c, losses, (size_t)N * 4);
     classifier_forward(c->be, dt, logits, losses, dtg, N, V, Vp, 1.0f / N, 1);
     out(c, &o, 0, "losses", losses, DT_FP32, N);
@@ -604,7 +653,7 @@ static void t_classifier(Ctx* c, const Shape* s) {
 
 // The vocabulary-parallel kernels on the second of two tensor ranks' slices: v0 = Vp/2, Vl = Vp/2, so its
 // columns end in the padding (real < Vl) and half the tokens and targets are another rank's.
-static void t_encoder_vocab(Ctx* c, const Shape* s) {
+static void t_encoder_vocab(Ctx* c, const Shape* s, int with_pos) {
     const DType dt = c->dt;
     const int B = s->B, T = s->T, C = s->C, N = B * T, Vl = s->Vp / 2, v0 = s->Vp / 2;
     int* tok = (int*)xmalloc((size_t)N * sizeof(int));
@@ -618,21 +667,22 @@ static void t_encoder_vocab(Ctx* c, const Shape* s) {
     float* hwpe = hvals(c, 112, (size_t)T * C, -0.2f, 0.2f, dt);
     void* wte = dnew(c, hwte, (size_t)Vl * C, dt);
     void* wpe = dnew(c, hwpe, (size_t)T * C, dt);
+    const int* pos = with_pos ? ddocs(c, B, T, 0) : NULL;
     Outs o;
-    for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
-        outs_begin(&o, s, with_wpe ? "encoder_forward_vocab_wpe" : "encoder_forward_vocab");
+    for (int with_wpe = with_pos; with_wpe < 2; with_wpe++) {
+        outs_begin(&o, s, with_pos ? "encoder_forward_vocab_wpe_pos" : with_wpe ? "encoder_forward_vocab_wpe" : "encoder_forward_vocab");
         void* outp = dpoisoned(c, (size_t)N * C * dtype_size(dt));
-        encoder_forward_vocab(c->be, dt, outp, dtok, NULL, wte, with_wpe ? wpe : NULL, v0, Vl, B, T, C);
+        encoder_forward_vocab(c->be, dt, outp, dtok, pos, wte, with_wpe ? wpe : NULL, v0, Vl, B, T, C);
         out(c, &o, 0, "out", outp, dt, (size_t)N * C);
         outs_end(&o);
     }
     float* hdout = hvals(c, 113, (size_t)N * C, -1.0f, 1.0f, dt);
     void* dout = dnew(c, hdout, (size_t)N * C, dt);
-    outs_begin(&o, s, "encoder_backward_vocab");
+    outs_begin(&o, s, with_pos ? "encoder_backward_vocab_pos" : "encoder_backward_vocab");
     for (int rep = 0; rep < 2; rep++) {
         put(c, wte, hwte, (size_t)Vl * C, dt);
         put(c, wpe, hwpe, (size_t)T * C, dt);
-        encoder_backward_vocab(c->be, dt, wte, wpe, dout, dtok, NULL, v0, Vl, B, T, C);
+        encoder_backward_vocab(c->be, dt, wte, wpe, dout, dtok, pos, v0, Vl, B, T, C);
         out(c, &o, rep, "dwte", wte, dt, (size_t)Vl * C);
         out(c, &o, rep, "dwpe", wpe, dt, (size_t)T * C);
     }
@@ -641,7 +691,8 @@ static void t_encoder_vocab(Ctx* c, const Shape* s) {
     end_test(c);
 }
 
-static void t_classifier_vocab(Ctx* c, const Shape* s) {
+// With `ignore`, every third target is -1, and the outputs are the _ignore ones.
+static void t_classifier_vocab(Ctx* c, const Shape* s, int ignore) {
     const DType dt = c->dt;
     const int N = s->cls_rows < s->B * s->T ? s->cls_rows : s->B * s->T, Vl = s->Vp / 2, v0 = s->Vp / 2;
     const int real = s->V - v0, ranks = 2;
@@ -649,12 +700,16 @@ static void t_classifier_vocab(Ctx* c, const Shape* s) {
     int* tg = (int*)xmalloc((size_t)N * sizeof(int));
     for (int i = 0; i < N; i++) tg[i] = (int)(mix64(((uint64_t)c->seed << 32) ^ (0x7b000u + (uint64_t)i)) % (uint64_t)s->V);
     tg[0] = s->V - 1;
+    for (int i = 1; i < N; i += 3) tg[i] = ignore ? CLASSIFIER_IGNORE : tg[i];
+    const char* sfx = ignore ? "_ignore" : "";
+    char name[64];
     int* dtg = (int*)dalloc(c, (size_t)N * sizeof(int));
     be_upload(c->be, dtg, tg, (size_t)N * sizeof(int));
     void* logits = dnew(c, hl, (size_t)N * Vl, dt);
     float* rowmax = (float*)dpoisoned(c, (size_t)N * 4);
     Outs o;
-    outs_begin(&o, s, "classifier_vocab_max");
+    snprintf(name, sizeof name, "classifier_vocab_max%s", sfx);
+    outs_begin(&o, s, name);
     classifier_vocab_max(c->be, dt, rowmax, logits, N, real, Vl);
     out(c, &o, 0, "rowmax", rowmax, DT_FP32, N);
     outs_end(&o);
@@ -662,7 +717,8 @@ static void t_classifier_vocab(Ctx* c, const Shape* s) {
     float* hmax = hvals(c, 712, (size_t)N, 4.0f, 4.5f, DT_FP32);
     float* gmax = (float*)dnew(c, hmax, (size_t)N, DT_FP32);
     float* stats = (float*)dpoisoned(c, (size_t)3 * N * 4);
-    outs_begin(&o, s, "classifier_vocab_sums");
+    snprintf(name, sizeof name, "classifier_vocab_sums%s", sfx);
+    outs_begin(&o, s, name);
     classifier_vocab_sums(c->be, dt, stats, logits, gmax, dtg, v0, N, real, Vl);
     out(c, &o, 0, "sum", stats, DT_FP32, N);                       // hi; lo differs (0 on the GPU) and is tiny
     out(c, &o, 0, "target", stats + (size_t)2 * N, DT_FP32, N);
@@ -677,12 +733,14 @@ static void t_classifier_vocab(Ctx* c, const Shape* s) {
     }
     float* all = (float*)dnew(c, hall, (size_t)ranks * 3 * N, DT_FP32);
     float* losses = (float*)dpoisoned(c, (size_t)N * 4);
-    outs_begin(&o, s, "classifier_vocab_finish_loss_only");
+    snprintf(name, sizeof name, "classifier_vocab_finish_loss_only%s", sfx);
+    outs_begin(&o, s, name);
     classifier_vocab_finish(c->be, dt, logits, losses, gmax, all, ranks, dtg, v0, N, real, Vl, 1.0f / N, 0);
     out(c, &o, 0, "losses", losses, DT_FP32, N);
     out(c, &o, 0, "logits", logits, dt, (size_t)N * Vl);   // untouched
     outs_end(&o);
-    outs_begin(&o, s, "classifier_vocab_finish_dlogits");
+    snprintf(name, sizeof name, "classifier_vocab_finish_dlogits%s", sfx);
+    outs_begin(&o, s, name);
     poison(c, losses, (size_t)N * 4);
     classifier_vocab_finish(c->be, dt, logits, losses, gmax, all, ranks, dtg, v0, N, real, Vl, 1.0f / N, 1);
     out(c, &o, 0, "losses", losses, DT_FP32, N);
@@ -954,6 +1012,17 @@ static void bench_attention_gqa(Ctx* c, int B, const float* pat, size_t npat) {
         snprintf(name[1], sizeof(name[1]), "attention_backward h%dkv%dd%d", NH, KV, D);
         BENCH(name[0], 20, attention_forward(c->be, dt, att, lse, qkv, NULL, B, T, NH, KV, D));
         BENCH(name[1], 20, attention_backward(c->be, dt, dqkv, scr, datt, qkv, att, lse, NULL, B, T, NH, KV, D));
+        if (KV == NH) continue;
+        // Four documents of 256 tokens a row: the masked tiles skipped, against the causal rows above.
+        int* hdoc = (int*)xmalloc((size_t)N * sizeof(int));
+        for (int i = 0; i < N; i++) hdoc[i] = (i % T) / 256 * 256;
+        int* doc = (int*)dalloc(c, (size_t)N * sizeof(int));
+        be_upload(c->be, doc, hdoc, (size_t)N * sizeof(int));
+        free(hdoc);
+        snprintf(name[0], sizeof(name[0]), "attention_forward h%dkv%dd%d 4 docs a row", NH, KV, D);
+        snprintf(name[1], sizeof(name[1]), "attention_backward h%dkv%dd%d 4 docs a row", NH, KV, D);
+        BENCH(name[0], 20, attention_forward(c->be, dt, att, lse, qkv, doc, B, T, NH, KV, D));
+        BENCH(name[1], 20, attention_backward(c->be, dt, dqkv, scr, datt, qkv, att, lse, doc, B, T, NH, KV, D));
     }
 }
 
@@ -1086,12 +1155,14 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
         const Shape* s = &shapes[i];
         if (only && !strstr(only, s->name)) continue;
-        t_encoder(&c, s);
+        t_encoder(&c, s, 0);
+        t_encoder(&c, s, 1);
         t_layernorm(&c, s);
         for (int k = 0; k < 3; k++) t_matmul_forward(&c, s, k);
         for (int k = 0; k < 3; k++) t_matmul_backward(&c, s, k);
         const AttShape mha = {s->name, s->B, s->T, s->NH, s->NH, s->C / s->NH};
-        t_attention(&c, &mha);
+        t_attention(&c, &mha, 0);
+        t_attention(&c, &mha, 1);
         t_elementwise(&c, s);
         t_rmsnorm(&c, s, s->C, "rmsnorm_forward", "rmsnorm_backward");
         t_rmsnorm(&c, s, s->C + 3, "rmsnorm_forward_tail", "rmsnorm_backward_tail");
@@ -1099,9 +1170,11 @@ int main(int argc, char** argv) {
         t_rope(&c, s);
         t_swiglu(&c, s, 2 * s->C, "swiglu_forward", "swiglu_backward");
         t_swiglu(&c, s, 2 * s->C + 3, "swiglu_forward_tail", "swiglu_backward_tail");
-        t_classifier(&c, s);
-        t_encoder_vocab(&c, s);
-        t_classifier_vocab(&c, s);
+        for (int k = 0; k < 2; k++) {
+            t_classifier(&c, s, k);
+            t_encoder_vocab(&c, s, k);
+            t_classifier_vocab(&c, s, k);
+        }
         t_adamw(&c, s);
         t_sum_squares(&c, s);
         t_adamw_spans(&c, s);
@@ -1129,8 +1202,17 @@ int main(int argc, char** argv) {
                             {"mqa4x1d32", 2, 45, 4, 1, 32}};
     for (size_t i = 0; i < sizeof(gqa) / sizeof(gqa[0]); i++) {
         if (only && !strstr(only, gqa[i].name)) continue;
-        t_attention(&c, &gqa[i]);
+        t_attention(&c, &gqa[i], 0);
+        t_attention(&c, &gqa[i], 1);
         fprintf(stderr, "kernel_check: shape %s done\n", gqa[i].name);
+    }
+    // Documents over more tiles than the shapes above have: whole key tiles before a block's documents and
+    // query tiles after a key block's are skipped (T = 200: four 64-row tiles).
+    const AttShape docs[] = {{"docs4x2d64", 2, 200, 4, 2, 64}};
+    for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
+        if (only && !strstr(only, docs[i].name)) continue;
+        t_attention(&c, &docs[i], 1);
+        fprintf(stderr, "kernel_check: shape %s done\n", docs[i].name);
     }
     xfclose(c.index, path);
     const char* b = getenv("KERNEL_CHECK_BENCH");
