@@ -75,8 +75,8 @@ typedef struct {
     int nonfinite_run;      // non-finite steps in a row (the -nf limit)
     int max_steps;
     int val_batches;
-    int* inputs;            // (B*T) host
-    int* targets;           // (B*T) host
+    long long val_trained;  // labels in the validation batches (their B*T each without masks)
+    Batch batch;            // (B*T) host ints each; pos and doc only when the data has documents
 } Trainer;
 
 static long long tokens_per_step(const Trainer* tr) {
@@ -100,6 +100,7 @@ static void create_chunks(Trainer* tr) {
         model_create(&tr->model[c], tr->be, &tr->mem, &tr->chunk_layout[c], zero_param_store(tr->zero), g->tp_group,
                    g->kv_copies, cfg->sequence_parallel, cfg->precision, cfg->B, cfg->T, cfg->recompute, tr->plan.sets[g->stage][c],
                    tr->plan.stash[g->stage], cfg->grad_accum);
+        if (tr->train && dataloader_has_documents(tr->train)) model_use_documents(&tr->model[c], tr->be, &tr->mem);
     }
 }
 
@@ -205,19 +206,50 @@ static void load_or_init_model(Trainer* tr) {
     free(flat);
 }
 
+// -docmask 1: the token that starts a document in plain shards, the tokenizer's (GPT-2's without a file).
+static int document_token(const Trainer* tr, int V) {
+    if (!tr->cfg.docmask) return -1;
+    int token = tokenizer_eot_or_gpt2(tr->tokenizer, V);
+    if (!tr->tokenizer && V <= GPT2_EOT)
+        fail("-docmask 1: no tokenizer file beside the shards (%s) names a document-start token, and the model's %d tokens "
+             "do not reach GPT-2's %d (give the tokenizer with -tk)", tr->tokenizer_path, V, GPT2_EOT);
+    if (token >= V)
+        fail("-docmask 1: the tokenizer's document-start token %d is outside the model's vocabulary of %d", token, V);
+    return token;
+}
+
+// The validation split is read as the training split is: both document datasets, or both plain.
+static void open_val(Trainer* tr, const ModelShape* shape, const DataOptions* opt) {
+    Config* cfg = &tr->cfg;
+    const Grid* g = &tr->grid;
+    tr->val = dataloader_open_documents(cfg->val_pattern, cfg->B, cfg->T, g->dp_rank, g->dp, 0, cfg->seed, shape->V, opt);
+    if (dataloader_has_masks(tr->val) != dataloader_has_masks(tr->train))
+        fail("-j %s %s .mask files beside its shards and -i %s %s: both splits must be document datasets, or neither",
+             cfg->val_pattern, dataloader_has_masks(tr->val) ? "has" : "has no", cfg->train_pattern,
+             dataloader_has_masks(tr->train) ? "does" : "does not");
+    long long w = dataloader_windows_per_epoch(tr->val);
+    tr->val_batches = cfg->val_batches < w ? cfg->val_batches : (int)w;
+    for (int i = 0; i < tr->val_batches; i++) tr->val_trained += dataloader_window_trained(tr->val, i);
+    if (tr->val_trained == 0)
+        fail("-j %s: its first %d validation batch%s hold no trained token (no label to score)", cfg->val_pattern,
+             tr->val_batches, tr->val_batches > 1 ? "es" : "");
+}
+
 static void open_data(Trainer* tr, const ModelShape* shape) {
     Config* cfg = &tr->cfg;
     const Grid* g = &tr->grid;   // every stage of a replica reads that replica's windows
-    int N = cfg->B * cfg->T;
-    tr->inputs = (int*)xmalloc((size_t)N * sizeof(int));
-    tr->targets = (int*)xmalloc((size_t)N * sizeof(int));
+    size_t N = (size_t)cfg->B * cfg->T;
+    tr->batch.tokens = (int*)xmalloc(N * sizeof(int));
+    tr->batch.targets = (int*)xmalloc(N * sizeof(int));
     if (cfg->prompt) return;   // generation reads no data and takes no step
-    tr->train = dataloader_open(cfg->train_pattern, cfg->B, cfg->T, g->dp_rank, g->dp, cfg->shuffle, cfg->seed, shape->V);
-    if (cfg->val_pattern && cfg->val_pattern[0] && cfg->val_every > 0) {
-        tr->val = dataloader_open(cfg->val_pattern, cfg->B, cfg->T, g->dp_rank, g->dp, 0, cfg->seed, shape->V);
-        long long w = dataloader_windows_per_epoch(tr->val);
-        tr->val_batches = cfg->val_batches < w ? cfg->val_batches : (int)w;
+    DataOptions opt = {cfg->pack, cfg->long_docs == LONG_TRUNCATE, document_token(tr, shape->V)};
+    tr->train = dataloader_open_documents(cfg->train_pattern, cfg->B, cfg->T, g->dp_rank, g->dp, cfg->shuffle, cfg->seed,
+                                          shape->V, &opt);
+    if (dataloader_has_documents(tr->train)) {
+        tr->batch.pos = (int*)xmalloc(N * sizeof(int));
+        tr->batch.doc = (int*)xmalloc(N * sizeof(int));
     }
+    if (cfg->val_pattern && cfg->val_pattern[0] && cfg->val_every > 0) open_val(tr, shape, &opt);
     if (cfg->hellaswag) {   // a bad file is an error now, not at the first evaluation
         tr->hellaswag = (EvalFile*)xmalloc(sizeof(EvalFile));
         hellaswag_open(tr->hellaswag, cfg->hellaswag, shape->V, cfg->T);
@@ -242,6 +274,22 @@ static const char* delay_text(const Config* cfg, char* buf, size_t size) {
     return buf;
 }
 
+// A packed split's counts (-pack 1): its documents, those longer than -t, the rows and windows they make.
+static void print_packing(const char* split, const DataLoader* dl, const Config* cfg) {
+    if (!dl || !dataloader_is_packed(dl)) return;
+    PackStats p = dataloader_pack_stats(dl);
+    if (p.long_docs && cfg->long_docs == LONG_TRUNCATE)
+        printf("%s: %lld of %lld documents longer than -t %d cut to their first %d tokens (-long drop leaves them out)\n", split,
+               p.long_docs, p.docs, cfg->T, cfg->T);
+    else if (p.long_docs)
+        printf("%s: %lld of %lld documents longer than -t %d left out (-long truncate keeps their first %d tokens)\n", split,
+               p.long_docs, p.docs, cfg->T, cfg->T);
+    printf("%s: %lld documents packed into %lld rows of -t %d (%.1f%% tokens, the rest padding): %lld windows of -b %d rows%s",
+           split, p.docs - (cfg->long_docs == LONG_TRUNCATE ? 0 : p.long_docs), p.rows, cfg->T,
+           100.0 * (double)p.used / ((double)p.rows * cfg->T), p.rows / cfg->B, cfg->B, p.rows_left ? "" : "\n");
+    if (p.rows_left) printf(", %lld row%s left over unused\n", p.rows_left, p.rows_left > 1 ? "s" : "");
+}
+
 static void print_setup(Trainer* tr, CommKind comm) {
     const Config* cfg = &tr->cfg;
     const ModelShape* s = &tr->layout->shape;
@@ -258,6 +306,8 @@ static void print_setup(Trainer* tr, CommKind comm) {
     if (!cfg->prompt)
         printf("optimizer: AdamW beta1 %g, beta2 %g, eps %g, weight decay %g on 2-D tensors | gradient clip %g\n", cfg->adam_beta1,
                cfg->adam_beta2, cfg->adam_eps, cfg->weight_decay, cfg->grad_clip);
+    print_packing("data", tr->train, cfg);
+    print_packing("validation data", tr->val, cfg);
     if (tr->val && tr->val_batches < cfg->val_batches)
         printf("validation: %d batch%s per evaluation, all that %s holds (-m %d)\n", tr->val_batches,
                tr->val_batches > 1 ? "es" : "", cfg->val_pattern, cfg->val_batches);
@@ -307,8 +357,8 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     CommKind comm = comm_select(tr->world, cfg->comm);   // before any group is split
     grid_create(&tr->grid, tr->world, cfg->pipeline_stages, cfg->tensor_parallel, shape.tied, shape_kv_copies(&shape, cfg->tensor_parallel));
     comm_watchdog_phase(tr->world, 1, "start-up: data and tokenizer");
+    open_tokenizer(tr, &shape);   // first: -docmask's document-start token is the tokenizer's
     open_data(tr, &shape);
-    open_tokenizer(tr, &shape);
 
     const Grid* g = &tr->grid;
     tr->layout = (ParamLayout*)xmalloc(sizeof(ParamLayout));
@@ -352,8 +402,10 @@ static void trainer_teardown(Trainer* tr) {
     grid_destroy(&tr->grid);
     backend_destroy(tr->be);
     free(tr->layout);
-    free(tr->inputs);
-    free(tr->targets);
+    free(tr->batch.tokens);
+    free(tr->batch.targets);
+    free(tr->batch.pos);
+    free(tr->batch.doc);
     comm_finalize(tr->world);
 }
 
@@ -375,12 +427,15 @@ static int validate(Trainer* tr, int step) {
             if (is_root(tr)) printf("step %d | validation stopped by a signal after %d of %d rounds: no val loss\n", step, i, rounds);
             return 0;
         }
-        dataloader_batch(tr->val, i, 1, 0, tr->inputs, tr->targets);
-        double loss = pipeline_forward(&tr->pipe, tr->model, tr->be, tr->inputs, tr->targets);
+        Batch* b = &tr->batch;
+        dataloader_read(tr->val, i, 1, 0, b);
+        int docs = dataloader_has_documents(tr->val);
+        MicroBatch mb = {b->tokens, b->targets, docs ? b->pos : NULL, docs ? b->doc : NULL};
+        double loss = pipeline_forward(&tr->pipe, tr->model, tr->be, &mb);
         if (i * g->dp + g->dp_rank < tr->val_batches && g->tp_rank == 0) sum += loss;   // a tensor group's losses are one
     }
     comm_allreduce_host_sum(tr->world, &sum, 1);
-    double val_loss = sum / ((double)tr->val_batches * tr->cfg.B * tr->cfg.T);
+    double val_loss = sum / (double)tr->val_trained;
     if (is_root(tr)) printf("step %d | val loss %.6f\n", step, val_loss);
     logger_line(&tr->log, "{\"step\": %d, \"val_loss\": %.9g}", step, val_loss);
     return 1;
@@ -390,7 +445,7 @@ static int validate(Trainer* tr, int step) {
 // 0 when a stop signal ended it (nothing logged), like validate.
 static int hellaswag(Trainer* tr, int step) {
     const Config* cfg = &tr->cfg;
-    EvalRunner run = {&tr->pipe, tr->model, tr->be, &tr->grid, tr->inputs, tr->targets, cfg->B, cfg->T, stop_signal_seen};
+    EvalRunner run = {&tr->pipe, tr->model, tr->be, &tr->grid, tr->batch.tokens, tr->batch.targets, cfg->B, cfg->T, stop_signal_seen};
     EvalScore s;
     if (!hellaswag_evaluate(&run, tr->hellaswag, &s)) {
         if (is_root(tr)) printf("step %d | hellaswag stopped by a signal: no accuracy\n", step);
@@ -414,7 +469,7 @@ static int evaluate(Trainer* tr, int step) {
 // buffer and tokenizer, the stop signals, and -temp, -topk and -seed.
 static Generator generator_of(Trainer* tr) {
     const Config* cfg = &tr->cfg;
-    return (Generator){&tr->pipe, tr->model, tr->be, tr->world, tr->inputs, cfg->B, cfg->T, tr->tokenizer, stop_signal_seen,
+    return (Generator){&tr->pipe, tr->model, tr->be, tr->world, tr->batch.tokens, cfg->B, cfg->T, tr->tokenizer, stop_signal_seen,
                        {cfg->temperature, cfg->top_k}, cfg->seed};
 }
 
@@ -476,6 +531,7 @@ static void dump_step0(Trainer* tr, const float* logits, double loss) {
 
 typedef struct {
     double loss, grad_norm;   // grad_norm: of the unscaled gradients
+    long long trained;        // labels in the step, over every micro-step and replica
     float lr;
     float loss_scale;         // the scale this step used
     int skipped;              // non-finite loss or gradients: no update on any rank
@@ -504,41 +560,45 @@ static void update(Trainer* tr, int step, const StepResult* r, PhaseTimer* pt) {
     const Config* cfg = &tr->cfg;
     phase_mark(pt, tr->be, PHASE_OPTIMIZER);   // the norm
     int landed = land_delayed_update(tr);
+    int skip = r->skipped || r->trained == 0;   // nothing to learn from: AdamW's moments and decay stay put too
     phase_mark(pt, tr->be, PHASE_UPDATE_WAIT);
     if (landed) pt->overlapped = delayed_update_seconds(tr->delayed);
     OptimizerStep o = {r->lr, cfg->adam_beta1, cfg->adam_beta2, cfg->adam_eps, cfg->weight_decay, step, cfg->seed};
     float grad_scale = grad_clip_scale(r->grad_norm, cfg->grad_clip) / r->loss_scale;
     take_disk_times(tr, pt);
-    if (!r->skipped && tr->delayed && step >= cfg->delay_from) {
+    if (!skip && tr->delayed && step >= cfg->delay_from) {
         if (landed) zero_after_update(tr->zero, tr->be);
         delayed_update_start(tr->delayed, tr->be, &o, grad_scale);
         return;
     }
-    if (!r->skipped) optimizer_step(&tr->model_states, tr->be, &o, grad_scale);
+    if (!skip) optimizer_step(&tr->model_states, tr->be, &o, grad_scale);
     take_disk_times(tr, pt);
-    if (landed || !r->skipped) zero_after_update(tr->zero, tr->be);
+    if (landed || !skip) zero_after_update(tr->zero, tr->be);
 }
 
 static StepResult train_step(Trainer* tr, int step) {
     Config* cfg = &tr->cfg;
     Model* g = head_chunk(tr);
     int dump = cfg->dump_dir && step == 0;
-    double tokens = (double)tokens_per_step(tr);
     int dumps_logits = dump && model_has_head(g) && tr->grid.dp_rank == 0;
     float* logits = dumps_logits ? (float*)xmalloc((size_t)cfg->B * cfg->T * g->shape.V * sizeof(float)) : NULL;
-    // Every token of the global batch enters with weight 1/tokens: the summed gradient is that of the mean
-    // loss (times the loss scale, which the optimizer divides back out).
-    float dloss = (float)(tr->scaler.scale / tokens);
-    StepResult r = {.lr = config_lr_at(cfg, step, tr->max_steps), .loss_scale = tr->scaler.scale, .phases = {.last = now_seconds()}};
+    // Every label of the global step (every token without masks) enters with weight 1/labels: the summed
+    // gradient is that of the mean loss over them (times the loss scale, which the optimizer divides back out).
+    // Each rank counts every rank's labels from the data order. A step without labels has no gradient.
+    long long trained = dataloader_step_trained(tr->train, step, cfg->grad_accum);
+    double tokens = (double)trained;
+    float dloss = trained ? (float)(tr->scaler.scale / tokens) : 0.0f;
+    StepResult r = {.lr = config_lr_at(cfg, step, tr->max_steps), .loss_scale = tr->scaler.scale, .trained = trained,
+                    .phases = {.last = now_seconds()}};
     PhaseTimer* pt = &r.phases;
     pt->on = cfg->breakdown_every > 0 && (step + 1) % cfg->breakdown_every == 0;
     comm_watchdog_phase(tr->world, 0, "step %d: forward and backward", step);
     zero_begin_step(tr->zero, tr->be);
-    r.loss = pipeline_train_step(&tr->pipe, tr->model, tr->be, tr->train, step, tr->inputs, tr->targets, dloss, logits, pt);
+    r.loss = pipeline_train_step(&tr->pipe, tr->model, tr->be, tr->train, step, &tr->batch, dloss, logits, pt);
     if (tr->grid.tp_rank > 0) r.loss = 0.0;            // its tensor group's rank 0 holds the same losses
     comm_watchdog_phase(tr->world, 0, "step %d: loss", step);
     comm_allreduce_host_sum(tr->world, &r.loss, 1);   // the last stage of each replica holds its losses
-    r.loss /= tokens;
+    r.loss = trained ? r.loss / tokens : NAN;
     comm_watchdog_phase(tr->world, 0, "step %d: gradient reduction", step);
     zero_reduce_grads(tr->zero, tr->be);
     pt->host_copies = zero_host_copy_seconds(tr->zero);   // read every step, so it covers this step only
@@ -548,8 +608,8 @@ static StepResult train_step(Trainer* tr, int step) {
     comm_watchdog_phase(tr->world, 0, "step %d: gradient norm", step);
     r.grad_norm = grad_global_norm(&tr->model_states, tr->be, tr->grid.tp_group, tr->grid.pp_group) / r.loss_scale;
     // The loss and the norm are all-reduced, so every rank reaches the same verdict.
-    r.skipped = !isfinite(r.loss) || !isfinite(r.grad_norm);
-    loss_scaler_update(&tr->scaler, r.skipped);
+    r.skipped = trained && (!isfinite(r.loss) || !isfinite(r.grad_norm));
+    if (trained) loss_scaler_update(&tr->scaler, r.skipped);
     comm_watchdog_phase(tr->world, 0, "step %d: update", step);
     update(tr, step, &r, pt);
     be_synchronize(tr->be);
@@ -568,17 +628,24 @@ static void report_step(Trainer* tr, int step, const StepResult* r, double secon
     double peak = gpu_peak_flops(tr->be) * tr->ranks;
     double mfu = peak > 0.0 ? tok_s * model_flops_per_token(tr->layout, tr->cfg.T) / peak : 0.0;
     double peak_mib = (double)be_peak_bytes(tr->be) / (1 << 20);
-    char mfu_text[32] = "", extra[96] = "";
+    char mfu_text[32] = "", extra[192] = "", trained_text[48] = "";
     if (peak > 0.0) snprintf(mfu_text, sizeof(mfu_text), " | mfu %.1f%%", 100.0 * mfu);
     if (tr->scaler.dynamic) snprintf(extra, sizeof(extra), ", \"loss_scale\": %.9g", r->loss_scale);
+    if (dataloader_has_masks(tr->train)) {   // a document dataset: only its labels train
+        size_t n = strlen(extra);
+        snprintf(extra + n, sizeof(extra) - n, ", \"trained\": %lld, \"trained_tok_s\": %.1f", r->trained, r->trained / seconds);
+        snprintf(trained_text, sizeof(trained_text), ", %.0f trained tok/s", r->trained / seconds);
+    }
+    if (!r->trained)
+        printf("step %5d/%d | no trained token in this step's documents: no update on any rank\n", step, tr->max_steps);
     if (r->skipped) {
         size_t n = strlen(extra);
         snprintf(extra + n, sizeof(extra) - n, ", \"skipped\": 1");
         printf("step %5d/%d | non-finite loss or gradients (loss %g, norm %g): update skipped on every rank\n", step,
                tr->max_steps, r->loss, r->grad_norm);
     }
-    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s | mem %.0f MiB | eta %.0fs\n", step,
-           tr->max_steps, r->loss, r->lr, r->grad_norm, seconds * 1e3, tok_s, mfu_text, peak_mib, eta);
+    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s%s | mem %.0f MiB | eta %.0fs\n", step,
+           tr->max_steps, r->loss, r->lr, r->grad_norm, seconds * 1e3, tok_s, trained_text, mfu_text, peak_mib, eta);
     flush_stdout();
     char loss[32], norm[32];
     logger_line(&tr->log,

@@ -10,7 +10,8 @@
 
 // Element offsets into qkv (B,T,(NH+2KV)D) of query head h's q and kv head kh's k and v at row (b,t), and
 // into out (B,T,NH*D). Query head h reads kv head h / R.
-typedef struct { int T, NH, KV, R, D; size_t ld; float scale; } AttnShape;
+// doc (B,T) or NULL (kernels.h).
+typedef struct { int T, NH, KV, R, D; size_t ld; float scale; const int* doc; } AttnShape;
 static inline size_t row_of(const AttnShape* s, int b, int t) { return (size_t)b * s->T + t; }
 static inline size_t q_at(const AttnShape* s, int b, int t, int h) { return row_of(s, b, t) * s->ld + (size_t)h * s->D; }
 static inline size_t k_at(const AttnShape* s, int b, int t, int kh) {
@@ -29,27 +30,38 @@ static float dot(const void* x, size_t ox, const void* y, size_t oy, int n, DTyp
     return s;
 }
 
-static AttnShape attn_shape(int T, int NH, int KV, int D) {
+static AttnShape attn_shape(const int* doc, int B, int T, int NH, int KV, int D) {
     if (NH <= 0 || KV <= 0 || NH % KV) fail("attention: NH=%d query heads do not share KV=%d kv heads evenly", NH, KV);
     if (D <= 0) fail("attention: head size %d", D);
-    AttnShape s = {T, NH, KV, NH / KV, D, (size_t)(NH + 2 * KV) * D, 1.0f / sqrtf((float)D)};
+    cpu_check_doc(doc, B, T, "attention");
+    AttnShape s = {T, NH, KV, NH / KV, D, (size_t)(NH + 2 * KV) * D, 1.0f / sqrtf((float)D), doc};
     return s;
+}
+
+// The first key query (b,t) attends; the end (one past the last query) of the document of key (b,j).
+static inline int doc_first(const AttnShape* s, int b, int t) { return s->doc ? s->doc[row_of(s, b, t)] : 0; }
+static inline int doc_end(const AttnShape* s, int b, int j) {
+    if (!s->doc) return s->T;
+    const int first = s->doc[row_of(s, b, j)];
+    int end = j + 1;
+    while (end < s->T && s->doc[row_of(s, b, end)] == first) end++;
+    return end;
 }
 
 // One query row: scores into `row` (t+1 floats), acc (D floats) for the output.
 static void attn_forward_row(const AttnShape* s, DType dt, void* out, float* lse, const void* qkv,
                              int b, int h, int t, float* row, float* acc) {
     size_t qo = q_at(s, b, t, h);
-    int kh = h / s->R;
+    int kh = h / s->R, j0 = doc_first(s, b, t);
     float mx = -INFINITY;
-    for (int j = 0; j <= t; j++) {
+    for (int j = j0; j <= t; j++) {
         row[j] = dot(qkv, qo, qkv, k_at(s, b, j, kh), s->D, dt) * s->scale;
         mx = fmaxf(mx, row[j]);
     }
     float sum = 0.0f;
-    for (int j = 0; j <= t; j++) sum += (row[j] = expf(row[j] - mx));
+    for (int j = j0; j <= t; j++) sum += (row[j] = expf(row[j] - mx));
     memset(acc, 0, sizeof(float) * s->D);
-    for (int j = 0; j <= t; j++) {
+    for (int j = j0; j <= t; j++) {
         float p = row[j] / sum;
         size_t vo = v_at(s, b, j, kh);
         for (int i = 0; i < s->D; i++) acc[i] += p * ld(qkv, vo + i, dt);
@@ -59,10 +71,10 @@ static void attn_forward_row(const AttnShape* s, DType dt, void* out, float* lse
     lse[((size_t)b * s->NH + h) * s->T + t] = mx + logf(sum);
 }
 
-void attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int NH, int KV,
-                       int D) {
-    BACKEND_ENTRY(be, out, lse, qkv);
-    AttnShape s = attn_shape(T, NH, KV, D);
+void attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, const int* doc, int B, int T,
+                       int NH, int KV, int D) {
+    BACKEND_ENTRY(be, out, lse, qkv, doc);
+    AttnShape s = attn_shape(doc, B, T, NH, KV, D);
     int per_thread = T + D;   // one score row + one output accumulator
     float* buf = xmalloc(sizeof(float) * per_thread * cpu_max_threads());
 #pragma omp parallel for schedule(dynamic, 8)
@@ -87,11 +99,11 @@ static void attn_p_ds(const AttnBwd* a, int b, int h, int i, int j, float* p, fl
     *ds = *p * (dp - a->D[row]);
 }
 
-// dq_i = scale * sum_{j<=i} ds_ij k_j.
+// dq_i = scale * sum_{doc_i<=j<=i} ds_ij k_j.
 static void attn_dq_row(const AttnBwd* a, void* dqkv, int b, int h, int i, float* acc) {
     const AttnShape* s = a->s;
     memset(acc, 0, sizeof(float) * s->D);
-    for (int j = 0; j <= i; j++) {
+    for (int j = doc_first(s, b, i); j <= i; j++) {
         float p, ds;
         attn_p_ds(a, b, h, i, j, &p, &ds);
         size_t ko = k_at(s, b, j, h / s->R);
@@ -101,14 +113,15 @@ static void attn_dq_row(const AttnBwd* a, void* dqkv, int b, int h, int i, float
     for (int c = 0; c < s->D; c++) st(dqkv, qo + c, acc[c] * s->scale, a->dt);
 }
 
-// dk_j = scale * sum_h sum_{i>=j} ds_ij q_i,  dv_j = sum_h sum_{i>=j} p_ij dout_i over the query heads h of
-// kv head kh, in increasing h, into one accumulator each.
+// dk_j = scale * sum_h sum_{j<=i<end_j} ds_ij q_i,  dv_j = sum_h sum_{j<=i<end_j} p_ij dout_i over the query
+// heads h of kv head kh, in increasing h, into one accumulator each; end_j is the end of j's document.
 static void attn_dkv_row(const AttnBwd* a, void* dqkv, int b, int kh, int j, float* acck, float* accv) {
     const AttnShape* s = a->s;
+    const int end = doc_end(s, b, j);
     memset(acck, 0, sizeof(float) * s->D);
     memset(accv, 0, sizeof(float) * s->D);
     for (int h = kh * s->R; h < (kh + 1) * s->R; h++)
-        for (int i = j; i < s->T; i++) {
+        for (int i = j; i < end; i++) {
             float p, ds;
             attn_p_ds(a, b, h, i, j, &p, &ds);
             size_t qo = q_at(s, b, i, h), oo = o_at(s, b, i, h);
@@ -127,9 +140,9 @@ static void attn_dkv_row(const AttnBwd* a, void* dqkv, int b, int kh, int j, flo
 // Every output row (dq_i, or dk_j with dv_j) is summed by one thread in a fixed order, so the bits do not
 // depend on the thread count; the price is computing each score twice.
 void attention_backward(Backend* be, DType dt, void* dqkv, float* scratch, const void* dout, const void* qkv,
-                        const void* out, const float* lse, int B, int T, int NH, int KV, int D) {
-    BACKEND_ENTRY(be, dqkv, scratch, dout, qkv, out, lse);
-    AttnShape s = attn_shape(T, NH, KV, D);
+                        const void* out, const float* lse, const int* doc, int B, int T, int NH, int KV, int D) {
+    BACKEND_ENTRY(be, dqkv, scratch, dout, qkv, out, lse, doc);
+    AttnShape s = attn_shape(doc, B, T, NH, KV, D);
     int qrows = B * NH * T, krows = B * KV * T;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < qrows; r++) {   // D_i = dout_i . out_i, into scratch (B,NH,T)

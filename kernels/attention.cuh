@@ -29,8 +29,9 @@ static AttentionPath attention_path(const KernelTable* t, DType dt, int NH, int 
         else { typedef __half T; __VA_ARGS__; }                                                          \
     } while (0)
 
-static void attention_forward_default(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T,
-                                      int NH, int KV, int D) {
+static void attention_forward_default(Backend* be, DType dt, void* out, float* lse, const void* qkv, const int* doc,
+                                      int B, int T, int NH, int KV, int D) {
+    if (doc) fail("attention_forward: documents (doc) are not yet supported by the CUDA kernels");
     const int G = attention_lane_group(D), C = NH * D;
     const GqaShape sh{T, NH, KV, D};
     switch (attention_path(be_kernels(be), dt, NH, KV, D, aligned16(out) && aligned16(qkv))) {
@@ -49,8 +50,9 @@ static void attention_forward_default(Backend* be, DType dt, void* out, float* l
 
 // The tensor-core kernels compute D = rowsum(dout * out) themselves; the CUDA-core ones in a kernel of their own.
 static void attention_backward_default(Backend* be, DType dt, void* dqkv, float* scratch, const void* dout,
-                                       const void* qkv, const void* out, const float* lse, int B, int T, int NH, int KV,
-                                       int hs) {
+                                       const void* qkv, const void* out, const float* lse, const int* doc, int B, int T,
+                                       int NH, int KV, int hs) {
+    if (doc) fail("attention_backward: documents (doc) are not yet supported by the CUDA kernels");
     const int G = attention_lane_group(hs), C = NH * hs;
     const GqaShape sh{T, NH, KV, hs};
     float* D = scratch;   // (B,NH,T)
@@ -74,14 +76,15 @@ static void attention_backward_default(Backend* be, DType dt, void* dqkv, float*
     }
 }
 
-extern "C" void attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int NH,
-                                  int KV, int D) {
+extern "C" void attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, const int* doc, int B,
+                                  int T, int NH, int KV, int D) {
     attention_check_shape(NH, KV, D, "attention_forward");
-    be_kernels(be)->attention_forward(be, dt, out, lse, qkv, B, T, NH, KV, D);
+    be_kernels(be)->attention_forward(be, dt, out, lse, qkv, doc, B, T, NH, KV, D);
 }
 
 extern "C" void attention_backward(Backend* be, DType dt, void* dqkv, float* scratch, const void* dout, const void* qkv,
-                                   const void* out, const float* lse, int B, int T, int NH, int KV, int hs) {
+                                   const void* out, const float* lse, const int* doc, int B, int T, int NH, int KV,
+                                   int hs) {
     attention_check_shape(NH, KV, hs, "attention_backward");
-    be_kernels(be)->attention_backward(be, dt, dqkv, scratch, dout, qkv, out, lse, B, T, NH, KV, hs);
+    be_kernels(be)->attention_backward(be, dt, dqkv, scratch, dout, qkv, out, lse, doc, B, T, NH, KV, hs);
 }

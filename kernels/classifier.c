@@ -7,6 +7,10 @@
 // are kept: each probability is recomputed from its logit when it is needed.
 static float classifier_row(DType dt, void* logits, size_t o, int target, int V, int Vp, float dloss,
                             int write_dlogits) {
+    if (target == CLASSIFIER_IGNORE) {
+        for (int v = 0; v < (write_dlogits ? Vp : 0); v++) st(logits, o + v, 0.0f, dt);
+        return 0.0f;
+    }
     float mx = -INFINITY;
     for (int v = 0; v < V; v++) mx = fmaxf(mx, ld(logits, o + v, dt));
     double sum = 0.0;   // up to 50k terms: double keeps the normalizer accurate
@@ -27,7 +31,8 @@ void classifier_forward(Backend* be, DType dt, void* logits, float* losses, cons
                         float dloss, int write_dlogits) {
     BACKEND_ENTRY(be, logits, losses, targets);
     for (int n = 0; n < N; n++)
-        if (targets[n] < 0 || targets[n] >= V) fail("classifier_forward: target %d at row %d outside [0, %d)", targets[n], n, V);
+        if ((targets[n] < 0 && targets[n] != CLASSIFIER_IGNORE) || targets[n] >= V)
+            fail("classifier_forward: target %d at row %d outside [0, %d) (and not -1, ignored)", targets[n], n, V);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
         losses[n] = classifier_row(dt, logits, (size_t)n * Vp, targets[n], V, Vp, dloss, write_dlogits);
@@ -53,7 +58,8 @@ void classifier_vocab_sums(Backend* be, DType dt, float* stats, const void* logi
     for (int n = 0; n < N; n++) {
         size_t o = (size_t)n * Vl;
         double sum = 0.0;
-        for (int v = 0; v < real; v++) sum += expf(ld(logits, o + v, dt) - rowmax[n]);
+        const int terms = targets[n] == CLASSIFIER_IGNORE ? 0 : real;   // an ignored row's stats are unused
+        for (int v = 0; v < terms; v++) sum += expf(ld(logits, o + v, dt) - rowmax[n]);
         int t = targets[n] - v0;
         stats[n] = (float)sum;
         stats[N + n] = (float)(sum - (double)stats[n]);
@@ -67,6 +73,11 @@ void classifier_vocab_finish(Backend* be, DType dt, void* logits, float* losses,
     BACKEND_ENTRY(be, logits, losses, rowmax, all, targets);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
+        if (targets[n] == CLASSIFIER_IGNORE) {
+            losses[n] = 0.0f;
+            for (int v = 0; v < (write_dlogits ? Vl : 0); v++) st(logits, (size_t)n * Vl + v, 0.0f, dt);
+            continue;
+        }
         double sum = 0.0;
         float target = 0.0f;   // one rank's logit, zeros from the others
         for (int k = 0; k < ranks; k++) {

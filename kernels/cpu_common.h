@@ -74,3 +74,19 @@ static inline float silu_grad_f(float x) {
     const float s = 1.0f / (1.0f + expf(-x));
     return s * (1.0f + x * (1.0f - s));
 }
+
+// The documents' arrays (kernels.h: Documents), checked where a kernel takes them: a bad array is a loader's
+// bug that would otherwise read out of bounds or silently attend across documents. NULL passes.
+static inline void cpu_check_pos(const int* pos, int B, int T, const char* who) {
+    for (long long bt = 0; pos && bt < (long long)B * T; bt++)
+        if (pos[bt] < 0 || pos[bt] > (int)(bt % T))
+            fail("%s: pos %d at row %lld, token %d, outside [0, %d]", who, pos[bt], bt / T, (int)(bt % T), (int)(bt % T));
+}
+static inline void cpu_check_doc(const int* doc, int B, int T, const char* who) {
+    for (long long bt = 0; doc && bt < (long long)B * T; bt++) {
+        const int t = (int)(bt % T), d = doc[bt];
+        if (d < 0 || d > t || (d != t && (t == 0 || doc[bt - 1] != d)))
+            fail("%s: doc %d at row %lld, token %d: not the start of a contiguous document ending there", who, d,
+                 bt / T, t);
+    }
+}

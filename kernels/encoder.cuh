@@ -68,8 +68,9 @@ __global__ void encoder_backward_wte_kernel(T* dwte, const T* dout, const int* s
     }
 }
 
-extern "C" void encoder_forward(Backend* be, DType dt, void* out, const int* tokens, const void* wte, const void* wpe,
-                                int B, int T, int C) {
+extern "C" void encoder_forward(Backend* be, DType dt, void* out, const int* tokens, const int* pos, const void* wte,
+                                const void* wpe, int B, int T, int C) {
+    if (pos) fail("encoder_forward: positions (pos) are not yet supported by the CUDA kernels");
     if (C % 8 != 0) fail("encoder_forward: C=%d must be a multiple of 8", C);
     DISPATCH_DTYPE(dt, X, {
         const int block = 256;
@@ -81,7 +82,8 @@ extern "C" void encoder_forward(Backend* be, DType dt, void* out, const int* tok
 }
 
 extern "C" void encoder_backward(Backend* be, DType dt, void* dwte, void* dwpe, const void* dout, const int* tokens,
-                                 int B, int T, int C) {
+                                 const int* pos, int B, int T, int C) {
+    if (pos) fail("encoder_backward: positions (pos) are not yet supported by the CUDA kernels");
     if (C % 8 != 0) fail("encoder_backward: C=%d must be a multiple of 8", C);
     const int N = B * T;
     // Scratch: sorted tokens, positions in and out, then cub's temporary storage.
@@ -91,13 +93,13 @@ extern "C" void encoder_backward(Backend* be, DType dt, void* dwte, void* dwpe, 
     const size_t ints = ((size_t)3 * N + 63) / 64 * 64;   // keeps cub's storage 256-byte aligned
     int* s = (int*)be_scratch(be, ints * sizeof(int) + cub_bytes, "encoder_backward");
     int* sorted_tok = s;
-    int* pos = s + N;
+    int* index = s + N;
     int* sorted_pos = s + 2 * N;
     void* cub_tmp = s + ints;
-    encoder_iota_kernel<<<ceil_div(N, 256), 256, 0, be_stream(be)>>>(pos, N);
+    encoder_iota_kernel<<<ceil_div(N, 256), 256, 0, be_stream(be)>>>(index, N);
     LAUNCH_CHECK();
     // Tokens are non-negative ids below 2^31: sorting all 32 bits keeps the code independent of V.
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_tmp, cub_bytes, tokens, sorted_tok, pos, sorted_pos, N, 0, 32,
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_tmp, cub_bytes, tokens, sorted_tok, index, sorted_pos, N, 0, 32,
                                                be_stream(be)));
     DISPATCH_DTYPE(dt, X, {
         constexpr int P = Pack128<X>::size;
@@ -172,8 +174,9 @@ __global__ void encoder_backward_vocab_wte_kernel(T* dwte, const T* dout, const 
     }
 }
 
-extern "C" void encoder_forward_vocab(Backend* be, DType dt, void* out, const int* tokens, const void* wte,
-                                      const void* wpe, int v0, int Vl, int B, int T, int C) {
+extern "C" void encoder_forward_vocab(Backend* be, DType dt, void* out, const int* tokens, const int* pos,
+                                      const void* wte, const void* wpe, int v0, int Vl, int B, int T, int C) {
+    if (pos) fail("encoder_forward_vocab: positions (pos) are not yet supported by the CUDA kernels");
     if (C % 8 != 0) fail("encoder_forward_vocab: C=%d must be a multiple of 8", C);
     DISPATCH_DTYPE(dt, X, {
         const int block = 256;
@@ -185,7 +188,8 @@ extern "C" void encoder_forward_vocab(Backend* be, DType dt, void* out, const in
 }
 
 extern "C" void encoder_backward_vocab(Backend* be, DType dt, void* dwte, void* dwpe, const void* dout,
-                                       const int* tokens, int v0, int Vl, int B, int T, int C) {
+                                       const int* tokens, const int* pos, int v0, int Vl, int B, int T, int C) {
+    if (pos) fail("encoder_backward_vocab: positions (pos) are not yet supported by the CUDA kernels");
     if (C % 8 != 0) fail("encoder_backward_vocab: C=%d must be a multiple of 8", C);
     const int N = B * T;
     // Scratch: keys, sorted keys, positions in and out, then cub's temporary storage.
@@ -196,14 +200,14 @@ extern "C" void encoder_backward_vocab(Backend* be, DType dt, void* dwte, void* 
     int* s = (int*)be_scratch(be, ints * sizeof(int) + cub_bytes, "encoder_backward_vocab");
     int* keys = s;
     int* sorted_row = s + N;
-    int* pos = s + 2 * N;
+    int* index = s + 2 * N;
     int* sorted_pos = s + 3 * N;
     void* cub_tmp = s + ints;
-    encoder_iota_kernel<<<ceil_div(N, 256), 256, 0, be_stream(be)>>>(pos, N);
+    encoder_iota_kernel<<<ceil_div(N, 256), 256, 0, be_stream(be)>>>(index, N);
     LAUNCH_CHECK();
     encoder_vocab_keys_kernel<<<ceil_div(N, 256), 256, 0, be_stream(be)>>>(keys, tokens, v0, Vl, N);
     LAUNCH_CHECK();
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_tmp, cub_bytes, keys, sorted_row, pos, sorted_pos, N, 0, 32,
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_tmp, cub_bytes, keys, sorted_row, index, sorted_pos, N, 0, 32,
                                                be_stream(be)));
     DISPATCH_DTYPE(dt, X, {
         constexpr int P = Pack128<X>::size;

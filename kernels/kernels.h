@@ -93,22 +93,34 @@ void convert(Backend* be, void* dst, DType dst_dt, const void* src, DType src_dt
 // ---------------------------------------------------------------------------------------------------
 // Layers.
 
-// out (B,T,C) X = wte[tokens[b,t]] (Vp,C) X + wpe[t] (maxT,C) X.   tokens (B,T) int
-void encoder_forward(Backend* be, DType dt, void* out, const int* tokens, const void* wte, const void* wpe,
-                     int B, int T, int C);
-// dwte += scatter of dout by token, dwpe[t] += sum_b dout[b,t]. Deterministic: every run gives the same bits.
+// Documents. Two optional per-token int arrays (B,T) in backend memory describe the documents packed into each
+// row; NULL means each row is one document starting at 0, and then the kernels compute what they computed
+// before documents existed, bit for bit:
+// - pos: the token's position in its document (the learned position row wpe[pos]; RoPE's angle (float)pos);
+// - doc: the row index of the first token of the token's document. Query t attends keys j with
+//   doc[t] <= j <= t (block-diagonal causal). Documents are contiguous: doc is non-decreasing within a row,
+//   doc[t] <= t, and doc[t] == doc[t'] for every t' in [doc[t], t].
+// The argument goes right after the token or qkv input it qualifies.
+
+// out (B,T,C) X = wte[tokens[b,t]] (Vp,C) X + wpe[p] (maxT,C) X, p = pos ? pos[b,t] : t.   tokens (B,T) int
+void encoder_forward(Backend* be, DType dt, void* out, const int* tokens, const int* pos, const void* wte,
+                     const void* wpe, int B, int T, int C);
+// dwte += scatter of dout by token; dwpe[p] += the sum of dout over the tokens at position p (p as in the
+// forward), added in increasing (b,t) order (with pos NULL: dwpe[t] += sum_b dout[b,t]). Deterministic: every
+// run gives the same bits.
 void encoder_backward(Backend* be, DType dt, void* dwte, void* dwpe, const void* dout, const int* tokens,
-                      int B, int T, int C);
+                      const int* pos, int B, int T, int C);
 
 // The vocabulary-parallel embedding (-tp N): this rank holds wte rows [v0, v0 + Vl) as wte (Vl,C).
-// out (B,T,C) X = (v0 <= tok < v0 + Vl ? wte[tok - v0] : 0) + (wpe ? wpe[t] : 0), tok = tokens[b,t]; the
-// tensor group's sum of every rank's out is encoder_forward's (one rank passes wpe, the others NULL).
-void encoder_forward_vocab(Backend* be, DType dt, void* out, const int* tokens, const void* wte, const void* wpe,
-                           int v0, int Vl, int B, int T, int C);
+// out (B,T,C) X = (v0 <= tok < v0 + Vl ? wte[tok - v0] : 0) + (wpe ? wpe[p] : 0), tok = tokens[b,t], p as in
+// encoder_forward; the tensor group's sum of every rank's out is encoder_forward's (one rank passes wpe, the
+// others NULL).
+void encoder_forward_vocab(Backend* be, DType dt, void* out, const int* tokens, const int* pos, const void* wte,
+                           const void* wpe, int v0, int Vl, int B, int T, int C);
 // dwte (Vl,C) += scatter of the rows of dout whose token is in [v0, v0 + Vl); dwpe as encoder_backward, or
 // NULL (a model without position embeddings). Deterministic like encoder_backward.
 void encoder_backward_vocab(Backend* be, DType dt, void* dwte, void* dwpe, const void* dout, const int* tokens,
-                            int v0, int Vl, int B, int T, int C);
+                            const int* pos, int v0, int Vl, int B, int T, int C);
 
 // out (N,C) X = (inp - mean) * rstd * w + b; mean, rstd (N) fp32 are saved for the backward. eps = 1e-5.
 void layernorm_forward(Backend* be, DType dt, void* out, float* mean, float* rstd, const void* inp,
@@ -134,13 +146,16 @@ void qk_norm_backward(Backend* be, DType dt, void* dinp, void* dqw, void* dkw, c
                       const void* qw, const void* kw, const float* rstd, int N, int NH, int KV, int D);
 
 // Rotary position embedding, rotate-half convention (Hugging Face's apply_rotary_pos_emb), on the q and k heads of
-// packed qkv (B,T,(NH+2KV)*D) X, v copied: for position t and channel i < D/2 of a head, a = t * inv_freq[i],
+// packed qkv (B,T,(NH+2KV)*D) X, v copied: for position t (pos[b,t] when pos is not NULL) and channel i < D/2
+// of a head, a = t * inv_freq[i],
 // x1 = x[i], x2 = x[i + D/2]: out[i] = x1 cos a - x2 sin a, out[i + D/2] = x2 cos a + x1 sin a. inv_freq (D/2) fp32
 // in backend memory (the model computes it from rope_theta and its scaling). out may alias inp. D even.
 // a is one fp32 product, (float)t * inv_freq[i], as Hugging Face forms it; cos and sin are fp32.
-void rope_forward(Backend* be, DType dt, void* out, const void* inp, const float* inv_freq, int B, int T, int NH, int KV, int D);
+void rope_forward(Backend* be, DType dt, void* out, const void* inp, const float* inv_freq, const int* pos, int B, int T,
+                  int NH, int KV, int D);
 // The transpose (rotation by -a): dinp from dout, same layout; may alias.
-void rope_backward(Backend* be, DType dt, void* dinp, const void* dout, const float* inv_freq, int B, int T, int NH, int KV, int D);
+void rope_backward(Backend* be, DType dt, void* dinp, const void* dout, const float* inv_freq, const int* pos, int B,
+                   int T, int NH, int KV, int D);
 
 // SwiGLU: out (N,F) X = silu(gate) * up, silu(x) = x / (1 + exp(-x)), from gu (N,2F) X packing per row [gate (F) | up (F)]
 // (one matmul makes both).
@@ -167,13 +182,15 @@ void matmul_backward_weight(Backend* be, DType dt, void* dw, void* dbias, const 
 // Causal self-attention with grouped-query heads. qkv (B,T,(NH+2KV)*D) X packs per row [q: NH heads of D |
 // k: KV heads | v: KV heads]; query head h attends with kv head h / (NH/KV) (KV divides NH; KV == NH is
 // multi-head attention, KV == 1 multi-query). out (B,T,NH*D) X. lse (B,NH,T) fp32 = log-sum-exp of the scaled
-// scores q.k/sqrt(D) over the causal row: all the backward needs (no (T,T) matrix is kept). The CUDA backend
-// takes D a multiple of 8, at most 128.
-void attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int NH, int KV, int D);
+// scores q.k/sqrt(D) over the causal row: all the backward needs (no (T,T) matrix is kept). With doc (see
+// Documents above) the row is keys doc[b,t] .. t: each document attends only to itself, and the work of the
+// masked keys is skipped, not computed and discarded. The CUDA backend takes D a multiple of 8, at most 128.
+void attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, const int* doc, int B, int T,
+                       int NH, int KV, int D);
 // dqkv (B,T,(NH+2KV)*D) X overwritten (a kv head's gradient sums over the query heads sharing it, in a fixed
 // order: deterministic). scratch: B*NH*T floats the kernel may use.
 void attention_backward(Backend* be, DType dt, void* dqkv, float* scratch, const void* dout, const void* qkv,
-                        const void* out, const float* lse, int B, int T, int NH, int KV, int D);
+                        const void* out, const float* lse, const int* doc, int B, int T, int NH, int KV, int D);
 
 // out = a + b (n elements). out may alias a or b.
 void residual_forward(Backend* be, DType dt, void* out, const void* a, const void* b, size_t n);
@@ -182,16 +199,20 @@ void gelu_forward(Backend* be, DType dt, void* out, const void* inp, size_t n);
 // dinp = dout * gelu'(inp). dinp may alias dout.
 void gelu_backward(Backend* be, DType dt, void* dinp, const void* inp, const void* dout, size_t n);
 
+#define CLASSIFIER_IGNORE (-1)   // a target that is not a label (classifier_forward)
+
 // Fused LM-head loss over logits (N,Vp) X whose first V columns are real:
 // losses[n] (fp32) = logsumexp(logits[n,:V]) - logits[n, targets[n]].
 // If write_dlogits: logits[n,v] is overwritten by dloss * (softmax[n,v] - [v == targets[n]]) for v < V
-// and 0 for V <= v < Vp. No probabilities are materialized.
+// and 0 for V <= v < Vp. No probabilities are materialized. targets[n] == -1 marks a row that is not a label
+// (a prompt token, padding, a document's last token): its loss is 0 and its dlogits row all zeros.
 void classifier_forward(Backend* be, DType dt, void* logits, float* losses, const int* targets, int N, int V, int Vp,
                         float dloss, int write_dlogits);
 
 // The vocabulary-parallel cross-entropy (-tp N) over this rank's logits (N,Vl) X: columns [v0, v0 + Vl) of
 // the vocabulary, of which the first `real` = clamp(V - v0, 0, Vl) are real. Three steps, each followed by
-// a max or an all-gather over the tensor group, so no rank ever holds a whole row:
+// a max or an all-gather over the tensor group, so no rank ever holds a whole row. A target of -1 is ignored as
+// in classifier_forward (loss 0, a zero dlogits row):
 // 1. rowmax (N) fp32 = the max of the row's real logits here (-inf when real == 0); then the group's max.
 void classifier_vocab_max(Backend* be, DType dt, float* rowmax, const void* logits, int N, int real, int Vl);
 // 2. stats (3, N) fp32: the sum of exp(logit - rowmax[n]) over the row's real columns here as two floats,

@@ -8,15 +8,15 @@
 // Rotates every q and k head of every token by +a (sign 1, the forward) or -a (sign -1, the backward, the
 // transpose); out may alias inp, since each pair (i, i + D/2) is read before it is written. cos and sin depend on
 // (t, i) only, so they are computed once per token and shared by its heads.
-static void rope_rotate(DType dt, void* out, const void* inp, const float* inv_freq, int B, int T, int NH, int KV, int D,
-                        float sign) {
+static void rope_rotate(DType dt, void* out, const void* inp, const float* inv_freq, const int* pos, int B, int T, int NH,
+                        int KV, int D, float sign) {
     const int half = D / 2;
     const size_t W = (size_t)(NH + 2 * KV) * D, es = dtype_size(dt);
     if (D % 2 != 0 || half > ROPE_MAX_HALF) fail("rope: head size D=%d must be even and at most %d", D, 2 * ROPE_MAX_HALF);
 #pragma omp parallel for schedule(static)
     for (long long bt = 0; bt < (long long)B * T; bt++) {
         float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
-        const float t = (float)(int)(bt % T);
+        const float t = (float)(pos ? pos[bt] : (int)(bt % T));
         for (int i = 0; i < half; i++) {
             const float a = t * inv_freq[i];
             cs[i] = cosf(a);
@@ -37,12 +37,16 @@ static void rope_rotate(DType dt, void* out, const void* inp, const float* inv_f
     }
 }
 
-void rope_forward(Backend* be, DType dt, void* out, const void* inp, const float* inv_freq, int B, int T, int NH, int KV, int D) {
-    BACKEND_ENTRY(be, out, inp, inv_freq);
-    rope_rotate(dt, out, inp, inv_freq, B, T, NH, KV, D, 1.0f);
+void rope_forward(Backend* be, DType dt, void* out, const void* inp, const float* inv_freq, const int* pos, int B, int T,
+                  int NH, int KV, int D) {
+    BACKEND_ENTRY(be, out, inp, inv_freq, pos);
+    cpu_check_pos(pos, B, T, "rope_forward");
+    rope_rotate(dt, out, inp, inv_freq, pos, B, T, NH, KV, D, 1.0f);
 }
 
-void rope_backward(Backend* be, DType dt, void* dinp, const void* dout, const float* inv_freq, int B, int T, int NH, int KV, int D) {
-    BACKEND_ENTRY(be, dinp, dout, inv_freq);
-    rope_rotate(dt, dinp, dout, inv_freq, B, T, NH, KV, D, -1.0f);
+void rope_backward(Backend* be, DType dt, void* dinp, const void* dout, const float* inv_freq, const int* pos, int B,
+                   int T, int NH, int KV, int D) {
+    BACKEND_ENTRY(be, dinp, dout, inv_freq, pos);
+    cpu_check_pos(pos, B, T, "rope_backward");
+    rope_rotate(dt, dinp, dout, inv_freq, pos, B, T, NH, KV, D, -1.0f);
 }

@@ -39,12 +39,14 @@ static void rope_rotate(Backend* be, DType dt, void* out, const void* inp, const
     if (out != inp) qkv_copy_v(be, dt, out, inp, B * T, NH, KV, D);
 }
 
-extern "C" void rope_forward(Backend* be, DType dt, void* out, const void* inp, const float* inv_freq, int B, int T,
-                             int NH, int KV, int D) {
+extern "C" void rope_forward(Backend* be, DType dt, void* out, const void* inp, const float* inv_freq, const int* pos,
+                             int B, int T, int NH, int KV, int D) {
+    if (pos) fail("rope_forward: positions (pos) are not yet supported by the CUDA kernels");
     rope_rotate(be, dt, out, inp, inv_freq, B, T, NH, KV, D, 1.0f, "rope_forward");
 }
 
-extern "C" void rope_backward(Backend* be, DType dt, void* dinp, const void* dout, const float* inv_freq, int B, int T,
-                              int NH, int KV, int D) {
+extern "C" void rope_backward(Backend* be, DType dt, void* dinp, const void* dout, const float* inv_freq,
+                              const int* pos, int B, int T, int NH, int KV, int D) {
+    if (pos) fail("rope_backward: positions (pos) are not yet supported by the CUDA kernels");
     rope_rotate(be, dt, dinp, dout, inv_freq, B, T, NH, KV, D, -1.0f, "rope_backward");
 }

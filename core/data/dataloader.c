@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 
 #include "base/common.h"
+#include "core/data/documents.h"
+#include "core/data/packing.h"
 
 #define SHARD16_MAGIC 20240520   // llm.c's GPT-2 shards: uint16 tokens
 #define SHARD16_VERSION 1
@@ -16,13 +18,7 @@
 #define SHARD32_VERSION 7
 #define SHARD_HEADER_BYTES 1024
 
-typedef struct {
-    char* path;
-    long long first;   // offset of this shard's first token in the concatenated stream
-    long long ntok;
-    uint64_t set;      // the set id of tokenize.py's run that wrote it; 0: none (llm.c's shards)
-    int width;         // bytes per token: 2 or 4, by the header's magic; shards of one stream may differ
-} Shard;
+
 
 struct DataLoader {
     Shard* shards;
@@ -40,6 +36,18 @@ struct DataLoader {
     // Permutation of the epoch perm_epoch (shuffle only), W entries.
     int64_t* perm;
     long long perm_epoch;
+    int B, T;
+    // Documents: every shard's mask file, or plain shards with doc_token >= 0; neither: today's windows.
+    int masks;
+    int doc_token;
+    int packed;
+    Packing pack;
+    int* row_lens;            // one packed row's documents' lengths (T at most)
+    PackStats stats;
+    long long* win_trained;   // [windows]: labels per window; NULL: B*T each
+    uint8_t* mraw;            // B*T+1 mask bytes as read
+    FILE* mf;                 // the open mask file (one at a time, as f)
+    int mf_shard;
 };
 
 static uint32_t le32(const unsigned char* p) {
@@ -215,8 +223,31 @@ static void check_switch_markers(char* const* paths, size_t n) {
     free(first), free(len);
 }
 
+// -pack 1: the documents packed into rows, W = rows / B windows, each window's labels.
+static void open_packed(DataLoader* dl, const char* pattern, int truncate_long) {
+    long long* row_trained = NULL;
+    documents_scan(dl->shards, dl->nshards, dl->bt, 0, NULL, dl->T, truncate_long, &dl->pack, &row_trained, &dl->stats);
+    dl->packed = 1;
+    if (dl->pack.rows == 0)
+        fail("token shards %s: none of their %lld documents fits -t %d (-long truncate keeps the first %d tokens of each)",
+             pattern, dl->stats.docs, dl->T, dl->T);
+    dl->windows = dl->pack.rows / dl->B;
+    dl->stats.rows_left = dl->pack.rows % dl->B;
+    if (dl->windows == 0)
+        fail("token shards %s: their documents fill %lld rows of -t %d, fewer than one window of -b %d rows", pattern,
+             dl->pack.rows, dl->T, dl->B);
+    dl->win_trained = xcalloc((size_t)dl->windows, sizeof *dl->win_trained);
+    for (long long r = 0; r < dl->windows * dl->B; r++) dl->win_trained[r / dl->B] += row_trained[r];
+    free(row_trained);
+}
+
 DataLoader* dataloader_open(const char* pattern, int B, int T, int rank, int world, int shuffle, uint64_t seed,
                             int vocab) {
+    return dataloader_open_documents(pattern, B, T, rank, world, shuffle, seed, vocab, NULL);
+}
+
+DataLoader* dataloader_open_documents(const char* pattern, int B, int T, int rank, int world, int shuffle, uint64_t seed,
+                                      int vocab, const DataOptions* opt) {
     if (B <= 0 || T <= 0) fail("data loader: B and T must be positive (got B=%d T=%d)", B, T);
     if (world <= 0 || rank < 0 || rank >= world) fail("data loader: bad rank %d of world %d", rank, world);
     if (vocab <= 0) fail("data loader: vocab must be positive (got %d)", vocab);
@@ -243,21 +274,35 @@ DataLoader* dataloader_open(const char* pattern, int B, int T, int rank, int wor
     globfree(&g);
     check_shard_sets(dl->shards, dl->nshards);
 
+    dl->B = B, dl->T = T;
     dl->bt = (long long)B * T;
-    if (dl->ntok < dl->bt + 1)
-        fail("token shards %s hold %lld tokens, but one window of B*T+1 = %lld tokens is needed (B=%d T=%d)", pattern,
-             dl->ntok, dl->bt + 1, B, T);
-    dl->windows = (dl->ntok - 1) / dl->bt;
+    dl->masks = documents_find_masks(dl->shards, dl->nshards, pattern);
+    dl->doc_token = opt && !dl->masks ? opt->doc_token : -1;
+    dl->mf_shard = -1;
     dl->rank = rank;
     dl->world = world;
     dl->shuffle = shuffle != 0;
     dl->seed = seed;
     dl->vocab = vocab;
-    dl->raw = xmalloc((size_t)(dl->bt + 1) * sizeof *dl->raw);
-    dl->f = NULL;
     dl->f_shard = -1;
-    dl->perm = NULL;
     dl->perm_epoch = -1;
+    if (dl->masks && (!opt || opt->pack)) {
+        open_packed(dl, pattern, opt && opt->truncate_long);
+        dl->raw = xmalloc((size_t)dl->T * sizeof *dl->raw);
+        dl->mraw = xmalloc((size_t)dl->T);
+        dl->row_lens = xmalloc((size_t)dl->T * sizeof *dl->row_lens);
+        return dl;
+    }
+    if (dl->ntok < dl->bt + 1)
+        fail("token shards %s hold %lld tokens, but one window of B*T+1 = %lld tokens is needed (B=%d T=%d)", pattern,
+             dl->ntok, dl->bt + 1, B, T);
+    dl->windows = (dl->ntok - 1) / dl->bt;
+    dl->raw = xmalloc((size_t)(dl->bt + 1) * sizeof *dl->raw);
+    if (dl->masks) {
+        dl->win_trained = xcalloc((size_t)dl->windows, sizeof *dl->win_trained);
+        documents_scan(dl->shards, dl->nshards, dl->bt, dl->windows, dl->win_trained, T, 0, NULL, NULL, &dl->stats);
+        dl->mraw = xmalloc((size_t)dl->bt + 1);
+    }
     return dl;
 }
 
@@ -294,16 +339,37 @@ static void build_perm(DataLoader* dl, long long epoch) {
     dl->perm_epoch = epoch;
 }
 
-long long dataloader_window_start(DataLoader* dl, long long step, int ga, int micro) {
-    if (step < 0 || ga <= 0 || micro < 0 || micro >= ga)
-        fail("data loader: bad position step %lld, micro-step %d of %d", step, micro, ga);
-    long long w = (step * ga + micro) * dl->world + dl->rank;
+// The window j (0..W-1) that global window index w visits.
+static long long window_of(DataLoader* dl, long long w) {
     long long epoch = w / dl->windows, j = w % dl->windows;
     if (dl->shuffle) {
         if (epoch != dl->perm_epoch) build_perm(dl, epoch);
         j = dl->perm[j];
     }
-    return j * dl->bt;
+    return j;
+}
+
+static long long window_at(DataLoader* dl, long long step, int ga, int micro) {
+    if (step < 0 || ga <= 0 || micro < 0 || micro >= ga)
+        fail("data loader: bad position step %lld, micro-step %d of %d", step, micro, ga);
+    return window_of(dl, (step * ga + micro) * dl->world + dl->rank);
+}
+
+long long dataloader_window_start(DataLoader* dl, long long step, int ga, int micro) {
+    return window_at(dl, step, ga, micro) * dl->bt;
+}
+
+long long dataloader_window_trained(DataLoader* dl, long long w) {
+    if (w < 0) fail("data loader: bad window %lld", w);
+    return dl->win_trained ? dl->win_trained[window_of(dl, w)] : dl->bt;
+}
+
+long long dataloader_step_trained(DataLoader* dl, long long step, int ga) {
+    if (step < 0 || ga <= 0) fail("data loader: bad step %lld of %d micro-steps", step, ga);
+    if (!dl->win_trained) return dl->bt * ga * dl->world;
+    long long sum = 0, w0 = step * ga * dl->world;
+    for (long long w = w0; w < w0 + (long long)ga * dl->world; w++) sum += dl->win_trained[window_of(dl, w)];
+    return sum;
 }
 
 // Read-only stream: fclose only (xfclose would fsync, which can cost a disk flush per shard switch).
@@ -344,8 +410,8 @@ static void check_vocab(const DataLoader* dl, const Shard* s, const uint32_t* to
                  dl->vocab);
 }
 
-// Reads n tokens starting at stream position pos into dl->raw, checking each against vocab.
-static void read_tokens(DataLoader* dl, long long pos, long long n) {
+// Reads n tokens starting at stream position pos into dst, checking each against vocab.
+static void read_tokens(DataLoader* dl, long long pos, long long n, uint32_t* dst_all) {
     long long done = 0;
     int si = shard_of(dl, pos);
     while (done < n) {
@@ -360,7 +426,7 @@ static void read_tokens(DataLoader* dl, long long pos, long long n) {
                 dl->f_shard = si;
             }
             xfseek(dl->f, SHARD_HEADER_BYTES + (long long)s->width * off, SEEK_SET, s->path);
-            uint32_t* dst = dl->raw + done;
+            uint32_t* dst = dst_all + done;
             xfread(dst, (size_t)s->width, (size_t)take, dl->f, s->path);
             decode_tokens(dst, take, s->width);
             check_vocab(dl, s, dst, take, off);
@@ -370,14 +436,79 @@ static void read_tokens(DataLoader* dl, long long pos, long long n) {
     }
 }
 
-void dataloader_batch(DataLoader* dl, long long step, int ga, int micro, int* inputs, int* targets) {
-    long long start = dataloader_window_start(dl, step, ga, micro);
-    read_tokens(dl, start, dl->bt + 1);
-    for (long long i = 0; i < dl->bt; i++) {
-        inputs[i] = (int)dl->raw[i];   // < vocab <= INT_MAX
-        targets[i] = (int)dl->raw[i + 1];
+static void close_mask(DataLoader* dl) {
+    if (dl->mf && fclose(dl->mf) != 0) fail("cannot close mask file %s: %s", dl->shards[dl->mf_shard].mask_path, strerror(errno));
+    dl->mf = NULL;
+    dl->mf_shard = -1;
+}
+
+// Reads the mask bytes of the n tokens at stream position pos into dst (checked at open).
+static void read_masks(DataLoader* dl, long long pos, long long n, uint8_t* dst) {
+    long long done = 0;
+    for (int si = shard_of(dl, pos); done < n; si++) {
+        const Shard* s = &dl->shards[si];
+        long long off = pos + done - s->first, take = s->ntok - off;
+        if (take > n - done) take = n - done;
+        if (take <= 0) continue;
+        if (dl->mf_shard != si) {
+            close_mask(dl);
+            dl->mf = xfopen(s->mask_path, "rb");
+            dl->mf_shard = si;
+        }
+        xfseek(dl->mf, SHARD_HEADER_BYTES + off, SEEK_SET, s->mask_path);
+        xfread(dst + done, 1, (size_t)take, dl->mf, s->mask_path);
+        done += take;
     }
 }
+
+// Packed window j: rows j*B .. j*B + B - 1, each read document by document.
+static void read_packed(DataLoader* dl, long long j, Batch* b) {
+    const Packing* pk = &dl->pack;
+    for (int row = 0; row < dl->B; row++) {
+        long long r = j * dl->B + row, used = 0;
+        int nd = 0;
+        for (long long k = pk->first[r]; k < pk->first[r + 1]; k++) {
+            read_tokens(dl, pk->start[k], pk->len[k], dl->raw + used);
+            read_masks(dl, pk->start[k], pk->len[k], dl->mraw + used);
+            used += pk->len[k];
+            dl->row_lens[nd++] = pk->len[k];
+        }
+        size_t at = (size_t)row * dl->T;
+        packing_fill_row(dl->raw, dl->mraw, dl->row_lens, nd, dl->T, b->tokens + at, b->targets + at, b->pos + at, b->doc + at);
+    }
+}
+
+void dataloader_read(DataLoader* dl, long long step, int ga, int micro, Batch* b) {
+    long long j = window_at(dl, step, ga, micro);
+    if (dataloader_has_documents(dl) && (!b->pos || !b->doc)) fail("internal: a batch of documents without pos and doc");
+    if (dl->packed) {
+        read_packed(dl, j, b);
+        return;
+    }
+    long long start = j * dl->bt;
+    read_tokens(dl, start, dl->bt + 1, dl->raw);
+    if (dl->masks) read_masks(dl, start, dl->bt + 1, dl->mraw);
+    if (dataloader_has_documents(dl)) {
+        packing_fill_window(dl->raw, dl->mraw, dl->doc_token, dl->B, dl->T, b->tokens, b->targets, b->pos, b->doc);
+        return;
+    }
+    for (long long i = 0; i < dl->bt; i++) {
+        b->tokens[i] = (int)dl->raw[i];   // < vocab <= INT_MAX
+        b->targets[i] = (int)dl->raw[i + 1];
+    }
+}
+
+void dataloader_batch(DataLoader* dl, long long step, int ga, int micro, int* inputs, int* targets) {
+    int* scratch = dataloader_has_documents(dl) ? xmalloc(2 * (size_t)dl->bt * sizeof(int)) : NULL;
+    Batch b = {inputs, targets, scratch, scratch ? scratch + dl->bt : NULL};
+    dataloader_read(dl, step, ga, micro, &b);
+    free(scratch);
+}
+
+int dataloader_has_masks(const DataLoader* dl) { return dl->masks; }
+int dataloader_has_documents(const DataLoader* dl) { return dl->masks || dl->doc_token >= 0; }
+int dataloader_is_packed(const DataLoader* dl) { return dl->packed; }
+PackStats dataloader_pack_stats(const DataLoader* dl) { return dl->stats; }
 
 long long dataloader_windows_per_epoch(const DataLoader* dl) { return dl->windows; }
 long long dataloader_num_tokens(const DataLoader* dl) { return dl->ntok; }
@@ -386,9 +517,14 @@ int dataloader_num_shards(const DataLoader* dl) { return dl->nshards; }
 void dataloader_close(DataLoader* dl) {
     if (!dl) return;
     close_shard(dl);
-    for (int i = 0; i < dl->nshards; i++) free(dl->shards[i].path);
+    close_mask(dl);
+    for (int i = 0; i < dl->nshards; i++) free(dl->shards[i].path), free(dl->shards[i].mask_path);
     free(dl->shards);
     free(dl->raw);
+    free(dl->mraw);
+    free(dl->row_lens);
+    free(dl->win_trained);
+    documents_free(&dl->pack);
     free(dl->perm);
     free(dl);
 }

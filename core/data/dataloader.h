@@ -27,14 +27,56 @@ extern "C" {
 
 typedef struct DataLoader DataLoader;
 
+// Documents (docs/formats.md, "Mask files" and "Packing"): a dataset whose shards have .mask files beside
+// them (X.mask beside X.bin: 256 x int32 header [20261129, 1, ntok, set_lo, set_hi, 0...], then one byte per
+// token, packing.h's MASK_* bits) is read as documents; plain shards are, with a doc_token, too.
+typedef struct {
+    int pack;            // -pack 1: a document dataset's rows are whole documents packed best-fit; 0: stream windows
+    int truncate_long;   // -long truncate: a document longer than T keeps its first T tokens; 0: left out
+    int doc_token;       // -docmask 1 on plain shards: the token that starts a document; -1: plain shards read as today
+} DataOptions;
+
+// Host arrays of B*T ints each; pos and doc are filled when the loader has documents (dataloader_has_documents).
+typedef struct {
+    int* tokens;
+    int* targets;   // -1: not a label
+    int* pos;
+    int* doc;
+} Batch;
+
+// What packing made of a document dataset (dataloader_open_documents; zeros for stream windows).
+typedef struct {
+    long long docs;        // documents in the split
+    long long long_docs;   // of them longer than T (left out, or cut with truncate_long)
+    long long rows;        // packed rows
+    long long rows_left;   // rows past the last whole window of B rows, unused
+    long long used;        // tokens of documents in the rows (the rest is padding)
+} PackStats;
+
 // Opens every file matching `pattern` (glob(3), sorted by name), validates each header and size.
 // rank/world = this rank's DP position; shuffle != 0 visits windows in a seeded random order per epoch
 // (identical on every rank); every token read is checked < vocab.
 DataLoader* dataloader_open(const char* pattern, int B, int T, int rank, int world, int shuffle, uint64_t seed,
                             int vocab);
+// dataloader_open with documents: opt NULL or opt->doc_token < 0 with no mask files is dataloader_open.
+// Mask files on some shards but not all, a bad mask file, or a split whose documents fill no window: one
+// line + exit 1.
+DataLoader* dataloader_open_documents(const char* pattern, int B, int T, int rank, int world, int shuffle, uint64_t seed,
+                                      int vocab, const DataOptions* opt);
+int dataloader_has_masks(const DataLoader* dl);       // a document dataset: its targets may be -1
+int dataloader_has_documents(const DataLoader* dl);   // masks, or a doc_token: batches carry pos and doc
+int dataloader_is_packed(const DataLoader* dl);
+PackStats dataloader_pack_stats(const DataLoader* dl);
+// The micro-batch of (step, ga, micro) on this rank: tokens, targets and, with documents, pos and doc.
+void dataloader_read(DataLoader* dl, long long step, int ga, int micro, Batch* b);
+// Labels (targets other than -1) in global window w = (step*ga + micro)*world + rank of the data order,
+// and in a whole step: every micro-step on every rank (no communication: the loader knows every rank's
+// windows). B*T per window without masks.
+long long dataloader_window_trained(DataLoader* dl, long long w);
+long long dataloader_step_trained(DataLoader* dl, long long step, int ga);
 // Fills inputs[i] = stream[start+i], targets[i] = stream[start+1+i] for i < B*T (int32 host arrays).
 void dataloader_batch(DataLoader* dl, long long step, int ga, int micro, int* inputs, int* targets);
-long long dataloader_windows_per_epoch(const DataLoader* dl);   // W = (ntok - 1) / (B*T)
+long long dataloader_windows_per_epoch(const DataLoader* dl);   // W = (ntok - 1) / (B*T), or packed rows / B
 long long dataloader_num_tokens(const DataLoader* dl);
 int dataloader_num_shards(const DataLoader* dl);
 // Token offset in the stream where the window of (step, ga, micro) starts (what dataloader_batch reads).

@@ -22,15 +22,15 @@ void embed_step(Model* g, Backend* be, const void* wte, const void* pos) {
     Activations* a = &g->acts;
     size_t NC = (size_t)g->B * g->T * g->shape.C;
     if (!g->tp && pos) {
-        encoder_forward(be, g->dt, a->resid, a->tokens, wte, pos, g->B, g->T, g->shape.C);
+        encoder_forward(be, g->dt, a->resid, a->tokens, NULL, wte, pos, g->B, g->T, g->shape.C);
         return;
     }
     if (!g->tp) {
-        encoder_forward_vocab(be, g->dt, a->resid, a->tokens, wte, NULL, 0, g->shape.Vp, g->B, g->T, g->shape.C);
+        encoder_forward_vocab(be, g->dt, a->resid, a->tokens, NULL, wte, NULL, 0, g->shape.Vp, g->B, g->T, g->shape.C);
         return;
     }
     void* all = g->sp ? a->proj : a->resid;   // (N, C); proj is free before the first block
-    encoder_forward_vocab(be, g->dt, all, a->tokens, wte, lay->tp_rank == 0 ? pos : NULL, layout_vocab_first(lay),
+    encoder_forward_vocab(be, g->dt, all, a->tokens, NULL, wte, lay->tp_rank == 0 ? pos : NULL, layout_vocab_first(lay),
                           layout_vocab_rows(lay), g->B, g->T, g->shape.C);
     if (g->sp) comm_reduce_scatter_sum(g->tp, a->resid, all, (size_t)g->rows * g->shape.C, g->dt);
     else comm_allreduce_sum(g->tp, all, NC, g->dt);
@@ -38,8 +38,8 @@ void embed_step(Model* g, Backend* be, const void* wte, const void* pos) {
 
 void embed_backward_step(Model* g, Backend* be, void* dwte, void* dpos, const void* dout) {
     const ParamLayout* lay = g->layout;
-    if (!g->tp && dpos) encoder_backward(be, g->dt, dwte, dpos, dout, g->acts.tokens, g->B, g->T, g->shape.C);
-    else encoder_backward_vocab(be, g->dt, dwte, dpos, dout, g->acts.tokens, layout_vocab_first(lay), layout_vocab_rows(lay),
+    if (!g->tp && dpos) encoder_backward(be, g->dt, dwte, dpos, dout, g->acts.tokens, NULL, g->B, g->T, g->shape.C);
+    else encoder_backward_vocab(be, g->dt, dwte, dpos, dout, g->acts.tokens, NULL, layout_vocab_first(lay), layout_vocab_rows(lay),
                                 g->B, g->T, g->shape.C);
 }
 
@@ -69,7 +69,8 @@ static void vocab_cross_entropy(Model* g, Backend* be, const int* targets, float
     int N = g->B * g->T, V = g->shape.V, v0 = layout_vocab_first(lay), Vl = layout_vocab_rows(lay);
     int real = layout_vocab_real(lay);
     for (int n = 0; n < N; n++)   // each kernel sees only its columns, so the range is checked here
-        if (targets[n] < 0 || targets[n] >= V) fail("classifier: target %d at row %d outside [0, %d)", targets[n], n, V);
+        if ((targets[n] < 0 && targets[n] != CLASSIFIER_IGNORE) || targets[n] >= V)
+            fail("classifier: target %d at row %d outside [0, %d) (and not -1, ignored)", targets[n], n, V);
     int ranks = lay->tp_size;
     float* rowmax = a->vocab_stats;   // (N)
     float* all = a->vocab_stats + N;   // (tp, 3, N): each rank's sum of exp (hi, lo) and target logit

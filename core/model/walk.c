@@ -212,8 +212,31 @@ void model_create(Model* g, Backend* be, MemLedger* mem, const ParamLayout* layo
     if (model_has_encoder(g) || model_has_head(g)) batch_io_create(&g->io, be, B * T, micro);   // the only users
 }
 
+void model_use_documents(Model* g, Backend* be, MemLedger* mem) {
+    if (g->doc_arrays) return;
+    size_t N = (size_t)g->B * g->T;
+    g->doc_arrays = (int*)mem_alloc(be, mem, MEM_ACTIVATIONS, (size_t)g->num_sets * 2 * N * sizeof(int));
+    if (!g->io.rows) batch_io_create(&g->io, be, g->B * g->T, 1);
+}
+
+// Set `set`'s pos and doc: the micro-batch's, uploaded, or NULL without documents.
+static void upload_documents(Model* g, Backend* be, int set, const MicroBatch* mb) {
+    Activations* a = &g->sets[set];
+    if (!mb->pos || !mb->doc) {
+        a->pos = a->doc = NULL;
+        return;
+    }
+    if (!g->doc_arrays) fail("internal: a micro-batch with documents on a model without model_use_documents");
+    size_t N = (size_t)g->B * g->T;
+    a->pos = g->doc_arrays + (size_t)set * 2 * N;
+    a->doc = a->pos + N;
+    batch_io_upload(&g->io, be, a->pos, mb->pos);
+    batch_io_upload(&g->io, be, a->doc, mb->doc);
+}
+
 void model_destroy(Model* g, Backend* be) {
     batch_io_destroy(&g->io, be);
+    if (g->doc_arrays) be_free(be, g->doc_arrays);
     Keep k = keep_for(g->recompute);
     for (int set = 0; set < g->num_sets; set++)
         for (size_t i = 0; i < num_buffers(g->ops); i++) {
@@ -314,12 +337,14 @@ double model_take_losses(Model* g, Backend* be) { return batch_io_take_losses(&g
 
 int model_take_token_losses(Model* g, Backend* be, float* out, int room) { return batch_io_take_each(&g->io, be, out, room); }
 
-void model_forward(Model* g, Backend* be, int set, const int* tokens, const int* targets, float dloss, float* logits_dump) {
+void model_forward(Model* g, Backend* be, int set, const MicroBatch* mb, float dloss, float* logits_dump) {
     const ParamLayout* lay = g->layout;
+    if (set < 0 || set >= g->num_sets) fail("internal: activation set %d of %d", set, g->num_sets);
+    upload_documents(g, be, set, mb);
     use_set(g, set);
     Activations* a = &g->acts;
     if (model_has_encoder(g)) {
-        batch_io_upload(&g->io, be, a->tokens, tokens);
+        batch_io_upload(&g->io, be, a->tokens, mb->tokens);
         ends_embed(g, be, store_params(&g->store, be, lay->emb_unit));
         if (!model_has_head(g) || head_unit(g) != lay->emb_unit) store_params_done(&g->store, lay->emb_unit);
     }
@@ -329,7 +354,7 @@ void model_forward(Model* g, Backend* be, int set, const int* tokens, const int*
         g->ops->forward(g, be, &b, 0);
         store_params_done(&g->store, u);
     }
-    if (model_has_head(g)) head_forward(g, be, targets, dloss, logits_dump);
+    if (model_has_head(g)) head_forward(g, be, mb->targets, dloss, logits_dump);
 }
 
 // dlogits -> the gradient of the last block's output, in acts.dresid; the head's and the final norm's

@@ -37,7 +37,20 @@ typedef struct {
     void* dkv_copied;  // (N, 2 D)  a kv head's gradient, summed over its copies (kv heads fewer than -tp)
     void* dinput_out;  // (N, C)   rows; d(input) on its way upstream (a stage without the embeddings)
     void* block[MAX_BLOCK_BUFFERS];   // the family's BlockOps.buffers
+    // Documents (kernels.h): each token's position in its document and the row index of its document's first
+    // token, (N) ints of the set's micro-batch; NULL: each row is one document from slot 0 (today's kernels).
+    int* pos;
+    int* doc;
 } Activations;
+
+// A micro-batch's host inputs: tokens (read by the stage with the embeddings), targets (by the stage with the
+// head; NULL: logits only; -1: not a label), and pos and doc (every stage; NULL: each row one document).
+typedef struct {
+    const int* tokens;
+    const int* targets;
+    const int* pos;
+    const int* doc;
+} MicroBatch;
 
 // zb's stash (block.h: StashField): per field, the stage's blocks' slices (L, N or R, width).
 typedef struct {
@@ -64,6 +77,7 @@ typedef struct {
     int num_stash;       // zb's deferred weight gradients at once (0 without zb)
     WeightGradStash* stash;   // [num_stash]
     BatchIO io;          // tokens and targets up, losses down, without stopping the main stream
+    int* doc_arrays;     // model_use_documents: [num_sets] x (pos, doc) of N ints each; NULL: no documents
 } Model;
 
 // What the stage runs (the whole model without a pipeline): the embedding lookup, the LM head and loss.
@@ -77,6 +91,9 @@ static inline int model_has_head(const Model* g) { return g->layout->final_unit 
 void model_create(Model* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, Comm* kv_copies, int sp,
                 DType dt, int B, int T, int recompute, int num_sets, int num_stash, int micro);
 void model_destroy(Model* g, Backend* be);
+// Micro-batches with documents (MicroBatch.pos/doc) will come: each activation set gets device pos and doc
+// arrays, and a stage without the embeddings or the head an upload ring too (every block's attention reads them).
+void model_use_documents(Model* g, Backend* be, MemLedger* mem);
 // Activation bytes model_create allocates (for the memory plan).
 size_t model_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, int recompute, int num_sets, int num_stash,
                             int sp);
@@ -89,7 +106,7 @@ size_t model_activation_bytes(const ParamLayout* layout, DType dt, int B, int T,
 // before the loss when not NULL. The host waits for the device only for logits_dump and when an upload
 // slot comes round again (batch_io.h: for the upload issued four before, so a stage with the embeddings
 // and the head, two uploads per forward, queues at most about two micro-batches ahead of the device).
-void model_forward(Model* g, Backend* be, int set, const int* tokens, const int* targets, float dloss, float* logits_dump);
+void model_forward(Model* g, Backend* be, int set, const MicroBatch* mb, float dloss, float* logits_dump);
 // The sum of the token losses of every forward with targets since the last call, each micro-batch's in row
 // order, then in the order of the forwards (0 on a stage without the head). Waits for their downloads.
 double model_take_losses(Model* g, Backend* be);

@@ -129,16 +129,23 @@ static double take_losses(Model* chunks, int num_chunks, Backend* be) {
     return loss;
 }
 
-static void compute(Pipeline* p, Model* chunks, Backend* be, const Action* a, DataLoader* data, int step, int* inputs,
-                    int* targets, float dloss, float* logits_dump, PhaseTimer* pt) {
+// The micro-batch as the model reads it: pos and doc when the data has documents.
+static MicroBatch micro_of(const Batch* b, int documents) {
+    return (MicroBatch){b->tokens, b->targets, documents ? b->pos : NULL, documents ? b->doc : NULL};
+}
+
+static void compute(Pipeline* p, Model* chunks, Backend* be, const Action* a, DataLoader* data, int step, Batch* batch,
+                    float dloss, float* logits_dump, PhaseTimer* pt) {
     Model* g = &chunks[a->chunk];
     int set = a->micro % g->num_sets;
+    int documents = dataloader_has_documents(data);   // every block reads them: every stage reads the batch
+    MicroBatch mb = micro_of(batch, documents);
     switch (a->kind) {
     case ACT_FORWARD:
-        if (model_has_encoder(g) || model_has_head(g))
-            dataloader_batch(data, step, p->sched.num_micro, a->micro, inputs, targets);
+        if (model_has_encoder(g) || model_has_head(g) || documents)
+            dataloader_read(data, step, p->sched.num_micro, a->micro, batch);
         phase_mark(pt, be, PHASE_DATA);
-        model_forward(g, be, set, inputs, targets, dloss, a->micro == 0 ? logits_dump : NULL);
+        model_forward(g, be, set, &mb, dloss, a->micro == 0 ? logits_dump : NULL);
         phase_mark(pt, be, PHASE_FORWARD);
         break;
     case ACT_BACKWARD:
@@ -157,13 +164,13 @@ static void compute(Pipeline* p, Model* chunks, Backend* be, const Action* a, Da
     }
 }
 
-double pipeline_train_step(Pipeline* p, Model* chunks, Backend* be, DataLoader* data, int step, int* inputs, int* targets,
-                           float dloss, float* logits_dump, PhaseTimer* pt) {
+double pipeline_train_step(Pipeline* p, Model* chunks, Backend* be, DataLoader* data, int step, Batch* batch, float dloss,
+                           float* logits_dump, PhaseTimer* pt) {
     const StageSchedule* s = &p->sched;
     for (int i = 0; i < s->count;) {
         const Action* a = &s->actions[i];
         if (action_is_compute(a->kind)) {
-            compute(p, chunks, be, a, data, step, inputs, targets, dloss, logits_dump, pt);
+            compute(p, chunks, be, a, data, step, batch, dloss, logits_dump, pt);
             i++;
             continue;
         }
@@ -181,7 +188,7 @@ double pipeline_train_step(Pipeline* p, Model* chunks, Backend* be, DataLoader* 
 // 0's chunk c + 1. Each message's tag is the virtual stage that sends it. A chunk's output goes out in the
 // same exchange as the next chunk's input comes in (the ring's last stage sends to stage 0 while stage 0
 // waits for it), so no send waits for a receive its peer has not reached.
-static void forward_through(Pipeline* p, Model* chunks, Backend* be, const int* tokens, const int* targets) {
+static void forward_through(Pipeline* p, Model* chunks, Backend* be, const MicroBatch* mb) {
     const Grid* grid = p->grid;
     int P = grid->pp, V = p->sched.num_chunks, prev = (grid->stage + P - 1) % P, next = (grid->stage + 1) % P;
     size_t bytes = model_boundary_bytes(&chunks[0]);
@@ -192,7 +199,7 @@ static void forward_through(Pipeline* p, Model* chunks, Backend* be, const int* 
         int vs = c * P + grid->stage;
         if (vs > 0) msgs[n++] = (CommMessage){.send = 0, .buf = model_stage_input(g, 0), .bytes = bytes, .peer = prev, .tag = vs - 1};
         if (n) comm_exchange(grid->pp_group, msgs, n);
-        model_forward(g, be, 0, tokens, targets, 0.0f, NULL);
+        model_forward(g, be, 0, mb, 0.0f, NULL);
         n = 0;
         if (vs < P * V - 1) msgs[n++] = (CommMessage){.send = 1, .buf = model_stage_output(g, 0), .bytes = bytes, .peer = next, .tag = vs};
     }
@@ -200,13 +207,14 @@ static void forward_through(Pipeline* p, Model* chunks, Backend* be, const int* 
     finish_sends(p);
 }
 
-double pipeline_forward(Pipeline* p, Model* chunks, Backend* be, const int* tokens, const int* targets) {
-    forward_through(p, chunks, be, tokens, targets);
+double pipeline_forward(Pipeline* p, Model* chunks, Backend* be, const MicroBatch* mb) {
+    forward_through(p, chunks, be, mb);
     return take_losses(chunks, p->sched.num_chunks, be);
 }
 
 int pipeline_forward_token_losses(Pipeline* p, Model* chunks, Backend* be, const int* tokens, const int* targets, float* losses) {
-    forward_through(p, chunks, be, tokens, targets);
+    MicroBatch mb = {tokens, targets, NULL, NULL};
+    forward_through(p, chunks, be, &mb);
     Model* head = pipeline_head_chunk(p, chunks);
     return model_has_head(head) && model_take_token_losses(head, be, losses, 1) == 1;
 }

@@ -60,15 +60,16 @@ void pipeline_destroy(Pipeline* p);
 // One step's forwards and backwards over `ga` micro-batches of step `step` (gradients accumulate through
 // zero.h; reducing them is the caller's). `chunks`: one Model per model chunk of this stage (layout_chunk_view
 // of the stage's layout; one without interleaving). Returns the sum of the token losses on the stage with
-// the head, 0 elsewhere; the losses are read once, at the end (model_take_losses). inputs/targets: host
-// scratch of B*T ints. logits_dump: see model_forward (micro-batch 0). pt: on breakdown steps, each action's
+// the head, 0 elsewhere (a target of -1 adds 0); the losses are read once, at the end (model_take_losses).
+// batch: host scratch of B*T ints each (pos and doc too when the data has documents: then every stage reads
+// the data, since every block's attention and positions read them). logits_dump: see model_forward (micro-batch 0). pt: on breakdown steps, each action's
 // time goes to data, forward, backward or pipeline_wait (blocked in an exchange: the bubble as this stage
 // saw it, plus any imbalance between stages); zb's W's count as backward.
-double pipeline_train_step(Pipeline* p, Model* chunks, Backend* be, DataLoader* data, int step, int* inputs, int* targets,
-                           float dloss, float* logits_dump, PhaseTimer* pt);
+double pipeline_train_step(Pipeline* p, Model* chunks, Backend* be, DataLoader* data, int step, Batch* batch, float dloss,
+                           float* logits_dump, PhaseTimer* pt);
 // A forward through every (virtual) stage without backward (validation, sampling): the first stage embeds
 // tokens, the last one computes logits and, with targets, returns the sum of token losses (0 elsewhere).
-double pipeline_forward(Pipeline* p, Model* chunks, Backend* be, const int* tokens, const int* targets);
+double pipeline_forward(Pipeline* p, Model* chunks, Backend* be, const MicroBatch* mb);
 // The same forward, keeping each token's loss (the scores of a multiple-choice evaluation): on the stage
 // with the head, losses (B*T floats, row order) receives them and 1 is returned; elsewhere 0.
 int pipeline_forward_token_losses(Pipeline* p, Model* chunks, Backend* be, const int* tokens, const int* targets, float* losses);

@@ -9,6 +9,7 @@
 #include "kernels/kernels.h"
 
 typedef enum { LR_COSINE, LR_LINEAR, LR_CONSTANT } LrSchedule;
+typedef enum { LONG_DROP, LONG_TRUNCATE } LongDocs;   // -long: a document longer than -t in a packed dataset
 
 typedef struct {
     // data and files
@@ -18,6 +19,9 @@ typedef struct {
     const char* out_dir;         // -o
     const char* tokenizer;       // -tk (default: gpt2_tokenizer.bin beside the training shards)
     const char* dump_dir;        // -dump: step 0's logits and gradients, for the reference tests
+    int pack;                    // -pack: 1 a document dataset's documents packed whole into rows; 0 stream windows
+    LongDocs long_docs;          // -long drop|truncate
+    int docmask;                 // -docmask: plain shards read as documents at the tokenizer's document-start token
     // batch
     int B;                       // -b micro-batch size
     int T;                       // -t sequence length

@@ -8,7 +8,7 @@
 #include "core/zero/nvme_store.h"
 
 // Enum fields are read and written as int (memcpy): each must be int-sized.
-_Static_assert(sizeof(LrSchedule) == sizeof(int) && sizeof(DType) == sizeof(int) && sizeof(ScheduleKind) == sizeof(int) &&
+_Static_assert(sizeof(LrSchedule) == sizeof(int) && sizeof(LongDocs) == sizeof(int) && sizeof(DType) == sizeof(int) && sizeof(ScheduleKind) == sizeof(int) &&
                    sizeof(CommKind) == sizeof(int), "an enum flag's field is not int-sized");
 // The defaults below are text; the code that compares against these constants must see the same values.
 _Static_assert(NVME_CHUNK_DEFAULT == 1048576, "-nvme-chunk's default in the table differs from NVME_CHUNK_DEFAULT");
@@ -34,6 +34,7 @@ _Static_assert((int)COMM_WATCHDOG_DEFAULT == 300, "-wd's default in the table di
 static const char* const SCHEDULES[] = {[LR_COSINE] = "cosine", [LR_LINEAR] = "linear", [LR_CONSTANT] = "constant"};
 static const char* const PRECISIONS[] = {[DT_FP32] = "fp32", [DT_BF16] = "bf16", [DT_FP16] = "fp16"};
 static const char* const PIPE_SCHEDULES[] = {[SCHEDULE_1F1B] = "1f1b", [SCHEDULE_INTERLEAVED] = "interleaved", [SCHEDULE_ZB] = "zb"};
+static const char* const LONG_DOCS[] = {[LONG_DROP] = "drop", [LONG_TRUNCATE] = "truncate"};
 static const char* const COMMS[] = {[COMM_AUTO] = NULL, [COMM_MPI] = "mpi", [COMM_NCCL] = "nccl"};
 
 // -ga and -d both set the accumulation steps: config.c refuses the two together.
@@ -104,6 +105,22 @@ const Flag FLAGS[] = {
     {DATA, "-i", "GLOB", FIELD(train_pattern), .def = "data/kjv/kjv_train_*.bin", .help = "training token shards",
      RECORD(RESUME_OTHER, "train", 4)},
     {DATA, "-j", "GLOB", FIELD(val_pattern), .def = "data/kjv/kjv_val_*.bin", .help = "validation token shards (\"\" for none)"},
+    // The data order of a document dataset depends on them (the rows, hence the windows and their labels).
+    {DATA, "-pack", "0|1", FIELD(pack), RANGE(0, 1), .def = "1",
+     .help = "a document dataset (a .mask file beside each shard, from scripts/tokenize.py --chat): 1 packs whole "
+             "documents into rows of -t tokens (best fit; each document attends only to itself, positions restart at "
+             "it, only its labelled tokens are trained); 0 reads -b*-t token windows of the stream, cutting documents "
+             "where rows end. Counts printed at start. Plain shards are always read as windows",
+     .resume = {RESUME_OTHER, "pack", 20, ABSENT_DEFAULT, NULL, NULL}},
+    {DATA, "-long", NULL, FIELD(long_docs), NAMES(LONG_DOCS), .def = "drop",
+     .help = "with -pack 1: a document longer than -t is left out (drop) or keeps its first -t tokens (truncate); "
+             "counted at start",
+     .resume = {RESUME_OTHER, "long", 21, ABSENT_DEFAULT, NULL, NULL}},
+    {DATA, "-docmask", "0|1", FIELD(docmask), RANGE(0, 1), .def = "0",
+     .help = "plain shards: 1 makes every occurrence of the tokenizer's document-start token (GPT-2's 50256 without a "
+             "tokenizer file, a tokenizer.json's BOS or end-of-text) begin a document that attends only to itself, "
+             "positions restarting there; every token stays trained. A document dataset is always read so",
+     .resume = {RESUME_OTHER, "docmask", 22, ABSENT_DEFAULT, NULL, NULL}},
     {DATA, "-e", "MODEL", FIELD(model), .def = "d12",
      .help = "d12|d24|d36|d48 (GPT-2 124M/350M/774M/1558M), L<n>C<n>H<n>[V<n>][T<n>] (custom, e.g. L4C256H4), a "
              "Llama-family shape (smollm2-135m, smollm2-360m, smollm2-1.7b, llama3.2-1b, llama3.2-3b, llama3.1-8b, "
@@ -180,7 +197,7 @@ const Flag FLAGS[] = {
     {EVAL, "-y", "0|1|2", FIELD(resume), RANGE(0, 2), .def = "0",
      .help = "1: resume from the newest complete checkpoint in -o (an older one when a newer one is damaged; step 0 "
              "when there is none); refuses flags that change the run's results (-x, -l, -u, -q, -k, -c, -beta1, "
-             "-beta2, -eps, -gc, -i, -sh, -dpu, and with -dpu -v, -s, -n); 2: resume with those changes, each printed"},
+             "-beta2, -eps, -gc, -i, -sh, -pack, -long, -docmask, -dpu, and with -dpu -v, -s, -n); 2: resume with those changes, each printed"},
     {EVAL, "-ow", "0|1", FIELD(start_over), RANGE(0, 1), .def = "0",
      .help = "start over in an -o that holds an earlier run: delete its log and checkpoints. Without it a fresh run "
              "(-y 0) refuses such a directory"},

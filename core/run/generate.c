@@ -72,7 +72,8 @@ static int generate_tokens(const Generator* g, int* text, int n, int count, int 
         int start = len > T ? len - T : 0, window = len - start;
         for (int i = 0; i < N; i++) g->inputs[i] = i < window ? text[start + i] : pad;
         // Every position sees only its past, so recomputing the whole (B,T) forward is correct, if wasteful.
-        pipeline_forward(g->pipe, g->chunks, g->be, g->inputs, NULL);
+        MicroBatch mb = {g->inputs, NULL, NULL, NULL};
+        pipeline_forward(g->pipe, g->chunks, g->be, &mb);
         // The last stage has the logits; the max over the world hands its token, and any rank's stop flag, to
         // every rank.
         long long shared[2] = {model_has_head(head) ? sample_row(head, g->be, window - 1, rng, g->how) : -1, g->stop_seen()};

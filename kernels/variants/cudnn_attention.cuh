@@ -151,11 +151,12 @@ static const CudnnPlan* sdpa_for_call(Backend* be, int direction, DType dt, int 
 // The masked scores' value: cuDNN before 9.10 wants the lowest float there, later versions -inf (as its frontend).
 static float sdpa_mask_value(void) { return cudnnGetVersion() < 91000 ? -FLT_MAX : -INFINITY; }
 
-static void cudnn_attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, int B, int T, int NH,
-                                    int KV, int D) {
-    const CudnnPlan* p = sdpa_for_call(be, SDPA_FORWARD, dt, B, T, NH, KV, D, qkv, out, NULL, NULL);
+// cuDNN's causal mask cannot express documents: a call with doc runs the default's kernels.
+static void cudnn_attention_forward(Backend* be, DType dt, void* out, float* lse, const void* qkv, const int* doc, int B,
+                                    int T, int NH, int KV, int D) {
+    const CudnnPlan* p = doc ? NULL : sdpa_for_call(be, SDPA_FORWARD, dt, B, T, NH, KV, D, qkv, out, NULL, NULL);
     if (!p) {
-        attention_forward_default(be, dt, out, lse, qkv, B, T, NH, KV, D);
+        attention_forward_default(be, dt, out, lse, qkv, doc, B, T, NH, KV, D);
         return;
     }
     CudnnAttention* ca = be_kernels(be)->cudnn;
@@ -168,10 +169,11 @@ static void cudnn_attention_forward(Backend* be, DType dt, void* out, float* lse
 }
 
 static void cudnn_attention_backward(Backend* be, DType dt, void* dqkv, float* scratch, const void* dout, const void* qkv,
-                                     const void* out, const float* lse, int B, int T, int NH, int KV, int D) {
-    const CudnnPlan* p = sdpa_for_call(be, SDPA_BACKWARD, dt, B, T, NH, KV, D, qkv, dqkv, dout, out);
+                                     const void* out, const float* lse, const int* doc, int B, int T, int NH, int KV,
+                                     int D) {
+    const CudnnPlan* p = doc ? NULL : sdpa_for_call(be, SDPA_BACKWARD, dt, B, T, NH, KV, D, qkv, dqkv, dout, out);
     if (!p) {
-        attention_backward_default(be, dt, dqkv, scratch, dout, qkv, out, lse, B, T, NH, KV, D);
+        attention_backward_default(be, dt, dqkv, scratch, dout, qkv, out, lse, doc, B, T, NH, KV, D);
         return;
     }
     CudnnAttention* ca = be_kernels(be)->cudnn;

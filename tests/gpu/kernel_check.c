@@ -162,7 +162,7 @@ static void t_encoder(Ctx* c, const Shape* s) {
     Outs o;
     outs_begin(&o, s, "encoder_forward");
     void* outp = dpoisoned(c, (size_t)N * C * dtype_size(dt));
-    encoder_forward(c->be, dt, outp, dtok, wte, wpe, B, T, C);
+    encoder_forward(c->be, dt, outp, dtok, NULL, wte, wpe, B, T, C);
     out(c, &o, 0, "out", outp, dt, (size_t)N * C);
     outs_end(&o);
 
@@ -173,7 +173,7 @@ static void t_encoder(Ctx* c, const Shape* s) {
     for (int rep = 0; rep < 2; rep++) {
         put(c, wte, hwte, (size_t)s->Vp * C, dt);
         put(c, wpe, hwpe, (size_t)T * C, dt);
-        encoder_backward(c->be, dt, wte, wpe, dout, dtok, B, T, C);
+        encoder_backward(c->be, dt, wte, wpe, dout, dtok, NULL, B, T, C);
         out(c, &o, rep, "dwte", wte, dt, (size_t)s->Vp * C);
         out(c, &o, rep, "dwpe", wpe, dt, (size_t)T * C);
     }
@@ -345,15 +345,15 @@ static void rope_rows(Ctx* c, const Shape* s, int backward, const float* hx, con
     const size_t n = (size_t)B * T * (NH + 2 * KV) * D;
     void* x = dnew(c, hx, n, dt);
     void* y = dpoisoned(c, n * dtype_size(dt));
-    void (*rope)(Backend*, DType, void*, const void*, const float*, int, int, int, int, int) =
+    void (*rope)(Backend*, DType, void*, const void*, const float*, const int*, int, int, int, int, int) =
         backward ? rope_backward : rope_forward;
     Outs o;
     outs_begin(&o, s, backward ? "rope_backward" : "rope_forward");
-    rope(c->be, dt, y, x, inv_freq, B, T, NH, KV, D);
+    rope(c->be, dt, y, x, inv_freq, NULL, B, T, NH, KV, D);
     out(c, &o, 0, backward ? "dinp" : "out", y, dt, n);
     outs_end(&o);
     outs_begin(&o, s, backward ? "rope_backward_inplace" : "rope_forward_inplace");
-    rope(c->be, dt, x, x, inv_freq, B, T, NH, KV, D);
+    rope(c->be, dt, x, x, inv_freq, NULL, B, T, NH, KV, D);
     out(c, &o, 0, backward ? "dinp" : "out", x, dt, n);
     outs_end(&o);
 }
@@ -512,7 +512,7 @@ static void t_attention(Ctx* c, const AttShape* a) {
     float* lse = (float*)dpoisoned(c, nl * 4);
     Outs o;
     outs_begin_named(&o, a->name, "attention_forward");
-    attention_forward(c->be, dt, outp, lse, qkv, B, T, NH, KV, D);
+    attention_forward(c->be, dt, outp, lse, qkv, NULL, B, T, NH, KV, D);
     out(c, &o, 0, "out", outp, dt, no);
     out(c, &o, 0, "lse", lse, DT_FP32, nl);
     outs_end(&o);
@@ -530,7 +530,7 @@ static void t_attention(Ctx* c, const AttShape* a) {
     for (int rep = 0; rep < 2; rep++) {
         poison(c, dqkv, nq * dtype_size(dt));
         poison(c, scratch, nl * 4);
-        attention_backward(c->be, dt, dqkv, scratch, dout, qkv, outp, lse, B, T, NH, KV, D);
+        attention_backward(c->be, dt, dqkv, scratch, dout, qkv, outp, lse, NULL, B, T, NH, KV, D);
         out(c, &o, rep, "dqkv", dqkv, dt, nq);
     }
     outs_end(&o);
@@ -622,7 +622,7 @@ static void t_encoder_vocab(Ctx* c, const Shape* s) {
     for (int with_wpe = 0; with_wpe < 2; with_wpe++) {
         outs_begin(&o, s, with_wpe ? "encoder_forward_vocab_wpe" : "encoder_forward_vocab");
         void* outp = dpoisoned(c, (size_t)N * C * dtype_size(dt));
-        encoder_forward_vocab(c->be, dt, outp, dtok, wte, with_wpe ? wpe : NULL, v0, Vl, B, T, C);
+        encoder_forward_vocab(c->be, dt, outp, dtok, NULL, wte, with_wpe ? wpe : NULL, v0, Vl, B, T, C);
         out(c, &o, 0, "out", outp, dt, (size_t)N * C);
         outs_end(&o);
     }
@@ -632,7 +632,7 @@ static void t_encoder_vocab(Ctx* c, const Shape* s) {
     for (int rep = 0; rep < 2; rep++) {
         put(c, wte, hwte, (size_t)Vl * C, dt);
         put(c, wpe, hwpe, (size_t)T * C, dt);
-        encoder_backward_vocab(c->be, dt, wte, wpe, dout, dtok, v0, Vl, B, T, C);
+        encoder_backward_vocab(c->be, dt, wte, wpe, dout, dtok, NULL, v0, Vl, B, T, C);
         out(c, &o, rep, "dwte", wte, dt, (size_t)Vl * C);
         out(c, &o, rep, "dwpe", wpe, dt, (size_t)T * C);
     }
@@ -952,8 +952,8 @@ static void bench_attention_gqa(Ctx* c, int B, const float* pat, size_t npat) {
         char name[2][64];
         snprintf(name[0], sizeof(name[0]), "attention_forward h%dkv%dd%d", NH, KV, D);
         snprintf(name[1], sizeof(name[1]), "attention_backward h%dkv%dd%d", NH, KV, D);
-        BENCH(name[0], 20, attention_forward(c->be, dt, att, lse, qkv, B, T, NH, KV, D));
-        BENCH(name[1], 20, attention_backward(c->be, dt, dqkv, scr, datt, qkv, att, lse, B, T, NH, KV, D));
+        BENCH(name[0], 20, attention_forward(c->be, dt, att, lse, qkv, NULL, B, T, NH, KV, D));
+        BENCH(name[1], 20, attention_backward(c->be, dt, dqkv, scr, datt, qkv, att, lse, NULL, B, T, NH, KV, D));
     }
 }
 
@@ -1008,8 +1008,8 @@ static void bench(Ctx* c, int only_attention) {
     float* lse = (float*)bench_buf(c, (size_t)B * NH * T, DT_FP32, pat, npat);
     float* scr = (float*)bench_buf(c, (size_t)B * NH * T, DT_FP32, pat, npat);
     printf("bench B=%d T=%d C=%d NH=%d %s\n", B, T, C, NH, dtype_name(dt));
-    BENCH("attention_forward", 20, attention_forward(c->be, dt, att, lse, qkv, B, T, NH, NH, C / NH));
-    BENCH("attention_backward", 20, attention_backward(c->be, dt, dqkv, scr, datt, qkv, att, lse, B, T, NH, NH, C / NH));
+    BENCH("attention_forward", 20, attention_forward(c->be, dt, att, lse, qkv, NULL, B, T, NH, NH, C / NH));
+    BENCH("attention_backward", 20, attention_backward(c->be, dt, dqkv, scr, datt, qkv, att, lse, NULL, B, T, NH, NH, C / NH));
     bench_attention_gqa(c, B, pat, npat);
     if (only_attention) {
         end_test(c);
@@ -1035,8 +1035,8 @@ static void bench(Ctx* c, int only_attention) {
     BENCH("residual_forward", 20, residual_forward(c->be, dt, att, x, datt, (size_t)N * C));
     void* wte = bench_buf(c, (size_t)Vp * C, dt, pat, npat);
     void* wpe = bench_buf(c, (size_t)T * C, dt, pat, npat);
-    BENCH("encoder_forward", 20, encoder_forward(c->be, dt, att, dtok, wte, wpe, B, T, C));
-    BENCH("encoder_backward", 20, encoder_backward(c->be, dt, wte, wpe, x, dtok, B, T, C));
+    BENCH("encoder_forward", 20, encoder_forward(c->be, dt, att, dtok, NULL, wte, wpe, B, T, C));
+    BENCH("encoder_backward", 20, encoder_backward(c->be, dt, wte, wpe, x, dtok, NULL, B, T, C));
     void* logits = bench_buf(c, (size_t)N * Vp, dt, pat, npat);
     float* losses = (float*)dalloc(c, (size_t)N * 4);
     BENCH("classifier_forward+dlogits", 5, classifier_forward(c->be, dt, logits, losses, dtok, N, V, Vp, 1.0f / N, 1));

@@ -163,8 +163,8 @@ static Outs run_attention_heads(Pool* pool, DType dt, DType rd, int NH, int KV, 
     void *dqkv_in = pool_from(pool, dt, qkv, nq), *ddy = pool_from(pool, dt, dy, no);
     void *out = pool_zeros(pool, dt, no), *dq = pool_zeros(pool, dt, nq);
     float *lse = pool_zeros(pool, DT_FP32, nl), *scratch = pool_zeros(pool, DT_FP32, nl);
-    attention_forward(be, dt, out, lse, dqkv_in, B, T, NH, KV, D);
-    attention_backward(be, dt, dq, scratch, ddy, dqkv_in, out, lse, B, T, NH, KV, D);
+    attention_forward(be, dt, out, lse, dqkv_in, NULL, B, T, NH, KV, D);
+    attention_backward(be, dt, dq, scratch, ddy, dqkv_in, out, lse, NULL, B, T, NH, KV, D);
     Outs o = {0};
     outs_add(&o, out, dt, no); outs_add(&o, dq, dt, nq);
     free(qkv); free(dy);
@@ -184,8 +184,8 @@ static Outs run_encoder(Pool* pool, DType dt, DType rd) {
     float *wte = rand_vec(&r, Vp * C, 1, rd), *wpe = rand_vec(&r, T * C, 1, rd), *dy = rand_vec(&r, B * T * C, 1, rd);
     void *dwte_in = pool_from(pool, dt, wte, Vp * C), *dwpe_in = pool_from(pool, dt, wpe, T * C), *ddy = pool_from(pool, dt, dy, B * T * C);
     void *out = pool_zeros(pool, dt, B * T * C), *gte = pool_zeros(pool, dt, Vp * C), *gpe = pool_zeros(pool, dt, T * C);
-    encoder_forward(be, dt, out, tokens, dwte_in, dwpe_in, B, T, C);
-    encoder_backward(be, dt, gte, gpe, ddy, tokens, B, T, C);
+    encoder_forward(be, dt, out, tokens, NULL, dwte_in, dwpe_in, B, T, C);
+    encoder_backward(be, dt, gte, gpe, ddy, tokens, NULL, B, T, C);
     Outs o = {0};
     outs_add(&o, out, dt, B * T * C); outs_add(&o, gte, dt, Vp * C); outs_add(&o, gpe, dt, T * C);
     free(wte); free(wpe); free(dy);
@@ -279,8 +279,8 @@ static Outs run_rope(Pool* pool, DType dt, DType rd) {
     for (int i = 0; i < D / 2; i++) f[i] = (float)pow(10000.0, -2.0 * i / D);
     void *dx = pool_from(pool, dt, x, n), *ddy = pool_from(pool, dt, dy, n), *out = pool_zeros(pool, dt, n), *g = pool_zeros(pool, dt, n);
     float* inv_freq = pool_from(pool, DT_FP32, f, D / 2);
-    rope_forward(be, dt, out, dx, inv_freq, B, T, NH, KV, D);
-    rope_backward(be, dt, g, ddy, inv_freq, B, T, NH, KV, D);
+    rope_forward(be, dt, out, dx, inv_freq, NULL, B, T, NH, KV, D);
+    rope_backward(be, dt, g, ddy, inv_freq, NULL, B, T, NH, KV, D);
     Outs o = {0};
     outs_add(&o, out, dt, n); outs_add(&o, g, dt, n);
     free(x); free(dy);

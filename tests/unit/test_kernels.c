@@ -267,8 +267,8 @@ static void check_attention_causal(TestStats* s, Backend* be, const AtCtx* c, co
     float *scratch = dev_zeros(be, DT_FP32, nl), *dq = dev_zeros(be, DT_FP32, nq), *qkv2 = host_of(qkv, DT_FP32, nq);
     for (int b = 0; b < B; b++)
         for (size_t i = 0; i < ld; i++) qkv2[((size_t)b * T + T - 1) * ld + i] += 0.5f;
-    attention_forward(be, DT_FP32, out2, lse, qkv2, B, T, NH, KV, D);
-    attention_forward(be, DT_FP32, out, lse, qkv, B, T, NH, KV, D);
+    attention_forward(be, DT_FP32, out2, lse, qkv2, NULL, B, T, NH, KV, D);
+    attention_forward(be, DT_FP32, out, lse, qkv, NULL, B, T, NH, KV, D);
     int ok = 1;
     for (int b = 0; b < B; b++) ok &= same_bits(out + (size_t)b * T * OW, out2 + (size_t)b * T * OW, (size_t)(T - 1) * OW * 4);
     ok &= !same_bits(out + (size_t)(T - 1) * OW, out2 + (size_t)(T - 1) * OW, (size_t)OW * 4);
@@ -278,7 +278,7 @@ static void check_attention_causal(TestStats* s, Backend* be, const AtCtx* c, co
     float* dy1 = xcalloc(no, sizeof(float));
     for (int b = 0; b < B; b++)
         for (int i = 0; i < OW; i++) dy1[((size_t)b * T + 1) * OW + i] = dy[((size_t)b * T + 1) * OW + i];
-    attention_backward(be, DT_FP32, dq, scratch, dy1, qkv, out, lse, B, T, NH, KV, D);
+    attention_backward(be, DT_FP32, dq, scratch, dy1, qkv, out, lse, NULL, B, T, NH, KV, D);
     ok = 1;
     int nonzero_past = 0;
     for (int b = 0; b < B; b++)
@@ -305,7 +305,7 @@ static void test_attention(TestStats* s, Backend* be, int NH, int KV, int D) {
     float *out = dev_zeros(be, DT_FP32, no), *lse = dev_zeros(be, DT_FP32, nl), *scratch = dev_zeros(be, DT_FP32, nl);
     float* dq = be_malloc(be, nq * 4);
     for (size_t i = 0; i < nq; i++) dq[i] = 1e3f;   // garbage: dqkv must be overwritten
-    attention_forward(be, DT_FP32, out, lse, qkv, B, T, NH, KV, D);
+    attention_forward(be, DT_FP32, out, lse, qkv, NULL, B, T, NH, KV, D);
     AtCtx c = {B, T, NH, KV, D, to_double(qkv, nq), to_double(dy, no)};
     double *oref = xmalloc(sizeof(double) * no), *lref = xmalloc(sizeof(double) * nl);
     attn_ref(&c, oref, lref);
@@ -314,11 +314,11 @@ static void test_attention(TestStats* s, Backend* be, int NH, int KV, int D) {
     snprintf(name, sizeof name, "attention_forward_lse_ref%s", tag);
     check_close(s, name, rel_err(lse, lref, nl), 1e-6);
 
-    attention_backward(be, DT_FP32, dq, scratch, dy, qkv, out, lse, B, T, NH, KV, D);
+    attention_backward(be, DT_FP32, dq, scratch, dy, qkv, out, lse, NULL, B, T, NH, KV, D);
     snprintf(name, sizeof name, "attention_backward_dqkv_fd%s", tag);
     check_fd(s, name, attn_loss, &c, c.qkv, dq, nq);
     float* dq1 = host_of(dq, DT_FP32, nq);
-    attention_backward(be, DT_FP32, dq, scratch, dy, qkv, out, lse, B, T, NH, KV, D);
+    attention_backward(be, DT_FP32, dq, scratch, dy, qkv, out, lse, NULL, B, T, NH, KV, D);
     snprintf(name, sizeof name, "attention_backward_overwrites%s", tag);
     check_true(s, name, same_bits(dq, dq1, nq * 4));
     check_attention_causal(s, be, &c, qkv, dy, tag);
@@ -337,8 +337,8 @@ static void test_attention_mha_bits(TestStats* s, Backend* be, int NH, int D, DT
     void *dqkv_in = dev_from(be, dt, qkv, nq), *ddy = dev_from(be, dt, dy, no);
     void *out = dev_zeros(be, dt, no), *dq = dev_zeros(be, dt, nq), *out0 = dev_zeros(be, dt, no), *dq0 = dev_zeros(be, dt, nq);
     float *lse = dev_zeros(be, DT_FP32, nl), *lse0 = dev_zeros(be, DT_FP32, nl), *scratch = dev_zeros(be, DT_FP32, nl);
-    attention_forward(be, dt, out, lse, dqkv_in, B, T, NH, NH, D);
-    attention_backward(be, dt, dq, scratch, ddy, dqkv_in, out, lse, B, T, NH, NH, D);
+    attention_forward(be, dt, out, lse, dqkv_in, NULL, B, T, NH, NH, D);
+    attention_backward(be, dt, dq, scratch, ddy, dqkv_in, out, lse, NULL, B, T, NH, NH, D);
     mha_attention_forward(be, dt, out0, lse0, dqkv_in, B, T, C, NH);
     mha_attention_backward(be, dt, dq0, scratch, ddy, dqkv_in, out0, lse0, B, T, C, NH);
     const size_t es = dtype_size(dt);
@@ -371,10 +371,10 @@ static void test_attention_gqa_expands(TestStats* s, Backend* be, int NH, int KV
     float *og = dev_zeros(be, DT_FP32, no), *om = dev_zeros(be, DT_FP32, no), *lg = dev_zeros(be, DT_FP32, nl);
     float *lm = dev_zeros(be, DT_FP32, nl), *scratch = dev_zeros(be, DT_FP32, nl);
     float *dg = dev_zeros(be, DT_FP32, nqg), *dm = dev_zeros(be, DT_FP32, nqm);
-    attention_forward(be, DT_FP32, og, lg, qkv, B, T, NH, KV, D);
-    attention_forward(be, DT_FP32, om, lm, qkvm, B, T, NH, NH, D);
-    attention_backward(be, DT_FP32, dg, scratch, dy, qkv, og, lg, B, T, NH, KV, D);
-    attention_backward(be, DT_FP32, dm, scratch, dy, qkvm, om, lm, B, T, NH, NH, D);
+    attention_forward(be, DT_FP32, og, lg, qkv, NULL, B, T, NH, KV, D);
+    attention_forward(be, DT_FP32, om, lm, qkvm, NULL, B, T, NH, NH, D);
+    attention_backward(be, DT_FP32, dg, scratch, dy, qkv, og, lg, NULL, B, T, NH, KV, D);
+    attention_backward(be, DT_FP32, dm, scratch, dy, qkvm, om, lm, NULL, B, T, NH, NH, D);
     int dq_same = 1;
     for (int bt = 0; bt < B * T; bt++) dq_same &= same_bits(dg + bt * ldg, dm + bt * ldm, sizeof(float) * NH * D);
     char name[96];
@@ -397,13 +397,13 @@ static void test_encoder(TestStats* s, Backend* be) {
     float *wte = rand_vec(&r, Vp * C, 1, DT_FP32), *wpe = rand_vec(&r, T * C, 1, DT_FP32), *dy = rand_vec(&r, B * T * C, 1, DT_FP32);
     float *g0 = rand_vec(&r, Vp * C, 1, DT_FP32), *p0 = rand_vec(&r, T * C, 1, DT_FP32);
     float *out = dev_zeros(be, DT_FP32, B * T * C), *dwte = dev_from(be, DT_FP32, g0, Vp * C), *dwpe = dev_from(be, DT_FP32, p0, T * C);
-    encoder_forward(be, DT_FP32, out, tokens, wte, wpe, B, T, C);
+    encoder_forward(be, DT_FP32, out, tokens, NULL, wte, wpe, B, T, C);
     int ok = 1;
     for (int i = 0; i < B * T; i++)
         for (int c = 0; c < C; c++) ok &= out[i * C + c] == wte[tokens[i] * C + c] + wpe[(i % T) * C + c];
     check_true(s, "encoder_forward_ref", ok);
 
-    encoder_backward(be, DT_FP32, dwte, dwpe, dy, tokens, B, T, C);
+    encoder_backward(be, DT_FP32, dwte, dwpe, dy, tokens, NULL, B, T, C);
     double rte[Vp * C] = {0}, rpe[T * C] = {0};   // the increments, in double
     float gte[Vp * C], gpe[T * C];
     for (int i = 0; i < B * T; i++)
@@ -425,9 +425,9 @@ static void test_encoder(TestStats* s, Backend* be) {
 
     memset(dwte, 0, sizeof(float) * Vp * C);
     memset(dwpe, 0, sizeof(float) * T * C);
-    encoder_backward(be, DT_FP32, dwte, dwpe, dy, tokens, B, T, C);
+    encoder_backward(be, DT_FP32, dwte, dwpe, dy, tokens, NULL, B, T, C);
     float *a1 = host_of(dwte, DT_FP32, Vp * C), *b1 = host_of(dwpe, DT_FP32, T * C);
-    encoder_backward(be, DT_FP32, dwte, dwpe, dy, tokens, B, T, C);
+    encoder_backward(be, DT_FP32, dwte, dwpe, dy, tokens, NULL, B, T, C);
     ok = 1;
     for (int i = 0; i < Vp * C; i++) ok &= dwte[i] == 2 * a1[i];
     for (int i = 0; i < T * C; i++) ok &= dwpe[i] == 2 * b1[i];
@@ -545,19 +545,19 @@ static void test_encoder_vocab(TestStats* s, Backend* be) {
     float *g0 = rand_vec(&r, Vp * C, 1, DT_FP32), *p0 = rand_vec(&r, T * C, 1, DT_FP32);
     float *whole = dev_zeros(be, DT_FP32, B * T * C), *part = dev_zeros(be, DT_FP32, B * T * C);
     float sum[B * T * C] = {0};
-    encoder_forward(be, DT_FP32, whole, tokens, wte, wpe, B, T, C);
+    encoder_forward(be, DT_FP32, whole, tokens, NULL, wte, wpe, B, T, C);
     for (int k = 0; k < TP; k++) {   // rank 0 adds wpe
-        encoder_forward_vocab(be, DT_FP32, part, tokens, wte + k * VL * C, k == 0 ? wpe : NULL, k * VL, VL, B, T, C);
+        encoder_forward_vocab(be, DT_FP32, part, tokens, NULL, wte + k * VL * C, k == 0 ? wpe : NULL, k * VL, VL, B, T, C);
         for (int i = 0; i < B * T * C; i++) sum[i] += part[i];
     }
     check_true(s, "encoder_forward_vocab_sum_is_whole", same_bits(sum, whole, sizeof(sum)));
     // Backward: each rank's slice of dwte, and its (whole) dwpe, against encoder_backward's.
     float *dwte = dev_from(be, DT_FP32, g0, Vp * C), *dwpe = dev_from(be, DT_FP32, p0, T * C);
-    encoder_backward(be, DT_FP32, dwte, dwpe, dy, tokens, B, T, C);
+    encoder_backward(be, DT_FP32, dwte, dwpe, dy, tokens, NULL, B, T, C);
     int ok_te = 1, ok_pe = 1;
     for (int k = 0; k < TP; k++) {
         float *mte = dev_from(be, DT_FP32, g0 + k * VL * C, VL * C), *mpe = dev_from(be, DT_FP32, p0, T * C);
-        encoder_backward_vocab(be, DT_FP32, mte, mpe, dy, tokens, k * VL, VL, B, T, C);
+        encoder_backward_vocab(be, DT_FP32, mte, mpe, dy, tokens, NULL, k * VL, VL, B, T, C);
         ok_te &= same_bits(mte, dwte + k * VL * C, sizeof(float) * VL * C);
         ok_pe &= same_bits(mpe, dwpe, sizeof(float) * T * C);
         be_free(be, mte); be_free(be, mpe);

@@ -198,22 +198,22 @@ static void test_rope(TestStats* s, Backend* be, int B, int T, int NH, int KV, i
     RopeCtx c = {B, T, NH, KV, D, f, to_double(x, n), to_double(dy, n)};
     double* yref = xmalloc(sizeof(double) * n);
     rope_ref(&c, yref);
-    rope_forward(be, DT_FP32, out, x, inv_freq, B, T, NH, KV, D);
+    rope_forward(be, DT_FP32, out, x, inv_freq, NULL, B, T, NH, KV, D);
     check_close(s, NAME("rope_forward_ref"), rel_err(out, yref, n), 1e-5);
     int ok = 1;   // t = 0 (cos 1, sin 0) is the identity, and v is copied at every position
     for (int b = 0; b < B; b++) ok &= same_bits(out + (size_t)b * T * W, x + (size_t)b * T * W, sizeof(float) * W);
     for (int bt = 0; bt < B * T; bt++) ok &= same_bits(out + bt * W + (NH + KV) * D, x + bt * W + (NH + KV) * D, sizeof(float) * KV * D);
     check_true(s, NAME("rope_forward_t0_identity_v_copied"), ok);
     float* inplace = host_of(x, DT_FP32, n);
-    rope_forward(be, DT_FP32, inplace, inplace, inv_freq, B, T, NH, KV, D);
+    rope_forward(be, DT_FP32, inplace, inplace, inv_freq, NULL, B, T, NH, KV, D);
     check_true(s, NAME("rope_forward_in_place"), same_bits(inplace, out, sizeof(float) * n));
 
-    rope_backward(be, DT_FP32, dx, dy, inv_freq, B, T, NH, KV, D);
+    rope_backward(be, DT_FP32, dx, dy, inv_freq, NULL, B, T, NH, KV, D);
     if (fd) check_fd(s, NAME("rope_backward_fd"), rope_loss, &c, c.x, dx, n);
     memcpy(inplace, dy, sizeof(float) * n);
-    rope_backward(be, DT_FP32, inplace, inplace, inv_freq, B, T, NH, KV, D);
+    rope_backward(be, DT_FP32, inplace, inplace, inv_freq, NULL, B, T, NH, KV, D);
     check_true(s, NAME("rope_backward_in_place"), same_bits(inplace, dx, sizeof(float) * n));
-    rope_backward(be, DT_FP32, inplace, out, inv_freq, B, T, NH, KV, D);   // the inverse of the forward
+    rope_backward(be, DT_FP32, inplace, out, inv_freq, NULL, B, T, NH, KV, D);   // the inverse of the forward
     check_close(s, NAME("rope_backward_of_forward_is_identity"), rel_err(inplace, c.x, n), 1e-6);
     free(x); free(dy); free(nans); free(f); free(yref); free(inplace); free(c.x); free(c.dout);
     be_free(be, inv_freq); be_free(be, out); be_free(be, dx);
