@@ -228,8 +228,10 @@ class AdamW:
         self.v = {n: torch.zeros_like(p) for n, p in named_params}
 
     @torch.no_grad()
-    def step(self, lr, grad_scale=1.0):
-        self.t += 1
+    def step(self, lr, grad_scale=1.0, t=None):
+        """t: the bias corrections' step count, the 1-based index of the training step (the trainer's), which
+        exceeds the count of updates when a step had no label to learn from; None: one more than the last."""
+        self.t = self.t + 1 if t is None else t
         bc1, bc2 = 1.0 - self.b1 ** self.t, 1.0 - self.b2 ** self.t
         for n, p in self.named:
             g = p.grad * grad_scale
@@ -252,20 +254,21 @@ def write_f32(path, arrays):
 
 
 def land(model, opt, pending):
-    """Applies an update in flight (the gradients it saved, its LR and gradient scale); returns None."""
+    """Applies an update in flight (the gradients it saved, its LR, gradient scale and step); returns None."""
     if pending:
-        grads, lr, scale = pending
+        grads, lr, scale, step = pending
         for p, g in zip(model.params(), grads):
             p.grad = g
-        opt.step(lr, scale)
+        opt.step(lr, scale, step + 1)
     return None
 
 
-def delayed_step(model, opt, step, lr, scale, pending, args):
+def delayed_step(model, opt, step, lr, scale, pending, args, learns=True):
     """The optimizer's part of a step, with -dpu W: the update in flight (the last step's gradients) lands
     first; from step W on this step's update is only saved, to land a step later, except that every update
-    lands after each -n-th step (the trainer's checkpoints) and at the end. Returns the update in flight."""
-    current = ([p.grad.clone() for p in model.params()], lr, scale)
+    lands after each -n-th step (the trainer's checkpoints) and at the end. A step that learns nothing (no
+    label) makes no update of its own. Returns the update in flight."""
+    current = ([p.grad.clone() for p in model.params()], lr, scale, step) if learns else None
     pending = land(model, opt, pending)
     if args.dpu and step >= args.dpu:
         pending = current
@@ -288,7 +291,7 @@ def as_tensors(*arrays):
 def accumulate(model, batches, step, dump=None):
     """The step's forward and backward passes over its -ga micro-batches: each parameter's gradient of
     (the sum of the labels' losses) / (the step's number of labels), the loss so divided, and that number.
-    A step without a label has loss 0 and zero gradients."""
+    A step without a label has a NaN loss and zero gradients (and makes no update: delayed_step)."""
     cfg = model.cfg
     micro = [as_tensors(*batches.batch(step, m)) for m in range(batches.ga)]
     count = sum(int((tgt != -1).sum()) for _, tgt, _, _ in micro)
@@ -303,7 +306,7 @@ def accumulate(model, batches, step, dump=None):
         loss_sum += float(loss.detach())
         if dump and m == 0:
             write_f32(os.path.join(dump, "logits0.f32"), [logits.reshape(-1, cfg.V)])
-    return (loss_sum / count if count else 0.0), count
+    return (loss_sum / count if count else float("nan")), count
 
 
 def train(args, cfg, params):
@@ -326,8 +329,8 @@ def train(args, cfg, params):
                 f.write("%.9g\n" % loss_mean)
         scale = args.gc / norm if args.gc > 0 and norm > args.gc else 1.0
         lr = lr_at(step, args)
-        pending = delayed_step(model, opt, step, lr, scale, pending, args)
-        rec = {"step": step, "loss": loss_mean, "lr": lr, "grad_norm": norm, "labels": labels,
+        pending = delayed_step(model, opt, step, lr, scale, pending, args, labels > 0)
+        rec = {"step": step, "loss": loss_mean, "lr": lr, "grad_norm": norm, "trained": labels,
                "dt_ms": (time.time() - t0) * 1e3}
         if log:
             log.write(json.dumps(rec) + "\n")
@@ -549,8 +552,8 @@ def main(argv=None):
                     "llama:L2,C64,H4,K2,F160,V512,T64,tied) for a random model")
     ap.add_argument("-i", help="token shard glob (sorted, concatenated); with a .mask file beside each shard, a "
                     "document dataset (scripts/reference_data.py)")
-    ap.add_argument("-pack", type=int, choices=[0, 1], help="a document dataset's rows: 1 (its default) packs whole "
-                    "documents, best fit; 0 cuts the stream's windows")
+    ap.add_argument("-pack", type=int, default=1, choices=[0, 1], help="a document dataset's rows: 1 packs whole "
+                    "documents, best fit; 0 cuts the stream's windows (plain shards: always windows)")
     ap.add_argument("-long", default="drop", choices=["drop", "truncate"],
                     help="-pack 1: a document longer than -t is left out, or cut to its first -t tokens")
     ap.add_argument("-docmask", type=int, default=0, choices=[0, 1],

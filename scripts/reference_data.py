@@ -182,12 +182,10 @@ class Batches:
     replicas of -ga m/n read the same windows per step: (s*(m/n) + i)*n + r covers the same range).
     batch() -> (tokens, targets, pos, doc) as (B, T) int64 arrays; pos and doc None for plain shards."""
 
-    def __init__(self, stream, B, T, ga, pack_rows=None, long_docs="drop", docmask=0, doc_start=None, quiet=False):
+    def __init__(self, stream, B, T, ga, pack_rows=1, long_docs="drop", docmask=0, doc_start=None, quiet=False):
         self.B, self.T, self.ga, self.stream = B, T, ga, stream
         self.documented = stream.mask is not None or docmask
-        self.packed = stream.mask is not None and pack_rows != 0
-        if pack_rows == 1 and stream.mask is None:
-            die("-pack 1 packs documents: it needs mask files beside the shards (a document dataset)")
+        self.packed = stream.mask is not None and pack_rows == 1   # plain shards are always read as windows
         if self.packed:
             self.rows, longer, ndocs = pack(stream, T, long_docs)
             self.W = self.rows.tokens.shape[0] // B
