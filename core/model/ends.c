@@ -22,15 +22,15 @@ void embed_step(Model* g, Backend* be, const void* wte, const void* pos) {
     Activations* a = &g->acts;
     size_t NC = (size_t)g->B * g->T * g->shape.C;
     if (!g->tp && pos) {
-        encoder_forward(be, g->dt, a->resid, a->tokens, NULL, wte, pos, g->B, g->T, g->shape.C);
+        encoder_forward(be, g->dt, a->resid, a->tokens, a->pos, wte, pos, g->B, g->T, g->shape.C);
         return;
     }
     if (!g->tp) {
-        encoder_forward_vocab(be, g->dt, a->resid, a->tokens, NULL, wte, NULL, 0, g->shape.Vp, g->B, g->T, g->shape.C);
+        encoder_forward_vocab(be, g->dt, a->resid, a->tokens, a->pos, wte, NULL, 0, g->shape.Vp, g->B, g->T, g->shape.C);
         return;
     }
     void* all = g->sp ? a->proj : a->resid;   // (N, C); proj is free before the first block
-    encoder_forward_vocab(be, g->dt, all, a->tokens, NULL, wte, lay->tp_rank == 0 ? pos : NULL, layout_vocab_first(lay),
+    encoder_forward_vocab(be, g->dt, all, a->tokens, a->pos, wte, lay->tp_rank == 0 ? pos : NULL, layout_vocab_first(lay),
                           layout_vocab_rows(lay), g->B, g->T, g->shape.C);
     if (g->sp) comm_reduce_scatter_sum(g->tp, a->resid, all, (size_t)g->rows * g->shape.C, g->dt);
     else comm_allreduce_sum(g->tp, all, NC, g->dt);
@@ -38,8 +38,8 @@ void embed_step(Model* g, Backend* be, const void* wte, const void* pos) {
 
 void embed_backward_step(Model* g, Backend* be, void* dwte, void* dpos, const void* dout) {
     const ParamLayout* lay = g->layout;
-    if (!g->tp && dpos) encoder_backward(be, g->dt, dwte, dpos, dout, g->acts.tokens, NULL, g->B, g->T, g->shape.C);
-    else encoder_backward_vocab(be, g->dt, dwte, dpos, dout, g->acts.tokens, NULL, layout_vocab_first(lay), layout_vocab_rows(lay),
+    if (!g->tp && dpos) encoder_backward(be, g->dt, dwte, dpos, dout, g->acts.tokens, g->acts.pos, g->B, g->T, g->shape.C);
+    else encoder_backward_vocab(be, g->dt, dwte, dpos, dout, g->acts.tokens, g->acts.pos, layout_vocab_first(lay), layout_vocab_rows(lay),
                                 g->B, g->T, g->shape.C);
 }
 

@@ -173,5 +173,5 @@ void norm_step(BlockBackward* c, void* dinp, const void* dout, const void* inp, 
 void attention_step(BlockBackward* c, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse) {
     if (c->mode == BWD_WEIGHT) return;
     BlockDims d = block_dims(c->g);
-    attention_backward(c->be, c->g->dt, dqkv, c->g->acts.att_scratch, dout, qkv, out, lse, NULL, d.B, d.T, d.NH, d.KV, d.D);
+    attention_backward(c->be, c->g->dt, dqkv, c->g->acts.att_scratch, dout, qkv, out, lse, c->g->acts.doc, d.B, d.T, d.NH, d.KV, d.D);
 }

@@ -112,7 +112,7 @@ static void prepare_qkv(Model* g, Backend* be, Params p, Acts v) {
     BlockDims d = block_dims(g);
     LlamaParams lp = llama_params(&g->shape);
     if (lp.qk_norm) qk_norm_forward(be, g->dt, v.qkv, v.qk_rstd, v.qkv_raw, p.q_norm, p.k_norm, d.N, d.NH, d.KV, d.D, lp.eps);
-    rope_forward(be, g->dt, v.qkv, v.qkv, g->constants, NULL, d.B, d.T, d.NH, d.KV, d.D);
+    rope_forward(be, g->dt, v.qkv, v.qkv, g->constants, g->acts.pos, d.B, d.T, d.NH, d.KV, d.D);
 }
 
 static void forward(Model* g, Backend* be, const BlockRef* b, int recomputing) {
@@ -126,7 +126,7 @@ static void forward(Model* g, Backend* be, const BlockRef* b, int recomputing) {
     norm_forward(g, be, v.norm1, NULL, v.rstd1, v.x, p.attn_norm, NULL);
     matmul_forward(be, dt, has_qk_norm(g) ? v.qkv_raw : v.qkv, NULL, v.norm1, p.wqkv, p.bqkv, d.N, d.C, QKVA);
     prepare_qkv(g, be, p, v);
-    attention_forward(be, dt, v.atty, v.lse, v.qkv, NULL, d.B, d.T, d.NH, d.KV, d.D);
+    attention_forward(be, dt, v.atty, v.lse, v.qkv, g->acts.doc, d.B, d.T, d.NH, d.KV, d.D);
     matmul_forward(be, dt, proj, NULL, v.atty, p.wo, NULL, d.N, d.CA, d.C);
     residual_forward(be, dt, v.resid2, v.x, sum_partials(g, proj), RC);
     norm_forward(g, be, v.norm2, NULL, v.rstd2, v.resid2, p.mlp_norm, NULL);
@@ -145,7 +145,7 @@ static void recompute(Model* g, Backend* be, const BlockRef* b) {
     Acts v = acts_of(g, b->index);
     if (g->recompute >= 2) {
         norm_forward(g, be, v.norm1, NULL, v.rstd1, v.x, p.attn_norm, NULL);
-        attention_forward(be, g->dt, v.atty, v.lse, v.qkv, NULL, d.B, d.T, d.NH, d.KV, d.D);
+        attention_forward(be, g->dt, v.atty, v.lse, v.qkv, g->acts.doc, d.B, d.T, d.NH, d.KV, d.D);
         norm_forward(g, be, v.norm2, NULL, v.rstd2, v.resid2, p.mlp_norm, NULL);
     }
     if (g->recompute >= 1) swiglu_forward(be, g->dt, v.act, v.gu, d.N, d.CF);
@@ -161,7 +161,7 @@ static void swiglu_step(BlockBackward* c, void* dgu, const void* dact, const voi
 static void rope_step(BlockBackward* c, void* dqkv) {
     if (c->mode == BWD_WEIGHT) return;
     BlockDims d = block_dims(c->g);
-    rope_backward(c->be, c->g->dt, dqkv, dqkv, c->g->constants, NULL, d.B, d.T, d.NH, d.KV, d.D);
+    rope_backward(c->be, c->g->dt, dqkv, dqkv, c->g->constants, c->g->acts.pos, d.B, d.T, d.NH, d.KV, d.D);
 }
 
 // The q/k norms' backward. Each tensor rank normalizes its own heads with the whole weights, so their
