@@ -106,9 +106,11 @@ class Stream:
 # Rows
 
 class Rows:
-    """n rows of T tokens: tokens, pos, doc, target, each an (n, T) int64 array."""
+    """n rows of T tokens: tokens, pos, doc, target, each an (n, T) int64 array; used (n,): how many of a
+    row's tokens are documents' (-pack 1; the rest is padding)."""
 
     def __init__(self, n, T):
+        self.used = np.full(n, T, np.int64)
         self.tokens = np.zeros((n, T), np.int64)
         self.pos = np.zeros((n, T), np.int64)
         self.doc = np.zeros((n, T), np.int64)
@@ -156,6 +158,7 @@ def pack(stream, T, long_docs):
             rows.doc[r, at:at + n] = at
             rows.target[r, at:at + n - 1] = np.where(mask[start + 1:start + n] & TRAINED, tok[1:], -1)
             at += n
+        rows.used[r] = at
         rows.pos[r, at:] = np.arange(T - at)   # padding: a document of its own, no labels
         rows.doc[r, at:] = at
     return rows, sum(e - s > T for s, e in docs), len(docs)
