@@ -23,6 +23,7 @@
 #include "base/gpu_variants.h"
 #include "core/run/config.h"
 #include "core/data/dataloader.h"
+#include "core/run/data_splits.h"
 #include "core/zero/delayed_update.h"
 #include "core/run/estimate.h"
 #include "core/run/generate.h"
@@ -206,50 +207,15 @@ static void load_or_init_model(Trainer* tr) {
     free(flat);
 }
 
-// -docmask 1: the token that starts a document in plain shards, the tokenizer's (GPT-2's without a file).
-static int document_token(const Trainer* tr, int V) {
-    if (!tr->cfg.docmask) return -1;
-    int token = tokenizer_eot_or_gpt2(tr->tokenizer, V);
-    if (!tr->tokenizer && V <= GPT2_EOT)
-        fail("-docmask 1: no tokenizer file beside the shards (%s) names a document-start token, and the model's %d tokens "
-             "do not reach GPT-2's %d (give the tokenizer with -tk)", tr->tokenizer_path, V, GPT2_EOT);
-    if (token >= V)
-        fail("-docmask 1: the tokenizer's document-start token %d is outside the model's vocabulary of %d", token, V);
-    return token;
-}
-
-// The validation split is read as the training split is: both document datasets, or both plain.
-static void open_val(Trainer* tr, const ModelShape* shape, const DataOptions* opt) {
-    Config* cfg = &tr->cfg;
-    const Grid* g = &tr->grid;
-    tr->val = dataloader_open_documents(cfg->val_pattern, cfg->B, cfg->T, g->dp_rank, g->dp, 0, cfg->seed, shape->V, opt);
-    if (dataloader_has_masks(tr->val) != dataloader_has_masks(tr->train))
-        fail("-j %s %s .mask files beside its shards and -i %s %s: both splits must be document datasets, or neither",
-             cfg->val_pattern, dataloader_has_masks(tr->val) ? "has" : "has no", cfg->train_pattern,
-             dataloader_has_masks(tr->train) ? "does" : "does not");
-    long long w = dataloader_windows_per_epoch(tr->val);
-    tr->val_batches = cfg->val_batches < w ? cfg->val_batches : (int)w;
-    for (int i = 0; i < tr->val_batches; i++) tr->val_trained += dataloader_window_trained(tr->val, i);
-    if (tr->val_trained == 0)
-        fail("-j %s: its first %d validation batch%s hold no trained token (no label to score)", cfg->val_pattern,
-             tr->val_batches, tr->val_batches > 1 ? "es" : "");
-}
-
 static void open_data(Trainer* tr, const ModelShape* shape) {
     Config* cfg = &tr->cfg;
     const Grid* g = &tr->grid;   // every stage of a replica reads that replica's windows
-    size_t N = (size_t)cfg->B * cfg->T;
-    tr->batch.tokens = (int*)xmalloc(N * sizeof(int));
-    tr->batch.targets = (int*)xmalloc(N * sizeof(int));
     if (cfg->prompt) return;   // generation reads no data and takes no step
-    DataOptions opt = {cfg->pack, cfg->long_docs == LONG_TRUNCATE, document_token(tr, shape->V)};
+    DataOptions opt = {cfg->pack, cfg->long_docs == LONG_TRUNCATE, data_document_token(cfg, tr->tokenizer, tr->tokenizer_path, shape->V)};
     tr->train = dataloader_open_documents(cfg->train_pattern, cfg->B, cfg->T, g->dp_rank, g->dp, cfg->shuffle, cfg->seed,
                                           shape->V, &opt);
-    if (dataloader_has_documents(tr->train)) {
-        tr->batch.pos = (int*)xmalloc(N * sizeof(int));
-        tr->batch.doc = (int*)xmalloc(N * sizeof(int));
-    }
-    if (cfg->val_pattern && cfg->val_pattern[0] && cfg->val_every > 0) open_val(tr, shape, &opt);
+    if (cfg->val_pattern && cfg->val_pattern[0] && cfg->val_every > 0)
+        tr->val = data_open_val(cfg, tr->train, g->dp_rank, g->dp, shape->V, &opt, &tr->val_batches, &tr->val_trained);
     if (cfg->hellaswag) {   // a bad file is an error now, not at the first evaluation
         tr->hellaswag = (EvalFile*)xmalloc(sizeof(EvalFile));
         hellaswag_open(tr->hellaswag, cfg->hellaswag, shape->V, cfg->T);
@@ -274,22 +240,6 @@ static const char* delay_text(const Config* cfg, char* buf, size_t size) {
     return buf;
 }
 
-// A packed split's counts (-pack 1): its documents, those longer than -t, the rows and windows they make.
-static void print_packing(const char* split, const DataLoader* dl, const Config* cfg) {
-    if (!dl || !dataloader_is_packed(dl)) return;
-    PackStats p = dataloader_pack_stats(dl);
-    if (p.long_docs && cfg->long_docs == LONG_TRUNCATE)
-        printf("%s: %lld of %lld documents longer than -t %d cut to their first %d tokens (-long drop leaves them out)\n", split,
-               p.long_docs, p.docs, cfg->T, cfg->T);
-    else if (p.long_docs)
-        printf("%s: %lld of %lld documents longer than -t %d left out (-long truncate keeps their first %d tokens)\n", split,
-               p.long_docs, p.docs, cfg->T, cfg->T);
-    printf("%s: %lld documents packed into %lld rows of -t %d (%.1f%% tokens, the rest padding): %lld windows of -b %d rows%s",
-           split, p.docs - (cfg->long_docs == LONG_TRUNCATE ? 0 : p.long_docs), p.rows, cfg->T,
-           100.0 * (double)p.used / ((double)p.rows * cfg->T), p.rows / cfg->B, cfg->B, p.rows_left ? "" : "\n");
-    if (p.rows_left) printf(", %lld row%s left over unused\n", p.rows_left, p.rows_left > 1 ? "s" : "");
-}
-
 static void print_setup(Trainer* tr, CommKind comm) {
     const Config* cfg = &tr->cfg;
     const ModelShape* s = &tr->layout->shape;
@@ -306,8 +256,8 @@ static void print_setup(Trainer* tr, CommKind comm) {
     if (!cfg->prompt)
         printf("optimizer: AdamW beta1 %g, beta2 %g, eps %g, weight decay %g on 2-D tensors | gradient clip %g\n", cfg->adam_beta1,
                cfg->adam_beta2, cfg->adam_eps, cfg->weight_decay, cfg->grad_clip);
-    print_packing("data", tr->train, cfg);
-    print_packing("validation data", tr->val, cfg);
+    data_print_packing("data", tr->train, cfg);
+    data_print_packing("validation data", tr->val, cfg);
     if (tr->val && tr->val_batches < cfg->val_batches)
         printf("validation: %d batch%s per evaluation, all that %s holds (-m %d)\n", tr->val_batches,
                tr->val_batches > 1 ? "es" : "", cfg->val_pattern, cfg->val_batches);
@@ -359,6 +309,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     comm_watchdog_phase(tr->world, 1, "start-up: data and tokenizer");
     open_tokenizer(tr, &shape);   // first: -docmask's document-start token is the tokenizer's
     open_data(tr, &shape);
+    tr->batch = data_batch_create(cfg->B, cfg->T, tr->train);
 
     const Grid* g = &tr->grid;
     tr->layout = (ParamLayout*)xmalloc(sizeof(ParamLayout));
@@ -402,10 +353,7 @@ static void trainer_teardown(Trainer* tr) {
     grid_destroy(&tr->grid);
     backend_destroy(tr->be);
     free(tr->layout);
-    free(tr->batch.tokens);
-    free(tr->batch.targets);
-    free(tr->batch.pos);
-    free(tr->batch.doc);
+    data_batch_free(&tr->batch);
     comm_finalize(tr->world);
 }
 
@@ -427,10 +375,8 @@ static int validate(Trainer* tr, int step) {
             if (is_root(tr)) printf("step %d | validation stopped by a signal after %d of %d rounds: no val loss\n", step, i, rounds);
             return 0;
         }
-        Batch* b = &tr->batch;
-        dataloader_read(tr->val, i, 1, 0, b);
-        int docs = dataloader_has_documents(tr->val);
-        MicroBatch mb = {b->tokens, b->targets, docs ? b->pos : NULL, docs ? b->doc : NULL};
+        dataloader_read(tr->val, i, 1, 0, &tr->batch);
+        MicroBatch mb = pipeline_micro_batch(&tr->batch, tr->val);
         double loss = pipeline_forward(&tr->pipe, tr->model, tr->be, &mb);
         if (i * g->dp + g->dp_rank < tr->val_batches && g->tp_rank == 0) sum += loss;   // a tensor group's losses are one
     }
@@ -582,9 +528,8 @@ static StepResult train_step(Trainer* tr, int step) {
     int dump = cfg->dump_dir && step == 0;
     int dumps_logits = dump && model_has_head(g) && tr->grid.dp_rank == 0;
     float* logits = dumps_logits ? (float*)xmalloc((size_t)cfg->B * cfg->T * g->shape.V * sizeof(float)) : NULL;
-    // Every label of the global step (every token without masks) enters with weight 1/labels: the summed
-    // gradient is that of the mean loss over them (times the loss scale, which the optimizer divides back out).
-    // Each rank counts every rank's labels from the data order. A step without labels has no gradient.
+    // Every label of the global step (every token without masks; each rank counts them from the data order) enters
+    // with weight 1/labels: the gradient of the mean loss (times the loss scale, which the optimizer divides back out).
     long long trained = dataloader_step_trained(tr->train, step, cfg->grad_accum);
     double tokens = (double)trained;
     float dloss = trained ? (float)(tr->scaler.scale / tokens) : 0.0f;
@@ -631,11 +576,7 @@ static void report_step(Trainer* tr, int step, const StepResult* r, double secon
     char mfu_text[32] = "", extra[192] = "", trained_text[48] = "";
     if (peak > 0.0) snprintf(mfu_text, sizeof(mfu_text), " | mfu %.1f%%", 100.0 * mfu);
     if (tr->scaler.dynamic) snprintf(extra, sizeof(extra), ", \"loss_scale\": %.9g", r->loss_scale);
-    if (dataloader_has_masks(tr->train)) {   // a document dataset: only its labels train
-        size_t n = strlen(extra);
-        snprintf(extra + n, sizeof(extra) - n, ", \"trained\": %lld, \"trained_tok_s\": %.1f", r->trained, r->trained / seconds);
-        snprintf(trained_text, sizeof(trained_text), ", %.0f trained tok/s", r->trained / seconds);
-    }
+    data_trained_rate(tr->train, r->trained, seconds, trained_text, sizeof(trained_text), extra, sizeof(extra));
     if (!r->trained)
         printf("step %5d/%d | no trained token in this step's documents: no update on any rank\n", step, tr->max_steps);
     if (r->skipped) {

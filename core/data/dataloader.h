@@ -27,7 +27,7 @@ extern "C" {
 
 typedef struct DataLoader DataLoader;
 
-// Documents (docs/formats.md, "Mask files" and "Packing"): a dataset whose shards have .mask files beside
+// Documents (docs/ARCHITECTURE.md, "Data order"): a dataset whose shards have .mask files beside
 // them (X.mask beside X.bin: 256 x int32 header [20261129, 1, ntok, set_lo, set_hi, 0...], then one byte per
 // token, packing.h's MASK_* bits) is read as documents; plain shards are, with a doc_token, too.
 typedef struct {

@@ -1,6 +1,6 @@
 // packing.h: documents into rows of T tokens, and each row's per-token positions, document starts and
-// targets (docs/formats.md, "Packing"). Pure functions over host arrays: the data loader (dataloader.c) reads
-// the tokens and mask bytes and hands them here; scripts/reference.py implements the same rules.
+// targets (docs/ARCHITECTURE.md, "Data order": Documents). Pure functions over host arrays: the data loader
+// (dataloader.c) reads the tokens and mask bytes and hands them here; scripts/reference.py implements the same rules.
 //
 // A mask byte (a .mask file's, one per token): MASK_TRAINED, the prediction of this token from the tokens
 // before it in its document is a label; MASK_DOC_START, the token begins a document.

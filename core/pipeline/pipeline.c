@@ -129,17 +129,12 @@ static double take_losses(Model* chunks, int num_chunks, Backend* be) {
     return loss;
 }
 
-// The micro-batch as the model reads it: pos and doc when the data has documents.
-static MicroBatch micro_of(const Batch* b, int documents) {
-    return (MicroBatch){b->tokens, b->targets, documents ? b->pos : NULL, documents ? b->doc : NULL};
-}
-
 static void compute(Pipeline* p, Model* chunks, Backend* be, const Action* a, DataLoader* data, int step, Batch* batch,
                     float dloss, float* logits_dump, PhaseTimer* pt) {
     Model* g = &chunks[a->chunk];
     int set = a->micro % g->num_sets;
     int documents = dataloader_has_documents(data);   // every block reads them: every stage reads the batch
-    MicroBatch mb = micro_of(batch, documents);
+    MicroBatch mb = pipeline_micro_batch(batch, data);
     switch (a->kind) {
     case ACT_FORWARD:
         if (model_has_encoder(g) || model_has_head(g) || documents)

@@ -73,5 +73,10 @@ double pipeline_forward(Pipeline* p, Model* chunks, Backend* be, const MicroBatc
 // The same forward, keeping each token's loss (the scores of a multiple-choice evaluation): on the stage
 // with the head, losses (B*T floats, row order) receives them and 1 is returned; elsewhere 0.
 int pipeline_forward_token_losses(Pipeline* p, Model* chunks, Backend* be, const int* tokens, const int* targets, float* losses);
+// A batch as the model reads it: pos and doc only when the data has documents.
+static inline MicroBatch pipeline_micro_batch(const Batch* b, const DataLoader* data) {
+    int docs = dataloader_has_documents(data);
+    return (MicroBatch){b->tokens, b->targets, docs ? b->pos : NULL, docs ? b->doc : NULL};
+}
 // The chunk that holds the LM head on the last stage (its logits after pipeline_forward).
 static inline Model* pipeline_head_chunk(const Pipeline* p, Model* chunks) { return &chunks[p->sched.num_chunks - 1]; }
