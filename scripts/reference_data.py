@@ -1,5 +1,6 @@
 """The data side of scripts/reference.py, written from the specification (docs/formats.md: token shards and
-the mask files beside them; docs/data.md: how a document dataset becomes rows), with numpy alone.
+the mask files beside them; docs/flags.md's -pack, -long and -docmask and docs/ARCHITECTURE.md's data order: how
+a document dataset becomes rows), with numpy alone.
 
 A split is its shards' tokens concatenated in name order (the stream). A shard X.bin may have a mask file
 X.mask beside it, one byte per token: TRAINED (the prediction of this token is a label) and DOC_START (a
