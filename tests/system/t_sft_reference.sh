@@ -100,17 +100,14 @@ print("; ".join(bad) if bad or longer == 0 else "ok")
 PY
 
 # Three short conversations in one row and each alone (-b 1, one step), on models of O(1) weights.
-$PY tests/tools/doc_dataset.py "$TMP/row" --seed 9 --conversations 3 --longest 16 --shards 1 > /dev/null
-for k in 0 1 2; do
-    $PY tests/tools/doc_dataset.py "$TMP/alone$k" --seed 9 --conversations 3 --longest 16 --only $k --shards 1 > /dev/null
-done
+$PY tests/tools/doc_dataset.py "$TMP/row" --seed 9 --conversations 3 --longest 16 --shards 1 --alone > /dev/null
 $PY tests/tools/doc_trainer_check.py model "$TMP/big_gpt2.bin" "$gpt2" "$TMP/big_llama.bin" "$llama"
 for fam in gpt2 llama; do
-    for data in row alone0 alone1 alone2; do
-        $BIN -e "$TMP/big_$fam.bin" -i "$TMP/$data/chat_train_*.bin" -j "" -v 0 -s 0 -b 1 -t 48 -x 1 -o "$TMP/${data}_$fam" \
+    for data in chat chat_alone0 chat_alone1 chat_alone2; do
+        $BIN -e "$TMP/big_$fam.bin" -i "$TMP/row/${data}_train_*.bin" -j "" -v 0 -s 0 -b 1 -t 48 -x 1 -o "$TMP/${data}_$fam" \
             -dump "$TMP/${data}_$fam/d" > "$TMP/${data}_$fam.txt" 2>&1 || t_fail "${fam}_$data" "$(grep -m1 error "$TMP/${data}_$fam.txt")"
     done
     run_checker "${fam}_documents" tests/tools/doc_trainer_check.py check "$fam" "$TMP/row/chat_train_*.bin" 48 \
-        "$TMP/row_$fam/d" "$TMP/alone0_$fam/d" "$TMP/alone1_$fam/d" "$TMP/alone2_$fam/d"
+        "$TMP/chat_$fam/d" "$TMP/chat_alone0_$fam/d" "$TMP/chat_alone1_$fam/d" "$TMP/chat_alone2_$fam/d"
 done
 t_finish

@@ -4,6 +4,7 @@ and the mask files beside them (docs/formats.md), without a tokenizer.
 
   doc_dataset.py OUTDIR --name chat -V 512 --seed 1 --conversations 40 [--shards 2] [--longest 48] [--val 4]
   doc_dataset.py OUTDIR --name solo --only 0,3 ...    the same dataset's conversations 0 and 3 alone
+  doc_dataset.py OUTDIR --alone ...    also each conversation alone, as the dataset NAME_alone<I>
 
 A conversation is BOS, then turns; a turn is HEADER_START, its role's token, HEADER_END, its content (random
 tokens from FIRST_CONTENT up), END_OF_TURN. The trained tokens are the assistant turns' content and their
@@ -76,6 +77,7 @@ def main():
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--val", type=int, default=0, help="conversations for the validation shard")
     ap.add_argument("--only", help="comma-separated indices: write just these conversations, in this order")
+    ap.add_argument("--alone", action="store_true", help="also each conversation alone: NAME_alone<I>_train_000001.bin")
     ap.add_argument("--plain", action="store_true", help="no mask files (plain shards with BOS between documents)")
     a = ap.parse_args()
     if a.longest < 11:
@@ -86,6 +88,8 @@ def main():
     if a.only:
         convs = [convs[int(i)] for i in a.only.split(",")]
     write_dataset(a.outdir, a.name, convs, min(a.shards, len(convs) - a.val), a.val, a.seed)
+    for i in range(len(convs)) if a.alone else []:
+        write_dataset(a.outdir, "%s_alone%d" % (a.name, i), convs[i:i + 1], 1, 0, a.seed)
     if a.plain:
         for f in os.listdir(a.outdir):
             if f.startswith(a.name + "_") and f.endswith(".mask"):
