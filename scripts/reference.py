@@ -266,22 +266,42 @@ def land(model, opt, pending):
 def delayed_step(model, opt, step, lr, scale, pending, args, learns=True):
     """The optimizer's part of a step, with -dpu W: the update in flight (the last step's gradients) lands
     first; from step W on this step's update is only saved, to land a step later, except that every update
-    lands after each -n-th step (the trainer's checkpoints) and at the end. A step that learns nothing (no
-    label) makes no update of its own. Returns the update in flight."""
+    lands after each -n-th step (the trainer's checkpoints), before a validation and at the end. A step that
+    learns nothing (no label) makes no update of its own. Returns the update in flight."""
     current = ([p.grad.clone() for p in model.params()], lr, scale, step) if learns else None
     pending = land(model, opt, pending)
     if args.dpu and step >= args.dpu:
         pending = current
     else:
         pending = land(model, opt, current)
-    if step + 1 == args.x or (args.n > 0 and (step + 1) % args.n == 0):
+    if step + 1 == args.x or (args.n > 0 and (step + 1) % args.n == 0) or validating(args, step + 1):
         pending = land(model, opt, pending)
     return pending
 
 
-def open_batches(args, cfg):
-    return Batches(Stream(args.i, cfg.V), args.b, args.t, args.ga, args.pack, args.long, args.docmask,
+def open_batches(args, cfg, pattern=None, ga=None):
+    return Batches(Stream(pattern or args.i, cfg.V), args.b, args.t, ga or args.ga, args.pack, args.long, args.docmask,
                    args.doc_start, args.quiet)
+
+
+def validating(args, step):
+    """The trainer's rule: validation before step s when s is a multiple of -v, and after the last step."""
+    return bool(args.j) and args.v > 0 and (step % args.v == 0 or step == args.x)
+
+
+@torch.no_grad()
+def validate(model, batches, count):
+    """The trainer's validation: its first `count` windows (batch i reads window i), the sum of their labels'
+    losses over their number."""
+    total, labels = 0.0, 0
+    for i in range(count):
+        idx, tgt, pos, doc = as_tensors(*batches.batch(i, 0))
+        logits, _ = model(idx, None, pos, doc)
+        total += float(lm_loss(logits, tgt, model.cfg.V, reduction="sum"))
+        labels += int((tgt != -1).sum())
+    if not labels:
+        die("the first %d validation batches hold no trained token" % count)
+    return total / labels
 
 
 def as_tensors(*arrays):
@@ -315,11 +335,21 @@ def train(args, cfg, params):
     named = [(n, model.p[n]) for n in cfg.names]
     opt = AdamW(named, args.c, cfg.decayed)
     batches = open_batches(args, cfg)
+    val = open_batches(args, cfg, args.j, 1) if validating(args, 0) else None
     log = open(os.path.join(args.o, "log.jsonl"), "w") if args.o else None
     if args.dump:
         os.makedirs(args.dump, exist_ok=True)
+
+    def log_line(rec):
+        if log:
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
     pending = None
-    for step in range(args.x):
+    for step in range(args.x + 1):
+        if validating(args, step):
+            log_line({"step": step, "val_loss": validate(model, val, min(args.m, val.W))})
+        if step == args.x:
+            break
         t0 = time.time()
         loss_mean, labels = accumulate(model, batches, step, args.dump if step == 0 else None)
         norm = grad_norm(model.params())
@@ -330,11 +360,8 @@ def train(args, cfg, params):
         scale = args.gc / norm if args.gc > 0 and norm > args.gc else 1.0
         lr = lr_at(step, args)
         pending = delayed_step(model, opt, step, lr, scale, pending, args, labels > 0)
-        rec = {"step": step, "loss": loss_mean, "lr": lr, "grad_norm": norm, "trained": labels,
-               "dt_ms": (time.time() - t0) * 1e3}
-        if log:
-            log.write(json.dumps(rec) + "\n")
-            log.flush()
+        log_line({"step": step, "loss": loss_mean, "lr": lr, "grad_norm": norm, "trained": labels,
+                  "dt_ms": (time.time() - t0) * 1e3})
         if not args.quiet:
             print("step %d loss %.6f lr %.3e grad_norm %.4f" % (step, loss_mean, lr, norm))
     if log:
@@ -552,6 +579,9 @@ def main(argv=None):
                     "llama:L2,C64,H4,K2,F160,V512,T64,tied) for a random model")
     ap.add_argument("-i", help="token shard glob (sorted, concatenated); with a .mask file beside each shard, a "
                     "document dataset (scripts/reference_data.py)")
+    ap.add_argument("-j", help="validation token shard glob (a document dataset if -i is one)")
+    ap.add_argument("-v", type=int, default=20, help="with -j: validation loss every N steps and after the last")
+    ap.add_argument("-m", type=int, default=20, help="validation batches")
     ap.add_argument("-pack", type=int, default=1, choices=[0, 1], help="a document dataset's rows: 1 packs whole "
                     "documents, best fit; 0 cuts the stream's windows (plain shards: always windows)")
     ap.add_argument("-long", default="drop", choices=["drop", "truncate"],

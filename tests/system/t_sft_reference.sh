@@ -3,8 +3,9 @@
 # the loss over a step's labels) against the float64 reference, scripts/reference.py:
 # - the reference's own document paths, worked by hand (tests/tools/doc_selftest.py);
 # - one rank matches the reference within 1e-5 over 8 steps (step-0 logits, loss, every gradient; each step's
-#   loss, gradient norm, LR and label count; the final model within 1e-4): GPT-2 and Llama with -pack 1 (Llama
-#   with -long truncate), -pack 0 on the same conversations, and -docmask 1 on plain shards;
+#   loss, gradient norm, LR and label count; the validation losses on held-out conversations at steps 0, 4 and
+#   8; the final model within 1e-4): GPT-2 and Llama with -pack 1 (Llama with -long truncate), -pack 0 on the
+#   same conversations, and -docmask 1 on plain shards;
 # - a packed row gives each conversation the logits and the loss it has alone (GPT-2 and Llama, -b 1 runs of
 #   the row and of each conversation);
 # - the first assistant token's label is trained and the role header's is not: the trainer's step-0 loss is
@@ -33,11 +34,11 @@ run_checker() {   # name, args...
 }
 run_checker doc_selftest tests/tools/doc_selftest.py "$TMP/self"
 
-# 60 conversations of up to 40 tokens (some longer than -t 32) over two train shards; the same as plain
+# 60 conversations of up to 40 tokens (some longer than -t 32) over two train shards, 8 for validation; the same as plain
 # shards (documents start at BOS, token 1) with a tokenizer whose document-start token is 1.
 D=$TMP/chat
-$PY tests/tools/doc_dataset.py "$D" -V 500 --seed 3 --conversations 60 --longest 40 > /dev/null
-$PY tests/tools/doc_dataset.py "$TMP/plain" -V 500 --seed 3 --conversations 60 --longest 40 --plain > /dev/null
+$PY tests/tools/doc_dataset.py "$D" -V 500 --seed 3 --conversations 68 --longest 40 --val 8 > /dev/null
+$PY tests/tools/doc_dataset.py "$TMP/plain" -V 500 --seed 3 --conversations 68 --longest 40 --val 8 --plain > /dev/null
 $PY - "$TMP/tok1.bin" <<'PY'
 import sys, numpy as np
 h = np.zeros(256, np.int32)
@@ -54,15 +55,16 @@ done
 common=(-b 2 -t 32 -ga 2 -x 8 -l 1e-3 -u 3 -q 0.1 -k cosine -c 0.5 -gc 0.5)
 # Each case: name | model | data | flags for both. The trainer's runs first, then every reference run in one
 # process (tests/tools/reference_runs.py: PyTorch imported once).
-cases=("gpt2_pack1|gpt2|$D/chat_train_*.bin|-pack 1" "llama_pack1_truncate|llama|$D/chat_train_*.bin|-pack 1 -long truncate"
-       "gpt2_pack0|gpt2|$D/chat_train_*.bin|-pack 0" "llama_docmask|llama|$TMP/plain/chat_train_*.bin|-docmask 1")
+cases=("gpt2_pack1|gpt2|$D|-pack 1" "llama_pack1_truncate|llama|$D|-pack 1 -long truncate" "gpt2_pack0|gpt2|$D|-pack 0"
+       "llama_docmask|llama|$TMP/plain|-docmask 1")
 : > "$TMP/ref_runs.tsv"
 for c in "${cases[@]}"; do
     IFS='|' read -r name fam data extra <<< "$c"
     # shellcheck disable=SC2206
-    flags=(-e "$TMP/init_$fam/ckpt_000000/model.bin" -i "$data" "${common[@]}" $extra)
+    flags=(-e "$TMP/init_$fam/ckpt_000000/model.bin" -i "$data/chat_train_*.bin" -j "$data/chat_val_*.bin" -v 4 -m 2
+           "${common[@]}" $extra)
     tk=(); [ "$name" = llama_docmask ] && tk=(-tk "$TMP/tok1.bin")   # -docmask's document-start token
-    $BIN "${flags[@]}" "${tk[@]}" -j "" -v 0 -s 0 -o "$TMP/c_$name" -dump "$TMP/cd_$name" > "$TMP/c_$name.txt" 2>&1 ||
+    $BIN "${flags[@]}" "${tk[@]}" -s 0 -o "$TMP/c_$name" -dump "$TMP/cd_$name" > "$TMP/c_$name.txt" 2>&1 ||
         t_fail "${name}_trainer" "$(grep -m1 error "$TMP/c_$name.txt")"
     ref_flags=("${flags[@]}" --quiet -o "$TMP/r_$name" -dump "$TMP/rd_$name")
     [ "$name" = llama_docmask ] && ref_flags+=(--doc-start 1)
@@ -80,6 +82,7 @@ for c in "${cases[@]}"; do
     trained=(--key trained); [ "$name" = llama_docmask ] && trained=()   # the trainer logs it for masks only
     compare_py log "${name}_8_steps" "$TMP/c_$name/log.jsonl" "$TMP/r_$name/log.jsonl" --steps 8 --tol 1e-5 \
         --key loss --key grad_norm --key lr "${trained[@]}" --clip 0.5
+    val_losses_match "${name}_val_losses" "$TMP/c_$name/log.jsonl" "$TMP/r_$name/log.jsonl"
     compare_py models "${name}_final_model" "$TMP/c_$name/ckpt_000008/model.bin" "$TMP/r_$name/model_final.bin" \
         --tol 1e-4 --abs 1e-4 --kbias-bound "$(lr_sum 1e-3 3 8 0.1)"
 done
