@@ -3,7 +3,7 @@
 # layout trains what one rank trains, and resume is bit-exact:
 # - fp32, against one rank of the same global batch, within 1e-5 at each of 6 steps (loss, gradient norm, the
 #   step's label count, every validation loss) and the final model within 1e-5 (-tp's: the log only, as
-#   t_schedules.sh): -z 0, 1, 2, 3 (2 and 4 replicas, -offload 1), -r 0..3, -pp 2 under 1f1b, zb and
+#   t_schedules.sh): -z 0, 1, 2, 3 (2 and 4 replicas, -offload 1 and 2), -r 0..3, -pp 2 under 1f1b, zb and
 #   interleaved, -tp 2 with and without -sp 1 (GPT-2; and Llama's grouped-query attention under -pp -tp -sp);
 # - bf16 against a bf16 one-rank run within 1e-2 (stochastic rounding moves weights by whole bf16 steps, as
 #   t_tp.sh), and both bf16 runs' step-0 validation loss within 1e-3 of fp32's (a document mask missing in
@@ -38,7 +38,7 @@ same_as() {   # name, reference run, tolerance, "model" to compare the final mod
 run one gpt2 1 -ga 4 -n 3
 # name | ranks | flags: every -z, -r, schedule and -tp/-sp at least once, with 1, 2 and 4 replicas.
 for layout in "z1_r1_tp2_dp2|4|-ga 2 -z 1 -r 1 -tp 2" "z2_r2_offload_dp2|2|-ga 2 -z 2 -r 2 -offload 1 -n 3" \
-              "z3_r3_dp4|4|-ga 1 -z 3 -r 3" "pp2_1f1b_z0|2|-ga 4 -pp 2 -n 3" "pp2_zb_tp2_sp|4|-ga 4 -pp 2 -ps zb -tp 2 -sp 1" \
+              "z3_r3_offload2_dp4|4|-ga 1 -z 3 -r 3 -offload 2" "pp2_1f1b_z0|2|-ga 4 -pp 2 -n 3" "pp2_zb_tp2_sp|4|-ga 4 -pp 2 -ps zb -tp 2 -sp 1" \
               "pp2_interleaved|2|-ga 4 -pp 2 -ps interleaved -vp 2"; do
     IFS='|' read -r name np flags <<< "$layout"
     # shellcheck disable=SC2086
