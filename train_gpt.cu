@@ -477,10 +477,10 @@ static void dump_step0(Trainer* tr, const float* logits, double loss) {
 
 typedef struct {
     double loss, grad_norm;   // grad_norm: of the unscaled gradients
-    long long trained;        // labels in the step, over every micro-step and replica
     float lr;
     float loss_scale;         // the scale this step used
     int skipped;              // non-finite loss or gradients: no update on any rank
+    long long trained;        // labels in the step, over every micro-step and replica (0: no update either)
     PhaseTimer phases;
 } StepResult;
 

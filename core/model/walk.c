@@ -212,10 +212,11 @@ void model_create(Model* g, Backend* be, MemLedger* mem, const ParamLayout* layo
     if (model_has_encoder(g) || model_has_head(g)) batch_io_create(&g->io, be, B * T, micro);   // the only users
 }
 
+size_t model_document_bytes(const Model* g) { return g->doc_arrays ? (size_t)g->num_sets * 2 * g->B * g->T * sizeof(int) : 0; }
+
 void model_use_documents(Model* g, Backend* be, MemLedger* mem) {
     if (g->doc_arrays) return;
-    size_t N = (size_t)g->B * g->T;
-    g->doc_arrays = (int*)mem_alloc(be, mem, MEM_ACTIVATIONS, (size_t)g->num_sets * 2 * N * sizeof(int));
+    g->doc_arrays = (int*)mem_alloc(be, mem, MEM_ACTIVATIONS, (size_t)g->num_sets * 2 * g->B * g->T * sizeof(int));
     if (!g->io.rows) batch_io_create(&g->io, be, g->B * g->T, 1);
 }
 

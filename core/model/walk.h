@@ -94,6 +94,8 @@ void model_destroy(Model* g, Backend* be);
 // Micro-batches with documents (MicroBatch.pos/doc) will come: each activation set gets device pos and doc
 // arrays, and a stage without the embeddings or the head an upload ring too (every block's attention reads them).
 void model_use_documents(Model* g, Backend* be, MemLedger* mem);
+// The bytes model_use_documents allocated (activations no -r level saves; 0 without documents).
+size_t model_document_bytes(const Model* g);
 // Activation bytes model_create allocates (for the memory plan).
 size_t model_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, int recompute, int num_sets, int num_stash,
                             int sp);

@@ -76,7 +76,8 @@ int pipeline_forward_token_losses(Pipeline* p, Model* chunks, Backend* be, const
 // A batch as the model reads it: pos and doc only when the data has documents.
 static inline MicroBatch pipeline_micro_batch(const Batch* b, const DataLoader* data) {
     int docs = dataloader_has_documents(data);
-    return (MicroBatch){b->tokens, b->targets, docs ? b->pos : NULL, docs ? b->doc : NULL};
+    MicroBatch mb = {b->tokens, b->targets, docs ? b->pos : NULL, docs ? b->doc : NULL};
+    return mb;
 }
 // The chunk that holds the LM head on the last stage (its logits after pipeline_forward).
 static inline Model* pipeline_head_chunk(const Pipeline* p, Model* chunks) { return &chunks[p->sched.num_chunks - 1]; }

@@ -76,7 +76,8 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
         size_t keep_all = 0;
         for (int c = 0; c < num_chunks; c++) {
             const Model* g = &chunks[c];
-            keep_all += model_activation_bytes(g->layout, cfg->precision, cfg->B, cfg->T, 0, g->num_sets, g->num_stash, g->sp);
+            keep_all += model_activation_bytes(g->layout, cfg->precision, cfg->B, cfg->T, 0, g->num_sets, g->num_stash, g->sp) +
+                        model_document_bytes(g);
         }
         size_t saved = keep_all - mem->bytes[MEM_ACTIVATIONS];
         if (cfg->recompute > 0) printf("recompute -r %d saves %.1f MiB of activations per rank (-r 0 would need %.1f MiB)\n",

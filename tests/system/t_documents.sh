@@ -60,6 +60,7 @@ for m in gpt:$GPT llama:$LLAMA; do
 done
 t_check packed_row_counts_labels "grep -q '\"trained\": $((nA + nB)),' $TMP/gptAB/log.jsonl"
 t_check packed_row_printed "grep -q '^data: 2 documents packed into 1 rows of -t 32 (78.1% tokens' $TMP/gptAB.txt"
+t_check memory_counts_document_arrays "grep -q 'activations_saved.: 0}' $TMP/gptAB/log.jsonl"
 t_check progress_trained_tok_s "grep -q 'tok/s, [0-9]* trained tok/s' $TMP/gptAB.txt && grep -q '\"trained_tok_s\": ' $TMP/gptAB/log.jsonl"
 
 # Layouts: 30 conversations, shuffled; each layout's losses equal one rank's within 1e-5 (every rank counts the
