@@ -2,21 +2,22 @@
 # t_sft_layouts.sh: on a document dataset (-pack 1, shuffled, with validation on held-out conversations) every
 # layout trains what one rank trains, and resume is bit-exact:
 # - fp32, against one rank of the same global batch, within 1e-5 at each of 6 steps (loss, gradient norm, the
-#   step's label count, every validation loss) and the final model within 1e-5 (-tp's: the log only, as
-#   t_schedules.sh): -z 0, 1, 2, 3 (2 and 4 replicas, -offload 1 and 2), -r 0..3, -pp 2 under 1f1b, zb and
+#   step's label count, every validation loss) and the final model within 1e-5 per tensor, 1e-4 per element
+#   (-tp's: the log only, as t_schedules.sh): -z 0, 1, 2, 3 (2 and 4 replicas, -offload 1 and 2), -r 0..3, -pp 2 under 1f1b, zb and
 #   interleaved, -tp 2 with and without -sp 1 (GPT-2; and Llama's grouped-query attention under -pp -tp -sp);
 # - bf16 against a bf16 one-rank run within 1e-2 (stochastic rounding moves weights by whole bf16 steps, as
 #   t_tp.sh), and both bf16 runs' step-0 validation loss within 1e-3 of fp32's (a document mask missing in
-#   the bf16 forward moves it by 2%);
+#   the bf16 forward moves it by 2.5%);
 # - resume: one rank 3 + 3 steps equal 6 straight, bit for bit (log, model, state); a -pp 2 1f1b checkpoint
 #   resumed under zb, and a -z 2 -offload 1 checkpoint under -z 3, give the straight run's bits (the layouts
 #   compute the same bits); one rank's checkpoint resumed at -pp 2 -tp 2 -z 3 follows one rank within 1e-5.
 # The models' weights are N(0, 0.3^2) (tests/tools/doc_trainer_check.py model): there a missing document mask
-# moves the loss by 2% and positions that keep counting by 0.3-1%, where a fresh model's would move it by 1e-4.
+# moves a window's loss by 1-9% and positions that keep counting by 2-6%, where a fresh model's move by 1e-4.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 mpi_or_skip sft_layouts
-$PYTHON tests/tools/doc_dataset.py "$TMP/d" --seed 5 --conversations 120 --longest 40 --val 12 > /dev/null
+# Conversations of 11 to 20 tokens: rows of 32 hold two, so documents meet in nearly every row.
+$PYTHON tests/tools/doc_dataset.py "$TMP/d" --seed 5 --conversations 200 --longest 20 --val 12 > /dev/null
 $PYTHON tests/tools/doc_trainer_check.py model "$TMP/gpt2.bin" L4C64H4V512T64 \
     "$TMP/llama.bin" "llama:L2,C64,H4,K2,D32,F96,V512,T64,qknorm"
 base=(-i "$TMP/d/chat_train_*.bin" -j "$TMP/d/chat_val_*.bin" -v 3 -m 2 -b 2 -t 32 -x 6 -l 2e-3 -u 2 -q 0.1 -c 0.1
@@ -31,8 +32,10 @@ run() {   # name, model, ranks, flags...
 same_as() {   # name, reference run, tolerance, "model" to compare the final models too
     compare_py log "$1_vs_one_rank" "$TMP/$1/log.jsonl" "$TMP/$2/log.jsonl" --steps 6 --tol "$3" --key loss --key grad_norm --key trained
     val_losses_match "$1_val_losses" "$TMP/$1/log.jsonl" "$TMP/$2/log.jsonl"
+    # Each tensor within the tolerance relative; each element within 1e-4, a twentieth of the peak LR: Adam turns
+    # another summation order's rounding in a gradient near 0 (a token seen once) into a part of one step.
     [ "${4:-}" = model ] && compare_py models "$1_final_model" "$TMP/$1/ckpt_000006/model.bin" "$TMP/$2/ckpt_000006/model.bin" \
-        --tol "$3" --abs "$3" --kbias-bound "$KB"
+        --tol "$3" --abs 1e-4 --kbias-bound "$KB"
 }
 
 run one gpt2 1 -ga 4 -n 3
