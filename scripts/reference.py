@@ -37,7 +37,6 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _HERE] + [_HERE]
 
 import argparse
-import glob
 import json
 import math
 import time
@@ -53,6 +52,7 @@ from families import load_model, read_model_header  # noqa: F401
 from model_file import (HEADER_INTS, INIT_NORMAL, INIT_ONES, INIT_RESIDUAL, bf16_bits_to_f32, die,  # noqa: F401
                         save_model, split_payload)
 from reference_data import Batches, Stream, read_shard  # noqa: F401
+
 
 def load_tokens(pattern, V):
     return Stream(pattern, V).tokens
@@ -360,7 +360,8 @@ def train(args, cfg, params):
         scale = args.gc / norm if args.gc > 0 and norm > args.gc else 1.0
         lr = lr_at(step, args)
         pending = delayed_step(model, opt, step, lr, scale, pending, args, labels > 0)
-        log_line({"step": step, "loss": loss_mean, "lr": lr, "grad_norm": norm, "trained": labels,
+        # A step without labels: its loss null, as the trainer logs it.
+        log_line({"step": step, "loss": loss_mean if labels else None, "lr": lr, "grad_norm": norm, "trained": labels,
                   "dt_ms": (time.time() - t0) * 1e3})
         if not args.quiet:
             print("step %d loss %.6f lr %.3e grad_norm %.4f" % (step, loss_mean, lr, norm))

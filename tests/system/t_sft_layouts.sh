@@ -3,8 +3,9 @@
 # layout trains what one rank trains, and resume is bit-exact:
 # - fp32, against one rank of the same global batch, within 1e-5 at each of 6 steps (loss, gradient norm, the
 #   step's label count, every validation loss) and the final model within 1e-5 per tensor, 1e-4 per element
-#   (-tp's: the log only, as t_schedules.sh): -z 0, 1, 2, 3 (2 and 4 replicas, -offload 1 and 2), -r 0..3, -pp 2 under 1f1b, zb and
-#   interleaved, -tp 2 with and without -sp 1 (GPT-2; and Llama's grouped-query attention under -pp -tp -sp);
+#   (-tp's: the log only, as t_schedules.sh): -z 0, 1, 2, 3 (2 and 4 replicas, -offload 1 and 2), -r 0..3,
+#   -pp 2 under 1f1b, zb and interleaved, -tp 2 with and without -sp 1 (GPT-2; and Llama's grouped-query
+#   attention under -pp -tp -sp);
 # - bf16 against a bf16 one-rank run within 1e-2 (stochastic rounding moves weights by whole bf16 steps, as
 #   t_tp.sh), and both bf16 runs' step-0 validation loss within 1e-3 of fp32's (a document mask missing in
 #   the bf16 forward moves it by 2.5%);

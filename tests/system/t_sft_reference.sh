@@ -34,8 +34,8 @@ run_checker() {   # name, args...
 }
 run_checker doc_selftest tests/tools/doc_selftest.py "$TMP/self"
 
-# 60 conversations of up to 40 tokens (some longer than -t 32) over two train shards, 8 for validation; the same as plain
-# shards (documents start at BOS, token 1) with a tokenizer whose document-start token is 1.
+# 60 conversations of up to 40 tokens (some longer than -t 32) over two train shards, 8 for validation; the
+# same as plain shards (documents start at BOS, token 1) with a tokenizer whose document-start token is 1.
 D=$TMP/chat
 $PY tests/tools/doc_dataset.py "$D" -V 500 --seed 3 --conversations 68 --longest 40 --val 8 > /dev/null
 $PY tests/tools/doc_dataset.py "$TMP/plain" -V 500 --seed 3 --conversations 68 --longest 40 --val 8 --plain > /dev/null

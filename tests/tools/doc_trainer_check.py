@@ -89,9 +89,10 @@ def alone(name, pattern, T, packed, singles):
         labels = target != -1
         loss_packed = token_losses(logits[s:e], tokens)[labels].mean()
         loss_alone = token_losses(one[:e - s], tokens)[labels].mean()
-        worst = max(worst, rel(logits[s:e], one[:e - s]))
-        if rel(logits[s:e], one[:e - s]) > 1e-5:
-            bad.append("conversation %d's logits in the row differ from alone by %.2e" % (k, rel(logits[s:e], one[:e - s])))
+        err = rel(logits[s:e], one[:e - s])
+        worst = max(worst, err)
+        if err > 1e-5:
+            bad.append("conversation %d's logits in the row differ from alone by %.2e" % (k, err))
         if abs(loss_packed - loss_alone) > 1e-5 * loss_alone or abs(one_loss - loss_alone) > 1e-5 * loss_alone:
             bad.append("conversation %d: loss %.7g in the row, %.7g alone, the alone run's loss0 %.7g"
                        % (k, loss_packed, loss_alone, one_loss))
@@ -115,8 +116,9 @@ def labels(name, pattern, T, d):
         header[s + starts - 1] = True
     if not first.any():
         return report(name, "no assistant turn in the first row")
-    sets = {"the trained labels": trained, "shifted one later": np.roll(trained, 1) & ~np.isnan(ce),
-            "shifted one earlier": np.roll(trained, -1) & ~np.isnan(ce), "without first assistant tokens": trained & ~first,
+    labelled = ~np.isnan(ce)
+    sets = {"the trained labels": trained, "shifted one later": np.roll(trained, 1) & labelled,
+            "shifted one earlier": np.roll(trained, -1) & labelled, "without first assistant tokens": trained & ~first,
             "with the headers' labels": trained | header}
     means = {k: ce[v].mean() for k, v in sets.items()}
     right = means.pop("the trained labels")
