@@ -3,7 +3,13 @@
 docs/formats.md: GPT-2, and Llama-style decoders with Hugging Face LlamaForCausalLM semantics (grouped-query
 attention, RoPE with 'linear' or 'llama3' scaling, SwiGLU MLP, RMSNorm, Qwen3's optional q/k norms, Qwen2's
 q/k/v biases). Each family's forward, spec and file fields are its module's in scripts/families/; this file
-holds what they share: data, attention, loss, AdamW, the schedule, the command line.
+holds what they share: attention, loss, AdamW, the schedule, the command line; the data (token shards, the
+mask files beside them, documents packed into rows) is scripts/reference_data.py's.
+
+Documents (a dataset with mask files, or -docmask 1): each token has a position in its document (RoPE's
+angle; GPT-2's row of wpe) and attends only to its own document's earlier tokens; a target of -1 is no
+label. A step's loss is the sum of its labels' losses over the step's number of labels, every micro-step
+together; -ga m on one rank reads the windows of n replicas of -ga m/n and so computes their loss.
 
 It reads and writes llm.c model files and token shards, reads Hugging Face Llama, Qwen2 and Qwen3 folders,
 follows the design's data order, LR schedule, AdamW and clipping exactly, and computes in float64 by
@@ -14,6 +20,8 @@ default so that it is more accurate than the C code it checks. The same flags as
   reference.py -e L2C64H4V500T64 --seed 1 --save model.bin          # random model, for tests
   reference.py -e llama:L2,C64,H4,K2,F160,V512,T64,tied --save llama.bin
   reference.py -e HF_FOLDER -i 'shards*.bin' -x 1 -dump DUMP             # a Hugging Face Llama/Qwen folder
+  reference.py -e MODEL.bin -i 'chat_train_*.bin' -b 4 -t 64 -pack 1 -long truncate -x 8 -o OUT   # .mask beside
+  reference.py -e MODEL.bin -i 'shards*.bin' -docmask 1 --doc-start 50256 -x 8 -o OUT
   reference.py -e MODEL.bin -t 64 --hellaswag data/hellaswag/hellaswag_val.bin   # the trainer's -hs, in float64
   reference.py -e d12 --bench --device cuda --dtype bfloat16 --compile -b 16 -t 1024 -x 30 --bench-out f.jsonl
 
@@ -29,7 +37,6 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _HERE] + [_HERE]
 
 import argparse
-import glob
 import json
 import math
 import time
@@ -44,48 +51,11 @@ import families
 from families import load_model, read_model_header  # noqa: F401
 from model_file import (HEADER_INTS, INIT_NORMAL, INIT_ONES, INIT_RESIDUAL, bf16_bits_to_f32, die,  # noqa: F401
                         save_model, split_payload)
-
-SHARD_MAGIC = 20240520
-
-
-def read_shard(path):
-    size = os.path.getsize(path) if os.path.isfile(path) else -1
-    if size < HEADER_INTS * 4:
-        die("%s: not a token shard (missing or shorter than the 1024-byte header)" % path)
-    h = np.fromfile(path, dtype=np.int32, count=HEADER_INTS)
-    if h[0] != SHARD_MAGIC or h[1] != 1:
-        die("%s: bad shard header magic=%d version=%d (want %d, 1)" % (path, h[0], h[1], SHARD_MAGIC))
-    ntok = int(h[2])
-    if ntok < 0 or size != HEADER_INTS * 4 + 2 * ntok:
-        die("%s: size %d bytes, header says %d tokens (%d bytes)" % (path, size, ntok, HEADER_INTS * 4 + 2 * ntok))
-    return np.fromfile(path, dtype=np.uint16, offset=HEADER_INTS * 4)
+from reference_data import Batches, Stream, read_shard  # noqa: F401
 
 
 def load_tokens(pattern, V):
-    files = sorted(glob.glob(pattern))
-    if not files:
-        die("no token shards match %r" % pattern)
-    toks = np.concatenate([read_shard(f) for f in files]).astype(np.int64)
-    if toks.size and toks.max() >= V:
-        die("%s: token %d out of range for vocabulary %d" % (pattern, toks.max(), V))
-    return toks
-
-
-class Loader:
-    """Single rank, no shuffle: step s, micro-step m reads B*T+1 tokens at ((s*ga + m) mod W) * B*T."""
-
-    def __init__(self, tokens, B, T, ga):
-        self.tokens, self.B, self.T, self.ga = tokens, B, T, ga
-        self.W = (tokens.size - 1) // (B * T)
-        if self.W < 1:
-            die("%d tokens are too few for one micro-batch of B*T+1 = %d" % (tokens.size, B * T + 1))
-
-    def batch(self, step, micro):
-        BT = self.B * self.T
-        start = ((step * self.ga + micro) % self.W) * BT
-        buf = self.tokens[start:start + BT + 1]
-        return (torch.from_numpy(buf[:-1].reshape(self.B, self.T).copy()),
-                torch.from_numpy(buf[1:].reshape(self.B, self.T).copy()))
+    return Stream(pattern, V).tokens
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -172,20 +142,27 @@ def random_params(cfg, seed):
     return p
 
 
-def causal_attention(q, k, v, sdpa):
-    """q, k, v: (B, heads, T, head size) -> the same shape, scaled by 1/sqrt(head size)."""
-    if sdpa:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+def causal_attention(q, k, v, sdpa, doc=None):
+    """q, k, v: (B, heads, T, head size) -> the same shape, scaled by 1/sqrt(head size). doc (B, T): query t
+    attends the keys doc[b, t] .. t (documents packed in a row see only themselves); None: keys 0 .. t."""
     T = q.shape[-2]
+    t = torch.arange(T, device=q.device)
+    mask = t[None, :] <= t[:, None]
+    if doc is not None:
+        mask = (mask & (t[None, None, :] >= doc[:, :, None].to(q.device)))[:, None]
+    if sdpa:
+        if doc is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
-    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
     return att @ v
 
 
-def lm_loss(logits, targets, V):
+def lm_loss(logits, targets, V, reduction="mean"):
+    """Cross-entropy over the labels; a target of -1 is no label."""
     return F.cross_entropy(logits.reshape(-1, V).float() if logits.dtype in (torch.bfloat16, torch.float16)
-                           else logits.reshape(-1, V), targets.reshape(-1))
+                           else logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1, reduction=reduction)
 
 
 class Model(torch.nn.Module):
@@ -204,17 +181,19 @@ class Model(torch.nn.Module):
     def params(self):
         return [self.p[n] for n in self.cfg.names]
 
-    def attention(self, q, k, v):
-        return causal_attention(q, k, v, self.sdpa)
+    def attention(self, q, k, v, doc=None):
+        return causal_attention(q, k, v, self.sdpa, doc)
 
-    def forward(self, idx, targets=None):
-        """Returns (logits over the real V columns, mean loss or None)."""
+    def forward(self, idx, targets=None, pos=None, doc=None):
+        """Returns (logits over the real V columns, the mean loss over the labels or None). pos, doc (B, T):
+        each token's position in its document and the row index of its document's first token (None: the
+        row is one document)."""
         cfg = self.cfg
         T = idx.shape[1]
         if T > cfg.maxT:
             raise ValueError("T=%d exceeds the model's maxT=%d" % (T, cfg.maxT))
         # The head covers all Vp rows; only the real vocabulary enters the softmax (padding is inert).
-        logits = self.family.reference_logits(self, idx)[..., :cfg.V]
+        logits = self.family.reference_logits(self, idx, pos, doc)[..., :cfg.V]
         return logits, None if targets is None else lm_loss(logits, targets, cfg.V)
 
 
@@ -249,8 +228,10 @@ class AdamW:
         self.v = {n: torch.zeros_like(p) for n, p in named_params}
 
     @torch.no_grad()
-    def step(self, lr, grad_scale=1.0):
-        self.t += 1
+    def step(self, lr, grad_scale=1.0, t=None):
+        """t: the bias corrections' step count, the 1-based index of the training step (the trainer's), which
+        exceeds the count of updates when a step had no label to learn from; None: one more than the last."""
+        self.t = self.t + 1 if t is None else t
         bc1, bc2 = 1.0 - self.b1 ** self.t, 1.0 - self.b2 ** self.t
         for n, p in self.named:
             g = p.grad * grad_scale
@@ -273,28 +254,79 @@ def write_f32(path, arrays):
 
 
 def land(model, opt, pending):
-    """Applies an update in flight (the gradients it saved, its LR and gradient scale); returns None."""
+    """Applies an update in flight (the gradients it saved, its LR, gradient scale and step); returns None."""
     if pending:
-        grads, lr, scale = pending
+        grads, lr, scale, step = pending
         for p, g in zip(model.params(), grads):
             p.grad = g
-        opt.step(lr, scale)
+        opt.step(lr, scale, step + 1)
     return None
 
 
-def delayed_step(model, opt, step, lr, scale, pending, args):
+def delayed_step(model, opt, step, lr, scale, pending, args, learns=True):
     """The optimizer's part of a step, with -dpu W: the update in flight (the last step's gradients) lands
     first; from step W on this step's update is only saved, to land a step later, except that every update
-    lands after each -n-th step (the trainer's checkpoints) and at the end. Returns the update in flight."""
-    current = ([p.grad.clone() for p in model.params()], lr, scale)
+    lands after each -n-th step (the trainer's checkpoints), before a validation and at the end. A step that
+    learns nothing (no label) makes no update of its own. Returns the update in flight."""
+    current = ([p.grad.clone() for p in model.params()], lr, scale, step) if learns else None
     pending = land(model, opt, pending)
     if args.dpu and step >= args.dpu:
         pending = current
     else:
         pending = land(model, opt, current)
-    if step + 1 == args.x or (args.n > 0 and (step + 1) % args.n == 0):
+    if step + 1 == args.x or (args.n > 0 and (step + 1) % args.n == 0) or validating(args, step + 1):
         pending = land(model, opt, pending)
     return pending
+
+
+def open_batches(args, cfg, pattern=None, ga=None):
+    return Batches(Stream(pattern or args.i, cfg.V), args.b, args.t, ga or args.ga, args.pack, args.long, args.docmask,
+                   args.doc_start, args.quiet)
+
+
+def validating(args, step):
+    """The trainer's rule: validation before step s when s is a multiple of -v, and after the last step."""
+    return bool(args.j) and args.v > 0 and (step % args.v == 0 or step == args.x)
+
+
+@torch.no_grad()
+def validate(model, batches, count):
+    """The trainer's validation: its first `count` windows (batch i reads window i), the sum of their labels'
+    losses over their number."""
+    total, labels = 0.0, 0
+    for i in range(count):
+        idx, tgt, pos, doc = as_tensors(*batches.batch(i, 0))
+        logits, _ = model(idx, None, pos, doc)
+        total += float(lm_loss(logits, tgt, model.cfg.V, reduction="sum"))
+        labels += int((tgt != -1).sum())
+    if not labels:
+        die("the first %d validation batches hold no trained token" % count)
+    return total / labels
+
+
+def as_tensors(*arrays):
+    return [None if a is None else torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
+
+
+def accumulate(model, batches, step, dump=None):
+    """The step's forward and backward passes over its -ga micro-batches: each parameter's gradient of
+    (the sum of the labels' losses) / (the step's number of labels), the loss so divided, and that number.
+    A step without a label has a NaN loss and zero gradients (and makes no update: delayed_step)."""
+    cfg = model.cfg
+    micro = [as_tensors(*batches.batch(step, m)) for m in range(batches.ga)]
+    count = sum(int((tgt != -1).sum()) for _, tgt, _, _ in micro)
+    for p in model.params():
+        p.grad = torch.zeros_like(p)
+    loss_sum = 0.0
+    for m, (idx, tgt, pos, doc) in enumerate(micro):
+        logits, _ = model(idx, None, pos, doc)
+        loss = lm_loss(logits, tgt, cfg.V, reduction="sum")
+        if count:
+            (loss / count).backward()
+        loss_sum += float(loss.detach())
+        if dump and m == 0:
+            write_f32(os.path.join(dump, "logits0.f32"), [logits.reshape(-1, cfg.V)])
+    return (loss_sum / count if count else float("nan")), count
 
 
 def train(args, cfg, params):
@@ -302,24 +334,24 @@ def train(args, cfg, params):
     model = build_model(cfg, params, dtype, "cpu", sdpa=args.sdpa)
     named = [(n, model.p[n]) for n in cfg.names]
     opt = AdamW(named, args.c, cfg.decayed)
-    loader = Loader(load_tokens(args.i, cfg.V), args.b, args.t, args.ga)
+    batches = open_batches(args, cfg)
+    val = open_batches(args, cfg, args.j, 1) if validating(args, 0) else None
     log = open(os.path.join(args.o, "log.jsonl"), "w") if args.o else None
     if args.dump:
         os.makedirs(args.dump, exist_ok=True)
+
+    def log_line(rec):
+        if log:
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
     pending = None
-    for step in range(args.x):
+    for step in range(args.x + 1):
+        if validating(args, step):
+            log_line({"step": step, "val_loss": validate(model, val, min(args.m, val.W))})
+        if step == args.x:
+            break
         t0 = time.time()
-        for p in model.params():
-            p.grad = None
-        loss_sum = 0.0
-        for micro in range(args.ga):
-            idx, tgt = loader.batch(step, micro)
-            logits, loss = model(idx, tgt)
-            (loss / args.ga).backward()
-            loss_sum += float(loss.detach())
-            if step == 0 and micro == 0 and args.dump:
-                write_f32(os.path.join(args.dump, "logits0.f32"), [logits.reshape(-1, cfg.V)])
-        loss_mean = loss_sum / args.ga
+        loss_mean, labels = accumulate(model, batches, step, args.dump if step == 0 else None)
         norm = grad_norm(model.params())
         if step == 0 and args.dump:
             write_f32(os.path.join(args.dump, "grads0.f32"), [p.grad for p in model.params()])
@@ -327,12 +359,10 @@ def train(args, cfg, params):
                 f.write("%.9g\n" % loss_mean)
         scale = args.gc / norm if args.gc > 0 and norm > args.gc else 1.0
         lr = lr_at(step, args)
-        pending = delayed_step(model, opt, step, lr, scale, pending, args)
-        rec = {"step": step, "loss": loss_mean, "lr": lr, "grad_norm": norm,
-               "dt_ms": (time.time() - t0) * 1e3}
-        if log:
-            log.write(json.dumps(rec) + "\n")
-            log.flush()
+        pending = delayed_step(model, opt, step, lr, scale, pending, args, labels > 0)
+        # A step without labels: its loss null, as the trainer logs it.
+        log_line({"step": step, "loss": loss_mean if labels else None, "lr": lr, "grad_norm": norm, "trained": labels,
+                  "dt_ms": (time.time() - t0) * 1e3})
         if not args.quiet:
             print("step %d loss %.6f lr %.3e grad_norm %.4f" % (step, loss_mean, lr, norm))
     if log:
@@ -483,12 +513,12 @@ def bench(args, cfg, params):
         kw["fused"] = True
     opt = torch.optim.AdamW(groups, lr=args.l, betas=(0.9, 0.95), eps=1e-8, **kw)
     if args.i:
-        loader = Loader(load_tokens(args.i, cfg.V), args.b, args.t, args.ga)
-        batch = lambda s, m: loader.batch(s, m)
+        batches = open_batches(args, cfg)
+        batch = lambda s, m: as_tensors(*batches.batch(s, m))
     else:
         g = torch.Generator().manual_seed(args.seed)
         fixed = torch.randint(0, cfg.V, (args.b, args.t + 1), generator=g)
-        batch = lambda s, m: (fixed[:, :-1], fixed[:, 1:])
+        batch = lambda s, m: (fixed[:, :-1], fixed[:, 1:], None, None)
 
     def autocast():
         if amp is None:
@@ -504,9 +534,9 @@ def bench(args, cfg, params):
         opt.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), device=dev)
         for micro in range(args.ga):
-            idx, tgt = (t.to(dev, non_blocking=True) for t in batch(step, micro))
+            idx, tgt, pos, doc = (t if t is None else t.to(dev, non_blocking=True) for t in batch(step, micro))
             with autocast():
-                _, loss = fwd(idx, tgt)
+                _, loss = fwd(idx, tgt, pos, doc)
             (loss / args.ga).backward()
             loss_sum += loss.detach().float()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.gc if args.gc > 0 else float("inf"))
@@ -548,7 +578,18 @@ def main(argv=None):
     ap.add_argument("-e", required=True, help="model file, a Hugging Face Llama, Qwen2 or Qwen3 folder, or a spec "
                     "as the trainer's -e takes it (d12, L2C64H4V512T64, smollm2-135m, "
                     "llama:L2,C64,H4,K2,F160,V512,T64,tied) for a random model")
-    ap.add_argument("-i", help="token shard glob (sorted, concatenated)")
+    ap.add_argument("-i", help="token shard glob (sorted, concatenated); with a .mask file beside each shard, a "
+                    "document dataset (scripts/reference_data.py)")
+    ap.add_argument("-j", help="validation token shard glob (a document dataset if -i is one)")
+    ap.add_argument("-v", type=int, default=20, help="with -j: validation loss every N steps and after the last")
+    ap.add_argument("-m", type=int, default=20, help="validation batches")
+    ap.add_argument("-pack", type=int, default=1, choices=[0, 1], help="a document dataset's rows: 1 packs whole "
+                    "documents, best fit; 0 cuts the stream's windows (plain shards: always windows)")
+    ap.add_argument("-long", default="drop", choices=["drop", "truncate"],
+                    help="-pack 1: a document longer than -t is left out, or cut to its first -t tokens")
+    ap.add_argument("-docmask", type=int, default=0, choices=[0, 1],
+                    help="plain shards: documents start at the token --doc-start (own positions, own attention)")
+    ap.add_argument("--doc-start", type=int, default=50256, help="-docmask 1's document-start token (GPT-2's 50256)")
     ap.add_argument("-b", type=int, default=4)
     ap.add_argument("-t", type=int, default=64)
     ap.add_argument("-ga", type=int, default=1)

@@ -257,27 +257,29 @@ def gelu(x):
     return 0.5 * x * (1.0 + (math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
 
 
-def reference_attention(model, qkv, B, T):
+def reference_attention(model, qkv, B, T, doc=None):
     C, NH = model.cfg.C, model.cfg.NH
     hs = C // NH
     # Packed [q | k | v]; head h owns channels h*hs .. (h+1)*hs of each.
     q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in qkv.split(C, dim=-1))
-    return model.attention(q, k, v).transpose(1, 2).reshape(B, T, C)
+    return model.attention(q, k, v, doc).transpose(1, 2).reshape(B, T, C)
 
 
-def reference_logits(model, idx):
-    """Logits over all Vp rows of the tied head. model.fast (bench only): PyTorch's fused LayerNorm and GELU
-    instead of the spelled-out math, which in eager mode costs a kernel per elementwise op."""
+def reference_logits(model, idx, pos=None, doc=None):
+    """Logits over all Vp rows of the tied head; pos, doc (B, T): each token's position in its document
+    (its row of wpe) and the row index of its document's first token (None: the row is one document).
+    model.fast (bench only): PyTorch's fused LayerNorm and GELU instead of the spelled-out math, which in
+    eager mode costs a kernel per elementwise op."""
     import torch.nn.functional as F
     p, cfg = model.p, model.cfg
     ln = (lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5)) if model.fast else layernorm
     act = (lambda x: F.gelu(x, approximate="tanh")) if model.fast else gelu
     B, T = idx.shape
-    x = p["wte"][idx] + p["wpe"][:T]
+    x = p["wte"][idx] + (p["wpe"][:T] if pos is None else p["wpe"][pos])
     for l in range(cfg.L):
         h = ln(x, p["ln1w"][l], p["ln1b"][l])
         qkv = h @ p["qkvw"][l].t() + p["qkvb"][l]
-        x = x + reference_attention(model, qkv, B, T) @ p["attprojw"][l].t() + p["attprojb"][l]
+        x = x + reference_attention(model, qkv, B, T, doc) @ p["attprojw"][l].t() + p["attprojb"][l]
         h = ln(x, p["ln2w"][l], p["ln2b"][l])
         h = act(h @ p["fcw"][l].t() + p["fcb"][l])
         x = x + h @ p["fcprojw"][l].t() + p["fcprojb"][l]

@@ -549,11 +549,15 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rope_cos_sin(inv_freq, T, dtype, device):
-    """(T, D) tables for apply_rope: channel i and i + D/2 turn by the angle pos * inv_freq[i]."""
+def rope_cos_sin(inv_freq, T, dtype, device, pos=None):
+    """Tables for apply_rope: channel i and i + D/2 turn by the angle pos * inv_freq[i]. (T, D) for the
+    positions 0..T-1; with pos (B, T), each token's position in its document, (B, 1, T, D)."""
     import torch
-    ang = torch.outer(torch.arange(T, dtype=torch.float64), torch.as_tensor(inv_freq, dtype=torch.float64))
+    at = torch.arange(T, dtype=torch.float64) if pos is None else pos.to(torch.float64)
+    ang = at[..., None] * torch.as_tensor(inv_freq, dtype=torch.float64)
     ang = torch.cat((ang, ang), dim=-1)
+    if pos is not None:
+        ang = ang[:, None]
     return ang.cos().to(device=device, dtype=dtype), ang.sin().to(device=device, dtype=dtype)
 
 
@@ -566,7 +570,7 @@ def rmsnorm(x, w, eps):
     return w * (x * ((x * x).mean(-1, keepdim=True) + eps).rsqrt())
 
 
-def reference_attention(model, qkv, l, cos, sin):
+def reference_attention(model, qkv, l, cos, sin, doc=None):
     cfg, p = model.cfg, model.p
     B, T = qkv.shape[:2]
     NH, KV, D = cfg.NH, cfg.KV, cfg.D
@@ -578,25 +582,26 @@ def reference_attention(model, qkv, l, cos, sin):
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     # Query head h reads kv head h // (NH/KV): each kv head serves a run of consecutive query heads.
     k, v = k.repeat_interleave(NH // KV, dim=1), v.repeat_interleave(NH // KV, dim=1)
-    return model.attention(q, k, v).transpose(1, 2).reshape(B, T, NH * D)
+    return model.attention(q, k, v, doc).transpose(1, 2).reshape(B, T, NH * D)
 
 
-def reference_logits(model, idx):
-    """Logits over all Vp rows of the head (the embedding when tied). model.fast (bench only): PyTorch's
-    fused silu instead of the spelled-out one."""
+def reference_logits(model, idx, pos=None, doc=None):
+    """Logits over all Vp rows of the head (the embedding when tied); pos, doc (B, T): each token's position
+    in its document (RoPE's angle) and the row index of its document's first token (None: the row is one
+    document). model.fast (bench only): PyTorch's fused silu instead of the spelled-out one."""
     import torch
     import torch.nn.functional as F
     p, cfg = model.p, model.cfg
     silu = F.silu if model.fast else (lambda x: x * x.sigmoid())
     B, T = idx.shape
     x = p["wte"][idx]
-    cos, sin = rope_cos_sin(cfg.inv_freq(), T, x.dtype, x.device)
+    cos, sin = rope_cos_sin(cfg.inv_freq(), T, x.dtype, x.device, pos)
     for l in range(cfg.L):
         h = rmsnorm(x, p["attn_norm"][l], cfg.eps)
         qkv = h @ torch.cat([p["wq"][l], p["wkv"][l]]).t()
         if cfg.qkv_bias:
             qkv = qkv + torch.cat([p["bq"][l], p["bkv"][l]])
-        x = x + reference_attention(model, qkv, l, cos, sin) @ p["attn_proj"][l].t()
+        x = x + reference_attention(model, qkv, l, cos, sin, doc) @ p["attn_proj"][l].t()
         h = rmsnorm(x, p["mlp_norm"][l], cfg.eps)
         gate, up = (h @ p["gate_up"][l].t()).split(cfg.F, dim=-1)
         x = x + (silu(gate) * up) @ p["down"][l].t()

@@ -198,13 +198,13 @@ def ref_data_order():
     all_toks = ref.load_tokens(os.path.join(TMP, "do_*.bin"), V)
     assert np.array_equal(all_toks, toks)
     B, T, ga = 2, 10, 3
-    ld = ref.Loader(all_toks, B, T, ga)
+    ld = ref.Batches(ref.Stream(os.path.join(TMP, "do_*.bin"), V), B, T, ga)
     assert ld.W == (N - 1) // (B * T) == 10
     for s in range(5):
         for m in range(ga):
-            x, y = ld.batch(s, m)
+            x, y, pos, doc = ld.batch(s, m)
             start = ((s * ga + m) % 10) * B * T
-            assert x.shape == (B, T) and x.flatten().tolist() == list(range(start, start + B * T))
+            assert pos is None and doc is None and x.shape == (B, T) and x.flatten().tolist() == list(range(start, start + B * T))
             assert y.flatten().tolist() == list(range(start + 1, start + B * T + 1))
     # Also through the CLI, via make_shard.py: tokens are seeded, in range, and the count is right.
     sh = os.path.join(TMP, "ms.bin")
