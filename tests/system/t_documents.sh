@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Document datasets (shards with .mask files) in the trainer: a packed row of two conversations gives each the
 # loss it has alone (GPT-2's learned positions and the Llama family's RoPE both restart, attention stays in
-# each document, only labels count); the layouts agree with one rank on the step's label count; the progress
-# line and log.jsonl show trained tokens; a step without labels leaves the model alone; -docmask 1 on plain
-# shards; resume is bit-exact and refuses another -pack; the bad inputs are one-line errors.
+# each document, only labels count); the progress line and log.jsonl show trained tokens; a step without
+# labels leaves the model alone; -docmask 1 on plain shards; resume is bit-exact and refuses another -pack;
+# the bad inputs are one-line errors.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 # docs.py DIR NAME SEED N MINLEN MAXLEN [untrained]: N conversations of random lengths, each a start token
@@ -63,25 +63,8 @@ t_check packed_row_printed "grep -q '^data: 2 documents packed into 1 rows of -t
 t_check memory_counts_document_arrays "grep -q 'activations_saved.: 0}' $TMP/gptAB/log.jsonl"
 t_check progress_trained_tok_s "grep -q 'tok/s, [0-9]* trained tok/s' $TMP/gptAB.txt && grep -q '\"trained_tok_s\": ' $TMP/gptAB/log.jsonl"
 
-# Layouts: 30 conversations, shuffled; each layout's losses equal one rank's within 1e-5 (every rank counts the
-# step's labels itself, every stage and tensor rank gets pos and doc, recomputation refills with them).
+# Every layout against one rank and the float64 reference: t_sft_layouts.sh, t_sft_reference.sh.
 docs C 3 30 4 24 > /dev/null
-common=("${quiet[@]}" -i "$TMP/C_train_*.bin" -b 1 -x 3 -sh 1 -l 1e-2)
-./train_gpt_cpu -e $GPT "${common[@]}" -ga 4 -o "$TMP/c1" > "$TMP/c1.txt" 2>&1 || t_fail layouts_one_rank "$(grep -m1 error "$TMP/c1.txt")"
-./train_gpt_cpu -e $LLAMA "${common[@]}" -ga 4 -o "$TMP/l1" > "$TMP/l1.txt" 2>&1 || t_fail layouts_one_rank "$(grep -m1 error "$TMP/l1.txt")"
-t_check layouts_losses_vary "[ \$(losses $TMP/c1 | tr ' ' '\n' | sort -u | wc -l) -eq 3 ]"
-if mpi_available; then
-    for run in "dp2|c1|-e $GPT -ga 2 -z 1" "pp2_zb|c1|-e $GPT -ga 4 -pp 2 -ps zb" "tp2_sp_r2_llama|l1|-e $LLAMA -ga 4 -tp 2 -sp 1 -r 2"; do
-        IFS='|' read -r name base extra <<< "$run"
-        # shellcheck disable=SC2086
-        "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${common[@]}" $extra -o "$TMP/$name" > "$TMP/$name.txt" 2>&1 ||
-            t_fail "layout_$name" "$(grep -m1 error "$TMP/$name.txt")"
-        t_check "layout_${name}_equals_one_rank" "all_close '$(losses "$TMP/$name")' '$(losses "$TMP/$base")'" \
-            "$(losses "$TMP/$name") vs $(losses "$TMP/$base")"
-    done
-else
-    t_missing layouts "MPI"
-fi
 
 # Resume: 2 + 2 steps equal 4 straight, bit for bit; another -pack is a change -y 1 refuses.
 r=("${quiet[@]}" -e $GPT -i "$TMP/C_train_*.bin" -b 2 -x 4 -sh 1 -l 1e-2 -long truncate -t 16)
