@@ -110,7 +110,8 @@ const Flag FLAGS[] = {
      .help = "a document dataset (a .mask file beside each shard, from scripts/tokenize.py --chat): 1 packs whole "
              "documents into rows of -t tokens (best fit; each document attends only to itself, positions restart at "
              "it, only its labelled tokens are trained); 0 reads -b*-t token windows of the stream, cutting documents "
-             "where rows end. Counts printed at start. Plain shards are always read as windows",
+             "where rows end. Counts printed at start. Plain shards are always read as windows. The CUDA kernels of "
+             "documents have not yet run on a GPU, only under the kernel emulator",
      .resume = {RESUME_OTHER, "pack", 20, ABSENT_DEFAULT, NULL, NULL}},
     {DATA, "-long", NULL, FIELD(long_docs), NAMES(LONG_DOCS), .def = "drop",
      .help = "with -pack 1: a document longer than -t is left out (drop) or keeps its first -t tokens (truncate); "
