@@ -6,9 +6,7 @@ conversation the logits and loss it has alone (GPT-2 and Llama), the first assis
 loss over a step's labels. Prints "ok NAME" / "FAIL NAME: why"; exit 1 on any FAIL.
 Usage: doc_selftest.py TMPDIR
 """
-import contextlib
 import importlib.util
-import io
 import math
 import os
 import sys
@@ -33,6 +31,8 @@ ref = load("reference", os.path.join(SCRIPTS, "reference.py"))
 rd = sys.modules["reference_data"]   # as reference.py imported it
 dd = load("doc_dataset", os.path.join(HERE, "doc_dataset.py"))
 families = ref.families
+sys.path.insert(0, HERE)
+from refusals import assert_refused  # noqa: E402
 
 TMP = sys.argv[1] if len(sys.argv) > 1 else "/tmp"
 CHECKS, FAILED = [], []
@@ -65,15 +65,7 @@ MODELS = {"gpt2": "L2C16H2V64T64", "llama": "llama:L2,C16,H4,K2,F24,V64,T64,qkno
 
 def expect_error(args, needle):
     """reference.main(args) exits 1 with one line naming the problem."""
-    buf, code = io.StringIO(), None
-    with contextlib.redirect_stderr(buf):
-        try:
-            ref.main(args)
-        except SystemExit as e:
-            code = e.code
-    err = buf.getvalue().strip()
-    assert code == 1 and err.startswith("error:") and "\n" not in err and needle in err, \
-        "%s: exit %r, stderr %r" % (needle, code, err[-300:])
+    assert_refused(ref.main, args, needle, needle)
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -4,8 +4,6 @@ trainer: gradients vs finite differences, its layers vs PyTorch's own, file roun
 order, LR schedule, AdamW vs torch.optim.AdamW, padding, and the bench mode's CPU smoke run.
 Prints "ok NAME" / "FAIL NAME: why"; exit 1 on any FAIL.   Usage: ref_selftest.py TMPDIR
 """
-import contextlib
-import io
 import json
 import math
 import os
@@ -26,6 +24,8 @@ _spec = importlib.util.spec_from_file_location("reference", os.path.join(SCRIPTS
 ref = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ref)
 gpt2 = ref.families.gpt2
+sys.path.insert(0, HERE)
+from refusals import assert_refused  # noqa: E402
 
 TMP = sys.argv[1] if len(sys.argv) > 1 else "/tmp"
 FAILED = []
@@ -145,19 +145,9 @@ def ref_model_file_roundtrip():
 
 
 def expect_error(name, path, kind, needle):
-    """The reference must refuse a bad file with a one-line 'error:' naming it, exit status 1. In-process
-    (through main), since a fresh interpreter per case costs seconds of torch import."""
+    """The reference must refuse a bad file with a one-line 'error:' naming it, exit status 1."""
     args = ["-e", path, "-x", "0"] if kind == "model" else ["-e", "L1C8H2V20T8", "-i", path, "-x", "1", "-t", "4", "-b", "1"]
-    buf = io.StringIO()
-    code = None
-    with contextlib.redirect_stderr(buf):
-        try:
-            ref.main(args)
-        except SystemExit as e:
-            code = e.code
-    err = buf.getvalue().strip()
-    assert code == 1 and err.startswith("error:") and "\n" not in err and needle in err, \
-        "%s: exit %r stderr %r" % (name, code, err[-200:])
+    assert_refused(ref.main, args, needle, name)
 
 
 @check
