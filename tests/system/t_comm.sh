@@ -83,7 +83,7 @@ t_check comm_write_in_flight_unseen_without_poison "grep -q 'error: --misuse wri
 # The GPU build's staging path (download, MPI on the host, upload), against the fenced CPU backend
 # (kernels/backend_cpu.c with -DBACKEND_FENCE, tests/system/t_fence.sh): it says it is a GPU, and its memory faults
 # on any access outside the backend's functions, so a device pointer handed to MPI or memcpy crashes.
-if ${MPICC:-mpicc} -std=gnu11 -O1 -Wall -Wextra -Werror -fopenmp -DBACKEND_FENCE -I. tests/unit/test_comm.c core/comm/comm_mpi.c \
+if ${MPICC:-mpicc} -std=gnu11 -O1 -Wall -Wextra -Werror -fopenmp -DBACKEND_FENCE -I. tests/unit/test_comm.c core/comm/comm_mpi.c core/comm/launcher.c \
         core/comm/watchdog.c base/common.c base/gpu_variants.c kernels/backend_cpu.c -lm -o "$TMP/test_comm_staged" > "$TMP/cc.out" 2>&1; then
     run_ranks comm_staged_np3 3 mpirun --oversubscribe -np 3 "$TMP/test_comm_staged"
     run_ranks comm_staged_np4_chunked 4 mpirun --oversubscribe -np 4 -x GPT_COMM_MAX_COUNT=300 "$TMP/test_comm_staged"
