@@ -5,6 +5,15 @@ LlamaForCausalLM, Qwen3ForCausalLM when it has q/k norms, Qwen2ForCausalLM when 
 
   export_hf.py out/run/ckpt_000600 OUTDIR [--dtype fp32|bf16|fp16] [--max-shard-size 2GB] [--force]
   export_hf.py model.bin OUTDIR [--tokenizer HF_FOLDER] [--bos-token-id N] [--eos-token-id N[,N...]]
+  export_hf.py model.bin OUTDIR --adapter ADAPTER.bin [--base-name NAME]     # a PEFT adapter folder
+  export_hf.py model.bin OUTDIR --adapter ADAPTER.bin --merge [...]          # the model with it folded in
+
+With --adapter (a LoRA adapter file of this model, as the trainer writes it), OUTDIR becomes a PEFT adapter
+folder: adapter_config.json (r, lora_alpha, use_rslora, target_modules, ...; base_model_name_or_path is
+--base-name, default the model's path) and adapter_model.safetensors (F32 lora_A.weight (r, in) and
+lora_B.weight (out, r) under PEFT's names), which PeftModel.from_pretrained loads on top of the exported
+model. With --merge, a normal Hugging Face folder of the model with W += scale * B A folded into every
+targeted layer (computed in float64, rounded once to the storage).
 
 Writes the weights with HF's names, the vocabulary cut to the real V rows, a tied lm_head left out:
 model.safetensors, or, when --max-shard-size does not hold them all, model-0000i-of-0000n.safetensors and
@@ -43,6 +52,7 @@ import numpy as np  # noqa: E402
 import checkpoint_files  # noqa: E402
 import families  # noqa: E402
 import hf_format as hf  # noqa: E402
+import lora_file  # noqa: E402
 
 TOKENIZER = os.path.join(_HERE, "..", "data", "tokenizer")   # a family's TOKENIZER_FILES are here
 # What transformers' from_pretrained reads for a model and its tokenizer: weights in every framework and
@@ -130,6 +140,9 @@ def warn_nonfinite(tensors, shown=5):
 
 
 def write_folder(cfg, params, outdir, opts):
+    if opts.adapter and not opts.merge:
+        lora_file.write_peft(outdir, opts.adapter, opts.base_name)
+        return
     family = families.of(cfg)
     storage, torch_dtype = hf.STORAGE[opts.dtype][:2]
     hf.write_weights(outdir, family.to_hf(cfg, params), {"format": "pt"}, storage, opts.max_shard)
@@ -225,6 +238,11 @@ def export(src, outdir, opts):
         opts.bos, opts.eos = token_ids("bos id", opts.bos, cfg.V), token_ids("eos id", opts.eos, cfg.V)
     cfg, params = families.load_model(model)
     refuse_own_input(model, outdir, target, stale)
+    if opts.adapter:
+        opts.adapter = lora_file.read(opts.adapter, cfg)
+        opts.base_name = opts.base_name or os.path.abspath(model)
+        if opts.merge:
+            params = {n: a.astype(np.float32) for n, a in lora_file.merged(cfg, params, opts.adapter).items()}
     for ours, _ in family.TOKENIZER_FILES if not opts.tokenizer_files else []:
         if not os.path.isfile(os.path.join(TOKENIZER, ours)):
             hf.die("%s: is missing; the tokenizer files come from data/tokenizer/" % os.path.join(TOKENIZER, ours))
@@ -250,8 +268,13 @@ def export(src, outdir, opts):
         for p in reversed(created):
             with contextlib.suppress(OSError):
                 os.rmdir(p)
-    print("exported %s (%d parameters without padding) to %s as %s" % (cfg, family.hf_numel(cfg), outdir,
-                                                                       family.architecture(cfg)[1]))
+    if opts.adapter and not opts.merge:
+        print("exported the LoRA adapter (rank %d, targets %s) of %s to %s as a PEFT adapter folder"
+              % (opts.adapter.R, ",".join(t.name for t in opts.adapter.targets), cfg, outdir))
+        return
+    print("exported %s (%d parameters without padding) to %s as %s%s" % (
+        cfg, family.hf_numel(cfg), outdir, family.architecture(cfg)[1], " with the LoRA adapter merged"
+        if opts.adapter else ""))
     note = None if opts.tokenizer_files else family.tokenizer_note(cfg)
     if note:
         print(note, file=sys.stderr)
@@ -273,8 +296,16 @@ def main():
                     "bos and eos ids")
     ap.add_argument("--bos-token-id", help="bos token id for config.json (Llama family)")
     ap.add_argument("--eos-token-id", help="eos token id, or ids separated by commas (Llama family)")
+    ap.add_argument("--adapter", metavar="ADAPTER.bin", help="a LoRA adapter file of this model: write a PEFT "
+                    "adapter folder (or, with --merge, the model with it merged)")
+    ap.add_argument("--merge", action="store_true", help="with --adapter: fold W += scale * B A into the model")
+    ap.add_argument("--base-name", help="with --adapter: adapter_config.json's base_model_name_or_path (default: "
+                    "the model's path)")
     args = ap.parse_args()
-    opts = argparse.Namespace(force=args.force, dtype=args.dtype, tokenizer_files=[],
+    if (args.merge or args.base_name) and not args.adapter:
+        hf.die("--merge and --base-name go with --adapter ADAPTER.bin")
+    opts = argparse.Namespace(force=args.force, dtype=args.dtype, tokenizer_files=[], adapter=args.adapter,
+                              merge=args.merge, base_name=args.base_name,
                               max_shard=shard_bytes(args.max_shard_size) if args.max_shard_size else 0,
                               bos=parse_ids(args.bos_token_id) if args.bos_token_id else None,
                               eos=parse_ids(args.eos_token_id) if args.eos_token_id else None)

@@ -2,6 +2,14 @@
 """Hugging Face checkpoint folder -> model file, to start training from with `-e OUT.bin`.
 
   import_hf.py DIR OUT.bin [--bf16 | --fp32] [--allow-nonfinite]
+  import_hf.py --adapter PEFT_DIR OUT.bin --base MODEL.bin     # a PEFT LoRA adapter -> adapter file (-lora-init)
+
+--adapter reads a PEFT adapter folder (adapter_config.json, adapter_model.safetensors) made for the model
+MODEL.bin (the trainer's -e) and writes the trainer's adapter file (docs/formats.md). target_modules must
+select every layer's copy of a target the family has (GPT-2: c_attn, attn.c_proj, c_fc, mlp.c_proj; Llama:
+q_proj ... down_proj), and the tensors must be exactly those, with r's and the model's shapes: an adapter of
+another base or rank is refused naming the tensor. lora_alpha must be a multiple of 0.001; DoRA, per-layer
+ranks or layers, modules_to_save and biases are refused naming the key.
 
 DIR holds config.json and the weights: model.safetensors, or model.safetensors.index.json and the shards it
 names, or (failing those) pytorch_model.bin; F32, BF16 or F16 values. numpy is all it needs, but for
@@ -44,6 +52,7 @@ import numpy as np  # noqa: E402
 
 import families  # noqa: E402
 import hf_format as hf  # noqa: E402
+import lora_file  # noqa: E402
 
 # One stored tensor: the file it is in, its shape, its safetensors dtype, and load() -> its values as float32.
 Tensor = namedtuple("Tensor", "path shape dtype load")
@@ -184,6 +193,24 @@ def check_extras(cfg, tensors, shapes, get):
         family.extra_tensors(cfg, tensors[extra[0]].path, extra)
 
 
+def import_adapter(args):
+    if not (args.adapter and args.base):
+        hf.die("--adapter and --base MODEL.bin go together")
+    if args.bf16 or args.fp32 or args.allow_nonfinite:
+        hf.die("--bf16, --fp32 and --allow-nonfinite are for models; an adapter file is fp32")
+    cfg, _ = families.read_model_header(args.base)
+    refuse_own_input(args.out, [args.base] + [os.path.join(args.dir, n) for n in
+                                              (lora_file.CONFIG_FILE, lora_file.WEIGHTS_FILE)])
+    adapter = lora_file.read_peft(args.dir, cfg)
+    try:
+        lora_file.write(args.out, adapter)
+    except OSError as e:
+        hf.die("%s: cannot write (%s)" % (args.out, e.strerror or e))
+    print("imported the LoRA adapter (rank %d, alpha %g%s, targets %s) from %s to %s"
+          % (adapter.R, adapter.alpha, ", rslora" if adapter.rslora else "",
+             ",".join(t.name for t in adapter.targets), args.dir, args.out))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir", help="Hugging Face folder: config.json and model.safetensors, its shards and "
@@ -195,9 +222,15 @@ def main():
     precision.add_argument("--fp32", action="store_true", help="write fp32 weights (version 3) whatever the storage")
     ap.add_argument("--allow-nonfinite", action="store_true",
                     help="import NaN and infinite weights instead of refusing them")
+    ap.add_argument("--adapter", action="store_true", help="DIR is a PEFT LoRA adapter folder: write an adapter "
+                    "file for --base")
+    ap.add_argument("--base", metavar="MODEL.bin", help="with --adapter: the model file the adapter is for")
     args = ap.parse_args()
     if not os.path.isdir(args.dir):
         hf.die("%s: no such folder" % args.dir)
+    if args.adapter or args.base:
+        import_adapter(args)
+        return
     config = os.path.join(args.dir, "config.json")
     cfg = families.config_from_hf(config)
     files = weights_files(args.dir)

@@ -23,7 +23,15 @@ default so that it is more accurate than the C code it checks. The same flags as
   reference.py -e MODEL.bin -i 'chat_train_*.bin' -b 4 -t 64 -pack 1 -long truncate -x 8 -o OUT   # .mask beside
   reference.py -e MODEL.bin -i 'shards*.bin' -docmask 1 --doc-start 50256 -x 8 -o OUT
   reference.py -e MODEL.bin -t 64 --hellaswag data/hellaswag/hellaswag_val.bin   # the trainer's -hs, in float64
+  reference.py -e MODEL.bin -i 'shards*.bin' -lora 4 -lora-alpha 8 -lora-init ADAPTER.bin -x 8 -o OUT   # LoRA
   reference.py -e d12 --bench --device cuda --dtype bfloat16 --compile -b 16 -t 1024 -x 30 --bench-out f.jsonl
+
+LoRA (-lora R): the family's targets (-lora-targets) each add scale * (x A^T) B^T to their linear layer's
+output, scale = -lora-alpha / R (/ sqrt(R) with -lora-rslora 1); the base model is frozen and only A and B
+train, with AdamW and weight decay as every decayed matrix. A starts as -lora-init's adapter file, else
+uniform in +-1/sqrt(in features) from --seed (not the trainer's draw), B at zero, so step 0 is the base
+model. -lora-dropout 0 only. -o writes the adapters as lora_final.bin (an adapter file), -dump their gradients
+(each target's A then B, stacked over layers, in target order).
 
 Runs on Debian's PyTorch 1.13 (CPU) and on PyTorch 2.x (CUDA): newer APIs (torch.compile,
 scaled_dot_product_attention, fused AdamW) are used only when asked for and present.
@@ -48,6 +56,7 @@ import torch.nn.functional as F
 # The model file's format and the families, shared with the Hugging Face scripts (which run without
 # PyTorch); tests/tools/compare.py reads some of these as reference.NAME.
 import families
+import lora_file
 from families import load_model, read_model_header  # noqa: F401
 from model_file import (HEADER_INTS, INIT_NORMAL, INIT_ONES, INIT_RESIDUAL, bf16_bits_to_f32, die,  # noqa: F401
                         save_model, split_payload)
@@ -169,7 +178,7 @@ class Model(torch.nn.Module):
     """A family's reference forward (its module's reference_logits) over the model file's tensors as
     parameters, kept layer-stacked as in the file, so that gradients come out in the file's layout."""
 
-    def __init__(self, cfg, params, dtype, device, sdpa=False, fast=False):
+    def __init__(self, cfg, params, dtype, device, sdpa=False, fast=False, adapter=None):
         super().__init__()
         # fast (bench only): PyTorch's fused norms and activations instead of the spelled-out math, which in
         # eager mode costs a kernel per elementwise op.
@@ -177,9 +186,44 @@ class Model(torch.nn.Module):
         self.p = torch.nn.ParameterDict({n: torch.nn.Parameter(torch.as_tensor(np.asarray(params[n]))
                                                                .to(device=device, dtype=dtype))
                                          for n in cfg.names})
+        self.adapter, self.lora = adapter, torch.nn.ParameterDict()
+        if adapter is not None:   # the base is frozen: autograd computes no gradient for it
+            for p in self.p.values():
+                p.requires_grad_(False)
+            for t in adapter.targets:
+                for which, a in zip("AB", adapter.weights[t.name]):
+                    self.lora["lora_%s_%s" % (which, t.name)] = torch.nn.Parameter(
+                        torch.as_tensor(a).to(device=device, dtype=dtype))
+
+    def trainable(self):
+        """[(name, parameter)] that training updates: the adapters' A and B of each target in order (the
+        trainer's lora_A.<t>, lora_B.<t> kinds) with LoRA, else every tensor of the model file."""
+        if self.adapter is None:
+            return [(n, self.p[n]) for n in self.cfg.names]
+        return [("lora_%s.%s" % (w, t.name), self.lora["lora_%s_%s" % (w, t.name)])
+                for t in self.adapter.targets for w in "AB"]
 
     def params(self):
-        return [self.p[n] for n in self.cfg.names]
+        return [p for _, p in self.trainable()]
+
+    def adapt(self, l, group, x, out):
+        """out (x's product with a fused weight, the group) with each adapter of that group added into its
+        columns: scale * (x A^T) B^T."""
+        chosen = [] if self.adapter is None else [t for t in self.adapter.targets if t.group == group]
+        if not chosen:
+            return out
+        out = out.clone()
+        for t in chosen:
+            A, B = self.lora["lora_A_" + t.name][l], self.lora["lora_B_" + t.name][l]
+            out[..., t.col0:t.col0 + t.OC] += self.adapter.scale * ((x @ A.t()) @ B.t())
+        return out
+
+    def adapter_now(self):
+        """The adapter with the current A and B, as float32."""
+        weights = {t.name: tuple(self.lora["lora_%s_%s" % (w, t.name)].detach().float().cpu().numpy()
+                                 for w in "AB") for t in self.adapter.targets}
+        a = self.adapter
+        return lora_file.Adapter(a.cfg, a.R, a.alpha_x1000, a.rslora, a.bits, weights)
 
     def attention(self, q, k, v, doc=None):
         return causal_attention(q, k, v, self.sdpa, doc)
@@ -197,8 +241,8 @@ class Model(torch.nn.Module):
         return logits, None if targets is None else lm_loss(logits, targets, cfg.V)
 
 
-def build_model(cfg, params, dtype, device, sdpa=False, fast=False):
-    return Model(cfg, params, dtype, device, sdpa=sdpa, fast=fast)
+def build_model(cfg, params, dtype, device, sdpa=False, fast=False, adapter=None):
+    return Model(cfg, params, dtype, device, sdpa=sdpa, fast=fast, adapter=adapter)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -329,11 +373,35 @@ def accumulate(model, batches, step, dump=None):
     return (loss_sum / count if count else float("nan")), count
 
 
-def train(args, cfg, params):
+def lora_adapter(args, cfg):
+    """The adapter -lora and its flags ask for (None without -lora): -lora-init's file, which must agree
+    with the flags, or a fresh one."""
+    if not args.lora:
+        for flag in ("lora_init", "lora_targets"):
+            if getattr(args, flag):
+                die("-%s needs -lora R" % flag.replace("_", "-"))
+        return None
+    if args.lora_dropout != 0:
+        die("-lora-dropout %g: the reference computes -lora-dropout 0 only" % args.lora_dropout)
+    order = [t.name for t in lora_file.targets(cfg)]
+    bits = lora_file.target_bits(cfg, args.lora_targets.split(",") if args.lora_targets else order)
+    ax = lora_file.alpha_x1000("-lora-alpha", args.lora if args.lora_alpha is None else args.lora_alpha)
+    if not args.lora_init:
+        return lora_file.zero_adapter(cfg, args.lora, ax, args.lora_rslora, bits, np.random.default_rng(args.seed))
+    adapter = lora_file.read(args.lora_init, cfg)
+    for what, file_has, flag in (("rank", adapter.R, args.lora), ("targets", adapter.bits, bits),
+                                 ("alpha x1000", adapter.alpha_x1000, ax), ("rslora", int(adapter.rslora),
+                                                                            args.lora_rslora)):
+        if file_has != flag:
+            die("-lora-init %s: its %s %s differs from the flags' %s" % (args.lora_init, what, file_has, flag))
+    return adapter
+
+
+def train(args, cfg, params, adapter=None):
     dtype = {"float64": torch.float64, "float32": torch.float32}[args.dtype]
-    model = build_model(cfg, params, dtype, "cpu", sdpa=args.sdpa)
-    named = [(n, model.p[n]) for n in cfg.names]
-    opt = AdamW(named, args.c, cfg.decayed)
+    model = build_model(cfg, params, dtype, "cpu", sdpa=args.sdpa, adapter=adapter)
+    named = model.trainable()
+    opt = AdamW(named, args.c, cfg.decayed if adapter is None else {n for n, _ in named})
     batches = open_batches(args, cfg)
     val = open_batches(args, cfg, args.j, 1) if validating(args, 0) else None
     log = open(os.path.join(args.o, "log.jsonl"), "w") if args.o else None
@@ -367,7 +435,9 @@ def train(args, cfg, params):
             print("step %d loss %.6f lr %.3e grad_norm %.4f" % (step, loss_mean, lr, norm))
     if log:
         log.close()
-    if args.o:
+    if args.o and adapter is not None:
+        lora_file.write(os.path.join(args.o, "lora_final.bin"), model.adapter_now())
+    elif args.o:
         save_model(os.path.join(args.o, "model_final.bin"), cfg,
                    {n: model.p[n].detach().float().numpy() for n in cfg.names})
     return model
@@ -619,6 +689,12 @@ def main(argv=None):
     ap.add_argument("--bench-warmup", type=int, default=5, help="untimed steps first")
     ap.add_argument("--bench-out", help="append the bench result as one JSON line")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("-lora", type=int, default=0, help="LoRA rank: train adapters of this rank, the base frozen")
+    ap.add_argument("-lora-alpha", type=float, help="LoRA alpha (default: the rank, a scale of 1)")
+    ap.add_argument("-lora-rslora", type=int, default=0, choices=[0, 1], help="scale alpha / sqrt(R), not alpha / R")
+    ap.add_argument("-lora-dropout", type=float, default=0.0, help="0 only: the reference has no dropout")
+    ap.add_argument("-lora-targets", help="comma-separated targets (default: every linear layer of the family)")
+    ap.add_argument("-lora-init", metavar="FILE", help="start from this adapter file")
     args = ap.parse_args(argv)
     for flag in ("b", "t", "ga"):
         if getattr(args, flag) <= 0:
@@ -641,6 +717,9 @@ def main(argv=None):
         if os.path.exists(args.o) and not os.path.isdir(args.o):
             die("-o %s exists and is not a directory" % args.o)
         os.makedirs(args.o, exist_ok=True)
+    adapter = lora_adapter(args, cfg)
+    if adapter is not None and (args.bench or args.greedy or args.hellaswag):
+        die("-lora trains; --bench, --greedy and --hellaswag run the base model")
     if args.bench:
         bench(args, cfg, params)
         return
@@ -658,7 +737,7 @@ def main(argv=None):
         if not args.i:
             die("-i SHARDS is needed to train")
         torch.set_num_threads(max(1, min(8, os.cpu_count() or 1)))
-        train(args, cfg, params)
+        train(args, cfg, params, adapter)
 
 
 if __name__ == "__main__":

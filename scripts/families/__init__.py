@@ -10,7 +10,10 @@ A family module has
   for Hugging Face: HF_MODEL_TYPES (config.json's model_type), HF_PREFIX, hf_names, to_hf, from_hf,
     canonical_name, ignored, hf_numel, config_from_hf(path, dict), architecture, hf_config; import_hf.py's
     TIED_WHY and extra_tensors, export_hf.py's TOKEN_IDS, TOKENIZER_FILES and tokenizer_note;
-  for scripts/reference.py: reference_logits(model, idx, pos, doc), and reference_hf_config and reference_hf_params
+  for LoRA (scripts/lora_file.py): LORA_LAYER (a layer's module path, %d its index), LORA_FAN_IN_FAN_OUT (PEFT's
+    fan_in_fan_out) and lora_targets(cfg);
+  for scripts/reference.py: reference_logits(model, idx, pos, doc), calling model.adapt(l, group, x, out)
+    on each targetable matmul's output, and reference_hf_config and reference_hf_params
     where the reference reads the family's Hugging Face folders with code of its own (else None).
 A third family is one more module with these names and one more row in FAMILIES.
 """

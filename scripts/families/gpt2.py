@@ -243,6 +243,26 @@ def tokenizer_note(cfg):
 
 
 # ------------------------------------------------------------------------------------------------------
+# LoRA: the linear layers an adapter may target, in the trainer's order (-lora-targets; bit i of the adapter
+# file's target_bits is target i). GPT-2's c_attn is one target, as PEFT makes it. Each: our name, the module
+# under LORA_LAYER, PEFT's target_modules entry (the suffix that matches this module alone: c_proj names two),
+# in and out features, and where the weight's rows are: the model file tensor and first row, the reference
+# forward's matmul (the group) and its first output column.
+
+# PEFT's flag for a Conv1D base layer (W stored (in, out)); A and B keep nn.Linear's shapes either way.
+LORA_FAN_IN_FAN_OUT = True
+LORA_LAYER = "transformer.h.%d."
+
+
+def lora_targets(cfg):
+    C = cfg.C
+    return [("qkv", "attn.c_attn", "c_attn", C, 3 * C, "qkvw", 0, "qkv", 0),
+            ("proj", "attn.c_proj", "attn.c_proj", C, C, "attprojw", 0, "proj", 0),
+            ("fc", "mlp.c_fc", "c_fc", C, 4 * C, "fcw", 0, "fc", 0),
+            ("fcproj", "mlp.c_proj", "mlp.c_proj", 4 * C, C, "fcprojw", 0, "fcproj", 0)]
+
+
+# ------------------------------------------------------------------------------------------------------
 # The reference forward, which scripts/reference.py's Model runs on its parameters (model.p, the file's
 # tensors). PyTorch is imported by the functions that need it: the Hugging Face scripts read this module
 # without it.
@@ -278,11 +298,12 @@ def reference_logits(model, idx, pos=None, doc=None):
     x = p["wte"][idx] + (p["wpe"][:T] if pos is None else p["wpe"][pos])
     for l in range(cfg.L):
         h = ln(x, p["ln1w"][l], p["ln1b"][l])
-        qkv = h @ p["qkvw"][l].t() + p["qkvb"][l]
-        x = x + reference_attention(model, qkv, B, T, doc) @ p["attprojw"][l].t() + p["attprojb"][l]
+        qkv = model.adapt(l, "qkv", h, h @ p["qkvw"][l].t() + p["qkvb"][l])
+        y = reference_attention(model, qkv, B, T, doc)
+        x = x + model.adapt(l, "proj", y, y @ p["attprojw"][l].t() + p["attprojb"][l])
         h = ln(x, p["ln2w"][l], p["ln2b"][l])
-        h = act(h @ p["fcw"][l].t() + p["fcb"][l])
-        x = x + h @ p["fcprojw"][l].t() + p["fcprojb"][l]
+        h = act(model.adapt(l, "fc", h, h @ p["fcw"][l].t() + p["fcb"][l]))
+        x = x + model.adapt(l, "fcproj", h, h @ p["fcprojw"][l].t() + p["fcprojb"][l])
     x = ln(x, p["lnfw"], p["lnfb"])
     return x @ p["wte"].t()
 

@@ -539,6 +539,28 @@ def tokenizer_note(cfg):
 
 
 # ------------------------------------------------------------------------------------------------------
+# LoRA: the linear layers an adapter may target, in the trainer's order (-lora-targets; bit i of the adapter
+# file's target_bits is target i). q, k and v (gate and up) are targets of their own, each adding into its
+# column block of the fused matmul. Each: our name, the module under LORA_LAYER, PEFT's target_modules entry,
+# in and out features, and where the weight's rows are: the model file tensor and first row, the reference
+# forward's matmul (the group) and its first output column.
+
+LORA_FAN_IN_FAN_OUT = False
+LORA_LAYER = "model.layers.%d."
+
+
+def lora_targets(cfg):
+    C, Q, KV, F_ = cfg.C, cfg.NH * cfg.D, cfg.KV * cfg.D, cfg.F
+    return [("q", "self_attn.q_proj", "q_proj", C, Q, "wq", 0, "qkv", 0),
+            ("k", "self_attn.k_proj", "k_proj", C, KV, "wkv", 0, "qkv", Q),
+            ("v", "self_attn.v_proj", "v_proj", C, KV, "wkv", KV, "qkv", Q + KV),
+            ("o", "self_attn.o_proj", "o_proj", Q, C, "attn_proj", 0, "o", 0),
+            ("gate", "mlp.gate_proj", "gate_proj", C, F_, "gate_up", 0, "gate_up", 0),
+            ("up", "mlp.up_proj", "up_proj", C, F_, "gate_up", F_, "gate_up", F_),
+            ("down", "mlp.down_proj", "down_proj", F_, C, "down", 0, "down", 0)]
+
+
+# ------------------------------------------------------------------------------------------------------
 # The reference forward, which scripts/reference.py's Model runs on its parameters (model.p, the file's
 # tensors): LlamaForCausalLM (Qwen3 with qk_norm, Qwen2 with q/k/v biases). PyTorch is imported by the
 # functions that need it: the Hugging Face scripts read this module without it.
@@ -601,10 +623,12 @@ def reference_logits(model, idx, pos=None, doc=None):
         qkv = h @ torch.cat([p["wq"][l], p["wkv"][l]]).t()
         if cfg.qkv_bias:
             qkv = qkv + torch.cat([p["bq"][l], p["bkv"][l]])
-        x = x + reference_attention(model, qkv, l, cos, sin, doc) @ p["attn_proj"][l].t()
+        y = reference_attention(model, model.adapt(l, "qkv", h, qkv), l, cos, sin, doc)
+        x = x + model.adapt(l, "o", y, y @ p["attn_proj"][l].t())
         h = rmsnorm(x, p["mlp_norm"][l], cfg.eps)
-        gate, up = (h @ p["gate_up"][l].t()).split(cfg.F, dim=-1)
-        x = x + (silu(gate) * up) @ p["down"][l].t()
+        gate, up = model.adapt(l, "gate_up", h, h @ p["gate_up"][l].t()).split(cfg.F, dim=-1)
+        y = silu(gate) * up
+        x = x + model.adapt(l, "down", y, y @ p["down"][l].t())
     x = rmsnorm(x, p["final_norm"], cfg.eps)
     return x @ (p["wte"] if cfg.tied else p["lm_head"]).t()
 

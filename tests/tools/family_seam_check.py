@@ -117,7 +117,7 @@ MODULE_NAMES = ["NAME", "TITLE", "FILE_ID", "Config", "config_from_header", "par
                 "HF_PREFIX", "hf_names", "to_hf", "from_hf", "canonical_name", "ignored", "hf_numel",
                 "config_from_hf", "architecture", "hf_config", "TIED_WHY", "extra_tensors", "TOKEN_IDS",
                 "TOKENIZER_FILES", "tokenizer_note", "reference_logits", "reference_hf_config",
-                "reference_hf_params"]
+                "reference_hf_params", "LORA_LAYER", "LORA_FAN_IN_FAN_OUT", "lora_targets"]
 CONFIG_NAMES = ["family", "file_id", "names", "decayed", "vocab_tensors", "head_size", "init", "shapes", "numel",
                 "header", "error", "trainer_error"]
 
