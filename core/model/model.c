@@ -219,6 +219,10 @@ void* unit_tensor(const ParamLayout* lay, void* unit_base, int kind, int layer, 
     return t ? tensor_in_unit(lay, unit_base, t, dt) : NULL;
 }
 
+void* unit_grad_tensor(const ParamLayout* lay, void* unit_base, int kind, int layer, DType dt) {
+    return kind_optimizer(&lay->shape, kind)->updates ? unit_tensor(lay, unit_base, kind, layer, dt) : NULL;
+}
+
 // The whole tensor of t's kind and layer (n elements).
 static void init_whole(float* out, const ModelShape* s, int k, int layer, size_t n, unsigned long long seed) {
     const KindInfo* info = kind_info(s, k);

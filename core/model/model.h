@@ -167,6 +167,9 @@ static inline void* tensor_in_unit(const ParamLayout* lay, void* unit_base, cons
 }
 // The same for kind `kind` (of block `layer`) in its unit's buffer; NULL when absent.
 void* unit_tensor(const ParamLayout* lay, void* unit_base, int kind, int layer, DType dt);
+// The same in a unit's gradient buffer, but NULL for a frozen kind (optimizer_kind.h): the backward makes no
+// weight gradient for it, only the input gradient through it.
+void* unit_grad_tensor(const ParamLayout* lay, void* unit_base, int kind, int layer, DType dt);
 static inline int final_norm_unit(const ParamLayout* lay) { return lay->final_unit; }
 
 // Host fp32 values for one tensor: its kind's InitRule (family.h), a pure function of (seed, kind, layer).

@@ -46,13 +46,17 @@ typedef struct {
     void *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 } Params;
 
-static Params params_in(const Model* g, void* base, int layer) {
-#define T(kind) unit_tensor(g->layout, base, kind, layer, g->dt)
+static Params params_at(const Model* g, void* base, int layer, void* (*at)(const ParamLayout*, void*, int, int, DType)) {
+#define T(kind) at(g->layout, base, kind, layer, g->dt)
     Params p = {T(GPT2_LN1W), T(GPT2_LN1B), T(GPT2_QKVW), T(GPT2_QKVB), T(GPT2_ATTPROJW), T(GPT2_ATTPROJB),
                 T(GPT2_LN2W), T(GPT2_LN2B), T(GPT2_FCW), T(GPT2_FCB), T(GPT2_FCPROJW), T(GPT2_FCPROJB)};
 #undef T
     return p;
 }
+
+static Params params_in(const Model* g, void* base, int layer) { return params_at(g, base, layer, unit_tensor); }
+// Their gradients: NULL for a frozen kind.
+static Params grads_in(const Model* g, void* base, int layer) { return params_at(g, base, layer, unit_grad_tensor); }
 
 // Block l's activations (l counts the stage's blocks).
 typedef struct {
@@ -111,7 +115,7 @@ static void backward(BlockBackward* c, const BlockRef* b) {
     void** s = c->stash.field;
     BlockDims d = block_dims(g);
     Params p = params_in(g, b->params, b->layer);
-    Params dp = b->grads ? params_in(g, b->grads, b->layer) : (Params){0};
+    Params dp = b->grads ? grads_in(g, b->grads, b->layer) : (Params){0};
     Acts v = acts_of(g, b->index);
     // MLP: out = resid2 + fcproj(gelu(fc(ln2(resid2)))); the residual passes dresid through.
     void* dfch = grad_between(c, a->dbig, s[S_DFCH]);   // (N, CF), before the GELU
@@ -144,7 +148,7 @@ static void embed(Model* g, Backend* be, void* params) {
 }
 
 static void embed_backward(Model* g, Backend* be, void* grads, const void* dout) {
-    embed_backward_step(g, be, unit_tensor(g->layout, grads, GPT2_WTE, -1, g->dt), unit_tensor(g->layout, grads, GPT2_WPE, -1, g->dt),
+    embed_backward_step(g, be, unit_grad_tensor(g->layout, grads, GPT2_WTE, -1, g->dt), unit_grad_tensor(g->layout, grads, GPT2_WPE, -1, g->dt),
                         dout);
 }
 

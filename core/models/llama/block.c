@@ -84,13 +84,17 @@ typedef struct {
 
 // wkv joins wq and bkv joins bq (llama.h), so wq's pointer is the whole q|k|v matrix's, bq's its bias's
 // (NULL without biases).
-static Params params_in(const Model* g, void* base, int layer) {
-#define T(kind) unit_tensor(g->layout, base, kind, layer, g->dt)
+static Params params_at(const Model* g, void* base, int layer, void* (*at)(const ParamLayout*, void*, int, int, DType)) {
+#define T(kind) at(g->layout, base, kind, layer, g->dt)
     Params p = {T(LLAMA_ATTN_NORM), T(LLAMA_WQ), T(LLAMA_BQ), T(LLAMA_Q_NORM), T(LLAMA_K_NORM),
                 T(LLAMA_WO), T(LLAMA_MLP_NORM), T(LLAMA_GATE_UP), T(LLAMA_DOWN)};
 #undef T
     return p;
 }
+
+static Params params_in(const Model* g, void* base, int layer) { return params_at(g, base, layer, unit_tensor); }
+// Their gradients: NULL for a frozen kind.
+static Params grads_in(const Model* g, void* base, int layer) { return params_at(g, base, layer, unit_grad_tensor); }
 
 typedef struct {
     void *x, *norm1, *qkv_raw, *qkv, *atty, *resid2, *norm2, *gu, *act, *out;
@@ -177,7 +181,7 @@ static void qk_norm_step(BlockBackward* c, void* dinp, const void* dout, const v
     be_memset0(c->be, dw, 2 * D * dtype_size(dt));
     void* into = c->mode == BWD_WEIGHT ? block_buffer(g, DQKV_RAW, 0) : dinp;
     qk_norm_backward(c->be, dt, into, dw, (char*)dw + D * dtype_size(dt), dout, inp, p.q_norm, p.k_norm, rstd, d.N, d.NH, d.KV, d.D);
-    if (c->mode == BWD_INPUT) return;
+    if (c->mode == BWD_INPUT || !dp.q_norm) return;   // frozen: no weight gradient to keep
     if (g->tp) comm_allreduce_sum(g->tp, dw, 2 * D, dt);
     residual_forward(c->be, dt, dp.q_norm, dp.q_norm, dw, D);
     residual_forward(c->be, dt, dp.k_norm, dp.k_norm, (char*)dw + D * dtype_size(dt), D);
@@ -190,7 +194,7 @@ static void backward(BlockBackward* c, const BlockRef* b) {
     void** s = c->stash.field;
     BlockDims d = block_dims(g);
     Params p = params_in(g, b->params, b->layer);
-    Params dp = b->grads ? params_in(g, b->grads, b->layer) : (Params){0};
+    Params dp = b->grads ? grads_in(g, b->grads, b->layer) : (Params){0};
     Acts v = acts_of(g, b->index);
     // MLP: out = resid2 + down(swiglu(gate_up(norm2(resid2)))).
     void* dact = block_buffer(g, DACT, 0);
