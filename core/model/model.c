@@ -219,8 +219,29 @@ void* unit_tensor(const ParamLayout* lay, void* unit_base, int kind, int layer, 
     return t ? tensor_in_unit(lay, unit_base, t, dt) : NULL;
 }
 
+// Elements of unit u's frozen tensors before flat element f.
+static size_t frozen_before(const ParamLayout* lay, int u, size_t f) {
+    const Unit* un = &lay->units[u];
+    size_t n = 0;
+    for (int i = un->first_tensor; i < un->first_tensor + un->num_tensors; i++) {
+        const ParamTensor* t = &lay->tensors[i];
+        if (tensor_optimizer(lay, t)->updates || t->offset >= f) continue;
+        n += (t->offset + t->size < f ? t->offset + t->size : f) - t->offset;
+    }
+    return n;
+}
+
+size_t unit_grad_len(const ParamLayout* lay, int u) {
+    const Unit* un = &lay->units[u];
+    return un->padded - frozen_before(lay, u, un->offset + un->padded);
+}
+
+size_t unit_grad_index(const ParamLayout* lay, int u, size_t f) { return f - lay->units[u].offset - frozen_before(lay, u, f); }
+
 void* unit_grad_tensor(const ParamLayout* lay, void* unit_base, int kind, int layer, DType dt) {
-    return kind_optimizer(&lay->shape, kind)->updates ? unit_tensor(lay, unit_base, kind, layer, dt) : NULL;
+    const ParamTensor* t = layout_tensor(lay, kind, layer);
+    if (!t || !tensor_optimizer(lay, t)->updates) return NULL;
+    return (char*)unit_base + unit_grad_index(lay, t->unit, t->offset) * dtype_size(dt);
 }
 
 // The whole tensor of t's kind and layer (n elements).
