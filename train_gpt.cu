@@ -42,11 +42,13 @@
 #include "core/util/threads.h"
 #include "core/tokenizer/decode.h"
 #include "core/models/catalog.h"
+#include "core/model/lora.h"
 #include "zero.h"
 
 typedef struct {
     Config cfg;
     int model_is_spec;      // -e is a shape (random init), not a model file: decided once, by resolve_shape
+    LoraFamily lora;        // -lora: the LoRA'd family the run's shape names (lora.h)
     Comm* world;            // all ranks
     int rank, ranks;        // in the world
     int threads;            // OpenMP threads per rank
@@ -117,12 +119,21 @@ static int stop_requested(Trainer* tr) {
 // ---------------------------------------------------------------------------------------------------
 // Set-up.
 
-static ModelShape resolve_shape(const Config* cfg, int* is_spec) {
+static ModelShape base_shape(const Config* cfg, int* is_spec) {
     ModelShape s;
     *is_spec = shape_from_spec(cfg->model, &s);
     if (*is_spec) return s;
     if (file_size(cfg->model) < 0) fail("-e %s: neither a model shape (GPT-2's d12|d24|d36|d48|L<n>C<n>H<n>..., a Llama family's smollm2-135m|...|llama:..., see -h) nor an existing file", cfg->model);
     return model_file_shape(cfg->model);
+}
+
+// -e's shape, with -lora the LoRA'd family's (built into *lora, which the shape points to).
+static ModelShape resolve_shape(const Config* cfg, int* is_spec, LoraFamily* lora) {
+    ModelShape s = base_shape(cfg, is_spec);
+    if (!cfg->lora_rank) return s;
+    LoraOptions o = {cfg->lora_rank, cfg->lora_alpha, cfg->lora_rslora, cfg->lora_dropout, cfg->lora_targets};
+    lora_family_build(lora, &s, &o);
+    return lora_shape(lora, &s);
 }
 
 // -z names what is sharded; -offload adds what of it lives on the host, -nvme what of that lives on disk, -dpu
@@ -204,6 +215,7 @@ static void load_or_init_model(Trainer* tr) {
     if (tr->cfg.resume && is_root(tr) && (path_join(log, sizeof(log), tr->cfg.out_dir, "log.jsonl"), path_exists(log)))
         printf("no checkpoint in %s: starting at step 0\n", tr->cfg.out_dir);
     float* flat = tr->model_is_spec ? model_init(tr->layout, tr->cfg.seed) : model_file_read(tr->layout, tr->cfg.model);
+    if (!tr->model_is_spec) model_init_own_kinds(tr->layout, tr->cfg.seed, flat);   // LoRA's adapters
     zero_set_from_host(tr->zero, tr->be, flat);
     free(flat);
 }
@@ -287,7 +299,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     // may find, inspect and read a large checkpoint, or a model file, while the others wait.
     comm_watchdog_start(tr->world, cfg->watchdog);
     gpu_variants_from_env();   // a bad GPT_CUDA_VARIANTS fails here, before the run directory is touched
-    ModelShape shape = resolve_shape(cfg, &tr->model_is_spec);
+    ModelShape shape = resolve_shape(cfg, &tr->model_is_spec, &tr->lora);
     if (!cfg->precision_set) cfg->precision = backend_build_is_gpu() ? DT_BF16 : DT_FP32;
     int planned = cfg->estimate && cfg->plan_ranks ? cfg->plan_ranks : tr->ranks;
     config_resolve_batch(cfg, shape.maxT, planned, cfg->pipeline_stages * cfg->tensor_parallel);

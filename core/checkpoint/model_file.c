@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "base/common.h"
+#include "core/model/lora.h"
 #include "core/util/fs.h"
 #include "core/models/catalog.h"
 
@@ -70,8 +71,8 @@ int model_file_peek_shape(const char* path, ModelShape* shape) {
 }
 
 float* model_file_read(const ParamLayout* lay, const char* path) {
-    ModelShape fs = model_file_shape(path);
-    model_file_check_shape(&fs, &lay->shape, path);
+    ModelShape fs = model_file_shape(path), base = lora_base_shape(&lay->shape);
+    model_file_check_shape(&fs, &base, path);
     FILE* f = xfopen(path, "rb");
     int version;
     read_model_header(f, path, &version);
@@ -82,6 +83,7 @@ float* model_file_read(const ParamLayout* lay, const char* path) {
     uint16_t* raw = version == 5 ? (uint16_t*)xmalloc(longest_run * 2) : NULL;
     for (int i = 0; i < lay->num_tensors; i++) {   // a stage reads its own tensors (and its mirror's), run by run
         const ParamTensor* t = &lay->tensors[i];
+        if (t->kind >= base.family->num_kinds) continue;   // LoRA's adapters: not the file's
         for (size_t j = 0; j < t->size; j += t->run) {
             model_file_seek(f, path, 1024, tensor_canonical(t, j), elem);
             if (raw) {
@@ -102,6 +104,12 @@ float* model_init(const ParamLayout* lay, unsigned long long seed) {
     for (int i = 0; i < lay->num_tensors; i++)
         init_tensor_values(flat + lay->tensors[i].offset, &lay->shape, &lay->tensors[i], seed);
     return flat;
+}
+
+void model_init_own_kinds(const ParamLayout* lay, unsigned long long seed, float* flat) {
+    const LoraFamily* lf = lora_of(&lay->shape);
+    for (int i = 0; i < lay->num_tensors && lf; i++)
+        if (lay->tensors[i].kind >= lf->base->num_kinds) init_tensor_values(flat + lay->tensors[i].offset, &lay->shape, &lay->tensors[i], seed);
 }
 
 static void write_model_header(const ModelShape* s, FILE* f, const char* path) {

@@ -22,6 +22,9 @@ void model_file_seek(FILE* f, const char* path, size_t header, size_t c, size_t 
 // Model values as host fp32 in the flat layout (layout->total elements, padding zero); caller frees.
 float* model_file_read(const ParamLayout* lay, const char* path);   // fp32 version 3 or bf16 version 5
 float* model_init(const ParamLayout* lay, unsigned long long seed);   // the family's init, a function of the seed
+// A family built on another (LoRA, lora.h) reads the base's kinds from the base's model file
+// (model_file_read) and initializes its own kinds here, into flat; nothing for a family of its own.
+void model_init_own_kinds(const ParamLayout* lay, unsigned long long seed, float* flat);
 // Writes host fp32 flat values as an llm.c model file (version 3), or with header = 0 as the bare
 // tensors in llm.c's order (the -dump gradients). Whole-model layouts write everything; a pipeline writes
 // a file in parts: model_file_create sizes it (zero-filled), then each stage writes its own tensors.

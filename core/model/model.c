@@ -251,8 +251,13 @@ static void init_whole(float* out, const ModelShape* s, int k, int layer, size_t
         for (size_t i = 0; i < n; i++) out[i] = info->init == INIT_ONES ? 1.0f : 0.0f;
         return;
     }
-    float std = info->init == INIT_RESIDUAL ? 0.02f / sqrtf(2.0f * (float)s->L) : 0.02f;
     Rng rng = rng_seeded(seed, (unsigned long long)k * 1000003ull + (unsigned long long)(layer + 1));
+    if (info->init == INIT_FAN_IN) {
+        float bound = 1.0f / sqrtf((float)s->family->kind_cut(s, k).cols);
+        for (size_t i = 0; i < n; i++) out[i] = bound * (2.0f * rng_uniform(&rng) - 1.0f);
+        return;
+    }
+    float std = info->init == INIT_RESIDUAL ? 0.02f / sqrtf(2.0f * (float)s->L) : 0.02f;
     size_t real = info->vocab_rows ? (size_t)s->V * (n / (size_t)s->Vp) : n;   // padded vocabulary rows stay zero
     for (size_t i = 0; i < real; i++) out[i] = std * rng_normal(&rng);
     for (size_t i = real; i < n; i++) out[i] = 0.0f;

@@ -49,7 +49,7 @@ typedef struct {
 #define MAX_LAYERS 256
 #define MAX_MODEL_CHUNKS 8   // = schedule.h's MAX_CHUNKS (pipeline.c checks)
 #define MAX_UNITS (MAX_LAYERS + 2)
-#define MAX_UNIT_TENSORS 12   // kinds one unit may hold (a GPT-2 block has the most)
+#define MAX_UNIT_TENSORS 28   // kinds one unit may hold (a LoRA'd Llama block has the most: lora.h)
 #define MAX_TENSORS (MAX_UNIT_TENSORS * MAX_UNITS)
 
 typedef struct {

@@ -26,6 +26,21 @@ static void check_nvme(const Config* c) {
     if (c->disk_mem_gib > 0 && !(c->gpu_mem_gib > 0)) fail("-disk-mem needs -gpu-mem (the table is per device budget)");
 }
 
+// LoRA's options need -lora; the layouts and features it does not compose with yet are refused by name.
+static void check_lora(const Config* c) {
+    if (!c->lora_rank) {
+        if (c->lora_alpha > 0 || c->lora_rslora || c->lora_dropout > 0 || c->lora_targets)
+            fail("%s sets up LoRA's adapters: it needs -lora R",
+                 c->lora_alpha > 0 ? "-lora-alpha" : c->lora_rslora ? "-lora-rslora" : c->lora_dropout > 0 ? "-lora-dropout" : "-lora-targets");
+        return;
+    }
+    const char* flag = c->zero_stage == 3 ? "-z 3" : c->nvme_dir ? "-nvme" : c->delay_from > 0 ? "-dpu" : c->offload ? "-offload"
+                       : c->pipeline_stages > 1 ? "-pp" : c->tensor_parallel > 1 ? "-tp" : c->out_dir ? "-o (checkpoints)" : NULL;
+    if (flag) fail("%s: not yet with -lora", flag);
+    if (c->lora_dropout > 0) fail("-lora-dropout %g: not yet (only 0 is built)", c->lora_dropout);
+    if (c->lora_targets && !c->lora_targets[0]) fail("-lora-targets needs a list of targets");
+}
+
 int config_chats(const Config* c) { return c->chat || c->chat_file; }
 int config_generates(const Config* c) { return c->prompt || config_chats(c); }
 
@@ -71,6 +86,7 @@ static void check_combinations(const Config* c) {
              "not -z %d (-offload 1 moves the optimizer state at any -z)", c->zero_stage);
     if (c->start_over && c->resume) fail("-ow 1 (start over) and -y %d (resume) contradict each other", c->resume);
     check_nvme(c);
+    check_lora(c);
 }
 
 void config_parse(Config* c, int argc, char** argv) {

@@ -69,6 +69,11 @@ typedef struct {
     int tensor_parallel;         // -tp: ranks sharing each block (Megatron's tensor parallelism)
     int sequence_parallel;       // -sp: with -tp, the regions between the parallel layers split by rows
     int recompute;               // -r
+    int lora_rank;               // -lora: train low-rank adapters on a frozen base (core/model/lora.h); 0: off
+    float lora_alpha;            // -lora-alpha (0: the rank, scale 1)
+    int lora_rslora;             // -lora-rslora: scale alpha / sqrt(rank)
+    float lora_dropout;          // -lora-dropout
+    const char* lora_targets;    // -lora-targets: comma-separated (NULL: every target of the family)
     int offload;                 // -offload: 1 each rank's fp32 master and Adam state in host memory, 2 also
                                  // its gradient pieces (-z >= 2) and parameter pieces (-z 3)
     int delay_from;              // -dpu: from this step on each update lands one step late (0: never)

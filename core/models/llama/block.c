@@ -7,6 +7,7 @@
 #include "base/common.h"
 #include "core/model/block.h"
 #include "core/models/llama/llama.h"
+#include "core/model/lora_steps.h"
 
 void llama_inv_freq(const ModelShape* s, float* out) {
     LlamaParams p = llama_params(s);
@@ -78,6 +79,9 @@ static const StashField STASH[NUM_STASH] = {
     [S_DQKV] = {"dqkv", W_QKVA, ALL_ROWS},   [S_DNORM1] = {"dnorm1", W_C, OWN_ROWS},
 };
 
+// LoRA's targets, in the family's list's order (family.c).
+enum { LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN };
+
 typedef struct {
     void *attn_norm, *wqkv, *bqkv, *q_norm, *k_norm, *wo, *mlp_norm, *gate_up, *down;
 } Params;
@@ -128,16 +132,22 @@ static void forward(Model* g, Backend* be, const BlockRef* b, int recomputing) {
     Params p = params_in(g, b->params, b->layer);
     Acts v = acts_of(g, b->index);
     norm_forward(g, be, v.norm1, NULL, v.rstd1, v.x, p.attn_norm, NULL);
-    matmul_forward(be, dt, has_qk_norm(g) ? v.qkv_raw : v.qkv, NULL, v.norm1, p.wqkv, p.bqkv, d.N, d.C, QKVA);
+    void* qkv_out = has_qk_norm(g) ? v.qkv_raw : v.qkv;
+    matmul_forward(be, dt, qkv_out, NULL, v.norm1, p.wqkv, p.bqkv, d.N, d.C, QKVA);
+    for (int t = LORA_Q; t <= LORA_V; t++) lora_forward(g, be, b, t, qkv_out, v.norm1);
     prepare_qkv(g, be, p, v);
     attention_forward(be, dt, v.atty, v.lse, v.qkv, g->acts.doc, d.B, d.T, d.NH, d.KV, d.D);
     matmul_forward(be, dt, proj, NULL, v.atty, p.wo, NULL, d.N, d.CA, d.C);
+    lora_forward(g, be, b, LORA_O, proj, v.atty);
     residual_forward(be, dt, v.resid2, v.x, sum_partials(g, proj), RC);
     norm_forward(g, be, v.norm2, NULL, v.rstd2, v.resid2, p.mlp_norm, NULL);
     matmul_forward(be, dt, v.gu, NULL, v.norm2, p.gate_up, NULL, d.N, d.C, 2 * d.CF);
+    lora_forward(g, be, b, LORA_GATE, v.gu, v.norm2);
+    lora_forward(g, be, b, LORA_UP, v.gu, v.norm2);
     swiglu_forward(be, dt, v.act, v.gu, d.N, d.CF);
     if (recomputing) return;
     matmul_forward(be, dt, proj, NULL, v.act, p.down, NULL, d.N, d.CF, d.C);
+    lora_forward(g, be, b, LORA_DOWN, proj, v.act);
     residual_forward(be, dt, v.out, v.resid2, sum_partials(g, proj), RC);
 }
 
@@ -198,14 +208,20 @@ static void backward(BlockBackward* c, const BlockRef* b) {
     Acts v = acts_of(g, b->index);
     // MLP: out = resid2 + down(swiglu(gate_up(norm2(resid2)))).
     void* dact = block_buffer(g, DACT, 0);
-    matmul_step(c, dact, grad_of_stream(c, s[S_DDOWN]), v.act, NULL, p.down, dp.down, NULL, d.CF, d.C);
+    void* ddown = grad_of_stream(c, s[S_DDOWN]);
+    matmul_step(c, dact, ddown, v.act, NULL, p.down, dp.down, NULL, d.CF, d.C);
+    lora_backward(c, b, LORA_DOWN, dact, ddown, v.act, NULL);
     void* dgu = grad_between(c, a->dbig, s[S_DGU]);
     swiglu_step(c, dgu, dact, v.gu);
     matmul_step(c, a->dsmall, dgu, v.norm2, NULL, p.gate_up, dp.gate_up, NULL, d.C, 2 * d.CF);
+    lora_backward(c, b, LORA_GATE, a->dsmall, dgu, v.norm2, NULL);
+    lora_backward(c, b, LORA_UP, a->dsmall, dgu, v.norm2, NULL);
     norm_step(c, a->dresid, grad_of_partials(c, s[S_DNORM2]), v.resid2, p.mlp_norm, NULL, v.rstd2, dp.mlp_norm, NULL);
     // Attention: resid2 = x + wo(attention(rope(qk_norm(wqkv(norm1(x)))))).
     void* datty = block_buffer(g, DATTY, 0);
-    matmul_step(c, datty, grad_of_stream(c, s[S_DWO]), v.atty, NULL, p.wo, dp.wo, NULL, d.CA, d.C);
+    void* dwo = grad_of_stream(c, s[S_DWO]);
+    matmul_step(c, datty, dwo, v.atty, NULL, p.wo, dp.wo, NULL, d.CA, d.C);
+    lora_backward(c, b, LORA_O, datty, dwo, v.atty, NULL);
     void* dqkv = grad_between(c, a->dbig, s[has_qk_norm(g) ? S_DQKN : S_DQKV]);   // d(q|k|v as attention read them)
     attention_step(c, dqkv, datty, v.qkv, v.atty, v.lse);
     rope_step(c, dqkv);
@@ -215,6 +231,7 @@ static void backward(BlockBackward* c, const BlockRef* b) {
         dqkv = draw;
     }
     qkv_matmul_step(c, a->dsmall, dqkv, v.norm1, p.wqkv, dp.wqkv, dp.bqkv);
+    for (int t = LORA_Q; t <= LORA_V; t++) lora_backward(c, b, t, a->dsmall, dqkv, v.norm1, NULL);
     norm_step(c, a->dresid, grad_of_partials(c, s[S_DNORM1]), v.x, p.attn_norm, NULL, v.rstd1, dp.attn_norm, NULL);
 }
 
