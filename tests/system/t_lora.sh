@@ -38,6 +38,21 @@ PY
 ./train_gpt_cpu -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 3 -s 0 -v 0 -e "$MODEL" -lora 4 > "$TMP/train.txt" 2>&1
 t_check lora_trains "[ $? -eq 0 ] && grep -q 'trained 3 steps' '$TMP/train.txt'" "$(tail -1 "$TMP/train.txt")"
 
+# Data parallelism: every unit holds frozen tensors, so each is all-reduced and each rank takes its share of
+# the adapters' gradients (zero.c); two ranks with -z 0, 1, 2 give one rank's -ga 2 losses and norms.
+if mpi_available; then
+    steps() { grep -o 'loss [0-9.]* | lr [^|]*| norm [0-9.]*' "$1"; }
+    dp=(-i "$TMP/data.bin" -j "" -b 2 -t 32 -x 3 -s 0 -v 0 -e "$MODEL" -lora 4 -lora-alpha 8)
+    ./train_gpt_cpu "${dp[@]}" -ga 2 > "$TMP/dp1.txt" 2>&1
+    for z in 0 1 2; do
+        "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${dp[@]}" -z $z > "$TMP/dp2_z$z.txt" 2>&1
+        t_check lora_np2_z${z}_equals_one_rank "[ -n \"\$(steps $TMP/dp1.txt)\" ] && diff <(steps $TMP/dp1.txt) <(steps $TMP/dp2_z$z.txt) >/dev/null" \
+            "$(steps "$TMP/dp2_z$z.txt" | tail -1) vs $(steps "$TMP/dp1.txt" | tail -1)"
+    done
+else
+    t_skip lora_data_parallel "no MPI"
+fi
+
 base=(-e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 1 -s 0)
 expect_error() {   # name, regex the error must match, args...
     local name=$1 pattern=$2; shift 2
