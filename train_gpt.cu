@@ -216,6 +216,7 @@ static void load_or_init_model(Trainer* tr) {
         printf("no checkpoint in %s: starting at step 0\n", tr->cfg.out_dir);
     float* flat = tr->model_is_spec ? model_init(tr->layout, tr->cfg.seed) : model_file_read(tr->layout, tr->cfg.model);
     if (!tr->model_is_spec) model_init_own_kinds(tr->layout, tr->cfg.seed, flat);   // LoRA's adapters
+    if (tr->cfg.lora_init) lora_read_adapters(tr->cfg.lora_init, tr->layout, flat);
     zero_set_from_host(tr->zero, tr->be, flat);
     free(flat);
 }

@@ -2,6 +2,7 @@
 #include "core/model/lora.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -127,4 +128,59 @@ int lora_selected(const LoraFamily* lf, int target) {
     for (int j = 0; j < lf->num_targets; j++)
         if (lf->target[j] == target) return j;
     return -1;
+}
+
+// The header's fields against the run's: one line naming the first difference.
+static void check_adapter_header(const char* path, const int32_t* h, const LoraFamily* lf, int L) {
+    if (h[0] != LORA_FILE_MAGIC || h[1] != 1) fail("-lora-init %s: not an adapter file (magic %d, version %d)", path, h[0], h[1]);
+    if (h[2] != lf->rank) fail("-lora-init %s: rank %d, the run's -lora is %d", path, h[2], lf->rank);
+    if (h[4] != L) fail("-lora-init %s: %d layers, the model has %d", path, h[4], L);
+    char have[128] = "", want[128] = "";
+    for (int i = 0; i < lf->base->num_lora_targets; i++) {
+        if ((unsigned)h[5] >> i & 1) snprintf(have + strlen(have), sizeof(have) - strlen(have), "%s%s", have[0] ? "," : "", lf->base->lora_targets[i]);
+        if (lf->target_bits >> i & 1) snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%s", want[0] ? "," : "", lf->base->lora_targets[i]);
+    }
+    if ((unsigned)h[5] != lf->target_bits || h[3] != lf->num_targets)
+        fail("-lora-init %s: targets %s (bits %d, %d targets), the run's -lora-targets are %s", path, have, h[5], h[3], want);
+    int alpha = (int)lroundf(lf->alpha * 1000.0f);
+    if (h[6] != alpha) fail("-lora-init %s: alpha %g, the run's -lora-alpha is %g", path, h[6] / 1000.0, lf->alpha);
+    if (h[7] != lf->rslora) fail("-lora-init %s: rslora %d, the run's -lora-rslora is %d", path, h[7], lf->rslora);
+}
+
+// Bytes the adapters of a file for this run hold after the header.
+static long long adapter_bytes(const LoraFamily* lf, const ModelShape* s) {
+    long long per_layer = 0;
+    for (int j = 0; j < lf->num_targets; j++) {
+        LoraGeometry g = lf->base->lora_geometry(s, lf->target[j]);
+        per_layer += (long long)lf->rank * (g.in + g.out);
+    }
+    return per_layer * s->L * 4;
+}
+
+void lora_read_adapters(const char* path, const ParamLayout* lay, float* flat) {
+    const LoraFamily* lf = lora_of(&lay->shape);
+    if (!lf) fail("internal: adapters for a model without LoRA");
+    FILE* f = xfopen(path, "rb");
+    int32_t h[256];
+    if (fread(h, sizeof(int32_t), 256, f) != 256) fail("-lora-init %s: shorter than its header", path);
+    check_adapter_header(path, h, lf, lay->shape.L);
+    long long want = 1024 + adapter_bytes(lf, &lay->shape);
+    if (fseek(f, 0, SEEK_END) != 0) fail("-lora-init %s: cannot seek", path);
+    long long size = ftell(f);
+    if (size != want) fail("-lora-init %s: %lld bytes, the run's adapters take %lld", path, size, want);
+    if (fseek(f, 1024, SEEK_SET) != 0) fail("-lora-init %s: cannot seek", path);
+    for (int l = 0; l < lay->shape.L; l++)
+        for (int j = 0; j < lf->num_targets; j++)
+            for (int ab = 0; ab < 2; ab++) {
+                int k = ab ? lora_kind_b(lf, j) : lora_kind_a(lf, j);
+                size_t n = param_kind_elems(&lay->shape, k);
+                const ParamTensor* t = layout_tensor(lay, k, l);
+                if (t && t->size != n) fail("internal: -lora-init into a split adapter");
+                if (!t) {   // another stage's layer
+                    if (fseek(f, (long)(n * 4), SEEK_CUR) != 0) fail("-lora-init %s: cannot seek", path);
+                    continue;
+                }
+                xfread(flat + t->offset, sizeof(float), n, f, path);
+            }
+    fclose(f);
 }

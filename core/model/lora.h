@@ -6,7 +6,7 @@
 // sqrt(R)); A starts uniform in [-1/sqrt(IC_t), 1/sqrt(IC_t)], B at zero, so step 0 is the base model's.
 // The layout, ZeRO, the walk and --estimate see it as any family: only the blocks call the hooks below.
 #pragma once
-#include "core/model/family.h"
+#include "core/model/model.h"
 
 #define LORA_MAX_TARGETS 8
 #define LORA_MAX_KINDS 32
@@ -46,5 +46,10 @@ ModelShape lora_base_shape(const ModelShape* s);
 // The kinds of the adapters of selected target j (0 .. num_targets-1): A, then B.
 static inline int lora_kind_a(const LoraFamily* lf, int j) { return lf->base->num_kinds + 2 * j; }
 static inline int lora_kind_b(const LoraFamily* lf, int j) { return lf->base->num_kinds + 2 * j + 1; }
+// The adapter file (docs/formats.md): 256 int32 [LORA_FILE_MAGIC, 1, R, targets, L, target bits, alpha x 1000,
+// rslora], then per layer and selected target A (R, in) and B (out, R), fp32 row-major. Reads path's adapters
+// into flat (the layout's values), after one-line errors naming any difference from the run's LoRA.
+#define LORA_FILE_MAGIC 20261130
+void lora_read_adapters(const char* path, const ParamLayout* lay, float* flat);
 // The selected index of family target i, or -1 when the run does not adapt it.
 int lora_selected(const LoraFamily* lf, int target);

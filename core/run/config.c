@@ -29,9 +29,10 @@ static void check_nvme(const Config* c) {
 // LoRA's options need -lora; the layouts and features it does not compose with yet are refused by name.
 static void check_lora(const Config* c) {
     if (!c->lora_rank) {
-        if (c->lora_alpha > 0 || c->lora_rslora || c->lora_dropout > 0 || c->lora_targets)
+        if (c->lora_alpha > 0 || c->lora_rslora || c->lora_dropout > 0 || c->lora_targets || c->lora_init)
             fail("%s sets up LoRA's adapters: it needs -lora R",
-                 c->lora_alpha > 0 ? "-lora-alpha" : c->lora_rslora ? "-lora-rslora" : c->lora_dropout > 0 ? "-lora-dropout" : "-lora-targets");
+                 c->lora_alpha > 0 ? "-lora-alpha" : c->lora_rslora ? "-lora-rslora" : c->lora_dropout > 0 ? "-lora-dropout"
+                 : c->lora_targets ? "-lora-targets" : "-lora-init");
         return;
     }
     const char* flag = c->zero_stage == 3 ? "-z 3" : c->nvme_dir ? "-nvme" : c->delay_from > 0 ? "-dpu" : c->offload ? "-offload"
@@ -39,6 +40,7 @@ static void check_lora(const Config* c) {
     if (flag) fail("%s: not yet with -lora", flag);
     if (c->lora_dropout > 0) fail("-lora-dropout %g: not yet (only 0 is built)", c->lora_dropout);
     if (c->lora_targets && !c->lora_targets[0]) fail("-lora-targets needs a list of targets");
+    if (c->lora_init && !c->lora_init[0]) fail("-lora-init needs a file name");
 }
 
 int config_chats(const Config* c) { return c->chat || c->chat_file; }

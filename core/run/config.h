@@ -74,6 +74,7 @@ typedef struct {
     int lora_rslora;             // -lora-rslora: scale alpha / sqrt(rank)
     float lora_dropout;          // -lora-dropout
     const char* lora_targets;    // -lora-targets: comma-separated (NULL: every target of the family)
+    const char* lora_init;       // -lora-init: an adapter file to start from (lora.h)
     int offload;                 // -offload: 1 each rank's fp32 master and Adam state in host memory, 2 also
                                  // its gradient pieces (-z >= 2) and parameter pieces (-z 3)
     int delay_from;              // -dpu: from this step on each update lands one step late (0: never)

@@ -35,6 +35,43 @@ n = base.size
 ok = lora.size > n and not lora[:n].any() and lora[n:].any() and base.any()
 print("ok" if ok else "base %d, adapters %d, frozen nonzero %d, adapters nonzero %d" % (n, lora.size - n, np.count_nonzero(lora[:n]), np.count_nonzero(lora[n:])))
 PY
+# -lora-init: adapters with a nonzero B on qkv and fcproj (rank 2, alpha 6: scale 3) from an adapter file,
+# against the base model with W += scale B A folded in (GPT-2's llm.c file, fp32: the kinds stacked in order).
+$PYTHON - "$MODEL" "$TMP/adapters.bin" "$TMP/merged.bin" <<'PY'
+import sys, numpy as np
+L, C, V, T, R, alpha = 2, 64, 512, 64, 2, 6.0
+raw = np.fromfile(sys.argv[1], dtype=np.int32)
+assert raw[1] == 3, "an fp32 model file"
+w = np.fromfile(sys.argv[1], dtype=np.float32)[256:].copy()
+sizes = [("wte", V * C), ("wpe", T * C), ("ln1w", L * C), ("ln1b", L * C), ("qkvw", L * 3 * C * C), ("qkvb", L * 3 * C),
+         ("attprojw", L * C * C), ("attprojb", L * C), ("ln2w", L * C), ("ln2b", L * C), ("fcw", L * 4 * C * C),
+         ("fcb", L * 4 * C), ("fcprojw", L * 4 * C * C)]
+at = dict(zip([n for n, _ in sizes], np.cumsum([0] + [s for _, s in sizes])[:-1]))
+targets = [("qkvw", C, 3 * C), ("fcprojw", 4 * C, C)]   # (base matrix, in, out): targets qkv (bit 0), fcproj (bit 3)
+rng = np.random.default_rng(7)
+header = np.zeros(256, np.int32)
+header[:8] = [20261130, 1, R, 2, L, 0b1001, int(alpha * 1000), 0]
+body = []
+for l in range(L):
+    for name, n_in, n_out in targets:
+        A = rng.uniform(-0.2, 0.2, (R, n_in)).astype(np.float32)
+        B = rng.uniform(-0.2, 0.2, (n_out, R)).astype(np.float32)
+        body += [A.ravel(), B.ravel()]
+        W = w[at[name] + l * n_out * n_in: at[name] + (l + 1) * n_out * n_in].reshape(n_out, n_in)
+        W += (alpha / R * (B.astype(np.float64) @ A.astype(np.float64))).astype(np.float32)
+np.concatenate([header.view(np.float32)] + body).tofile(sys.argv[2])
+np.concatenate([raw[:256].view(np.float32), w]).tofile(sys.argv[3])
+PY
+run merged -e "$TMP/merged.bin"
+run from_file -e "$MODEL" -lora 2 -lora-alpha 6 -lora-targets qkv,fcproj -lora-init "$TMP/adapters.bin"
+py_check lora_init_equals_merged_model "$TMP/merged" "$TMP/from_file" "$TMP/gpt2" <<'PY'
+import sys, numpy as np
+m, f, b = (np.fromfile(d + "/logits0.f32", dtype=np.float32) for d in sys.argv[1:4])
+lm, lf = (float(open(d + "/loss0.txt").read().split()[0]) for d in sys.argv[1:3])
+err = np.abs(m - f).max() / np.abs(m).max()
+ok = m.size == f.size and err < 1e-5 and abs(lm - lf) < 1e-5 * abs(lm) and np.abs(m - b).max() > 1e-3
+print("ok" if ok else "logits differ by %.3g (relative), losses %r %r" % (err, lm, lf))
+PY
 ./train_gpt_cpu -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 3 -s 0 -v 0 -e "$MODEL" -lora 4 > "$TMP/train.txt" 2>&1
 t_check lora_trains "[ $? -eq 0 ] && grep -q 'trained 3 steps' '$TMP/train.txt'" "$(tail -1 "$TMP/train.txt")"
 
@@ -76,4 +113,13 @@ expect_error lora_tp_not_yet "-tp: not yet with -lora" "${base[@]}" -lora 2 -tp 
 expect_error lora_nvme_not_yet "-nvme: not yet with -lora" "${base[@]}" -lora 2 -offload 1 -nvme "$TMP/nv" -z 1
 expect_error lora_dpu_not_yet "-dpu: not yet with -lora" "${base[@]}" -lora 2 -offload 1 -dpu 1
 expect_error lora_checkpoints_not_yet "-o \(checkpoints\): not yet with -lora" "${base[@]}" -lora 2 -o "$TMP/out"
+init=(-lora 2 -lora-alpha 6 -lora-targets qkv,fcproj -lora-init "$TMP/adapters.bin")
+expect_error lora_init_without_lora "-lora-init sets up" "${base[@]}" -lora-init "$TMP/adapters.bin"
+expect_error lora_init_other_rank "rank 2, the run's -lora is 3" "${base[@]}" "${init[@]}" -lora 3
+expect_error lora_init_other_targets "targets qkv,fcproj \(bits 9, 2 targets\), the run's -lora-targets are qkv,fc" "${base[@]}" "${init[@]}" -lora-targets qkv,fc
+expect_error lora_init_other_alpha "alpha 6, the run's -lora-alpha is 2" "${base[@]}" "${init[@]}" -lora-alpha 2
+expect_error lora_init_other_layers "2 layers, the model has 3" "${base[@]}" "${init[@]}" -e L3C64H4V512T64
+head -c 2000 "$TMP/adapters.bin" > "$TMP/short.bin"
+expect_error lora_init_short_file "2000 bytes, the run's adapters take" "${base[@]}" "${init[@]}" -lora-init "$TMP/short.bin"
+expect_error lora_init_not_adapters "not an adapter file" "${base[@]}" "${init[@]}" -lora-init "$MODEL"
 t_finish
