@@ -106,10 +106,21 @@ float* model_init(const ParamLayout* lay, unsigned long long seed) {
     return flat;
 }
 
-void model_init_own_kinds(const ParamLayout* lay, unsigned long long seed, float* flat) {
+ModelShape model_resolve(const char* model, int* is_spec) {
+    ModelShape s;
+    *is_spec = shape_from_spec(model, &s);
+    if (*is_spec) return s;
+    if (file_size(model) < 0) fail("-e %s: neither a model shape (GPT-2's d12|d24|d36|d48|L<n>C<n>H<n>..., a Llama family's smollm2-135m|...|llama:..., see -h) nor an existing file", model);
+    return model_file_shape(model);
+}
+
+float* model_start(const ParamLayout* lay, const char* model, int is_spec, unsigned long long seed, const char* adapters) {
+    float* flat = is_spec ? model_init(lay, seed) : model_file_read(lay, model);
     const LoraFamily* lf = lora_of(&lay->shape);
-    for (int i = 0; i < lay->num_tensors && lf; i++)
+    if (lf && adapters) lora_read_adapters(adapters, lay, flat);
+    for (int i = 0; i < lay->num_tensors && lf && !adapters && !is_spec; i++)   // model_init did them from a shape
         if (lay->tensors[i].kind >= lf->base->num_kinds) init_tensor_values(flat + lay->tensors[i].offset, &lay->shape, &lay->tensors[i], seed);
+    return flat;
 }
 
 static void write_model_header(const ModelShape* s, FILE* f, const char* path) {

@@ -113,6 +113,12 @@ ModelShape lora_shape(const LoraFamily* lf, const ModelShape* base) {
     return s;
 }
 
+ModelShape lora_apply(LoraFamily* lf, ModelShape base, const LoraOptions* o) {
+    if (!o->rank) return base;
+    lora_family_build(lf, &base, o);
+    return lora_shape(lf, &base);
+}
+
 const LoraFamily* lora_of(const ModelShape* s) {
     return s->family->kind_elems == lora_kind_elems ? lora_family(s) : NULL;
 }

@@ -39,6 +39,8 @@ typedef struct {
 void lora_family_build(LoraFamily* lf, const ModelShape* base, const LoraOptions* o);
 // The base shape with lf's family (lf must outlive it).
 ModelShape lora_shape(const LoraFamily* lf, const ModelShape* base);
+// With o->rank: lora_family_build into lf, then lora_shape; else base itself.
+ModelShape lora_apply(LoraFamily* lf, ModelShape base, const LoraOptions* o);
 // The shape's LoRA'd family, or NULL for a family of its own.
 const LoraFamily* lora_of(const ModelShape* s);
 // The base family's shape of a LoRA'd one (itself otherwise): what the model file holds.

@@ -28,18 +28,18 @@ static void check_nvme(const Config* c) {
 
 // LoRA's options need -lora; the layouts and features it does not compose with yet are refused by name.
 static void check_lora(const Config* c) {
-    if (!c->lora_rank) {
-        if (c->lora_alpha > 0 || c->lora_rslora || c->lora_dropout > 0 || c->lora_targets || c->lora_init)
+    if (!c->lora.rank) {
+        if (c->lora.alpha > 0 || c->lora.rslora || c->lora.dropout > 0 || c->lora.targets || c->lora_init)
             fail("%s sets up LoRA's adapters: it needs -lora R",
-                 c->lora_alpha > 0 ? "-lora-alpha" : c->lora_rslora ? "-lora-rslora" : c->lora_dropout > 0 ? "-lora-dropout"
-                 : c->lora_targets ? "-lora-targets" : "-lora-init");
+                 c->lora.alpha > 0 ? "-lora-alpha" : c->lora.rslora ? "-lora-rslora" : c->lora.dropout > 0 ? "-lora-dropout"
+                 : c->lora.targets ? "-lora-targets" : "-lora-init");
         return;
     }
     const char* flag = c->zero_stage == 3 ? "-z 3" : c->nvme_dir ? "-nvme" : c->delay_from > 0 ? "-dpu" : c->offload ? "-offload"
                        : c->pipeline_stages > 1 ? "-pp" : c->tensor_parallel > 1 ? "-tp" : c->out_dir ? "-o (checkpoints)" : NULL;
     if (flag) fail("%s: not yet with -lora", flag);
-    if (c->lora_dropout > 0) fail("-lora-dropout %g: not yet (only 0 is built)", c->lora_dropout);
-    if (c->lora_targets && !c->lora_targets[0]) fail("-lora-targets needs a list of targets");
+    if (c->lora.dropout > 0) fail("-lora-dropout %g: not yet (only 0 is built)", c->lora.dropout);
+    if (c->lora.targets && !c->lora.targets[0]) fail("-lora-targets needs a list of targets");
     if (c->lora_init && !c->lora_init[0]) fail("-lora-init needs a file name");
 }
 
