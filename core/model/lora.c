@@ -55,6 +55,18 @@ static unsigned select_targets(const ModelFamily* f, const char* list) {
     }
 }
 
+// The base's own fields, then the adapters': rank, scale, targets and the parameters they train.
+static void lora_describe(const ModelShape* s, char* out, size_t n) {
+    const LoraFamily* lf = lora_family(s);
+    if (lf->base->describe) lf->base->describe(s, out, n);
+    size_t trained = 0, at = strlen(out);
+    for (int k = lf->base->num_kinds; k < lf->family.num_kinds; k++) trained += lf->family.kind_elems(s, k) * (size_t)s->L;
+    at += (size_t)snprintf(out + at, at < n ? n - at : 0, " + LoRA r=%d scale %g on ", lf->rank, lf->scale);
+    for (int j = 0; j < lf->num_targets && at < n; j++)
+        at += (size_t)snprintf(out + at, n - at, "%s%s", j ? "," : "", lf->base->lora_targets[lf->target[j]]);
+    if (at < n) snprintf(out + at, n - at, " (%zu trained, the base frozen)", trained);
+}
+
 static void build_kinds(LoraFamily* lf) {
     const ModelFamily* b = lf->base;
     int n = b->num_kinds + 2 * lf->num_targets;
@@ -95,6 +107,7 @@ void lora_family_build(LoraFamily* lf, const ModelShape* base, const LoraOptions
     lf->family.name = lf->name;
     lf->family.kind_elems = lora_kind_elems;
     lf->family.kind_cut = lora_kind_cut;
+    lf->family.describe = lora_describe;
     lf->rank = o->rank;
     lf->rslora = o->rslora;
     lf->dropout = o->dropout;

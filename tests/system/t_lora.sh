@@ -18,6 +18,9 @@ same_step0() {   # name, base dump, lora dump
 run gpt2 -e "$MODEL"
 run gpt2_lora -e "$MODEL" -lora 4 -lora-alpha 8
 same_step0 gpt2_step0_logits_are_the_base_models gpt2 gpt2_lora
+# Per layer: qkv 4x64 + 192x4, proj 4x64 + 64x4, fc 4x64 + 256x4, fcproj 4x256 + 64x4: 4096.
+t_check setup_line_names_the_adapters "grep -q 'L=2 C=64 NH=4 V=512 Vp=512 maxT=64 + LoRA r=4 scale 2 on qkv,proj,fc,fcproj (8192 trained, the base frozen)' '$TMP/gpt2_lora.txt'" \
+    "$(head -1 "$TMP/gpt2_lora.txt")"
 run gpt2_bf16 -e "$MODEL" -p bf16
 run gpt2_bf16_lora -e "$MODEL" -p bf16 -lora 2 -lora-targets fcproj,qkv -lora-rslora 1
 same_step0 gpt2_bf16_step0_logits_are_the_base_models gpt2_bf16 gpt2_bf16_lora
