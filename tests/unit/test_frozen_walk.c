@@ -3,6 +3,7 @@
 // input gradients through it, and so every other kind's gradient and the loss, are the bits of the same
 // model with nothing frozen. Checked for GPT-2 and Llama (with q/k norms and an untied head), for -r 0..3,
 // and for zb's split backward (model_backward_input, then model_backward_weight).
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,6 +117,7 @@ static void check_family(TestStats* st, const char* name, const char* spec, unsi
 
 int main(void) {
     TestStats st = {0, 0};
+    omp_set_num_threads(1);   // tiny matrices: threads would only wait on each other (the bits do not depend on it)
     // GPT-2: the position embedding, the first norm, q|k|v and the MLP's output projection frozen.
     check_family(&st, "gpt2", "L2C64H4V200T16",
                  BIT(GPT2_WPE) | BIT(GPT2_LN1W) | BIT(GPT2_LN1B) | BIT(GPT2_QKVW) | BIT(GPT2_QKVB) | BIT(GPT2_FCPROJW) |
