@@ -1,6 +1,7 @@
 // checkpoint.h: checkpoints that resume bit-for-bit, under any topology.
 //
-// A checkpoint is a directory OUT/ckpt_<step> holding model.bin (llm.c format, fp32 master weights),
+// A checkpoint is a directory OUT/ckpt_<step> holding model.bin (llm.c format, fp32 master weights; a -lora
+// run's holds adapters.bin instead, the adapters only, and its manifest the base's "model" and CRC-32),
 // state_rank<r>.bin (world rank r's pieces of the fp32 master and optimizer state, and the working copy
 // when it is not fp32, as spans of canonical = llm.c-order offsets, so another world size, ZeRO stage or pipeline
 // split can re-cut them), manifest.json (format, step, tokens per step, seed, state_files, loss-scale

@@ -176,6 +176,25 @@ static long long adapter_bytes(const LoraFamily* lf, const ModelShape* s) {
     return per_layer * s->L * 4;
 }
 
+long long lora_adapter_file_bytes(const ModelShape* s) { return 1024 + adapter_bytes(lora_family(s), s); }
+
+void lora_write_adapters(const char* path, const ParamLayout* lay, const float* flat) {
+    const LoraFamily* lf = lora_of(&lay->shape);
+    if (!lf) fail("internal: adapters of a model without LoRA");
+    int32_t h[256] = {LORA_FILE_MAGIC, 1, lf->rank, lf->num_targets, lay->shape.L, (int32_t)lf->target_bits,
+                      (int32_t)lroundf(lf->alpha * 1000.0f), lf->rslora};
+    FILE* f = xfopen(path, "wb");
+    xfwrite(h, sizeof(int32_t), 256, f, path);
+    for (int l = 0; l < lay->shape.L; l++)
+        for (int j = 0; j < lf->num_targets; j++)
+            for (int ab = 0; ab < 2; ab++) {
+                const ParamTensor* t = layout_tensor(lay, ab ? lora_kind_b(lf, j) : lora_kind_a(lf, j), l);
+                if (!t || t->size != param_kind_elems(&lay->shape, t->kind)) fail("internal: adapters not held whole here");
+                xfwrite(flat + t->offset, sizeof(float), t->size, f, path);
+            }
+    xfclose(f, path);
+}
+
 void lora_read_adapters(const char* path, const ParamLayout* lay, float* flat) {
     const LoraFamily* lf = lora_of(&lay->shape);
     if (!lf) fail("internal: adapters for a model without LoRA");

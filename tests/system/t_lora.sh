@@ -93,6 +93,21 @@ else
     t_skip lora_data_parallel "no MPI"
 fi
 
+# Checkpoints hold the adapters (adapters.bin, the adapter file) and their AdamW state, not the base; the
+# manifest names the base and its CRC-32. A resume continues bit for bit and refuses another base.
+ck=(-i "$TMP/data.bin" -j "" -b 2 -t 32 -v 0 -s 0 -l 1e-2 -e "$MODEL" -lora 4 -lora-alpha 8 -n 2)
+./train_gpt_cpu "${ck[@]}" -x 4 -o "$TMP/ck_all" > "$TMP/ck_all.txt" 2>&1
+./train_gpt_cpu "${ck[@]}" -x 2 -o "$TMP/ck_half" > "$TMP/ck_half.txt" 2>&1
+./train_gpt_cpu "${ck[@]}" -x 4 -o "$TMP/ck_half" -y 1 > "$TMP/ck_resumed.txt" 2>&1
+a=$TMP/ck_all/ckpt_000004 b=$TMP/ck_half/ckpt_000004
+crc=$($PYTHON -c 'import sys, zlib; print("%08x" % zlib.crc32(open(sys.argv[1], "rb").read()))' "$MODEL")
+t_check lora_checkpoint_holds_adapters_not_base "[ \$(stat -c %s $a/adapters.bin) -eq \$((1024 + 8192 * 4)) ] && [ ! -e $a/model.bin ] &&
+    grep -qF '\"base\": {\"model\": \"$MODEL\", \"crc32\": \"$crc\"}' $a/manifest.json" "$(ls "$a"); $(grep base "$a/manifest.json")"
+t_check lora_resume_bit_exact "[ -n \"\$(fields $TMP/ck_all/log.jsonl)\" ] && diff <(fields $TMP/ck_all/log.jsonl) <(fields $TMP/ck_half/log.jsonl) >/dev/null &&
+    cmp -s $a/adapters.bin $b/adapters.bin && cmp -s $a/state_rank0.bin $b/state_rank0.bin" "$(tail -1 "$TMP/ck_resumed.txt")"
+./train_gpt_cpu -e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 0 -s 0 -seed 9 -o "$TMP/other" > /dev/null 2>&1
+other=$TMP/other/ckpt_000000/model.bin
+
 base=(-e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 1 -s 0)
 expect_error() {   # name, regex the error must match, args...
     local name=$1 pattern=$2; shift 2
@@ -115,7 +130,10 @@ expect_error lora_pp_not_yet "-pp: not yet with -lora" "${base[@]}" -lora 2 -pp 
 expect_error lora_tp_not_yet "-tp: not yet with -lora" "${base[@]}" -lora 2 -tp 2
 expect_error lora_nvme_not_yet "-nvme: not yet with -lora" "${base[@]}" -lora 2 -offload 1 -nvme "$TMP/nv" -z 1
 expect_error lora_dpu_not_yet "-dpu: not yet with -lora" "${base[@]}" -lora 2 -offload 1 -dpu 1
-expect_error lora_checkpoints_not_yet "-o \(checkpoints\): not yet with -lora" "${base[@]}" -lora 2 -o "$TMP/out"
+ckx=("${ck[@]}" -x 6 -o "$TMP/ck_half" -y 1)
+expect_error lora_resume_refuses_another_base "checkpoint .*ckpt_000004 adapts the base $MODEL \(crc32 [0-9a-f]{8}\); -e $other is another \(crc32 [0-9a-f]{8}\)" "${ckx[@]}" -e "$other"
+expect_error lora_resume_refuses_without_lora "a LoRA run's checkpoint \(adapters.bin\): resume it with -lora" \
+    -i "$TMP/data.bin" -j "" -b 2 -t 32 -v 0 -s 0 -l 1e-2 -e "$MODEL" -n 2 -x 6 -o "$TMP/ck_half" -y 1
 init=(-lora 2 -lora-alpha 6 -lora-targets qkv,fcproj -lora-init "$TMP/adapters.bin")
 expect_error lora_init_without_lora "-lora-init sets up" "${base[@]}" -lora-init "$TMP/adapters.bin"
 expect_error lora_init_other_rank "rank 2, the run's -lora is 3" "${base[@]}" "${init[@]}" -lora 3
