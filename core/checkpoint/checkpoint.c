@@ -310,7 +310,7 @@ int checkpoint_find(const char* out_dir, const ModelShape* s, char* path, size_t
 void checkpoint_load(const ModelState* ms, Backend* be, const char* dir, const CheckpointInfo* info) {
     char p[PATH_MAX];
     path_join(p, sizeof(p), dir, manifest_weights_file(&ms->lay->shape));
-    ModelShape base;   // a LoRA run: the base from the model its manifest names (checkpoint_check_resume: the launch's)
+    ModelShape base;   // a LoRA run: the base from -e (checkpoint_check_resume put it in base_model), the adapters over it
     float* flat = info->has_base ? model_start(ms->lay, info->base_model, shape_from_spec(info->base_model, &base), info->seed, p)
                                  : model_file_read(ms->lay, p);   // checks the shape
     ms->set_from_host(ms->ctx, be, flat);
@@ -326,21 +326,24 @@ void checkpoint_load(const ModelState* ms, Backend* be, const char* dir, const C
     state_flush(ms);   // what went to the disk's cache is on disk before anything reads it there
 }
 
-// A LoRA run's checkpoint continues only on its base: the same -e, and for a file the same bytes.
-static void check_base(const CheckpointInfo* info, const Config* cfg, const char* dir) {
+// A LoRA run's checkpoint continues only on its base: a file with the same bytes (CRC-32; it may have moved),
+// or the same shape (its values are the seed's).
+static void check_base(CheckpointInfo* info, const Config* cfg, const char* dir) {
     if (!info->has_base) return;
     ModelShape s;
     uint32_t crc = 0;
-    if (!shape_from_spec(cfg->model, &s) && !crc32_file(cfg->model, &crc)) fail("cannot read -e %s: %s", cfg->model, strerror(errno));
-    if (strcmp(info->base_model, cfg->model) != 0 || crc != info->base_crc)
+    int spec = shape_from_spec(cfg->model, &s), was_spec = shape_from_spec(info->base_model, &s);
+    if (!spec && !crc32_file(cfg->model, &crc)) fail("cannot read -e %s: %s", cfg->model, strerror(errno));
+    if (spec != was_spec || crc != info->base_crc || (spec && strcmp(info->base_model, cfg->model) != 0))
         fail("checkpoint %s adapts the base %s (crc32 %08x); -e %s is another (crc32 %08x)", dir, info->base_model, info->base_crc,
              cfg->model, crc);
+    snprintf(info->base_model, sizeof(info->base_model), "%s", cfg->model);   // where checkpoint_load reads it
 }
 
 // The checkpoint must continue this run: its recorded hyperparameters against this launch's (older
 // manifests record only what may never change: the tokens per step, -t, -seed and -p), and not past this
 // run's end.
-void checkpoint_check_resume(const CheckpointInfo* info, const Config* cfg, int max_steps, long long tokens_per_step,
+void checkpoint_check_resume(CheckpointInfo* info, const Config* cfg, int max_steps, long long tokens_per_step,
                              const char* dir, int root) {
     if (info->has_run) {
         RunRecord now;

@@ -73,13 +73,13 @@ static int adapter_of(Model* g, const BlockRef* b, int target, Adapter* a) {
 
 // x (N, R) scaled in place through the scratch dh-sized buffer `spare`: spare = x (s I)^T, exact per element
 // but for the one rounding of the product; nothing at scale 1.
-static void *scaled(Model* g, Backend* be, const Adapter* a, void* x, void* spare) {
+static void* scaled(Model* g, Backend* be, const Adapter* a, void* x, void* spare) {
     if (a->lf->scale == 1.0f) return x;
     matmul_forward(be, g->dt, spare, NULL, x, g->lora.scale, NULL, a->N, a->R, a->R);
     return spare;
 }
 
-// The column block [col, col + out) of a (N, width) buffer into (N, out) `to`, or back (to_block = 0).
+// The column block [col, col + out) of a (N, width) buffer into (N, out) `narrow`, or back (to_narrow = 0).
 static void column_block(Model* g, Backend* be, const Adapter* a, void* wide, void* narrow, int to_narrow) {
     size_t e = dtype_size(g->dt), pitch = (size_t)a->geo.width * e, row = (size_t)a->geo.out * e;
     char* at = (char*)wide + (size_t)a->geo.col * e;

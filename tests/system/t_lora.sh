@@ -143,4 +143,7 @@ expect_error lora_init_other_layers "2 layers, the model has 3" "${base[@]}" "${
 head -c 2000 "$TMP/adapters.bin" > "$TMP/short.bin"
 expect_error lora_init_short_file "2000 bytes, the run's adapters take" "${base[@]}" "${init[@]}" -lora-init "$TMP/short.bin"
 expect_error lora_init_not_adapters "not an adapter file" "${base[@]}" "${init[@]}" -lora-init "$MODEL"
+cp "$MODEL" "$TMP/moved.bin"   # the same base under another path: its bytes are what count
+./train_gpt_cpu "${ck[@]}" -e "$TMP/moved.bin" -x 6 -o "$TMP/ck_half" -y 1 > "$TMP/moved.txt" 2>&1
+t_check lora_resume_on_moved_base "[ $? -eq 0 ] && grep -q 'resumed from .*ckpt_000004' '$TMP/moved.txt'" "$(tail -1 "$TMP/moved.txt")"
 t_finish
