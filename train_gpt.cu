@@ -46,7 +46,8 @@
 
 typedef struct {
     Config cfg;
-    int model_is_spec;      // -e is a shape (random init), not a model file: decided once, by resolve_shape
+    int model_is_spec;      // -e is a shape (random init), not a model file: decided once, by model_resolve
+    LoraFamily lora;        // -lora: the LoRA'd family the run's shape names (lora.h)
     Comm* world;            // all ranks
     int rank, ranks;        // in the world
     int threads;            // OpenMP threads per rank
@@ -116,14 +117,6 @@ static int stop_requested(Trainer* tr) {
 
 // ---------------------------------------------------------------------------------------------------
 // Set-up.
-
-static ModelShape resolve_shape(const Config* cfg, int* is_spec) {
-    ModelShape s;
-    *is_spec = shape_from_spec(cfg->model, &s);
-    if (*is_spec) return s;
-    if (file_size(cfg->model) < 0) fail("-e %s: neither a model shape (GPT-2's d12|d24|d36|d48|L<n>C<n>H<n>..., a Llama family's smollm2-135m|...|llama:..., see -h) nor an existing file", cfg->model);
-    return model_file_shape(cfg->model);
-}
 
 // -z names what is sharded; -offload adds what of it lives on the host, -nvme what of that lives on disk, -dpu
 // the host buffers of the update in flight.
@@ -203,7 +196,7 @@ static void load_or_init_model(Trainer* tr) {
     char log[PATH_MAX];   // say so where an earlier run's log is about to be replaced, not on a first run
     if (tr->cfg.resume && is_root(tr) && (path_join(log, sizeof(log), tr->cfg.out_dir, "log.jsonl"), path_exists(log)))
         printf("no checkpoint in %s: starting at step 0\n", tr->cfg.out_dir);
-    float* flat = tr->model_is_spec ? model_init(tr->layout, tr->cfg.seed) : model_file_read(tr->layout, tr->cfg.model);
+    float* flat = model_start(tr->layout, tr->cfg.model, tr->model_is_spec, tr->cfg.seed, tr->cfg.lora_init);
     zero_set_from_host(tr->zero, tr->be, flat);
     free(flat);
 }
@@ -287,7 +280,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     // may find, inspect and read a large checkpoint, or a model file, while the others wait.
     comm_watchdog_start(tr->world, cfg->watchdog);
     gpu_variants_from_env();   // a bad GPT_CUDA_VARIANTS fails here, before the run directory is touched
-    ModelShape shape = resolve_shape(cfg, &tr->model_is_spec);
+    ModelShape shape = lora_apply(&tr->lora, model_resolve(cfg->model, &tr->model_is_spec), &cfg->lora);
     if (!cfg->precision_set) cfg->precision = backend_build_is_gpu() ? DT_BF16 : DT_FP32;
     int planned = cfg->estimate && cfg->plan_ranks ? cfg->plan_ranks : tr->ranks;
     config_resolve_batch(cfg, shape.maxT, planned, cfg->pipeline_stages * cfg->tensor_parallel);

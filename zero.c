@@ -21,8 +21,9 @@
 
 // The gradient buffers without shard_grads (with it, the walk's rotating slots: grad_slots.h).
 typedef struct {
-    void* whole;         // without shard_grads: full flat buffer (dt), accumulating over micro-steps
-    void* piece;         // shard_state without shard_grads: (state_elems) dt, the reduce-scattered gradient
+    void* whole;         // without shard_grads: every unit's gradients (dt, Pieces.grad_offset), accumulating
+                         // over micro-steps
+    void* piece;         // shard_state without shard_grads: (state_elems) dt, this rank's share, reduced
 } GradBuffers;
 
 struct Zero {
@@ -152,8 +153,8 @@ static Place state_place(const Zero* z) { return place(z->caps.state_on_host, z-
 static Place grads_place(const Zero* z) { return place(z->caps.grads_on_host, 0); }
 static Place params_place(const Zero* z) { return place(z->caps.params_on_host, z->caps.params_on_disk); }
 
-// The reduced gradient, what the optimizer reads: with shard_state, this rank's piece of each unit
-// (indexed like the state: a piece); otherwise the whole all-reduced buffer (indexed like the layout).
+// The reduced gradient, what the optimizer reads: with shard_state, this rank's share of each unit (indexed
+// like the state); otherwise the whole all-reduced buffer (Pieces.grad_offset).
 static int reduced_is_piece(const Zero* z) { return z->caps.shard_state; }
 
 static DType reduced_dtype(const Zero* z) { return z->caps.shard_grads ? DT_FP32 : z->pieces.dt; }
@@ -178,8 +179,14 @@ static int embedding_is_tied(const ParamLayout* lay) {
     return lay->shape.tied && lay->emb_unit >= 0 && (lay->emb_mirror || lay->final_unit < 0);
 }
 
+// Elements of a whole gradient buffer: every unit's, less the frozen tensors'.
+static size_t grads_total(const Zero* z) {
+    int last = z->pieces.lay->num_units - 1;
+    return last < 0 ? 0 : z->pieces.grad_offset[last] + z->pieces.grad_len[last];
+}
+
 static void allocate_grads(Zero* z, Backend* be, MemLedger* mem) {
-    size_t total = z->pieces.lay->total, x = xs(z);
+    size_t total = grads_total(z), x = xs(z);
     GradBuffers* g = &z->grad;
     if (!z->caps.shard_grads) {
         g->whole = mem_alloc(be, mem, MEM_GRADS, total * x);
@@ -284,6 +291,7 @@ static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* l
         z->pieces.offset[u] = off;
         off += piece(z, u);
     }
+    pieces_index_grads(&z->pieces);
     z->opt_buffers = shape_optimizer_buffers(&lay->shape);
     if (z->opt_buffers < 1) fail("internal: every parameter kind is frozen: nothing to train");
     index_state(z);
@@ -355,7 +363,7 @@ static void walk_params_done(void* ctx, int u) {
 
 static void* walk_grads(void* ctx, Backend* be, int u) {
     Zero* z = (Zero*)ctx;
-    if (!z->caps.shard_grads) return elem_at(z->grad.whole, unit(z, u)->offset, xs(z));
+    if (!z->caps.shard_grads) return elem_at(z->grad.whole, z->pieces.grad_offset[u], xs(z));
     return grad_slots_buffer(&z->grads, be, &z->pieces, u);
 }
 
@@ -379,7 +387,7 @@ static void settle(Zero* z, Backend* be) {
 // Step boundary.
 
 void zero_begin_step(Zero* z, Backend* be) {
-    if (!z->caps.shard_grads) be_memset0(be, z->grad.whole, z->pieces.lay->total * xs(z));
+    if (!z->caps.shard_grads) be_memset0(be, z->grad.whole, grads_total(z) * xs(z));
     else if (z->caps.grads_on_host) memset(z->grads.acc, 0, z->state_elems * 4);
     else be_memset0(be, z->grads.acc, z->state_elems * 4);
 }
@@ -393,11 +401,12 @@ static void sum_tied_embedding(Zero* z, Backend* be) {
     DType dt;
     void* g = reduced_grads(z, &dt);
     if (!reduced_is_piece(z)) {
-        comm_allreduce_sum(z->tied, elem_at(g, unit(z, u)->offset, dtype_size(dt)), unit(z, u)->padded, dt);
+        comm_allreduce_sum(z->tied, elem_at(g, z->pieces.grad_offset[u], dtype_size(dt)), z->pieces.grad_len[u], dt);
         return;
     }
-    size_t p = piece(z, u);
-    float* mine = (float*)elem_at(g, z->pieces.offset[u], dtype_size(dt));
+    size_t p = z->pieces.mine_len[u];
+    if (!p) return;
+    float* mine = (float*)elem_at(g, z->pieces.mine_offset[u], dtype_size(dt));
     if (!z->caps.grads_on_host) {
         comm_allreduce_sum(z->tied, mine, p, dt);
         return;
@@ -407,19 +416,26 @@ static void sum_tied_embedding(Zero* z, Backend* be) {
     be_download(be, mine, z->grads.piece_f32, p * 4);
 }
 
-// Without shard_grads the walk only accumulated: the whole gradient is reduced now, all-reduced, or
-// reduce-scattered unit by unit into the pieces that sharded state is updated from.
+// Without shard_grads the walk only accumulated: the whole gradient is reduced now, all-reduced, or unit by
+// unit into the shares that sharded state is updated from: reduce-scattered, or for a unit with frozen
+// tensors (uneven shares) all-reduced and this rank's share taken.
 static void reduce_at_boundary(Zero* z, Backend* be) {
     size_t x = xs(z);
+    const Pieces* pc = &z->pieces;
     if (!reduced_is_piece(z)) {
-        if (z->pieces.size > 1) comm_allreduce_sum(z->pieces.dp, z->grad.whole, z->pieces.lay->total, z->pieces.dt);
+        if (pc->size > 1) comm_allreduce_sum(pc->dp, z->grad.whole, grads_total(z), pc->dt);
         return;
     }
-    for (int u = 0; u < z->pieces.lay->num_units; u++) {
-        void* dst = elem_at(z->grad.piece, z->pieces.offset[u], x);
-        const void* src = elem_at(z->grad.whole, unit(z, u)->offset, x);
-        if (z->pieces.size > 1) comm_reduce_scatter_sum(z->pieces.dp, dst, src, piece(z, u), z->pieces.dt);
-        else if (dst != src) be_copy(be, dst, src, piece(z, u) * x);
+    for (int u = 0; u < pc->lay->num_units; u++) {
+        void* dst = elem_at(z->grad.piece, pc->mine_offset[u], x);
+        void* src = elem_at(z->grad.whole, pc->grad_offset[u], x);
+        if (pc->size > 1 && !pc->has_frozen[u]) {
+            comm_reduce_scatter_sum(pc->dp, dst, src, piece(z, u), pc->dt);
+            continue;
+        }
+        if (pc->size > 1) comm_allreduce_sum(pc->dp, src, pc->grad_len[u], pc->dt);
+        void* mine = elem_at(src, pc->mine_first[u], x);
+        if (dst != mine && pc->mine_len[u]) be_copy(be, dst, mine, pc->mine_len[u] * x);
     }
 }
 
@@ -479,6 +495,9 @@ static void* param_dest(const Zero* z, size_t flat, size_t pi) {
 
 static float* state_at(const Zero* z, float* buf, size_t si) { return z->caps.state_on_disk ? NULL : buf + si; }
 
+// Where flat element f of unit u (not frozen) is in a whole gradient buffer.
+static size_t grad_index(const Zero* z, int u, size_t f) { return z->pieces.grad_offset[u] + unit_grad_index(z->pieces.lay, u, f); }
+
 // The span of held flat elements [flat, flat + n) of unit u, inside tensor t (NULL for a span the optimizer
 // never sees: the whole-model transfers below). Its master and state are meaningful only where none of
 // its elements is frozen.
@@ -493,7 +512,7 @@ static StateSpan span_at(const Zero* z, const ParamTensor* t, int u, size_t flat
                    .state = si,
                    .params = param_dest(z, flat, pi),
                    .master = state_at(z, z->master, si),
-                   .grad = elem_at(g, reduced_is_piece(z) ? pi : flat, dtype_size(grad_dt)),
+                   .grad = elem_at(g, reduced_is_piece(z) ? si : grad_index(z, u, flat), dtype_size(grad_dt)),
                    .grad_dt = grad_dt};
     for (int k = 0; k < z->opt_buffers - 1; k++) s.opt_state[k] = state_at(z, z->opt_state[k], si);
     return s;
@@ -607,13 +626,39 @@ static void master_stretch_to_host(Zero* z, int u, size_t a, size_t b, int froze
     free(low);
 }
 
+typedef struct {
+    Backend* be;
+    size_t first;   // the flat element at host[0]
+    void* host;     // the reduced gradient's type
+    size_t elem_bytes;
+} GradCtx;
+
+// A stretch's reduced gradient into host memory, or a frozen one's zeros (it has none).
+static void grad_stretch_to_host(Zero* z, int u, size_t a, size_t b, int frozen, void* ctx) {
+    GradCtx* c = (GradCtx*)ctx;
+    void* dst = elem_at(c->host, a - c->first, c->elem_bytes);
+    if (frozen) {
+        memset(dst, 0, (b - a) * c->elem_bytes);
+        return;
+    }
+    ModelState ms = zero_model_state(z);
+    StateSpan s = span_at(z, NULL, u, a, b - a);
+    span_to_host(&ms, c->be, &s, SPAN_GRAD, dst);
+}
+
 // Held flat elements [a, a + n) of unit u of buffer b (the master as fp32, or the reduced gradient in
-// dt) into host memory, a frozen tensor's working copy standing in for the master it lacks.
+// dt) into host memory, a frozen tensor's working copy standing in for the master it lacks, zeros for the
+// gradient it lacks.
 static void held_to_host(Zero* z, Backend* be, SpanBuffer b, int u, size_t a, size_t n, void* host) {
     ModelState ms = zero_model_state(z);
     if (b == SPAN_MASTER && frozen_in(z, u, a, a + n)) {
         MasterCtx c = {.be = be, .first = a, .host = (float*)host};
         for_each_stretch(z, u, a, a + n, master_stretch_to_host, &c);
+        return;
+    }
+    if (b == SPAN_GRAD && frozen_in(z, u, a, a + n)) {
+        GradCtx c = {.be = be, .first = a, .host = host, .elem_bytes = dtype_size(reduced_dtype(z))};
+        for_each_stretch(z, u, a, a + n, grad_stretch_to_host, &c);
         return;
     }
     StateSpan s = span_at(z, NULL, u, a, n);
@@ -633,7 +678,7 @@ static void pieces_to_host(Zero* z, Backend* be, SpanBuffer b, DType dt, float* 
         size_t p = piece(z, u), first = held_begin(z, u);
         void* mine = elem_at(buf, (size_t)z->pieces.rank * p, x);
         StateSpan s = span_at(z, NULL, u, first, p);
-        if (span_place(&ms, b) == IN_BACKEND && !(b == SPAN_MASTER && frozen_in(z, u, first, first + p)))
+        if (span_place(&ms, b) == IN_BACKEND && !frozen_in(z, u, first, first + p))
             be_copy(be, mine, span_ptr(&ms, &s, b, 0), p * x);
         else {
             held_to_host(z, be, b, u, first, p, host);

@@ -12,6 +12,8 @@
 #include "core/checkpoint/model_file.h"
 #include "core/checkpoint/run_dir.h"
 #include "core/checkpoint/state_file.h"
+#include "core/model/lora.h"
+#include "core/models/catalog.h"
 
 // ---------------------------------------------------------------------------------------------------
 // Writing a checkpoint directory.
@@ -77,6 +79,13 @@ static void model_parts_to_root(const ParamLayout* lay, const float* flat, int s
 // and writes its tensors in place (or sends them to rank 0 from another host's directory), so no rank
 // ever holds more than its own stage.
 static void model_save(const ModelState* ms, Backend* be, const Grid* g, const RunDir* rd, const char* path) {
+    if (lora_of(&ms->lay->shape)) {   // the adapters only: one stage, whole tensors (lora.h); rank 0 writes
+        float* flat = (float*)xcalloc(ms->lay->total, sizeof(float));
+        ms->master_to_host(ms->ctx, be, flat);   // collective over the replicas
+        if (comm_rank(g->world) == 0) lora_write_adapters(path, ms->lay, flat);
+        free(flat);
+        return;
+    }
     if (comm_rank(g->world) == 0) model_file_create(&ms->lay->shape, path, 1);
     comm_barrier(g->world);
     int writer = g->dp_rank == 0, sends = writer && !rd->root_dir;
@@ -180,7 +189,8 @@ void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Con
     snprintf(name, sizeof(name), "state_rank%d.bin", rank);
     path_join(p, sizeof(p), tmp, name);
     uint32_t state_crc = state_file_write(ms, be, p, rank, g->dp, cfg->zero_stage);
-    path_join(p, sizeof(p), tmp, "model.bin");
+    if (lora_of(&ms->lay->shape) && rd->node_local) fail("-o %s: node-local checkpoint directories are not yet written with -lora", cfg->out_dir);
+    path_join(p, sizeof(p), tmp, manifest_weights_file(&ms->lay->shape));
     model_save(ms, be, g, rd, p);
     uint32_t* crcs = gather_checksums(world, state_crc, p);
     if (manager) {
@@ -216,7 +226,12 @@ static int missing_on_other_host(const char* dir, int rank, const CheckpointInfo
 // The files whose meaning depends on the model's shape: model.bin's size, each state file's header and
 // spans, and the spans together covering every parameter once.
 static int inspect_files(const char* dir, const ModelShape* s, const CheckpointInfo* info, char* why, size_t n) {
-    int ok = model_file_inspect(dir, s, why, n);
+    long long size = 0;
+    if (!lora_of(s) != !info->has_base)
+        return set_why(why, n, info->has_base ? "a LoRA run's checkpoint (adapters.bin): resume it with -lora" : "not a LoRA run's checkpoint");
+    int ok = lora_of(s) ? regular_file_size(dir, "adapters.bin", &size, why, n) : model_file_inspect(dir, s, why, n);
+    if (ok && lora_of(s) && size != lora_adapter_file_bytes(s))
+        ok = set_why(why, n, "adapters.bin has %lld bytes, this run's adapters %lld", size, lora_adapter_file_bytes(s));
     SpanList all = {0};
     for (int r = 0; ok && r < info->ranks; r++)
         ok = !missing_on_other_host(dir, r, info, why, n) && state_file_inspect(dir, r, s, info->dt, &all, why, n);
@@ -236,7 +251,7 @@ int checkpoint_inspect(const char* dir, const ModelShape* s, CheckpointInfo* inf
 // each file read once. Nothing here depends on the model's shape: a file that fails is damaged, whatever
 // its header says.
 static int verify_files(const char* dir, const CheckpointInfo* info, const Manifest* m, char* why, size_t n) {
-    int ok = manifest_verify_file(m, dir, "model.bin", why, n);
+    int ok = manifest_verify_file(m, dir, info->has_base ? "adapters.bin" : "model.bin", why, n);
     for (int r = 0; ok && r < info->ranks; r++) {
         char name[64];
         snprintf(name, sizeof(name), "state_rank%d.bin", r);
@@ -252,6 +267,7 @@ void checkpoint_note_unverified(const char* dir, const CheckpointInfo* info) {
 void checkpoint_refuse_other_shape(const char* dir, const ModelShape* want) {
     char p[PATH_MAX];
     ModelShape fs;
+    if (lora_of(want)) return;   // adapters.bin's header is checked as it is read
     path_join(p, sizeof(p), dir, "model.bin");
     if (model_file_peek_shape(p, &fs)) model_file_check_shape(&fs, want, p);
 }
@@ -293,8 +309,10 @@ int checkpoint_find(const char* out_dir, const ModelShape* s, char* path, size_t
 
 void checkpoint_load(const ModelState* ms, Backend* be, const char* dir, const CheckpointInfo* info) {
     char p[PATH_MAX];
-    path_join(p, sizeof(p), dir, "model.bin");
-    float* flat = model_file_read(ms->lay, p);   // checks the shape
+    path_join(p, sizeof(p), dir, manifest_weights_file(&ms->lay->shape));
+    ModelShape base;   // a LoRA run: the base from -e (checkpoint_check_resume put it in base_model), the adapters over it
+    float* flat = info->has_base ? model_start(ms->lay, info->base_model, shape_from_spec(info->base_model, &base), info->seed, p)
+                                 : model_file_read(ms->lay, p);   // checks the shape
     ms->set_from_host(ms->ctx, be, flat);
     free(flat);
     for (int r = 0; r < info->ranks; r++) {
@@ -308,10 +326,24 @@ void checkpoint_load(const ModelState* ms, Backend* be, const char* dir, const C
     state_flush(ms);   // what went to the disk's cache is on disk before anything reads it there
 }
 
+// A LoRA run's checkpoint continues only on its base: a file with the same bytes (CRC-32; it may have moved),
+// or the same shape (its values are the seed's).
+static void check_base(CheckpointInfo* info, const Config* cfg, const char* dir) {
+    if (!info->has_base) return;
+    ModelShape s;
+    uint32_t crc = 0;
+    int spec = shape_from_spec(cfg->model, &s), was_spec = shape_from_spec(info->base_model, &s);
+    if (!spec && !crc32_file(cfg->model, &crc)) fail("cannot read -e %s: %s", cfg->model, strerror(errno));
+    if (spec != was_spec || crc != info->base_crc || (spec && strcmp(info->base_model, cfg->model) != 0))
+        fail("checkpoint %s adapts the base %s (crc32 %08x); -e %s is another (crc32 %08x)", dir, info->base_model, info->base_crc,
+             cfg->model, crc);
+    snprintf(info->base_model, sizeof(info->base_model), "%s", cfg->model);   // where checkpoint_load reads it
+}
+
 // The checkpoint must continue this run: its recorded hyperparameters against this launch's (older
 // manifests record only what may never change: the tokens per step, -t, -seed and -p), and not past this
 // run's end.
-void checkpoint_check_resume(const CheckpointInfo* info, const Config* cfg, int max_steps, long long tokens_per_step,
+void checkpoint_check_resume(CheckpointInfo* info, const Config* cfg, int max_steps, long long tokens_per_step,
                              const char* dir, int root) {
     if (info->has_run) {
         RunRecord now;
@@ -327,6 +359,7 @@ void checkpoint_check_resume(const CheckpointInfo* info, const Config* cfg, int 
     } else if (info->dt != cfg->precision) {
         fail("checkpoint %s was written with -p %s; this run has %s", dir, dtype_name(info->dt), dtype_name(cfg->precision));
     }
+    check_base(info, cfg, dir);
     if (cfg->dump_dir) fail("-dump writes step 0's tensors: this run resumes at step %d (dump from a fresh run)", info->step);
     if (info->step > max_steps) fail("checkpoint %s is at step %d, past this run's last step %d (-x)", dir, info->step, max_steps);
 }

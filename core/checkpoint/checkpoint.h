@@ -1,6 +1,7 @@
 // checkpoint.h: checkpoints that resume bit-for-bit, under any topology.
 //
-// A checkpoint is a directory OUT/ckpt_<step> holding model.bin (llm.c format, fp32 master weights),
+// A checkpoint is a directory OUT/ckpt_<step> holding model.bin (llm.c format, fp32 master weights; a -lora
+// run's holds adapters.bin instead, the adapters only, and its manifest the base's "model" and CRC-32),
 // state_rank<r>.bin (world rank r's pieces of the fp32 master and optimizer state, and the working copy
 // when it is not fp32, as spans of canonical = llm.c-order offsets, so another world size, ZeRO stage or pipeline
 // split can re-cut them), manifest.json (format, step, tokens per step, seed, state_files, loss-scale
@@ -77,6 +78,7 @@ void checkpoint_load_hosts(const ModelState* ms, Backend* be, Comm* world, const
 
 // One-line errors unless the checkpoint in dir continues this launch: its recorded hyperparameters against
 // this launch's (older manifests record only what may never change: the tokens per step, -t, -seed and -p),
-// no -dump, and not past this run's last step. root: rank 0 prints what -y 2 accepts.
-void checkpoint_check_resume(const CheckpointInfo* info, const Config* cfg, int max_steps, long long tokens_per_step,
+// no -dump, and not past this run's last step; a LoRA run's on its base (the same file's bytes or the same
+// shape), whose -e path then goes into info->base_model for checkpoint_load. root: rank 0 prints what -y 2 accepts.
+void checkpoint_check_resume(CheckpointInfo* info, const Config* cfg, int max_steps, long long tokens_per_step,
                              const char* dir, int root);

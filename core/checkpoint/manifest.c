@@ -10,11 +10,30 @@
 #include "base/crc32.h"
 #include "core/util/fs.h"
 #include "core/checkpoint/run_dir.h"
+#include "core/model/lora.h"
+#include "core/models/catalog.h"
 
-static void write_checksums(FILE* f, const uint32_t* crcs, int world) {
-    fprintf(f, "\"crc32\": {\"model.bin\": \"%08x\"", crcs[world]);
+static void write_checksums(FILE* f, const uint32_t* crcs, int world, const char* weights) {
+    fprintf(f, "\"crc32\": {\"%s\": \"%08x\"", weights, crcs[world]);
     for (int r = 0; r < world; r++) fprintf(f, ", \"state_rank%d.bin\": \"%08x\"", r, crcs[r]);
     fprintf(f, "},\n ");
+}
+
+const char* manifest_weights_file(const ModelShape* s) { return lora_of(s) ? "adapters.bin" : "model.bin"; }
+
+// A LoRA run's base: -e's model and, for a file, its CRC-32 (read again at every checkpoint: the file may
+// have been replaced since the start).
+static void write_base(FILE* f, const char* model) {
+    ModelShape s;
+    uint32_t crc = 0;
+    if (!shape_from_spec(model, &s) && !crc32_file(model, &crc)) fail("cannot read the base model %s: %s", model, strerror(errno));
+    fputs("\"base\": {\"model\": \"", f);
+    for (const char* c = model; *c; c++) {
+        if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+        else if ((unsigned char)*c < 0x20) fprintf(f, "\\u%04x", (unsigned char)*c);
+        else fputc(*c, f);
+    }
+    fprintf(f, "\", \"crc32\": \"%08x\"},\n ", crc);
 }
 
 void manifest_write(const char* path, const ModelState* ms, const Grid* g, const Config* cfg, const CheckpointInfo* info,
@@ -33,7 +52,8 @@ void manifest_write(const char* path, const ModelState* ms, const Grid* g, const
             cfg->zero_stage);
     fprintf(f, " \"data\": {\"shuffle\": %d, \"next_step\": %d},\n ", cfg->shuffle, info->step);
     if (host_dirs) fprintf(f, "\"host_dirs\": %d,\n ", host_dirs);
-    write_checksums(f, crcs, comm_size(g->world));
+    write_checksums(f, crcs, comm_size(g->world), manifest_weights_file(s));
+    if (lora_of(s)) write_base(f, cfg->model);
     run_record_write_json(f, &info->run, path);
     fprintf(f, "}\n");
     xfclose(f, path);
@@ -148,6 +168,14 @@ int manifest_read(Manifest* m, const char* dir, CheckpointInfo* info, char* why,
         int run = json_find(&m->json, 0, "run");
         info->has_run = run >= 0;
         if (info->has_run && !run_record_read(&info->run, &m->json, run, rwhy, sizeof(rwhy))) ok = set_why(why, n, "manifest.json: %s", rwhy);
+    }
+    int base = ok ? json_find(&m->json, 0, "base") : -1;
+    if (base >= 0) {
+        const char* model = json_get_string(&m->json, json_find(&m->json, base, "model"));
+        info->has_base = 1;
+        if (!model || strlen(model) >= sizeof(info->base_model) || !parse_crc(json_get_string(&m->json, json_find(&m->json, base, "crc32")), &info->base_crc))
+            ok = set_why(why, n, "manifest.json has a malformed \"base\"");
+        else snprintf(info->base_model, sizeof(info->base_model), "%s", model);
     }
     return ok;
 }

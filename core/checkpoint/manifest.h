@@ -32,6 +32,11 @@ typedef struct {
     RunRecord run;              // the hyperparameters that define the run (run_record.h)
     int host_dirs;              // written into this many hosts' own directories (node-local -o); 0: one directory
     int checksums;              // 0: format 1, from before checksums: its files cannot be verified
+    // A LoRA run's (lora.h): the checkpoint holds adapters.bin instead of model.bin, and the base's identity,
+    // -e's model (a shape or a file) and the file's CRC-32 (0 for a shape).
+    int has_base;
+    char base_model[1024];
+    uint32_t base_crc;
 } CheckpointInfo;
 
 // Writes path. crcs: [r] state_rank<r>.bin's CRC-32 for each world rank r, [world] model.bin's. host_dirs:
@@ -40,6 +45,8 @@ void manifest_write(const char* path, const ModelState* ms, const Grid* g, const
                     int host_dirs, const uint32_t* crcs);
 // Writes dir/DONE, holding the CRC-32 of dir/manifest.json.
 void manifest_write_done(const char* dir);
+// The checkpoint's weights: adapters.bin (lora.h's adapter file) for a LoRA'd shape, else model.bin.
+const char* manifest_weights_file(const ModelShape* s);
 
 typedef struct {
     Json json;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "base/common.h"
+#include "core/model/lora.h"
 #include "core/util/fs.h"
 #include "core/models/catalog.h"
 
@@ -70,8 +71,8 @@ int model_file_peek_shape(const char* path, ModelShape* shape) {
 }
 
 float* model_file_read(const ParamLayout* lay, const char* path) {
-    ModelShape fs = model_file_shape(path);
-    model_file_check_shape(&fs, &lay->shape, path);
+    ModelShape fs = model_file_shape(path), base = lora_base_shape(&lay->shape);
+    model_file_check_shape(&fs, &base, path);
     FILE* f = xfopen(path, "rb");
     int version;
     read_model_header(f, path, &version);
@@ -82,6 +83,7 @@ float* model_file_read(const ParamLayout* lay, const char* path) {
     uint16_t* raw = version == 5 ? (uint16_t*)xmalloc(longest_run * 2) : NULL;
     for (int i = 0; i < lay->num_tensors; i++) {   // a stage reads its own tensors (and its mirror's), run by run
         const ParamTensor* t = &lay->tensors[i];
+        if (t->kind >= base.family->num_kinds) continue;   // LoRA's adapters: not the file's
         for (size_t j = 0; j < t->size; j += t->run) {
             model_file_seek(f, path, 1024, tensor_canonical(t, j), elem);
             if (raw) {
@@ -101,6 +103,23 @@ float* model_init(const ParamLayout* lay, unsigned long long seed) {
     float* flat = (float*)xcalloc(lay->total, sizeof(float));
     for (int i = 0; i < lay->num_tensors; i++)
         init_tensor_values(flat + lay->tensors[i].offset, &lay->shape, &lay->tensors[i], seed);
+    return flat;
+}
+
+ModelShape model_resolve(const char* model, int* is_spec) {
+    ModelShape s;
+    *is_spec = shape_from_spec(model, &s);
+    if (*is_spec) return s;
+    if (file_size(model) < 0) fail("-e %s: neither a model shape (GPT-2's d12|d24|d36|d48|L<n>C<n>H<n>..., a Llama family's smollm2-135m|...|llama:..., see -h) nor an existing file", model);
+    return model_file_shape(model);
+}
+
+float* model_start(const ParamLayout* lay, const char* model, int is_spec, unsigned long long seed, const char* adapters) {
+    float* flat = is_spec ? model_init(lay, seed) : model_file_read(lay, model);
+    const LoraFamily* lf = lora_of(&lay->shape);
+    if (lf && adapters) lora_read_adapters(adapters, lay, flat);
+    for (int i = 0; i < lay->num_tensors && lf && !adapters && !is_spec; i++)   // model_init did them from a shape
+        if (lay->tensors[i].kind >= lf->base->num_kinds) init_tensor_values(flat + lay->tensors[i].offset, &lay->shape, &lay->tensors[i], seed);
     return flat;
 }
 

@@ -22,6 +22,12 @@ void model_file_seek(FILE* f, const char* path, size_t header, size_t c, size_t 
 // Model values as host fp32 in the flat layout (layout->total elements, padding zero); caller frees.
 float* model_file_read(const ParamLayout* lay, const char* path);   // fp32 version 3 or bf16 version 5
 float* model_init(const ParamLayout* lay, unsigned long long seed);   // the family's init, a function of the seed
+// -e's model: a shape (*is_spec 1: shape_from_spec) or a model file's; a one-line error for neither.
+ModelShape model_resolve(const char* model, int* is_spec);
+// The run's starting values: the family's init (is_spec) or the model file's. A family built on another
+// (LoRA, lora.h) reads the base's kinds from the base's file, and its own kinds start from `adapters` (an
+// adapter file) when not NULL, else by their init rules.
+float* model_start(const ParamLayout* lay, const char* model, int is_spec, unsigned long long seed, const char* adapters);
 // Writes host fp32 flat values as an llm.c model file (version 3), or with header = 0 as the bare
 // tensors in llm.c's order (the -dump gradients). Whole-model layouts write everything; a pipeline writes
 // a file in parts: model_file_create sizes it (zero-filled), then each stage writes its own tensors.

@@ -38,6 +38,8 @@ void embed_step(Model* g, Backend* be, const void* wte, const void* pos) {
 
 void embed_backward_step(Model* g, Backend* be, void* dwte, void* dpos, const void* dout) {
     const ParamLayout* lay = g->layout;
+    if (!dwte && !dpos) return;   // frozen embeddings: nothing upstream of them
+    if (!dwte) fail("internal: a frozen token embedding with a trained position embedding");
     if (!g->tp && dpos) encoder_backward(be, g->dt, dwte, dpos, dout, g->acts.tokens, g->acts.pos, g->B, g->T, g->shape.C);
     else encoder_backward_vocab(be, g->dt, dwte, dpos, dout, g->acts.tokens, g->acts.pos, layout_vocab_first(lay), layout_vocab_rows(lay),
                                 g->B, g->T, g->shape.C);
@@ -55,7 +57,9 @@ void lm_head_backward_step(Model* g, Backend* be, const void* norm_w, const void
     int N = g->B * g->T, C = g->shape.C;
     // (N, C) d(lnf): under -tp a partial product over this rank's vocabulary columns, which the group adds
     // (a reduce-scatter into each rank's rows under -sp), like a row-parallel projection's output.
-    matmul_backward(be, dt, a->dsmall, dhead, NULL, a->logits, a->lnf, NULL, head, N, C, layout_vocab_rows(g->layout));
+    int Vl = layout_vocab_rows(g->layout);
+    if (dhead) matmul_backward(be, dt, a->dsmall, dhead, NULL, a->logits, a->lnf, NULL, head, N, C, Vl);
+    else matmul_backward_input(be, dt, a->dsmall, a->logits, NULL, head, N, C, Vl);   // frozen
     be_memset0(be, a->dresid, (size_t)g->rows * C * dtype_size(dt));   // the norm's backward accumulates into it
     norm_backward(g, be, a->dresid, dnorm_w, dnorm_b, sum_partials(g, a->dsmall), blocks_output(g), norm_w, a->lnf_mean,
                   a->lnf_rstd);
@@ -92,16 +96,18 @@ void cross_entropy_step(Model* g, Backend* be, const int* targets, float dloss) 
 // The defaults, over the kinds the family names in ModelFamily.
 
 static void* kind_in(const Model* g, void* unit_base, int kind) { return unit_tensor(g->layout, unit_base, kind, -1, g->dt); }
+// Its gradient: NULL for a frozen kind.
+static void* grad_in(const Model* g, void* unit_base, int kind) { return unit_grad_tensor(g->layout, unit_base, kind, -1, g->dt); }
 
 // The final norm's weight and bias (NULL without one) and the LM head's matrix (this rank's vocabulary rows).
 typedef struct {
     void *norm_w, *norm_b, *head;
 } Head;
 
-static Head head_in(const Model* g, HeadUnits u) {
+static Head head_at(const Model* g, HeadUnits u, void* (*at)(const Model*, void*, int)) {
     const ModelFamily* fam = g->shape.family;
-    Head h = {kind_in(g, u.final, fam->final_w), fam->final_b >= 0 ? kind_in(g, u.final, fam->final_b) : NULL,
-              kind_in(g, u.head, g->shape.tied ? fam->wte : fam->head)};
+    Head h = {at(g, u.final, fam->final_w), fam->final_b >= 0 ? at(g, u.final, fam->final_b) : NULL,
+              at(g, u.head, g->shape.tied ? fam->wte : fam->head)};
     return h;
 }
 
@@ -116,7 +122,7 @@ void ends_embed(Model* g, Backend* be, void* params) {
 void ends_embed_backward(Model* g, Backend* be, void* grads, const void* dout) {
     const EndOps* e = ends_of(g);
     if (e && e->embed_backward) e->embed_backward(g, be, grads, dout);
-    else embed_backward_step(g, be, kind_in(g, grads, g->shape.family->wte), NULL, dout);
+    else embed_backward_step(g, be, grad_in(g, grads, g->shape.family->wte), NULL, dout);
 }
 
 void ends_head(Model* g, Backend* be, HeadUnits params) {
@@ -125,7 +131,7 @@ void ends_head(Model* g, Backend* be, HeadUnits params) {
         e->head(g, be, params);
         return;
     }
-    Head h = head_in(g, params);
+    Head h = head_at(g, params, kind_in);
     lm_head_step(g, be, h.norm_w, h.norm_b, h.head);
 }
 
@@ -135,7 +141,7 @@ void ends_head_backward(Model* g, Backend* be, HeadUnits params, HeadUnits grads
         e->head_backward(g, be, params, grads);
         return;
     }
-    Head h = head_in(g, params), dh = head_in(g, grads);
+    Head h = head_at(g, params, kind_in), dh = head_at(g, grads, grad_in);
     lm_head_backward_step(g, be, h.norm_w, h.head, dh.norm_w, dh.norm_b, dh.head);
 }
 

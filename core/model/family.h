@@ -65,8 +65,9 @@ typedef struct {
     size_t rows, cols, sections, heads;
 } TensorCut;
 // Initial values: ones (norm weights), zeros (biases), normal with std 0.02, or 0.02 / sqrt(2L) for the
-// projections into the residual stream, so its variance stays bounded over the layers.
-typedef enum { INIT_ONES, INIT_ZEROS, INIT_NORMAL, INIT_RESIDUAL } InitRule;
+// projections into the residual stream, so its variance stays bounded over the layers; INIT_FAN_IN:
+// uniform in [-1/sqrt(cols), 1/sqrt(cols)] (PyTorch's kaiming_uniform_(a=sqrt(5)), as PEFT starts LoRA's A).
+typedef enum { INIT_ONES, INIT_ZEROS, INIT_NORMAL, INIT_RESIDUAL, INIT_FAN_IN } InitRule;
 
 typedef struct {
     const char* name;
@@ -85,6 +86,12 @@ typedef struct {
     const char* label;
     const char* spec;
 } ShapeRung;
+
+// A LoRA target's linear in a block (lora.h): its input width, and the column block [col, col + out) of the
+// width-wide output (a fused matmul's: Llama's q|k|v and gate|up; else the whole output) that it adds into.
+typedef struct {
+    int in, out, col, width;
+} LoraGeometry;
 
 typedef struct BlockOps BlockOps;   // block.h
 typedef struct EndOps EndOps;       // block.h
@@ -123,6 +130,13 @@ struct ModelFamily {
     double (*head_cost)(const ModelShape* s, int T);
     const BlockOps* block;
     const EndOps* ends;   // its own embedding, LM head or loss (block.h); NULL: the defaults for all three
+    // The linear layers LoRA may adapt (lora.h), by name in order, and each one's geometry (none: 0, NULL).
+    int num_lora_targets;
+    const char* const* lora_targets;
+    LoraGeometry (*lora_geometry)(const ModelShape* s, int target);
+    // Each target's base matrix: the kind whose tensor starts the (width x in) matrix of the target's fused
+    // output (Llama's wq, which wkv joins, for q, k and v).
+    const int* lora_weight_kinds;
     // The shapes "the largest model that fits" is chosen from, smallest first.
     const ShapeRung* ladder;
     int ladder_len;

@@ -219,6 +219,31 @@ void* unit_tensor(const ParamLayout* lay, void* unit_base, int kind, int layer, 
     return t ? tensor_in_unit(lay, unit_base, t, dt) : NULL;
 }
 
+// Elements of unit u's frozen tensors before flat element f.
+static size_t frozen_before(const ParamLayout* lay, int u, size_t f) {
+    const Unit* un = &lay->units[u];
+    size_t n = 0;
+    for (int i = un->first_tensor; i < un->first_tensor + un->num_tensors; i++) {
+        const ParamTensor* t = &lay->tensors[i];
+        if (tensor_optimizer(lay, t)->updates || t->offset >= f) continue;
+        n += (t->offset + t->size < f ? t->offset + t->size : f) - t->offset;
+    }
+    return n;
+}
+
+size_t unit_grad_len(const ParamLayout* lay, int u) {
+    const Unit* un = &lay->units[u];
+    return un->padded - frozen_before(lay, u, un->offset + un->padded);
+}
+
+size_t unit_grad_index(const ParamLayout* lay, int u, size_t f) { return f - lay->units[u].offset - frozen_before(lay, u, f); }
+
+void* unit_grad_tensor(const ParamLayout* lay, void* unit_base, int kind, int layer, DType dt) {
+    const ParamTensor* t = layout_tensor(lay, kind, layer);
+    if (!t || !tensor_optimizer(lay, t)->updates) return NULL;
+    return (char*)unit_base + unit_grad_index(lay, t->unit, t->offset) * dtype_size(dt);
+}
+
 // The whole tensor of t's kind and layer (n elements).
 static void init_whole(float* out, const ModelShape* s, int k, int layer, size_t n, unsigned long long seed) {
     const KindInfo* info = kind_info(s, k);
@@ -226,8 +251,13 @@ static void init_whole(float* out, const ModelShape* s, int k, int layer, size_t
         for (size_t i = 0; i < n; i++) out[i] = info->init == INIT_ONES ? 1.0f : 0.0f;
         return;
     }
-    float std = info->init == INIT_RESIDUAL ? 0.02f / sqrtf(2.0f * (float)s->L) : 0.02f;
     Rng rng = rng_seeded(seed, (unsigned long long)k * 1000003ull + (unsigned long long)(layer + 1));
+    if (info->init == INIT_FAN_IN) {
+        float bound = 1.0f / sqrtf((float)s->family->kind_cut(s, k).cols);
+        for (size_t i = 0; i < n; i++) out[i] = bound * (2.0f * rng_uniform(&rng) - 1.0f);
+        return;
+    }
+    float std = info->init == INIT_RESIDUAL ? 0.02f / sqrtf(2.0f * (float)s->L) : 0.02f;
     size_t real = info->vocab_rows ? (size_t)s->V * (n / (size_t)s->Vp) : n;   // padded vocabulary rows stay zero
     for (size_t i = 0; i < real; i++) out[i] = std * rng_normal(&rng);
     for (size_t i = real; i < n; i++) out[i] = 0.0f;

@@ -49,7 +49,7 @@ typedef struct {
 #define MAX_LAYERS 256
 #define MAX_MODEL_CHUNKS 8   // = schedule.h's MAX_CHUNKS (pipeline.c checks)
 #define MAX_UNITS (MAX_LAYERS + 2)
-#define MAX_UNIT_TENSORS 12   // kinds one unit may hold (a GPT-2 block has the most)
+#define MAX_UNIT_TENSORS 28   // kinds one unit may hold (a LoRA'd Llama block has the most: lora.h)
 #define MAX_TENSORS (MAX_UNIT_TENSORS * MAX_UNITS)
 
 typedef struct {
@@ -167,6 +167,14 @@ static inline void* tensor_in_unit(const ParamLayout* lay, void* unit_base, cons
 }
 // The same for kind `kind` (of block `layer`) in its unit's buffer; NULL when absent.
 void* unit_tensor(const ParamLayout* lay, void* unit_base, int kind, int layer, DType dt);
+// A unit's gradient buffer holds its tensors in their order less the frozen ones (optimizer_kind.h), which
+// take no room: the backward makes no weight gradient for them, only the input gradient through them.
+// Elements of unit u's gradient buffer (its padding included), and the index in it of element f of u (not
+// frozen): f less the unit's start and the frozen elements before it.
+size_t unit_grad_len(const ParamLayout* lay, int u);
+size_t unit_grad_index(const ParamLayout* lay, int u, size_t f);
+// Where kind `kind` (of block `layer`) is in its unit's gradient buffer; NULL for a frozen kind or an absent one.
+void* unit_grad_tensor(const ParamLayout* lay, void* unit_base, int kind, int layer, DType dt);
 static inline int final_norm_unit(const ParamLayout* lay) { return lay->final_unit; }
 
 // Host fp32 values for one tensor: its kind's InitRule (family.h), a pure function of (seed, kind, layer).

@@ -15,8 +15,8 @@ typedef struct {
     // Optional hint: the next parameter request will be for `unit`, so its gather may start now. A hinted
     // unit must be asked for before the parameters change, or that gather is spent for nothing.
     void (*prefetch)(void* ctx, Backend* be, int unit);
-    // The unit's gradient buffer (type dt, laid out like its parameters): accumulate into it until
-    // grads_done.
+    // The unit's gradient buffer (type dt, laid out like its parameters less the frozen tensors:
+    // unit_grad_tensor, model.h): accumulate into it until grads_done.
     void* (*grads)(void* ctx, Backend* be, int unit);
     void (*grads_done)(void* ctx, Backend* be, int unit);
 } ParamStore;

@@ -75,6 +75,13 @@ void norm_backward(Model* g, Backend* be, void* dinp, void* dw, void* db, const 
                    const float* mean, const float* rstd) {
     DType dt = g->dt;
     size_t C = (size_t)g->shape.C;
+    if (!dw) {   // frozen: the kernel's parameter gradients land in scratch, neither summed nor kept
+        if (db) fail("internal: a norm bias to train under a frozen weight");
+        void* drop = g->acts.dbig;
+        be_memset0(be, drop, 2 * C * dtype_size(dt));
+        norm_kernel_backward(g, be, dinp, drop, slice(drop, C, 1, dt), dout, inp, w, mean, rstd);
+        return;
+    }
     if (!g->sp) {
         norm_kernel_backward(g, be, dinp, dw, db, dout, inp, w, mean, rstd);
         return;
@@ -118,6 +125,11 @@ void matmul_step(BlockBackward* c, void* dinp, const void* dout, const void* inp
     Backend* be = c->be;
     DType dt = c->g->dt;
     int N = c->g->B * c->g->T;
+    if (!dw) {   // frozen: the input gradient only
+        if (db) fail("internal: a bias to train under a frozen matrix");
+        if (c->mode != BWD_WEIGHT) matmul_backward_input(be, dt, dinp, dout, pre, w, N, IC, OC);
+        return;
+    }
     if (c->mode == BWD_FUSED) matmul_backward(be, dt, dinp, dw, db, dout, inp, pre, w, N, IC, OC);
     else if (c->mode == BWD_INPUT) matmul_backward_input(be, dt, dinp, dout, pre, w, N, IC, OC);
     else matmul_backward_weight(be, dt, dw, db, dout, inp, N, IC, OC);
@@ -139,7 +151,7 @@ void qkv_matmul_step(BlockBackward* c, void* dinp, void* dqkv, const void* inp, 
     Model* g = c->g;
     BlockDims d = block_dims(g);
     int OC = (d.NH + 2 * d.KV) * d.D;
-    if (!g->kv_copies) {
+    if (!g->kv_copies || !dw) {
         matmul_step(c, dinp, dqkv, inp, NULL, w, dw, db, d.C, OC);
         return;
     }
@@ -157,6 +169,7 @@ void norm_step(BlockBackward* c, void* dinp, const void* dout, const void* inp, 
                const float* rstd, void* dw, void* db) {
     Model* g = c->g;
     size_t C = (size_t)g->shape.C;
+    if (!dw && c->mode == BWD_WEIGHT) return;   // frozen: nothing for W
     if (c->mode == BWD_FUSED) {
         norm_backward(g, c->be, dinp, dw, db, dout, inp, w, mean, rstd);
     } else if (c->mode == BWD_INPUT) {

@@ -1,5 +1,6 @@
 // walk.c: the forward and backward walk over units, for any family. See walk.h; a family's block is block.h's.
 #include "core/model/walk.h"
+#include "core/model/lora_steps.h"
 
 #include <stddef.h>
 
@@ -156,7 +157,7 @@ size_t model_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, in
         total += plan_bytes(&p, lay, dt, B, T, sp) * (size_t)(p.per_set ? num_sets : 1);
     }
     for (int f = 0; f < ops->num_stash; f++) total += stash_elems(lay, ops, B, T, sp, f) * dtype_size(dt) * (size_t)num_stash;
-    return total + (ops->constants ? ops->constants(&lay->shape, NULL) * sizeof(float) : 0);
+    return total + (ops->constants ? ops->constants(&lay->shape, NULL) * sizeof(float) : 0) + lora_work_bytes(lay, dt, B, T);
 }
 
 static void alloc_buffers(Model* g, Backend* be, MemLedger* mem) {
@@ -210,6 +211,7 @@ void model_create(Model* g, Backend* be, MemLedger* mem, const ParamLayout* layo
         free(host);
     }
     if (model_has_encoder(g) || model_has_head(g)) batch_io_create(&g->io, be, B * T, micro);   // the only users
+    lora_work_create(g, be, mem);
 }
 
 size_t model_document_bytes(const Model* g) { return g->doc_arrays ? (size_t)g->num_sets * 2 * g->B * g->T * sizeof(int) : 0; }
@@ -247,6 +249,7 @@ void model_destroy(Model* g, Backend* be) {
     for (int slot = 0; slot < g->num_stash; slot++)
         for (int f = 0; f < g->ops->num_stash; f++) be_free(be, g->stash[slot].field[f]);
     if (g->constants) be_free(be, g->constants);
+    lora_work_destroy(g, be);
     free(g->stash);
     free(g->sets);
     memset(g, 0, sizeof(*g));

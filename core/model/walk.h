@@ -78,6 +78,9 @@ typedef struct {
     WeightGradStash* stash;   // [num_stash]
     BatchIO io;          // tokens and targets up, losses down, without stopping the main stream
     int* doc_arrays;     // model_use_documents: [num_sets] x (pos, doc) of N ints each; NULL: no documents
+    struct {
+        void *h, *dh, *block, *wide, *scale;
+    } lora;              // LoRA's work buffers (lora_steps.h); NULL without LoRA
 } Model;
 
 // What the stage runs (the whole model without a pipeline): the embedding lookup, the LM head and loss.

@@ -26,6 +26,23 @@ static void check_nvme(const Config* c) {
     if (c->disk_mem_gib > 0 && !(c->gpu_mem_gib > 0)) fail("-disk-mem needs -gpu-mem (the table is per device budget)");
 }
 
+// LoRA's options need -lora; the layouts and features it does not compose with yet are refused by name.
+static void check_lora(const Config* c) {
+    if (!c->lora.rank) {
+        if (c->lora.alpha > 0 || c->lora.rslora || c->lora.dropout > 0 || c->lora.targets || c->lora_init)
+            fail("%s sets up LoRA's adapters: it needs -lora R",
+                 c->lora.alpha > 0 ? "-lora-alpha" : c->lora.rslora ? "-lora-rslora" : c->lora.dropout > 0 ? "-lora-dropout"
+                 : c->lora.targets ? "-lora-targets" : "-lora-init");
+        return;
+    }
+    const char* flag = c->zero_stage == 3 ? "-z 3" : c->nvme_dir ? "-nvme" : c->delay_from > 0 ? "-dpu" : c->offload ? "-offload"
+                       : c->pipeline_stages > 1 ? "-pp" : c->tensor_parallel > 1 ? "-tp" : NULL;
+    if (flag) fail("%s: not yet with -lora", flag);
+    if (c->lora.dropout > 0) fail("-lora-dropout %g: not yet (only 0 is built)", c->lora.dropout);
+    if (c->lora.targets && !c->lora.targets[0]) fail("-lora-targets needs a list of targets");
+    if (c->lora_init && !c->lora_init[0]) fail("-lora-init needs a file name");
+}
+
 int config_chats(const Config* c) { return c->chat || c->chat_file; }
 int config_generates(const Config* c) { return c->prompt || config_chats(c); }
 
@@ -71,6 +88,7 @@ static void check_combinations(const Config* c) {
              "not -z %d (-offload 1 moves the optimizer state at any -z)", c->zero_stage);
     if (c->start_over && c->resume) fail("-ow 1 (start over) and -y %d (resume) contradict each other", c->resume);
     check_nvme(c);
+    check_lora(c);
 }
 
 void config_parse(Config* c, int argc, char** argv) {

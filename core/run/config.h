@@ -2,6 +2,7 @@
 // holds its name, default, range, help and resume rule. Parsing validates every value; a bad flag is a
 // one-line error and exit 1.
 #pragma once
+#include "core/model/lora.h"
 #include <stdint.h>
 
 #include "core/comm/comm.h"
@@ -69,6 +70,8 @@ typedef struct {
     int tensor_parallel;         // -tp: ranks sharing each block (Megatron's tensor parallelism)
     int sequence_parallel;       // -sp: with -tp, the regions between the parallel layers split by rows
     int recompute;               // -r
+    LoraOptions lora;            // -lora R (0: off), -lora-alpha, -lora-rslora, -lora-dropout, -lora-targets
+    const char* lora_init;       // -lora-init: an adapter file to start from (lora.h)
     int offload;                 // -offload: 1 each rank's fp32 master and Adam state in host memory, 2 also
                                  // its gradient pieces (-z >= 2) and parameter pieces (-z 3)
     int delay_from;              // -dpu: from this step on each update lands one step late (0: never)

@@ -56,6 +56,13 @@ static int parse_pipe_schedule(const Flag* f, Config* c, const char* v, char* wh
     return set_why(why, size, "-ps %s: the schedule must be 1f1b, interleaved or zb", v);
 }
 
+// 0 is the default (no LoRA); given, the rank must be at least 1.
+static int parse_lora(const Flag* f, Config* c, const char* v, char* why, size_t size) {
+    if (!flag_parse_typed(f, c, v, why, size)) return 0;
+    if (c->lora.rank < 1) return set_why(why, size, "-lora %s: the rank must be at least 1 (leave -lora out to train every parameter)", v);
+    return 1;
+}
+
 // Here rather than at comm_select, so the error comes before any device or data work.
 static int parse_comm(const Flag* f, Config* c, const char* v, char* why, size_t size) {
     if (!flag_parse_typed(f, c, v, why, size)) return 0;
@@ -241,6 +248,21 @@ const Flag FLAGS[] = {
              "become reduce-scatter + all-gather, stages send 1/N of the activations"},
     {PARALLEL, "-r", "N", FIELD(recompute), RANGE(0, 3), .def = "0",
      .help = "activation recompute: 0 keep all, 1 GELU, 2 + attention and LayerNorms, 3 whole blocks"},
+    {OPTIM, "-lora", "R", FIELD(lora.rank), RANGE(0, WIDE), .def = "0", .def_shown = "off", .parse = parse_lora,
+     .help = "LoRA: freeze -e's model (no master, no optimizer state, no gradient) and train rank-R adapters A (R x in) "
+             "and B (out x R) on each target linear layer, out += scale * x A^T B^T; A starts Kaiming-uniform, B at zero, "
+             "so step 0 is the base model's. Checkpoints hold the adapters, their state and the base's path and CRC-32. "
+             "One rank or data parallelism with -z 0..2; not yet with -z 3, -offload, -pp, -tp, -nvme, -dpu"},
+    {OPTIM, "-lora-alpha", "A", FIELD(lora.alpha), RANGE(0, BIG), .def_shown = "R",
+     .help = "with -lora: the adapters' scale is A / R (A / sqrt(R) with -lora-rslora 1)"},
+    {OPTIM, "-lora-rslora", "0|1", FIELD(lora.rslora), RANGE(0, 1), .def = "0", .help = "with -lora: 1 scales by A / sqrt(R) (rsLoRA)"},
+    {OPTIM, "-lora-dropout", "P", FIELD(lora.dropout), RANGE(0, 1), .def = "0",
+     .help = "with -lora: dropout on the adapters' input; only 0 is built so far"},
+    {OPTIM, "-lora-targets", "LIST", FIELD(lora.targets), .def_shown = "all",
+     .help = "with -lora: the layers to adapt, comma-separated: GPT-2's qkv,proj,fc,fcproj; Llama's q,k,v,o,gate,up,down"},
+    {OPTIM, "-lora-init", "FILE", FIELD(lora_init),
+     .help = "with -lora: start the adapters from FILE (the trainer's adapter file, docs/formats.md; e.g. "
+             "scripts/import_hf.py --adapter from a PEFT folder): its rank, layers, targets, alpha and rsLoRA must be the run's"},
     {PARALLEL, "-offload", "0|1|2", FIELD(offload), RANGE(0, 2), .def = "0",
      .help = "1: keep each rank's fp32 master weights and Adam m, v (its pieces with -z >= 1) in host memory (pinned on "
              "the GPU build); the optimizer runs there on the downloaded gradient and uploads the new parameters. 2 (-z 2 "

@@ -9,11 +9,12 @@ static int uses_edge_slot(const ParamLayout* lay, int u) {
     return u == lay->emb_unit || (u == lay->final_unit && !edge_units_overlap(lay));
 }
 
-// The largest unit whose gradients go through the edge slot (edge = 1) or the rotating ones (edge = 0).
-static size_t largest_unit(const ParamLayout* lay, int edge) {
+// The largest gradient buffer of the units that go through the edge slot (edge = 1) or the rotating ones
+// (edge = 0).
+static size_t largest_unit(const Pieces* pc, int edge) {
     size_t m = 0;
-    for (int u = 0; u < lay->num_units; u++)
-        if (uses_edge_slot(lay, u) == edge && lay->units[u].padded > m) m = lay->units[u].padded;
+    for (int u = 0; u < pc->lay->num_units; u++)
+        if (uses_edge_slot(pc->lay, u) == edge && pc->grad_len[u] > m) m = pc->grad_len[u];
     return m;
 }
 
@@ -29,7 +30,7 @@ void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc
     }
     // The accumulator's additions on the backend; with on_host only the tied embedding's all-reduce.
     if (!on_host || tied) g->piece_f32 = (float*)mem_alloc(be, mem, MEM_GRADS, max_piece * 4);
-    size_t rotating = largest_unit(pc->lay, 0), edge = largest_unit(pc->lay, 1);
+    size_t rotating = largest_unit(pc, 0), edge = largest_unit(pc, 1);
     for (int s = 0; s < 2; s++) {
         g->slot[s].buf = mem_alloc(be, mem, MEM_GRADS, rotating * x);
         g->slot[s].unit = -1;
@@ -38,9 +39,15 @@ void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc
     if (edge) g->edge.buf = mem_alloc(be, mem, MEM_GRADS, edge * x);
 }
 
+// A unit with frozen tensors splits unevenly: all-reduced at once (its gradients are the trained tensors'
+// only, small beside the frozen ones), this rank's share then taken from it.
 static CommHandle reduce_start(const Pieces* pc, int u, void* buf) {
     size_t p = piece_len(pc, u);
     if (pc->size == 1) return comm_no_handle();
+    if (pc->has_frozen[u]) {
+        comm_allreduce_sum(pc->dp, buf, pc->grad_len[u], pc->dt);
+        return comm_no_handle();
+    }
     return comm_reduce_scatter_sum_start(pc->dp, elem_at(buf, (size_t)pc->rank * p, piece_elem_bytes(pc)), buf, p, pc->dt);
 }
 
@@ -48,10 +55,11 @@ static CommHandle reduce_start(const Pieces* pc, int u, void* buf) {
 // backend, or (on_host) on the host, with the same fp32 additions, once the piece has come down (queued:
 // grad_slots_finish_all drains it).
 static void reduce_into_accumulator(GradSlots* g, Backend* be, const Pieces* pc, int u, void* buf, CommHandle* h) {
-    size_t p = piece_len(pc, u);
+    size_t p = pc->mine_len[u];
     pieces_wait(pc, h);
-    float* acc = g->acc + pc->offset[u];
-    const void* mine = elem_at(buf, (size_t)pc->rank * p, piece_elem_bytes(pc));
+    if (!p) return;
+    float* acc = g->acc + pc->mine_offset[u];
+    const void* mine = elem_at(buf, pc->mine_first[u], piece_elem_bytes(pc));
     if (g->on_host) {
         grad_landing_add(g->landing, be, acc, mine, p);
         return;
@@ -130,7 +138,7 @@ static GradSlot* grad_slot_for(GradSlots* g, Backend* be, const Pieces* pc, int 
 void* grad_slots_buffer(GradSlots* g, Backend* be, const Pieces* pc, int u) {
     GradSlot* s = grad_slot_for(g, be, pc, u);
     if (s->state == GRAD_FREE) {
-        be_memset0(be, s->buf, pc->lay->units[u].padded * piece_elem_bytes(pc));
+        be_memset0(be, s->buf, pc->grad_len[u] * piece_elem_bytes(pc));
         s->state = GRAD_FILLING;
         s->unit = u;
     }

@@ -30,7 +30,7 @@ typedef enum {
 } GradSlotState;
 
 typedef struct {
-    void* buf;            // Pieces.dt, laid out like its unit's parameters
+    void* buf;            // Pieces.dt, laid out like its unit's gradient buffer (Pieces.grad_len)
     GradSlotState state;
     int unit;             // GRAD_FILLING, GRAD_REDUCING: whose gradients
     CommHandle flight;    // GRAD_REDUCING: the reduce-scatter
@@ -41,7 +41,7 @@ typedef struct {
     GradSlot slot[2];        // rotating: the blocks (and a tied head's final unit)
     GradSlot edge;           // the embedding unit's and an untied head's final unit's
     unsigned long started;   // reduce-scatters started so far: the next one's seq
-    float* acc;              // fp32 accumulator of this rank's pieces (index Pieces.offset); host memory with on_host
+    float* acc;              // fp32 accumulator of this rank's shares (index Pieces.mine_offset); host memory with on_host
     float* piece_f32;        // backend: one piece converted to fp32 before it is added; with on_host only
                              // allocated for a tied embedding, whose piece zero.c sums over the pair here
     GradLanding* landing;    // on_host: how each reduced piece comes down and is added (grad_landing.h)

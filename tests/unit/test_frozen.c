@@ -1,9 +1,9 @@
 // test_frozen.c: parameter kinds that carry the frozen optimizer (optimizer_kind.h) under ZeRO's holder
 // (zero.c), on a GPT-2 L2 whose family copy freezes q|k|v's weights (a block kind) and wpe (the embedding
 // unit's second kind). What must hold:
-//   - the planner and the holder give the frozen elements no master and no optimizer state: their bytes
-//     (backend, host with -offload, disk with -nvme) are those of the updated elements only, on one rank
-//     and on rank 0 of two, and the plan equals what the holder allocates;
+//   - the planner and the holder give the frozen elements no master, no optimizer state and no gradient:
+//     their bytes (backend, host with -offload, disk with -nvme) are those of the updated elements only, on
+//     one rank and on rank 0 of two, and the plan equals what the holder allocates;
 //   - the gradient norm leaves them out; a step leaves their working copy and the model file's values (the
 //     working copy stands in for the master they lack) as they were, while every other tensor moves;
 //   - a state file holds no span of theirs, passes the checks for its shape, and resumes into another holder
@@ -94,6 +94,20 @@ static void check_plan(TestStats* st, const Model* frozen, const Model* all, con
     MemLedger host = {{0}};
     zero_plan(&host, &frozen->lay, caps_of(1, 1, 0), 1, DT_BF16, NULL);
     check_true(st, "plan_offload_host_state_of_updated_only", host.bytes[MEM_HOST_STATE] == 12 * nf + 2 * 6 * nf);
+    // Gradients: no room for the frozen tensors (wpe, and q|k|v's weights in each block). ZeRO 0 and 1
+    // on one rank: the whole buffer; ZeRO-2: two rotating block slots, the embedding unit's edge slot and
+    // the fp32 accumulator of the updated elements.
+    size_t wpe = param_kind_elems(&frozen->shape, GPT2_WPE), qkvw = param_kind_elems(&frozen->shape, GPT2_QKVW);
+    size_t frozen_all = wpe + (size_t)frozen->shape.L * qkvw;
+    for (int stage = 0; stage <= 2; stage++) {
+        MemLedger gf = {{0}}, ga = {{0}};
+        zero_plan(&gf, &frozen->lay, caps_of(stage, 0, 0), 1, DT_BF16, NULL);
+        zero_plan(&ga, &all->lay, caps_of(stage, 0, 0), 1, DT_BF16, NULL);
+        size_t saved = stage < 2 ? 2 * frozen_all : 2 * 2 * qkvw + 2 * wpe + 4 * frozen_all;
+        char name[64];
+        snprintf(name, sizeof(name), "plan_z%d_gradients_hold_no_frozen", stage);
+        check_true(st, name, gf.bytes[MEM_GRADS] + saved == ga.bytes[MEM_GRADS]);
+    }
     // -nvme: each unit's updated elements a range of the store, with the master, m and v in its records.
     size_t len[MAX_UNITS];
     for (int u = 0; u < frozen->lay.num_units; u++) {
@@ -110,20 +124,28 @@ static float unif(uint64_t* s) {
     return (float)((*s >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
 }
 
-// Gradients in dt in every unit's buffer of the walk, then reduced as at a step's end; `grads` gets their
-// fp32 values.
+// Gradients in dt in every unit's buffer of the walk (which has no room for the frozen tensors: model.h's
+// unit_grad_index), then reduced as at a step's end; `grads` gets their fp32 values, zero where frozen.
 static void load_grads(Zero* z, Backend* be, const ParamLayout* lay, DType dt, float* grads, uint64_t seed) {
     zero_begin_step(z, be);
     ParamStore ps = zero_param_store(z);
     for (int u = lay->num_units - 1; u >= 0; u--) {
         const Unit* un = &lay->units[u];
-        void* low = xmalloc(un->size * dtype_size(dt));
-        for (size_t i = 0; i < un->size; i++) grads[un->offset + i] = frozen_between(lay, un->offset + i, un->offset + i + 1) ? 5.0f : unif(&seed);
-        host_to_dtype(low, dt, grads + un->offset, un->size);
-        host_from_dtype(grads + un->offset, low, dt, un->size);
-        be_upload(be, ps.grads(ps.ctx, be, u), low, un->size * dtype_size(dt));
+        size_t len = unit_grad_len(lay, u);
+        float* packed = xcalloc(len, 4);
+        void* low = xmalloc(len * dtype_size(dt));
+        for (size_t i = 0; i < un->size; i++) {
+            size_t f = un->offset + i;
+            grads[f] = 0.0f;
+            if (!frozen_between(lay, f, f + 1)) packed[unit_grad_index(lay, u, f)] = unif(&seed);
+        }
+        host_to_dtype(low, dt, packed, len);
+        host_from_dtype(packed, low, dt, len);
+        for (size_t i = 0; i < un->size; i++)
+            if (!frozen_between(lay, un->offset + i, un->offset + i + 1)) grads[un->offset + i] = packed[unit_grad_index(lay, u, un->offset + i)];
+        be_upload(be, ps.grads(ps.ctx, be, u), low, len * dtype_size(dt));
         ps.grads_done(ps.ctx, be, u);
-        free(low);
+        free(low), free(packed);
     }
     zero_reduce_grads(z, be);
 }
@@ -288,6 +310,8 @@ int main(void) {
     check_step(&st, "backend_z0_bf16", frozen, caps_of(0, 0, 0), DT_BF16, NULL);
     check_step(&st, "backend_z1_fp32", frozen, caps_of(1, 0, 0), DT_FP32, NULL);
     check_step(&st, "offload_z1_bf16", frozen, caps_of(1, 1, 0), DT_BF16, NULL);
+    check_step(&st, "backend_z2_bf16", frozen, caps_of(2, 0, 0), DT_BF16, NULL);
+    check_step(&st, "offload2_z2_bf16", frozen, caps_of(2, 2, 0), DT_BF16, NULL);
     check_step(&st, "nvme_z1_bf16", frozen, caps_of(1, 1, 1), DT_BF16, &disk);
     check_state_files(&st, frozen, all, dir);
 

@@ -3,6 +3,7 @@
 #include "base/common.h"
 #include "core/model/block.h"
 #include "core/models/gpt2/gpt2.h"
+#include "core/model/lora_steps.h"
 
 // Its widths beside the walk's (block.h), per tensor rank: attention's C/tp channels, q|k|v's 3C/tp, the
 // MLP's 4C/tp.
@@ -40,19 +41,26 @@ static const StashField STASH[NUM_STASH] = {
     [S_DATTPROJ] = {"dattproj", W_C, ALL_ROWS}, [S_DQKV] = {"dqkv", W_QKVA, ALL_ROWS}, [S_DLN1] = {"dln1", W_C, OWN_ROWS},
 };
 
+// LoRA's targets, in the family's list's order (family.c).
+enum { LORA_QKV, LORA_PROJ, LORA_FC, LORA_FCPROJ };
+
 // One block's parameters (or their gradients), from the base of its unit.
 typedef struct {
     void *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
     void *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 } Params;
 
-static Params params_in(const Model* g, void* base, int layer) {
-#define T(kind) unit_tensor(g->layout, base, kind, layer, g->dt)
+static Params params_at(const Model* g, void* base, int layer, void* (*at)(const ParamLayout*, void*, int, int, DType)) {
+#define T(kind) at(g->layout, base, kind, layer, g->dt)
     Params p = {T(GPT2_LN1W), T(GPT2_LN1B), T(GPT2_QKVW), T(GPT2_QKVB), T(GPT2_ATTPROJW), T(GPT2_ATTPROJB),
                 T(GPT2_LN2W), T(GPT2_LN2B), T(GPT2_FCW), T(GPT2_FCB), T(GPT2_FCPROJW), T(GPT2_FCPROJB)};
 #undef T
     return p;
 }
+
+static Params params_in(const Model* g, void* base, int layer) { return params_at(g, base, layer, unit_tensor); }
+// Their gradients: NULL for a frozen kind.
+static Params grads_in(const Model* g, void* base, int layer) { return params_at(g, base, layer, unit_grad_tensor); }
 
 // Block l's activations (l counts the stage's blocks).
 typedef struct {
@@ -79,13 +87,20 @@ static void forward(Model* g, Backend* be, const BlockRef* b, int recomputing) {
     Acts v = acts_of(g, b->index);
     norm_forward(g, be, v.ln1, v.ln1_mean, v.ln1_rstd, v.x, p.ln1w, p.ln1b);
     matmul_forward(be, dt, v.qkv, NULL, v.ln1, p.qkvw, p.qkvb, d.N, d.C, 3 * d.CA);
+    lora_forward(g, be, b, LORA_QKV, v.qkv, v.ln1);
     attention_forward(be, dt, v.atty, v.att_lse, v.qkv, g->acts.doc, d.B, d.T, d.NH, d.KV, d.D);
     matmul_forward(be, dt, proj, NULL, v.atty, p.attprojw, row_bias(g, p.attprojb), d.N, d.CA, d.C);
+    lora_forward(g, be, b, LORA_PROJ, proj, v.atty);
     residual_forward(be, dt, v.resid2, v.x, sum_partials(g, proj), RC);
     norm_forward(g, be, v.ln2, v.ln2_mean, v.ln2_rstd, v.resid2, p.ln2w, p.ln2b);
     matmul_forward(be, dt, v.fch_gelu, v.fch, v.ln2, p.fcw, p.fcb, d.N, d.C, d.CF);
+    if (lora_adapts(g, LORA_FC)) {   // the adapters add before the GELU, which is then redone
+        lora_forward(g, be, b, LORA_FC, v.fch, v.ln2);
+        gelu_forward(be, dt, v.fch_gelu, v.fch, (size_t)d.N * d.CF);
+    }
     if (recomputing) return;
     matmul_forward(be, dt, proj, NULL, v.fch_gelu, p.fcprojw, row_bias(g, p.fcprojb), d.N, d.CF, d.C);
+    lora_forward(g, be, b, LORA_FCPROJ, proj, v.fch_gelu);
     residual_forward(be, dt, v.out, v.resid2, sum_partials(g, proj), RC);
 }
 
@@ -111,18 +126,24 @@ static void backward(BlockBackward* c, const BlockRef* b) {
     void** s = c->stash.field;
     BlockDims d = block_dims(g);
     Params p = params_in(g, b->params, b->layer);
-    Params dp = b->grads ? params_in(g, b->grads, b->layer) : (Params){0};
+    Params dp = b->grads ? grads_in(g, b->grads, b->layer) : (Params){0};
     Acts v = acts_of(g, b->index);
     // MLP: out = resid2 + fcproj(gelu(fc(ln2(resid2)))); the residual passes dresid through.
     void* dfch = grad_between(c, a->dbig, s[S_DFCH]);   // (N, CF), before the GELU
-    matmul_step(c, dfch, grad_of_stream(c, s[S_DFCPROJ]), v.fch_gelu, v.fch, p.fcprojw, dp.fcprojw, dp.fcprojb, d.CF, d.C);
+    void* dfcproj = grad_of_stream(c, s[S_DFCPROJ]);
+    matmul_step(c, dfch, dfcproj, v.fch_gelu, v.fch, p.fcprojw, dp.fcprojw, dp.fcprojb, d.CF, d.C);
+    lora_backward(c, b, LORA_FCPROJ, dfch, dfcproj, v.fch_gelu, v.fch);
     matmul_step(c, a->dsmall, dfch, v.ln2, NULL, p.fcw, dp.fcw, dp.fcb, d.C, d.CF);
+    lora_backward(c, b, LORA_FC, a->dsmall, dfch, v.ln2, NULL);
     norm_step(c, a->dresid, grad_of_partials(c, s[S_DLN2]), v.resid2, p.ln2w, v.ln2_mean, v.ln2_rstd, dp.ln2w, dp.ln2b);
     // Attention: resid2 = x + attproj(attention(qkv(ln1(x)))).
     void* dqkv = grad_between(c, a->dbig, s[S_DQKV]);   // (N, 3CA)
-    matmul_step(c, a->dsmall, grad_of_stream(c, s[S_DATTPROJ]), v.atty, NULL, p.attprojw, dp.attprojw, dp.attprojb, d.CA, d.C);
+    void* dattproj = grad_of_stream(c, s[S_DATTPROJ]);
+    matmul_step(c, a->dsmall, dattproj, v.atty, NULL, p.attprojw, dp.attprojw, dp.attprojb, d.CA, d.C);
+    lora_backward(c, b, LORA_PROJ, a->dsmall, dattproj, v.atty, NULL);
     attention_step(c, dqkv, a->dsmall, v.qkv, v.atty, v.att_lse);
     matmul_step(c, a->dsmall, dqkv, v.ln1, NULL, p.qkvw, dp.qkvw, dp.qkvb, d.C, 3 * d.CA);
+    lora_backward(c, b, LORA_QKV, a->dsmall, dqkv, v.ln1, NULL);
     norm_step(c, a->dresid, grad_of_partials(c, s[S_DLN1]), v.x, p.ln1w, v.ln1_mean, v.ln1_rstd, dp.ln1w, dp.ln1b);
 }
 
@@ -144,7 +165,7 @@ static void embed(Model* g, Backend* be, void* params) {
 }
 
 static void embed_backward(Model* g, Backend* be, void* grads, const void* dout) {
-    embed_backward_step(g, be, unit_tensor(g->layout, grads, GPT2_WTE, -1, g->dt), unit_tensor(g->layout, grads, GPT2_WPE, -1, g->dt),
+    embed_backward_step(g, be, unit_grad_tensor(g->layout, grads, GPT2_WTE, -1, g->dt), unit_grad_tensor(g->layout, grads, GPT2_WPE, -1, g->dt),
                         dout);
 }
 

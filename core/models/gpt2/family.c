@@ -136,6 +136,20 @@ static const ShapeRung LADDER[] = {
     {"65B", "L80C8192H64"},  {"175B", "L96C12288H96"},
 };
 
+// LoRA's targets (lora.h): c_attn (q|k|v as one, as PEFT adapts GPT-2), c_proj, c_fc, the MLP's c_proj.
+static const char* const LORA_TARGETS[] = {"qkv", "proj", "fc", "fcproj"};
+static const int LORA_WEIGHTS[] = {GPT2_QKVW, GPT2_ATTPROJW, GPT2_FCW, GPT2_FCPROJW};
+
+static LoraGeometry lora_geometry(const ModelShape* s, int target) {
+    int C = s->C, F = mlp_width(s->C);
+    switch (target) {
+        case 0: return (LoraGeometry){C, 3 * C, 0, 3 * C};
+        case 1: return (LoraGeometry){C, C, 0, C};
+        case 2: return (LoraGeometry){C, F, 0, F};
+        default: return (LoraGeometry){F, C, 0, C};
+    }
+}
+
 const ModelFamily GPT2_FAMILY = {
     .name = "gpt2",
     .file_id = 0,
@@ -156,6 +170,10 @@ const ModelFamily GPT2_FAMILY = {
     .header_read = header_read,
     .flops_per_token = flops_per_token,
     .head_cost = head_cost,
+    .num_lora_targets = 4,
+    .lora_targets = LORA_TARGETS,
+    .lora_geometry = lora_geometry,
+    .lora_weight_kinds = LORA_WEIGHTS,
     .block = &GPT2_BLOCK,
     .ends = &GPT2_ENDS,
     .ladder = LADDER,

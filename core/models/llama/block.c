@@ -7,6 +7,7 @@
 #include "base/common.h"
 #include "core/model/block.h"
 #include "core/models/llama/llama.h"
+#include "core/model/lora_steps.h"
 
 void llama_inv_freq(const ModelShape* s, float* out) {
     LlamaParams p = llama_params(s);
@@ -78,19 +79,26 @@ static const StashField STASH[NUM_STASH] = {
     [S_DQKV] = {"dqkv", W_QKVA, ALL_ROWS},   [S_DNORM1] = {"dnorm1", W_C, OWN_ROWS},
 };
 
+// LoRA's targets, in the family's list's order (family.c).
+enum { LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN };
+
 typedef struct {
     void *attn_norm, *wqkv, *bqkv, *q_norm, *k_norm, *wo, *mlp_norm, *gate_up, *down;
 } Params;
 
 // wkv joins wq and bkv joins bq (llama.h), so wq's pointer is the whole q|k|v matrix's, bq's its bias's
 // (NULL without biases).
-static Params params_in(const Model* g, void* base, int layer) {
-#define T(kind) unit_tensor(g->layout, base, kind, layer, g->dt)
+static Params params_at(const Model* g, void* base, int layer, void* (*at)(const ParamLayout*, void*, int, int, DType)) {
+#define T(kind) at(g->layout, base, kind, layer, g->dt)
     Params p = {T(LLAMA_ATTN_NORM), T(LLAMA_WQ), T(LLAMA_BQ), T(LLAMA_Q_NORM), T(LLAMA_K_NORM),
                 T(LLAMA_WO), T(LLAMA_MLP_NORM), T(LLAMA_GATE_UP), T(LLAMA_DOWN)};
 #undef T
     return p;
 }
+
+static Params params_in(const Model* g, void* base, int layer) { return params_at(g, base, layer, unit_tensor); }
+// Their gradients: NULL for a frozen kind.
+static Params grads_in(const Model* g, void* base, int layer) { return params_at(g, base, layer, unit_grad_tensor); }
 
 typedef struct {
     void *x, *norm1, *qkv_raw, *qkv, *atty, *resid2, *norm2, *gu, *act, *out;
@@ -124,16 +132,22 @@ static void forward(Model* g, Backend* be, const BlockRef* b, int recomputing) {
     Params p = params_in(g, b->params, b->layer);
     Acts v = acts_of(g, b->index);
     norm_forward(g, be, v.norm1, NULL, v.rstd1, v.x, p.attn_norm, NULL);
-    matmul_forward(be, dt, has_qk_norm(g) ? v.qkv_raw : v.qkv, NULL, v.norm1, p.wqkv, p.bqkv, d.N, d.C, QKVA);
+    void* qkv_out = has_qk_norm(g) ? v.qkv_raw : v.qkv;
+    matmul_forward(be, dt, qkv_out, NULL, v.norm1, p.wqkv, p.bqkv, d.N, d.C, QKVA);
+    for (int t = LORA_Q; t <= LORA_V; t++) lora_forward(g, be, b, t, qkv_out, v.norm1);
     prepare_qkv(g, be, p, v);
     attention_forward(be, dt, v.atty, v.lse, v.qkv, g->acts.doc, d.B, d.T, d.NH, d.KV, d.D);
     matmul_forward(be, dt, proj, NULL, v.atty, p.wo, NULL, d.N, d.CA, d.C);
+    lora_forward(g, be, b, LORA_O, proj, v.atty);
     residual_forward(be, dt, v.resid2, v.x, sum_partials(g, proj), RC);
     norm_forward(g, be, v.norm2, NULL, v.rstd2, v.resid2, p.mlp_norm, NULL);
     matmul_forward(be, dt, v.gu, NULL, v.norm2, p.gate_up, NULL, d.N, d.C, 2 * d.CF);
+    lora_forward(g, be, b, LORA_GATE, v.gu, v.norm2);
+    lora_forward(g, be, b, LORA_UP, v.gu, v.norm2);
     swiglu_forward(be, dt, v.act, v.gu, d.N, d.CF);
     if (recomputing) return;
     matmul_forward(be, dt, proj, NULL, v.act, p.down, NULL, d.N, d.CF, d.C);
+    lora_forward(g, be, b, LORA_DOWN, proj, v.act);
     residual_forward(be, dt, v.out, v.resid2, sum_partials(g, proj), RC);
 }
 
@@ -177,7 +191,7 @@ static void qk_norm_step(BlockBackward* c, void* dinp, const void* dout, const v
     be_memset0(c->be, dw, 2 * D * dtype_size(dt));
     void* into = c->mode == BWD_WEIGHT ? block_buffer(g, DQKV_RAW, 0) : dinp;
     qk_norm_backward(c->be, dt, into, dw, (char*)dw + D * dtype_size(dt), dout, inp, p.q_norm, p.k_norm, rstd, d.N, d.NH, d.KV, d.D);
-    if (c->mode == BWD_INPUT) return;
+    if (c->mode == BWD_INPUT || !dp.q_norm) return;   // frozen: no weight gradient to keep
     if (g->tp) comm_allreduce_sum(g->tp, dw, 2 * D, dt);
     residual_forward(c->be, dt, dp.q_norm, dp.q_norm, dw, D);
     residual_forward(c->be, dt, dp.k_norm, dp.k_norm, (char*)dw + D * dtype_size(dt), D);
@@ -190,18 +204,24 @@ static void backward(BlockBackward* c, const BlockRef* b) {
     void** s = c->stash.field;
     BlockDims d = block_dims(g);
     Params p = params_in(g, b->params, b->layer);
-    Params dp = b->grads ? params_in(g, b->grads, b->layer) : (Params){0};
+    Params dp = b->grads ? grads_in(g, b->grads, b->layer) : (Params){0};
     Acts v = acts_of(g, b->index);
     // MLP: out = resid2 + down(swiglu(gate_up(norm2(resid2)))).
     void* dact = block_buffer(g, DACT, 0);
-    matmul_step(c, dact, grad_of_stream(c, s[S_DDOWN]), v.act, NULL, p.down, dp.down, NULL, d.CF, d.C);
+    void* ddown = grad_of_stream(c, s[S_DDOWN]);
+    matmul_step(c, dact, ddown, v.act, NULL, p.down, dp.down, NULL, d.CF, d.C);
+    lora_backward(c, b, LORA_DOWN, dact, ddown, v.act, NULL);
     void* dgu = grad_between(c, a->dbig, s[S_DGU]);
     swiglu_step(c, dgu, dact, v.gu);
     matmul_step(c, a->dsmall, dgu, v.norm2, NULL, p.gate_up, dp.gate_up, NULL, d.C, 2 * d.CF);
+    lora_backward(c, b, LORA_GATE, a->dsmall, dgu, v.norm2, NULL);
+    lora_backward(c, b, LORA_UP, a->dsmall, dgu, v.norm2, NULL);
     norm_step(c, a->dresid, grad_of_partials(c, s[S_DNORM2]), v.resid2, p.mlp_norm, NULL, v.rstd2, dp.mlp_norm, NULL);
     // Attention: resid2 = x + wo(attention(rope(qk_norm(wqkv(norm1(x)))))).
     void* datty = block_buffer(g, DATTY, 0);
-    matmul_step(c, datty, grad_of_stream(c, s[S_DWO]), v.atty, NULL, p.wo, dp.wo, NULL, d.CA, d.C);
+    void* dwo = grad_of_stream(c, s[S_DWO]);
+    matmul_step(c, datty, dwo, v.atty, NULL, p.wo, dp.wo, NULL, d.CA, d.C);
+    lora_backward(c, b, LORA_O, datty, dwo, v.atty, NULL);
     void* dqkv = grad_between(c, a->dbig, s[has_qk_norm(g) ? S_DQKN : S_DQKV]);   // d(q|k|v as attention read them)
     attention_step(c, dqkv, datty, v.qkv, v.atty, v.lse);
     rope_step(c, dqkv);
@@ -211,6 +231,7 @@ static void backward(BlockBackward* c, const BlockRef* b) {
         dqkv = draw;
     }
     qkv_matmul_step(c, a->dsmall, dqkv, v.norm1, p.wqkv, dp.wqkv, dp.bqkv);
+    for (int t = LORA_Q; t <= LORA_V; t++) lora_backward(c, b, t, a->dsmall, dqkv, v.norm1, NULL);
     norm_step(c, a->dresid, grad_of_partials(c, s[S_DNORM1]), v.x, p.attn_norm, NULL, v.rstd1, dp.attn_norm, NULL);
 }
 

@@ -320,6 +320,25 @@ static const ShapeRung LADDER[] = {
     {"405B", "llama:L126,C16384,H128,K8,F53248,V128256,T131072,theta500000"},
 };
 
+// LoRA's targets (lora.h), as PEFT names the modules: q, k and v add into their column blocks of the fused
+// q|k|v output, gate and up into theirs of gate|up.
+static const char* const LORA_TARGETS[] = {"q", "k", "v", "o", "gate", "up", "down"};
+static const int LORA_WEIGHTS[] = {LLAMA_WQ, LLAMA_WQ, LLAMA_WQ, LLAMA_WO, LLAMA_GATE_UP, LLAMA_GATE_UP, LLAMA_DOWN};
+
+static LoraGeometry lora_geometry(const ModelShape* s, int target) {
+    LlamaParams p = llama_params(s);
+    int C = s->C, Q = s->NH * p.D, KV = p.KV * p.D, QKV = Q + 2 * KV;
+    switch (target) {
+        case 0: return (LoraGeometry){C, Q, 0, QKV};
+        case 1: return (LoraGeometry){C, KV, Q, QKV};
+        case 2: return (LoraGeometry){C, KV, Q + KV, QKV};
+        case 3: return (LoraGeometry){Q, C, 0, C};
+        case 4: return (LoraGeometry){C, p.F, 0, 2 * p.F};
+        case 5: return (LoraGeometry){C, p.F, p.F, 2 * p.F};
+        default: return (LoraGeometry){p.F, C, 0, C};
+    }
+}
+
 const ModelFamily LLAMA_FAMILY = {
     .name = "llama",
     .file_id = 1,
@@ -341,6 +360,10 @@ const ModelFamily LLAMA_FAMILY = {
     .header_read = header_read,
     .flops_per_token = flops_per_token,
     .head_cost = head_cost,
+    .num_lora_targets = 7,
+    .lora_targets = LORA_TARGETS,
+    .lora_geometry = lora_geometry,
+    .lora_weight_kinds = LORA_WEIGHTS,
     .block = &LLAMA_BLOCK,
     .ladder = LADDER,
     .ladder_len = (int)(sizeof(LADDER) / sizeof(LADDER[0])),

@@ -1,0 +1,61 @@
+// lora.h: low-rank adapters (LoRA). A LoRA'd family is built at run start from a base family and the LoRA
+// options: its kinds are the base's, every one frozen (optimizer_kind.h), then per target t of the
+// family's list (GPT-2: qkv, proj, fc, fcproj; Llama: q, k, v, o, gate, up, down) that the run selects,
+// lora_A.<t> (R, IC_t) and lora_B.<t> (OC_t, R), trained with AdamW, one per block. The target's linear
+// out (N, OC_t) = x (N, IC_t) W_t^T becomes out += scale * (x A^T) B^T, scale = alpha / R (rsLoRA: alpha /
+// sqrt(R)); A starts uniform in [-1/sqrt(IC_t), 1/sqrt(IC_t)], B at zero, so step 0 is the base model's.
+// The layout, ZeRO, the walk and --estimate see it as any family: only the blocks call the hooks below.
+#pragma once
+#include "core/model/model.h"
+
+#define LORA_MAX_TARGETS 8
+#define LORA_MAX_KINDS 32
+#define LORA_KIND_NAME 24
+
+typedef struct {
+    int rank;              // R >= 1 (0: no LoRA)
+    float alpha;           // scale alpha / R (rslora: alpha / sqrt(R)); <= 0: R (scale 1)
+    int rslora;
+    float dropout;         // on the adapters' input, in [0, 1)
+    const char* targets;   // comma-separated target names; NULL or "": every target of the family
+} LoraOptions;
+
+typedef struct {
+    ModelFamily family;   // first: a ModelShape's family pointer is this struct's
+    const ModelFamily* base;
+    KindInfo kinds[LORA_MAX_KINDS];
+    char kind_names[LORA_MAX_KINDS][LORA_KIND_NAME];
+    char name[32];
+    int rank;
+    float alpha, scale, dropout;
+    int rslora;
+    int num_targets;                    // the selected targets, in the family's order
+    int target[LORA_MAX_TARGETS];       // each one's index in the family's list
+    unsigned target_bits;               // bit i: target i of the family's list is selected
+} LoraFamily;
+
+// Builds lf from the base shape and the options; a one-line error for an unknown target, a repeated one,
+// a rank of 0 or larger than a target's layer, or a dropout outside [0, 1).
+void lora_family_build(LoraFamily* lf, const ModelShape* base, const LoraOptions* o);
+// The base shape with lf's family (lf must outlive it).
+ModelShape lora_shape(const LoraFamily* lf, const ModelShape* base);
+// With o->rank: lora_family_build into lf, then lora_shape; else base itself.
+ModelShape lora_apply(LoraFamily* lf, ModelShape base, const LoraOptions* o);
+// The shape's LoRA'd family, or NULL for a family of its own.
+const LoraFamily* lora_of(const ModelShape* s);
+// The base family's shape of a LoRA'd one (itself otherwise): what the model file holds.
+ModelShape lora_base_shape(const ModelShape* s);
+// The kinds of the adapters of selected target j (0 .. num_targets-1): A, then B.
+static inline int lora_kind_a(const LoraFamily* lf, int j) { return lf->base->num_kinds + 2 * j; }
+static inline int lora_kind_b(const LoraFamily* lf, int j) { return lf->base->num_kinds + 2 * j + 1; }
+// The adapter file (docs/formats.md): 256 int32 [LORA_FILE_MAGIC, 1, R, targets, L, target bits, alpha x 1000,
+// rslora], then per layer and selected target A (R, in) and B (out, R), fp32 row-major. Reads path's adapters
+// into flat (the layout's values), after one-line errors naming any difference from the run's LoRA.
+#define LORA_FILE_MAGIC 20261130
+void lora_read_adapters(const char* path, const ParamLayout* lay, float* flat);
+// Writes flat's adapters (the whole model's layout) as such a file (a checkpoint's adapters.bin), and its
+// size for shape s.
+void lora_write_adapters(const char* path, const ParamLayout* lay, const float* flat);
+long long lora_adapter_file_bytes(const ModelShape* s);
+// The selected index of family target i, or -1 when the run does not adapt it.
+int lora_selected(const LoraFamily* lf, int target);
