@@ -11,7 +11,7 @@
 
 #include "base/common.h"
 #include "core/data/dataloader.h"
-#include "tests/unit/testlib.h"
+#include "tests/unit/child_testlib.h"
 #include "core/tokenizer/decode.h"
 
 #define VOCAB 50257
@@ -108,44 +108,6 @@ typedef struct {
     int vocab;
 } VocabCase;
 
-// A child process's body; it ends in _exit, or in fail() (exit 1).
-typedef void (*ChildBody)(const void* arg);
-
-// fail() exits without freeing by design, so under LeakSanitizer (tests/system/t_sanitize.sh) what a child
-// allocated is not a leak. Weak: absent from builds without the sanitizer.
-void __lsan_disable(void) __attribute__((weak));
-
-// Runs body(arg) in a child whose stderr goes to dir/stderr.txt; returns its wait status, and that stderr
-// (at most size - 1 bytes, NUL-terminated) in msg with its length in *len.
-static int run_in_child(const char* dir, ChildBody body, const void* arg, char* msg, size_t size, size_t* len) {
-    char errpath[512];
-    snprintf(errpath, sizeof errpath, "%s/stderr.txt", dir);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) fail("fork failed");
-    if (pid == 0) {
-        if (__lsan_disable) __lsan_disable();
-        if (!freopen(errpath, "w", stderr)) _exit(99);
-        body(arg);
-        fflush(stdout);
-        _exit(0);
-    }
-    int status = 0;
-    if (waitpid(pid, &status, 0) != pid) fail("waitpid failed");
-    FILE* f = xfopen(errpath, "r");
-    *len = fread(msg, 1, size - 1, f);
-    if (ferror(f)) fail("cannot read %s", errpath);
-    fclose(f);
-    msg[*len] = '\0';
-    return status;
-}
-
-static void report_child(const char* name, int status, const char* msg, size_t n) {
-    printf("# %s: exit status %d, stderr: %s%s", name, WIFEXITED(status) ? WEXITSTATUS(status) : -1, msg,
-           n > 0 && msg[n - 1] == '\n' ? "" : "\n");
-}
-
 // Opens c's shards under `vocab` and, when c->read, reads an epoch's windows.
 static void open_and_read(const ErrCase* c, int vocab) {
     DataLoader* dl = dataloader_open(c->pattern, c->B, c->T, c->rank, c->world, 0, 1, vocab);
@@ -171,21 +133,13 @@ static void open_or_fail_vocab(const void* arg) {
 }
 
 // body(arg) in a child must fail as c says.
-static void run_error_body(TestStats* st, const char* dir, const ErrCase* c, ChildBody body, const void* arg) {
-    char msg[2048], name[256];
-    size_t n = 0;
-    int status = run_in_child(dir, body, arg, msg, sizeof msg, &n);
-    int exited1 = WIFEXITED(status) && WEXITSTATUS(status) == 1;
-    int one_line = n > 0 && msg[n - 1] == '\n' && strchr(msg, '\n') == msg + n - 1;
-    int good = exited1 && one_line && strncmp(msg, "error: ", 7) == 0 && strstr(msg, c->want) != NULL;
+static void run_error_body(TestStats* st, const ErrCase* c, ChildBody body, const void* arg) {
+    char name[256];
     snprintf(name, sizeof name, "error_%s", c->name);
-    if (!good) report_child(name, status, msg, n);
-    check_true(st, name, good);
+    check_refusal(st, name, body, arg, c->want);
 }
 
-static void run_error_case(TestStats* st, const char* dir, const ErrCase* c) {
-    run_error_body(st, dir, c, open_or_fail, c);
-}
+static void run_error_case(TestStats* st, const ErrCase* c) { run_error_body(st, c, open_or_fail, c); }
 
 static void write_tokenizer(const char* path, int32_t magic, int32_t version, int32_t vocab, int32_t eot,
                             const char* const* toks, int ntoks, int extra, int cut) {
@@ -443,7 +397,7 @@ static void test_shard_errors(Stream* s) {
         {"zero_T", s->pat, NULL, B, 0, 0, 1, 0, "B and T must be positive (got B=2 T=0)"},
         {"bad_rank", s->pat, NULL, B, T, 2, 2, 0, "bad rank 2 of world 2"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(s->st, dir, &cases[i]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(s->st, &cases[i]);
     // The same shard with vocab check passing when the bad token is out of reach (control).
     DataLoader* dl = dataloader_open(p_vocab, 2, 8, 0, 1, 0, 0, VOCAB);
     dataloader_batch(dl, 0, 1, 0, s->in, s->tg);   // tokens 0..16
@@ -533,7 +487,7 @@ static void test_u32_errors(Stream* s) {
         {{"u32_token_past_int_max", p[2], NULL, B, T, 0, 1, 1, want[2]}, INT32_MAX},
     };
     for (size_t i = 0; i < sizeof vocab_cases / sizeof vocab_cases[0]; i++)
-        run_error_body(s->st, dir, &vocab_cases[i].c, open_or_fail_vocab, &vocab_cases[i]);
+        run_error_body(s->st, &vocab_cases[i].c, open_or_fail_vocab, &vocab_cases[i]);
     const ErrCase cases[] = {
         {"u32_wrong_version", p[3], NULL, B, T, 0, 1, 0, "u32_version.bin has wrong version 1 for magic 20240801 "
          "(expected 7)"},
@@ -548,7 +502,7 @@ static void test_u32_errors(Stream* s) {
         {"u16_header_u32_body", p[8], NULL, B, T, 0, 1, 0, "u16_wide.bin has trailing bytes: header says 40 tokens "
          "of 2 bytes (1104 bytes), file has 1184 bytes"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(s->st, dir, &cases[i]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(s->st, &cases[i]);
     // Control: the first window (tokens 0..16, 128255 at 14) of the shard whose 128256 sits at 29 reads.
     DataLoader* dl = dataloader_open(p[0], B, T, 0, 1, 0, 0, 128256);
     dataloader_batch(dl, 0, 1, 0, s->in, s->tg);
@@ -580,14 +534,12 @@ static void open_expecting(const void* arg) {
 
 // dataloader_open(pattern) in a child process: it must open `shards` shards and exit 0 (a refusal, which
 // exits, fails this check alone).
-static void run_ok_case(TestStats* st, const char* dir, const char* name, const char* pattern, int B, int T,
-                        int shards) {
+static void run_ok_case(TestStats* st, const char* name, const char* pattern, int B, int T, int shards) {
     OkCase c = {.pattern = pattern, .B = B, .T = T, .shards = shards};
     char msg[2048];
-    size_t n = 0;
-    int status = run_in_child(dir, open_expecting, &c, msg, sizeof msg, &n);
+    int status = run_in_child(open_expecting, &c, msg, sizeof msg);
     int good = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!good) report_child(name, status, msg, n);
+    if (!good) printf("# %s: exit status %d, stderr: %s\n", name, WIFEXITED(status) ? WEXITSTATUS(status) : -1, msg);
     check_true(st, name, good);
 }
 
@@ -628,7 +580,7 @@ static void test_shard_sets(Stream* s) {
         {"shard_sets_mixed_with_no_id", p_old, NULL, s->B, s->T, 0, 1, 0, want_old},
         {"shard_sets_mixed_u32", p_wide, NULL, s->B, s->T, 0, 1, 0, want_wide},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(s->st, dir, &cases[i]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(s->st, &cases[i]);
 
     // Accepted: two datasets with their own ids; one name in two directories; NAME beside NAME_train;
     // a set with no ids (llm.c's); files of other names (tokenize.py --raw's), each a set of its own.
@@ -654,7 +606,7 @@ static void test_shard_sets(Stream* s) {
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         char pat[512];
-        run_ok_case(s->st, dir, ok[i].name, path_in(pat, sizeof pat, dir, ok[i].pattern), s->B, s->T, ok[i].shards);
+        run_ok_case(s->st, ok[i].name, path_in(pat, sizeof pat, dir, ok[i].pattern), s->B, s->T, ok[i].shards);
     }
 }
 
@@ -671,8 +623,8 @@ static void test_switch_marker(Stream* s) {
     mkdir(path_in(stg2, sizeof stg2, s->dir, "sw2/.tokenize-77-2"), 0755);
     path_in(pat, sizeof pat, s->dir, "sw/s_train_*.bin");
     path_in(pat2, sizeof pat2, s->dir, "sw*/s_*.bin");
-    run_ok_case(s->st, s->dir, "switch_marker_absent", pat, s->B, s->T, 2);
-    run_ok_case(s->st, s->dir, "switch_marker_absent_two_dirs", pat2, s->B, s->T, 4);
+    run_ok_case(s->st, "switch_marker_absent", pat, s->B, s->T, 2);
+    run_ok_case(s->st, "switch_marker_absent_two_dirs", pat2, s->B, s->T, 4);
 
     // The second of two directories, with a marker that names no dataset (a power loss cut its writing).
     static char want[2][1400];
@@ -681,16 +633,16 @@ static void test_switch_marker(Stream* s) {
     snprintf(want[0], sizeof want[0], "error: %s: a tokenize.py run stopped while replacing its shards (%s): run "
              "tokenize.py again\n", sw2, marker);
     const ErrCase second = {"switch_marker_second_dir", pat2, NULL, s->B, s->T, 0, 1, 0, want[0]};
-    run_error_case(s->st, s->dir, &second);
+    run_error_case(s->st, &second);
     // The marker names the dataset to tokenize again.
     snprintf(marker, sizeof marker, "%s/SWITCHING", stg);
     write_bytes(marker, "s\n", 2);
     snprintf(want[1], sizeof want[1], "error: %s: a tokenize.py run stopped while replacing the shards "
              "s_{train,val}_*.bin there (%s): run tokenize.py again\n", sw, marker);
     const ErrCase named = {"switch_marker", pat, NULL, s->B, s->T, 0, 1, 0, want[1]};
-    run_error_case(s->st, s->dir, &named);
+    run_error_case(s->st, &named);
     // Another directory's marker is not this one's.
-    run_ok_case(s->st, s->dir, "switch_marker_other_dir", path_in(pat, sizeof pat, s->dir, "z_*.bin"), s->B, s->T, 3);
+    run_ok_case(s->st, "switch_marker_other_dir", path_in(pat, sizeof pat, s->dir, "z_*.bin"), s->B, s->T, 3);
 }
 
 static const char* const TOKENS[] = {"a", "hello", "", "\xe2\x82\xac", " world", "<|endoftext|>"};
@@ -737,7 +689,7 @@ static void test_tokenizer_errors(TestStats* st, const char* dir) {
         {"tokenizer_short_header", NULL, p[6], 0, 0, 0, 0, 0, "shorter than its 1024-byte header"},
         {"tokenizer_v1_without_eot", NULL, p[7], 0, 0, 0, 0, 0, "eot token 50256 outside its vocab of 6"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(st, dir, &cases[i]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_error_case(st, &cases[i]);
 }
 
 // B=8, T=1024 shuffled windows over 3 shards of 400k tokens (windows cross shards): the content is

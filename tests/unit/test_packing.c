@@ -12,7 +12,7 @@
 #include "base/common.h"
 #include "core/data/dataloader.h"
 #include "core/data/packing.h"
-#include "tests/unit/testlib.h"
+#include "tests/unit/child_testlib.h"
 
 #define VOCAB 1000
 #define T_ 8
@@ -270,38 +270,16 @@ typedef struct {
     int pack;
 } OpenCase;
 
-static void open_case(const OpenCase* c) {
+static void open_case(const void* arg) {
+    const OpenCase* c = arg;
     DataOptions o = {c->pack, 0, -1};
     DataLoader* dl = dataloader_open_documents(c->pattern, 2, T_, 0, 1, 0, 1, VOCAB, &o);
     dataloader_close(dl);
-    _exit(0);
 }
 
-void __lsan_disable(void) __attribute__((weak));
-
-static void expect_error(TestStats* st, const char* dir, const char* name, const char* pattern, int pack, const char* want) {
-    char errpath[512], msg[2048];
-    snprintf(errpath, sizeof errpath, "%s/stderr.txt", dir);
-    fflush(stdout), fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) fail("fork failed");
-    if (pid == 0) {
-        if (__lsan_disable) __lsan_disable();
-        if (!freopen(errpath, "w", stderr)) _exit(99);
-        OpenCase c = {pattern, pack};
-        open_case(&c);
-    }
-    int status = 0;
-    if (waitpid(pid, &status, 0) != pid) fail("waitpid failed");
-    FILE* f = xfopen(errpath, "r");
-    size_t n = fread(msg, 1, sizeof msg - 1, f);
-    fclose(f);
-    msg[n] = 0;
-    int lines = 0;
-    for (size_t i = 0; i < n; i++) lines += msg[i] == '\n';
-    int good = WIFEXITED(status) && WEXITSTATUS(status) == 1 && lines == 1 && strstr(msg, want);
-    if (!good) printf("# %s: status %d, stderr: %s", name, status, msg);
-    check_true(st, name, good);
+static void expect_error(TestStats* st, const char* name, const char* pattern, int pack, const char* want) {
+    OpenCase c = {pattern, pack};
+    check_refusal(st, name, open_case, &c, want);
 }
 
 static void test_errors(TestStats* st, const char* dir) {
@@ -312,7 +290,7 @@ static void test_errors(TestStats* st, const char* dir) {
     write_pair(dir, "half_train_000001", tok, mask, 12, 3, NULL);
     write_pair(dir, "half_train_000002", tok, NULL, 12, 3, NULL);
     snprintf(pat, sizeof pat, "%s/half_train_*.bin", dir);
-    expect_error(st, dir, "mask_missing_on_one_shard", pat, 1, "half_train_000002.bin has none");
+    expect_error(st, "mask_missing_on_one_shard", pat, 1, "half_train_000002.bin has none");
     struct {
         const char* name;
         MaskHeader h;
@@ -328,7 +306,7 @@ static void test_errors(TestStats* st, const char* dir) {
         snprintf(name, sizeof name, "h%zu_train_000001", i);
         write_pair(dir, name, tok, mask, 12, 3, &hdr[i].h);
         snprintf(pat, sizeof pat, "%s/h%zu_train_*.bin", dir, i);
-        expect_error(st, dir, hdr[i].name, pat, 1, hdr[i].want);
+        expect_error(st, hdr[i].name, pat, 1, hdr[i].want);
     }
     // Bytes: an undefined bit, a start that is a label, a shard that opens inside a document.
     uint8_t m1[12], m2[12], m3[12];
@@ -336,27 +314,27 @@ static void test_errors(TestStats* st, const char* dir) {
     m1[4] = 4, m2[3] = DS | TR, m3[0] = 0;
     write_pair(dir, "b1", tok, m1, 12, 0, NULL), write_pair(dir, "b2", tok, m2, 12, 0, NULL), write_pair(dir, "b3", tok, m3, 12, 0, NULL);
     snprintf(pat, sizeof pat, "%s/b1.bin", dir);
-    expect_error(st, dir, "mask_undefined_bit", pat, 1, "byte 4 at token 4");
+    expect_error(st, "mask_undefined_bit", pat, 1, "byte 4 at token 4");
     snprintf(pat, sizeof pat, "%s/b2.bin", dir);
-    expect_error(st, dir, "mask_start_is_label", pat, 1, "token 3 starts a document and is a label");
+    expect_error(st, "mask_start_is_label", pat, 1, "token 3 starts a document and is a label");
     snprintf(pat, sizeof pat, "%s/b3.bin", dir);
-    expect_error(st, dir, "mask_shard_opens_mid_document", pat, 1, "its first token does not start a document");
+    expect_error(st, "mask_shard_opens_mid_document", pat, 1, "its first token does not start a document");
     // A truncated mask file (its header says 12 tokens, 11 bytes follow).
     write_pair(dir, "tr", tok, mask, 12, 0, NULL);
     char mp[512];
     snprintf(mp, sizeof mp, "%s/tr.mask", dir);
     if (truncate(mp, 1024 + 11) != 0) fail("truncate %s", mp);
     snprintf(pat, sizeof pat, "%s/tr.bin", dir);
-    expect_error(st, dir, "mask_truncated", pat, 1, "has 1035 bytes");
+    expect_error(st, "mask_truncated", pat, 1, "has 1035 bytes");
     // Every document longer than T; documents that fill less than one window of B rows.
     uint32_t lt[20] = {0};
     uint8_t lm[20] = {DS};
     write_pair(dir, "long", lt, lm, 20, 0, NULL);
     snprintf(pat, sizeof pat, "%s/long.bin", dir);
-    expect_error(st, dir, "all_documents_too_long", pat, 1, "none of their 1 documents fits -t 8");
+    expect_error(st, "all_documents_too_long", pat, 1, "none of their 1 documents fits -t 8");
     write_pair(dir, "few", tok, mask, 6, 0, NULL);   // two documents of 3: one row
     snprintf(pat, sizeof pat, "%s/few.bin", dir);
-    expect_error(st, dir, "fewer_rows_than_a_window", pat, 1, "fill 1 rows of -t 8, fewer than one window of -b 2 rows");
+    expect_error(st, "fewer_rows_than_a_window", pat, 1, "fill 1 rows of -t 8, fewer than one window of -b 2 rows");
 }
 
 int main(void) {
