@@ -201,15 +201,6 @@ def describe(cfg):
 WRITTEN_MAX = 1_000_000
 
 
-def trainer_env(i):
-    """Open MPI starts a one-process run without its daemon: half the start-up of each of the trainer's many
-    runs. Such runs all take the same job id, so each gets a session directory of its own, or two at once
-    collide creating it."""
-    session = os.path.join(TMP, "mpi%d" % i)
-    os.makedirs(session, exist_ok=True)
-    return dict(os.environ, OMPI_MCA_ess_singleton_isolated="1", OMPI_MCA_orte_tmpdir_base=session)
-
-
 def one_line(stderr):
     """The trainer's `error:` line, or all it said (an MPI failure comes in a box of several lines)."""
     lines = [l.strip() for l in stderr.splitlines() if l.strip() and not l.startswith("---")]
@@ -222,12 +213,12 @@ def trainer(spec, i, shard, written):
     allocate whatever it accepts."""
     if not written:
         r = subprocess.run([TRAINER, "-e", spec, "--estimate", "-i", "none", "-j", "", "-b", "1", "-t", "8"],
-                           capture_output=True, text=True, env=trainer_env(i))
+                           capture_output=True, text=True)
         line = next((l for l in r.stdout.splitlines() if l.startswith("model: ")), None)
         return (line, None) if r.returncode == 0 else (None, one_line(r.stderr))
     out = os.path.join(TMP, "spec%d" % i)
     r = subprocess.run([TRAINER, "-e", spec, "-i", shard, "-j", "", "-v", "0", "-s", "0", "-b", "1", "-t", "8",
-                        "-x", "0", "-o", out], capture_output=True, text=True, env=trainer_env(i))
+                        "-x", "0", "-o", out], capture_output=True, text=True)
     if r.returncode:
         return None, one_line(r.stderr)
     return open(os.path.join(out, "ckpt_000000", "model.bin"), "rb").read(model_file.HEADER_INTS * 4), None
