@@ -248,12 +248,18 @@ static void allocate_host_buffers(Zero* z, Backend* be, MemLedger* mem) {
     }
 }
 
+// Elements of a buffer of this rank's pieces (pieces.h), frozen tensors' included: the sharded parameters.
+static size_t pieces_total(const Zero* z) {
+    int last = z->pieces.lay->num_units - 1;
+    return last < 0 ? 0 : z->pieces.offset[last] + piece(z, last);
+}
+
 static void allocate_params(Zero* z, Backend* be, MemLedger* mem, const NvmeConfig* disk) {
     size_t x = xs(z);
     open_disk(z, be, mem, disk);
     if (z->caps.params_on_disk) z->params = NULL;
-    else if (z->caps.params_on_host) z->params = mem_alloc_host(be, mem, MEM_HOST_PARAMS, z->state_elems * x);
-    else z->params = mem_alloc(be, mem, MEM_PARAMS, (z->caps.shard_params ? z->state_elems : z->pieces.lay->total) * x);
+    else if (z->caps.params_on_host) z->params = mem_alloc_host(be, mem, MEM_HOST_PARAMS, pieces_total(z) * x);
+    else z->params = mem_alloc(be, mem, MEM_PARAMS, (z->caps.shard_params ? pieces_total(z) : z->pieces.lay->total) * x);
     // fp32 parameters are their own master copy where both use the same indexing (both whole, both pieces,
     // or pieces that are the whole unit in its place; nothing frozen left out of the state) and the same
     // memory (not with state_on_host).
