@@ -75,8 +75,8 @@ static const char* json_brief(const Json* j, int i, char* out, size_t n) {
     case JSON_FALSE: return "false";
     case JSON_NUMBER: snprintf(out, n, "%.*s", (int)strspn(v->text, "+-0123456789.eE"), v->text); return out;
     case JSON_STRING: snprintf(out, n, "\"%.60s\"", v->string); return out;
-    case JSON_ARRAY: return "a list";
-    default: return "an object";
+    case JSON_ARRAY: return json_first(j, i) >= 0 ? "a list" : "an empty list";
+    default: return json_first(j, i) >= 0 ? "an object" : "an empty object";
     }
 }
 
