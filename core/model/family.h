@@ -137,6 +137,10 @@ struct ModelFamily {
     // Each target's base matrix: the kind whose tensor starts the (width x in) matrix of the target's fused
     // output (Llama's wq, which wkv joins, for q, k and v).
     const int* lora_weight_kinds;
+    // The targets' modules as Hugging Face names them, for PEFT adapter folders (lora_peft.h): block l's module
+    // is "<lora_hf_blocks>.<l>", each target's "<lora_hf_blocks>.<l>.<lora_hf_modules[target]>".
+    const char* lora_hf_blocks;
+    const char* const* lora_hf_modules;
     // The shapes "the largest model that fits" is chosen from, smallest first.
     const ShapeRung* ladder;
     int ladder_len;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "core/model/lora_peft.h"
 
 static const LoraFamily* lora_family(const ModelShape* s) { return (const LoraFamily*)s->family; }
 
@@ -198,6 +199,10 @@ void lora_write_adapters(const char* path, const ParamLayout* lay, const float* 
 void lora_read_adapters(const char* path, const ParamLayout* lay, float* flat) {
     const LoraFamily* lf = lora_of(&lay->shape);
     if (!lf) fail("internal: adapters for a model without LoRA");
+    if (lora_peft_is_folder(path)) {
+        lora_peft_read(path, lay, flat);
+        return;
+    }
     FILE* f = xfopen(path, "rb");
     int32_t h[256];
     if (fread(h, sizeof(int32_t), 256, f) != 256) fail("-lora-init %s: shorter than its header", path);

@@ -50,7 +50,8 @@ static inline int lora_kind_a(const LoraFamily* lf, int j) { return lf->base->nu
 static inline int lora_kind_b(const LoraFamily* lf, int j) { return lf->base->num_kinds + 2 * j + 1; }
 // The adapter file (docs/formats.md): 256 int32 [LORA_FILE_MAGIC, 1, R, targets, L, target bits, alpha x 1000,
 // rslora], then per layer and selected target A (R, in) and B (out, R), fp32 row-major. Reads path's adapters
-// into flat (the layout's values), after one-line errors naming any difference from the run's LoRA.
+// into flat (the layout's values), after one-line errors naming any difference from the run's LoRA; a
+// directory is read as a PEFT adapter folder (lora_peft.h).
 #define LORA_FILE_MAGIC 20261130
 void lora_read_adapters(const char* path, const ParamLayout* lay, float* flat);
 // Writes flat's adapters (the whole model's layout) as such a file (a checkpoint's adapters.bin), and its

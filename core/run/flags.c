@@ -261,9 +261,10 @@ const Flag FLAGS[] = {
      .help = "with -lora: dropout on the adapters' input; only 0 is built so far"},
     {OPTIM, "-lora-targets", "LIST", FIELD(lora.targets), .def_shown = "all",
      .help = "with -lora: the layers to adapt, comma-separated: GPT-2's qkv,proj,fc,fcproj; Llama's q,k,v,o,gate,up,down"},
-    {OPTIM, "-lora-init", "FILE", FIELD(lora_init),
-     .help = "with -lora: start the adapters from FILE (the trainer's adapter file, docs/formats.md; e.g. "
-             "scripts/import_hf.py --adapter from a PEFT folder): its rank, layers, targets, alpha and rsLoRA must be the run's"},
+    {OPTIM, "-lora-init", "FILE|DIR", FIELD(lora_init),
+     .help = "with -lora: start the adapters from FILE (the trainer's adapter file, docs/formats.md) or DIR (a Hugging Face "
+             "PEFT adapter folder: adapter_config.json, adapter_model.safetensors): its rank, layers, targets, alpha and "
+             "rsLoRA must be the run's"},
     {PARALLEL, "-offload", "0|1|2", FIELD(offload), RANGE(0, 2), .def = "0",
      .help = "1: keep each rank's fp32 master weights and Adam m, v (its pieces with -z >= 1) in host memory (pinned on "
              "the GPU build); the optimizer runs there on the downloaded gradient and uploads the new parameters. 2 (-z 2 "

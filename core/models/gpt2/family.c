@@ -139,6 +139,7 @@ static const ShapeRung LADDER[] = {
 // LoRA's targets (lora.h): c_attn (q|k|v as one, as PEFT adapts GPT-2), c_proj, c_fc, the MLP's c_proj.
 static const char* const LORA_TARGETS[] = {"qkv", "proj", "fc", "fcproj"};
 static const int LORA_WEIGHTS[] = {GPT2_QKVW, GPT2_ATTPROJW, GPT2_FCW, GPT2_FCPROJW};
+static const char* const LORA_HF_MODULES[] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
 
 static LoraGeometry lora_geometry(const ModelShape* s, int target) {
     int C = s->C, F = mlp_width(s->C);
@@ -174,6 +175,8 @@ const ModelFamily GPT2_FAMILY = {
     .lora_targets = LORA_TARGETS,
     .lora_geometry = lora_geometry,
     .lora_weight_kinds = LORA_WEIGHTS,
+    .lora_hf_blocks = "transformer.h",
+    .lora_hf_modules = LORA_HF_MODULES,
     .block = &GPT2_BLOCK,
     .ends = &GPT2_ENDS,
     .ladder = LADDER,

@@ -324,6 +324,8 @@ static const ShapeRung LADDER[] = {
 // q|k|v output, gate and up into theirs of gate|up.
 static const char* const LORA_TARGETS[] = {"q", "k", "v", "o", "gate", "up", "down"};
 static const int LORA_WEIGHTS[] = {LLAMA_WQ, LLAMA_WQ, LLAMA_WQ, LLAMA_WO, LLAMA_GATE_UP, LLAMA_GATE_UP, LLAMA_DOWN};
+static const char* const LORA_HF_MODULES[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                              "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
 
 static LoraGeometry lora_geometry(const ModelShape* s, int target) {
     LlamaParams p = llama_params(s);
@@ -364,6 +366,8 @@ const ModelFamily LLAMA_FAMILY = {
     .lora_targets = LORA_TARGETS,
     .lora_geometry = lora_geometry,
     .lora_weight_kinds = LORA_WEIGHTS,
+    .lora_hf_blocks = "model.layers",
+    .lora_hf_modules = LORA_HF_MODULES,
     .block = &LLAMA_BLOCK,
     .ladder = LADDER,
     .ladder_len = (int)(sizeof(LADDER) / sizeof(LADDER[0])),
