@@ -68,17 +68,19 @@ bad = ["%s step %d rank %d: %s %d, expected %d" % (run, i, rank, k, row.get(k, [
 print("ok" if not bad and all(len(rows(r)) == 8 for r in want) else "; ".join(bad[:3]) or "not 8 records")
 PY
 # Resume: the checkpoint of step 4 at -tp 2 on one rank and at -tp 2 again; -tp 2 x 2 replicas' on one rank.
-resume() {   # name, ranks, from run, flags...
+resume() {   # name, ranks, from run, flags...: must resume at step 4 (-y 1 starts at 0 without a checkpoint)
     local name=$1 np=$2 from=$3; shift 3
     rm -rf "$TMP/$name" && cp -r "$TMP/$from" "$TMP/$name" && rm -rf "$TMP/$name/ckpt_000008" &&
-        train "$np" "$TMP/$name" -y 1 "$@" || t_fail "$name" "resume failed: $(grep -m1 -i error "$TMP/$name.txt")"
+        train "$np" "$TMP/$name" -y 1 "$@" && grep -q "^resumed from .*ckpt_000004 at step 4" "$TMP/$name.txt" ||
+        { t_fail "$name" "no resume at step 4: $(grep -m1 -iE 'error|resumed' "$TMP/$name.txt")"; return 1; }
 }
-resume l_tp2_on_one 1 l_tp2 -e $llama
-compare_py log l_resume_tp2_on_one_rank "$TMP/l_tp2_on_one/log.jsonl" "$TMP/l_ref/log.jsonl" --steps 8 --tol 1e-5 --key loss --key grad_norm
-resume g_dp2_on_one 1 g_tp2_dp2_z2 "${gpt2[@]}" -ga 2
-compare_py log g_resume_tp2_dp2_on_one_rank "$TMP/g_dp2_on_one/log.jsonl" "$TMP/g_ref_ga2/log.jsonl" --steps 8 --tol 1e-5 --key loss --key grad_norm
+resume l_tp2_on_one 1 l_tp2 -e $llama &&
+    compare_py log l_resume_tp2_on_one_rank "$TMP/l_tp2_on_one/log.jsonl" "$TMP/l_ref/log.jsonl" --steps 8 --tol 1e-5 --key loss --key grad_norm
+resume g_dp2_on_one 1 g_tp2_dp2_z2 "${gpt2[@]}" -ga 2 &&
+    compare_py log g_resume_tp2_dp2_on_one_rank "$TMP/g_dp2_on_one/log.jsonl" "$TMP/g_ref_ga2/log.jsonl" --steps 8 --tol 1e-5 --key loss --key grad_norm
 resume l_tp2_again 2 l_tp2 -e $llama -tp 2
 bad=""
+[ "$(fields "$TMP/l_tp2/log.jsonl" | wc -l)" = 8 ] || bad="not 8 steps in l_tp2's log"
 diff <(fields "$TMP/l_tp2_again/log.jsonl") <(fields "$TMP/l_tp2/log.jsonl") > /dev/null || bad="losses or norms differ"
 for f in adapters.bin state_rank0.bin state_rank1.bin; do
     cmp -s "$TMP/l_tp2_again/ckpt_000008/$f" "$TMP/l_tp2/ckpt_000008/$f" || bad="$bad $f differs"
