@@ -4,11 +4,12 @@
 #include "base/common.h"
 #include "core/model/lora.h"
 
-// The widest input or output of the run's targets.
-static size_t widest(const LoraFamily* lf, const ModelShape* s) {
-    size_t w = 0;
+// The widest input or output of the run's targets on this tensor rank, and at least R (the `wide` buffer
+// also holds a scaled h).
+static size_t widest(const LoraFamily* lf, const ParamLayout* lay) {
+    size_t w = (size_t)lf->rank;
     for (int j = 0; j < lf->num_targets; j++) {
-        LoraGeometry geo = lf->base->lora_geometry(s, lf->target[j]);
+        LoraGeometry geo = lora_rank_geometry(lf->base, &lay->shape, lf->target[j], lay->tp_size);
         w = (size_t)geo.in > w ? (size_t)geo.in : w;
         w = (size_t)geo.out > w ? (size_t)geo.out : w;
     }
@@ -20,13 +21,13 @@ size_t lora_work_bytes(const ParamLayout* lay, DType dt, int B, int T) {
     const LoraFamily* lf = lora_of(&lay->shape);
     if (!lf) return 0;
     size_t N = (size_t)B * T, R = (size_t)lf->rank;
-    return (2 * N * R + 2 * N * widest(lf, &lay->shape) + R * R) * dtype_size(dt);
+    return (2 * N * R + 2 * N * widest(lf, lay) + R * R) * dtype_size(dt);
 }
 
 void lora_work_create(Model* g, Backend* be, MemLedger* mem) {
     const LoraFamily* lf = lora_of(&g->shape);
     if (!lf) return;
-    size_t N = (size_t)g->B * g->T, R = (size_t)lf->rank, w = widest(lf, &g->shape), e = dtype_size(g->dt);
+    size_t N = (size_t)g->B * g->T, R = (size_t)lf->rank, w = widest(lf, g->layout), e = dtype_size(g->dt);
     char* at = (char*)mem_alloc(be, mem, MEM_ACTIVATIONS, lora_work_bytes(g->layout, g->dt, g->B, g->T));
     g->lora.h = at, at += N * R * e;
     g->lora.dh = at, at += N * R * e;
