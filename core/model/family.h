@@ -89,8 +89,13 @@ typedef struct {
 
 // A LoRA target's linear in a block (lora.h): its input width, and the column block [col, col + out) of the
 // width-wide output (a fused matmul's: Llama's q|k|v and gate|up; else the whole output) that it adds into.
+// cut: how -tp cuts the target's block of its base matrix, as the layer's kind_cut does: CUT_ROWS (a
+// column-parallel layer: its output rows, in `sections` equal blocks of `heads` heads each, 0: any row
+// count) or CUT_COLS (a row-parallel one: its input columns).
 typedef struct {
     int in, out, col, width;
+    Cut cut;
+    int sections, heads;
 } LoraGeometry;
 
 typedef struct BlockOps BlockOps;   // block.h

@@ -1,10 +1,13 @@
 // lora.c: the LoRA'd family (lora.h).
 #include "core/model/lora.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include "base/common.h"
 #include "core/model/lora_peft.h"
@@ -26,13 +29,47 @@ static size_t lora_kind_elems(const ModelShape* s, int k) {
     return (size_t)lf->rank * (size_t)(is_b ? g.out : g.in);
 }
 
+// A column-parallel layer's B is cut by rows as the layer's weight is, its A held whole; a row-parallel
+// layer's A by columns, its B whole.
 static TensorCut lora_kind_cut(const ModelShape* s, int k) {
     const LoraFamily* lf = lora_family(s);
     if (k < lf->base->num_kinds) return lf->base->kind_cut(s, k);
     int is_b, t = adapter_target(lf, k, &is_b);
     LoraGeometry g = lf->base->lora_geometry(s, t);
-    size_t R = (size_t)lf->rank;
-    return is_b ? (TensorCut){CUT_NONE, (size_t)g.out, R, 1, 0} : (TensorCut){CUT_NONE, R, (size_t)g.in, 1, 0};
+    size_t R = (size_t)lf->rank, in = (size_t)g.in, out = (size_t)g.out;
+    if (is_b) return g.cut == CUT_ROWS ? (TensorCut){CUT_ROWS, out, R, (size_t)g.sections, (size_t)g.heads} : (TensorCut){CUT_NONE, out, R, 1, 0};
+    return g.cut == CUT_COLS ? (TensorCut){CUT_COLS, R, in, 1, 0} : (TensorCut){CUT_NONE, R, in, 1, 0};
+}
+
+// Rows of a column-parallel target's block that each of tp ranks holds, as model.c's cut_tensor cuts them:
+// 1/tp of each section, or one head of each (a copy) when the sections have fewer heads than ranks.
+static int rows_per_rank(const LoraGeometry* g, int tp) {
+    int copies = g->heads && g->heads < tp ? tp / g->heads : 1;
+    return g->sections * (g->out / g->sections * copies / tp);
+}
+
+LoraGeometry lora_rank_geometry(const ModelFamily* base, const ModelShape* s, int target, int tp) {
+    LoraGeometry g = base->lora_geometry(s, target);
+    if (tp == 1) return g;
+    if (g.cut == CUT_COLS) {
+        g.in /= tp;
+        return g;
+    }
+    // A fused output holds this rank's rows of each of its targets' blocks, in the blocks' order.
+    int col = 0, width = 0, whole = 0;
+    for (int t = 0; t < base->num_lora_targets; t++) {
+        if (base->lora_weight_kinds[t] != base->lora_weight_kinds[target]) continue;
+        LoraGeometry o = base->lora_geometry(s, t);
+        int rows = rows_per_rank(&o, tp);
+        col += o.col < g.col ? rows : 0;
+        width += rows;
+        whole += o.out;
+    }
+    if (whole != g.width) fail("internal: LoRA target %s's fused output is not its targets' blocks", base->lora_targets[target]);
+    g.out = rows_per_rank(&g, tp);
+    g.col = col;
+    g.width = width;
+    return g;
 }
 
 // Target names of the family, selected by a comma-separated list (NULL or "": all); one-line errors.
@@ -179,20 +216,70 @@ static long long adapter_bytes(const LoraFamily* lf, const ModelShape* s) {
 
 long long lora_adapter_file_bytes(const ModelShape* s) { return 1024 + adapter_bytes(lora_family(s), s); }
 
-void lora_write_adapters(const char* path, const ParamLayout* lay, const float* flat) {
-    const LoraFamily* lf = lora_of(&lay->shape);
+// Where the adapter file holds kind k of layer l (elements past the header): the layers in order, each its
+// targets' A then B.
+static size_t file_position(const LoraFamily* lf, const ModelShape* s, int k, int l) {
+    size_t per_layer = 0, at = 0;
+    for (int j = 0; j < lf->num_targets; j++) {
+        LoraGeometry g = lf->base->lora_geometry(s, lf->target[j]);
+        size_t a = (size_t)lf->rank * (size_t)g.in, b = (size_t)lf->rank * (size_t)g.out;
+        if (k == lora_kind_a(lf, j)) at = per_layer;
+        if (k == lora_kind_b(lf, j)) at = per_layer + a;
+        per_layer += a + b;
+    }
+    return (size_t)l * per_layer + at;
+}
+
+// The canonical offset of kind k's whole tensor of layer l (llm.c's order: each kind stacked over layers).
+static size_t whole_canonical(const ModelShape* s, int k, int l) {
+    size_t off = 0;
+    for (int i = 0; i < k; i++) off += param_kind_elems(s, i) * param_kind_layers(s, i);
+    return off + (size_t)l * param_kind_elems(s, k);
+}
+
+// Each run of the adapters a layout holds (a tensor-parallel shard: runs of rows or of columns) and where
+// the file holds it, in bytes; copies too when `copies`.
+typedef void (*AdapterRunFn)(FILE* f, const char* path, off_t at, float* values, size_t n);
+static void adapter_runs(const ParamLayout* lay, float* flat, int copies, FILE* f, const char* path, AdapterRunFn fn) {
+    const LoraFamily* lf = lora_family(&lay->shape);
+    for (int i = 0; i < lay->num_tensors; i++) {
+        const ParamTensor* t = &lay->tensors[i];
+        if (t->kind < lf->base->num_kinds || (!copies && tensor_is_copy(lay, t))) continue;
+        size_t whole = whole_canonical(&lay->shape, t->kind, t->layer), at = file_position(lf, &lay->shape, t->kind, t->layer);
+        for (size_t j = 0; j < t->size; j += t->run)
+            fn(f, path, (off_t)(1024 + (at + tensor_canonical(t, j) - whole) * sizeof(float)), flat + t->offset + j, t->run);
+    }
+}
+
+static void seek_to(FILE* f, const char* path, off_t at) {
+    if (fseeko(f, at, SEEK_SET) != 0) fail("cannot seek in %s: %s", path, strerror(errno));
+}
+static void write_run(FILE* f, const char* path, off_t at, float* values, size_t n) {
+    seek_to(f, path, at);
+    xfwrite(values, sizeof(float), n, f, path);
+}
+static void read_run(FILE* f, const char* path, off_t at, float* values, size_t n) {
+    seek_to(f, path, at);
+    xfread(values, sizeof(float), n, f, path);
+}
+
+void lora_adapter_file_create(const char* path, const ModelShape* s) {
+    const LoraFamily* lf = lora_of(s);
     if (!lf) fail("internal: adapters of a model without LoRA");
-    int32_t h[256] = {LORA_FILE_MAGIC, 1, lf->rank, lf->num_targets, lay->shape.L, (int32_t)lf->target_bits,
+    int32_t h[256] = {LORA_FILE_MAGIC, 1, lf->rank, lf->num_targets, s->L, (int32_t)lf->target_bits,
                       (int32_t)lroundf(lf->alpha * 1000.0f), lf->rslora};
     FILE* f = xfopen(path, "wb");
     xfwrite(h, sizeof(int32_t), 256, f, path);
-    for (int l = 0; l < lay->shape.L; l++)
-        for (int j = 0; j < lf->num_targets; j++)
-            for (int ab = 0; ab < 2; ab++) {
-                const ParamTensor* t = layout_tensor(lay, ab ? lora_kind_b(lf, j) : lora_kind_a(lf, j), l);
-                if (!t || t->size != param_kind_elems(&lay->shape, t->kind)) fail("internal: adapters not held whole here");
-                xfwrite(flat + t->offset, sizeof(float), t->size, f, path);
-            }
+    // Sized up front so each writer (a pipeline stage, a tensor rank) can write its part in place.
+    if (ftruncate(fileno(f), (off_t)lora_adapter_file_bytes(s)) != 0) fail("cannot size %s: %s", path, strerror(errno));
+    xfclose(f, path);
+}
+
+void lora_write_adapter_part(const char* path, const ParamLayout* lay, const float* flat) {
+    if (!lora_of(&lay->shape)) fail("internal: adapters of a model without LoRA");
+    FILE* f = fopen(path, "r+b");
+    if (!f) fail("cannot open %s for writing: %s", path, strerror(errno));
+    adapter_runs(lay, (float*)flat, 0, f, path, write_run);
     xfclose(f, path);
 }
 
@@ -208,22 +295,9 @@ void lora_read_adapters(const char* path, const ParamLayout* lay, float* flat) {
     if (fread(h, sizeof(int32_t), 256, f) != 256) fail("-lora-init %s: shorter than its header", path);
     check_adapter_header(path, h, lf, lay->shape.L);
     long long want = 1024 + adapter_bytes(lf, &lay->shape);
-    if (fseek(f, 0, SEEK_END) != 0) fail("-lora-init %s: cannot seek", path);
-    long long size = ftell(f);
+    if (fseeko(f, 0, SEEK_END) != 0) fail("-lora-init %s: cannot seek", path);
+    long long size = (long long)ftello(f);
     if (size != want) fail("-lora-init %s: %lld bytes, the run's adapters take %lld", path, size, want);
-    if (fseek(f, 1024, SEEK_SET) != 0) fail("-lora-init %s: cannot seek", path);
-    for (int l = 0; l < lay->shape.L; l++)
-        for (int j = 0; j < lf->num_targets; j++)
-            for (int ab = 0; ab < 2; ab++) {
-                int k = ab ? lora_kind_b(lf, j) : lora_kind_a(lf, j);
-                size_t n = param_kind_elems(&lay->shape, k);
-                const ParamTensor* t = layout_tensor(lay, k, l);
-                if (t && t->size != n) fail("internal: -lora-init into a split adapter");
-                if (!t) {   // another stage's layer
-                    if (fseek(f, (long)(n * 4), SEEK_CUR) != 0) fail("-lora-init %s: cannot seek", path);
-                    continue;
-                }
-                xfread(flat + t->offset, sizeof(float), n, f, path);
-            }
+    adapter_runs(lay, flat, 1, f, path, read_run);
     fclose(f);
 }

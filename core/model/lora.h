@@ -49,14 +49,19 @@ ModelShape lora_base_shape(const ModelShape* s);
 static inline int lora_kind_a(const LoraFamily* lf, int j) { return lf->base->num_kinds + 2 * j; }
 static inline int lora_kind_b(const LoraFamily* lf, int j) { return lf->base->num_kinds + 2 * j + 1; }
 // The adapter file (docs/formats.md): 256 int32 [LORA_FILE_MAGIC, 1, R, targets, L, target bits, alpha x 1000,
-// rslora], then per layer and selected target A (R, in) and B (out, R), fp32 row-major. Reads path's adapters
-// into flat (the layout's values), after one-line errors naming any difference from the run's LoRA; a
-// directory is read as a PEFT adapter folder (lora_peft.h).
+// rslora], then per layer and selected target A (R, in) and B (out, R), fp32 row-major: whole adapters at
+// any -tp or -pp. Reads the part of path's adapters that lay holds (a stage's layers, a tensor rank's
+// shards and copies) into flat (the layout's values), after one-line errors naming any difference from the
+// run's LoRA; a directory is read as a PEFT adapter folder (lora_peft.h).
 #define LORA_FILE_MAGIC 20261130
 void lora_read_adapters(const char* path, const ParamLayout* lay, float* flat);
-// Writes flat's adapters (the whole model's layout) as such a file (a checkpoint's adapters.bin), and its
-// size for shape s.
-void lora_write_adapters(const char* path, const ParamLayout* lay, const float* flat);
+// Writing one (a checkpoint's adapters.bin): its header, sized (zeros), then each writer's part in place:
+// the adapters lay holds but its copies (another rank writes those).
+void lora_adapter_file_create(const char* path, const ModelShape* s);
+void lora_write_adapter_part(const char* path, const ParamLayout* lay, const float* flat);
 long long lora_adapter_file_bytes(const ModelShape* s);
+// Target `target`'s geometry on each of tp tensor ranks: a column-parallel target's rows of its block and
+// where they sit in the rank's fused output, a row-parallel target's share of its input columns.
+LoraGeometry lora_rank_geometry(const ModelFamily* base, const ModelShape* s, int target, int tp);
 // The selected index of family target i, or -1 when the run does not adapt it.
 int lora_selected(const LoraFamily* lf, int target);

@@ -4,11 +4,12 @@
 #include "base/common.h"
 #include "core/model/lora.h"
 
-// The widest input or output of the run's targets.
-static size_t widest(const LoraFamily* lf, const ModelShape* s) {
-    size_t w = 0;
+// The widest input or output of the run's targets on this tensor rank, and at least R (the `wide` buffer
+// also holds a scaled h).
+static size_t widest(const LoraFamily* lf, const ParamLayout* lay) {
+    size_t w = (size_t)lf->rank;
     for (int j = 0; j < lf->num_targets; j++) {
-        LoraGeometry geo = lf->base->lora_geometry(s, lf->target[j]);
+        LoraGeometry geo = lora_rank_geometry(lf->base, &lay->shape, lf->target[j], lay->tp_size);
         w = (size_t)geo.in > w ? (size_t)geo.in : w;
         w = (size_t)geo.out > w ? (size_t)geo.out : w;
     }
@@ -20,13 +21,13 @@ size_t lora_work_bytes(const ParamLayout* lay, DType dt, int B, int T) {
     const LoraFamily* lf = lora_of(&lay->shape);
     if (!lf) return 0;
     size_t N = (size_t)B * T, R = (size_t)lf->rank;
-    return (2 * N * R + 2 * N * widest(lf, &lay->shape) + R * R) * dtype_size(dt);
+    return (2 * N * R + 2 * N * widest(lf, lay) + R * R) * dtype_size(dt);
 }
 
 void lora_work_create(Model* g, Backend* be, MemLedger* mem) {
     const LoraFamily* lf = lora_of(&g->shape);
     if (!lf) return;
-    size_t N = (size_t)g->B * g->T, R = (size_t)lf->rank, w = widest(lf, &g->shape), e = dtype_size(g->dt);
+    size_t N = (size_t)g->B * g->T, R = (size_t)lf->rank, w = widest(lf, g->layout), e = dtype_size(g->dt);
     char* at = (char*)mem_alloc(be, mem, MEM_ACTIVATIONS, lora_work_bytes(g->layout, g->dt, g->B, g->T));
     g->lora.h = at, at += N * R * e;
     g->lora.dh = at, at += N * R * e;
@@ -64,7 +65,7 @@ static int adapter_of(Model* g, const BlockRef* b, int target, Adapter* a) {
     int j = lf ? lora_selected(lf, target) : -1;
     if (j < 0) return 0;
     const ParamLayout* lay = g->layout;
-    *a = (Adapter){lf, lf->base->lora_geometry(&g->shape, target), g->B * g->T, lf->rank,
+    *a = (Adapter){lf, lora_rank_geometry(lf->base, &g->shape, target, lay->tp_size), g->B * g->T, lf->rank,
                    unit_tensor(lay, b->params, lora_kind_a(lf, j), b->layer, g->dt), unit_tensor(lay, b->params, lora_kind_b(lf, j), b->layer, g->dt),
                    b->grads ? unit_grad_tensor(lay, b->grads, lora_kind_a(lf, j), b->layer, g->dt) : NULL,
                    b->grads ? unit_grad_tensor(lay, b->grads, lora_kind_b(lf, j), b->layer, g->dt) : NULL};
@@ -106,28 +107,51 @@ void lora_forward(Model* g, Backend* be, const BlockRef* b, int target, void* ou
     column_block(g, be, &a, out, g->lora.wide, 0);
 }
 
-// W: dB += dblock^T (scale h); dA += (scale dblock B)^T inp. B: dinp += (scale dblock B) A.
+// Under -tp a column-parallel target's dh is this rank's part of a sum over the tensor group (its B holds
+// the rank's rows), and a row-parallel target's h (its A the rank's columns): summed here, (N, R) each, for
+// the whole tensors' gradients (A's and B's respectively), which then agree on every tensor rank. With kv
+// heads fewer than tensor ranks each copy of a k or v block carries only its own query heads' gradient: B's
+// gradient takes the copies' sum, as the base's weight gradient does (steps.c: sum_kv_copies).
+static void sum_over_group(Model* g, const Adapter* a, Cut cut, void* x) {
+    if (g->tp && a->geo.cut == cut) comm_allreduce_sum(g->tp, x, (size_t)a->N * a->R, g->dt);
+}
+
+// dA += (scale dblock B)^T inp (dh, made by the caller); dB += dblock^T (scale inp A^T), the scaled h
+// through `wide`, free here.
+static void weight_grads(Model* g, Backend* be, const Adapter* a, void* dh, void* dblock, const void* inp) {
+    DType dt = g->dt;
+    sum_over_group(g, a, CUT_ROWS, dh);
+    matmul_backward_weight(be, dt, a->dA, NULL, dh, inp, a->N, a->geo.in, a->R);
+    void* h = dh == g->lora.h ? g->lora.dh : g->lora.h;
+    matmul_forward(be, dt, h, NULL, inp, a->A, NULL, a->N, a->geo.in, a->R);
+    sum_over_group(g, a, CUT_COLS, h);
+    if (g->kv_copies && a->geo.heads && a->geo.heads < g->layout->tp_size) {
+        if (whole_output(a)) fail("internal: a kv head's copies sum into the fused output itself");
+        comm_allreduce_sum(g->kv_copies, dblock, (size_t)a->N * a->geo.out, dt);
+    }
+    matmul_backward_weight(be, dt, a->dB, NULL, dblock, scaled(g, be, a, h, g->lora.wide), a->N, a->R, a->geo.out);
+}
+
+// B: dinp += (scale dblock B) A (a column-parallel target's: this rank's part of the tensor group's sum,
+// as the base's input gradient is); W: weight_grads.
 void lora_backward(BlockBackward* c, const BlockRef* b, int target, void* dinp, const void* dout, const void* inp, const void* pre) {
     Model* g = c->g;
     Backend* be = c->be;
     Adapter a;
     if (!adapter_of(g, b, target, &a)) return;
     DType dt = g->dt;
-    const void* dblock = dout;
+    void* dblock = (void*)dout;
     if (!whole_output(&a)) {
         column_block(g, be, &a, (void*)dout, g->lora.block, 1);
         dblock = g->lora.block;
     }
-    if (c->mode != BWD_INPUT) {
-        matmul_forward(be, dt, g->lora.h, NULL, inp, a.A, NULL, a.N, a.geo.in, a.R);
-        matmul_backward_weight(be, dt, a.dB, NULL, dblock, scaled(g, be, &a, g->lora.h, g->lora.dh), a.N, a.R, a.geo.out);
-    }
     matmul_backward_input(be, dt, g->lora.dh, dblock, NULL, a.B, a.N, a.R, a.geo.out);
     void* dh = scaled(g, be, &a, g->lora.dh, g->lora.h);
-    if (c->mode != BWD_INPUT) matmul_backward_weight(be, dt, a.dA, NULL, dh, inp, a.N, a.geo.in, a.R);
-    if (c->mode == BWD_WEIGHT) return;
-    size_t n = (size_t)a.N * a.geo.in;
-    matmul_backward_input(be, dt, g->lora.wide, dh, NULL, a.A, a.N, a.geo.in, a.R);
-    if (pre) gelu_backward(be, dt, g->lora.wide, pre, g->lora.wide, n);
-    residual_forward(be, dt, dinp, dinp, g->lora.wide, n);
+    if (c->mode != BWD_WEIGHT) {
+        size_t n = (size_t)a.N * a.geo.in;
+        matmul_backward_input(be, dt, g->lora.wide, dh, NULL, a.A, a.N, a.geo.in, a.R);
+        if (pre) gelu_backward(be, dt, g->lora.wide, pre, g->lora.wide, n);
+        residual_forward(be, dt, dinp, dinp, g->lora.wide, n);
+    }
+    if (c->mode != BWD_INPUT) weight_grads(g, be, &a, dh, dblock, inp);
 }

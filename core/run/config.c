@@ -36,7 +36,7 @@ static void check_lora(const Config* c) {
         return;
     }
     const char* flag = c->nvme_dir ? "-nvme" : c->delay_from > 0 ? "-dpu" : c->offload ? "-offload"
-                       : c->pipeline_stages > 1 ? "-pp" : c->tensor_parallel > 1 ? "-tp" : NULL;
+                       : c->pipeline_stages > 1 ? "-pp" : NULL;
     if (flag) fail("%s: not yet with -lora", flag);
     if (c->lora.dropout > 0) fail("-lora-dropout %g: not yet (only 0 is built)", c->lora.dropout);
     if (c->lora.targets && !c->lora.targets[0]) fail("-lora-targets needs a list of targets");

@@ -136,7 +136,8 @@ static const ShapeRung LADDER[] = {
     {"65B", "L80C8192H64"},  {"175B", "L96C12288H96"},
 };
 
-// LoRA's targets (lora.h): c_attn (q|k|v as one, as PEFT adapts GPT-2), c_proj, c_fc, the MLP's c_proj.
+// LoRA's targets (lora.h): c_attn (q|k|v as one, as PEFT adapts GPT-2), c_proj, c_fc, the MLP's c_proj; each
+// cut by -tp as kind_cut cuts its matrix.
 static const char* const LORA_TARGETS[] = {"qkv", "proj", "fc", "fcproj"};
 static const int LORA_WEIGHTS[] = {GPT2_QKVW, GPT2_ATTPROJW, GPT2_FCW, GPT2_FCPROJW};
 static const char* const LORA_HF_MODULES[] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
@@ -144,10 +145,10 @@ static const char* const LORA_HF_MODULES[] = {"attn.c_attn", "attn.c_proj", "mlp
 static LoraGeometry lora_geometry(const ModelShape* s, int target) {
     int C = s->C, F = mlp_width(s->C);
     switch (target) {
-        case 0: return (LoraGeometry){C, 3 * C, 0, 3 * C};
-        case 1: return (LoraGeometry){C, C, 0, C};
-        case 2: return (LoraGeometry){C, F, 0, F};
-        default: return (LoraGeometry){F, C, 0, C};
+        case 0: return (LoraGeometry){C, 3 * C, 0, 3 * C, CUT_ROWS, 3, s->NH};
+        case 1: return (LoraGeometry){C, C, 0, C, CUT_COLS, 1, 0};
+        case 2: return (LoraGeometry){C, F, 0, F, CUT_ROWS, 1, 0};
+        default: return (LoraGeometry){F, C, 0, C, CUT_COLS, 1, 0};
     }
 }
 

@@ -321,7 +321,7 @@ static const ShapeRung LADDER[] = {
 };
 
 // LoRA's targets (lora.h), as PEFT names the modules: q, k and v add into their column blocks of the fused
-// q|k|v output, gate and up into theirs of gate|up.
+// q|k|v output, gate and up into theirs of gate|up; each cut by -tp as kind_cut cuts its rows of wq|wkv or gate_up.
 static const char* const LORA_TARGETS[] = {"q", "k", "v", "o", "gate", "up", "down"};
 static const int LORA_WEIGHTS[] = {LLAMA_WQ, LLAMA_WQ, LLAMA_WQ, LLAMA_WO, LLAMA_GATE_UP, LLAMA_GATE_UP, LLAMA_DOWN};
 static const char* const LORA_HF_MODULES[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
@@ -331,13 +331,13 @@ static LoraGeometry lora_geometry(const ModelShape* s, int target) {
     LlamaParams p = llama_params(s);
     int C = s->C, Q = s->NH * p.D, KV = p.KV * p.D, QKV = Q + 2 * KV;
     switch (target) {
-        case 0: return (LoraGeometry){C, Q, 0, QKV};
-        case 1: return (LoraGeometry){C, KV, Q, QKV};
-        case 2: return (LoraGeometry){C, KV, Q + KV, QKV};
-        case 3: return (LoraGeometry){Q, C, 0, C};
-        case 4: return (LoraGeometry){C, p.F, 0, 2 * p.F};
-        case 5: return (LoraGeometry){C, p.F, p.F, 2 * p.F};
-        default: return (LoraGeometry){p.F, C, 0, C};
+        case 0: return (LoraGeometry){C, Q, 0, QKV, CUT_ROWS, 1, s->NH};
+        case 1: return (LoraGeometry){C, KV, Q, QKV, CUT_ROWS, 1, p.KV};
+        case 2: return (LoraGeometry){C, KV, Q + KV, QKV, CUT_ROWS, 1, p.KV};
+        case 3: return (LoraGeometry){Q, C, 0, C, CUT_COLS, 1, 0};
+        case 4: return (LoraGeometry){C, p.F, 0, 2 * p.F, CUT_ROWS, 1, 0};
+        case 5: return (LoraGeometry){C, p.F, p.F, 2 * p.F, CUT_ROWS, 1, 0};
+        default: return (LoraGeometry){p.F, C, 0, C, CUT_COLS, 1, 0};
     }
 }
 
