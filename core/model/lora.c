@@ -251,6 +251,11 @@ static void adapter_runs(const ParamLayout* lay, float* flat, int copies, FILE* 
     }
 }
 
+void lora_place_whole(const ParamLayout* lay, const ParamTensor* t, const float* whole, float* flat) {
+    size_t first = whole_canonical(&lay->shape, t->kind, t->layer);
+    for (size_t j = 0; j < t->size; j += t->run) memcpy(flat + t->offset + j, whole + (tensor_canonical(t, j) - first), t->run * sizeof(float));
+}
+
 static void seek_to(FILE* f, const char* path, off_t at) {
     if (fseeko(f, at, SEEK_SET) != 0) fail("cannot seek in %s: %s", path, strerror(errno));
 }

@@ -60,6 +60,9 @@ void lora_read_adapters(const char* path, const ParamLayout* lay, float* flat);
 void lora_adapter_file_create(const char* path, const ModelShape* s);
 void lora_write_adapter_part(const char* path, const ParamLayout* lay, const float* flat);
 long long lora_adapter_file_bytes(const ModelShape* s);
+// Places adapter tensor t's whole values (all its rows and columns, as the adapter file holds them) into
+// flat at the part the layout holds: the rows or columns of a tensor rank's shard, or all of them.
+void lora_place_whole(const ParamLayout* lay, const ParamTensor* t, const float* whole, float* flat);
 // Target `target`'s geometry on each of tp tensor ranks: a column-parallel target's rows of its block and
 // where they sit in the rank's fused output, a row-parallel target's share of its input columns.
 LoraGeometry lora_rank_geometry(const ModelFamily* base, const ModelShape* s, int target, int tp);

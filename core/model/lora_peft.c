@@ -370,8 +370,10 @@ static void read_tensors(const PeftFolder* p, const Safetensors* st, const Param
                 TensorBytes tb = tensor_bytes(st, i, name, rows, cols);
                 const ParamTensor* t = layout_tensor(lay, ab ? lora_kind_b(lf, j) : lora_kind_a(lf, j), l);
                 if (!t) continue;   // another stage's layer
-                if (t->size != (size_t)(rows * cols)) fail("internal: -lora-init into a split adapter");
-                tensor_read(st, &tb, flat + t->offset, t->size);
+                float* whole = xmalloc((size_t)(rows * cols) * sizeof(float));
+                tensor_read(st, &tb, whole, (size_t)(rows * cols));
+                lora_place_whole(lay, t, whole, flat);
+                free(whole);
             }
 }
 

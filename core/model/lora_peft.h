@@ -12,6 +12,6 @@
 
 // 1 when path is a directory: lora_read_adapters reads it as a PEFT adapter folder.
 int lora_peft_is_folder(const char* path);
-// Reads the folder's adapters into flat (the layout's values; tensors of another pipeline stage skipped)
+// Reads the folder's adapters into flat (the layout's part: a stage's layers, a tensor rank's shards)
 // after the checks above.
 void lora_peft_read(const char* folder, const ParamLayout* lay, float* flat);

@@ -11,7 +11,7 @@
 #   - a checkpoint written at -tp 2 resumes on one rank (and one at -tp 2 x 2 replicas on one rank with
 #     -ga 2) within 1e-5, and at -tp 2 bit for bit;
 #   - -lora-init of trained adapters (B nonzero) at -tp 2: step 0's loss, logits and every adapter's gradient
-#     equal one rank's within 1e-5.
+#     equal one rank's within 1e-5; from their PEFT folder (-lora-init DIR) the adapter file's, bit for bit.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 mpi_or_skip t_lora_tp
@@ -103,4 +103,14 @@ errs = {"loss": abs(loss[0] - loss[1]) / abs(loss[0]), "logits": rel(f(tp, "logi
 ok = g1.size == g2.size and nz.size > 0 and all(e <= 1e-5 for e in errs.values())
 print("ok" if ok else "relative errors %s" % errs)
 PY
+# The same for a PEFT folder (-lora-init DIR) at -tp 2: GPT-2's trained adapters exported by export_hf.py
+# --adapter give the step-0 logits and gradients of their adapter file, bit for bit.
+$PYTHON scripts/export_hf.py "$MODEL" "$TMP/g_peft" --adapter "$TMP/g_ref/ckpt_000008/adapters.bin" > "$TMP/peft.txt" 2>&1 ||
+    t_fail peft_export "$(tail -1 "$TMP/peft.txt")"
+base=(-i "$TMP/data.bin" -j "" -b 2 -t 32 -x 1 -s 0 -v 0 -lora 4 -lora-alpha 8 "${gpt2[@]}" -tp 2)
+run 2 init_file_tp2 -lora-init "$TMP/g_ref/ckpt_000008/adapters.bin" -dump "$TMP/init_file_tp2.d"
+run 2 init_dir_tp2 -lora-init "$TMP/g_peft" -dump "$TMP/init_dir_tp2.d"
+t_check lora_init_peft_folder_tp2_is_the_files "cmp -s $TMP/init_file_tp2.d/logits0.f32 $TMP/init_dir_tp2.d/logits0.f32 &&
+    cmp -s $TMP/init_file_tp2.d/grads0.f32 $TMP/init_dir_tp2.d/grads0.f32 && [ -s $TMP/init_dir_tp2.d/grads0.f32 ]" \
+    "$(grep -m1 -i error "$TMP/init_dir_tp2.txt")"
 t_finish
