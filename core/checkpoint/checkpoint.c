@@ -75,23 +75,17 @@ static void model_parts_to_root(const ParamLayout* lay, const float* flat, int s
     free(from);
 }
 
-// model.bin: rank 0 sizes the file, then each stage's replica-0 rank gathers its stage's master weights
-// and writes its tensors in place (or sends them to rank 0 from another host's directory), so no rank
-// ever holds more than its own stage.
+// model.bin (a LoRA run: adapters.bin, the adapters only): rank 0 sizes the file, then each stage's
+// replica-0 rank gathers its stage's master weights and writes its tensors in place (or sends them to rank
+// 0 from another host's directory), so no rank ever holds more than its own stage.
 static void model_save(const ModelState* ms, Backend* be, const Grid* g, const RunDir* rd, const char* path) {
-    if (lora_of(&ms->lay->shape)) {   // the adapters only: one stage, whole tensors (lora.h); rank 0 writes
-        float* flat = (float*)xcalloc(ms->lay->total, sizeof(float));
-        ms->master_to_host(ms->ctx, be, flat);   // collective over the replicas
-        if (comm_rank(g->world) == 0) lora_write_adapters(path, ms->lay, flat);
-        free(flat);
-        return;
-    }
-    if (comm_rank(g->world) == 0) model_file_create(&ms->lay->shape, path, 1);
+    int lora = lora_of(&ms->lay->shape) != NULL;
+    if (comm_rank(g->world) == 0) lora ? lora_adapter_file_create(path, &ms->lay->shape) : model_file_create(&ms->lay->shape, path, 1);
     comm_barrier(g->world);
     int writer = g->dp_rank == 0, sends = writer && !rd->root_dir;
     float* flat = writer ? (float*)xcalloc(ms->lay->total, sizeof(float)) : NULL;
     ms->master_to_host(ms->ctx, be, flat);   // collective over the stage's replicas
-    if (writer && !sends) model_file_write_part(ms->lay, flat, path, 1);
+    if (writer && !sends) lora ? lora_adapter_file_write_part(path, ms->lay, flat) : model_file_write_part(ms->lay, flat, path, 1);
     if (rd->node_local) model_parts_to_root(ms->lay, flat, sends, g->world, path);
     free(flat);
 }

@@ -1,10 +1,12 @@
 // lora.c: the LoRA'd family (lora.h).
 #include "core/model/lora.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/common.h"
 
@@ -178,18 +180,44 @@ static long long adapter_bytes(const LoraFamily* lf, const ModelShape* s) {
 
 long long lora_adapter_file_bytes(const ModelShape* s) { return 1024 + adapter_bytes(lora_family(s), s); }
 
-void lora_write_adapters(const char* path, const ParamLayout* lay, const float* flat) {
-    const LoraFamily* lf = lora_of(&lay->shape);
+// Where layer l's target j's A (ab 0) or B (ab 1) starts in an adapter file, in bytes.
+static long long adapter_offset(const LoraFamily* lf, const ModelShape* s, int l, int j, int ab) {
+    long long per_layer = 0, before = 0;
+    for (int i = 0; i < lf->num_targets; i++) {
+        LoraGeometry g = lf->base->lora_geometry(s, lf->target[i]);
+        long long n = (long long)lf->rank * (g.in + g.out);
+        per_layer += n;
+        if (i < j) before += n;
+        if (i == j && ab) before += (long long)lf->rank * g.in;
+    }
+    return 1024 + 4 * (per_layer * l + before);
+}
+
+void lora_adapter_file_create(const char* path, const ModelShape* s) {
+    const LoraFamily* lf = lora_of(s);
     if (!lf) fail("internal: adapters of a model without LoRA");
-    int32_t h[256] = {LORA_FILE_MAGIC, 1, lf->rank, lf->num_targets, lay->shape.L, (int32_t)lf->target_bits,
+    int32_t h[256] = {LORA_FILE_MAGIC, 1, lf->rank, lf->num_targets, s->L, (int32_t)lf->target_bits,
                       (int32_t)lroundf(lf->alpha * 1000.0f), lf->rslora};
     FILE* f = xfopen(path, "wb");
     xfwrite(h, sizeof(int32_t), 256, f, path);
+    // Sized up front so that each pipeline stage can write its layers' adapters in place.
+    if (ftruncate(fileno(f), (off_t)lora_adapter_file_bytes(s)) != 0) fail("cannot size %s: %s", path, strerror(errno));
+    xfclose(f, path);
+}
+
+void lora_adapter_file_write_part(const char* path, const ParamLayout* lay, const float* flat) {
+    const LoraFamily* lf = lora_of(&lay->shape);
+    if (!lf) fail("internal: adapters of a model without LoRA");
+    FILE* f = fopen(path, "r+b");
+    if (!f) fail("cannot open %s for writing: %s", path, strerror(errno));
     for (int l = 0; l < lay->shape.L; l++)
         for (int j = 0; j < lf->num_targets; j++)
             for (int ab = 0; ab < 2; ab++) {
                 const ParamTensor* t = layout_tensor(lay, ab ? lora_kind_b(lf, j) : lora_kind_a(lf, j), l);
-                if (!t || t->size != param_kind_elems(&lay->shape, t->kind)) fail("internal: adapters not held whole here");
+                if (!t) continue;   // another stage's layer
+                if (t->size != param_kind_elems(&lay->shape, t->kind)) fail("internal: adapters not held whole here");
+                if (fseeko(f, (off_t)adapter_offset(lf, &lay->shape, l, j, ab), SEEK_SET) != 0)
+                    fail("cannot seek in %s: %s", path, strerror(errno));
                 xfwrite(flat + t->offset, sizeof(float), t->size, f, path);
             }
     xfclose(f, path);

@@ -53,9 +53,11 @@ static inline int lora_kind_b(const LoraFamily* lf, int j) { return lf->base->nu
 // into flat (the layout's values), after one-line errors naming any difference from the run's LoRA.
 #define LORA_FILE_MAGIC 20261130
 void lora_read_adapters(const char* path, const ParamLayout* lay, float* flat);
-// Writes flat's adapters (the whole model's layout) as such a file (a checkpoint's adapters.bin), and its
-// size for shape s.
-void lora_write_adapters(const char* path, const ParamLayout* lay, const float* flat);
+// Such a file (a checkpoint's adapters.bin) is written in parts, as a pipeline holds the layers: one rank
+// creates it (the header, the body zero), then each stage writes the adapters of its layout's layers (whole
+// tensors) from flat into it in place. Its size for shape s.
+void lora_adapter_file_create(const char* path, const ModelShape* s);
+void lora_adapter_file_write_part(const char* path, const ParamLayout* lay, const float* flat);
 long long lora_adapter_file_bytes(const ModelShape* s);
 // The selected index of family target i, or -1 when the run does not adapt it.
 int lora_selected(const LoraFamily* lf, int target);

@@ -252,7 +252,7 @@ const Flag FLAGS[] = {
      .help = "LoRA: freeze -e's model (no master, no optimizer state, no gradient) and train rank-R adapters A (R x in) "
              "and B (out x R) on each target linear layer, out += scale * x A^T B^T; A starts Kaiming-uniform, B at zero, "
              "so step 0 is the base model's. Checkpoints hold the adapters, their state and the base's path and CRC-32. "
-             "One rank or data parallelism with -z 0..2; not yet with -z 3, -offload, -pp, -tp, -nvme, -dpu"},
+             "One rank, data parallelism with -z 0..2, -pp with every -ps, -offload 1|2, -nvme, -dpu; not yet with -z 3, -tp"},
     {OPTIM, "-lora-alpha", "A", FIELD(lora.alpha), RANGE(0, BIG), .def_shown = "R",
      .help = "with -lora: the adapters' scale is A / R (A / sqrt(R) with -lora-rslora 1)"},
     {OPTIM, "-lora-rslora", "0|1", FIELD(lora.rslora), RANGE(0, 1), .def = "0", .help = "with -lora: 1 scales by A / sqrt(R) (rsLoRA)"},
