@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # -lora under the layouts that keep whole tensors: -pp with each schedule, -offload 1 and 2, -nvme, -dpu.
 # - every layout follows one rank (-ga matching) within 1e-5 in losses, norms and adapters; zb gives 1f1b's
-#   bits, -offload 1 one rank's and -nvme -offload's (a rank whose ZeRO pieces hold frozen tensors only
-#   holds no state: its store is empty);
+#   bits, -offload 1 and 2 those without offload, and -nvme -offload's (a rank whose ZeRO pieces hold frozen
+#   tensors only holds no state: its store is empty);
 # - -dpu with LoRA lands each update one step late as scripts/reference.py -dpu does, and a pipeline with
 #   -offload 1 -dpu 1 follows it;
 # - a pipeline's checkpoint holds every stage's adapters in adapters.bin: -lora-init FILE under -pp writes
@@ -55,8 +55,10 @@ for ps in 1f1b zb interleaved; do
     near "lora_pp2_${ps}_equals_one_rank" "$TMP/pp_$ps" "$TMP/one"
 done
 same lora_pp2_zb_bits_equal_1f1b "$TMP/pp_zb" "$TMP/pp_1f1b"
+ran dp 2 "$TMP/dp" -ga 2 -z 2
+near lora_dp2_z2_equals_one_rank "$TMP/dp" "$TMP/one"
 ran dp_offload2 2 "$TMP/dp_offload2" -ga 2 -z 2 -offload 2
-near lora_dp2_z2_offload2_equals_one_rank "$TMP/dp_offload2" "$TMP/one"
+same lora_dp2_offload2_bits_equal_no_offload "$TMP/dp_offload2" "$TMP/dp"
 ran dp_nvme 2 "$TMP/dp_nvme" -ga 2 -z 2 -offload 2 -nvme "$TMP/nvme"
 same lora_dp2_nvme_bits_equal_offload2 "$TMP/dp_nvme" "$TMP/dp_offload2"
 
