@@ -29,7 +29,8 @@ def steps(p):
 la, lb = steps(sys.argv[1]), steps(sys.argv[2])
 a, b = (np.fromfile(p, dtype=np.float32)[256:].astype(np.float64) for p in sys.argv[3:5])
 bad = [s for s in lb if s not in la or any(abs(x - y) > 1e-5 * abs(y) for x, y in zip(la[s], lb[s]))]
-if not lb or set(la) != set(lb) or bad: print("steps %s differ: %s vs %s" % (bad, [la.get(s) for s in bad], [lb[s] for s in bad]))
+if not lb or set(la) != set(lb): print("steps %s, the reference's %s" % (sorted(la), sorted(lb)))
+elif bad: print("steps %s differ: %s vs %s" % (bad, [la[s] for s in bad], [lb[s] for s in bad]))
 elif a.size != b.size or not b.any(): print("adapters: %d and %d values, the reference's all zero: %s" % (a.size, b.size, not b.any()))
 else:
     err = (np.abs(a - b) / (1 + np.abs(b))).max()
