@@ -26,7 +26,7 @@ static void check_nvme(const Config* c) {
     if (c->disk_mem_gib > 0 && !(c->gpu_mem_gib > 0)) fail("-disk-mem needs -gpu-mem (the table is per device budget)");
 }
 
-// LoRA's options need -lora; the layouts and features it does not compose with yet are refused by name.
+// LoRA's options need -lora; a dropout other than 0 is not built yet.
 static void check_lora(const Config* c) {
     if (!c->lora.rank) {
         if (c->lora.alpha > 0 || c->lora.rslora || c->lora.dropout > 0 || c->lora.targets || c->lora_init)
@@ -35,9 +35,6 @@ static void check_lora(const Config* c) {
                  : c->lora.targets ? "-lora-targets" : "-lora-init");
         return;
     }
-    const char* flag = c->nvme_dir ? "-nvme" : c->delay_from > 0 ? "-dpu" : c->offload ? "-offload"
-                       : c->pipeline_stages > 1 ? "-pp" : NULL;
-    if (flag) fail("%s: not yet with -lora", flag);
     if (c->lora.dropout > 0) fail("-lora-dropout %g: not yet (only 0 is built)", c->lora.dropout);
     if (c->lora.targets && !c->lora.targets[0]) fail("-lora-targets needs a list of targets");
     if (c->lora_init && !c->lora_init[0]) fail("-lora-init needs a file or folder name");

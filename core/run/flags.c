@@ -252,8 +252,8 @@ const Flag FLAGS[] = {
      .help = "LoRA: freeze -e's model (no master, no optimizer state, no gradient) and train rank-R adapters A (R x in) "
              "and B (out x R) on each target linear layer, out += scale * x A^T B^T; A starts Kaiming-uniform, B at zero, "
              "so step 0 is the base model's. Checkpoints hold the adapters, their state and the base's path and CRC-32. "
-             "One rank, data parallelism with -z 0..3 (-z 3 shards the frozen base 1/N per rank, gathered like any parameter), "
-             "-tp and -sp (the adapters split as their layers); not yet with -offload, -pp, -nvme, -dpu"},
+             "One rank, data parallelism with -z 0..3, -tp and -sp (the adapters split as their layers), -pp with every -ps, "
+             "-offload 1|2, -nvme and -dpu"},
     {OPTIM, "-lora-alpha", "A", FIELD(lora.alpha), RANGE(0, BIG), .def_shown = "R",
      .help = "with -lora: the adapters' scale is A / R (A / sqrt(R) with -lora-rslora 1)"},
     {OPTIM, "-lora-rslora", "0|1", FIELD(lora.rslora), RANGE(0, 1), .def = "0", .help = "with -lora: 1 scales by A / sqrt(R) (rsLoRA)"},

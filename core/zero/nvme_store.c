@@ -526,7 +526,10 @@ static void open_files(NvmeStore* s, long long bytes[REGIONS]) {
 NvmeStore* nvme_open(Backend* be, MemLedger* mem, const NvmeConfig* cfg, const size_t* begin, const size_t* len, int ranges,
                      int parts, size_t x, int params_on_disk) {
     if (parts < 1) fail("internal: a -nvme store without a master to hold");
+    // At least one element: open_file probes O_DIRECT with a block of the pool, also on a rank whose pieces
+    // hold no state (every tensor of its pieces frozen).
     size_t c = largest_chunk(cfg->chunk_elems, len, ranges);
+    c = c ? c : 1;
     size_t state_cap = (size_t)parts * align_up(c * 4), params_cap = params_on_disk ? align_up(c * x) : 0;
     void* raw;
     char* pool = (char*)nvme_host_alloc(be, mem, MEM_HOST_STATE, NVME_BUFFERS * (state_cap + params_cap), &raw);

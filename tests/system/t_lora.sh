@@ -124,10 +124,6 @@ expect_error lora_rank_too_large "-lora 65: larger than target qkv's layer \(192
 expect_error lora_alpha_without_lora "-lora-alpha sets up LoRA's adapters: it needs -lora R" "${base[@]}" -lora-alpha 16
 expect_error lora_targets_without_lora "-lora-targets sets up" "${base[@]}" -lora-targets fc
 expect_error lora_dropout_not_yet "-lora-dropout 0.1: not yet" "${base[@]}" -lora 2 -lora-dropout 0.1
-expect_error lora_offload_not_yet "-offload: not yet with -lora" "${base[@]}" -lora 2 -offload 1
-expect_error lora_pp_not_yet "-pp: not yet with -lora" "${base[@]}" -lora 2 -pp 2
-expect_error lora_nvme_not_yet "-nvme: not yet with -lora" "${base[@]}" -lora 2 -offload 1 -nvme "$TMP/nv" -z 1
-expect_error lora_dpu_not_yet "-dpu: not yet with -lora" "${base[@]}" -lora 2 -offload 1 -dpu 1
 ckx=("${ck[@]}" -x 6 -o "$TMP/ck_half" -y 1)
 expect_error lora_resume_refuses_another_base "checkpoint .*ckpt_000004 adapts the base $MODEL \(crc32 [0-9a-f]{8}\); -e $other is another \(crc32 [0-9a-f]{8}\)" "${ckx[@]}" -e "$other"
 expect_error lora_resume_refuses_without_lora "a LoRA run's checkpoint \(adapters.bin\): resume it with -lora" \
