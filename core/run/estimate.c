@@ -9,20 +9,44 @@
 #include "core/pipeline/pipeline.h"
 #include "core/models/catalog.h"
 
-void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int dp,
-                 int stage, int zero, int recompute) {
+// Whether the data-parallel ranks' plans may differ: a frozen tensor has no state and no gradient, so a
+// unit's trained elements fall unevenly on its pieces (zero.h); without one every rank holds the same.
+static int ranks_differ(const ModelShape* s) {
+    for (int k = 0; k < s->family->num_kinds; k++)
+        if (!kind_optimizer(s, k)->updates) return 1;
+    return 0;
+}
+
+// Bytes per category that data-parallel ranks 0 .. count - 1 of dp would allocate, into out[0 .. count): stage
+// `stage` of the pipeline plan, ZeRO stage `zero`, recompute level `recompute` (cfg supplies precision, b, t).
+static void plan_ranks(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s,
+                       int dp, int count, int stage, int zero, int recompute) {
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     pipeline_stage_layout(lay, plan, s, dp, stage, 0);   // every tensor rank holds as much as rank 0
-    memset(out, 0, sizeof(*out));
-    states(out, lay, cfg, zero, dp);
+    size_t activations = 0;
     ParamLayout* chunk = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     for (int c = 0; c < lay->num_chunks; c++) {
         layout_chunk_view(lay, c, chunk);
-        out->bytes[MEM_ACTIVATIONS] += model_activation_bytes(chunk, cfg->precision, cfg->B, cfg->T, recompute,
-                                                            plan->sets[stage][c], plan->stash[stage], cfg->sequence_parallel);
+        activations += model_activation_bytes(chunk, cfg->precision, cfg->B, cfg->T, recompute, plan->sets[stage][c],
+                                              plan->stash[stage], cfg->sequence_parallel);
+    }
+    for (int r = 0; r < count; r++) {
+        memset(&out[r], 0, sizeof(out[r]));
+        states(&out[r], lay, cfg, zero, r, dp);
+        out[r].bytes[MEM_ACTIVATIONS] += activations;
     }
     free(chunk);
     free(lay);
+}
+
+// Every data-parallel rank's plan of stage `stage` (rank 0's alone where they cannot differ); returns how
+// many were planned. The caller frees *out.
+static int stage_rank_plans(MemLedger** out, StatePlanner states, const Config* cfg, const PipelinePlan* plan,
+                            const ModelShape* s, int dp, int stage, int zero, int recompute) {
+    int n = ranks_differ(s) ? dp : 1;
+    *out = (MemLedger*)xmalloc((size_t)n * sizeof(MemLedger));
+    plan_ranks(*out, states, cfg, plan, s, dp, n, stage, zero, recompute);
+    return n;
 }
 
 static double gib(size_t bytes) { return (double)bytes / (double)(1ull << 30); }
@@ -31,20 +55,36 @@ static double gib(size_t bytes) { return (double)bytes / (double)(1ull << 30); }
 #define HOST_TOTAL (-2)     // all host bytes (-offload)
 #define DISK_TOTAL (-3)     // all disk bytes (-nvme)
 
-// The most any stage needs (every stage is the same without a pipeline).
+static size_t category_bytes(const MemLedger* m, int category) {
+    return category == DEVICE_TOTAL ? mem_total(m)
+           : category == HOST_TOTAL ? mem_host_total(m)
+           : category == DISK_TOTAL ? mem_disk_total(m)
+                                    : m->bytes[category];
+}
+
+// The most any rank of any stage needs (every stage is the same without a pipeline, every data-parallel
+// rank without a frozen tensor).
 static size_t heaviest_stage(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int dp,
                              int zero, int recompute, int category) {
     size_t most = 0;
     for (int st = 0; st < plan->stages; st++) {
-        MemLedger m;
-        memory_plan(&m, states, cfg, plan, s, dp, st, zero, recompute);
-        size_t b = category == DEVICE_TOTAL ? mem_total(&m)
-                   : category == HOST_TOTAL ? mem_host_total(&m)
-                   : category == DISK_TOTAL ? mem_disk_total(&m)
-                                            : m.bytes[category];
-        most = b > most ? b : most;
+        MemLedger* m;
+        int n = stage_rank_plans(&m, states, cfg, plan, s, dp, st, zero, recompute);
+        for (int r = 0; r < n; r++) most = category_bytes(&m[r], category) > most ? category_bytes(&m[r], category) : most;
+        free(m);
     }
     return most;
+}
+
+// The data-parallel rank of n whose plan needs the most device memory, then host memory, then disk.
+static int heaviest_rank(const MemLedger* m, int n) {
+    int best = 0;
+    for (int r = 1; r < n; r++) {
+        size_t a[] = {mem_total(&m[r]), mem_host_total(&m[r]), mem_disk_total(&m[r])};
+        size_t b[] = {mem_total(&m[best]), mem_host_total(&m[best]), mem_disk_total(&m[best])};
+        if (a[0] > b[0] || (a[0] == b[0] && (a[1] > b[1] || (a[1] == b[1] && a[2] > b[2])))) best = r;
+    }
+    return best;
 }
 
 // One row per world size, one column per ZeRO stage, of the heaviest stage's bytes in `category`.
@@ -231,21 +271,28 @@ static void check_disk_room(const MemLedger* plan, const Config* cfg, int local,
              local > 1 ? "s" : "");
 }
 
-void check_room(StatePlanner states, const Config* cfg, const ParamLayout* lay, int dp, int local_ranks, const NvmeConfig* mine) {
+void check_room(StatePlanner states, const Config* cfg, const ParamLayout* lay, int dp_rank, int dp, int local_ranks,
+                const NvmeConfig* mine) {
     if (!cfg->offload && !cfg->nvme_dir) return;
     MemLedger plan = {{0}};
-    states(&plan, lay, cfg, cfg->zero_stage, dp);
+    states(&plan, lay, cfg, cfg->zero_stage, dp_rank, dp);
     if (cfg->offload) check_host_room(&plan, cfg, local_ranks);
     if (cfg->nvme_dir) check_disk_room(&plan, cfg, local_ranks, mine);
 }
 
 void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks) {
     int P = plan->stages, dp = plan_replicas(plan, ranks);
-    MemLedger* plans = (MemLedger*)xmalloc((size_t)P * sizeof(MemLedger));   // one per pipeline stage
+    MemLedger* plans = (MemLedger*)xmalloc((size_t)P * sizeof(MemLedger));   // per pipeline stage, its heaviest rank's
+    MemLedger* stage0 = NULL;   // stage 0's, per data-parallel rank where the ranks differ
+    int stage0_ranks = 0, stage0_heaviest = 0;
     size_t heaviest = 0;
     for (int st = 0; st < P; st++) {
-        memory_plan(&plans[st], states, cfg, plan, s, dp, st, cfg->zero_stage, cfg->recompute);
+        MemLedger* m;
+        int n = stage_rank_plans(&m, states, cfg, plan, s, dp, st, cfg->zero_stage, cfg->recompute), h = heaviest_rank(m, n);
+        plans[st] = m[h];
         heaviest = mem_total(&plans[st]) > heaviest ? mem_total(&plans[st]) : heaviest;
+        if (st == 0) stage0 = m, stage0_ranks = n, stage0_heaviest = h;
+        else free(m);
     }
     const MemLedger* m = &plans[0];
     printf("memory plan per rank, nothing allocated: L=%d C=%d NH=%d V=%d | %s | %d rank%s (%d stage%s x %d replica%s x %d "
@@ -257,6 +304,9 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
     shape_describe(s, shape, sizeof(shape));
     printf("model: %s, %zu parameters (%zu with the padded vocabulary rows)\n", shape,
            shape_real_param_count(s), shape_param_count(s));
+    if (stage0_ranks > 1)
+        printf("data-parallel rank %d, the heaviest: frozen tensors have no state, so the ranks hold unequal shares of the "
+               "trained ones' (each rank's in plan_ranks)\n", stage0_heaviest);
     if (P > 1) printf("stage 0 (embeddings, the most micro-batches in flight):\n");
     for (int c = 0; c < NUM_MEM_CATEGORIES; c++)   // host categories are empty without -offload, disk without -nvme
         if (mem_category_shown((MemCategory)c, cfg->offload, cfg->nvme_dir != NULL))
@@ -276,11 +326,17 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
     print_table(states, cfg, plan, s, ranks);
     print_json("plan: ", m);
     printf("\n");
+    if (stage0_ranks > 1) {
+        printf("plan_ranks: [");
+        for (int r = 0; r < stage0_ranks; r++) print_json(r ? ", " : "", &stage0[r]);
+        printf("]\n");
+    }
     if (P > 1) {
         printf("plan_stages: [");
         for (int st = 0; st < P; st++) print_json(st ? ", " : "", &plans[st]);
         printf("]\n");
     }
     if (cfg->gpu_mem_gib > 0) print_capacity(states, cfg, s->family, ranks);
+    free(stage0);
     free(plans);
 }
