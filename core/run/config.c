@@ -26,6 +26,12 @@ static void check_nvme(const Config* c) {
     if (c->disk_mem_gib > 0 && !(c->gpu_mem_gib > 0)) fail("-disk-mem needs -gpu-mem (the table is per device budget)");
 }
 
+const char* config_lora_unbuilt(const Config* c) {
+    if (!c->lora.rank) return NULL;
+    return c->zero_stage == 3 ? "-z 3" : c->nvme_dir ? "-nvme" : c->delay_from > 0 ? "-dpu" : c->offload ? "-offload"
+           : c->pipeline_stages > 1 ? "-pp" : c->tensor_parallel > 1 ? "-tp" : NULL;
+}
+
 // LoRA's options need -lora; the layouts and features it does not compose with yet are refused by name.
 static void check_lora(const Config* c) {
     if (!c->lora.rank) {
@@ -35,8 +41,7 @@ static void check_lora(const Config* c) {
                  : c->lora.targets ? "-lora-targets" : "-lora-init");
         return;
     }
-    const char* flag = c->zero_stage == 3 ? "-z 3" : c->nvme_dir ? "-nvme" : c->delay_from > 0 ? "-dpu" : c->offload ? "-offload"
-                       : c->pipeline_stages > 1 ? "-pp" : c->tensor_parallel > 1 ? "-tp" : NULL;
+    const char* flag = config_lora_unbuilt(c);
     if (flag) fail("%s: not yet with -lora", flag);
     if (c->lora.dropout > 0) fail("-lora-dropout %g: not yet (only 0 is built)", c->lora.dropout);
     if (c->lora.targets && !c->lora.targets[0]) fail("-lora-targets needs a list of targets");

@@ -8,6 +8,7 @@
 #include "core/model/walk.h"
 #include "core/pipeline/pipeline.h"
 #include "core/models/catalog.h"
+#include "core/model/lora.h"
 
 // Whether the data-parallel ranks' plans may differ: a frozen tensor has no state and no gradient, so a
 // unit's trained elements fall unevenly on its pieces (zero.h); without one every rank holds the same.
@@ -97,8 +98,12 @@ static void print_rows(StatePlanner states, const Config* cfg, const PipelinePla
     for (int i = 0; i < n; i++) {
         if (sizes[i] % group != 0) continue;
         printf("  %5d", sizes[i]);
-        for (int z = 0; z < 4; z++)
-            printf(" %10.2f", gib(heaviest_stage(states, cfg, plan, s, sizes[i] / group, z, cfg->recompute, category)));
+        for (int z = 0; z < 4; z++) {
+            Config c = *cfg;
+            c.zero_stage = z;
+            if (config_lora_unbuilt(&c)) printf(" %10s", "not yet");   // with -lora
+            else printf(" %10.2f", gib(heaviest_stage(states, cfg, plan, s, sizes[i] / group, z, cfg->recompute, category)));
+        }
         printf("\n");
     }
 }
@@ -180,61 +185,90 @@ static void print_json(const char* prefix, const MemLedger* m) {
     printf("}");
 }
 
-// Whether every stage of shape s fits the budgets under ZeRO stage zero, offload (with -nvme's state files
-// when nvme) and recompute level r.
-static int fits(StatePlanner states, const Config* cfg, const ModelShape* s, int ranks, int zero, int offload, int nvme, int r) {
-    char why[200];
-    if (s->L < cfg->pipeline_stages || !shape_splits_vocab(s, cfg->tensor_parallel) ||
-        !s->family->splits_tp(s, cfg->tensor_parallel, why, sizeof(why)))
-        return 0;
+// cfg with a row of the capacity table's ZeRO stage, -offload and -nvme (planned, never opened).
+static Config row_config(const Config* cfg, int zero, int offload, int nvme) {
     Config c = *cfg;
+    c.zero_stage = zero;
     c.offload = offload;
-    c.nvme_dir = nvme ? (cfg->nvme_dir ? cfg->nvme_dir : "-disk-mem") : NULL;   // planned, never opened
-    PipelinePlan plan;
-    pipeline_plan(&plan, s, cfg->pipeline_stages, cfg->pipe_schedule, cfg->virtual_stages, cfg->tensor_parallel, ranks, cfg->T,
-                  cfg->grad_accum);
-    double gib = (double)(1ull << 30), gpu = cfg->gpu_mem_gib * gib, host = cfg->host_mem_gib * gib, disk = cfg->disk_mem_gib * gib;
-    int dp = plan_replicas(&plan, ranks);
-    return (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, DEVICE_TOTAL) <= gpu &&
-           (host <= 0.0 || (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, HOST_TOTAL) <= host) &&
-           (!nvme || (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, DISK_TOTAL) <= disk);
+    c.nvme_dir = nvme ? (cfg->nvme_dir ? cfg->nvme_dir : "-disk-mem") : NULL;
+    return c;
 }
 
-// One row of the capacity table: per -r, the largest shape of the family's ladder that fits, each planned for
-// sequences of -t (and at least 1024) tokens.
-static void print_capacity_row(StatePlanner states, const Config* cfg, const ModelFamily* family, int ranks, int zero,
+// Whether every rank of every stage of shape s fits the budgets under row configuration c (row_config) and
+// recompute level r.
+static int fits(StatePlanner states, const Config* c, const ModelShape* s, int ranks, int r) {
+    char why[200];
+    if (s->L < c->pipeline_stages || !shape_splits_vocab(s, c->tensor_parallel) ||
+        !s->family->splits_tp(s, c->tensor_parallel, why, sizeof(why)))
+        return 0;
+    PipelinePlan plan;
+    pipeline_plan(&plan, s, c->pipeline_stages, c->pipe_schedule, c->virtual_stages, c->tensor_parallel, ranks, c->T,
+                  c->grad_accum);
+    double gib = (double)(1ull << 30), gpu = c->gpu_mem_gib * gib, host = c->host_mem_gib * gib, disk = c->disk_mem_gib * gib;
+    int dp = plan_replicas(&plan, ranks), z = c->zero_stage;
+    return (double)heaviest_stage(states, c, &plan, s, dp, z, r, DEVICE_TOTAL) <= gpu &&
+           (host <= 0.0 || (double)heaviest_stage(states, c, &plan, s, dp, z, r, HOST_TOTAL) <= host) &&
+           (!c->nvme_dir || (double)heaviest_stage(states, c, &plan, s, dp, z, r, DISK_TOTAL) <= disk);
+}
+
+// Rung i of the base family's ladder as the run would train it, planned for sequences of -t (and at least
+// 1024) tokens: with -lora, the base frozen and -lora's adapters on it (lf holds their family). 0 when -lora's
+// rank is larger than one of the rung's target layers.
+static int rung_shape(const ModelFamily* base, int i, const Config* cfg, ModelShape* s, LoraFamily* lf) {
+    if (!shape_from_spec(base->ladder[i].spec, s)) fail("the %s ladder's shape '%s' is no shape", base->name, base->ladder[i].spec);
+    if (s->maxT < cfg->T || s->maxT < 1024) s->maxT = cfg->T > 1024 ? cfg->T : 1024;
+    if (cfg->lora.rank && lora_max_rank(s, &cfg->lora) < cfg->lora.rank) return 0;
+    *s = lora_apply(lf, *s, &cfg->lora);
+    return 1;
+}
+
+// One row of the capacity table: per -r, the largest shape of the base family's ladder that fits; a row
+// whose layout -lora is not built for says so.
+static void print_capacity_row(StatePlanner states, const Config* cfg, const ModelFamily* base, int ranks, int zero,
                                int offload, int nvme) {
     char level[16];
     snprintf(level, sizeof(level), nvme ? "%d+nvme" : "%d", offload);
     printf("  %4d  %7s", zero, level);
+    Config c = row_config(cfg, zero, offload, nvme);
+    const char* unbuilt = config_lora_unbuilt(&c);
+    if (unbuilt) {
+        printf("   not yet with -lora (%s)\n", unbuilt);
+        return;
+    }
     for (int r = 0; r <= 3; r++) {
         const char* best = "-";
-        for (int i = 0; i < family->ladder_len; i++) {
+        for (int i = 0; i < base->ladder_len; i++) {
             ModelShape s;
-            if (!shape_from_spec(family->ladder[i].spec, &s))
-                fail("the %s ladder's shape '%s' is no shape", family->name, family->ladder[i].spec);
-            if (s.maxT < cfg->T || s.maxT < 1024) s.maxT = cfg->T > 1024 ? cfg->T : 1024;
-            if (fits(states, cfg, &s, ranks, zero, offload, nvme, r)) best = family->ladder[i].label;
+            LoraFamily lf;
+            if (rung_shape(base, i, cfg, &s, &lf) && fits(states, &c, &s, ranks, r)) best = base->ladder[i].label;
         }
         printf(" %9s", best);
     }
     printf("\n");
 }
 
-// -gpu-mem (-host-mem): per ZeRO stage and -offload, per -r, the largest shape of -e's family that fits.
-static void print_capacity(StatePlanner states, const Config* cfg, const ModelFamily* family, int ranks) {
-    char host[64] = "", disk[64] = "";
+// -gpu-mem (-host-mem): per ZeRO stage and -offload, per -r, the largest shape of -e's family that fits (with
+// -lora's adapters on it when s has them).
+static void print_capacity(StatePlanner states, const Config* cfg, const ModelShape* s, int ranks) {
+    const LoraFamily* lora = lora_of(s);
+    const ModelFamily* base = lora ? lora->base : s->family;
+    char host[64] = "", disk[64] = "", adapters[128] = "";
     if (cfg->host_mem_gib > 0) snprintf(host, sizeof(host), " and -host-mem %g GiB", cfg->host_mem_gib);
     if (cfg->disk_mem_gib > 0) snprintf(disk, sizeof(disk), " (-nvme rows: -disk-mem %g GiB)", cfg->disk_mem_gib);
-    printf("\nlargest %s shape per rank within -gpu-mem %g GiB%s%s (%d rank%s, -pp %d, -tp %d%s, b=%d t=%d, %s):\n  ZeRO  offload",
-           family->name, cfg->gpu_mem_gib, host, disk, ranks, ranks > 1 ? "s" : "", cfg->pipeline_stages, cfg->tensor_parallel,
-           cfg->sequence_parallel ? " -sp 1" : "", cfg->B, cfg->T, dtype_name(cfg->precision));
+    if (lora) {
+        size_t at = (size_t)snprintf(adapters, sizeof(adapters), " with LoRA r=%d on ", lora->rank);
+        for (int j = 0; j < lora->num_targets && at < sizeof(adapters); j++)
+            at += (size_t)snprintf(adapters + at, sizeof(adapters) - at, "%s%s", j ? "," : "", base->lora_targets[lora->target[j]]);
+    }
+    printf("\nlargest %s shape%s per rank within -gpu-mem %g GiB%s%s (%d rank%s, -pp %d, -tp %d%s, b=%d t=%d, %s):\n  ZeRO  offload",
+           base->name, adapters, cfg->gpu_mem_gib, host, disk, ranks, ranks > 1 ? "s" : "", cfg->pipeline_stages,
+           cfg->tensor_parallel, cfg->sequence_parallel ? " -sp 1" : "", cfg->B, cfg->T, dtype_name(cfg->precision));
     for (int r = 0; r <= 3; r++) printf("      -r %d", r);
     printf("\n");
     for (int zero = 0; zero < 4; zero++)
         for (int offload = 0; offload <= (zero >= 2 ? 2 : 1); offload++) {   // -offload 2 needs -z >= 2
-            print_capacity_row(states, cfg, family, ranks, zero, offload, 0);
-            if (offload > 0 && cfg->disk_mem_gib > 0) print_capacity_row(states, cfg, family, ranks, zero, offload, 1);
+            print_capacity_row(states, cfg, base, ranks, zero, offload, 0);
+            if (offload > 0 && cfg->disk_mem_gib > 0) print_capacity_row(states, cfg, base, ranks, zero, offload, 1);
         }
 }
 
@@ -336,7 +370,7 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
         for (int st = 0; st < P; st++) print_json(st ? ", " : "", &plans[st]);
         printf("]\n");
     }
-    if (cfg->gpu_mem_gib > 0) print_capacity(states, cfg, s->family, ranks);
+    if (cfg->gpu_mem_gib > 0) print_capacity(states, cfg, s, ranks);
     free(stage0);
     free(plans);
 }
