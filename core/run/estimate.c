@@ -77,14 +77,18 @@ static size_t heaviest_stage(StatePlanner states, const Config* cfg, const Pipel
     return most;
 }
 
-// The data-parallel rank of n whose plan needs the most device memory, then host memory, then disk.
+// Whether plan a needs more than plan b: more device memory, then more host memory, then more disk.
+static int heavier(const MemLedger* a, const MemLedger* b) {
+    if (mem_total(a) != mem_total(b)) return mem_total(a) > mem_total(b);
+    if (mem_host_total(a) != mem_host_total(b)) return mem_host_total(a) > mem_host_total(b);
+    return mem_disk_total(a) > mem_disk_total(b);
+}
+
+// The heaviest of n data-parallel ranks' plans (the first of equals).
 static int heaviest_rank(const MemLedger* m, int n) {
     int best = 0;
-    for (int r = 1; r < n; r++) {
-        size_t a[] = {mem_total(&m[r]), mem_host_total(&m[r]), mem_disk_total(&m[r])};
-        size_t b[] = {mem_total(&m[best]), mem_host_total(&m[best]), mem_disk_total(&m[best])};
-        if (a[0] > b[0] || (a[0] == b[0] && (a[1] > b[1] || (a[1] == b[1] && a[2] > b[2])))) best = r;
-    }
+    for (int r = 1; r < n; r++)
+        if (heavier(&m[r], &m[best])) best = r;
     return best;
 }
 
@@ -314,21 +318,29 @@ void check_room(StatePlanner states, const Config* cfg, const ParamLayout* lay, 
     if (cfg->nvme_dir) check_disk_room(&plan, cfg, local_ranks, mine);
 }
 
-void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks) {
-    int P = plan->stages, dp = plan_replicas(plan, ranks);
-    MemLedger* plans = (MemLedger*)xmalloc((size_t)P * sizeof(MemLedger));   // per pipeline stage, its heaviest rank's
-    MemLedger* stage0 = NULL;   // stage 0's, per data-parallel rank where the ranks differ
-    int stage0_ranks = 0, stage0_heaviest = 0;
-    size_t heaviest = 0;
-    for (int st = 0; st < P; st++) {
+// What the printout shows: each stage's heaviest data-parallel rank's plan, and stage 0's plan per rank.
+typedef struct {
+    MemLedger* stages;   // [stages]
+    MemLedger* stage0;   // [stage0_ranks]: one where the ranks cannot differ
+    int stage0_ranks, stage0_heaviest;
+    size_t heaviest;     // the heaviest stage's device bytes
+} StagePlans;
+
+static StagePlans plan_stages(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int dp) {
+    StagePlans p = {.stages = (MemLedger*)xmalloc((size_t)plan->stages * sizeof(MemLedger))};
+    for (int st = 0; st < plan->stages; st++) {
         MemLedger* m;
         int n = stage_rank_plans(&m, states, cfg, plan, s, dp, st, cfg->zero_stage, cfg->recompute), h = heaviest_rank(m, n);
-        plans[st] = m[h];
-        heaviest = mem_total(&plans[st]) > heaviest ? mem_total(&plans[st]) : heaviest;
-        if (st == 0) stage0 = m, stage0_ranks = n, stage0_heaviest = h;
+        p.stages[st] = m[h];
+        p.heaviest = mem_total(&m[h]) > p.heaviest ? mem_total(&m[h]) : p.heaviest;
+        if (st == 0) p.stage0 = m, p.stage0_ranks = n, p.stage0_heaviest = h;
         else free(m);
     }
-    const MemLedger* m = &plans[0];
+    return p;
+}
+
+static void print_heading(const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks, int dp) {
+    int P = plan->stages;
     printf("memory plan per rank, nothing allocated: L=%d C=%d NH=%d V=%d | %s | %d rank%s (%d stage%s x %d replica%s x %d "
            "tensor rank%s%s), ZeRO-%d, -r %d | b=%d t=%d ga=%d\n",
            s->L, s->C, s->NH, s->V, dtype_name(cfg->precision), ranks, ranks > 1 ? "s" : "", P, P > 1 ? "s" : "", dp,
@@ -338,9 +350,17 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
     shape_describe(s, shape, sizeof(shape));
     printf("model: %s, %zu parameters (%zu with the padded vocabulary rows)\n", shape,
            shape_real_param_count(s), shape_param_count(s));
-    if (stage0_ranks > 1)
+}
+
+void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks) {
+    int P = plan->stages, dp = plan_replicas(plan, ranks);
+    StagePlans sp = plan_stages(states, cfg, plan, s, dp);
+    const MemLedger* plans = sp.stages;
+    const MemLedger* m = &plans[0];
+    print_heading(cfg, plan, s, ranks, dp);
+    if (sp.stage0_ranks > 1)
         printf("data-parallel rank %d, the heaviest: frozen tensors have no state, so the ranks hold unequal shares of the "
-               "trained ones' (each rank's in plan_ranks)\n", stage0_heaviest);
+               "trained ones' (each rank's in plan_ranks)\n", sp.stage0_heaviest);
     if (P > 1) printf("stage 0 (embeddings, the most micro-batches in flight):\n");
     for (int c = 0; c < NUM_MEM_CATEGORIES; c++)   // host categories are empty without -offload, disk without -nvme
         if (mem_category_shown((MemCategory)c, cfg->offload, cfg->nvme_dir != NULL))
@@ -355,14 +375,14 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
         if (cfg->nvme_dir) printf(", disk %.3f GiB", gib(mem_disk_total(&plans[st])));
         printf("\n");
     }
-    if (P > 1) printf("heaviest stage: %.3f GiB (the table below; per-stage bytes in plan_stages)\n", gib(heaviest));
+    if (P > 1) printf("heaviest stage: %.3f GiB (the table below; per-stage bytes in plan_stages)\n", gib(sp.heaviest));
     if (cfg->nvme_dir) print_disk_room(cfg, plans, P);
     print_table(states, cfg, plan, s, ranks);
     print_json("plan: ", m);
     printf("\n");
-    if (stage0_ranks > 1) {
+    if (sp.stage0_ranks > 1) {
         printf("plan_ranks: [");
-        for (int r = 0; r < stage0_ranks; r++) print_json(r ? ", " : "", &stage0[r]);
+        for (int r = 0; r < sp.stage0_ranks; r++) print_json(r ? ", " : "", &sp.stage0[r]);
         printf("]\n");
     }
     if (P > 1) {
@@ -371,6 +391,6 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
         printf("]\n");
     }
     if (cfg->gpu_mem_gib > 0) print_capacity(states, cfg, s, ranks);
-    free(stage0);
-    free(plans);
+    free(sp.stage0);
+    free(sp.stages);
 }
