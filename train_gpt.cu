@@ -132,9 +132,9 @@ static NvmeConfig nvme_config(const Config* cfg, int rank) {
 }
 
 // --estimate's planner for the model states: ZeRO's allocation code in counting mode.
-static void plan_zero_states(MemLedger* mem, const ParamLayout* lay, const Config* cfg, int zero, int dp) {
+static void plan_zero_states(MemLedger* mem, const ParamLayout* lay, const Config* cfg, int zero, int dp_rank, int dp) {
     NvmeConfig disk = nvme_config(cfg, 0);
-    zero_plan(mem, lay, caps_of(cfg, zero), dp, cfg->precision, cfg->nvme_dir ? &disk : NULL);
+    zero_plan_rank(mem, lay, caps_of(cfg, zero), dp_rank, dp, cfg->precision, cfg->nvme_dir ? &disk : NULL);
 }
 
 static void open_tokenizer(Trainer* tr, const ModelShape* shape) {
@@ -309,7 +309,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     pipeline_stage_layout(tr->layout, &tr->plan, &shape, g->dp, g->stage, g->tp_rank);
     comm_watchdog_phase(tr->world, 1, "start-up: model state");
     NvmeConfig mine = nvme_config(cfg, tr->rank);
-    check_room(plan_zero_states, cfg, tr->layout, tr->grid.dp, comm_local_size(tr->world), &mine);
+    check_room(plan_zero_states, cfg, tr->layout, tr->grid.dp_rank, tr->grid.dp, comm_local_size(tr->world), &mine);
     tr->nvme = nvme_config(cfg, tr->rank);
     tr->zero = zero_create(tr->be, &tr->mem, tr->layout, caps_of(cfg, cfg->zero_stage), g->dp_group, g->tied, cfg->precision,
                            cfg->nvme_dir ? &tr->nvme : NULL);

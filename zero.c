@@ -315,9 +315,14 @@ Zero* zero_create(Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps 
     return z;
 }
 
-void zero_plan(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int size, DType dt, const NvmeConfig* disk) {
+void zero_plan_rank(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int rank, int size, DType dt, const NvmeConfig* disk) {
+    if (rank < 0 || rank >= size) fail("internal: planning rank %d of %d", rank, size);
     Zero z;
-    zero_init(&z, NULL, mem, lay, caps, NULL, NULL, 0, size, dt, disk);
+    zero_init(&z, NULL, mem, lay, caps, NULL, NULL, rank, size, dt, disk);
+}
+
+void zero_plan(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int size, DType dt, const NvmeConfig* disk) {
+    zero_plan_rank(mem, lay, caps, 0, size, dt, disk);
 }
 
 static void settle(Zero* z, Backend* be);

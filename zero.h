@@ -76,8 +76,11 @@ typedef struct Zero Zero;
 Zero* zero_create(Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, Comm* dp, Comm* tied, DType dt,
                   const NvmeConfig* disk);
 void zero_destroy(Zero* z, Backend* be);
-// The bytes per category zero_create would allocate on each of `size` ranks, without allocating.
+// The bytes per category zero_create would allocate on rank 0 of `size` ranks, without allocating.
 void zero_plan(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int size, DType dt, const NvmeConfig* disk);
+// The same for rank `rank`: every rank allocates the same unless frozen tensors split a unit's trainable
+// elements unevenly over the pieces (the state, the reduced gradient shares follow the trainable ones).
+void zero_plan_rank(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int rank, int size, DType dt, const NvmeConfig* disk);
 
 // The interfaces below ZeRO; both stay valid until zero_destroy.
 ParamStore zero_param_store(Zero* z);

@@ -2,6 +2,7 @@
 #include "core/model/lora.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -156,6 +157,19 @@ void lora_family_build(LoraFamily* lf, const ModelShape* base, const LoraOptions
     check_rank(lf, base);
     lf->scale = lf->rslora ? lf->alpha / sqrtf((float)lf->rank) : lf->alpha / (float)lf->rank;
     build_kinds(lf);
+}
+
+int lora_max_rank(const ModelShape* base, const LoraOptions* o) {
+    const ModelFamily* b = base->family;
+    unsigned bits = select_targets(b, o->targets);
+    int most = INT_MAX;
+    for (int i = 0; i < b->num_lora_targets; i++)
+        if (bits >> i & 1) {
+            LoraGeometry g = b->lora_geometry(base, i);
+            most = g.in < most ? g.in : most;
+            most = g.out < most ? g.out : most;
+        }
+    return most;
 }
 
 ModelShape lora_shape(const LoraFamily* lf, const ModelShape* base) {

@@ -39,6 +39,8 @@ typedef struct {
 void lora_family_build(LoraFamily* lf, const ModelShape* base, const LoraOptions* o);
 // The base shape with lf's family (lf must outlive it).
 ModelShape lora_shape(const LoraFamily* lf, const ModelShape* base);
+// The largest rank the options' targets allow on base (the smaller side of their smallest layer).
+int lora_max_rank(const ModelShape* base, const LoraOptions* o);
 // With o->rank: lora_family_build into lf, then lora_shape; else base itself.
 ModelShape lora_apply(LoraFamily* lf, ModelShape base, const LoraOptions* o);
 // The shape's LoRA'd family, or NULL for a family of its own.

@@ -26,7 +26,14 @@ static void check_nvme(const Config* c) {
     if (c->disk_mem_gib > 0 && !(c->gpu_mem_gib > 0)) fail("-disk-mem needs -gpu-mem (the table is per device budget)");
 }
 
-// LoRA's options need -lora; a dropout other than 0 is not built yet.
+// What -lora does not compose with yet, for the one-line refusal and --estimate's tables: ZeRO-3's parameter
+// pieces on disk hold no frozen tensors.
+const char* config_lora_unbuilt(const Config* c) {
+    if (!c->lora.rank) return NULL;
+    return c->zero_stage == 3 && c->offload == 2 && c->nvme_dir ? "-nvme with -offload 2 -z 3" : NULL;
+}
+
+// LoRA's options need -lora; what it does not compose with yet is refused by name, as is a dropout other than 0.
 static void check_lora(const Config* c) {
     if (!c->lora.rank) {
         if (c->lora.alpha > 0 || c->lora.rslora || c->lora.dropout > 0 || c->lora.targets || c->lora_init)
@@ -35,6 +42,8 @@ static void check_lora(const Config* c) {
                  : c->lora.targets ? "-lora-targets" : "-lora-init");
         return;
     }
+    const char* flag = config_lora_unbuilt(c);
+    if (flag) fail("%s: not yet with -lora", flag);
     if (c->lora.dropout > 0) fail("-lora-dropout %g: not yet (only 0 is built)", c->lora.dropout);
     if (c->lora.targets && !c->lora.targets[0]) fail("-lora-targets needs a list of targets");
     if (c->lora_init && !c->lora_init[0]) fail("-lora-init needs a file or folder name");

@@ -92,6 +92,8 @@ typedef struct {
 int config_chats(const Config* cfg);
 // -prompt or a chat: generate from -e's model and exit, without data or a run directory.
 int config_generates(const Config* cfg);
+// With -lora: the layout the adapters are not built for yet ("-nvme with -offload 2 -z 3"), or NULL.
+const char* config_lora_unbuilt(const Config* cfg);
 // Every flag's default (flags.c).
 void config_defaults(Config* cfg);
 // Parses argv into cfg. Prints usage and exits 0 on -h.

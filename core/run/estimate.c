@@ -8,21 +8,46 @@
 #include "core/model/walk.h"
 #include "core/pipeline/pipeline.h"
 #include "core/models/catalog.h"
+#include "core/model/lora.h"
 
-void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int dp,
-                 int stage, int zero, int recompute) {
+// Whether the data-parallel ranks' plans may differ: a frozen tensor has no state and no gradient, so a
+// unit's trained elements fall unevenly on its pieces (zero.h); without one every rank holds the same.
+static int ranks_differ(const ModelShape* s) {
+    for (int k = 0; k < s->family->num_kinds; k++)
+        if (!kind_optimizer(s, k)->updates) return 1;
+    return 0;
+}
+
+// Bytes per category that data-parallel ranks 0 .. count - 1 of dp would allocate, into out[0 .. count): stage
+// `stage` of the pipeline plan, ZeRO stage `zero`, recompute level `recompute` (cfg supplies precision, b, t).
+static void plan_ranks(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s,
+                       int dp, int count, int stage, int zero, int recompute) {
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     pipeline_stage_layout(lay, plan, s, dp, stage, 0);   // every tensor rank holds as much as rank 0
-    memset(out, 0, sizeof(*out));
-    states(out, lay, cfg, zero, dp);
+    size_t activations = 0;
     ParamLayout* chunk = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     for (int c = 0; c < lay->num_chunks; c++) {
         layout_chunk_view(lay, c, chunk);
-        out->bytes[MEM_ACTIVATIONS] += model_activation_bytes(chunk, cfg->precision, cfg->B, cfg->T, recompute,
-                                                            plan->sets[stage][c], plan->stash[stage], cfg->sequence_parallel);
+        activations += model_activation_bytes(chunk, cfg->precision, cfg->B, cfg->T, recompute, plan->sets[stage][c],
+                                              plan->stash[stage], cfg->sequence_parallel);
+    }
+    for (int r = 0; r < count; r++) {
+        memset(&out[r], 0, sizeof(out[r]));
+        states(&out[r], lay, cfg, zero, r, dp);
+        out[r].bytes[MEM_ACTIVATIONS] += activations;
     }
     free(chunk);
     free(lay);
+}
+
+// Every data-parallel rank's plan of stage `stage` (rank 0's alone where they cannot differ); returns how
+// many were planned. The caller frees *out.
+static int stage_rank_plans(MemLedger** out, StatePlanner states, const Config* cfg, const PipelinePlan* plan,
+                            const ModelShape* s, int dp, int stage, int zero, int recompute) {
+    int n = ranks_differ(s) ? dp : 1;
+    *out = (MemLedger*)xmalloc((size_t)n * sizeof(MemLedger));
+    plan_ranks(*out, states, cfg, plan, s, dp, n, stage, zero, recompute);
+    return n;
 }
 
 static double gib(size_t bytes) { return (double)bytes / (double)(1ull << 30); }
@@ -31,20 +56,40 @@ static double gib(size_t bytes) { return (double)bytes / (double)(1ull << 30); }
 #define HOST_TOTAL (-2)     // all host bytes (-offload)
 #define DISK_TOTAL (-3)     // all disk bytes (-nvme)
 
-// The most any stage needs (every stage is the same without a pipeline).
+static size_t category_bytes(const MemLedger* m, int category) {
+    return category == DEVICE_TOTAL ? mem_total(m)
+           : category == HOST_TOTAL ? mem_host_total(m)
+           : category == DISK_TOTAL ? mem_disk_total(m)
+                                    : m->bytes[category];
+}
+
+// The most any rank of any stage needs (every stage is the same without a pipeline, every data-parallel
+// rank without a frozen tensor).
 static size_t heaviest_stage(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int dp,
                              int zero, int recompute, int category) {
     size_t most = 0;
     for (int st = 0; st < plan->stages; st++) {
-        MemLedger m;
-        memory_plan(&m, states, cfg, plan, s, dp, st, zero, recompute);
-        size_t b = category == DEVICE_TOTAL ? mem_total(&m)
-                   : category == HOST_TOTAL ? mem_host_total(&m)
-                   : category == DISK_TOTAL ? mem_disk_total(&m)
-                                            : m.bytes[category];
-        most = b > most ? b : most;
+        MemLedger* m;
+        int n = stage_rank_plans(&m, states, cfg, plan, s, dp, st, zero, recompute);
+        for (int r = 0; r < n; r++) most = category_bytes(&m[r], category) > most ? category_bytes(&m[r], category) : most;
+        free(m);
     }
     return most;
+}
+
+// Whether plan a needs more than plan b: more device memory, then more host memory, then more disk.
+static int heavier(const MemLedger* a, const MemLedger* b) {
+    if (mem_total(a) != mem_total(b)) return mem_total(a) > mem_total(b);
+    if (mem_host_total(a) != mem_host_total(b)) return mem_host_total(a) > mem_host_total(b);
+    return mem_disk_total(a) > mem_disk_total(b);
+}
+
+// The heaviest of n data-parallel ranks' plans (the first of equals).
+static int heaviest_rank(const MemLedger* m, int n) {
+    int best = 0;
+    for (int r = 1; r < n; r++)
+        if (heavier(&m[r], &m[best])) best = r;
+    return best;
 }
 
 // One row per world size, one column per ZeRO stage, of the heaviest stage's bytes in `category`.
@@ -57,8 +102,12 @@ static void print_rows(StatePlanner states, const Config* cfg, const PipelinePla
     for (int i = 0; i < n; i++) {
         if (sizes[i] % group != 0) continue;
         printf("  %5d", sizes[i]);
-        for (int z = 0; z < 4; z++)
-            printf(" %10.2f", gib(heaviest_stage(states, cfg, plan, s, sizes[i] / group, z, cfg->recompute, category)));
+        for (int z = 0; z < 4; z++) {
+            Config c = *cfg;
+            c.zero_stage = z;
+            if (config_lora_unbuilt(&c)) printf(" %10s", "not yet");   // with -lora
+            else printf(" %10.2f", gib(heaviest_stage(states, cfg, plan, s, sizes[i] / group, z, cfg->recompute, category)));
+        }
         printf("\n");
     }
 }
@@ -140,61 +189,90 @@ static void print_json(const char* prefix, const MemLedger* m) {
     printf("}");
 }
 
-// Whether every stage of shape s fits the budgets under ZeRO stage zero, offload (with -nvme's state files
-// when nvme) and recompute level r.
-static int fits(StatePlanner states, const Config* cfg, const ModelShape* s, int ranks, int zero, int offload, int nvme, int r) {
-    char why[200];
-    if (s->L < cfg->pipeline_stages || !shape_splits_vocab(s, cfg->tensor_parallel) ||
-        !s->family->splits_tp(s, cfg->tensor_parallel, why, sizeof(why)))
-        return 0;
+// cfg with a row of the capacity table's ZeRO stage, -offload and -nvme (planned, never opened).
+static Config row_config(const Config* cfg, int zero, int offload, int nvme) {
     Config c = *cfg;
+    c.zero_stage = zero;
     c.offload = offload;
-    c.nvme_dir = nvme ? (cfg->nvme_dir ? cfg->nvme_dir : "-disk-mem") : NULL;   // planned, never opened
-    PipelinePlan plan;
-    pipeline_plan(&plan, s, cfg->pipeline_stages, cfg->pipe_schedule, cfg->virtual_stages, cfg->tensor_parallel, ranks, cfg->T,
-                  cfg->grad_accum);
-    double gib = (double)(1ull << 30), gpu = cfg->gpu_mem_gib * gib, host = cfg->host_mem_gib * gib, disk = cfg->disk_mem_gib * gib;
-    int dp = plan_replicas(&plan, ranks);
-    return (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, DEVICE_TOTAL) <= gpu &&
-           (host <= 0.0 || (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, HOST_TOTAL) <= host) &&
-           (!nvme || (double)heaviest_stage(states, &c, &plan, s, dp, zero, r, DISK_TOTAL) <= disk);
+    c.nvme_dir = nvme ? (cfg->nvme_dir ? cfg->nvme_dir : "-disk-mem") : NULL;
+    return c;
 }
 
-// One row of the capacity table: per -r, the largest shape of the family's ladder that fits, each planned for
-// sequences of -t (and at least 1024) tokens.
-static void print_capacity_row(StatePlanner states, const Config* cfg, const ModelFamily* family, int ranks, int zero,
+// Whether every rank of every stage of shape s fits the budgets under row configuration c (row_config) and
+// recompute level r.
+static int fits(StatePlanner states, const Config* c, const ModelShape* s, int ranks, int r) {
+    char why[200];
+    if (s->L < c->pipeline_stages || !shape_splits_vocab(s, c->tensor_parallel) ||
+        !s->family->splits_tp(s, c->tensor_parallel, why, sizeof(why)))
+        return 0;
+    PipelinePlan plan;
+    pipeline_plan(&plan, s, c->pipeline_stages, c->pipe_schedule, c->virtual_stages, c->tensor_parallel, ranks, c->T,
+                  c->grad_accum);
+    double gib = (double)(1ull << 30), gpu = c->gpu_mem_gib * gib, host = c->host_mem_gib * gib, disk = c->disk_mem_gib * gib;
+    int dp = plan_replicas(&plan, ranks), z = c->zero_stage;
+    return (double)heaviest_stage(states, c, &plan, s, dp, z, r, DEVICE_TOTAL) <= gpu &&
+           (host <= 0.0 || (double)heaviest_stage(states, c, &plan, s, dp, z, r, HOST_TOTAL) <= host) &&
+           (!c->nvme_dir || (double)heaviest_stage(states, c, &plan, s, dp, z, r, DISK_TOTAL) <= disk);
+}
+
+// Rung i of the base family's ladder as the run would train it, planned for sequences of -t (and at least
+// 1024) tokens: with -lora, the base frozen and -lora's adapters on it (lf holds their family). 0 when -lora's
+// rank is larger than one of the rung's target layers.
+static int rung_shape(const ModelFamily* base, int i, const Config* cfg, ModelShape* s, LoraFamily* lf) {
+    if (!shape_from_spec(base->ladder[i].spec, s)) fail("the %s ladder's shape '%s' is no shape", base->name, base->ladder[i].spec);
+    if (s->maxT < cfg->T || s->maxT < 1024) s->maxT = cfg->T > 1024 ? cfg->T : 1024;
+    if (cfg->lora.rank && lora_max_rank(s, &cfg->lora) < cfg->lora.rank) return 0;
+    *s = lora_apply(lf, *s, &cfg->lora);
+    return 1;
+}
+
+// One row of the capacity table: per -r, the largest shape of the base family's ladder that fits; a row
+// whose layout -lora is not built for says so.
+static void print_capacity_row(StatePlanner states, const Config* cfg, const ModelFamily* base, int ranks, int zero,
                                int offload, int nvme) {
     char level[16];
     snprintf(level, sizeof(level), nvme ? "%d+nvme" : "%d", offload);
     printf("  %4d  %7s", zero, level);
+    Config c = row_config(cfg, zero, offload, nvme);
+    const char* unbuilt = config_lora_unbuilt(&c);
+    if (unbuilt) {
+        printf("   not yet with -lora (%s)\n", unbuilt);
+        return;
+    }
     for (int r = 0; r <= 3; r++) {
         const char* best = "-";
-        for (int i = 0; i < family->ladder_len; i++) {
+        for (int i = 0; i < base->ladder_len; i++) {
             ModelShape s;
-            if (!shape_from_spec(family->ladder[i].spec, &s))
-                fail("the %s ladder's shape '%s' is no shape", family->name, family->ladder[i].spec);
-            if (s.maxT < cfg->T || s.maxT < 1024) s.maxT = cfg->T > 1024 ? cfg->T : 1024;
-            if (fits(states, cfg, &s, ranks, zero, offload, nvme, r)) best = family->ladder[i].label;
+            LoraFamily lf;
+            if (rung_shape(base, i, cfg, &s, &lf) && fits(states, &c, &s, ranks, r)) best = base->ladder[i].label;
         }
         printf(" %9s", best);
     }
     printf("\n");
 }
 
-// -gpu-mem (-host-mem): per ZeRO stage and -offload, per -r, the largest shape of -e's family that fits.
-static void print_capacity(StatePlanner states, const Config* cfg, const ModelFamily* family, int ranks) {
-    char host[64] = "", disk[64] = "";
+// -gpu-mem (-host-mem): per ZeRO stage and -offload, per -r, the largest shape of -e's family that fits (with
+// -lora's adapters on it when s has them).
+static void print_capacity(StatePlanner states, const Config* cfg, const ModelShape* s, int ranks) {
+    const LoraFamily* lora = lora_of(s);
+    const ModelFamily* base = lora ? lora->base : s->family;
+    char host[64] = "", disk[64] = "", adapters[128] = "";
     if (cfg->host_mem_gib > 0) snprintf(host, sizeof(host), " and -host-mem %g GiB", cfg->host_mem_gib);
     if (cfg->disk_mem_gib > 0) snprintf(disk, sizeof(disk), " (-nvme rows: -disk-mem %g GiB)", cfg->disk_mem_gib);
-    printf("\nlargest %s shape per rank within -gpu-mem %g GiB%s%s (%d rank%s, -pp %d, -tp %d%s, b=%d t=%d, %s):\n  ZeRO  offload",
-           family->name, cfg->gpu_mem_gib, host, disk, ranks, ranks > 1 ? "s" : "", cfg->pipeline_stages, cfg->tensor_parallel,
-           cfg->sequence_parallel ? " -sp 1" : "", cfg->B, cfg->T, dtype_name(cfg->precision));
+    if (lora) {
+        size_t at = (size_t)snprintf(adapters, sizeof(adapters), " with LoRA r=%d on ", lora->rank);
+        for (int j = 0; j < lora->num_targets && at < sizeof(adapters); j++)
+            at += (size_t)snprintf(adapters + at, sizeof(adapters) - at, "%s%s", j ? "," : "", base->lora_targets[lora->target[j]]);
+    }
+    printf("\nlargest %s shape%s per rank within -gpu-mem %g GiB%s%s (%d rank%s, -pp %d, -tp %d%s, b=%d t=%d, %s):\n  ZeRO  offload",
+           base->name, adapters, cfg->gpu_mem_gib, host, disk, ranks, ranks > 1 ? "s" : "", cfg->pipeline_stages,
+           cfg->tensor_parallel, cfg->sequence_parallel ? " -sp 1" : "", cfg->B, cfg->T, dtype_name(cfg->precision));
     for (int r = 0; r <= 3; r++) printf("      -r %d", r);
     printf("\n");
     for (int zero = 0; zero < 4; zero++)
         for (int offload = 0; offload <= (zero >= 2 ? 2 : 1); offload++) {   // -offload 2 needs -z >= 2
-            print_capacity_row(states, cfg, family, ranks, zero, offload, 0);
-            if (offload > 0 && cfg->disk_mem_gib > 0) print_capacity_row(states, cfg, family, ranks, zero, offload, 1);
+            print_capacity_row(states, cfg, base, ranks, zero, offload, 0);
+            if (offload > 0 && cfg->disk_mem_gib > 0) print_capacity_row(states, cfg, base, ranks, zero, offload, 1);
         }
 }
 
@@ -231,23 +309,38 @@ static void check_disk_room(const MemLedger* plan, const Config* cfg, int local,
              local > 1 ? "s" : "");
 }
 
-void check_room(StatePlanner states, const Config* cfg, const ParamLayout* lay, int dp, int local_ranks, const NvmeConfig* mine) {
+void check_room(StatePlanner states, const Config* cfg, const ParamLayout* lay, int dp_rank, int dp, int local_ranks,
+                const NvmeConfig* mine) {
     if (!cfg->offload && !cfg->nvme_dir) return;
     MemLedger plan = {{0}};
-    states(&plan, lay, cfg, cfg->zero_stage, dp);
+    states(&plan, lay, cfg, cfg->zero_stage, dp_rank, dp);
     if (cfg->offload) check_host_room(&plan, cfg, local_ranks);
     if (cfg->nvme_dir) check_disk_room(&plan, cfg, local_ranks, mine);
 }
 
-void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks) {
-    int P = plan->stages, dp = plan_replicas(plan, ranks);
-    MemLedger* plans = (MemLedger*)xmalloc((size_t)P * sizeof(MemLedger));   // one per pipeline stage
-    size_t heaviest = 0;
-    for (int st = 0; st < P; st++) {
-        memory_plan(&plans[st], states, cfg, plan, s, dp, st, cfg->zero_stage, cfg->recompute);
-        heaviest = mem_total(&plans[st]) > heaviest ? mem_total(&plans[st]) : heaviest;
+// What the printout shows: each stage's heaviest data-parallel rank's plan, and stage 0's plan per rank.
+typedef struct {
+    MemLedger* stages;   // [stages]
+    MemLedger* stage0;   // [stage0_ranks]: one where the ranks cannot differ
+    int stage0_ranks, stage0_heaviest;
+    size_t heaviest;     // the heaviest stage's device bytes
+} StagePlans;
+
+static StagePlans plan_stages(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int dp) {
+    StagePlans p = {.stages = (MemLedger*)xmalloc((size_t)plan->stages * sizeof(MemLedger))};
+    for (int st = 0; st < plan->stages; st++) {
+        MemLedger* m;
+        int n = stage_rank_plans(&m, states, cfg, plan, s, dp, st, cfg->zero_stage, cfg->recompute), h = heaviest_rank(m, n);
+        p.stages[st] = m[h];
+        p.heaviest = mem_total(&m[h]) > p.heaviest ? mem_total(&m[h]) : p.heaviest;
+        if (st == 0) p.stage0 = m, p.stage0_ranks = n, p.stage0_heaviest = h;
+        else free(m);
     }
-    const MemLedger* m = &plans[0];
+    return p;
+}
+
+static void print_heading(const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks, int dp) {
+    int P = plan->stages;
     printf("memory plan per rank, nothing allocated: L=%d C=%d NH=%d V=%d | %s | %d rank%s (%d stage%s x %d replica%s x %d "
            "tensor rank%s%s), ZeRO-%d, -r %d | b=%d t=%d ga=%d\n",
            s->L, s->C, s->NH, s->V, dtype_name(cfg->precision), ranks, ranks > 1 ? "s" : "", P, P > 1 ? "s" : "", dp,
@@ -257,6 +350,17 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
     shape_describe(s, shape, sizeof(shape));
     printf("model: %s, %zu parameters (%zu with the padded vocabulary rows)\n", shape,
            shape_real_param_count(s), shape_param_count(s));
+}
+
+void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks) {
+    int P = plan->stages, dp = plan_replicas(plan, ranks);
+    StagePlans sp = plan_stages(states, cfg, plan, s, dp);
+    const MemLedger* plans = sp.stages;
+    const MemLedger* m = &plans[0];
+    print_heading(cfg, plan, s, ranks, dp);
+    if (sp.stage0_ranks > 1)
+        printf("data-parallel rank %d, the heaviest: frozen tensors have no state, so the ranks hold unequal shares of the "
+               "trained ones' (each rank's in plan_ranks)\n", sp.stage0_heaviest);
     if (P > 1) printf("stage 0 (embeddings, the most micro-batches in flight):\n");
     for (int c = 0; c < NUM_MEM_CATEGORIES; c++)   // host categories are empty without -offload, disk without -nvme
         if (mem_category_shown((MemCategory)c, cfg->offload, cfg->nvme_dir != NULL))
@@ -271,16 +375,22 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
         if (cfg->nvme_dir) printf(", disk %.3f GiB", gib(mem_disk_total(&plans[st])));
         printf("\n");
     }
-    if (P > 1) printf("heaviest stage: %.3f GiB (the table below; per-stage bytes in plan_stages)\n", gib(heaviest));
+    if (P > 1) printf("heaviest stage: %.3f GiB (the table below; per-stage bytes in plan_stages)\n", gib(sp.heaviest));
     if (cfg->nvme_dir) print_disk_room(cfg, plans, P);
     print_table(states, cfg, plan, s, ranks);
     print_json("plan: ", m);
     printf("\n");
+    if (sp.stage0_ranks > 1) {
+        printf("plan_ranks: [");
+        for (int r = 0; r < sp.stage0_ranks; r++) print_json(r ? ", " : "", &sp.stage0[r]);
+        printf("]\n");
+    }
     if (P > 1) {
         printf("plan_stages: [");
         for (int st = 0; st < P; st++) print_json(st ? ", " : "", &plans[st]);
         printf("]\n");
     }
-    if (cfg->gpu_mem_gib > 0) print_capacity(states, cfg, s->family, ranks);
-    free(plans);
+    if (cfg->gpu_mem_gib > 0) print_capacity(states, cfg, s, ranks);
+    free(sp.stage0);
+    free(sp.stages);
 }

@@ -7,20 +7,20 @@
 #include "core/pipeline/pipeline.h"
 #include "core/zero/nvme_store.h"
 
-// The bytes one stage's model states (parameters, gradients, master weights, Adam) take under ZeRO stage
-// `zero` on `dp` ranks, with what cfg says of precision, -offload and -dpu. The policy above the
-// orchestration answers it (the trainer passes ZeRO's own allocation code in counting mode), so this planner
-// stays below it.
-typedef void (*StatePlanner)(MemLedger* mem, const ParamLayout* lay, const Config* cfg, int zero, int dp);
+// The bytes one stage's model states (parameters, gradients, master weights, Adam) take on data-parallel
+// rank dp_rank of dp under ZeRO stage `zero`, with what cfg says of precision, -offload and -dpu. The policy
+// above the orchestration answers it (the trainer passes ZeRO's own allocation code in counting mode), so
+// this planner stays below it.
+typedef void (*StatePlanner)(MemLedger* mem, const ParamLayout* lay, const Config* cfg, int zero, int dp_rank, int dp);
 
-// Bytes per category one rank would allocate: stage `stage` of the pipeline plan with `dp` replicas, ZeRO
-// stage `zero`, recompute level `recompute` (cfg supplies precision, b and t).
-void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int dp,
-                 int stage, int zero, int recompute);
 // Before anything is allocated: this rank's planned host state (-offload) against its share of the host's
 // available memory, and its state files (-nvme) against its share of DIR's free space (creating DIR); a
 // one-line error when either does not fit. mine: this rank's -nvme files, reused when there from a run before.
-void check_room(StatePlanner states, const Config* cfg, const ParamLayout* lay, int dp, int local_ranks, const NvmeConfig* mine);
-// Prints the plan for this configuration, a table across ZeRO stages and world sizes, and activation bytes
-// per recompute level; then a one-line JSON record of the configuration's plan for scripts.
+void check_room(StatePlanner states, const Config* cfg, const ParamLayout* lay, int dp_rank, int dp, int local_ranks,
+                const NvmeConfig* mine);
+// Prints the plan for this configuration (the heaviest data-parallel rank's where the ranks differ: a frozen
+// base leaves the trained tensors' state to some of them), a table across ZeRO stages and world sizes, and
+// activation bytes per recompute level; then a one-line JSON record of the configuration's plan for scripts
+// (and one of each data-parallel rank's where they differ). With -gpu-mem, the largest shape of the family
+// that fits, with -lora's adapters on each.
 void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks);

@@ -302,7 +302,7 @@ const Flag FLAGS[] = {
     {PLANNING, "-gpu-mem", "G", FIELD(gpu_mem_gib), RANGE(0.001, 1e6),
      .help = "with --estimate: also the largest shape of -e's family (GPT-2/GPT-3 124M..175B; SmolLM2 and Llama 3.x "
              "135M..405B) whose states and activations fit G GiB of device memory per rank, for each ZeRO stage, "
-             "-offload and -r"},
+             "-offload and -r; with -lora, each with the run's adapters on its frozen base"},
     {PLANNING, "-host-mem", "G", FIELD(host_mem_gib), RANGE(0.001, 1e6),
      .help = "with -gpu-mem: that table's shapes must also fit G GiB of host memory per rank"},
     {PLANNING, "-disk-mem", "G", FIELD(disk_mem_gib), RANGE(0.001, 1e9),

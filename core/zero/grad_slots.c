@@ -20,8 +20,10 @@ static size_t largest_unit(const Pieces* pc, int edge) {
 
 void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc, size_t acc_elems, int on_host, int tied) {
     *g = (GradSlots){.on_host = on_host};
+    // The largest share of a unit's reduced gradient this rank adds up: its piece less the frozen elements
+    // (a frozen embedding's piece, the largest, has none).
     size_t max_piece = 0, x = piece_elem_bytes(pc);
-    for (int u = 0; u < pc->lay->num_units; u++) max_piece = piece_len(pc, u) > max_piece ? piece_len(pc, u) : max_piece;
+    for (int u = 0; u < pc->lay->num_units; u++) max_piece = pc->mine_len[u] > max_piece ? pc->mine_len[u] : max_piece;
     if (on_host) {
         g->acc = (float*)mem_alloc_host(be, mem, MEM_HOST_GRADS, acc_elems * 4);
         g->landing = grad_landing_create(be, mem, pc->dt, max_piece);

@@ -49,9 +49,13 @@ PY
 ./train_gpt_cpu "${base[@]}" -z 3 --estimate -w 2 > "$TMP/plan.txt" 2>&1
 py_check lora_z3_estimate_is_the_runs_memory "$TMP/plan.txt" "$TMP/z2_z3/log.jsonl" <<'PY'
 import json, sys
-plan = json.loads([l for l in open(sys.argv[1]) if l.startswith("plan: ")][-1][6:])
-run = [r["memory"] for r in map(json.loads, open(sys.argv[2])) if r.get("rank") == 0 and "memory" in r][-1]
-print("ok" if plan == run else "plan %s, run %s" % (plan, run))
+lines = open(sys.argv[1]).read().splitlines()
+per_rank = json.loads(next(l for l in lines if l.startswith("plan_ranks: "))[12:])
+runs = {}
+for r in map(json.loads, open(sys.argv[2])):
+    if "memory" in r: runs[r["rank"]] = r["memory"]   # the resumed half's, the last per rank
+bad = ["rank %d: plan %s, run %s" % (k, per_rank[k], runs.get(k)) for k in range(len(per_rank)) if per_rank[k] != runs.get(k)]
+print("ok" if len(runs) == 2 and not bad else "; ".join(bad) or "memory records of ranks %s" % sorted(runs))
 PY
 
 # From adapters with a nonzero B: two ranks under -z 3 take one rank's -ga 2 steps.
