@@ -4,19 +4,36 @@
 # as one failure of its own; "skip NAME: why" is a check that cannot run here. Each program's or script's
 # wall time follows as a "# NAME: N s" line. Last line: "N passed, N failed, N skipped". Exit status 1 if
 # anything failed.
+#
+# GPT_TEST_JOBS (default: the number of cores) programs and scripts run at once, each one's lines printed
+# together when it ends; most use one core, waiting on the next process to start. A script whose header has
+# the line "# run_all: alone" runs with nothing beside it: it times a hang or a signal against its bounds.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHON=${PYTHON:-/usr/bin/python3}
-passed=0
-failed=0
-skipped=0
+jobs=${GPT_TEST_JOBS:-$(nproc)}
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "GPT_TEST_JOBS=$jobs is not a positive number" >&2; exit 2; }
+out_dir=$(mktemp -d /tmp/gpt-run-all.XXXXXX)
+trap 'rm -rf "$out_dir"' EXIT
+passed=0 failed=0 skipped=0
+running=()
+
+# Runs one program or script into out_dir/NAME.{out,rc,s}.
 run_one() {   # name, command...
     local name=$1; shift
-    local out rc start=$SECONDS
-    out=$("$@" 2>&1); rc=$?
-    echo "# $name: $((SECONDS - start)) s"   # where the suite's time goes
+    local start=$SECONDS
+    "$@" > "$out_dir/$name.out" 2>&1
+    echo $? > "$out_dir/$name.rc.tmp"
+    echo $((SECONDS - start)) > "$out_dir/$name.s"
+    mv "$out_dir/$name.rc.tmp" "$out_dir/$name.rc"
+}
+
+# Prints a finished one's lines and adds its counts.
+report() {   # name
+    local name=$1 out rc p f s
+    out=$(cat "$out_dir/$name.out"); rc=$(cat "$out_dir/$name.rc")
+    echo "# $name: $(cat "$out_dir/$name.s") s"   # where the suite's time goes
     printf '%s\n' "$out" | grep -E '^(ok|FAIL|skip) ' || true
-    local p f s
     p=$(printf '%s\n' "$out" | grep -c '^ok ')
     f=$(printf '%s\n' "$out" | grep -c '^FAIL ')
     s=$(printf '%s\n' "$out" | grep -c '^skip ')
@@ -31,11 +48,43 @@ run_one() {   # name, command...
     fi
     passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
 }
+
+# Reports every running one that has ended; keeps the rest.
+reap() {
+    local still=() name
+    for name in "${running[@]}"; do
+        if [ -e "$out_dir/$name.rc" ]; then report "$name"; else still+=("$name"); fi
+    done
+    running=("${still[@]}")
+}
+
+# Waits until fewer than `1` (all ended) or `jobs` are running.
+drain_to() {   # how many may stay running
+    while [ ${#running[@]} -ge "$1" ] && [ ${#running[@]} -gt 0 ]; do
+        wait -n 2>/dev/null || true
+        reap
+    done
+}
+
+start() {   # name, command...
+    drain_to "$jobs"
+    run_one "$@" &
+    running+=("$1")
+}
+
 for t in build/test_*; do
-    [ -x "$t" ] && run_one "$(basename "$t")" "$t"
+    [ -x "$t" ] && start "$(basename "$t")" "$t"
 done
 for s in tests/system/t_*.sh; do
-    [ -f "$s" ] && run_one "$(basename "$s")" bash "$s"
+    [ -f "$s" ] || continue
+    if sed -n '1,/^source /p' "$s" | grep -q '^# run_all: alone'; then
+        drain_to 1
+        run_one "$(basename "$s")" bash "$s"
+        report "$(basename "$s")"
+    else
+        start "$(basename "$s")" bash "$s"
+    fi
 done
+drain_to 1
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

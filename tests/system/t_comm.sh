@@ -5,6 +5,7 @@
 # non-zero, within seconds; the hang watchdog must name a stopped rank, and a deadlock's waits; and the MPI-less
 # backend must refuse a multi-rank launch. Each mpirun counts as one check here (its failing checks are
 # shown); the single-process run is build/test_comm itself.
+# run_all: alone
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 # mpirun refuses to start as root without these; containers and CI often run as root.

@@ -6,6 +6,7 @@
 # (mid-training, mid-checkpoint, or during start-up) ends it through the hang watchdog (-wd) with one line
 # naming that rank, the newest checkpoint staying complete, while a checkpoint, validation or start-up
 # longer than -wd ends nothing.
+# run_all: alone
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 512 --seed 4 >/dev/null

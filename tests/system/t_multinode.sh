@@ -12,6 +12,7 @@
 # and under another topology; one host alone stops with one line, and copying the files together makes an
 # ordinary checkpoint.
 # Needs root, ip (iproute2), unshare and an MPI build; otherwise one "skip" line.
+# run_all: alone
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 skip() { t_skip t_multinode "$1"; exit 0; }

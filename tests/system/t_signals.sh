@@ -6,6 +6,7 @@
 # line, and one only rank 1 hits is still printed; each rank runs cores/ranks OpenMP threads unless
 # OMP_NUM_THREADS says otherwise. Every run sits under `timeout` so a trainer that ignores its signals fails
 # the test instead of hanging it.
+# run_all: alone
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 512 --seed 3 >/dev/null
