@@ -23,28 +23,7 @@ echo "$out" | grep -E '^(ok|FAIL) '; echo "$out" | grep -q '^FAIL' && FAILED=1
 
 # An absurd initial scale overflows: skipped steps, the scale halving every second overflow, then training.
 check_scaler() {   # name, log
-    $PYTHON - "$1" "$2" <<'PY'
-import json, sys
-name, path = sys.argv[1], sys.argv[2]
-steps = [json.loads(l) for l in open(path) if '"loss"' in l]
-bad = []
-scale, left = 1e12, 2
-for r in steps:
-    if abs(r["loss_scale"] - scale) > 1e-6 * scale:
-        bad.append("step %d: scale %g, expected %g" % (r["step"], r["loss_scale"], scale))
-        break
-    if r.get("skipped"):
-        left -= 1
-        if left == 0:
-            scale, left = max(scale / 2, 1.0), 2
-skipped = sum(1 for r in steps if r.get("skipped"))
-if not 2 <= skipped < len(steps) - 5:
-    bad.append("%d of %d steps skipped" % (skipped, len(steps)))
-if any(r["grad_norm"] is not None for r in steps if r.get("skipped")):
-    bad.append("a skipped step logged a finite norm")
-print("ok " + name if not bad else "FAIL %s: %s" % (name, "; ".join(bad)))
-sys.exit(1 if bad else 0)
-PY
+    $PYTHON tests/tools/loss_scaler_check.py "$1" "$2"
     [ $? -eq 0 ] || FAILED=1
 }
 ./train_gpt_cpu "${base[@]}" -x 60 -p fp16 -ls 1e12 -o "$TMP/ovf" > /dev/null 2>&1
