@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# -lora under the layouts that keep whole tensors: -pp with each schedule, -offload 1 and 2, -nvme, -dpu.
+# -lora under the layouts that keep whole tensors: -pp with each schedule, -offload 1 and 2, -nvme, -dpu;
+# and -pp with -tp or with -z 3.
 # - every layout follows one rank (-ga matching) within 1e-5 in losses, norms and adapters; zb gives 1f1b's
 #   bits, -offload 1 and 2 those without offload, and -nvme -offload's (a rank whose ZeRO pieces hold frozen
 #   tensors only holds no state: its store is empty);
@@ -62,6 +63,15 @@ ran dp_offload2 2 "$TMP/dp_offload2" -ga 2 -z 2 -offload 2
 same lora_dp2_offload2_bits_equal_no_offload "$TMP/dp_offload2" "$TMP/dp"
 ran dp_nvme 2 "$TMP/dp_nvme" -ga 2 -z 2 -offload 2 -nvme "$TMP/nvme"
 same lora_dp2_nvme_bits_equal_offload2 "$TMP/dp_nvme" "$TMP/dp_offload2"
+# The dimensions together on 4 ranks: stages with tensor ranks (the adapters cut inside each stage), and
+# stages with -z 3 replicas (each stage's frozen base sharded across its replicas).
+# -tp's row-parallel sums round in another order than one rank, which Adam's first steps bring to 3e-5 in
+# a few adapter values here: the pipeline is held to -tp 2 alone.
+ran tp 2 "$TMP/tp" -ga 4 -tp 2
+ran pp_tp 4 "$TMP/pp_tp" -ga 4 -pp 2 -tp 2
+near lora_pp2_tp2_equals_tp2 "$TMP/pp_tp" "$TMP/tp"
+ran pp_z3 4 "$TMP/pp_z3" -ga 2 -pp 2 -z 3
+near lora_pp2_z3_dp2_equals_one_rank "$TMP/pp_z3" "$TMP/one"
 
 # -lora-init under a pipeline: each stage reads its own layers (interleaved: blocks 0 and 2 on stage 0) and
 # writes them back into adapters.bin in place.
