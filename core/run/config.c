@@ -38,7 +38,6 @@ static void check_lora(const Config* c) {
     const char* flag = c->zero_stage == 3 ? "-z 3" : c->nvme_dir ? "-nvme" : c->delay_from > 0 ? "-dpu" : c->offload ? "-offload"
                        : c->pipeline_stages > 1 ? "-pp" : c->tensor_parallel > 1 ? "-tp" : NULL;
     if (flag) fail("%s: not yet with -lora", flag);
-    if (c->lora.dropout > 0) fail("-lora-dropout %g: not yet (only 0 is built)", c->lora.dropout);
     if (c->lora.targets && !c->lora.targets[0]) fail("-lora-targets needs a list of targets");
     if (c->lora_init && !c->lora_init[0]) fail("-lora-init needs a file name");
 }
