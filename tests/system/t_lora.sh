@@ -123,7 +123,6 @@ expect_error lora_rank_zero "-lora 0: the rank must be at least 1" "${base[@]}" 
 expect_error lora_rank_too_large "-lora 65: larger than target qkv's layer \(192 x 64\)" "${base[@]}" -lora 65
 expect_error lora_alpha_without_lora "-lora-alpha sets up LoRA's adapters: it needs -lora R" "${base[@]}" -lora-alpha 16
 expect_error lora_targets_without_lora "-lora-targets sets up" "${base[@]}" -lora-targets fc
-expect_error lora_dropout_not_yet "-lora-dropout 0.1: not yet" "${base[@]}" -lora 2 -lora-dropout 0.1
 expect_error lora_z3_not_yet "-z 3: not yet with -lora" "${base[@]}" -lora 2 -z 3
 expect_error lora_offload_not_yet "-offload: not yet with -lora" "${base[@]}" -lora 2 -offload 1
 expect_error lora_pp_not_yet "-pp: not yet with -lora" "${base[@]}" -lora 2 -pp 2
