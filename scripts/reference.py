@@ -418,7 +418,7 @@ def lora_adapter(args, cfg):
     """The adapter -lora and its flags ask for (None without -lora): -lora-init's file, which must agree
     with the flags, or a fresh one."""
     if not args.lora:
-        for flag in ("lora_init", "lora_targets"):
+        for flag in ("lora_init", "lora_targets", "lora_dropout"):
             if getattr(args, flag):
                 die("-%s needs -lora R" % flag.replace("_", "-"))
         return None
