@@ -3,8 +3,8 @@
 # mask against scripts/reference.py's lora_dropout_keep); from adapters with a nonzero B, the trainer follows
 # scripts/reference.py (float64, the same mask) within 1e-5 over 4 steps at P = 0.1 with -ga 2 (step-0 logits,
 # the adapters' step-0 gradients, losses, norms, validation losses), on GPT-2 and a Llama shape (q, k and v each
-# masked apart on their shared input); dropout changes training but not validation; -r 3 is -r 0 bit for bit;
-# two data-parallel ranks draw one rank's -ga 2 masks.
+# masked apart on their shared input); dropout changes training but not validation; -r 3 and a resume are bit
+# for bit an uninterrupted -r 0 run's; two data-parallel ranks draw one rank's -ga 2 masks.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 5000 -V 512 --seed 3 >/dev/null
@@ -40,11 +40,11 @@ a.weights = {t.name: (rng.uniform(-0.2, 0.2, (cfg.L, R, t.IC)).astype(np.float32
 lora_file.write(sys.argv[2], a)
 PY
 }
-# The runs' flags, in FLAGS: family NAME's model and adapters, -ga GA, the seed under the flag SEED_FLAG
+# The runs' flags but -x, in FLAGS: family NAME's model and adapters, -ga GA, the seed under the flag SEED_FLAG
 # (the trainer's -seed, the reference's --seed).
 set_flags() {   # name, ga, seed flag
     FLAGS=(-e "$TMP/$1_init/ckpt_000000/model.bin" -i "$TMP/data.bin" -j "$TMP/data.bin" -v 2 -m 2 -b 2 -t 32 -ga "$2"
-           -x 4 -l 1e-3 "$3" 5 -lora 4 -lora-alpha 8 -lora-dropout 0.1 -lora-init "$TMP/$1.lora")
+           -l 1e-3 "$3" 5 -lora 4 -lora-alpha 8 -lora-dropout 0.1 -lora-init "$TMP/$1.lora")
 }
 # One family: trainer and reference from the same model file and adapters, compared.
 against_reference() {   # name, model spec
@@ -53,10 +53,10 @@ against_reference() {   # name, model spec
     adapters "$model" "$TMP/$name.lora" 4
     mkdir -p "$TMP/${name}_cd"
     set_flags "$name" 2 -seed
-    ./train_gpt_cpu "${FLAGS[@]}" -s 0 -o "$TMP/${name}_c" -dump "$TMP/${name}_cd" > "$TMP/${name}_c.txt" 2>&1 ||
+    ./train_gpt_cpu "${FLAGS[@]}" -x 4 -s 0 -o "$TMP/${name}_c" -dump "$TMP/${name}_cd" > "$TMP/${name}_c.txt" 2>&1 ||
         t_fail "${name}_trainer_run" "$(tail -1 "$TMP/${name}_c.txt")"
     set_flags "$name" 2 --seed
-    $PYTHON scripts/reference.py "${FLAGS[@]}" --quiet -o "$TMP/${name}_r" -dump "$TMP/${name}_rd" > "$TMP/${name}_r.txt" 2>&1 ||
+    $PYTHON scripts/reference.py "${FLAGS[@]}" -x 4 --quiet -o "$TMP/${name}_r" -dump "$TMP/${name}_rd" > "$TMP/${name}_r.txt" 2>&1 ||
         t_fail "${name}_reference_run" "$(tail -1 "$TMP/${name}_r.txt")"
     compare_py array "${name}_dropout_logits_step0" "$TMP/${name}_cd/logits0.f32" "$TMP/${name}_rd/logits0.f32" --tol 1e-5
     # grads0.f32: a header, the frozen base's zeros, then the adapters' gradients in the reference's order (each
@@ -79,9 +79,10 @@ against_reference gpt2 L2C64H4V512T64
 against_reference llama llama:L2,C64,H4,K2,F96,V512,T64
 
 # GPT-2: without dropout step 0 trains on other values (its loss differs) but validates the same (validation
-# drops nothing); -r 3 recomputes the forward's masks; two ranks of -ga 1 draw one rank's -ga 2 masks.
+# drops nothing); -r 3 recomputes the forward's masks, a resume draws the masks of its steps; two ranks of -ga 1
+# draw one rank's -ga 2 masks.
 set_flags gpt2 2 -seed
-./train_gpt_cpu "${FLAGS[@]}" -s 0 -lora-dropout 0 -o "$TMP/p0" > "$TMP/p0.txt" 2>&1
+./train_gpt_cpu "${FLAGS[@]}" -x 4 -s 0 -lora-dropout 0 -o "$TMP/p0" > "$TMP/p0.txt" 2>&1
 py_check dropout_trains_apart_validates_alike "$TMP/gpt2_c/log.jsonl" "$TMP/p0/log.jsonl" <<'PY'
 import json, sys
 drop, none = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
@@ -90,12 +91,18 @@ ok = first(drop, "loss") != first(none, "loss") and first(drop, "val_loss") == f
 print("ok" if ok else "step 0: losses %r %r, val losses %r %r" % (first(drop, "loss"), first(none, "loss"),
                                                                   first(drop, "val_loss"), first(none, "val_loss")))
 PY
-./train_gpt_cpu "${FLAGS[@]}" -s 0 -r 3 -o "$TMP/r3" > "$TMP/r3.txt" 2>&1
-t_check dropout_r3_equals_r0_bit_for_bit "[ -n \"\$(fields $TMP/gpt2_c/log.jsonl)\" ] && diff <(fields $TMP/gpt2_c/log.jsonl) <(fields $TMP/r3/log.jsonl) >/dev/null" \
-    "$(fields "$TMP/r3/log.jsonl" | tail -1) vs $(fields "$TMP/gpt2_c/log.jsonl" | tail -1)"
+same_as_uninterrupted() {   # name, run directory
+    t_check "$1" "[ -n \"\$(fields $TMP/gpt2_c/log.jsonl)\" ] && diff <(fields $TMP/gpt2_c/log.jsonl) <(fields $2/log.jsonl) >/dev/null" \
+        "$(fields "$2/log.jsonl" | tail -1) vs $(fields "$TMP/gpt2_c/log.jsonl" | tail -1)"
+}
+./train_gpt_cpu "${FLAGS[@]}" -x 4 -s 0 -r 3 -o "$TMP/r3" > "$TMP/r3.txt" 2>&1
+same_as_uninterrupted dropout_r3_equals_r0_bit_for_bit "$TMP/r3"
+./train_gpt_cpu "${FLAGS[@]}" -x 2 -s 0 -n 2 -o "$TMP/half" > "$TMP/half.txt" 2>&1
+./train_gpt_cpu "${FLAGS[@]}" -x 4 -s 0 -n 2 -o "$TMP/half" -y 1 > "$TMP/resumed.txt" 2>&1
+same_as_uninterrupted dropout_resume_bit_for_bit "$TMP/half"
 if mpi_available; then
     set_flags gpt2 1 -seed
-    "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${FLAGS[@]}" -s 0 -o "$TMP/np2" > "$TMP/np2.txt" 2>&1
+    "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${FLAGS[@]}" -x 4 -s 0 -o "$TMP/np2" > "$TMP/np2.txt" 2>&1
     compare_py log dropout_np2_equals_one_rank "$TMP/np2/log.jsonl" "$TMP/gpt2_c/log.jsonl" --steps 4 --tol 1e-6 --key loss --key grad_norm
 else
     t_missing dropout_np2_equals_one_rank "MPI"
