@@ -281,6 +281,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     comm_watchdog_start(tr->world, cfg->watchdog);
     gpu_variants_from_env();   // a bad GPT_CUDA_VARIANTS fails here, before the run directory is touched
     ModelShape shape = lora_apply(&tr->lora, model_resolve(cfg->model, &tr->model_is_spec), &cfg->lora);
+    tr->lora.seed = cfg->seed;   // LoRA's dropout masks follow -seed
     if (!cfg->precision_set) cfg->precision = backend_build_is_gpu() ? DT_BF16 : DT_FP32;
     int planned = cfg->estimate && cfg->plan_ranks ? cfg->plan_ranks : tr->ranks;
     config_resolve_batch(cfg, shape.maxT, planned, cfg->pipeline_stages * cfg->tensor_parallel);

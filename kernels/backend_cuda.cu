@@ -14,6 +14,7 @@
 #include "kernels/swiglu.cuh"
 #include "kernels/attention.cuh"
 #include "kernels/gelu.cuh"
+#include "kernels/lora_dropout.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/adamw.cuh"
 

@@ -90,3 +90,9 @@ HD uint32_t hash_u32(uint32_t x) {
 HD uint32_t element_noise(uint32_t seed, uint64_t index) {
     return hash_u32(seed ^ hash_u32((uint32_t)index ^ hash_u32((uint32_t)(index >> 32) + 0x9e3779b9u)));
 }
+// LoRA's dropout (kernels.h: lora_dropout): element `index` of a matrix masked under `key` is kept when the top
+// 24 bits of its noise, as a fraction in [0, 1) (exact in fp32), are not below p: kept with probability 1 - p
+// (to 2^-24), each element independently of the others.
+HD int dropout_keeps(uint32_t key, uint64_t index, float p) {
+    return (float)(element_noise(key, index) >> 8) * (1.0f / 16777216.0f) >= p;
+}

@@ -200,6 +200,14 @@ void gelu_forward(Backend* be, DType dt, void* out, const void* inp, size_t n);
 // dinp = dout * gelu'(inp). dinp may alias dout.
 void gelu_backward(Backend* be, DType dt, void* dinp, const void* inp, const void* dout, size_t n);
 
+// LoRA's dropout (core/model/lora.h): out (N,C) X = inp * (1 / (1 - p)) where the mask keeps an element, 0
+// where it drops it. The C columns are columns [col0, col0 + C) of a matrix with rows of `width` (col0 0 and
+// width C for a whole matrix): element (n, c) is the matrix's n * width + col0 + c, kept when
+// dropout_keeps(key, that index, p) (kernels/dtype.h), so a shard of columns draws the whole matrix's mask. The forward's and the backward's
+// (the mask and scale on the input gradient) are the same call. out may alias inp. 0 <= p < 1.
+void lora_dropout(Backend* be, DType dt, void* out, const void* inp, int N, int C, int col0, int width, uint32_t key,
+                  float p);
+
 #define CLASSIFIER_IGNORE (-1)   // a target that is not a label (classifier_forward)
 
 // Fused LM-head loss over logits (N,Vp) X whose first V columns are real:

@@ -30,8 +30,10 @@ LoRA (-lora R): the family's targets (-lora-targets) each add scale * (x A^T) B^
 output, scale = -lora-alpha / R (/ sqrt(R) with -lora-rslora 1); the base model is frozen and only A and B
 train, with AdamW and weight decay as every decayed matrix. A starts as -lora-init's adapter file, else
 uniform in +-1/sqrt(in features) from --seed (not the trainer's draw), B at zero, so step 0 is the base
-model. -lora-dropout 0 only. -o writes the adapters as lora_final.bin (an adapter file), -dump their gradients
-(each target's A then B, stacked over layers, in target order).
+model. -lora-dropout P drops elements of each adapter's input in training with the trainer's mask (a hash of
+--seed, the micro-batch's place in the data, the layer and the target: lora_dropout_keep) and scales the rest
+by 1/(1-P). -o writes the adapters as lora_final.bin (an adapter file), -dump their gradients (each target's A
+then B, stacked over layers, in target order).
 
 Runs on Debian's PyTorch 1.13 (CPU) and on PyTorch 2.x (CUDA): newer APIs (torch.compile,
 scaled_dot_product_attention, fused AdamW) are used only when asked for and present.
@@ -187,6 +189,8 @@ class Model(torch.nn.Module):
                                                                .to(device=device, dtype=dtype))
                                          for n in cfg.names})
         self.adapter, self.lora = adapter, torch.nn.ParameterDict()
+        # LoRA's dropout: its rate and seed, and the training micro-batch's place in the data (None: no dropout).
+        self.dropout, self.dropout_seed, self.dropout_at = 0.0, 0, None
         if adapter is not None:   # the base is frozen: autograd computes no gradient for it
             for p in self.p.values():
                 p.requires_grad_(False)
@@ -215,8 +219,17 @@ class Model(torch.nn.Module):
         out = out.clone()
         for t in chosen:
             A, B = self.lora["lora_A_" + t.name][l], self.lora["lora_B_" + t.name][l]
-            out[..., t.col0:t.col0 + t.OC] += self.adapter.scale * ((x @ A.t()) @ B.t())
+            out[..., t.col0:t.col0 + t.OC] += self.adapter.scale * ((self.dropped(l, t, x) @ A.t()) @ B.t())
         return out
+
+    def dropped(self, l, t, x):
+        """Target t's input x in layer l, in a training forward with dropout through the trainer's mask."""
+        if self.dropout_at is None or not self.dropout:
+            return x
+        target = [u.name for u in lora_file.targets(self.cfg)].index(t.name)
+        keep = lora_dropout_keep(self.dropout_seed, self.dropout_at, l, target, self.dropout, x[..., 0].numel(),
+                                 x.shape[-1])
+        return x * torch.as_tensor(keep.reshape(x.shape), dtype=x.dtype, device=x.device) / (1 - self.dropout)
 
     def adapter_now(self):
         """The adapter with the current A and B, as float32."""
@@ -363,7 +376,9 @@ def accumulate(model, batches, step, dump=None):
         p.grad = torch.zeros_like(p)
     loss_sum = 0.0
     for m, (idx, tgt, pos, doc) in enumerate(micro):
+        model.dropout_at = step * batches.ga + m   # the trainer's dataloader_position on one rank
         logits, _ = model(idx, None, pos, doc)
+        model.dropout_at = None
         loss = lm_loss(logits, tgt, cfg.V, reduction="sum")
         if count:
             (loss / count).backward()
@@ -373,16 +388,42 @@ def accumulate(model, batches, step, dump=None):
     return (loss_sum / count if count else float("nan")), count
 
 
+def _hash_u32(x):
+    """kernels/dtype.h's hash_u32 on a uint32 array (its products wrap as C's do)."""
+    x = x ^ (x >> np.uint32(16))
+    x = x * np.uint32(0x7feb352d)
+    x = x ^ (x >> np.uint32(15))
+    x = x * np.uint32(0x846ca68b)
+    return x ^ (x >> np.uint32(16))
+
+
+def _element_noise(seed, index):
+    """kernels/dtype.h's element_noise: uint32 noise of each uint64 index under a uint32 seed."""
+    index = np.asarray(index, np.uint64)
+    lo, hi = (index & np.uint64(0xffffffff)).astype(np.uint32), (index >> np.uint64(32)).astype(np.uint32)
+    return _hash_u32(np.uint32(seed) ^ _hash_u32(lo ^ _hash_u32(hi + np.uint32(0x9e3779b9))))
+
+
+def lora_dropout_keep(seed, position, layer, target, P, rows, cols):
+    """The trainer's dropout mask on an adapter's (rows, cols) input, True where kept: its key is
+    core/model/lora.c's lora_dropout_key (LORA_MAX_TARGETS = 8 targets a layer), its test kernels/dtype.h's
+    dropout_keeps."""
+    run = _element_noise(seed & 0xffffffff, [seed >> 32])[0]
+    key = _element_noise(_element_noise(run, [position])[0], [layer * 8 + target])[0]
+    noise = _element_noise(key, np.arange(rows * cols, dtype=np.uint64))
+    return ((noise >> np.uint32(8)).astype(np.float64) * 2.0 ** -24 >= np.float32(P)).reshape(rows, cols)
+
+
 def lora_adapter(args, cfg):
     """The adapter -lora and its flags ask for (None without -lora): -lora-init's file, which must agree
     with the flags, or a fresh one."""
     if not args.lora:
-        for flag in ("lora_init", "lora_targets"):
+        for flag in ("lora_init", "lora_targets", "lora_dropout"):
             if getattr(args, flag):
                 die("-%s needs -lora R" % flag.replace("_", "-"))
         return None
-    if args.lora_dropout != 0:
-        die("-lora-dropout %g: the reference computes -lora-dropout 0 only" % args.lora_dropout)
+    if not 0 <= args.lora_dropout < 1:
+        die("-lora-dropout %g: must be in [0, 1)" % args.lora_dropout)
     order = [t.name for t in lora_file.targets(cfg)]
     bits = lora_file.target_bits(cfg, args.lora_targets.split(",") if args.lora_targets else order)
     ax = lora_file.alpha_x1000("-lora-alpha", args.lora if args.lora_alpha is None else args.lora_alpha)
@@ -400,6 +441,7 @@ def lora_adapter(args, cfg):
 def train(args, cfg, params, adapter=None):
     dtype = {"float64": torch.float64, "float32": torch.float32}[args.dtype]
     model = build_model(cfg, params, dtype, "cpu", sdpa=args.sdpa, adapter=adapter)
+    model.dropout, model.dropout_seed = args.lora_dropout, args.seed
     named = model.trainable()
     opt = AdamW(named, args.c, cfg.decayed if adapter is None else {n for n, _ in named})
     batches = open_batches(args, cfg)
@@ -692,7 +734,8 @@ def main(argv=None):
     ap.add_argument("-lora", type=int, default=0, help="LoRA rank: train adapters of this rank, the base frozen")
     ap.add_argument("-lora-alpha", type=float, help="LoRA alpha (default: the rank, a scale of 1)")
     ap.add_argument("-lora-rslora", type=int, default=0, choices=[0, 1], help="scale alpha / sqrt(R), not alpha / R")
-    ap.add_argument("-lora-dropout", type=float, default=0.0, help="0 only: the reference has no dropout")
+    ap.add_argument("-lora-dropout", type=float, default=0.0,
+                    help="dropout on the adapters' input in training, the trainer's mask (seeded by --seed)")
     ap.add_argument("-lora-targets", help="comma-separated targets (default: every linear layer of the family)")
     ap.add_argument("-lora-init", metavar="FILE", help="start from this adapter file")
     args = ap.parse_args(argv)

@@ -349,10 +349,14 @@ static long long window_of(DataLoader* dl, long long w) {
     return j;
 }
 
-static long long window_at(DataLoader* dl, long long step, int ga, int micro) {
+long long dataloader_position(const DataLoader* dl, long long step, int ga, int micro) {
     if (step < 0 || ga <= 0 || micro < 0 || micro >= ga)
         fail("data loader: bad position step %lld, micro-step %d of %d", step, micro, ga);
-    return window_of(dl, (step * ga + micro) * dl->world + dl->rank);
+    return (step * ga + micro) * dl->world + dl->rank;
+}
+
+static long long window_at(DataLoader* dl, long long step, int ga, int micro) {
+    return window_of(dl, dataloader_position(dl, step, ga, micro));
 }
 
 long long dataloader_window_start(DataLoader* dl, long long step, int ga, int micro) {

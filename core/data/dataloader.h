@@ -69,6 +69,9 @@ int dataloader_is_packed(const DataLoader* dl);
 PackStats dataloader_pack_stats(const DataLoader* dl);
 // The micro-batch of (step, ga, micro) on this rank: tokens, targets and, with documents, pos and doc.
 void dataloader_read(DataLoader* dl, long long step, int ga, int micro, Batch* b);
+// The place of that micro-batch in the data order, (step * ga + micro) * world + rank, before any shuffle: the
+// same data has the same place under every layout (one rank with -ga n reads what n replicas read).
+long long dataloader_position(const DataLoader* dl, long long step, int ga, int micro);
 // Labels (targets other than -1) in global window w = (step*ga + micro)*world + rank of the data order,
 // and in a whole step: every micro-step on every rank (no communication: the loader knows every rank's
 // windows). B*T per window without masks.

@@ -12,6 +12,7 @@
 
 #include "base/common.h"
 #include "core/model/lora_peft.h"
+#include "kernels/dtype.h"
 
 static const LoraFamily* lora_family(const ModelShape* s) { return (const LoraFamily*)s->family; }
 
@@ -199,6 +200,12 @@ int lora_selected(const LoraFamily* lf, int target) {
     for (int j = 0; j < lf->num_targets; j++)
         if (lf->target[j] == target) return j;
     return -1;
+}
+
+uint32_t lora_dropout_key(const LoraFamily* lf, long long position, int layer, int target) {
+    uint32_t run = element_noise((uint32_t)lf->seed, lf->seed >> 32);
+    uint32_t micro = element_noise(run, (uint64_t)position);
+    return element_noise(micro, (uint64_t)layer * LORA_MAX_TARGETS + (uint64_t)target);
 }
 
 // The header's fields against the run's: one line naming the first difference.

@@ -29,6 +29,7 @@ typedef struct {
     int rank;
     float alpha, scale, dropout;
     int rslora;
+    uint64_t seed;                      // the dropout masks': the run's -seed, which the run sets after the build
     int num_targets;                    // the selected targets, in the family's order
     int target[LORA_MAX_TARGETS];       // each one's index in the family's list
     unsigned target_bits;               // bit i: target i of the family's list is selected
@@ -70,3 +71,8 @@ void lora_place_whole(const ParamLayout* lay, const ParamTensor* t, const float*
 LoraGeometry lora_rank_geometry(const ModelFamily* base, const ModelShape* s, int target, int tp);
 // The selected index of family target i, or -1 when the run does not adapt it.
 int lora_selected(const LoraFamily* lf, int target);
+// The key of the dropout mask on one adapter's input in training (kernels.h: lora_dropout): a hash of the run's
+// seed, the micro-batch's position in the data order (dataloader_position: the same data has the same position
+// under every layout), the layer and the target (its index in the family's list). A recomputation, a split
+// backward, any layout and scripts/reference.py draw the same mask.
+uint32_t lora_dropout_key(const LoraFamily* lf, long long position, int layer, int target);

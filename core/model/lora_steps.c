@@ -16,12 +16,15 @@ static size_t widest(const LoraFamily* lf, const ParamLayout* lay) {
     return w;
 }
 
-// h and dh (N, R) each, two (N, widest) blocks, and scale * I (R, R).
+// (N, widest) blocks: two, and with dropout a third for the dropped input.
+static size_t wide_blocks(const LoraFamily* lf) { return lf->dropout > 0.0f ? 3 : 2; }
+
+// h and dh (N, R) each, the (N, widest) blocks, and scale * I (R, R).
 size_t lora_work_bytes(const ParamLayout* lay, DType dt, int B, int T) {
     const LoraFamily* lf = lora_of(&lay->shape);
     if (!lf) return 0;
     size_t N = (size_t)B * T, R = (size_t)lf->rank;
-    return (2 * N * R + 2 * N * widest(lf, lay) + R * R) * dtype_size(dt);
+    return (2 * N * R + wide_blocks(lf) * N * widest(lf, lay) + R * R) * dtype_size(dt);
 }
 
 void lora_work_create(Model* g, Backend* be, MemLedger* mem) {
@@ -33,6 +36,7 @@ void lora_work_create(Model* g, Backend* be, MemLedger* mem) {
     g->lora.dh = at, at += N * R * e;
     g->lora.block = at, at += N * w * e;
     g->lora.wide = at, at += N * w * e;
+    if (lf->dropout > 0.0f) g->lora.dropped = at, at += N * w * e;
     g->lora.scale = at;
     float* s = (float*)xcalloc(R * R, sizeof(float));
     for (size_t i = 0; i < R; i++) s[i * R + i] = lf->scale;
@@ -57,6 +61,8 @@ typedef struct {
     int N, R;
     void *A, *B;     // the layer's adapters (parameters)
     void *dA, *dB;   // their gradients (NULL: none wanted)
+    int dropout;     // a training forward's (or its backward's) dropout on the input, keyed by `key`
+    uint32_t key;
 } Adapter;
 
 // Target `target`'s adapters in block b, or 0 when there are none.
@@ -68,8 +74,27 @@ static int adapter_of(Model* g, const BlockRef* b, int target, Adapter* a) {
     *a = (Adapter){lf, lora_rank_geometry(lf->base, &g->shape, target, lay->tp_size), g->B * g->T, lf->rank,
                    unit_tensor(lay, b->params, lora_kind_a(lf, j), b->layer, g->dt), unit_tensor(lay, b->params, lora_kind_b(lf, j), b->layer, g->dt),
                    b->grads ? unit_grad_tensor(lay, b->grads, lora_kind_a(lf, j), b->layer, g->dt) : NULL,
-                   b->grads ? unit_grad_tensor(lay, b->grads, lora_kind_b(lf, j), b->layer, g->dt) : NULL};
+                   b->grads ? unit_grad_tensor(lay, b->grads, lora_kind_b(lf, j), b->layer, g->dt) : NULL,
+                   lf->dropout > 0.0f && g->acts.training, 0};
+    if (a->dropout) a->key = lora_dropout_key(lf, g->acts.position, b->layer, target);
     return 1;
+}
+
+// The mask and scale of the adapter's dropout on an (N, in) tensor: its input, or the input's gradient.
+// A row-parallel target's input is this tensor rank's columns of the whole (N, in): the mask is drawn at their
+// place in the whole, so every layout drops what one rank does.
+static void drop(Model* g, Backend* be, const Adapter* a, void* out, const void* in) {
+    const ParamLayout* lay = g->layout;
+    int shard = a->geo.cut == CUT_COLS && lay->tp_size > 1;
+    lora_dropout(be, g->dt, out, in, a->N, a->geo.in, shard ? lay->tp_rank * a->geo.in : 0, shard ? lay->tp_size * a->geo.in : a->geo.in,
+                 a->key, a->lf->dropout);
+}
+
+// What the adapter multiplies: its input, or in training with dropout the dropped input (in lora.dropped).
+static const void* adapter_input(Model* g, Backend* be, const Adapter* a, const void* inp) {
+    if (!a->dropout) return inp;
+    drop(g, be, a, g->lora.dropped, inp);
+    return g->lora.dropped;
 }
 
 // x (N, R) scaled in place through the scratch dh-sized buffer `spare`: spare = x (s I)^T, exact per element
@@ -95,7 +120,7 @@ void lora_forward(Model* g, Backend* be, const BlockRef* b, int target, void* ou
     if (!adapter_of(g, b, target, &a)) return;
     DType dt = g->dt;
     size_t n = (size_t)a.N * a.geo.out;
-    matmul_forward(be, dt, g->lora.h, NULL, inp, a.A, NULL, a.N, a.geo.in, a.R);
+    matmul_forward(be, dt, g->lora.h, NULL, adapter_input(g, be, &a, inp), a.A, NULL, a.N, a.geo.in, a.R);
     void* h = scaled(g, be, &a, g->lora.h, g->lora.dh);
     matmul_forward(be, dt, g->lora.block, NULL, h, a.B, NULL, a.N, a.R, a.geo.out);
     if (whole_output(&a)) {
@@ -116,14 +141,14 @@ static void sum_over_group(Model* g, const Adapter* a, Cut cut, void* x) {
     if (g->tp && a->geo.cut == cut) comm_allreduce_sum(g->tp, x, (size_t)a->N * a->R, g->dt);
 }
 
-// dA += (scale dblock B)^T inp (dh, made by the caller); dB += dblock^T (scale inp A^T), the scaled h
-// through `wide`, free here.
-static void weight_grads(Model* g, Backend* be, const Adapter* a, void* dh, void* dblock, const void* inp) {
+// With x the adapter's input (adapter_input: dropped in training with dropout): dA += (scale dblock B)^T x
+// (dh, made by the caller); dB += dblock^T (scale x A^T), the scaled h through `wide`, free here.
+static void weight_grads(Model* g, Backend* be, const Adapter* a, void* dh, void* dblock, const void* x) {
     DType dt = g->dt;
     sum_over_group(g, a, CUT_ROWS, dh);
-    matmul_backward_weight(be, dt, a->dA, NULL, dh, inp, a->N, a->geo.in, a->R);
+    matmul_backward_weight(be, dt, a->dA, NULL, dh, x, a->N, a->geo.in, a->R);
     void* h = dh == g->lora.h ? g->lora.dh : g->lora.h;
-    matmul_forward(be, dt, h, NULL, inp, a->A, NULL, a->N, a->geo.in, a->R);
+    matmul_forward(be, dt, h, NULL, x, a->A, NULL, a->N, a->geo.in, a->R);
     sum_over_group(g, a, CUT_COLS, h);
     if (g->kv_copies && a->geo.heads && a->geo.heads < g->layout->tp_size) {
         if (whole_output(a)) fail("internal: a kv head's copies sum into the fused output itself");
@@ -132,8 +157,9 @@ static void weight_grads(Model* g, Backend* be, const Adapter* a, void* dh, void
     matmul_backward_weight(be, dt, a->dB, NULL, dblock, scaled(g, be, a, h, g->lora.wide), a->N, a->R, a->geo.out);
 }
 
-// B: dinp += (scale dblock B) A (a column-parallel target's: this rank's part of the tensor group's sum,
-// as the base's input gradient is); W: weight_grads.
+// B: dinp += drop((scale dblock B) A), drop the dropout's mask and scale (its own transpose) or nothing (a
+// column-parallel target's: this rank's part of the tensor group's sum, as the base's input gradient is);
+// W: weight_grads.
 void lora_backward(BlockBackward* c, const BlockRef* b, int target, void* dinp, const void* dout, const void* inp, const void* pre) {
     Model* g = c->g;
     Backend* be = c->be;
@@ -150,8 +176,9 @@ void lora_backward(BlockBackward* c, const BlockRef* b, int target, void* dinp, 
     if (c->mode != BWD_WEIGHT) {
         size_t n = (size_t)a.N * a.geo.in;
         matmul_backward_input(be, dt, g->lora.wide, dh, NULL, a.A, a.N, a.geo.in, a.R);
+        if (a.dropout) drop(g, be, &a, g->lora.wide, g->lora.wide);
         if (pre) gelu_backward(be, dt, g->lora.wide, pre, g->lora.wide, n);
         residual_forward(be, dt, dinp, dinp, g->lora.wide, n);
     }
-    if (c->mode != BWD_INPUT) weight_grads(g, be, &a, dh, dblock, inp);
+    if (c->mode != BWD_INPUT) weight_grads(g, be, &a, dh, dblock, adapter_input(g, be, &a, inp));
 }

@@ -1,7 +1,8 @@
 // lora_steps.h: the adapters' forward and backward (lora.h), which a block calls right after each LoRA
 // target's matmul. Composed of the existing kernels (matmul_forward/backward on the small matrices,
-// be_copy_rows for a fused output's column block, residual_forward for the additions), so the CPU and the
-// GPU build run the same code. Each call does nothing for a model without LoRA or a target the run does not
+// be_copy_rows for a fused output's column block, residual_forward for the additions; lora_dropout on the
+// input and on its gradient in a training forward and backward with -lora-dropout), so the CPU and the GPU
+// build run the same code. Each call does nothing for a model without LoRA or a target the run does not
 // adapt, so the base path's bits are untouched; with B = 0 the addition is exactly zero.
 #pragma once
 #include "core/model/block.h"

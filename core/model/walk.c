@@ -341,10 +341,14 @@ double model_take_losses(Model* g, Backend* be) { return batch_io_take_losses(&g
 
 int model_take_token_losses(Model* g, Backend* be, float* out, int room) { return batch_io_take_each(&g->io, be, out, room); }
 
-void model_forward(Model* g, Backend* be, int set, const MicroBatch* mb, float dloss, float* logits_dump) {
+// The forward of model_forward (training 0) and model_forward_training.
+static void forward_walk(Model* g, Backend* be, int set, const MicroBatch* mb, int training, long long position, float dloss,
+                         float* logits_dump) {
     const ParamLayout* lay = g->layout;
     if (set < 0 || set >= g->num_sets) fail("internal: activation set %d of %d", set, g->num_sets);
     upload_documents(g, be, set, mb);
+    g->sets[set].training = training;
+    g->sets[set].position = position;
     use_set(g, set);
     Activations* a = &g->acts;
     if (model_has_encoder(g)) {
@@ -359,6 +363,15 @@ void model_forward(Model* g, Backend* be, int set, const MicroBatch* mb, float d
         store_params_done(&g->store, u);
     }
     if (model_has_head(g)) head_forward(g, be, mb->targets, dloss, logits_dump);
+}
+
+void model_forward(Model* g, Backend* be, int set, const MicroBatch* mb, float dloss, float* logits_dump) {
+    forward_walk(g, be, set, mb, 0, 0, dloss, logits_dump);
+}
+
+void model_forward_training(Model* g, Backend* be, int set, const MicroBatch* mb, long long position, float dloss,
+                            float* logits_dump) {
+    forward_walk(g, be, set, mb, 1, position, dloss, logits_dump);
 }
 
 // dlogits -> the gradient of the last block's output, in acts.dresid; the head's and the final norm's

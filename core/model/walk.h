@@ -41,6 +41,10 @@ typedef struct {
     // token, (N) ints of the set's micro-batch; NULL: each row is one document from slot 0 (today's kernels).
     int* pos;
     int* doc;
+    // Whether the set's forward was a training one (model_forward_training) and its micro-batch's position: the
+    // backward and the recomputations draw the forward's dropout masks.
+    int training;
+    long long position;
 } Activations;
 
 // A micro-batch's host inputs: tokens (read by the stage with the embeddings), targets (by the stage with the
@@ -79,8 +83,8 @@ typedef struct {
     BatchIO io;          // tokens and targets up, losses down, without stopping the main stream
     int* doc_arrays;     // model_use_documents: [num_sets] x (pos, doc) of N ints each; NULL: no documents
     struct {
-        void *h, *dh, *block, *wide, *scale;
-    } lora;              // LoRA's work buffers (lora_steps.h); NULL without LoRA
+        void *h, *dh, *block, *wide, *dropped, *scale;
+    } lora;              // LoRA's work buffers (lora_steps.h); NULL without LoRA (dropped: without dropout)
 } Model;
 
 // What the stage runs (the whole model without a pipeline): the embedding lookup, the LM head and loss.
@@ -112,6 +116,11 @@ size_t model_activation_bytes(const ParamLayout* layout, DType dt, int B, int T,
 // slot comes round again (batch_io.h: for the upload issued four before, so a stage with the embeddings
 // and the head, two uploads per forward, queues at most about two micro-batches ahead of the device).
 void model_forward(Model* g, Backend* be, int set, const MicroBatch* mb, float dloss, float* logits_dump);
+// model_forward of a training micro-batch: LoRA's dropout (-lora-dropout) is on, its masks drawn at `position`, the
+// micro-batch's place in the data order (dataloader_position). model_forward (validation, evaluation,
+// generation) drops nothing.
+void model_forward_training(Model* g, Backend* be, int set, const MicroBatch* mb, long long position, float dloss,
+                            float* logits_dump);
 // The sum of the token losses of every forward with targets since the last call, each micro-batch's in row
 // order, then in the order of the forwards (0 on a stage without the head). Waits for their downloads.
 double model_take_losses(Model* g, Backend* be);

@@ -140,7 +140,8 @@ static void compute(Pipeline* p, Model* chunks, Backend* be, const Action* a, Da
         if (model_has_encoder(g) || model_has_head(g) || documents)
             dataloader_read(data, step, p->sched.num_micro, a->micro, batch);
         phase_mark(pt, be, PHASE_DATA);
-        model_forward(g, be, set, &mb, dloss, a->micro == 0 ? logits_dump : NULL);
+        model_forward_training(g, be, set, &mb, dataloader_position(data, step, p->sched.num_micro, a->micro), dloss,
+                               a->micro == 0 ? logits_dump : NULL);
         phase_mark(pt, be, PHASE_FORWARD);
         break;
     case ACT_BACKWARD:

@@ -44,7 +44,6 @@ static void check_lora(const Config* c) {
     }
     const char* flag = config_lora_unbuilt(c);
     if (flag) fail("%s: not yet with -lora", flag);
-    if (c->lora.dropout > 0) fail("-lora-dropout %g: not yet (only 0 is built)", c->lora.dropout);
     if (c->lora.targets && !c->lora.targets[0]) fail("-lora-targets needs a list of targets");
     if (c->lora_init && !c->lora_init[0]) fail("-lora-init needs a file or folder name");
 }

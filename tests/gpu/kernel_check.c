@@ -622,6 +622,34 @@ static void t_elementwise(Ctx* c, const Shape* s) {
     end_test(c);
 }
 
+// LoRA's dropout: a whole matrix (C + 3 columns: rows that are not whole 16-byte packs); columns of a wider
+// one whose indices pass 2^32 (the mask's 64-bit element index); in place at another rate.
+static void t_lora_dropout(Ctx* c, const Shape* s) {
+    const DType dt = c->dt;
+    const int N = s->B * s->T, C = s->C + 3, width = 1 << 30, col0 = width - 2 * C;
+    const size_t n = (size_t)N * C;
+    const uint32_t key = c->seed * 2654435761u + 1401u;
+    float* hx = hvals(c, 1401, n, -2.0f, 2.0f, dt);
+    void* x = dnew(c, hx, n, dt);
+    void* o1 = dpoisoned(c, n * dtype_size(dt));
+    Outs o;
+    outs_begin(&o, s, "lora_dropout");
+    lora_dropout(c->be, dt, o1, x, N, C, 0, C, key, 0.1f);
+    out(c, &o, 0, "out", o1, dt, n);
+    outs_end(&o);
+    outs_begin(&o, s, "lora_dropout_columns");
+    poison(c, o1, n * dtype_size(dt));
+    lora_dropout(c->be, dt, o1, x, N, C, col0, width, key, 0.1f);
+    out(c, &o, 0, "out", o1, dt, n);
+    outs_end(&o);
+    outs_begin(&o, s, "lora_dropout_inplace");
+    lora_dropout(c->be, dt, x, x, N, C, 0, C, key + 1, 0.5f);
+    out(c, &o, 0, "out", x, dt, n);
+    outs_end(&o);
+    free(hx);
+    end_test(c);
+}
+
 // With `ignore`, every third target is -1 (not a label) and the outputs are the _ignore ones.
 static void t_classifier(Ctx* c, const Shape* s, int ignore) {
     const DType dt = c->dt;
@@ -1164,6 +1192,7 @@ int main(int argc, char** argv) {
         t_attention(&c, &mha, 0);
         t_attention(&c, &mha, 1);
         t_elementwise(&c, s);
+        t_lora_dropout(&c, s);
         t_rmsnorm(&c, s, s->C, "rmsnorm_forward", "rmsnorm_backward");
         t_rmsnorm(&c, s, s->C + 3, "rmsnorm_forward_tail", "rmsnorm_backward_tail");
         t_qk_norm(&c, s);

@@ -6,7 +6,8 @@
 #      an optimizer at half the learning rate misses by 30x on the CPU build), and
 #      -offload 1 against the device-side optimizer, -offload 2 on one rank (fp32, bf16, -dpu; repeated for bits),
 #      -nvme against -offload 2 bit for bit (fp32, bf16, -dpu),
-#      and a Llama-family model (GQA, head size 128, q/k norms) likewise in fp32 and bf16
+#      and a Llama-family model (GQA, head size 128, q/k norms) likewise in fp32 and bf16, and LoRA with
+#      -lora-dropout in fp32
 #   3. 2 and 4 ranks on the one GPU through the MPI backend under -z 0..3 (and -z 2, 3 poisoned, see
 #      comm.h's GPT_COMM_POISON), 1F1B pipelines (-pp 2 and 4, with data parallelism, ZeRO and recompute;
 #      bf16 with the tied-copy check; -ps zb against 1f1b, bit for bit; -ps interleaved against one rank), -offload 2 under -z 2 and 3, -tp 2 under -z 0 and 3 and with -sp 1, a Llama with its one kv head copied on -tp 2, and -r 1..3,
@@ -48,6 +49,12 @@ $GPU "${lflags[@]}" -p bf16 -o "$W/lgpu16" > "$W/lgpu16.txt" 2>&1 || record llam
 check llama_fp32_losses_vs_cpu log llama_fp32_loss "$W/lgpu32/log.jsonl" "$W/lcpu/log.jsonl" --steps 6 --tol 1e-4
 check llama_fp32_grads_vs_cpu grads llama_fp32_grads "$W/lgpu32/grads0.f32" "$W/lcpu/grads0.f32" "$LMODEL" --tol 1e-4
 check llama_bf16_vs_cpu log llama_bf16_loss "$W/lgpu16/log.jsonl" "$W/lcpu/log.jsonl" --steps 6 --tol 1e-2 --key loss --key grad_norm
+# LoRA with dropout: the adapters' input and its gradient through kernels/lora_dropout.cuh (a hash per element,
+# the CPU twin's mask), one rank against the CPU build from the same model file, fp32.
+lora=(-lora 4 -lora-alpha 8 -lora-dropout 0.1)
+./train_gpt_cpu "${flags[@]}" "${lora[@]}" -p fp32 -o "$W/lora_cpu" > "$W/lora_cpu.txt" 2>&1 || record lora_dropout_cpu_run FAIL "$(grep -m1 error "$W/lora_cpu.txt")"
+$GPU "${flags[@]}" "${lora[@]}" -p fp32 -o "$W/lora_gpu" > "$W/lora_gpu.txt" 2>&1 || record lora_dropout_gpu_run FAIL "$(grep -m1 error "$W/lora_gpu.txt")"
+check lora_dropout_fp32_vs_cpu log lora_dropout "$W/lora_gpu/log.jsonl" "$W/lora_cpu/log.jsonl" --steps 6 --tol 1e-4 --key loss --key grad_norm
 # ZeRO-Offload (-offload 1): master and Adam state in pinned host memory, AdamW on the host (adamw_host) instead
 # of the CUDA kernel, gradients down and parameters up through the staging buffer. Same math, so the losses
 # follow the device-side runs to rounding (the CUDA kernel and the host loop may contract differently).

@@ -123,7 +123,6 @@ expect_error lora_rank_zero "-lora 0: the rank must be at least 1" "${base[@]}" 
 expect_error lora_rank_too_large "-lora 65: larger than target qkv's layer \(192 x 64\)" "${base[@]}" -lora 65
 expect_error lora_alpha_without_lora "-lora-alpha sets up LoRA's adapters: it needs -lora R" "${base[@]}" -lora-alpha 16
 expect_error lora_targets_without_lora "-lora-targets sets up" "${base[@]}" -lora-targets fc
-expect_error lora_dropout_not_yet "-lora-dropout 0.1: not yet" "${base[@]}" -lora 2 -lora-dropout 0.1
 ckx=("${ck[@]}" -x 6 -o "$TMP/ck_half" -y 1)
 expect_error lora_resume_refuses_another_base "checkpoint .*ckpt_000004 adapts the base $MODEL \(crc32 [0-9a-f]{8}\); -e $other is another \(crc32 [0-9a-f]{8}\)" "${ckx[@]}" -e "$other"
 expect_error lora_resume_refuses_without_lora "a LoRA run's checkpoint \(adapters.bin\): resume it with -lora" \
