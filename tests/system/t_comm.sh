@@ -61,7 +61,7 @@ run_ranks comm_mpirun_np3_chunked 3 mpirun --oversubscribe -np 3 -x GPT_COMM_MAX
 run_ranks comm_mpirun_np3_poison 3 mpirun --oversubscribe -np 3 -x GPT_COMM_POISON=1 "$BIN"
 run_ranks comm_mpirun_np2_poison_chunked 2 mpirun --oversubscribe -np 2 -x GPT_COMM_POISON=1 -x GPT_COMM_MAX_COUNT=300 "$BIN"
 
-# Misuses of start/wait, each a one-line error and a non-zero exit.
+# Misuses of start/wait, exchanges and the all-to-all, each a one-line error and a non-zero exit.
 misuse() {   # name, expected error (grep -E), env..., -- mode
     local name=$1 want=$2; shift 2
     local envs=()
@@ -74,6 +74,8 @@ misuse() {   # name, expected error (grep -E), env..., -- mode
 misuse comm_refuses_too_many_in_flight 'allgather: 8 collectives already in flight' -- too-many
 misuse comm_exchange_order_refused 'rank 1: comm_exchange: from rank 0 came message 1 where message 2 was expected' -- exchange-order
 misuse comm_exchange_overlap_refused '(rank 1: )?comm_exchange: messages 0 and 1 \(tags 1 and 1\) share memory' -- exchange-overlap
+misuse comm_alltoall_overlap_refused 'comm_alltoall: out overlaps in \(the all-to-all is out of place\)' -- alltoall-overlap
+misuse comm_alltoall_in_place_refused 'comm_alltoall: out overlaps in \(the all-to-all is out of place\)' -- alltoall-in-place
 misuse comm_poison_detects_write_in_flight 'GPT_COMM_POISON: a buffer of a reduce_scatter in flight' GPT_COMM_POISON=1 -- write-in-flight
 # Without poison mode the same write goes unnoticed on the CPU (MPI works on a copy): the mode is needed.
 # (Rank 0 prints the error; rank 1 would only after fail()'s wait, by which time mpirun has ended the job.)
