@@ -78,7 +78,8 @@ void comm_allgather(Comm* c, void* buf, size_t n, DType dt);
 // in holds size blocks of n elements, block j going to rank j; out (size*n) gets block i from rank i
 // (rank r's out[i] = rank i's in[r]: the exchange that turns a sequence shard of every head into every
 // position of a head shard). Out of place: out overlapping in is an error (NCCL's sends and receives run
-// concurrently, so in place would race). Every rank passes the same n. Synchronous, like comm_allreduce_sum.
+// concurrently, so in place would race). Every rank passes the same n. Synchronous, like comm_allreduce_sum
+// (so nothing is in flight for GPT_COMM_POISON to watch); split into MPI calls as the others are.
 void comm_alltoall(Comm* c, void* out, const void* in, size_t n, DType dt);
 
 // Asynchronous reduce-scatter and all-gather, for overlapping ZeRO's collectives with compute: the same
