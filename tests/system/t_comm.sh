@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The comm layer across processes: build/test_comm under mpirun with 1-4 ranks (and once with tiny MPI
-# chunks, to exercise the splitting of large transfers; and in poison mode); misuses of start/wait, exchanges and the all-to-all; the
-# device-memory staging path against the fenced CPU backend (a stand-in GPU); a rank that dies mid-run must end the whole job,
+# chunks, to exercise the splitting of large transfers; and in poison mode); misuses of start/wait, exchanges
+# and the all-to-all; the device-memory staging path against the fenced CPU backend (a stand-in GPU); a rank that dies mid-run must end the whole job,
 # non-zero, within seconds; the hang watchdog must name a stopped rank, and a deadlock's waits; and the MPI-less
 # backend must refuse a multi-rank launch. Each mpirun counts as one check here (its failing checks are
 # shown); the single-process run is build/test_comm itself.
