@@ -61,6 +61,11 @@ run_ranks comm_mpirun_np3_chunked 3 mpirun --oversubscribe -np 3 -x GPT_COMM_MAX
 run_ranks comm_mpirun_np3_poison 3 mpirun --oversubscribe -np 3 -x GPT_COMM_POISON=1 "$BIN"
 run_ranks comm_mpirun_np2_poison_chunked 2 mpirun --oversubscribe -np 2 -x GPT_COMM_POISON=1 -x GPT_COMM_MAX_COUNT=300 "$BIN"
 
+# The run log's comm_bytes record lists the all-to-all once a rank has sent by it (build/test_report_comm).
+timeout 120 mpirun --oversubscribe -np 3 build/test_report_comm > "$TMP/report.out" 2>&1; rc=$?
+t_check comm_report_alltoall_np3 "[ $rc -eq 0 ] && [ \$(grep -c '^ok report_comm_' '$TMP/report.out') -eq 2 ]" \
+    "exit $rc: $(grep -m3 -E '^FAIL|error' "$TMP/report.out")"
+
 # Misuses of start/wait, exchanges and the all-to-all, each a one-line error and a non-zero exit.
 misuse() {   # name, expected error (grep -E), env..., -- mode
     local name=$1 want=$2; shift 2
