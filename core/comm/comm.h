@@ -9,7 +9,8 @@
 //
 // Byte counts follow the ring algorithms' per-rank traffic, so they are comparable across backends:
 // all-reduce of S bytes over N ranks sends 2(N-1)/N * S, reduce-scatter and all-gather of S total bytes
-// send (N-1)/N * S, broadcast sends S from the root (0 elsewhere), an exchange the bytes it sends.
+// send (N-1)/N * S, broadcast sends S from the root (0 elsewhere), an exchange the bytes it sends, an
+// all-to-all of S bytes per rank (N blocks) the (N-1)/N * S that leave the rank.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -21,7 +22,7 @@ extern "C" {
 #endif
 
 typedef enum {
-    COLL_ALLREDUCE, COLL_REDUCE_SCATTER, COLL_ALLGATHER, COLL_BROADCAST, COLL_SEND, NUM_COLLECTIVES
+    COLL_ALLREDUCE, COLL_REDUCE_SCATTER, COLL_ALLGATHER, COLL_BROADCAST, COLL_SEND, COLL_ALLTOALL, NUM_COLLECTIVES
 } Collective;
 
 typedef struct Comm Comm;
@@ -49,8 +50,9 @@ int comm_local_size(const Comm* world);
 // the same value share a host, and that rank speaks for it (node-local run directories, run_dir.h).
 int comm_host_leader(const Comm* world);
 
-// What moves backend memory in the bulk collectives (all-reduce, reduce-scatter, all-gather, broadcast) and
-// the pipeline's exchanges. Barriers, host transfers and the host scalar reductions always go through MPI.
+// What moves backend memory in the bulk collectives (all-reduce, reduce-scatter, all-gather, broadcast,
+// all-to-all) and the pipeline's exchanges. Barriers, host transfers and the host scalar reductions always
+// go through MPI.
 typedef enum { COMM_AUTO, COMM_MPI, COMM_NCCL } CommKind;
 int comm_nccl_built(void);   // this binary can use NCCL (a GPU build linked with MPI and NCCL)
 // Chooses for the world and every group split from it afterwards. COMM_AUTO: NCCL when it is built, the
@@ -73,6 +75,12 @@ void comm_reduce_scatter_sum(Comm* c, void* out, const void* in, size_t n, DType
 // buf holds size*n elements; each rank contributes its slot [rank*n, (rank+1)*n); afterwards every rank
 // has every slot. In place.
 void comm_allgather(Comm* c, void* buf, size_t n, DType dt);
+// in holds size blocks of n elements, block j going to rank j; out (size*n) gets block i from rank i
+// (rank r's out[i] = rank i's in[r]: the exchange that turns a sequence shard of every head into every
+// position of a head shard). Out of place: out overlapping in is an error (NCCL's sends and receives run
+// concurrently, so in place would race). Every rank passes the same n. Synchronous, like comm_allreduce_sum
+// (so nothing is in flight for GPT_COMM_POISON to watch); split into MPI calls as the others are.
+void comm_alltoall(Comm* c, void* out, const void* in, size_t n, DType dt);
 
 // Asynchronous reduce-scatter and all-gather, for overlapping ZeRO's collectives with compute: the same
 // arguments, results, bits and byte counts as the calls above (which are start + wait). Between start and

@@ -6,9 +6,9 @@
 // in flight, for host and device buffers alike; the synchronous calls are start + wait, so both give the
 // same bits (MPI_Ireduce_scatter_block may add in another order than the blocking call would: with 3+
 // ranks, sums differ in their last bits from builds before start/wait existed). In a GPU build with
-// NCCL, comm_select can hand the bulk collectives (all-reduce, reduce-scatter, all-gather, broadcast) of a
-// communicator and the groups split from it to NCCL (core/comm/comm_nccl.c); this file still checks their
-// arguments and counts their bytes, so the counters are the same whichever library moves the data.
+// NCCL, comm_select can hand the bulk collectives (all-reduce, reduce-scatter, all-gather, broadcast,
+// all-to-all) of a communicator and the groups split from it to NCCL (core/comm/comm_nccl.c); this file still
+// checks their arguments and counts their bytes, so the counters are the same whichever library moves the data.
 // The pipeline's exchanges go to NCCL too (ncclSend/ncclRecv in one group) or stay here as MPI_Issend and
 // MPI_Irecv: synchronous sends, so that the CPU tests run under NCCL's rendezvous semantics and a schedule
 // that would deadlock a GPU deadlocks here too (and the tests' time limits end it).
@@ -130,7 +130,8 @@ static void count(Comm* c, Collective k, size_t bytes) {
     switch (k) {
     case COLL_ALLREDUCE: c->bytes[k] += 2 * (n - 1) * s / n; break;
     case COLL_REDUCE_SCATTER:
-    case COLL_ALLGATHER: c->bytes[k] += (n - 1) * s / n; break;
+    case COLL_ALLGATHER:
+    case COLL_ALLTOALL: c->bytes[k] += (n - 1) * s / n; break;
     default: c->bytes[k] += s; break;
     }
 }
@@ -360,6 +361,53 @@ void comm_allreduce_max_f32(Comm* c, float* buf, size_t n) {
                   "MPI_Iallreduce (max)");
     wait_requests(c, (int)k, reqs, NULL, "MPI_Waitall (all-reduce, max)", (WdWait){.op = "all-reduce (max)"});
     if (h != buf) be_upload(c->be, buf, h, bytes);
+}
+
+// Host memory. Chunked like ag_post: a chunk takes the same piece of every block, described by a datatype
+// whose extent is one block, so that MPI's j-th element of it is block j's piece.
+static void alltoall_host(Comm* c, void* out, const void* in, size_t n, DType dt) {
+    size_t es = dtype_size(dt), k = nchunks(c, n);
+    MPI_Request* reqs = op_requests(c, k);
+    if (k == 1) {
+        mpi_check(MPI_Ialltoall(in, (int)n, mpi_type(dt), out, (int)n, mpi_type(dt), c->mc, &reqs[0]), "MPI_Ialltoall");
+    }
+    for (size_t i = 0, off = 0; k > 1 && i < k; i++, off += c->max_count) {
+        MPI_Datatype part, strided;
+        mpi_check(MPI_Type_contiguous((int)piece(c, n, off), mpi_type(dt), &part), "MPI_Type_contiguous");
+        mpi_check(MPI_Type_create_resized(part, 0, (MPI_Aint)(n * es), &strided), "MPI_Type_create_resized");
+        mpi_check(MPI_Type_commit(&strided), "MPI_Type_commit");
+        mpi_check(MPI_Ialltoall((const char*)in + off * es, 1, strided, (char*)out + off * es, 1, strided, c->mc, &reqs[i]),
+                  "MPI_Ialltoall");
+        mpi_check(MPI_Type_free(&strided), "MPI_Type_free");
+        mpi_check(MPI_Type_free(&part), "MPI_Type_free");
+    }
+    wait_requests(c, (int)k, reqs, NULL, "MPI_Waitall (all-to-all)", (WdWait){.op = "all-to-all"});
+}
+
+void comm_alltoall(Comm* c, void* out, const void* in, size_t n, DType dt) {
+    size_t block = mul_bytes(n, dtype_size(dt), "comm_alltoall");
+    size_t total = mul_bytes(block, (size_t)c->size, "comm_alltoall");
+    const char *o = out, *i = in;
+    if (total && o < i + total && i < o + total) fail("comm_alltoall: out overlaps in (the all-to-all is out of place)");
+    count(c, COLL_ALLTOALL, total);
+    if (n == 0) return;
+    if (c->nccl) {   // NCCL even on one rank (a copy), so a one-GPU machine exercises every NCCL call
+        nccl_alltoall(c->nccl, out, in, n, dt, NULL);
+        return;
+    }
+    if (c->size == 1) {
+        if (staged(c)) be_copy(c->be, out, in, block);
+        else memcpy(out, in, block);
+        return;
+    }
+    if (!staged(c)) {
+        alltoall_host(c, out, in, n, dt);
+        return;
+    }
+    unsigned char* h = stage(c, mul_bytes(total, 2, "comm_alltoall"));
+    be_download(c->be, h, in, total);
+    alltoall_host(c, h + total, h, n, dt);
+    be_upload(c->be, out, h + total, total);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -772,7 +820,7 @@ void comm_reset_bytes(Comm* c) { memset(c->bytes, 0, sizeof c->bytes); }
 
 const char* collective_name(Collective k) {
     static const char* const names[NUM_COLLECTIVES] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
-                                                       "send"};
+                                                       "send", "alltoall"};
     return (unsigned)k < NUM_COLLECTIVES ? names[k] : "?";
 }
 

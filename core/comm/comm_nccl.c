@@ -27,7 +27,7 @@
 
 struct NcclGroup {
     ncclComm_t nc;
-    int rank;
+    int rank, size;
     cudaStream_t main, comm;   // the backend's (owned by it)
     cudaEvent_t ready;         // main's work so far; re-recorded per collective (a wait takes its state then)
     cudaEvent_t sync_done;     // the synchronous collectives' `done`
@@ -88,6 +88,7 @@ NcclGroup* nccl_group_create(MPI_Comm mc, int rank, int size, Backend* be) {
     mpi_check(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, mc), "MPI_Bcast (ncclUniqueId)");
     NcclGroup* g = xcalloc(1, sizeof(NcclGroup));
     g->rank = rank;
+    g->size = size;
     g->main = (cudaStream_t)backend_stream(be);
     g->comm = (cudaStream_t)backend_comm_stream(be);
     cuda_check(cudaEventCreateWithFlags(&g->ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
@@ -185,5 +186,19 @@ void nccl_exchange(NcclGroup* g, const CommMessage* msgs, int n, int wait_main) 
 void nccl_broadcast(NcclGroup* g, void* buf, size_t bytes, int root, NcclEvent* done) {
     begin(g);
     nccl_check(ncclBroadcast(buf, buf, bytes, ncclUint8, root, g->nc, g->comm), g->nc, "ncclBroadcast");
+    end(g, done);
+}
+
+// NCCL has no all-to-all: one group of a send and a receive per peer (itself included), posted together so
+// that no pair waits on another; out and in are disjoint (comm_mpi.c checks), as the concurrent copies need.
+void nccl_alltoall(NcclGroup* g, void* out, const void* in, size_t n, DType dt, NcclEvent* done) {
+    size_t block = n * dtype_size(dt);
+    begin(g);
+    nccl_check(ncclGroupStart(), g->nc, "ncclGroupStart");
+    for (int j = 0; j < g->size; j++) {
+        nccl_check(ncclSend((const char*)in + (size_t)j * block, n, nccl_type(dt), j, g->nc, g->comm), g->nc, "ncclSend");
+        nccl_check(ncclRecv((char*)out + (size_t)j * block, n, nccl_type(dt), j, g->nc, g->comm), g->nc, "ncclRecv");
+    }
+    nccl_check(ncclGroupEnd(), g->nc, "ncclGroupEnd");
     end(g, done);
 }

@@ -80,6 +80,16 @@ void comm_allgather(Comm* c, void* buf, size_t n, DType dt) {
     (void)c, (void)buf, (void)n, (void)dt;
 }
 
+void comm_alltoall(Comm* c, void* out, const void* in, size_t n, DType dt) {
+    if (n > SIZE_MAX / dtype_size(dt)) fail("comm_alltoall: %zu x %zu bytes overflows", n, dtype_size(dt));
+    size_t bytes = n * dtype_size(dt);
+    const char *o = out, *i = in;
+    if (bytes && o < i + bytes && i < o + bytes) fail("comm_alltoall: out overlaps in (the all-to-all is out of place)");
+    if (bytes == 0) return;
+    if (c->be) be_copy(c->be, out, in, bytes);
+    else memcpy(out, in, bytes);
+}
+
 // One rank: the collective is over when start returns, so no handle is ever in flight.
 CommHandle comm_reduce_scatter_sum_start(Comm* c, void* out, const void* in, size_t n, DType dt) {
     comm_reduce_scatter_sum(c, out, in, n, dt);
@@ -139,7 +149,7 @@ void comm_reset_bytes(Comm* c) { (void)c; }
 
 const char* collective_name(Collective k) {
     static const char* const names[NUM_COLLECTIVES] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
-                                                       "send"};
+                                                       "send", "alltoall"};
     return (unsigned)k < NUM_COLLECTIVES ? names[k] : "?";
 }
 

@@ -97,13 +97,22 @@ void report_comm_reset(const Grid* g) {
         if (groups[i]) comm_reset_bytes(groups[i]);
 }
 
+// Whether any rank sent bytes by the collective in column `col` of the gathered rows.
+static int any_sent(const long long* all, int ranks, int width, int col) {
+    for (int r = 0; r < ranks; r++)
+        if (all[(size_t)r * width + col]) return 1;
+    return 0;
+}
+
 // One log record `key`: every rank's bytes per collective, read from the gathered rows (`width` values per
-// rank, this record's starting at `col`).
+// rank, this record's starting at `col`). The all-to-all, which only context parallelism sends by, is listed
+// once some rank has sent by it, so that the records of runs without it keep their keys.
 static void log_bytes(Logger* log, int step, const char* key, const long long* all, int ranks, int width, int col) {
     // Sized for every rank (a count is at most 20 digits), so no world is too large to log whole.
     size_t size = (size_t)NUM_COLLECTIVES * ((size_t)ranks * 24 + 48), n = 0;
     char* buf = (char*)xmalloc(size);
     for (int k = 0; k < NUM_COLLECTIVES; k++) {
+        if (k >= COLL_ALLTOALL && !any_sent(all, ranks, width, col + k)) continue;
         n += (size_t)snprintf(buf + n, size - n, "%s\"%s\": [", k ? ", " : "", collective_name((Collective)k));
         for (int r = 0; r < ranks; r++)
             n += (size_t)snprintf(buf + n, size - n, "%s%lld", r ? ", " : "", all[(size_t)r * width + col + k]);

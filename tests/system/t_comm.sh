@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The comm layer across processes: build/test_comm under mpirun with 1-4 ranks (and once with tiny MPI
-# chunks, to exercise the splitting of large transfers; and in poison mode); misuses of start/wait; the
-# device-memory staging path against the fenced CPU backend (a stand-in GPU); a rank that dies mid-run must end the whole job,
+# chunks, to exercise the splitting of large transfers; and in poison mode); misuses of start/wait, exchanges
+# and the all-to-all; the device-memory staging path against the fenced CPU backend (a stand-in GPU); a rank that dies mid-run must end the whole job,
 # non-zero, within seconds; the hang watchdog must name a stopped rank, and a deadlock's waits; and the MPI-less
 # backend must refuse a multi-rank launch. Each mpirun counts as one check here (its failing checks are
 # shown); the single-process run is build/test_comm itself.
@@ -61,7 +61,12 @@ run_ranks comm_mpirun_np3_chunked 3 mpirun --oversubscribe -np 3 -x GPT_COMM_MAX
 run_ranks comm_mpirun_np3_poison 3 mpirun --oversubscribe -np 3 -x GPT_COMM_POISON=1 "$BIN"
 run_ranks comm_mpirun_np2_poison_chunked 2 mpirun --oversubscribe -np 2 -x GPT_COMM_POISON=1 -x GPT_COMM_MAX_COUNT=300 "$BIN"
 
-# Misuses of start/wait, each a one-line error and a non-zero exit.
+# The run log's comm_bytes record lists the all-to-all once a rank has sent by it (build/test_report_comm).
+timeout 120 mpirun --oversubscribe -np 3 build/test_report_comm > "$TMP/report.out" 2>&1; rc=$?
+t_check comm_report_alltoall_np3 "[ $rc -eq 0 ] && [ \$(grep -c '^ok report_comm_' '$TMP/report.out') -eq 2 ]" \
+    "exit $rc: $(grep -m3 -E '^FAIL|error' "$TMP/report.out")"
+
+# Misuses of start/wait, exchanges and the all-to-all, each a one-line error and a non-zero exit.
 misuse() {   # name, expected error (grep -E), env..., -- mode
     local name=$1 want=$2; shift 2
     local envs=()
@@ -74,6 +79,8 @@ misuse() {   # name, expected error (grep -E), env..., -- mode
 misuse comm_refuses_too_many_in_flight 'allgather: 8 collectives already in flight' -- too-many
 misuse comm_exchange_order_refused 'rank 1: comm_exchange: from rank 0 came message 1 where message 2 was expected' -- exchange-order
 misuse comm_exchange_overlap_refused '(rank 1: )?comm_exchange: messages 0 and 1 \(tags 1 and 1\) share memory' -- exchange-overlap
+misuse comm_alltoall_overlap_refused 'comm_alltoall: out overlaps in \(the all-to-all is out of place\)' -- alltoall-overlap
+misuse comm_alltoall_in_place_refused 'comm_alltoall: out overlaps in \(the all-to-all is out of place\)' -- alltoall-in-place
 misuse comm_poison_detects_write_in_flight 'GPT_COMM_POISON: a buffer of a reduce_scatter in flight' GPT_COMM_POISON=1 -- write-in-flight
 # Without poison mode the same write goes unnoticed on the CPU (MPI works on a copy): the mode is needed.
 # (Rank 0 prints the error; rank 1 would only after fail()'s wait, by which time mpirun has ended the job.)

@@ -10,7 +10,7 @@
 //   test_comm                 the checks
 //   test_comm --comm nccl     the checks with the bulk collectives on NCCL (a GPU build with NCCL,
 //                             build/comm_check_gpu; one GPU per rank); --comm mpi is the default
-//   test_comm --misuse MODE   a misuse of start/wait the comm layer must refuse (see misuse())
+//   test_comm --misuse MODE   a misuse the comm layer must refuse (see misuse())
 //   test_comm --die MODE      rank 1 dies mid-run (MODE: abort, exit3, exit0, fail, kill) while the others wait in
 //                             a collective: the launcher must end the whole job.
 //   test_comm --hang MODE     the hang watchdog at 1 s: rank 1 stops itself (SIGSTOP) while the others wait in an
@@ -265,6 +265,44 @@ static void test_reductions(T* t, Group* g, DType dt, size_t n, int test_id) {
     free(mine);
 }
 
+// All-to-all: member k's input block j must arrive as member j's output block k, bit for bit (no
+// arithmetic), every output block written (a sentinel fills out first), the input untouched, and the
+// count (N-1)/N of the buffer. The reversed group proves the blocks follow group ranks, not world ranks.
+static void test_alltoall(T* t, Group* g, DType dt, size_t n, int test_id) {
+    int gr = comm_rank(g->c), gn = comm_size(g->c);
+    size_t total = (size_t)gn * n, es = dtype_size(dt);
+    float* all = xmalloc((size_t)gn * total * sizeof(float));   // every member's input
+    float* got = xmalloc(total * sizeof(float));
+    float* sentinel = xmalloc(total * sizeof(float));
+    for (int k = 0; k < gn; k++) gen(all + (size_t)k * total, total, stream_of(test_id, g->members[k]), dt, 0);
+    for (size_t i = 0; i < total; i++) sentinel[i] = -3.0f;
+    const float* mine = all + (size_t)gr * total;
+    void* din = dev_from_host(t, mine, total, dt);
+    void* dout = dev_from_host(t, sentinel, total, dt);
+    comm_reset_bytes(g->c);
+    comm_alltoall(g->c, dout, din, n, dt);
+    char name[160], why[160] = "";
+    host_from_dev(t, got, dout, total, dt);
+    int ok = 1;
+    for (size_t i = 0; i < total && ok; i++) {
+        size_t from = i / n, at = (size_t)gr * n + i % n;   // block `from` came from member `from`'s block gr
+        const float* want = &all[from * total + at];
+        ok = memcmp(&got[i], want, 4) == 0;
+        if (!ok) snprintf(why, sizeof why, "element %zu (block %zu) = %.9g, expected %.9g", i, from, got[i], *want);
+    }
+    host_from_dev(t, got, din, total, dt);
+    if (ok && memcmp(got, mine, total * sizeof(float)) != 0) ok = 0, snprintf(why, sizeof why, "input changed");
+    snprintf(name, sizeof name, "alltoall_%s_%s_n%zu", dtype_name(dt), g->name, n);
+    verdict(t, name, ok, why);
+    uint64_t expect = ring_bytes(gn, total * es, 0);
+    snprintf(name, sizeof name, "alltoall_%s_%s_n%zu_bytes", dtype_name(dt), g->name, n);
+    snprintf(why, sizeof why, "counted %llu, expected %llu", (unsigned long long)comm_bytes_sent(g->c, COLL_ALLTOALL),
+             (unsigned long long)expect);
+    verdict(t, name, counters_are(g->c, COLL_ALLTOALL, expect), why);
+    be_free(t->be, din), be_free(t->be, dout);
+    free(all), free(got), free(sentinel);
+}
+
 // The reduce-scatters (in place, out of place) and the all-gather of test_async, run one of three ways:
 // ASYNC_NONE the synchronous calls; ASYNC_EACH each started and waited for at once; ASYNC_ALL all three
 // started, then waited for in reverse order. res receives the in-place reduce-scatter's buffer (total),
@@ -388,7 +426,8 @@ static void test_in_flight_limit(T* t, size_t n) {
 // --misuse MODE (2+ ranks): a use the comm layer must refuse with a one-line error. too-many: one start
 // beyond COMM_MAX_IN_FLIGHT; write-in-flight (with GPT_COMM_POISON=1): a write into a buffer in flight;
 // exchange-order: rank 1 lists rank 0's two messages in the other order; exchange-overlap: a send and a
-// receive of one exchange on overlapping memory.
+// receive of one exchange on overlapping memory; alltoall-overlap, alltoall-in-place: an all-to-all whose
+// out overlaps its in.
 static void misuse(T* t, const char* mode) {
     size_t n = 16;
     void* d = be_malloc(t->be, (size_t)t->size * n * 4 * (COMM_MAX_IN_FLIGHT + 1));
@@ -407,6 +446,10 @@ static void misuse(T* t, const char* mode) {
                             {.send = t->rank == 0, .buf = (float*)d + 1, .bytes = 4, .peer = 1 - t->rank, .tag = 3 - first}};
         comm_exchange(t->world, m, 2);
         comm_barrier(t->world);   // rank 0 waits here for rank 1's error to end the job
+    } else if (!strcmp(mode, "alltoall-overlap")) {   // out one element past in: overlapping, not in place
+        comm_alltoall(t->world, (float*)d + 1, d, n, DT_FP32);
+    } else if (!strcmp(mode, "alltoall-in-place")) {
+        comm_alltoall(t->world, d, d, n, DT_FP32);
     } else if (!strcmp(mode, "exchange-overlap")) {
         CommMessage m[2] = {{.send = 1, .buf = d, .bytes = 8, .peer = 1 - t->rank % 2, .tag = 1},
                             {.send = 0, .buf = (float*)d + 1, .bytes = 8, .peer = 1 - t->rank % 2, .tag = 1}};
@@ -659,7 +702,7 @@ int main(int argc, char** argv) {
     if (argc == 3 && !strcmp(argv[1], "--comm") && !strcmp(argv[2], "nccl")) kind = COMM_NCCL;
     else if (argc != 1 && !(argc == 3 && !strcmp(argv[1], "--comm") && !strcmp(argv[2], "mpi")))
         fail("usage: test_comm [--comm mpi|nccl | --die abort|exit3|exit0|fail|kill | --hang stop|deadlock | "
-             "--misuse too-many|write-in-flight|exchange-order|exchange-overlap]");
+             "--misuse too-many|write-in-flight|exchange-order|exchange-overlap|alltoall-overlap|alltoall-in-place]");
     if (comm_select(t.world, kind) != kind) fail("comm_select did not give %s", comm_kind_name(kind));
     t.nccl = kind == COMM_NCCL;
 
@@ -714,6 +757,11 @@ int main(int argc, char** argv) {
     for (int gi = 0; gi < 3; gi++)
         for (int dt = DT_FP32; dt <= DT_FP16; dt++)
             for (size_t si = 0; si < 2; si++) test_async(&t, &groups[gi], (DType)dt, sizes[si], ++test_id);
+    // odd sizes; 1031 goes out in 4 pieces under t_comm.sh's GPT_COMM_MAX_COUNT=300
+    const size_t a2a_sizes[] = {1, 7, 1031};
+    for (int gi = 0; gi < 3; gi++)
+        for (int dt = DT_FP32; dt <= DT_FP16; dt++)
+            for (size_t si = 0; si < 3; si++) test_alltoall(&t, &groups[gi], (DType)dt, a2a_sizes[si], ++test_id);
     test_in_flight_limit(&t, 1031);
     for (int gi = 0; gi < 3; gi++) test_broadcast(&t, &groups[gi], 1000, ++test_id);
     test_ring(&t, 64);
