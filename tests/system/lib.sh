@@ -118,6 +118,20 @@ train() {   # ranks, out dir, flags...
     if [ "$np" -gt 1 ]; then "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${base[@]}" "$@" -o "$out" > "$out.txt" 2>&1
     else ./train_gpt_cpu "${base[@]}" "$@" -o "$out" > "$out.txt" 2>&1; fi
 }
+# --estimate -w NP with the script's flags (the array `base`) and these into OUT_DIR/NAME.plan, then the run
+# itself on NP ranks into OUT_DIR/NAME (its output in NAME.txt); status 1, the check NAME failed, when either
+# fails.
+plan_and_train() {   # name, ranks, flags...
+    local name=$1 np=$2; shift 2
+    ./train_gpt_cpu "${base[@]}" "$@" --estimate -w "$np" > "$TMP/$name.plan" 2>&1 ||
+        { t_fail "$name" "--estimate failed: $(tail -1 "$TMP/$name.plan")"; return 1; }
+    if [ "$np" -gt 1 ]; then
+        mpi_available || { t_missing "$name" MPI; return 1; }
+        "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${base[@]}" "$@" -o "$TMP/$name" > "$TMP/$name.txt" 2>&1
+    else
+        ./train_gpt_cpu "${base[@]}" "$@" -o "$TMP/$name" > "$TMP/$name.txt" 2>&1
+    fi || { t_fail "$name" "the run failed: $(grep -m1 error "$TMP/$name.txt")"; return 1; }
+}
 # Same log fields and same checkpoint files (model.bin, every state file) at step STEP.
 same_run() {   # name, dir a, dir b, step
     local a=$2 b=$3 ck=ckpt_$(printf %06d "$4") bad=""

@@ -6,17 +6,9 @@ source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 5000 -V 512 --seed 5 >/dev/null
 base=(-e L2C64H4V512T64 -i "$TMP/data.bin" -j "" -b 2 -t 32 -x 1 -v 0 -s 0 -lora 4 -lora-alpha 8)
-have_mpi=0
-mpi_available && have_mpi=1
 compare() {   # name, ranks, flags...
     local name=$1 np=$2; shift 2
-    ./train_gpt_cpu "${base[@]}" "$@" --estimate -w "$np" > "$TMP/$name.plan" 2>&1 || { t_fail "$name" "--estimate failed: $(tail -1 "$TMP/$name.plan")"; return; }
-    if [ "$np" -gt 1 ]; then
-        [ $have_mpi = 1 ] || { t_missing "$name" MPI; return; }
-        "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${base[@]}" "$@" -o "$TMP/$name" > "$TMP/$name.txt" 2>&1
-    else
-        ./train_gpt_cpu "${base[@]}" "$@" -o "$TMP/$name" > "$TMP/$name.txt" 2>&1
-    fi || { t_fail "$name" "the run failed: $(grep -m1 error "$TMP/$name.txt")"; return; }
+    plan_and_train "$name" "$np" "$@" || return
     # Exact: every rank allocates its own plan, and the plan is the heaviest rank's.
     py_check "$name" "$name" "$TMP/$name.plan" "$TMP/$name/log.jsonl" "$np" "$TMP/$name.txt" <<'PY'
 import json, sys

@@ -33,22 +33,7 @@ fail_line() {   # name, output file: the first error line, else the last line
 
 # Conversations with something to learn; a tokenizer learned from them with Llama 3 Instruct's chat template;
 # a Llama folder of that vocabulary; the conversations' shards with the masks of the assistants' turns.
-"$PYTHON" - "$TMP/chats.jsonl" "$TMP/text.txt" tests/data/chat/llama3_instruct.json "$H/tokenizer_config.json" <<'PY'
-import json, random, sys
-random.seed(7)
-capitals = {"France": "Paris", "Spain": "Madrid", "Italy": "Rome", "Japan": "Tokyo", "Egypt": "Cairo", "Peru": "Lima"}
-with open(sys.argv[1], "w", encoding="utf-8") as f, open(sys.argv[2], "w", encoding="utf-8") as text:
-    for i in range(60):
-        country = random.choice(sorted(capitals))
-        m = [{"role": "system", "content": "You answer in one sentence."}] if i % 3 == 0 else []
-        m += [{"role": "user", "content": "What is the capital of %s?" % country},
-              {"role": "assistant", "content": "The capital of %s is %s." % (country, capitals[country])}]
-        f.write(json.dumps({"messages": m}) + "\n")
-        text.write("\n".join(x["content"] for x in m) + "\n")
-cfg = json.load(open(sys.argv[3], encoding="utf-8"))
-cfg.update(bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")
-json.dump(cfg, open(sys.argv[4], "w", encoding="utf-8"))
-PY
+"$PYTHON" tests/tools/capital_chats.py "$TMP/chats.jsonl" "$TMP/text.txt" -n 60 --countries 6 --llama3-config "$H/tokenizer_config.json"
 "$PYTHON" tests/tools/make_tiny_tokenizer.py "$TMP/text.txt" "$H/tokenizer.json" --merges 60 \
     --special '<|start_header_id|>' --special '<|end_header_id|>' --special '<|eot_id|>' > /dev/null
 "$PYTHON" tests/tools/make_tiny_llama.py "$H"

@@ -10,33 +10,11 @@ mpi_or_skip sft_e2e
 export OMP_NUM_THREADS=1
 H=$TMP/hf C=$TMP/chats.jsonl
 mkdir -p "$H"
-# Made-up conversations with something to learn: a country's capital, sometimes after a system message,
-# sometimes with a second turn.
-"$PYTHON" - "$C" "$TMP/text.txt" <<'PY'
-import json, random, sys
-random.seed(7)
-capitals = {"France": "Paris", "Spain": "Madrid", "Italy": "Rome", "Japan": "Tokyo", "Egypt": "Cairo",
-            "Peru": "Lima", "Kenya": "Nairobi", "Chile": "Santiago", "Norway": "Oslo", "Greece": "Athens"}
-with open(sys.argv[1], "w", encoding="utf-8") as f, open(sys.argv[2], "w", encoding="utf-8") as text:
-    for i in range(240):
-        country = random.choice(sorted(capitals))
-        m = [{"role": "system", "content": "You answer in one sentence."}] if i % 3 == 0 else []
-        m += [{"role": "user", "content": "What is the capital of %s?" % country},
-              {"role": "assistant", "content": "The capital of %s is %s." % (country, capitals[country])}]
-        if i % 4 == 0:
-            m += [{"role": "user", "content": "Thank you."}, {"role": "assistant", "content": "You are welcome."}]
-        f.write(json.dumps({"messages": m}) + "\n")
-        text.write("\n".join(x["content"] for x in m) + "\n")
-PY
+# Made-up conversations with something to learn, sometimes with a second turn (tests/tools/capital_chats.py).
+"$PYTHON" tests/tools/capital_chats.py "$C" "$TMP/text.txt" -n 240 --thanks-every 4 --llama3-config "$H/tokenizer_config.json"
 "$PYTHON" tests/tools/make_tiny_tokenizer.py "$TMP/text.txt" "$H/tokenizer.json" --merges 150 \
     --special '<|start_header_id|>' --special '<|end_header_id|>' --special '<|eot_id|>' ||
     { t_fail tiny_tokenizer "make_tiny_tokenizer.py failed"; t_finish; }
-"$PYTHON" - tests/data/chat/llama3_instruct.json "$H/tokenizer_config.json" <<'PY'
-import json, sys
-cfg = json.load(open(sys.argv[1], encoding="utf-8"))
-cfg.update(bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")
-json.dump(cfg, open(sys.argv[2], "w", encoding="utf-8"), indent=1)
-PY
 "$PYTHON" tests/tools/make_tiny_llama.py "$H" || t_fail hf_folder "could not write the folder"
 
 "$PYTHON" scripts/import_hf.py "$H" "$TMP/start.bin" > "$TMP/import.txt" 2>&1 || t_fail hf_import "$(tail -1 "$TMP/import.txt")"
