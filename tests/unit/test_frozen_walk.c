@@ -12,12 +12,10 @@
 #include "core/models/catalog.h"
 #include "core/models/gpt2/gpt2.h"
 #include "core/models/llama/llama.h"
+#include "tests/unit/step_testlib.h"
 #include "tests/unit/testlib.h"
-#include "zero.h"
 
 #define MAX_TEST_KINDS 32
-#define BATCH 2
-#define SEQ 16
 
 typedef struct {
     ModelFamily family;
@@ -38,42 +36,12 @@ static void model_init(FrozenModel* m, const char* spec, unsigned long long froz
     layout_build(&m->lay, &m->shape, layout_pad_multiple(1));
 }
 
-static float unif(uint64_t* s) {
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((*s >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-}
-
-typedef enum { RUN_FUSED, RUN_SPLIT } BackwardRun;
-
-// One forward and backward of a fixed batch at recompute level r; the gradients (fp32, flat) into grads,
-// returns the loss.
-static double run_step(const FrozenModel* m, int r, BackwardRun how, float* grads) {
-    Backend* be = backend_create(0);
-    MemLedger mem = {{0}};
-    Zero* z = zero_create(be, &mem, &m->lay, zero_caps(0), NULL, NULL, DT_FP32, NULL);
+// One step of m from fixed values (step_testlib.h).
+static double frozen_step(const FrozenModel* m, int r, BackwardRun how, float* grads) {
     float* init = xcalloc(m->lay.total, 4);
     uint64_t seed = 17;
-    for (size_t i = 0; i < m->lay.total; i++) init[i] = 0.2f * unif(&seed);
-    zero_set_from_host(z, be, init);
-    Model g;
-    model_create(&g, be, &mem, &m->lay, zero_param_store(z), NULL, NULL, 0, DT_FP32, BATCH, SEQ, r, 1, how == RUN_SPLIT, 1);
-    int tokens[BATCH * SEQ], targets[BATCH * SEQ];
-    for (int i = 0; i < BATCH * SEQ; i++) tokens[i] = (i * 37 + 5) % m->shape.V, targets[i] = (i * 53 + 11) % m->shape.V;
-    MicroBatch mb = {tokens, targets, NULL, NULL};
-    zero_begin_step(z, be);
-    model_forward(&g, be, 0, &mb, 1.0f / (BATCH * SEQ), NULL);
-    double loss = model_take_losses(&g, be);
-    if (how == RUN_FUSED) {
-        model_backward(&g, be, 0);
-    } else {
-        model_backward_input(&g, be, 0, 0);
-        model_backward_weight(&g, be, 0, 0);
-    }
-    zero_reduce_grads(z, be);
-    zero_grads_to_host(z, be, grads);
-    model_destroy(&g, be);
-    zero_destroy(z, be);
-    backend_destroy(be);
+    for (size_t i = 0; i < m->lay.total; i++) init[i] = 0.2f * step_unif(&seed);
+    double loss = run_step(&m->lay, init, r, how, grads);
     free(init);
     return loss;
 }
@@ -83,7 +51,7 @@ static double run_step(const FrozenModel* m, int r, BackwardRun how, float* grad
 static int frozen_walk_ok(const FrozenModel* frozen, const FrozenModel* all, int r, BackwardRun how) {
     size_t n = frozen->lay.total;
     float *gf = xcalloc(n, 4), *ga = xcalloc(n, 4);
-    double lf = run_step(frozen, r, how, gf), la = run_step(all, r, how, ga);
+    double lf = frozen_step(frozen, r, how, gf), la = frozen_step(all, r, how, ga);
     int ok = memcmp(&lf, &la, sizeof(lf)) == 0, any_nonzero_frozen_in_all = 0;
     for (int i = 0; i < frozen->lay.num_tensors; i++) {
         const ParamTensor* t = &frozen->lay.tensors[i];

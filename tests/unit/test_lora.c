@@ -17,47 +17,8 @@
 #include "core/model/lora.h"
 #include "core/model/walk.h"
 #include "core/models/catalog.h"
+#include "tests/unit/step_testlib.h"
 #include "tests/unit/testlib.h"
-#include "zero.h"
-
-#define BATCH 2
-#define SEQ 16
-
-static float unif(uint64_t* s) {
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((*s >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-}
-
-typedef enum { RUN_FUSED, RUN_SPLIT } BackwardRun;
-
-// One forward and backward of a fixed batch from the values `init` (flat, the layout's); the gradients (fp32,
-// flat) into grads; returns the loss.
-static double run_step(const ParamLayout* lay, const float* init, int r, BackwardRun how, float* grads) {
-    Backend* be = backend_create(0);
-    MemLedger mem = {{0}};
-    Zero* z = zero_create(be, &mem, lay, zero_caps(0), NULL, NULL, DT_FP32, NULL);
-    zero_set_from_host(z, be, init);
-    Model g;
-    model_create(&g, be, &mem, lay, zero_param_store(z), NULL, NULL, 0, DT_FP32, BATCH, SEQ, r, 1, how == RUN_SPLIT, 1);
-    int tokens[BATCH * SEQ], targets[BATCH * SEQ];
-    for (int i = 0; i < BATCH * SEQ; i++) tokens[i] = (i * 37 + 5) % lay->shape.V, targets[i] = (i * 53 + 11) % lay->shape.V;
-    MicroBatch mb = {tokens, targets, NULL, NULL};
-    zero_begin_step(z, be);
-    model_forward(&g, be, 0, &mb, 1.0f / (BATCH * SEQ), NULL);
-    double loss = model_take_losses(&g, be);
-    if (how == RUN_FUSED) {
-        model_backward(&g, be, 0);
-    } else {
-        model_backward_input(&g, be, 0, 0);
-        model_backward_weight(&g, be, 0, 0);
-    }
-    zero_reduce_grads(z, be);
-    zero_grads_to_host(z, be, grads);
-    model_destroy(&g, be);
-    zero_destroy(z, be);
-    backend_destroy(be);
-    return loss;
-}
 
 typedef struct {
     ModelShape base_shape, shape;
@@ -80,6 +41,20 @@ static const float* tensor_at(const ParamLayout* lay, const float* flat, int kin
     return flat + layout_tensor(lay, kind, layer)->offset;
 }
 
+// Selected target j of layer l in flat values (or gradients): its geometry, A and B, and where the base
+// layout holds its weight matrix.
+typedef struct {
+    LoraGeometry geo;
+    const float *A, *B;
+    size_t weight;
+} Target;
+static Target target_of(const Fixture* f, const float* flat, int l, int j) {
+    int target = f->lf.target[j];
+    return (Target){f->lf.base->lora_geometry(&f->shape, target), tensor_at(&f->lora, flat, lora_kind_a(&f->lf, j), l),
+                    tensor_at(&f->lora, flat, lora_kind_b(&f->lf, j), l),
+                    layout_tensor(&f->base, f->lf.base->lora_weight_kinds[target], l)->offset};
+}
+
 // The LoRA layout's values: the base's (base_vals, in the base layout) and adapters from seed (B = 0 if
 // zero_b); merged (base layout) gets W + scale B A.
 static void values(const Fixture* f, const float* base_vals, uint64_t seed, int zero_b, float* vals, float* merged) {
@@ -92,20 +67,17 @@ static void values(const Fixture* f, const float* base_vals, uint64_t seed, int 
             continue;
         }
         int is_b = (t->kind - f->lf.base->num_kinds) % 2;
-        for (size_t j = 0; j < t->size; j++) vals[t->offset + j] = is_b && zero_b ? 0.0f : 0.3f * unif(&seed);
+        for (size_t j = 0; j < t->size; j++) vals[t->offset + j] = is_b && zero_b ? 0.0f : 0.3f * step_unif(&seed);
     }
     for (int l = 0; l < f->shape.L; l++)
         for (int j = 0; j < f->lf.num_targets; j++) {
-            int target = f->lf.target[j];
-            LoraGeometry geo = f->lf.base->lora_geometry(&f->shape, target);
-            const float* A = tensor_at(&f->lora, vals, lora_kind_a(&f->lf, j), l);
-            const float* B = tensor_at(&f->lora, vals, lora_kind_b(&f->lf, j), l);
-            float* W = merged + layout_tensor(&f->base, f->lf.base->lora_weight_kinds[target], l)->offset;
-            for (int o = 0; o < geo.out; o++)
-                for (int in = 0; in < geo.in; in++) {
+            Target t = target_of(f, vals, l, j);
+            float* W = merged + t.weight;
+            for (int o = 0; o < t.geo.out; o++)
+                for (int in = 0; in < t.geo.in; in++) {
                     double s = 0.0;
-                    for (int r = 0; r < f->lf.rank; r++) s += (double)B[o * f->lf.rank + r] * A[r * geo.in + in];
-                    W[(size_t)(geo.col + o) * geo.in + in] += (float)(f->lf.scale * s);
+                    for (int r = 0; r < f->lf.rank; r++) s += (double)t.B[o * f->lf.rank + r] * t.A[r * t.geo.in + in];
+                    W[(size_t)(t.geo.col + o) * t.geo.in + in] += (float)(f->lf.scale * s);
                 }
         }
 }
@@ -117,14 +89,10 @@ static double adapter_grad_error(const Fixture* f, const float* vals, const floa
     int R = f->lf.rank;
     for (int l = 0; l < f->shape.L; l++)
         for (int j = 0; j < f->lf.num_targets; j++) {
-            int target = f->lf.target[j];
-            LoraGeometry geo = f->lf.base->lora_geometry(&f->shape, target);
-            const float* A = tensor_at(&f->lora, vals, lora_kind_a(&f->lf, j), l);
-            const float* B = tensor_at(&f->lora, vals, lora_kind_b(&f->lf, j), l);
-            const float* dA = tensor_at(&f->lora, grads, lora_kind_a(&f->lf, j), l);
-            const float* dB = tensor_at(&f->lora, grads, lora_kind_b(&f->lf, j), l);
-            const float* dW = merged_grads + layout_tensor(&f->base, f->lf.base->lora_weight_kinds[target], l)->offset +
-                              (size_t)geo.col * geo.in;
+            Target t = target_of(f, vals, l, j), d = target_of(f, grads, l, j);
+            LoraGeometry geo = t.geo;
+            const float *A = t.A, *B = t.B, *dA = d.A, *dB = d.B;
+            const float* dW = merged_grads + t.weight + (size_t)geo.col * geo.in;
             for (int o = 0; o < geo.out; o++)
                 for (int r = 0; r < R; r++) {
                     double want = 0.0;
@@ -180,7 +148,7 @@ static void check_model(TestStats* st, const char* name, const char* spec) {
     check_family_table(st, name, f);
     float* base_vals = xcalloc(f->base.total, 4);
     uint64_t seed = 99;
-    for (size_t i = 0; i < f->base.total; i++) base_vals[i] = 0.2f * unif(&seed);
+    for (size_t i = 0; i < f->base.total; i++) base_vals[i] = 0.2f * step_unif(&seed);
     float *vals = xcalloc(f->lora.total, 4), *merged = xcalloc(f->base.total, 4);
     float *grads = xcalloc(f->lora.total, 4), *again = xcalloc(f->lora.total, 4), *base_grads = xcalloc(f->base.total, 4);
     char full[128];
