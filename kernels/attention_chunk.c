@@ -8,7 +8,10 @@
 #include "kernels/cpu_common.h"
 
 // Element offsets: q and out (B,Tq,NH*D), kv (B,Tk,2*KV*D) with k before v in each row, lse (B,NH,Tq).
-typedef struct { int Tq, Tk, q0, k0, NH, KV, R, D; float scale; } ChunkShape;
+typedef struct {
+    int Tq, Tk, q0, k0, NH, KV, R, D;
+    float scale;
+} ChunkShape;
 static inline size_t cq_at(const ChunkShape* s, int b, int t, int h) {
     return (((size_t)b * s->Tq + t) * s->NH + h) * s->D;
 }
@@ -80,8 +83,8 @@ void attention_chunk_forward(Backend* be, DType dt, void* out, float* lse, const
     free(buf);
 }
 
-void attention_lse_merge(Backend* be, DType dt, void* out, float* lse, const void* out2, const float* lse2, int B, int T,
-                         int NH, int D) {
+void attention_lse_merge(Backend* be, DType dt, void* out, float* lse, const void* out2, const float* lse2, int B,
+                         int T, int NH, int D) {
     BACKEND_ENTRY(be, out, lse, out2, lse2);
     if (B < 0 || T < 0 || NH <= 0 || D <= 0) fail("attention_lse_merge: bad shape B=%d T=%d NH=%d D=%d", B, T, NH, D);
 #pragma omp parallel for schedule(static)

@@ -9,7 +9,7 @@
 #include "kernels/attention_common.cuh"
 
 constexpr int CHUNK_WARPS = 4;   // rows a block
-constexpr int CHUNK_DIMS = 4;    // head dims a lane: D <= 128
+constexpr int CHUNK_DIMS = 4;   // head dims a lane: D <= 128
 
 // Shapes and offsets (kernels.h): q, out, dq (B,Tq,NH*D); kv, dkv (B,Tk,2*KV*D), k before v; lse (B,NH,Tq).
 struct ChunkDims {
@@ -37,7 +37,8 @@ __device__ __forceinline__ size_t chunk_lse_at(const ChunkDims& s, int b, int h,
 }
 
 // The lane's head dims of one head vector (0 past D), and the dot product of two such (every lane gets it).
-template <typename X> __device__ __forceinline__ void chunk_load(float (&r)[CHUNK_DIMS], const X* p, int D) {
+template <typename X>
+__device__ __forceinline__ void chunk_load(float (&r)[CHUNK_DIMS], const X* p, int D) {
     const int lane = threadIdx.x % 32;
     for (int k = 0; k < CHUNK_DIMS; k++) r[k] = lane + 32 * k < D ? to_f(p[lane + 32 * k]) : 0.0f;
 }
@@ -153,7 +154,8 @@ __global__ void chunk_dkv_kernel(X* dkv, const X* dout, const X* q, const X* kv,
             chunk_load(qr, q + qo, s.D);
             chunk_load(dor, dout + qo, s.D);
             chunk_load(outr, out + qo, s.D);
-            const ChunkGrad g = chunk_grad(qr, kr, dor, vr, lse[chunk_lse_at(s, b, h, i)], chunk_dot(dor, outr), s.scale);
+            const ChunkGrad g =
+                chunk_grad(qr, kr, dor, vr, lse[chunk_lse_at(s, b, h, i)], chunk_dot(dor, outr), s.scale);
             for (int c = 0; c < CHUNK_DIMS; c++) {
                 acck[c] += g.ds * qr[c];
                 accv[c] += g.p * dor[c];

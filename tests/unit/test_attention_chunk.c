@@ -22,9 +22,17 @@
 #include "tests/unit/child_testlib.h"
 #include "tests/unit/kernel_testlib.h"
 
-typedef struct { int B, T, NH, KV, D; DType dt; const char* tag; } Prob;
+typedef struct {
+    int B, T, NH, KV, D;
+    DType dt;
+    const char* tag;
+} Prob;
 enum Order { IN_ORDER, REVERSED, RING };
-typedef struct { int nq, nk; enum Order order; const char* tag; } Split;
+typedef struct {
+    int nq, nk;
+    enum Order order;
+    const char* tag;
+} Split;
 
 static size_t qkv_width(const Prob* p) { return (size_t)(p->NH + 2 * p->KV) * p->D; }
 
@@ -51,7 +59,9 @@ static int key_chunk(const Split* sp, int a, int step) {
     return step % 2 ? 2 * N - 1 - src : src;
 }
 
-typedef struct { float *out, *lse, *dqkv; } Result;
+typedef struct {
+    float *out, *lse, *dqkv;
+} Result;
 
 static void result_free(Result* r) { free(r->out), free(r->lse), free(r->dqkv); }
 
@@ -72,7 +82,11 @@ static Result reference(Backend* be, const Prob* p, const float* hqkv, const flo
 }
 
 // One query chunk a against every key chunk: forward and merges into (out, lse), then each pair's backward.
-typedef struct { void **kv, **dkv; void *q, *dout, *out, *out2, *dq; float *lse, *lse2; } ChunkBufs;
+typedef struct {
+    void **kv, **dkv;
+    void *q, *dout, *out, *out2, *dq;
+    float *lse, *lse2;
+} ChunkBufs;
 
 static void query_chunk(Backend* be, const Prob* p, const Split* sp, int a, const ChunkBufs* c) {
     const int Tq = p->T / sp->nq, Tk = p->T / sp->nk, q0 = a * Tq;
@@ -85,8 +99,8 @@ static void query_chunk(Backend* be, const Prob* p, const Split* sp, int a, cons
     }
     for (int step = 0; step < sp->nk; step++) {
         const int k = key_chunk(sp, a, step);
-        attention_chunk_backward(be, p->dt, c->dq, c->dkv[k], c->dout, c->q, c->kv[k], c->out, c->lse, p->B, Tq, Tk,
-                                 q0, k * Tk, p->NH, p->KV, p->D);
+        attention_chunk_backward(be, p->dt, c->dq, c->dkv[k], c->dout, c->q, c->kv[k], c->out, c->lse, p->B, Tq, Tk, q0,
+                                 k * Tk, p->NH, p->KV, p->D);
     }
 }
 
@@ -161,8 +175,8 @@ static void check_problem(TestStats* st, Backend* be, const Prob* p, uint64_t se
     float* hdout = rand_vec(&rng, no, 1.0f, p->dt);
     Result ref = reference(be, p, hqkv, hdout);
     const Split splits[] = {
-        {2, 2, IN_ORDER, "2chunks"},   {4, 4, IN_ORDER, "4chunks"},     {4, 4, REVERSED, "4chunks_reversed"},
-        {4, 4, RING, "ring2ranks"},    {6, 6, RING, "ring3ranks"},      {2, 6, IN_ORDER, "q2_k6"},
+        {2, 2, IN_ORDER, "2chunks"}, {4, 4, IN_ORDER, "4chunks"}, {4, 4, REVERSED, "4chunks_reversed"},
+        {4, 4, RING, "ring2ranks"},  {6, 6, RING, "ring3ranks"},  {2, 6, IN_ORDER, "q2_k6"},
     };
     for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++)
         if (p->T % splits[i].nq == 0 && p->T % splits[i].nk == 0) check_split(st, be, p, &splits[i], hqkv, hdout, &ref);
@@ -179,7 +193,8 @@ static void check_future_chunk(TestStats* st, Backend* be) {
     float *hdq = rand_vec(&rng, nq, 1.0f, DT_FP32), *hdkv = rand_vec(&rng, nkv, 1.0f, DT_FP32);
     float* nan = xmalloc(sizeof(float) * nq);
     for (size_t i = 0; i < nq; i++) nan[i] = NAN;
-    void *q = dev_from(be, DT_FP32, hq, nq), *kv = dev_from(be, DT_FP32, hkv, nkv), *out = dev_from(be, DT_FP32, nan, nq);
+    void *q = dev_from(be, DT_FP32, hq, nq), *kv = dev_from(be, DT_FP32, hkv, nkv),
+         *out = dev_from(be, DT_FP32, nan, nq);
     void *dq = dev_from(be, DT_FP32, hdq, nq), *dkv = dev_from(be, DT_FP32, hdkv, nkv);
     float* lse = dev_from(be, DT_FP32, nan, nl);
     attention_chunk_forward(be, DT_FP32, out, lse, q, kv, B, Tq, Tk, q0, k0, NH, KV, D);
@@ -248,7 +263,9 @@ static void check_threads(TestStats* st, Backend* be, const Prob* p) {
     free(hqkv), free(hdout);
 }
 
-typedef struct { int NH, KV, q0; } BadArgs;
+typedef struct {
+    int NH, KV, q0;
+} BadArgs;
 static void bad_forward(const void* arg) {
     const BadArgs* a = arg;
     Backend* be = backend_create(0);
