@@ -13,6 +13,7 @@
 #include "kernels/rope.cuh"
 #include "kernels/swiglu.cuh"
 #include "kernels/attention.cuh"
+#include "kernels/attention_chunk.cuh"
 #include "kernels/gelu.cuh"
 #include "kernels/lora_dropout.cuh"
 #include "kernels/classifier.cuh"

@@ -20,13 +20,13 @@ fail() { echo "FAIL $1: $2"; failed=1; }
 # Shapes of tests/gpu/kernel_check.c, every path covered: tails (odd, hs64tail), head sizes 24/64/128 on the
 # scalar and tensor-core attention, grouped-query ratios 1, 2, 3 and 4 (gqa4x2d64, gqa9x3d64, mqa4x1d32, gqa8x2d128), the
 # norms' one-pass accumulators (norm400...), vocabulary tails, documents over four tiles (docs4x2d64; every shape
-# also runs its kernels with documents). --ci keeps one of each kind.
+# also runs its kernels with documents), attention in chunks (chunk4x2d40, chunk3x3d128). --ci keeps one of each kind.
 # The variants that are not library calls (cuDNN is not emulated): base/gpu_variants.h.
 EMU_VARIANTS=bias_grad_epilogue,lt_plan_cache,lt_autotune,norm_one_pass,adamw_multi
 if [ $ci = 1 ]; then
-    SHAPES="odd,hs64tail,gqa9x3d64,docs4x2d64" DTYPES="bf16" VARIANTS=""
+    SHAPES="odd,hs64tail,gqa9x3d64,docs4x2d64,chunk4x2d40" DTYPES="bf16" VARIANTS=""
 else
-    SHAPES="odd,hs24,hs128,hs64tail,norm400,norm1600,normrows,gqa8x2d128,gqa9x3d64,gqa4x2d64,mqa4x1d32,docs4x2d64"
+    SHAPES="odd,hs24,hs128,hs64tail,norm400,norm1600,normrows,gqa8x2d128,gqa9x3d64,gqa4x2d64,mqa4x1d32,docs4x2d64,chunk4x2d40,chunk3x3d128"
     DTYPES="fp32 bf16 fp16" VARIANTS=$EMU_VARIANTS
 fi
 

@@ -25,7 +25,7 @@ if [ "$EMU" = 1 ]; then
     echo "check_kernels: the CUDA kernels under the kernel emulator (tests/emu) against the CPU build"
     GPU_BIN=build/kernel_check_emu
     SEEDS=${SEEDS_EMU:-1}
-    export KERNEL_CHECK_SHAPES=${KERNEL_CHECK_SHAPES:-odd,hs24,hs128,hs64tail,norm400,normrows,gqa8x2d128,gqa9x3d64,gqa4x2d64,mqa4x1d32,docs4x2d64}
+    export KERNEL_CHECK_SHAPES=${KERNEL_CHECK_SHAPES:-odd,hs24,hs128,hs64tail,norm400,normrows,gqa8x2d128,gqa9x3d64,gqa4x2d64,mqa4x1d32,docs4x2d64,chunk4x2d40,chunk3x3d128}
 elif [ "$DRY" = 1 ]; then
     echo "check_kernels: dry run (no GPU): comparing the CPU build against itself"
     GPU_BIN=$CPU_BIN

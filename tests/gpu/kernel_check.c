@@ -585,6 +585,146 @@ static void t_attention(Ctx* c, const AttShape* a, int docs) {
     end_test(c);
 }
 
+// Rows t0 .. t0+n-1 of columns col .. col+width-1 of src (B,T,W), as (B,n,width): a chunk of a sequence.
+static float* rows_of(const float* src, int B, int T, size_t W, size_t col, size_t width, int t0, int n) {
+    float* dst = (float*)xmalloc(sizeof(float) * ((size_t)B * n * width + 1));
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < n; t++)
+            memcpy(dst + ((size_t)b * n + t) * width, src + ((size_t)b * T + t0 + t) * W + col, sizeof(float) * width);
+    return dst;
+}
+// An lse that may hold -inf (a row with no key), which compare_kernels.py refuses: written as the finite values
+// with 0 at -inf ("lse") and the mask of -inf ("lse_inf"), so both the values and where the -infs are compare.
+static void out_lse(Ctx* c, Outs* o, int rep, const float* lse, size_t n) {
+    float* h = (float*)xmalloc(n * sizeof(float));
+    float* mask = (float*)xmalloc(n * sizeof(float));
+    be_download(c->be, h, lse, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        mask[i] = h[i] == -INFINITY ? 1.0f : 0.0f;
+        h[i] = h[i] == -INFINITY ? 0.0f : h[i];
+    }
+    float* d = (float*)be_malloc(c->be, n * sizeof(float));
+    be_upload(c->be, d, h, n * sizeof(float));
+    out(c, o, rep, "lse", d, DT_FP32, n);
+    be_upload(c->be, d, mask, n * sizeof(float));
+    out(c, o, rep, "lse_inf", d, DT_FP32, n);
+    be_free(c->be, d);
+    free(h), free(mask);
+}
+
+// Attention in chunks (kernels.h): the sequence's rows [t1, T) as the query chunk against the key chunks
+// [0, t1) (every key attended: "past") and [t1, T) (causal: "diag"); the rows [0, t1) against the keys
+// [t1 - 7, T), of which only the last 7 queries see any ("partial": rows of -inf lse and zero out beside the
+// others); the merge of seeded partial results, some rows at -inf on one side or both; and the backward of
+// the three pairs from the whole sequence's out and lse (attention_host), accumulating into seeded dq and dkv.
+typedef struct { int q0, Tq, k0, Tk; const char* name; } ChunkPair;
+
+static void t_attention_chunk_forward(Ctx* c, const AttShape* a, const float* hqkv, const ChunkPair* pairs) {
+    const DType dt = c->dt;
+    const int B = a->B, T = a->T, NH = a->NH, KV = a->KV, D = a->D;
+    const size_t W = (size_t)(NH + 2 * KV) * D, C = (size_t)NH * D;
+    for (int k = 0; k < 3; k++) {
+        const ChunkPair* p = &pairs[k];
+        float* hq = rows_of(hqkv, B, T, W, 0, C, p->q0, p->Tq);
+        float* hkv = rows_of(hqkv, B, T, W, C, 2 * (size_t)KV * D, p->k0, p->Tk);
+        void* q = dnew(c, hq, (size_t)B * p->Tq * C, dt);
+        void* kv = dnew(c, hkv, (size_t)B * p->Tk * 2 * KV * D, dt);
+        const size_t no = (size_t)B * p->Tq * C, nl = (size_t)B * NH * p->Tq;
+        void* outp = dpoisoned(c, no * dtype_size(dt));
+        float* lse = (float*)dpoisoned(c, nl * 4);
+        char kernel[64];
+        snprintf(kernel, sizeof kernel, "attention_chunk_forward_%s", p->name);
+        Outs o;
+        outs_begin_named(&o, a->name, kernel);
+        attention_chunk_forward(c->be, dt, outp, lse, q, kv, B, p->Tq, p->Tk, p->q0, p->k0, NH, KV, D);
+        out(c, &o, 0, "out", outp, dt, no);
+        out_lse(c, &o, 0, lse, nl);
+        outs_end(&o);
+        free(hq), free(hkv);
+    }
+}
+
+static void t_attention_lse_merge(Ctx* c, const AttShape* a) {
+    const DType dt = c->dt;
+    const int B = a->B, T = a->T, NH = a->NH, D = a->D;
+    const size_t no = (size_t)B * T * NH * D, nl = (size_t)B * NH * T;
+    float* ho = hvals(c, 511, no, -1.0f, 1.0f, dt);
+    float* ho2 = hvals(c, 512, no, -1.0f, 1.0f, dt);
+    float* hl = hvals(c, 513, nl, -2.0f, 3.0f, DT_FP32);
+    float* hl2 = hvals(c, 514, nl, -2.0f, 3.0f, DT_FP32);
+    for (size_t i = 0; i < nl; i++) {   // every 5th row empty on the first side, every 7th on the second
+        if (i % 5 == 0) hl[i] = -INFINITY;
+        if (i % 7 == 0) hl2[i] = -INFINITY;
+    }
+    void* outp = dalloc(c, no * dtype_size(dt));
+    float* lse = (float*)dalloc(c, nl * 4);
+    void* out2 = dnew(c, ho2, no, dt);
+    float* lse2 = (float*)dnew(c, hl2, nl, DT_FP32);
+    Outs o;
+    outs_begin_named(&o, a->name, "attention_lse_merge");
+    for (int rep = 0; rep < 2; rep++) {
+        put(c, outp, ho, no, dt);
+        put(c, lse, hl, nl, DT_FP32);
+        attention_lse_merge(c->be, dt, outp, lse, out2, lse2, B, T, NH, D);
+        out(c, &o, rep, "out", outp, dt, no);
+        out_lse(c, &o, rep, lse, nl);
+    }
+    outs_end(&o);
+    free(ho), free(ho2), free(hl), free(hl2);
+}
+
+static void t_attention_chunk_backward(Ctx* c, const AttShape* a, const float* hqkv, const ChunkPair* pairs) {
+    const DType dt = c->dt;
+    const int B = a->B, T = a->T, NH = a->NH, KV = a->KV, D = a->D;
+    const size_t W = (size_t)(NH + 2 * KV) * D, C = (size_t)NH * D, KW = 2 * (size_t)KV * D;
+    float* hout = (float*)xmalloc(sizeof(float) * B * T * C);
+    float* hlse = (float*)xmalloc(sizeof(float) * B * NH * T);
+    attention_host(hqkv, hout, hlse, a, dt, NULL);
+    float* hdout = hvals(c, 515, (size_t)B * T * C, -1.0f, 1.0f, dt);
+    for (int k = 0; k < 3; k++) {
+        const ChunkPair* p = &pairs[k];
+        const size_t nq = (size_t)B * p->Tq * C, nkv = (size_t)B * p->Tk * KW;
+        float* hq = rows_of(hqkv, B, T, W, 0, C, p->q0, p->Tq);
+        float* hkv = rows_of(hqkv, B, T, W, C, KW, p->k0, p->Tk);
+        float* ho = rows_of(hout, B, T, C, 0, C, p->q0, p->Tq);
+        float* hd = rows_of(hdout, B, T, C, 0, C, p->q0, p->Tq);
+        float* hl = rows_of(hlse, B * NH, T, 1, 0, 1, p->q0, p->Tq);
+        float* hdq = hvals(c, 516, nq, -0.5f, 0.5f, dt);
+        float* hdkv = hvals(c, 517, nkv, -0.5f, 0.5f, dt);
+        void *q = dnew(c, hq, nq, dt), *kv = dnew(c, hkv, nkv, dt), *outp = dnew(c, ho, nq, dt), *dout = dnew(c, hd, nq, dt);
+        float* lse = (float*)dnew(c, hl, (size_t)B * NH * p->Tq, DT_FP32);
+        void* dq = dalloc(c, nq * dtype_size(dt));
+        void* dkv = dalloc(c, nkv * dtype_size(dt));
+        char kernel[64];
+        snprintf(kernel, sizeof kernel, "attention_chunk_backward_%s", p->name);
+        Outs o;
+        outs_begin_named(&o, a->name, kernel);
+        for (int rep = 0; rep < 2; rep++) {
+            put(c, dq, hdq, nq, dt);
+            put(c, dkv, hdkv, nkv, dt);
+            attention_chunk_backward(c->be, dt, dq, dkv, dout, q, kv, outp, lse, B, p->Tq, p->Tk, p->q0, p->k0, NH, KV, D);
+            out(c, &o, rep, "dq", dq, dt, nq);
+            out(c, &o, rep, "dkv", dkv, dt, nkv);
+        }
+        outs_end(&o);
+        free(hq), free(hkv), free(ho), free(hd), free(hl), free(hdq), free(hdkv);
+    }
+    free(hout), free(hlse), free(hdout);
+}
+
+static void t_attention_chunk(Ctx* c, const AttShape* a) {
+    const int t1 = a->T / 3;
+    const ChunkPair pairs[3] = {{t1, a->T - t1, 0, t1, "past"}, {t1, a->T - t1, t1, a->T - t1, "diag"},
+                                {0, t1, t1 - 7, a->T - t1 + 7, "partial"}};
+    const size_t nqkv = (size_t)a->B * a->T * (a->NH + 2 * a->KV) * a->D;
+    float* hqkv = hvals(c, 510, nqkv, -1.5f, 1.5f, c->dt);
+    t_attention_chunk_forward(c, a, hqkv, pairs);
+    t_attention_lse_merge(c, a);
+    t_attention_chunk_backward(c, a, hqkv, pairs);
+    free(hqkv);
+    end_test(c);
+}
+
 static void t_elementwise(Ctx* c, const Shape* s) {
     const DType dt = c->dt;
     const size_t n = (size_t)s->B * s->T * s->C * 4 + 3;   // + 3: a tail that is not a whole 16-byte pack
@@ -1242,6 +1382,13 @@ int main(int argc, char** argv) {
         if (only && !strstr(only, docs[i].name)) continue;
         t_attention(&c, &docs[i], 1);
         fprintf(stderr, "kernel_check: shape %s done\n", docs[i].name);
+    }
+    // Attention in chunks: head sizes 40 (lanes past D) and 128 (every lane's four dims), grouped and not.
+    const AttShape chunks[] = {{"chunk4x2d40", 2, 40, 4, 2, 40}, {"chunk3x3d128", 1, 29, 3, 3, 128}};
+    for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++) {
+        if (only && !strstr(only, chunks[i].name)) continue;
+        t_attention_chunk(&c, &chunks[i]);
+        fprintf(stderr, "kernel_check: shape %s done\n", chunks[i].name);
     }
     xfclose(c.index, path);
     const char* b = getenv("KERNEL_CHECK_BENCH");
