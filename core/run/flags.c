@@ -259,7 +259,8 @@ const Flag FLAGS[] = {
     {OPTIM, "-lora-rslora", "0|1", FIELD(lora.rslora), RANGE(0, 1), .def = "0", .help = "with -lora: 1 scales by A / sqrt(R) (rsLoRA)"},
     {OPTIM, "-lora-dropout", "P", FIELD(lora.dropout), RANGE(0, 1), .def = "0",
      .help = "with -lora: in training, each element of each adapter's input is dropped with probability P and the rest "
-             "scaled by 1 / (1 - P), the mask a hash of -seed, the micro-batch's place in the data, the layer and target"},
+             "scaled by 1 / (1 - P), the mask a hash of -seed, the micro-batch's place in the data, the layer and target; "
+             "its CUDA kernel has not yet run on a GPU, only under the kernel emulator"},
     {OPTIM, "-lora-targets", "LIST", FIELD(lora.targets), .def_shown = "all",
      .help = "with -lora: the layers to adapt, comma-separated: GPT-2's qkv,proj,fc,fcproj; Llama's q,k,v,o,gate,up,down"},
     {OPTIM, "-lora-init", "FILE|DIR", FIELD(lora_init),
