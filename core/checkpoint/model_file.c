@@ -7,6 +7,7 @@
 
 #include "base/common.h"
 #include "core/model/lora.h"
+#include "core/model/lora_peft.h"
 #include "core/util/fs.h"
 #include "core/models/catalog.h"
 
@@ -117,7 +118,8 @@ ModelShape model_resolve(const char* model, int* is_spec) {
 float* model_start(const ParamLayout* lay, const char* model, int is_spec, unsigned long long seed, const char* adapters) {
     float* flat = is_spec ? model_init(lay, seed) : model_file_read(lay, model);
     const LoraFamily* lf = lora_of(&lay->shape);
-    if (lf && adapters) lora_read_adapters(adapters, lay, flat);
+    if (lf && adapters && lora_peft_is_folder(adapters)) lora_peft_read(adapters, lay, flat);
+    else if (lf && adapters) lora_read_adapters(adapters, lay, flat);
     for (int i = 0; i < lay->num_tensors && lf && !adapters && !is_spec; i++)   // model_init did them from a shape
         if (lay->tensors[i].kind >= lf->base->num_kinds) init_tensor_values(flat + lay->tensors[i].offset, &lay->shape, &lay->tensors[i], seed);
     return flat;

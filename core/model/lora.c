@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "base/common.h"
-#include "core/model/lora_peft.h"
 #include "kernels/dtype.h"
 
 static const LoraFamily* lora_family(const ModelShape* s) { return (const LoraFamily*)s->family; }
@@ -312,10 +311,6 @@ void lora_write_adapter_part(const char* path, const ParamLayout* lay, const flo
 void lora_read_adapters(const char* path, const ParamLayout* lay, float* flat) {
     const LoraFamily* lf = lora_of(&lay->shape);
     if (!lf) fail("internal: adapters for a model without LoRA");
-    if (lora_peft_is_folder(path)) {
-        lora_peft_read(path, lay, flat);
-        return;
-    }
     FILE* f = xfopen(path, "rb");
     int32_t h[256];
     if (fread(h, sizeof(int32_t), 256, f) != 256) fail("-lora-init %s: shorter than its header", path);

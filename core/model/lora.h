@@ -55,7 +55,7 @@ static inline int lora_kind_b(const LoraFamily* lf, int j) { return lf->base->nu
 // rslora], then per layer and selected target A (R, in) and B (out, R), fp32 row-major: whole adapters at
 // any -tp or -pp. Reads the part of path's adapters that lay holds (a stage's layers, a tensor rank's
 // shards and copies) into flat (the layout's values), after one-line errors naming any difference from the
-// run's LoRA; a directory is read as a PEFT adapter folder (lora_peft.h).
+// run's LoRA (a PEFT adapter folder is lora_peft.h's).
 #define LORA_FILE_MAGIC 20261130
 void lora_read_adapters(const char* path, const ParamLayout* lay, float* flat);
 // Writing one (a checkpoint's adapters.bin): its header, sized (zeros), then each writer's part in place:

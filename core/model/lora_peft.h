@@ -10,7 +10,7 @@
 #pragma once
 #include "core/model/model.h"
 
-// 1 when path is a directory: lora_read_adapters reads it as a PEFT adapter folder.
+// 1 when path is a directory: -lora-init reads it as a PEFT adapter folder, a file as lora.h's adapter file.
 int lora_peft_is_folder(const char* path);
 // Reads the folder's adapters into flat (the layout's part: a stage's layers, a tensor rank's shards)
 // after the checks above.
