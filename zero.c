@@ -462,11 +462,36 @@ double zero_host_copy_seconds(Zero* z) {
     return s;
 }
 
+// A unit with frozen tensors changed in its updated tensors only: each rank broadcasts its piece's share of
+// them (a run of adjacent ones at a time) instead of the whole piece, so a LoRA step sends the adapters, not
+// the frozen base every rank already holds.
+static void share_updated(Zero* z, int u) {
+    const ParamLayout* lay = z->pieces.lay;
+    const Unit* un = unit(z, u);
+    size_t p = piece(z, u), x = xs(z);
+    for (int i = un->first_tensor; i < un->first_tensor + un->num_tensors;) {
+        if (is_frozen(z, &lay->tensors[i])) {
+            i++;
+            continue;
+        }
+        size_t a = lay->tensors[i].offset, b = a + lay->tensors[i].size;
+        for (i++; i < un->first_tensor + un->num_tensors && !is_frozen(z, &lay->tensors[i]) && lay->tensors[i].offset == b; i++)
+            b += lay->tensors[i].size;
+        for (int r = 0; r < z->pieces.size; r++) {
+            size_t lo = max_size(a, un->offset + (size_t)r * p), hi = min_size(b, un->offset + (size_t)(r + 1) * p);
+            if (lo < hi) comm_broadcast(z->pieces.dp, elem_at(z->params, lo, x), (hi - lo) * x, r);
+        }
+    }
+}
+
 void zero_after_update(Zero* z, Backend* be) {
     if (z->caps.shard_params) param_slots_invalidate(&z->gathered, &z->pieces);
     // Sharded state over whole parameters: each rank updated its pieces and gathers the others'.
     if (!z->caps.shard_state || z->caps.shard_params || z->pieces.size == 1) return;
-    for (int u = 0; u < z->pieces.lay->num_units; u++) comm_allgather(z->pieces.dp, elem_at(z->params, unit(z, u)->offset, xs(z)), piece(z, u), z->pieces.dt);
+    for (int u = 0; u < z->pieces.lay->num_units; u++) {
+        if (z->pieces.has_frozen[u]) share_updated(z, u);
+        else comm_allgather(z->pieces.dp, elem_at(z->params, unit(z, u)->offset, xs(z)), piece(z, u), z->pieces.dt);
+    }
 }
 
 // The parts of the flat buffer `which` names (model_state.h), each inside unit u: with shard_state this
