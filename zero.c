@@ -31,13 +31,11 @@ struct Zero {
     Pieces pieces;       // the layout, the data-parallel group (dp NULL for a single process), dt, and the
                          // state index of each unit's piece (shard_state)
     Comm* tied;          // pipeline: stage 0 <-> last stage, summing the embedding and its mirror; else NULL
-    // The master and the optimizer's state cover the elements this rank holds state for (the whole layout,
-    // or its pieces with shard_state) except frozen tensors', packed in flat order: unit u's first held
-    // element has state index state_base[u], and the frozen elements before an element in its unit are not
-    // counted (state_index). Nothing frozen: the state index is the piece index.
+    // The master and the optimizer's state cover the elements this rank holds state for: each unit's trained
+    // section (model.h: Unit), or with shard_state its piece of it, packed in flat order: unit u's first held
+    // element has state index state_base[u] (state_index). Nothing frozen: the state index is the piece index.
     size_t state_elems;
     int any_frozen;         // the layout holds a frozen tensor
-    size_t frozen_elems;    // held elements of frozen tensors, which have no state
     size_t state_base[MAX_UNITS];
     int opt_buffers;        // fp32 buffers per state element: the master and the state (shape_optimizer_buffers)
     // Parameters: the full flat buffer, or this rank's pieces with shard_params (host memory with
@@ -80,72 +78,51 @@ static const Unit* unit(const Zero* z, int u) { return &z->pieces.lay->units[u];
 static size_t piece(const Zero* z, int u) { return piece_len(&z->pieces, u); }
 static int emb_unit(const Zero* z) { return z->pieces.lay->emb_unit; }
 
-// The flat elements of unit u whose state this rank holds: its piece with shard_state, else the whole unit.
+// The flat elements of unit u whose state this rank holds: its piece of the trained section with
+// shard_state, else the whole trained section.
 static size_t held_begin(const Zero* z, int u) {
-    return unit(z, u)->offset + (z->caps.shard_state ? (size_t)z->pieces.rank * piece(z, u) : 0);
+    return z->caps.shard_state ? piece_begin(&z->pieces, u, 1) : section_begin(unit(z, u), 1);
 }
-static size_t held_len(const Zero* z, int u) { return z->caps.shard_state ? piece(z, u) : unit(z, u)->padded; }
+static size_t held_len(const Zero* z, int u) { return z->caps.shard_state ? section_piece(&z->pieces, u, 1) : section_len(unit(z, u), 1); }
+static size_t frozen_end(const Zero* z, int u) { return section_begin(unit(z, u), 1); }
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 static int is_frozen(const Zero* z, const ParamTensor* t) { return !tensor_optimizer(z->pieces.lay, t)->updates; }
 
-// Calls fn for each stretch of flat [a, b) inside unit u that is all one frozen tensor's, or all not frozen
-// (updated tensors and padding), in order: one stretch where nothing is frozen.
+// Calls fn for the parts of flat [a, b) inside unit u in its frozen section, then in its trained one.
 typedef void (*StretchFn)(Zero* z, int u, size_t a, size_t b, int frozen, void* ctx);
 
 static void for_each_stretch(Zero* z, int u, size_t a, size_t b, StretchFn fn, void* ctx) {
-    const Unit* un = unit(z, u);
-    size_t at = a;
-    for (int i = un->first_tensor; i < un->first_tensor + un->num_tensors && at < b; i++) {
-        const ParamTensor* t = &z->pieces.lay->tensors[i];
-        size_t lo = max_size(t->offset, at), hi = min_size(t->offset + t->size, b);
-        if (!is_frozen(z, t) || lo >= hi) continue;
-        if (at < lo) fn(z, u, at, lo, 0, ctx);
-        fn(z, u, lo, hi, 1, ctx);
-        at = hi;
-    }
-    if (at < b) fn(z, u, at, b, 0, ctx);
+    size_t mid = max_size(a, min_size(b, frozen_end(z, u)));
+    if (a < mid) fn(z, u, a, mid, 1, ctx);
+    if (mid < b) fn(z, u, mid, b, 0, ctx);
 }
 
-// Elements of frozen tensors in flat [a, b) of unit u.
-static size_t frozen_in(const Zero* z, int u, size_t a, size_t b) {
-    if (!z->any_frozen) return 0;
-    const Unit* un = unit(z, u);
-    size_t n = 0;
-    for (int i = un->first_tensor; i < un->first_tensor + un->num_tensors; i++) {
-        const ParamTensor* t = &z->pieces.lay->tensors[i];
-        size_t lo = max_size(t->offset, a), hi = min_size(t->offset + t->size, b);
-        if (is_frozen(z, t) && lo < hi) n += hi - lo;
-    }
-    return n;
-}
+// Whether flat [a, b) of unit u reaches into its frozen section.
+static int frozen_in(const Zero* z, int u, size_t a, size_t b) { return a < b && a < frozen_end(z, u); }
 
-// Where held flat element f of unit u is in the pieces (the reduced gradient's, the parameters' with
-// shard_params): with shard_state its piece's index, else f itself.
+// Where flat element f of unit u, in this rank's piece with shard_state, is in a buffer of pieces (the
+// parameters' with shard_params): its piece's index, else f itself.
 static size_t piece_index(const Zero* z, int u, size_t f) {
-    return z->caps.shard_state ? z->pieces.offset[u] + (f - held_begin(z, u)) : f;
+    if (!z->caps.shard_state) return f;
+    int s = f >= frozen_end(z, u);
+    return piece_at(&z->pieces, u, s) + (f - piece_begin(&z->pieces, u, s));
 }
 
-// Its state index (not frozen).
-static size_t state_index(const Zero* z, int u, size_t f) {
-    size_t h = held_begin(z, u);
-    return z->state_base[u] + (f - h) - frozen_in(z, u, h, f);
-}
+// Its state index: meaningful for a held element only.
+static size_t state_index(const Zero* z, int u, size_t f) { return z->state_base[u] + (f - held_begin(z, u)); }
 
-// state_base of every unit; the state's elements and the frozen ones held here.
+// state_base of every unit, and the state's elements.
 static void index_state(Zero* z) {
     for (int i = 0; i < z->pieces.lay->num_tensors; i++) z->any_frozen |= is_frozen(z, &z->pieces.lay->tensors[i]);
-    size_t at = 0, frozen = 0;
+    size_t at = 0;
     for (int u = 0; u < z->pieces.lay->num_units; u++) {
-        size_t h = held_begin(z, u), f = frozen_in(z, u, h, h + held_len(z, u));
         z->state_base[u] = at;
-        at += held_len(z, u) - f;
-        frozen += f;
+        at += held_len(z, u);
     }
     z->state_elems = at;
-    z->frozen_elems = frozen;
 }
 
 static Place place(int on_host, int on_disk) { return on_disk ? IN_DISK : on_host ? IN_HOST : IN_BACKEND; }
@@ -213,7 +190,7 @@ static void open_disk(Zero* z, Backend* be, MemLedger* mem, const NvmeConfig* cf
     if (!z->caps.state_on_disk) return;
     if (!cfg) fail("internal: state on disk without -nvme's directory");
     // A pass writes whole chunks of parameters, which frozen ones would share with updated ones.
-    if (z->caps.params_on_disk && z->frozen_elems)
+    if (z->caps.params_on_disk && z->any_frozen)
         fail("-nvme with -offload 2 -z 3 keeps the parameter pieces on disk, which cannot hold frozen parameters yet");
     const ParamLayout* lay = z->pieces.lay;
     size_t begin[MAX_UNITS], len[MAX_UNITS];
@@ -263,7 +240,7 @@ static void allocate_params(Zero* z, Backend* be, MemLedger* mem, const NvmeConf
     // fp32 parameters are their own master copy where both use the same indexing (both whole, both pieces,
     // or pieces that are the whole unit in its place; nothing frozen left out of the state) and the same
     // memory (not with state_on_host).
-    int same_indexing = (z->caps.shard_params == z->caps.shard_state || pieces_are_whole(z)) && !z->frozen_elems;
+    int same_indexing = (z->caps.shard_params == z->caps.shard_state || pieces_are_whole(z)) && !z->any_frozen;
     int alias = z->pieces.dt == DT_FP32 && same_indexing && !z->caps.state_on_host;
     z->master = alias ? (float*)z->params : alloc_state(z, be, mem, MEM_MASTER);
     z->master_is_params = alias;
@@ -428,8 +405,7 @@ static void sum_tied_embedding(Zero* z, Backend* be) {
 }
 
 // Without shard_grads the walk only accumulated: the whole gradient is reduced now, all-reduced, or unit by
-// unit into the shares that sharded state is updated from: reduce-scattered, or for a unit with frozen
-// tensors (uneven shares) all-reduced and this rank's share taken.
+// unit reduce-scattered into the shares that sharded state is updated from.
 static void reduce_at_boundary(Zero* z, Backend* be) {
     size_t x = xs(z);
     const Pieces* pc = &z->pieces;
@@ -440,13 +416,9 @@ static void reduce_at_boundary(Zero* z, Backend* be) {
     for (int u = 0; u < pc->lay->num_units; u++) {
         void* dst = elem_at(z->grad.piece, pc->mine_offset[u], x);
         void* src = elem_at(z->grad.whole, pc->grad_offset[u], x);
-        if (pc->size > 1 && !pc->has_frozen[u]) {
-            comm_reduce_scatter_sum(pc->dp, dst, src, piece(z, u), pc->dt);
-            continue;
-        }
-        if (pc->size > 1) comm_allreduce_sum(pc->dp, src, pc->grad_len[u], pc->dt);
-        void* mine = elem_at(src, pc->mine_first[u], x);
-        if (dst != mine && pc->mine_len[u]) be_copy(be, dst, mine, pc->mine_len[u] * x);
+        if (!pc->mine_len[u]) continue;
+        if (pc->size > 1) comm_reduce_scatter_sum(pc->dp, dst, src, pc->mine_len[u], pc->dt);
+        else if (dst != src) be_copy(be, dst, src, pc->mine_len[u] * x);
     }
 }
 
@@ -462,41 +434,20 @@ double zero_host_copy_seconds(Zero* z) {
     return s;
 }
 
-// A unit with frozen tensors changed in its updated tensors only: each rank broadcasts its piece's share of
-// them (a run of adjacent ones at a time) instead of the whole piece, so a LoRA step sends the adapters, not
-// the frozen base every rank already holds.
-static void share_updated(Zero* z, int u) {
-    const ParamLayout* lay = z->pieces.lay;
-    const Unit* un = unit(z, u);
-    size_t p = piece(z, u), x = xs(z);
-    for (int i = un->first_tensor; i < un->first_tensor + un->num_tensors;) {
-        if (is_frozen(z, &lay->tensors[i])) {
-            i++;
-            continue;
-        }
-        size_t a = lay->tensors[i].offset, b = a + lay->tensors[i].size;
-        for (i++; i < un->first_tensor + un->num_tensors && !is_frozen(z, &lay->tensors[i]) && lay->tensors[i].offset == b; i++)
-            b += lay->tensors[i].size;
-        for (int r = 0; r < z->pieces.size; r++) {
-            size_t lo = max_size(a, un->offset + (size_t)r * p), hi = min_size(b, un->offset + (size_t)(r + 1) * p);
-            if (lo < hi) comm_broadcast(z->pieces.dp, elem_at(z->params, lo, x), (hi - lo) * x, r);
-        }
-    }
-}
-
 void zero_after_update(Zero* z, Backend* be) {
     if (z->caps.shard_params) param_slots_invalidate(&z->gathered, &z->pieces);
-    // Sharded state over whole parameters: each rank updated its pieces and gathers the others'.
+    // Sharded state over whole parameters: each rank updated its pieces of the trained sections and gathers
+    // the others'; a frozen section never changes, so a LoRA step sends the adapters, not the base.
     if (!z->caps.shard_state || z->caps.shard_params || z->pieces.size == 1) return;
     for (int u = 0; u < z->pieces.lay->num_units; u++) {
-        if (z->pieces.has_frozen[u]) share_updated(z, u);
-        else comm_allgather(z->pieces.dp, elem_at(z->params, unit(z, u)->offset, xs(z)), piece(z, u), z->pieces.dt);
+        size_t p = section_piece(&z->pieces, u, 1);
+        if (p) comm_allgather(z->pieces.dp, elem_at(z->params, section_begin(unit(z, u), 1), xs(z)), p, z->pieces.dt);
     }
 }
 
-// The parts of the flat buffer `which` names (model_state.h), each inside unit u: with shard_state this
-// rank's pieces; without, whole units, except that a checkpoint always takes pieces, so checkpoints are cut
-// alike whatever the capabilities.
+// The parts of the flat buffer `which` names (model_state.h), each inside one section of unit u: with
+// shard_state this rank's pieces; without, whole units, except that a checkpoint always takes pieces, so
+// checkpoints are cut alike whatever the capabilities.
 typedef void (*PartFn)(Zero* z, int u, size_t flat_begin, size_t flat_end, void* ctx);
 
 static void for_each_part(Zero* z, StateParts which, PartFn fn, void* ctx) {
@@ -508,9 +459,10 @@ static void for_each_part(Zero* z, StateParts which, PartFn fn, void* ctx) {
             fn(z, u, un->offset, real_end, ctx);
             continue;
         }
-        size_t begin = un->offset + (size_t)z->pieces.rank * piece(z, u);
-        size_t end = begin + piece(z, u) < real_end ? begin + piece(z, u) : real_end;
-        if (begin < end) fn(z, u, begin, end, ctx);
+        for (int s = 0; s < UNIT_SECTIONS; s++) {
+            size_t begin = piece_begin(&z->pieces, u, s), end = min_size(begin + section_piece(&z->pieces, u, s), real_end);
+            if (begin < end) fn(z, u, begin, end, ctx);
+        }
     }
 }
 
@@ -538,18 +490,19 @@ static size_t grad_index(const Zero* z, int u, size_t f) { return z->pieces.grad
 // never sees: the whole-model transfers below). Its master and state are meaningful only where none of
 // its elements is frozen.
 static StateSpan span_at(const Zero* z, const ParamTensor* t, int u, size_t flat, size_t n) {
-    DType grad_dt;
-    void* g = reduced_grads(z, &grad_dt);
-    size_t pi = piece_index(z, u, flat), si = state_index(z, u, flat);
     StateSpan s = {.t = t,
                    .optimizer = t ? kind_info(&z->pieces.lay->shape, t->kind)->optimizer : OPT_ADAMW,
                    .flat = flat,
                    .n = n,
-                   .state = si,
-                   .params = param_dest(z, flat, pi),
-                   .master = state_at(z, z->master, si),
-                   .grad = elem_at(g, reduced_is_piece(z) ? si : grad_index(z, u, flat), dtype_size(grad_dt)),
-                   .grad_dt = grad_dt};
+                   .params = param_dest(z, flat, piece_index(z, u, flat))};
+    if (flat < frozen_end(z, u)) return s;   // a frozen section's span: its working copy alone
+    DType grad_dt;
+    void* g = reduced_grads(z, &grad_dt);
+    size_t si = state_index(z, u, flat);
+    s.state = si;
+    s.master = state_at(z, z->master, si);
+    s.grad = elem_at(g, reduced_is_piece(z) ? si : grad_index(z, u, flat), dtype_size(grad_dt));
+    s.grad_dt = grad_dt;
     for (int k = 0; k < z->opt_buffers - 1; k++) s.opt_state[k] = state_at(z, z->opt_state[k], si);
     return s;
 }
@@ -702,7 +655,7 @@ static void held_to_host(Zero* z, Backend* be, SpanBuffer b, int u, size_t a, si
 }
 
 // Gathers buffer b (master or reduced gradients, of type dt), held as pieces, into host fp32 in the flat
-// layout. Where the pieces are not backend memory (or a frozen tensor's working copy stands in for the
+// layout, section by section. Where the pieces are not backend memory (or a frozen tensor's working copy stands in for the
 // master) they go up first: the gather runs on backend memory.
 static void pieces_to_host(Zero* z, Backend* be, SpanBuffer b, DType dt, float* flat) {
     ModelState ms = zero_model_state(z);
@@ -710,21 +663,25 @@ static void pieces_to_host(Zero* z, Backend* be, SpanBuffer b, DType dt, float* 
     for (int u = 0; u < z->pieces.lay->num_units; u++) largest = unit(z, u)->padded > largest ? unit(z, u)->padded : largest;
     void* buf = be_malloc(be, largest * x);   // checkpoint time only, never in the step
     void* host = xmalloc(largest * x);
-    for (int u = 0; u < z->pieces.lay->num_units; u++) {
-        size_t p = piece(z, u), first = held_begin(z, u);
-        void* mine = elem_at(buf, (size_t)z->pieces.rank * p, x);
-        StateSpan s = span_at(z, NULL, u, first, p);
-        if (span_place(&ms, b) == IN_BACKEND && !frozen_in(z, u, first, first + p))
-            be_copy(be, mine, span_ptr(&ms, &s, b, 0), p * x);
-        else {
-            held_to_host(z, be, b, u, first, p, host);
-            be_upload(be, mine, host, p * x);
+    for (int u = 0; u < z->pieces.lay->num_units; u++)
+        for (int sec = 0; sec < UNIT_SECTIONS; sec++) {
+            const Unit* un = unit(z, u);
+            size_t p = section_piece(&z->pieces, u, sec), first = piece_begin(&z->pieces, u, sec), begin = section_begin(un, sec);
+            if (!p) continue;
+            void* mine = elem_at(buf, (size_t)z->pieces.rank * p, x);
+            StateSpan s = span_at(z, NULL, u, first, p);
+            if (span_place(&ms, b) == IN_BACKEND && sec == 1)
+                be_copy(be, mine, span_ptr(&ms, &s, b, 0), p * x);
+            else {
+                held_to_host(z, be, b, u, first, p, host);
+                be_upload(be, mine, host, p * x);
+            }
+            if (z->pieces.size > 1) comm_allgather(z->pieces.dp, buf, p, dt);
+            size_t n = min_size(section_len(un, sec), un->offset + un->size - begin);   // to the unit's last tensor
+            if (!flat) continue;
+            be_download(be, host, buf, n * x);
+            host_from_dtype(flat + begin, host, dt, n);
         }
-        if (z->pieces.size > 1) comm_allgather(z->pieces.dp, buf, p, dt);
-        if (!flat) continue;
-        be_download(be, host, buf, unit(z, u)->size * x);
-        host_from_dtype(flat + unit(z, u)->offset, host, dt, unit(z, u)->size);
-    }
     free(host);
     be_free(be, buf);
 }

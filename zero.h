@@ -26,7 +26,8 @@
 //                 optimizer streams through a fixed pool of host buffers; params_on_disk (with params_on_host)
 //                 the parameter pieces too, read for each gather (ZeRO-Infinity's NVMe offload)
 // The optimizer's state is what the kinds' optimizers describe (core/model/optimizer_kind.h: AdamW's m, v):
-// a frozen tensor has no master and no state, so the state covers the held elements less frozen tensors'.
+// a frozen tensor has no master and no state, so the state covers the held pieces of the units' trained
+// sections (model.h: Unit), which split evenly like the frozen ones: every rank holds an equal share of both.
 // Overlap (shard_grads, shard_params): a unit's reduce-scatter runs while the next unit's backward
 // computes, and the gather of the unit the walk will ask for next runs while the current one computes
 // (core/zero/grad_slots.h and core/zero/param_slots.h explain when).
@@ -78,8 +79,7 @@ Zero* zero_create(Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps 
 void zero_destroy(Zero* z, Backend* be);
 // The bytes per category zero_create would allocate on rank 0 of `size` ranks, without allocating.
 void zero_plan(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int size, DType dt, const NvmeConfig* disk);
-// The same for rank `rank`: every rank allocates the same unless frozen tensors split a unit's trainable
-// elements unevenly over the pieces (the state, the reduced gradient shares follow the trainable ones).
+// The same for rank `rank` (every rank allocates the same: the check of that).
 void zero_plan_rank(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int rank, int size, DType dt, const NvmeConfig* disk);
 
 // The interfaces below ZeRO; both stay valid until zero_destroy.

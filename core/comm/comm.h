@@ -102,7 +102,7 @@ void comm_alltoall(Comm* c, void* out, const void* in, size_t n, DType dt);
 // fills what the collective will write with 0xff bytes (a NaN in every dtype) and comm_wait checks that
 // nobody wrote into the buffers meanwhile (a one-line error), so reading a result before its wait or
 // touching a buffer in flight cannot pass by luck.
-#define COMM_MAX_IN_FLIGHT 8
+#define COMM_MAX_IN_FLIGHT 16
 typedef struct {
     int slot;
     uint32_t gen;   // 0: nothing in flight

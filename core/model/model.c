@@ -107,37 +107,51 @@ void tensor_overlaps(const ParamTensor* t, size_t c, size_t count, TensorRunFn f
 // Tensors start on 64-element boundaries so every tensor is 128-byte aligned in any storage type.
 #define TENSOR_ALIGN 64
 
-// A unit of the shape's kinds held by `role` units (of block `layer`), those this shape has (elements > 0).
+static int kind_is_frozen(const ModelShape* s, int k) { return !kind_optimizer(s, k)->updates; }
+
+// Tensor t of kind k (of block `layer`) at element `off` of unit u, or right after the previous tensor when
+// the kind joins it; returns the element after it, aligned.
+static size_t place_tensor(ParamLayout* lay, ParamTensor* t, int k, int layer, size_t off) {
+    const ModelShape* s = &lay->shape;
+    Unit* u = &lay->units[lay->num_units - 1];
+    t->kind = k;
+    t->layer = layer;
+    t->canonical = canonical_offset(s, k, layer);
+    cut_tensor(t, s, lay->tp_rank, lay->tp_size);
+    size_t at = off;
+    if (kind_info(s, k)->joins_previous) {   // right after the previous tensor, whose padding it takes
+        const ParamTensor* prev = t - 1;
+        if (t == &lay->tensors[u->first_tensor] || prev->kind != k - 1 || kind_is_frozen(s, k) != kind_is_frozen(s, k - 1))
+            fail("internal: %s joins %s, which this unit does not hold just before it", kind_info(s, k)->name, kind_info(s, k - 1)->name);
+        at = prev->offset - u->offset + prev->size;
+    }
+    t->offset = u->offset + at;
+    t->decay = kind_info(s, k)->decay;
+    t->unit = lay->num_units - 1;
+    if (!t->replica) lay->num_params += t->size;
+    return at + (t->size + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
+}
+
+// A unit of the shape's kinds held by `role` units (of block `layer`), those this shape has (elements > 0):
+// the frozen section, then the trained one (Unit), each padded to `pad_multiple`.
 static void add_unit(ParamLayout* lay, UnitRole role, int layer, size_t pad_multiple) {
     const ModelShape* s = &lay->shape;
     Unit* u = &lay->units[lay->num_units++];
     u->offset = lay->total;
     u->first_tensor = lay->num_tensors;
-    size_t off = 0;
-    for (int k = 0; k < s->family->num_kinds; k++) {
-        if (kind_info(s, k)->unit != role || param_kind_elems(s, k) == 0) continue;
-        if (lay->num_tensors - u->first_tensor >= MAX_UNIT_TENSORS) fail("internal: a unit of more than %d tensors", MAX_UNIT_TENSORS);
-        ParamTensor* t = &lay->tensors[lay->num_tensors++];
-        t->kind = k;
-        t->layer = layer;
-        t->canonical = canonical_offset(s, k, layer);
-        cut_tensor(t, s, lay->tp_rank, lay->tp_size);
-        size_t at = off;
-        if (kind_info(s, k)->joins_previous) {   // right after the previous tensor, whose padding it takes
-            const ParamTensor* prev = t - 1;
-            if (lay->num_tensors - 1 == u->first_tensor || prev->kind != k - 1)
-                fail("internal: %s joins %s, which this unit does not hold just before it", kind_info(s, k)->name, kind_info(s, k - 1)->name);
-            at = prev->offset - u->offset + prev->size;
+    size_t end[2] = {0, 0};   // of each section's last tensor
+    for (int trained = 0; trained < 2; trained++) {
+        size_t off = trained ? u->frozen : 0;
+        for (int k = 0; k < s->family->num_kinds; k++) {
+            if (kind_info(s, k)->unit != role || param_kind_elems(s, k) == 0 || kind_is_frozen(s, k) == trained) continue;
+            if (lay->num_tensors - u->first_tensor >= MAX_UNIT_TENSORS) fail("internal: a unit of more than %d tensors", MAX_UNIT_TENSORS);
+            end[trained] = off = place_tensor(lay, &lay->tensors[lay->num_tensors++], k, layer, off);
         }
-        t->offset = u->offset + at;
-        t->decay = kind_info(s, k)->decay;
-        t->unit = lay->num_units - 1;
-        off = at + (t->size + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
-        if (!t->replica) lay->num_params += t->size;
+        if (!trained) u->frozen = (end[0] + pad_multiple - 1) / pad_multiple * pad_multiple;
     }
     u->num_tensors = lay->num_tensors - u->first_tensor;
-    u->size = off;
-    u->padded = (off + pad_multiple - 1) / pad_multiple * pad_multiple;
+    u->size = end[1] ? end[1] : end[0];
+    u->padded = (u->size + pad_multiple - 1) / pad_multiple * pad_multiple;
     lay->total += u->padded;
 }
 
@@ -218,25 +232,6 @@ void* unit_tensor(const ParamLayout* lay, void* unit_base, int kind, int layer, 
     const ParamTensor* t = layout_tensor(lay, kind, layer);
     return t ? tensor_in_unit(lay, unit_base, t, dt) : NULL;
 }
-
-// Elements of unit u's frozen tensors before flat element f.
-static size_t frozen_before(const ParamLayout* lay, int u, size_t f) {
-    const Unit* un = &lay->units[u];
-    size_t n = 0;
-    for (int i = un->first_tensor; i < un->first_tensor + un->num_tensors; i++) {
-        const ParamTensor* t = &lay->tensors[i];
-        if (tensor_optimizer(lay, t)->updates || t->offset >= f) continue;
-        n += (t->offset + t->size < f ? t->offset + t->size : f) - t->offset;
-    }
-    return n;
-}
-
-size_t unit_grad_len(const ParamLayout* lay, int u) {
-    const Unit* un = &lay->units[u];
-    return un->padded - frozen_before(lay, u, un->offset + un->padded);
-}
-
-size_t unit_grad_index(const ParamLayout* lay, int u, size_t f) { return f - lay->units[u].offset - frozen_before(lay, u, f); }
 
 void* unit_grad_tensor(const ParamLayout* lay, void* unit_base, int kind, int layer, DType dt) {
     const ParamTensor* t = layout_tensor(lay, kind, layer);

@@ -38,13 +38,24 @@ static inline size_t tensor_run_left(const ParamTensor* t, size_t i) { return t-
 typedef void (*TensorRunFn)(const ParamTensor* t, size_t index, size_t canonical, size_t n, void* ctx);
 void tensor_overlaps(const ParamTensor* t, size_t c, size_t count, TensorRunFn fn, void* ctx);
 
+// A unit is two sections, each padded so it splits evenly: its frozen tensors first (optimizer_kind.h's
+// frozen kind: LoRA's base), then the trained ones, either possibly empty. ZeRO cuts each section into
+// equal pieces (core/zero/pieces.h), so every rank holds an equal share of the trained tensors, whose
+// state and gradients are all a unit with frozen tensors has, however few they are beside the frozen ones.
 typedef struct {
     size_t offset;      // first element in the flat buffer
-    size_t size;        // elements holding parameters
+    size_t size;        // elements up to the end of its last tensor
     size_t padded;      // size rounded up so the unit splits evenly (>= size)
+    size_t frozen;      // the frozen section's length (padded): [offset, offset + frozen); the trained
+                        // section is the rest, [offset + frozen, offset + padded)
     int first_tensor;   // index into ParamLayout.tensors
     int num_tensors;
 } Unit;
+
+// Section s of unit u (0 the frozen one, 1 the trained one): its first flat element and its length.
+static inline size_t section_begin(const Unit* un, int s) { return un->offset + (s ? un->frozen : 0); }
+static inline size_t section_len(const Unit* un, int s) { return s ? un->padded - un->frozen : un->frozen; }
+#define UNIT_SECTIONS 2
 
 #define MAX_LAYERS 256
 #define MAX_MODEL_CHUNKS 8   // = schedule.h's MAX_CHUNKS (pipeline.c checks)
@@ -167,12 +178,11 @@ static inline void* tensor_in_unit(const ParamLayout* lay, void* unit_base, cons
 }
 // The same for kind `kind` (of block `layer`) in its unit's buffer; NULL when absent.
 void* unit_tensor(const ParamLayout* lay, void* unit_base, int kind, int layer, DType dt);
-// A unit's gradient buffer holds its tensors in their order less the frozen ones (optimizer_kind.h), which
-// take no room: the backward makes no weight gradient for them, only the input gradient through them.
-// Elements of unit u's gradient buffer (its padding included), and the index in it of element f of u (not
-// frozen): f less the unit's start and the frozen elements before it.
-size_t unit_grad_len(const ParamLayout* lay, int u);
-size_t unit_grad_index(const ParamLayout* lay, int u, size_t f);
+// A unit's gradient buffer is its trained section: the backward makes no weight gradient for a frozen
+// tensor, only the input gradient through it. Elements of unit u's gradient buffer (its padding included),
+// and the index in it of element f of u (in the trained section).
+static inline size_t unit_grad_len(const ParamLayout* lay, int u) { return lay->units[u].padded - lay->units[u].frozen; }
+static inline size_t unit_grad_index(const ParamLayout* lay, int u, size_t f) { return f - lay->units[u].offset - lay->units[u].frozen; }
 // Where kind `kind` (of block `layer`) is in its unit's gradient buffer; NULL for a frozen kind or an absent one.
 void* unit_grad_tensor(const ParamLayout* lay, void* unit_base, int kind, int layer, DType dt);
 static inline int final_norm_unit(const ParamLayout* lay) { return lay->final_unit; }

@@ -10,44 +10,23 @@
 #include "core/models/catalog.h"
 #include "core/model/lora.h"
 
-// Whether the data-parallel ranks' plans may differ: a frozen tensor has no state and no gradient, so a
-// unit's trained elements fall unevenly on its pieces (zero.h); without one every rank holds the same.
-static int ranks_differ(const ModelShape* s) {
-    for (int k = 0; k < s->family->num_kinds; k++)
-        if (!kind_optimizer(s, k)->updates) return 1;
-    return 0;
-}
-
-// Bytes per category that data-parallel ranks 0 .. count - 1 of dp would allocate, into out[0 .. count): stage
-// `stage` of the pipeline plan, ZeRO stage `zero`, recompute level `recompute` (cfg supplies precision, b, t).
-static void plan_ranks(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s,
-                       int dp, int count, int stage, int zero, int recompute) {
+// Bytes per category that a data-parallel rank of dp would allocate (every rank holds as much: zero.h):
+// stage `stage` of the pipeline plan, ZeRO stage `zero`, recompute level `recompute` (cfg supplies
+// precision, b, t).
+static void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s,
+                        int dp, int stage, int zero, int recompute) {
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     pipeline_stage_layout(lay, plan, s, dp, stage, 0);   // every tensor rank holds as much as rank 0
-    size_t activations = 0;
+    memset(out, 0, sizeof(*out));
+    states(out, lay, cfg, zero, 0, dp);
     ParamLayout* chunk = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     for (int c = 0; c < lay->num_chunks; c++) {
         layout_chunk_view(lay, c, chunk);
-        activations += model_activation_bytes(chunk, cfg->precision, cfg->B, cfg->T, recompute, plan->sets[stage][c],
-                                              plan->stash[stage], cfg->sequence_parallel);
-    }
-    for (int r = 0; r < count; r++) {
-        memset(&out[r], 0, sizeof(out[r]));
-        states(&out[r], lay, cfg, zero, r, dp);
-        out[r].bytes[MEM_ACTIVATIONS] += activations;
+        out->bytes[MEM_ACTIVATIONS] += model_activation_bytes(chunk, cfg->precision, cfg->B, cfg->T, recompute,
+                                                              plan->sets[stage][c], plan->stash[stage], cfg->sequence_parallel);
     }
     free(chunk);
     free(lay);
-}
-
-// Every data-parallel rank's plan of stage `stage` (rank 0's alone where they cannot differ); returns how
-// many were planned. The caller frees *out.
-static int stage_rank_plans(MemLedger** out, StatePlanner states, const Config* cfg, const PipelinePlan* plan,
-                            const ModelShape* s, int dp, int stage, int zero, int recompute) {
-    int n = ranks_differ(s) ? dp : 1;
-    *out = (MemLedger*)xmalloc((size_t)n * sizeof(MemLedger));
-    plan_ranks(*out, states, cfg, plan, s, dp, n, stage, zero, recompute);
-    return n;
 }
 
 static double gib(size_t bytes) { return (double)bytes / (double)(1ull << 30); }
@@ -63,33 +42,16 @@ static size_t category_bytes(const MemLedger* m, int category) {
                                     : m->bytes[category];
 }
 
-// The most any rank of any stage needs (every stage is the same without a pipeline, every data-parallel
-// rank without a frozen tensor).
+// The most any stage needs (every stage is the same without a pipeline).
 static size_t heaviest_stage(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int dp,
                              int zero, int recompute, int category) {
     size_t most = 0;
     for (int st = 0; st < plan->stages; st++) {
-        MemLedger* m;
-        int n = stage_rank_plans(&m, states, cfg, plan, s, dp, st, zero, recompute);
-        for (int r = 0; r < n; r++) most = category_bytes(&m[r], category) > most ? category_bytes(&m[r], category) : most;
-        free(m);
+        MemLedger m;
+        memory_plan(&m, states, cfg, plan, s, dp, st, zero, recompute);
+        most = category_bytes(&m, category) > most ? category_bytes(&m, category) : most;
     }
     return most;
-}
-
-// Whether plan a needs more than plan b: more device memory, then more host memory, then more disk.
-static int heavier(const MemLedger* a, const MemLedger* b) {
-    if (mem_total(a) != mem_total(b)) return mem_total(a) > mem_total(b);
-    if (mem_host_total(a) != mem_host_total(b)) return mem_host_total(a) > mem_host_total(b);
-    return mem_disk_total(a) > mem_disk_total(b);
-}
-
-// The heaviest of n data-parallel ranks' plans (the first of equals).
-static int heaviest_rank(const MemLedger* m, int n) {
-    int best = 0;
-    for (int r = 1; r < n; r++)
-        if (heavier(&m[r], &m[best])) best = r;
-    return best;
 }
 
 // One row per world size, one column per ZeRO stage, of the heaviest stage's bytes in `category`.
@@ -318,23 +280,17 @@ void check_room(StatePlanner states, const Config* cfg, const ParamLayout* lay, 
     if (cfg->nvme_dir) check_disk_room(&plan, cfg, local_ranks, mine);
 }
 
-// What the printout shows: each stage's heaviest data-parallel rank's plan, and stage 0's plan per rank.
+// What the printout shows: each stage's plan, and the heaviest stage's device bytes.
 typedef struct {
     MemLedger* stages;   // [stages]
-    MemLedger* stage0;   // [stage0_ranks]: one where the ranks cannot differ
-    int stage0_ranks, stage0_heaviest;
-    size_t heaviest;     // the heaviest stage's device bytes
+    size_t heaviest;
 } StagePlans;
 
 static StagePlans plan_stages(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int dp) {
     StagePlans p = {.stages = (MemLedger*)xmalloc((size_t)plan->stages * sizeof(MemLedger))};
     for (int st = 0; st < plan->stages; st++) {
-        MemLedger* m;
-        int n = stage_rank_plans(&m, states, cfg, plan, s, dp, st, cfg->zero_stage, cfg->recompute), h = heaviest_rank(m, n);
-        p.stages[st] = m[h];
-        p.heaviest = mem_total(&m[h]) > p.heaviest ? mem_total(&m[h]) : p.heaviest;
-        if (st == 0) p.stage0 = m, p.stage0_ranks = n, p.stage0_heaviest = h;
-        else free(m);
+        memory_plan(&p.stages[st], states, cfg, plan, s, dp, st, cfg->zero_stage, cfg->recompute);
+        p.heaviest = mem_total(&p.stages[st]) > p.heaviest ? mem_total(&p.stages[st]) : p.heaviest;
     }
     return p;
 }
@@ -358,9 +314,6 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
     const MemLedger* plans = sp.stages;
     const MemLedger* m = &plans[0];
     print_heading(cfg, plan, s, ranks, dp);
-    if (sp.stage0_ranks > 1)
-        printf("data-parallel rank %d, the heaviest: frozen tensors have no state, so the ranks hold unequal shares of the "
-               "trained ones' (each rank's in plan_ranks)\n", sp.stage0_heaviest);
     if (P > 1) printf("stage 0 (embeddings, the most micro-batches in flight):\n");
     for (int c = 0; c < NUM_MEM_CATEGORIES; c++)   // host categories are empty without -offload, disk without -nvme
         if (mem_category_shown((MemCategory)c, cfg->offload, cfg->nvme_dir != NULL))
@@ -380,17 +333,11 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
     print_table(states, cfg, plan, s, ranks);
     print_json("plan: ", m);
     printf("\n");
-    if (sp.stage0_ranks > 1) {
-        printf("plan_ranks: [");
-        for (int r = 0; r < sp.stage0_ranks; r++) print_json(r ? ", " : "", &sp.stage0[r]);
-        printf("]\n");
-    }
     if (P > 1) {
         printf("plan_stages: [");
         for (int st = 0; st < P; st++) print_json(st ? ", " : "", &plans[st]);
         printf("]\n");
     }
     if (cfg->gpu_mem_gib > 0) print_capacity(states, cfg, s, ranks);
-    free(sp.stage0);
     free(sp.stages);
 }

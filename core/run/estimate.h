@@ -18,9 +18,8 @@ typedef void (*StatePlanner)(MemLedger* mem, const ParamLayout* lay, const Confi
 // one-line error when either does not fit. mine: this rank's -nvme files, reused when there from a run before.
 void check_room(StatePlanner states, const Config* cfg, const ParamLayout* lay, int dp_rank, int dp, int local_ranks,
                 const NvmeConfig* mine);
-// Prints the plan for this configuration (the heaviest data-parallel rank's where the ranks differ: a frozen
-// base leaves the trained tensors' state to some of them), a table across ZeRO stages and world sizes, and
-// activation bytes per recompute level; then a one-line JSON record of the configuration's plan for scripts
-// (and one of each data-parallel rank's where they differ). With -gpu-mem, the largest shape of the family
-// that fits, with -lora's adapters on each.
+// Prints the plan for this configuration (what every data-parallel rank allocates), a table across ZeRO
+// stages and world sizes, and activation bytes per recompute level; then a one-line JSON record of the
+// configuration's plan for scripts. With -gpu-mem, the largest shape of the family that fits, with -lora's
+// adapters on each.
 void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks);

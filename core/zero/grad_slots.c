@@ -20,8 +20,8 @@ static size_t largest_unit(const Pieces* pc, int edge) {
 
 void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc, size_t acc_elems, int on_host, int tied) {
     *g = (GradSlots){.on_host = on_host};
-    // The largest share of a unit's reduced gradient this rank adds up: its piece less the frozen elements
-    // (a frozen embedding's piece, the largest, has none).
+    // The largest share of a unit's reduced gradient this rank adds up: its piece of the trained section
+    // (a frozen embedding, the largest unit, has none).
     size_t max_piece = 0, x = piece_elem_bytes(pc);
     for (int u = 0; u < pc->lay->num_units; u++) max_piece = pc->mine_len[u] > max_piece ? pc->mine_len[u] : max_piece;
     if (on_host) {
@@ -41,16 +41,11 @@ void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc
     if (edge) g->edge.buf = mem_alloc(be, mem, MEM_GRADS, edge * x);
 }
 
-// A unit with frozen tensors splits unevenly: all-reduced at once (its gradients are the trained tensors'
-// only, small beside the frozen ones), this rank's share then taken from it.
+// Reduce-scatters unit u's gradient buffer (its trained section) into each rank's share.
 static CommHandle reduce_start(const Pieces* pc, int u, void* buf) {
-    size_t p = piece_len(pc, u);
-    if (pc->size == 1) return comm_no_handle();
-    if (pc->has_frozen[u]) {
-        comm_allreduce_sum(pc->dp, buf, pc->grad_len[u], pc->dt);
-        return comm_no_handle();
-    }
-    return comm_reduce_scatter_sum_start(pc->dp, elem_at(buf, (size_t)pc->rank * p, piece_elem_bytes(pc)), buf, p, pc->dt);
+    size_t p = pc->mine_len[u];
+    if (pc->size == 1 || !p) return comm_no_handle();
+    return comm_reduce_scatter_sum_start(pc->dp, elem_at(buf, pc->mine_first[u], piece_elem_bytes(pc)), buf, p, pc->dt);
 }
 
 // Waits for unit u's reduce-scatter of buf and adds this rank's piece into the fp32 accumulator: on the

@@ -47,44 +47,55 @@ void param_slots_free_host(ParamSlots* g, Backend* be) {
     for (int e = 0; e < EDGE_SLOTS; e++) free_slot_host(&g->edge[e], be);
 }
 
-// Starts the all-gather of unit u's parameters from every rank's piece into buf (the unit's padded size).
-// With on_host this rank's piece goes up on the copy stream (event uploaded), after the main stream's work
-// so far, which includes the last reads of buf. On one rank the main stream waits for it only in
-// finish_gather, so a prefetched unit's upload overlaps the block computing now; with more ranks the
-// collective must follow it, and the comm layer orders collectives after the main stream, so the main stream
-// waits at once. With a disk the piece is first read into `read`, once the upload that last read it is done.
-static CommHandle gather_start(ParamSlots* g, Backend* be, const Pieces* pc, int u, void* buf, BeEvent* uploaded, void* read) {
-    size_t p = piece_len(pc, u), x = piece_elem_bytes(pc);
-    void* mine = elem_at(buf, (size_t)pc->rank * p, x);
-    if (!g->on_host) be_copy(be, mine, elem_at((void*)g->pieces, pc->offset[u], x), p * x);
-    else {
-        double t0 = now_seconds();
-        if (g->disk) be_event_synchronize(be, uploaded);
-        const void* src = g->disk ? nvme_read_params(g->disk, pc->offset[u], p, read) : elem_at((void*)g->pieces, pc->offset[u], x);
-        be_upload_async(be, mine, src, p * x, uploaded);
-        if (pc->size > 1) be_stream_wait(be, uploaded);
-        g->upload_seconds += now_seconds() - t0;
+// Starts the all-gathers of unit u's parameters from every rank's piece into buf (the unit's padded size),
+// one per section (pieces.h). With on_host this rank's piece goes up on the copy stream (event uploaded),
+// after the main stream's work so far, which includes the last reads of buf. On one rank the main stream
+// waits for it only in finish_gather, so a prefetched unit's upload overlaps the block computing now; with
+// more ranks the collective must follow it, and the comm layer orders collectives after the main stream, so
+// the main stream waits at once. With a disk the piece is first read into `read`, once the upload that last
+// read it is done.
+static void gather_start(ParamSlots* g, Backend* be, const Pieces* pc, int u, void* buf, BeEvent* uploaded, void* read,
+                         CommHandle* flight) {
+    size_t x = piece_elem_bytes(pc);
+    for (int s = 0; s < UNIT_SECTIONS; s++) {
+        size_t p = section_piece(pc, u, s), at = section_begin(&pc->lay->units[u], s) - pc->lay->units[u].offset;
+        flight[s] = comm_no_handle();
+        if (!p) continue;
+        void* mine = elem_at(buf, at + (size_t)pc->rank * p, x);
+        if (!g->on_host) be_copy(be, mine, elem_at((void*)g->pieces, piece_at(pc, u, s), x), p * x);
+        else {
+            double t0 = now_seconds();
+            if (g->disk) be_event_synchronize(be, uploaded);
+            const void* src = g->disk ? nvme_read_params(g->disk, piece_at(pc, u, s), p, read) : elem_at((void*)g->pieces, piece_at(pc, u, s), x);
+            be_upload_async(be, mine, src, p * x, uploaded);
+            if (pc->size > 1) be_stream_wait(be, uploaded);
+            g->upload_seconds += now_seconds() - t0;
+        }
+        if (pc->size > 1) flight[s] = comm_allgather_start(pc->dp, elem_at(buf, at, x), p, pc->dt);
     }
-    return pc->size > 1 ? comm_allgather_start(pc->dp, buf, p, pc->dt) : comm_no_handle();
+}
+
+static void wait_gathers(const Pieces* pc, CommHandle* flight) {
+    for (int s = 0; s < UNIT_SECTIONS; s++) pieces_wait(pc, &flight[s]);
 }
 
 // The main stream's next work sees the gathered unit.
-static void finish_gather(ParamSlots* g, Backend* be, const Pieces* pc, CommHandle* h, BeEvent* uploaded) {
-    pieces_wait(pc, h);
+static void finish_gather(ParamSlots* g, Backend* be, const Pieces* pc, CommHandle* flight, BeEvent* uploaded) {
+    wait_gathers(pc, flight);
     if (g->on_host && pc->size == 1) be_stream_wait(be, uploaded);
 }
 
 static void start_param_gather(ParamSlots* g, Backend* be, const Pieces* pc, ParamSlot* p, ParamSlotState state, int u) {
     p->state = state;
     p->unit = u;
-    p->flight = gather_start(g, be, pc, u, p->buf, p->uploaded, p->read);
+    gather_start(g, be, pc, u, p->buf, p->uploaded, p->read, p->flight);
 }
 
 // A prefetch nobody asked for: finished and forgotten (its upload may still run: the slot's next one queues
 // after it, so its gather is not kept).
 static void drop_prefetch(const Pieces* pc, ParamSlot* p) {
     if (p->state != PARAMS_PREFETCHED) return;
-    pieces_wait(pc, &p->flight);
+    wait_gathers(pc, p->flight);
     p->state = PARAMS_FREE;
     p->unit = -1;
 }
@@ -105,7 +116,7 @@ static void* edge_params(ParamSlots* g, Backend* be, const Pieces* pc, int u) {
         gathering = 1;
     }
     p->state = PARAMS_HELD;
-    if (gathering) finish_gather(g, be, pc, &p->flight, p->uploaded);
+    if (gathering) finish_gather(g, be, pc, p->flight, p->uploaded);
     return p->buf;
 }
 
@@ -182,7 +193,7 @@ static void* block_params(ParamSlots* g, Backend* be, const Pieces* pc, int u) {
     p->state = PARAMS_HELD;
     int l = pc->lay->tensors[pc->lay->units[u].first_tensor].layer;   // the block unit u holds
     prefetch_after_block(g, be, pc, l, walk_direction(g, pc->lay, l));   // started before the wait below, so MPI progresses both
-    finish_gather(g, be, pc, &p->flight, p->uploaded);
+    finish_gather(g, be, pc, p->flight, p->uploaded);
     return p->buf;
 }
 

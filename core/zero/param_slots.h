@@ -51,7 +51,7 @@ typedef struct {
     ParamSlotState state;
     int unit;             // PARAMS_PREFETCHED, PARAMS_HELD: whose parameters; PARAMS_FREE: in an edge slot, the
                           // unit whose finished gather it still holds, until the parameters change; else -1
-    CommHandle flight;    // the gather into buf
+    CommHandle flight[UNIT_SECTIONS];   // the gathers into buf, one per section
     BeEvent* uploaded;    // on_host: the upload of this rank's piece into buf
     void* read;           // disk: this rank's piece read from the disk, the upload's source
     void* read_raw;       // its allocation

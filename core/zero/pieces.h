@@ -1,8 +1,10 @@
 // pieces.h: how the data-parallel group splits the layout's units into pieces (zero.h explains why each
-// unit splits evenly). Rank r's piece of unit u is [u.offset + r·piece_len(u), + piece_len(u)) in the flat
-// layout; a buffer that holds only this rank's pieces (sharded state, gradients or parameters) keeps piece u
-// at index offset[u]. The rotating gradient slots (grad_slots.h) and the gathered parameters
-// (param_slots.h) read it; zero.c fills it once, at zero_create, and never changes it.
+// unit splits evenly). A unit is two sections, frozen and trained (model.h: Unit), and each splits evenly:
+// rank r's piece of section s of unit u is [section_begin + r·section_piece, + section_piece) in the flat
+// layout, and its piece of the unit is its piece of each section. A buffer that holds only this rank's
+// pieces (sharded state, gradients or parameters) keeps unit u's at index offset[u], its frozen section's
+// piece then its trained section's (piece_at). The rotating gradient slots (grad_slots.h) and the gathered
+// parameters (param_slots.h) read it; zero.c fills it once, at zero_create, and never changes it.
 #pragma once
 #include <stddef.h>
 
@@ -15,19 +17,23 @@ typedef struct {
     int rank, size;             // in the DP group
     DType dt;                   // of the working parameters and the walk's gradients
     size_t offset[MAX_UNITS];   // index of each unit's piece in a buffer of pieces
-    // Gradients hold no room for frozen tensors (model.h: unit_grad_len). Unit u's gradient buffer has
-    // grad_len[u] elements, at grad_offset[u] in a whole one. This rank's piece of u less its frozen
-    // elements, the share of u whose state it holds, is the stretch [mine_first[u], + mine_len[u]) of u's
-    // gradient buffer, at mine_offset[u] in a buffer of such shares (indexed like the sharded state). A unit
-    // with frozen tensors (has_frozen) splits unevenly, so the group reduces its gradients with an
-    // all-reduce rather than a reduce-scatter.
+    // Gradients hold no room for frozen tensors: unit u's gradient buffer is its trained section
+    // (model.h: unit_grad_len), grad_len[u] elements at grad_offset[u] in a whole one. This rank's share of
+    // it, whose state it holds, is its piece of the trained section: the stretch [mine_first[u], +
+    // mine_len[u]) of u's gradient buffer, at mine_offset[u] in a buffer of such shares (indexed like the
+    // sharded state).
     size_t grad_offset[MAX_UNITS], grad_len[MAX_UNITS];
     size_t mine_first[MAX_UNITS], mine_len[MAX_UNITS], mine_offset[MAX_UNITS];
-    int has_frozen[MAX_UNITS];
 } Pieces;
 
 static inline void* elem_at(void* base, size_t index, size_t elem_bytes) { return (char*)base + index * elem_bytes; }
 static inline size_t piece_len(const Pieces* pc, int u) { return pc->lay->units[u].padded / (size_t)pc->size; }
+static inline size_t section_piece(const Pieces* pc, int u, int s) { return section_len(&pc->lay->units[u], s) / (size_t)pc->size; }
+// The flat index of this rank's piece of section s of unit u, and its index in a buffer of pieces.
+static inline size_t piece_begin(const Pieces* pc, int u, int s) {
+    return section_begin(&pc->lay->units[u], s) + (size_t)pc->rank * section_piece(pc, u, s);
+}
+static inline size_t piece_at(const Pieces* pc, int u, int s) { return pc->offset[u] + (s ? section_piece(pc, u, 0) : 0); }
 static inline size_t piece_elem_bytes(const Pieces* pc) { return dtype_size(pc->dt); }
 
 // Waits for a collective started over the group (nothing on one rank).
@@ -49,13 +55,10 @@ static inline int edge_units_overlap(const ParamLayout* lay) { return lay->shape
 static inline void pieces_index_grads(Pieces* pc) {
     size_t whole = 0, mine = 0;
     for (int u = 0; u < pc->lay->num_units; u++) {
-        const Unit* un = &pc->lay->units[u];
-        size_t p = piece_len(pc, u), a = un->offset + (size_t)pc->rank * p;
         pc->grad_offset[u] = whole;
         pc->grad_len[u] = unit_grad_len(pc->lay, u);
-        pc->has_frozen[u] = pc->grad_len[u] != un->padded;
-        pc->mine_first[u] = unit_grad_index(pc->lay, u, a);
-        pc->mine_len[u] = unit_grad_index(pc->lay, u, a + p) - pc->mine_first[u];
+        pc->mine_len[u] = section_piece(pc, u, 1);
+        pc->mine_first[u] = (size_t)pc->rank * pc->mine_len[u];
         pc->mine_offset[u] = mine;
         whole += pc->grad_len[u];
         mine += pc->mine_len[u];

@@ -76,7 +76,7 @@ misuse() {   # name, expected error (grep -E), env..., -- mode
     t_check "$name" "[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qE 'error: $want' '$TMP/misuse.out'" \
         "exit $rc: $(grep -m1 . "$TMP/misuse.out" | head -c 200)"
 }
-misuse comm_refuses_too_many_in_flight 'allgather: 8 collectives already in flight' -- too-many
+misuse comm_refuses_too_many_in_flight 'allgather: 16 collectives already in flight' -- too-many
 misuse comm_exchange_order_refused 'rank 1: comm_exchange: from rank 0 came message 1 where message 2 was expected' -- exchange-order
 misuse comm_exchange_overlap_refused '(rank 1: )?comm_exchange: messages 0 and 1 \(tags 1 and 1\) share memory' -- exchange-overlap
 misuse comm_alltoall_overlap_refused 'comm_alltoall: out overlaps in \(the all-to-all is out of place\)' -- alltoall-overlap

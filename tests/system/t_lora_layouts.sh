@@ -59,13 +59,14 @@ done
 same lora_pp2_zb_bits_equal_1f1b "$TMP/pp_zb" "$TMP/pp_1f1b"
 ran dp 2 "$TMP/dp" -ga 2 -z 2
 near lora_dp2_z2_equals_one_rank "$TMP/dp" "$TMP/one"
-# After the update the ranks send each other the adapters they updated, never the frozen base: no all-gather,
-# and broadcasts that add up to the adapters' fp32 bytes at every step.
+# The ranks reduce-scatter the adapters' gradients and all-gather the adapters they updated, never the frozen
+# base (each unit's trained section, cut evenly): an all-gather whose buffer is the adapters' fp32 bytes at
+# every step (a ring sends (N - 1)/N of it per rank), no all-reduce, no broadcast.
 py_check lora_dp2_sends_adapters_not_base "$TMP/dp/log.jsonl" "$TMP/dp.txt" <<'PY'
 import json, re, sys
 trained = int(re.search(r"\((\d+) trained", open(sys.argv[2]).read()).group(1))
 steps = [r["comm_bytes"] for r in map(json.loads, open(sys.argv[1])) if "comm_bytes" in r]
-bad = [c for c in steps if sum(c["allgather"]) or sum(c["broadcast"]) != 4 * trained]
+bad = [c for c in steps if sum(c["allreduce"]) or sum(c["broadcast"]) or any(2 * b != 4 * trained for b in c["allgather"])]
 print("ok" if steps and not bad else "%d records, %s (adapters: %d bytes)" % (len(steps), bad[:1], 4 * trained))
 PY
 ran dp_offload2 2 "$TMP/dp_offload2" -ga 2 -z 2 -offload 2

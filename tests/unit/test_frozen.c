@@ -58,32 +58,50 @@ static size_t frozen_between(const ParamLayout* lay, size_t a, size_t b) {
     return n;
 }
 
-// The elements rank r of `ranks` holds state for: its piece of every unit (the whole unit on one rank), less
-// the frozen ones.
-static size_t updated_held(const ParamLayout* lay, int r, int ranks) {
+// Whether flat element f of unit u is in its trained section (model.h: Unit), where its gradient and state are.
+static int in_trained(const ParamLayout* lay, int u, size_t f) { return f >= lay->units[u].offset + lay->units[u].frozen; }
+
+// The elements each of `ranks` ranks holds state for: its piece of every unit's trained section.
+static size_t updated_held(const ParamLayout* lay, int ranks) {
     size_t n = 0;
-    for (int u = 0; u < lay->num_units; u++) {
-        size_t p = lay->units[u].padded / (size_t)ranks, a = lay->units[u].offset + (size_t)r * p;
-        n += p - frozen_between(lay, a, a + p);
-    }
+    for (int u = 0; u < lay->num_units; u++) n += (lay->units[u].padded - lay->units[u].frozen) / (size_t)ranks;
     return n;
+}
+
+// Every frozen tensor in its unit's frozen section and every other in the trained one; the trained
+// section no larger than its tensors need (their 64-element alignment and the padding to the ranks).
+static void check_sections(TestStats* st, const ParamLayout* lay) {
+    int placed = 1;
+    size_t trained = 0, slack = 0;
+    for (int i = 0; i < lay->num_tensors; i++) {
+        const ParamTensor* t = &lay->tensors[i];
+        placed &= in_trained(lay, t->unit, t->offset) == !tensor_frozen(lay, t) &&
+                  in_trained(lay, t->unit, t->offset + t->size - 1) == !tensor_frozen(lay, t);
+        if (!tensor_frozen(lay, t)) trained += t->size, slack += 64;
+    }
+    for (int u = 0; u < lay->num_units; u++) slack += layout_pad_multiple(RANKS_PADDED);
+    size_t held = updated_held(lay, 1);
+    check_true(st, "sections_hold_frozen_then_trained", placed && held >= trained && held < trained + slack);
 }
 
 static ZeroCaps caps_of(int stage, int offload, int nvme) { return zero_on_disk(zero_offload(zero_caps(stage), offload), nvme); }
 
 // The planned bytes: master and state (AdamW's m, v) for the updated elements only, wherever they live.
 static void check_plan(TestStats* st, const Model* frozen, const Model* all, const NvmeConfig* disk) {
-    size_t nf = updated_held(&frozen->lay, 0, 1), na = updated_held(&all->lay, 0, 1);
+    size_t nf = updated_held(&frozen->lay, 1), na = updated_held(&all->lay, 1);
     MemLedger m = {{0}}, a = {{0}};
     zero_plan(&m, &frozen->lay, caps_of(1, 0, 0), 1, DT_BF16, NULL);
     zero_plan(&a, &all->lay, caps_of(1, 0, 0), 1, DT_BF16, NULL);
     check_true(st, "plan_master_and_state_of_updated_only", nf < na && m.bytes[MEM_MASTER] == 4 * nf && m.bytes[MEM_OPTIMIZER] == 8 * nf &&
                                                                 a.bytes[MEM_MASTER] == 4 * na && a.bytes[MEM_OPTIMIZER] == 8 * na &&
                                                                 m.bytes[MEM_PARAMS] == a.bytes[MEM_PARAMS]);
-    MemLedger two = {{0}};
-    zero_plan(&two, &frozen->lay, caps_of(1, 0, 0), 2, DT_BF16, NULL);
-    size_t n2 = updated_held(&frozen->lay, 0, 2);
-    check_true(st, "plan_rank0_of_two_pieces_less_frozen", n2 < updated_held(&all->lay, 0, 2) && two.bytes[MEM_OPTIMIZER] == 8 * n2);
+    // Two ranks hold equal halves of the trained elements' state, whatever the frozen ones are.
+    MemLedger two[2] = {{{0}}, {{0}}};
+    for (int r = 0; r < 2; r++) zero_plan_rank(&two[r], &frozen->lay, caps_of(1, 0, 0), r, 2, DT_BF16, NULL);
+    size_t n2 = updated_held(&frozen->lay, 2);
+    check_true(st, "plan_two_ranks_equal_halves_of_the_trained", 2 * n2 == nf && two[0].bytes[MEM_OPTIMIZER] == 8 * n2 &&
+                                                                      two[1].bytes[MEM_OPTIMIZER] == 8 * n2 && two[0].bytes[MEM_MASTER] == 4 * n2 &&
+                                                                      two[1].bytes[MEM_MASTER] == 4 * n2);
     // fp32 parameters cannot be their own master once the state leaves elements out: a master of its own.
     MemLedger f32 = {{0}}, f32all = {{0}};
     zero_plan(&f32, &frozen->lay, caps_of(0, 0, 0), 1, DT_FP32, NULL);
@@ -144,12 +162,12 @@ static void load_grads(Zero* z, Backend* be, const ParamLayout* lay, DType dt, f
         for (size_t i = 0; i < un->size; i++) {
             size_t f = un->offset + i;
             grads[f] = 0.0f;
-            if (!frozen_between(lay, f, f + 1)) packed[unit_grad_index(lay, u, f)] = unif(&seed);
+            if (in_trained(lay, u, f)) packed[unit_grad_index(lay, u, f)] = unif(&seed);
         }
         host_to_dtype(low, dt, packed, len);
         host_from_dtype(packed, low, dt, len);
         for (size_t i = 0; i < un->size; i++)
-            if (!frozen_between(lay, un->offset + i, un->offset + i + 1)) grads[un->offset + i] = packed[unit_grad_index(lay, u, un->offset + i)];
+            if (in_trained(lay, u, un->offset + i)) grads[un->offset + i] = packed[unit_grad_index(lay, u, un->offset + i)];
         be_upload(be, ps.grads(ps.ctx, be, u), low, len * dtype_size(dt));
         ps.grads_done(ps.ctx, be, u);
         free(low), free(packed);
@@ -313,6 +331,7 @@ int main(void) {
     model_init(all, 0);
     NvmeConfig disk = {.dir = dir, .chunk_elems = NVME_CHUNK_ALIGN, .rank = 0};
 
+    check_sections(&st, &frozen->lay);
     check_plan(&st, frozen, all, &disk);
     check_step(&st, "backend_z0_bf16", frozen, caps_of(0, 0, 0), DT_BF16, NULL);
     check_step(&st, "backend_z1_fp32", frozen, caps_of(1, 0, 0), DT_FP32, NULL);

@@ -128,13 +128,12 @@ static void check_family_table(TestStats* st, const char* name, const Fixture* f
     snprintf(full, sizeof(full), "%s_family_frozen_base_then_adapters", name);
     check_true(st, full, ok);
     // The plan: gradients, master and AdamW's m, v of the adapters only (and of the few alignment elements
-    // between tensors and at units' ends, which no tensor holds); a bf16 working copy of everything.
+    // between them and at their section's end, which no tensor holds); a bf16 working copy of everything.
     size_t adapters = 0, unheld = 0;
-    for (int u = 0; u < f->lora.num_units; u++) unheld += f->lora.units[u].padded;
-    for (int i = 0; i < f->lora.num_tensors; i++) {
-        unheld -= f->lora.tensors[i].size;
+    for (int u = 0; u < f->lora.num_units; u++) unheld += f->lora.units[u].padded - f->lora.units[u].frozen;
+    for (int i = 0; i < f->lora.num_tensors; i++)
         if (f->lora.tensors[i].kind >= b->num_kinds) adapters += f->lora.tensors[i].size;
-    }
+    unheld -= adapters;
     MemLedger m = {{0}};
     zero_plan(&m, &f->lora, zero_caps(1), 1, DT_BF16, NULL);
     size_t n = adapters + unheld;
