@@ -10,7 +10,8 @@ LlamaForCausalLM, Qwen3ForCausalLM when it has q/k norms, Qwen2ForCausalLM when 
 
 With --adapter (a LoRA adapter file of this model, as the trainer writes it), OUTDIR becomes a PEFT adapter
 folder: adapter_config.json (r, lora_alpha, use_rslora, target_modules, ...; base_model_name_or_path is
---base-name, default the model's path) and adapter_model.safetensors (F32 lora_A.weight (r, in) and
+--base-name, default the model's path; lora_dropout the run's -lora-dropout when ADAPTER.bin is a
+checkpoint's, whose manifest records it) and adapter_model.safetensors (F32 lora_A.weight (r, in) and
 lora_B.weight (out, r) under PEFT's names), which PeftModel.from_pretrained loads on top of the exported
 model. With --merge, a normal Hugging Face folder of the model with W += scale * B A folded into every
 targeted layer (computed in float64, rounded once to the storage).
@@ -141,7 +142,7 @@ def warn_nonfinite(tensors, shown=5):
 
 def write_folder(cfg, params, outdir, opts):
     if opts.adapter and not opts.merge:
-        lora_file.write_peft(outdir, opts.adapter, opts.base_name)
+        lora_file.write_peft(outdir, opts.adapter, opts.base_name, opts.lora_dropout)
         return
     family = families.of(cfg)
     storage, torch_dtype = hf.STORAGE[opts.dtype][:2]
@@ -239,6 +240,7 @@ def export(src, outdir, opts):
     cfg, params = families.load_model(model)
     refuse_own_input(model, outdir, target, stale)
     if opts.adapter:
+        opts.lora_dropout = lora_file.recorded_dropout(opts.adapter)
         opts.adapter = lora_file.read(opts.adapter, cfg)
         opts.base_name = opts.base_name or os.path.abspath(model)
         if opts.merge:

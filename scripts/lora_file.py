@@ -8,6 +8,7 @@ family's list), then for each layer and each selected target in the family's ord
 fp32 row-major. The target's linear is out = x W^T with W (OC, IC); the adapter adds scale * (x A^T) B^T,
 scale = alpha / R, or alpha / sqrt(R) with rsLoRA.
 """
+import json
 import math
 import os
 from collections import namedtuple
@@ -193,6 +194,19 @@ def peft_config(adapter, base_name, dropout=0.0):
             "target_modules": [t.peft_name for t in adapter.targets], "bias": "none",
             "fan_in_fan_out": families.of(adapter.cfg).LORA_FAN_IN_FAN_OUT, "init_lora_weights": True, "base_model_name_or_path": base_name,
             "inference_mode": True}
+
+
+def recorded_dropout(adapter_path):
+    """The -lora-dropout the run recorded in the manifest of the checkpoint holding adapter_path, or 0 (an
+    adapter file outside a checkpoint, or a run without dropout: the manifest leaves the default out)."""
+    manifest = os.path.join(os.path.dirname(os.path.abspath(adapter_path)), "manifest.json")
+    if not os.path.isfile(manifest):
+        return 0.0
+    try:
+        with open(manifest) as f:
+            return float(json.load(f).get("run", {}).get("lora_dropout", 0.0))
+    except (OSError, ValueError) as e:
+        die("%s: cannot read the run's -lora-dropout (%s)" % (manifest, e))
 
 
 def write_peft(folder, adapter, base_name, dropout=0.0):

@@ -218,7 +218,7 @@ const Flag FLAGS[] = {
     {EVAL, "-y", "0|1|2", FIELD(resume), RANGE(0, 2), .def = "0",
      .help = "1: resume from the newest complete checkpoint in -o (an older one when a newer one is damaged; step 0 "
              "when there is none); refuses flags that change the run's results (-x, -l, -u, -q, -k, -c, -beta1, "
-             "-beta2, -eps, -gc, -i, -sh, -pack, -long, -docmask, -dpu, and with -dpu -v, -s, -n); 2: resume with those changes, each printed"},
+             "-beta2, -eps, -gc, -i, -sh, -pack, -long, -docmask, -lora-dropout, -dpu, and with -dpu -v, -s, -n); 2: resume with those changes, each printed"},
     {EVAL, "-ow", "0|1", FIELD(start_over), RANGE(0, 1), .def = "0",
      .help = "start over in an -o that holds an earlier run: delete its log and checkpoints. Without it a fresh run "
              "(-y 0) refuses such a directory"},
@@ -260,7 +260,8 @@ const Flag FLAGS[] = {
     {OPTIM, "-lora-dropout", "P", FIELD(lora.dropout), RANGE(0, 1), .def = "0",
      .help = "with -lora: in training, each element of each adapter's input is dropped with probability P and the rest "
              "scaled by 1 / (1 - P), the mask a hash of -seed, the micro-batch's place in the data, the layer and target; "
-             "its CUDA kernel has not yet run on a GPU, only under the kernel emulator"},
+             "its CUDA kernel has not yet run on a GPU, only under the kernel emulator",
+     .resume = {RESUME_OTHER, "lora_dropout", 23, ABSENT_DEFAULT, NULL, NULL}},
     {OPTIM, "-lora-targets", "LIST", FIELD(lora.targets), .def_shown = "all",
      .help = "with -lora: the layers to adapt, comma-separated: GPT-2's qkv,proj,fc,fcproj; Llama's q,k,v,o,gate,up,down"},
     {OPTIM, "-lora-init", "FILE|DIR", FIELD(lora_init),

@@ -101,6 +101,18 @@ same_as_uninterrupted dropout_r3_equals_r0_bit_for_bit "$TMP/r3"
 ./train_gpt_cpu "${FLAGS[@]}" -x 2 -s 0 -n 2 -o "$TMP/half" > "$TMP/half.txt" 2>&1
 ./train_gpt_cpu "${FLAGS[@]}" -x 4 -s 0 -n 2 -o "$TMP/half" -y 1 > "$TMP/resumed.txt" 2>&1
 same_as_uninterrupted dropout_resume_bit_for_bit "$TMP/half"
+# P is recorded: a resume with another refuses it unless told, and the PEFT folder exported from the
+# checkpoint's adapters carries it (lora_dropout, which PEFT applies when training goes on).
+./train_gpt_cpu "${FLAGS[@]}" -lora-dropout 0.2 -x 6 -s 0 -o "$TMP/half" -y 1 > /dev/null 2> "$TMP/refused.err"
+rc=$?
+t_check dropout_resume_refuses_another_p "[ $rc -eq 1 ] && [ \$(wc -l < $TMP/refused.err) -eq 1 ] && grep -q -- '-lora-dropout' $TMP/refused.err" \
+    "$(cat "$TMP/refused.err")"
+$PYTHON scripts/export_hf.py "$TMP/gpt2_init/ckpt_000000/model.bin" "$TMP/peft" --adapter "$TMP/half/ckpt_000004/adapters.bin" > /dev/null 2>&1
+py_check dropout_exported_in_peft_config "$TMP/peft/adapter_config.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))["lora_dropout"]
+print("ok" if p == 0.1 else "lora_dropout %r" % p)
+PY
 if mpi_available; then
     set_flags gpt2 1 -seed
     "${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${FLAGS[@]}" -x 4 -s 0 -o "$TMP/np2" > "$TMP/np2.txt" 2>&1
