@@ -138,7 +138,8 @@ const Flag FLAGS[] = {
              "and grouped-query attention CUDA kernels have not yet run on a GPU, only under the kernel emulator (make "
              "test-emu)"},
     {DATA, "-o", "DIR", FIELD(out_dir),
-     .help = "output directory, created with its parents: log.jsonl and checkpoints; one run at a time"},
+     .help = "output directory, created with its parents: log.jsonl, its numbers also as TensorBoard events (tb/) and "
+             "CSVs (csv/), and checkpoints; one run at a time"},
     {DATA, "-tk", "FILE", FIELD(tokenizer), .def_shown = "whichever of the two is beside the shards",
      .help = "tokenizer for decoding samples and encoding -prompt and -chat: llm.c's gpt2_tokenizer.bin or a Hugging Face "
              "tokenizer.json"},
