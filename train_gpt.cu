@@ -474,6 +474,7 @@ static void dump_step0(Trainer* tr, const float* logits, double loss) {
 typedef struct {
     double loss, grad_norm;   // grad_norm: of the unscaled gradients
     float lr;
+    float beta1;              // AdamW's, which -k onecycle cycles
     float loss_scale;         // the scale this step used
     int skipped;              // non-finite loss or gradients: no update on any rank
     long long trained;        // labels in the step, over every micro-step and replica (0: no update either)
@@ -505,7 +506,7 @@ static void update(Trainer* tr, int step, const StepResult* r, PhaseTimer* pt) {
     int skip = r->skipped || r->trained == 0;   // nothing to learn from: AdamW's moments and decay stay put too
     phase_mark(pt, tr->be, PHASE_UPDATE_WAIT);
     if (landed) pt->overlapped = delayed_update_seconds(tr->delayed);
-    OptimizerStep o = {r->lr, cfg->adam_beta1, cfg->adam_beta2, cfg->adam_eps, cfg->weight_decay, step, cfg->seed};
+    OptimizerStep o = {r->lr, r->beta1, cfg->adam_beta2, cfg->adam_eps, cfg->weight_decay, step, cfg->seed};
     float grad_scale = grad_clip_scale(r->grad_norm, cfg->grad_clip) / r->loss_scale;
     take_disk_times(tr, pt);
     if (!skip && tr->delayed && step >= cfg->delay_from) {
@@ -527,7 +528,7 @@ static StepResult train_step(Trainer* tr, int step) {
     // with weight 1/labels: the gradient of the mean loss (times the loss scale, which the optimizer divides back out).
     long long trained = dataloader_step_trained(tr->train, step, cfg->grad_accum);
     float dloss = trained ? (float)(tr->scaler.scale / (double)trained) : 0.0f;
-    StepResult r = {.lr = config_lr_at(cfg, step, tr->max_steps), .loss_scale = tr->scaler.scale, .trained = trained,
+    StepResult r = {.lr = config_lr_at(cfg, step, tr->max_steps), .beta1 = config_beta1_at(cfg, step, tr->max_steps), .loss_scale = tr->scaler.scale, .trained = trained,
                     .phases = {.last = now_seconds()}};
     PhaseTimer* pt = &r.phases;
     pt->on = cfg->breakdown_every > 0 && (step + 1) % cfg->breakdown_every == 0;
@@ -570,6 +571,10 @@ static void report_step(Trainer* tr, int step, const StepResult* r, double secon
     char mfu_text[32] = "", extra[192] = "", trained_text[48] = "";
     if (peak > 0.0) snprintf(mfu_text, sizeof(mfu_text), " | mfu %.1f%%", 100.0 * mfu);
     if (tr->scaler.dynamic) snprintf(extra, sizeof(extra), ", \"loss_scale\": %.9g", r->loss_scale);
+    if (tr->cfg.schedule == LR_ONECYCLE && tr->cfg.sched.cycle_momentum) {   // otherwise -beta1 throughout
+        size_t n = strlen(extra);
+        snprintf(extra + n, sizeof(extra) - n, ", \"beta1\": %.9g", r->beta1);
+    }
     data_trained_rate(tr->train, r->trained, seconds, trained_text, sizeof(trained_text), extra, sizeof(extra));
     if (!r->trained)
         printf("step %5d/%d | no trained token in this step's documents: no update on any rank\n", step, tr->max_steps);
