@@ -29,6 +29,7 @@
 #include "core/run/chat.h"
 #include "core/run/generate.h"
 #include "core/run/hellaswag.h"
+#include "core/run/lr_range.h"
 #include "core/util/fs.h"
 #include "core/model/walk.h"
 #include "core/comm/grid.h"
@@ -621,7 +622,8 @@ static void print_finish(const Trainer* tr, int steps_done, double seconds) {
     if (steps_done == 0 && tr->resumed) printf("the run had already reached step %d of %d: nothing left to train\n", tr->first_step, tr->max_steps);
     else printf("trained %d step%s in %.1f s, now at step %d of %d\n", steps_done, steps_done == 1 ? "" : "s", seconds,
                 tr->first_step + steps_done, tr->max_steps);
-    if (tr->cfg.out_dir) printf("log: %s/log.jsonl; resume or extend with -y 1 -o %s\n", tr->cfg.out_dir, tr->cfg.out_dir);
+    if (tr->cfg.out_dir && tr->cfg.range_test.steps) printf("log: %s/log.jsonl (no checkpoint: a range test)\n", tr->cfg.out_dir);
+    else if (tr->cfg.out_dir) printf("log: %s/log.jsonl; resume or extend with -y 1 -o %s\n", tr->cfg.out_dir, tr->cfg.out_dir);
     flush_stdout();
 }
 
@@ -633,7 +635,7 @@ static int between_steps(Trainer* tr, int step, int last) {
     int loaded = tr->resumed && step == tr->first_step;   // this state is already a checkpoint
     int val = (tr->val || tr->hellaswag) && due(cfg->val_every, step, last);
     int smp = due(cfg->sample_every, step, last) && step > tr->first_step;
-    int save = cfg->out_dir && !loaded && (last || (step > tr->first_step && due(cfg->ckpt_every, step, 0)));
+    int save = cfg->out_dir && !loaded && !cfg->range_test.steps && (last || (step > tr->first_step && due(cfg->ckpt_every, step, 0)));
     if (val || smp || save || last) {
         comm_watchdog_phase(tr->world, 0, "step %d: landing the updates", step);
         settle_updates(tr);
@@ -678,6 +680,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     double avg_seconds = 0.0, start = now_seconds();
+    LrRangeTest range = {0};
     int step = tr.first_step;
     for (; step <= tr.max_steps; step++) {
         int last = step == tr.max_steps;
@@ -688,11 +691,13 @@ int main(int argc, char** argv) {
         comm_watchdog_phase(tr.world, 0, "step %d: report", step);
         report_step(&tr, step, &r, now_seconds() - t0, &avg_seconds);
         check_nonfinite(&tr, step, &r);
-        if (stop_after_step(&tr, step)) {
+        int diverged = tr.cfg.range_test.steps && lr_range_record(&range, r.lr, r.loss);
+        if (diverged || stop_after_step(&tr, step)) {
             step++;
             break;
         }
     }
+    if (tr.cfg.range_test.steps) lr_range_finish(&range, &tr.log, is_root(&tr));
     print_finish(&tr, (step < tr.max_steps ? step : tr.max_steps) - tr.first_step, now_seconds() - start);
     trainer_teardown(&tr);
     return 0;

@@ -119,6 +119,7 @@ void config_parse(Config* c, int argc, char** argv) {
     }
     if (!c->virtual_stages) c->virtual_stages = c->pipe_schedule == SCHEDULE_INTERLEAVED ? 2 : 1;
     check_combinations(c);
+    if (c->range_test.steps) c->max_steps = c->range_test.steps;
 }
 
 // -d sets -ga from the data-parallel replicas, ranks / (stages x tensor ranks). When those do not divide the

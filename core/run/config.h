@@ -67,6 +67,11 @@ typedef struct {
     float final_lr_frac;         // -q
     LrSchedule schedule;         // -k
     LrOptions sched;             // the options of -k's newer schedules
+    const char* lr_range;        // -lr-range MIN,MAX,STEPS as given (core/run/lr_range.h); NULL: none
+    struct {
+        float min, max;
+        int steps;               // 0: no range test
+    } range_test;                // -lr-range's values
     float weight_decay;          // -c
     float adam_beta1;            // -beta1
     float adam_beta2;            // -beta2

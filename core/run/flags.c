@@ -61,6 +61,22 @@ static int parse_pipe_schedule(const Flag* f, Config* c, const char* v, char* wh
     return set_why(why, size, "-ps %s: the schedule must be 1f1b, interleaved or zb", v);
 }
 
+// MIN,MAX,STEPS: 0 < MIN < MAX, STEPS >= 2 (the first step is at MIN, the last at MAX).
+static int parse_lr_range(const Flag* f, Config* c, const char* v, char* why, size_t size) {
+    char* end;
+    errno = 0;
+    double lo = strtod(v, &end), hi = end[0] == ',' ? strtod(end + 1, &end) : NAN;
+    long steps = end[0] == ',' && end[1] >= '0' && end[1] <= '9' ? strtol(end + 1, &end, 10) : -1;
+    if (errno || *end || !isfinite(lo) || !isfinite(hi) || steps < 0)
+        return set_why(why, size, "%s %s: expected MIN,MAX,STEPS (learning rates, then a step count)", f->name, v);
+    if (!(lo > 0.0) || hi > 10.0) return set_why(why, size, "%s %s: the rates must lie in (0, 10]", f->name, v);
+    if (!(lo < hi)) return set_why(why, size, "%s %s: MIN %g must be below MAX %g", f->name, v, lo, hi);
+    if (steps < 2 || steps > (1 << 30)) return set_why(why, size, "%s %s: STEPS must be 2..%d", f->name, v, 1 << 30);
+    c->lr_range = v;
+    c->range_test.min = (float)lo, c->range_test.max = (float)hi, c->range_test.steps = (int)steps;
+    return 1;
+}
+
 // 0 is the default (no LoRA); given, the rank must be at least 1.
 static int parse_lora(const Flag* f, Config* c, const char* v, char* why, size_t size) {
     if (!flag_parse_typed(f, c, v, why, size)) return 0;
@@ -212,6 +228,12 @@ const Flag FLAGS[] = {
     {OPTIM, "-lr-end", "F", FIELD(sched.lr_end), RANGE(0, 10), .def = "1e-7",
      .help = "-k polynomial: lr_end, the rate at -x (below -l)", SCHEDULE_OPTION("lr_end", 38)},
 #undef SCHEDULE_OPTION
+    {OPTIM, "-lr-range", "MIN,MAX,STEPS", FIELD(lr_range), .parse = parse_lr_range,
+     .help = "learning-rate range test, DeepSpeed's LRRangeTest (continuous, step size 1): STEPS steps at lr MIN + "
+             "(MAX-MIN) s/(STEPS-1), stopping after a step whose loss is not finite or above 4x the lowest before it; "
+             "then prints loss and smoothed loss (bias-corrected average, weight 0.9) against lr and suggests a tenth "
+             "of the lr where the smoothed loss is lowest (logged as lr_range; scripts/plot.py --lr-range plots it). "
+             "Sets -x; writes no checkpoint; no -k, -l, -u, -q"},
     {OPTIM, "-c", "F", FIELD(weight_decay), RANGE(0, 10), .def = "0.0", .help = "AdamW weight decay on 2-D tensors",
      RECORD(RESUME_OTHER, "weight_decay", 11)},
     {OPTIM, "-beta1", "F", FIELD(adam_beta1), .range = {0, 1, FLAG_HI_OPEN}, .def = "0.9",

@@ -89,6 +89,8 @@ static double polynomial(const Config* c, int s, int max_steps) {
 }
 
 float config_lr_at(const Config* c, int step, int max_steps) {
+    if (c->range_test.steps)   // -lr-range (lr_range.h)
+        return (float)(c->range_test.min + ((double)c->range_test.max - c->range_test.min) * step / (c->range_test.steps - 1));
     switch (c->schedule) {
         case LR_WSD: return (float)wsd(c, step, max_steps);
         case LR_WARMUP: case LR_WARMUP_DECAY: return (float)deepspeed_warmup(c, step, max_steps);
@@ -135,9 +137,23 @@ static const struct {
     {"-lr-end", 1u << LR_POLYNOMIAL},
 };
 
+// -lr-range sets the rate and the steps itself, and its weights are not worth a checkpoint.
+static void check_range_test(const Config* c, const Config* def) {
+    static const char* const SETS_ITSELF[] = {"-k", "-l", "-u", "-q", "-x"};
+    char given[64], dflt[64];
+    for (size_t i = 0; i < sizeof(SETS_ITSELF) / sizeof(SETS_ITSELF[0]); i++) {
+        const Flag* f = flag_find(SETS_ITSELF[i]);
+        flag_format(f, c, given, sizeof(given));
+        flag_format(f, def, dflt, sizeof(dflt));
+        if (strcmp(given, dflt)) fail("-lr-range %s sets the learning rate and the steps itself: drop %s", c->lr_range, f->name);
+    }
+    if (c->resume || c->ckpt_every) fail("-lr-range %s writes no checkpoint: drop %s", c->lr_range, c->resume ? "-y" : "-n");
+}
+
 void config_check_schedule(const Config* c) {
     Config def;
     config_defaults(&def);
+    if (c->range_test.steps) check_range_test(c, &def);
     const Flag* k = flag_find("-k");
     char name[64], given[64], dflt[64];
     flag_format(k, c, name, sizeof(name));
