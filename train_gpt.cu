@@ -474,8 +474,7 @@ static void dump_step0(Trainer* tr, const float* logits, double loss) {
 
 typedef struct {
     double loss, grad_norm;   // grad_norm: of the unscaled gradients
-    float lr;
-    float beta1;              // AdamW's, which -k onecycle cycles
+    float lr, beta1;          // beta1: AdamW's, which -k onecycle cycles
     float loss_scale;         // the scale this step used
     int skipped;              // non-finite loss or gradients: no update on any rank
     long long trained;        // labels in the step, over every micro-step and replica (0: no update either)
@@ -572,10 +571,8 @@ static void report_step(Trainer* tr, int step, const StepResult* r, double secon
     char mfu_text[32] = "", extra[192] = "", trained_text[48] = "";
     if (peak > 0.0) snprintf(mfu_text, sizeof(mfu_text), " | mfu %.1f%%", 100.0 * mfu);
     if (tr->scaler.dynamic) snprintf(extra, sizeof(extra), ", \"loss_scale\": %.9g", r->loss_scale);
-    if (tr->cfg.schedule == LR_ONECYCLE && tr->cfg.sched.cycle_momentum) {   // otherwise -beta1 throughout
-        size_t n = strlen(extra);
-        snprintf(extra + n, sizeof(extra) - n, ", \"beta1\": %.9g", r->beta1);
-    }
+    if (tr->cfg.schedule == LR_ONECYCLE && tr->cfg.sched.cycle_momentum)   // otherwise -beta1 throughout
+        snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra), ", \"beta1\": %.9g", r->beta1);
     data_trained_rate(tr->train, r->trained, seconds, trained_text, sizeof(trained_text), extra, sizeof(extra));
     if (!r->trained)
         printf("step %5d/%d | no trained token in this step's documents: no update on any rank\n", step, tr->max_steps);
@@ -622,8 +619,8 @@ static void print_finish(const Trainer* tr, int steps_done, double seconds) {
     if (steps_done == 0 && tr->resumed) printf("the run had already reached step %d of %d: nothing left to train\n", tr->first_step, tr->max_steps);
     else printf("trained %d step%s in %.1f s, now at step %d of %d\n", steps_done, steps_done == 1 ? "" : "s", seconds,
                 tr->first_step + steps_done, tr->max_steps);
-    if (tr->cfg.out_dir && tr->cfg.range_test.steps) printf("log: %s/log.jsonl (no checkpoint: a range test)\n", tr->cfg.out_dir);
-    else if (tr->cfg.out_dir) printf("log: %s/log.jsonl; resume or extend with -y 1 -o %s\n", tr->cfg.out_dir, tr->cfg.out_dir);
+    const char* resume_from = tr->cfg.range_test.steps ? NULL : tr->cfg.out_dir;   // a range test writes no checkpoint
+    if (tr->cfg.out_dir) printf("log: %s/log.jsonl%s%s\n", tr->cfg.out_dir, resume_from ? "; resume or extend with -y 1 -o " : "", resume_from ? resume_from : "");
     flush_stdout();
 }
 
@@ -691,8 +688,7 @@ int main(int argc, char** argv) {
         comm_watchdog_phase(tr.world, 0, "step %d: report", step);
         report_step(&tr, step, &r, now_seconds() - t0, &avg_seconds);
         check_nonfinite(&tr, step, &r);
-        int diverged = tr.cfg.range_test.steps && lr_range_record(&range, r.lr, r.loss);
-        if (diverged || stop_after_step(&tr, step)) {
+        if ((tr.cfg.range_test.steps && lr_range_record(&range, r.lr, r.loss)) || stop_after_step(&tr, step)) {
             step++;
             break;
         }

@@ -6,6 +6,7 @@
 # - one rank with -lb and fp16 (phase times, loss scale, validation loss);
 # - a resume from a checkpoint behind the log's end: no step twice, and the resumed steps' loss, lr, norm
 #   and validation loss equal the uninterrupted run's;
+# - -ow 1 over that run: its monitors replaced with the log;
 # - two ranks: rank 0 alone writes, each rank's memory tagged with its rank.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
@@ -42,6 +43,11 @@ a, b = (json.load(open(p))["scalars"] for p in sys.argv[1:3])
 pick = lambda s: [x for x in s if x[1] in ("loss", "lr", "grad_norm", "val_loss")]
 print("ok" if pick(a) == pick(b) and len(pick(a)) == 6 * 3 + 4 else "differ: %s vs %s" % (pick(a)[-3:], pick(b)[-3:]))
 PY
+
+# -ow 1 starts the monitors afresh with the log: no event file or CSV row of the run it replaced.
+cp -r "$TMP/one" "$TMP/over"
+train 1 "$TMP/over" -x 2 -ow 1 || t_fail start_over "exited non-zero: $(grep -m1 error "$TMP/over.txt")"
+monitors_match start_over_replaces_monitors "$TMP/over"
 
 if mpi_available; then
     train 2 "$TMP/two" -x 2 -z 1 || t_fail two_ranks "exited non-zero: $(grep -m1 error "$TMP/two.txt")"
