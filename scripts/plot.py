@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """Plots training runs from their log.jsonl files: loss (train and validation) above, tokens/s below, and
-between them the HellaSwag accuracy when a log has it (-hs).
+between them the HellaSwag accuracy when a log has it (-hs). With --lr-range, -lr-range runs: loss against the
+learning rate, each run's suggested peak marked.
 
     scripts/plot.py out/run1/log.jsonl [out/run2/log.jsonl ...] -o loss.png
+    scripts/plot.py out/range/log.jsonl --lr-range -o range.png
 
 Each run is named after the directory holding its log. Records with "loss" are training steps, with
 "val_loss" evaluations, with "hellaswag_acc" HellaSwag accuracies; everything else (memory, layout,
@@ -43,9 +45,8 @@ def run_name(path, taken):
     return name if name not in taken else path
 
 
-def read_log(path):
-    """{step: (loss, tok_s)}, {step: val_loss}, {step: hellaswag_acc} from one log."""
-    train, val, hs = {}, {}, {}
+def log_records(path):
+    """(line number, record) of each JSON object with a "step" in one log."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().split("\n")
@@ -62,8 +63,14 @@ def read_log(path):
             if i == len(lines):   # a last line without its newline: the run is still writing it
                 continue
             die("%s:%d is not a JSON object: %.60s" % (path, i, line))
-        if not isinstance(rec, dict) or "step" not in rec:
-            continue
+        if isinstance(rec, dict) and "step" in rec:
+            yield i, rec
+
+
+def read_log(path):
+    """{step: (loss, tok_s)}, {step: val_loss}, {step: hellaswag_acc} from one log."""
+    train, val, hs = {}, {}, {}
+    for i, rec in log_records(path):
         try:
             step = int(rec["step"])
             if "loss" in rec:
@@ -78,6 +85,38 @@ def read_log(path):
     if not train:
         die("%s has no training steps (no record with \"loss\")" % path)
     return train, val, hs
+
+
+def read_lr_range(path):
+    """[(lr, loss)] of each step and the suggested lr of an -lr-range run's log."""
+    points, suggested = {}, None
+    for _, rec in log_records(path):
+        if "loss" in rec and "lr" in rec:
+            points[int(rec["step"])] = (float(rec["lr"]), math.nan if rec["loss"] is None else float(rec["loss"]))
+        elif isinstance(rec.get("lr_range"), dict):
+            suggested = float(rec["lr_range"]["suggested_lr"])
+    if suggested is None:
+        die("%s is not an -lr-range run's log (no lr_range record)" % path)
+    return [points[s] for s in sorted(points)], suggested
+
+
+def plot_lr_range(plt, paths, taken, output, title):
+    fig, ax = plt.subplots(figsize=(10, 6))
+    for i, path in enumerate(paths):
+        name = run_name(path, taken)
+        taken.add(name)
+        points, suggested = read_lr_range(path)
+        color = "C%d" % (i % 10)
+        ax.plot([p[0] for p in points], [p[1] for p in points], color=color, marker="o", ms=3, lw=1.2, label=name)
+        ax.axvline(suggested, color=color, ls="--", lw=1.0, label="%s suggested %.3g" % (name, suggested))
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("loss")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.suptitle(title or "learning-rate range test")
+    fig.tight_layout()
+    return fig
 
 
 def plot_hellaswag(ax, runs):
@@ -95,10 +134,12 @@ def main():
     ap.add_argument("logs", nargs="+", metavar="LOG", help="a run's log.jsonl (the run is named after its directory)")
     ap.add_argument("-o", "--output", default="loss.png", help="PNG to write (default loss.png)")
     ap.add_argument("--title", default=None, help="figure title")
+    ap.add_argument("--lr-range", action="store_true",
+                    help="-lr-range runs: loss against the learning rate (log scale), the suggested peak marked")
     args = ap.parse_args()
 
     runs, taken = [], set()
-    for path in args.logs:
+    for path in args.logs if not args.lr_range else []:
         name = run_name(path, taken)
         taken.add(name)
         runs.append((name,) + read_log(path))
@@ -109,6 +150,9 @@ def main():
         import matplotlib.pyplot as plt
     except ImportError as e:
         die("matplotlib is missing (Debian package python3-matplotlib): %s" % e)
+    if args.lr_range:
+        save(plot_lr_range(plt, args.logs, taken, args.output, args.title), args.output)
+        return
 
     with_hs = any(r[3] for r in runs)
     if with_hs:
@@ -135,12 +179,16 @@ def main():
     ax_tok.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
     fig.suptitle(args.title or ", ".join(r[0] for r in runs))
     fig.tight_layout()
+    save(fig, args.output)
+
+
+def save(fig, output):
     try:
-        fig.savefig(args.output, dpi=100)
+        fig.savefig(output, dpi=100)
     except OSError as e:
-        die("cannot write %s: %s" % (args.output, e.strerror or e))
+        die("cannot write %s: %s" % (output, e.strerror or e))
     except ValueError as e:   # matplotlib: an extension it cannot write
-        die("cannot write %s: %s" % (args.output, str(e).splitlines()[0]))
+        die("cannot write %s: %s" % (output, str(e).splitlines()[0]))
 
 
 if __name__ == "__main__":

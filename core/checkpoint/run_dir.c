@@ -101,8 +101,11 @@ void run_dir_open(RunDir* rd, const char* path, RunStart start) {
         remove_path(p);
     }
     free(steps);
-    path_join(p, sizeof(p), path, "log.jsonl");
-    remove_path(p);
+    const char* logs[] = {"log.jsonl", "tb", "csv"};   // the log and its monitors' copies (core/util/monitors.h)
+    for (int i = 0; i < 3; i++) {
+        path_join(p, sizeof(p), path, logs[i]);
+        remove_path(p);
+    }
     sync_dir(path);
 }
 

@@ -118,7 +118,9 @@ static int schedule_same_so_far(const Flag* const rows[], const RunRecord* saved
         if (rows[k]->resume.kind == RESUME_SCHEDULE && saved->recorded[k] && !flag_parse_typed(rows[k], &old, saved->value[k], why, sizeof(why)))
             return 0;
     for (int s = 0; s < first_step; s++)
-        if (config_lr_at(&old, s, old.max_steps) != config_lr_at(cfg, s, max_steps)) return 0;
+        if (config_lr_at(&old, s, old.max_steps) != config_lr_at(cfg, s, max_steps) ||
+            config_beta1_at(&old, s, old.max_steps) != config_beta1_at(cfg, s, max_steps))
+            return 0;
     return 1;
 }
 

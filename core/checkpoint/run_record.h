@@ -14,7 +14,7 @@
 #include "core/run/config.h"
 #include "core/util/json.h"
 
-#define RUN_RECORD_KEYS 24   // the rows of flags.c with a resume rule
+#define RUN_RECORD_KEYS 40   // the rows of flags.c with a resume rule
 #define RUN_RECORD_VALUE 1024
 
 typedef struct {
@@ -32,7 +32,7 @@ void run_record_write_json(FILE* f, const RunRecord* r, const char* path);
 int run_record_read(RunRecord* r, const Json* j, int run, char* why, size_t why_size);
 // A resume of checkpoint `ckpt` (at first_step) by a run with cfg and max_steps (its record: now): a
 // one-line error for a change of a value that may never change; for any other change unless -y 2
-// (cfg->resume == 2) or, for the learning-rate schedule's flags (-x, -l, -u, -q, -k), unless the steps
-// already taken keep their rates. What is accepted is printed (print: rank 0).
+// (cfg->resume == 2) or, for the learning-rate schedule's flags (-x, -l, -u, -q, -k and its options), unless the
+// steps already taken keep their rates (and beta1). What is accepted is printed (print: rank 0).
 void run_record_check_resume(const RunRecord* saved, const RunRecord* now, const Config* cfg, int max_steps, int first_step,
                              const char* ckpt, int print);

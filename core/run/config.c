@@ -94,6 +94,7 @@ static void check_combinations(const Config* c) {
     if (c->start_over && c->resume) fail("-ow 1 (start over) and -y %d (resume) contradict each other", c->resume);
     check_nvme(c);
     check_lora(c);
+    config_check_schedule(c);
 }
 
 void config_parse(Config* c, int argc, char** argv) {
@@ -118,19 +119,7 @@ void config_parse(Config* c, int argc, char** argv) {
     }
     if (!c->virtual_stages) c->virtual_stages = c->pipe_schedule == SCHEDULE_INTERLEAVED ? 2 : 1;
     check_combinations(c);
-}
-
-const char* lr_schedule_name(LrSchedule s) { return s == LR_COSINE ? "cosine" : s == LR_LINEAR ? "linear" : "constant"; }
-
-float config_lr_at(const Config* c, int step, int max_steps) {
-    if (step < c->warmup) return c->lr * (float)(step + 1) / (float)c->warmup;
-    double frac = (double)(step - c->warmup) / (double)(max_steps - c->warmup > 1 ? max_steps - c->warmup : 1);
-    double lr_min = (double)c->lr * c->final_lr_frac;
-    switch (c->schedule) {
-        case LR_COSINE: return (float)(lr_min + 0.5 * (1.0 + cos(M_PI * frac)) * (c->lr - lr_min));
-        case LR_LINEAR: return (float)(c->lr - frac * (c->lr - lr_min));
-        default: return c->lr;
-    }
+    if (c->range_test.steps) c->max_steps = c->range_test.steps;
 }
 
 // -d sets -ga from the data-parallel replicas, ranks / (stages x tensor ranks). When those do not divide the

@@ -9,7 +9,39 @@
 #include "core/pipeline/schedule.h"
 #include "kernels/kernels.h"
 
-typedef enum { LR_COSINE, LR_LINEAR, LR_CONSTANT } LrSchedule;
+// -k. After the three originals (their values are recorded by name, so the order only keeps the table's).
+typedef enum {
+    LR_COSINE, LR_LINEAR, LR_CONSTANT,
+    LR_WSD,               // warmup, stable, decay over the last -wsd-decay of the steps
+    LR_WARMUP,            // DeepSpeed's WarmupLR
+    LR_WARMUP_DECAY,      // DeepSpeed's WarmupDecayLR
+    LR_ONECYCLE,          // DeepSpeed's OneCycle, with AdamW's beta1 cycled
+    LR_COSINE_RESTARTS,   // Hugging Face's cosine_with_restarts
+    LR_POLYNOMIAL,        // Hugging Face's polynomial decay
+    LR_SCHEDULE_COUNT
+} LrSchedule;
+typedef enum { WSD_LINEAR, WSD_ONE_MINUS_SQRT } WsdShape;
+typedef enum { WARMUP_LOG, WARMUP_LINEAR } WarmupType;
+
+// The options of the schedules after the originals (core/run/lr_schedule.c).
+typedef struct {
+    float wsd_decay;          // -wsd-decay: the share of the steps the decay takes
+    WsdShape wsd_shape;       // -wsd-shape
+    WarmupType warmup_type;   // -warmup-type: DeepSpeed's warmup_type
+    float warmup_min_lr;      // -warmup-min-lr: DeepSpeed's warmup_min_lr
+    float cycle_min_lr;       // -cycle-min-lr (cycle_max_lr is -l)
+    int cycle_first;          // -cycle-first: cycle_first_step_size
+    int cycle_second;         // -cycle-second: cycle_second_step_size (0: -cycle-first)
+    int decay_step;           // -decay-step: decay_step_size (0: no decay after the cycle)
+    float decay_lr_rate;      // -decay-lr-rate
+    int cycle_momentum;       // -cycle-mom
+    float cycle_min_mom;      // -cycle-min-mom
+    float cycle_max_mom;      // -cycle-max-mom
+    float decay_mom_rate;     // -decay-mom-rate
+    int cycles;               // -cycles: Hugging Face's num_cycles
+    float power;              // -power
+    float lr_end;             // -lr-end
+} LrOptions;
 typedef enum { LONG_DROP, LONG_TRUNCATE } LongDocs;   // -long: a document longer than -t in a packed dataset
 
 typedef struct {
@@ -34,6 +66,12 @@ typedef struct {
     int warmup;                  // -u
     float final_lr_frac;         // -q
     LrSchedule schedule;         // -k
+    LrOptions sched;             // the options of -k's newer schedules
+    const char* lr_range;        // -lr-range MIN,MAX,STEPS as given (core/run/lr_range.h); NULL: none
+    struct {
+        float min, max;
+        int steps;               // 0: no range test
+    } range_test;                // -lr-range's values
     float weight_decay;          // -c
     float adam_beta1;            // -beta1
     float adam_beta2;            // -beta2
@@ -101,6 +139,9 @@ void config_parse(Config* cfg, int argc, char** argv);
 // -t against the model's maxT, and -ga from -d once the world is known: -d sets -ga from the data-parallel
 // replicas, ranks / per_replica (stages x tensor ranks). One-line errors.
 void config_resolve_batch(Config* cfg, int maxT, int ranks, int per_replica);
-const char* lr_schedule_name(LrSchedule s);
-// Learning rate at step (0-based) of max_steps: warm-up, then the schedule down to lr * final_lr_frac.
+// Learning rate at step (0-based) of max_steps under -k's schedule (core/run/lr_schedule.c).
 float config_lr_at(const Config* cfg, int step, int max_steps);
+// AdamW's beta1 at step: -beta1, except under -k onecycle with -cycle-mom 1.
+float config_beta1_at(const Config* cfg, int step, int max_steps);
+// The schedule's options against each other and -k: one-line errors.
+void config_check_schedule(const Config* cfg);

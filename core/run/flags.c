@@ -8,6 +8,7 @@
 #include "core/zero/nvme_store.h"
 
 // Enum fields are read and written as int (memcpy): each must be int-sized.
+_Static_assert(sizeof(WsdShape) == sizeof(int) && sizeof(WarmupType) == sizeof(int), "an enum flag's field is not int-sized");
 _Static_assert(sizeof(LrSchedule) == sizeof(int) && sizeof(LongDocs) == sizeof(int) && sizeof(DType) == sizeof(int) && sizeof(ScheduleKind) == sizeof(int) &&
                    sizeof(CommKind) == sizeof(int), "an enum flag's field is not int-sized");
 // The defaults below are text; the code that compares against these constants must see the same values.
@@ -31,7 +32,11 @@ _Static_assert((int)COMM_WATCHDOG_DEFAULT == 300, "-wd's default in the table di
 #define STEPS (double)(1 << 30)
 #define WIDE (double)(1 << 20)
 
-static const char* const SCHEDULES[] = {[LR_COSINE] = "cosine", [LR_LINEAR] = "linear", [LR_CONSTANT] = "constant"};
+static const char* const SCHEDULES[] = {[LR_COSINE] = "cosine", [LR_LINEAR] = "linear", [LR_CONSTANT] = "constant", [LR_WSD] = "wsd",
+                                        [LR_WARMUP] = "warmup", [LR_WARMUP_DECAY] = "warmup-decay", [LR_ONECYCLE] = "onecycle",
+                                        [LR_COSINE_RESTARTS] = "cosine-restarts", [LR_POLYNOMIAL] = "polynomial"};
+static const char* const WSD_SHAPES[] = {[WSD_LINEAR] = "linear", [WSD_ONE_MINUS_SQRT] = "1-sqrt"};
+static const char* const WARMUP_TYPES[] = {[WARMUP_LOG] = "log", [WARMUP_LINEAR] = "linear"};
 static const char* const PRECISIONS[] = {[DT_FP32] = "fp32", [DT_BF16] = "bf16", [DT_FP16] = "fp16"};
 static const char* const PIPE_SCHEDULES[] = {[SCHEDULE_1F1B] = "1f1b", [SCHEDULE_INTERLEAVED] = "interleaved", [SCHEDULE_ZB] = "zb"};
 static const char* const LONG_DOCS[] = {[LONG_DROP] = "drop", [LONG_TRUNCATE] = "truncate"};
@@ -54,6 +59,22 @@ static int parse_precision(const Flag* f, Config* c, const char* v, char* why, s
 static int parse_pipe_schedule(const Flag* f, Config* c, const char* v, char* why, size_t size) {
     if (flag_parse_typed(f, c, v, why, size)) return 1;
     return set_why(why, size, "-ps %s: the schedule must be 1f1b, interleaved or zb", v);
+}
+
+// MIN,MAX,STEPS: 0 < MIN < MAX, STEPS >= 2 (the first step is at MIN, the last at MAX).
+static int parse_lr_range(const Flag* f, Config* c, const char* v, char* why, size_t size) {
+    char* end;
+    errno = 0;
+    double lo = strtod(v, &end), hi = end[0] == ',' ? strtod(end + 1, &end) : NAN;
+    long steps = end[0] == ',' && end[1] >= '0' && end[1] <= '9' ? strtol(end + 1, &end, 10) : -1;
+    if (errno || *end || !isfinite(lo) || !isfinite(hi) || steps < 0)
+        return set_why(why, size, "%s %s: expected MIN,MAX,STEPS (learning rates, then a step count)", f->name, v);
+    if (!(lo > 0.0) || hi > 10.0) return set_why(why, size, "%s %s: the rates must lie in (0, 10]", f->name, v);
+    if (!(lo < hi)) return set_why(why, size, "%s %s: MIN %g must be below MAX %g", f->name, v, lo, hi);
+    if (steps < 2 || steps > (1 << 30)) return set_why(why, size, "%s %s: STEPS must be 2..%d", f->name, v, 1 << 30);
+    c->lr_range = v;
+    c->range_test.min = (float)lo, c->range_test.max = (float)hi, c->range_test.steps = (int)steps;
+    return 1;
 }
 
 // 0 is the default (no LoRA); given, the rank must be at least 1.
@@ -138,7 +159,8 @@ const Flag FLAGS[] = {
              "and grouped-query attention CUDA kernels have not yet run on a GPU, only under the kernel emulator (make "
              "test-emu)"},
     {DATA, "-o", "DIR", FIELD(out_dir),
-     .help = "output directory, created with its parents: log.jsonl and checkpoints; one run at a time"},
+     .help = "output directory, created with its parents: log.jsonl, its numbers also as TensorBoard events (tb/) and "
+             "CSVs (csv/), and checkpoints; one run at a time"},
     {DATA, "-tk", "FILE", FIELD(tokenizer), .def_shown = "whichever of the two is beside the shards",
      .help = "tokenizer for decoding samples and encoding -prompt and -chat: llm.c's gpt2_tokenizer.bin or a Hugging Face "
              "tokenizer.json"},
@@ -159,8 +181,59 @@ const Flag FLAGS[] = {
     {OPTIM, "-u", "N", FIELD(warmup), RANGE(0, STEPS), .def = "0", .help = "warm-up steps", RECORD(RESUME_SCHEDULE, "warmup", 8)},
     {OPTIM, "-q", "F", FIELD(final_lr_frac), RANGE(0, 1), .def = "1.0", .help = "final learning rate as a fraction of -l",
      RECORD(RESUME_SCHEDULE, "final_lr_frac", 9)},
-    {OPTIM, "-k", NULL, FIELD(schedule), NAMES(SCHEDULES), .def = "cosine", .help = "schedule after warm-up",
+    {OPTIM, "-k", NULL, FIELD(schedule), NAMES(SCHEDULES), .def = "cosine",
+     .help = "learning-rate schedule (docs/flags.md has each formula; step s is 0-based, l is -l): cosine, linear, "
+             "constant after -u steps of warm-up l(s+1)/u, down to l*q; wsd: that warm-up, flat, then the last "
+             "-wsd-decay of the steps down to l*q; warmup / warmup-decay: DeepSpeed's WarmupLR / WarmupDecayLR "
+             "(max(2,u) steps from -warmup-min-lr to l, then flat / linear to 0 at -x); onecycle: DeepSpeed's OneCycle "
+             "between -cycle-min-lr and l, beta1 cycled between -cycle-max-mom and -cycle-min-mom; cosine-restarts "
+             "/ polynomial: Hugging Face's cosine_with_restarts (-cycles) / polynomial decay (-power, -lr-end), after "
+             "-u steps of warm-up l s/u",
      RECORD(RESUME_SCHEDULE, "schedule", 10)},
+#define SCHEDULE_OPTION(key, at) .resume = {RESUME_SCHEDULE, key, at, ABSENT_DEFAULT, NULL, NULL}
+    {OPTIM, "-wsd-decay", "F", FIELD(sched.wsd_decay), .range = {0, 1, FLAG_LO_OPEN}, .def = "0.2",
+     .help = "-k wsd: the share of -x the decay takes (its last round(F*x) steps, at least 1)", SCHEDULE_OPTION("wsd_decay", 23)},
+    {OPTIM, "-wsd-shape", NULL, FIELD(sched.wsd_shape), NAMES(WSD_SHAPES), .def = "linear",
+     .help = "-k wsd: the decay, with p rising to 1 over it: linear 1-p or 1-sqrt(p)", SCHEDULE_OPTION("wsd_shape", 24)},
+    {OPTIM, "-warmup-type", NULL, FIELD(sched.warmup_type), NAMES(WARMUP_TYPES), .def = "log",
+     .help = "-k warmup|warmup-decay: DeepSpeed's warmup_type, ln(s+1)/ln(W) or s/W of the way up", SCHEDULE_OPTION("warmup_type", 25)},
+    {OPTIM, "-warmup-min-lr", "F", FIELD(sched.warmup_min_lr), RANGE(0, 10), .def = "0",
+     .help = "-k warmup|warmup-decay: DeepSpeed's warmup_min_lr (warmup_max_lr is -l)", SCHEDULE_OPTION("warmup_min_lr", 26)},
+    {OPTIM, "-cycle-min-lr", "F", FIELD(sched.cycle_min_lr), RANGE(0, 10), .def = "0",
+     .help = "-k onecycle: cycle_min_lr, where the cycle starts and ends (cycle_max_lr is -l)", SCHEDULE_OPTION("cycle_min_lr", 27)},
+    {OPTIM, "-cycle-first", "N", FIELD(sched.cycle_first), RANGE(1, STEPS), .def = "2000",
+     .help = "-k onecycle: cycle_first_step_size, the steps up", SCHEDULE_OPTION("cycle_first", 28)},
+    {OPTIM, "-cycle-second", "N", FIELD(sched.cycle_second), RANGE(0, STEPS), .def = "0",
+     .help = "-k onecycle: cycle_second_step_size, the steps down; 0: -cycle-first", SCHEDULE_OPTION("cycle_second", 29)},
+    {OPTIM, "-decay-step", "N", FIELD(sched.decay_step), RANGE(0, STEPS), .def = "0",
+     .help = "-k onecycle: decay_step_size after the cycle; 0: no decay (the lr stays at -cycle-min-lr, beta1 at "
+             "-cycle-max-mom)", SCHEDULE_OPTION("decay_step", 30)},
+    {OPTIM, "-decay-lr-rate", "F", FIELD(sched.decay_lr_rate), RANGE(0, 1e6), .def = "0",
+     .help = "-k onecycle: decay_lr_rate, lr = cycle_min_lr / (1 + rate * d / decay_step) d steps after the cycle",
+     SCHEDULE_OPTION("decay_lr_rate", 31)},
+    {OPTIM, "-cycle-mom", "0|1", FIELD(sched.cycle_momentum), RANGE(0, 1), .def = "1",
+     .help = "-k onecycle: cycle_momentum, AdamW's beta1 moving against the lr (logged as beta1); 0: -beta1 throughout",
+     SCHEDULE_OPTION("cycle_momentum", 32)},
+    {OPTIM, "-cycle-min-mom", "F", FIELD(sched.cycle_min_mom), .range = {0, 1, FLAG_HI_OPEN}, .def = "0.8",
+     .help = "-k onecycle: cycle_min_mom, beta1 at the lr's peak", SCHEDULE_OPTION("cycle_min_mom", 33)},
+    {OPTIM, "-cycle-max-mom", "F", FIELD(sched.cycle_max_mom), .range = {0, 1, FLAG_HI_OPEN}, .def = "0.9",
+     .help = "-k onecycle: cycle_max_mom, beta1 at the cycle's ends", SCHEDULE_OPTION("cycle_max_mom", 34)},
+    {OPTIM, "-decay-mom-rate", "F", FIELD(sched.decay_mom_rate), RANGE(0, 1e6), .def = "0",
+     .help = "-k onecycle: decay_mom_rate, beta1 = cycle_max_mom * (1 + rate * d / decay_step) after the cycle (an "
+             "error once it reaches 1)", SCHEDULE_OPTION("decay_mom_rate", 35)},
+    {OPTIM, "-cycles", "N", FIELD(sched.cycles), RANGE(1, WIDE), .def = "1",
+     .help = "-k cosine-restarts: num_cycles, the cosine's hard restarts", SCHEDULE_OPTION("cycles", 36)},
+    {OPTIM, "-power", "F", FIELD(sched.power), .range = {0, 1000, FLAG_LO_OPEN}, .def = "1",
+     .help = "-k polynomial: the decay's power", SCHEDULE_OPTION("power", 37)},
+    {OPTIM, "-lr-end", "F", FIELD(sched.lr_end), RANGE(0, 10), .def = "1e-7",
+     .help = "-k polynomial: lr_end, the rate at -x (below -l)", SCHEDULE_OPTION("lr_end", 38)},
+#undef SCHEDULE_OPTION
+    {OPTIM, "-lr-range", "MIN,MAX,STEPS", FIELD(lr_range), .parse = parse_lr_range,
+     .help = "learning-rate range test, DeepSpeed's LRRangeTest (continuous, step size 1): STEPS steps at lr MIN + "
+             "(MAX-MIN) s/(STEPS-1), stopping after a step whose loss is not finite or above 4x the lowest before it; "
+             "then prints loss and smoothed loss (bias-corrected average, weight 0.9) against lr and suggests a tenth "
+             "of the lr where the smoothed loss is lowest (logged as lr_range; scripts/plot.py --lr-range plots it). "
+             "Sets -x; writes no checkpoint; no -k, -l, -u, -q"},
     {OPTIM, "-c", "F", FIELD(weight_decay), RANGE(0, 10), .def = "0.0", .help = "AdamW weight decay on 2-D tensors",
      RECORD(RESUME_OTHER, "weight_decay", 11)},
     {OPTIM, "-beta1", "F", FIELD(adam_beta1), .range = {0, 1, FLAG_HI_OPEN}, .def = "0.9",
@@ -217,7 +290,9 @@ const Flag FLAGS[] = {
      .resume = {RESUME_OTHER, "dpu_ckpt_every", 16, ABSENT_UNKNOWN, "-n (with -dpu)", record_dpu_ckpt_every}},
     {EVAL, "-y", "0|1|2", FIELD(resume), RANGE(0, 2), .def = "0",
      .help = "1: resume from the newest complete checkpoint in -o (an older one when a newer one is damaged; step 0 "
-             "when there is none); refuses flags that change the run's results (-x, -l, -u, -q, -k, -c, -beta1, "
+             "when there is none); refuses flags that change the run's results (-x, -l, -u, -q, -k and its options -wsd-decay, -wsd-shape, "
+             "-warmup-type, -warmup-min-lr, -cycle-min-lr, -cycle-first, -cycle-second, -decay-step, -decay-lr-rate, "
+             "-cycle-mom, -cycle-min-mom, -cycle-max-mom, -decay-mom-rate, -cycles, -power, -lr-end, -c, -beta1, "
              "-beta2, -eps, -gc, -i, -sh, -pack, -long, -docmask, -lora-dropout, -dpu, and with -dpu -v, -s, -n); 2: resume with those changes, each printed"},
     {EVAL, "-ow", "0|1", FIELD(start_over), RANGE(0, 1), .def = "0",
      .help = "start over in an -o that holds an earlier run: delete its log and checkpoints. Without it a fresh run "
@@ -261,7 +336,7 @@ const Flag FLAGS[] = {
      .help = "with -lora: in training, each element of each adapter's input is dropped with probability P and the rest "
              "scaled by 1 / (1 - P), the mask a hash of -seed, the micro-batch's place in the data, the layer and target; "
              "its CUDA kernel has not yet run on a GPU, only under the kernel emulator",
-     .resume = {RESUME_OTHER, "lora_dropout", 23, ABSENT_DEFAULT, NULL, NULL}},
+     .resume = {RESUME_OTHER, "lora_dropout", 39, ABSENT_DEFAULT, NULL, NULL}},
     {OPTIM, "-lora-targets", "LIST", FIELD(lora.targets), .def_shown = "all",
      .help = "with -lora: the layers to adapt, comma-separated: GPT-2's qkv,proj,fc,fcproj; Llama's q,k,v,o,gate,up,down"},
     {OPTIM, "-lora-init", "FILE|DIR", FIELD(lora_init),

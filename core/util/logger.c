@@ -6,6 +6,7 @@
 
 #include "base/common.h"
 #include "core/util/fs.h"
+#include "core/util/monitors.h"
 
 // Keeps the lines of an existing log whose "step" is below first_step (rewritten through a temporary file).
 static void truncate_log(const char* path, int first_step) {
@@ -31,22 +32,33 @@ static void truncate_log(const char* path, int first_step) {
 
 void logger_open(Logger* lg, const char* dir, int first_step) {
     lg->f = NULL;
+    lg->monitors.on = 0;
     if (!dir) return;
     snprintf(lg->path, sizeof(lg->path), "%s/log.jsonl", dir);
     if (first_step > 0) truncate_log(lg->path, first_step);
     lg->f = xfopen(lg->path, first_step > 0 ? "a" : "w");
+    monitors_open(&lg->monitors, dir, first_step);
 }
 
 void logger_line(Logger* lg, const char* fmt, ...) {
     if (!lg->f) return;
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
-    int ok = vfprintf(lg->f, fmt, ap) >= 0 && fputc('\n', lg->f) != EOF && fflush(lg->f) == 0;
+    va_copy(again, ap);
+    int len = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
+    char* line = len >= 0 ? (char*)xmalloc((size_t)len + 1) : NULL;
+    if (line) vsnprintf(line, (size_t)len + 1, fmt, again);
+    va_end(again);
+    if (!line) fail("cannot format a line of %s", lg->path);
+    int ok = fputs(line, lg->f) != EOF && fputc('\n', lg->f) != EOF && fflush(lg->f) == 0;
     if (!ok) fail("write error in %s: %s", lg->path, strerror(errno));
+    monitors_line(&lg->monitors, line);
+    free(line);
 }
 
 void logger_close(Logger* lg) {
     if (lg->f) xfclose(lg->f, lg->path);
     lg->f = NULL;
+    monitors_close(&lg->monitors);
 }
