@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # -cp N -cpm ulysses: context parallelism (core/model/context_parallel.c). Against the one-rank run of the same
 # global batch, from the same model file:
-#   - losses and gradient norms within 1e-5 at every step (fp32; bf16 within 2e-2), for GPT-2 (learned
-#     positions) and Llama with grouped kv heads (RoPE; at -cp 4 each kv head copied on two ranks), at -cp 2
-#     and 4, under -z 0..3, -r 0, 2 and 3, with two replicas, and with -pp 2;
+#   - losses and gradient norms within 1e-5 at every step (fp32; bf16 and fp16 within 2e-2), for GPT-2
+#     (learned positions) and Llama with grouped kv heads (RoPE; at -cp 4 each kv head copied on two ranks), at
+#     -cp 2 and 4, under -z 0..3, -r 0, 2 and 3, with two replicas, and with -pp 2 (1f1b and zb);
 #   - a checkpoint written at -cp 2 resumes at -cp 1 and one written on one rank resumes at -cp 2, each ending
 #     where the uninterrupted run does;
 #   - the all-to-all bytes each rank logs per step equal the formula (four exchanges per block and
@@ -35,16 +35,19 @@ train 1 "$TMP/gpt2_ga1" -e "$GPT2" -ga 1 || t_fail reference "one-rank run faile
 train 1 "$TMP/gpt2_ga2" -e "$GPT2" -ga 2 || t_fail reference "one-rank run failed"
 train 1 "$TMP/llama_ga1" -e "$LLAMA" -ga 1 -n 4 || t_fail reference "one-rank run failed"
 train 1 "$TMP/llama_bf16" -e "$LLAMA" -p bf16 || t_fail reference "one-rank run failed"
+train 1 "$TMP/llama_fp16" -e "$LLAMA" -p fp16 || t_fail reference "one-rank run failed"
 case_cp cp2_gpt2 2 "$GPT2" gpt2_ga1 1e-5 -cp 2
 case_cp cp4_gpt2_z1 4 "$GPT2" gpt2_ga1 1e-5 -cp 4 -z 1
 case_cp cp2_gpt2_z2_r2 2 "$GPT2" gpt2_ga1 1e-5 -cp 2 -z 2 -r 2
 case_cp cp4_gpt2_z3_r3 4 "$GPT2" gpt2_ga1 1e-5 -cp 4 -z 3 -r 3
 case_cp cp2_dp2_gpt2_z2 4 "$GPT2" gpt2_ga2 1e-5 -cp 2 -z 2
 case_cp cp2_pp2_gpt2 4 "$GPT2" gpt2_ga2 1e-5 -cp 2 -pp 2 -ga 2
+case_cp cp2_pp2_zb_gpt2 4 "$GPT2" gpt2_ga2 1e-5 -cp 2 -pp 2 -ga 2 -ps zb
 case_cp cp2_llama 2 "$LLAMA" llama_ga1 1e-5 -cp 2
 case_cp cp4_llama_copies_z3_r3 4 "$LLAMA" llama_ga1 1e-5 -cp 4 -z 3 -r 3
 case_cp cp2_llama_r2 2 "$LLAMA" llama_ga1 1e-5 -cp 2 -r 2 -z 1
 case_cp cp2_llama_bf16 2 "$LLAMA" llama_bf16 2e-2 -cp 2 -p bf16
+case_cp cp2_llama_fp16 2 "$LLAMA" llama_fp16 2e-2 -cp 2 -p fp16
 t_check cp_announced "grep -q '1 replica x 2 context ranks' '$TMP/cp2_gpt2.txt'"
 
 # The all-to-all bytes per step on every rank: per block and micro-batch, the exchanges of q|k|v and of the
