@@ -201,17 +201,6 @@ static void load_or_init_model(Trainer* tr) {
     free(flat);
 }
 
-// -cp: context rank c keeps positions [c t/cp, (c+1) t/cp) of each row it reads.
-static void keep_context_columns(Trainer* tr) {
-    const Grid* g = &tr->grid;
-    if (g->cp == 1) return;
-    if (dataloader_has_documents(tr->train) || (tr->val && dataloader_has_documents(tr->val)))
-        fail("-cp %d with documents (%s has .mask files): not yet built", g->cp, tr->cfg.train_pattern);
-    int Tl = tr->cfg.T / g->cp;
-    dataloader_keep_columns(tr->train, g->cp_rank * Tl, Tl);
-    if (tr->val) dataloader_keep_columns(tr->val, g->cp_rank * Tl, Tl);
-}
-
 static void open_data(Trainer* tr, const ModelShape* shape) {
     Config* cfg = &tr->cfg;
     const Grid* g = &tr->grid;   // every stage and context rank of a replica reads that replica's windows
@@ -221,7 +210,7 @@ static void open_data(Trainer* tr, const ModelShape* shape) {
                                           shape->V, &opt);
     if (cfg->val_pattern && cfg->val_pattern[0] && cfg->val_every > 0)
         tr->val = data_open_val(cfg, tr->train, g->replica, g->replicas, shape->V, &opt, &tr->val_batches, &tr->val_trained);
-    keep_context_columns(tr);
+    data_keep_context(cfg, tr->train, tr->val, g->cp, g->cp_rank);
     if (cfg->hellaswag) {   // a bad file is an error now, not at the first evaluation
         tr->hellaswag = (EvalFile*)xmalloc(sizeof(EvalFile));
         hellaswag_open(tr->hellaswag, cfg->hellaswag, shape->V, cfg->T);

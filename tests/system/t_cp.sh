@@ -3,7 +3,8 @@
 # global batch, from the same model file:
 #   - losses and gradient norms within 1e-5 at every step (fp32; bf16 and fp16 within 2e-2), for GPT-2
 #     (learned positions) and Llama with grouped kv heads (RoPE; at -cp 4 each kv head copied on two ranks), at
-#     -cp 2 and 4, under -z 0..3, -r 0, 2 and 3, with two replicas, and with -pp 2 (1f1b and zb);
+#     -cp 2 and 4, under -z 0..3, -r 0, 2 and 3, with two replicas, and with -pp 2 (1f1b and zb); the
+#     validation loss too;
 #   - a checkpoint written at -cp 2 resumes at -cp 1 and one written on one rank resumes at -cp 2, each ending
 #     where the uninterrupted run does;
 #   - the all-to-all bytes each rank logs per step equal the formula (four exchanges per block and
@@ -31,12 +32,14 @@ case_cp() {   # name, ranks, model, reference, tolerance, flags...
     compare_logs "$name" "$TMP/$name" "$TMP/$ref" "$tol"
 }
 # The one-rank references, per model and global batch (-ga replicas x stages' micro-batches).
-train 1 "$TMP/gpt2_ga1" -e "$GPT2" -ga 1 || t_fail reference "one-rank run failed"
+VAL=(-j "$TMP/train.bin" -v 4 -m 2)   # validation: every rank's share of each window's losses, summed
+train 1 "$TMP/gpt2_ga1" -e "$GPT2" -ga 1 "${VAL[@]}" || t_fail reference "one-rank run failed"
 train 1 "$TMP/gpt2_ga2" -e "$GPT2" -ga 2 || t_fail reference "one-rank run failed"
 train 1 "$TMP/llama_ga1" -e "$LLAMA" -ga 1 -n 4 || t_fail reference "one-rank run failed"
 train 1 "$TMP/llama_bf16" -e "$LLAMA" -p bf16 || t_fail reference "one-rank run failed"
 train 1 "$TMP/llama_fp16" -e "$LLAMA" -p fp16 || t_fail reference "one-rank run failed"
-case_cp cp2_gpt2 2 "$GPT2" gpt2_ga1 1e-5 -cp 2
+case_cp cp2_gpt2 2 "$GPT2" gpt2_ga1 1e-5 -cp 2 "${VAL[@]}"
+val_losses_match cp2_gpt2_val_loss "$TMP/cp2_gpt2/log.jsonl" "$TMP/gpt2_ga1/log.jsonl"
 case_cp cp4_gpt2_z1 4 "$GPT2" gpt2_ga1 1e-5 -cp 4 -z 1
 case_cp cp2_gpt2_z2_r2 2 "$GPT2" gpt2_ga1 1e-5 -cp 2 -z 2 -r 2
 case_cp cp4_gpt2_z3_r3 4 "$GPT2" gpt2_ga1 1e-5 -cp 4 -z 3 -r 3
@@ -120,5 +123,8 @@ bad cp_ring "-cpm ring: not yet built" -e "$GPT2" -cp 2 -cpm ring --estimate -w 
 bad cp_with_tp "-cp 2 with -tp: not yet built" -e "$GPT2" -cp 2 -tp 2 --estimate -w 4
 bad cp_with_offload "-cp 2 with -offload: not yet built" -e "$GPT2" -cp 2 -z 1 -offload 1 --estimate -w 2
 bad cp_with_lora "-cp 2 with -lora: not yet built" -e "$GPT2" -cp 2 -lora 4 --estimate -w 2
+bad cp_with_docmask "-cp 2 with -docmask: not yet built" -e "$GPT2" -cp 2 -docmask 1 --estimate -w 2
+bad cp_with_hellaswag "-cp 2 with -hs: not yet built" -e "$GPT2" -cp 2 -hs "$TMP/hs.bin" -v 1 --estimate -w 2
+bad cp_with_dump "-cp 2 with -dump: not yet built" -e "$GPT2" -cp 2 -dump "$TMP/d" --estimate -w 2
 bad cp_with_sampling "-cp 2 with -s (sampling; give -s 0): not yet built" -e "$GPT2" -cp 2 -s 5 --estimate -w 2
 t_finish
