@@ -37,7 +37,9 @@ void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head
     g->replicas = g->dp / cp;
     g->replica = g->dp_rank / cp;
     if (cp > 1) g->cp_group = comm_split(world, (g->stage * g->replicas + g->replica) * tp + g->tp_rank, g->cp_rank);
-    if (stages == 1 && tp == 1) {   // no other sub-groups: ZeRO works on the world
+    // No sub-groups: ZeRO works on the world. With any (a context group too) the data-parallel group is its own,
+    // so that the bytes it sends are logged apart from the others' (report.c).
+    if (stages == 1 && tp == 1 && cp == 1) {
         g->dp_group = world;
         return;
     }

@@ -17,7 +17,7 @@
 //         their gradients over it (NULL with one stage, on the stages in between, and for an untied head)
 //   kv_copies  the tp / KV neighbouring ranks of a tensor group that hold copies of one kv head, when the
 //         model has fewer kv heads than -tp: those heads' gradients sum over it (NULL otherwise)
-// With one stage and tp = 1, dp is the world itself; pp is NULL with one stage, tp NULL with tp = 1.
+// With one stage, tp = 1 and cp = 1, dp is the world itself; pp is NULL with one stage, tp NULL with tp = 1.
 // replicas and replica: which micro-batches a rank reads (the context ranks of one replica read the same).
 #pragma once
 #include "core/comm/comm.h"

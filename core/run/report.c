@@ -23,8 +23,9 @@ void report_layout(Logger* log, const ParamLayout* lay, const Config* cfg, int r
     int n = 0;
     for (int u = 0; u < lay->num_units && n < (int)sizeof(buf) - 32; u++)
         n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s%zu", u ? ", " : "", lay->units[u].padded);
-    char tp_field[32] = "";   // "tp" only with tensor parallelism, likewise
-    if (cfg->tensor_parallel > 1) snprintf(tp_field, sizeof(tp_field), ", \"tp\": %d", cfg->tensor_parallel);
+    char tp_field[64] = "";   // "tp" only with tensor parallelism, "cp" with context parallelism, likewise
+    int k = cfg->tensor_parallel > 1 ? snprintf(tp_field, sizeof(tp_field), ", \"tp\": %d", cfg->tensor_parallel) : 0;
+    if (cfg->context_parallel > 1) snprintf(tp_field + k, sizeof(tp_field) - (size_t)k, ", \"cp\": %d", cfg->context_parallel);
     // "offload" only when on, so the records of runs without it stay as they were.
     logger_line(log, "{\"step\": %d, \"layout\": {\"elements\": %zu, \"params\": %zu, \"ranks\": %d, \"zero\": %d, "
                 "\"dtype_bytes\": %zu, \"ga\": %d, \"B\": %d, \"T\": %d, \"recompute\": %d, \"L\": %d, \"C\": %d, \"NH\": %d, "

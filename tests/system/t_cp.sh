@@ -52,6 +52,9 @@ case_cp cp2_llama_r2 2 "$LLAMA" llama_ga1 1e-5 -cp 2 -r 2 -z 1
 case_cp cp2_llama_bf16 2 "$LLAMA" llama_bf16 2e-2 -cp 2 -p bf16
 case_cp cp2_llama_fp16 2 "$LLAMA" llama_fp16 2e-2 -cp 2 -p fp16
 t_check cp_announced "grep -q '1 replica x 2 context ranks' '$TMP/cp2_gpt2.txt'"
+t_check cp_logged "grep -q '\"cp\": 2' '$TMP/cp2_gpt2/log.jsonl'"
+# ZeRO works over replicas x context ranks unchanged: each rank's memory and traffic as the table's.
+for run in cp2_dp2_gpt2_z2 cp4_gpt2_z3_r3; do $PYTHON tests/tools/zero_check.py "$run" "$TMP/$run/log.jsonl" || FAILED=1; done
 
 # The all-to-all bytes per step on every rank: per block and micro-batch, the exchanges of q|k|v and of the
 # attention output forward and of their gradients backward, each sending (N-1)/N of its buffer (B T/N rows
