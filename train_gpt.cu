@@ -84,7 +84,7 @@ typedef struct {
 } Trainer;
 
 static long long tokens_per_step(const Trainer* tr) {
-    return (long long)tr->cfg.B * tr->cfg.T * tr->cfg.grad_accum * tr->grid.dp;
+    return (long long)tr->cfg.B * tr->cfg.T * tr->cfg.grad_accum * tr->grid.replicas;
 }
 
 static int is_root(const Trainer* tr) { return tr->rank == 0; }
@@ -102,8 +102,8 @@ static void create_chunks(Trainer* tr) {
     for (int c = 0; c < tr->chunks; c++) {
         layout_chunk_view(tr->layout, c, &tr->chunk_layout[c]);
         model_create(&tr->model[c], tr->be, &tr->mem, &tr->chunk_layout[c], zero_param_store(tr->zero), g->tp_group,
-                   g->kv_copies, cfg->sequence_parallel, cfg->precision, cfg->B, cfg->T, cfg->recompute, tr->plan.sets[g->stage][c],
-                   tr->plan.stash[g->stage], cfg->grad_accum);
+                     g->kv_copies, g->cp_group, cfg->sequence_parallel, cfg->precision, cfg->B, cfg->T / g->cp, cfg->recompute,
+                     tr->plan.sets[g->stage][c], tr->plan.stash[g->stage], cfg->grad_accum);
         if (tr->train && dataloader_has_documents(tr->train)) model_use_documents(&tr->model[c], tr->be, &tr->mem);
     }
 }
@@ -204,18 +204,19 @@ static void load_or_init_model(Trainer* tr) {
 
 static void open_data(Trainer* tr, const ModelShape* shape) {
     Config* cfg = &tr->cfg;
-    const Grid* g = &tr->grid;   // every stage of a replica reads that replica's windows
+    const Grid* g = &tr->grid;   // every stage and context rank of a replica reads that replica's windows
     if (config_generates(cfg)) return;   // generation reads no data and takes no step
     DataOptions opt = {cfg->pack, cfg->long_docs == LONG_TRUNCATE, data_document_token(cfg, tr->tokenizer, tr->tokenizer_path, shape->V)};
-    tr->train = dataloader_open_documents(cfg->train_pattern, cfg->B, cfg->T, g->dp_rank, g->dp, cfg->shuffle, cfg->seed,
+    tr->train = dataloader_open_documents(cfg->train_pattern, cfg->B, cfg->T, g->replica, g->replicas, cfg->shuffle, cfg->seed,
                                           shape->V, &opt);
     if (cfg->val_pattern && cfg->val_pattern[0] && cfg->val_every > 0)
-        tr->val = data_open_val(cfg, tr->train, g->dp_rank, g->dp, shape->V, &opt, &tr->val_batches, &tr->val_trained);
+        tr->val = data_open_val(cfg, tr->train, g->replica, g->replicas, shape->V, &opt, &tr->val_batches, &tr->val_trained);
+    data_keep_context(cfg, tr->train, tr->val, g->cp, g->cp_rank);
     if (cfg->hellaswag) {   // a bad file is an error now, not at the first evaluation
         tr->hellaswag = (EvalFile*)xmalloc(sizeof(EvalFile));
         hellaswag_open(tr->hellaswag, cfg->hellaswag, shape->V, cfg->T);
     }
-    long long epoch_steps = dataloader_windows_per_epoch(tr->train) / ((long long)cfg->grad_accum * g->dp);
+    long long epoch_steps = dataloader_windows_per_epoch(tr->train) / ((long long)cfg->grad_accum * g->replicas);
     if (cfg->max_steps < 0 && epoch_steps < 1)
         fail("one epoch of %s is shorter than one step (b*t*ga*replicas = %lld tokens); set -x", cfg->train_pattern, tokens_per_step(tr));
     if (cfg->max_steps < 0 && epoch_steps > 1 << 30)   // -x's own range
@@ -239,14 +240,15 @@ static void print_setup(Trainer* tr, CommKind comm) {
     const Config* cfg = &tr->cfg;
     const ModelShape* s = &tr->layout->shape;
     char delay[64];
-    char tensor[48] = "", shape[256];
-    if (tr->grid.tp > 1) snprintf(tensor, sizeof(tensor), " x %d tensor ranks", tr->grid.tp);
+    char tensor[96] = "", shape[256];
+    int n = tr->grid.cp > 1 ? snprintf(tensor, sizeof(tensor), " x %d context ranks", tr->grid.cp) : 0;
+    if (tr->grid.tp > 1) snprintf(tensor + n, sizeof(tensor) - (size_t)n, " x %d tensor ranks", tr->grid.tp);
     shape_describe(s, shape, sizeof(shape));
     printf("model %s: %zu parameters | %s on %s | %d rank%s (%s): %d stage%s x %d replica%s%s, "
            "ZeRO-%d%s%s | %d thread%s per rank | b=%d t=%d ga=%d | %d steps\n",
            shape, shape_param_count(s), dtype_name(cfg->precision), backend_device_name(tr->be),
-           tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), tr->grid.pp, tr->grid.pp > 1 ? "s" : "", tr->grid.dp,
-           tr->grid.dp > 1 ? "s" : "", tensor, cfg->zero_stage, offload_text(cfg), delay_text(cfg, delay, sizeof(delay)), tr->threads,
+           tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), tr->grid.pp, tr->grid.pp > 1 ? "s" : "", tr->grid.replicas,
+           tr->grid.replicas > 1 ? "s" : "", tensor, cfg->zero_stage, offload_text(cfg), delay_text(cfg, delay, sizeof(delay)), tr->threads,
            tr->threads > 1 ? "s" : "", cfg->B, cfg->T, cfg->grad_accum, tr->max_steps);
     if (!config_generates(cfg))
         printf("optimizer: AdamW beta1 %g, beta2 %g, eps %g, weight decay %g on 2-D tensors | gradient clip %g\n", cfg->adam_beta1,
@@ -285,9 +287,9 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->lora.seed = cfg->seed;   // LoRA's dropout masks follow -seed
     if (!cfg->precision_set) cfg->precision = backend_build_is_gpu() ? DT_BF16 : DT_FP32;
     int planned = cfg->estimate && cfg->plan_ranks ? cfg->plan_ranks : tr->ranks;
-    config_resolve_batch(cfg, shape.maxT, planned, cfg->pipeline_stages * cfg->tensor_parallel);
-    pipeline_plan(&tr->plan, &shape, cfg->pipeline_stages, cfg->pipe_schedule, cfg->virtual_stages, cfg->tensor_parallel, planned,
-                  cfg->T, cfg->grad_accum);
+    config_resolve_batch(cfg, shape.maxT, planned, cfg->pipeline_stages * cfg->tensor_parallel * cfg->context_parallel);
+    pipeline_plan(&tr->plan, &shape, cfg->pipeline_stages, cfg->pipe_schedule, cfg->virtual_stages, cfg->tensor_parallel,
+                  cfg->context_parallel, planned, cfg->T, cfg->grad_accum);
     if (cfg->estimate) {   // before any allocation, data or device
         if (is_root(tr)) print_memory_plan(plan_zero_states, cfg, &tr->plan, &shape, planned);
         comm_finalize(tr->world);
@@ -300,7 +302,8 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->be = backend_create(comm_local_rank(tr->world));
     comm_attach_backend(tr->world, tr->be);
     CommKind comm = comm_select(tr->world, cfg->comm);   // before any group is split
-    grid_create(&tr->grid, tr->world, cfg->pipeline_stages, cfg->tensor_parallel, shape.tied, shape_kv_copies(&shape, cfg->tensor_parallel));
+    grid_create(&tr->grid, tr->world, cfg->pipeline_stages, cfg->tensor_parallel, cfg->context_parallel, shape.tied,
+                shape_kv_copies(&shape, cfg->tensor_parallel));
     comm_watchdog_phase(tr->world, 1, "start-up: data and tokenizer");
     open_tokenizer(tr, &shape);   // first: -docmask's document-start token is the tokenizer's
     open_data(tr, &shape);
@@ -364,7 +367,7 @@ static void trainer_teardown(Trainer* tr) {
 static int validate(Trainer* tr, int step) {
     const Grid* g = &tr->grid;
     double sum = 0.0;
-    int rounds = (tr->val_batches + g->dp - 1) / g->dp;
+    int rounds = (tr->val_batches + g->replicas - 1) / g->replicas;
     for (int i = 0; i < rounds; i++) {
         if (i > 0 && stop_requested(tr)) {
             if (is_root(tr)) printf("step %d | validation stopped by a signal after %d of %d rounds: no val loss\n", step, i, rounds);
@@ -373,7 +376,7 @@ static int validate(Trainer* tr, int step) {
         dataloader_read(tr->val, i, 1, 0, &tr->batch);
         MicroBatch mb = pipeline_micro_batch(&tr->batch, tr->val);
         double loss = pipeline_forward(&tr->pipe, tr->model, tr->be, &mb);
-        if (i * g->dp + g->dp_rank < tr->val_batches && g->tp_rank == 0) sum += loss;   // a tensor group's losses are one
+        if (i * g->replicas + g->replica < tr->val_batches && g->tp_rank == 0) sum += loss;   // a tensor group's losses are one
     }
     comm_allreduce_host_sum(tr->world, &sum, 1);
     double val_loss = sum / (double)tr->val_trained;

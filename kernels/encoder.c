@@ -86,8 +86,8 @@ static void backward_range(DType dt, void* dwte, void* dwpe, const void* dout, c
     TokenGroups g = group_by_token(tokens, B * T, v0, Vl);
     scatter_groups(dt, dwte, dout, &g, C);
     free_groups(&g);
-    if (dwpe && pos) {   // positions repeat across documents: grouped like tokens
-        TokenGroups p = group_by_token(pos, B * T, 0, T);
+    if (dwpe && pos) {   // positions repeat across documents, or start past T (-cp): grouped like tokens
+        TokenGroups p = group_by_token(pos, B * T, 0, INT_MAX);
         scatter_groups(dt, dwpe, dout, &p, C);
         free_groups(&p);
         return;

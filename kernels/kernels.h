@@ -96,10 +96,13 @@ void convert(Backend* be, void* dst, DType dst_dt, const void* src, DType src_dt
 // Documents. Two optional per-token int arrays (B,T) in backend memory describe the documents packed into each
 // row; NULL means each row is one document starting at 0, and then the kernels compute what they computed
 // before documents existed, bit for bit:
-// - pos: the token's position in its document (the learned position row wpe[pos]; RoPE's angle (float)pos);
+// - pos: the token's position in its document (the learned position row wpe[pos]; RoPE's angle (float)pos), or
+//   in its sequence when a row holds a later part of one (context parallelism: positions p0 .. p0 + T - 1; the
+//   caller keeps them below the position table's rows);
 // - doc: the row index of the first token of the token's document. Query t attends keys j with
 //   doc[t] <= j <= t (block-diagonal causal). Documents are contiguous: doc is non-decreasing within a row,
-//   doc[t] <= t, and doc[t] == doc[t'] for every t' in [doc[t], t]; then pos[t] = t - doc[t] in [0, t].
+//   doc[t] <= t, and doc[t] == doc[t'] for every t' in [doc[t], t]; then pos[t] = t - doc[t] in [0, t]. pos
+//   without doc is each row one document, positions from its first token's.
 // The argument goes right after the token or qkv input it qualifies. The CPU twins check the arrays (a malformed
 // one is a one-line error); the CUDA kernels read them as given.
 

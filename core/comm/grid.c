@@ -3,11 +3,15 @@
 
 #include "base/common.h"
 
-void grid_check(int stages, int tp, int ranks) {
+void grid_check(int stages, int tp, int cp, int ranks) {
     if (tp < 1) fail("-tp %d: the tensor-parallel degree must be positive", tp);
+    if (cp < 1) fail("-cp %d: the context-parallel degree must be positive", cp);
     if (ranks % tp != 0) fail("-tp %d does not divide the %d ranks into tensor groups (launch a multiple of %d ranks)", tp, ranks, tp);
-    if (stages < 1 || ranks % (stages * tp) != 0)
-        fail("-pp %d does not divide the %d ranks into equal stages (launch a multiple of %d ranks)", stages, ranks, stages * tp);
+    if (ranks % (tp * cp) != 0)
+        fail("-cp %d does not divide the %d ranks into context groups of %d (launch a multiple of %d ranks)", cp, ranks, cp * tp,
+             cp * tp);
+    if (stages < 1 || ranks % (stages * tp * cp) != 0)
+        fail("-pp %d does not divide the %d ranks into equal stages (launch a multiple of %d ranks)", stages, ranks, stages * tp * cp);
 }
 
 // Every rank takes part in each split; a rank outside a group joins none (no NCCL communicator of one).
@@ -15,10 +19,10 @@ static Comm* split_or_null(Comm* world, int member, int color, int key) {
     return comm_split(world, member ? color : COMM_NO_GROUP, key);
 }
 
-void grid_create(Grid* g, Comm* world, int stages, int tp, int tied_head, int kv_copies) {
+void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head, int kv_copies) {
     int rank = comm_rank(world), ranks = comm_size(world);
-    if (stages < 1 || tp < 1 || ranks % (stages * tp) != 0)
-        fail("internal: grid of %d stages x tp %d on %d ranks (pipeline_plan checks this)", stages, tp, ranks);
+    if (stages < 1 || tp < 1 || cp < 1 || ranks % (stages * tp * cp) != 0)
+        fail("internal: grid of %d stages x cp %d x tp %d on %d ranks (pipeline_plan checks this)", stages, cp, tp, ranks);
     if (kv_copies < 1 || tp % kv_copies != 0) fail("internal: %d copies of each kv head on %d tensor ranks", kv_copies, tp);
     memset(g, 0, sizeof(*g));
     g->world = world;
@@ -28,7 +32,14 @@ void grid_create(Grid* g, Comm* world, int stages, int tp, int tied_head, int kv
     g->tp_rank = rank % tp;
     g->dp_rank = rank / tp % g->dp;
     g->stage = rank / (tp * g->dp);
-    if (stages == 1 && tp == 1) {   // no sub-groups: ZeRO works on the world
+    g->cp = cp;
+    g->cp_rank = g->dp_rank % cp;
+    g->replicas = g->dp / cp;
+    g->replica = g->dp_rank / cp;
+    if (cp > 1) g->cp_group = comm_split(world, (g->stage * g->replicas + g->replica) * tp + g->tp_rank, g->cp_rank);
+    // No sub-groups: ZeRO works on the world. With any (a context group too) the data-parallel group is its own,
+    // so that the bytes it sends are logged apart from the others' (report.c).
+    if (stages == 1 && tp == 1 && cp == 1) {
         g->dp_group = world;
         return;
     }
@@ -43,6 +54,7 @@ void grid_destroy(Grid* g) {
     if (g->dp_group != g->world) comm_free(g->dp_group);
     comm_free(g->pp_group);
     comm_free(g->tp_group);
+    comm_free(g->cp_group);
     comm_free(g->tied);
     comm_free(g->kv_copies);
     memset(g, 0, sizeof(*g));

@@ -37,6 +37,7 @@ struct DataLoader {
     int64_t* perm;
     long long perm_epoch;
     int B, T;
+    int keep_first, keep_count;   // the columns of each row dataloader_read keeps (dataloader_keep_columns)
     // Documents: every shard's mask file, or plain shards with doc_token >= 0; neither: today's windows.
     int masks;
     int doc_token;
@@ -482,7 +483,7 @@ static void read_packed(DataLoader* dl, long long j, Batch* b) {
     }
 }
 
-void dataloader_read(DataLoader* dl, long long step, int ga, int micro, Batch* b) {
+static void read_window(DataLoader* dl, long long step, int ga, int micro, Batch* b) {
     long long j = window_at(dl, step, ga, micro);
     if (dataloader_has_documents(dl) && (!b->pos || !b->doc)) fail("internal: a batch of documents without pos and doc");
     if (dl->packed) {
@@ -500,6 +501,26 @@ void dataloader_read(DataLoader* dl, long long step, int ga, int micro, Batch* b
         b->tokens[i] = (int)dl->raw[i];   // < vocab <= INT_MAX
         b->targets[i] = (int)dl->raw[i + 1];
     }
+}
+
+void dataloader_keep_columns(DataLoader* dl, int first, int count) {
+    if (dataloader_has_documents(dl)) fail("internal: a row's columns kept from documents (their doc indices are rows')");
+    if (first < 0 || count < 1 || first + count > dl->T) fail("internal: columns [%d, %d) of rows of %d", first, first + count, dl->T);
+    dl->keep_first = first;
+    dl->keep_count = count;
+}
+
+// Row r's kept columns move to [r count, (r+1) count): each row's source lies at or after its destination.
+static void keep_columns(const DataLoader* dl, int* v) {
+    for (int r = 0; r < dl->B; r++)
+        memmove(v + (size_t)r * dl->keep_count, v + (size_t)r * dl->T + dl->keep_first, (size_t)dl->keep_count * sizeof(int));
+}
+
+void dataloader_read(DataLoader* dl, long long step, int ga, int micro, Batch* b) {
+    read_window(dl, step, ga, micro, b);
+    if (dl->keep_count == 0 || dl->keep_count == dl->T) return;
+    keep_columns(dl, b->tokens);
+    keep_columns(dl, b->targets);
 }
 
 void dataloader_batch(DataLoader* dl, long long step, int ga, int micro, int* inputs, int* targets) {

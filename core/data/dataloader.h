@@ -69,6 +69,9 @@ int dataloader_is_packed(const DataLoader* dl);
 PackStats dataloader_pack_stats(const DataLoader* dl);
 // The micro-batch of (step, ga, micro) on this rank: tokens, targets and, with documents, pos and doc.
 void dataloader_read(DataLoader* dl, long long step, int ga, int micro, Batch* b);
+// From now on dataloader_read keeps columns [first, first + count) of each of the B rows of tokens and
+// targets, packed into B x count (a context rank's positions, -cp); dataloader_batch too. Not with documents.
+void dataloader_keep_columns(DataLoader* dl, int first, int count);
 // The place of that micro-batch in the data order, (step * ga + micro) * world + rank, before any shuffle: the
 // same data has the same place under every layout (one rank with -ga n reads what n replicas read).
 long long dataloader_position(const DataLoader* dl, long long step, int ga, int micro);

@@ -11,10 +11,11 @@
 // Elements per token of a buffer. The walk's own widths: 1, C, and for the generic steps' scratch the
 // rank's query heads NH/tp (W_NHA) and a copied kv head's k|v (W_KVA_COPIED: 2 D, 0 unless the model has
 // fewer kv heads than tensor ranks); the head's: VPA, the rank's vocabulary columns (Vp/tp), and VSTAT,
-// 1 + 3 tp under -tp (the vocabulary-parallel cross-entropy's row max and every rank's row sums), 0 without.
+// 1 + 3 tp under -tp (the vocabulary-parallel cross-entropy's row max and every rank's row sums), 0 without;
+// under -cp the exchanged q|k|v and attention output per token row (context_width), 0 without.
 // A family numbers its own widths from W_FAMILY and gives their sizes in BlockOps.width.
 typedef int Width;
-enum { W_1, W_C, W_NHA, W_KVA_COPIED, W_VPA, W_VSTAT, W_FAMILY };
+enum { W_1, W_C, W_NHA, W_KVA_COPIED, W_VPA, W_VSTAT, W_CP_QKV, W_CP_ATT, W_FAMILY };
 // Which recompute levels keep a block's tensor for every block (the others hold one slot that the forward
 // overwrites block after block and the backward refills): norms and attention below -r 2, the MLP's
 // activation below -r 1, everything inside the block but its input below -r 3. SCRATCH: one slot the
@@ -46,6 +47,9 @@ size_t width_elems(const ParamLayout* lay, Width w);
 void* block_buffer(Model* g, int i, int l);
 // The same for a buffer that recompute never drops: the residual stream's block l (0: the stage's input).
 void* residual_at(Model* g, int l);
+// Under -cp, block l's exchanged q|k|v and attention output (walk.h), kept as -r keeps q|k|v and attention.
+void* context_qkv_heads(Model* g, int l);
+void* context_att_heads(Model* g, int l);
 
 // ---- the forward's steps -------------------------------------------------------------------------------
 // Per rank: C the model's width, CA attention channels in NH query and KV key/value heads of D, CF the MLP's
@@ -69,6 +73,11 @@ void* sum_partials(Model* g, void* all);
 void* gather_rows(Model* g, Backend* be, void* all, const void* mine);
 // A row-parallel projection's bias, added once, by tensor rank 0, before the sum (NULL on the others).
 const void* row_bias(const Model* g, const void* bias);
+// Causal self-attention of the rank's rows, out (N, CA) and lse from qkv (N, (NH+2KV)D), as attention_forward;
+// under -cp across the context group (context_parallel.h), for the stage's block `index`. The refill is
+// -r 2's recompute, from the q|k|v that level keeps.
+void attention_forward_step(Model* g, Backend* be, int index, void* out, float* lse, const void* qkv);
+void attention_refill_step(Model* g, Backend* be, int index, void* out, float* lse, const void* qkv);
 
 // ---- the backward's steps ----------------------------------------------------------------------------
 typedef enum {
@@ -81,6 +90,7 @@ typedef struct {
     Model* g;
     Backend* be;
     BackwardMode mode;
+    int index;               // the stage's block being differentiated (BlockRef.index)
     WeightGradStash stash;   // B and W: the block's slices of the micro-batch's stash slot
 } BlockBackward;
 
@@ -103,7 +113,7 @@ void qkv_matmul_step(BlockBackward* c, void* dinp, void* dqkv, const void* inp, 
 // A norm of this rank's rows (dinp accumulates).
 void norm_step(BlockBackward* c, void* dinp, const void* dout, const void* inp, const void* w, const float* mean,
                const float* rstd, void* dw, void* db);
-// Causal self-attention, out (N, CA) from qkv (N, (NH+2KV)D): no parameters, so nothing for W.
+// Causal self-attention's backward (under -cp through the context group): no parameters, so nothing for W.
 void attention_step(BlockBackward* c, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse);
 
 // ---- a family's block ----------------------------------------------------------------------------------

@@ -175,6 +175,7 @@ void layout_build_stage(ParamLayout* lay, const ModelShape* s, size_t pad_multip
     lay->shape = *s;
     lay->tp_rank = tp_rank;
     lay->tp_size = tp_size;
+    lay->cp_size = 1;
     lay->first_block = first_block[0];
     lay->num_chunks = chunks;
     for (int c = 0; c < chunks; c++) {

@@ -2,6 +2,7 @@
 #include "core/model/block.h"
 
 #include "base/common.h"
+#include "core/model/context_parallel.h"
 
 static void* slice(void* base, size_t elems_per_layer, int l, DType dt) {
     return (char*)base + (size_t)l * elems_per_layer * dtype_size(dt);
@@ -183,8 +184,24 @@ void norm_step(BlockBackward* c, void* dinp, const void* dout, const void* inp, 
     }
 }
 
+void attention_forward_step(Model* g, Backend* be, int index, void* out, float* lse, const void* qkv) {
+    BlockDims d = block_dims(g);
+    if (g->cp) context_attention_forward(g, be, index, out, lse, qkv, 0);
+    else attention_forward(be, g->dt, out, lse, qkv, g->acts.doc, d.B, d.T, d.NH, d.KV, d.D);
+}
+
+void attention_refill_step(Model* g, Backend* be, int index, void* out, float* lse, const void* qkv) {
+    BlockDims d = block_dims(g);
+    if (g->cp) context_attention_forward(g, be, index, out, lse, qkv, 1);
+    else attention_forward(be, g->dt, out, lse, qkv, g->acts.doc, d.B, d.T, d.NH, d.KV, d.D);
+}
+
 void attention_step(BlockBackward* c, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse) {
     if (c->mode == BWD_WEIGHT) return;
+    if (c->g->cp) {
+        context_attention_backward(c->g, c->be, c->index, dqkv, dout, lse);
+        return;
+    }
     BlockDims d = block_dims(c->g);
     attention_backward(c->be, c->g->dt, dqkv, c->g->acts.att_scratch, dout, qkv, out, lse, c->g->acts.doc, d.B, d.T, d.NH, d.KV, d.D);
 }

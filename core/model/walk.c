@@ -6,6 +6,7 @@
 
 #include "base/common.h"
 #include "core/model/block.h"
+#include "core/model/context_parallel.h"
 
 static void* slice(void* base, size_t elems_per_layer, int l, DType dt) {
     return (char*)base + (size_t)l * elems_per_layer * dtype_size(dt);
@@ -41,6 +42,8 @@ size_t width_elems(const ParamLayout* lay, Width w) {
         case W_KVA_COPIED: return layout_kv_copies(lay) > 1 ? 2 * (size_t)layout_kv_heads(lay) * (size_t)layout_head_size(lay) : 0;
         case W_VPA: return (size_t)layout_vocab_rows(lay);
         case W_VSTAT: return tp > 1 ? 1 + 3 * tp : 0;
+        case W_CP_QKV:
+        case W_CP_ATT: return context_width(lay, w);
         default: return lay->shape.family->block->width(lay, w);
     }
 }
@@ -52,6 +55,8 @@ typedef enum {
     HEAD,        // one on the stage with the LM head, none elsewhere
     ENCODER,     // one on the stage with the embedding lookup (its backward reads the tokens)
     UPSTREAM,    // one on a stage without it: one that sends d(input) to an earlier stage
+    BLOCKS_MID,  // one per block where the recompute level keeps KEPT_MID tensors, else one shared slot
+    BLOCKS_ATT,  // the same for KEPT_ATT
 } Extent;
 
 typedef struct {
@@ -82,6 +87,10 @@ static const WalkBuffer WALK_BUFFERS[] = {
     BUF(att_scratch, WORK, W_NHA, E_F32),
     BUF(dkv_copied, WORK, W_KVA_COPIED, E_DT),
     OWN(dinput_out, UPSTREAM, W_C, E_DT),
+    BUF(qkv_heads, BLOCKS_MID, W_CP_QKV, E_DT),
+    BUF(att_heads, BLOCKS_ATT, W_CP_ATT, E_DT),
+    BUF(cp_send, WORK, W_CP_QKV, E_DT),
+    BUF(cp_recv, WORK, W_CP_QKV, E_DT),
 };
 #undef BUF
 #undef OWN
@@ -105,6 +114,10 @@ static BufferPlan plan_buffer(const ParamLayout* lay, const BlockOps* ops, size_
         return (BufferPlan){every ? L : 1, every && b->kept != SCRATCH, b->width, b->elem, b->rows};
     }
     const WalkBuffer* b = &WALK_BUFFERS[i];
+    if (b->extent == BLOCKS_MID || b->extent == BLOCKS_ATT) {
+        int every = kept_every_block(b->extent == BLOCKS_MID ? KEPT_MID : KEPT_ATT, k);
+        return (BufferPlan){every ? L : 1, every, b->width, b->elem, b->rows};
+    }
     int head = lay->final_unit >= 0, enc = lay->emb_unit >= 0 && !lay->emb_mirror;
     size_t slices = b->extent == RESIDUAL ? L + 1 : b->extent == HEAD ? (size_t)head : b->extent == ENCODER ? (size_t)enc
                     : b->extent == UPSTREAM ? (size_t)!enc : 1;
@@ -157,6 +170,7 @@ size_t model_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, in
         total += plan_bytes(&p, lay, dt, B, T, sp) * (size_t)(p.per_set ? num_sets : 1);
     }
     for (int f = 0; f < ops->num_stash; f++) total += stash_elems(lay, ops, B, T, sp, f) * dtype_size(dt) * (size_t)num_stash;
+    if (lay->cp_size > 1) total += (size_t)B * T * sizeof(int);   // cp_pos
     return total + (ops->constants ? ops->constants(&lay->shape, NULL) * sizeof(float) : 0) + lora_work_bytes(lay, dt, B, T);
 }
 
@@ -176,9 +190,21 @@ static void alloc_buffers(Model* g, Backend* be, MemLedger* mem) {
                 mem_alloc(be, mem, MEM_ACTIVATIONS, stash_elems(g->layout, g->ops, g->B, g->T, g->sp, f) * dtype_size(g->dt));
 }
 
-void model_create(Model* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, Comm* kv_copies, int sp,
-                DType dt, int B, int T, int recompute, int num_sets, int num_stash, int micro) {
+// Under -cp every token's position: this rank's t / cp of each row start at cp_rank * t / cp.
+static void create_positions(Model* g, Backend* be, MemLedger* mem) {
+    size_t N = (size_t)g->B * g->T;
+    int* host = (int*)xmalloc(N * sizeof(int));
+    for (size_t i = 0; i < N; i++) host[i] = comm_rank(g->cp) * g->T + (int)(i % (size_t)g->T);
+    g->cp_pos = (int*)mem_alloc(be, mem, MEM_ACTIVATIONS, N * sizeof(int));
+    be_upload(be, g->cp_pos, host, N * sizeof(int));
+    free(host);
+}
+
+void model_create(Model* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, Comm* kv_copies,
+                  Comm* cp, int sp, DType dt, int B, int T, int recompute, int num_sets, int num_stash, int micro) {
     memset(g, 0, sizeof(*g));
+    if ((cp ? comm_size(cp) : 1) != layout->cp_size)
+        fail("internal: a layout for %d context ranks on a group of %d", layout->cp_size, cp ? comm_size(cp) : 1);
     int tp_ranks = tp ? comm_size(tp) : 1, copies = kv_copies ? comm_size(kv_copies) : 1;
     if (tp_ranks != layout->tp_size) fail("internal: a layout for %d tensor ranks on a group of %d", layout->tp_size, tp_ranks);
     if (copies != layout_kv_copies(layout)) fail("internal: %d copies of each kv head in the layout, a group of %d", layout_kv_copies(layout), copies);
@@ -191,6 +217,7 @@ void model_create(Model* g, Backend* be, MemLedger* mem, const ParamLayout* layo
     g->store = store;
     g->tp = tp;
     g->kv_copies = kv_copies;
+    g->cp = cp;
     g->dt = dt;
     g->B = B;
     g->T = T;
@@ -210,6 +237,7 @@ void model_create(Model* g, Backend* be, MemLedger* mem, const ParamLayout* layo
         be_upload(be, g->constants, host, nc * sizeof(float));
         free(host);
     }
+    if (cp) create_positions(g, be, mem);
     if (model_has_encoder(g) || model_has_head(g)) batch_io_create(&g->io, be, B * T, micro);   // the only users
     lora_work_create(g, be, mem);
 }
@@ -222,11 +250,13 @@ void model_use_documents(Model* g, Backend* be, MemLedger* mem) {
     if (!g->io.rows) batch_io_create(&g->io, be, g->B * g->T, 1);
 }
 
-// Set `set`'s pos and doc: the micro-batch's, uploaded, or NULL without documents.
+// Set `set`'s pos and doc: the micro-batch's, uploaded; without documents no doc and the positions of
+// -cp (NULL without).
 static void upload_documents(Model* g, Backend* be, int set, const MicroBatch* mb) {
     Activations* a = &g->sets[set];
     if (!mb->pos || !mb->doc) {
-        a->pos = a->doc = NULL;
+        a->pos = g->cp_pos;
+        a->doc = NULL;
         return;
     }
     if (!g->doc_arrays) fail("internal: a micro-batch with documents on a model without model_use_documents");
@@ -249,6 +279,7 @@ void model_destroy(Model* g, Backend* be) {
     for (int slot = 0; slot < g->num_stash; slot++)
         for (int f = 0; f < g->ops->num_stash; f++) be_free(be, g->stash[slot].field[f]);
     if (g->constants) be_free(be, g->constants);
+    if (g->cp_pos) be_free(be, g->cp_pos);
     lora_work_destroy(g, be);
     free(g->stash);
     free(g->sets);
@@ -280,6 +311,15 @@ void* block_buffer(Model* g, int i, int l) {
     int at = kept_every_block(b->kept, keep_for(g->recompute)) ? l : 0;
     return (char*)g->acts.block[i] + (size_t)at * per_block * (b->elem == E_DT ? dtype_size(g->dt) : 4);
 }
+
+// Block l's slice of a walk buffer kept per block where the recompute level keeps `kept`.
+static void* kept_slice(Model* g, void* base, KeptBy kept, Width w, int l) {
+    int at = kept_every_block(kept, keep_for(g->recompute)) ? l : 0;
+    return (char*)base + (size_t)at * (size_t)g->B * g->T * width_elems(g->layout, w) * dtype_size(g->dt);
+}
+
+void* context_qkv_heads(Model* g, int l) { return kept_slice(g, g->acts.qkv_heads, KEPT_MID, W_CP_QKV, l); }
+void* context_att_heads(Model* g, int l) { return kept_slice(g, g->acts.att_heads, KEPT_ATT, W_CP_ATT, l); }
 
 // Block l's slices (l counts the stage's blocks) of stash slot `slot`.
 static WeightGradStash stash_of_block(Model* g, int slot, int l) {
@@ -410,7 +450,7 @@ static void backward_walk(Model* g, Backend* be, int set, BackwardMode mode, int
         BlockRef b = {.index = i, .layer = l, .params = store_params(ps, be, u)};   // one request (a gather) serves both
         if (g->recompute >= 3) g->ops->forward(g, be, &b, 1);
         else g->ops->recompute(g, be, &b);
-        BlockBackward c = {.g = g, .be = be, .mode = mode};
+        BlockBackward c = {.g = g, .be = be, .mode = mode, .index = i};
         if (mode != BWD_FUSED) c.stash = stash_of_block(g, slot, i);
         if (weights) b.grads = store_grads(ps, be, u);
         g->ops->backward(&c, &b);

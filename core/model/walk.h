@@ -36,6 +36,13 @@ typedef struct {
     float* att_scratch;  // (B, NH/tp, T)
     void* dkv_copied;  // (N, 2 D)  a kv head's gradient, summed over its copies (kv heads fewer than -tp)
     void* dinput_out;  // (N, C)   rows; d(input) on its way upstream (a stage without the embeddings)
+    // Context parallelism (-cp N, context_parallel.h; NULL without): q|k|v and attention's output in the
+    // exchanged layout, (B, N T, this rank's heads), per block as -r keeps q|k|v and attention; the exchange's
+    // send and receive buffers.
+    void* qkv_heads;   // (N, W_CP_QKV)
+    void* att_heads;   // (N, W_CP_ATT)
+    void* cp_send;     // (N, W_CP_QKV)
+    void* cp_recv;     // (N, W_CP_QKV)
     void* block[MAX_BLOCK_BUFFERS];   // the family's BlockOps.buffers
     // Documents (kernels.h): each token's position in its document and the row index of its document's first
     // token, (N) ints of the set's micro-batch; NULL: each row is one document from slot 0 (today's kernels).
@@ -69,6 +76,9 @@ typedef struct {
     ParamStore store;    // where each unit's parameters and gradients live (param_store.h)
     Comm* tp;            // the tensor group (grid.h), NULL without tensor parallelism
     Comm* kv_copies;     // the tensor ranks holding copies of this rank's kv head (grid.h), or NULL
+    Comm* cp;            // the context group (grid.h), NULL without context parallelism; T is then this
+                         // rank's share of each sequence, t / cp positions from cp_pos's first
+    int* cp_pos;         // (B*T) every token's position in its sequence, under -cp (NULL without)
     int sp;              // sequence parallelism: the regions outside the tensor-parallel layers split by rows
     int rows;            // rows of the "rows" buffers: N, or N / tp with sp
     const BlockOps* ops; // the family's block
@@ -95,15 +105,16 @@ static inline int model_has_head(const Model* g) { return g->layout->final_unit 
 // over the layout's blocks; parameters and gradients come from `store`. The LM head's buffers (logits) are
 // one, shared by the sets: the schedule runs each of that stage's backwards before its next forward.
 // micro: the micro-batches of a step, whose losses wait in page-locked slots until the step reads them.
-void model_create(Model* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, Comm* kv_copies, int sp,
-                DType dt, int B, int T, int recompute, int num_sets, int num_stash, int micro);
+// cp: the context group (layout->cp_size ranks) or NULL; T is then this rank's t / cp positions of each row.
+void model_create(Model* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, Comm* kv_copies,
+                  Comm* cp, int sp, DType dt, int B, int T, int recompute, int num_sets, int num_stash, int micro);
 void model_destroy(Model* g, Backend* be);
 // Micro-batches with documents (MicroBatch.pos/doc) will come: each activation set gets device pos and doc
 // arrays, and a stage without the embeddings or the head an upload ring too (every block's attention reads them).
 void model_use_documents(Model* g, Backend* be, MemLedger* mem);
 // The bytes model_use_documents allocated (activations no -r level saves; 0 without documents).
 size_t model_document_bytes(const Model* g);
-// Activation bytes model_create allocates (for the memory plan).
+// Activation bytes model_create allocates (for the memory plan); T as model_create's.
 size_t model_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, int recompute, int num_sets, int num_stash,
                             int sp);
 

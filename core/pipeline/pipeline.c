@@ -2,15 +2,17 @@
 #include "core/pipeline/pipeline.h"
 
 #include "base/common.h"
+#include "core/model/context_parallel.h"
 
 _Static_assert(MAX_CHUNKS == MAX_MODEL_CHUNKS, "schedule.h and model.h disagree on the most model chunks");
 
-void pipeline_plan(PipelinePlan* plan, const ModelShape* s, int stages, ScheduleKind schedule, int chunks, int tp, int ranks,
-                   int T, int micro) {
+void pipeline_plan(PipelinePlan* plan, const ModelShape* s, int stages, ScheduleKind schedule, int chunks, int tp, int cp,
+                   int ranks, int T, int micro) {
     if (stages > s->L) fail("-pp %d: more pipeline stages than the model's %d layers (each stage needs a block)", stages, s->L);
     char why[200];
     if (tp >= 1 && !s->family->splits_tp(s, tp, why, sizeof(why))) fail("%s", why);
-    grid_check(stages, tp, ranks);
+    if (cp > 1 && !context_splits(s, cp, why, sizeof(why))) fail("%s", why);
+    grid_check(stages, tp, cp, ranks);
     schedule_check(schedule, stages, micro, chunks);
     if (stages * chunks > s->L)
         fail("-pp %d -vp %d: %d virtual stages but the model has %d layers (each needs a block)", stages, chunks,
@@ -18,6 +20,7 @@ void pipeline_plan(PipelinePlan* plan, const ModelShape* s, int stages, Schedule
     memset(plan, 0, sizeof(*plan));
     plan->stages = stages;
     plan->tp = tp;
+    plan->cp = cp;
     plan->micro = micro;
     plan->schedule = schedule;
     plan->chunks = chunks;
@@ -42,6 +45,7 @@ void pipeline_stage_layout(ParamLayout* lay, const PipelinePlan* plan, const Mod
         count[c] = plan->count[c * plan->stages + stage];
     }
     layout_build_stage(lay, s, layout_pad_multiple(dp), first, count, plan->chunks, emb, last, tp_rank, plan->tp);
+    lay->cp_size = plan->cp;
 }
 
 // The chunk with the LM head keeps one set of logits: each of its forwards must be followed by that

@@ -21,7 +21,8 @@
 // start-up line. One stage (no -pp) is the same plan with P = 1.
 typedef struct {
     int stages;                  // P
-    int tp;                      // -tp: ranks sharing each stage's blocks (grid.h); the replicas are ranks / (P * tp)
+    int tp;                      // -tp: ranks sharing each stage's blocks (grid.h)
+    int cp;                      // -cp: ranks sharing each sequence (grid.h); the replicas are ranks / (P * tp * cp)
     int micro;                   // m = -ga micro-batches per step
     ScheduleKind schedule;       // -ps
     int chunks;                  // -vp: model chunks per stage (1 but with interleaving)
@@ -33,12 +34,12 @@ typedef struct {
     double bubble;               // the schedule's idle over useful time, per stage (schedule_bubble)
 } PipelinePlan;
 
-// Checks -pp, -ps, -vp and -tp against the model (a block per stage at least, heads divisible), against
+// Checks -pp, -ps, -vp, -tp and -cp against the model (a block per stage at least, heads divisible), against
 // `ranks` (the launched world, or --estimate's -w) and against m = micro, one-line errors, then splits the
 // blocks at sequence length T and sizes each stage's activation sets and stash from its schedule.
-void pipeline_plan(PipelinePlan* plan, const ModelShape* s, int stages, ScheduleKind schedule, int chunks, int tp, int ranks,
-                   int T, int micro);
-// The data-parallel replicas of `ranks` under the plan.
+void pipeline_plan(PipelinePlan* plan, const ModelShape* s, int stages, ScheduleKind schedule, int chunks, int tp, int cp,
+                   int ranks, int T, int micro);
+// ZeRO's data-parallel group of `ranks` under the plan: the replicas times their context ranks (grid.h).
 static inline int plan_replicas(const PipelinePlan* plan, int ranks) { return ranks / (plan->stages * plan->tp); }
 
 typedef struct {
@@ -49,7 +50,8 @@ typedef struct {
 
 // Stage `stage` of the plan: its blocks (tensor rank tp_rank's shard of each; one range per chunk), the
 // embeddings on the first stage, the final LayerNorm and the head's mirror of the embeddings on the last;
-// units padded for `dp` replicas. One stage: the whole model.
+// units padded for a data-parallel group of `dp`; the plan's context ranks size attention's exchange
+// buffers (layout_context_ranks). One stage: the whole model.
 void pipeline_stage_layout(ParamLayout* lay, const PipelinePlan* plan, const ModelShape* s, int dp, int stage, int tp_rank);
 // Builds this stage's schedule; checks that it holds no more micro-batches at once than the plan's
 // activation sets and stash, and that the stage with the LM head runs each backward before the next forward

@@ -48,6 +48,30 @@ static void check_lora(const Config* c) {
     if (c->lora_init && !c->lora_init[0]) fail("-lora-init needs a file or folder name");
 }
 
+// What -cp does not compose with yet, for the one-line refusal: each needs its own context-parallel path (a
+// tensor group inside a context group, the host's copies of the state, the adapters' dropout by position, a
+// sequence per example or per generated token, documents' positions, one rank's whole logits).
+const char* config_context_unbuilt(const Config* c) {
+    if (c->context_parallel < 2) return NULL;
+    if (c->tensor_parallel > 1) return "-tp";
+    if (c->offload) return "-offload";
+    if (c->lora.rank) return "-lora";
+    if (c->hellaswag) return "-hs";
+    if (c->docmask) return "-docmask";
+    if (c->dump_dir) return "-dump";
+    if (c->prompt || c->chat || c->chat_file) return c->prompt ? "-prompt" : "-chat";
+    if (c->sample_every > 0) return "-s (sampling; give -s 0)";
+    return NULL;
+}
+
+static void check_context(const Config* c) {
+    if (c->context_mode == CP_RING) fail("-cpm ring: not yet built (ring attention); -cpm ulysses is");
+    const char* flag = config_context_unbuilt(c);
+    if (flag) fail("-cp %d with %s: not yet built", c->context_parallel, flag);
+    if (c->T % c->context_parallel)
+        fail("-t %d does not split into -cp %d equal parts (t must be a multiple of %d)", c->T, c->context_parallel, c->context_parallel);
+}
+
 int config_chats(const Config* c) { return c->chat || c->chat_file; }
 int config_generates(const Config* c) { return c->prompt || config_chats(c); }
 
@@ -95,6 +119,7 @@ static void check_combinations(const Config* c) {
     check_nvme(c);
     check_lora(c);
     config_check_schedule(c);
+    check_context(c);
 }
 
 void config_parse(Config* c, int argc, char** argv) {

@@ -43,6 +43,7 @@ typedef struct {
     float lr_end;             // -lr-end
 } LrOptions;
 typedef enum { LONG_DROP, LONG_TRUNCATE } LongDocs;   // -long: a document longer than -t in a packed dataset
+typedef enum { CP_ULYSSES, CP_RING } ContextMode;      // -cpm: how the context ranks of -cp share attention
 
 typedef struct {
     // data and files
@@ -107,6 +108,8 @@ typedef struct {
     int virtual_stages;          // -vp: model chunks per rank under -ps interleaved (1 otherwise)
     int tensor_parallel;         // -tp: ranks sharing each block (Megatron's tensor parallelism)
     int sequence_parallel;       // -sp: with -tp, the regions between the parallel layers split by rows
+    int context_parallel;        // -cp: ranks sharing each sequence, each holding t / cp of its positions
+    ContextMode context_mode;    // -cpm: ulysses (all-to-all of q, k, v to whole sequences of heads / cp)
     int recompute;               // -r
     LoraOptions lora;            // -lora R (0: off), -lora-alpha, -lora-rslora, -lora-dropout, -lora-targets
     const char* lora_init;       // -lora-init: an adapter file to start from (lora.h)
@@ -130,6 +133,8 @@ typedef struct {
 int config_chats(const Config* cfg);
 // -prompt or a chat: generate from -e's model and exit, without data or a run directory.
 int config_generates(const Config* cfg);
+// With -cp 2 or more: the first flag given that context parallelism is not built for yet ("-tp"), or NULL.
+const char* config_context_unbuilt(const Config* c);
 // With -lora: the layout the adapters are not built for yet ("-nvme with -offload 2 -z 3"), or NULL.
 const char* config_lora_unbuilt(const Config* cfg);
 // Every flag's default (flags.c).

@@ -50,6 +50,15 @@ void data_print_packing(const DataLoader* train, const DataLoader* val, const Co
     print_packing("validation data", val, cfg);
 }
 
+void data_keep_context(const Config* cfg, DataLoader* train, DataLoader* val, int cp, int cp_rank) {
+    if (cp == 1) return;
+    if (dataloader_has_documents(train) || (val && dataloader_has_documents(val)))
+        fail("-cp %d with documents (shards with .mask files): not yet built", cp);
+    int Tl = cfg->T / cp;
+    dataloader_keep_columns(train, cp_rank * Tl, Tl);
+    if (val) dataloader_keep_columns(val, cp_rank * Tl, Tl);
+}
+
 Batch data_batch_create(int B, int T, const DataLoader* dl) {
     size_t bytes = (size_t)B * T * sizeof(int);
     int docs = dl && dataloader_has_documents(dl);

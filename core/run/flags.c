@@ -10,7 +10,7 @@
 // Enum fields are read and written as int (memcpy): each must be int-sized.
 _Static_assert(sizeof(WsdShape) == sizeof(int) && sizeof(WarmupType) == sizeof(int), "an enum flag's field is not int-sized");
 _Static_assert(sizeof(LrSchedule) == sizeof(int) && sizeof(LongDocs) == sizeof(int) && sizeof(DType) == sizeof(int) && sizeof(ScheduleKind) == sizeof(int) &&
-                   sizeof(CommKind) == sizeof(int), "an enum flag's field is not int-sized");
+                   sizeof(CommKind) == sizeof(int) && sizeof(ContextMode) == sizeof(int), "an enum flag's field is not int-sized");
 // The defaults below are text; the code that compares against these constants must see the same values.
 _Static_assert(NVME_CHUNK_DEFAULT == 1048576, "-nvme-chunk's default in the table differs from NVME_CHUNK_DEFAULT");
 _Static_assert((int)COMM_WATCHDOG_DEFAULT == 300, "-wd's default in the table differs from COMM_WATCHDOG_DEFAULT");
@@ -40,6 +40,7 @@ static const char* const WARMUP_TYPES[] = {[WARMUP_LOG] = "log", [WARMUP_LINEAR]
 static const char* const PRECISIONS[] = {[DT_FP32] = "fp32", [DT_BF16] = "bf16", [DT_FP16] = "fp16"};
 static const char* const PIPE_SCHEDULES[] = {[SCHEDULE_1F1B] = "1f1b", [SCHEDULE_INTERLEAVED] = "interleaved", [SCHEDULE_ZB] = "zb"};
 static const char* const LONG_DOCS[] = {[LONG_DROP] = "drop", [LONG_TRUNCATE] = "truncate"};
+static const char* const CONTEXT_MODES[] = {[CP_ULYSSES] = "ulysses", [CP_RING] = "ring"};
 static const char* const COMMS[] = {[COMM_AUTO] = NULL, [COMM_MPI] = "mpi", [COMM_NCCL] = "nccl"};
 
 // -ga and -d both set the accumulation steps: config.c refuses the two together.
@@ -321,6 +322,15 @@ const Flag FLAGS[] = {
     {PARALLEL, "-sp", "0|1", FIELD(sequence_parallel), RANGE(0, 1), .def = "0",
      .help = "with -tp: sequence parallelism; LayerNorms and residual adds on each rank's b*t/N rows, all-reduces "
              "become reduce-scatter + all-gather, stages send 1/N of the activations"},
+    {PARALLEL, "-cp", "N", FIELD(context_parallel), RANGE(1, 1024), .def = "1",
+     .help = "context parallelism: N neighbouring ranks share each sequence, rank c holding positions [c t/N, (c+1) t/N) "
+             "(N divides -t); ranks form stages x replicas x N context ranks x tensor ranks; gradients reduce and ZeRO "
+             "shards over replicas x N. Not yet with -tp, -offload, -lora, -hs, documents, -dump, generation or sampling "
+             "(give -s 0)"},
+    {PARALLEL, "-cpm", NULL, FIELD(context_mode), NAMES(CONTEXT_MODES), .def = "ulysses",
+     .help = "with -cp: ulysses (DeepSpeed's: before attention an all-to-all turns each rank's t/N positions of every "
+             "head into every position of heads/N, after it one turns them back; N divides the heads, and divides the kv "
+             "heads or is a multiple of them, each kv head then copied) | ring (not yet built)"},
     {PARALLEL, "-r", "N", FIELD(recompute), RANGE(0, 3), .def = "0",
      .help = "activation recompute: 0 keep all, 1 GELU, 2 + attention and LayerNorms, 3 whole blocks"},
     {OPTIM, "-lora", "R", FIELD(lora.rank), RANGE(0, WIDE), .def = "0", .def_shown = "off", .parse = parse_lora,

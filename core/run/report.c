@@ -23,8 +23,9 @@ void report_layout(Logger* log, const ParamLayout* lay, const Config* cfg, int r
     int n = 0;
     for (int u = 0; u < lay->num_units && n < (int)sizeof(buf) - 32; u++)
         n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s%zu", u ? ", " : "", lay->units[u].padded);
-    char tp_field[32] = "";   // "tp" only with tensor parallelism, likewise
-    if (cfg->tensor_parallel > 1) snprintf(tp_field, sizeof(tp_field), ", \"tp\": %d", cfg->tensor_parallel);
+    char tp_field[64] = "";   // "tp" only with tensor parallelism, "cp" with context parallelism, likewise
+    int k = cfg->tensor_parallel > 1 ? snprintf(tp_field, sizeof(tp_field), ", \"tp\": %d", cfg->tensor_parallel) : 0;
+    if (cfg->context_parallel > 1) snprintf(tp_field + k, sizeof(tp_field) - (size_t)k, ", \"cp\": %d", cfg->context_parallel);
     // "offload" only when on, so the records of runs without it stay as they were.
     logger_line(log, "{\"step\": %d, \"layout\": {\"elements\": %zu, \"params\": %zu, \"ranks\": %d, \"zero\": %d, "
                 "\"dtype_bytes\": %zu, \"ga\": %d, \"B\": %d, \"T\": %d, \"recompute\": %d, \"L\": %d, \"C\": %d, \"NH\": %d, "
@@ -76,7 +77,7 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
         size_t keep_all = 0;
         for (int c = 0; c < num_chunks; c++) {
             const Model* g = &chunks[c];
-            keep_all += model_activation_bytes(g->layout, cfg->precision, cfg->B, cfg->T, 0, g->num_sets, g->num_stash, g->sp) +
+            keep_all += model_activation_bytes(g->layout, cfg->precision, g->B, g->T, 0, g->num_sets, g->num_stash, g->sp) +
                         model_document_bytes(g);
         }
         size_t saved = keep_all - mem->bytes[MEM_ACTIVATIONS];
@@ -89,7 +90,7 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
 }
 
 // The grid's distinct groups (NULL where a group is the world or absent).
-#define GRID_GROUPS(g) {(g)->world, (g)->dp_group != (g)->world ? (g)->dp_group : NULL, (g)->pp_group, (g)->tied, (g)->tp_group}
+#define GRID_GROUPS(g) {(g)->world, (g)->dp_group != (g)->world ? (g)->dp_group : NULL, (g)->pp_group, (g)->tied, (g)->tp_group, (g)->cp_group}
 
 void report_comm_reset(const Grid* g) {
     Comm* groups[] = GRID_GROUPS(g);
@@ -123,16 +124,16 @@ static void log_bytes(Logger* log, int step, const char* key, const long long* a
 }
 
 // Every rank's bytes per collective, summed over its groups ("comm_bytes"); and where the grid has more than
-// one kind of group (a pipeline or tensor parallelism), per group too ("dp_comm_bytes", "pp_comm_bytes",
-// "tied_comm_bytes", "tp_comm_bytes"; a rank outside a group counts 0 there), so each can be checked
+// one kind of group (a pipeline, tensor or context parallelism), per group too ("dp_comm_bytes", "pp_comm_bytes",
+// "tied_comm_bytes", "tp_comm_bytes", "cp_comm_bytes"; a rank outside a group counts 0 there), so each can be checked
 // against its own formula. One gather over the world carries them all.
 void report_comm(Logger* log, const Grid* g, int step) {
     Comm* groups[] = GRID_GROUPS(g);
     enum { NUM_GROUPS = sizeof(groups) / sizeof(groups[0]), WIDTH = (1 + NUM_GROUPS) * NUM_COLLECTIVES };
     // Per group (in GRID_GROUPS' order) its record's name, and whether the grid has that kind of group. The
     // world's own collectives are the trainer's few host sums: counted in the total, never logged apart.
-    const char* keys[NUM_GROUPS] = {NULL, "dp_comm_bytes", "pp_comm_bytes", "tied_comm_bytes", "tp_comm_bytes"};
-    int logged[NUM_GROUPS] = {0, 1, g->pp > 1, g->pp > 1, g->tp > 1};
+    const char* keys[NUM_GROUPS] = {NULL, "dp_comm_bytes", "pp_comm_bytes", "tied_comm_bytes", "tp_comm_bytes", "cp_comm_bytes"};
+    int logged[NUM_GROUPS] = {0, 1, g->pp > 1, g->pp > 1, g->tp > 1, g->cp > 1};
     long long mine[WIDTH] = {0};   // the total, then each group
     for (int i = 0; i < NUM_GROUPS; i++)
         for (int k = 0; groups[i] && k < NUM_COLLECTIVES; k++) {
@@ -145,7 +146,7 @@ void report_comm(Logger* log, const Grid* g, int step) {
     long long* all = gather_counts(g->world, mine, WIDTH);
     if (comm_rank(g->world) == 0 && ranks > 1) {
         log_bytes(log, step, "comm_bytes", all, ranks, WIDTH, 0);
-        for (int i = 0; i < NUM_GROUPS && (g->pp > 1 || g->tp > 1); i++)   // more than one kind of group
+        for (int i = 0; i < NUM_GROUPS && (g->pp > 1 || g->tp > 1 || g->cp > 1); i++)   // more than one kind of group
             if (logged[i]) log_bytes(log, step, keys[i], all, ranks, WIDTH, (1 + i) * NUM_COLLECTIVES);
     }
     free(all);

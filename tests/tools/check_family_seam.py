@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 COMMON_SHAPE_FIELDS = {"family", "L", "C", "NH", "V", "Vp", "maxT", "tied", "params"}
-WALK_WIDTHS = {"W_1", "W_C", "W_NHA", "W_KVA_COPIED", "W_VPA", "W_VSTAT", "W_FAMILY"}
+WALK_WIDTHS = {"W_1", "W_C", "W_NHA", "W_KVA_COPIED", "W_VPA", "W_VSTAT", "W_CP_QKV", "W_CP_ATT", "W_FAMILY"}
 WALK_FAMILY_MEMBERS = {"block"}
 SOURCES = (".c", ".h", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

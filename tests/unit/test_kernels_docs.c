@@ -9,6 +9,9 @@
 //   the vocabulary-parallel encoder's slices add up to the whole one's;
 // - a target of -1 gives loss 0 and a zero dlogits row, the other rows keep their bits (classifier_forward
 //   and the vocabulary-parallel steps);
+// - a row holding a later part of a sequence (context parallelism: positions OFF .. OFF + T - 1) reads wpe from
+//   row OFF on, adds its dwpe there and leaves the rows before alone, and RoPE rotates it as the same tokens at
+//   the end of a row of OFF + T (pos NULL), bit for bit;
 // - malformed pos or doc arrays, and targets below -1, are one-line errors.
 #include <math.h>
 #include <stdio.h>
@@ -234,6 +237,47 @@ static void test_encoder_docs(TestStats* s, Backend* be) {
     for (int i = 0; i < 8; i++) be_free(be, p[i]);
 }
 
+// A row of positions OFF .. OFF + DT - 1 (a context rank's share of a sequence of OFF + DT).
+static void test_later_positions(TestStats* s, Backend* be) {
+    enum { C = 8, Vp = 16, OFF = DT, NH = 2, KV = 1, D = 8, N = DB * DT, W = (NH + 2 * KV) * D };
+    Rng r = {231};
+    int tokens[N], pos[N];
+    for (int i = 0; i < N; i++) tokens[i] = (int)(rng_next(&r) % 11), pos[i] = OFF + i % DT;
+    float *wte = rand_vec(&r, Vp * C, 1, DT_FP32), *wpe = rand_vec(&r, (OFF + DT) * C, 1, DT_FP32);
+    float *dy = rand_vec(&r, N * C, 1, DT_FP32), *p0 = rand_vec(&r, (OFF + DT) * C, 1, DT_FP32);
+    float *out = dev_zeros(be, DT_FP32, N * C), *dwte = dev_zeros(be, DT_FP32, Vp * C), *dwpe = dev_from(be, DT_FP32, p0, (OFF + DT) * C);
+    encoder_forward(be, DT_FP32, out, tokens, pos, wte, wpe, DB, DT, C);
+    int ok = 1;
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++) ok &= out[i * C + c] == wte[tokens[i] * C + c] + wpe[pos[i] * C + c];
+    check_true(s, "encoder_forward_later_positions_read_wpe_there", ok);
+    float want[(OFF + DT) * C];
+    memcpy(want, p0, sizeof want);
+    for (int t = 0; t < DT; t++)
+        for (int c = 0; c < C; c++) {
+            float acc = 0.0f;
+            for (int b = 0; b < DB; b++) acc += dy[(b * DT + t) * C + c];
+            want[(OFF + t) * C + c] += acc;
+        }
+    encoder_backward(be, DT_FP32, dwte, dwpe, dy, tokens, pos, DB, DT, C);
+    check_true(s, "encoder_backward_later_positions_add_there", same_bits(dwpe, want, sizeof want));
+    // RoPE: the same tokens at the end of a row of OFF + DT without pos.
+    float *hx = rand_vec(&r, (size_t)DT * W, 2, DT_FP32), *f = xmalloc(sizeof(float) * D / 2);
+    for (int i = 0; i < D / 2; i++) f[i] = (float)pow(10000.0, -2.0 * i / D);
+    float *inv_freq = dev_from(be, DT_FP32, f, D / 2), *mine = dev_zeros(be, DT_FP32, (size_t)DT * W);
+    float *whole = dev_zeros(be, DT_FP32, (size_t)(OFF + DT) * W), *rotated = dev_zeros(be, DT_FP32, (size_t)(OFF + DT) * W);
+    memcpy(whole + (size_t)OFF * W, hx, sizeof(float) * DT * W);
+    rope_forward(be, DT_FP32, mine, hx, inv_freq, pos, 1, DT, NH, KV, D);
+    rope_forward(be, DT_FP32, rotated, whole, inv_freq, NULL, 1, OFF + DT, NH, KV, D);
+    check_true(s, "rope_forward_later_positions_as_in_the_whole_row", same_bits(mine, rotated + (size_t)OFF * W, sizeof(float) * DT * W));
+    rope_backward(be, DT_FP32, mine, hx, inv_freq, pos, 1, DT, NH, KV, D);
+    rope_backward(be, DT_FP32, rotated, whole, inv_freq, NULL, 1, OFF + DT, NH, KV, D);
+    check_true(s, "rope_backward_later_positions_as_in_the_whole_row", same_bits(mine, rotated + (size_t)OFF * W, sizeof(float) * DT * W));
+    free(wte), free(wpe), free(dy), free(p0), free(hx), free(f);
+    void* p[] = {out, dwte, dwpe, inv_freq, mine, whole, rotated};
+    for (int i = 0; i < 7; i++) be_free(be, p[i]);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // classifier: ignored targets.
 
@@ -357,6 +401,7 @@ int main(void) {
     test_rope_docs(&s, be, DT_FP32);
     test_rope_docs(&s, be, DT_BF16);
     test_encoder_docs(&s, be);
+    test_later_positions(&s, be);
     test_classifier_ignore(&s, be);
     backend_destroy(be);
     printf("%d passed, %d failed\n", s.passed, s.failed);

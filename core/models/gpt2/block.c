@@ -88,7 +88,7 @@ static void forward(Model* g, Backend* be, const BlockRef* b, int recomputing) {
     norm_forward(g, be, v.ln1, v.ln1_mean, v.ln1_rstd, v.x, p.ln1w, p.ln1b);
     matmul_forward(be, dt, v.qkv, NULL, v.ln1, p.qkvw, p.qkvb, d.N, d.C, 3 * d.CA);
     lora_forward(g, be, b, LORA_QKV, v.qkv, v.ln1);
-    attention_forward(be, dt, v.atty, v.att_lse, v.qkv, g->acts.doc, d.B, d.T, d.NH, d.KV, d.D);
+    attention_forward_step(g, be, b->index, v.atty, v.att_lse, v.qkv);
     matmul_forward(be, dt, proj, NULL, v.atty, p.attprojw, row_bias(g, p.attprojb), d.N, d.CA, d.C);
     lora_forward(g, be, b, LORA_PROJ, proj, v.atty);
     residual_forward(be, dt, v.resid2, v.x, sum_partials(g, proj), RC);
@@ -113,7 +113,7 @@ static void recompute(Model* g, Backend* be, const BlockRef* b) {
     Acts v = acts_of(g, b->index);
     if (g->recompute >= 2) {
         norm_forward(g, be, v.ln1, v.ln1_mean, v.ln1_rstd, v.x, p.ln1w, p.ln1b);
-        attention_forward(be, dt, v.atty, v.att_lse, v.qkv, g->acts.doc, d.B, d.T, d.NH, d.KV, d.D);
+        attention_refill_step(g, be, b->index, v.atty, v.att_lse, v.qkv);
         norm_forward(g, be, v.ln2, v.ln2_mean, v.ln2_rstd, v.resid2, p.ln2w, p.ln2b);
     }
     if (g->recompute >= 1) gelu_forward(be, dt, v.fch_gelu, v.fch, (size_t)d.N * d.CF);

@@ -136,7 +136,7 @@ static void forward(Model* g, Backend* be, const BlockRef* b, int recomputing) {
     matmul_forward(be, dt, qkv_out, NULL, v.norm1, p.wqkv, p.bqkv, d.N, d.C, QKVA);
     for (int t = LORA_Q; t <= LORA_V; t++) lora_forward(g, be, b, t, qkv_out, v.norm1);
     prepare_qkv(g, be, p, v);
-    attention_forward(be, dt, v.atty, v.lse, v.qkv, g->acts.doc, d.B, d.T, d.NH, d.KV, d.D);
+    attention_forward_step(g, be, b->index, v.atty, v.lse, v.qkv);
     matmul_forward(be, dt, proj, NULL, v.atty, p.wo, NULL, d.N, d.CA, d.C);
     lora_forward(g, be, b, LORA_O, proj, v.atty);
     residual_forward(be, dt, v.resid2, v.x, sum_partials(g, proj), RC);
@@ -159,7 +159,7 @@ static void recompute(Model* g, Backend* be, const BlockRef* b) {
     Acts v = acts_of(g, b->index);
     if (g->recompute >= 2) {
         norm_forward(g, be, v.norm1, NULL, v.rstd1, v.x, p.attn_norm, NULL);
-        attention_forward(be, g->dt, v.atty, v.lse, v.qkv, g->acts.doc, d.B, d.T, d.NH, d.KV, d.D);
+        attention_refill_step(g, be, b->index, v.atty, v.lse, v.qkv);
         norm_forward(g, be, v.norm2, NULL, v.rstd2, v.resid2, p.mlp_norm, NULL);
     }
     if (g->recompute >= 1) swiglu_forward(be, g->dt, v.act, v.gu, d.N, d.CF);

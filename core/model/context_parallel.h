@@ -1,0 +1,37 @@
+// context_parallel.h: context parallelism (-cp N) in the walk, DeepSpeed Ulysses' way. The N context ranks of
+// a group each hold t/N consecutive positions of every sequence (rank c: [c t/N, (c+1) t/N)), so everything
+// outside attention is per token and runs on the rank's own rows unchanged. Attention needs every position:
+// an all-to-all turns q|k|v from (b, t/N, every head) into (b, t, heads/N), the existing kernel attends over
+// whole sequences of the rank's heads, and a second all-to-all turns its output back to (b, t/N, every head)
+// for the output projection. The backward runs the same two exchanges in reverse (d(out), then d(q|k|v)).
+// Positions are data: a rank's tokens carry positions c t/N + i (walk.c's per-model pos array), which the
+// position embedding (GPT-2's wpe) and RoPE read, so no kernel assumes a row starts at position 0. RoPE runs
+// where the block puts it, before the exchange, on the rank's rows at their positions: it acts on each token
+// and head alone, so it commutes with the exchange, and leaving it there keeps the exchange wrapped around
+// attention alone, the same step in every family.
+//
+// Heads: each rank takes NH/N query heads and KV/N kv heads; with fewer kv heads than ranks (N a multiple of
+// KV) each kv head is copied to the N/KV ranks whose query heads use it, and in the backward its copies'
+// gradients are summed (in a fixed order) before they land in the rank's d(q|k|v).
+#pragma once
+#include "core/model/block.h"
+
+// Whether N context ranks can share the shape's attention (heads and kv heads as above); why not in `why`.
+int context_splits(const ModelShape* s, int N, char* why, size_t size);
+
+// Per context rank, after the exchange: query heads, kv heads, the ranks that hold a copy of each kv head.
+typedef struct {
+    int NH, KV, copies;
+} ContextHeads;
+ContextHeads context_heads(const ParamLayout* lay);
+
+// Elements per token row of the walk's context widths (block.h: W_CP_QKV, W_CP_ATT); 0 without -cp.
+size_t context_width(const ParamLayout* lay, Width w);
+
+// Attention under -cp: out (this rank's rows, every head) and lse (whole sequences of this rank's heads:
+// (B, NH/N, T)) from qkv (this rank's rows). index: the stage's block, whose exchanged q|k|v and attention
+// output the backward reads (walk.h: Activations.qkv_heads, att_heads). refill: those q|k|v are kept (-r 2's
+// recompute): only the attention and the exchange back run.
+void context_attention_forward(Model* g, Backend* be, int index, void* out, float* lse, const void* qkv, int refill);
+// Its backward: dqkv (this rank's rows) overwritten from dout (this rank's rows).
+void context_attention_backward(Model* g, Backend* be, int index, void* dqkv, const void* dout, const float* lse);
