@@ -240,15 +240,12 @@ static void print_setup(Trainer* tr, CommKind comm) {
     const Config* cfg = &tr->cfg;
     const ModelShape* s = &tr->layout->shape;
     char delay[64];
-    char tensor[96] = "", shape[256];
-    int n = tr->grid.cp > 1 ? snprintf(tensor, sizeof(tensor), " x %d context ranks", tr->grid.cp) : 0;
-    if (tr->grid.tp > 1) snprintf(tensor + n, sizeof(tensor) - (size_t)n, " x %d tensor ranks", tr->grid.tp);
+    char dims[160], shape[256];
+    grid_describe(&tr->grid, dims, sizeof(dims));
     shape_describe(s, shape, sizeof(shape));
-    printf("model %s: %zu parameters | %s on %s | %d rank%s (%s): %d stage%s x %d replica%s%s, "
-           "ZeRO-%d%s%s | %d thread%s per rank | b=%d t=%d ga=%d | %d steps\n",
-           shape, shape_param_count(s), dtype_name(cfg->precision), backend_device_name(tr->be),
-           tr->ranks, tr->ranks > 1 ? "s" : "", comm_kind_name(comm), tr->grid.pp, tr->grid.pp > 1 ? "s" : "", tr->grid.replicas,
-           tr->grid.replicas > 1 ? "s" : "", tensor, cfg->zero_stage, offload_text(cfg), delay_text(cfg, delay, sizeof(delay)), tr->threads,
+    printf("model %s: %zu parameters | %s on %s | %d rank%s (%s): %s, ZeRO-%d%s%s | %d thread%s per rank | b=%d t=%d ga=%d | %d steps\n",
+           shape, shape_param_count(s), dtype_name(cfg->precision), backend_device_name(tr->be), tr->ranks, tr->ranks > 1 ? "s" : "",
+           comm_kind_name(comm), dims, cfg->zero_stage, offload_text(cfg), delay_text(cfg, delay, sizeof(delay)), tr->threads,
            tr->threads > 1 ? "s" : "", cfg->B, cfg->T, cfg->grad_accum, tr->max_steps);
     if (!config_generates(cfg))
         printf("optimizer: AdamW beta1 %g, beta2 %g, eps %g, weight decay %g on 2-D tensors | gradient clip %g\n", cfg->adam_beta1,

@@ -1,6 +1,8 @@
 // grid.c: see grid.h.
 #include "core/comm/grid.h"
 
+#include <stdio.h>
+
 #include "base/common.h"
 
 void grid_check(int stages, int tp, int cp, int ranks) {
@@ -58,4 +60,10 @@ void grid_destroy(Grid* g) {
     comm_free(g->tied);
     comm_free(g->kv_copies);
     memset(g, 0, sizeof(*g));
+}
+
+void grid_describe(const Grid* g, char* out, size_t n) {
+    int at = snprintf(out, n, "%d stage%s x %d replica%s", g->pp, g->pp > 1 ? "s" : "", g->replicas, g->replicas > 1 ? "s" : "");
+    if (g->cp > 1 && at >= 0 && (size_t)at < n) at += snprintf(out + at, n - (size_t)at, " x %d context ranks", g->cp);
+    if (g->tp > 1 && at >= 0 && (size_t)at < n) snprintf(out + at, n - (size_t)at, " x %d tensor ranks", g->tp);
 }

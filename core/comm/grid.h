@@ -44,5 +44,7 @@ void grid_check(int stages, int tp, int cp, int ranks);
 // kv head (layout_kv_copies; 1 when each rank has kv heads of its own).
 void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head, int kv_copies);
 void grid_destroy(Grid* g);   // frees the sub-groups, not the world
+// "S stages x R replicas[ x C context ranks][ x T tensor ranks]" into out.
+void grid_describe(const Grid* g, char* out, size_t n);
 static inline int grid_first_stage(const Grid* g) { return g->stage == 0; }
 static inline int grid_last_stage(const Grid* g) { return g->stage == g->pp - 1; }
