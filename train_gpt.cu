@@ -103,7 +103,7 @@ static void create_chunks(Trainer* tr) {
         layout_chunk_view(tr->layout, c, &tr->chunk_layout[c]);
         model_create(&tr->model[c], tr->be, &tr->mem, &tr->chunk_layout[c], zero_param_store(tr->zero), g->tp_group,
                      g->kv_copies, g->cp_group, cfg->sequence_parallel, cfg->precision, cfg->B, cfg->T / g->cp, cfg->recompute,
-                     tr->plan.sets[g->stage][c], tr->plan.stash[g->stage], cfg->grad_accum);
+                     cfg->offload_act, tr->plan.sets[g->stage][c], tr->plan.stash[g->stage], cfg->grad_accum);
         if (tr->train && dataloader_has_documents(tr->train)) model_use_documents(&tr->model[c], tr->be, &tr->mem);
     }
 }

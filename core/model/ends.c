@@ -11,7 +11,7 @@
 
 // The last block's output (this rank's rows under -sp).
 static void* blocks_output(Model* g) {
-    return (char*)g->acts.resid + (size_t)g->layout->num_blocks * g->rows * g->shape.C * dtype_size(g->dt);
+    return residual_at(g, g->layout->num_blocks);
 }
 
 // Under -tp each rank embeds the tokens of its vocabulary rows (zeros for the others; positions added by

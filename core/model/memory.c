@@ -8,7 +8,8 @@
 #include "base/common.h"
 
 static const char* const CATEGORY_NAMES[NUM_MEM_CATEGORIES] = {
-    "params", "grads", "master", "optimizer", "activations", "comm", "host_state", "host_grads", "host_params", "disk_state"};
+    "params", "grads", "master", "optimizer", "activations", "comm", "host_state", "host_grads", "host_params",
+    "host_activations", "disk_state"};
 
 const char* mem_category_name(MemCategory c) { return CATEGORY_NAMES[c]; }
 
@@ -36,7 +37,8 @@ void mem_charge(MemLedger* ledger, MemCategory c, size_t bytes) {
 
 MemWhere mem_category_where(MemCategory c) {
     if (c == MEM_DISK_STATE) return MEM_ON_DISK;
-    return c == MEM_HOST_STATE || c == MEM_HOST_GRADS || c == MEM_HOST_PARAMS ? MEM_ON_HOST : MEM_ON_BACKEND;
+    return c == MEM_HOST_STATE || c == MEM_HOST_GRADS || c == MEM_HOST_PARAMS || c == MEM_HOST_ACTIVATIONS ? MEM_ON_HOST
+                                                                                                         : MEM_ON_BACKEND;
 }
 
 int mem_category_on_host(MemCategory c) { return mem_category_where(c) == MEM_ON_HOST; }

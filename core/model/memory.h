@@ -1,6 +1,6 @@
 // memory.h: every backend allocation of the trainer is charged to a category, so each rank can say
 // where its bytes went (the log's start-up record, --estimate's check) instead of guessing. Host memory the
-// trainer keeps per rank for the model states (-offload) has categories of its own, counted apart from the
+// trainer keeps per rank for the model states (-offload) and activations (-offload-act) has categories of its own, counted apart from the
 // backend's, and so has the disk that -nvme's state files take: totals are backend bytes.
 #pragma once
 #include <stddef.h>
@@ -18,6 +18,7 @@ typedef enum {
     MEM_HOST_GRADS,   // host memory (-offload 2, -z >= 2): the fp32 gradient pieces and their two landing buffers
     MEM_HOST_PARAMS,  // host memory (-offload 2, -z 3): the working parameter pieces (with -nvme: the walk's
                       // read buffers for them)
+    MEM_HOST_ACTIVATIONS,  // host memory (-offload-act 1): the blocks' inputs the backward recomputes from
     MEM_DISK_STATE,   // disk (-nvme): the files holding the fp32 master, optimizer state (and with -offload 2 -z 3
                       // the parameter pieces); with -nvme, host_state holds the buffer pool they move through
     NUM_MEM_CATEGORIES

@@ -12,13 +12,14 @@ static void* slice(void* base, size_t elems_per_layer, int l, DType dt) {
     return (char*)base + (size_t)l * elems_per_layer * dtype_size(dt);
 }
 
-// Which KeptBy tensors a recompute level keeps for every block.
+// Which KeptBy tensors a recompute level keeps for every block, and whether the blocks' inputs live in host
+// memory (-offload-act: act_offload.h), leaving the stage's input and output alone on the device.
 typedef struct {
-    int norm, att, act, mid;
+    int norm, att, act, mid, inputs_on_host;
 } Keep;
 
-static Keep keep_for(int recompute) {
-    Keep k = {recompute < 2, recompute < 2, recompute < 1, recompute < 3};
+static Keep keep_for(int recompute, int offload_act) {
+    Keep k = {recompute < 2, recompute < 2, recompute < 1, recompute < 3, offload_act};
     return k;
 }
 
@@ -119,7 +120,7 @@ static BufferPlan plan_buffer(const ParamLayout* lay, const BlockOps* ops, size_
         return (BufferPlan){every ? L : 1, every, b->width, b->elem, b->rows};
     }
     int head = lay->final_unit >= 0, enc = lay->emb_unit >= 0 && !lay->emb_mirror;
-    size_t slices = b->extent == RESIDUAL ? L + 1 : b->extent == HEAD ? (size_t)head : b->extent == ENCODER ? (size_t)enc
+    size_t slices = b->extent == RESIDUAL ? (k.inputs_on_host ? 2 : L + 1) : b->extent == HEAD ? (size_t)head : b->extent == ENCODER ? (size_t)enc
                     : b->extent == UPSTREAM ? (size_t)!enc : 1;
     Width w = b->width;
     if (w == WORK_WIDTH) w = width_elems(lay, ops->work[0]) >= width_elems(lay, ops->work[1]) ? ops->work[0] : ops->work[1];
@@ -160,11 +161,16 @@ static size_t stash_elems(const ParamLayout* lay, const BlockOps* ops, int B, in
     return (size_t)lay->num_blocks * rows_of(lay, B, T, s->rows, sp) * width_elems(lay, s->width);
 }
 
-size_t model_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, int recompute, int num_sets, int num_stash,
-                            int sp) {
+// The bytes of one block input, a slice of resid.
+static size_t input_bytes(const ParamLayout* lay, DType dt, int B, int T, int sp) {
+    return rows_of(lay, B, T, OWN_ROWS, sp) * (size_t)lay->shape.C * dtype_size(dt);
+}
+
+size_t model_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, int recompute, int offload_act, int num_sets,
+                              int num_stash, int sp) {
     const BlockOps* ops = lay->shape.family->block;
-    Keep k = keep_for(recompute);
-    size_t total = 0;
+    Keep k = keep_for(recompute, offload_act);
+    size_t total = offload_act && lay->num_blocks > 1 ? ACT_SLOTS * input_bytes(lay, dt, B, T, sp) : 0;
     for (size_t i = 0; i < num_buffers(ops); i++) {
         BufferPlan p = plan_buffer(lay, ops, i, k);
         total += plan_bytes(&p, lay, dt, B, T, sp) * (size_t)(p.per_set ? num_sets : 1);
@@ -174,8 +180,14 @@ size_t model_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, in
     return total + (ops->constants ? ops->constants(&lay->shape, NULL) * sizeof(float) : 0) + lora_work_bytes(lay, dt, B, T);
 }
 
+size_t model_host_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, int offload_act, int num_sets, int sp) {
+    return act_offload_host_bytes(offload_act, lay->num_blocks, num_sets, input_bytes(lay, dt, B, T, sp));
+}
+
+static Keep keep_of(const Model* g) { return keep_for(g->recompute, g->inputs.on); }
+
 static void alloc_buffers(Model* g, Backend* be, MemLedger* mem) {
-    Keep k = keep_for(g->recompute);
+    Keep k = keep_of(g);
     for (int set = 0; set < g->num_sets; set++)
         for (size_t i = 0; i < num_buffers(g->ops); i++) {
             BufferPlan p = plan_buffer(g->layout, g->ops, i, k);
@@ -201,7 +213,7 @@ static void create_positions(Model* g, Backend* be, MemLedger* mem) {
 }
 
 void model_create(Model* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, Comm* kv_copies,
-                  Comm* cp, int sp, DType dt, int B, int T, int recompute, int num_sets, int num_stash, int micro) {
+                  Comm* cp, int sp, DType dt, int B, int T, int recompute, int offload_act, int num_sets, int num_stash, int micro) {
     memset(g, 0, sizeof(*g));
     if ((cp ? comm_size(cp) : 1) != layout->cp_size)
         fail("internal: a layout for %d context ranks on a group of %d", layout->cp_size, cp ? comm_size(cp) : 1);
@@ -225,6 +237,8 @@ void model_create(Model* g, Backend* be, MemLedger* mem, const ParamLayout* layo
     if (num_sets < 1 || num_stash < 0) fail("internal: %d activation sets, %d stash slots on this stage", num_sets, num_stash);
     check_buffer_tables(g->ops);
     g->num_sets = num_sets;
+    if (offload_act && recompute < 3) fail("internal: the blocks' inputs offloaded at -r %d (they are all -r 3 keeps)", recompute);
+    act_offload_create(&g->inputs, be, mem, offload_act, layout->num_blocks, num_sets, input_bytes(layout, dt, B, T, g->sp));
     g->sets = (Activations*)xcalloc((size_t)num_sets, sizeof(Activations));
     g->num_stash = num_stash;
     g->stash = (WeightGradStash*)xcalloc((size_t)(num_stash ? num_stash : 1), sizeof(WeightGradStash));
@@ -270,7 +284,7 @@ static void upload_documents(Model* g, Backend* be, int set, const MicroBatch* m
 void model_destroy(Model* g, Backend* be) {
     batch_io_destroy(&g->io, be);
     if (g->doc_arrays) be_free(be, g->doc_arrays);
-    Keep k = keep_for(g->recompute);
+    Keep k = keep_of(g);
     for (int set = 0; set < g->num_sets; set++)
         for (size_t i = 0; i < num_buffers(g->ops); i++) {
             void* buf = *buffer_in(&g->sets[set], i);
@@ -281,15 +295,22 @@ void model_destroy(Model* g, Backend* be) {
     if (g->constants) be_free(be, g->constants);
     if (g->cp_pos) be_free(be, g->cp_pos);
     lora_work_destroy(g, be);
+    act_offload_destroy(&g->inputs, be);
     free(g->stash);
     free(g->sets);
     memset(g, 0, sizeof(*g));
 }
 
-void* model_stage_input(Model* g, int set) { return g->sets[set].resid; }
-void* model_stage_output(Model* g, int set) {
-    return slice(g->sets[set].resid, (size_t)g->rows * g->shape.C, g->layout->num_blocks, g->dt);
+// Block l's input (l = L: the stage's output) of set a: a slice of resid, or with -offload-act an inner
+// one's slot.
+static void* input_of(const Model* g, const Activations* a, int l) {
+    if (act_offload_inner(&g->inputs, l)) return act_offload_slot(&g->inputs, l);
+    int at = g->inputs.on && l == g->layout->num_blocks ? 1 : l;
+    return slice(a->resid, (size_t)g->rows * g->shape.C, at, g->dt);
 }
+
+void* model_stage_input(Model* g, int set) { return g->sets[set].resid; }
+void* model_stage_output(Model* g, int set) { return input_of(g, &g->sets[set], g->layout->num_blocks); }
 void* model_boundary_grad(Model* g) { return g->sets[0].dresid; }
 size_t model_boundary_bytes(const Model* g) { return (size_t)g->rows * g->shape.C * dtype_size(g->dt); }
 void* model_grad_to_send(Model* g, Backend* be) {
@@ -303,18 +324,18 @@ static void use_set(Model* g, int set) {
     g->acts = g->sets[set];
 }
 
-void* residual_at(Model* g, int l) { return slice(g->acts.resid, (size_t)g->rows * g->shape.C, l, g->dt); }
+void* residual_at(Model* g, int l) { return input_of(g, &g->acts, l); }
 
 void* block_buffer(Model* g, int i, int l) {
     const BlockBuffer* b = &g->ops->buffers[i];
     size_t per_block = rows_of(g->layout, g->B, g->T, b->rows, g->sp) * width_elems(g->layout, b->width);
-    int at = kept_every_block(b->kept, keep_for(g->recompute)) ? l : 0;
+    int at = kept_every_block(b->kept, keep_of(g)) ? l : 0;
     return (char*)g->acts.block[i] + (size_t)at * per_block * (b->elem == E_DT ? dtype_size(g->dt) : 4);
 }
 
 // Block l's slice of a walk buffer kept per block where the recompute level keeps `kept`.
 static void* kept_slice(Model* g, void* base, KeptBy kept, Width w, int l) {
-    int at = kept_every_block(kept, keep_for(g->recompute)) ? l : 0;
+    int at = kept_every_block(kept, keep_of(g)) ? l : 0;
     return (char*)base + (size_t)at * (size_t)g->B * g->T * width_elems(g->layout, w) * dtype_size(g->dt);
 }
 
@@ -399,7 +420,9 @@ static void forward_walk(Model* g, Backend* be, int set, const MicroBatch* mb, i
     for (int i = 0; i < lay->num_blocks; i++) {
         int l = lay->first_block + i, u = unit_of_block(lay, l);
         BlockRef b = {.index = i, .layer = l, .params = store_params(&g->store, be, u)};
+        act_offload_before_forward(&g->inputs, be, i);
         g->ops->forward(g, be, &b, 0);
+        act_offload_after_forward(&g->inputs, be, set, i, training);
         store_params_done(&g->store, u);
     }
     if (model_has_head(g)) head_forward(g, be, mb->targets, dloss, logits_dump);
@@ -448,6 +471,7 @@ static void backward_walk(Model* g, Backend* be, int set, BackwardMode mode, int
     for (int i = lay->num_blocks - 1; i >= 0; i--) {
         int l = lay->first_block + i, u = unit_of_block(lay, l), weights = mode != BWD_INPUT;
         BlockRef b = {.index = i, .layer = l, .params = store_params(ps, be, u)};   // one request (a gather) serves both
+        act_offload_before_backward(&g->inputs, be, set, i);
         if (g->recompute >= 3) g->ops->forward(g, be, &b, 1);
         else g->ops->recompute(g, be, &b);
         BlockBackward c = {.g = g, .be = be, .mode = mode, .index = i};

@@ -3,6 +3,7 @@
 // defaults (block.h: EndOps, in ends.c); each block is its family's (block.h). Everything is expressed in
 // kernels.h calls, so it is the same on the CPU and the GPU.
 #pragma once
+#include "core/model/act_offload.h"
 #include "core/model/batch_io.h"
 #include "core/comm/comm.h"
 #include "core/model/memory.h"
@@ -15,7 +16,9 @@
 #define MAX_STASH_FIELDS 8
 typedef struct {
     void* resid;       // (L+1, N, C)  rows; resid[l] = input of block l; resid[L] = output of the last block
-                       // (L here and below: the stage's blocks, block l = the stage's l-th)
+                       // (L here and below: the stage's blocks, block l = the stage's l-th); with
+                       // -offload-act (2, N, C): resid[0] and resid[L], the others in host memory
+                       // (act_offload.h; residual_at finds each)
     // With tensor parallelism (-tp) everything of width C is whole on every rank, except that with sequence
     // parallelism (-sp) resid, dresid and the norms' statistics hold only this rank's N/tp rows (marked
     // "rows"), and lnf is gathered from every rank's rows.
@@ -84,6 +87,7 @@ typedef struct {
     const BlockOps* ops; // the family's block
     float* constants;    // its constant tables (BlockOps.constants), or NULL
     int recompute;       // 0 keep everything; 1 recompute the MLP's activation; 2 + attention and norms; 3 whole blocks
+    ActOffload inputs;   // -offload-act: the blocks' inputs that -r 3 keeps, in host memory (act_offload.h)
     int num_sets;        // activation sets: micro-batches whose forward is done and backward is not (1F1B)
     Activations* sets;   // [num_sets]: the tensors kept per layer are each set's own; the single slots that
                          // recompute refills, the work buffers and the head's buffers are shared
@@ -106,17 +110,20 @@ static inline int model_has_head(const Model* g) { return g->layout->final_unit 
 // one, shared by the sets: the schedule runs each of that stage's backwards before its next forward.
 // micro: the micro-batches of a step, whose losses wait in page-locked slots until the step reads them.
 // cp: the context group (layout->cp_size ranks) or NULL; T is then this rank's t / cp positions of each row.
+// offload_act: -offload-act (with recompute 3), the inner blocks' inputs in host memory.
 void model_create(Model* g, Backend* be, MemLedger* mem, const ParamLayout* layout, ParamStore store, Comm* tp, Comm* kv_copies,
-                  Comm* cp, int sp, DType dt, int B, int T, int recompute, int num_sets, int num_stash, int micro);
+                  Comm* cp, int sp, DType dt, int B, int T, int recompute, int offload_act, int num_sets, int num_stash, int micro);
 void model_destroy(Model* g, Backend* be);
 // Micro-batches with documents (MicroBatch.pos/doc) will come: each activation set gets device pos and doc
 // arrays, and a stage without the embeddings or the head an upload ring too (every block's attention reads them).
 void model_use_documents(Model* g, Backend* be, MemLedger* mem);
 // The bytes model_use_documents allocated (activations no -r level saves; 0 without documents).
 size_t model_document_bytes(const Model* g);
-// Activation bytes model_create allocates (for the memory plan); T as model_create's.
-size_t model_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, int recompute, int num_sets, int num_stash,
-                            int sp);
+// Activation bytes model_create allocates (for the memory plan), in backend and in host memory; T as
+// model_create's.
+size_t model_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, int recompute, int offload_act, int num_sets,
+                              int num_stash, int sp);
+size_t model_host_activation_bytes(const ParamLayout* layout, DType dt, int B, int T, int offload_act, int num_sets, int sp);
 
 // Forward of one micro-batch of B x T tokens into activation set `set`. The first stage embeds `tokens`
 // (host ints, free again on return); a later stage starts from model_stage_input(g, set), which the caller

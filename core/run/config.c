@@ -34,6 +34,12 @@ const char* config_lora_unbuilt(const Config* c) {
 }
 
 // LoRA's options need -lora; what it does not compose with yet is refused by name, as is a dropout other than 0.
+static void check_offload_act(const Config* c) {
+    if (c->offload_act && c->recompute != 3)
+        fail("-offload-act 1 keeps the blocks' inputs, all that -r 3 keeps, in host memory: it needs -r 3 (at -r %d the "
+             "blocks keep more)", c->recompute);
+}
+
 static void check_lora(const Config* c) {
     if (!c->lora.rank) {
         if (c->lora.alpha > 0 || c->lora.rslora || c->lora.dropout > 0 || c->lora.targets || c->lora_init)
@@ -74,6 +80,8 @@ static void check_context(const Config* c) {
 
 int config_chats(const Config* c) { return c->chat || c->chat_file; }
 int config_generates(const Config* c) { return c->prompt || config_chats(c); }
+
+int config_uses_host(const Config* c) { return c->offload || c->offload_act; }
 
 // What generates, for the messages of the checks below.
 static const char* generation_flag(const Config* c) { return c->prompt ? "-prompt" : c->chat ? "-chat" : "-chat-file"; }
@@ -118,6 +126,7 @@ static void check_combinations(const Config* c) {
     if (c->start_over && c->resume) fail("-ow 1 (start over) and -y %d (resume) contradict each other", c->resume);
     check_nvme(c);
     check_lora(c);
+    check_offload_act(c);
     config_check_schedule(c);
     check_context(c);
 }

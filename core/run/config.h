@@ -115,6 +115,7 @@ typedef struct {
     const char* lora_init;       // -lora-init: an adapter file to start from (lora.h)
     int offload;                 // -offload: 1 each rank's fp32 master and Adam state in host memory, 2 also
                                  // its gradient pieces (-z >= 2) and parameter pieces (-z 3)
+    int offload_act;             // -offload-act: with -r 3 the blocks' inputs in host memory (act_offload.h)
     int delay_from;              // -dpu: from this step on each update lands one step late (0: never)
     const char* nvme_dir;        // -nvme: with -offload, the state (and with -offload 2 -z 3 the parameter pieces)
                                  // in files under this directory instead of host memory; NULL: none
@@ -133,6 +134,8 @@ typedef struct {
 int config_chats(const Config* cfg);
 // -prompt or a chat: generate from -e's model and exit, without data or a run directory.
 int config_generates(const Config* cfg);
+// -offload or -offload-act: the run keeps memory on the host (its categories are shown, its room checked).
+int config_uses_host(const Config* cfg);
 // With -cp 2 or more: the first flag given that context parallelism is not built for yet ("-tp"), or NULL.
 const char* config_context_unbuilt(const Config* c);
 // With -lora: the layout the adapters are not built for yet ("-nvme with -offload 2 -z 3"), or NULL.

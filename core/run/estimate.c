@@ -23,8 +23,11 @@ static void memory_plan(MemLedger* out, StatePlanner states, const Config* cfg, 
     ParamLayout* chunk = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     for (int c = 0; c < lay->num_chunks; c++) {
         layout_chunk_view(lay, c, chunk);
-        out->bytes[MEM_ACTIVATIONS] += model_activation_bytes(chunk, cfg->precision, cfg->B, cfg->T / plan->cp, recompute,
+        int host = cfg->offload_act && recompute == 3;   // -offload-act at the level the table plans
+        out->bytes[MEM_ACTIVATIONS] += model_activation_bytes(chunk, cfg->precision, cfg->B, cfg->T / plan->cp, recompute, host,
                                                               plan->sets[stage][c], plan->stash[stage], cfg->sequence_parallel);
+        out->bytes[MEM_HOST_ACTIVATIONS] += model_host_activation_bytes(chunk, cfg->precision, cfg->B, cfg->T / plan->cp, host,
+                                                                        plan->sets[stage][c], cfg->sequence_parallel);
     }
     free(chunk);
     free(lay);
@@ -318,15 +321,15 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
     print_heading(cfg, plan, s, ranks, dp);
     if (P > 1) printf("stage 0 (embeddings, the most micro-batches in flight):\n");
     for (int c = 0; c < NUM_MEM_CATEGORIES; c++)   // host categories are empty without -offload, disk without -nvme
-        if (mem_category_shown((MemCategory)c, cfg->offload, cfg->nvme_dir != NULL))
+        if (mem_category_shown((MemCategory)c, config_uses_host(cfg), cfg->nvme_dir != NULL))
             printf("  %-12s %10.3f GiB\n", mem_category_name((MemCategory)c), gib(m->bytes[c]));
-    printf("  %-12s %10.3f GiB\n", cfg->offload ? "device total" : "total", gib(mem_total(m)));
-    if (cfg->offload) printf("  %-12s %10.3f GiB\n", "host total", gib(mem_host_total(m)));
+    printf("  %-12s %10.3f GiB\n", config_uses_host(cfg) ? "device total" : "total", gib(mem_total(m)));
+    if (config_uses_host(cfg)) printf("  %-12s %10.3f GiB\n", "host total", gib(mem_host_total(m)));
     if (cfg->nvme_dir) printf("  %-12s %10.3f GiB\n", "disk total", gib(mem_disk_total(m)));
     for (int st = 1; st < P; st++) {
         printf("stage %d%s: %.3f GiB (activations %.3f GiB)", st, st == P - 1 ? " (LM head)" : "", gib(mem_total(&plans[st])),
                gib(plans[st].bytes[MEM_ACTIVATIONS]));
-        if (cfg->offload) printf(", host %.3f GiB", gib(mem_host_total(&plans[st])));
+        if (config_uses_host(cfg)) printf(", host %.3f GiB", gib(mem_host_total(&plans[st])));
         if (cfg->nvme_dir) printf(", disk %.3f GiB", gib(mem_disk_total(&plans[st])));
         printf("\n");
     }

@@ -353,6 +353,11 @@ const Flag FLAGS[] = {
      .help = "with -lora: start the adapters from FILE (the trainer's adapter file, docs/formats.md) or DIR (a Hugging Face "
              "PEFT adapter folder: adapter_config.json, adapter_model.safetensors): its rank, layers, targets, alpha and "
              "rsLoRA must be the run's"},
+    {PARALLEL, "-offload-act", "0|1", FIELD(offload_act), RANGE(0, 1), .def = "0",
+     .help = "1 (with -r 3): the blocks' inputs, which -r 3 keeps to recompute each block from, in host memory (pinned "
+             "on the GPU build) but the stage's first input and its output: each copied down after its block's forward "
+             "and up one block ahead of its backward, overlapped with the blocks on the GPU build (ZeRO-R's CPU "
+             "checkpointing; compiled for the GPU, not yet run on one). Same results bit for bit"},
     {PARALLEL, "-offload", "0|1|2", FIELD(offload), RANGE(0, 2), .def = "0",
      .help = "1: keep each rank's fp32 master weights and Adam m, v (its pieces with -z >= 1) in host memory (pinned on "
              "the GPU build); the optimizer runs there on the downloaded gradient and uploads the new parameters. 2 (-z 2 "

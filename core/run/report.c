@@ -71,13 +71,13 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
     if (rank == 0 && !config_chats(cfg)) {   // a chat prints its reply alone
         printf("memory (rank 0): %.1f MiB total:", (double)mem_total(mem) / (1 << 20));
         for (int c = 0; c < NUM_MEM_CATEGORIES; c++)   // host categories are empty without -offload, disk without -nvme
-            if (mem_category_shown((MemCategory)c, cfg->offload, cfg->nvme_dir != NULL))
+            if (mem_category_shown((MemCategory)c, config_uses_host(cfg), cfg->nvme_dir != NULL))
                 printf(" %s %.1f", mem_category_name((MemCategory)c), (double)mem->bytes[c] / (1 << 20));
         printf(" MiB\n");
         size_t keep_all = 0;
         for (int c = 0; c < num_chunks; c++) {
             const Model* g = &chunks[c];
-            keep_all += model_activation_bytes(g->layout, cfg->precision, g->B, g->T, 0, g->num_sets, g->num_stash, g->sp) +
+            keep_all += model_activation_bytes(g->layout, cfg->precision, g->B, g->T, 0, 0, g->num_sets, g->num_stash, g->sp) +
                         model_document_bytes(g);
         }
         size_t saved = keep_all - mem->bytes[MEM_ACTIVATIONS];

@@ -60,6 +60,8 @@ case_run pp2_interleaved_z1 4 -x 4 -ga 4 -pp 2 -ps interleaved -z 1 -n 4
 case_run tp2_sp_pp2_z3 4 -x 4 -ga 2 -tp 2 -sp 1 -pp 2 -z 3 -p bf16 -n 4 -lb 1
 # -nvme: the state and the parameter pieces on disk, each piece read into host memory and uploaded from
 # there for the gathers; the optimizer's staging beside the disk's pass; -dpu's pass on its thread.
+# -offload-act: the blocks' inputs down to host memory and back up through the copy streams.
+case_run offload_act_recompute 1 -x 4 -p bf16 -r 3 -offload-act 1
 # -lora: each unit gathered as two sections (the frozen base's pieces, the adapters'), from host memory.
 case_run lora_z3_offload2 2 -x 4 -p bf16 -z 3 -offload 2 -lora 4 -n 4
 case_run z3_offload2_nvme 2 -x 4 -p bf16 -z 3 -offload 2 -nvme "$TMP/nvme" -nvme-chunk 2048 -n 4

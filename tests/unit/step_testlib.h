@@ -27,7 +27,7 @@ static inline double run_step(const ParamLayout* lay, const float* init, int r, 
     Zero* z = zero_create(be, &mem, lay, zero_caps(0), NULL, NULL, DT_FP32, NULL);
     zero_set_from_host(z, be, init);
     Model g;
-    model_create(&g, be, &mem, lay, zero_param_store(z), NULL, NULL, NULL, 0, DT_FP32, STEP_BATCH, STEP_SEQ, r, 1, how == RUN_SPLIT, 1);
+    model_create(&g, be, &mem, lay, zero_param_store(z), NULL, NULL, NULL, 0, DT_FP32, STEP_BATCH, STEP_SEQ, r, 0, 1, how == RUN_SPLIT, 1);
     int tokens[N], targets[N];
     for (int i = 0; i < N; i++) tokens[i] = (i * 37 + 5) % lay->shape.V, targets[i] = (i * 53 + 11) % lay->shape.V;
     MicroBatch mb = {tokens, targets, NULL, NULL};
