@@ -548,10 +548,14 @@ static void search_init(Search* s, const Config* cfg, StatePlanner states, int a
 
 // The one line when nothing fits: the smallest plan, which the budget would have to reach.
 static void fail_nothing_fits(const Search* s, const int counts[3]) {
+    if (!s->count)
+        fail("--autotune -w %d: no layout of %d rank%s splits a global batch of %lld sequences of -t %d (the replicas must "
+             "divide it, -pp the layers, -tp the heads and vocabulary)", s->ranks, s->ranks, s->ranks > 1 ? "s" : "",
+             s->sequences, s->cfg->T);
     if (!counts[TOO_LARGE])
         fail("--autotune -w %d: the trainer refuses every layout of %d rank%s for this model and a global batch of %lld "
-             "sequences of -t %d (the first: %s)", s->ranks, s->ranks, s->ranks > 1 ? "s" : "", s->sequences, s->cfg->T,
-             s->count ? s->cands[s->count - 1].error : "no layout splits the batch");
+             "sequences of -t %d (one: %s)", s->ranks, s->ranks, s->ranks > 1 ? "s" : "", s->sequences, s->cfg->T,
+             s->cands[s->count - 1].error);
     const Candidate* least = NULL;
     for (int i = 0; i < s->count; i++)
         if (s->cands[i].verdict == TOO_LARGE && (!least || s->cands[i].device < least->device)) least = &s->cands[i];
@@ -567,11 +571,11 @@ static void search(Search* s) {
     qsort(s->cands, (size_t)s->count, sizeof(Candidate), by_cost);
     int counts[3] = {0};
     for (int i = 0; i < s->count; i++) counts[s->cands[i].verdict]++;
+    if (!counts[FITS]) fail_nothing_fits(s, counts);
     printf("autotune: %d rank%s, %lld sequences of %d tokens per step: %d layouts, %d refused by the trainer's checks, "
            "%d over the memory budget, %d fit; timing the cheapest %d for %d steps each\n", s->ranks, s->ranks > 1 ? "s" : "",
            s->sequences, s->cfg->T, s->count, counts[REFUSED], counts[TOO_LARGE], counts[FITS],
            counts[FITS] < s->trials ? counts[FITS] : s->trials, s->steps);
-    if (!counts[FITS]) fail_nothing_fits(s, counts);
     time_best(s, counts[FITS]);
     int timed = counts[FITS] < s->trials ? counts[FITS] : s->trials;
     qsort(s->cands, (size_t)timed, sizeof(Candidate), by_speed);
