@@ -25,7 +25,7 @@
 #include "core/data/dataloader.h"
 #include "core/run/data_splits.h"
 #include "core/zero/delayed_update.h"
-#include "core/run/estimate.h"
+#include "core/run/autotune.h"
 #include "core/run/chat.h"
 #include "core/run/generate.h"
 #include "core/run/hellaswag.h"
@@ -132,7 +132,7 @@ static NvmeConfig nvme_config(const Config* cfg, int rank) {
     return n;
 }
 
-// --estimate's planner for the model states: ZeRO's allocation code in counting mode.
+// --estimate's and --autotune's planner for the model states: ZeRO's allocation code in counting mode.
 static void plan_zero_states(MemLedger* mem, const ParamLayout* lay, const Config* cfg, int zero, int dp_rank, int dp) {
     NvmeConfig disk = nvme_config(cfg, 0);
     zero_plan_rank(mem, lay, caps_of(cfg, zero), dp_rank, dp, cfg->precision, cfg->nvme_dir ? &disk : NULL);
@@ -270,6 +270,7 @@ static void print_setup(Trainer* tr, CommKind comm) {
 
 static void trainer_setup(Trainer* tr, int argc, char** argv) {
     memset(tr, 0, sizeof(*tr));
+    autotune_if_asked(plan_zero_states, argc, argv);   // before MPI: the search launches its trials itself
     tr->world = comm_init_world(&argc, &argv);
     tr->rank = comm_rank(tr->world);
     tr->ranks = comm_size(tr->world);
@@ -282,7 +283,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     gpu_variants_from_env();   // a bad GPT_CUDA_VARIANTS fails here, before the run directory is touched
     ModelShape shape = lora_apply(&tr->lora, model_resolve(cfg->model, &tr->model_is_spec), &cfg->lora);
     tr->lora.seed = cfg->seed;   // LoRA's dropout masks follow -seed
-    if (!cfg->precision_set) cfg->precision = backend_build_is_gpu() ? DT_BF16 : DT_FP32;
+    config_resolve_precision(cfg);
     int planned = cfg->estimate && cfg->plan_ranks ? cfg->plan_ranks : tr->ranks;
     config_resolve_batch(cfg, shape.maxT, planned, cfg->pipeline_stages * cfg->tensor_parallel * cfg->context_parallel);
     pipeline_plan(&tr->plan, &shape, cfg->pipeline_stages, cfg->pipe_schedule, cfg->virtual_stages, cfg->tensor_parallel,
@@ -310,9 +311,8 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->layout = (ParamLayout*)xmalloc(sizeof(ParamLayout));
     pipeline_stage_layout(tr->layout, &tr->plan, &shape, g->dp, g->stage, g->tp_rank);
     comm_watchdog_phase(tr->world, 1, "start-up: model state");
-    NvmeConfig mine = nvme_config(cfg, tr->rank);
-    check_room(plan_zero_states, cfg, tr->layout, tr->grid.dp_rank, tr->grid.dp, comm_local_size(tr->world), &mine);
     tr->nvme = nvme_config(cfg, tr->rank);
+    check_room(plan_zero_states, cfg, tr->layout, tr->grid.dp_rank, tr->grid.dp, comm_local_size(tr->world), &tr->nvme);
     tr->zero = zero_create(tr->be, &tr->mem, tr->layout, caps_of(cfg, cfg->zero_stage), g->dp_group, g->tied, cfg->precision,
                            cfg->nvme_dir ? &tr->nvme : NULL);
     tr->model_states = zero_model_state(tr->zero);

@@ -103,9 +103,13 @@ static void check_combinations(const Config* c) {
     if (c->ckpt_every > 0 && !c->out_dir) fail("-n %d writes checkpoints into -o DIR: give -o", c->ckpt_every);
     if (c->total_batch && c->grad_accum_set) fail("-d and -ga both set the accumulation steps: give one of them");
     if ((long long)c->B * c->T > INT_MAX) fail("-b %d x -t %d tokens per micro-batch exceed %d", c->B, c->T, INT_MAX);
-    if (c->plan_ranks && !c->estimate) fail("-w %d plans a world size with --estimate only", c->plan_ranks);
+    if (c->plan_ranks && !c->estimate && !c->autotune) fail("-w %d plans a world size with --estimate or --autotune only", c->plan_ranks);
     if (c->dump_dir && c->max_steps == 0) fail("-dump writes step 0's tensors: it needs a step (-x 0 takes none)");
-    if ((c->gpu_mem_gib > 0 || c->host_mem_gib > 0) && !c->estimate) fail("-gpu-mem and -host-mem plan with --estimate only");
+    if ((c->gpu_mem_gib > 0 || c->host_mem_gib > 0) && !c->estimate && !c->autotune)
+        fail("-gpu-mem and -host-mem plan with --estimate or --autotune only");
+    if (c->autotune && c->estimate) fail("--estimate prints one layout's plan, --autotune searches layouts: give one of them");
+    if (c->autotune && !(c->gpu_mem_gib > 0)) fail("--autotune keeps the layouts that fit the device: it needs -gpu-mem G (GiB per rank)");
+    if ((c->autotune_trials || c->autotune_steps) && !c->autotune) fail("-autotune-trials and -autotune-steps need --autotune");
     if (c->host_mem_gib > 0 && !(c->gpu_mem_gib > 0)) fail("-host-mem needs -gpu-mem (the table is per device budget)");
     if (config_generates(c) && c->out_dir)
         fail("%s generates from -e's model and exits: it writes no run directory (drop -o)", generation_flag(c));
@@ -154,6 +158,10 @@ void config_parse(Config* c, int argc, char** argv) {
     if (!c->virtual_stages) c->virtual_stages = c->pipe_schedule == SCHEDULE_INTERLEAVED ? 2 : 1;
     check_combinations(c);
     if (c->range_test.steps) c->max_steps = c->range_test.steps;
+}
+
+void config_resolve_precision(Config* cfg) {
+    if (!cfg->precision_set) cfg->precision = backend_build_is_gpu() ? DT_BF16 : DT_FP32;
 }
 
 // -d sets -ga from the data-parallel replicas, ranks / (stages x tensor ranks). When those do not divide the

@@ -125,9 +125,12 @@ typedef struct {
     // planning
     int estimate;                // --estimate: print the memory plan and exit
     int plan_ranks;              // -w: world size to plan for (default: the launched world)
-    float gpu_mem_gib;           // -gpu-mem: device memory per rank for --estimate's largest-model table (0: none)
-    float host_mem_gib;          // -host-mem: host memory per rank for that table (0: unlimited)
+    float gpu_mem_gib;           // -gpu-mem: device memory per rank for --estimate's table or --autotune (0: none)
+    float host_mem_gib;          // -host-mem: host memory per rank for that table or --autotune (0: unlimited)
     float disk_mem_gib;          // -disk-mem: disk per rank for that table's -nvme rows (0: no such rows)
+    int autotune;                // --autotune: search the layouts that fit -gpu-mem, time the cheapest, print the fastest
+    int autotune_trials;         // -autotune-trials: layouts timed (0: not given, 4)
+    int autotune_steps;          // -autotune-steps: steps per timed layout, the first one warm-up (0: not given, 4)
 } Config;
 
 // -chat or -chat-file: answer a conversation.
@@ -144,6 +147,8 @@ const char* config_lora_unbuilt(const Config* cfg);
 void config_defaults(Config* cfg);
 // Parses argv into cfg. Prints usage and exits 0 on -h.
 void config_parse(Config* cfg, int argc, char** argv);
+// -p's default where it was not given: bf16 on the GPU build, fp32 on the CPU build.
+void config_resolve_precision(Config* cfg);
 // -t against the model's maxT, and -ga from -d once the world is known: -d sets -ga from the data-parallel
 // replicas, ranks / per_replica (stages x tensor ranks). One-line errors.
 void config_resolve_batch(Config* cfg, int maxT, int ranks, int per_replica);

@@ -300,6 +300,15 @@ static StagePlans plan_stages(StatePlanner states, const Config* cfg, const Pipe
     return p;
 }
 
+PlanPeak plan_peak(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks) {
+    StagePlans sp = plan_stages(states, cfg, plan, s, plan_replicas(plan, ranks));
+    PlanPeak peak = {.device = sp.heaviest};
+    for (int st = 0; st < plan->stages; st++)
+        peak.host = mem_host_total(&sp.stages[st]) > peak.host ? mem_host_total(&sp.stages[st]) : peak.host;
+    free(sp.stages);
+    return peak;
+}
+
 static void print_heading(const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks, int dp) {
     int P = plan->stages;
     printf("memory plan per rank, nothing allocated: L=%d C=%d NH=%d V=%d | %s | %d rank%s (%d stage%s x %d replica%s x %d "

@@ -23,3 +23,10 @@ void check_room(StatePlanner states, const Config* cfg, const ParamLayout* lay, 
 // configuration's plan for scripts. With -gpu-mem, the largest shape of the family that fits, with -lora's
 // adapters on each.
 void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks);
+
+// The heaviest stage's bytes per rank for cfg's layout on `ranks` ranks, on the device and on the host: the
+// plan --estimate prints (its plan and plan_stages records), for --autotune's filter.
+typedef struct {
+    size_t device, host;
+} PlanPeak;
+PlanPeak plan_peak(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks);

@@ -390,14 +390,25 @@ const Flag FLAGS[] = {
     {PLANNING, "--estimate", NULL, .field = offsetof(Config, estimate), .type = FLAG_SWITCH,
      .help = "print each rank's memory per category (and a table across ZeRO stages and world sizes) for these flags "
              "without allocating anything, then exit"},
-    {PLANNING, "-w", "N", FIELD(plan_ranks), RANGE(1, WIDE), .def_shown = "the ranks it is launched on",
-     .help = "world size for --estimate"},
+    {PLANNING, "--autotune", NULL, .field = offsetof(Config, autotune), .type = FLAG_SWITCH,
+     .help = "search the layouts of -w ranks (-z, -offload, -r, -pp with each -ps, -tp, -sp, and every -b x -ga x replicas "
+             "split of the global batch, b*ga*t*w tokens or -d's) that the trainer accepts and whose plan fits -gpu-mem "
+             "(and -host-mem), time the cheapest few by a cost model for a few steps each (mpirun -np N on this binary), "
+             "print a table and the fastest's command line, and write them to autotune.json in -o (or the current "
+             "directory); run in one process, without mpirun. The searched flags may not be given"},
+    {PLANNING, "-autotune-trials", "K", FIELD(autotune_trials), RANGE(1, 1000), .def_shown = "4",
+     .help = "with --autotune: the layouts timed"},
+    {PLANNING, "-autotune-steps", "S", FIELD(autotune_steps), RANGE(2, 1000), .def_shown = "4",
+     .help = "with --autotune: steps per timed layout; the first is warm-up, the rest are averaged"},
+    {PLANNING, "-w", "N", FIELD(plan_ranks), RANGE(1, WIDE), .def_shown = "the ranks it is launched on (1 with --autotune)",
+     .help = "world size for --estimate or --autotune"},
     {PLANNING, "-gpu-mem", "G", FIELD(gpu_mem_gib), RANGE(0.001, 1e6),
      .help = "with --estimate: also the largest shape of -e's family (GPT-2/GPT-3 124M..175B; SmolLM2 and Llama 3.x "
              "135M..405B) whose states and activations fit G GiB of device memory per rank, for each ZeRO stage, "
-             "-offload and -r; with -lora, each with the run's adapters on its frozen base"},
+             "-offload and -r; with -lora, each with the run's adapters on its frozen base. With --autotune: the device "
+             "memory per rank that each layout's plan must fit"},
     {PLANNING, "-host-mem", "G", FIELD(host_mem_gib), RANGE(0.001, 1e6),
-     .help = "with -gpu-mem: that table's shapes must also fit G GiB of host memory per rank"},
+     .help = "with -gpu-mem: that table's shapes (or --autotune's layouts) must also fit G GiB of host memory per rank"},
     {PLANNING, "-disk-mem", "G", FIELD(disk_mem_gib), RANGE(0.001, 1e9),
      .help = "with -gpu-mem: also rows for -offload with -nvme, whose state files fit G GiB of disk per rank"},
 

@@ -39,7 +39,7 @@ expect_error tokens_per_step_above_ga "-d 1048577 gives -ga 1048577 .*outside" "
 expect_error empty_out_dir "-o needs a directory name" "${base[@]}" -o ""
 expect_error checkpoints_without_out_dir "-n 2 writes checkpoints into -o DIR" "${base[@]}" -n 2
 expect_error d_and_ga "-d and -ga both set the accumulation steps" "${base[@]}" -d 128 -ga 4
-expect_error plan_ranks_without_estimate "-w 8 plans a world size with --estimate only" "${base[@]}" -w 8
+expect_error plan_ranks_without_estimate "-w 8 plans a world size with --estimate or --autotune only" "${base[@]}" -w 8
 expect_error dump_without_steps "-dump writes step 0's tensors: it needs a step" "${base[@]}" -x 0 -dump "$TMP/dump"
 expect_error micro_batch_beyond_int "-b 1048576 x -t 1048576 tokens per micro-batch exceed" "${base[@]}" -b 1048576 -t 1048576
 expect_error bad_schedule "cosine\|linear\|constant" "${base[@]}" -k exp
