@@ -11,6 +11,7 @@
 
 #include "base/common.h"
 #include "core/checkpoint/model_file.h"
+#include "core/model/context_parallel.h"
 #include "core/model/lora.h"
 #include "core/run/flags.h"
 #include "core/util/fs.h"
@@ -21,8 +22,8 @@ enum { DEFAULT_TRIALS = 4, DEFAULT_STEPS = 4, MAX_ARGS = 512 };
 
 // One layout: the flags the search sets.
 typedef struct {
-    int zero, offload, recompute;
-    int pp, vp, tp, sp;
+    int zero, offload, recompute, offload_act;
+    int pp, vp, tp, sp, cp;
     ScheduleKind schedule;
     int B, ga;
 } Layout;
@@ -88,10 +89,12 @@ static void layout_flags(const Layout* l, char* out, size_t n) {
     size_t at = (size_t)snprintf(out, n, "-z %d", l->zero);
     if (l->offload) at += (size_t)snprintf(out + at, n - at, " -offload %d", l->offload);
     if (l->recompute) at += (size_t)snprintf(out + at, n - at, " -r %d", l->recompute);
+    if (l->offload_act) at += (size_t)snprintf(out + at, n - at, " -offload-act 1");
     if (l->pp > 1) at += (size_t)snprintf(out + at, n - at, " -pp %d -ps %s", l->pp, schedule_kind_name(l->schedule));
     if (l->schedule == SCHEDULE_INTERLEAVED) at += (size_t)snprintf(out + at, n - at, " -vp %d", l->vp);
     if (l->tp > 1) at += (size_t)snprintf(out + at, n - at, " -tp %d", l->tp);
     if (l->sp) at += (size_t)snprintf(out + at, n - at, " -sp 1");
+    if (l->cp > 1) at += (size_t)snprintf(out + at, n - at, " -cp %d", l->cp);
     snprintf(out + at, n - at, " -b %d -ga %d", l->B, l->ga);
 }
 
@@ -124,9 +127,9 @@ static void candidate_config(const Search* s, const Candidate* c, Config* cfg, P
     trial_args(s, c, 0, &a, steps, dir, sizeof(dir));
     config_parse(cfg, a.n, a.v);
     config_resolve_precision(cfg);
-    config_resolve_batch(cfg, s->shape.maxT, s->ranks, cfg->pipeline_stages * cfg->tensor_parallel);
+    config_resolve_batch(cfg, s->shape.maxT, s->ranks, cfg->pipeline_stages * cfg->tensor_parallel * cfg->context_parallel);
     pipeline_plan(plan, &s->shape, cfg->pipeline_stages, cfg->pipe_schedule, cfg->virtual_stages, cfg->tensor_parallel,
-                  s->ranks, cfg->T, cfg->grad_accum);
+                  cfg->context_parallel, s->ranks, cfg->T, cfg->grad_accum);
 }
 
 // In a child: candidate_config and every rank's layout (the tensor split's checks), then one byte on `passed`.
@@ -210,12 +213,14 @@ static void add_candidate(Search* s, const Layout* l) {
     layout_flags(l, c->flags, sizeof(c->flags));
 }
 
-// Every -z, -offload and -r over one parallel layout and batch split (-offload 2 only from -z 2, as
-// --estimate's capacity table counts: the loops leave out what cannot be legal, the checks decide the rest).
+// Every -z, -offload and -r (and at -r 3 -offload-act) over one parallel layout and batch split (-offload 2
+// only from -z 2, as --estimate's capacity table counts: the loops leave out what cannot be legal, the checks
+// decide the rest).
 static void add_memory_options(Search* s, Layout l) {
     for (l.zero = 0; l.zero <= 3; l.zero++)
         for (l.offload = 0; l.offload <= (l.zero >= 2 ? 2 : 1); l.offload++)
-            for (l.recompute = 0; l.recompute <= 3; l.recompute++) add_candidate(s, &l);
+            for (l.recompute = 0; l.recompute <= 3; l.recompute++)
+                for (l.offload_act = 0; l.offload_act <= (l.recompute == 3); l.offload_act++) add_candidate(s, &l);
 }
 
 // Every split of one replica's sequences into -b x -ga.
@@ -245,18 +250,27 @@ static int splits_tensors(const ModelShape* shape, int tp) {
     return shape_splits_vocab(shape, tp) && shape->family->splits_tp(shape, tp, why, sizeof(why));
 }
 
-// Every layout of the world: stages (a block each at least) x tensor ranks x replicas, the replicas splitting
-// the global batch. -cp would be one more factor of the world here.
+// Whether -cp can split the model's attention heads: the trainer's own predicate (context_parallel.h).
+static int splits_context(const ModelShape* shape, int cp) {
+    char why[256];
+    return cp == 1 || context_splits(shape, cp, why, sizeof(why));
+}
+
+// Every layout of the world: stages (a block each at least) x tensor ranks x context ranks x replicas, the
+// replicas splitting the global batch (the context ranks of a replica share its sequences).
 static void enumerate(Search* s) {
     for (int pp = 1; pp <= s->ranks && pp <= s->shape.L; pp++)
-        for (int tp = 1; pp * tp <= s->ranks; tp++) {
-            int replicas = s->ranks / (pp * tp);
-            if (s->ranks % (pp * tp) || s->sequences % replicas || !splits_tensors(&s->shape, tp)) continue;
-            for (int sp = 0; sp <= (tp > 1); sp++) {
-                Layout l = {.pp = pp, .tp = tp, .sp = sp};
-                add_schedules(s, l, s->sequences / replicas);
+        for (int tp = 1; pp * tp <= s->ranks; tp++)
+            for (int cp = 1; pp * tp * cp <= s->ranks; cp++) {
+                int replicas = s->ranks / (pp * tp * cp);
+                if (s->ranks % (pp * tp * cp) || s->sequences % replicas || !splits_tensors(&s->shape, tp) ||
+                    !splits_context(&s->shape, cp))
+                    continue;
+                for (int sp = 0; sp <= (tp > 1); sp++) {
+                    Layout l = {.pp = pp, .tp = tp, .sp = sp, .cp = cp};
+                    add_schedules(s, l, s->sequences / replicas);
+                }
             }
-        }
 }
 
 // The cost model: a step's time relative to the plain layout's, from what each choice is known to cost.
@@ -264,6 +278,8 @@ static double layout_cost(const Layout* l, double bubble) {
     static const double recompute[] = {1.0, 1.05, 1.15, 1.33};   // the forward work each -r redoes
     static const double offload[] = {1.0, 1.3, 1.6};             // host transfers and the host's optimizer
     double cost = recompute[l->recompute] * offload[l->offload] * (1.0 + bubble);
+    cost *= l->offload_act ? 1.05 : 1.0;       // the block inputs' copies, overlapped but for their waits
+    cost *= 1.0 + 0.1 * (l->cp - 1);           // -cp's all-to-alls (or ring passes) around every attention
     cost *= l->zero == 3 ? 1.1 : 1.0;          // ZeRO-3 gathers every unit's parameters for each micro-batch
     cost *= 1.0 + 0.1 * (l->tp - 1);           // -tp's collectives inside every block
     cost *= 1.0 + 0.02 * (l->ga - 1);          // each micro-batch's fixed overhead: a larger -b is cheaper
@@ -485,7 +501,7 @@ static void write_json(const Search* s, const int counts[3], const char* best_co
 }
 
 // The flags the search sets, which the command line may not give.
-static const char* const SEARCHED[] = {"-z", "-offload", "-r", "-pp", "-ps", "-vp", "-tp", "-sp"};
+static const char* const SEARCHED[] = {"-z", "-offload", "-offload-act", "-r", "-pp", "-ps", "-vp", "-tp", "-sp", "-cp"};
 // The search's own flags and the global batch's: neither a trial nor the printed command carries them.
 static const char* const SEARCH_ONLY[] = {"--autotune", "-autotune-trials", "-autotune-steps", "-w", "-gpu-mem", "-host-mem", "-disk-mem", "-b", "-ga", "-d"};
 // What the printed command carries but a trial replaces (with -x S, -o autotune/trial<i>, -ow 1).
@@ -550,7 +566,7 @@ static void search_init(Search* s, const Config* cfg, StatePlanner states, int a
 static void fail_nothing_fits(const Search* s, const int counts[3]) {
     if (!s->count)
         fail("--autotune -w %d: no layout of %d rank%s splits a global batch of %lld sequences of -t %d (the replicas must "
-             "divide it, -pp the layers, -tp the heads and vocabulary)", s->ranks, s->ranks, s->ranks > 1 ? "s" : "",
+             "divide it, -pp the layers, -tp the heads and vocabulary, -cp the heads)", s->ranks, s->ranks, s->ranks > 1 ? "s" : "",
              s->sequences, s->cfg->T);
     if (!counts[TOO_LARGE])
         fail("--autotune -w %d: the trainer refuses every layout of %d rank%s for this model and a global batch of %lld "

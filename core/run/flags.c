@@ -391,7 +391,7 @@ const Flag FLAGS[] = {
      .help = "print each rank's memory per category (and a table across ZeRO stages and world sizes) for these flags "
              "without allocating anything, then exit"},
     {PLANNING, "--autotune", NULL, .field = offsetof(Config, autotune), .type = FLAG_SWITCH,
-     .help = "search the layouts of -w ranks (-z, -offload, -r, -pp with each -ps, -tp, -sp, and every -b x -ga x replicas "
+     .help = "search the layouts of -w ranks (-z, -offload, -r, -offload-act, -pp with each -ps, -tp, -sp, -cp, and every -b x -ga x replicas "
              "split of the global batch, b*ga*t*w tokens or -d's) that the trainer accepts and whose plan fits -gpu-mem "
              "(and -host-mem), time the cheapest few by a cost model for a few steps each (mpirun -np N on this binary), "
              "print a table and the fastest's command line, and write them to autotune.json in -o (or the current "
