@@ -60,7 +60,6 @@ static void check_lora(const Config* c) {
 const char* config_context_unbuilt(const Config* c) {
     if (c->context_parallel < 2) return NULL;
     if (c->tensor_parallel > 1) return "-tp";
-    if (c->offload) return "-offload";
     if (c->lora.rank) return "-lora";
     if (c->hellaswag) return "-hs";
     if (c->docmask) return "-docmask";

@@ -47,6 +47,8 @@ case_cp cp2_dp2_gpt2_z2 4 "$GPT2" gpt2_ga2 1e-5 -cp 2 -z 2
 case_cp cp2_pp2_gpt2 4 "$GPT2" gpt2_ga2 1e-5 -cp 2 -pp 2 -ga 2
 case_cp cp2_pp2_zb_gpt2 4 "$GPT2" gpt2_ga2 1e-5 -cp 2 -pp 2 -ga 2 -ps zb
 case_cp cp2_llama 2 "$LLAMA" llama_ga1 1e-5 -cp 2
+case_cp cp2_gpt2_z1_offload1 2 "$GPT2" gpt2_ga1 1e-5 -cp 2 -z 1 -offload 1
+case_cp cp2_llama_z3_offload2_act 2 "$LLAMA" llama_ga1 1e-5 -cp 2 -z 3 -offload 2 -r 3 -offload-act 1
 case_cp cp4_llama_copies_z3_r3 4 "$LLAMA" llama_ga1 1e-5 -cp 4 -z 3 -r 3
 case_cp cp2_llama_r2 2 "$LLAMA" llama_ga1 1e-5 -cp 2 -r 2 -z 1
 case_cp cp2_llama_bf16 2 "$LLAMA" llama_bf16 2e-2 -cp 2 -p bf16
@@ -124,7 +126,6 @@ bad cp_kv_heads "-cp 2 and 3 kv heads: one must divide the other" -e "llama:L2,C
 bad cp_world "-cp 2 does not divide the 3 ranks into context groups of 2" -e "$GPT2" -cp 2 --estimate -w 3
 bad cp_ring "-cpm ring: not yet built" -e "$GPT2" -cp 2 -cpm ring --estimate -w 2
 bad cp_with_tp "-cp 2 with -tp: not yet built" -e "$GPT2" -cp 2 -tp 2 --estimate -w 4
-bad cp_with_offload "-cp 2 with -offload: not yet built" -e "$GPT2" -cp 2 -z 1 -offload 1 --estimate -w 2
 bad cp_with_lora "-cp 2 with -lora: not yet built" -e "$GPT2" -cp 2 -lora 4 --estimate -w 2
 bad cp_with_docmask "-cp 2 with -docmask: not yet built" -e "$GPT2" -cp 2 -docmask 1 --estimate -w 2
 bad cp_with_hellaswag "-cp 2 with -hs: not yet built" -e "$GPT2" -cp 2 -hs "$TMP/hs.bin" -v 1 --estimate -w 2
