@@ -60,7 +60,7 @@ static void check_lora(const Config* c) {
 const char* config_context_unbuilt(const Config* c) {
     if (c->context_parallel < 2) return NULL;
     if (c->tensor_parallel > 1) return "-tp";
-    if (c->lora.rank) return "-lora";
+    if (c->lora.dropout > 0) return "-lora-dropout";   // its masks are drawn by the element's place in the rank's rows
     if (c->hellaswag) return "-hs";
     if (c->docmask) return "-docmask";
     if (c->dump_dir) return "-dump";

@@ -38,6 +38,7 @@ train 1 "$TMP/gpt2_ga2" -e "$GPT2" -ga 2 || t_fail reference "one-rank run faile
 train 1 "$TMP/llama_ga1" -e "$LLAMA" -ga 1 -n 4 || t_fail reference "one-rank run failed"
 train 1 "$TMP/llama_bf16" -e "$LLAMA" -p bf16 || t_fail reference "one-rank run failed"
 train 1 "$TMP/llama_fp16" -e "$LLAMA" -p fp16 || t_fail reference "one-rank run failed"
+train 1 "$TMP/gpt2_lora" -e "$GPT2" -ga 1 -lora 4 -lora-alpha 8 || t_fail reference "one-rank run failed"
 case_cp cp2_gpt2 2 "$GPT2" gpt2_ga1 1e-5 -cp 2 "${VAL[@]}"
 val_losses_match cp2_gpt2_val_loss "$TMP/cp2_gpt2/log.jsonl" "$TMP/gpt2_ga1/log.jsonl"
 case_cp cp4_gpt2_z1 4 "$GPT2" gpt2_ga1 1e-5 -cp 4 -z 1
@@ -49,6 +50,7 @@ case_cp cp2_pp2_zb_gpt2 4 "$GPT2" gpt2_ga2 1e-5 -cp 2 -pp 2 -ga 2 -ps zb
 case_cp cp2_llama 2 "$LLAMA" llama_ga1 1e-5 -cp 2
 case_cp cp2_gpt2_z1_offload1 2 "$GPT2" gpt2_ga1 1e-5 -cp 2 -z 1 -offload 1
 case_cp cp2_llama_z3_offload2_act 2 "$LLAMA" llama_ga1 1e-5 -cp 2 -z 3 -offload 2 -r 3 -offload-act 1
+case_cp cp2_gpt2_lora_z3_r3 2 "$GPT2" gpt2_lora 1e-5 -cp 2 -lora 4 -lora-alpha 8 -z 3 -r 3
 case_cp cp4_llama_copies_z3_r3 4 "$LLAMA" llama_ga1 1e-5 -cp 4 -z 3 -r 3
 case_cp cp2_llama_r2 2 "$LLAMA" llama_ga1 1e-5 -cp 2 -r 2 -z 1
 case_cp cp2_llama_bf16 2 "$LLAMA" llama_bf16 2e-2 -cp 2 -p bf16
@@ -126,7 +128,7 @@ bad cp_kv_heads "-cp 2 and 3 kv heads: one must divide the other" -e "llama:L2,C
 bad cp_world "-cp 2 does not divide the 3 ranks into context groups of 2" -e "$GPT2" -cp 2 --estimate -w 3
 bad cp_ring "-cpm ring: not yet built" -e "$GPT2" -cp 2 -cpm ring --estimate -w 2
 bad cp_with_tp "-cp 2 with -tp: not yet built" -e "$GPT2" -cp 2 -tp 2 --estimate -w 4
-bad cp_with_lora "-cp 2 with -lora: not yet built" -e "$GPT2" -cp 2 -lora 4 --estimate -w 2
+bad cp_with_lora_dropout "-cp 2 with -lora-dropout: not yet built" -e "$GPT2" -cp 2 -lora 4 -lora-dropout 0.1 --estimate -w 2
 bad cp_with_docmask "-cp 2 with -docmask: not yet built" -e "$GPT2" -cp 2 -docmask 1 --estimate -w 2
 bad cp_with_hellaswag "-cp 2 with -hs: not yet built" -e "$GPT2" -cp 2 -hs "$TMP/hs.bin" -v 1 --estimate -w 2
 bad cp_with_dump "-cp 2 with -dump: not yet built" -e "$GPT2" -cp 2 -dump "$TMP/d" --estimate -w 2
