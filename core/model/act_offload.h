@@ -6,11 +6,12 @@
 // read it, and comes back up one block ahead of the backward that needs it, on the backend's copy streams
 // (kernels.h), so on a GPU the copies overlap the blocks' compute.
 //
-// The device holds three (N, C) slots that the inner inputs take in turn, input l in slot l % 3: in the
-// forward block l reads slot l % 3 and writes l + 1's while the copy out of l - 1's drains; in the backward
-// block l reads slot l % 3 (and its recomputation rewrites l + 1's) while l - 1's comes up. The activation
-// sets of a pipeline share the slots (one set's forward or backward runs at a time) and each has its own
-// host slices. The copies move bits unchanged, so a run computes what it computes without them.
+// The device holds three (N, C) slots that the inner inputs take in turn, input l in slot (l - 1) % 3 (as
+// many as there are inner inputs, when fewer: the device never holds more than without this): in the
+// forward block l reads input l's slot and writes l + 1's while the copy out of l - 1's drains; in the
+// backward block l reads its input's slot (and its recomputation rewrites l + 1's) while l - 1's comes up.
+// The activation sets of a pipeline share the slots (one set's forward or backward runs at a time) and each
+// has its own host slices. The copies move bits unchanged, so a run computes what it computes without them.
 #pragma once
 #include <stddef.h>
 
@@ -22,6 +23,7 @@ typedef struct {
     int on;
     int blocks;             // the stage's blocks, L
     int num_sets;
+    int slots;              // min(ACT_SLOTS, L - 1)
     size_t slice_bytes;     // one block input: (N, C) rows in the run's dtype
     void* slot[ACT_SLOTS];  // device
     char** host;            // [num_sets]: L - 1 slices each, slice l - 1 block l's input (l = 1 .. L-1)
@@ -32,7 +34,10 @@ typedef struct {
 
 // Whether block input l is an inner one, kept in host memory (with `on`).
 static inline int act_offload_inner(const ActOffload* o, int l) { return o->on && l >= 1 && l < o->blocks; }
-static inline void* act_offload_slot(const ActOffload* o, int l) { return o->slot[l % ACT_SLOTS]; }
+static inline int act_offload_slot_of(const ActOffload* o, int l) { return (l - 1) % o->slots; }
+static inline void* act_offload_slot(const ActOffload* o, int l) { return o->slot[act_offload_slot_of(o, l)]; }
+// The device slots act_offload_create allocates for a stage of `blocks` blocks (the memory plan).
+static inline int act_offload_slots(int on, int blocks) { return on && blocks > 1 ? (blocks - 1 < ACT_SLOTS ? blocks - 1 : ACT_SLOTS) : 0; }
 
 // Allocates the slots (MEM_ACTIVATIONS) and each set's host slices (MEM_HOST_ACTIVATIONS); nothing unless
 // `on` and the stage has an inner input.

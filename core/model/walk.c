@@ -170,7 +170,7 @@ size_t model_activation_bytes(const ParamLayout* lay, DType dt, int B, int T, in
                               int num_stash, int sp) {
     const BlockOps* ops = lay->shape.family->block;
     Keep k = keep_for(recompute, offload_act);
-    size_t total = offload_act && lay->num_blocks > 1 ? ACT_SLOTS * input_bytes(lay, dt, B, T, sp) : 0;
+    size_t total = (size_t)act_offload_slots(offload_act, lay->num_blocks) * input_bytes(lay, dt, B, T, sp);
     for (size_t i = 0; i < num_buffers(ops); i++) {
         BufferPlan p = plan_buffer(lay, ops, i, k);
         total += plan_bytes(&p, lay, dt, B, T, sp) * (size_t)(p.per_set ? num_sets : 1);

@@ -243,6 +243,45 @@ static void print_capacity(StatePlanner states, const Config* cfg, const ModelSh
         }
 }
 
+// The longest -t, in steps of SEQ_STEP tokens up to the shape's maxT, at which shape s fits the budgets
+// under c (its -cp) and recompute level r: 0 when even one step does not. Memory grows with -t, so the
+// fitting lengths are a prefix.
+#define SEQ_STEP 1024
+static int longest_sequence(StatePlanner states, Config c, const ModelShape* s, int ranks, int r) {
+    int lo = 0, hi = s->maxT / SEQ_STEP;   // lo fits (0: nothing yet), hi + 1 does not
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        c.T = mid * SEQ_STEP;
+        if (fits(states, &c, s, ranks, r)) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo * SEQ_STEP;
+}
+
+// -gpu-mem (-host-mem): per -cp that divides the ranks of a stage's tensor group and the heads, per -r (and
+// -r 3 with -offload-act), the longest sequence -e's shape trains at under the run's -z, -offload and -b.
+static void print_longest_sequences(StatePlanner states, const Config* cfg, const ModelShape* s, int ranks) {
+    printf("\nlongest -t per rank within -gpu-mem %g GiB (%d rank%s, -pp %d, -tp %d, -z %d, -offload %d, b=%d, %s; up to "
+           "the model's %d positions, in steps of %d):\n     -cp", cfg->gpu_mem_gib, ranks, ranks > 1 ? "s" : "", cfg->pipeline_stages,
+           cfg->tensor_parallel, cfg->zero_stage, cfg->offload, cfg->B, dtype_name(cfg->precision), s->maxT, SEQ_STEP);
+    for (int r = 0; r <= 3; r++) printf("     -r %d", r);
+    printf("  -r 3 -offload-act 1\n");
+    char why[200];
+    for (int cp = 1; cp <= ranks / (cfg->pipeline_stages * cfg->tensor_parallel); cp *= 2) {
+        if ((ranks / (cfg->pipeline_stages * cfg->tensor_parallel)) % cp || (cp > 1 && !context_splits(s, cp, why, sizeof(why)))) continue;
+        Config c = *cfg;
+        c.context_parallel = cp;
+        printf("  %6d", cp);
+        for (int r = 0; r <= 4; r++) {
+            c.offload_act = r == 4;
+            int t = longest_sequence(states, c, s, ranks, r < 4 ? r : 3);
+            if (t) printf(r < 4 ? " %8d" : " %20d", t);
+            else printf(r < 4 ? " %8s" : " %20s", "-");
+        }
+        printf("\n");
+    }
+}
+
 // -nvme: the free space of DIR's filesystem against the state files, as the run checks it before allocating.
 static void print_disk_room(const Config* cfg, const MemLedger* plans, int stages) {
     size_t most = 0;
@@ -353,5 +392,6 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
         printf("]\n");
     }
     if (cfg->gpu_mem_gib > 0) print_capacity(states, cfg, s, ranks);
+    if (cfg->gpu_mem_gib > 0) print_longest_sequences(states, cfg, s, ranks);
     free(sp.stages);
 }

@@ -405,7 +405,8 @@ const Flag FLAGS[] = {
     {PLANNING, "-gpu-mem", "G", FIELD(gpu_mem_gib), RANGE(0.001, 1e6),
      .help = "with --estimate: also the largest shape of -e's family (GPT-2/GPT-3 124M..175B; SmolLM2 and Llama 3.x "
              "135M..405B) whose states and activations fit G GiB of device memory per rank, for each ZeRO stage, "
-             "-offload and -r; with -lora, each with the run's adapters on its frozen base. With --autotune: the device "
+             "-offload and -r; with -lora, each with the run's adapters on its frozen base; and -e's longest -t per -cp and -r "
+             "(and -offload-act) under the run's -z. With --autotune: the device "
              "memory per rank that each layout's plan must fit"},
     {PLANNING, "-host-mem", "G", FIELD(host_mem_gib), RANGE(0.001, 1e6),
      .help = "with -gpu-mem: that table's shapes (or --autotune's layouts) must also fit G GiB of host memory per rank"},

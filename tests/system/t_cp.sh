@@ -133,4 +133,27 @@ bad cp_with_docmask "-cp 2 with -docmask: not yet built" -e "$GPT2" -cp 2 -docma
 bad cp_with_hellaswag "-cp 2 with -hs: not yet built" -e "$GPT2" -cp 2 -hs "$TMP/hs.bin" -v 1 --estimate -w 2
 bad cp_with_dump "-cp 2 with -dump: not yet built" -e "$GPT2" -cp 2 -dump "$TMP/d" --estimate -w 2
 bad cp_with_sampling "-cp 2 with -s (sampling; give -s 0): not yet built" -e "$GPT2" -cp 2 -s 5 --estimate -w 2
+# -gpu-mem's longest sequences: each cell is the planner's own boundary, the -t whose plan fits the budget with
+# the next step's not (or the model's positions reached), and more context ranks train longer sequences.
+./train_gpt_cpu --estimate -e L2C64H4V512T8192 -b 2 -t 64 -s 0 -w 2 -gpu-mem 0.1 > "$TMP/longest.txt" 2>&1
+py_check cp_longest_sequence_is_the_plans_boundary "$TMP/longest.txt" <<'PY'
+import json, subprocess, sys
+lines = open(sys.argv[1]).read().splitlines()
+at = next(i for i, l in enumerate(lines) if l.startswith("longest -t per rank"))
+rows = {int(l.split()[0]): l.split()[1:] for l in lines[at + 2:at + 4]}
+def device(cp, r, t, act):
+    cmd = ["./train_gpt_cpu", "--estimate", "-e", "L2C64H4V512T8192", "-b", "2", "-t", str(t), "-s", "0", "-w", "2",
+           "-cp", str(cp), "-r", str(r)] + (["-offload-act", "1"] if act else [])
+    out = subprocess.run(cmd, capture_output=True, text=True).stdout
+    plan = json.loads(next(l for l in out.splitlines() if l.startswith("plan: "))[6:])
+    return sum(v for k, v in plan.items() if not k.startswith(("host_", "disk_")))
+budget, bad = 0.1 * 2**30, []
+for cp, cells in rows.items():
+    for col, cell in enumerate(cells):
+        r, act, t = min(col, 3), col == 4, int(cell)
+        if device(cp, r, t, act) > budget: bad.append("-cp %d col %d: -t %d does not fit" % (cp, col, t))
+        if t < 8192 and device(cp, r, t + 1024, act) <= budget: bad.append("-cp %d col %d: -t %d fits too" % (cp, col, t + 1024))
+if sorted(rows) != [1, 2] or int(rows[2][0]) <= int(rows[1][0]): bad.append("rows %s" % rows)
+print("ok" if not bad else "; ".join(bad[:3]))
+PY
 t_finish
