@@ -49,15 +49,16 @@ static void unpack(Backend* be, const Ring* x, void* rows, size_t rw, size_t col
             be_copy_rows(be, at(rows, ((size_t)b * 2 + k) * x->C * rw + col, x), rw * x->e,
                          at(chunks, ((size_t)k * x->B + b) * x->C * w, x), w * x->e, w * x->e, (size_t)x->C);
 }
-// lse: (B, NH, 2C) <-> (chunk, B, NH, C); `to_chunks` picks the direction.
-static void move_lse(Backend* be, const Ring* x, float* chunks, float* rows, int to_chunks) {
+// lse: (B, NH, 2C) in the block <-> (chunk, B, NH, C) packed: B NH rows of C floats per chunk.
+static void lse_to_chunks(Backend* be, const Ring* x, float* chunks, const float* rows) {
     size_t c = (size_t)x->C * sizeof(float);
-    for (int k = 0; k < 2; k++) {
-        float* packed = chunks + (size_t)k * x->lse_chunk;
-        float* strided = rows + (size_t)k * x->C;
-        if (to_chunks) be_copy_rows(be, packed, c, strided, 2 * c, c, (size_t)x->B * x->NH);
-        else be_copy_rows(be, strided, 2 * c, packed, c, c, (size_t)x->B * x->NH);
-    }
+    for (int k = 0; k < 2; k++)
+        be_copy_rows(be, chunks + k * x->lse_chunk, c, rows + (size_t)k * x->C, 2 * c, c, (size_t)x->B * x->NH);
+}
+static void lse_to_rows(Backend* be, const Ring* x, float* rows, const float* chunks) {
+    size_t c = (size_t)x->C * sizeof(float);
+    for (int k = 0; k < 2; k++)
+        be_copy_rows(be, rows + (size_t)k * x->C, 2 * c, chunks + k * x->lse_chunk, c, c, (size_t)x->B * x->NH);
 }
 
 // Whether query chunk qi of this rank attends key chunk kj of rank r: unless every key is in every query's
@@ -116,7 +117,7 @@ void context_ring_forward(Model* g, Backend* be, void* out, float* lse, const vo
                 if (pair_attends(&x, r, qi, kj)) forward_pair(be, &x, &run, kv[cur], r, qi, kj);
     }
     unpack(be, &x, out, x.q, 0, run.out, x.q);
-    move_lse(be, &x, run.lse, lse, 0);
+    lse_to_rows(be, &x, lse, run.lse);
 }
 
 // The backward's packed inputs (q, the final out and lse, dout) and accumulators (dq; d(k|v) beside each k|v).
@@ -149,7 +150,7 @@ void context_ring_backward(Model* g, Backend* be, void* dqkv, const void* dout, 
     pack(be, &x, p.kv[0], qkv, rw, x.q, x.kv);
     pack(be, &x, p.out, out, x.q, 0, x.q);
     pack(be, &x, p.dout, dout, x.q, 0, x.q);
-    move_lse(be, &x, p.lse, (float*)lse, 1);
+    lse_to_chunks(be, &x, p.lse, lse);
     be_memset0(be, p.dq, qb * x.e);
     be_memset0(be, p.dkv[0], kvb * x.e);
     int cur = 0;

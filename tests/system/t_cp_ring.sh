@@ -3,8 +3,8 @@
 # one-rank run of the same global batch, from the same model file:
 #   - losses and gradient norms within 1e-5 at every step (fp32; bf16 and fp16 within 2e-2), for GPT-2 (learned
 #     positions) and Llama with grouped kv heads (RoPE; 2 kv heads, also on 4 ranks), at -cp 2 and 4, under
-#     -z 1, 2 and 3, -r 2 and 3, and -pp 2; the validation loss too. A rank holding the wrong chunks, a d(k|v)
-#     left one hop short of home or a merge with a stale lse each moves them far past 1e-5;
+#     -z 1, 2 and 3, -r 2 and 3, and -pp 2 (1f1b and zb); the validation loss too. A rank holding the wrong
+#     chunks, a d(k|v) left one hop short of home or a merge with a stale lse each moves them past 1e-5;
 #   - the fenced build (host code as on a GPU) gives the CPU build's bits;
 #   - a checkpoint written by the ring resumes under Ulysses at -cp 2 and on one rank, each ending where the
 #     uninterrupted run does;
@@ -27,6 +27,7 @@ val_losses_match ring2_gpt2_val_loss "$TMP/ring2_gpt2/log.jsonl" "$TMP/gpt2_ga1/
 case_cp ring4_gpt2_z1 4 "$GPT2" gpt2_ga1 1e-5 -cp 4 "${RING[@]}" -z 1
 case_cp ring2_gpt2_z2_r2 2 "$GPT2" gpt2_ga1 1e-5 -cp 2 "${RING[@]}" -z 2 -r 2
 case_cp ring2_pp2_gpt2 4 "$GPT2" gpt2_ga2 1e-5 -cp 2 "${RING[@]}" -pp 2 -ga 2
+case_cp ring2_pp2_zb_gpt2 4 "$GPT2" gpt2_ga2 1e-5 -cp 2 "${RING[@]}" -pp 2 -ga 2 -ps zb
 case_cp ring2_llama 2 "$LLAMA" llama_ga1 1e-5 -cp 2 "${RING[@]}" -n 4
 case_cp ring4_llama_z3_r3 4 "$LLAMA" llama_ga1 1e-5 -cp 4 "${RING[@]}" -z 3 -r 3
 case_cp ring2_llama_bf16 2 "$LLAMA" llama_bf16 2e-2 -cp 2 "${RING[@]}" -p bf16
