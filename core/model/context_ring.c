@@ -63,7 +63,9 @@ static void lse_to_rows(Backend* be, const Ring* x, float* rows, const float* ch
 
 // Whether query chunk qi of this rank attends key chunk kj of rank r: unless every key is in every query's
 // future. Chunks are aligned and of one length, so that is the key chunk starting after the query chunk.
-static int pair_attends(const Ring* x, int r, int qi, int kj) { return chunk_start(x, r, kj) <= chunk_start(x, x->me, qi); }
+static int pair_attends(const Ring* x, int r, int qi, int kj) {
+    return chunk_start(x, r, kj) <= chunk_start(x, x->me, qi);
+}
 
 // One hop round the ring: each (send, receive) buffer pair of `bytes` goes to rank me + 1, its replacement
 // comes from rank me - 1. Tags number the messages of the hop so a mismatch is named.
@@ -96,7 +98,8 @@ static void forward_pair(Backend* be, const Ring* x, Running* run, const void* k
         run->started[qi] = 1;
         return;
     }
-    attention_chunk_forward(be, x->dt, run->scratch_out, run->scratch_lse, q, k, x->B, x->C, x->C, q0, k0, x->NH, x->KV, x->D);
+    attention_chunk_forward(be, x->dt, run->scratch_out, run->scratch_lse, q, k, x->B, x->C, x->C, q0, k0, x->NH, x->KV,
+                            x->D);
     attention_lse_merge(be, x->dt, out, lse, run->scratch_out, run->scratch_lse, x->B, x->C, x->NH, x->D);
 }
 
