@@ -6,8 +6,8 @@
 #     -z 1, 2 and 3, -r 2 and 3, and -pp 2 (1f1b and zb); the validation loss too. A rank holding the wrong
 #     chunks, a d(k|v) left one hop short of home or a merge with a stale lse each moves them past 1e-5;
 #   - the fenced build (host code as on a GPU) gives the CPU build's bits;
-#   - a checkpoint written by the ring resumes under Ulysses at -cp 2 and on one rank, each ending where the
-#     uninterrupted run does;
+#   - a checkpoint written by the ring resumes under Ulysses at -cp 2 and on one rank, and one rank's resumes
+#     under the ring at -cp 4 -z 3, each ending where the uninterrupted run does;
 #   - the bytes each rank sends round the ring per step equal the formula, --estimate's plan equals what the run
 #     allocates;
 #   - one-line errors for a -t that does not cut into 2N chunks and for -cpm ring without -cp.
@@ -63,9 +63,10 @@ traffic ring4_llama_z3_r3 4 2 1 3 2 16 4
 traffic ring2_llama_bf16 2 2 1 0 2 16 2
 
 # One checkpoint format: the ring's, saved after step 4 (ring2_llama's -n 4), resumed by Ulysses at -cp 2 and
-# by one rank.
+# by one rank; one rank's (the reference's own) resumed by the ring at -cp 4 -z 3.
 resume_as ring_resume_as_ulysses ring2_llama 2 -cp 2 -cpm ulysses
 resume_as ring_resume_on_one_rank ring2_llama 1
+resume_as ring_resume_from_one_rank llama_ga1 4 -cp 4 "${RING[@]}" -z 3
 
 # --estimate: the ring keeps nothing per block; its work buffers, the lse scratch and the positions are planned
 # as allocated.
