@@ -52,9 +52,10 @@ ContextHeads context_heads(const ParamLayout* lay);
 size_t context_width(const ParamLayout* lay, Width w);
 
 // Attention under -cp: out (this rank's rows, every head) and lse (whole sequences of this rank's heads:
-// (B, NH/N, T); the ring's: context_ring_forward) from qkv (this rank's rows). index: the stage's block, whose exchanged q|k|v and attention
-// output the backward reads (walk.h: Activations.qkv_heads, att_heads). refill: those q|k|v are kept (-r 2's
-// recompute): only the attention and the exchange back run.
+// (B, NH/N, T); the ring's: context_ring_forward) from qkv (this rank's rows). index: the stage's block, whose
+// exchanged q|k|v and attention output the backward reads (walk.h: Activations.qkv_heads, att_heads). refill:
+// those q|k|v are kept (-r 2's recompute): only the attention and the exchange back run. The ring keeps
+// nothing per block: index and refill do not concern it, a refill runs its whole forward.
 void context_attention_forward(Model* g, Backend* be, int index, void* out, float* lse, const void* qkv, int refill);
 // Its backward: dqkv (this rank's rows) overwritten from dout (this rank's rows); qkv and out are the forward's
 // (the ring reads them; Ulysses reads its own exchanged copies).
