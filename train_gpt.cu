@@ -287,7 +287,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     int planned = cfg->estimate && cfg->plan_ranks ? cfg->plan_ranks : tr->ranks;
     config_resolve_batch(cfg, shape.maxT, planned, cfg->pipeline_stages * cfg->tensor_parallel * cfg->context_parallel);
     pipeline_plan(&tr->plan, &shape, cfg->pipeline_stages, cfg->pipe_schedule, cfg->virtual_stages, cfg->tensor_parallel,
-                  cfg->context_parallel, planned, cfg->T, cfg->grad_accum);
+                  cfg->context_parallel, cfg->context_mode == CP_RING, planned, cfg->T, cfg->grad_accum);
     if (cfg->estimate) {   // before any allocation, data or device
         if (is_root(tr)) print_memory_plan(plan_zero_states, cfg, &tr->plan, &shape, planned);
         comm_finalize(tr->world);

@@ -37,7 +37,8 @@ struct DataLoader {
     int64_t* perm;
     long long perm_epoch;
     int B, T;
-    int keep_first, keep_count;   // the columns of each row dataloader_read keeps (dataloader_keep_columns)
+    int keep_pieces, keep_count;   // the columns of each row dataloader_read keeps (dataloader_keep_columns):
+    int keep_first[MAX_KEPT_PIECES];   // keep_pieces ranges of keep_count from these
     // Documents: every shard's mask file, or plain shards with doc_token >= 0; neither: today's windows.
     int masks;
     int doc_token;
@@ -503,22 +504,30 @@ static void read_window(DataLoader* dl, long long step, int ga, int micro, Batch
     }
 }
 
-void dataloader_keep_columns(DataLoader* dl, int first, int count) {
+void dataloader_keep_columns(DataLoader* dl, int pieces, const int* first, int count) {
     if (dataloader_has_documents(dl)) fail("internal: a row's columns kept from documents (their doc indices are rows')");
-    if (first < 0 || count < 1 || first + count > dl->T) fail("internal: columns [%d, %d) of rows of %d", first, first + count, dl->T);
-    dl->keep_first = first;
+    if (pieces < 1 || pieces > MAX_KEPT_PIECES) fail("internal: %d pieces of each row kept", pieces);
+    for (int i = 0; i < pieces; i++)
+        if (first[i] < (i ? first[i - 1] + count : 0) || count < 1 || first[i] + count > dl->T)
+            fail("internal: columns [%d, %d) of rows of %d (piece %d, in increasing order)", first[i], first[i] + count, dl->T, i);
+    dl->keep_pieces = pieces;
     dl->keep_count = count;
+    memcpy(dl->keep_first, first, (size_t)pieces * sizeof(int));
 }
 
-// Row r's kept columns move to [r count, (r+1) count): each row's source lies at or after its destination.
+// Row r's kept pieces move to [r n, (r+1) n), n = pieces count, in order: as the pieces increase and do not
+// overlap, each piece's source lies at or after its destination, and after every earlier piece's.
 static void keep_columns(const DataLoader* dl, int* v) {
+    size_t n = (size_t)dl->keep_pieces * dl->keep_count;
     for (int r = 0; r < dl->B; r++)
-        memmove(v + (size_t)r * dl->keep_count, v + (size_t)r * dl->T + dl->keep_first, (size_t)dl->keep_count * sizeof(int));
+        for (int i = 0; i < dl->keep_pieces; i++)
+            memmove(v + r * n + (size_t)i * dl->keep_count, v + (size_t)r * dl->T + dl->keep_first[i],
+                    (size_t)dl->keep_count * sizeof(int));
 }
 
 void dataloader_read(DataLoader* dl, long long step, int ga, int micro, Batch* b) {
     read_window(dl, step, ga, micro, b);
-    if (dl->keep_count == 0 || dl->keep_count == dl->T) return;
+    if (dl->keep_pieces == 0 || dl->keep_pieces * dl->keep_count == dl->T) return;
     keep_columns(dl, b->tokens);
     keep_columns(dl, b->targets);
 }

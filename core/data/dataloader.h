@@ -69,9 +69,11 @@ int dataloader_is_packed(const DataLoader* dl);
 PackStats dataloader_pack_stats(const DataLoader* dl);
 // The micro-batch of (step, ga, micro) on this rank: tokens, targets and, with documents, pos and doc.
 void dataloader_read(DataLoader* dl, long long step, int ga, int micro, Batch* b);
-// From now on dataloader_read keeps columns [first, first + count) of each of the B rows of tokens and
-// targets, packed into B x count (a context rank's positions, -cp); dataloader_batch too. Not with documents.
-void dataloader_keep_columns(DataLoader* dl, int first, int count);
+// From now on dataloader_read keeps `pieces` (1 or 2) ranges of columns, [first[i], first[i] + count) in
+// increasing order, of each of the B rows of tokens and targets, packed into B x (pieces count) (a context
+// rank's positions, -cp; two under -cpm ring); dataloader_batch too. Not with documents.
+#define MAX_KEPT_PIECES 2
+void dataloader_keep_columns(DataLoader* dl, int pieces, const int* first, int count);
 // The place of that micro-batch in the data order, (step * ga + micro) * world + rank, before any shuffle: the
 // same data has the same place under every layout (one rank with -ga n reads what n replicas read).
 long long dataloader_position(const DataLoader* dl, long long step, int ga, int micro);

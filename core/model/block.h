@@ -12,10 +12,11 @@
 // rank's query heads NH/tp (W_NHA) and a copied kv head's k|v (W_KVA_COPIED: 2 D, 0 unless the model has
 // fewer kv heads than tensor ranks); the head's: VPA, the rank's vocabulary columns (Vp/tp), and VSTAT,
 // 1 + 3 tp under -tp (the vocabulary-parallel cross-entropy's row max and every rank's row sums), 0 without;
-// under -cp the exchanged q|k|v and attention output per token row (context_width), 0 without.
+// under -cp the exchanged q|k|v and attention output, and the work buffers, per token row (context_width), 0
+// without.
 // A family numbers its own widths from W_FAMILY and gives their sizes in BlockOps.width.
 typedef int Width;
-enum { W_1, W_C, W_NHA, W_KVA_COPIED, W_VPA, W_VSTAT, W_CP_QKV, W_CP_ATT, W_FAMILY };
+enum { W_1, W_C, W_NHA, W_KVA_COPIED, W_VPA, W_VSTAT, W_CP_QKV, W_CP_ATT, W_CP_SEND, W_CP_RECV, W_FAMILY };
 // Which recompute levels keep a block's tensor for every block (the others hold one slot that the forward
 // overwrites block after block and the backward refills): norms and attention below -r 2, the MLP's
 // activation below -r 1, everything inside the block but its input below -r 3. SCRATCH: one slot the

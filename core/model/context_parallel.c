@@ -18,12 +18,21 @@ ContextHeads context_heads(const ParamLayout* lay) {
     return h;
 }
 
+// The ring's work buffers: send holds q, the output, d(output) and dq packed (4 NH D per row), recv the two
+// k|v chunk buffers and their d(k|v) (4 x 2 KV D).
+static size_t ring_width(const ParamLayout* lay, Width w) {
+    size_t D = (size_t)layout_head_size(lay);
+    if (w == W_CP_SEND) return 4 * (size_t)layout_heads(lay) * D;
+    return w == W_CP_RECV ? 8 * (size_t)layout_kv_heads(lay) * D : 0;
+}
+
 size_t context_width(const ParamLayout* lay, Width w) {
     int N = lay->cp_size;
     if (N < 2) return 0;
+    if (lay->cp_ring) return ring_width(lay, w);
     ContextHeads h = context_heads(lay);
     size_t D = (size_t)layout_head_size(lay);
-    return w == W_CP_QKV ? (size_t)N * (size_t)(h.NH + 2 * h.KV) * D : (size_t)layout_attn_channels(lay);
+    return w == W_CP_ATT ? (size_t)layout_attn_channels(lay) : (size_t)N * (size_t)(h.NH + 2 * h.KV) * D;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -141,6 +150,10 @@ static void to_rows(Model* g, Backend* be, const Exchange* x, int qkv, void* seq
 }
 
 void context_attention_forward(Model* g, Backend* be, int index, void* out, float* lse, const void* qkv, int refill) {
+    if (g->layout->cp_ring) {   // keeps nothing per block: a refill runs the ring again from q|k|v
+        context_ring_forward(g, be, out, lse, qkv);
+        return;
+    }
     Exchange x = exchange_of(g);
     void* qkv_heads = context_qkv_heads(g, index);
     void* att_heads = context_att_heads(g, index);
@@ -151,7 +164,12 @@ void context_attention_forward(Model* g, Backend* be, int index, void* out, floa
 
 // d(out) reaches the heads layout in the send buffer and d(q|k|v) is made in the receive buffer: both are
 // free by then, and each exchange reads its input before it writes.
-void context_attention_backward(Model* g, Backend* be, int index, void* dqkv, const void* dout, const float* lse) {
+void context_attention_backward(Model* g, Backend* be, int index, void* dqkv, const void* dout, const void* qkv,
+                                const void* out, const float* lse) {
+    if (g->layout->cp_ring) {
+        context_ring_backward(g, be, dqkv, dout, qkv, out, lse);
+        return;
+    }
     Exchange x = exchange_of(g);
     void* dout_heads = g->acts.cp_send;
     void* dqkv_heads = g->acts.cp_recv;

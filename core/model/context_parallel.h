@@ -13,8 +13,30 @@
 // Heads: each rank takes NH/N query heads and KV/N kv heads; with fewer kv heads than ranks (N a multiple of
 // KV) each kv head is copied to the N/KV ranks whose query heads use it, and in the backward its copies'
 // gradients are summed (in a fixed order) before they land in the rank's d(q|k|v).
+//
+// -cpm ring (context_ring.c): the sequence is cut into 2N chunks of t/(2N) positions and rank c holds chunks c
+// and 2N-1-c (Megatron's causal load balance: every rank attends as many causal pairs). q, k and v stay on
+// their rank; the ranks' k|v travel round the ring (rank c receives from c-1, sends to c+1), each rank's
+// queries attending every chunk that passes (attention_chunk_forward, not the chunks wholly in their future)
+// and merging the partial results by their log-sum-exp (attention_lse_merge). The backward, from the merged
+// output and lse, runs the ring again with a d(k|v) travelling beside each k|v, gathering every rank's share
+// (attention_chunk_backward accumulates), and one last hop brings it home.
 #pragma once
 #include "core/model/block.h"
+
+// Where context rank `rank` of N holds its Tl positions of each sequence: context_pieces ranges of Tl / pieces
+// positions, piece i from context_piece_start, in that order on the rank's rows. Ulysses: one piece,
+// [rank Tl, (rank+1) Tl); ring: chunks rank and 2N-1-rank of Tl / 2 positions each.
+static inline int context_pieces(int ring) { return ring ? 2 : 1; }
+static inline int context_piece_start(int ring, int N, int rank, int Tl, int piece) {
+    if (!ring) return rank * Tl;
+    return (piece ? 2 * N - 1 - rank : rank) * (Tl / 2);
+}
+// The position of the rank's row i (0 <= i < Tl) in its sequence.
+static inline int context_position(int ring, int N, int rank, int Tl, int i) {
+    int piece = i / (Tl / context_pieces(ring));
+    return context_piece_start(ring, N, rank, Tl, piece) + i % (Tl / context_pieces(ring));
+}
 
 // Whether N context ranks can share the shape's attention (heads and kv heads as above); why not in `why`.
 int context_splits(const ModelShape* s, int N, char* why, size_t size);
@@ -25,13 +47,23 @@ typedef struct {
 } ContextHeads;
 ContextHeads context_heads(const ParamLayout* lay);
 
-// Elements per token row of the walk's context widths (block.h: W_CP_QKV, W_CP_ATT); 0 without -cp.
+// Elements per token row of the walk's context widths (block.h: W_CP_QKV, W_CP_ATT, kept per block by Ulysses
+// only; W_CP_SEND, W_CP_RECV, the work buffers: Ulysses' exchange, the ring's packed chunks); 0 without -cp.
 size_t context_width(const ParamLayout* lay, Width w);
 
 // Attention under -cp: out (this rank's rows, every head) and lse (whole sequences of this rank's heads:
-// (B, NH/N, T)) from qkv (this rank's rows). index: the stage's block, whose exchanged q|k|v and attention
-// output the backward reads (walk.h: Activations.qkv_heads, att_heads). refill: those q|k|v are kept (-r 2's
-// recompute): only the attention and the exchange back run.
+// (B, NH/N, T); the ring's: context_ring_forward) from qkv (this rank's rows). index: the stage's block, whose
+// exchanged q|k|v and attention output the backward reads (walk.h: Activations.qkv_heads, att_heads). refill:
+// those q|k|v are kept (-r 2's recompute): only the attention and the exchange back run. The ring keeps
+// nothing per block: index and refill do not concern it, a refill runs its whole forward.
 void context_attention_forward(Model* g, Backend* be, int index, void* out, float* lse, const void* qkv, int refill);
-// Its backward: dqkv (this rank's rows) overwritten from dout (this rank's rows).
-void context_attention_backward(Model* g, Backend* be, int index, void* dqkv, const void* dout, const float* lse);
+// Its backward: dqkv (this rank's rows) overwritten from dout (this rank's rows); qkv and out are the forward's
+// (the ring reads them; Ulysses reads its own exchanged copies).
+void context_attention_backward(Model* g, Backend* be, int index, void* dqkv, const void* dout, const void* qkv,
+                                const void* out, const float* lse);
+
+// -cpm ring's attention (context_ring.c): out (this rank's rows, every head) and lse ((B, NH, T), T this rank's
+// rows in their order) from qkv, this rank's rows; and its backward, dqkv overwritten.
+void context_ring_forward(Model* g, Backend* be, void* out, float* lse, const void* qkv);
+void context_ring_backward(Model* g, Backend* be, void* dqkv, const void* dout, const void* qkv, const void* out,
+                           const float* lse);

@@ -68,6 +68,7 @@ typedef struct {
     int tp_rank, tp_size;          // this layout's shard of each block (tensor parallelism; 0, 1 for whole blocks)
     int cp_size;                   // ranks sharing each sequence (context parallelism; 1 without): the parameters
                                    // are whole, attention's exchange buffers are sized by it
+    int cp_ring;                   // -cpm ring: the context ranks pass k|v round a ring (context_parallel.h)
     int first_block, num_blocks;   // the blocks this layout holds: all of them, or a pipeline stage's range;
                                    // with interleaving (num_chunks > 1) num_blocks counts every chunk's
     int num_chunks;                // model chunks (virtual pipeline stages) of this layout: 1 but interleaved

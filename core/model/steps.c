@@ -199,7 +199,7 @@ void attention_refill_step(Model* g, Backend* be, int index, void* out, float* l
 void attention_step(BlockBackward* c, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse) {
     if (c->mode == BWD_WEIGHT) return;
     if (c->g->cp) {
-        context_attention_backward(c->g, c->be, c->index, dqkv, dout, lse);
+        context_attention_backward(c->g, c->be, c->index, dqkv, dout, qkv, out, lse);
         return;
     }
     BlockDims d = block_dims(c->g);

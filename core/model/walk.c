@@ -44,7 +44,9 @@ size_t width_elems(const ParamLayout* lay, Width w) {
         case W_VPA: return (size_t)layout_vocab_rows(lay);
         case W_VSTAT: return tp > 1 ? 1 + 3 * tp : 0;
         case W_CP_QKV:
-        case W_CP_ATT: return context_width(lay, w);
+        case W_CP_ATT:
+        case W_CP_SEND:
+        case W_CP_RECV: return context_width(lay, w);
         default: return lay->shape.family->block->width(lay, w);
     }
 }
@@ -90,8 +92,8 @@ static const WalkBuffer WALK_BUFFERS[] = {
     OWN(dinput_out, UPSTREAM, W_C, E_DT),
     BUF(qkv_heads, BLOCKS_MID, W_CP_QKV, E_DT),
     BUF(att_heads, BLOCKS_ATT, W_CP_ATT, E_DT),
-    BUF(cp_send, WORK, W_CP_QKV, E_DT),
-    BUF(cp_recv, WORK, W_CP_QKV, E_DT),
+    BUF(cp_send, WORK, W_CP_SEND, E_DT),
+    BUF(cp_recv, WORK, W_CP_RECV, E_DT),
 };
 #undef BUF
 #undef OWN
@@ -202,11 +204,12 @@ static void alloc_buffers(Model* g, Backend* be, MemLedger* mem) {
                 mem_alloc(be, mem, MEM_ACTIVATIONS, stash_elems(g->layout, g->ops, g->B, g->T, g->sp, f) * dtype_size(g->dt));
 }
 
-// Under -cp every token's position: this rank's t / cp of each row start at cp_rank * t / cp.
+// Under -cp every token's position: where this rank's t / cp of each row lie (context_position).
 static void create_positions(Model* g, Backend* be, MemLedger* mem) {
     size_t N = (size_t)g->B * g->T;
     int* host = (int*)xmalloc(N * sizeof(int));
-    for (size_t i = 0; i < N; i++) host[i] = comm_rank(g->cp) * g->T + (int)(i % (size_t)g->T);
+    for (size_t i = 0; i < N; i++)
+        host[i] = context_position(g->layout->cp_ring, g->layout->cp_size, comm_rank(g->cp), g->T, (int)(i % (size_t)g->T));
     g->cp_pos = (int*)mem_alloc(be, mem, MEM_ACTIVATIONS, N * sizeof(int));
     be_upload(be, g->cp_pos, host, N * sizeof(int));
     free(host);

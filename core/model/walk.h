@@ -44,8 +44,8 @@ typedef struct {
     // send and receive buffers.
     void* qkv_heads;   // (N, W_CP_QKV)
     void* att_heads;   // (N, W_CP_ATT)
-    void* cp_send;     // (N, W_CP_QKV)
-    void* cp_recv;     // (N, W_CP_QKV)
+    void* cp_send;     // (N, W_CP_SEND)  Ulysses: q|k|v's width; the ring: its packed q, out, dout, dq
+    void* cp_recv;     // (N, W_CP_RECV)  Ulysses: as cp_send; the ring: two k|v chunk buffers and their d(k|v)
     void* block[MAX_BLOCK_BUFFERS];   // the family's BlockOps.buffers
     // Documents (kernels.h): each token's position in its document and the row index of its document's first
     // token, (N) ints of the set's micro-batch; NULL: each row is one document from slot 0 (today's kernels).

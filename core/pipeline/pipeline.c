@@ -7,11 +7,11 @@
 _Static_assert(MAX_CHUNKS == MAX_MODEL_CHUNKS, "schedule.h and model.h disagree on the most model chunks");
 
 void pipeline_plan(PipelinePlan* plan, const ModelShape* s, int stages, ScheduleKind schedule, int chunks, int tp, int cp,
-                   int ranks, int T, int micro) {
+                   int cp_ring, int ranks, int T, int micro) {
     if (stages > s->L) fail("-pp %d: more pipeline stages than the model's %d layers (each stage needs a block)", stages, s->L);
     char why[200];
     if (tp >= 1 && !s->family->splits_tp(s, tp, why, sizeof(why))) fail("%s", why);
-    if (cp > 1 && !context_splits(s, cp, why, sizeof(why))) fail("%s", why);
+    if (cp > 1 && !cp_ring && !context_splits(s, cp, why, sizeof(why))) fail("%s", why);   // the ring splits no heads
     grid_check(stages, tp, cp, ranks);
     schedule_check(schedule, stages, micro, chunks);
     if (stages * chunks > s->L)
@@ -21,6 +21,7 @@ void pipeline_plan(PipelinePlan* plan, const ModelShape* s, int stages, Schedule
     plan->stages = stages;
     plan->tp = tp;
     plan->cp = cp;
+    plan->cp_ring = cp > 1 && cp_ring;
     plan->micro = micro;
     plan->schedule = schedule;
     plan->chunks = chunks;
@@ -46,6 +47,7 @@ void pipeline_stage_layout(ParamLayout* lay, const PipelinePlan* plan, const Mod
     }
     layout_build_stage(lay, s, layout_pad_multiple(dp), first, count, plan->chunks, emb, last, tp_rank, plan->tp);
     lay->cp_size = plan->cp;
+    lay->cp_ring = plan->cp_ring;
 }
 
 // The chunk with the LM head keeps one set of logits: each of its forwards must be followed by that

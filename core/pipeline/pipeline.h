@@ -23,6 +23,7 @@ typedef struct {
     int stages;                  // P
     int tp;                      // -tp: ranks sharing each stage's blocks (grid.h)
     int cp;                      // -cp: ranks sharing each sequence (grid.h); the replicas are ranks / (P * tp * cp)
+    int cp_ring;                 // -cpm ring (context_parallel.h); 0: Ulysses
     int micro;                   // m = -ga micro-batches per step
     ScheduleKind schedule;       // -ps
     int chunks;                  // -vp: model chunks per stage (1 but with interleaving)
@@ -38,7 +39,7 @@ typedef struct {
 // `ranks` (the launched world, or --estimate's -w) and against m = micro, one-line errors, then splits the
 // blocks at sequence length T and sizes each stage's activation sets and stash from its schedule.
 void pipeline_plan(PipelinePlan* plan, const ModelShape* s, int stages, ScheduleKind schedule, int chunks, int tp, int cp,
-                   int ranks, int T, int micro);
+                   int cp_ring, int ranks, int T, int micro);
 // ZeRO's data-parallel group of `ranks` under the plan: the replicas times their context ranks (grid.h).
 static inline int plan_replicas(const PipelinePlan* plan, int ranks) { return ranks / (plan->stages * plan->tp); }
 

@@ -70,9 +70,15 @@ const char* config_context_unbuilt(const Config* c) {
 }
 
 static void check_context(const Config* c) {
-    if (c->context_mode == CP_RING) fail("-cpm ring: not yet built (ring attention); -cpm ulysses is");
+    if (c->context_parallel < 2) {
+        if (c->context_mode == CP_RING) fail("-cpm ring passes k|v round the context ranks: it needs -cp 2 or more");
+        return;
+    }
     const char* flag = config_context_unbuilt(c);
     if (flag) fail("-cp %d with %s: not yet built", c->context_parallel, flag);
+    if (c->context_mode == CP_RING && c->T % (2 * c->context_parallel))
+        fail("-t %d does not split into the %d chunks of -cp %d -cpm ring (2 per rank: t must be a multiple of %d)", c->T,
+             2 * c->context_parallel, c->context_parallel, 2 * c->context_parallel);
     if (c->T % c->context_parallel)
         fail("-t %d does not split into -cp %d equal parts (t must be a multiple of %d)", c->T, c->context_parallel, c->context_parallel);
 }

@@ -2,6 +2,7 @@
 #include "core/run/data_splits.h"
 
 #include "base/common.h"
+#include "core/model/context_parallel.h"
 
 int data_document_token(const Config* cfg, const Tokenizer* tok, const char* tokenizer_path, int V) {
     if (!cfg->docmask) return -1;
@@ -54,9 +55,10 @@ void data_keep_context(const Config* cfg, DataLoader* train, DataLoader* val, in
     if (cp == 1) return;
     if (dataloader_has_documents(train) || (val && dataloader_has_documents(val)))
         fail("-cp %d with documents (shards with .mask files): not yet built", cp);
-    int Tl = cfg->T / cp;
-    dataloader_keep_columns(train, cp_rank * Tl, Tl);
-    if (val) dataloader_keep_columns(val, cp_rank * Tl, Tl);
+    int ring = cfg->context_mode == CP_RING, pieces = context_pieces(ring), first[MAX_KEPT_PIECES];
+    for (int i = 0; i < pieces; i++) first[i] = context_piece_start(ring, cp, cp_rank, cfg->T / cp, i);
+    dataloader_keep_columns(train, pieces, first, cfg->T / cp / pieces);
+    if (val) dataloader_keep_columns(val, pieces, first, cfg->T / cp / pieces);
 }
 
 Batch data_batch_create(int B, int T, const DataLoader* dl) {

@@ -91,7 +91,7 @@ static void print_schedules(StatePlanner states, const Config* cfg, const Pipeli
             continue;
         }
         PipelinePlan other;
-        pipeline_plan(&other, s, P, kinds[k], chunks, plan->tp, plan->cp, ranks, cfg->T, m);
+        pipeline_plan(&other, s, P, kinds[k], chunks, plan->tp, plan->cp, plan->cp_ring, ranks, cfg->T, m);
         char name[32];
         snprintf(name, sizeof(name), chunks > 1 ? "%s -vp %d" : "%s", schedule_kind_name(kinds[k]), chunks);
         printf("  -ps %-18s %.3f GiB, bubble %.1f%%; sets per stage", name,
@@ -170,11 +170,11 @@ static int fits(StatePlanner states, const Config* c, const ModelShape* s, int r
     char why[200];
     if (s->L < c->pipeline_stages || !shape_splits_vocab(s, c->tensor_parallel) ||
         !s->family->splits_tp(s, c->tensor_parallel, why, sizeof(why)) ||
-        (c->context_parallel > 1 && !context_splits(s, c->context_parallel, why, sizeof(why))))
+        (c->context_parallel > 1 && c->context_mode != CP_RING && !context_splits(s, c->context_parallel, why, sizeof(why))))
         return 0;
     PipelinePlan plan;
-    pipeline_plan(&plan, s, c->pipeline_stages, c->pipe_schedule, c->virtual_stages, c->tensor_parallel, c->context_parallel, ranks,
-                  c->T, c->grad_accum);
+    pipeline_plan(&plan, s, c->pipeline_stages, c->pipe_schedule, c->virtual_stages, c->tensor_parallel, c->context_parallel,
+                  c->context_mode == CP_RING, ranks, c->T, c->grad_accum);
     double gib = (double)(1ull << 30), gpu = c->gpu_mem_gib * gib, host = c->host_mem_gib * gib, disk = c->disk_mem_gib * gib;
     int dp = plan_replicas(&plan, ranks), z = c->zero_stage;
     return (double)heaviest_stage(states, c, &plan, s, dp, z, r, DEVICE_TOTAL) <= gpu &&

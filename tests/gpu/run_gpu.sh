@@ -140,6 +140,11 @@ if command -v mpirun >/dev/null 2>&1 && ldd "$GPU" | grep -q libmpi; then
     mpirun --oversubscribe --bind-to none -np 2 $GPU "${flags[@]}" -e "$kspec" -ga 4 -p fp32 -tp 2 -comm mpi -o "$W/kvtp2" \
         > "$W/kvtp2.txt" 2>&1 || record llama_kv_copies_tp2_run FAIL "$(grep -m1 error "$W/kvtp2.txt")"
     check llama_kv_copies_tp2_vs_single log kvtp2 "$W/kvtp2/log.jsonl" "$W/kv1/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
+    # -cp 2 -cpm ring: the Llama of 2 kv heads (RoPE at each rank's two chunks' positions) with its k|v passed
+    # between two ranks' device buffers, the chunk kernels on the GPU; against the single-rank run of the same batch.
+    mpirun --oversubscribe --bind-to none -np 2 $GPU "${lflags[@]}" -p fp32 -cp 2 -cpm ring -comm mpi -o "$W/lring2" \
+        > "$W/lring2.txt" 2>&1 || record llama_cp2_ring_run FAIL "$(grep -m1 error "$W/lring2.txt")"
+    check llama_cp2_ring_vs_single log lring2 "$W/lring2/log.jsonl" "$W/lgpu32/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
 else
     echo "skip ranks_on_one_gpu: this build has no MPI (mpirun/libmpi not found)"
     ROWS+=("| ranks_on_one_gpu | skip | no MPI on this machine: built with comm_single.c |")

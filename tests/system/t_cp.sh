@@ -14,25 +14,8 @@
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 mpi_or_skip t_cp
-$PYTHON scripts/make_shard.py -o "$TMP/train.bin" -n 20000 -V 500 --seed 7 >/dev/null || t_fail shard "make_shard failed"
-init_model L2C64H4V500T64 "$TMP/train.bin"
-GPT2=$MODEL
-./train_gpt_cpu -e "llama:L2,C64,H4,K2,D16,F96,V512,T64,qknorm" -i "$TMP/train.bin" -j "" -b 2 -t 32 -x 0 -s 0 -o "$TMP/init_llama" >/dev/null 2>&1
-LLAMA="$TMP/init_llama/ckpt_000000/model.bin"
-t_check init_llama "[ -s '$LLAMA' ]"
-base=(-i "$TMP/train.bin" -j "" -b 2 -t 32 -x 8 -l 1e-3 -u 2 -c 0.1 -v 0 -s 0 -gc 1.0)
-
-compare_logs() {   # name, dir, reference dir, tolerance
-    compare_out log "$1" "$2/log.jsonl" "$3/log.jsonl" --steps 8 --tol "$4" --key loss --key grad_norm &&
-        t_ok "$1" || t_fail "$1" "$(grep FAIL <<< "$CMP_OUT" | cut -c1-300)"
-}
-case_cp() {   # name, ranks, model, reference, tolerance, flags...
-    local name=$1 np=$2 model=$3 ref=$4 tol=$5; shift 5
-    train "$np" "$TMP/$name" -e "$model" "$@" || { t_fail "$name" "run failed: $(grep -m1 error "$TMP/$name.txt")"; return; }
-    compare_logs "$name" "$TMP/$name" "$TMP/$ref" "$tol"
-}
+source tests/system/cp_lib.sh
 # The one-rank references, per model and global batch (-ga replicas x stages' micro-batches).
-VAL=(-j "$TMP/train.bin" -v 4 -m 2)   # validation: every rank's share of each window's losses, summed
 train 1 "$TMP/gpt2_ga1" -e "$GPT2" -ga 1 "${VAL[@]}" || t_fail reference "one-rank run failed"
 train 1 "$TMP/gpt2_ga2" -e "$GPT2" -ga 2 || t_fail reference "one-rank run failed"
 train 1 "$TMP/llama_ga1" -e "$LLAMA" -ga 1 -n 4 || t_fail reference "one-rank run failed"
@@ -88,45 +71,19 @@ traffic cp4_llama_copies_z3_r3 4 2 1 3 4 2 16
 # Checkpoints are one format: saved at -cp 2 after step 4, resumed on one rank; saved on one rank (the
 # reference's own checkpoint), resumed at -cp 2 -z 3. Each ends where the uninterrupted run does.
 train 2 "$TMP/saved" -e "$LLAMA" -cp 2 -n 4 || t_fail cp_checkpoint "run failed: $(grep -m1 error "$TMP/saved.txt")"
-resume_as() {   # name, saved run, ranks, flags...
-    local name=$1 saved=$2 np=$3; shift 3
-    mkdir -p "$TMP/$name" && cp -r "$TMP/$saved/ckpt_000004" "$TMP/$saved/log.jsonl" "$TMP/$name/"
-    train "$np" "$TMP/$name" -e "$LLAMA" -y 1 "$@" || { t_fail "$name" "resume failed: $(grep -m1 error "$TMP/$name.txt")"; return; }
-    grep -q 'resumed from .*ckpt_000004 at step 4' "$TMP/$name.txt" || { t_fail "$name" "did not resume at step 4"; return; }
-    compare_logs "$name" "$TMP/$name" "$TMP/llama_ga1" 1e-5
-}
 resume_as cp_resume_on_one_rank saved 1
 resume_as cp_resume_at_cp2_z3 llama_ga1 2 -cp 2 -z 3
 
 # --estimate: each rank's activations hold t/N positions, the kept exchanged q|k|v and attention outputs, the
 # exchange's two buffers and the positions; the plan equals the allocation.
-estimate_case() {   # name, ranks, flags...
-    local name=$1 np=$2; shift 2
-    plan_and_train "$name" "$np" "$@" || return
-    py_check "$name" "$TMP/$name.plan" "$TMP/$name/log.jsonl" "$np" <<'PY'
-import json, sys
-plan_path, log_path, np = sys.argv[1], sys.argv[2], int(sys.argv[3])
-plan = json.loads(next(l for l in open(plan_path) if l.startswith("plan: "))[6:])
-mem = [json.loads(l) for l in open(log_path) if '"memory"' in l]
-bad = ["rank %d %s: allocated %d, planned %d" % (r["rank"], k, r["memory"][k], v) for r in mem for k, v in plan.items() if r["memory"][k] != v]
-print("ok" if len(mem) == np and not bad else "; ".join(bad[:3]) or "%d memory records" % len(mem))
-PY
-}
 estimate_case estimate_cp2_r2 2 -e "$GPT2" -x 1 -cp 2 -r 2
 estimate_case estimate_cp4_llama_z3 4 -e "$LLAMA" -x 1 -cp 4 -z 3
 
 # One-line errors, from --estimate (no ranks launched) where the plan finds them.
-bad() {   # name, expected message, flags...
-    local name=$1 want=$2; shift 2
-    local out; out=$(./train_gpt_cpu "${base[@]}" "$@" 2>&1); local rc=$?
-    [ $rc -ne 0 ] && [ "$(grep -c . <<< "$out")" -le 2 ] && grep -qF -- "$want" <<< "$out" && t_ok "$name" ||
-        t_fail "$name" "rc $rc: $(tail -1 <<< "$out")"
-}
 bad cp_t_not_divisible "-t 30 does not split into -cp 4 equal parts" -e "$GPT2" -t 30 -cp 4 --estimate -w 4
 bad cp_heads_not_divisible "-cp 8 does not divide the model's 4 attention heads" -e "$GPT2" -cp 8 --estimate -w 8
 bad cp_kv_heads "-cp 2 and 3 kv heads: one must divide the other" -e "llama:L2,C96,H6,K3,D16,F96,V512,T64" -cp 2 --estimate -w 2
 bad cp_world "-cp 2 does not divide the 3 ranks into context groups of 2" -e "$GPT2" -cp 2 --estimate -w 3
-bad cp_ring "-cpm ring: not yet built" -e "$GPT2" -cp 2 -cpm ring --estimate -w 2
 bad cp_with_tp "-cp 2 with -tp: not yet built" -e "$GPT2" -cp 2 -tp 2 --estimate -w 4
 bad cp_with_lora_dropout "-cp 2 with -lora-dropout: not yet built" -e "$GPT2" -cp 2 -lora 4 -lora-dropout 0.1 --estimate -w 2
 bad cp_with_docmask "-cp 2 with -docmask: not yet built" -e "$GPT2" -cp 2 -docmask 1 --estimate -w 2

@@ -11,6 +11,7 @@
 
 #include "base/common.h"
 #include "core/data/dataloader.h"
+#include "core/model/context_parallel.h"
 #include "tests/unit/child_testlib.h"
 #include "core/tokenizer/decode.h"
 
@@ -721,6 +722,42 @@ static void test_big_shuffled(Stream* s) {
     dataloader_close(dl);
 }
 
+// -cp's columns (context_parallel.h): each of N context ranks keeps its pieces of every row, tokens and targets,
+// at the positions context_position names, and the ranks together hold every position once. Under -cpm ring
+// every rank's causal work (the keys its queries attend: position + 1 each) is the same.
+static void test_context_columns(Stream* s) {
+    for (int ring = 0; ring <= 1; ring++) {
+        int bad = 0, unbalanced = 0;
+        for (int N = 2; N <= 4; N *= 2) {
+            int Tl = s->T / N, pieces = context_pieces(ring), first[MAX_KEPT_PIECES], seen[64] = {0};
+            long long work0 = -1;
+            DataLoader* whole = dataloader_open(s->pat, s->B, s->T, 0, 1, 0, 0, VOCAB);
+            dataloader_batch(whole, 3, 1, 0, s->in2, s->tg2);
+            for (int r = 0; r < N; r++) {
+                DataLoader* dl = dataloader_open(s->pat, s->B, s->T, 0, 1, 0, 0, VOCAB);
+                for (int i = 0; i < pieces; i++) first[i] = context_piece_start(ring, N, r, Tl, i);
+                dataloader_keep_columns(dl, pieces, first, Tl / pieces);
+                dataloader_batch(dl, 3, 1, 0, s->in, s->tg);
+                long long work = 0;
+                for (int b = 0; b < s->B; b++)
+                    for (int i = 0; i < Tl; i++) {
+                        int p = context_position(ring, N, r, Tl, i), at = b * s->T + p;
+                        bad += s->in[b * Tl + i] != s->in2[at] || s->tg[b * Tl + i] != s->tg2[at];
+                        seen[at]++;
+                        work += p + 1;
+                    }
+                unbalanced += work0 >= 0 && work != work0;
+                work0 = work;
+                dataloader_close(dl);
+            }
+            for (int t = 0; t < s->B * s->T; t++) bad += seen[t] != 1;
+            dataloader_close(whole);
+        }
+        check_true(s->st, ring ? "context_columns_ring" : "context_columns_ulysses", bad == 0);
+        if (ring) check_true(s->st, "context_ring_balanced", unbalanced == 0);
+    }
+}
+
 int main(void) {
     TestStats st = {0, 0};
     char dir[] = "/tmp/test_dataloader.XXXXXX";
@@ -740,6 +777,7 @@ int main(void) {
     test_tokenizer(&st, dir);
     test_tokenizer_errors(&st, dir);
     test_big_shuffled(&s);
+    test_context_columns(&s);
     stream_free(&s);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

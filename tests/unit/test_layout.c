@@ -92,7 +92,7 @@ static void test_stages(TestStats* st, const char* spec, int P) {
     ModelShape s;
     shape_from_spec(spec, &s);
     PipelinePlan plan;
-    pipeline_plan(&plan, &s, P, SCHEDULE_1F1B, 1, 1, 1, P, s.maxT, 1);
+    pipeline_plan(&plan, &s, P, SCHEDULE_1F1B, 1, 1, 1, 0, P, s.maxT, 1);
     const int *first = plan.first, *nb = plan.count;
     size_t n = canonical_total(&s);
     unsigned char* seen = (unsigned char*)xcalloc(n, 1);
@@ -153,7 +153,7 @@ static void test_tensor_parallel(TestStats* st, const char* spec, int P, int tp)
     ModelShape s;
     shape_from_spec(spec, &s);
     PipelinePlan plan;
-    pipeline_plan(&plan, &s, P, SCHEDULE_1F1B, 1, 1, 1, P, s.maxT, 1);
+    pipeline_plan(&plan, &s, P, SCHEDULE_1F1B, 1, 1, 1, 0, P, s.maxT, 1);
     size_t n = canonical_total(&s), C = (size_t)s.C;
     unsigned char* seen = (unsigned char*)xcalloc(n, 1);
     ParamLayout* lay = (ParamLayout*)xmalloc(sizeof(ParamLayout));
