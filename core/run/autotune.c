@@ -129,7 +129,7 @@ static void candidate_config(const Search* s, const Candidate* c, Config* cfg, P
     config_resolve_precision(cfg);
     config_resolve_batch(cfg, s->shape.maxT, s->ranks, cfg->pipeline_stages * cfg->tensor_parallel * cfg->context_parallel);
     pipeline_plan(plan, &s->shape, cfg->pipeline_stages, cfg->pipe_schedule, cfg->virtual_stages, cfg->tensor_parallel,
-                  cfg->context_parallel, s->ranks, cfg->T, cfg->grad_accum);
+                  cfg->context_parallel, cfg->context_mode == CP_RING, s->ranks, cfg->T, cfg->grad_accum);
 }
 
 // In a child: candidate_config and every rank's layout (the tensor split's checks), then one byte on `passed`.
@@ -250,10 +250,11 @@ static int splits_tensors(const ModelShape* shape, int tp) {
     return shape_splits_vocab(shape, tp) && shape->family->splits_tp(shape, tp, why, sizeof(why));
 }
 
-// Whether -cp can split the model's attention heads: the trainer's own predicate (context_parallel.h).
-static int splits_context(const ModelShape* shape, int cp) {
+// Whether -cp can split the model's attention heads under -cpm's mode (the ring splits none): the
+// trainer's own predicate (context_parallel.h).
+static int splits_context(const ModelShape* shape, int cp, ContextMode mode) {
     char why[256];
-    return cp == 1 || context_splits(shape, cp, why, sizeof(why));
+    return cp == 1 || mode == CP_RING || context_splits(shape, cp, why, sizeof(why));
 }
 
 // Every layout of the world: stages (a block each at least) x tensor ranks x context ranks x replicas, the
@@ -264,7 +265,7 @@ static void enumerate(Search* s) {
             for (int cp = 1; pp * tp * cp <= s->ranks; cp++) {
                 int replicas = s->ranks / (pp * tp * cp);
                 if (s->ranks % (pp * tp * cp) || s->sequences % replicas || !splits_tensors(&s->shape, tp) ||
-                    !splits_context(&s->shape, cp))
+                    !splits_context(&s->shape, cp, s->cfg->context_mode))
                     continue;
                 for (int sp = 0; sp <= (tp > 1); sp++) {
                     Layout l = {.pp = pp, .tp = tp, .sp = sp, .cp = cp};

@@ -268,7 +268,9 @@ static void print_longest_sequences(StatePlanner states, const Config* cfg, cons
     printf("  -r 3 -offload-act 1\n");
     char why[200];
     for (int cp = 1; cp <= ranks / (cfg->pipeline_stages * cfg->tensor_parallel); cp *= 2) {
-        if ((ranks / (cfg->pipeline_stages * cfg->tensor_parallel)) % cp || (cp > 1 && !context_splits(s, cp, why, sizeof(why)))) continue;
+        if ((ranks / (cfg->pipeline_stages * cfg->tensor_parallel)) % cp ||
+            (cp > 1 && cfg->context_mode != CP_RING && !context_splits(s, cp, why, sizeof(why))))
+            continue;
         Config c = *cfg;
         c.context_parallel = cp;
         printf("  %6d", cp);

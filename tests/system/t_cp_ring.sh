@@ -3,7 +3,7 @@
 # one-rank run of the same global batch, from the same model file:
 #   - losses and gradient norms within 1e-5 at every step (fp32; bf16 and fp16 within 2e-2), for GPT-2 (learned
 #     positions) and Llama with grouped kv heads (RoPE; 2 kv heads, also on 4 ranks), at -cp 2 and 4, under
-#     -z 1, 2 and 3, -r 2 and 3, and -pp 2 (1f1b and zb); the validation loss too. A rank holding the wrong
+#     -z 1, 2 and 3, -r 2 and 3, -pp 2 (1f1b and zb), and LoRA's adapters under -offload 2; the validation loss too. A rank holding the wrong
 #     chunks, a d(k|v) left one hop short of home or a merge with a stale lse each moves them past 1e-5;
 #   - the fenced build (host code as on a GPU) gives the CPU build's bits;
 #   - a checkpoint written by the ring resumes under Ulysses at -cp 2 and on one rank, and one rank's resumes
@@ -21,6 +21,7 @@ train 1 "$TMP/gpt2_ga2" -e "$GPT2" -ga 2 || t_fail reference "one-rank run faile
 train 1 "$TMP/llama_ga1" -e "$LLAMA" -ga 1 -n 4 || t_fail reference "one-rank run failed"
 train 1 "$TMP/llama_bf16" -e "$LLAMA" -p bf16 || t_fail reference "one-rank run failed"
 train 1 "$TMP/llama_fp16" -e "$LLAMA" -p fp16 || t_fail reference "one-rank run failed"
+train 1 "$TMP/gpt2_lora" -e "$GPT2" -ga 1 -lora 4 -lora-alpha 8 || t_fail reference "one-rank run failed"
 RING=(-cpm ring)
 case_cp ring2_gpt2 2 "$GPT2" gpt2_ga1 1e-5 -cp 2 "${RING[@]}" "${VAL[@]}"
 val_losses_match ring2_gpt2_val_loss "$TMP/ring2_gpt2/log.jsonl" "$TMP/gpt2_ga1/log.jsonl"
@@ -32,6 +33,7 @@ case_cp ring2_llama 2 "$LLAMA" llama_ga1 1e-5 -cp 2 "${RING[@]}" -n 4
 case_cp ring4_llama_z3_r3 4 "$LLAMA" llama_ga1 1e-5 -cp 4 "${RING[@]}" -z 3 -r 3
 case_cp ring2_llama_bf16 2 "$LLAMA" llama_bf16 2e-2 -cp 2 "${RING[@]}" -p bf16
 case_cp ring2_llama_fp16 2 "$LLAMA" llama_fp16 2e-2 -cp 2 "${RING[@]}" -p fp16
+case_cp ring2_gpt2_lora_offload2 2 "$GPT2" gpt2_lora 1e-5 -cp 2 "${RING[@]}" -lora 4 -lora-alpha 8 -z 2 -offload 2
 # The host code as a GPU runs it (t_fence.sh): device memory the host cannot touch, the ring's messages staged
 # through the host; the CPU build's bits.
 "${MPIRUN[@]}" -np 2 build/train_gpt_fenced "${base[@]}" -e "$LLAMA" -cp 2 "${RING[@]}" -n 4 -o "$TMP/ring2_fenced" > "$TMP/ring2_fenced.txt" 2>&1

@@ -130,14 +130,14 @@ export NETNS_BIND_A=$A:$TMP/shared NETNS_BIND_B=$B:$TMP/shared
 
 listing() { (cd "$1" 2>/dev/null && ls -A | paste -sd' '); }
 # Host a holds ranks 0 and 1's state files and model.bin, host b ranks 2 and 3's; both the manifest and
-# DONE; the log and nothing temporary on host a, no log on host b.
+# DONE; the log and its monitors (tb/, csv/) and nothing temporary on host a, none of them on host b.
 own_files() {   # name, run
     local bad="" ck
     for ck in ckpt_000003 ckpt_000006; do
         [ "$(listing "$A/$2/$ck")" = "DONE manifest.json model.bin state_rank0.bin state_rank1.bin" ] || bad="$bad host a $ck: $(listing "$A/$2/$ck");"
         [ "$(listing "$B/$2/$ck")" = "DONE manifest.json state_rank2.bin state_rank3.bin" ] || bad="$bad host b $ck: $(listing "$B/$2/$ck");"
     done
-    [ "$(listing "$A/$2")" = "ckpt_000003 ckpt_000006 lock log.jsonl" ] || bad="$bad host a: $(listing "$A/$2");"
+    [ "$(listing "$A/$2")" = "ckpt_000003 ckpt_000006 csv lock log.jsonl tb" ] || bad="$bad host a: $(listing "$A/$2");"
     [ "$(listing "$B/$2")" = "ckpt_000003 ckpt_000006 lock" ] || bad="$bad host b: $(listing "$B/$2");"
     cmp -s "$A/$2/ckpt_000006/manifest.json" "$B/$2/ckpt_000006/manifest.json" || bad="$bad the hosts' manifests differ;"
     grep -q '"host_dirs": 2,' "$A/$2/ckpt_000006/manifest.json" || bad="$bad the manifest lacks \"host_dirs\": 2;"
