@@ -64,8 +64,6 @@ const char* config_context_unbuilt(const Config* c) {
     if (c->hellaswag) return "-hs";
     if (c->docmask) return "-docmask";
     if (c->dump_dir) return "-dump";
-    if (c->prompt || c->chat || c->chat_file) return c->prompt ? "-prompt" : "-chat";
-    if (c->sample_every > 0) return "-s (sampling; give -s 0)";
     return NULL;
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "core/model/context_parallel.h"
 #include "core/tokenizer/tokenizer_file.h"
 #include "core/util/rng.h"
 
@@ -73,17 +74,25 @@ static int is_stop(const int* stop, int nstop, int token) {
 // (that token is kept), or when a token of stop[0..nstop) came (kept in text, not written).
 static int generate_tokens(const Generator* g, int* text, int n, int count, int pad, Rng* rng, FILE* out, int stream,
                            const int* stop, int nstop) {
-    int T = g->T, N = g->B * T;
+    int T = g->T, Tl = T / g->cp;
     Model* head = pipeline_head_chunk(g->pipe, g->chunks);
     for (int len = n; len < n + count; len++) {
-        int start = len > T ? len - T : 0, window = len - start;
-        for (int i = 0; i < N; i++) g->inputs[i] = i < window ? text[start + i] : pad;
+        int start = len > T ? len - T : 0, window = len - start, row = -1;
+        // The (B, T) input: the window in row 0, pad elsewhere; this rank's positions of it (all without -cp).
+        for (int b = 0; b < g->B; b++)
+            for (int i = 0; i < Tl; i++) {
+                int p = g->cp > 1 ? context_position(g->cp_ring, g->cp, g->cp_rank, Tl, i) : i;
+                g->inputs[(size_t)b * Tl + i] = b == 0 && p < window ? text[start + p] : pad;
+                if (b == 0 && p == window - 1) row = i;
+            }
         // Every position sees only its past, so recomputing the whole (B,T) forward is correct, if wasteful.
         MicroBatch mb = {g->inputs, NULL, NULL, NULL};
         pipeline_forward(g->pipe, g->chunks, g->be, &mb);
-        // The last stage has the logits; the max over the world hands its token, and any rank's stop flag, to
-        // every rank.
-        long long shared[2] = {model_has_head(head) ? sample_row(head, g->be, window - 1, rng, g->how) : -1, g->stop_seen()};
+        // The last stage's rank holding the window's last position has its logits; the max over the world hands
+        // its token, and any rank's stop flag, to every rank.
+        long long shared[2] = {-1, g->stop_seen()};
+        if (model_has_head(head) && row >= 0) shared[0] = sample_row(head, g->be, row, rng, g->how);
+        else if (g->how.temperature > 0.0f) (void)rng_uniform(rng);   // the stream in step with the drawing rank's
         comm_allreduce_host_max_i64(g->world, shared, 2);
         text[len] = (int)shared[0];
         if (is_stop(stop, nstop, text[len])) return len + 1 - n;

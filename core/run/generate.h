@@ -6,7 +6,8 @@
 // logits row (softmax(logits / temperature) over the top k, one uniform from `rng`: every head rank draws the
 // same), and one max all-reduce over the world hands the token, with each rank's stop flag, to every rank,
 // so all ranks end at the same token. The model sees the last T tokens: the window slides once the text
-// outgrows it. Nothing here holds state between calls or reads a global; the caller lends what it runs on.
+// outgrows it. Under -cp each context rank feeds the model its positions of the window, and the rank holding
+// the last one draws. Nothing here holds state between calls or reads a global; the caller lends what it runs on.
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
@@ -34,6 +35,7 @@ typedef struct {
     int (*stop_seen)(void);       // this rank's view of a stop request (1: stop), carried on each token's all-reduce
     Sampling how;
     uint64_t seed;                // -seed: each caller derives its own stream from it
+    int cp, cp_rank, cp_ring;     // -cp: the context ranks share each sequence (context_parallel.h); 1, 0, 0 without
 } Generator;
 
 // -s: "step <step> | sample: " and up to `count` tokens (at most T-1) after the end-of-text id `eot`, from a

@@ -89,7 +89,6 @@ bad cp_with_lora_dropout "-cp 2 with -lora-dropout: not yet built" -e "$GPT2" -c
 bad cp_with_docmask "-cp 2 with -docmask: not yet built" -e "$GPT2" -cp 2 -docmask 1 --estimate -w 2
 bad cp_with_hellaswag "-cp 2 with -hs: not yet built" -e "$GPT2" -cp 2 -hs "$TMP/hs.bin" -v 1 --estimate -w 2
 bad cp_with_dump "-cp 2 with -dump: not yet built" -e "$GPT2" -cp 2 -dump "$TMP/d" --estimate -w 2
-bad cp_with_sampling "-cp 2 with -s (sampling; give -s 0): not yet built" -e "$GPT2" -cp 2 -s 5 --estimate -w 2
 # -gpu-mem's longest sequences: each cell is the planner's own boundary, the -t whose plan fits the budget with
 # the next step's not (or the model's positions reached), and more context ranks train longer sequences.
 ./train_gpt_cpu --estimate -e L2C64H4V512T8192 -b 2 -t 64 -s 0 -w 2 -gpu-mem 0.1 > "$TMP/longest.txt" 2>&1

@@ -90,6 +90,21 @@ if mpi_available; then
     "${MPIRUN[@]}" -np 2 ./train_gpt_cpu -e "$MODEL" -tk "$TMP/data/gpt2_tokenizer.bin" -b 1 -t 16 -g 24 -prompt "$PROMPT" -seed 1 \
         -tp 2 > "$TMP/tp.txt" 2>&1
     t_check tensor_parallel_generates_the_same "[ \"\$(ids $TMP/tp.txt)\" = \"\$(ids $TMP/s1)\" ]" "tp2: $(ids "$TMP/tp.txt")"
+    # Each context rank feeds its positions of the window; the rank holding the last one draws, sampled (its
+    # seed's stream kept in step on every rank) and greedy, past the window's slide; -s's training samples too.
+    for cpm in ulysses ring; do
+        for how in "-seed 1:s1" "-temp 0:g0"; do
+            # shellcheck disable=SC2086
+            "${MPIRUN[@]}" -np 2 ./train_gpt_cpu -e "$MODEL" -tk "$TMP/data/gpt2_tokenizer.bin" -b 1 -t 16 -g 24 -prompt "$PROMPT" \
+                ${how%:*} -cp 2 -cpm $cpm > "$TMP/cp.txt" 2>&1
+            t_check "context_parallel_${cpm}_generates_the_same_${how#*:}" "[ -n \"\$(ids $TMP/cp.txt)\" ] &&
+                [ \"\$(ids $TMP/cp.txt)\" = \"\$(ids $TMP/${how#*:})\" ]" "cp2 $cpm: $(ids "$TMP/cp.txt") $(grep -m1 error "$TMP/cp.txt")"
+        done
+        "${MPIRUN[@]}" -np 2 ./train_gpt_cpu -e "$MODEL" -i "$TMP/data/t_train_*.bin" -j "" -b 1 -t 16 -x 1 -s 1 -g 12 -seed 1 \
+            -cp 2 -cpm $cpm > "$TMP/cp_train.txt" 2>&1
+        t_check "context_parallel_${cpm}_training_sample" "[ -n \"\$(smp $TMP/ts1)\" ] && [ \"\$(smp $TMP/cp_train.txt)\" = \"\$(smp $TMP/ts1)\" ]" \
+            "$(smp "$TMP/cp_train.txt") / $(smp "$TMP/ts1") $(grep -m1 error "$TMP/cp_train.txt")"
+    done
 else
     t_missing pipeline_and_tensor_parallel_generate MPI
 fi
