@@ -10,6 +10,16 @@ t_check init_llama "[ -s '$LLAMA' ]"
 base=(-i "$TMP/train.bin" -j "" -b 2 -t 32 -x 8 -l 1e-3 -u 2 -c 0.1 -v 0 -s 0 -gc 1.0)
 VAL=(-j "$TMP/train.bin" -v 4 -m 2)   # validation: every rank's share of each window's losses, summed
 
+# The one-rank references, per model and global batch (-ga replicas x stages' micro-batches).
+train_references() {
+    train 1 "$TMP/gpt2_ga1" -e "$GPT2" -ga 1 "${VAL[@]}" || t_fail reference "one-rank run failed"
+    train 1 "$TMP/gpt2_ga2" -e "$GPT2" -ga 2 || t_fail reference "one-rank run failed"
+    train 1 "$TMP/llama_ga1" -e "$LLAMA" -ga 1 -n 4 || t_fail reference "one-rank run failed"
+    train 1 "$TMP/llama_bf16" -e "$LLAMA" -p bf16 || t_fail reference "one-rank run failed"
+    train 1 "$TMP/llama_fp16" -e "$LLAMA" -p fp16 || t_fail reference "one-rank run failed"
+    train 1 "$TMP/gpt2_lora" -e "$GPT2" -ga 1 -lora 4 -lora-alpha 8 || t_fail reference "one-rank run failed"
+}
+
 compare_logs() {   # name, dir, reference dir, tolerance
     compare_out log "$1" "$2/log.jsonl" "$3/log.jsonl" --steps 8 --tol "$4" --key loss --key grad_norm &&
         t_ok "$1" || t_fail "$1" "$(grep FAIL <<< "$CMP_OUT" | cut -c1-300)"

@@ -15,13 +15,7 @@ source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 mpi_or_skip t_cp_ring
 source tests/system/cp_lib.sh
-# The one-rank references, per model and global batch (-ga replicas x stages' micro-batches).
-train 1 "$TMP/gpt2_ga1" -e "$GPT2" -ga 1 "${VAL[@]}" || t_fail reference "one-rank run failed"
-train 1 "$TMP/gpt2_ga2" -e "$GPT2" -ga 2 || t_fail reference "one-rank run failed"
-train 1 "$TMP/llama_ga1" -e "$LLAMA" -ga 1 -n 4 || t_fail reference "one-rank run failed"
-train 1 "$TMP/llama_bf16" -e "$LLAMA" -p bf16 || t_fail reference "one-rank run failed"
-train 1 "$TMP/llama_fp16" -e "$LLAMA" -p fp16 || t_fail reference "one-rank run failed"
-train 1 "$TMP/gpt2_lora" -e "$GPT2" -ga 1 -lora 4 -lora-alpha 8 || t_fail reference "one-rank run failed"
+train_references
 RING=(-cpm ring)
 case_cp ring2_gpt2 2 "$GPT2" gpt2_ga1 1e-5 -cp 2 "${RING[@]}" "${VAL[@]}"
 val_losses_match ring2_gpt2_val_loss "$TMP/ring2_gpt2/log.jsonl" "$TMP/gpt2_ga1/log.jsonl"
