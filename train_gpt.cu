@@ -270,7 +270,7 @@ static void print_setup(Trainer* tr, CommKind comm) {
 
 static void trainer_setup(Trainer* tr, int argc, char** argv) {
     memset(tr, 0, sizeof(*tr));
-    autotune_if_asked(plan_zero_states, argc, argv);   // before MPI: the search launches its trials itself
+    autotune_if_asked(plan_zero_states, model_resolve, argc, argv);   // before MPI: it launches its trials itself
     tr->world = comm_init_world(&argc, &argv);
     tr->rank = comm_rank(tr->world);
     tr->ranks = comm_size(tr->world);
@@ -411,7 +411,7 @@ static int evaluate(Trainer* tr, int step) {
 static Generator generator_of(Trainer* tr) {
     const Config* cfg = &tr->cfg;
     return (Generator){&tr->pipe, tr->model, tr->be, tr->world, tr->batch.tokens, cfg->B, cfg->T, tr->tokenizer, stop_signal_seen,
-                       {cfg->temperature, cfg->top_k}, cfg->seed};
+                       {cfg->temperature, cfg->top_k}, cfg->seed, tr->grid.cp, tr->grid.cp_rank, cfg->context_mode == CP_RING};
 }
 
 // -s: rank 0 prints the sample (every replica draws the same tokens). Returns 0 when a stop signal ended it

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "base/common.h"
-#include "core/checkpoint/model_file.h"
 #include "core/model/context_parallel.h"
 #include "core/model/lora.h"
 #include "core/run/flags.h"
@@ -546,7 +545,7 @@ static long long global_sequences(const Config* cfg, int ranks) {
     return cfg->total_batch / cfg->T;
 }
 
-static void search_init(Search* s, const Config* cfg, StatePlanner states, int argc, char** argv) {
+static void search_init(Search* s, const Config* cfg, StatePlanner states, ModelResolver resolve, int argc, char** argv) {
     memset(s, 0, sizeof(*s));
     s->cfg = cfg;
     s->states = states;
@@ -555,7 +554,7 @@ static void search_init(Search* s, const Config* cfg, StatePlanner states, int a
     s->trials = cfg->autotune_trials ? cfg->autotune_trials : DEFAULT_TRIALS;
     s->steps = cfg->autotune_steps ? cfg->autotune_steps : DEFAULT_STEPS;
     int is_spec;
-    s->shape = lora_apply(&s->lora, model_resolve(cfg->model, &is_spec), &cfg->lora);
+    s->shape = lora_apply(&s->lora, resolve(cfg->model, &is_spec), &cfg->lora);
     if (cfg->T > s->shape.maxT) fail("-t %d exceeds the model's maximum sequence length %d", cfg->T, s->shape.maxT);
     s->sequences = global_sequences(cfg, s->ranks);
     snprintf(s->dir, sizeof(s->dir), "%s", cfg->out_dir ? cfg->out_dir : ".");
@@ -606,7 +605,7 @@ static void search(Search* s) {
     printf("fastest: %s\n", command);
 }
 
-void autotune_if_asked(StatePlanner states, int argc, char** argv) {
+void autotune_if_asked(StatePlanner states, ModelResolver resolve, int argc, char** argv) {
     Config cfg;
     config_parse(&cfg, argc, argv);
     if (!cfg.autotune) return;
@@ -616,7 +615,7 @@ void autotune_if_asked(StatePlanner states, int argc, char** argv) {
     if (!mallopt(M_MMAP_THRESHOLD, 64 << 20) || !mallopt(M_TRIM_THRESHOLD, 256 << 20)) fail("--autotune: mallopt failed");
     config_resolve_precision(&cfg);
     Search* s = (Search*)xmalloc(sizeof(Search));
-    search_init(s, &cfg, states, argc, argv);
+    search_init(s, &cfg, states, resolve, argc, argv);
     search(s);
     free(s->cands);
     free(s);

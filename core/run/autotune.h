@@ -10,5 +10,7 @@
 
 // When argv asks for --autotune: runs the search and exits (0 when a layout was timed, else one line and 1);
 // otherwise returns at once. Called before MPI starts: the search runs in one process and launches each
-// trial itself.
-void autotune_if_asked(StatePlanner states, int argc, char** argv);
+// trial itself. resolve: the trainer's reading of -e (a model file's header, a catalog name or a spec), as
+// the planner gets the trainer's allocation code: the search stays below the checkpoint files.
+typedef ModelShape (*ModelResolver)(const char* model, int* is_spec);
+void autotune_if_asked(StatePlanner states, ModelResolver resolve, int argc, char** argv);

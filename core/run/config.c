@@ -1,4 +1,5 @@
-// config.c: the parse loop over flags.c's table, the checks across flags, and the learning-rate schedule.
+// config.c: the parse loop over flags.c's table and the checks across flags (the learning-rate schedule's
+// formulas: lr_schedule.c).
 // See config.h.
 #include "core/run/config.h"
 
@@ -34,6 +35,68 @@ const char* config_lora_unbuilt(const Config* c) {
 }
 
 // LoRA's options need -lora; what it does not compose with yet is refused by name, as is a dropout other than 0.
+// Which schedules read each option: an option changed from its default under another -k is an error, not
+// a flag quietly ignored.
+static const struct {
+    const char* flag;
+    unsigned schedules;   // bit per LrSchedule
+} SCHEDULE_OPTIONS[] = {
+    {"-wsd-decay", 1u << LR_WSD},
+    {"-wsd-shape", 1u << LR_WSD},
+    {"-warmup-type", 1u << LR_WARMUP | 1u << LR_WARMUP_DECAY},
+    {"-warmup-min-lr", 1u << LR_WARMUP | 1u << LR_WARMUP_DECAY},
+    {"-cycle-min-lr", 1u << LR_ONECYCLE},
+    {"-cycle-first", 1u << LR_ONECYCLE},
+    {"-cycle-second", 1u << LR_ONECYCLE},
+    {"-decay-step", 1u << LR_ONECYCLE},
+    {"-decay-lr-rate", 1u << LR_ONECYCLE},
+    {"-cycle-mom", 1u << LR_ONECYCLE},
+    {"-cycle-min-mom", 1u << LR_ONECYCLE},
+    {"-cycle-max-mom", 1u << LR_ONECYCLE},
+    {"-decay-mom-rate", 1u << LR_ONECYCLE},
+    {"-cycles", 1u << LR_COSINE_RESTARTS},
+    {"-power", 1u << LR_POLYNOMIAL},
+    {"-lr-end", 1u << LR_POLYNOMIAL},
+};
+
+// -lr-range sets the rate and the steps itself, and its weights are not worth a checkpoint.
+static void check_range_test(const Config* c, const Config* def) {
+    static const char* const SETS_ITSELF[] = {"-k", "-l", "-u", "-q", "-x"};
+    char given[64], dflt[64];
+    for (size_t i = 0; i < sizeof(SETS_ITSELF) / sizeof(SETS_ITSELF[0]); i++) {
+        const Flag* f = flag_find(SETS_ITSELF[i]);
+        flag_format(f, c, given, sizeof(given));
+        flag_format(f, def, dflt, sizeof(dflt));
+        if (strcmp(given, dflt)) fail("-lr-range %s sets the learning rate and the steps itself: drop %s", c->lr_range, f->name);
+    }
+    if (c->resume || c->ckpt_every) fail("-lr-range %s writes no checkpoint: drop %s", c->lr_range, c->resume ? "-y" : "-n");
+}
+
+// -k's options and -lr-range against -k: an option of another schedule changed from its default, or a flag the
+// range test sets itself, is an error.
+static void check_schedule(const Config* c) {
+    Config def;
+    config_defaults(&def);
+    if (c->range_test.steps) check_range_test(c, &def);
+    const Flag* k = flag_find("-k");
+    char name[64], given[64], dflt[64];
+    flag_format(k, c, name, sizeof(name));
+    for (size_t i = 0; i < sizeof(SCHEDULE_OPTIONS) / sizeof(SCHEDULE_OPTIONS[0]); i++) {
+        const Flag* f = flag_find(SCHEDULE_OPTIONS[i].flag);
+        if (!f) fail("internal: the schedule option %s has no row in the flag table", SCHEDULE_OPTIONS[i].flag);
+        flag_format(f, c, given, sizeof(given));
+        flag_format(f, &def, dflt, sizeof(dflt));
+        if (strcmp(given, dflt) && !(SCHEDULE_OPTIONS[i].schedules >> c->schedule & 1u))
+            fail("%s %s shapes another schedule than -k %s (see -h)", f->name, given, name);
+    }
+    const LrOptions* o = &c->sched;
+    if (c->schedule == LR_POLYNOMIAL && !(o->lr_end < c->lr)) fail("-k polynomial: -lr-end %g must be below -l %g", o->lr_end, c->lr);
+    if (c->schedule == LR_ONECYCLE && !(o->cycle_min_lr <= c->lr))
+        fail("-k onecycle: -cycle-min-lr %g must not exceed -l %g (the cycle's peak)", o->cycle_min_lr, c->lr);
+    if (c->schedule == LR_ONECYCLE && o->cycle_momentum && !(o->cycle_min_mom <= o->cycle_max_mom))
+        fail("-k onecycle: -cycle-min-mom %g must not exceed -cycle-max-mom %g", o->cycle_min_mom, o->cycle_max_mom);
+}
+
 static void check_offload_act(const Config* c) {
     if (c->offload_act && c->recompute != 3)
         fail("-offload-act 1 keeps the blocks' inputs, all that -r 3 keeps, in host memory: it needs -r 3 (at -r %d the "
@@ -134,7 +197,7 @@ static void check_combinations(const Config* c) {
     check_nvme(c);
     check_lora(c);
     check_offload_act(c);
-    config_check_schedule(c);
+    check_schedule(c);
     check_context(c);
 }
 

@@ -156,5 +156,3 @@ void config_resolve_batch(Config* cfg, int maxT, int ranks, int per_replica);
 float config_lr_at(const Config* cfg, int step, int max_steps);
 // AdamW's beta1 at step: -beta1, except under -k onecycle with -cycle-mom 1.
 float config_beta1_at(const Config* cfg, int step, int max_steps);
-// The schedule's options against each other and -k: one-line errors.
-void config_check_schedule(const Config* cfg);
