@@ -174,7 +174,7 @@ struct EndOps {
 
 // The walk's calls: the family's hook, or the default.
 void ends_embed(Model* g, Backend* be, void* params);
-void ends_embed_backward(Model* g, Backend* be, void* grads, const void* dout);
+void ends_embed_backward(Model* g, Backend* be, void* grads);   // from acts.dresid, the embeddings' output gradient
 void ends_head(Model* g, Backend* be, HeadUnits params);
 void ends_head_backward(Model* g, Backend* be, HeadUnits params, HeadUnits grads);
 void ends_loss(Model* g, Backend* be, const int* targets, float dloss);

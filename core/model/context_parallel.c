@@ -12,29 +12,6 @@ int context_splits(const ModelShape* s, int N, char* why, size_t size) {
     return 1;
 }
 
-ContextHeads context_heads(const ParamLayout* lay) {
-    int N = lay->cp_size, KV = layout_kv_heads(lay);
-    ContextHeads h = {layout_heads(lay) / N, KV >= N ? KV / N : 1, KV >= N ? 1 : N / KV};
-    return h;
-}
-
-// The ring's work buffers: send holds q, the output, d(output) and dq packed (4 NH D per row), recv the two
-// k|v chunk buffers and their d(k|v) (4 x 2 KV D).
-static size_t ring_width(const ParamLayout* lay, Width w) {
-    size_t D = (size_t)layout_head_size(lay);
-    if (w == W_CP_SEND) return 4 * (size_t)layout_heads(lay) * D;
-    return w == W_CP_RECV ? 8 * (size_t)layout_kv_heads(lay) * D : 0;
-}
-
-size_t context_width(const ParamLayout* lay, Width w) {
-    int N = lay->cp_size;
-    if (N < 2) return 0;
-    if (lay->cp_ring) return ring_width(lay, w);
-    ContextHeads h = context_heads(lay);
-    size_t D = (size_t)layout_head_size(lay);
-    return w == W_CP_ATT ? (size_t)layout_attn_channels(lay) : (size_t)N * (size_t)(h.NH + 2 * h.KV) * D;
-}
-
 // ---------------------------------------------------------------------------------------------------
 // The exchange. A rank's rows are (B, Tl) token rows of q|k|v (or of the attention output) with every
 // head; block j of the all-to-all carries what rank j attends: its heads of this rank's rows, as parts
@@ -83,7 +60,7 @@ static size_t block_elems(const Exchange* x, int qkv) { return (size_t)x->B * x-
 static size_t seq_width(const Exchange* x, int qkv) { return (size_t)(x->NH + (qkv ? 2 * x->KV : 0)) * x->D; }
 static size_t heads_width(const Exchange* x, int qkv) { return (size_t)(x->h.NH + (qkv ? 2 * x->h.KV : 0)) * x->D; }
 
-static char* at(const void* base, size_t elems, const Exchange* x) { return (char*)base + elems * x->e; }
+static char* elems_at(const void* base, size_t elems, const Exchange* x) { return (char*)base + elems * x->e; }
 
 // seq (this rank's rows, every head) -> send: block j holds rank j's heads.
 static void pack_rows(Backend* be, const Exchange* x, int qkv, void* send, const void* seq) {
@@ -91,7 +68,7 @@ static void pack_rows(Backend* be, const Exchange* x, int qkv, void* send, const
     Part p[3];
     for (int j = 0; j < x->N; j++)
         for (int i = 0, n = parts_of(x, qkv, j, p); i < n; i++)
-            be_copy_rows(be, at(send, j * blk + p[i].offset, x), p[i].width * x->e, at(seq, p[i].seq_col, x), sw * x->e,
+            be_copy_rows(be, elems_at(send, j * blk + p[i].offset, x), p[i].width * x->e, elems_at(seq, p[i].seq_col, x), sw * x->e,
                          p[i].width * x->e, R);
 }
 
@@ -103,8 +80,8 @@ static void unpack_heads(Backend* be, const Exchange* x, int qkv, void* heads, c
     for (int i = 0; i < x->N; i++)
         for (int k = 0; k < n; k++)
             for (int b = 0; b < x->B; b++)
-                be_copy_rows(be, at(heads, ((size_t)b * x->T + i * Tl) * hw + p[k].heads_col, x), hw * x->e,
-                             at(recv, i * blk + p[k].offset + b * Tl * p[k].width, x), p[k].width * x->e, p[k].width * x->e, Tl);
+                be_copy_rows(be, elems_at(heads, ((size_t)b * x->T + i * Tl) * hw + p[k].heads_col, x), hw * x->e,
+                             elems_at(recv, i * blk + p[k].offset + b * Tl * p[k].width, x), p[k].width * x->e, p[k].width * x->e, Tl);
 }
 
 // heads (B, T, this rank's heads) -> send: block j holds rank j's positions.
@@ -115,8 +92,8 @@ static void pack_heads(Backend* be, const Exchange* x, int qkv, void* send, cons
     for (int j = 0; j < x->N; j++)
         for (int k = 0; k < n; k++)
             for (int b = 0; b < x->B; b++)
-                be_copy_rows(be, at(send, j * blk + p[k].offset + b * Tl * p[k].width, x), p[k].width * x->e,
-                             at(heads, ((size_t)b * x->T + j * Tl) * hw + p[k].heads_col, x), hw * x->e, p[k].width * x->e, Tl);
+                be_copy_rows(be, elems_at(send, j * blk + p[k].offset + b * Tl * p[k].width, x), p[k].width * x->e,
+                             elems_at(heads, ((size_t)b * x->T + j * Tl) * hw + p[k].heads_col, x), hw * x->e, p[k].width * x->e, Tl);
 }
 
 // recv (block i: rank i's heads of this rank's rows) -> seq (this rank's rows, every head). A kv head's
@@ -128,10 +105,10 @@ static void unpack_rows(Backend* be, DType dt, const Exchange* x, int qkv, void*
     for (int i = 0; i < x->N; i++)
         for (int k = 0, n = parts_of(x, qkv, i, p); k < n; k++) {
             if (p[k].kv && i % c) continue;   // added into block i - i % c below
-            void* first = at(recv, i * blk + p[k].offset, x);
+            void* first = elems_at(recv, i * blk + p[k].offset, x);
             for (int t = 1; p[k].kv && t < c; t++)
-                residual_forward(be, dt, first, first, at(recv, (i + t) * blk + p[k].offset, x), R * p[k].width);
-            be_copy_rows(be, at(seq, p[k].seq_col, x), sw * x->e, first, p[k].width * x->e, p[k].width * x->e, R);
+                residual_forward(be, dt, first, first, elems_at(recv, (i + t) * blk + p[k].offset, x), R * p[k].width);
+            be_copy_rows(be, elems_at(seq, p[k].seq_col, x), sw * x->e, first, p[k].width * x->e, p[k].width * x->e, R);
         }
 }
 

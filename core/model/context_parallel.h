@@ -23,33 +23,11 @@
 // (attention_chunk_backward accumulates), and one last hop brings it home.
 #pragma once
 #include "core/model/block.h"
-
-// Where context rank `rank` of N holds its Tl positions of each sequence: context_pieces ranges of Tl / pieces
-// positions, piece i from context_piece_start, in that order on the rank's rows. Ulysses: one piece,
-// [rank Tl, (rank+1) Tl); ring: chunks rank and 2N-1-rank of Tl / 2 positions each.
-static inline int context_pieces(int ring) { return ring ? 2 : 1; }
-static inline int context_piece_start(int ring, int N, int rank, int Tl, int piece) {
-    if (!ring) return rank * Tl;
-    return (piece ? 2 * N - 1 - rank : rank) * (Tl / 2);
-}
-// The position of the rank's row i (0 <= i < Tl) in its sequence.
-static inline int context_position(int ring, int N, int rank, int Tl, int i) {
-    int piece = i / (Tl / context_pieces(ring));
-    return context_piece_start(ring, N, rank, Tl, piece) + i % (Tl / context_pieces(ring));
-}
+#include "core/model/context_layout.h"
 
 // Whether N context ranks can share the shape's attention (heads and kv heads as above); why not in `why`.
 int context_splits(const ModelShape* s, int N, char* why, size_t size);
 
-// Per context rank, after the exchange: query heads, kv heads, the ranks that hold a copy of each kv head.
-typedef struct {
-    int NH, KV, copies;
-} ContextHeads;
-ContextHeads context_heads(const ParamLayout* lay);
-
-// Elements per token row of the walk's context widths (block.h: W_CP_QKV, W_CP_ATT, kept per block by Ulysses
-// only; W_CP_SEND, W_CP_RECV, the work buffers: Ulysses' exchange, the ring's packed chunks); 0 without -cp.
-size_t context_width(const ParamLayout* lay, Width w);
 
 // Attention under -cp: out (this rank's rows, every head) and lse (whole sequences of this rank's heads:
 // (B, NH/N, T); the ring's: context_ring_forward) from qkv (this rank's rows). index: the stage's block, whose

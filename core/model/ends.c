@@ -119,7 +119,8 @@ void ends_embed(Model* g, Backend* be, void* params) {
     else embed_step(g, be, kind_in(g, params, g->shape.family->wte), NULL);
 }
 
-void ends_embed_backward(Model* g, Backend* be, void* grads, const void* dout) {
+void ends_embed_backward(Model* g, Backend* be, void* grads) {
+    const void* dout = gather_rows(g, be, g->acts.proj, g->acts.dresid);   // every row of d(input) under -sp
     const EndOps* e = ends_of(g);
     if (e && e->embed_backward) e->embed_backward(g, be, grads, dout);
     else embed_backward_step(g, be, grad_in(g, grads, g->shape.family->wte), NULL, dout);

@@ -6,7 +6,7 @@
 
 #include "base/common.h"
 #include "core/model/block.h"
-#include "core/model/context_parallel.h"
+#include "core/model/context_layout.h"
 
 static void* slice(void* base, size_t elems_per_layer, int l, DType dt) {
     return (char*)base + (size_t)l * elems_per_layer * dtype_size(dt);
@@ -43,10 +43,10 @@ size_t width_elems(const ParamLayout* lay, Width w) {
         case W_KVA_COPIED: return layout_kv_copies(lay) > 1 ? 2 * (size_t)layout_kv_heads(lay) * (size_t)layout_head_size(lay) : 0;
         case W_VPA: return (size_t)layout_vocab_rows(lay);
         case W_VSTAT: return tp > 1 ? 1 + 3 * tp : 0;
-        case W_CP_QKV:
-        case W_CP_ATT:
-        case W_CP_SEND:
-        case W_CP_RECV: return context_width(lay, w);
+        case W_CP_QKV: return context_qkv_width(lay);
+        case W_CP_ATT: return context_att_width(lay);
+        case W_CP_SEND: return context_send_width(lay);
+        case W_CP_RECV: return context_recv_width(lay);
         default: return lay->shape.family->block->width(lay, w);
     }
 }
@@ -469,7 +469,6 @@ static void backward_walk(Model* g, Backend* be, int set, BackwardMode mode, int
     const ParamLayout* lay = g->layout;
     const ParamStore* ps = &g->store;
     use_set(g, set);
-    Activations* a = &g->acts;
     if (mode != BWD_WEIGHT && model_has_head(g)) head_backward(g, be);
     for (int i = lay->num_blocks - 1; i >= 0; i--) {
         int l = lay->first_block + i, u = unit_of_block(lay, l), weights = mode != BWD_INPUT;
@@ -486,7 +485,7 @@ static void backward_walk(Model* g, Backend* be, int set, BackwardMode mode, int
     }
     if (mode == BWD_WEIGHT || !model_has_encoder(g)) return;
     void* demb = store_grads(ps, be, lay->emb_unit);   // still live with a tied head
-    ends_embed_backward(g, be, demb, gather_rows(g, be, a->proj, a->dresid));
+    ends_embed_backward(g, be, demb);
     store_grads_done(ps, be, lay->emb_unit);
     if (head_unit(g) == lay->emb_unit) store_params_done(ps, lay->emb_unit);
 }

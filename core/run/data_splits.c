@@ -2,7 +2,7 @@
 #include "core/run/data_splits.h"
 
 #include "base/common.h"
-#include "core/model/context_parallel.h"
+#include "core/model/context_layout.h"
 
 int data_document_token(const Config* cfg, const Tokenizer* tok, const char* tokenizer_path, int V) {
     if (!cfg->docmask) return -1;

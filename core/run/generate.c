@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "core/model/context_parallel.h"
+#include "core/model/context_layout.h"
 #include "core/tokenizer/tokenizer_file.h"
 #include "core/util/rng.h"
 
