@@ -115,7 +115,7 @@ t_check nvme_estimate_prints_disk "grep -q '^  disk total' $TMP/plan_d12_1.txt &
 py_check nvme_capacity "$TMP/cap.txt" <<'PY'
 import sys
 ladder = ["-", "124M", "350M", "774M", "1.6B", "2.7B", "6.7B", "13B", "30B", "65B", "175B"]
-lines = open(sys.argv[1]).read().split("largest gpt2 shape")[1].splitlines()[2:]
+lines = open(sys.argv[1]).read().split("largest gpt2 shape")[1].split("\n\n")[0].splitlines()[2:]   # to the table's end
 rows = {}
 for l in lines:
     f = l.split()
