@@ -18,11 +18,13 @@ trap 'rm -rf "$out_dir"' EXIT
 passed=0 failed=0 skipped=0
 running=()
 
-# Runs one program or script into out_dir/NAME.{out,rc,s}.
+# Runs one program or script into out_dir/NAME.{out,rc,s}, with an OpenMPI session directory of its own: two
+# jobs at once (singleton MPI_Init included) could otherwise pick the same one and fail to start.
 run_one() {   # name, command...
     local name=$1; shift
     local start=$SECONDS
-    "$@" > "$out_dir/$name.out" 2>&1
+    mkdir -p "$out_dir/$name.ompi"
+    OMPI_MCA_orte_tmpdir_base="$out_dir/$name.ompi" "$@" > "$out_dir/$name.out" 2>&1
     echo $? > "$out_dir/$name.rc.tmp"
     echo $((SECONDS - start)) > "$out_dir/$name.s"
     mv "$out_dir/$name.rc.tmp" "$out_dir/$name.rc"
