@@ -211,14 +211,19 @@ def trainer(spec, i, shard, written):
     """(the header the trainer writes, or, when not written, --estimate's model line; None when it refuses;
     its error). Only a spec the scripts take for a small model is written: the trainer would otherwise
     allocate whatever it accepts."""
+    # Each run starts MPI alone (a singleton) beside the pool's others: a session directory of its own, or two
+    # could race to create the same one and fail to start.
+    session = os.path.join(TMP, "ompi%d" % i)
+    os.makedirs(session, exist_ok=True)
+    env = dict(os.environ, OMPI_MCA_orte_tmpdir_base=session)
     if not written:
         r = subprocess.run([TRAINER, "-e", spec, "--estimate", "-i", "none", "-j", "", "-b", "1", "-t", "8"],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, env=env)
         line = next((l for l in r.stdout.splitlines() if l.startswith("model: ")), None)
         return (line, None) if r.returncode == 0 else (None, one_line(r.stderr))
     out = os.path.join(TMP, "spec%d" % i)
     r = subprocess.run([TRAINER, "-e", spec, "-i", shard, "-j", "", "-v", "0", "-s", "0", "-b", "1", "-t", "8",
-                        "-x", "0", "-o", out], capture_output=True, text=True)
+                        "-x", "0", "-o", out], capture_output=True, text=True, env=env)
     if r.returncode:
         return None, one_line(r.stderr)
     return open(os.path.join(out, "ckpt_000000", "model.bin"), "rb").read(model_file.HEADER_INTS * 4), None
