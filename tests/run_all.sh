@@ -8,6 +8,7 @@
 # GPT_TEST_JOBS (default: the number of cores) programs and scripts run at once, each one's lines printed
 # together when it ends; most use one core, waiting on the next process to start. A script whose header has
 # the line "# run_all: alone" runs with nothing beside it: it times a hang or a signal against its bounds.
+# One with "# run_all: first" is among the longest and starts before the others.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHON=${PYTHON:-/usr/bin/python3}
@@ -77,16 +78,23 @@ start() {   # name, command...
 for t in build/test_*; do
     [ -x "$t" ] && start "$(basename "$t")" "$t"
 done
+# The scripts whose header has "# run_all: first" (the longest) start first, so that short ones fill the
+# end; those that run alone go last, one after another: each would otherwise first wait, with a core idle,
+# for the job beside it to end.
+marked() { sed -n '1,/^source /p' "$2" | grep -q "^# run_all: $1\$"; }   # marker, script
+alone=() rest=()
 for s in tests/system/t_*.sh; do
     [ -f "$s" ] || continue
-    if sed -n '1,/^source /p' "$s" | grep -q '^# run_all: alone'; then
-        drain_to 1
-        run_one "$(basename "$s")" bash "$s"
-        report "$(basename "$s")"
-    else
-        start "$(basename "$s")" bash "$s"
+    if marked alone "$s"; then alone+=("$s")
+    elif marked first "$s"; then start "$(basename "$s")" bash "$s"
+    else rest+=("$s")
     fi
 done
+for s in "${rest[@]}"; do start "$(basename "$s")" bash "$s"; done
 drain_to 1
+for s in "${alone[@]}"; do
+    run_one "$(basename "$s")" bash "$s"
+    report "$(basename "$s")"
+done
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -2,6 +2,7 @@
 # The GPU build compiles and links on every CI run (CI has no GPU: only its start-up runs, to its one-line
 # "no usable CUDA GPU"), with machine code for each architecture the Makefile names (sm_80, sm_90 by default)
 # and warnings as errors.
+# run_all: first
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 if ! command -v nvcc >/dev/null 2>&1; then

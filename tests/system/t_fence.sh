@@ -5,6 +5,7 @@
 # bits: the same loss, norm, learning rate and validation loss at every step, and the same checkpoint files.
 # A host read of device memory that the CPU build lets pass (a missing be_download) crashes it instead.
 # build/fence_check first shows that the fence holds: a host read crashes, a wrong-side copy is an error.
+# run_all: first
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 out=$(build/fence_check 2>&1); rc=$?

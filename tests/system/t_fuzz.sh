@@ -8,6 +8,7 @@
 # Findings stay in build/fuzz/out/<reader>/default/{crashes,hangs}; replay one with
 #   build/fuzz/fuzz_<reader> FILE
 # A missing afl++ is a failure, not a skip: the readers would go unchecked.
+# run_all: first
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 SECONDS_EACH=${FUZZ_SECONDS:-10}

@@ -15,6 +15,7 @@
 # - the fenced build gives the CPU build's bits for a Llama run;
 # - --estimate prints the published parameter counts of the named shapes;
 # - bad shapes are one-line errors that name the field.
+# run_all: first
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 mpi_or_skip llama

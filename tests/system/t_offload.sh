@@ -6,6 +6,7 @@
 # model.bin and state files bit for bit, for every -z on 1, 2 and 4 ranks, with a pipeline (the tied
 # embedding's sum), recompute, bf16 and fp16; checkpoints written with either resume without it and the other
 # way round; the memory record and --estimate move exactly the bytes each level names to the host.
+# run_all: first
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 $PYTHON scripts/make_shard.py -o "$TMP/data.bin" -n 20000 -V 512 --seed 5 >/dev/null || t_fail shard "make_shard failed"

@@ -8,6 +8,7 @@
 # has unloaded by then, read as leaks. A missing libasan is a
 # failure, not a skip. The kernels' operands are be_malloc'd with 64-byte rounding, which hides a small
 # overrun from ASan; test_kernels' own guard pages (its *_bounds_* checks) cover those.
+# run_all: first
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 AB=build/asan

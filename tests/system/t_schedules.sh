@@ -12,6 +12,7 @@
 # - the log names the schedule and its bubble; -lb logs each stage's idle time;
 # - --estimate plans zb's activation sets and stash exactly as the stages allocate them;
 # - bad input: an unknown -ps, -vp without interleaving, interleaving with -ga not a multiple of -pp.
+# run_all: first
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 mpi_or_skip schedules

@@ -3,6 +3,7 @@
 # set ids, one run per output directory, a replacement that a signal cannot cut in two (and the trainer's
 # refusal of what a SIGKILL leaves: its switch marker, a mix of set ids), --raw files side by side, and the
 # one-line errors that leave no half-written output behind.
+# run_all: first
 cd "$(dirname "$0")/../.." || exit 1
 source tests/system/lib.sh
 PY=${PYTHON:-/usr/bin/python3}

@@ -9,6 +9,7 @@
 #   Split regex made Qwen2's and GPT-2's, and on GPT-2's: the ids of 3.6 MB of mixed text (tests/tools/hf_text.py)
 #   and their decoding; Llama 3 shards (32-bit, <|begin_of_text|> before each document); the trainer's
 #   -prompt ids and its decoded text.
+# run_all: first
 cd "$(dirname "$0")/../.." || exit 1
 source tests/system/lib.sh
 PY=$PYTHON
