@@ -16,6 +16,7 @@
 #include "kernels/attention_chunk.cuh"
 #include "kernels/gelu.cuh"
 #include "kernels/lora_dropout.cuh"
+#include "kernels/quantize.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/adamw.cuh"
 

@@ -234,6 +234,20 @@ void gelu_backward(Backend* be, DType dt, void* dinp, const void* inp, const voi
 void lora_dropout(Backend* be, DType dt, void* out, const void* inp, int N, int C, int col0, int width, uint32_t key,
                   float p);
 
+// Block quantization (ZeRO++'s quantized weight gathers and gradient reductions): x's n elements X in blocks of
+// `block` (the last may be shorter; even for 4 bits, so no byte holds two blocks), each stored as `bits`-bit
+// signed integers q (8: one int8 per element; 4: two per byte, the even element in the low nibble, a lone last
+// element's high nibble 0) with one fp32 scale per block: scale = absmax / qmax (qmax = 2^(bits-1) - 1),
+// q = rint(x / scale) (0 where scale is 0), so |x - q scale| <= scale / 2 = absmax / (2 qmax). A block holding
+// a NaN or an infinity gets scale NaN and q 0: its dequantized values are NaN, so an overflow is never
+// quantized away. The bits of q and scales do not depend on the backend.
+size_t quantized_bytes(size_t n, int bits);            // q's size
+size_t quantized_blocks(size_t n, int block);          // scales' count
+void quantize_blocks(Backend* be, DType dt, void* q, float* scales, const void* x, size_t n, int block, int bits);
+// out (n) X = q scale, rounded to dt; with `add`, out += q scale (one rounding). out may not overlap q.
+void dequantize_blocks(Backend* be, DType dt, void* out, const void* q, const float* scales, size_t n, int block,
+                       int bits, int add);
+
 #define CLASSIFIER_IGNORE (-1)   // a target that is not a label (classifier_forward)
 
 // Fused LM-head loss over logits (N,Vp) X whose first V columns are real:

@@ -13,6 +13,7 @@ PLANTS=(
   "mma_fragment|attention_mha.cuh|pa[n / 2][(n \& 1) * 2 + 0] = pack2<T>(p0, p1);|pa[n / 2][(n \& 1) * 2 + 1] = pack2<T>(p0, p1);|hs64tail|bf16|FAIL bf16_hs64tail_attention_forward"
   "shuffle_width|cuda_common.cuh|x += __shfl_xor_sync(0xffffffffu, x, o);|x += __shfl_xor_sync(0xffffffffu, x, o, 16);|odd|fp32|FAIL fp32_odd_layernorm_forward"
   "dropout_index32|lora_dropout.cuh|(uint64_t)n * (uint64_t)width|(uint64_t)(uint32_t)(n * width)|odd|bf16|FAIL bf16_odd_lora_dropout_columns"
+  "int4_high_nibble|quantize.cuh|i + 1 < hi ? quant_nibble(quant_level(to_f(x[i + 1])|i + 1 < hi ? quant_nibble(quant_level(to_f(x[i])|odd|bf16|FAIL bf16_odd_quantize_int4_block64"
 )
 want=("$@")
 work=$(mktemp -d /tmp/emu-plant.XXXXXX)

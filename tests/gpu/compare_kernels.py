@@ -23,8 +23,8 @@ def threshold(dtype, kernel, tensor):
     base = kernel.split("_", 1)[1]   # strip the shape prefix ("odd_", "gpt2_", ...)
     # Conversions are pure rounding, and the loss-only classifier must leave its logits alone: same bits. LoRA's
     # dropout is an integer hash and one fp32 product: same bits (one element masked apart is below a norm's
-    # tolerance).
-    if base.startswith(("convert_", "lora_dropout")) or (base in ("classifier_loss_only", "classifier_vocab_finish_loss_only")
+    # tolerance). Quantization's max, division, rint and product are exact IEEE operations: same bits.
+    if base.startswith(("convert_", "lora_dropout", "quantize_")) or (base in ("classifier_loss_only", "classifier_vocab_finish_loss_only")
                                                          and tensor == "logits"):
         return 0.0
     return THRESHOLDS[dtype]

@@ -790,6 +790,50 @@ static void t_lora_dropout(Ctx* c, const Shape* s) {
     end_test(c);
 }
 
+// Integer bytes (q of quantize_blocks) written as floats, signed for int8, the raw byte for packed int4.
+static void out_bytes(Ctx* c, Outs* o, const char* tensor, const void* d, size_t n, int is_signed) {
+    unsigned char* raw = (unsigned char*)xmalloc(n);
+    be_download(c->be, raw, d, n);
+    float* f = (float*)xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) f[i] = is_signed ? (float)(signed char)raw[i] : (float)raw[i];
+    void* tmp = dalloc(c, n * sizeof(float));
+    be_upload(c->be, tmp, f, n * sizeof(float));
+    out(c, o, 0, tensor, tmp, DT_FP32, n);
+    free(raw), free(f);
+}
+
+// Block quantization at 8 and 4 bits: blocks of 2048 (ZeRO++'s weights) and of 64 with a short last block, a
+// zero block among them; the integers, the scales, the round trip and the round trip added to x.
+static void t_quantize(Ctx* c, const Shape* s) {
+    const DType dt = c->dt;
+    const size_t n = (size_t)s->B * s->T * s->C + 37;
+    float* hx = hvals(c, 1501, n, -3.0f, 3.0f, dt);
+    for (size_t i = 64; i < 128 && i < n; i++) hx[i] = 0.0f;
+    void* x = dnew(c, hx, n, dt);
+    for (int bits = 8; bits >= 4; bits -= 4)
+        for (int block = 2048; block >= 64; block /= 32) {
+            char name[64];
+            snprintf(name, sizeof name, "quantize_int%d_block%d", bits, block);
+            const size_t nb = quantized_blocks(n, block), qb = quantized_bytes(n, bits);
+            void* q = dpoisoned(c, qb);
+            float* scales = (float*)dpoisoned(c, nb * sizeof(float));
+            void* y = dpoisoned(c, n * dtype_size(dt));
+            Outs o;
+            outs_begin(&o, s, name);
+            quantize_blocks(c->be, dt, q, scales, x, n, block, bits);
+            out_bytes(c, &o, "q", q, qb, bits == 8);
+            out(c, &o, 0, "scales", scales, DT_FP32, nb);
+            dequantize_blocks(c->be, dt, y, q, scales, n, block, bits, 0);
+            out(c, &o, 0, "out", y, dt, n);
+            be_copy(c->be, y, x, n * dtype_size(dt));
+            dequantize_blocks(c->be, dt, y, q, scales, n, block, bits, 1);
+            out(c, &o, 0, "added", y, dt, n);
+            outs_end(&o);
+        }
+    free(hx);
+    end_test(c);
+}
+
 // With `ignore`, every third target is -1 (not a label) and the outputs are the _ignore ones.
 static void t_classifier(Ctx* c, const Shape* s, int ignore) {
     const DType dt = c->dt;
@@ -1333,6 +1377,7 @@ int main(int argc, char** argv) {
         t_attention(&c, &mha, 1);
         t_elementwise(&c, s);
         t_lora_dropout(&c, s);
+        t_quantize(&c, s);
         t_rmsnorm(&c, s, s->C, "rmsnorm_forward", "rmsnorm_backward");
         t_rmsnorm(&c, s, s->C + 3, "rmsnorm_forward_tail", "rmsnorm_backward_tail");
         t_qk_norm(&c, s);
