@@ -52,7 +52,20 @@ void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head
     g->kv_copies = split_or_null(world, kv_copies > 1, rank / kv_copies, g->tp_rank);
 }
 
+void grid_check_hpz(int n, int dp) {
+    if (n > 1 && dp % n) fail("-hpz %d does not divide the data-parallel group of %d ranks into secondary groups", n, dp);
+}
+
+void grid_split_hpz(Grid* g, int n) {
+    if (n < 2) fail("internal: hpz groups of %d ranks", n);
+    grid_check_hpz(n, g->dp);
+    int groups_per_stage = g->dp / n;
+    int color = (g->stage * g->tp + g->tp_rank) * groups_per_stage + g->dp_rank / n;
+    g->hpz_group = comm_split(g->world, color, g->dp_rank % n);
+}
+
 void grid_destroy(Grid* g) {
+    comm_free(g->hpz_group);
     if (g->dp_group != g->world) comm_free(g->dp_group);
     comm_free(g->pp_group);
     comm_free(g->tp_group);
