@@ -122,16 +122,8 @@ static int stop_requested(Trainer* tr) {
 // -z names what is sharded; -offload adds what of it lives on the host, -nvme what of that lives on disk, -dpu
 // the host buffers of the update in flight.
 static ZeroCaps caps_of(const Config* cfg, int zero) {
-    ZeroCaps caps = zero_on_disk(zero_offload(zero_caps(zero), cfg->offload), cfg->nvme_dir != NULL);
+    ZeroCaps caps = zero_hpz(zero_on_disk(zero_offload(zero_caps(zero), cfg->offload), cfg->nvme_dir != NULL), cfg->hpz);
     caps.delayed_update = cfg->delay_from > 0;
-    caps.hpz = caps.shard_params ? cfg->hpz : 0;
-    return caps;
-}
-
-// The same for a data-parallel group of dp ranks: --estimate's tables plan -hpz's shard where it divides dp.
-static ZeroCaps caps_for_group(const Config* cfg, int zero, int dp) {
-    ZeroCaps caps = caps_of(cfg, zero);
-    if (caps.hpz > 1 && dp % caps.hpz) caps.hpz = 0;
     return caps;
 }
 
@@ -143,7 +135,7 @@ static NvmeConfig nvme_config(const Config* cfg, int rank) {
 // --estimate's and --autotune's planner for the model states: ZeRO's allocation code in counting mode.
 static void plan_zero_states(MemLedger* mem, const ParamLayout* lay, const Config* cfg, int zero, int dp_rank, int dp) {
     NvmeConfig disk = nvme_config(cfg, 0);
-    zero_plan_rank(mem, lay, caps_for_group(cfg, zero, dp), dp_rank, dp, cfg->precision, cfg->nvme_dir ? &disk : NULL);
+    zero_plan_rank(mem, lay, caps_of(cfg, zero), dp_rank, dp, cfg->precision, cfg->nvme_dir ? &disk : NULL);
 }
 
 static void open_tokenizer(Trainer* tr, const ModelShape* shape) {
@@ -244,23 +236,16 @@ static const char* delay_text(const Config* cfg, char* buf, size_t size) {
     return buf;
 }
 
-static const char* hpz_text(const Config* cfg, char* buf, size_t size) {
-    if (cfg->hpz > 1) snprintf(buf, size, ", hpZ in groups of %d", cfg->hpz);
-    else buf[0] = 0;
-    return buf;
-}
-
 static void print_setup(Trainer* tr, CommKind comm) {
     const Config* cfg = &tr->cfg;
     const ModelShape* s = &tr->layout->shape;
-    char delay[64], hpz[48];
+    char delay[64];
     char dims[160], shape[256];
     grid_describe(&tr->grid, dims, sizeof(dims));
     shape_describe(s, shape, sizeof(shape));
-    printf("model %s: %zu parameters | %s on %s | %d rank%s (%s): %s, ZeRO-%d%s%s%s | %d thread%s per rank | b=%d t=%d ga=%d | %d steps\n",
+    printf("model %s: %zu parameters | %s on %s | %d rank%s (%s): %s, ZeRO-%d%s%s | %d thread%s per rank | b=%d t=%d ga=%d | %d steps\n",
            shape, shape_param_count(s), dtype_name(cfg->precision), backend_device_name(tr->be), tr->ranks, tr->ranks > 1 ? "s" : "",
-           comm_kind_name(comm), dims, cfg->zero_stage, hpz_text(cfg, hpz, sizeof(hpz)), offload_text(cfg),
-           delay_text(cfg, delay, sizeof(delay)), tr->threads,
+           comm_kind_name(comm), dims, cfg->zero_stage, offload_text(cfg), delay_text(cfg, delay, sizeof(delay)), tr->threads,
            tr->threads > 1 ? "s" : "", cfg->B, cfg->T, cfg->grad_accum, tr->max_steps);
     if (!config_generates(cfg))
         printf("optimizer: AdamW beta1 %g, beta2 %g, eps %g, weight decay %g on 2-D tensors | gradient clip %g\n", cfg->adam_beta1,
@@ -303,7 +288,6 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     config_resolve_batch(cfg, shape.maxT, planned, cfg->pipeline_stages * cfg->tensor_parallel * cfg->context_parallel);
     pipeline_plan(&tr->plan, &shape, cfg->pipeline_stages, cfg->pipe_schedule, cfg->virtual_stages, cfg->tensor_parallel,
                   cfg->context_parallel, cfg->context_mode == CP_RING, planned, cfg->T, cfg->grad_accum);
-    grid_check_hpz(cfg->hpz, planned / (cfg->pipeline_stages * cfg->tensor_parallel));
     if (cfg->estimate) {   // before any allocation, data or device
         if (is_root(tr)) print_memory_plan(plan_zero_states, cfg, &tr->plan, &shape, planned);
         comm_finalize(tr->world);
@@ -317,8 +301,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     comm_attach_backend(tr->world, tr->be);
     CommKind comm = comm_select(tr->world, cfg->comm);   // before any group is split
     grid_create(&tr->grid, tr->world, cfg->pipeline_stages, cfg->tensor_parallel, cfg->context_parallel, shape.tied,
-                shape_kv_copies(&shape, cfg->tensor_parallel));
-    if (cfg->hpz > 1) grid_split_hpz(&tr->grid, cfg->hpz);
+                shape_kv_copies(&shape, cfg->tensor_parallel), cfg->hpz);
     comm_watchdog_phase(tr->world, 1, "start-up: data and tokenizer");
     open_tokenizer(tr, &shape);   // first: -docmask's document-start token is the tokenizer's
     open_data(tr, &shape);

@@ -73,6 +73,11 @@ ZeroCaps zero_on_disk(ZeroCaps caps, int on) {
     return caps;
 }
 
+ZeroCaps zero_hpz(ZeroCaps caps, int n) {
+    caps.hpz = caps.shard_params && n > 1 ? n : 0;
+    return caps;
+}
+
 static size_t xs(const Zero* z) { return piece_elem_bytes(&z->pieces); }
 static const Unit* unit(const Zero* z, int u) { return &z->pieces.lay->units[u]; }
 static size_t piece(const Zero* z, int u) { return piece_len(&z->pieces, u); }
@@ -297,6 +302,7 @@ Zero* zero_create(Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps 
 
 void zero_plan_rank(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int rank, int size, DType dt, const NvmeConfig* disk) {
     if (rank < 0 || rank >= size) fail("internal: planning rank %d of %d", rank, size);
+    if (caps.hpz > 1 && size % caps.hpz) caps.hpz = 0;   // --estimate's tables: hpZ on the sizes it divides
     Zero z;
     zero_init(&z, NULL, mem, lay, caps, NULL, NULL, NULL, rank, size, dt, disk);
 }

@@ -69,6 +69,8 @@ ZeroCaps zero_caps(int stage);
 ZeroCaps zero_offload(ZeroCaps caps, int level);
 // -nvme on top of -offload: what lives on the host moves to disk, except the gradient pieces.
 ZeroCaps zero_on_disk(ZeroCaps caps, int on);
+// -hpz on top of shard_params: secondary groups of n ranks (n <= 1, or without shard_params: none).
+ZeroCaps zero_hpz(ZeroCaps caps, int n);
 
 typedef struct Zero Zero;
 

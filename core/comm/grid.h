@@ -44,13 +44,11 @@ typedef struct {
 void grid_check(int stages, int tp, int cp, int ranks);
 // Collective over world, whose size pipeline_plan has checked with grid_check. tied_head: the LM head is the
 // token embedding, so a pipeline's first and last stages form the tied group. kv_copies: tensor ranks per
-// kv head (layout_kv_copies; 1 when each rank has kv heads of its own).
-void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head, int kv_copies);
+// kv head (layout_kv_copies; 1 when each rank has kv heads of its own). hpz: -hpz's ranks per hpz group (1:
+// none; one line unless it divides dp).
+void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head, int kv_copies, int hpz);
 // Fails with one line unless -hpz n (> 1) divides a data-parallel group of dp ranks.
 void grid_check_hpz(int n, int dp);
-// The hpz groups of N consecutive dp ranks (N > 1; collective over the world). Fails with one line unless N
-// divides the dp group.
-void grid_split_hpz(Grid* g, int n);
 void grid_destroy(Grid* g);   // frees the sub-groups, not the world
 // "S stages x R replicas[ x C context ranks][ x T tensor ranks]" into out.
 void grid_describe(const Grid* g, char* out, size_t n);
