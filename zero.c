@@ -73,6 +73,11 @@ ZeroCaps zero_on_disk(ZeroCaps caps, int on) {
     return caps;
 }
 
+ZeroCaps zero_hpz(ZeroCaps caps, int n) {
+    caps.hpz = caps.shard_params && n > 1 ? n : 0;
+    return caps;
+}
+
 static size_t xs(const Zero* z) { return piece_elem_bytes(&z->pieces); }
 static const Unit* unit(const Zero* z, int u) { return &z->pieces.lay->units[u]; }
 static size_t piece(const Zero* z, int u) { return piece_len(&z->pieces, u); }
@@ -264,7 +269,7 @@ static void check_caps(ZeroCaps caps) {
 }
 
 static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, Comm* dp, Comm* tied,
-                      int rank, int size, DType dt, const NvmeConfig* disk) {
+                      Comm* hpz, int rank, int size, DType dt, const NvmeConfig* disk) {
     check_caps(caps);
     *z = (Zero){.caps = caps, .pieces = {.lay = lay, .dp = dp, .rank = rank, .size = size, .dt = dt}, .tied = tied};
     size_t off = 0;
@@ -279,23 +284,27 @@ static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* l
     if (z->opt_buffers < 1) fail("internal: every parameter kind is frozen: nothing to train");
     index_state(z);
     allocate_params(z, be, mem, disk);
+    if (caps.shard_params) hpz_init(&z->gathered.hpz, be, mem, &z->pieces, caps.hpz, hpz);
     allocate_grads(z, be, mem);
     z->norm_acc = (float*)mem_alloc(be, mem, MEM_GRADS, sizeof(float));
 }
 
-Zero* zero_create(Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, Comm* dp, Comm* tied, DType dt,
-                  const NvmeConfig* disk) {
+Zero* zero_create(Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, Comm* dp, Comm* tied, Comm* hpz,
+                  DType dt, const NvmeConfig* disk) {
+    if ((hpz != NULL) != (caps.hpz > 1 && caps.shard_params && dp != NULL))
+        fail("internal: the hpz group (%s) disagrees with -hpz %d", hpz ? "present" : "absent", caps.hpz);
     if (lay->emb_unit >= 0 && (tied != NULL) != embedding_is_tied(lay))
         fail("internal: the tied embedding's group (%s) disagrees with the layout", tied ? "present" : "absent");
     Zero* z = (Zero*)xmalloc(sizeof(Zero));
-    zero_init(z, be, mem, lay, caps, dp, tied, dp ? comm_rank(dp) : 0, dp ? comm_size(dp) : 1, dt, disk);
+    zero_init(z, be, mem, lay, caps, dp, tied, hpz, dp ? comm_rank(dp) : 0, dp ? comm_size(dp) : 1, dt, disk);
     return z;
 }
 
 void zero_plan_rank(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int rank, int size, DType dt, const NvmeConfig* disk) {
     if (rank < 0 || rank >= size) fail("internal: planning rank %d of %d", rank, size);
+    if (caps.hpz > 1 && size % caps.hpz) caps.hpz = 0;   // --estimate's tables: hpZ on the sizes it divides
     Zero z;
-    zero_init(&z, NULL, mem, lay, caps, NULL, NULL, rank, size, dt, disk);
+    zero_init(&z, NULL, mem, lay, caps, NULL, NULL, NULL, rank, size, dt, disk);
 }
 
 void zero_plan(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int size, DType dt, const NvmeConfig* disk) {
@@ -322,6 +331,7 @@ void zero_destroy(Zero* z, Backend* be) {
     free_in(be, IN_HOST, z->pending.grad);
     free_in(be, IN_HOST, z->pending.params);
     param_slots_free_host(ga, be);
+    hpz_free(&ga->hpz, be);
     nvme_close(z->disk, be);
     free(z);
 }
@@ -587,6 +597,7 @@ static void set_whole_params(Zero* z, Backend* be, const float* flat) {
 }
 
 void zero_set_from_host(Zero* z, Backend* be, const float* flat) {
+    if (z->caps.shard_params) param_slots_invalidate(&z->gathered, &z->pieces);
     SetCtx c = {.be = be, .flat = flat};
     for_each_part(z, STATE_UPDATE, set_part, &c);
     if (!z->caps.shard_params && !z->master_is_params) set_whole_params(z, be, flat);

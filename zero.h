@@ -57,6 +57,8 @@ typedef struct {
     int delayed_update; // state_on_host and -dpu: host buffers for the update in flight (model_state.h)
     int state_on_disk;  // state_on_host and -nvme: master and state in files, streamed through host buffers
     int params_on_disk; // params_on_host and state_on_disk: the parameter pieces in a file too
+    int hpz;            // shard_params: ranks per secondary group, which gather the backward's parameters from a
+                        // secondary shard (ZeRO++'s hpZ, core/zero/hpz.h); 0 or 1: none
 } ZeroCaps;
 
 // -z: stage 0 shards nothing, 1 the state, 2 also the gradients, 3 also the parameters. Everything stays in
@@ -67,15 +69,18 @@ ZeroCaps zero_caps(int stage);
 ZeroCaps zero_offload(ZeroCaps caps, int level);
 // -nvme on top of -offload: what lives on the host moves to disk, except the gradient pieces.
 ZeroCaps zero_on_disk(ZeroCaps caps, int on);
+// -hpz on top of shard_params: secondary groups of n ranks (n <= 1, or without shard_params: none).
+ZeroCaps zero_hpz(ZeroCaps caps, int n);
 
 typedef struct Zero Zero;
 
 // dp: the data-parallel group (NULL for a single process). tied: with a pipeline, the group joining this
 // replica's first and last stage (grid.h), over which the embedding unit's reduced gradients are summed
-// with its mirror's in zero_reduce_grads; NULL otherwise. disk: where and how the state on disk lives
+// with its mirror's in zero_reduce_grads; NULL otherwise. hpz: with caps.hpz > 1, the grid's hpz group (of
+// caps.hpz ranks); NULL otherwise. disk: where and how the state on disk lives
 // (state_on_disk; else NULL).
-Zero* zero_create(Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, Comm* dp, Comm* tied, DType dt,
-                  const NvmeConfig* disk);
+Zero* zero_create(Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, Comm* dp, Comm* tied, Comm* hpz,
+                  DType dt, const NvmeConfig* disk);
 void zero_destroy(Zero* z, Backend* be);
 // The bytes per category zero_create would allocate on rank 0 of `size` ranks, without allocating.
 void zero_plan(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int size, DType dt, const NvmeConfig* disk);

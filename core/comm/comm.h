@@ -11,6 +11,11 @@
 // all-reduce of S bytes over N ranks sends 2(N-1)/N * S, reduce-scatter and all-gather of S total bytes
 // send (N-1)/N * S, broadcast sends S from the root (0 elsewhere), an exchange the bytes it sends, an
 // all-to-all of S bytes per rank (N blocks) the (N-1)/N * S that leave the rank.
+//
+// The same bytes are also counted per link class (comm_link_bytes): a collective over a group whose ranks
+// all run on one host (comm_local_size's host) counts as intra-host, one over a group spanning hosts as
+// cross-host, whole (the ring's per-rank count, though some of a ring's hops stay inside a host); a message
+// of an exchange by where its peer runs. So a group that never leaves a host sends no cross-host bytes.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +29,8 @@ extern "C" {
 typedef enum {
     COLL_ALLREDUCE, COLL_REDUCE_SCATTER, COLL_ALLGATHER, COLL_BROADCAST, COLL_SEND, COLL_ALLTOALL, NUM_COLLECTIVES
 } Collective;
+
+typedef enum { LINK_INTRA_HOST, LINK_CROSS_HOST, NUM_LINK_CLASSES } LinkClass;
 
 typedef struct Comm Comm;
 
@@ -190,8 +197,13 @@ void comm_watchdog_phase(Comm* world, int long_phase, const char* fmt, ...);
 
 // Bytes this rank sent through c, per collective, since the last reset.
 uint64_t comm_bytes_sent(const Comm* c, Collective k);
+// The same bytes by link class (the header says which), since the last reset.
+uint64_t comm_link_bytes(const Comm* c, LinkClass l);
 void comm_reset_bytes(Comm* c);
 const char* collective_name(Collective k);
+const char* link_class_name(LinkClass l);   // "intra_host", "cross_host"
+// Whether every rank of c runs on one host.
+int comm_on_one_host(const Comm* c);
 
 void comm_free(Comm* c);       // a sub-group
 void comm_finalize(Comm* world);   // MPI_Finalize; frees the world

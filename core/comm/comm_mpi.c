@@ -59,7 +59,6 @@ struct Comm {
     size_t oreqs_cap;
     int local_rank;          // world only
     int local_size;          // world only: ranks on this host
-    int host_leader;         // world only: the world rank of this host's lowest rank
     int is_world;
     Backend* be;             // NULL or a CPU backend: buffers are host memory
     MPI_Op op_sum[3];        // by DType; the bf16/fp16 ops are owned by the world, copied into sub-groups
@@ -74,6 +73,10 @@ struct Comm {
     int xpending;            // requests of an exchange of sends still in flight (the first xpending of xreqs)
     WdWait xsent;            // what they wait in, for the watchdog
     uint64_t bytes[NUM_COLLECTIVES];
+    uint64_t link_bytes[NUM_LINK_CLASSES];
+    int host_leader;         // this process's host, as the world rank of its lowest rank (every group)
+    long long* hosts;        // [size]: each rank's host_leader, for the link classes (find_hosts)
+    int one_host;            // every rank of the group runs on one host
     NcclGroup* nccl;         // non-NULL: the bulk collectives on device buffers go to NCCL
     InFlight flight[COMM_MAX_IN_FLIGHT];
     uint32_t next_gen;
@@ -123,17 +126,26 @@ static size_t mul_bytes(size_t a, size_t b, const char* what) {
     return a * b;
 }
 
-// The ring-algorithm traffic of comm.h's header, rounded down per call when S does not divide evenly.
+// The ring-algorithm traffic of comm.h's header, rounded down per call when S does not divide evenly; a
+// collective's bytes in the group's link class.
 static void count(Comm* c, Collective k, size_t bytes) {
-    uint64_t n = (uint64_t)c->size, s = bytes;
+    uint64_t n = (uint64_t)c->size, s = bytes, sent;
     if (n <= 1) return;
     switch (k) {
-    case COLL_ALLREDUCE: c->bytes[k] += 2 * (n - 1) * s / n; break;
+    case COLL_ALLREDUCE: sent = 2 * (n - 1) * s / n; break;
     case COLL_REDUCE_SCATTER:
     case COLL_ALLGATHER:
-    case COLL_ALLTOALL: c->bytes[k] += (n - 1) * s / n; break;
-    default: c->bytes[k] += s; break;
+    case COLL_ALLTOALL: sent = (n - 1) * s / n; break;
+    default: sent = s; break;
     }
+    c->bytes[k] += sent;
+    c->link_bytes[c->one_host ? LINK_INTRA_HOST : LINK_CROSS_HOST] += sent;
+}
+
+// A message of an exchange: in the link class of the peer's host.
+static void count_send(Comm* c, int peer, size_t bytes) {
+    c->bytes[COLL_SEND] += bytes;
+    c->link_bytes[c->hosts[peer] == c->host_leader ? LINK_INTRA_HOST : LINK_CROSS_HOST] += bytes;
 }
 
 // MPI_Waitall of c's requests, watched (watchdog.h). wt: what the rank waits in (its op and peers; the group
@@ -194,6 +206,15 @@ static void find_host(Comm* world) {
     mpi_check(MPI_Comm_free(&node), "MPI_Comm_free");
 }
 
+// Every rank's host (comm.h's link classes): one all-reduce of the group's host leaders.
+static void find_hosts(Comm* c) {
+    c->hosts = xmalloc((size_t)c->size * sizeof(long long));
+    for (int r = 0; r < c->size; r++) c->hosts[r] = r == c->rank ? c->host_leader : -1;
+    comm_allreduce_host_max_i64(c, c->hosts, c->size);
+    c->one_host = 1;
+    for (int r = 0; r < c->size; r++) c->one_host &= c->hosts[r] == c->host_leader;
+}
+
 static Comm* comm_new(MPI_Comm mc, const char* what) {
     Comm* c = xcalloc(1, sizeof(Comm));
     c->mc = mc;
@@ -236,6 +257,7 @@ Comm* comm_init_world(int* argc, char*** argv) {
     mpi_check(MPI_Op_create(sum_bf16, 1, &c->op_sum[DT_BF16]), "MPI_Op_create");
     mpi_check(MPI_Op_create(sum_fp16, 1, &c->op_sum[DT_FP16]), "MPI_Op_create");
     find_host(c);
+    find_hosts(c);
 
     const char* mx = getenv("GPT_COMM_MAX_COUNT");   // test hook: small chunks exercise the splitting
     if (mx && *mx) {
@@ -263,6 +285,8 @@ Comm* comm_split(Comm* parent, int color, int key) {
     c->world_ranks = xmalloc((size_t)c->size * sizeof(int));   // for the watchdog's lines
     watchdog_world_ranks(c->wd, c->mc, c->size, c->world_ranks);
     c->be = parent->be;
+    c->host_leader = parent->host_leader;
+    find_hosts(c);
     c->max_count = parent->max_count;
     c->poison = parent->poison;
     for (int i = 0; i < 3; i++) c->op_sum[i] = parent->op_sum[i];
@@ -719,7 +743,7 @@ void comm_exchange(Comm* c, const CommMessage* msgs, int n) {
     for (int i = 0; i < n; i++) {
         check_peer(c, msgs[i].peer, msgs[i].send ? "comm_exchange (send)" : "comm_exchange (receive)");
         if (msgs[i].tag < 0 || msgs[i].tag > 32767) fail("comm_exchange: tag %d outside 0..32767", msgs[i].tag);
-        if (msgs[i].send) count(c, COLL_SEND, msgs[i].bytes);
+        if (msgs[i].send) count_send(c, msgs[i].peer, msgs[i].bytes);
         receives += !msgs[i].send;
         nreq += nchunks(c, msgs[i].bytes);
         staged_bytes += msgs[i].bytes;
@@ -816,7 +840,13 @@ void comm_allreduce_host_max_i64(Comm* c, long long* xs, int n) {
 }
 
 uint64_t comm_bytes_sent(const Comm* c, Collective k) { return (unsigned)k < NUM_COLLECTIVES ? c->bytes[k] : 0; }
-void comm_reset_bytes(Comm* c) { memset(c->bytes, 0, sizeof c->bytes); }
+uint64_t comm_link_bytes(const Comm* c, LinkClass l) { return (unsigned)l < NUM_LINK_CLASSES ? c->link_bytes[l] : 0; }
+void comm_reset_bytes(Comm* c) {
+    memset(c->bytes, 0, sizeof c->bytes);
+    memset(c->link_bytes, 0, sizeof c->link_bytes);
+}
+int comm_on_one_host(const Comm* c) { return c->one_host; }
+const char* link_class_name(LinkClass l) { return l == LINK_INTRA_HOST ? "intra_host" : l == LINK_CROSS_HOST ? "cross_host" : "?"; }
 
 const char* collective_name(Collective k) {
     static const char* const names[NUM_COLLECTIVES] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
@@ -835,6 +865,7 @@ static void release(Comm* c) {
     }
     nccl_group_destroy(c->nccl);
     free(c->world_ranks);
+    free(c->hosts);
     free(c->oreqs), free(c->ostats);
     free(c->xstage);
     free(c->xreqs), free(c->xstats);

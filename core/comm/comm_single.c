@@ -145,7 +145,16 @@ uint64_t comm_bytes_sent(const Comm* c, Collective k) {
     (void)c, (void)k;
     return 0;
 }
+uint64_t comm_link_bytes(const Comm* c, LinkClass l) {
+    (void)c, (void)l;
+    return 0;
+}
 void comm_reset_bytes(Comm* c) { (void)c; }
+int comm_on_one_host(const Comm* c) {
+    (void)c;
+    return 1;
+}
+const char* link_class_name(LinkClass l) { return l == LINK_INTRA_HOST ? "intra_host" : l == LINK_CROSS_HOST ? "cross_host" : "?"; }
 
 const char* collective_name(Collective k) {
     static const char* const names[NUM_COLLECTIVES] = {"allreduce", "reduce_scatter", "allgather", "broadcast",

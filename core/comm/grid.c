@@ -21,7 +21,19 @@ static Comm* split_or_null(Comm* world, int member, int color, int key) {
     return comm_split(world, member ? color : COMM_NO_GROUP, key);
 }
 
-void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head, int kv_copies) {
+void grid_check_hpz(int n, int dp) {
+    if (n > 1 && dp % n) fail("-hpz %d does not divide the data-parallel group of %d ranks into secondary groups", n, dp);
+}
+
+// The hpz groups: n consecutive ranks of each dp group.
+static void split_hpz(Grid* g, int n) {
+    grid_check_hpz(n, g->dp);
+    int groups_per_stage = g->dp / n;
+    int color = (g->stage * g->tp + g->tp_rank) * groups_per_stage + g->dp_rank / n;
+    g->hpz_group = comm_split(g->world, color, g->dp_rank % n);
+}
+
+void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head, int kv_copies, int hpz) {
     int rank = comm_rank(world), ranks = comm_size(world);
     if (stages < 1 || tp < 1 || cp < 1 || ranks % (stages * tp * cp) != 0)
         fail("internal: grid of %d stages x cp %d x tp %d on %d ranks (pipeline_plan checks this)", stages, cp, tp, ranks);
@@ -39,6 +51,7 @@ void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head
     g->replicas = g->dp / cp;
     g->replica = g->dp_rank / cp;
     if (cp > 1) g->cp_group = comm_split(world, (g->stage * g->replicas + g->replica) * tp + g->tp_rank, g->cp_rank);
+    if (hpz > 1) split_hpz(g, hpz);
     // No sub-groups: ZeRO works on the world. With any (a context group too) the data-parallel group is its own,
     // so that the bytes it sends are logged apart from the others' (report.c).
     if (stages == 1 && tp == 1 && cp == 1) {
@@ -53,6 +66,7 @@ void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head
 }
 
 void grid_destroy(Grid* g) {
+    comm_free(g->hpz_group);
     if (g->dp_group != g->world) comm_free(g->dp_group);
     comm_free(g->pp_group);
     comm_free(g->tp_group);

@@ -15,6 +15,8 @@
 //   pp    the stages of one replica and tensor rank, ordered by stage: activations and gradients flow along it
 //   tied  stage 0 and stage pp-1 of one replica and tensor rank: the two copies of the tied embedding sum
 //         their gradients over it (NULL with one stage, on the stages in between, and for an untied head)
+//   hpz   with -hpz N (ZeRO++'s hierarchical partition, zero.h): N consecutive ranks of the dp group, which gather
+//         the parameters of the backward from their secondary shards (NULL without -hpz)
 //   kv_copies  the tp / KV neighbouring ranks of a tensor group that hold copies of one kv head, when the
 //         model has fewer kv heads than -tp: those heads' gradients sum over it (NULL otherwise)
 // With one stage, tp = 1 and cp = 1, dp is the world itself; pp is NULL with one stage, tp NULL with tp = 1.
@@ -34,6 +36,7 @@ typedef struct {
     Comm* cp_group;
     Comm* tied;
     Comm* kv_copies;
+    Comm* hpz_group;
 } Grid;
 
 // Fails with one line unless `ranks` (launched or planned) factor into `stages` equal stages of replicas of
@@ -41,8 +44,11 @@ typedef struct {
 void grid_check(int stages, int tp, int cp, int ranks);
 // Collective over world, whose size pipeline_plan has checked with grid_check. tied_head: the LM head is the
 // token embedding, so a pipeline's first and last stages form the tied group. kv_copies: tensor ranks per
-// kv head (layout_kv_copies; 1 when each rank has kv heads of its own).
-void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head, int kv_copies);
+// kv head (layout_kv_copies; 1 when each rank has kv heads of its own). hpz: -hpz's ranks per hpz group (1:
+// none; one line unless it divides dp).
+void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head, int kv_copies, int hpz);
+// Fails with one line unless -hpz n (> 1) divides a data-parallel group of dp ranks.
+void grid_check_hpz(int n, int dp);
 void grid_destroy(Grid* g);   // frees the sub-groups, not the world
 // "S stages x R replicas[ x C context ranks][ x T tensor ranks]" into out.
 void grid_describe(const Grid* g, char* out, size_t n);

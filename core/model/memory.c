@@ -8,7 +8,7 @@
 #include "base/common.h"
 
 static const char* const CATEGORY_NAMES[NUM_MEM_CATEGORIES] = {
-    "params", "grads", "master", "optimizer", "activations", "comm", "host_state", "host_grads", "host_params",
+    "params", "hpz_params", "grads", "master", "optimizer", "activations", "comm", "host_state", "host_grads", "host_params",
     "host_activations", "disk_state"};
 
 const char* mem_category_name(MemCategory c) { return CATEGORY_NAMES[c]; }

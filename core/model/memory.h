@@ -9,6 +9,7 @@
 
 typedef enum {
     MEM_PARAMS,       // the working copy of the parameters in the run's dtype
+    MEM_HPZ_PARAMS,   // -hpz (with -z 3): the secondary shard of the parameters (core/zero/hpz.h)
     MEM_GRADS,        // parameter gradients (and -offload 2's two landing outboxes, core/zero/grad_landing.h)
     MEM_MASTER,       // fp32 master weights (absent for fp32 runs: the parameters are the master)
     MEM_OPTIMIZER,    // the optimizer's state (optimizer_kind.h: AdamW's moments m, v)

@@ -103,6 +103,7 @@ typedef struct {
     int grad_accum_set;          // -ga given? (-d sets it otherwise)
     DType precision;             // -p fp32|bf16|fp16
     int zero_stage;              // -z
+    int hpz;                     // -hpz: with -z 3, ranks per secondary group (ZeRO++'s hpZ); 1: none
     int pipeline_stages;         // -pp
     ScheduleKind pipe_schedule;  // -ps: the pipeline schedule (core/pipeline/schedule.h)
     int virtual_stages;          // -vp: model chunks per rank under -ps interleaved (1 otherwise)

@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "base/common.h"
+#include "core/comm/grid.h"
 #include "core/model/context_parallel.h"
 #include "core/util/fs.h"
 #include "core/model/walk.h"
@@ -365,6 +366,7 @@ static void print_heading(const Config* cfg, const PipelinePlan* plan, const Mod
 
 void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePlan* plan, const ModelShape* s, int ranks) {
     int P = plan->stages, dp = plan_replicas(plan, ranks);
+    grid_check_hpz(cfg->hpz, dp);
     StagePlans sp = plan_stages(states, cfg, plan, s, dp);
     const MemLedger* plans = sp.stages;
     const MemLedger* m = &plans[0];

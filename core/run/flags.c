@@ -309,6 +309,11 @@ const Flag FLAGS[] = {
      .help = "storage, fp32 master weights; fp16 with dynamic loss scaling",
      RECORD(RESUME_FIXED, "precision", 3)},   // the state files hold the working copy in this dtype
     {PARALLEL, "-z", "N", FIELD(zero_stage), RANGE(0, 3), .def = "0", .help = "ZeRO stage 0..3"},
+    {PARALLEL, "-hpz", "N", FIELD(hpz), RANGE(1, 1024), .def = "1",
+     .help = "with -z 3 (ZeRO++'s hierarchical partition): each rank also keeps 1/N of every unit's parameters, taken from "
+             "the unit's first gather after an update (over all data-parallel ranks); the unit's later gathers (the "
+             "backward's) run inside N consecutive data-parallel ranks, one host's when N is the ranks per host. N must "
+             "divide the data-parallel size. 1: off. Same results bit for bit"},
     {PARALLEL, "-pp", "N", FIELD(pipeline_stages), RANGE(1, 1024), .def = "1",
      .help = "pipeline stages; ranks form N stages x ranks/N data-parallel replicas"},
     {PARALLEL, "-ps", NULL, FIELD(pipe_schedule), NAMES(PIPE_SCHEDULES), .parse = parse_pipe_schedule, .def = "1f1b",

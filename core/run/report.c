@@ -90,7 +90,8 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
 }
 
 // The grid's distinct groups (NULL where a group is the world or absent).
-#define GRID_GROUPS(g) {(g)->world, (g)->dp_group != (g)->world ? (g)->dp_group : NULL, (g)->pp_group, (g)->tied, (g)->tp_group, (g)->cp_group}
+#define GRID_GROUPS(g) \
+    {(g)->world, (g)->dp_group != (g)->world ? (g)->dp_group : NULL, (g)->pp_group, (g)->tied, (g)->tp_group, (g)->cp_group, (g)->hpz_group}
 
 void report_comm_reset(const Grid* g) {
     Comm* groups[] = GRID_GROUPS(g);
@@ -105,49 +106,65 @@ static int any_sent(const long long* all, int ranks, int width, int col) {
     return 0;
 }
 
-// One log record `key`: every rank's bytes per collective, read from the gathered rows (`width` values per
-// rank, this record's starting at `col`). The all-to-all, which only context parallelism sends by, is listed
-// once some rank has sent by it, so that the records of runs without it keep their keys.
-static void log_bytes(Logger* log, int step, const char* key, const long long* all, int ranks, int width, int col) {
+// One log record `key`: every rank's count per name (the `n` columns from `col` of the gathered rows, `width`
+// values per rank). skip_unsent: from that column on, a name is listed once some rank has sent by it (the
+// all-to-all, which only context parallelism sends by), so that the records of runs without it keep their keys.
+static void log_counts(Logger* log, int step, const char* key, const long long* all, int ranks, int width, int col, int n,
+                       const char* (*name)(int), int skip_unsent) {
     // Sized for every rank (a count is at most 20 digits), so no world is too large to log whole.
-    size_t size = (size_t)NUM_COLLECTIVES * ((size_t)ranks * 24 + 48), n = 0;
+    size_t size = (size_t)n * ((size_t)ranks * 24 + 48), at = 0;
     char* buf = (char*)xmalloc(size);
-    for (int k = 0; k < NUM_COLLECTIVES; k++) {
-        if (k >= COLL_ALLTOALL && !any_sent(all, ranks, width, col + k)) continue;
-        n += (size_t)snprintf(buf + n, size - n, "%s\"%s\": [", k ? ", " : "", collective_name((Collective)k));
+    for (int k = 0; k < n; k++) {
+        if (k >= skip_unsent && !any_sent(all, ranks, width, col + k)) continue;
+        at += (size_t)snprintf(buf + at, size - at, "%s\"%s\": [", k ? ", " : "", name(k));
         for (int r = 0; r < ranks; r++)
-            n += (size_t)snprintf(buf + n, size - n, "%s%lld", r ? ", " : "", all[(size_t)r * width + col + k]);
-        n += (size_t)snprintf(buf + n, size - n, "]");
+            at += (size_t)snprintf(buf + at, size - at, "%s%lld", r ? ", " : "", all[(size_t)r * width + col + k]);
+        at += (size_t)snprintf(buf + at, size - at, "]");
     }
     logger_line(log, "{\"step\": %d, \"%s\": {%s}}", step, key, buf);
     free(buf);
 }
 
-// Every rank's bytes per collective, summed over its groups ("comm_bytes"); and where the grid has more than
-// one kind of group (a pipeline, tensor or context parallelism), per group too ("dp_comm_bytes", "pp_comm_bytes",
-// "tied_comm_bytes", "tp_comm_bytes", "cp_comm_bytes"; a rank outside a group counts 0 there), so each can be checked
-// against its own formula. One gather over the world carries them all.
+static const char* collective_at(int k) { return collective_name((Collective)k); }
+static const char* link_class_at(int k) { return link_class_name((LinkClass)k); }
+
+// Per group, its bytes per collective then per link class.
+enum { GROUP_COLS = NUM_COLLECTIVES + NUM_LINK_CLASSES };
+
+// Every rank's bytes per collective and per link class (comm.h), summed over its groups ("comm_bytes",
+// "link_bytes"); and where the grid has more than one kind of group (a pipeline, tensor, context or hpz
+// groups), per group too ("dp_comm_bytes", "dp_link_bytes", and so on for pp, tied, tp, cp and hpz; a rank
+// outside a group counts 0 there), so each can be checked against its own formula. One gather over the world
+// carries them all.
 void report_comm(Logger* log, const Grid* g, int step) {
     Comm* groups[] = GRID_GROUPS(g);
-    enum { NUM_GROUPS = sizeof(groups) / sizeof(groups[0]), WIDTH = (1 + NUM_GROUPS) * NUM_COLLECTIVES };
-    // Per group (in GRID_GROUPS' order) its record's name, and whether the grid has that kind of group. The
+    enum { NUM_GROUPS = sizeof(groups) / sizeof(groups[0]), WIDTH = (1 + NUM_GROUPS) * GROUP_COLS };
+    // Per group (in GRID_GROUPS' order) its records' prefix, and whether the grid has that kind of group. The
     // world's own collectives are the trainer's few host sums: counted in the total, never logged apart.
-    const char* keys[NUM_GROUPS] = {NULL, "dp_comm_bytes", "pp_comm_bytes", "tied_comm_bytes", "tp_comm_bytes", "cp_comm_bytes"};
-    int logged[NUM_GROUPS] = {0, 1, g->pp > 1, g->pp > 1, g->tp > 1, g->cp > 1};
+    const char* keys[NUM_GROUPS] = {NULL, "dp", "pp", "tied", "tp", "cp", "hpz"};
+    int logged[NUM_GROUPS] = {0, 1, g->pp > 1, g->pp > 1, g->tp > 1, g->cp > 1, g->hpz_group != NULL};
+    int apart = g->pp > 1 || g->tp > 1 || g->cp > 1 || g->hpz_group;   // more than one kind of group
     long long mine[WIDTH] = {0};   // the total, then each group
     for (int i = 0; i < NUM_GROUPS; i++)
-        for (int k = 0; groups[i] && k < NUM_COLLECTIVES; k++) {
-            long long b = (long long)comm_bytes_sent(groups[i], (Collective)k);
+        for (int k = 0; groups[i] && k < GROUP_COLS; k++) {
+            long long b = (long long)(k < NUM_COLLECTIVES ? comm_bytes_sent(groups[i], (Collective)k)
+                                                          : comm_link_bytes(groups[i], (LinkClass)(k - NUM_COLLECTIVES)));
             mine[k] += b;
-            mine[(1 + i) * NUM_COLLECTIVES + k] = b;
+            mine[(1 + i) * GROUP_COLS + k] = b;
         }
     report_comm_reset(g);
     int ranks = comm_size(g->world);
     long long* all = gather_counts(g->world, mine, WIDTH);
     if (comm_rank(g->world) == 0 && ranks > 1) {
-        log_bytes(log, step, "comm_bytes", all, ranks, WIDTH, 0);
-        for (int i = 0; i < NUM_GROUPS && (g->pp > 1 || g->tp > 1 || g->cp > 1); i++)   // more than one kind of group
-            if (logged[i]) log_bytes(log, step, keys[i], all, ranks, WIDTH, (1 + i) * NUM_COLLECTIVES);
+        char key[32];
+        for (int i = -1; i < NUM_GROUPS; i++) {
+            if (i >= 0 && !(apart && logged[i])) continue;
+            int col = (1 + (i == 1 && g->dp_group == g->world ? 0 : i)) * GROUP_COLS;   // dp as the world: the world's
+            snprintf(key, sizeof key, "%s%scomm_bytes", i < 0 ? "" : keys[i], i < 0 ? "" : "_");
+            log_counts(log, step, key, all, ranks, WIDTH, col, NUM_COLLECTIVES, collective_at, COLL_ALLTOALL);
+            snprintf(key, sizeof key, "%s%slink_bytes", i < 0 ? "" : keys[i], i < 0 ? "" : "_");
+            log_counts(log, step, key, all, ranks, WIDTH, col + NUM_COLLECTIVES, NUM_LINK_CLASSES, link_class_at, NUM_LINK_CLASSES);
+        }
     }
     free(all);
 }

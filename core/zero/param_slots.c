@@ -75,29 +75,41 @@ static void gather_start(ParamSlots* g, Backend* be, const Pieces* pc, int u, vo
     }
 }
 
-static void wait_gathers(const Pieces* pc, CommHandle* flight) {
-    for (int s = 0; s < UNIT_SECTIONS; s++) pieces_wait(pc, &flight[s]);
+static void wait_gathers(ParamSlots* g, const Pieces* pc, ParamSlot* p) {
+    for (int s = 0; s < UNIT_SECTIONS; s++) {
+        if (p->in_hpz) comm_wait(g->hpz.group, &p->flight[s]);
+        else pieces_wait(pc, &p->flight[s]);
+    }
+    p->in_hpz = 0;
 }
 
-// The main stream's next work sees the gathered unit.
-static void finish_gather(ParamSlots* g, Backend* be, const Pieces* pc, CommHandle* flight, BeEvent* uploaded) {
-    wait_gathers(pc, flight);
-    if (g->on_host && pc->size == 1) be_stream_wait(be, uploaded);
+// The main stream's next work sees the gathered unit (and a gather over the data-parallel group has filled
+// the hpz shard).
+static void finish_gather(ParamSlots* g, Backend* be, const Pieces* pc, ParamSlot* p) {
+    wait_gathers(g, pc, p);
+    if (g->on_host && pc->size == 1) be_stream_wait(be, p->uploaded);
+    if (p->fills_hpz) hpz_keep(&g->hpz, be, pc, p->unit, p->buf);
+    p->fills_hpz = 0;
 }
 
+// Unit u's gather: inside the hpz group once its shard holds u (hpz.h), else from every rank's piece.
 static void start_param_gather(ParamSlots* g, Backend* be, const Pieces* pc, ParamSlot* p, ParamSlotState state, int u) {
     p->state = state;
     p->unit = u;
-    gather_start(g, be, pc, u, p->buf, p->uploaded, p->read, p->flight);
+    p->fills_hpz = hpz_on(&g->hpz) && !hpz_ready(&g->hpz, u);
+    p->in_hpz = hpz_ready(&g->hpz, u);
+    if (p->in_hpz) hpz_gather_start(&g->hpz, be, pc, u, p->buf, p->flight);
+    else gather_start(g, be, pc, u, p->buf, p->uploaded, p->read, p->flight);
 }
 
 // A prefetch nobody asked for: finished and forgotten (its upload may still run: the slot's next one queues
-// after it, so its gather is not kept).
-static void drop_prefetch(const Pieces* pc, ParamSlot* p) {
+// after it, so its gather is not kept, nor its part in the hpz shard).
+static void drop_prefetch(ParamSlots* g, const Pieces* pc, ParamSlot* p) {
     if (p->state != PARAMS_PREFETCHED) return;
-    wait_gathers(pc, p->flight);
+    wait_gathers(g, pc, p);
     p->state = PARAMS_FREE;
     p->unit = -1;
+    p->fills_hpz = 0;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -111,12 +123,12 @@ static void* edge_params(ParamSlots* g, Backend* be, const Pieces* pc, int u) {
     if (p->unit != u) {
         if (p->state == PARAMS_HELD)
             fail("internal: the walk asks for unit %d while unit %d holds their shared parameter buffer", u, p->unit);
-        drop_prefetch(pc, p);
+        drop_prefetch(g, pc, p);
         start_param_gather(g, be, pc, p, PARAMS_HELD, u);
         gathering = 1;
     }
     p->state = PARAMS_HELD;
-    if (gathering) finish_gather(g, be, pc, p->flight, p->uploaded);
+    if (gathering) finish_gather(g, be, pc, p);
     return p->buf;
 }
 
@@ -172,7 +184,7 @@ static void prefetch_after_block(ParamSlots* g, Backend* be, const Pieces* pc, i
 }
 
 static void drop_block_prefetches(ParamSlots* g, const Pieces* pc) {
-    for (int s = 0; s < 2; s++) drop_prefetch(pc, &g->slot[s]);
+    for (int s = 0; s < 2; s++) drop_prefetch(g, pc, &g->slot[s]);
 }
 
 // A free slot for block unit u, which the walk asks for now.
@@ -193,7 +205,7 @@ static void* block_params(ParamSlots* g, Backend* be, const Pieces* pc, int u) {
     p->state = PARAMS_HELD;
     int l = pc->lay->tensors[pc->lay->units[u].first_tensor].layer;   // the block unit u holds
     prefetch_after_block(g, be, pc, l, walk_direction(g, pc->lay, l));   // started before the wait below, so MPI progresses both
-    finish_gather(g, be, pc, p->flight, p->uploaded);
+    finish_gather(g, be, pc, p);
     return p->buf;
 }
 
@@ -224,11 +236,12 @@ void param_slots_done(ParamSlots* g, const Pieces* pc, int u) {
 
 void param_slots_drop_prefetches(ParamSlots* g, const Pieces* pc) {
     drop_block_prefetches(g, pc);
-    for (int e = 0; e < EDGE_SLOTS; e++) drop_prefetch(pc, &g->edge[e]);
+    for (int e = 0; e < EDGE_SLOTS; e++) drop_prefetch(g, pc, &g->edge[e]);
 }
 
 void param_slots_invalidate(ParamSlots* g, const Pieces* pc) {
     param_slots_drop_prefetches(g, pc);
+    hpz_forget(&g->hpz);
     for (int e = 0; e < EDGE_SLOTS; e++) {
         if (g->edge[e].state == PARAMS_HELD) fail("internal: the parameters change while the walk holds unit %d", g->edge[e].unit);
         g->edge[e].unit = -1;

@@ -31,6 +31,7 @@
 // first reads the piece into the slot's own host buffer (nvme_read_params), then uploads it from there.
 #pragma once
 #include "core/model/memory.h"
+#include "core/zero/hpz.h"
 #include "core/zero/nvme_store.h"
 #include "core/zero/pieces.h"
 
@@ -52,6 +53,8 @@ typedef struct {
     int unit;             // PARAMS_PREFETCHED, PARAMS_HELD: whose parameters; PARAMS_FREE: in an edge slot, the
                           // unit whose finished gather it still holds, until the parameters change; else -1
     CommHandle flight[UNIT_SECTIONS];   // the gathers into buf, one per section
+    int fills_hpz;        // they run over the data-parallel group and, once finished, fill the hpz shard
+    int in_hpz;           // they run inside the hpz group, from its shard
     BeEvent* uploaded;    // on_host: the upload of this rank's piece into buf
     void* read;           // disk: this rank's piece read from the disk, the upload's source
     void* read_raw;       // its allocation
@@ -69,6 +72,7 @@ typedef struct {
     NvmeStore* disk;                     // params_on_disk: the pieces are in its file instead (pieces NULL)
     double upload_seconds;               // on_host: wall time the walk spent reading and starting uploads; its
                                          // reader resets it
+    Hpz hpz;                             // -hpz: the secondary shard the later gathers come from (hpz.h)
 } ParamSlots;
 
 // Allocates the rotating and the edge slots (charging mem) and, with on_host and a backend, their upload

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     layout_build(lay, &shape, layout_pad_multiple(1));
     Backend* be = backend_create(0);
     MemLedger mem = {{0}};
-    Zero* z = zero_create(be, &mem, lay, caps, NULL, NULL, dt, NULL);
+    Zero* z = zero_create(be, &mem, lay, caps, NULL, NULL, NULL, dt, NULL);
     ModelState ms = zero_model_state(z);
     CheckpointInfo info = {0};
     char why[512];

@@ -10,7 +10,8 @@
 # each host holding its own ranks' state files; resumes from the checkpoint complete on both hosts, also
 # when one host's newest is missing or damaged (one bit of a header included: damage, not another shape)
 # and under another topology; one host alone stops with one line, and copying the files together makes an
-# ordinary checkpoint.
+# ordinary checkpoint. -z 3 -hpz 2 over the two hosts ends as -z 3 on one, and its hpz groups send no
+# cross-host bytes.
 # Needs root, ip (iproute2), unshare and an MPI build; otherwise one "skip" line.
 # run_all: alone
 source "$(dirname "$0")/lib.sh"
@@ -106,6 +107,30 @@ for layout in z2 pp2; do
     t_check "multinode_${layout}_traffic_on_veth" "[ $((bytes1 - bytes0)) -gt 1000000 ]" "only $((bytes1 - bytes0)) bytes crossed the veth"
     same_run "multinode_${layout}_same_as_one_host" "$TMP/one_$layout" 6 "$TMP/two_$layout"
 done
+
+# hpZ across hosts: -z 3 -hpz 2 on 2 hosts x 2 ranks ends as -z 3 on one host, bit for bit; the backward's
+# gathers run in the hpz groups, one per host, which send nothing across hosts, while the forward's gathers
+# and the reduce-scatters cross (comm.h's link classes, logged per group).
+one_host one_z3 "$TMP/one_z3" -z 3 || t_fail multinode_hpz2 "single-host -z 3 run failed: $(first_error "$TMP/one_z3.txt")"
+if two_hosts two_hpz2 "$TMP/two_hpz2" -z 3 -hpz 2; then
+    same_run multinode_hpz2_same_as_z3_one_host "$TMP/one_z3" 6 "$TMP/two_hpz2"
+    py_check multinode_hpz2_backward_stays_on_host "$TMP/two_hpz2/log.jsonl" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+get = lambda key: [r[key] for r in recs if key in r]
+hpz, hpz_links, dp_links, dp = get("hpz_comm_bytes"), get("hpz_link_bytes"), get("dp_link_bytes"), get("dp_comm_bytes")
+bad = [] if len(hpz_links) >= 6 and len(dp_links) == len(hpz_links) else ["%d hpz_link_bytes records" % len(hpz_links)]
+for g, gl, d, dl in zip(hpz, hpz_links, dp, dp_links):
+    for r in range(4):
+        if gl["cross_host"][r] or not g["allgather"][r] or gl["intra_host"][r] != sum(v[r] for v in g.values()):
+            bad.append("hpz group, rank %d: %s %s" % (r, gl, g))
+        if dl["intra_host"][r] or dl["cross_host"][r] != sum(v[r] for v in d.values()) or not d["allgather"][r]:
+            bad.append("dp group, rank %d: %s %s" % (r, dl, d))
+print("ok" if not bad else "; ".join(bad[:2]))
+PY
+else
+    t_fail multinode_hpz2 "two-host run failed: $(first_error "$TMP/two_hpz2.txt")"
+fi
 
 # Checkpoints across hosts with one shared -o: a run checkpoints at step 3, a second two-host launch resumes
 # from there with -y 1 and ends as the straight single-host run does.

@@ -6,6 +6,8 @@
 # - memory and traffic: each rank's bytes per category and per collective equal the stage's formulas
 #   (tests/tools/zero_check.py), for N = 1, 2, 4, and for an untied LM head under ZeRO-3;
 # - resume across topologies: checkpoint at -np 4 -z 3, resume at -np 2 -z 1, same losses;
+# - hpZ (-hpz N): the same bits as -z 3 (GPT-2, Llama, -offload 2, -pp 2, -tp 2, resume across -hpz), and
+#   each rank's bytes per group and per link class;
 # - a checkpoint missing a rank's state file is skipped for an older one.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
@@ -51,6 +53,56 @@ $PYTHON tests/tools/zero_check.py untied_z3_np2 "$TMP/untied_z3_np2/log.jsonl" -
 t_check untied_z3_np2_poison_same_bits "cmp -s '$TMP/untied_poison/ckpt_000012/model.bin' '$TMP/untied_z3_np2/ckpt_000012/model.bin' &&
     diff <(fields '$TMP/untied_poison/log.jsonl') <(fields '$TMP/untied_z3_np2/log.jsonl') > /dev/null" \
     "final parameters or losses differ from untied_z3_np2's: $(grep -m1 error "$TMP/untied_poison.txt")"
+# hpZ (-hpz N): the backward gathers each unit inside N consecutive ranks from their secondary shards, so
+# losses, norms and every checkpoint's model and state files are the plain -z 3 run's, bit for bit: GPT-2 at
+# 4 ranks (in poison mode, so a wait on the wrong group or a shard read before its gather cannot pass), Llama's
+# untied head, -offload 2, -pp 2 and -tp 2; resumed under another -hpz (the shard is not checkpointed). Each
+# rank's all-gather bytes are the forward's over the data-parallel group plus the backward's inside the hpz
+# group, and on one host every byte is intra-host.
+same_bits_as() {   # name, run, reference run: the same losses and norms, and the same files in each checkpoint
+    local bad="" f n=0
+    diff <(fields "$TMP/$2/log.jsonl") <(fields "$TMP/$3/log.jsonl") > /dev/null || bad="losses or norms differ;"
+    [ "$(fields "$TMP/$2/log.jsonl" | wc -l)" -ge 12 ] || bad="$bad $(fields "$TMP/$2/log.jsonl" | wc -l) steps logged;"
+    for f in $(cd "$TMP/$3" && ls ckpt_*/model.bin ckpt_*/state_rank*.bin 2>/dev/null); do
+        n=$((n + 1))
+        cmp -s "$TMP/$2/$f" "$TMP/$3/$f" || bad="$bad $f differs;"
+    done
+    [ $n -gt 0 ] || bad="$bad $3 has no checkpoint;"
+    if [ -z "$bad" ]; then t_ok "$1"; else t_fail "$1" "$bad $(grep -m1 error "$TMP/$2.txt")"; fi
+}
+"${MPIRUN[@]}" -x GPT_COMM_POISON=1 -np 4 ./train_gpt_cpu "${flags[@]}" -ga 1 -z 3 -hpz 2 -n 6 -o "$TMP/hpz2_np4" > "$TMP/hpz2_np4.txt" 2>&1 ||
+    t_fail hpz2_np4 "exited non-zero: $(grep -m1 error "$TMP/hpz2_np4.txt")"
+same_bits_as hpz2_np4_same_bits hpz2_np4 z3_np4
+cp -r "$TMP/hpz2_np4" "$TMP/hpz4_resumed" && rm -rf "$TMP/hpz4_resumed/ckpt_000012"
+run hpz4_resumed 4 1 -z 3 -hpz 4 -n 6 -y 1
+t_check hpz4_resumed_at_6 "grep -q 'resumed from .*ckpt_000006 at step 6' '$TMP/hpz4_resumed.txt'"
+same_bits_as hpz2_to_hpz4_resume_same_bits hpz4_resumed z3_np4
+$PYTHON - "$TMP/hpz2_np4/log.jsonl" "$TMP/z3_np4/log.jsonl" <<'PY' || FAILED=1
+import json, sys
+recs = lambda p, key: {r["step"]: r[key] for r in map(json.loads, open(p)) if key in r}
+hpz, dp, hpz_links, links, total = (recs(sys.argv[1], k) for k in ("hpz_comm_bytes", "dp_comm_bytes", "hpz_link_bytes", "link_bytes", "comm_bytes"))
+plain = recs(sys.argv[2], "comm_bytes")
+bad = [] if plain and set(plain) == set(hpz) else ["steps with records: %s, -z 3's: %s" % (sorted(hpz), sorted(plain))]
+for s in sorted(plain):
+    for r in range(4):
+        # A gather's bytes are (n-1)/n of the unit: 3/4 over the 4 ranks, 1/2 inside a group of 2.
+        if dp[s]["allgather"][r] + hpz[s]["allgather"][r] * 3 // 2 != plain[s]["allgather"][r] or not hpz[s]["allgather"][r]:
+            bad.append("step %d rank %d: all-gathers %d over dp + %d over hpz, -z 3's %d" % (s, r, dp[s]["allgather"][r], hpz[s]["allgather"][r], plain[s]["allgather"][r]))
+        if links[s]["cross_host"][r] or links[s]["intra_host"][r] != sum(total[s][k][r] for k in total[s]) or hpz_links[s]["cross_host"][r]:
+            bad.append("step %d rank %d: links %s, bytes %s" % (s, r, links[s], total[s]))
+print("ok hpz2_np4_bytes_per_group_and_link" if not bad else "FAIL hpz2_np4_bytes_per_group_and_link: " + "; ".join(bad[:3]))
+sys.exit(1 if bad else 0)
+PY
+run untied_hpz2_np2 2 2 "${untied[@]}" -z 3 -hpz 2
+same_bits_as untied_hpz2_np2_same_bits untied_hpz2_np2 untied_z3_np2
+run z3_np2_hpz2_offload2 2 2 -z 3 -hpz 2 -offload 2 -n 6
+same_bits_as hpz2_offload2_same_bits z3_np2_hpz2_offload2 z3_np2
+for layout in pp2 tp2; do
+    case $layout in pp2) lf=(-pp 2) ;; tp2) lf=(-tp 2 "${untied[@]}") ;; esac
+    run "${layout}_z3" 4 2 "${lf[@]}" -z 3 -n 6
+    run "${layout}_hpz2" 4 2 "${lf[@]}" -z 3 -hpz 2 -n 6
+    same_bits_as "${layout}_hpz2_same_bits" "${layout}_hpz2" "${layout}_z3"
+done
 # Checkpoint at 4 ranks, ZeRO-3 (z3_np4's); lose everything after step 6; resume at 2 ranks, ZeRO-1.
 cp -r "$TMP/z3_np4" "$TMP/split" && rm -rf "$TMP/split/ckpt_000012"
 run split 2 2 -z 1 -y 1

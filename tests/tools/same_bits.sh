@@ -43,10 +43,12 @@ runs=(
 # SAME_BITS_ONLY=regex runs only the runs whose name matches.
 only=${SAME_BITS_ONLY:-.}
 failed=0
-# Timings vary; a memory category a later build added (host_activations) is dropped where it is zero.
+# Timings vary; memory categories a later build added (host_activations, hpz_params) are dropped where they are
+# zero, and so are the records of bytes per link class (link_bytes), which a later build added.
 strip_times() {
     if [ "${SAME_BITS_RESULTS_ONLY:-0}" = 1 ]; then grep -v -e '"memory": ' -e 'comm_bytes": ' "$1" | sed -E 's/, "peak_mem": [0-9]+//'; else cat "$1"; fi |
-        sed -E 's/"(dt_ms|tok_s|mfu|elapsed_s|wall_s|time_s|[a-z_]*_ms)": [0-9.eE+-]+,? ?//g; s/"host_activations": 0, //'
+        grep -v 'link_bytes": ' |
+        sed -E 's/"(dt_ms|tok_s|mfu|elapsed_s|wall_s|time_s|[a-z_]*_ms)": [0-9.eE+-]+,? ?//g; s/"host_activations": 0, //; s/"hpz_params": 0, //'
 }
 for r in "${runs[@]}"; do
     IFS='|' read -r name np extra <<< "$r"

@@ -24,7 +24,7 @@ static inline double run_step(const ParamLayout* lay, const float* init, int r, 
     enum { N = STEP_BATCH * STEP_SEQ };
     Backend* be = backend_create(0);
     MemLedger mem = {{0}};
-    Zero* z = zero_create(be, &mem, lay, zero_caps(0), NULL, NULL, DT_FP32, NULL);
+    Zero* z = zero_create(be, &mem, lay, zero_caps(0), NULL, NULL, NULL, DT_FP32, NULL);
     zero_set_from_host(z, be, init);
     Model g;
     model_create(&g, be, &mem, lay, zero_param_store(z), NULL, NULL, NULL, 0, DT_FP32, STEP_BATCH, STEP_SEQ, r, 0, 1, how == RUN_SPLIT, 1);

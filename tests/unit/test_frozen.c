@@ -200,7 +200,7 @@ static void check_step(TestStats* st, const char* name, const Model* m, ZeroCaps
     const ParamLayout* lay = &m->lay;
     Backend* be = backend_create(0);
     MemLedger mem = {{0}}, plan = {{0}};
-    Zero* z = zero_create(be, &mem, lay, caps, NULL, NULL, dt, disk);
+    Zero* z = zero_create(be, &mem, lay, caps, NULL, NULL, NULL, dt, disk);
     zero_plan(&plan, lay, caps, 1, dt, disk);
     ModelState ms = zero_model_state(z);
     size_t n = lay->total;
@@ -238,7 +238,7 @@ static void check_step(TestStats* st, const char* name, const Model* m, ZeroCaps
 static long long write_state(const Model* m, ZeroCaps caps, const char* path) {
     Backend* be = backend_create(0);
     MemLedger mem = {{0}};
-    Zero* z = zero_create(be, &mem, &m->lay, caps, NULL, NULL, DT_BF16, NULL);
+    Zero* z = zero_create(be, &mem, &m->lay, caps, NULL, NULL, NULL, DT_BF16, NULL);
     ModelState ms = zero_model_state(z);
     float *init = xcalloc(m->lay.total, 4), *grads = xcalloc(m->lay.total, 4);
     uint64_t seed = 3;
@@ -286,7 +286,7 @@ static int same_file_bytes(const char* a, const char* b) {
 static int resumes_same_bytes(const Model* m, const char* path, const char* again) {
     Backend* be = backend_create(0);
     MemLedger mem = {{0}};
-    Zero* z = zero_create(be, &mem, &m->lay, caps_of(1, 0, 0), NULL, NULL, DT_BF16, NULL);
+    Zero* z = zero_create(be, &mem, &m->lay, caps_of(1, 0, 0), NULL, NULL, NULL, DT_BF16, NULL);
     ModelState ms = zero_model_state(z);
     float* vals = xcalloc(m->lay.total, 4);
     zero_set_from_host(z, be, vals);
