@@ -256,7 +256,7 @@ static void print_setup(Trainer* tr, CommKind comm) {
                tr->val_batches > 1 ? "es" : "", cfg->val_pattern, cfg->val_batches);
     if (tr->hellaswag) {
         const EvalFile* hs = tr->hellaswag;
-        printf("hellaswag: %s: %d examples over %d replica%s", cfg->hellaswag, hs->count, tr->grid.dp, tr->grid.dp > 1 ? "s" : "");
+        printf("hellaswag: %s: %d examples over %d replica%s", cfg->hellaswag, hs->count, tr->grid.replicas, tr->grid.replicas > 1 ? "s" : "");
         if (hs->dropped) printf("; %d longer than -t %d left out", hs->dropped, cfg->T);
         printf("\n");
     }
@@ -386,7 +386,8 @@ static int validate(Trainer* tr, int step) {
 // 0 when a stop signal ended it (nothing logged), like validate.
 static int hellaswag(Trainer* tr, int step) {
     const Config* cfg = &tr->cfg;
-    EvalRunner run = {&tr->pipe, tr->model, tr->be, &tr->grid, tr->batch.tokens, tr->batch.targets, cfg->B, cfg->T, stop_signal_seen};
+    EvalRunner run = {&tr->pipe, tr->model, tr->be, &tr->grid, tr->batch.tokens, tr->batch.targets, cfg->B, cfg->T,
+                      cfg->context_mode == CP_RING, stop_signal_seen};
     EvalScore s;
     if (!hellaswag_evaluate(&run, tr->hellaswag, &s)) {
         if (is_root(tr)) printf("step %d | hellaswag stopped by a signal: no accuracy\n", step);

@@ -3,12 +3,14 @@
 
 #include "base/common.h"
 
-int context_splits(const ModelShape* s, int N, char* why, size_t size) {
-    int KV = shape_layer_sizes(s).kv_heads;
-    if (s->NH % N) return set_why(why, size, "-cp %d does not divide the model's %d attention heads", N, s->NH);
-    if (KV % N && N % KV)
-        return set_why(why, size, "-cp %d and %d kv heads: one must divide the other (each rank takes KV / cp kv heads, or a copy of one)",
-                       N, KV);
+int context_splits(const ModelShape* s, int tp, int N, char* why, size_t size) {
+    int KV = shape_layer_sizes(s).kv_heads, NH = s->NH / tp, KVl = KV * shape_kv_copies(s, tp) / tp;
+    char per_rank[96] = "";
+    if (tp > 1) snprintf(per_rank, sizeof(per_rank), " per tensor rank (the model's %d and %d over -tp %d)", s->NH, KV, tp);
+    if (NH % N) return set_why(why, size, "-cp %d does not divide the %s%d attention heads%s", N, tp > 1 ? "" : "model's ", NH, per_rank);
+    if (KVl % N && N % KVl)
+        return set_why(why, size, "-cp %d and %d kv heads%s: one must divide the other (each rank takes KV / cp kv heads, or a copy of one)",
+                       N, KVl, per_rank);
     return 1;
 }
 
