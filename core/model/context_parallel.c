@@ -3,14 +3,22 @@
 
 #include "base/common.h"
 
+// " per tensor rank (the model's n over -tp tp)" into out under -tp, "" without.
+static const char* per_tensor_rank(char* out, size_t size, int n, int tp) {
+    out[0] = '\0';
+    if (tp > 1) snprintf(out, size, " per tensor rank (the model's %d over -tp %d)", n, tp);
+    return out;
+}
+
 int context_splits(const ModelShape* s, int tp, int N, char* why, size_t size) {
     int KV = shape_layer_sizes(s).kv_heads, NH = s->NH / tp, KVl = KV * shape_kv_copies(s, tp) / tp;
-    char per_rank[96] = "";
-    if (tp > 1) snprintf(per_rank, sizeof(per_rank), " per tensor rank (the model's %d and %d over -tp %d)", s->NH, KV, tp);
-    if (NH % N) return set_why(why, size, "-cp %d does not divide the %s%d attention heads%s", N, tp > 1 ? "" : "model's ", NH, per_rank);
+    char of[96];
+    if (NH % N)
+        return set_why(why, size, "-cp %d does not divide the %s%d attention heads%s", N, tp > 1 ? "" : "model's ", NH,
+                       per_tensor_rank(of, sizeof(of), s->NH, tp));
     if (KVl % N && N % KVl)
         return set_why(why, size, "-cp %d and %d kv heads%s: one must divide the other (each rank takes KV / cp kv heads, or a copy of one)",
-                       N, KVl, per_rank);
+                       N, KVl, per_tensor_rank(of, sizeof(of), KV, tp));
     return 1;
 }
 
