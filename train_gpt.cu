@@ -386,8 +386,7 @@ static int validate(Trainer* tr, int step) {
 // 0 when a stop signal ended it (nothing logged), like validate.
 static int hellaswag(Trainer* tr, int step) {
     const Config* cfg = &tr->cfg;
-    EvalRunner run = {&tr->pipe, tr->model, tr->be, &tr->grid, tr->batch.tokens, tr->batch.targets, cfg->B, cfg->T,
-                      cfg->context_mode == CP_RING, stop_signal_seen};
+    EvalRunner run = {&tr->pipe, tr->model, tr->be, &tr->grid, tr->batch.tokens, tr->batch.targets, cfg->B, cfg->T, stop_signal_seen};
     EvalScore s;
     if (!hellaswag_evaluate(&run, tr->hellaswag, &s)) {
         if (is_root(tr)) printf("step %d | hellaswag stopped by a signal: no accuracy\n", step);

@@ -51,9 +51,9 @@ typedef struct {
     int Tl;
 } Rows;
 
-// The position of this rank's row element i.
+// The position of this rank's row element i (the layout says where: Ulysses' or the ring's).
 static int position_of(const EvalRunner* r, const Rows* w, int i) {
-    return context_position(r->cp_ring, r->grid->cp, r->grid->cp_rank, w->Tl, i);
+    return context_position(r->chunks->layout->cp_ring, r->grid->cp, r->grid->cp_rank, w->Tl, i);
 }
 
 // Forward f's rows: rows f*B .. f*B + B-1 of this replica's share, four per example; past the share, pads.

@@ -28,7 +28,6 @@ typedef struct {
     int* inputs;                  // (B*T) host ints, overwritten (the model's B*T/cp under -cp)
     int* targets;                 // (B*T) host ints, overwritten
     int B, T;                     // T: whole rows, as the file was read
-    int cp_ring;                  // -cpm ring: where the context ranks' positions lie (context_layout.h)
     int (*stop_seen)(void);       // this rank's view of a stop request (1: stop), agreed over the world per forward
 } EvalRunner;
 
