@@ -256,7 +256,7 @@ static void print_setup(Trainer* tr, CommKind comm) {
                tr->val_batches > 1 ? "es" : "", cfg->val_pattern, cfg->val_batches);
     if (tr->hellaswag) {
         const EvalFile* hs = tr->hellaswag;
-        printf("hellaswag: %s: %d examples over %d replica%s", cfg->hellaswag, hs->count, tr->grid.dp, tr->grid.dp > 1 ? "s" : "");
+        printf("hellaswag: %s: %d examples over %d replica%s", cfg->hellaswag, hs->count, tr->grid.replicas, tr->grid.replicas > 1 ? "s" : "");
         if (hs->dropped) printf("; %d longer than -t %d left out", hs->dropped, cfg->T);
         printf("\n");
     }

@@ -3,12 +3,22 @@
 
 #include "base/common.h"
 
-int context_splits(const ModelShape* s, int N, char* why, size_t size) {
-    int KV = shape_layer_sizes(s).kv_heads;
-    if (s->NH % N) return set_why(why, size, "-cp %d does not divide the model's %d attention heads", N, s->NH);
-    if (KV % N && N % KV)
-        return set_why(why, size, "-cp %d and %d kv heads: one must divide the other (each rank takes KV / cp kv heads, or a copy of one)",
-                       N, KV);
+// " per tensor rank (the model's n over -tp tp)" into out under -tp, "" without.
+static const char* per_tensor_rank(char* out, size_t size, int n, int tp) {
+    out[0] = '\0';
+    if (tp > 1) snprintf(out, size, " per tensor rank (the model's %d over -tp %d)", n, tp);
+    return out;
+}
+
+int context_splits(const ModelShape* s, int tp, int N, char* why, size_t size) {
+    int KV = shape_layer_sizes(s).kv_heads, NH = s->NH / tp, KVl = KV * shape_kv_copies(s, tp) / tp;
+    char of[96];
+    if (NH % N)
+        return set_why(why, size, "-cp %d does not divide the %s%d attention heads%s", N, tp > 1 ? "" : "model's ", NH,
+                       per_tensor_rank(of, sizeof(of), s->NH, tp));
+    if (KVl % N && N % KVl)
+        return set_why(why, size, "-cp %d and %d kv heads%s: one must divide the other (each rank takes KV / cp kv heads, or a copy of one)",
+                       N, KVl, per_tensor_rank(of, sizeof(of), KV, tp));
     return 1;
 }
 

@@ -25,8 +25,9 @@
 #include "core/model/block.h"
 #include "core/model/context_layout.h"
 
-// Whether N context ranks can share the shape's attention (heads and kv heads as above); why not in `why`.
-int context_splits(const ModelShape* s, int N, char* why, size_t size);
+// Whether N context ranks can share the attention of each of tp tensor ranks (a tensor rank's heads and kv
+// heads as above: model.h's layout_heads, layout_kv_heads); why not in `why`.
+int context_splits(const ModelShape* s, int tp, int N, char* why, size_t size);
 
 
 // Attention under -cp: out (this rank's rows, every head) and lse (whole sequences of this rank's heads:

@@ -11,7 +11,7 @@ void pipeline_plan(PipelinePlan* plan, const ModelShape* s, int stages, Schedule
     if (stages > s->L) fail("-pp %d: more pipeline stages than the model's %d layers (each stage needs a block)", stages, s->L);
     char why[200];
     if (tp >= 1 && !s->family->splits_tp(s, tp, why, sizeof(why))) fail("%s", why);
-    if (cp > 1 && !cp_ring && !context_splits(s, cp, why, sizeof(why))) fail("%s", why);   // the ring splits no heads
+    if (cp > 1 && !cp_ring && !context_splits(s, tp, cp, why, sizeof(why))) fail("%s", why);   // the ring splits no heads
     grid_check(stages, tp, cp, ranks);
     schedule_check(schedule, stages, micro, chunks);
     if (stages * chunks > s->L)

@@ -249,11 +249,11 @@ static int splits_tensors(const ModelShape* shape, int tp) {
     return shape_splits_vocab(shape, tp) && shape->family->splits_tp(shape, tp, why, sizeof(why));
 }
 
-// Whether -cp can split the model's attention heads under -cpm's mode (the ring splits none): the
+// Whether -cp can split each tensor rank's attention heads under -cpm's mode (the ring splits none): the
 // trainer's own predicate (context_parallel.h).
-static int splits_context(const ModelShape* shape, int cp, ContextMode mode) {
+static int splits_context(const ModelShape* shape, int tp, int cp, ContextMode mode) {
     char why[256];
-    return cp == 1 || mode == CP_RING || context_splits(shape, cp, why, sizeof(why));
+    return cp == 1 || mode == CP_RING || context_splits(shape, tp, cp, why, sizeof(why));
 }
 
 // Every layout of the world: stages (a block each at least) x tensor ranks x context ranks x replicas, the
@@ -264,7 +264,7 @@ static void enumerate(Search* s) {
             for (int cp = 1; pp * tp * cp <= s->ranks; cp++) {
                 int replicas = s->ranks / (pp * tp * cp);
                 if (s->ranks % (pp * tp * cp) || s->sequences % replicas || !splits_tensors(&s->shape, tp) ||
-                    !splits_context(&s->shape, cp, s->cfg->context_mode))
+                    !splits_context(&s->shape, tp, cp, s->cfg->context_mode))
                     continue;
                 for (int sp = 0; sp <= (tp > 1); sp++) {
                     Layout l = {.pp = pp, .tp = tp, .sp = sp, .cp = cp};

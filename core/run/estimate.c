@@ -171,7 +171,8 @@ static int fits(StatePlanner states, const Config* c, const ModelShape* s, int r
     char why[200];
     if (s->L < c->pipeline_stages || !shape_splits_vocab(s, c->tensor_parallel) ||
         !s->family->splits_tp(s, c->tensor_parallel, why, sizeof(why)) ||
-        (c->context_parallel > 1 && c->context_mode != CP_RING && !context_splits(s, c->context_parallel, why, sizeof(why))))
+        (c->context_parallel > 1 && c->context_mode != CP_RING &&
+         !context_splits(s, c->tensor_parallel, c->context_parallel, why, sizeof(why))))
         return 0;
     PipelinePlan plan;
     pipeline_plan(&plan, s, c->pipeline_stages, c->pipe_schedule, c->virtual_stages, c->tensor_parallel, c->context_parallel,
@@ -270,7 +271,7 @@ static void print_longest_sequences(StatePlanner states, const Config* cfg, cons
     char why[200];
     for (int cp = 1; cp <= ranks / (cfg->pipeline_stages * cfg->tensor_parallel); cp *= 2) {
         if ((ranks / (cfg->pipeline_stages * cfg->tensor_parallel)) % cp ||
-            (cp > 1 && cfg->context_mode != CP_RING && !context_splits(s, cp, why, sizeof(why))))
+            (cp > 1 && cfg->context_mode != CP_RING && !context_splits(s, cfg->tensor_parallel, cp, why, sizeof(why))))
             continue;
         Config c = *cfg;
         c.context_parallel = cp;

@@ -330,13 +330,14 @@ const Flag FLAGS[] = {
     {PARALLEL, "-cp", "N", FIELD(context_parallel), RANGE(1, 1024), .def = "1",
      .help = "context parallelism: N neighbouring ranks share each sequence, rank c holding positions [c t/N, (c+1) t/N) "
              "(N divides -t; -cpm ring: two chunks); ranks form stages x replicas x N context ranks x tensor ranks; gradients reduce and ZeRO "
-             "shards over replicas x N. Not yet with -tp, -lora-dropout, -hs, documents or -dump"},
+             "shards over replicas x N; inside -tp (and -sp) each tensor rank's heads are shared. Not yet with "
+             "-lora-dropout, documents or -dump"},
     {PARALLEL, "-cpm", NULL, FIELD(context_mode), NAMES(CONTEXT_MODES), .def = "ulysses",
      .help = "with -cp: ulysses (DeepSpeed's: before attention an all-to-all turns each rank's t/N positions of every "
              "head into every position of heads/N, after it one turns them back; N divides the heads, and divides the kv "
-             "heads or is a multiple of them, each kv head then copied) | ring (ring attention with Megatron's causal "
-             "balance: rank c holds chunks c and 2N-1-c of 2N of t/(2N) positions, 2N divides -t; k|v pass round the "
-             "ring, partial results merged by log-sum-exp; no head split)"},
+             "heads or is a multiple of them, each kv head then copied; under -tp a tensor rank's heads) | ring (ring "
+             "attention with Megatron's causal balance: rank c holds chunks c and 2N-1-c of 2N of t/(2N) positions, 2N "
+             "divides -t; k|v pass round the ring, partial results merged by log-sum-exp; no head split)"},
     {PARALLEL, "-r", "N", FIELD(recompute), RANGE(0, 3), .def = "0",
      .help = "activation recompute: 0 keep all, 1 GELU, 2 + attention and LayerNorms, 3 whole blocks"},
     {OPTIM, "-lora", "R", FIELD(lora.rank), RANGE(0, WIDE), .def = "0", .def_shown = "off", .parse = parse_lora,

@@ -8,9 +8,11 @@
 //
 // Contract. Every rank calls with the same file, read with max_len = T. The examples are split over the
 // data-parallel replicas in contiguous shares; every rank runs as many forwards as the largest share needs
-// (ZeRO-3's gathers are collective over the replicas), padding with rows that are not scored. The head
-// stage's tensor rank 0 of each replica tallies its share, and one sum over the world gives every rank the
-// counts: the same as on one rank, in any layout. Nothing here keeps state between calls or reads a global.
+// (ZeRO-3's gathers are collective over the replicas), padding with rows that are not scored. Under -cp each
+// context rank of a replica forwards its positions of the same rows (context_layout.h) and a sum over the
+// context group pools the token losses, one rank's at each position. The head stage's first tensor and
+// context rank of each replica tallies its share, and one sum over the world gives every rank the counts:
+// the same as on one rank, in any layout. Nothing here keeps state between calls or reads a global.
 #pragma once
 #include "core/comm/grid.h"
 #include "core/data/eval_file.h"
@@ -23,9 +25,9 @@ typedef struct {
     Model* chunks;                  // this stage's model chunks, as pipeline_forward takes them
     Backend* be;
     const Grid* grid;             // its world carries the counts and the stop flag
-    int* inputs;                  // (B*T) host ints, overwritten
+    int* inputs;                  // (B*T) host ints, overwritten (the model's B*T/cp under -cp)
     int* targets;                 // (B*T) host ints, overwritten
-    int B, T;
+    int B, T;                     // T: whole rows, as the file was read
     int (*stop_seen)(void);       // this rank's view of a stop request (1: stop), agreed over the world per forward
 } EvalRunner;
 

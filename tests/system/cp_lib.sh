@@ -1,12 +1,16 @@
-# cp_lib.sh: sourced by the context-parallel tests (t_cp.sh, t_cp_ring.sh) after lib.sh: their data, their two
-# models (GPT2: learned positions; LLAMA: RoPE, 2 kv heads for 4 query heads), the flags every run shares
-# (the array `base`: 8 steps of -b 2 -t 32) and the checks they share.
+# cp_lib.sh: sourced by the context-parallel tests (t_cp.sh, t_cp_ring.sh) after lib.sh: their data, their three
+# models (GPT2: learned positions; LLAMA: RoPE, 2 kv heads for 4 query heads; MQA: one kv head, fewer than -tp 2,
+# and 4 layers for -pp 2 -vp 2), the flags every run shares (the array `base`: 8 steps of -b 2 -t 32) and the
+# checks they share.
 $PYTHON scripts/make_shard.py -o "$TMP/train.bin" -n 20000 -V 500 --seed 7 >/dev/null || t_fail shard "make_shard failed"
 init_model L2C64H4V500T64 "$TMP/train.bin"
 GPT2=$MODEL
 ./train_gpt_cpu -e "llama:L2,C64,H4,K2,D16,F96,V512,T64,qknorm" -i "$TMP/train.bin" -j "" -b 2 -t 32 -x 0 -s 0 -o "$TMP/init_llama" >/dev/null 2>&1
 LLAMA="$TMP/init_llama/ckpt_000000/model.bin"
 t_check init_llama "[ -s '$LLAMA' ]"
+./train_gpt_cpu -e "llama:L4,C64,H4,K1,D16,F96,V512,T64" -i "$TMP/train.bin" -j "" -b 2 -t 32 -x 0 -s 0 -o "$TMP/init_mqa" >/dev/null 2>&1
+MQA="$TMP/init_mqa/ckpt_000000/model.bin"
+t_check init_mqa "[ -s '$MQA' ]"
 base=(-i "$TMP/train.bin" -j "" -b 2 -t 32 -x 8 -l 1e-3 -u 2 -c 0.1 -v 0 -s 0 -gc 1.0)
 VAL=(-j "$TMP/train.bin" -v 4 -m 2)   # validation: every rank's share of each window's losses, summed
 
@@ -18,6 +22,7 @@ train_references() {
     train 1 "$TMP/llama_bf16" -e "$LLAMA" -p bf16 || t_fail reference "one-rank run failed"
     train 1 "$TMP/llama_fp16" -e "$LLAMA" -p fp16 || t_fail reference "one-rank run failed"
     train 1 "$TMP/gpt2_lora" -e "$GPT2" -ga 1 -lora 4 -lora-alpha 8 || t_fail reference "one-rank run failed"
+    train 1 "$TMP/mqa_ga2" -e "$MQA" -ga 2 || t_fail reference "one-rank run failed"
 }
 
 compare_logs() {   # name, dir, reference dir, tolerance

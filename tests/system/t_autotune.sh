@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # --autotune on 2 and 4 CPU ranks, launched as one process that runs each trial under mpirun itself: it lists
-# only layouts whose --estimate plan fits -gpu-mem, the fastest command it prints runs as printed, its time is
-# the table's best, a trial that fails is reported and skipped, and bad input is one line each. Timings on
-# shared cores are noise: only their consistency is checked, never a speed.
+# only layouts whose --estimate plan fits -gpu-mem (context ranks inside tensor groups among them), the fastest
+# command it prints runs as printed, its time is the table's best, a trial that fails is reported and skipped,
+# and bad input is one line each. Timings on shared cores are noise: only their consistency is checked, never
+# a speed.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 mpi_or_skip autotune
@@ -87,6 +88,13 @@ sys.exit(not (len(f) == 1 and 'not a directory' in f[0]['error'] and j['best']['
     "$(grep 'trial 2/3' "$TMP/np4.txt")"
 check_plans autotune_np4 4 "$TMP/np4/autotune.json"
 check_best autotune_np4 4 "$TMP/np4.txt" "$TMP/np4/autotune.json"
+# Context ranks inside a tensor group are layouts the trainer runs: planned and listed, not refused.
+py_check autotune_np4_lists_cp_with_tp "$TMP/np4/autotune.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+both = [l["flags"] for l in j["layouts"] if "-tp 2" in l["flags"] and "-cp 2" in l["flags"]]
+print("ok" if both else "no layout with -tp 2 -cp 2 among %d listed, %d refused" % (len(j["layouts"]), j["refused"]))
+PY
 
 # A budget nothing fits: one line naming the smallest plan, which is that layout's --estimate plan.
 big=(-e L2C512H4V512T64 -i "$TMP/data.bin" -j "" -t 32 -v 0 -s 0)

@@ -9,8 +9,9 @@
 #   saved model, it beats the untrained model's, and the examples longer than -t are left out and counted as
 #   the reference counts them;
 # - every layout (2 and 3 replicas under -z 0..3, -offload, -pp with 1f1b, interleaved and zb, -tp, -tp -sp,
-#   -b not a multiple of 4) gives the one-rank count; so do the 32-bit file and the fenced build (the host
-#   code's use of device memory, as on a GPU);
+#   -cp under Ulysses and the ring, alone, with 2 replicas and with -tp -sp, -b not a multiple of 4) gives the
+#   one-rank count (at -cp 4 most endings cross a context rank's boundary: a rank's losses alone miss the
+#   count); so do the 32-bit file and the fenced build (the host code's use of device memory, as on a GPU);
 # - the accuracy is in log.jsonl at each -v step and on the console; a stop signal during an evaluation ends
 #   it on every rank at the same forward, with a checkpoint and no accuracy logged;
 # - bad evaluation files and flags are one-line errors before training.
@@ -139,9 +140,10 @@ layouts() {   # family, model, layouts "name|ranks|flags"...: the family's data 
 layouts gpt2 "$TMP/gpt2/ckpt_000060/model.bin" "b3|1|-b 3" "z0|2|-b 8 -z 0" "z1_3replicas|3|-b 4 -z 1" "z2|2|-b 8 -z 2" \
     "z3_3replicas|3|-b 5 -z 3" "offload|2|-b 8 -z 2 -offload 2" "pp2|2|-b 8 -pp 2" "pp2_zb|2|-b 8 -pp 2 -ps zb" \
     "pp2_interleaved|2|-b 8 -ga 2 -pp 2 -ps interleaved -vp 2" "tp2|2|-b 8 -tp 2" "tp2_sp|2|-b 8 -tp 2 -sp 1" \
-    "pp2_tp2_z3|4|-b 8 -pp 2 -tp 2 -z 3"
+    "pp2_tp2_z3|4|-b 8 -pp 2 -tp 2 -z 3" "cp4|4|-b 8 -cp 4" "cp2_ring_2replicas|4|-b 4 -cp 2 -cpm ring -z 1"
 layouts llama "$TMP/llama/ckpt_000060/model.bin" "z3|2|-b 8 -z 3" "pp2_interleaved|2|-b 8 -ga 2 -pp 2 -ps interleaved -vp 2" \
-    "tp2_sp|2|-b 8 -tp 2 -sp 1" "pp2_tp2_zb|4|-b 8 -pp 2 -tp 2 -ps zb -z 1"
+    "tp2_sp|2|-b 8 -tp 2 -sp 1" "pp2_tp2_zb|4|-b 8 -pp 2 -tp 2 -ps zb -z 1" "cp2_ring|2|-b 8 -cp 2 -cpm ring" \
+    "cp2_tp2_sp|4|-b 8 -cp 2 -tp 2 -sp 1"
 eval_count gpt2_32bit "$TMP/gpt2/ckpt_000060/model.bin" 1 -i "$TMP/corpus.bin" -hs "$HS32" -b 8
 t_check gpt2_32bit_file_as_16bit "[ -n '$COUNT' ] && grep -q \"^step 0 | hellaswag $COUNT \" '$TMP/gpt2_one_rank.txt'" "$COUNT"
 # The fenced build (the host code as a GPU sees it, tests/system/t_fence.sh) on 2 stages, collectives poisoned.
