@@ -122,7 +122,7 @@ static int stop_requested(Trainer* tr) {
 // -z names what is sharded; -offload adds what of it lives on the host, -nvme what of that lives on disk, -dpu
 // the host buffers of the update in flight.
 static ZeroCaps caps_of(const Config* cfg, int zero) {
-    ZeroCaps caps = zero_hpz(zero_on_disk(zero_offload(zero_caps(zero), cfg->offload), cfg->nvme_dir != NULL), cfg->hpz);
+    ZeroCaps caps = zero_plusplus(zero_on_disk(zero_offload(zero_caps(zero), cfg->offload), cfg->nvme_dir != NULL), cfg->hpz, cfg->qw);
     caps.delayed_update = cfg->delay_from > 0;
     return caps;
 }

@@ -73,8 +73,9 @@ ZeroCaps zero_on_disk(ZeroCaps caps, int on) {
     return caps;
 }
 
-ZeroCaps zero_hpz(ZeroCaps caps, int n) {
-    caps.hpz = caps.shard_params && n > 1 ? n : 0;
+ZeroCaps zero_plusplus(ZeroCaps caps, int hpz, int qw) {
+    caps.hpz = caps.shard_params && hpz > 1 ? hpz : 0;
+    caps.qw = caps.shard_params && qw;
     return caps;
 }
 
@@ -285,6 +286,10 @@ static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* l
     index_state(z);
     allocate_params(z, be, mem, disk);
     if (caps.shard_params) hpz_init(&z->gathered.hpz, be, mem, &z->pieces, caps.hpz, hpz);
+    if (caps.qw) {
+        qwz_check_ranks(caps.qw, size);
+        param_slots_quantize(&z->gathered, be, mem, &z->pieces);
+    }
     allocate_grads(z, be, mem);
     z->norm_acc = (float*)mem_alloc(be, mem, MEM_GRADS, sizeof(float));
 }
@@ -302,7 +307,8 @@ Zero* zero_create(Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps 
 
 void zero_plan_rank(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int rank, int size, DType dt, const NvmeConfig* disk) {
     if (rank < 0 || rank >= size) fail("internal: planning rank %d of %d", rank, size);
-    if (caps.hpz > 1 && size % caps.hpz) caps.hpz = 0;   // --estimate's tables: hpZ on the sizes it divides
+    if (caps.hpz > 1 && size % caps.hpz) caps.hpz = 0;   // --estimate's tables: hpZ on the sizes it divides,
+    if (size < 2) caps.qw = 0;                           // qwZ where there are gathers
     Zero z;
     zero_init(&z, NULL, mem, lay, caps, NULL, NULL, NULL, rank, size, dt, disk);
 }
@@ -332,6 +338,7 @@ void zero_destroy(Zero* z, Backend* be) {
     free_in(be, IN_HOST, z->pending.params);
     param_slots_free_host(ga, be);
     hpz_free(&ga->hpz, be);
+    param_slots_free_quantized(ga, be);
     nvme_close(z->disk, be);
     free(z);
 }

@@ -59,6 +59,8 @@ typedef struct {
     int params_on_disk; // params_on_host and state_on_disk: the parameter pieces in a file too
     int hpz;            // shard_params: ranks per secondary group, which gather the backward's parameters from a
                         // secondary shard (ZeRO++'s hpZ, core/zero/hpz.h); 0 or 1: none
+    int qw;             // shard_params: the gathers over the data-parallel group send int8 blocks (ZeRO++'s qwZ,
+                        // core/zero/qwz.h)
 } ZeroCaps;
 
 // -z: stage 0 shards nothing, 1 the state, 2 also the gradients, 3 also the parameters. Everything stays in
@@ -69,8 +71,9 @@ ZeroCaps zero_caps(int stage);
 ZeroCaps zero_offload(ZeroCaps caps, int level);
 // -nvme on top of -offload: what lives on the host moves to disk, except the gradient pieces.
 ZeroCaps zero_on_disk(ZeroCaps caps, int on);
-// -hpz on top of shard_params: secondary groups of n ranks (n <= 1, or without shard_params: none).
-ZeroCaps zero_hpz(ZeroCaps caps, int n);
+// ZeRO++ on top of shard_params: -hpz's secondary groups of hpz ranks (hpz <= 1: none), -qw's quantized gathers
+// (without shard_params: neither).
+ZeroCaps zero_plusplus(ZeroCaps caps, int hpz, int qw);
 
 typedef struct Zero Zero;
 

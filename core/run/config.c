@@ -190,6 +190,8 @@ static void check_combinations(const Config* c) {
     if (c->offload == 2 && c->zero_stage < 2)
         fail("-offload 2 moves the sharded gradients (and with -z 3 the parameters) to the host: it needs -z 2 or 3, "
              "not -z %d (-offload 1 moves the optimizer state at any -z)", c->zero_stage);
+    if (c->qw && c->zero_stage != 3)
+        fail("-qw 1 quantizes ZeRO-3's parameter gathers: it needs -z 3, not -z %d", c->zero_stage);
     if (c->hpz > 1 && c->zero_stage != 3)
         fail("-hpz %d keeps a secondary copy of ZeRO-3's parameter pieces: it needs -z 3, not -z %d", c->hpz, c->zero_stage);
     if (c->start_over && c->resume) fail("-ow 1 (start over) and -y %d (resume) contradict each other", c->resume);

@@ -314,6 +314,11 @@ const Flag FLAGS[] = {
              "the unit's first gather after an update (over all data-parallel ranks); the unit's later gathers (the "
              "backward's) run inside N consecutive data-parallel ranks, one host's when N is the ranks per host. N must "
              "divide the data-parallel size. 1: off. Same results bit for bit"},
+    {PARALLEL, "-qw", "0|1", FIELD(qw), RANGE(0, 1), .def = "0",
+     .help = "with -z 3 (ZeRO++'s quantized weights): the parameter gathers over the data-parallel ranks send int8 "
+             "with one fp32 scale per 64 elements (17/16 bytes per parameter) and every rank computes with the "
+             "dequantized values, each within 1/254 of its block's largest; the master weights stay exact. Needs 2 or "
+             "more data-parallel ranks"},
     {PARALLEL, "-pp", "N", FIELD(pipeline_stages), RANGE(1, 1024), .def = "1",
      .help = "pipeline stages; ranks form N stages x ranks/N data-parallel replicas"},
     {PARALLEL, "-ps", NULL, FIELD(pipe_schedule), NAMES(PIPE_SCHEDULES), .parse = parse_pipe_schedule, .def = "1f1b",

@@ -42,6 +42,23 @@ static void free_slot_host(ParamSlot* p, Backend* be) {
     if (p->read_raw) be_host_free(be, p->read_raw);
 }
 
+// -qw: each slot's room for the packets of the largest unit it takes (qwz.h), charged as gathered parameters.
+void param_slots_quantize(ParamSlots* g, Backend* be, MemLedger* mem, const Pieces* pc) {
+    g->quantized = 1;
+    ParamSlot* slots[2 + EDGE_SLOTS] = {&g->slot[0], &g->slot[1]};
+    size_t elems[2 + EDGE_SLOTS] = {largest_block_unit(pc->lay), largest_block_unit(pc->lay)};
+    for (int e = 0; e < EDGE_SLOTS; e++) slots[2 + e] = &g->edge[e], elems[2 + e] = edge_elems(pc->lay, e);
+    for (int i = 0; i < 2 + EDGE_SLOTS; i++)
+        if (elems[i]) slots[i]->packets = mem_alloc(be, mem, MEM_PARAMS, (size_t)pc->size * qwz_packet_bytes(elems[i] / (size_t)pc->size));
+}
+
+void param_slots_free_quantized(ParamSlots* g, Backend* be) {
+    ParamSlot* slots[2 + EDGE_SLOTS] = {&g->slot[0], &g->slot[1]};
+    for (int e = 0; e < EDGE_SLOTS; e++) slots[2 + e] = &g->edge[e];
+    for (int i = 0; i < 2 + EDGE_SLOTS; i++)
+        if (slots[i]->packets && be) be_free(be, slots[i]->packets), slots[i]->packets = NULL;
+}
+
 void param_slots_free_host(ParamSlots* g, Backend* be) {
     for (int s = 0; s < 2; s++) free_slot_host(&g->slot[s], be);
     for (int e = 0; e < EDGE_SLOTS; e++) free_slot_host(&g->edge[e], be);
@@ -55,7 +72,7 @@ void param_slots_free_host(ParamSlots* g, Backend* be) {
 // the main stream waits at once. With a disk the piece is first read into `read`, once the upload that last
 // read it is done.
 static void gather_start(ParamSlots* g, Backend* be, const Pieces* pc, int u, void* buf, BeEvent* uploaded, void* read,
-                         CommHandle* flight) {
+                         void* packets, CommHandle* flight) {
     size_t x = piece_elem_bytes(pc);
     for (int s = 0; s < UNIT_SECTIONS; s++) {
         size_t p = section_piece(pc, u, s), at = section_begin(&pc->lay->units[u], s) - pc->lay->units[u].offset;
@@ -71,7 +88,8 @@ static void gather_start(ParamSlots* g, Backend* be, const Pieces* pc, int u, vo
             if (pc->size > 1) be_stream_wait(be, uploaded);
             g->upload_seconds += now_seconds() - t0;
         }
-        if (pc->size > 1) flight[s] = comm_allgather_start(pc->dp, elem_at(buf, at, x), p, pc->dt);
+        if (pc->size > 1 && g->quantized) flight[s] = qwz_gather_start(be, pc, u, s, buf, packets);
+        else if (pc->size > 1) flight[s] = comm_allgather_start(pc->dp, elem_at(buf, at, x), p, pc->dt);
     }
 }
 
@@ -86,7 +104,10 @@ static void wait_gathers(ParamSlots* g, const Pieces* pc, ParamSlot* p) {
 // The main stream's next work sees the gathered unit (and a gather over the data-parallel group has filled
 // the hpz shard).
 static void finish_gather(ParamSlots* g, Backend* be, const Pieces* pc, ParamSlot* p) {
+    int unpack = g->quantized && !p->in_hpz && pc->size > 1;
     wait_gathers(g, pc, p);
+    for (int s = 0; unpack && s < UNIT_SECTIONS; s++)
+        if (section_piece(pc, p->unit, s)) qwz_unpack(be, pc, p->unit, s, p->buf, p->packets);
     if (g->on_host && pc->size == 1) be_stream_wait(be, p->uploaded);
     if (p->fills_hpz) hpz_keep(&g->hpz, be, pc, p->unit, p->buf);
     p->fills_hpz = 0;
@@ -99,7 +120,7 @@ static void start_param_gather(ParamSlots* g, Backend* be, const Pieces* pc, Par
     p->fills_hpz = hpz_on(&g->hpz) && !hpz_ready(&g->hpz, u);
     p->in_hpz = hpz_ready(&g->hpz, u);
     if (p->in_hpz) hpz_gather_start(&g->hpz, be, pc, u, p->buf, p->flight);
-    else gather_start(g, be, pc, u, p->buf, p->uploaded, p->read, p->flight);
+    else gather_start(g, be, pc, u, p->buf, p->uploaded, p->read, p->packets, p->flight);
 }
 
 // A prefetch nobody asked for: finished and forgotten (its upload may still run: the slot's next one queues

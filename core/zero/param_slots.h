@@ -34,6 +34,7 @@
 #include "core/zero/hpz.h"
 #include "core/zero/nvme_store.h"
 #include "core/zero/pieces.h"
+#include "core/zero/qwz.h"
 
 // A parameter slot's life.
 typedef enum {
@@ -55,6 +56,7 @@ typedef struct {
     CommHandle flight[UNIT_SECTIONS];   // the gathers into buf, one per section
     int fills_hpz;        // they run over the data-parallel group and, once finished, fill the hpz shard
     int in_hpz;           // they run inside the hpz group, from its shard
+    void* packets;        // -qw: every rank's quantized pieces of the unit, gathered (qwz.h)
     BeEvent* uploaded;    // on_host: the upload of this rank's piece into buf
     void* read;           // disk: this rank's piece read from the disk, the upload's source
     void* read_raw;       // its allocation
@@ -73,6 +75,7 @@ typedef struct {
     double upload_seconds;               // on_host: wall time the walk spent reading and starting uploads; its
                                          // reader resets it
     Hpz hpz;                             // -hpz: the secondary shard the later gathers come from (hpz.h)
+    int quantized;                       // -qw: the gathers over the data-parallel group send packets (qwz.h)
 } ParamSlots;
 
 // Allocates the rotating and the edge slots (charging mem) and, with on_host and a backend, their upload
@@ -82,6 +85,9 @@ void param_slots_init(ParamSlots* g, Backend* be, MemLedger* mem, const Pieces* 
                       NvmeStore* disk);
 // Frees the events and the host buffers (the backend buffers are the caller's to free).
 void param_slots_free_host(ParamSlots* g, Backend* be);
+// -qw: allocates each slot's packets (charging mem; with be == NULL only charges), and frees them.
+void param_slots_quantize(ParamSlots* g, Backend* be, MemLedger* mem, const Pieces* pc);
+void param_slots_free_quantized(ParamSlots* g, Backend* be);
 
 // Unit u's gathered parameters, for the walk to compute with now (held until param_slots_done). A block:
 // the slot already holding or gathering it, else a free one (dropping a prefetch if none is free); the

@@ -1,5 +1,6 @@
 // test_quantize.c: block quantization (kernels.h: quantize_blocks, dequantize_blocks) on the CPU twin.
-//   round trip: every element within absmax / (2 qmax) of its block, 8 and 4 bits, from fp32, bf16 and fp16
+//   round trip: every element within absmax / (2 qmax) of its block (and fp32's rounding), 8 and 4 bits, from fp32,
+//     bf16 and fp16
 //   bf16 is read as bf16: its q and scales are those of the same values stored as fp32 (reading its bits as
 //     fp16 would give others)
 //   4 bits by hand: the levels, the nibbles' order, rint's ties to even, a lone last element's high nibble 0
@@ -8,6 +9,9 @@
 //   dequantize with `add`: out + q scale, rounded once to out's type
 //   the same bits on one and on three threads
 // Refused: bits other than 4 and 8, an odd block at 4 bits.
+// With a model file (test_quantize MODEL.bin, tests/system/t_zeropp.sh): the round trip bound on its real
+// tensors, each unit's sections cut in blocks of QWZ_BLOCK from their starts as -qw cuts them (core/zero/qwz.h),
+// at 8 bits, from the values in fp32 and rounded to bf16.
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -15,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checkpoint/model_file.h"
+#include "core/zero/qwz.h"
 #include "tests/unit/child_testlib.h"
 #include "tests/unit/kernel_testlib.h"
 
@@ -22,6 +28,10 @@ typedef struct {
     Backend* be;
     TestStats st;
 } Ctx;
+
+// The bound absmax / (2 qmax) holds for exact arithmetic; x / scale and q scale round in fp32, which for |x| near
+// qmax scales adds up to a few of x's ulps: the bound's factor with 4 qmax 2^-24 to spare.
+static double rounding_slack(int bits) { return 1.0 + 4.0 * ((1 << (bits - 1)) - 1) * ldexp(1.0, -24); }
 
 // x's blocks' absmax, from the values as stored.
 static float block_absmax(const float* x, size_t lo, size_t hi) {
@@ -61,8 +71,8 @@ static void round_trip(Ctx* c) {
         for (int bits = 4; bits <= 8; bits += 4) {
             char name[96];
             snprintf(name, sizeof name, "quantize_round_trip_within_half_step_%s_int%d", names[d], bits);
-            // a last block of 1001 % 64 = 41 elements (odd at 4 bits); the bound with one part in 10^6 to spare
-            check_close(&c->st, name, worst_over_bound(c, dts[d], 1001, 64, bits, 11 + d), 1.0 + 1e-6);
+            // a last block of 1001 % 64 = 41 elements (odd at 4 bits)
+            check_close(&c->st, name, worst_over_bound(c, dts[d], 1001, 64, bits, 11 + d), rounding_slack(bits));
         }
 }
 
@@ -167,8 +177,47 @@ static void odd_block(const void* arg) {
     quantize_blocks(be, DT_FP32, NULL, NULL, NULL, 4, 3, 4);
 }
 
-int main(void) {
+// The model's sections (flat, in its layout), each quantized as qwZ quantizes it: the worst error over its bound.
+static double model_worst(Ctx* c, const char* path, DType dt) {
+    ModelShape shape = model_file_shape(path);
+    ParamLayout lay;
+    layout_build(&lay, &shape, layout_pad_multiple(1));
+    float* flat = model_file_read(&lay, path);
+    double worst = 0.0;
+    for (int u = 0; u < lay.num_units; u++)
+        for (int s = 0; s < UNIT_SECTIONS; s++) {
+            size_t n = section_len(&lay.units[u], s);
+            if (!n) continue;
+            float* h = flat + section_begin(&lay.units[u], s);
+            for (size_t i = 0; i < n; i++) h[i] = dtype_round(h[i], dt);
+            void* x = dev_from(c->be, dt, h, n);
+            void* q = be_malloc(c->be, quantized_bytes(n, QWZ_BITS));
+            float* sc = (float*)be_malloc(c->be, quantized_blocks(n, QWZ_BLOCK) * sizeof(float));
+            float* y = (float*)be_malloc(c->be, n * sizeof(float));
+            quantize_blocks(c->be, dt, q, sc, x, n, QWZ_BLOCK, QWZ_BITS);
+            dequantize_blocks(c->be, DT_FP32, y, q, sc, n, QWZ_BLOCK, QWZ_BITS, 0);
+            for (size_t lo = 0; lo < n; lo += QWZ_BLOCK) {
+                size_t hi = lo + QWZ_BLOCK < n ? lo + QWZ_BLOCK : n;
+                double bound = block_absmax(h, lo, hi) / (2.0 * ((1 << (QWZ_BITS - 1)) - 1));
+                for (size_t i = lo; i < hi; i++) {
+                    double e = fabs((double)y[i] - (double)h[i]);
+                    if (e > 0.0) worst = e / bound > worst ? e / bound : worst;
+                }
+            }
+            be_free(c->be, x), be_free(c->be, q), be_free(c->be, sc), be_free(c->be, y);
+        }
+    free(flat);
+    return worst;
+}
+
+int main(int argc, char** argv) {
     Ctx c = {backend_create(0), {0, 0}};
+    if (argc == 2) {
+        check_close(&c.st, "qwz_round_trip_on_model_fp32", model_worst(&c, argv[1], DT_FP32), rounding_slack(QWZ_BITS));
+        check_close(&c.st, "qwz_round_trip_on_model_bf16", model_worst(&c, argv[1], DT_BF16), rounding_slack(QWZ_BITS));
+        backend_destroy(c.be);
+        return test_exit(&c.st);
+    }
     omp_set_num_threads(1);
     round_trip(&c);
     bf16_as_bf16(&c);
