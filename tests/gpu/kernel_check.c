@@ -636,7 +636,7 @@ static void t_attention_chunk_forward(Ctx* c, const AttShape* a, const float* hq
         snprintf(kernel, sizeof kernel, "attention_chunk_forward_%s", p->name);
         Outs o;
         outs_begin_named(&o, a->name, kernel);
-        attention_chunk_forward(c->be, dt, outp, lse, q, kv, B, p->Tq, p->Tk, p->q0, p->k0, NH, KV, D);
+        attention_chunk_forward(c->be, dt, outp, lse, q, kv, NULL, B, p->Tq, p->Tk, p->q0, p->k0, NH, KV, D);
         out(c, &o, 0, "out", outp, dt, no);
         out_lse(c, &o, 0, lse, nl);
         outs_end(&o);
@@ -702,7 +702,7 @@ static void t_attention_chunk_backward(Ctx* c, const AttShape* a, const float* h
         for (int rep = 0; rep < 2; rep++) {
             put(c, dq, hdq, nq, dt);
             put(c, dkv, hdkv, nkv, dt);
-            attention_chunk_backward(c->be, dt, dq, dkv, dout, q, kv, outp, lse, B, p->Tq, p->Tk, p->q0, p->k0, NH, KV, D);
+            attention_chunk_backward(c->be, dt, dq, dkv, dout, q, kv, outp, lse, NULL, B, p->Tq, p->Tk, p->q0, p->k0, NH, KV, D);
             out(c, &o, rep, "dq", dq, dt, nq);
             out(c, &o, rep, "dkv", dkv, dt, nkv);
         }
