@@ -98,8 +98,9 @@ void convert(Backend* be, void* dst, DType dst_dt, const void* src, DType src_dt
 // before documents existed, bit for bit:
 // - pos: the token's position in its document (the learned position row wpe[pos]; RoPE's angle (float)pos), or
 //   in its sequence when a row holds later parts of one (context parallelism: positions p0 .. p0 + T - 1, or
-//   under -cpm ring two runs, p0 .. p0 + T/2 - 1 then p1 .. p1 + T/2 - 1 with p1 > p0 + T/2 - 1; the caller keeps
-//   them below the position table's rows);
+//   under -cpm ring two runs, p0 .. p0 + T/2 - 1 then p1 .. p1 + T/2 - 1 with p1 > p0 + T/2 - 1, or with
+//   documents each half of the row its documents' positions; the caller keeps them below the position table's
+//   rows);
 // - doc: the row index of the first token of the token's document. Query t attends keys j with
 //   doc[t] <= j <= t (block-diagonal causal). Documents are contiguous: doc is non-decreasing within a row,
 //   doc[t] <= t, and doc[t] == doc[t'] for every t' in [doc[t], t]; then pos[t] = t - doc[t] in [0, t]. pos

@@ -119,13 +119,12 @@ static void check_lora(const Config* c) {
 
 // What -cp does not compose with yet, for the one-line refusal: each needs its own context-parallel path (a
 // tensor group inside a context group, the host's copies of the state, the adapters' dropout by position, a
-// sequence per example or per generated token, documents' positions, one rank's whole logits).
+// sequence per example or per generated token, one rank's whole logits).
 const char* config_context_unbuilt(const Config* c) {
     if (c->context_parallel < 2) return NULL;
     if (c->tensor_parallel > 1) return "-tp";
     if (c->lora.dropout > 0) return "-lora-dropout";   // its masks are drawn by the element's place in the rank's rows
     if (c->hellaswag) return "-hs";
-    if (c->docmask) return "-docmask";
     if (c->dump_dir) return "-dump";
     return NULL;
 }

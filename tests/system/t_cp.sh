@@ -80,7 +80,6 @@ bad cp_kv_heads "-cp 2 and 3 kv heads: one must divide the other" -e "llama:L2,C
 bad cp_world "-cp 2 does not divide the 3 ranks into context groups of 2" -e "$GPT2" -cp 2 --estimate -w 3
 bad cp_with_tp "-cp 2 with -tp: not yet built" -e "$GPT2" -cp 2 -tp 2 --estimate -w 4
 bad cp_with_lora_dropout "-cp 2 with -lora-dropout: not yet built" -e "$GPT2" -cp 2 -lora 4 -lora-dropout 0.1 --estimate -w 2
-bad cp_with_docmask "-cp 2 with -docmask: not yet built" -e "$GPT2" -cp 2 -docmask 1 --estimate -w 2
 bad cp_with_hellaswag "-cp 2 with -hs: not yet built" -e "$GPT2" -cp 2 -hs "$TMP/hs.bin" -v 1 --estimate -w 2
 bad cp_with_dump "-cp 2 with -dump: not yet built" -e "$GPT2" -cp 2 -dump "$TMP/d" --estimate -w 2
 # -gpu-mem's longest sequences: each cell is the planner's own boundary, the -t whose plan fits the budget with
