@@ -8,9 +8,11 @@
 #include "kernels/cpu_common.h"
 
 // Element offsets: q and out (B,Tq,NH*D), kv (B,Tk,2*KV*D) with k before v in each row, lse (B,NH,Tq).
+// doc (B,Tq) or NULL: each query's document start, in the sequence's positions (those of q0 and k0).
 typedef struct {
     int Tq, Tk, q0, k0, NH, KV, R, D;
     float scale;
+    const int* doc;
 } ChunkShape;
 static inline size_t cq_at(const ChunkShape* s, int b, int t, int h) {
     return (((size_t)b * s->Tq + t) * s->NH + h) * s->D;
@@ -26,7 +28,18 @@ static inline int last_key(const ChunkShape* s, int t) {
     const long long last = (long long)s->q0 + t - s->k0;
     return last < 0 ? -1 : last >= s->Tk ? s->Tk - 1 : (int)last;
 }
-// The first query that attends key j: Tq when none does.
+// The first key query t of row b may attend: its document's first position, on this chunk's keys (past the
+// last key when its document starts after the chunk).
+static inline int first_key(const ChunkShape* s, int b, int t) {
+    if (!s->doc) return 0;
+    const long long first = (long long)s->doc[(size_t)b * s->Tq + t] - s->k0;
+    return first <= 0 ? 0 : first > s->Tk ? s->Tk : (int)first;
+}
+// Whether query t of row b (at or after key j causally) attends key j: both in one document.
+static inline int same_document(const ChunkShape* s, int b, int t, int j) {
+    return !s->doc || s->doc[(size_t)b * s->Tq + t] <= s->k0 + j;
+}
+// The first query that attends key j causally: Tq when none does.
 static inline int first_query(const ChunkShape* s, int j) {
     const long long first = (long long)s->k0 + j - s->q0;
     return first <= 0 ? 0 : first >= s->Tq ? s->Tq : (int)first;
@@ -38,40 +51,46 @@ static float cdot(const void* x, size_t ox, const void* y, size_t oy, int n, DTy
     return acc;
 }
 
-static ChunkShape chunk_shape(const char* who, int B, int Tq, int Tk, int q0, int k0, int NH, int KV, int D) {
+static ChunkShape chunk_shape(const char* who, const int* doc, int B, int Tq, int Tk, int q0, int k0, int NH, int KV,
+                              int D) {
     if (NH <= 0 || KV <= 0 || NH % KV) fail("%s: NH=%d query heads do not share KV=%d kv heads evenly", who, NH, KV);
     if (D <= 0) fail("%s: head size %d", who, D);
     if (B < 0 || Tq < 0 || Tk < 0 || q0 < 0 || k0 < 0)
         fail("%s: negative size or offset (B=%d Tq=%d Tk=%d q0=%d k0=%d)", who, B, Tq, Tk, q0, k0);
-    ChunkShape s = {Tq, Tk, q0, k0, NH, KV, NH / KV, D, 1.0f / sqrtf((float)D)};
+    ChunkShape s = {Tq, Tk, q0, k0, NH, KV, NH / KV, D, 1.0f / sqrtf((float)D), doc};
+    for (int b = 0; doc && b < B; b++)
+        for (int t = 0; t < Tq; t++)
+            if (doc[(size_t)b * Tq + t] < 0 || doc[(size_t)b * Tq + t] > q0 + t)
+                fail("%s: query %d of row %d (position %d) has document start %d, outside [0, %d]", who, t, b, q0 + t,
+                     doc[(size_t)b * Tq + t], q0 + t);
     return s;
 }
 
 // One query row, two passes as attention_forward's rows: scores into `row` (Tk floats), acc (D floats).
 static void chunk_forward_row(const ChunkShape* s, DType dt, void* out, float* lse, const void* q, const void* kv,
                               int b, int h, int t, float* row, float* acc) {
-    const int last = last_key(s, t), kh = h / s->R;
+    const int first = first_key(s, b, t), last = last_key(s, t), kh = h / s->R;
     const size_t qo = cq_at(s, b, t, h);
     memset(acc, 0, sizeof(float) * s->D);
     float mx = -INFINITY, sum = 0.0f;
-    for (int j = 0; j <= last; j++) {
+    for (int j = first; j <= last; j++) {
         row[j] = cdot(q, qo, kv, ck_at(s, b, j, kh), s->D, dt) * s->scale;
         mx = fmaxf(mx, row[j]);
     }
-    for (int j = 0; j <= last; j++) sum += (row[j] = expf(row[j] - mx));
-    for (int j = 0; j <= last; j++) {
+    for (int j = first; j <= last; j++) sum += (row[j] = expf(row[j] - mx));
+    for (int j = first; j <= last; j++) {
         const float p = row[j] / sum;
         const size_t vo = cv_at(s, b, j, kh);
         for (int i = 0; i < s->D; i++) acc[i] += p * ld(kv, vo + i, dt);
     }
     for (int i = 0; i < s->D; i++) st(out, qo + i, acc[i], dt);
-    lse[clse_at(s, b, h, t)] = last < 0 ? -INFINITY : mx + logf(sum);
+    lse[clse_at(s, b, h, t)] = first > last ? -INFINITY : mx + logf(sum);
 }
 
-void attention_chunk_forward(Backend* be, DType dt, void* out, float* lse, const void* q, const void* kv, int B, int Tq,
-                             int Tk, int q0, int k0, int NH, int KV, int D) {
-    BACKEND_ENTRY(be, out, lse, q, kv);
-    const ChunkShape s = chunk_shape("attention_chunk_forward", B, Tq, Tk, q0, k0, NH, KV, D);
+void attention_chunk_forward(Backend* be, DType dt, void* out, float* lse, const void* q, const void* kv, const int* doc,
+                             int B, int Tq, int Tk, int q0, int k0, int NH, int KV, int D) {
+    BACKEND_ENTRY(be, out, lse, q, kv, doc);
+    const ChunkShape s = chunk_shape("attention_chunk_forward", doc, B, Tq, Tk, q0, k0, NH, KV, D);
     const int per_thread = Tk + D;
     float* buf = xmalloc(sizeof(float) * per_thread * cpu_max_threads());
 #pragma omp parallel for schedule(dynamic, 8)
@@ -120,13 +139,13 @@ static void chunk_p_ds(const ChunkBwd* a, int b, int h, int i, int j, float* p, 
     *ds = *p * (cdot(a->dout, qo, a->kv, cv_at(s, b, j, kh), s->D, a->dt) - a->drow[row]);
 }
 
-// dq_i += scale * sum_{j <= last} ds_ij k_j.
+// dq_i += scale * sum_{first <= j <= last} ds_ij k_j. A row with no key here adds nothing (its lse may be -inf).
 static void chunk_dq_row(const ChunkBwd* a, void* dq, int b, int h, int i, float* acc) {
     const ChunkShape* s = a->s;
-    const int last = last_key(s, i);
-    if (last < 0) return;
+    const int first = first_key(s, b, i), last = last_key(s, i);
+    if (first > last) return;
     memset(acc, 0, sizeof(float) * s->D);
-    for (int j = 0; j <= last; j++) {
+    for (int j = first; j <= last; j++) {
         float p, ds;
         chunk_p_ds(a, b, h, i, j, &p, &ds);
         const size_t ko = ck_at(s, b, j, h / s->R);
@@ -137,7 +156,7 @@ static void chunk_dq_row(const ChunkBwd* a, void* dq, int b, int h, int i, float
 }
 
 // dk_j += scale * sum_h sum_{i >= first} ds_ij q_i, dv_j += sum_h sum_{i >= first} p_ij dout_i over the query heads
-// of kv head kh in increasing h.
+// of kv head kh in increasing h, the queries of another document left out.
 static void chunk_dkv_row(const ChunkBwd* a, void* dkv, int b, int kh, int j, float* acck, float* accv) {
     const ChunkShape* s = a->s;
     const int first = first_query(s, j);
@@ -146,6 +165,7 @@ static void chunk_dkv_row(const ChunkBwd* a, void* dkv, int b, int kh, int j, fl
     memset(accv, 0, sizeof(float) * s->D);
     for (int h = kh * s->R; h < (kh + 1) * s->R; h++)
         for (int i = first; i < s->Tq; i++) {
+            if (!same_document(s, b, i, j)) continue;
             float p, ds;
             chunk_p_ds(a, b, h, i, j, &p, &ds);
             const size_t qo = cq_at(s, b, i, h);
@@ -163,10 +183,10 @@ static void chunk_dkv_row(const ChunkBwd* a, void* dkv, int b, int kh, int j, fl
 
 // Each output row is summed by one thread in a fixed order: the bits do not depend on the thread count.
 void attention_chunk_backward(Backend* be, DType dt, void* dq, void* dkv, const void* dout, const void* q,
-                              const void* kv, const void* out, const float* lse, int B, int Tq, int Tk, int q0, int k0,
-                              int NH, int KV, int D) {
-    BACKEND_ENTRY(be, dq, dkv, dout, q, kv, out, lse);
-    const ChunkShape s = chunk_shape("attention_chunk_backward", B, Tq, Tk, q0, k0, NH, KV, D);
+                              const void* kv, const void* out, const float* lse, const int* doc, int B, int Tq, int Tk,
+                              int q0, int k0, int NH, int KV, int D) {
+    BACKEND_ENTRY(be, dq, dkv, dout, q, kv, out, lse, doc);
+    const ChunkShape s = chunk_shape("attention_chunk_backward", doc, B, Tq, Tk, q0, k0, NH, KV, D);
     const long long qrows = (long long)B * NH * Tq, krows = (long long)B * KV * Tk;
     float* drow = xmalloc(sizeof(float) * (qrows ? qrows : 1));
 #pragma omp parallel for schedule(static)

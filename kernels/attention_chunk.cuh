@@ -11,16 +11,24 @@
 constexpr int CHUNK_WARPS = 4;   // rows a block
 constexpr int CHUNK_DIMS = 4;   // head dims a lane: D <= 128
 
-// Shapes and offsets (kernels.h): q, out, dq (B,Tq,NH*D); kv, dkv (B,Tk,2*KV*D), k before v; lse (B,NH,Tq).
+// Shapes and offsets (kernels.h): q, out, dq (B,Tq,NH*D); kv, dkv (B,Tk,2*KV*D), k before v; lse (B,NH,Tq);
+// doc (B,Tq) or NULL, each query's document start in the sequence's positions.
 struct ChunkDims {
     int B, Tq, Tk, q0, k0, NH, KV, D;
     float scale;
+    const int* doc;
 };
 
 // The last key query t attends (-1: none here), the first query that attends key j (Tq: none).
 __device__ __forceinline__ int chunk_last_key(const ChunkDims& s, int t) {
     const long long last = (long long)s.q0 + t - s.k0;
     return last < 0 ? -1 : last >= s.Tk ? s.Tk - 1 : (int)last;
+}
+// The first key query t of row b attends: its document's first position on this chunk's keys (Tk: none here).
+__device__ __forceinline__ int chunk_first_key(const ChunkDims& s, int b, int t) {
+    if (!s.doc) return 0;
+    const long long first = (long long)s.doc[(size_t)b * s.Tq + t] - s.k0;
+    return first <= 0 ? 0 : first > s.Tk ? s.Tk : (int)first;
 }
 __device__ __forceinline__ int chunk_first_query(const ChunkDims& s, int j) {
     const long long first = (long long)s.k0 + j - s.q0;
@@ -61,11 +69,11 @@ __global__ void chunk_forward_kernel(X* out, float* lse, const X* q, const X* kv
     const long long r = (long long)blockIdx.x * CHUNK_WARPS + threadIdx.x / 32;
     if (r >= (long long)s.B * s.NH * s.Tq) return;   // the whole warp: r is the warp's
     const int t = (int)(r % s.Tq), h = (int)(r / s.Tq % s.NH), b = (int)(r / ((long long)s.Tq * s.NH));
-    const int kh = h / (s.NH / s.KV), last = chunk_last_key(s, t);
+    const int kh = h / (s.NH / s.KV), first = chunk_first_key(s, b, t), last = chunk_last_key(s, t);
     float qr[CHUNK_DIMS], kr[CHUNK_DIMS], vr[CHUNK_DIMS], acc[CHUNK_DIMS] = {};
     chunk_load(qr, q + chunk_q_at(s, b, t, h), s.D);
     float m = -INFINITY, l = 0.0f;
-    for (int j = 0; j <= last; j++) {
+    for (int j = first; j <= last; j++) {
         const X* k = kv + chunk_k_at(s, b, j, kh);
         chunk_load(kr, k, s.D);
         chunk_load(vr, k + (size_t)s.KV * s.D, s.D);
@@ -75,8 +83,8 @@ __global__ void chunk_forward_kernel(X* out, float* lse, const X* q, const X* kv
         for (int i = 0; i < CHUNK_DIMS; i++) acc[i] = acc[i] * c + p * vr[i];
         m = mn;
     }
-    chunk_store<false>(out + chunk_q_at(s, b, t, h), acc, last < 0 ? 0.0f : 1.0f / l, s.D);
-    if (threadIdx.x % 32 == 0) lse[chunk_lse_at(s, b, h, t)] = last < 0 ? -INFINITY : m + logf(l);
+    chunk_store<false>(out + chunk_q_at(s, b, t, h), acc, first > last ? 0.0f : 1.0f / l, s.D);
+    if (threadIdx.x % 32 == 0) lse[chunk_lse_at(s, b, h, t)] = first > last ? -INFINITY : m + logf(l);
 }
 
 // One warp per row r = (b*T + t)*NH + h of out: every lane reads the two lse before lane 0 writes the merged one.
@@ -108,22 +116,23 @@ __device__ __forceinline__ ChunkGrad chunk_grad(const float (&qr)[CHUNK_DIMS], c
     return {p, p * (chunk_dot(dor, vr) - drow)};
 }
 
-// One warp per query row: dq_i += scale * sum_{j <= last} ds_ij k_j.
+// One warp per query row: dq_i += scale * sum_{first <= j <= last} ds_ij k_j; a row with no key here (its lse
+// may be -inf) adds nothing.
 template <typename X>
 __global__ void chunk_dq_kernel(X* dq, const X* dout, const X* q, const X* kv, const X* out, const float* lse,
                                 ChunkDims s) {
     const long long r = (long long)blockIdx.x * CHUNK_WARPS + threadIdx.x / 32;
     if (r >= (long long)s.B * s.NH * s.Tq) return;
     const int t = (int)(r % s.Tq), h = (int)(r / s.Tq % s.NH), b = (int)(r / ((long long)s.Tq * s.NH));
-    const int kh = h / (s.NH / s.KV), last = chunk_last_key(s, t);
-    if (last < 0) return;
+    const int kh = h / (s.NH / s.KV), first = chunk_first_key(s, b, t), last = chunk_last_key(s, t);
+    if (first > last) return;
     const size_t qo = chunk_q_at(s, b, t, h);
     float qr[CHUNK_DIMS], dor[CHUNK_DIMS], kr[CHUNK_DIMS], vr[CHUNK_DIMS], acc[CHUNK_DIMS] = {};
     chunk_load(qr, q + qo, s.D);
     chunk_load(dor, dout + qo, s.D);
     chunk_load(vr, out + qo, s.D);
     const float drow = chunk_dot(dor, vr), L = lse[chunk_lse_at(s, b, h, t)];
-    for (int j = 0; j <= last; j++) {
+    for (int j = first; j <= last; j++) {
         const X* k = kv + chunk_k_at(s, b, j, kh);
         chunk_load(kr, k, s.D);
         chunk_load(vr, k + (size_t)s.KV * s.D, s.D);
@@ -134,7 +143,7 @@ __global__ void chunk_dq_kernel(X* dq, const X* dout, const X* q, const X* kv, c
 }
 
 // One warp per key row (b, kh, j): dk_j += scale * sum ds_ij q_i, dv_j += sum p_ij dout_i over the query heads of
-// kv head kh in increasing h, and the queries that attend j in increasing i.
+// kv head kh in increasing h, and the queries that attend j (causally, in its document) in increasing i.
 template <typename X>
 __global__ void chunk_dkv_kernel(X* dkv, const X* dout, const X* q, const X* kv, const X* out, const float* lse,
                                  ChunkDims s) {
@@ -150,6 +159,7 @@ __global__ void chunk_dkv_kernel(X* dkv, const X* dout, const X* q, const X* kv,
     chunk_load(vr, kv + vo, s.D);
     for (int h = kh * R; h < (kh + 1) * R; h++)
         for (int i = first; i < s.Tq; i++) {
+            if (s.doc && s.doc[(size_t)b * s.Tq + i] > s.k0 + j) continue;   // the warp's: i is the warp's
             const size_t qo = chunk_q_at(s, b, i, h);
             chunk_load(qr, q + qo, s.D);
             chunk_load(dor, dout + qo, s.D);
@@ -165,16 +175,17 @@ __global__ void chunk_dkv_kernel(X* dkv, const X* dout, const X* q, const X* kv,
     chunk_store<true>(dkv + vo, accv, 1.0f, s.D);
 }
 
-static ChunkDims chunk_dims(const char* who, int B, int Tq, int Tk, int q0, int k0, int NH, int KV, int D) {
+static ChunkDims chunk_dims(const char* who, const int* doc, int B, int Tq, int Tk, int q0, int k0, int NH, int KV,
+                            int D) {
     attention_check_shape(NH, KV, D, who);
     if (B < 0 || Tq < 0 || Tk < 0 || q0 < 0 || k0 < 0)
         fail("%s: negative size or offset (B=%d Tq=%d Tk=%d q0=%d k0=%d)", who, B, Tq, Tk, q0, k0);
-    return {B, Tq, Tk, q0, k0, NH, KV, D, 1.0f / sqrtf((float)D)};
+    return {B, Tq, Tk, q0, k0, NH, KV, D, 1.0f / sqrtf((float)D), doc};
 }
 
 extern "C" void attention_chunk_forward(Backend* be, DType dt, void* out, float* lse, const void* q, const void* kv,
-                                        int B, int Tq, int Tk, int q0, int k0, int NH, int KV, int D) {
-    const ChunkDims s = chunk_dims("attention_chunk_forward", B, Tq, Tk, q0, k0, NH, KV, D);
+                                        const int* doc, int B, int Tq, int Tk, int q0, int k0, int NH, int KV, int D) {
+    const ChunkDims s = chunk_dims("attention_chunk_forward", doc, B, Tq, Tk, q0, k0, NH, KV, D);
     const long long rows = (long long)B * NH * Tq;
     if (rows == 0) return;
     DISPATCH_DTYPE(dt, X, {
@@ -197,9 +208,9 @@ extern "C" void attention_lse_merge(Backend* be, DType dt, void* out, float* lse
 }
 
 extern "C" void attention_chunk_backward(Backend* be, DType dt, void* dq, void* dkv, const void* dout, const void* q,
-                                         const void* kv, const void* out, const float* lse, int B, int Tq, int Tk,
-                                         int q0, int k0, int NH, int KV, int D) {
-    const ChunkDims s = chunk_dims("attention_chunk_backward", B, Tq, Tk, q0, k0, NH, KV, D);
+                                         const void* kv, const void* out, const float* lse, const int* doc, int B,
+                                         int Tq, int Tk, int q0, int k0, int NH, int KV, int D) {
+    const ChunkDims s = chunk_dims("attention_chunk_backward", doc, B, Tq, Tk, q0, k0, NH, KV, D);
     const long long qrows = (long long)B * NH * Tq, krows = (long long)B * KV * Tk;
     if (qrows == 0 || krows == 0) return;
     DISPATCH_DTYPE(dt, X, {

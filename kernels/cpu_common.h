@@ -77,14 +77,15 @@ static inline float silu_grad_f(float x) {
 
 // The documents' arrays (kernels.h: Documents), checked where a kernel takes them: a bad array is a loader's
 // bug that would otherwise read out of bounds or silently attend across documents. NULL passes. A row's
-// positions run up by one from its first token's, start again at 0 where a document starts, or, halfway along
-// an even row, jump ahead (a context rank's second chunk of the sequence under -cpm ring).
+// positions run up by one from its first token's and start again at 0 where a document starts; halfway along an
+// even row a context rank's second chunk of the sequence (-cpm ring) starts afresh: ahead of the first, or,
+// with documents, anywhere in the document it starts in.
 static inline void cpu_check_pos(const int* pos, int B, int T, const char* who) {
     for (long long bt = 0; pos && bt < (long long)B * T; bt++) {
         const int t = (int)(bt % T), half = T % 2 == 0 && t == T / 2;
-        if (pos[bt] < 0 || (t > 0 && pos[bt] != 0 && pos[bt] != pos[bt - 1] + 1 && !(half && pos[bt] > pos[bt - 1])))
-            fail("%s: pos %d at row %lld, token %d: neither 0 nor one past the token before it%s", who, pos[bt], bt / T,
-                 t, half ? " nor ahead of it" : "");
+        if (pos[bt] < 0 || (t > 0 && !half && pos[bt] != 0 && pos[bt] != pos[bt - 1] + 1))
+            fail("%s: pos %d at row %lld, token %d: %s", who, pos[bt], bt / T, t,
+                 pos[bt] < 0 ? "negative" : "neither 0 nor one past the token before it");
     }
 }
 static inline void cpu_check_doc(const int* doc, int B, int T, const char* who) {

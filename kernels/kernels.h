@@ -98,8 +98,9 @@ void convert(Backend* be, void* dst, DType dst_dt, const void* src, DType src_dt
 // before documents existed, bit for bit:
 // - pos: the token's position in its document (the learned position row wpe[pos]; RoPE's angle (float)pos), or
 //   in its sequence when a row holds later parts of one (context parallelism: positions p0 .. p0 + T - 1, or
-//   under -cpm ring two runs, p0 .. p0 + T/2 - 1 then p1 .. p1 + T/2 - 1 with p1 > p0 + T/2 - 1; the caller keeps
-//   them below the position table's rows);
+//   under -cpm ring two runs, p0 .. p0 + T/2 - 1 then p1 .. p1 + T/2 - 1 with p1 > p0 + T/2 - 1, or with
+//   documents each half of the row its documents' positions; the caller keeps them below the position table's
+//   rows);
 // - doc: the row index of the first token of the token's document. Query t attends keys j with
 //   doc[t] <= j <= t (block-diagonal causal). Documents are contiguous: doc is non-decreasing within a row,
 //   doc[t] <= t, and doc[t] == doc[t'] for every t' in [doc[t], t]; then pos[t] = t - doc[t] in [0, t]. pos
@@ -201,11 +202,14 @@ void attention_backward(Backend* be, DType dt, void* dqkv, float* scratch, const
 // chunks' global positions, merged by log-sum-exp; the sequence's attention is the merge over every chunk.
 // q (B,Tq,NH*D) X: queries at global positions q0 .. q0+Tq-1. kv (B,Tk,2*KV*D) X packs per row [k: KV heads of D |
 // v: KV heads]: keys at k0 .. k0+Tk-1. Causal on the global positions: query t attends key s iff k0+s <= q0+t;
-// heads grouped as attention_forward's. out (B,Tq,NH*D) X, normalised over this chunk's keys; lse (B,NH,Tq) fp32,
-// natural log of the sum of exp(q.k/sqrt(D)) over them. A query row with no key here (the chunk lies in its
-// future) gets lse = -inf and out = 0. The CUDA backend takes D a multiple of 8, at most 128.
-void attention_chunk_forward(Backend* be, DType dt, void* out, float* lse, const void* q, const void* kv, int B, int Tq,
-                             int Tk, int q0, int k0, int NH, int KV, int D);
+// heads grouped as attention_forward's. doc (B,Tq) int or NULL (Documents above, in the sequence's positions): the
+// first position of each query's document; query t then attends key s iff doc[b,t] <= k0+s <= q0+t, so only the
+// queries' documents are needed (documents are contiguous). out (B,Tq,NH*D) X, normalised over this chunk's keys;
+// lse (B,NH,Tq) fp32, natural log of the sum of exp(q.k/sqrt(D)) over them. A query row with no key here (the
+// chunk lies in its future, or before its document) gets lse = -inf and out = 0. The CUDA backend takes D a
+// multiple of 8, at most 128.
+void attention_chunk_forward(Backend* be, DType dt, void* out, float* lse, const void* q, const void* kv, const int* doc,
+                             int B, int Tq, int Tk, int q0, int k0, int NH, int KV, int D);
 // (out, lse) <- the attention over both key sets of (out, lse) and (out2, lse2), all (B,T,NH*D) X and (B,NH,T)
 // fp32: m = max(lse, lse2), w = exp(lse - m), w2 = exp(lse2 - m), out = (w out + w2 out2) / (w + w2),
 // lse = m + log(w + w2). lse = lse2 = -inf gives lse = -inf and out = 0; a side at -inf leaves the other's bits.
@@ -213,11 +217,12 @@ void attention_lse_merge(Backend* be, DType dt, void* out, float* lse, const voi
                          int NH, int D);
 // The chunk pair's gradients, ACCUMULATED: dq (B,Tq,NH*D) X += its share from this key chunk, dkv (B,Tk,2*KV*D) X
 // += this query chunk's share of dk and dv. out and lse are the query rows' FINAL ones (merged over every key
-// chunk), dout (B,Tq,NH*D) X their gradient. Summed over every chunk pair, dq, dk and dv are attention_backward's.
-// Each output row is summed in a fixed order (deterministic).
+// chunk), dout (B,Tq,NH*D) X their gradient; doc as the forward's. Summed over every chunk pair, dq, dk and dv are
+// attention_backward's. A query row with no key here adds nothing. Each output row is summed in a fixed order
+// (deterministic).
 void attention_chunk_backward(Backend* be, DType dt, void* dq, void* dkv, const void* dout, const void* q,
-                              const void* kv, const void* out, const float* lse, int B, int Tq, int Tk, int q0, int k0,
-                              int NH, int KV, int D);
+                              const void* kv, const void* out, const float* lse, const int* doc, int B, int Tq, int Tk,
+                              int q0, int k0, int NH, int KV, int D);
 
 // out = a + b (n elements). out may alias a or b.
 void residual_forward(Backend* be, DType dt, void* out, const void* a, const void* b, size_t n);

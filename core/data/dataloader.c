@@ -505,7 +505,6 @@ static void read_window(DataLoader* dl, long long step, int ga, int micro, Batch
 }
 
 void dataloader_keep_columns(DataLoader* dl, int pieces, const int* first, int count) {
-    if (dataloader_has_documents(dl)) fail("internal: a row's columns kept from documents (their doc indices are rows')");
     if (pieces < 1 || pieces > MAX_KEPT_PIECES) fail("internal: %d pieces of each row kept", pieces);
     for (int i = 0; i < pieces; i++)
         if (first[i] < (i ? first[i - 1] + count : 0) || count < 1 || first[i] + count > dl->T)
@@ -530,6 +529,7 @@ void dataloader_read(DataLoader* dl, long long step, int ga, int micro, Batch* b
     if (dl->keep_pieces == 0 || dl->keep_pieces * dl->keep_count == dl->T) return;
     keep_columns(dl, b->tokens);
     keep_columns(dl, b->targets);
+    if (b->pos) keep_columns(dl, b->pos);
 }
 
 void dataloader_batch(DataLoader* dl, long long step, int ga, int micro, int* inputs, int* targets) {

@@ -70,8 +70,9 @@ PackStats dataloader_pack_stats(const DataLoader* dl);
 // The micro-batch of (step, ga, micro) on this rank: tokens, targets and, with documents, pos and doc.
 void dataloader_read(DataLoader* dl, long long step, int ga, int micro, Batch* b);
 // From now on dataloader_read keeps `pieces` (1 or 2) ranges of columns, [first[i], first[i] + count) in
-// increasing order, of each of the B rows of tokens and targets, packed into B x (pieces count) (a context
-// rank's positions, -cp; two under -cpm ring); dataloader_batch too. Not with documents.
+// increasing order, of each of the B rows of tokens, targets and pos, packed into B x (pieces count) (a context
+// rank's positions, -cp; two under -cpm ring); dataloader_batch too. doc keeps the whole rows: attention
+// compares a query's document start, a position in the whole row, with keys anywhere in it.
 #define MAX_KEPT_PIECES 2
 void dataloader_keep_columns(DataLoader* dl, int pieces, const int* first, int count);
 // The place of that micro-batch in the data order, (step * ga + micro) * world + rank, before any shuffle: the

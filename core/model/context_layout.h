@@ -30,6 +30,15 @@ static inline ContextHeads context_heads(const ParamLayout* lay) {
     return h;
 }
 
+// Ints per token row of an activation set's doc array (walk.h: Activations.doc). Documents are contiguous, so a
+// query's document start alone decides which keys it sees (kernels.h). Ulysses attends whole sequences after
+// its exchange: the whole rows' document starts, cp per row of its own. The ring's chunk kernels compare its
+// own queries' starts with each passing key chunk's positions: one, packed as its chunks (context_ring.c).
+// Without -cp one.
+static inline size_t context_doc_width(const ParamLayout* lay) {
+    return lay->cp_size > 1 && !lay->cp_ring ? (size_t)lay->cp_size : 1;
+}
+
 // Elements per token row of the walk's context buffers (block.h's W_CP_*), 0 without -cp. Ulysses keeps per
 // block the exchanged q|k|v and attention output; the work buffers hold its exchange, or the ring's packed
 // chunks: send q, the output, d(output) and dq (4 NH D per row), receive the two k|v chunk buffers and their

@@ -136,6 +136,23 @@ static void to_rows(Model* g, Backend* be, const Exchange* x, int qkv, void* seq
     unpack_rows(be, g->dt, x, qkv, seq, g->acts.cp_recv);
 }
 
+void context_upload_documents(Model* g, Backend* be, int* doc, const int* rows) {
+    size_t N = (size_t)g->B * g->T;
+    int cp = g->layout->cp_size;
+    if (!g->layout->cp_ring) {   // the upload ring moves N ints at a time
+        for (int i = 0; i < cp; i++) batch_io_upload(&g->io, be, doc + (size_t)i * N, rows + (size_t)i * N);
+        return;
+    }
+    int C = g->T / 2, me = comm_rank(g->cp);
+    int* packed = (int*)xmalloc(N * sizeof(int));
+    for (int k = 0; k < 2; k++)
+        for (int b = 0; b < g->B; b++)
+            memcpy(packed + ((size_t)k * g->B + b) * C, rows + (size_t)b * cp * g->T + context_piece_start(1, cp, me, g->T, k),
+                   (size_t)C * sizeof(int));
+    batch_io_upload(&g->io, be, doc, packed);
+    free(packed);
+}
+
 void context_attention_forward(Model* g, Backend* be, int index, void* out, float* lse, const void* qkv, int refill) {
     if (g->layout->cp_ring) {   // keeps nothing per block: a refill runs the ring again from q|k|v
         context_ring_forward(g, be, out, lse, qkv);
@@ -145,7 +162,7 @@ void context_attention_forward(Model* g, Backend* be, int index, void* out, floa
     void* qkv_heads = context_qkv_heads(g, index);
     void* att_heads = context_att_heads(g, index);
     if (!refill) to_heads(g, be, &x, 1, qkv_heads, qkv);
-    attention_forward(be, g->dt, att_heads, lse, qkv_heads, NULL, x.B, x.T, x.h.NH, x.h.KV, x.D);
+    attention_forward(be, g->dt, att_heads, lse, qkv_heads, g->acts.doc, x.B, x.T, x.h.NH, x.h.KV, x.D);
     to_rows(g, be, &x, 0, out, att_heads);
 }
 
@@ -162,6 +179,6 @@ void context_attention_backward(Model* g, Backend* be, int index, void* dqkv, co
     void* dqkv_heads = g->acts.cp_recv;
     to_heads(g, be, &x, 0, dout_heads, dout);
     attention_backward(be, g->dt, dqkv_heads, g->acts.att_scratch, dout_heads, context_qkv_heads(g, index),
-                       context_att_heads(g, index), lse, NULL, x.B, x.T, x.h.NH, x.h.KV, x.D);
+                       context_att_heads(g, index), lse, g->acts.doc, x.B, x.T, x.h.NH, x.h.KV, x.D);
     to_rows(g, be, &x, 1, dqkv, dqkv_heads);
 }

@@ -21,6 +21,12 @@
 // and merging the partial results by their log-sum-exp (attention_lse_merge). The backward, from the merged
 // output and lse, runs the ring again with a d(k|v) travelling beside each k|v, gathering every rank's share
 // (attention_chunk_backward accumulates), and one last hop brings it home.
+//
+// Documents (-docmask, masked shards) compose with both: a rank's rows carry their tokens' positions in their
+// documents (pos, cut as the tokens), and attention gets each query's document start in the whole row (doc,
+// which every rank keeps whole: documents are contiguous, so that start alone decides which keys a query sees,
+// wherever the keys are). Ulysses attends whole sequences with it; the ring's chunk kernels take its queries'
+// starts and drop the keys before them, a pair's rows with no key left merging as nothing.
 #pragma once
 #include "core/model/block.h"
 #include "core/model/context_layout.h"
@@ -40,6 +46,12 @@ void context_attention_forward(Model* g, Backend* be, int index, void* out, floa
 // (the ring reads them; Ulysses reads its own exchanged copies).
 void context_attention_backward(Model* g, Backend* be, int index, void* dqkv, const void* dout, const void* qkv,
                                 const void* out, const float* lse);
+
+// Documents (-docmask, or masked shards): a micro-batch's doc holds the whole rows' document starts (B, t ints,
+// in the sequence's positions); its tokens, targets and pos are the rank's rows. Uploads into doc, an activation
+// set's (context_doc_width ints per row), what this rank's attention reads: the whole rows for Ulysses, the
+// rank's own queries' starts packed as the ring's chunks.
+void context_upload_documents(Model* g, Backend* be, int* doc, const int* rows);
 
 // -cpm ring's attention (context_ring.c): out (this rank's rows, every head) and lse ((B, NH, T), T this rank's
 // rows in their order) from qkv, this rank's rows; and its backward, dqkv overwritten.

@@ -17,12 +17,13 @@ typedef struct {
     size_t q_chunk;      // elements of one packed chunk of q (B C q)
     size_t kv_chunk;     // ... of k|v (B C kv)
     size_t lse_chunk;    // floats of one packed chunk of lse (B NH C)
+    const int* doc;      // documents: this rank's queries' document starts, packed (chunk, B, C); NULL: none
 } Ring;
 
 static Ring ring_of(const Model* g) {
     const ParamLayout* lay = g->layout;
     Ring x = {g->dt, dtype_size(g->dt), g->B, g->T / 2, lay->cp_size, comm_rank(g->cp), layout_heads(lay),
-              layout_kv_heads(lay), layout_head_size(lay), 0, 0, 0, 0, 0};
+              layout_kv_heads(lay), layout_head_size(lay), 0, 0, 0, 0, 0, g->acts.doc};
     x.q = (size_t)x.NH * x.D;
     x.kv = 2 * (size_t)x.KV * x.D;
     x.q_chunk = (size_t)x.B * x.C * x.q;
@@ -63,6 +64,9 @@ static void lse_to_rows(Backend* be, const Ring* x, float* rows, const float* ch
 
 // Whether query chunk qi of this rank attends key chunk kj of rank r: unless every key is in every query's
 // future. Chunks are aligned and of one length, so that is the key chunk starting after the query chunk.
+// Documents only take keys away, and a pair whose keys all lie before its queries' documents gives lse -inf,
+// out 0 and no gradient, which the merge and the backward take as nothing: skipping by position alone is
+// exact with or without them.
 static int pair_attends(const Ring* x, int r, int qi, int kj) {
     return chunk_start(x, r, kj) <= chunk_start(x, x->me, qi);
 }
@@ -87,19 +91,23 @@ typedef struct {
     int started[2];
 } Running;
 
+// Query chunk qi's document starts (packed as lse's chunks: B C of each), or NULL.
+static const int* query_docs(const Ring* x, int qi) { return x->doc ? x->doc + (size_t)qi * x->B * x->C : NULL; }
+
 static void forward_pair(Backend* be, const Ring* x, Running* run, const void* kv, int r, int qi, int kj) {
     const void* q = at(run->q, qi * x->q_chunk, x);
+    const int* doc = query_docs(x, qi);
     const void* k = at(kv, kj * x->kv_chunk, x);
     void* out = at(run->out, qi * x->q_chunk, x);
     float* lse = run->lse + qi * x->lse_chunk;
     int q0 = chunk_start(x, x->me, qi), k0 = chunk_start(x, r, kj);
     if (!run->started[qi]) {
-        attention_chunk_forward(be, x->dt, out, lse, q, k, x->B, x->C, x->C, q0, k0, x->NH, x->KV, x->D);
+        attention_chunk_forward(be, x->dt, out, lse, q, k, doc, x->B, x->C, x->C, q0, k0, x->NH, x->KV, x->D);
         run->started[qi] = 1;
         return;
     }
-    attention_chunk_forward(be, x->dt, run->scratch_out, run->scratch_lse, q, k, x->B, x->C, x->C, q0, k0, x->NH, x->KV,
-                            x->D);
+    attention_chunk_forward(be, x->dt, run->scratch_out, run->scratch_lse, q, k, doc, x->B, x->C, x->C, q0, k0, x->NH,
+                            x->KV, x->D);
     attention_lse_merge(be, x->dt, out, lse, run->scratch_out, run->scratch_lse, x->B, x->C, x->NH, x->D);
 }
 
@@ -133,8 +141,8 @@ typedef struct {
 static void backward_pair(Backend* be, const Ring* x, const Packed* p, int cur, int r, int qi, int kj) {
     size_t qo = qi * x->q_chunk, ko = kj * x->kv_chunk;
     attention_chunk_backward(be, x->dt, at(p->dq, qo, x), at(p->dkv[cur], ko, x), at(p->dout, qo, x), at(p->q, qo, x),
-                             at(p->kv[cur], ko, x), at(p->out, qo, x), p->lse + qi * x->lse_chunk, x->B, x->C, x->C,
-                             chunk_start(x, x->me, qi), chunk_start(x, r, kj), x->NH, x->KV, x->D);
+                             at(p->kv[cur], ko, x), at(p->out, qo, x), p->lse + qi * x->lse_chunk, query_docs(x, qi), x->B,
+                             x->C, x->C, chunk_start(x, x->me, qi), chunk_start(x, r, kj), x->NH, x->KV, x->D);
 }
 
 // Work buffers: cp_send holds q, out, dout, dq (packed), cp_recv the two k|v buffers and their d(k|v);

@@ -7,7 +7,7 @@
 
 #include "base/common.h"
 #include "core/model/block.h"
-#include "core/model/context_layout.h"
+#include "core/model/context_parallel.h"
 
 // Under -cp every token's position: where this rank's t / cp of each row lie (context_position).
 static void create_positions(Model* g, Backend* be, MemLedger* mem) {
@@ -64,11 +64,14 @@ void model_create(Model* g, Backend* be, MemLedger* mem, const ParamLayout* layo
     lora_work_create(g, be, mem);
 }
 
-size_t model_document_bytes(const Model* g) { return g->doc_arrays ? (size_t)g->num_sets * 2 * g->B * g->T * sizeof(int) : 0; }
+// A set's pos and doc arrays: pos per token row, doc as context_doc_width says.
+static size_t document_ints(const Model* g) { return (size_t)g->B * g->T * (1 + context_doc_width(g->layout)); }
+
+size_t model_document_bytes(const Model* g) { return g->doc_arrays ? (size_t)g->num_sets * document_ints(g) * sizeof(int) : 0; }
 
 void model_use_documents(Model* g, Backend* be, MemLedger* mem) {
     if (g->doc_arrays) return;
-    g->doc_arrays = (int*)mem_alloc(be, mem, MEM_ACTIVATIONS, (size_t)g->num_sets * 2 * g->B * g->T * sizeof(int));
+    g->doc_arrays = (int*)mem_alloc(be, mem, MEM_ACTIVATIONS, (size_t)g->num_sets * document_ints(g) * sizeof(int));
     if (!g->io.rows) batch_io_create(&g->io, be, g->B * g->T, 1);
 }
 
@@ -83,10 +86,11 @@ static void upload_documents(Model* g, Backend* be, int set, const MicroBatch* m
     }
     if (!g->doc_arrays) fail("internal: a micro-batch with documents on a model without model_use_documents");
     size_t N = (size_t)g->B * g->T;
-    a->pos = g->doc_arrays + (size_t)set * 2 * N;
+    a->pos = g->doc_arrays + (size_t)set * document_ints(g);
     a->doc = a->pos + N;
     batch_io_upload(&g->io, be, a->pos, mb->pos);
-    batch_io_upload(&g->io, be, a->doc, mb->doc);
+    if (g->cp) context_upload_documents(g, be, a->doc, mb->doc);
+    else batch_io_upload(&g->io, be, a->doc, mb->doc);
 }
 
 void model_destroy(Model* g, Backend* be) {

@@ -49,6 +49,7 @@ typedef struct {
     void* block[MAX_BLOCK_BUFFERS];   // the family's BlockOps.buffers
     // Documents (kernels.h): each token's position in its document and the row index of its document's first
     // token, (N) ints of the set's micro-batch; NULL: each row is one document from slot 0 (today's kernels).
+    // Under -cp pos is the rank's rows' and doc what its attention reads (context_doc_width).
     int* pos;
     int* doc;
     // Whether the set's forward was a training one (model_forward_training) and its micro-batch's position: the
@@ -58,7 +59,8 @@ typedef struct {
 } Activations;
 
 // A micro-batch's host inputs: tokens (read by the stage with the embeddings), targets (by the stage with the
-// head; NULL: logits only; -1: not a label), and pos and doc (every stage; NULL: each row one document).
+// head; NULL: logits only; -1: not a label), and pos and doc (every stage; NULL: each row one document; under
+// -cp doc holds the whole rows, context_upload_documents).
 typedef struct {
     const int* tokens;
     const int* targets;
@@ -95,7 +97,7 @@ typedef struct {
     int num_stash;       // zb's deferred weight gradients at once (0 without zb)
     WeightGradStash* stash;   // [num_stash]
     BatchIO io;          // tokens and targets up, losses down, without stopping the main stream
-    int* doc_arrays;     // model_use_documents: [num_sets] x (pos, doc) of N ints each; NULL: no documents
+    int* doc_arrays;     // model_use_documents: [num_sets] x (pos: N ints, doc: context_doc_width N); NULL: none
     struct {
         void *h, *dh, *block, *wide, *dropped, *scale;
     } lora;              // LoRA's work buffers (lora_steps.h); NULL without LoRA (dropped: without dropout)

@@ -118,11 +118,10 @@ static void check_lora(const Config* c) {
 }
 
 // What -cp does not compose with yet, for the one-line refusal: each needs its own context-parallel path (the
-// adapters' dropout by position, documents' positions, one rank's whole logits).
+// adapters' dropout by position, one rank's whole logits).
 const char* config_context_unbuilt(const Config* c) {
     if (c->context_parallel < 2) return NULL;
     if (c->lora.dropout > 0) return "-lora-dropout";   // its masks are drawn by the element's place in the rank's rows
-    if (c->docmask) return "-docmask";
     if (c->dump_dir) return "-dump";
     return NULL;
 }

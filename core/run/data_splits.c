@@ -53,8 +53,6 @@ void data_print_packing(const DataLoader* train, const DataLoader* val, const Co
 
 void data_keep_context(const Config* cfg, DataLoader* train, DataLoader* val, int cp, int cp_rank) {
     if (cp == 1) return;
-    if (dataloader_has_documents(train) || (val && dataloader_has_documents(val)))
-        fail("-cp %d with documents (shards with .mask files): not yet built", cp);
     int ring = cfg->context_mode == CP_RING, pieces = context_pieces(ring), first[MAX_KEPT_PIECES];
     for (int i = 0; i < pieces; i++) first[i] = context_piece_start(ring, cp, cp_rank, cfg->T / cp, i);
     dataloader_keep_columns(train, pieces, first, cfg->T / cp / pieces);

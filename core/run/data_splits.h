@@ -13,8 +13,8 @@ int data_document_token(const Config* cfg, const Tokenizer* tok, const char* tok
 DataLoader* data_open_val(const Config* cfg, const DataLoader* train, int dp_rank, int dp, int V, const DataOptions* opt,
                           int* batches, long long* trained);
 // -cp: context rank cp_rank of cp keeps its positions of each row train and val (or NULL) read (context_parallel.h:
-// [cp_rank t/cp, (cp_rank+1) t/cp), or -cpm ring's two chunks); documents are one line (not yet built). Nothing
-// with cp = 1.
+// [cp_rank t/cp, (cp_rank+1) t/cp), or -cpm ring's two chunks) of tokens, targets and pos; documents' doc whole
+// (dataloader_keep_columns). Nothing with cp = 1.
 void data_keep_context(const Config* cfg, DataLoader* train, DataLoader* val, int cp, int cp_rank);
 // A packed split's counts: documents longer than -t, rows, windows, rows left over (nothing for windows).
 void data_print_packing(const DataLoader* train, const DataLoader* val, const Config* cfg);

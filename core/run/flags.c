@@ -335,8 +335,8 @@ const Flag FLAGS[] = {
     {PARALLEL, "-cp", "N", FIELD(context_parallel), RANGE(1, 1024), .def = "1",
      .help = "context parallelism: N neighbouring ranks share each sequence, rank c holding positions [c t/N, (c+1) t/N) "
              "(N divides -t; -cpm ring: two chunks); ranks form stages x replicas x N context ranks x tensor ranks; gradients reduce and ZeRO "
-             "shards over replicas x N; inside -tp (and -sp) each tensor rank's heads are shared. Not yet with "
-             "-lora-dropout, documents or -dump"},
+             "shards over replicas x N; inside -tp (and -sp) each tensor rank's heads are shared; composes with documents. "
+             "Not yet with -lora-dropout or -dump"},
     {PARALLEL, "-cpm", NULL, FIELD(context_mode), NAMES(CONTEXT_MODES), .def = "ulysses",
      .help = "with -cp: ulysses (DeepSpeed's: before attention an all-to-all turns each rank's t/N positions of every "
              "head into every position of heads/N, after it one turns them back; N divides the heads, and divides the kv "

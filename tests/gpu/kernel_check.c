@@ -617,9 +617,23 @@ static void out_lse(Ctx* c, Outs* o, int rep, const float* lse, size_t n) {
 // [t1 - 7, T), of which only the last 7 queries see any ("partial": rows of -inf lse and zero out beside the
 // others); the merge of seeded partial results, some rows at -inf on one side or both; and the backward of
 // the three pairs from the whole sequence's out and lse (attention_host), accumulating into seeded dq and dkv.
+// With hdoc (make_docs' doc of the whole rows) the _doc outputs: each pair given its queries' document starts,
+// so rows whose document starts after a pair's keys have none there (lse -inf, out 0, nothing added).
 typedef struct { int q0, Tq, k0, Tk; const char* name; } ChunkPair;
 
-static void t_attention_chunk_forward(Ctx* c, const AttShape* a, const float* hqkv, const ChunkPair* pairs) {
+// The query chunk's document starts (columns q0 .. q0+Tq-1 of the (B,T) host doc) on the device; NULL for NULL.
+static int* chunk_docs(Ctx* c, const int* hdoc, int B, int T, int q0, int Tq) {
+    if (!hdoc) return NULL;
+    int* h = (int*)xmalloc(sizeof(int) * ((size_t)B * Tq + 1));
+    for (int b = 0; b < B; b++) memcpy(h + (size_t)b * Tq, hdoc + (size_t)b * T + q0, sizeof(int) * Tq);
+    int* d = (int*)dalloc(c, sizeof(int) * ((size_t)B * Tq + 1));
+    be_upload(c->be, d, h, sizeof(int) * (size_t)B * Tq);
+    free(h);
+    return d;
+}
+
+static void t_attention_chunk_forward(Ctx* c, const AttShape* a, const float* hqkv, const ChunkPair* pairs,
+                                      const int* hdoc) {
     const DType dt = c->dt;
     const int B = a->B, T = a->T, NH = a->NH, KV = a->KV, D = a->D;
     const size_t W = (size_t)(NH + 2 * KV) * D, C = (size_t)NH * D;
@@ -632,11 +646,12 @@ static void t_attention_chunk_forward(Ctx* c, const AttShape* a, const float* hq
         const size_t no = (size_t)B * p->Tq * C, nl = (size_t)B * NH * p->Tq;
         void* outp = dpoisoned(c, no * dtype_size(dt));
         float* lse = (float*)dpoisoned(c, nl * 4);
+        const int* doc = chunk_docs(c, hdoc, B, T, p->q0, p->Tq);
         char kernel[64];
-        snprintf(kernel, sizeof kernel, "attention_chunk_forward_%s", p->name);
+        snprintf(kernel, sizeof kernel, "attention_chunk_forward_%s%s", hdoc ? "doc_" : "", p->name);
         Outs o;
         outs_begin_named(&o, a->name, kernel);
-        attention_chunk_forward(c->be, dt, outp, lse, q, kv, B, p->Tq, p->Tk, p->q0, p->k0, NH, KV, D);
+        attention_chunk_forward(c->be, dt, outp, lse, q, kv, doc, B, p->Tq, p->Tk, p->q0, p->k0, NH, KV, D);
         out(c, &o, 0, "out", outp, dt, no);
         out_lse(c, &o, 0, lse, nl);
         outs_end(&o);
@@ -673,13 +688,14 @@ static void t_attention_lse_merge(Ctx* c, const AttShape* a) {
     free(ho), free(ho2), free(hl), free(hl2);
 }
 
-static void t_attention_chunk_backward(Ctx* c, const AttShape* a, const float* hqkv, const ChunkPair* pairs) {
+static void t_attention_chunk_backward(Ctx* c, const AttShape* a, const float* hqkv, const ChunkPair* pairs,
+                                       const int* hdoc) {
     const DType dt = c->dt;
     const int B = a->B, T = a->T, NH = a->NH, KV = a->KV, D = a->D;
     const size_t W = (size_t)(NH + 2 * KV) * D, C = (size_t)NH * D, KW = 2 * (size_t)KV * D;
     float* hout = (float*)xmalloc(sizeof(float) * B * T * C);
     float* hlse = (float*)xmalloc(sizeof(float) * B * NH * T);
-    attention_host(hqkv, hout, hlse, a, dt, NULL);
+    attention_host(hqkv, hout, hlse, a, dt, hdoc);
     float* hdout = hvals(c, 515, (size_t)B * T * C, -1.0f, 1.0f, dt);
     for (int k = 0; k < 3; k++) {
         const ChunkPair* p = &pairs[k];
@@ -695,14 +711,15 @@ static void t_attention_chunk_backward(Ctx* c, const AttShape* a, const float* h
         float* lse = (float*)dnew(c, hl, (size_t)B * NH * p->Tq, DT_FP32);
         void* dq = dalloc(c, nq * dtype_size(dt));
         void* dkv = dalloc(c, nkv * dtype_size(dt));
+        const int* doc = chunk_docs(c, hdoc, B, T, p->q0, p->Tq);
         char kernel[64];
-        snprintf(kernel, sizeof kernel, "attention_chunk_backward_%s", p->name);
+        snprintf(kernel, sizeof kernel, "attention_chunk_backward_%s%s", hdoc ? "doc_" : "", p->name);
         Outs o;
         outs_begin_named(&o, a->name, kernel);
         for (int rep = 0; rep < 2; rep++) {
             put(c, dq, hdq, nq, dt);
             put(c, dkv, hdkv, nkv, dt);
-            attention_chunk_backward(c->be, dt, dq, dkv, dout, q, kv, outp, lse, B, p->Tq, p->Tk, p->q0, p->k0, NH, KV, D);
+            attention_chunk_backward(c->be, dt, dq, dkv, dout, q, kv, outp, lse, doc, B, p->Tq, p->Tk, p->q0, p->k0, NH, KV, D);
             out(c, &o, rep, "dq", dq, dt, nq);
             out(c, &o, rep, "dkv", dkv, dt, nkv);
         }
@@ -718,10 +735,16 @@ static void t_attention_chunk(Ctx* c, const AttShape* a) {
                                 {0, t1, t1 - 7, a->T - t1 + 7, "partial"}};
     const size_t nqkv = (size_t)a->B * a->T * (a->NH + 2 * a->KV) * a->D;
     float* hqkv = hvals(c, 510, nqkv, -1.5f, 1.5f, c->dt);
-    t_attention_chunk_forward(c, a, hqkv, pairs);
+    t_attention_chunk_forward(c, a, hqkv, pairs, NULL);
     t_attention_lse_merge(c, a);
-    t_attention_chunk_backward(c, a, hqkv, pairs);
-    free(hqkv);
+    t_attention_chunk_backward(c, a, hqkv, pairs, NULL);
+    end_test(c);   // the device buffers so far, before the documents' as many again
+    int* hdoc = (int*)xmalloc(sizeof(int) * (size_t)a->B * a->T);
+    int* hpos = (int*)xmalloc(sizeof(int) * (size_t)a->B * a->T);
+    make_docs(c, a->B, a->T, hdoc, hpos);
+    t_attention_chunk_forward(c, a, hqkv, pairs, hdoc);
+    t_attention_chunk_backward(c, a, hqkv, pairs, hdoc);
+    free(hqkv), free(hdoc), free(hpos);
     end_test(c);
 }
 

@@ -145,6 +145,14 @@ if command -v mpirun >/dev/null 2>&1 && ldd "$GPU" | grep -q libmpi; then
     mpirun --oversubscribe --bind-to none -np 2 $GPU "${lflags[@]}" -p fp32 -cp 2 -cpm ring -comm mpi -o "$W/lring2" \
         > "$W/lring2.txt" 2>&1 || record llama_cp2_ring_run FAIL "$(grep -m1 error "$W/lring2.txt")"
     check llama_cp2_ring_vs_single log lring2 "$W/lring2/log.jsonl" "$W/lgpu32/log.jsonl" --steps 6 --tol 1e-5 --key loss --key grad_norm
+    # The same ring on packed conversations: the chunk kernels with the queries' document starts (rows whose
+    # document starts after a passing key chunk have no key there); against the CPU build's one rank.
+    $PY tests/tools/doc_dataset.py "$W/docs" -V 500 --seed 5 --conversations 600 --longest 30 > /dev/null
+    dflags=("${lflags[@]}" -i "$W/docs/chat_train_*.bin" -pack 1 -p fp32)
+    ./train_gpt_cpu "${dflags[@]}" -o "$W/ldocs_cpu" > "$W/ldocs_cpu.txt" 2>&1 || record llama_docs_cpu_run FAIL "$(grep -m1 error "$W/ldocs_cpu.txt")"
+    mpirun --oversubscribe --bind-to none -np 2 $GPU "${dflags[@]}" -cp 2 -cpm ring -comm mpi -o "$W/ldocs_ring2" \
+        > "$W/ldocs_ring2.txt" 2>&1 || record llama_cp2_ring_docs_run FAIL "$(grep -m1 error "$W/ldocs_ring2.txt")"
+    check llama_cp2_ring_docs_vs_cpu log ldocs_ring2 "$W/ldocs_ring2/log.jsonl" "$W/ldocs_cpu/log.jsonl" --steps 6 --tol 1e-3 --key loss --key grad_norm
 else
     echo "skip ranks_on_one_gpu: this build has no MPI (mpirun/libmpi not found)"
     ROWS+=("| ranks_on_one_gpu | skip | no MPI on this machine: built with comm_single.c |")

@@ -96,7 +96,6 @@ bad cp_tp_heads "-cp 4 does not divide the 2 attention heads per tensor rank (th
 bad cp_tp_kv_heads "-cp 2 and 3 kv heads per tensor rank (the model's 6 over -tp 2): one must divide the other" \
     -e "llama:L2,C96,H12,K6,D8,F96,V512,T64" -cp 2 -tp 2 --estimate -w 4
 bad cp_with_lora_dropout "-cp 2 with -lora-dropout: not yet built" -e "$GPT2" -cp 2 -lora 4 -lora-dropout 0.1 --estimate -w 2
-bad cp_with_docmask "-cp 2 with -docmask: not yet built" -e "$GPT2" -cp 2 -docmask 1 --estimate -w 2
 bad cp_with_dump "-cp 2 with -dump: not yet built" -e "$GPT2" -cp 2 -dump "$TMP/d" --estimate -w 2
 # -gpu-mem's longest sequences: each cell is the planner's own boundary, the -t whose plan fits the budget with
 # the next step's not (or the model's positions reached), and more context ranks train longer sequences.

@@ -8,7 +8,11 @@
 //   summed dq, dk, dv vs attention_backward's dqkv          fp32 1e-5, bf16 2e-2
 // (relative error = max |got - ref| / max |ref|; fp32 differs only in the order of the sums; bf16 rounds out at
 // every merge and dq, dk, dv at every pair's +=, a few of its 2^-8 ulps.)
+// With documents packed into the rows (a query chunk passes its queries' document starts; documents cross
+// the chunk boundaries, one is a single token, and whole chunk pairs leave some rows no key) the same splits
+// against the whole sequence's attention with doc, at the same tolerances.
 // Exact: a chunk wholly in the queries' future gives lse = -inf and out = 0 and adds nothing to the gradients;
+// so do the rows of a pair whose keys all lie before their document, even given that pair's own lse of -inf;
 // a merge with a side at -inf keeps the other side's bits, both at -inf stay -inf with out 0.
 // Threads: the equality checks run on one OpenMP thread (hundreds of tiny parallel regions spin on a loaded
 // machine); one split is then rerun on three threads and must give the same bits.
@@ -65,7 +69,34 @@ typedef struct {
 
 static void result_free(Result* r) { free(r->out), free(r->lse), free(r->dqkv); }
 
-static Result reference(Backend* be, const Prob* p, const float* hqkv, const float* hdout) {
+// Documents of T = 24 rows: even rows [0,5) [5,6) [6,17) [17,24), odd rows [0,1) [1,13) [13,24): starts inside
+// the chunks of every split and on some of their boundaries. doc[b,t] is the start of t's document.
+static int* make_docs(int B, int T) {
+    static const int even[] = {0, 5, 6, 17}, odd[] = {0, 1, 13};
+    int* doc = xmalloc(sizeof(int) * B * T);
+    for (int b = 0; b < B; b++) {
+        const int* starts = b % 2 ? odd : even;
+        const int n = b % 2 ? 3 : 4;
+        for (int t = 0, k = 0; t < T; t++) {
+            while (k + 1 < n && starts[k + 1] <= t) k++;
+            doc[b * T + t] = starts[k];
+        }
+    }
+    return doc;
+}
+
+// Columns t0 .. t0+n-1 of the (B,T) host ints, as (B,n) in backend memory; NULL for NULL.
+static int* dev_docs(Backend* be, const int* hdoc, int B, int T, int t0, int n) {
+    if (!hdoc) return NULL;
+    int* h = xmalloc(sizeof(int) * ((size_t)B * n + 1));
+    for (int b = 0; b < B; b++) memcpy(h + (size_t)b * n, hdoc + (size_t)b * T + t0, sizeof(int) * n);
+    int* d = be_malloc(be, sizeof(int) * ((size_t)B * n + 1));
+    be_upload(be, d, h, sizeof(int) * (size_t)B * n);
+    free(h);
+    return d;
+}
+
+static Result reference(Backend* be, const Prob* p, const float* hqkv, const float* hdout, const int* hdoc) {
     const size_t nqkv = (size_t)p->B * p->T * qkv_width(p), no = (size_t)p->B * p->T * p->NH * p->D;
     const size_t nl = (size_t)p->B * p->NH * p->T;
     void* qkv = dev_from(be, p->dt, hqkv, nqkv);
@@ -74,8 +105,10 @@ static Result reference(Backend* be, const Prob* p, const float* hqkv, const flo
     void* dqkv = dev_zeros(be, p->dt, nqkv);
     float* lse = be_malloc(be, nl * 4);
     float* scratch = be_malloc(be, nl * 4);
-    attention_forward(be, p->dt, out, lse, qkv, NULL, p->B, p->T, p->NH, p->KV, p->D);
-    attention_backward(be, p->dt, dqkv, scratch, dout, qkv, out, lse, NULL, p->B, p->T, p->NH, p->KV, p->D);
+    int* doc = dev_docs(be, hdoc, p->B, p->T, 0, p->T);
+    attention_forward(be, p->dt, out, lse, qkv, doc, p->B, p->T, p->NH, p->KV, p->D);
+    attention_backward(be, p->dt, dqkv, scratch, dout, qkv, out, lse, doc, p->B, p->T, p->NH, p->KV, p->D);
+    if (doc) be_free(be, doc);
     Result r = {host_of(out, p->dt, no), host_of(lse, DT_FP32, nl), host_of(dqkv, p->dt, nqkv)};
     be_free(be, qkv), be_free(be, dout), be_free(be, out), be_free(be, dqkv), be_free(be, lse), be_free(be, scratch);
     return r;
@@ -86,6 +119,7 @@ typedef struct {
     void **kv, **dkv;
     void *q, *dout, *out, *out2, *dq;
     float *lse, *lse2;
+    const int* doc;   // the query chunk's document starts, or NULL
 } ChunkBufs;
 
 static void query_chunk(Backend* be, const Prob* p, const Split* sp, int a, const ChunkBufs* c) {
@@ -94,17 +128,17 @@ static void query_chunk(Backend* be, const Prob* p, const Split* sp, int a, cons
         const int k = key_chunk(sp, a, step);
         void* o = step ? c->out2 : c->out;
         float* l = step ? c->lse2 : c->lse;
-        attention_chunk_forward(be, p->dt, o, l, c->q, c->kv[k], p->B, Tq, Tk, q0, k * Tk, p->NH, p->KV, p->D);
+        attention_chunk_forward(be, p->dt, o, l, c->q, c->kv[k], c->doc, p->B, Tq, Tk, q0, k * Tk, p->NH, p->KV, p->D);
         if (step) attention_lse_merge(be, p->dt, c->out, c->lse, c->out2, c->lse2, p->B, Tq, p->NH, p->D);
     }
     for (int step = 0; step < sp->nk; step++) {
         const int k = key_chunk(sp, a, step);
-        attention_chunk_backward(be, p->dt, c->dq, c->dkv[k], c->dout, c->q, c->kv[k], c->out, c->lse, p->B, Tq, Tk, q0,
+        attention_chunk_backward(be, p->dt, c->dq, c->dkv[k], c->dout, c->q, c->kv[k], c->out, c->lse, c->doc, p->B, Tq, Tk, q0,
                                  k * Tk, p->NH, p->KV, p->D);
     }
 }
 
-static Result chunked(Backend* be, const Prob* p, const Split* sp, const float* hqkv, const float* hdout) {
+static Result chunked(Backend* be, const Prob* p, const Split* sp, const float* hqkv, const float* hdout, const int* hdoc) {
     const int B = p->B, T = p->T, Tq = T / sp->nq, Tk = T / sp->nk;
     const size_t W = qkv_width(p), C = (size_t)p->NH * p->D, KVW = 2 * (size_t)p->KV * p->D;
     Result r = {xmalloc(sizeof(float) * B * T * C), xmalloc(sizeof(float) * B * T * p->NH),
@@ -125,7 +159,10 @@ static Result chunked(Backend* be, const Prob* p, const Split* sp, const float* 
         float* hq = take(hqkv, B, T, W, 0, C, a * Tq, Tq);
         float* hd = take(hdout, B, T, C, 0, C, a * Tq, Tq);
         c.q = dev_from(be, p->dt, hq, nqc), c.dout = dev_from(be, p->dt, hd, nqc), c.dq = dev_zeros(be, p->dt, nqc);
+        int* doc = dev_docs(be, hdoc, B, T, a * Tq, Tq);
+        c.doc = doc;
         query_chunk(be, p, sp, a, &c);
+        if (doc) be_free(be, doc);
         float* ho = host_of(c.out, p->dt, nqc);
         float* hl = host_of(c.lse, DT_FP32, nlc);
         float* hdq = host_of(c.dq, p->dt, nqc);
@@ -154,32 +191,33 @@ static double rel_err_f(const float* got, const float* ref, size_t n) {
 }
 
 static void check_split(TestStats* st, Backend* be, const Prob* p, const Split* sp, const float* hqkv,
-                        const float* hdout, const Result* ref) {
+                        const float* hdout, const int* hdoc, const Result* ref) {
     const int bf = p->dt != DT_FP32;
     const size_t no = (size_t)p->B * p->T * p->NH * p->D, nl = (size_t)p->B * p->NH * p->T;
-    Result r = chunked(be, p, sp, hqkv, hdout);
+    const char* docs = hdoc ? "_docs" : "";
+    Result r = chunked(be, p, sp, hqkv, hdout, hdoc);
     char name[128];
-    snprintf(name, sizeof name, "chunk_forward_out_%s_%s", p->tag, sp->tag);
+    snprintf(name, sizeof name, "chunk_forward_out_%s_%s%s", p->tag, sp->tag, docs);
     check_close(st, name, rel_err_f(r.out, ref->out, no), bf ? 2e-2 : 1e-6);
-    snprintf(name, sizeof name, "chunk_forward_lse_%s_%s", p->tag, sp->tag);
+    snprintf(name, sizeof name, "chunk_forward_lse_%s_%s%s", p->tag, sp->tag, docs);
     check_close(st, name, rel_err_f(r.lse, ref->lse, nl), bf ? 2e-2 : 1e-6);
-    snprintf(name, sizeof name, "chunk_backward_dqkv_%s_%s", p->tag, sp->tag);
+    snprintf(name, sizeof name, "chunk_backward_dqkv_%s_%s%s", p->tag, sp->tag, docs);
     check_close(st, name, rel_err_f(r.dqkv, ref->dqkv, (size_t)p->B * p->T * qkv_width(p)), bf ? 2e-2 : 1e-5);
     result_free(&r);
 }
 
-static void check_problem(TestStats* st, Backend* be, const Prob* p, uint64_t seed) {
+static void check_problem(TestStats* st, Backend* be, const Prob* p, uint64_t seed, const int* hdoc) {
     Rng rng = {seed};
     const size_t nqkv = (size_t)p->B * p->T * qkv_width(p), no = (size_t)p->B * p->T * p->NH * p->D;
     float* hqkv = rand_vec(&rng, nqkv, 1.5f, p->dt);
     float* hdout = rand_vec(&rng, no, 1.0f, p->dt);
-    Result ref = reference(be, p, hqkv, hdout);
+    Result ref = reference(be, p, hqkv, hdout, hdoc);
     const Split splits[] = {
         {2, 2, IN_ORDER, "2chunks"}, {4, 4, IN_ORDER, "4chunks"}, {4, 4, REVERSED, "4chunks_reversed"},
         {4, 4, RING, "ring2ranks"},  {6, 6, RING, "ring3ranks"},  {2, 6, IN_ORDER, "q2_k6"},
     };
     for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++)
-        if (p->T % splits[i].nq == 0 && p->T % splits[i].nk == 0) check_split(st, be, p, &splits[i], hqkv, hdout, &ref);
+        if (p->T % splits[i].nq == 0 && p->T % splits[i].nk == 0) check_split(st, be, p, &splits[i], hqkv, hdout, hdoc, &ref);
     result_free(&ref);
     free(hqkv), free(hdout);
 }
@@ -197,7 +235,7 @@ static void check_future_chunk(TestStats* st, Backend* be) {
          *out = dev_from(be, DT_FP32, nan, nq);
     void *dq = dev_from(be, DT_FP32, hdq, nq), *dkv = dev_from(be, DT_FP32, hdkv, nkv);
     float* lse = dev_from(be, DT_FP32, nan, nl);
-    attention_chunk_forward(be, DT_FP32, out, lse, q, kv, B, Tq, Tk, q0, k0, NH, KV, D);
+    attention_chunk_forward(be, DT_FP32, out, lse, q, kv, NULL, B, Tq, Tk, q0, k0, NH, KV, D);
     int zero = 1, minf = 1;
     for (size_t i = 0; i < nq; i++) zero &= ((float*)out)[i] == 0.0f && !signbit(((float*)out)[i]);
     for (size_t i = 0; i < nl; i++) minf &= lse[i] == -INFINITY;
@@ -206,11 +244,67 @@ static void check_future_chunk(TestStats* st, Backend* be) {
     // The backward of the pair, with some finite final out and lse of the rows: nothing to add.
     float* fin = rand_vec(&rng, nl, 1.0f, DT_FP32);
     memcpy(lse, fin, sizeof(float) * nl);
-    attention_chunk_backward(be, DT_FP32, dq, dkv, q, q, kv, q, lse, B, Tq, Tk, q0, k0, NH, KV, D);
+    attention_chunk_backward(be, DT_FP32, dq, dkv, q, q, kv, q, lse, NULL, B, Tq, Tk, q0, k0, NH, KV, D);
     check_true(st, "chunk_future_backward_adds_nothing",
                same_bits(dq, hdq, nq * sizeof(float)) && same_bits(dkv, hdkv, nkv * sizeof(float)));
     be_free(be, q), be_free(be, kv), be_free(be, out), be_free(be, dq), be_free(be, dkv), be_free(be, lse);
     free(hq), free(hkv), free(hdq), free(hdkv), free(nan), free(fin);
+}
+
+// A pair of past keys (6..11) for queries 12..17 whose documents start at 6 (query 12 of row 0), at 13 (the rest of
+// row 0: no key here) and at 9 (row 1: keys 9..11). The rows with no key: out 0 over NaN, lse -inf. The backward
+// from the pair's own out and lse (-inf on those rows), their q and dout NaN: their dq keeps its bits and
+// nothing NaN reaches dq or dkv (exp(s - lse) of a masked row would be inf, its q NaN).
+static void check_doc_masked_rows(TestStats* st, Backend* be) {
+    const int B = 2, Tq = 6, Tk = 6, NH = 4, KV = 2, D = 8, q0 = 12, k0 = 6;
+    const int hdoc[] = {6, 13, 13, 13, 13, 13, 9, 9, 9, 9, 9, 9};
+    const size_t row = (size_t)NH * D, nq = (size_t)B * Tq * row, nkv = (size_t)B * Tk * 2 * KV * D, nl = (size_t)B * NH * Tq;
+    Rng rng = {13};
+    float *hq = rand_vec(&rng, nq, 1.0f, DT_FP32), *hkv = rand_vec(&rng, nkv, 1.0f, DT_FP32);
+    float *hdq = rand_vec(&rng, nq, 1.0f, DT_FP32), *hdkv = rand_vec(&rng, nkv, 1.0f, DT_FP32);
+    float* hdout = rand_vec(&rng, nq, 1.0f, DT_FP32);
+    float* nan = xmalloc(sizeof(float) * nq);
+    for (size_t i = 0; i < nq; i++) nan[i] = NAN;
+    void *q = dev_from(be, DT_FP32, hq, nq), *kv = dev_from(be, DT_FP32, hkv, nkv), *out = dev_from(be, DT_FP32, nan, nq);
+    float* lse = dev_from(be, DT_FP32, nan, nl);
+    int* doc = dev_docs(be, hdoc, B, Tq, 0, Tq);
+    attention_chunk_forward(be, DT_FP32, out, lse, q, kv, doc, B, Tq, Tk, q0, k0, NH, KV, D);
+    float *ho = host_of(out, DT_FP32, nq), *hl = host_of(lse, DT_FP32, nl);
+    int masked_ok = 1, seen_ok = 1;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < Tq; t++) {
+            const int none = hdoc[b * Tq + t] > k0 + Tk - 1;
+            for (int h = 0; h < NH; h++) {
+                const float l = hl[((size_t)b * NH + h) * Tq + t];
+                if (none) masked_ok &= l == -INFINITY;
+                else seen_ok &= isfinite(l);
+                for (int i = 0; i < D; i++) {
+                    const float o = ho[((size_t)b * Tq + t) * row + (size_t)h * D + i];
+                    if (none) masked_ok &= o == 0.0f && !signbit(o);
+                    else seen_ok &= isfinite(o);
+                }
+            }
+            if (none) memcpy(hq + ((size_t)b * Tq + t) * row, nan, sizeof(float) * row);
+            if (none) memcpy(hdout + ((size_t)b * Tq + t) * row, nan, sizeof(float) * row);
+        }
+    check_true(st, "chunk_doc_no_key_out_zero_lse_minus_inf", masked_ok);
+    check_true(st, "chunk_doc_some_keys_finite", seen_ok);
+    void *qn = dev_from(be, DT_FP32, hq, nq), *dout = dev_from(be, DT_FP32, hdout, nq);
+    void *dq = dev_from(be, DT_FP32, hdq, nq), *dkv = dev_from(be, DT_FP32, hdkv, nkv);
+    attention_chunk_backward(be, DT_FP32, dq, dkv, dout, qn, kv, out, lse, doc, B, Tq, Tk, q0, k0, NH, KV, D);
+    float *gq = host_of(dq, DT_FP32, nq), *gkv = host_of(dkv, DT_FP32, nkv);
+    int kept = 1, finite = 1, changed = 0;
+    for (size_t i = 0; i < nq; i++) {
+        const int none = hdoc[i / row] > k0 + Tk - 1;
+        finite &= isfinite(gq[i]);
+        if (none) kept &= same_bits(&gq[i], &hdq[i], sizeof(float));
+        else changed |= gq[i] != hdq[i];
+    }
+    for (size_t i = 0; i < nkv; i++) finite &= isfinite(gkv[i]);
+    check_true(st, "chunk_doc_no_key_backward_adds_nothing", kept && finite && changed);
+    be_free(be, q), be_free(be, kv), be_free(be, out), be_free(be, lse), be_free(be, doc), be_free(be, qn);
+    be_free(be, dout), be_free(be, dq), be_free(be, dkv);
+    free(hq), free(hkv), free(hdq), free(hdkv), free(hdout), free(nan), free(ho), free(hl), free(gq), free(gkv);
 }
 
 // A merge with one side at -inf keeps the other's bits (either side); both at -inf stay -inf with out 0.
@@ -251,9 +345,9 @@ static void check_threads(TestStats* st, Backend* be, const Prob* p) {
     float* hdout = rand_vec(&rng, no, 1.0f, p->dt);
     const Split ring = {4, 4, RING, "ring2ranks"};
     omp_set_num_threads(1);
-    Result one = chunked(be, p, &ring, hqkv, hdout);
+    Result one = chunked(be, p, &ring, hqkv, hdout, NULL);
     omp_set_num_threads(3);
-    Result three = chunked(be, p, &ring, hqkv, hdout);
+    Result three = chunked(be, p, &ring, hqkv, hdout, NULL);
     omp_set_num_threads(1);
     const size_t nl = (size_t)p->B * p->NH * p->T;
     check_true(st, "chunk_bits_independent_of_threads",
@@ -270,7 +364,7 @@ static void bad_forward(const void* arg) {
     const BadArgs* a = arg;
     Backend* be = backend_create(0);
     float buf[64] = {0};
-    attention_chunk_forward(be, DT_FP32, buf, buf, buf, buf, 1, 1, 1, a->q0, 0, a->NH, a->KV, 8);
+    attention_chunk_forward(be, DT_FP32, buf, buf, buf, buf, NULL, 1, 1, 1, a->q0, 0, a->NH, a->KV, 8);
 }
 
 int main(void) {
@@ -288,7 +382,13 @@ int main(void) {
         {1, 24, 4, 1, 8, DT_FP32, "mqa4x1"},
         {2, 24, 4, 2, 16, DT_BF16, "gqa4x2_bf16"},
     };
-    for (size_t i = 0; i < sizeof probs / sizeof probs[0]; i++) check_problem(&st, be, &probs[i], 100 + i);
+    for (size_t i = 0; i < sizeof probs / sizeof probs[0]; i++) check_problem(&st, be, &probs[i], 100 + i, NULL);
+    for (size_t i = 0; i < sizeof probs / sizeof probs[0]; i++) {
+        int* doc = make_docs(probs[i].B, probs[i].T);
+        check_problem(&st, be, &probs[i], 200 + i, doc);
+        free(doc);
+    }
+    check_doc_masked_rows(&st, be);
     check_threads(&st, be, &probs[0]);
     check_future_chunk(&st, be);
     check_merge_edges(&st, be, DT_FP32);
