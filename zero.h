@@ -57,6 +57,7 @@ typedef struct {
     int delayed_update; // state_on_host and -dpu: host buffers for the update in flight (model_state.h)
     int state_on_disk;  // state_on_host and -nvme: master and state in files, streamed through host buffers
     int params_on_disk; // params_on_host and state_on_disk: the parameter pieces in a file too
+    int onebit;         // -opt adam1bit: 1-bit Adam's buffers (core/zero/onebit_adam.h)
 } ZeroCaps;
 
 // -z: stage 0 shards nothing, 1 the state, 2 also the gradients, 3 also the parameters. Everything stays in
@@ -91,6 +92,12 @@ ModelState zero_model_state(Zero* z);
 // tied embedding's gradients with the other stage's copy.
 void zero_begin_step(Zero* z, Backend* be);
 void zero_reduce_grads(Zero* z, Backend* be);
+// 1-bit Adam after its freeze (onebit caps): zero_onebit_local(z, 1) before zero_begin_step makes the walk
+// keep this rank's gradient unreduced; zero_onebit_reduce then takes zero_reduce_grads' place, exchanging
+// the momentum into the reduced-gradient buffer (onebit_adam.h). zero_onebit_local(z, 0) restores the
+// reduction (the warm-up's).
+void zero_onebit_local(Zero* z, int on);
+void zero_onebit_reduce(Zero* z, Backend* be, float beta1, float loss_scale);
 // After the optimizer wrote its spans: gather the updated parameters as the capabilities require.
 void zero_after_update(Zero* z, Backend* be);
 // grads_on_host / params_on_host: wall time spent in the walk copying pieces to and from the host and adding

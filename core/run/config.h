@@ -21,6 +21,8 @@ typedef enum {
     LR_SCHEDULE_COUNT
 } LrSchedule;
 typedef enum { WSD_LINEAR, WSD_ONE_MINUS_SQRT } WsdShape;
+// -opt: AdamW, or 1-bit Adam (core/zero/onebit_adam.h: AdamW for -freeze steps, then compressed momentum).
+typedef enum { OPTIMIZER_ADAMW, OPTIMIZER_ADAM1BIT } OptimizerChoice;
 typedef enum { WARMUP_LOG, WARMUP_LINEAR } WarmupType;
 
 // The options of the schedules after the originals (core/run/lr_schedule.c).
@@ -78,6 +80,8 @@ typedef struct {
     float adam_beta2;            // -beta2
     float adam_eps;              // -eps
     float grad_clip;             // -gc (0: off)
+    OptimizerChoice optimizer;   // -opt
+    int freeze_step;             // -freeze: 1-bit Adam's exact warm-up steps (0: not given)
     float loss_scale;            // -ls initial fp16 loss scale
     int max_nonfinite;           // -nf stop after this many non-finite steps in a row
     // evaluation, sampling, checkpoints
