@@ -218,13 +218,7 @@ static void open_data(Trainer* tr, const ModelShape* shape) {
         hellaswag_open(tr->hellaswag, cfg->hellaswag, shape->V, cfg->T);
     }
     long long epoch_steps = dataloader_windows_per_epoch(tr->train) / ((long long)cfg->grad_accum * g->replicas);
-    if (cfg->max_steps < 0 && epoch_steps < 1)
-        fail("one epoch of %s is shorter than one step (b*t*ga*replicas = %lld tokens); set -x", cfg->train_pattern, tokens_per_step(tr));
-    if (cfg->max_steps < 0 && epoch_steps > 1 << 30)   // -x's own range
-        fail("one epoch of %s is %lld steps, more than %d; set -x", cfg->train_pattern, epoch_steps, 1 << 30);
-    tr->max_steps = cfg->max_steps >= 0 ? cfg->max_steps : (int)epoch_steps;
-    if (cfg->optimizer == OPTIMIZER_ADAM1BIT && cfg->freeze_step > tr->max_steps)
-        fail("-freeze %d is beyond the run's %d steps (one epoch)", cfg->freeze_step, tr->max_steps);
+    tr->max_steps = config_resolve_steps(cfg, epoch_steps, tokens_per_step(tr));
 }
 
 static const char* offload_text(const Config* cfg) {
@@ -509,8 +503,7 @@ static void update(Trainer* tr, int step, const StepResult* r, PhaseTimer* pt) {
     int skip = r->skipped || r->trained == 0;   // nothing to learn from: AdamW's moments and decay stay put too
     phase_mark(pt, tr->be, PHASE_UPDATE_WAIT);
     if (landed) pt->overlapped = delayed_update_seconds(tr->delayed);
-    int freeze = cfg->optimizer == OPTIMIZER_ADAM1BIT ? cfg->freeze_step : 0;
-    OptimizerStep o = {r->lr, r->beta1, cfg->adam_beta2, cfg->adam_eps, cfg->weight_decay, step, cfg->seed, freeze, r->loss_scale};
+    OptimizerStep o = {r->lr, r->beta1, cfg->adam_beta2, cfg->adam_eps, cfg->weight_decay, step, cfg->seed, config_freeze(cfg), r->loss_scale};
     float grad_scale = grad_clip_scale(r->grad_norm, cfg->grad_clip) / r->loss_scale;
     take_disk_times(tr, pt);
     if (!skip && tr->delayed && step >= cfg->delay_from) {
@@ -522,9 +515,6 @@ static void update(Trainer* tr, int step, const StepResult* r, PhaseTimer* pt) {
     take_disk_times(tr, pt);
     if (landed || !skip) zero_after_update(tr->zero, tr->be);
 }
-
-// 1-bit Adam past its warm-up: the data-parallel group exchanges momentum instead of reducing gradients.
-static int onebit_exchanges(const Config* cfg, int step) { return cfg->optimizer == OPTIMIZER_ADAM1BIT && step >= cfg->freeze_step; }
 
 static StepResult train_step(Trainer* tr, int step) {
     Config* cfg = &tr->cfg;
@@ -540,8 +530,7 @@ static StepResult train_step(Trainer* tr, int step) {
     PhaseTimer* pt = &r.phases;
     pt->on = cfg->breakdown_every > 0 && (step + 1) % cfg->breakdown_every == 0;
     comm_watchdog_phase(tr->world, 0, "step %d: forward and backward", step);
-    int onebit = onebit_exchanges(cfg, step);
-    if (cfg->optimizer == OPTIMIZER_ADAM1BIT) zero_onebit_local(tr->zero, onebit);
+    zero_onebit_local(tr->zero, config_onebit_exchanges(cfg, step), r.beta1, r.loss_scale);
     zero_begin_step(tr->zero, tr->be);
     r.loss = pipeline_train_step(&tr->pipe, tr->model, tr->be, tr->train, step, &tr->batch, dloss, logits, pt);
     if (tr->grid.tp_rank > 0) r.loss = 0.0;            // its tensor group's rank 0 holds the same losses
@@ -549,8 +538,7 @@ static StepResult train_step(Trainer* tr, int step) {
     comm_allreduce_host_sum(tr->world, &r.loss, 1);   // the last stage of each replica holds its losses
     r.loss = trained ? r.loss / (double)trained : NAN;
     comm_watchdog_phase(tr->world, 0, "step %d: gradient reduction", step);
-    if (onebit) zero_onebit_reduce(tr->zero, tr->be, r.beta1, r.loss_scale);
-    else zero_reduce_grads(tr->zero, tr->be);
+    zero_reduce_grads(tr->zero, tr->be);
     pt->host_copies = zero_host_copy_seconds(tr->zero);   // read every step, so it covers this step only
     phase_mark(pt, tr->be, PHASE_COMM);
     if (dump) dump_step0(tr, logits, r.loss);

@@ -57,7 +57,8 @@ struct Zero {
     PendingBuffers pending;    // delayed_update: (state_elems) each, host memory
     NvmeStore* disk;           // state_on_disk: master and state (and with params_on_disk the pieces) in files
     OnebitBuffers onebit;      // onebit: 1-bit Adam's momentum, errors and local gradient
-    int onebit_local;          // after its freeze: the walk keeps the gradient unreduced
+    int onebit_local;          // after its freeze: the walk keeps the gradient unreduced (zero_onebit_local)
+    float onebit_beta1, onebit_loss_scale;   // and the step's beta1 and loss scale
 };
 
 ZeroCaps zero_caps(int stage) {
@@ -433,27 +434,32 @@ static void reduce_at_boundary(Zero* z, Backend* be) {
     }
 }
 
-void zero_reduce_grads(Zero* z, Backend* be) {
-    finish_all_grads(z, be);
-    if (!z->caps.shard_grads) reduce_at_boundary(z, be);
-    sum_tied_embedding(z, be);
-}
-
-void zero_onebit_local(Zero* z, int on) {
-    if (on && !z->caps.onebit) fail("internal: 1-bit Adam's exchange without its buffers");
-    z->onebit_local = on;
-    z->grads.local = on ? z->onebit.local : NULL;
-}
-
-void zero_onebit_reduce(Zero* z, Backend* be, float beta1, float loss_scale) {
-    if (!z->onebit_local) fail("internal: 1-bit Adam's exchange of a reduced gradient");
-    finish_all_grads(z, be);
+// 1-bit Adam past its freeze: the momentum exchange in place of the reduction.
+static void onebit_reduce(Zero* z, Backend* be) {
     DType dt;
     void* reduced = reduced_grads(z, &dt);
     const void* local = z->caps.shard_grads ? (const void*)z->onebit.local : z->grad.whole;
     ModelState ms = zero_model_state(z);
     onebit_exchange(&z->onebit, be, &z->pieces, &ms, local, z->caps.shard_grads ? DT_FP32 : z->pieces.dt, reduced, dt,
-                    reduced_is_piece(z), beta1, loss_scale);
+                    reduced_is_piece(z), z->onebit_beta1, z->onebit_loss_scale);
+}
+
+void zero_reduce_grads(Zero* z, Backend* be) {
+    finish_all_grads(z, be);
+    if (z->onebit_local) {
+        onebit_reduce(z, be);
+        return;
+    }
+    if (!z->caps.shard_grads) reduce_at_boundary(z, be);
+    sum_tied_embedding(z, be);
+}
+
+void zero_onebit_local(Zero* z, int on, float beta1, float loss_scale) {
+    if (on && !z->caps.onebit) fail("internal: 1-bit Adam's exchange without its buffers");
+    z->onebit_local = on;
+    z->onebit_beta1 = beta1;
+    z->onebit_loss_scale = loss_scale;
+    z->grads.local = on ? z->onebit.local : NULL;
 }
 
 double zero_host_copy_seconds(Zero* z) {

@@ -92,12 +92,10 @@ ModelState zero_model_state(Zero* z);
 // tied embedding's gradients with the other stage's copy.
 void zero_begin_step(Zero* z, Backend* be);
 void zero_reduce_grads(Zero* z, Backend* be);
-// 1-bit Adam after its freeze (onebit caps): zero_onebit_local(z, 1) before zero_begin_step makes the walk
-// keep this rank's gradient unreduced; zero_onebit_reduce then takes zero_reduce_grads' place, exchanging
-// the momentum into the reduced-gradient buffer (onebit_adam.h). zero_onebit_local(z, 0) restores the
-// reduction (the warm-up's).
-void zero_onebit_local(Zero* z, int on);
-void zero_onebit_reduce(Zero* z, Backend* be, float beta1, float loss_scale);
+// 1-bit Adam (onebit caps), before zero_begin_step: on, the step is past its freeze: the walk keeps this
+// rank's gradient unreduced and zero_reduce_grads exchanges the momentum (beta1, the loss scale the gradients
+// carry) into the reduced-gradient buffer instead (core/zero/onebit_adam.h); off, the reduction as before.
+void zero_onebit_local(Zero* z, int on, float beta1, float loss_scale);
 // After the optimizer wrote its spans: gather the updated parameters as the capabilities require.
 void zero_after_update(Zero* z, Backend* be);
 // grads_on_host / params_on_host: wall time spent in the walk copying pieces to and from the host and adding

@@ -156,6 +156,14 @@ void config_resolve_precision(Config* cfg);
 // -t against the model's maxT, and -ga from -d once the world is known: -d sets -ga from the data-parallel
 // replicas, ranks / per_replica (stages x tensor ranks). One-line errors.
 void config_resolve_batch(Config* cfg, int maxT, int ranks, int per_replica);
+// -opt adam1bit's -freeze step (0 under AdamW), and whether step s is past it: the group exchanges 1-bit
+// momentum instead of reducing gradients (core/zero/onebit_adam.h). The check: the freeze falls in the run.
+static inline int config_freeze(const Config* c) { return c->optimizer == OPTIMIZER_ADAM1BIT ? c->freeze_step : 0; }
+static inline int config_onebit_exchanges(const Config* c, int step) { return config_freeze(c) && step >= c->freeze_step; }
+void config_check_freeze(const Config* c, int steps);
+// The run's steps: -x, or (-x -1) one epoch of epoch_steps steps of `tokens` tokens, checked against -x's range
+// and -freeze.
+int config_resolve_steps(const Config* c, long long epoch_steps, long long tokens);
 // Learning rate at step (0-based) of max_steps under -k's schedule (core/run/lr_schedule.c).
 float config_lr_at(const Config* cfg, int step, int max_steps);
 // AdamW's beta1 at step: -beta1, except under -k onecycle with -cycle-mom 1.
