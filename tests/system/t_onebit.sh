@@ -6,7 +6,7 @@
 # -freeze S, core/zero/onebit_adam.h) on two ranks: S >= the run's steps is AdamW bit for bit; past S the
 # loss falls under -z 0..3 in fp32, bf16 and fp16, and the gradients' reduce-scatters and all-reduces give
 # way to the all-to-all of bits; a checkpoint after the freeze resumes bit-exactly, written under -z 1 and
-# read under -z 3; --estimate counts the worker momentum and errors as the run allocates them; bad input is
+# read under -z 3 (and another group size is refused); --estimate counts the worker momentum and errors as the run allocates them; bad input is
 # one line each.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
@@ -107,4 +107,9 @@ rm -rf "$TMP/split/ckpt_000016"
 run2 -x 16 -freeze 6 -opt adam1bit -z 3 -o "$TMP/split" -y 1 > "$TMP/split2.out" 2>&1
 t_check onebit_resume_bit_exact_z1_to_z3 "grep -q 'resumed from' '$TMP/split2.out' && [ -f '$TMP/split/ckpt_000010/onebit_rank1.bin' ] && diff <(losses '$TMP/z3') <(losses '$TMP/split') > /dev/null" \
     "$(tail -1 "$TMP/split2.out")"
+# The errors are per rank of the group: one rank (the same tokens per step) cannot take two ranks' errors.
+./train_gpt_cpu "${base[@]}" -ga 2 -x 16 -freeze 6 -opt adam1bit -o "$TMP/split" -y 2 > "$TMP/one.out" 2>&1
+rc=$?
+t_check onebit_resume_other_group_size_refused "[ $rc -ne 0 ] && [ \$(wc -l < '$TMP/one.out') -eq 1 ] && grep -q 'resume with the data-parallel size that wrote it' '$TMP/one.out'" \
+    "$(head -c 300 "$TMP/one.out")"
 t_finish
