@@ -1,6 +1,6 @@
 // onebit_adam.c: see onebit_adam.h. The arithmetic runs on the host over one unit (or span) at a time, its
-// buffers copied down and back up (in the CPU build those copies are memcpy): the exchange is bound by the
-// link, not by these copies.
+// buffers copied down and back up: in the CPU build those copies are memcpy; in the GPU build they make it a
+// correctness path, with no kernels of its own.
 #include "core/zero/onebit_adam.h"
 
 #include <math.h>
