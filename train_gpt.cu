@@ -124,6 +124,7 @@ static int stop_requested(Trainer* tr) {
 static ZeroCaps caps_of(const Config* cfg, int zero) {
     ZeroCaps caps = zero_plusplus(zero_on_disk(zero_offload(zero_caps(zero), cfg->offload), cfg->nvme_dir != NULL), cfg->hpz, cfg->qw);
     caps.delayed_update = cfg->delay_from > 0;
+    caps.onebit = cfg->optimizer == OPTIMIZER_ADAM1BIT;
     return caps;
 }
 
@@ -217,11 +218,7 @@ static void open_data(Trainer* tr, const ModelShape* shape) {
         hellaswag_open(tr->hellaswag, cfg->hellaswag, shape->V, cfg->T);
     }
     long long epoch_steps = dataloader_windows_per_epoch(tr->train) / ((long long)cfg->grad_accum * g->replicas);
-    if (cfg->max_steps < 0 && epoch_steps < 1)
-        fail("one epoch of %s is shorter than one step (b*t*ga*replicas = %lld tokens); set -x", cfg->train_pattern, tokens_per_step(tr));
-    if (cfg->max_steps < 0 && epoch_steps > 1 << 30)   // -x's own range
-        fail("one epoch of %s is %lld steps, more than %d; set -x", cfg->train_pattern, epoch_steps, 1 << 30);
-    tr->max_steps = cfg->max_steps >= 0 ? cfg->max_steps : (int)epoch_steps;
+    tr->max_steps = config_resolve_steps(cfg, epoch_steps, tokens_per_step(tr));
 }
 
 static const char* offload_text(const Config* cfg) {
@@ -506,7 +503,7 @@ static void update(Trainer* tr, int step, const StepResult* r, PhaseTimer* pt) {
     int skip = r->skipped || r->trained == 0;   // nothing to learn from: AdamW's moments and decay stay put too
     phase_mark(pt, tr->be, PHASE_UPDATE_WAIT);
     if (landed) pt->overlapped = delayed_update_seconds(tr->delayed);
-    OptimizerStep o = {r->lr, r->beta1, cfg->adam_beta2, cfg->adam_eps, cfg->weight_decay, step, cfg->seed};
+    OptimizerStep o = {r->lr, r->beta1, cfg->adam_beta2, cfg->adam_eps, cfg->weight_decay, step, cfg->seed, config_freeze(cfg), r->loss_scale};
     float grad_scale = grad_clip_scale(r->grad_norm, cfg->grad_clip) / r->loss_scale;
     take_disk_times(tr, pt);
     if (!skip && tr->delayed && step >= cfg->delay_from) {
@@ -533,6 +530,7 @@ static StepResult train_step(Trainer* tr, int step) {
     PhaseTimer* pt = &r.phases;
     pt->on = cfg->breakdown_every > 0 && (step + 1) % cfg->breakdown_every == 0;
     comm_watchdog_phase(tr->world, 0, "step %d: forward and backward", step);
+    zero_onebit_local(tr->zero, config_onebit_exchanges(cfg, step), r.beta1, r.loss_scale);
     zero_begin_step(tr->zero, tr->be);
     r.loss = pipeline_train_step(&tr->pipe, tr->model, tr->be, tr->train, step, &tr->batch, dloss, logits, pt);
     if (tr->grid.tp_rank > 0) r.loss = 0.0;            // its tensor group's rank 0 holds the same losses

@@ -14,7 +14,12 @@
 #include "zero.h"
 
 #include "base/common.h"
+#include <limits.h>
+#include <stdio.h>
+
+#include "core/util/fs.h"
 #include "core/zero/grad_slots.h"
+#include "core/zero/onebit_adam.h"
 #include "core/zero/param_slots.h"
 #include "core/zero/pieces.h"
 #include "kernels/host_elem.h"
@@ -51,6 +56,9 @@ struct Zero {
     HostStage stage;           // state_on_host: the optimizer's staging (model_state.h)
     PendingBuffers pending;    // delayed_update: (state_elems) each, host memory
     NvmeStore* disk;           // state_on_disk: master and state (and with params_on_disk the pieces) in files
+    OnebitBuffers onebit;      // onebit: 1-bit Adam's momentum, errors and local gradient
+    int onebit_local;          // after its freeze: the walk keeps the gradient unreduced (zero_onebit_local)
+    float onebit_beta1, onebit_loss_scale;   // and the step's beta1 and loss scale
 };
 
 ZeroCaps zero_caps(int stage) {
@@ -176,7 +184,8 @@ static void allocate_grads(Zero* z, Backend* be, MemLedger* mem) {
         if (reduced_is_piece(z)) g->piece = pieces_are_whole(z) ? g->whole : mem_alloc(be, mem, MEM_GRADS, z->state_elems * x);
         return;
     }
-    grad_slots_init(&z->grads, be, mem, &z->pieces, z->state_elems, z->caps.grads_on_host, embedding_is_tied(z->pieces.lay));
+    grad_slots_init(&z->grads, be, mem, &z->pieces, z->state_elems, z->caps.grads_on_host, embedding_is_tied(z->pieces.lay),
+                    z->caps.onebit);
 }
 
 // The optimizer stages a span through host memory this many elements at a time (state_on_host): a fixed
@@ -291,6 +300,7 @@ static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* l
         param_slots_quantize(&z->gathered, be, mem, &z->pieces);
     }
     allocate_grads(z, be, mem);
+    if (caps.onebit) onebit_init(&z->onebit, be, mem, &z->pieces, caps.shard_grads);
     z->norm_acc = (float*)mem_alloc(be, mem, MEM_GRADS, sizeof(float));
 }
 
@@ -340,6 +350,7 @@ void zero_destroy(Zero* z, Backend* be) {
     hpz_free(&ga->hpz, be);
     param_slots_free_quantized(ga, be);
     nvme_close(z->disk, be);
+    if (z->caps.onebit) onebit_free(&z->onebit, be);
     free(z);
 }
 
@@ -392,6 +403,7 @@ static void settle(Zero* z, Backend* be) {
 // Step boundary.
 
 void zero_begin_step(Zero* z, Backend* be) {
+    if (z->onebit_local && z->onebit.local) be_memset0(be, z->onebit.local, z->onebit.whole * 4);
     if (!z->caps.shard_grads) be_memset0(be, z->grad.whole, grads_total(z) * xs(z));
     else if (z->caps.grads_on_host) memset(z->grads.acc, 0, z->state_elems * 4);
     else be_memset0(be, z->grads.acc, z->state_elems * 4);
@@ -439,10 +451,32 @@ static void reduce_at_boundary(Zero* z, Backend* be) {
     }
 }
 
+// 1-bit Adam past its freeze: the momentum exchange in place of the reduction.
+static void onebit_reduce(Zero* z, Backend* be) {
+    DType dt;
+    void* reduced = reduced_grads(z, &dt);
+    const void* local = z->caps.shard_grads ? (const void*)z->onebit.local : z->grad.whole;
+    ModelState ms = zero_model_state(z);
+    onebit_exchange(&z->onebit, be, &z->pieces, &ms, local, z->caps.shard_grads ? DT_FP32 : z->pieces.dt, reduced, dt,
+                    reduced_is_piece(z), z->onebit_beta1, z->onebit_loss_scale);
+}
+
 void zero_reduce_grads(Zero* z, Backend* be) {
     finish_all_grads(z, be);
+    if (z->onebit_local) {
+        onebit_reduce(z, be);
+        return;
+    }
     if (!z->caps.shard_grads) reduce_at_boundary(z, be);
     sum_tied_embedding(z, be);
+}
+
+void zero_onebit_local(Zero* z, int on, float beta1, float loss_scale) {
+    if (on && !z->caps.onebit) fail("internal: 1-bit Adam's exchange without its buffers");
+    z->onebit_local = on;
+    z->onebit_beta1 = beta1;
+    z->onebit_loss_scale = loss_scale;
+    z->grads.local = on ? z->onebit.local : NULL;
 }
 
 double zero_host_copy_seconds(Zero* z) {
@@ -743,6 +777,27 @@ ParamStore zero_param_store(Zero* z) {
 static void state_set_from_host(void* z, Backend* be, const float* flat) { zero_set_from_host((Zero*)z, be, flat); }
 static void state_master_to_host(void* z, Backend* be, float* flat) { zero_master_to_host((Zero*)z, be, flat); }
 
+// 1-bit Adam's errors: onebit_rank<r>.bin, r this rank of the data-parallel group (the world: -opt adam1bit
+// runs no other parallelism).
+static void onebit_path(const Zero* z, const char* dir, char* p, size_t size) {
+    char name[64];
+    snprintf(name, sizeof(name), "onebit_rank%d.bin", z->pieces.rank);
+    path_join(p, size, dir, name);
+}
+
+static void state_save_own(void* ctx, Backend* be, const char* dir) {
+    char p[PATH_MAX];
+    onebit_path((Zero*)ctx, dir, p, sizeof(p));
+    onebit_save(&((Zero*)ctx)->onebit, be, p);
+}
+
+static void state_load_own(void* ctx, Backend* be, const char* dir) {
+    char p[PATH_MAX];
+    onebit_path((Zero*)ctx, dir, p, sizeof(p));
+    if (!path_exists(p)) fail("%s is missing: checkpoint %s was not written by a run with -opt adam1bit", p, dir);
+    onebit_load(&((Zero*)ctx)->onebit, be, p);
+}
+
 ModelState zero_model_state(Zero* z) {
     ModelState s = {.ctx = z,
                     .lay = z->pieces.lay,
@@ -757,6 +812,8 @@ ModelState zero_model_state(Zero* z) {
                     .for_each_span = state_for_each_span,
                     .owned_span = state_owned_span,
                     .set_from_host = state_set_from_host,
-                    .master_to_host = state_master_to_host};
+                    .master_to_host = state_master_to_host,
+                    .save_own = z->caps.onebit ? state_save_own : NULL,
+                    .load_own = z->caps.onebit ? state_load_own : NULL};
     return s;
 }

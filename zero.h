@@ -61,6 +61,7 @@ typedef struct {
                         // secondary shard (ZeRO++'s hpZ, core/zero/hpz.h); 0 or 1: none
     int qw;             // shard_params: the gathers over the data-parallel group send int8 blocks (ZeRO++'s qwZ,
                         // core/zero/qwz.h)
+    int onebit;         // -opt adam1bit: 1-bit Adam's buffers (core/zero/onebit_adam.h)
 } ZeroCaps;
 
 // -z: stage 0 shards nothing, 1 the state, 2 also the gradients, 3 also the parameters. Everything stays in
@@ -99,6 +100,10 @@ ModelState zero_model_state(Zero* z);
 // tied embedding's gradients with the other stage's copy.
 void zero_begin_step(Zero* z, Backend* be);
 void zero_reduce_grads(Zero* z, Backend* be);
+// 1-bit Adam (onebit caps), before zero_begin_step: on, the step is past its freeze: the walk keeps this
+// rank's gradient unreduced and zero_reduce_grads exchanges the momentum (beta1, the loss scale the gradients
+// carry) into the reduced-gradient buffer instead (core/zero/onebit_adam.h); off, the reduction as before.
+void zero_onebit_local(Zero* z, int on, float beta1, float loss_scale);
 // After the optimizer wrote its spans: gather the updated parameters as the capabilities require.
 void zero_after_update(Zero* z, Backend* be);
 // grads_on_host / params_on_host: wall time spent in the walk copying pieces to and from the host and adding

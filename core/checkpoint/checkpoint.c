@@ -188,6 +188,7 @@ void checkpoint_save(const ModelState* ms, Backend* be, const Grid* g, const Con
     snprintf(name, sizeof(name), "state_rank%d.bin", rank);
     path_join(p, sizeof(p), tmp, name);
     uint32_t state_crc = state_file_write(ms, be, p, rank, g->dp, cfg->zero_stage);
+    if (ms->save_own) ms->save_own(ms->ctx, be, tmp);
     if (lora_of(&ms->lay->shape) && rd->node_local) fail("-o %s: node-local checkpoint directories are not yet written with -lora", cfg->out_dir);
     path_join(p, sizeof(p), tmp, manifest_weights_file(&ms->lay->shape));
     model_save(ms, be, g, rd, p);
@@ -323,6 +324,7 @@ void checkpoint_load(const ModelState* ms, Backend* be, const char* dir, const C
         fclose(reader.f);
     }
     state_flush(ms);   // what went to the disk's cache is on disk before anything reads it there
+    if (ms->load_own) ms->load_own(ms->ctx, be, dir);
 }
 
 // A LoRA run's checkpoint continues only on its base: a file with the same bytes (CRC-32; it may have moved),

@@ -156,6 +156,34 @@ static void check_chat(const Config* c) {
     if (c->chat_ids && !config_chats(c)) fail("-chat-ids 1 shows a chat's ids: give -chat or -chat-file");
 }
 
+void config_check_freeze(const Config* c, int steps) {
+    if (config_freeze(c) > steps) fail("-freeze %d is beyond the run's %d steps", c->freeze_step, steps);
+}
+
+int config_resolve_steps(const Config* c, long long epoch_steps, long long tokens) {
+    if (c->max_steps < 0 && epoch_steps < 1)
+        fail("one epoch of %s is shorter than one step (b*t*ga*replicas = %lld tokens); set -x", c->train_pattern, tokens);
+    if (c->max_steps < 0 && epoch_steps > 1 << 30)   // -x's own range
+        fail("one epoch of %s is %lld steps, more than %d; set -x", c->train_pattern, epoch_steps, 1 << 30);
+    int steps = c->max_steps >= 0 ? c->max_steps : (int)epoch_steps;
+    config_check_freeze(c, steps);
+    return steps;
+}
+
+// -opt adam1bit (core/zero/onebit_adam.h) exchanges the data-parallel group's momentum in place of its
+// gradient reduction: the paths that reduce or hold gradients otherwise are not built for it.
+static void check_onebit(const Config* c) {
+    if (c->optimizer != OPTIMIZER_ADAM1BIT) {
+        if (c->freeze_step) fail("-freeze %d is 1-bit Adam's warm-up: it needs -opt adam1bit", c->freeze_step);
+        return;
+    }
+    if (!c->freeze_step) fail("-opt adam1bit needs -freeze S >= 1: its exact AdamW steps before the variance freezes");
+    if (c->max_steps >= 0) config_check_freeze(c, c->max_steps);
+    const char* other = c->pipeline_stages > 1 ? "-pp" : c->tensor_parallel > 1 ? "-tp" : c->context_parallel > 1 ? "-cp"
+                      : c->lora.rank ? "-lora" : c->delay_from ? "-dpu" : c->nvme_dir ? "-nvme" : NULL;
+    if (other) fail("-opt adam1bit with %s: not yet built", other);
+}
+
 // Flags that mean something only beside others, and values that only together leave the supported range: an
 // error rather than a flag quietly ignored or overridden.
 static void check_combinations(const Config* c) {
@@ -196,6 +224,7 @@ static void check_combinations(const Config* c) {
     if (c->start_over && c->resume) fail("-ow 1 (start over) and -y %d (resume) contradict each other", c->resume);
     check_nvme(c);
     check_lora(c);
+    check_onebit(c);
     check_offload_act(c);
     check_schedule(c);
     check_context(c);

@@ -21,6 +21,8 @@ typedef enum {
     LR_SCHEDULE_COUNT
 } LrSchedule;
 typedef enum { WSD_LINEAR, WSD_ONE_MINUS_SQRT } WsdShape;
+// -opt: AdamW, or 1-bit Adam (core/zero/onebit_adam.h: AdamW for -freeze steps, then compressed momentum).
+typedef enum { OPTIMIZER_ADAMW, OPTIMIZER_ADAM1BIT } OptimizerChoice;
 typedef enum { WARMUP_LOG, WARMUP_LINEAR } WarmupType;
 
 // The options of the schedules after the originals (core/run/lr_schedule.c).
@@ -78,6 +80,8 @@ typedef struct {
     float adam_beta2;            // -beta2
     float adam_eps;              // -eps
     float grad_clip;             // -gc (0: off)
+    OptimizerChoice optimizer;   // -opt
+    int freeze_step;             // -freeze: 1-bit Adam's exact warm-up steps (0: not given)
     float loss_scale;            // -ls initial fp16 loss scale
     int max_nonfinite;           // -nf stop after this many non-finite steps in a row
     // evaluation, sampling, checkpoints
@@ -154,6 +158,14 @@ void config_resolve_precision(Config* cfg);
 // -t against the model's maxT, and -ga from -d once the world is known: -d sets -ga from the data-parallel
 // replicas, ranks / per_replica (stages x tensor ranks). One-line errors.
 void config_resolve_batch(Config* cfg, int maxT, int ranks, int per_replica);
+// -opt adam1bit's -freeze step (0 under AdamW), and whether step s is past it: the group exchanges 1-bit
+// momentum instead of reducing gradients (core/zero/onebit_adam.h). The check: the freeze falls in the run.
+static inline int config_freeze(const Config* c) { return c->optimizer == OPTIMIZER_ADAM1BIT ? c->freeze_step : 0; }
+static inline int config_onebit_exchanges(const Config* c, int step) { return config_freeze(c) && step >= c->freeze_step; }
+void config_check_freeze(const Config* c, int steps);
+// The run's steps: -x, or (-x -1) one epoch of epoch_steps steps of `tokens` tokens, checked against -x's range
+// and -freeze.
+int config_resolve_steps(const Config* c, long long epoch_steps, long long tokens);
 // Learning rate at step (0-based) of max_steps under -k's schedule (core/run/lr_schedule.c).
 float config_lr_at(const Config* cfg, int step, int max_steps);
 // AdamW's beta1 at step: -beta1, except under -k onecycle with -cycle-mom 1.

@@ -38,6 +38,7 @@ static const char* const SCHEDULES[] = {[LR_COSINE] = "cosine", [LR_LINEAR] = "l
 static const char* const WSD_SHAPES[] = {[WSD_LINEAR] = "linear", [WSD_ONE_MINUS_SQRT] = "1-sqrt"};
 static const char* const WARMUP_TYPES[] = {[WARMUP_LOG] = "log", [WARMUP_LINEAR] = "linear"};
 static const char* const PRECISIONS[] = {[DT_FP32] = "fp32", [DT_BF16] = "bf16", [DT_FP16] = "fp16"};
+static const char* const OPTIMIZERS[] = {[OPTIMIZER_ADAMW] = "adamw", [OPTIMIZER_ADAM1BIT] = "adam1bit"};
 static const char* const PIPE_SCHEDULES[] = {[SCHEDULE_1F1B] = "1f1b", [SCHEDULE_INTERLEAVED] = "interleaved", [SCHEDULE_ZB] = "zb"};
 static const char* const LONG_DOCS[] = {[LONG_DROP] = "drop", [LONG_TRUNCATE] = "truncate"};
 static const char* const CONTEXT_MODES[] = {[CP_ULYSSES] = "ulysses", [CP_RING] = "ring"};
@@ -248,6 +249,12 @@ const Flag FLAGS[] = {
      .resume = {RESUME_OTHER, "adam_eps", 19, ABSENT_DEFAULT, NULL, NULL}},
     {OPTIM, "-gc", "F", FIELD(grad_clip), RANGE(0, 1e9), .def = "1.0", .help = "clip the global gradient norm to F; 0 = off",
      RECORD(RESUME_OTHER, "grad_clip", 12)},
+    {OPTIM, "-opt", NULL, FIELD(optimizer), NAMES(OPTIMIZERS), .def = "adamw",
+     .help = "optimizer: adamw; adam1bit: DeepSpeed's 1-bit Adam under any -z and precision, AdamW for -freeze steps, "
+             "then the variance frozen and the momentum all-reduced as signs and scales with error feedback (-gc does "
+             "not apply after the freeze; no -pp, -tp, -cp, -lora, -dpu, -nvme)"},
+    {OPTIM, "-freeze", "S", FIELD(freeze_step), RANGE(0, STEPS), .def = "0", .def_shown = "unset",
+     .help = "-opt adam1bit: its exact AdamW warm-up steps, at most the run's steps"},
     {OPTIM, "-ls", "F", FIELD(loss_scale), RANGE(1, 1e30), .def = "65536",
      .help = "initial fp16 loss scale; dynamic: halves after 2 overflows, doubles after 1000 clean steps"},
     {OPTIM, "-nf", "N", FIELD(max_nonfinite), RANGE(1, STEPS), .def = "5",

@@ -18,7 +18,8 @@ static size_t largest_unit(const Pieces* pc, int edge) {
     return m;
 }
 
-void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc, size_t acc_elems, int on_host, int tied) {
+void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc, size_t acc_elems, int on_host, int tied,
+                     int local_capable) {
     *g = (GradSlots){.on_host = on_host};
     // The largest share of a unit's reduced gradient this rank adds up: its piece of the trained section
     // (a frozen embedding, the largest unit, has none).
@@ -31,7 +32,7 @@ void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc
         g->acc = (float*)mem_alloc(be, mem, MEM_GRADS, acc_elems * 4);
     }
     // The accumulator's additions on the backend; with on_host only the tied embedding's all-reduce.
-    if (!on_host || tied) g->piece_f32 = (float*)mem_alloc(be, mem, MEM_GRADS, max_piece * 4);
+    if (!on_host || tied || local_capable) g->piece_f32 = (float*)mem_alloc(be, mem, MEM_GRADS, max_piece * 4);
     size_t rotating = largest_unit(pc, 0), edge = largest_unit(pc, 1);
     for (int s = 0; s < 2; s++) {
         g->slot[s].buf = mem_alloc(be, mem, MEM_GRADS, rotating * x);
@@ -42,19 +43,33 @@ void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc
 }
 
 // Reduce-scatters unit u's gradient buffer (its trained section) into each rank's share.
-static CommHandle reduce_start(const Pieces* pc, int u, void* buf) {
+static CommHandle reduce_start(const GradSlots* g, const Pieces* pc, int u, void* buf) {
     size_t p = pc->mine_len[u];
-    if (pc->size == 1 || !p) return comm_no_handle();
+    if (pc->size == 1 || !p || g->local) return comm_no_handle();
     return comm_reduce_scatter_sum_start(pc->dp, elem_at(buf, pc->mine_first[u], piece_elem_bytes(pc)), buf, p, pc->dt);
 }
 
 // Waits for unit u's reduce-scatter of buf and adds this rank's piece into the fp32 accumulator: on the
 // backend, or (on_host) on the host, with the same fp32 additions, once the piece has come down (queued:
 // grad_slots_finish_all drains it).
+// 1-bit Adam's local gradient: the whole unit, added chunk by chunk through the fp32 scratch.
+static void add_to_local(GradSlots* g, Backend* be, const Pieces* pc, int u, const void* buf) {
+    size_t p = pc->mine_len[u];
+    for (int c = 0; c < pc->size; c++) {
+        float* local = g->local + pc->grad_offset[u] + (size_t)c * p;
+        convert(be, g->piece_f32, DT_FP32, elem_at((void*)buf, (size_t)c * p, piece_elem_bytes(pc)), pc->dt, p);
+        residual_forward(be, DT_FP32, local, local, g->piece_f32, p);
+    }
+}
+
 static void reduce_into_accumulator(GradSlots* g, Backend* be, const Pieces* pc, int u, void* buf, CommHandle* h) {
     size_t p = pc->mine_len[u];
     pieces_wait(pc, h);
     if (!p) return;
+    if (g->local) {
+        add_to_local(g, be, pc, u, buf);
+        return;
+    }
     float* acc = g->acc + pc->mine_offset[u];
     const void* mine = elem_at(buf, pc->mine_first[u], piece_elem_bytes(pc));
     if (g->on_host) {
@@ -66,7 +81,7 @@ static void reduce_into_accumulator(GradSlots* g, Backend* be, const Pieces* pc,
 }
 
 static void start_reduce(GradSlots* g, const Pieces* pc, GradSlot* s, int u) {
-    s->flight = reduce_start(pc, u, s->buf);
+    s->flight = reduce_start(g, pc, u, s->buf);
     s->state = GRAD_REDUCING;
     s->unit = u;
     s->seq = ++g->started;

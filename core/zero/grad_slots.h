@@ -46,12 +46,17 @@ typedef struct {
                              // allocated for a tied embedding, whose piece zero.c sums over the pair here
     GradLanding* landing;    // on_host: how each reduced piece comes down and is added (grad_landing.h)
     int on_host;             // grads_on_host
+    float* local;            // 1-bit Adam after its freeze (core/zero/onebit_adam.h): a unit's slot is added whole
+                             // into this backend fp32 buffer (Pieces.grad_offset) instead of reduce-scattered;
+                             // NULL otherwise. The slots convert through piece_f32, one chunk at a time.
 } GradSlots;
 
 // Allocates the accumulator (acc_elems fp32, on the host with on_host), the landing or the fp32 scratch
 // (also with on_host when tied: a pipeline's tied embedding), and the slots, charging mem; with be == NULL
 // (zero_plan) it only charges. The slots start GRAD_FREE.
-void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc, size_t acc_elems, int on_host, int tied);
+// local_capable: the slots may be switched to `local` (piece_f32 is allocated whatever on_host says).
+void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc, size_t acc_elems, int on_host, int tied,
+                     int local_capable);
 
 // The buffer the walk accumulates unit u's gradients in (zeroed when the unit takes it): the edge slot (the
 // reduce-scatter in flight there finished first), the rotating one already filling with u, or a newly taken

@@ -84,6 +84,11 @@ typedef struct {
     // part in the gathers.
     void (*set_from_host)(void* ctx, Backend* be, const float* flat);
     void (*master_to_host)(void* ctx, Backend* be, float* flat);
+    // The holder's own per-rank file of a checkpoint beside the state files (1-bit Adam's errors,
+    // core/zero/onebit_adam.h), written into the checkpoint's directory before its DONE and read back at a
+    // resume; NULL where it keeps none.
+    void (*save_own)(void* ctx, Backend* be, const char* dir);
+    void (*load_own)(void* ctx, Backend* be, const char* dir);
 } ModelState;
 
 // ---------------------------------------------------------------------------------------------------

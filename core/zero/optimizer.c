@@ -7,6 +7,7 @@
 #include "base/common.h"
 #include "kernels/adamw_host.h"
 #include "core/util/rng.h"
+#include "core/zero/onebit_adam.h"
 
 // The end of the run of spans from i on with i's gradient dtype: a list call takes one dtype.
 static int same_grad_dt(const StateSpan* spans, int i, int n) {
@@ -104,7 +105,11 @@ static void adamw_on_host(const ModelState* ms, const StateSpan* s, size_t i, si
 
 static const OptimizerUpdate UPDATES[NUM_OPTIMIZERS] = {[OPT_ADAMW] = {adamw_on_backend, adamw_on_host}};
 
-static const OptimizerUpdate* update_of(const StateSpan* s) {
+static const OptimizerUpdate ONEBIT_UPDATE = {onebit_update_on_backend, onebit_update_on_host};
+
+// 1-bit Adam past its freeze updates AdamW's spans from the exchanged momentum.
+static const OptimizerUpdate* update_of(const StateSpan* s, const StepArgs* a) {
+    if (a->onebit.active && s->optimizer == OPT_ADAMW) return &ONEBIT_UPDATE;
     const OptimizerUpdate* u = &UPDATES[s->optimizer];
     if (!u->on_backend) fail("internal: a span of %s parameters to update", optimizer_kind(s->optimizer)->name);
     return u;
@@ -116,7 +121,7 @@ static void update_on_backend(const ModelState* ms, Backend* be, const StepArgs*
     StateSpan* spans = state_spans(ms, STATE_UPDATE, &n);
     for (int i = 0, j; i < n; i = j) {
         j = same_update(spans, i, n);
-        update_of(&spans[i])->on_backend(ms, be, spans + i, j - i, step);
+        update_of(&spans[i], step)->on_backend(ms, be, spans + i, j - i, step);
     }
     free(spans);
 }
@@ -225,7 +230,7 @@ static void update_chunk(Staging* st, const Chunk* c, int b, int reused, const S
     float* buf[1 + OPT_MAX_STATE];
     for (int k = 0; k < optimizer_buffers(optimizer_kind(s->optimizer)); k++)
         buf[k] = (float*)span_host_view(ms, s, span_optimizer_buffer(k), i, NULL);
-    update_of(s)->on_host(ms, s, i, c->k, params, grad, buf, step);
+    update_of(s, step)->on_host(ms, s, i, c->k, params, grad, buf, step);
     span_store_async(ms, st->be, s, SPAN_PARAMS, i, c->k, params, st->up[b]);
 }
 
@@ -262,7 +267,10 @@ StepArgs optimizer_args(const OptimizerStep* o, float grad_scale) {
                             .weight_decay = o->weight_decay,
                             .grad_scale = grad_scale,
                             .step = o->step + 1,
-                            .seed = (uint32_t)rng_next_u64(&r)}};
+                            .seed = (uint32_t)rng_next_u64(&r)},
+                  .onebit = {.active = o->freeze > 0 && o->step >= o->freeze,
+                             .loss_scale = o->loss_scale,
+                             .corr2 = 1.0f - powf(o->beta2, (float)o->freeze)}};
     return a;
 }
 

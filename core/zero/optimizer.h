@@ -10,12 +10,22 @@ typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
     int step;          // 0-based step being taken
     uint64_t seed;     // run seed; the rounding noise of step s is seeded from (seed, s)
+    int freeze;        // -opt adam1bit's -freeze S (0: AdamW throughout): from step S on, 1-bit Adam's update
+    float loss_scale;  // the scale the gradients (1-bit Adam: the exchanged momentum) carry
 } OptimizerStep;
 
 // What each optimizer's update takes for one step, drawn once from an OptimizerStep (optimizer_args): the
 // same for every span and every place the update runs, so the host and the backend give the same bits.
+// 1-bit Adam after the freeze (core/zero/onebit_adam.h): the reduced gradient holds the exchanged momentum.
+typedef struct {
+    int active;        // the step is past the freeze: onebit_adam.h's update in place of AdamW's
+    float loss_scale;  // the momentum arrives multiplied by it
+    float corr2;       // AdamW's bias correction of v at the freeze, 1 - beta2^S
+} OnebitArgs;
+
 typedef struct {
     AdamWArgs adamw;
+    OnebitArgs onebit;
 } StepArgs;
 
 // Global L2 norm of the reduced gradients: each rank sums the squares of what it holds (the tied

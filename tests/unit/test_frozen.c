@@ -215,7 +215,7 @@ static void check_step(TestStats* st, const char* name, const Model* m, ZeroCaps
         for (size_t j = 0; j < lay->tensors[i].size && !tensor_frozen(lay, &lay->tensors[i]); j++)
             ref += (double)grads[lay->tensors[i].offset + j] * grads[lay->tensors[i].offset + j];
     double norm = grad_global_norm(&ms, be, NULL, NULL);
-    OptimizerStep o = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, 1234};
+    OptimizerStep o = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, 1234, 0, 1.0f};
     optimizer_step(&ms, be, &o, 1.0f);
     zero_after_update(z, be);
     params_to_host(&ms, be, after);
@@ -245,7 +245,7 @@ static long long write_state(const Model* m, ZeroCaps caps, const char* path) {
     for (size_t i = 0; i < m->lay.total; i++) init[i] = 0.1f * unif(&seed);
     zero_set_from_host(z, be, init);
     load_grads(z, be, &m->lay, DT_BF16, grads, 5);
-    OptimizerStep o = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, 99};
+    OptimizerStep o = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, 99, 0, 1.0f};
     optimizer_step(&ms, be, &o, 1.0f);
     zero_after_update(z, be);
     state_file_write(&ms, be, path, 0, 1, 1);

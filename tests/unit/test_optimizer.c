@@ -64,7 +64,7 @@ static void fake_load(Fake* f, const Init* in, int step) {
 }
 
 static OptimizerStep opt_step(int step) {
-    OptimizerStep o = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1234};
+    OptimizerStep o = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 1234, 0, 1.0f};
     return o;
 }
 
