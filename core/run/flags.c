@@ -252,9 +252,11 @@ const Flag FLAGS[] = {
     {OPTIM, "-opt", NULL, FIELD(optimizer), NAMES(OPTIMIZERS), .def = "adamw",
      .help = "optimizer: adamw; adam1bit: DeepSpeed's 1-bit Adam under any -z and precision, AdamW for -freeze steps, "
              "then the variance frozen and the momentum all-reduced as signs and scales with error feedback (-gc does "
-             "not apply after the freeze; no -pp, -tp, -cp, -lora, -dpu, -nvme)"},
+             "not apply after the freeze; no -pp, -tp, -cp, -lora, -dpu, -nvme)",
+     .resume = {RESUME_FIXED, "optimizer", 40, ABSENT_DEFAULT, NULL, NULL}},   // adam1bit's error files
     {OPTIM, "-freeze", "S", FIELD(freeze_step), RANGE(0, STEPS), .def = "0", .def_shown = "unset",
-     .help = "-opt adam1bit: its exact AdamW warm-up steps, at most the run's steps"},
+     .help = "-opt adam1bit: its exact AdamW warm-up steps, at most the run's steps",
+     .resume = {RESUME_OTHER, "freeze_step", 41, ABSENT_DEFAULT, NULL, NULL}},
     {OPTIM, "-ls", "F", FIELD(loss_scale), RANGE(1, 1e30), .def = "65536",
      .help = "initial fp16 loss scale; dynamic: halves after 2 overflows, doubles after 1000 clean steps"},
     {OPTIM, "-nf", "N", FIELD(max_nonfinite), RANGE(1, STEPS), .def = "5",

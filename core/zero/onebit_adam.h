@@ -25,8 +25,9 @@
 // not apply: what is exchanged is momentum, never a gradient whose norm could be clipped.
 //
 // Checkpoints: m and v are AdamW's state pieces, resharded like any state. The errors (each rank's worker
-// error, whole, and its server chunk) go into a file of their own per rank, onebit_rank<r>.bin, which a
-// resume with the same data-parallel size and layout reads back bit-exactly; any -z reads them, since the
+// error, whole, and its server chunk) go into a file of their own per rank, onebit_rank<r>.bin, ending in the
+// CRC-32 of its values (a damaged file is a one-line error), which a resume with the same data-parallel size
+// reads back bit-exactly; any -z reads them, since the
 // errors' layout depends only on the model and the group's size (another size is a one-line error).
 #pragma once
 #include "core/comm/onebit.h"

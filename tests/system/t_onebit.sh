@@ -112,4 +112,20 @@ t_check onebit_resume_bit_exact_z1_to_z3 "grep -q 'resumed from' '$TMP/split2.ou
 rc=$?
 t_check onebit_resume_other_group_size_refused "[ $rc -ne 0 ] && [ \$(wc -l < '$TMP/one.out') -eq 1 ] && grep -q 'resume with the data-parallel size that wrote it' '$TMP/one.out'" \
     "$(head -c 300 "$TMP/one.out")"
+# The run record holds -opt (fixed: its error files) and -freeze (a change needs -y 2); a damaged error file is
+# one line naming it.
+refused() {   # name, expected text, flags...: a resume of split's checkpoint at 10 refused in one line
+    local name=$1 want=$2; shift 2
+    cp -r "$TMP/split" "$TMP/$name" && rm -rf "$TMP/$name/ckpt_000016"
+    run2 -x 16 -o "$TMP/$name" "$@" > "$TMP/$name.out" 2>&1
+    local rc=$?
+    t_check "$name" "[ $rc -ne 0 ] && grep -q -- '$want' '$TMP/$name.out' && [ \$(grep -c '^error' '$TMP/$name.out') -ge 1 ]" \
+        "$(grep -m1 error "$TMP/$name.out")"
+}
+refused onebit_resume_as_adamw_refused "would change -opt adam1bit -> adamw" -z 3 -y 1
+refused onebit_resume_other_freeze_refused "would change -freeze 6 -> 8" -freeze 8 -opt adam1bit -z 3 -y 1
+cp -r "$TMP/split" "$TMP/damaged" && rm -rf "$TMP/damaged/ckpt_000016"
+printf '\x01' | dd of="$TMP/damaged/ckpt_000010/onebit_rank1.bin" bs=1 seek=100 conv=notrunc 2>/dev/null
+run2 -x 16 -freeze 6 -opt adam1bit -z 3 -o "$TMP/damaged" -y 1 > "$TMP/damaged.out" 2>&1
+t_check onebit_damaged_errors_refused "grep -q 'onebit_rank1.bin: damaged' '$TMP/damaged.out'" "$(grep -m1 error "$TMP/damaged.out")"
 t_finish
