@@ -175,7 +175,8 @@ void onebit_update_on_host(const ModelState* ms, const StateSpan* s, size_t i, s
     for (size_t e = 0; e < k; e++) {
         float mi = ld(grad, e, s->grad_dt) / ls;
         float w = master[e];
-        w = w - x.lr * ((mi / corr1) / (sqrtf(v[e] / corr2) + x.eps) + x.weight_decay * w);
+        float adam = v[e] > 0.0f ? (mi / corr1) / (sqrtf(v[e] / corr2) + x.eps) : 0.0f;   // the mask: header
+        w = w - x.lr * (adam + x.weight_decay * w);
         m[e] = mi;
         master[e] = w;
         if (ms->dt == DT_BF16) ((uint16_t*)params)[e] = bf16_from_f32_stochastic(w, element_noise(x.seed, offset + e) & 0xffffu);

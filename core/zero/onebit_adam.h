@@ -18,6 +18,10 @@
 // summing the ranks' pieces). Where that buffer is 16-bit (-z 0, 1 in bf16, fp16) m_w is rounded to it, so the
 // two stay equal. The update itself, per element: w -= lr ((m / c1) / (sqrt(v / c2) + eps) + wd w), c1 =
 // 1 - b1^(t+1) as AdamW's, c2 = 1 - b2^S, AdamW's correction at the freeze (the variance stopped there).
+// Where v froze at 0 the element never had a gradient before the freeze (a position row past the run's -t, an
+// embedding row of a token the data has not used): the compressed momentum still gives it a scale times
+// sign(0) = +1, which over sqrt(0) + eps would throw it far, so its Adam term is 0 and only weight decay moves
+// it (DeepSpeed asks its users for such a mask, exp_avg_mask; here it is read from v).
 //
 // A step whose local gradients are not finite on some rank changes nothing: every rank sees it (a host
 // reduction), skips the fold and the exchange, and marks its reduced gradient non-finite so the trainer's

@@ -112,6 +112,24 @@ t_check onebit_resume_bit_exact_z1_to_z3 "grep -q 'resumed from' '$TMP/split2.ou
 rc=$?
 t_check onebit_resume_other_group_size_refused "[ $rc -ne 0 ] && [ \$(wc -l < '$TMP/one.out') -eq 1 ] && grep -q 'resume with the data-parallel size that wrote it' '$TMP/one.out'" \
     "$(head -c 300 "$TMP/one.out")"
+# Positions past -t never get a gradient: their variance freezes at 0, and the compressed momentum's sign(0) = +1
+# times a scale, over sqrt(0) + eps, would throw those rows far. Masked by v = 0, they end where they began
+# (no weight decay here), and the loss stays finite.
+./train_gpt_cpu -e L2C32H2V512T64 -i "$TMP/pat.bin" -j "" -b 2 -t 32 -x 0 -s 0 -o "$TMP/t64init" > /dev/null 2>&1
+"${MPIRUN[@]}" -np 2 ./train_gpt_cpu "${base[@]}" -e "$TMP/t64init/ckpt_000000/model.bin" -x 16 -freeze 6 -opt adam1bit -z 1 -c 0 \
+    -o "$TMP/t64" > "$TMP/t64.out" 2>&1
+py_check onebit_unused_positions_stay "$TMP/t64init/ckpt_000000/model.bin" "$TMP/t64/ckpt_000016/model.bin" "$TMP/t64/log.jsonl" <<'PY'
+import json, math, sys
+import numpy as np
+def wpe_tail(path):   # GPT-2: header, wte (Vp x C), wpe (maxT x C); rows 32.. of wpe
+    a = np.fromfile(path, dtype=np.float32, offset=1024)
+    return a[512 * 32 + 32 * 32: 512 * 32 + 64 * 32]
+before, after = wpe_tail(sys.argv[1]), wpe_tail(sys.argv[2])
+losses = [r["loss"] for r in map(json.loads, open(sys.argv[3])) if "loss" in r]
+moved = float(np.abs(after - before).max())
+print("ok" if moved == 0.0 and len(losses) == 16 and all(map(math.isfinite, losses)) and before.any()
+      else "unused wpe rows moved by up to %g; %d losses, last %s" % (moved, len(losses), losses[-1:] if losses else None))
+PY
 # The run record holds -opt (fixed: its error files) and -freeze (a change needs -y 2); a damaged error file is
 # one line naming it.
 refused() {   # name, expected text, flags...: a resume of split's checkpoint at 10 refused in one line
