@@ -19,6 +19,7 @@
 
 #include "core/util/fs.h"
 #include "core/zero/grad_slots.h"
+#include "core/zero/onebit_file.h"
 #include "core/zero/onebit_adam.h"
 #include "core/zero/param_slots.h"
 #include "core/zero/pieces.h"
@@ -777,25 +778,12 @@ ParamStore zero_param_store(Zero* z) {
 static void state_set_from_host(void* z, Backend* be, const float* flat) { zero_set_from_host((Zero*)z, be, flat); }
 static void state_master_to_host(void* z, Backend* be, float* flat) { zero_master_to_host((Zero*)z, be, flat); }
 
-// 1-bit Adam's errors: onebit_rank<r>.bin, r this rank of the data-parallel group (the world: -opt adam1bit
-// runs no other parallelism).
-static void onebit_path(const Zero* z, const char* dir, char* p, size_t size) {
-    char name[64];
-    snprintf(name, sizeof(name), "onebit_rank%d.bin", z->pieces.rank);
-    path_join(p, size, dir, name);
-}
-
+// 1-bit Adam's errors: a file per rank of the data-parallel group (onebit_file.h).
 static void state_save_own(void* ctx, Backend* be, const char* dir) {
-    char p[PATH_MAX];
-    onebit_path((Zero*)ctx, dir, p, sizeof(p));
-    onebit_save(&((Zero*)ctx)->onebit, be, p);
+    onebit_file_save(&((Zero*)ctx)->onebit, be, &((Zero*)ctx)->pieces, dir);
 }
-
 static void state_load_own(void* ctx, Backend* be, const char* dir) {
-    char p[PATH_MAX];
-    onebit_path((Zero*)ctx, dir, p, sizeof(p));
-    if (!path_exists(p)) fail("%s is missing: checkpoint %s was not written by a run with -opt adam1bit", p, dir);
-    onebit_load(&((Zero*)ctx)->onebit, be, p);
+    onebit_file_load(&((Zero*)ctx)->onebit, be, &((Zero*)ctx)->pieces, dir);
 }
 
 ModelState zero_model_state(Zero* z) {

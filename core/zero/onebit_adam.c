@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "base/crc32.h"
 #include "kernels/dtype.h"
 #include "kernels/host_elem.h"
 
@@ -204,58 +203,3 @@ void onebit_update_on_backend(const ModelState* ms, Backend* be, const StateSpan
     }
 }
 
-// ---------------------------------------------------------------------------------------------------
-// Checkpoints: "ONEBIT1\0", the whole and chunk element counts (uint64), the worker error, the server error.
-
-static const char ONEBIT_MAGIC[8] = "ONEBIT1";
-
-static void write_buffer(FILE* f, Backend* be, const float* dev, size_t n, const char* path, Crc32* crc) {
-    float* host = (float*)xmalloc(n * 4 + 4);
-    be_download(be, host, dev, n * 4);
-    xfwrite(host, 4, n, f, path);
-    crc32_add(crc, host, n * 4);
-    free(host);
-}
-
-void onebit_save(const OnebitBuffers* b, Backend* be, const char* path) {
-    FILE* f = xfopen(path, "wb");
-    uint64_t counts[2] = {b->whole, b->mine};
-    Crc32 crc;
-    crc32_begin(&crc);
-    xfwrite(ONEBIT_MAGIC, 1, sizeof(ONEBIT_MAGIC), f, path);
-    xfwrite(counts, sizeof(counts[0]), 2, f, path);
-    write_buffer(f, be, b->worker_err, b->whole, path, &crc);
-    write_buffer(f, be, b->server_err, b->mine, path, &crc);
-    uint32_t sum = crc.crc;
-    xfwrite(&sum, sizeof(sum), 1, f, path);
-    xfclose(f, path);
-}
-
-static void read_buffer(FILE* f, Backend* be, float* dev, size_t n, const char* path, Crc32* crc) {
-    float* host = (float*)xmalloc(n * 4 + 4);
-    if (fread(host, 4, n, f) != n) fail("%s: truncated (1-bit Adam's errors)", path);
-    crc32_add(crc, host, n * 4);
-    be_upload(be, dev, host, n * 4);
-    free(host);
-}
-
-void onebit_load(OnebitBuffers* b, Backend* be, const char* path) {
-    FILE* f = xfopen(path, "rb");
-    char magic[sizeof(ONEBIT_MAGIC)];
-    uint64_t counts[2];
-    if (fread(magic, 1, sizeof(magic), f) != sizeof(magic) || memcmp(magic, ONEBIT_MAGIC, sizeof(magic)) ||
-        fread(counts, sizeof(counts[0]), 2, f) != 2)
-        fail("%s is not a 1-bit Adam error file", path);
-    if (counts[0] != b->whole || counts[1] != b->mine)
-        fail("%s holds 1-bit Adam's errors for %llu + %llu elements, this layout needs %zu + %zu: resume with the "
-             "data-parallel size that wrote it", path, (unsigned long long)counts[0], (unsigned long long)counts[1], b->whole, b->mine);
-    Crc32 crc;
-    crc32_begin(&crc);
-    read_buffer(f, be, b->worker_err, b->whole, path, &crc);
-    read_buffer(f, be, b->server_err, b->mine, path, &crc);
-    uint32_t sum;
-    if (fread(&sum, sizeof(sum), 1, f) != 1 || sum != crc.crc)
-        fail("%s: damaged (its CRC-32 does not match 1-bit Adam's errors it holds)", path);
-    xfclose(f, path);
-    b->has_momentum = 0;
-}

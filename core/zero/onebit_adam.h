@@ -28,11 +28,8 @@
 // verdict skips the update too (with fp16, the loss scale then shrinks as usual). After the freeze -gc does
 // not apply: what is exchanged is momentum, never a gradient whose norm could be clipped.
 //
-// Checkpoints: m and v are AdamW's state pieces, resharded like any state. The errors (each rank's worker
-// error, whole, and its server chunk) go into a file of their own per rank, onebit_rank<r>.bin, ending in the
-// CRC-32 of its values (a damaged file is a one-line error), which a resume with the same data-parallel size
-// reads back bit-exactly; any -z reads them, since the
-// errors' layout depends only on the model and the group's size (another size is a one-line error).
+// Checkpoints: m and v are AdamW's state pieces, resharded like any state; the errors go into a file of their
+// own per rank (onebit_file.h), which any -z and any data-parallel size reads.
 #pragma once
 #include "core/comm/onebit.h"
 #include "core/model/memory.h"
@@ -64,7 +61,3 @@ void onebit_exchange(OnebitBuffers* b, Backend* be, const Pieces* pc, const Mode
 void onebit_update_on_host(const ModelState* ms, const StateSpan* s, size_t i, size_t k, void* params, const void* grad,
                            float* const* buf, const StepArgs* a);
 void onebit_update_on_backend(const ModelState* ms, Backend* be, const StateSpan* spans, int n, const StepArgs* a);
-
-// The errors in and out of a checkpoint: this rank's file, which the caller names.
-void onebit_save(const OnebitBuffers* b, Backend* be, const char* path);
-void onebit_load(OnebitBuffers* b, Backend* be, const char* path);
