@@ -31,7 +31,6 @@ case_cp ring2_llama_bf16 2 "$LLAMA" llama_bf16 2e-2 -cp 2 "${RING[@]}" -p bf16
 case_cp ring2_llama_fp16 2 "$LLAMA" llama_fp16 2e-2 -cp 2 "${RING[@]}" -p fp16
 case_cp ring2_gpt2_lora_offload2 2 "$GPT2" gpt2_lora 1e-5 -cp 2 "${RING[@]}" -lora 4 -lora-alpha 8 -z 2 -offload 2
 case_cp ring2_tp2_gpt2_z2 4 "$GPT2" gpt2_ga1 1e-5 -cp 2 "${RING[@]}" -tp 2 -z 2
-case_cp ring2_tp2_sp_gpt2 4 "$GPT2" gpt2_ga1 1e-5 -cp 2 "${RING[@]}" -tp 2 -sp 1
 case_cp ring2_tp2_llama_r3 4 "$LLAMA" llama_ga1 1e-5 -cp 2 "${RING[@]}" -tp 2 -r 3
 case_cp ring2_tp2_sp_llama 4 "$LLAMA" llama_ga1 1e-5 -cp 2 "${RING[@]}" -tp 2 -sp 1
 case_cp ring2_tp2_sp_mqa 4 "$MQA" mqa_ga2 1e-5 -cp 2 "${RING[@]}" -tp 2 -sp 1 -ga 2

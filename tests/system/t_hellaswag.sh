@@ -142,7 +142,7 @@ layouts gpt2 "$TMP/gpt2/ckpt_000060/model.bin" "b3|1|-b 3" "z0|2|-b 8 -z 0" "z1_
     "pp2_interleaved|2|-b 8 -ga 2 -pp 2 -ps interleaved -vp 2" "tp2|2|-b 8 -tp 2" "tp2_sp|2|-b 8 -tp 2 -sp 1" \
     "pp2_tp2_z3|4|-b 8 -pp 2 -tp 2 -z 3" "cp4|4|-b 8 -cp 4" "cp2_ring_2replicas|4|-b 4 -cp 2 -cpm ring -z 1"
 layouts llama "$TMP/llama/ckpt_000060/model.bin" "z3|2|-b 8 -z 3" "pp2_interleaved|2|-b 8 -ga 2 -pp 2 -ps interleaved -vp 2" \
-    "tp2_sp|2|-b 8 -tp 2 -sp 1" "pp2_tp2_zb|4|-b 8 -pp 2 -tp 2 -ps zb -z 1" "cp2_ring|2|-b 8 -cp 2 -cpm ring" \
+    "tp2_sp|2|-b 8 -tp 2 -sp 1" "pp2_tp2_zb|4|-b 8 -pp 2 -tp 2 -ps zb -z 1" \
     "cp2_tp2_sp|4|-b 8 -cp 2 -tp 2 -sp 1"
 eval_count gpt2_32bit "$TMP/gpt2/ckpt_000060/model.bin" 1 -i "$TMP/corpus.bin" -hs "$HS32" -b 8
 t_check gpt2_32bit_file_as_16bit "[ -n '$COUNT' ] && grep -q \"^step 0 | hellaswag $COUNT \" '$TMP/gpt2_one_rank.txt'" "$COUNT"
