@@ -281,6 +281,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     ModelShape shape = lora_apply(&tr->lora, model_resolve(cfg->model, &tr->model_is_spec), &cfg->lora);
     tr->lora.seed = cfg->seed;   // LoRA's dropout masks follow -seed
     config_resolve_precision(cfg);
+    config_resolve_hpz(cfg, tr->world);
     int planned = cfg->estimate && cfg->plan_ranks ? cfg->plan_ranks : tr->ranks;
     config_resolve_batch(cfg, shape.maxT, planned, cfg->pipeline_stages * cfg->tensor_parallel * cfg->context_parallel);
     pipeline_plan(&tr->plan, &shape, cfg->pipeline_stages, cfg->pipe_schedule, cfg->virtual_stages, cfg->tensor_parallel,

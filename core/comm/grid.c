@@ -79,5 +79,6 @@ void grid_destroy(Grid* g) {
 void grid_describe(const Grid* g, char* out, size_t n) {
     int at = snprintf(out, n, "%d stage%s x %d replica%s", g->pp, g->pp > 1 ? "s" : "", g->replicas, g->replicas > 1 ? "s" : "");
     if (g->cp > 1 && at >= 0 && (size_t)at < n) at += snprintf(out + at, n - (size_t)at, " x %d context ranks", g->cp);
-    if (g->tp > 1 && at >= 0 && (size_t)at < n) snprintf(out + at, n - (size_t)at, " x %d tensor ranks", g->tp);
+    if (g->tp > 1 && at >= 0 && (size_t)at < n) at += snprintf(out + at, n - (size_t)at, " x %d tensor ranks", g->tp);
+    if (g->hpz_group && at >= 0 && (size_t)at < n) snprintf(out + at, n - (size_t)at, ", hpZ groups of %d", comm_size(g->hpz_group));
 }

@@ -50,7 +50,7 @@ void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head
 // Fails with one line unless -hpz n (> 1) divides a data-parallel group of dp ranks.
 void grid_check_hpz(int n, int dp);
 void grid_destroy(Grid* g);   // frees the sub-groups, not the world
-// "S stages x R replicas[ x C context ranks][ x T tensor ranks]" into out.
+// "S stages x R replicas[ x C context ranks][ x T tensor ranks][, hpZ groups of N]" into out.
 void grid_describe(const Grid* g, char* out, size_t n);
 static inline int grid_first_stage(const Grid* g) { return g->stage == 0; }
 static inline int grid_last_stage(const Grid* g) { return g->stage == g->pp - 1; }

@@ -219,6 +219,8 @@ static void check_combinations(const Config* c) {
              "not -z %d (-offload 1 moves the optimizer state at any -z)", c->zero_stage);
     if (c->qw && c->zero_stage != 3)
         fail("-qw 1 quantizes ZeRO-3's parameter gathers: it needs -z 3, not -z %d", c->zero_stage);
+    if (c->hpz == HPZ_HOST && c->zero_stage != 3)
+        fail("-hpz host keeps a secondary copy of ZeRO-3's parameter pieces: it needs -z 3, not -z %d", c->zero_stage);
     if (c->hpz > 1 && c->zero_stage != 3)
         fail("-hpz %d keeps a secondary copy of ZeRO-3's parameter pieces: it needs -z 3, not -z %d", c->hpz, c->zero_stage);
     if (c->start_over && c->resume) fail("-ow 1 (start over) and -y %d (resume) contradict each other", c->resume);
@@ -257,6 +259,20 @@ void config_parse(Config* c, int argc, char** argv) {
 
 void config_resolve_precision(Config* cfg) {
     if (!cfg->precision_set) cfg->precision = backend_build_is_gpu() ? DT_BF16 : DT_FP32;
+}
+
+// Every host must run as many ranks: sum(L)^2 = ranks sum(L^2) holds exactly then (Cauchy-Schwarz).
+void config_resolve_hpz(Config* cfg, Comm* world) {
+    if (cfg->hpz != HPZ_HOST) return;
+    if (cfg->estimate) fail("-hpz host takes the launched ranks' hosts: --estimate needs -hpz N (the data-parallel ranks per host)");
+    long long L = comm_local_size(world), sums[2] = {L, L * L};
+    comm_allreduce_host_sum_i64(world, sums, 2);
+    long long ranks = comm_size(world);
+    if (sums[0] * sums[0] != ranks * sums[1])
+        fail("-hpz host: the hosts run different numbers of ranks (%lld on this one): give -hpz N", L);
+    if (L % cfg->tensor_parallel)
+        fail("-hpz host: -tp %d does not divide the %lld ranks of a host", cfg->tensor_parallel, L);
+    cfg->hpz = (int)(L / cfg->tensor_parallel);
 }
 
 // -d sets -ga from the data-parallel replicas, ranks / (stages x tensor ranks). When those do not divide the

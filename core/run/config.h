@@ -107,7 +107,8 @@ typedef struct {
     int grad_accum_set;          // -ga given? (-d sets it otherwise)
     DType precision;             // -p fp32|bf16|fp16
     int zero_stage;              // -z
-    int hpz;                     // -hpz: with -z 3, ranks per secondary group (ZeRO++'s hpZ); 1: none
+    int hpz;                     // -hpz: with -z 3, ranks per secondary group (ZeRO++'s hpZ); 1: none; HPZ_HOST until
+                                 // config_resolve_hpz
     int qw;                      // -qw 1: with -z 3, the weight gathers send int8 blocks (ZeRO++'s qwZ)
     int pipeline_stages;         // -pp
     ScheduleKind pipe_schedule;  // -ps: the pipeline schedule (core/pipeline/schedule.h)
@@ -155,6 +156,10 @@ void config_defaults(Config* cfg);
 void config_parse(Config* cfg, int argc, char** argv);
 // -p's default where it was not given: bf16 on the GPU build, fp32 on the CPU build.
 void config_resolve_precision(Config* cfg);
+// -hpz host: the data-parallel ranks of one host, ranks_per_host / (tensor ranks), every host alike (the
+// launched world's, `world`; --estimate, which launches none, takes an N). A one-line error otherwise.
+#define HPZ_HOST (-1)
+void config_resolve_hpz(Config* cfg, Comm* world);
 // -t against the model's maxT, and -ga from -d once the world is known: -d sets -ga from the data-parallel
 // replicas, ranks / per_replica (stages x tensor ranks). One-line errors.
 void config_resolve_batch(Config* cfg, int maxT, int ranks, int per_replica);

@@ -63,6 +63,15 @@ static int parse_pipe_schedule(const Flag* f, Config* c, const char* v, char* wh
     return set_why(why, size, "-ps %s: the schedule must be 1f1b, interleaved or zb", v);
 }
 
+// -hpz N, or "host": the data-parallel ranks of one host (config_resolve_hpz).
+static int parse_hpz(const Flag* f, Config* c, const char* v, char* why, size_t size) {
+    if (!strcmp(v, "host")) {
+        c->hpz = HPZ_HOST;
+        return 1;
+    }
+    return flag_parse_typed(f, c, v, why, size);
+}
+
 // MIN,MAX,STEPS: 0 < MIN < MAX, STEPS >= 2 (the first step is at MIN, the last at MAX).
 static int parse_lr_range(const Flag* f, Config* c, const char* v, char* why, size_t size) {
     char* end;
@@ -318,11 +327,12 @@ const Flag FLAGS[] = {
      .help = "storage, fp32 master weights; fp16 with dynamic loss scaling",
      RECORD(RESUME_FIXED, "precision", 3)},   // the state files hold the working copy in this dtype
     {PARALLEL, "-z", "N", FIELD(zero_stage), RANGE(0, 3), .def = "0", .help = "ZeRO stage 0..3"},
-    {PARALLEL, "-hpz", "N", FIELD(hpz), RANGE(1, 1024), .def = "1",
+    {PARALLEL, "-hpz", "N|host", FIELD(hpz), RANGE(1, 1024), .parse = parse_hpz, .def = "1",
      .help = "with -z 3 (ZeRO++'s hierarchical partition): each rank also keeps 1/N of every unit's parameters, taken from "
              "the unit's first gather after an update (over all data-parallel ranks); the unit's later gathers (the "
-             "backward's) run inside N consecutive data-parallel ranks, one host's when N is the ranks per host. N must "
-             "divide the data-parallel size. 1: off. Same results bit for bit"},
+             "backward's) run inside N consecutive data-parallel ranks, one host's when N is the ranks per host (host: "
+             "that N, from the launched ranks' hosts). N must divide the data-parallel size. 1: off. Same results bit "
+             "for bit"},
     {PARALLEL, "-qw", "0|1", FIELD(qw), RANGE(0, 1), .def = "0",
      .help = "with -z 3 (ZeRO++'s quantized weights): the parameter gathers over the data-parallel ranks send int8 "
              "with one fp32 scale per 64 elements (17/16 bytes per parameter) and every rank computes with the "

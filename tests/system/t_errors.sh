@@ -120,6 +120,8 @@ expect_error pp_needs_ranks "-pp 2 does not divide the 1 ranks" "${base[@]}" -pp
 expect_error hpz_needs_z3 "-hpz 2 keeps a secondary copy .* needs -z 3, not -z 2" "${base[@]}" -z 2 -hpz 2
 expect_error hpz_below_one "-hpz = 0 is outside 1\.\.1024" "${base[@]}" -z 3 -hpz 0
 expect_error hpz_not_dividing_dp "-hpz 3 does not divide the data-parallel group of 4 ranks" "${base[@]}" -z 3 -hpz 3 --estimate -w 4
+expect_error hpz_host_needs_z3 "-hpz host keeps a secondary copy .* needs -z 3, not -z 2" "${base[@]}" -z 2 -hpz host
+expect_error hpz_host_estimate "-hpz host takes the launched ranks' hosts: --estimate needs -hpz N" "${base[@]}" -z 3 -hpz host --estimate -w 4
 expect_error qw_needs_z3 "-qw 1 quantizes ZeRO-3's parameter gathers: it needs -z 3, not -z 2" "${base[@]}" -z 2 -qw 1
 expect_error qw_needs_two_ranks "-qw 1 quantizes ZeRO-3's parameter gathers: with one data-parallel rank there are none" "${base[@]}" -z 3 -qw 1
 expect_error qw_needs_two_ranks_estimate "with one data-parallel rank there are none" "${base[@]}" -z 3 -qw 1 --estimate -w 2 -pp 2

@@ -108,11 +108,12 @@ for layout in z2 pp2; do
     same_run "multinode_${layout}_same_as_one_host" "$TMP/one_$layout" 6 "$TMP/two_$layout"
 done
 
-# hpZ across hosts: -z 3 -hpz 2 on 2 hosts x 2 ranks ends as -z 3 on one host, bit for bit; the backward's
+# hpZ across hosts: -z 3 -hpz host (2 here) on 2 hosts x 2 ranks ends as -z 3 on one host, bit for bit; the backward's
 # gathers run in the hpz groups, one per host, which send nothing across hosts, while the forward's gathers
 # and the reduce-scatters cross (comm.h's link classes, logged per group).
 one_host one_z3 "$TMP/one_z3" -z 3 || t_fail multinode_hpz2 "single-host -z 3 run failed: $(first_error "$TMP/one_z3.txt")"
-if two_hosts two_hpz2 "$TMP/two_hpz2" -z 3 -hpz 2; then
+if two_hosts two_hpz2 "$TMP/two_hpz2" -z 3 -hpz host; then   # a host's ranks: groups of 2
+    t_check multinode_hpz_host_is_two "grep -q 'hpZ groups of 2' '$TMP/two_hpz2.txt'" "$(grep -m1 'ranks (' "$TMP/two_hpz2.txt")"
     same_run multinode_hpz2_same_as_z3_one_host "$TMP/one_z3" 6 "$TMP/two_hpz2"
     py_check multinode_hpz2_backward_stays_on_host "$TMP/two_hpz2/log.jsonl" <<'PY'
 import json, sys

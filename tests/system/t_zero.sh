@@ -73,6 +73,9 @@ same_bits_as() {   # name, run, reference run: the same losses and norms, and th
 "${MPIRUN[@]}" -x GPT_COMM_POISON=1 -np 4 ./train_gpt_cpu "${flags[@]}" -ga 1 -z 3 -hpz 2 -n 6 -o "$TMP/hpz2_np4" > "$TMP/hpz2_np4.txt" 2>&1 ||
     t_fail hpz2_np4 "exited non-zero: $(grep -m1 error "$TMP/hpz2_np4.txt")"
 same_bits_as hpz2_np4_same_bits hpz2_np4 z3_np4
+run hpz_host_np4 4 1 -z 3 -hpz host -n 6   # one host: a group of all 4
+t_check hpz_host_one_group_of_4 "grep -q 'hpZ groups of 4' '$TMP/hpz_host_np4.txt'" "$(grep -m1 'ranks (' "$TMP/hpz_host_np4.txt")"
+same_bits_as hpz_host_np4_same_bits hpz_host_np4 z3_np4
 cp -r "$TMP/hpz2_np4" "$TMP/hpz4_resumed" && rm -rf "$TMP/hpz4_resumed/ckpt_000012"
 run hpz4_resumed 4 1 -z 3 -hpz 4 -n 6 -y 1
 t_check hpz4_resumed_at_6 "grep -q 'resumed from .*ckpt_000006 at step 6' '$TMP/hpz4_resumed.txt'"
