@@ -22,6 +22,7 @@
 #include "core/zero/onebit_adam.h"
 #include "core/zero/param_slots.h"
 #include "core/zero/pieces.h"
+#include "core/zero/qgz.h"
 #include "kernels/host_elem.h"
 
 // The gradient buffers without shard_grads (with it, the walk's rotating slots: grad_slots.h).
@@ -59,6 +60,7 @@ struct Zero {
     OnebitBuffers onebit;      // onebit: 1-bit Adam's momentum, errors and local gradient
     int onebit_local;          // after its freeze: the walk keeps the gradient unreduced (zero_onebit_local)
     float onebit_beta1, onebit_loss_scale;   // and the step's beta1 and loss scale
+    Qgz qgz;                   // qg: the quantized reduction's error feedback and packets
 };
 
 ZeroCaps zero_caps(int stage) {
@@ -81,9 +83,10 @@ ZeroCaps zero_on_disk(ZeroCaps caps, int on) {
     return caps;
 }
 
-ZeroCaps zero_plusplus(ZeroCaps caps, int hpz, int qw) {
+ZeroCaps zero_plusplus(ZeroCaps caps, int hpz, int qw, int qg) {
     caps.hpz = caps.shard_params && hpz > 1 ? hpz : 0;
     caps.qw = caps.shard_params && qw;
+    caps.qg = caps.shard_grads && qg;
     return caps;
 }
 
@@ -300,6 +303,11 @@ static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* l
         param_slots_quantize(&z->gathered, be, mem, &z->pieces);
     }
     allocate_grads(z, be, mem);
+    if (caps.qg) {
+        qgz_check(caps.qg, 2, size);
+        qgz_init(&z->qgz, be, mem, &z->pieces);
+        z->grads.qgz = &z->qgz;
+    }
     if (caps.onebit) onebit_init(&z->onebit, be, mem, &z->pieces, caps.shard_grads);
     z->norm_acc = (float*)mem_alloc(be, mem, MEM_GRADS, sizeof(float));
 }
@@ -318,7 +326,7 @@ Zero* zero_create(Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps 
 void zero_plan_rank(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int rank, int size, DType dt, const NvmeConfig* disk) {
     if (rank < 0 || rank >= size) fail("internal: planning rank %d of %d", rank, size);
     if (caps.hpz > 1 && size % caps.hpz) caps.hpz = 0;   // --estimate's tables: hpZ on the sizes it divides,
-    if (size < 2) caps.qw = 0;                           // qwZ where there are gathers
+    if (size < 2) caps.qw = caps.qg = 0;                 // qwZ and qgZ where there are collectives
     Zero z;
     zero_init(&z, NULL, mem, lay, caps, NULL, NULL, NULL, rank, size, dt, disk);
 }
@@ -351,6 +359,7 @@ void zero_destroy(Zero* z, Backend* be) {
     param_slots_free_quantized(ga, be);
     nvme_close(z->disk, be);
     if (z->caps.onebit) onebit_free(&z->onebit, be);
+    if (z->caps.qg) qgz_free(&z->qgz, be);
     free(z);
 }
 
@@ -478,6 +487,13 @@ void zero_onebit_local(Zero* z, int on, float beta1, float loss_scale) {
     z->onebit_loss_scale = loss_scale;
     z->grads.local = on ? z->onebit.local : NULL;
 }
+
+void zero_qgz_groups(Zero* z, const HostGroups* groups) {
+    if (!z->caps.qg) fail("internal: qgZ's groups without -qg");
+    qgz_attach(&z->qgz, groups, &z->pieces);
+}
+
+double zero_quantize_seconds(Zero* z) { return z->caps.qg ? qgz_take_seconds(&z->qgz) : 0.0; }
 
 double zero_host_copy_seconds(Zero* z) {
     double s = z->gathered.upload_seconds + (z->grads.landing ? grad_landing_wait_seconds(z->grads.landing) : 0.0);
@@ -785,17 +801,39 @@ static void onebit_path(const Zero* z, const char* dir, char* p, size_t size) {
     path_join(p, size, dir, name);
 }
 
+// qgZ's errors: qgz_rank<r>.bin, r this rank of the data-parallel group (-qg runs no other parallelism).
+static void qgz_path(const Zero* z, const char* dir, char* p, size_t size) {
+    char name[64];
+    snprintf(name, sizeof(name), "qgz_rank%d.bin", z->pieces.rank);
+    path_join(p, size, dir, name);
+}
+
 static void state_save_own(void* ctx, Backend* be, const char* dir) {
+    Zero* z = (Zero*)ctx;
     char p[PATH_MAX];
-    onebit_path((Zero*)ctx, dir, p, sizeof(p));
-    onebit_save(&((Zero*)ctx)->onebit, be, p);
+    if (z->caps.onebit) {
+        onebit_path(z, dir, p, sizeof(p));
+        onebit_save(&z->onebit, be, p);
+    }
+    if (z->caps.qg) {
+        qgz_path(z, dir, p, sizeof(p));
+        qgz_save(&z->qgz, be, p);
+    }
 }
 
 static void state_load_own(void* ctx, Backend* be, const char* dir) {
+    Zero* z = (Zero*)ctx;
     char p[PATH_MAX];
-    onebit_path((Zero*)ctx, dir, p, sizeof(p));
-    if (!path_exists(p)) fail("%s is missing: checkpoint %s was not written by a run with -opt adam1bit", p, dir);
-    onebit_load(&((Zero*)ctx)->onebit, be, p);
+    if (z->caps.onebit) {
+        onebit_path(z, dir, p, sizeof(p));
+        if (!path_exists(p)) fail("%s is missing: checkpoint %s was not written by a run with -opt adam1bit", p, dir);
+        onebit_load(&z->onebit, be, p);
+    }
+    if (z->caps.qg) {
+        qgz_path(z, dir, p, sizeof(p));
+        if (!path_exists(p)) fail("%s is missing: checkpoint %s was not written by a run with -qg 1", p, dir);
+        qgz_load(&z->qgz, be, p);
+    }
 }
 
 ModelState zero_model_state(Zero* z) {
@@ -813,7 +851,7 @@ ModelState zero_model_state(Zero* z) {
                     .owned_span = state_owned_span,
                     .set_from_host = state_set_from_host,
                     .master_to_host = state_master_to_host,
-                    .save_own = z->caps.onebit ? state_save_own : NULL,
-                    .load_own = z->caps.onebit ? state_load_own : NULL};
+                    .save_own = z->caps.onebit || z->caps.qg ? state_save_own : NULL,
+                    .load_own = z->caps.onebit || z->caps.qg ? state_load_own : NULL};
     return s;
 }
