@@ -65,6 +65,7 @@ double qgz_take_seconds(Qgz* q) {
 // Packets on the host.
 
 static float* packet_scales(unsigned char* packet, size_t n) { return (float*)(packet + quant_bytes(n, QGZ_BITS)); }
+static const float* packet_scales_c(const unsigned char* packet, size_t n) { return (const float*)(packet + quant_bytes(n, QGZ_BITS)); }
 
 static void quantize_piece(unsigned char* packet, const float* x, size_t n) {
     float* scales = packet_scales(packet, n);
@@ -86,14 +87,14 @@ static void quantize_piece(unsigned char* packet, const float* x, size_t n) {
 
 static float level_at(const unsigned char* packet, size_t i) { return (float)quant_from_nibble((uint8_t)(packet[i / 2] >> (4 * (i % 2)))); }
 
-// out += the packet's values (one fp32 rounding each).
-static void dequantize_add(float* out, unsigned char* packet, size_t n) {
-    const float* scales = packet_scales(packet, n);
+void qgz_dequantize_add(float* out, const unsigned char* packet, size_t n) {
+    const float* scales = packet_scales_c(packet, n);
     for (size_t i = 0; i < n; i++) out[i] += level_at(packet, i) * scales[i / QGZ_BLOCK];
 }
 
-// e = y - dequant(packet), except in a block that held a NaN or an infinity, whose e stays as it was.
-static void keep_error(float* e, const float* y, unsigned char* packet, size_t n) {
+void qgz_feed_back(unsigned char* packet, float* y, float* e, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] += e[i];
+    quantize_piece(packet, y, n);
     const float* scales = packet_scales(packet, n);
     for (size_t i = 0; i < n; i++) {
         float s = scales[i / QGZ_BLOCK];
@@ -124,12 +125,8 @@ static void quantize_unit(Qgz* q, const Pieces* pc, int u, const void* buf, Scra
     be_download(q->be, s->e, q->err + q->err_at[u], n * 4);
     double t = now_seconds();
     host_from_dtype(s->y, raw, pc->dt, n);
-    for (size_t i = 0; i < n; i++) s->y[i] += s->e[i];
-    for (int r = 0; r < pc->size; r++) {
-        unsigned char* packet = s->packets + ((size_t)(r % L) * H + (size_t)(r / L)) * pb;
-        quantize_piece(packet, s->y + (size_t)r * p, p);
-        keep_error(s->e + (size_t)r * p, s->y + (size_t)r * p, packet, p);
-    }
+    for (int r = 0; r < pc->size; r++)
+        qgz_feed_back(s->packets + ((size_t)(r % L) * H + (size_t)(r / L)) * pb, s->y + (size_t)r * p, s->e + (size_t)r * p, p);
     q->seconds += now_seconds() - t;
     be_upload(q->be, q->err + q->err_at[u], s->e, n * 4);
     free(raw);
@@ -140,7 +137,7 @@ static void sum_packets(Qgz* q, float* out, unsigned char* first, int count, siz
     double t = now_seconds();
     size_t pb = qgz_packet_bytes(p);
     memset(out, 0, p * sizeof(float));
-    for (int j = 0; j < count; j++) dequantize_add(out, first + (size_t)j * stride * pb, p);
+    for (int j = 0; j < count; j++) qgz_dequantize_add(out, first + (size_t)j * stride * pb, p);
     q->seconds += now_seconds() - t;
 }
 

@@ -67,6 +67,11 @@ void qgz_free(Qgz* q, Backend* be);
 int qgz_covers(const Pieces* pc, int u);
 // One rank's packet for a piece of n elements: int4 levels, then the fp32 scales.
 size_t qgz_packet_bytes(size_t n);
+// The host arithmetic of one piece (n a multiple of QGZ_BLOCK). Error feedback: y += e, y quantized into
+// packet, e = y - dequant(packet) (kept as it was in a block holding a NaN or an infinity). packet's values
+// added to out (fp32, one rounding each).
+void qgz_feed_back(unsigned char* packet, float* y, float* e, size_t n);
+void qgz_dequantize_add(float* out, const unsigned char* packet, size_t n);
 // Unit u's gradient buffer buf (pc->dt, the whole trained section) -> this rank's summed piece at
 // mine_first. Collective over the data-parallel group; synchronous.
 void qgz_reduce_scatter(Qgz* q, const Pieces* pc, int u, void* buf);
