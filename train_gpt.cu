@@ -120,17 +120,16 @@ static int stop_requested(Trainer* tr) {
 // Set-up.
 
 // -z names what is sharded; -offload adds what of it lives on the host, -nvme what of that lives on disk, -dpu
-// the host buffers of the update in flight.
+// the host buffers of the update in flight; -hpz, -qw and -qg are ZeRO++'s, -opt adam1bit adds its buffers.
 static ZeroCaps caps_of(const Config* cfg, int zero) {
-    ZeroCaps caps = zero_plusplus(zero_on_disk(zero_offload(zero_caps(zero), cfg->offload), cfg->nvme_dir != NULL), cfg->hpz, cfg->qw);
+    ZeroCaps caps = zero_plusplus(zero_on_disk(zero_offload(zero_caps(zero), cfg->offload), cfg->nvme_dir != NULL), cfg->hpz, cfg->qw, cfg->qg);
     caps.delayed_update = cfg->delay_from > 0;
     caps.onebit = cfg->optimizer == OPTIMIZER_ADAM1BIT;
     return caps;
 }
 
 static NvmeConfig nvme_config(const Config* cfg, int rank) {
-    NvmeConfig n = {.dir = cfg->nvme_dir, .chunk_elems = (size_t)cfg->nvme_chunk, .rank = rank};
-    return n;
+    return (NvmeConfig){.dir = cfg->nvme_dir, .chunk_elems = (size_t)cfg->nvme_chunk, .rank = rank};
 }
 
 // --estimate's and --autotune's planner for the model states: ZeRO's allocation code in counting mode.
@@ -299,7 +298,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     comm_attach_backend(tr->world, tr->be);
     CommKind comm = comm_select(tr->world, cfg->comm);   // before any group is split
     grid_create(&tr->grid, tr->world, cfg->pipeline_stages, cfg->tensor_parallel, cfg->context_parallel, shape.tied,
-                shape_kv_copies(&shape, cfg->tensor_parallel), cfg->hpz);
+                shape_kv_copies(&shape, cfg->tensor_parallel), cfg->hpz, cfg->qg);
     comm_watchdog_phase(tr->world, 1, "start-up: data and tokenizer");
     open_tokenizer(tr, &shape);   // first: -docmask's document-start token is the tokenizer's
     open_data(tr, &shape);
@@ -313,6 +312,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     check_room(plan_zero_states, cfg, tr->layout, tr->grid.dp_rank, tr->grid.dp, comm_local_size(tr->world), &tr->nvme);
     tr->zero = zero_create(tr->be, &tr->mem, tr->layout, caps_of(cfg, cfg->zero_stage), g->dp_group, g->tied, g->hpz_group,
                            cfg->precision, cfg->nvme_dir ? &tr->nvme : NULL);
+    if (cfg->qg) zero_qgz_groups(tr->zero, &g->qgz);
     tr->model_states = zero_model_state(tr->zero);
     if (cfg->delay_from > 0) tr->delayed = delayed_update_create(&tr->model_states);
     create_chunks(tr);
@@ -541,6 +541,7 @@ static StepResult train_step(Trainer* tr, int step) {
     comm_watchdog_phase(tr->world, 0, "step %d: gradient reduction", step);
     zero_reduce_grads(tr->zero, tr->be);
     pt->host_copies = zero_host_copy_seconds(tr->zero);   // read every step, so it covers this step only
+    pt->quantize = zero_quantize_seconds(tr->zero);
     phase_mark(pt, tr->be, PHASE_COMM);
     if (dump) dump_step0(tr, logits, r.loss);
     free(logits);

@@ -23,6 +23,7 @@
 #include "core/zero/onebit_adam.h"
 #include "core/zero/param_slots.h"
 #include "core/zero/pieces.h"
+#include "core/zero/qgz.h"
 #include "kernels/host_elem.h"
 
 // The gradient buffers without shard_grads (with it, the walk's rotating slots: grad_slots.h).
@@ -60,6 +61,7 @@ struct Zero {
     OnebitBuffers onebit;      // onebit: 1-bit Adam's momentum, errors and local gradient
     int onebit_local;          // after its freeze: the walk keeps the gradient unreduced (zero_onebit_local)
     float onebit_beta1, onebit_loss_scale;   // and the step's beta1 and loss scale
+    Qgz qgz;                   // qg: the quantized reduction's error feedback and packets
 };
 
 ZeroCaps zero_caps(int stage) {
@@ -82,9 +84,10 @@ ZeroCaps zero_on_disk(ZeroCaps caps, int on) {
     return caps;
 }
 
-ZeroCaps zero_plusplus(ZeroCaps caps, int hpz, int qw) {
+ZeroCaps zero_plusplus(ZeroCaps caps, int hpz, int qw, int qg) {
     caps.hpz = caps.shard_params && hpz > 1 ? hpz : 0;
     caps.qw = caps.shard_params && qw;
+    caps.qg = caps.shard_grads && qg;
     return caps;
 }
 
@@ -301,6 +304,11 @@ static void zero_init(Zero* z, Backend* be, MemLedger* mem, const ParamLayout* l
         param_slots_quantize(&z->gathered, be, mem, &z->pieces);
     }
     allocate_grads(z, be, mem);
+    if (caps.qg) {
+        qgz_check(caps.qg, 2, size);
+        qgz_init(&z->qgz, be, mem, &z->pieces);
+        z->grads.qgz = &z->qgz;
+    }
     if (caps.onebit) onebit_init(&z->onebit, be, mem, &z->pieces, caps.shard_grads);
     z->norm_acc = (float*)mem_alloc(be, mem, MEM_GRADS, sizeof(float));
 }
@@ -319,7 +327,7 @@ Zero* zero_create(Backend* be, MemLedger* mem, const ParamLayout* lay, ZeroCaps 
 void zero_plan_rank(MemLedger* mem, const ParamLayout* lay, ZeroCaps caps, int rank, int size, DType dt, const NvmeConfig* disk) {
     if (rank < 0 || rank >= size) fail("internal: planning rank %d of %d", rank, size);
     if (caps.hpz > 1 && size % caps.hpz) caps.hpz = 0;   // --estimate's tables: hpZ on the sizes it divides,
-    if (size < 2) caps.qw = 0;                           // qwZ where there are gathers
+    if (size < 2) caps.qw = caps.qg = 0;                 // qwZ and qgZ where there are collectives
     Zero z;
     zero_init(&z, NULL, mem, lay, caps, NULL, NULL, NULL, rank, size, dt, disk);
 }
@@ -352,6 +360,7 @@ void zero_destroy(Zero* z, Backend* be) {
     param_slots_free_quantized(ga, be);
     nvme_close(z->disk, be);
     if (z->caps.onebit) onebit_free(&z->onebit, be);
+    if (z->caps.qg) qgz_free(&z->qgz, be);
     free(z);
 }
 
@@ -479,6 +488,13 @@ void zero_onebit_local(Zero* z, int on, float beta1, float loss_scale) {
     z->onebit_loss_scale = loss_scale;
     z->grads.local = on ? z->onebit.local : NULL;
 }
+
+void zero_qgz_groups(Zero* z, const HostGroups* groups) {
+    if (!z->caps.qg) fail("internal: qgZ's groups without -qg");
+    qgz_attach(&z->qgz, groups, &z->pieces);
+}
+
+double zero_quantize_seconds(Zero* z) { return z->caps.qg ? qgz_take_seconds(&z->qgz) : 0.0; }
 
 double zero_host_copy_seconds(Zero* z) {
     double s = z->gathered.upload_seconds + (z->grads.landing ? grad_landing_wait_seconds(z->grads.landing) : 0.0);
@@ -778,12 +794,32 @@ ParamStore zero_param_store(Zero* z) {
 static void state_set_from_host(void* z, Backend* be, const float* flat) { zero_set_from_host((Zero*)z, be, flat); }
 static void state_master_to_host(void* z, Backend* be, float* flat) { zero_master_to_host((Zero*)z, be, flat); }
 
-// 1-bit Adam's errors: a file per rank of the data-parallel group (onebit_file.h).
+// The holders' own per-rank files: 1-bit Adam's errors (onebit_file.h); qgZ's, qgz_rank<r>.bin, r this rank of
+// the data-parallel group (-qg runs no other parallelism).
+static void qgz_path(const Zero* z, const char* dir, char* p, size_t size) {
+    char name[64];
+    snprintf(name, sizeof(name), "qgz_rank%d.bin", z->pieces.rank);
+    path_join(p, size, dir, name);
+}
+
 static void state_save_own(void* ctx, Backend* be, const char* dir) {
-    onebit_file_save(&((Zero*)ctx)->onebit, be, &((Zero*)ctx)->pieces, dir);
+    Zero* z = (Zero*)ctx;
+    char p[PATH_MAX];
+    if (z->caps.onebit) onebit_file_save(&z->onebit, be, &z->pieces, dir);
+    if (z->caps.qg) {
+        qgz_path(z, dir, p, sizeof(p));
+        qgz_save(&z->qgz, be, p);
+    }
 }
 static void state_load_own(void* ctx, Backend* be, const char* dir) {
-    onebit_file_load(&((Zero*)ctx)->onebit, be, &((Zero*)ctx)->pieces, dir);
+    Zero* z = (Zero*)ctx;
+    char p[PATH_MAX];
+    if (z->caps.onebit) onebit_file_load(&z->onebit, be, &z->pieces, dir);
+    if (z->caps.qg) {
+        qgz_path(z, dir, p, sizeof(p));
+        if (!path_exists(p)) fail("%s is missing: checkpoint %s was not written by a run with -qg 1", p, dir);
+        qgz_load(&z->qgz, be, p);
+    }
 }
 
 ModelState zero_model_state(Zero* z) {
@@ -801,7 +837,7 @@ ModelState zero_model_state(Zero* z) {
                     .owned_span = state_owned_span,
                     .set_from_host = state_set_from_host,
                     .master_to_host = state_master_to_host,
-                    .save_own = z->caps.onebit ? state_save_own : NULL,
-                    .load_own = z->caps.onebit ? state_load_own : NULL};
+                    .save_own = z->caps.onebit || z->caps.qg ? state_save_own : NULL,
+                    .load_own = z->caps.onebit || z->caps.qg ? state_load_own : NULL};
     return s;
 }

@@ -37,6 +37,7 @@
 // zero_plan. Zero itself is private to zero.c.
 #pragma once
 #include "core/comm/comm.h"
+#include "core/comm/host_groups.h"
 #include "core/model/memory.h"
 #include "core/model/model.h"
 #include "core/zero/model_state.h"
@@ -61,6 +62,8 @@ typedef struct {
                         // secondary shard (ZeRO++'s hpZ, core/zero/hpz.h); 0 or 1: none
     int qw;             // shard_params: the gathers over the data-parallel group send int8 blocks (ZeRO++'s qwZ,
                         // core/zero/qwz.h)
+    int qg;             // shard_grads: the gradient reduce-scatter is ZeRO++'s quantized, hierarchical one (qgZ,
+                        // core/zero/qgz.h)
     int onebit;         // -opt adam1bit: 1-bit Adam's buffers (core/zero/onebit_adam.h)
 } ZeroCaps;
 
@@ -73,8 +76,8 @@ ZeroCaps zero_offload(ZeroCaps caps, int level);
 // -nvme on top of -offload: what lives on the host moves to disk, except the gradient pieces.
 ZeroCaps zero_on_disk(ZeroCaps caps, int on);
 // ZeRO++ on top of shard_params: -hpz's secondary groups of hpz ranks (hpz <= 1: none), -qw's quantized gathers
-// (without shard_params: neither).
-ZeroCaps zero_plusplus(ZeroCaps caps, int hpz, int qw);
+// (without shard_params: neither); on top of shard_grads, -qg's quantized gradient reduction.
+ZeroCaps zero_plusplus(ZeroCaps caps, int hpz, int qw, int qg);
 
 typedef struct Zero Zero;
 
@@ -104,6 +107,10 @@ void zero_reduce_grads(Zero* z, Backend* be);
 // rank's gradient unreduced and zero_reduce_grads exchanges the momentum (beta1, the loss scale the gradients
 // carry) into the reduced-gradient buffer instead (core/zero/onebit_adam.h); off, the reduction as before.
 void zero_onebit_local(Zero* z, int on, float beta1, float loss_scale);
+// qg caps: the data-parallel group split by host (the grid's qgz groups), before the first step.
+void zero_qgz_groups(Zero* z, const HostGroups* groups);
+// qg caps: the time the gradient reduction spent quantizing and dequantizing since the last call (-lb).
+double zero_quantize_seconds(Zero* z);
 // After the optimizer wrote its spans: gather the updated parameters as the capabilities require.
 void zero_after_update(Zero* z, Backend* be);
 // grads_on_host / params_on_host: wall time spent in the walk copying pieces to and from the host and adding

@@ -33,7 +33,7 @@ static void split_hpz(Grid* g, int n) {
     g->hpz_group = comm_split(g->world, color, g->dp_rank % n);
 }
 
-void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head, int kv_copies, int hpz) {
+void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head, int kv_copies, int hpz, int qgz) {
     int rank = comm_rank(world), ranks = comm_size(world);
     if (stages < 1 || tp < 1 || cp < 1 || ranks % (stages * tp * cp) != 0)
         fail("internal: grid of %d stages x cp %d x tp %d on %d ranks (pipeline_plan checks this)", stages, cp, tp, ranks);
@@ -56,16 +56,18 @@ void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head
     // so that the bytes it sends are logged apart from the others' (report.c).
     if (stages == 1 && tp == 1 && cp == 1) {
         g->dp_group = world;
-        return;
+    } else {
+        g->dp_group = comm_split(world, g->stage * tp + g->tp_rank, g->dp_rank);
+        g->tp_group = split_or_null(world, tp > 1, g->stage * g->dp + g->dp_rank, g->tp_rank);
+        g->pp_group = split_or_null(world, stages > 1, g->dp_rank * tp + g->tp_rank, g->stage);
+        g->tied = split_or_null(world, stages > 1 && tied_head && (grid_first_stage(g) || grid_last_stage(g)), g->dp_rank * tp + g->tp_rank, g->stage);
+        g->kv_copies = split_or_null(world, kv_copies > 1, rank / kv_copies, g->tp_rank);
     }
-    g->dp_group = comm_split(world, g->stage * tp + g->tp_rank, g->dp_rank);
-    g->tp_group = split_or_null(world, tp > 1, g->stage * g->dp + g->dp_rank, g->tp_rank);
-    g->pp_group = split_or_null(world, stages > 1, g->dp_rank * tp + g->tp_rank, g->stage);
-    g->tied = split_or_null(world, stages > 1 && tied_head && (grid_first_stage(g) || grid_last_stage(g)), g->dp_rank * tp + g->tp_rank, g->stage);
-    g->kv_copies = split_or_null(world, kv_copies > 1, rank / kv_copies, g->tp_rank);
+    if (qgz) g->qgz = host_groups_split(g->dp_group, comm_host_leader(world));
 }
 
 void grid_destroy(Grid* g) {
+    host_groups_free(&g->qgz);
     comm_free(g->hpz_group);
     if (g->dp_group != g->world) comm_free(g->dp_group);
     comm_free(g->pp_group);

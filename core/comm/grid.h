@@ -17,12 +17,15 @@
 //         their gradients over it (NULL with one stage, on the stages in between, and for an untied head)
 //   hpz   with -hpz N (ZeRO++'s hierarchical partition, zero.h): N consecutive ranks of the dp group, which gather
 //         the parameters of the backward from their secondary shards (NULL without -hpz)
+//   qgz   with -qg 1 (ZeRO++'s quantized gradients, core/zero/qgz.h): the dp group split by host
+//         (host_groups.h): its intra-host and inter-host groups (NULL without -qg)
 //   kv_copies  the tp / KV neighbouring ranks of a tensor group that hold copies of one kv head, when the
 //         model has fewer kv heads than -tp: those heads' gradients sum over it (NULL otherwise)
 // With one stage, tp = 1 and cp = 1, dp is the world itself; pp is NULL with one stage, tp NULL with tp = 1.
 // replicas and replica: which micro-batches a rank reads (the context ranks of one replica read the same).
 #pragma once
 #include "core/comm/comm.h"
+#include "core/comm/host_groups.h"
 
 typedef struct {
     int pp, dp, tp;                 // grid size: stages x (replicas x context ranks) x tensor ranks
@@ -37,6 +40,7 @@ typedef struct {
     Comm* tied;
     Comm* kv_copies;
     Comm* hpz_group;
+    HostGroups qgz;
 } Grid;
 
 // Fails with one line unless `ranks` (launched or planned) factor into `stages` equal stages of replicas of
@@ -45,8 +49,8 @@ void grid_check(int stages, int tp, int cp, int ranks);
 // Collective over world, whose size pipeline_plan has checked with grid_check. tied_head: the LM head is the
 // token embedding, so a pipeline's first and last stages form the tied group. kv_copies: tensor ranks per
 // kv head (layout_kv_copies; 1 when each rank has kv heads of its own). hpz: -hpz's ranks per hpz group (1:
-// none; one line unless it divides dp).
-void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head, int kv_copies, int hpz);
+// none; one line unless it divides dp). qgz: split the dp group by host (-qg 1).
+void grid_create(Grid* g, Comm* world, int stages, int tp, int cp, int tied_head, int kv_copies, int hpz, int qgz);
 // Fails with one line unless -hpz n (> 1) divides a data-parallel group of dp ranks.
 void grid_check_hpz(int n, int dp);
 void grid_destroy(Grid* g);   // frees the sub-groups, not the world

@@ -9,6 +9,7 @@
 #include "base/common.h"
 #include "core/run/flags.h"
 #include "core/zero/nvme_store.h"
+#include "core/zero/qgz.h"
 
 void config_defaults(Config* c) {
     memset(c, 0, sizeof(*c));
@@ -180,7 +181,7 @@ static void check_onebit(const Config* c) {
     if (!c->freeze_step) fail("-opt adam1bit needs -freeze S >= 1: its exact AdamW steps before the variance freezes");
     if (c->max_steps >= 0) config_check_freeze(c, c->max_steps);
     const char* other = c->pipeline_stages > 1 ? "-pp" : c->tensor_parallel > 1 ? "-tp" : c->context_parallel > 1 ? "-cp"
-                      : c->lora.rank ? "-lora" : c->delay_from ? "-dpu" : c->nvme_dir ? "-nvme" : NULL;
+                      : c->lora.rank ? "-lora" : c->delay_from ? "-dpu" : c->nvme_dir ? "-nvme" : c->qg ? "-qg" : NULL;
     if (other) fail("-opt adam1bit with %s: not yet built", other);
 }
 
@@ -221,6 +222,9 @@ static void check_combinations(const Config* c) {
         fail("-qw 1 quantizes ZeRO-3's parameter gathers: it needs -z 3, not -z %d", c->zero_stage);
     if (c->hpz == HPZ_HOST && c->zero_stage != 3)
         fail("-hpz host keeps a secondary copy of ZeRO-3's parameter pieces: it needs -z 3, not -z %d", c->zero_stage);
+    if (c->qg) qgz_check(c->qg, c->zero_stage, 2);
+    if (c->qg && (c->pipeline_stages > 1 || c->tensor_parallel > 1 || c->context_parallel > 1))
+        fail("-qg 1 with -pp, -tp or -cp: not yet built (its error files are named by data-parallel rank alone)");
     if (c->hpz > 1 && c->zero_stage != 3)
         fail("-hpz %d keeps a secondary copy of ZeRO-3's parameter pieces: it needs -z 3, not -z %d", c->hpz, c->zero_stage);
     if (c->start_over && c->resume) fail("-ow 1 (start over) and -y %d (resume) contradict each other", c->resume);

@@ -110,6 +110,7 @@ typedef struct {
     int hpz;                     // -hpz: with -z 3, ranks per secondary group (ZeRO++'s hpZ); 1: none; HPZ_HOST until
                                  // config_resolve_hpz
     int qw;                      // -qw 1: with -z 3, the weight gathers send int8 blocks (ZeRO++'s qwZ)
+    int qg;                      // -qg 1: with -z 2/3, the gradient reduce-scatter sends int4 blocks (ZeRO++'s qgZ)
     int pipeline_stages;         // -pp
     ScheduleKind pipe_schedule;  // -ps: the pipeline schedule (core/pipeline/schedule.h)
     int virtual_stages;          // -vp: model chunks per rank under -ps interleaved (1 otherwise)

@@ -7,6 +7,7 @@
 #include "core/comm/grid.h"
 #include "core/model/context_parallel.h"
 #include "core/util/fs.h"
+#include "core/zero/qgz.h"
 #include "core/zero/qwz.h"
 #include "core/model/walk.h"
 #include "core/pipeline/pipeline.h"
@@ -370,6 +371,7 @@ void print_memory_plan(StatePlanner states, const Config* cfg, const PipelinePla
     int P = plan->stages, dp = plan_replicas(plan, ranks);
     grid_check_hpz(cfg->hpz, dp);
     qwz_check_ranks(cfg->qw && cfg->zero_stage == 3, dp);
+    qgz_check(cfg->qg, cfg->zero_stage, dp);
     StagePlans sp = plan_stages(states, cfg, plan, s, dp);
     const MemLedger* plans = sp.stages;
     const MemLedger* m = &plans[0];

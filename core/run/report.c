@@ -91,7 +91,8 @@ void report_memory(Logger* log, Comm* world, const MemLedger* mem, const Config*
 
 // The grid's distinct groups (NULL where a group is the world or absent).
 #define GRID_GROUPS(g) \
-    {(g)->world, (g)->dp_group != (g)->world ? (g)->dp_group : NULL, (g)->pp_group, (g)->tied, (g)->tp_group, (g)->cp_group, (g)->hpz_group}
+    {(g)->world, (g)->dp_group != (g)->world ? (g)->dp_group : NULL, (g)->pp_group, (g)->tied, (g)->tp_group, (g)->cp_group, (g)->hpz_group, \
+     (g)->qgz.intra, (g)->qgz.inter}
 
 void report_comm_reset(const Grid* g) {
     Comm* groups[] = GRID_GROUPS(g);
@@ -132,18 +133,19 @@ static const char* link_class_at(int k) { return link_class_name((LinkClass)k); 
 enum { GROUP_COLS = NUM_COLLECTIVES + NUM_LINK_CLASSES };
 
 // Every rank's bytes per collective and per link class (comm.h), summed over its groups ("comm_bytes",
-// "link_bytes"); and where the grid has more than one kind of group (a pipeline, tensor, context or hpz
-// groups), per group too ("dp_comm_bytes", "dp_link_bytes", and so on for pp, tied, tp, cp and hpz; a rank
-// outside a group counts 0 there), so each can be checked against its own formula. One gather over the world
-// carries them all.
+// "link_bytes"); and where the grid has more than one kind of group (a pipeline, tensor, context, hpz or qgz
+// groups), per group too ("dp_comm_bytes", "dp_link_bytes", and so on for pp, tied, tp, cp, hpz, qgz_intra and
+// qgz_inter; a rank outside a group counts 0 there), so each can be checked against its own formula. One
+// gather over the world carries them all.
 void report_comm(Logger* log, const Grid* g, int step) {
     Comm* groups[] = GRID_GROUPS(g);
     enum { NUM_GROUPS = sizeof(groups) / sizeof(groups[0]), WIDTH = (1 + NUM_GROUPS) * GROUP_COLS };
     // Per group (in GRID_GROUPS' order) its records' prefix, and whether the grid has that kind of group. The
     // world's own collectives are the trainer's few host sums: counted in the total, never logged apart.
-    const char* keys[NUM_GROUPS] = {NULL, "dp", "pp", "tied", "tp", "cp", "hpz"};
-    int logged[NUM_GROUPS] = {0, 1, g->pp > 1, g->pp > 1, g->tp > 1, g->cp > 1, g->hpz_group != NULL};
-    int apart = g->pp > 1 || g->tp > 1 || g->cp > 1 || g->hpz_group;   // more than one kind of group
+    const char* keys[NUM_GROUPS] = {NULL, "dp", "pp", "tied", "tp", "cp", "hpz", "qgz_intra", "qgz_inter"};
+    int logged[NUM_GROUPS] = {0, 1, g->pp > 1, g->pp > 1, g->tp > 1, g->cp > 1, g->hpz_group != NULL, g->qgz.intra != NULL,
+                               g->qgz.inter != NULL};
+    int apart = g->pp > 1 || g->tp > 1 || g->cp > 1 || g->hpz_group || g->qgz.intra;   // more than one kind of group
     long long mine[WIDTH] = {0};   // the total, then each group
     for (int i = 0; i < NUM_GROUPS; i++)
         for (int k = 0; groups[i] && k < GROUP_COLS; k++) {
@@ -222,6 +224,10 @@ void report_breakdown(Logger* log, const Grid* g, int step, const PhaseTimer* pt
         if (pt->host_copies > 0.0) {   // not a phase: part of the forward's and backward's time
             n += snprintf(text + n, sizeof(text) - (size_t)n, " | host copies %.1f ms, within them", pt->host_copies * 1e3);
             logger_line(log, "{\"step\": %d, \"offload_host_copies_ms\": %.3f}", step, pt->host_copies * 1e3);
+        }
+        if (pt->quantize > 0.0) {   // not a phase: part of the backward's time
+            n += snprintf(text + n, sizeof(text) - (size_t)n, " | qgZ quantize %.1f ms, within it", pt->quantize * 1e3);
+            logger_line(log, "{\"step\": %d, \"qgz_quantize_ms\": %.3f}", step, pt->quantize * 1e3);
         }
         if (pt->disk.pass > 0.0 || pt->disk.write > 0.0) n += disk_breakdown(log, step, pt, text + n, sizeof(text) - (size_t)n);
         if (pt->overlapped > 0.0) {   // not a phase: it ran beside them

@@ -18,6 +18,8 @@ typedef struct {
     double host_copies;  // -offload 2: time inside the forward and backward the launch thread spent on moving
                          // pieces to and from the host: uploads, and waits for the gradient landing
                          // (zero_host_copy_seconds); part of those phases
+    double quantize;     // -qg: time the gradient reduction spent quantizing and dequantizing (zero_quantize_seconds);
+                         // part of the backward
     DiskTimes disk;      // -nvme: the optimizer's pass over the state on disk (behind the step with -dpu)
 } PhaseTimer;
 void phase_mark(PhaseTimer* pt, Backend* be, Phase p);   // the time since the last mark goes to phase p

@@ -42,10 +42,15 @@ void grad_slots_init(GradSlots* g, Backend* be, MemLedger* mem, const Pieces* pc
     if (edge) g->edge.buf = mem_alloc(be, mem, MEM_GRADS, edge * x);
 }
 
-// Reduce-scatters unit u's gradient buffer (its trained section) into each rank's share.
+// Reduce-scatters unit u's gradient buffer (its trained section) into each rank's share. qgZ's reduction is
+// synchronous: its piece is in place when this returns.
 static CommHandle reduce_start(const GradSlots* g, const Pieces* pc, int u, void* buf) {
     size_t p = pc->mine_len[u];
     if (pc->size == 1 || !p || g->local) return comm_no_handle();
+    if (g->qgz && qgz_covers(pc, u)) {
+        qgz_reduce_scatter(g->qgz, pc, u, buf);
+        return comm_no_handle();
+    }
     return comm_reduce_scatter_sum_start(pc->dp, elem_at(buf, pc->mine_first[u], piece_elem_bytes(pc)), buf, p, pc->dt);
 }
 

@@ -17,6 +17,7 @@
 #include "core/model/memory.h"
 #include "core/zero/grad_landing.h"
 #include "core/zero/pieces.h"
+#include "core/zero/qgz.h"
 
 // A gradient slot's life. Its reduce-scatter is finished only when the buffer is wanted again, so that it
 // runs during the next unit's backward.
@@ -49,6 +50,8 @@ typedef struct {
     float* local;            // 1-bit Adam after its freeze (core/zero/onebit_adam.h): a unit's slot is added whole
                              // into this backend fp32 buffer (Pieces.grad_offset) instead of reduce-scattered;
                              // NULL otherwise. The slots convert through piece_f32, one chunk at a time.
+    Qgz* qgz;                // -qg 1: the units it covers are reduced through it (core/zero/qgz.h), at once, in
+                             // place of the reduce-scatter; NULL: the exact reduce-scatter
 } GradSlots;
 
 // Allocates the accumulator (acc_elems fp32, on the host with on_host), the landing or the fp32 scratch

@@ -125,6 +125,11 @@ expect_error hpz_host_estimate "-hpz host takes the launched ranks' hosts: --est
 expect_error qw_needs_z3 "-qw 1 quantizes ZeRO-3's parameter gathers: it needs -z 3, not -z 2" "${base[@]}" -z 2 -qw 1
 expect_error qw_needs_two_ranks "-qw 1 quantizes ZeRO-3's parameter gathers: with one data-parallel rank there are none" "${base[@]}" -z 3 -qw 1
 expect_error qw_needs_two_ranks_estimate "with one data-parallel rank there are none" "${base[@]}" -z 3 -qw 1 --estimate -w 2 -pp 2
+expect_error qg_needs_z2 "-qg 1 quantizes ZeRO's reduce-scatter of the gradients: it needs -z 2 or 3, not -z 1" "${base[@]}" -z 1 -qg 1
+expect_error qg_needs_two_ranks "-qg 1 quantizes the gradient reduction: with one data-parallel rank there is none" "${base[@]}" -z 2 -qg 1
+expect_error qg_needs_two_ranks_estimate "with one data-parallel rank there is none" "${base[@]}" -z 2 -qg 1 --estimate -w 1
+expect_error qg_with_tp "-qg 1 with -pp, -tp or -cp: not yet built" "${base[@]}" -z 2 -qg 1 -tp 2 --estimate -w 4
+expect_error qg_with_adam1bit "-opt adam1bit with -qg: not yet built" "${base[@]}" -z 2 -qg 1 -opt adam1bit -freeze 1
 expect_error hpz_not_dividing_one_rank "-hpz 2 does not divide the data-parallel group of 1 ranks" "${base[@]}" -z 3 -hpz 2
 expect_error offload2_needs_sharded_grads "-offload 2 .* needs -z 2 or 3, not -z 1" "${base[@]}" -z 1 -offload 2
 expect_error offload_level_range "outside" "${base[@]}" -offload 3

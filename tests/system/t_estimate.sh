@@ -31,6 +31,7 @@ compare estimate_np2_z3_bf16_offload2 2 -z 3 -p bf16 -offload 2   # and host_gra
 compare estimate_np2_z2_bf16_nvme 2 -z 2 -p bf16 -offload 1 -nvme "$TMP/nvme" -nvme-chunk 4096   # the disk's pool and files
 compare estimate_np4_z3_hpz2 4 -z 3 -hpz 2                         # hpZ's secondary shard (hpz_params)
 compare estimate_np2_z3_qw_bf16 2 -z 3 -qw 1 -p bf16                # qwZ's packets beside the gathered units
+compare estimate_np2_z2_qg 2 -z 2 -qg 1                              # qgZ's errors (grads) and packets (comm)
 compare estimate_np4_tp2_z2 4 -tp 2 -z 2                           # a tensor rank's shards and activations
 compare estimate_np2_tp2_sp_r1 2 -tp 2 -sp 1 -r 1                    # and its rows under -sp
 llama=llama:L2,C64,H4,K2,D32,F96,V512,T64,qknorm
