@@ -14,7 +14,7 @@
 #include "core/run/config.h"
 #include "core/util/json.h"
 
-#define RUN_RECORD_KEYS 42   // the rows of flags.c with a resume rule
+#define RUN_RECORD_KEYS 44   // the rows of flags.c with a resume rule
 #define RUN_RECORD_VALUE 1024
 
 typedef struct {

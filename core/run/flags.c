@@ -337,12 +337,14 @@ const Flag FLAGS[] = {
      .help = "with -z 3 (ZeRO++'s quantized weights): the parameter gathers over the data-parallel ranks send int8 "
              "with one fp32 scale per 64 elements (17/16 bytes per parameter) and every rank computes with the "
              "dequantized values, each within 1/254 of its block's largest; the master weights stay exact. Needs 2 or "
-             "more data-parallel ranks"},
+             "more data-parallel ranks",
+     .resume = {RESUME_OTHER, "qw", 42, ABSENT_DEFAULT, NULL, NULL}},
     {PARALLEL, "-qg", "0|1", FIELD(qg), RANGE(0, 1), .def = "0",
      .help = "with -z 2 or 3 (ZeRO++'s quantized gradients): each unit's gradient reduce-scatter becomes int4 blocks of 64 "
              "(9/16 byte per element) sent through an all-to-all inside each host, summed, requantized and sent through "
              "an all-to-all across hosts, with each rank's quantization error fed back into its next gradient; units "
-             "with pieces under 256 elements stay exact. Needs 2 or more data-parallel ranks"},
+             "with pieces under 256 elements stay exact. Needs 2 or more data-parallel ranks",
+     .resume = {RESUME_OTHER, "qg", 43, ABSENT_DEFAULT, NULL, NULL}},   // and qgz_rank<r>.bin's errors
     {PARALLEL, "-pp", "N", FIELD(pipeline_stages), RANGE(1, 1024), .def = "1",
      .help = "pipeline stages; ranks form N stages x ranks/N data-parallel replicas"},
     {PARALLEL, "-ps", NULL, FIELD(pipe_schedule), NAMES(PIPE_SCHEDULES), .parse = parse_pipe_schedule, .def = "1f1b",

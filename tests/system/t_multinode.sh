@@ -10,7 +10,8 @@
 # each host holding its own ranks' state files; resumes from the checkpoint complete on both hosts, also
 # when one host's newest is missing or damaged (one bit of a header included: damage, not another shape)
 # and under another topology; one host alone stops with one line, and copying the files together makes an
-# ordinary checkpoint. -z 3 -hpz 2 over the two hosts ends as -z 3 on one, and its hpz groups send no
+# ordinary checkpoint. -qg 1's first all-to-all stays inside each host, its second crosses.
+# -z 3 -hpz 2 over the two hosts ends as -z 3 on one, and its hpz groups send no
 # cross-host bytes.
 # Needs root, ip (iproute2), unshare and an MPI build; otherwise one "skip" line.
 # run_all: alone
@@ -131,6 +132,24 @@ print("ok" if not bad else "; ".join(bad[:2]))
 PY
 else
     t_fail multinode_hpz2 "two-host run failed: $(first_error "$TMP/two_hpz2.txt")"
+fi
+# qgZ across hosts: its first all-to-all runs inside each host and sends nothing across, its second runs
+# among the ranks of one local index, one per host, and sends everything across.
+if two_hosts two_qg "$TMP/two_qg" -z 2 -qg 1; then
+    py_check multinode_qg_hosts_by_link "$TMP/two_qg/log.jsonl" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+get = lambda key: [r[key] for r in recs if key in r]
+intra, inter = get("qgz_intra_link_bytes"), get("qgz_inter_link_bytes")
+bad = [] if len(intra) >= 6 and len(inter) == len(intra) else ["%d qgz link records" % len(intra)]
+for a, b in zip(intra, inter):
+    for r in range(4):
+        if a["cross_host"][r] or not a["intra_host"][r] or b["intra_host"][r] or not b["cross_host"][r]:
+            bad.append("rank %d: intra %s, inter %s" % (r, a, b))
+print("ok" if not bad else "; ".join(bad[:2]))
+PY
+else
+    t_fail multinode_qg "two-host -qg run failed: $(first_error "$TMP/two_qg.txt")"
 fi
 
 # Checkpoints across hosts with one shared -o: a run checkpoints at step 3, a second two-host launch resumes

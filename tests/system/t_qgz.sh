@@ -67,6 +67,8 @@ refused qg_resume_other_dp_size_refused "resume with the data-parallel size that
 cp -r "$TMP/qg" "$TMP/qg_damaged" && rm -rf "$TMP/qg_damaged/ckpt_000008"
 printf '\x55' | dd of="$TMP/qg_damaged/ckpt_000004/qgz_rank1.bin" bs=1 seek=100 conv=notrunc status=none
 refused qg_damaged_errors_refused "damaged (its CRC-32 does not match qgZ" 4 qg_damaged -qg 1 -y 1
+cp -r "$TMP/qg" "$TMP/qg_off" && rm -rf "$TMP/qg_off/ckpt_000008"   # dropping -qg would drop its errors
+refused qg_resume_without_qg_refused "would change -qg 1 -> 0" 4 qg_off -y 1
 GPT_RANKS_PER_HOST=3 refused qg_pretended_hosts_must_divide "GPT_RANKS_PER_HOST=3: the ranks per pretended host must divide" 4 bad_hosts -qg 1
 
 train 2 "$TMP/ovf" -b 1 -x 60 -p fp16 -ls 1e12 -qg 1 > /dev/null 2>&1 || t_fail qg_fp16_overflow "exited non-zero"
