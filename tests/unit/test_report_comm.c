@@ -10,7 +10,8 @@
 #include "core/run/report.h"
 #include "tests/unit/testlib.h"
 
-// The record report_comm writes for one step (rank 0's log), after an all-reduce, or an all-to-all, on the world.
+// The comm_bytes record report_comm writes for one step (rank 0's log), after an all-reduce, or an all-to-all, on
+// the world.
 static void record(Comm* world, Logger* lg, int step, int alltoall, char* line, size_t cap) {
     Grid g = {.pp = 1, .dp = comm_size(world), .tp = 1, .world = world, .dp_group = world};
     float x[6] = {0};
@@ -25,7 +26,10 @@ static void record(Comm* world, Logger* lg, int step, int alltoall, char* line, 
     line[0] = 0;
     if (comm_rank(world) != 0) return;
     if (fseek(lg->f, 0, SEEK_SET) != 0) fail("fseek of the test log: %s", strerror(errno));
-    while (fgets(line, (int)cap, lg->f)) {}
+    char buf[4096], key[32];   // the step's comm_bytes record (its link_bytes record follows it)
+    snprintf(key, sizeof key, "{\"step\": %d,", step);
+    while (fgets(buf, (int)sizeof buf, lg->f))
+        if (!strncmp(buf, key, strlen(key)) && strstr(buf, "\"comm_bytes\"")) snprintf(line, cap, "%s", buf);
     if (fseek(lg->f, 0, SEEK_END) != 0) fail("fseek of the test log: %s", strerror(errno));
 }
 
