@@ -145,6 +145,21 @@ typedef struct {
 // main stream's work so far; the host never waits.
 void comm_exchange(Comm* c, const CommMessage* msgs, int n);
 void comm_exchange_finish(Comm* c);   // completes a pending exchange of sends (nothing if there is none)
+// The exchange started, so that compute overlaps it (the ring attention's k|v passes): the same messages,
+// checks, pairing rules, byte counts and link classes as comm_exchange, completed by comm_wait on the handle
+// (receives delivered, sends done; for later work on the main stream with NCCL). Between start and comm_wait
+// no byte of a receive's buffer may be read or written, and a send's buffer may be read but not written. It
+// first completes a pending exchange of sends, as comm_exchange does; exchanges, started or not, pair in the
+// order they are posted. It holds one of the group's COMM_MAX_IN_FLIGHT slots until its wait.
+//   NCCL   one ncclGroupStart/End on the comm stream behind the main stream's work so far; comm_wait makes the
+//          main stream wait for it; the host never blocks.
+//   MPI    MPI_Issend and MPI_Irecv on the buffers themselves (host memory); device memory through the slot's
+//          host copy, the sends downloaded at start and the receives uploaded at comm_wait.
+// GPT_COMM_POISON=1 (MPI): every buffer goes through the host copy; start fills the receives' buffers with 0xff
+// bytes and comm_wait checks that they still hold them and that the sends' buffers hold what they held at
+// start (a one-line error naming the message), so reading a receive before its wait cannot pass by luck.
+// No messages: the cleared handle.
+CommHandle comm_exchange_start(Comm* c, const CommMessage* msgs, int n);
 void comm_barrier(Comm* c);
 // Host memory, always through MPI (never NCCL, never staged), not counted in the byte totals: what the
 // checkpoints move between hosts (file contents, span lists, messages). send blocks until it is received.

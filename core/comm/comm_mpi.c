@@ -11,7 +11,9 @@
 // checks their arguments and counts their bytes, so the counters are the same whichever library moves the data.
 // The pipeline's exchanges go to NCCL too (ncclSend/ncclRecv in one group) or stay here as MPI_Issend and
 // MPI_Irecv: synchronous sends, so that the CPU tests run under NCCL's rendezvous semantics and a schedule
-// that would deadlock a GPU deadlocks here too (and the tests' time limits end it).
+// that would deadlock a GPU deadlocks here too (and the tests' time limits end it). A started exchange
+// (comm_exchange_start) takes an in-flight slot like the collectives, and posts on the caller's host buffers
+// unless they are device memory or poison mode needs a copy.
 // Every operation, the blocking ones of comm.h included, is started nonblocking and completed by
 // wait_requests, which the hang watchdog (core/comm/watchdog.c) watches.
 //
@@ -33,8 +35,8 @@
 #include "core/comm/watchdog.h"
 #include "kernels/dtype.h"
 
-// A reduce-scatter or all-gather started and not yet waited for (comm.h's CommHandle names one). The host
-// copy, the requests and the event stay with the slot for its next use.
+// A reduce-scatter, all-gather or exchange started and not yet waited for (comm.h's CommHandle names one). The
+// host copy, the requests and the event stay with the slot for its next use.
 typedef struct {
     uint32_t gen;          // the handle's; 0: the slot is free
     Collective kind;
@@ -45,8 +47,12 @@ typedef struct {
     unsigned char* host;   // private copy the MPI call works on (layouts at rs_post / ag_post)
     size_t host_cap;
     MPI_Request* reqs;     // one per chunk
+    MPI_Status* stats;     // as many: an exchange's receive checks read them
     int nreq, reqs_cap;
     NcclEvent* done;       // NCCL: recorded on the comm stream when the collective has finished
+    CommMessage* msgs;     // an exchange's messages (kind COLL_SEND)
+    int nmsgs, msgs_cap;
+    WdWait xwait;          // what the exchange waits in, for the watchdog
 } InFlight;
 
 struct Comm {
@@ -458,17 +464,20 @@ static InFlight* flight_take(Comm* c, Collective k, CommHandle* h) {
 
 static unsigned char* flight_host(InFlight* f, size_t bytes) { return grown(&f->host, &f->host_cap, bytes); }
 
-static MPI_Request* flight_reqs(Comm* c, InFlight* f, size_t n) {
-    size_t k = nchunks(c, n);
-    if (k > INT_MAX) fail("%s: %zu elements is too many chunks", collective_name(f->kind), n);
+// Room for k requests (and their statuses) in the slot.
+static MPI_Request* flight_room(InFlight* f, size_t k) {
+    if (k > INT_MAX) fail("%s: %zu MPI requests are too many for one MPI_Waitall", collective_name(f->kind), k);
     if ((int)k > f->reqs_cap) {
-        free(f->reqs);
+        free(f->reqs), free(f->stats);
         f->reqs = xmalloc(k * sizeof(MPI_Request));
+        f->stats = xmalloc(k * sizeof(MPI_Status));
         f->reqs_cap = (int)k;
     }
     f->nreq = (int)k;
     return f->reqs;
 }
+
+static MPI_Request* flight_reqs(Comm* c, InFlight* f, size_t n) { return flight_room(f, nchunks(c, n)); }
 
 // The caller's buffers are backend memory: device memory is staged, host memory copied.
 static void from_user(Comm* c, void* host, const void* buf, size_t bytes) {
@@ -631,6 +640,8 @@ void comm_allgather(Comm* c, void* buf, size_t n, DType dt) {
     comm_wait(c, &h);
 }
 
+static void exchange_done(Comm* c, InFlight* f);
+
 void comm_wait(Comm* c, CommHandle* h) {
     if (!h->gen) return;
     if (h->slot < 0 || h->slot >= COMM_MAX_IN_FLIGHT || c->flight[h->slot].gen != h->gen)
@@ -638,6 +649,9 @@ void comm_wait(Comm* c, CommHandle* h) {
     InFlight* f = &c->flight[h->slot];
     if (c->nccl) {
         nccl_wait(c->nccl, f->done);
+    } else if (f->kind == COLL_SEND) {
+        wait_requests(c, f->nreq, f->reqs, f->stats, "MPI_Waitall (exchange)", f->xwait);
+        exchange_done(c, f);
     } else {
         wait_requests(c, f->nreq, f->reqs, NULL, "MPI_Waitall",
                       (WdWait){.op = f->kind == COLL_REDUCE_SCATTER ? "reduce-scatter" : "all-gather"});
@@ -736,54 +750,126 @@ static WdWait exchange_wait(const CommMessage* msgs, int n) {
     return wt;
 }
 
-void comm_exchange(Comm* c, const CommMessage* msgs, int n) {
+// What an exchange's messages come to, once checked (the rules of comm_exchange) and their sends counted.
+typedef struct {
+    size_t nreq;      // MPI requests: every message's pieces
+    size_t bytes;     // every message's bytes (the host copy's size)
+    size_t largest;   // the largest message's
+    int receives;
+} ExchangeSize;
+
+static ExchangeSize exchange_checked(Comm* c, const CommMessage* msgs, int n) {
     check_disjoint(msgs, n);
-    size_t nreq = 0, staged_bytes = 0;
-    int receives = 0;
+    ExchangeSize z = {0};
     for (int i = 0; i < n; i++) {
         check_peer(c, msgs[i].peer, msgs[i].send ? "comm_exchange (send)" : "comm_exchange (receive)");
         if (msgs[i].tag < 0 || msgs[i].tag > 32767) fail("comm_exchange: tag %d outside 0..32767", msgs[i].tag);
         if (msgs[i].send) count_send(c, msgs[i].peer, msgs[i].bytes);
-        receives += !msgs[i].send;
-        nreq += nchunks(c, msgs[i].bytes);
-        staged_bytes += msgs[i].bytes;
+        z.receives += !msgs[i].send;
+        z.nreq += nchunks(c, msgs[i].bytes);
+        z.bytes += msgs[i].bytes;
+        if (msgs[i].bytes > z.largest) z.largest = msgs[i].bytes;
     }
-    if (n == 0) return;
-    if (nreq > INT_MAX) fail("comm_exchange: %zu pieces is too many for one MPI_Waitall", nreq);
-    comm_exchange_finish(c);   // in order; and the staging and the request array are free again
-    if (c->nccl) {
-        nccl_exchange(c->nccl, msgs, n, receives > 0);
-        return;
-    }
-    exchange_room(c, nreq);
-    unsigned char* host = staged(c) ? grown(&c->xstage, &c->xstage_cap, staged_bytes) : NULL;
-    size_t r = 0, off_staged = 0;
+    if (z.nreq > INT_MAX) fail("comm_exchange: %zu pieces is too many for one MPI_Waitall", z.nreq);
+    return z;
+}
+
+// Posts every message's pieces into reqs (MPI_Issend, MPI_Irecv): on the buffers themselves (host NULL), or on
+// host, each message at its offset there, the sends copied in first.
+static void post_messages(Comm* c, const CommMessage* msgs, int n, unsigned char* host, MPI_Request* reqs) {
+    size_t r = 0, off_host = 0;
     for (int i = 0; i < n; i++) {
         const CommMessage* m = &msgs[i];
-        unsigned char* h = host ? host + off_staged : m->buf;
-        if (host && m->send && m->bytes) be_download(c->be, h, m->buf, m->bytes);
-        off_staged += m->bytes;
+        unsigned char* h = host ? host + off_host : m->buf;
+        if (host && m->send && m->bytes) from_user(c, h, m->buf, m->bytes);
+        off_host += m->bytes;
         // MPI keeps the messages from one rank to another in order (per communicator), chunks included.
         for (size_t k = 0, nk = nchunks(c, m->bytes); k < nk; k++, r++) {
             size_t off = k * c->max_count, len = piece(c, m->bytes, off);
-            if (m->send) mpi_check(MPI_Issend(h + off, (int)len, MPI_BYTE, m->peer, m->tag, c->mc, &c->xreqs[r]), "MPI_Issend");
-            else mpi_check(MPI_Irecv(h + off, (int)len, MPI_BYTE, m->peer, MPI_ANY_TAG, c->mc, &c->xreqs[r]), "MPI_Irecv");
+            if (m->send) mpi_check(MPI_Issend(h + off, (int)len, MPI_BYTE, m->peer, m->tag, c->mc, &reqs[r]), "MPI_Issend");
+            else mpi_check(MPI_Irecv(h + off, (int)len, MPI_BYTE, m->peer, MPI_ANY_TAG, c->mc, &reqs[r]), "MPI_Irecv");
         }
     }
-    if (!receives) {
-        c->xpending = (int)nreq;
-        c->xsent = exchange_wait(msgs, n);   // msgs may be gone when comm_exchange_finish waits
-        return;
-    }
-    wait_requests(c, (int)nreq, c->xreqs, c->xstats, "MPI_Waitall (exchange)", exchange_wait(msgs, n));
-    r = 0, off_staged = 0;
+}
+
+// Once the requests are complete: each receive got the message it names, and lands in its buffer from host
+// (NULL: it is there already).
+static void deliver(Comm* c, const CommMessage* msgs, int n, const unsigned char* host, const MPI_Status* st) {
+    size_t r = 0, off_host = 0;
     for (int i = 0; i < n; i++) {
         const CommMessage* m = &msgs[i];
         size_t k = nchunks(c, m->bytes);
-        if (!m->send) check_received(c, m, &c->xstats[r], k);
-        if (host && !m->send && m->bytes) be_upload(c->be, m->buf, host + off_staged, m->bytes);
-        r += k, off_staged += m->bytes;
+        if (!m->send) check_received(c, m, &st[r], k);
+        if (host && !m->send && m->bytes) to_user(c, m->buf, host + off_host, m->bytes);
+        r += k, off_host += m->bytes;
     }
+}
+
+void comm_exchange(Comm* c, const CommMessage* msgs, int n) {
+    ExchangeSize z = exchange_checked(c, msgs, n);
+    if (n == 0) return;
+    comm_exchange_finish(c);   // in order; and the staging and the request array are free again
+    if (c->nccl) {
+        nccl_exchange(c->nccl, msgs, n, z.receives > 0);
+        return;
+    }
+    exchange_room(c, z.nreq);
+    unsigned char* host = staged(c) ? grown(&c->xstage, &c->xstage_cap, z.bytes) : NULL;
+    post_messages(c, msgs, n, host, c->xreqs);
+    if (!z.receives) {
+        c->xpending = (int)z.nreq;
+        c->xsent = exchange_wait(msgs, n);   // msgs may be gone when comm_exchange_finish waits
+        return;
+    }
+    wait_requests(c, (int)z.nreq, c->xreqs, c->xstats, "MPI_Waitall (exchange)", exchange_wait(msgs, n));
+    deliver(c, msgs, n, host, c->xstats);
+}
+
+// A started exchange works on its slot's host copy for device memory, and for every buffer in poison mode.
+static int exchange_copied(const Comm* c) { return staged(c) || c->poison; }
+
+// Slot host layout: [each message's copy, in order (bytes) | poison scratch (largest, poison only)].
+CommHandle comm_exchange_start(Comm* c, const CommMessage* msgs, int n) {
+    ExchangeSize z = exchange_checked(c, msgs, n);
+    CommHandle h = comm_no_handle();
+    if (n == 0) return h;
+    comm_exchange_finish(c);   // in order, as comm_exchange
+    InFlight* f = flight_take(c, COLL_SEND, &h);
+    if (c->nccl) {
+        nccl_exchange_start(c->nccl, msgs, n, f->done);
+        return h;
+    }
+    if (n > f->msgs_cap) {
+        free(f->msgs);
+        f->msgs = xmalloc((size_t)n * sizeof(CommMessage));
+        f->msgs_cap = n;
+    }
+    memcpy(f->msgs, msgs, (size_t)n * sizeof(CommMessage));
+    f->nmsgs = n;
+    f->xwait = exchange_wait(msgs, n);
+    unsigned char* host = exchange_copied(c) ? flight_host(f, z.bytes + (c->poison ? z.largest : 0) + 1) : NULL;
+    post_messages(c, f->msgs, n, host, flight_room(f, z.nreq));
+    for (int i = 0; c->poison && i < n; i++)
+        if (!msgs[i].send && msgs[i].bytes) poison(c, msgs[i].buf, msgs[i].bytes, host + z.bytes);
+    return h;
+}
+
+// Poison mode: a receive's buffer still all poison, a send's as it was at start.
+static void exchange_untouched(Comm* c, const CommMessage* m, const unsigned char* sent, unsigned char* scratch) {
+    from_user(c, scratch, m->buf, m->bytes);
+    for (size_t i = 0; i < m->bytes; i++)
+        if (scratch[i] != (m->send ? sent[i] : 0xff))
+            fail("GPT_COMM_POISON: the buffer of message %d (%zu bytes, a %s rank %d) of an exchange in flight was "
+                 "written before comm_wait (byte %zu)", m->tag, m->bytes, m->send ? "send to" : "receive from", m->peer, i);
+}
+
+static void exchange_done(Comm* c, InFlight* f) {
+    unsigned char* host = exchange_copied(c) ? f->host : NULL;
+    size_t total = 0;
+    for (int i = 0; i < f->nmsgs; i++) total += f->msgs[i].bytes;
+    for (size_t i = 0, off = 0; c->poison && i < (size_t)f->nmsgs; off += f->msgs[i++].bytes)
+        exchange_untouched(c, &f->msgs[i], host + off, host + total);
+    deliver(c, f->msgs, f->nmsgs, host, f->stats);
 }
 
 void comm_broadcast_host(Comm* c, void* buf, size_t bytes, int root) {
@@ -860,7 +946,8 @@ static void release(Comm* c) {
         InFlight* f = &c->flight[i];
         if (f->gen) fail("internal: a %s is still in flight when its group is freed", collective_name(f->kind));
         free(f->host);
-        free(f->reqs);
+        free(f->reqs), free(f->stats);
+        free(f->msgs);
         nccl_event_destroy(f->done);
     }
     nccl_group_destroy(c->nccl);

@@ -170,7 +170,7 @@ void nccl_exchange_finish(NcclGroup* g) {
     g->sends_pending = 0;
 }
 
-void nccl_exchange(NcclGroup* g, const CommMessage* msgs, int n, int wait_main) {
+static void exchange_group(NcclGroup* g, const CommMessage* msgs, int n) {
     begin(g);
     nccl_check(ncclGroupStart(), g->nc, "ncclGroupStart");
     for (int i = 0; i < n; i++) {
@@ -179,8 +179,18 @@ void nccl_exchange(NcclGroup* g, const CommMessage* msgs, int n, int wait_main) 
         else nccl_check(ncclRecv(m->buf, m->bytes, ncclUint8, m->peer, g->nc, g->comm), g->nc, "ncclRecv");
     }
     nccl_check(ncclGroupEnd(), g->nc, "ncclGroupEnd");
+}
+
+void nccl_exchange(NcclGroup* g, const CommMessage* msgs, int n, int wait_main) {
+    exchange_group(g, msgs, n);
     end(g, wait_main ? NULL : (NcclEvent*)g->sends_done);
     g->sends_pending = !wait_main;
+}
+
+// The main stream runs on (the compute the exchange overlaps) until nccl_wait on `done`.
+void nccl_exchange_start(NcclGroup* g, const CommMessage* msgs, int n, NcclEvent* done) {
+    exchange_group(g, msgs, n);
+    end(g, done);
 }
 
 void nccl_broadcast(NcclGroup* g, void* buf, size_t bytes, int root, NcclEvent* done) {

@@ -34,6 +34,8 @@ void nccl_event_destroy(NcclEvent* e);   // NULL: nothing
 // An exchange (comm.h); with wait_main the main stream waits for it, else nccl_exchange_finish does.
 void nccl_exchange(NcclGroup* g, const CommMessage* msgs, int n, int wait_main);
 void nccl_exchange_finish(NcclGroup* g);
+// comm_exchange_start's: the main stream waits for it at nccl_wait(done).
+void nccl_exchange_start(NcclGroup* g, const CommMessage* msgs, int n, NcclEvent* done);
 void nccl_allreduce(NcclGroup* g, void* buf, size_t n, DType dt, NcclEvent* done);
 void nccl_allreduce_max_f32(NcclGroup* g, float* buf, size_t n, NcclEvent* done);
 void nccl_reduce_scatter(NcclGroup* g, void* out, const void* in, size_t n, DType dt, NcclEvent* done);
@@ -60,6 +62,9 @@ static inline void nccl_exchange(NcclGroup* g, const CommMessage* msgs, int n, i
     (void)g, (void)msgs, (void)n, (void)wait_main;
 }
 static inline void nccl_exchange_finish(NcclGroup* g) { (void)g; }
+static inline void nccl_exchange_start(NcclGroup* g, const CommMessage* msgs, int n, NcclEvent* done) {
+    (void)g, (void)msgs, (void)n, (void)done;
+}
 static inline void nccl_allreduce(NcclGroup* g, void* buf, size_t n, DType dt, NcclEvent* done) {
     (void)g, (void)buf, (void)n, (void)dt, (void)done;
 }

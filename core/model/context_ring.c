@@ -71,15 +71,12 @@ static int pair_attends(const Ring* x, int r, int qi, int kj) {
     return chunk_start(x, r, kj) <= chunk_start(x, x->me, qi);
 }
 
-// One hop round the ring: each (send, receive) buffer pair of `bytes` goes to rank me + 1, its replacement
-// comes from rank me - 1. Tags number the messages of the hop so a mismatch is named.
-static void hop(Model* g, const Ring* x, void* const* send, void* const* recv, int n, size_t bytes, int tag) {
-    CommMessage m[4];
-    for (int i = 0; i < n; i++) {
-        m[i] = (CommMessage){1, send[i], bytes, (x->me + 1) % x->N, tag + i};
-        m[n + i] = (CommMessage){0, recv[i], bytes, (x->me + x->N - 1) % x->N, tag + i};
-    }
-    comm_exchange(g->cp, m, 2 * n);
+// One hop round the ring, started: `send` (`bytes`) goes to rank me + 1, `recv` gets its replacement from rank
+// me - 1. The tag names the hop's message so a mismatch is named. Until comm_wait the caller may read send
+// (the chunk pair being computed) but not touch recv.
+static CommHandle hop_start(Model* g, const Ring* x, void* send, void* recv, size_t bytes, int tag) {
+    CommMessage m[2] = {{1, send, bytes, (x->me + 1) % x->N, tag}, {0, recv, bytes, (x->me + x->N - 1) % x->N, tag}};
+    return comm_exchange_start(g->cp, m, 2);
 }
 
 // The forward's running (out, lse) of each query chunk, merged with each key chunk's partial result as it
@@ -112,7 +109,8 @@ static void forward_pair(Backend* be, const Ring* x, Running* run, const void* k
 }
 
 // Work buffers: cp_send holds q then the running output (packed), cp_recv the two k|v buffers; att_scratch
-// the running lse.
+// the running lse. Each step's attention reads the k|v held while the next one arrives in the other buffer
+// (the hop started before the compute, waited for after it), and the buffer it just read is sent on next.
 void context_ring_forward(Model* g, Backend* be, void* out, float* lse, const void* qkv) {
     Ring x = ring_of(g);
     size_t rw = x.q + x.kv;
@@ -122,10 +120,12 @@ void context_ring_forward(Model* g, Backend* be, void* out, float* lse, const vo
     pack(be, &x, kv[0], qkv, rw, x.q, x.kv);
     for (int s = 0; s < x.N; s++) {
         int cur = s % 2, r = (x.me - s + x.N) % x.N;
-        if (s < x.N - 1) hop(g, &x, &kv[cur], &kv[1 - cur], 1, 2 * x.kv_chunk * x.e, 0);
+        CommHandle next = comm_no_handle();
+        if (s < x.N - 1) next = hop_start(g, &x, kv[cur], kv[1 - cur], 2 * x.kv_chunk * x.e, 0);
         for (int qi = 0; qi < 2; qi++)
             for (int kj = 0; kj < 2; kj++)
                 if (pair_attends(&x, r, qi, kj)) forward_pair(be, &x, &run, kv[cur], r, qi, kj);
+        comm_wait(g->cp, &next);
     }
     unpack(be, &x, out, x.q, 0, run.out, x.q);
     lse_to_rows(be, &x, lse, run.lse);
@@ -148,7 +148,9 @@ static void backward_pair(Backend* be, const Ring* x, const Packed* p, int cur, 
 // Work buffers: cp_send holds q, out, dout, dq (packed), cp_recv the two k|v buffers and their d(k|v);
 // att_scratch the packed lse. Each step adds the held k|v's share of this rank's queries to the d(k|v) that
 // travels with it, then passes both on; after the last step the d(k|v) held is rank me + 1's, complete, and one
-// more hop brings each rank its own.
+// more hop brings each rank its own. The k|v leaves before the compute (which only reads it) and arrives in the
+// other buffer meanwhile; the d(k|v) leaves after it, since it carries this step's sums: starting the next
+// rank's sum without it would add the shares in another order, and change the bits.
 void context_ring_backward(Model* g, Backend* be, void* dqkv, const void* dout, const void* qkv, const void* out,
                            const float* lse) {
     Ring x = ring_of(g);
@@ -167,12 +169,14 @@ void context_ring_backward(Model* g, Backend* be, void* dqkv, const void* dout, 
     int cur = 0;
     for (int s = 0; s < x.N; s++, cur = 1 - cur) {
         int r = (x.me - s + x.N) % x.N;
+        CommHandle next = comm_no_handle();
+        if (s < x.N - 1) next = hop_start(g, &x, p.kv[cur], p.kv[1 - cur], kvb * x.e, 2 * s + 1);
         for (int qi = 0; qi < 2; qi++)
             for (int kj = 0; kj < 2; kj++)
                 if (pair_attends(&x, r, qi, kj)) backward_pair(be, &x, &p, cur, r, qi, kj);
-        void* send[2] = {p.dkv[cur], p.kv[cur]};
-        void* recv[2] = {p.dkv[1 - cur], p.kv[1 - cur]};
-        hop(g, &x, send, recv, s < x.N - 1 ? 2 : 1, kvb * x.e, 2 * s);   // the last: d(k|v) home
+        CommHandle sums = hop_start(g, &x, p.dkv[cur], p.dkv[1 - cur], kvb * x.e, 2 * s);   // the last: home
+        comm_wait(g->cp, &next);
+        comm_wait(g->cp, &sums);
     }
     unpack(be, &x, dqkv, rw, 0, p.dq, x.q);
     unpack(be, &x, dqkv, rw, x.q, p.dkv[cur], x.kv);

@@ -82,6 +82,8 @@ misuse comm_exchange_overlap_refused '(rank 1: )?comm_exchange: messages 0 and 1
 misuse comm_alltoall_overlap_refused 'comm_alltoall: out overlaps in \(the all-to-all is out of place\)' -- alltoall-overlap
 misuse comm_alltoall_in_place_refused 'comm_alltoall: out overlaps in \(the all-to-all is out of place\)' -- alltoall-in-place
 misuse comm_poison_detects_write_in_flight 'GPT_COMM_POISON: a buffer of a reduce_scatter in flight' GPT_COMM_POISON=1 -- write-in-flight
+misuse comm_poison_detects_exchange_receive_written 'GPT_COMM_POISON: the buffer of message 5 \(64 bytes, a receive from rank [01]\) of an exchange in flight was written before comm_wait' GPT_COMM_POISON=1 -- exchange-receive-written
+misuse comm_poison_detects_exchange_send_written 'GPT_COMM_POISON: the buffer of message 5 \(64 bytes, a send to rank [01]\) of an exchange in flight was written before comm_wait' GPT_COMM_POISON=1 -- exchange-send-written
 # Without poison mode the same write goes unnoticed on the CPU (MPI works on a copy): the mode is needed.
 # (Rank 0 prints the error; rank 1 would only after fail()'s wait, by which time mpirun has ended the job.)
 timeout 60 mpirun --oversubscribe -np 2 "$BIN" --misuse write-in-flight > "$TMP/misuse.out" 2>&1

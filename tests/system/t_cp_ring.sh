@@ -8,6 +8,8 @@
 #     the validation loss too. A rank holding the wrong chunks, a d(k|v) left one hop short of home or a merge
 #     with a stale lse each moves them past 1e-5;
 #   - the fenced build (host code as on a GPU) gives the CPU build's bits;
+#   - each hop overlaps the attention (started before it, waited for after): in poison mode, where a receive
+#     reads as NaN until its wait, the ring's runs are the plain runs' bits;
 #   - a checkpoint written by the ring resumes under Ulysses at -cp 2 and on one rank, and one rank's resumes
 #     under the ring at -cp 4 -z 3, each ending where the uninterrupted run does;
 #   - the bytes each rank sends round the ring per step equal the formula, --estimate's plan equals what the run
@@ -35,10 +37,23 @@ case_cp ring2_tp2_llama_r3 4 "$LLAMA" llama_ga1 1e-5 -cp 2 "${RING[@]}" -tp 2 -r
 case_cp ring2_tp2_sp_llama 4 "$LLAMA" llama_ga1 1e-5 -cp 2 "${RING[@]}" -tp 2 -sp 1
 case_cp ring2_tp2_sp_mqa 4 "$MQA" mqa_ga2 1e-5 -cp 2 "${RING[@]}" -tp 2 -sp 1 -ga 2
 # The host code as a GPU runs it (t_fence.sh): device memory the host cannot touch, the ring's messages staged
-# through the host; the CPU build's bits.
-"${MPIRUN[@]}" -np 2 build/train_gpt_fenced "${base[@]}" -e "$LLAMA" -cp 2 "${RING[@]}" -n 4 -o "$TMP/ring2_fenced" > "$TMP/ring2_fenced.txt" 2>&1
+# through the host, in poison mode (below); the CPU build's bits.
+GPT_COMM_POISON=1 "${MPIRUN[@]}" -x GPT_COMM_POISON -np 2 build/train_gpt_fenced "${base[@]}" -e "$LLAMA" -cp 2 "${RING[@]}" -n 4 -o "$TMP/ring2_fenced" > "$TMP/ring2_fenced.txt" 2>&1
 fenced=$(fields "$TMP/ring2_fenced/log.jsonl") cpu=$(fields "$TMP/ring2_llama/log.jsonl")
 t_check ring2_fenced_bits '[ -n "$fenced" ] && [ "$fenced" = "$cpu" ]' "fenced: $(grep -m1 -i error "$TMP/ring2_fenced.txt")"
+
+# Each hop starts before the chunk pair's attention and is waited for after it (comm_exchange_start). Under
+# GPT_COMM_POISON a receive reads as NaN until its wait and a send written in flight is an error, so a wait
+# missing, late or misplaced cannot pass by luck: the poisoned runs equal the plain ones bit for bit (losses,
+# norms, the model and every rank's state), forward and backward, with the forward again in the backward (-r 3).
+poison_ring() {   # name, ranks, plain run, flags...
+    local name=$1 np=$2 plain=$3; shift 3
+    GPT_COMM_POISON=1 "${MPIRUN[@]}" -x GPT_COMM_POISON -np "$np" ./train_gpt_cpu "${base[@]}" "$@" -o "$TMP/$name" \
+        > "$TMP/$name.txt" 2>&1 || { t_fail "$name" "run failed: $(grep -m1 error "$TMP/$name.txt")"; return; }
+    same_run "$name" "$TMP/$plain" "$TMP/$name" 8
+}
+poison_ring ring2_llama_poison_same_bits 2 ring2_llama -e "$LLAMA" -cp 2 "${RING[@]}" -n 4
+poison_ring ring4_llama_z3_r3_poison_same_bits 4 ring4_llama_z3_r3 -e "$LLAMA" -cp 4 "${RING[@]}" -z 3 -r 3
 
 # The bytes each rank sends round the ring per step ("send" in cp_comm_bytes): per block and micro-batch, with
 # K = its k|v (B T/N rows of 2 KV D, KV a tensor rank's kv heads, fp32 or bf16), the forward passes K N-1 times, the backward K and its

@@ -427,7 +427,8 @@ static void test_in_flight_limit(T* t, size_t n) {
 // beyond COMM_MAX_IN_FLIGHT; write-in-flight (with GPT_COMM_POISON=1): a write into a buffer in flight;
 // exchange-order: rank 1 lists rank 0's two messages in the other order; exchange-overlap: a send and a
 // receive of one exchange on overlapping memory; alltoall-overlap, alltoall-in-place: an all-to-all whose
-// out overlaps its in.
+// out overlaps its in; exchange-receive-written, exchange-send-written (with GPT_COMM_POISON=1): a write into
+// a started exchange's receive or send before its wait.
 static void misuse(T* t, const char* mode) {
     size_t n = 16;
     void* d = be_malloc(t->be, (size_t)t->size * n * 4 * (COMM_MAX_IN_FLIGHT + 1));
@@ -450,6 +451,14 @@ static void misuse(T* t, const char* mode) {
         comm_alltoall(t->world, (float*)d + 1, d, n, DT_FP32);
     } else if (!strcmp(mode, "alltoall-in-place")) {
         comm_alltoall(t->world, d, d, n, DT_FP32);
+    } else if (!strcmp(mode, "exchange-receive-written") || !strcmp(mode, "exchange-send-written")) {
+        int next = (t->rank + 1) % t->size, prev = (t->rank + t->size - 1) % t->size;
+        CommMessage m[2] = {{.send = 1, .buf = d, .bytes = 64, .peer = next, .tag = 5},
+                            {.send = 0, .buf = (char*)d + 64, .bytes = 64, .peer = prev, .tag = 5}};
+        CommHandle h = comm_exchange_start(t->world, m, 2);
+        float one = 1;
+        be_upload(t->be, (char*)d + (strcmp(mode, "exchange-send-written") ? 64 : 0), &one, 4);
+        comm_wait(t->world, &h);
     } else if (!strcmp(mode, "exchange-overlap")) {
         CommMessage m[2] = {{.send = 1, .buf = d, .bytes = 8, .peer = 1 - t->rank % 2, .tag = 1},
                             {.send = 0, .buf = (float*)d + 1, .bytes = 8, .peer = 1 - t->rank % 2, .tag = 1}};
@@ -517,6 +526,61 @@ static void test_ring(T* t, size_t bytes) {
     verdict(t, name, ok, "received data differs from what the predecessor sent");
     snprintf(name, sizeof name, "ring_exchange_%zub_bytes", bytes);
     verdict(t, name, counters_are(t->world, COLL_SEND, 2 * bytes), "wrong count");
+    for (int k = 0; k < 4; k++) be_free(t->be, d[k]);
+    free(x), free(y), free(e);
+}
+
+// comm_exchange_start round the ring: a message to the successor and one from the predecessor per exchange,
+// two exchanges in flight at once (waited for in reverse order). Meanwhile the sends' buffers may be read
+// (they hold what they held), and in poison mode the receives' read as poison: a read before the wait cannot
+// pass by luck. Byte counts and link classes as comm_exchange's.
+static void test_exchange_start(T* t, size_t bytes) {
+    CommHandle none = comm_exchange_start(t->world, NULL, 0);
+    verdict(t, "exchange_start_of_nothing_is_cleared", none.gen == 0, "a handle in flight for no messages");
+    if (t->size < 2) return;
+    int next = (t->rank + 1) % t->size, prev = (t->rank + t->size - 1) % t->size;
+    size_t n = bytes / 4;
+    float *x = xmalloc(bytes), *y = xmalloc(bytes), *e = xmalloc(bytes);
+    void* d[4];
+    for (int k = 0; k < 4; k++) {
+        gen(x, n, stream_of(k < 2 ? 95 + k : 97, t->rank), DT_FP32, 0);   // the receives start as other data
+        d[k] = dev_from_host(t, x, n, DT_FP32);
+    }
+    comm_reset_bytes(t->world);
+    CommMessage a[2] = {{.send = 1, .buf = d[0], .bytes = bytes, .peer = next, .tag = 1},
+                        {.send = 0, .buf = d[2], .bytes = bytes, .peer = prev, .tag = 1}};
+    CommMessage b[2] = {{.send = 1, .buf = d[1], .bytes = bytes, .peer = next, .tag = 2},
+                        {.send = 0, .buf = d[3], .bytes = bytes, .peer = prev, .tag = 2}};
+    CommHandle h[2] = {comm_exchange_start(t->world, a, 2), comm_exchange_start(t->world, b, 2)};
+    int sends_intact = 1, receives_poisoned = !poison_on() || (poisoned(t, d[2], bytes) && poisoned(t, d[3], bytes));
+    for (int k = 0; k < 2; k++) {
+        be_download(t->be, y, d[k], bytes);
+        gen(e, n, stream_of(95 + k, t->rank), DT_FP32, 0);
+        sends_intact &= memcmp(y, e, bytes) == 0;
+    }
+    comm_wait(t->world, &h[1]);
+    comm_wait(t->world, &h[0]);
+    int ok = h[0].gen == 0 && h[1].gen == 0;
+    for (int k = 0; k < 2; k++) {
+        be_download(t->be, y, d[2 + k], bytes);
+        gen(e, n, stream_of(95 + k, prev), DT_FP32, 0);
+        ok &= memcmp(y, e, bytes) == 0;
+    }
+    char name[96], why[160];
+    snprintf(name, sizeof name, "exchange_start_%zub", bytes);
+    verdict(t, name, ok, "received data differs from what the predecessor sent, or a handle was not cleared");
+    snprintf(name, sizeof name, "exchange_start_%zub_sends_readable_in_flight", bytes);
+    verdict(t, name, sends_intact, "a send's buffer changed while in flight");
+    if (poison_on()) {
+        snprintf(name, sizeof name, "exchange_start_%zub_poisoned_in_flight", bytes);
+        verdict(t, name, receives_poisoned, "a receive's buffer did not read as poison before its wait");
+    }
+    uint64_t intra = comm_link_bytes(t->world, LINK_INTRA_HOST), cross = comm_link_bytes(t->world, LINK_CROSS_HOST);
+    snprintf(name, sizeof name, "exchange_start_%zub_bytes", bytes);
+    snprintf(why, sizeof why, "send %llu, intra-host %llu, cross-host %llu (expected %zu, %zu, 0)",
+             (unsigned long long)comm_bytes_sent(t->world, COLL_SEND), (unsigned long long)intra,
+             (unsigned long long)cross, 2 * bytes, 2 * bytes);
+    verdict(t, name, counters_are(t->world, COLL_SEND, 2 * bytes) && intra == 2 * bytes && cross == 0, why);
     for (int k = 0; k < 4; k++) be_free(t->be, d[k]);
     free(x), free(y), free(e);
 }
@@ -702,7 +766,8 @@ int main(int argc, char** argv) {
     if (argc == 3 && !strcmp(argv[1], "--comm") && !strcmp(argv[2], "nccl")) kind = COMM_NCCL;
     else if (argc != 1 && !(argc == 3 && !strcmp(argv[1], "--comm") && !strcmp(argv[2], "mpi")))
         fail("usage: test_comm [--comm mpi|nccl | --die abort|exit3|exit0|fail|kill | --hang stop|deadlock | "
-             "--misuse too-many|write-in-flight|exchange-order|exchange-overlap|alltoall-overlap|alltoall-in-place]");
+             "--misuse too-many|write-in-flight|exchange-order|exchange-overlap|alltoall-overlap|alltoall-in-place|"
+             "exchange-receive-written|exchange-send-written]");
     if (comm_select(t.world, kind) != kind) fail("comm_select did not give %s", comm_kind_name(kind));
     t.nccl = kind == COMM_NCCL;
 
@@ -766,6 +831,8 @@ int main(int argc, char** argv) {
     for (int gi = 0; gi < 3; gi++) test_broadcast(&t, &groups[gi], 1000, ++test_id);
     test_ring(&t, 64);
     test_ring(&t, 1u << 20);   // beyond any eager limit (rendezvous protocol)
+    test_exchange_start(&t, 64);
+    test_exchange_start(&t, 1u << 20);
     test_rendezvous(&t);
     test_pending_sends(&t, 1u << 16);
     test_host(&t);
