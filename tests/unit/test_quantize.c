@@ -40,11 +40,8 @@ static float block_absmax(const float* x, size_t lo, size_t hi) {
     return m;
 }
 
-// Quantize n values stored as dt, dequantize to fp32: the largest error over each block's bound.
-static double worst_over_bound(Ctx* c, DType dt, size_t n, int block, int bits, uint64_t seed) {
-    Rng r = {seed};
-    float* h = rand_vec(&r, n, 3.0f, dt);
-    for (size_t i = 0; i < n; i += 97) h[i] *= 1e-3f;   // small values beside large ones in a block
+// h's n values (as stored in dt) quantized and dequantized to fp32: the largest error over its block's bound.
+static double round_trip_worst(Ctx* c, DType dt, const float* h, size_t n, int block, int bits) {
     void* x = dev_from(c->be, dt, h, n);
     void* q = be_malloc(c->be, quantized_bytes(n, bits));
     float* s = (float*)be_malloc(c->be, quantized_blocks(n, block) * sizeof(float));
@@ -56,11 +53,20 @@ static double worst_over_bound(Ctx* c, DType dt, size_t n, int block, int bits, 
         size_t hi = lo + (size_t)block < n ? lo + (size_t)block : n;
         double bound = block_absmax(h, lo, hi) / (2.0 * ((1 << (bits - 1)) - 1));
         for (size_t i = lo; i < hi; i++) {
-            double e = fabs((double)y[i] - (double)h[i]) / bound;
-            worst = e > worst ? e : worst;
+            double e = fabs((double)y[i] - (double)h[i]);
+            if (e > 0.0) worst = e / bound > worst ? e / bound : worst;   // an all-zero block: bound 0, error 0
         }
     }
-    be_free(c->be, x), be_free(c->be, q), be_free(c->be, s), be_free(c->be, y), free(h);
+    be_free(c->be, x), be_free(c->be, q), be_free(c->be, s), be_free(c->be, y);
+    return worst;
+}
+
+static double worst_over_bound(Ctx* c, DType dt, size_t n, int block, int bits, uint64_t seed) {
+    Rng r = {seed};
+    float* h = rand_vec(&r, n, 3.0f, dt);
+    for (size_t i = 0; i < n; i += 97) h[i] *= 1e-3f;   // small values beside large ones in a block
+    double worst = round_trip_worst(c, dt, h, n, block, bits);
+    free(h);
     return worst;
 }
 
@@ -190,21 +196,8 @@ static double model_worst(Ctx* c, const char* path, DType dt) {
             if (!n) continue;
             float* h = flat + section_begin(&lay.units[u], s);
             for (size_t i = 0; i < n; i++) h[i] = dtype_round(h[i], dt);
-            void* x = dev_from(c->be, dt, h, n);
-            void* q = be_malloc(c->be, quantized_bytes(n, QWZ_BITS));
-            float* sc = (float*)be_malloc(c->be, quantized_blocks(n, QWZ_BLOCK) * sizeof(float));
-            float* y = (float*)be_malloc(c->be, n * sizeof(float));
-            quantize_blocks(c->be, dt, q, sc, x, n, QWZ_BLOCK, QWZ_BITS);
-            dequantize_blocks(c->be, DT_FP32, y, q, sc, n, QWZ_BLOCK, QWZ_BITS, 0);
-            for (size_t lo = 0; lo < n; lo += QWZ_BLOCK) {
-                size_t hi = lo + QWZ_BLOCK < n ? lo + QWZ_BLOCK : n;
-                double bound = block_absmax(h, lo, hi) / (2.0 * ((1 << (QWZ_BITS - 1)) - 1));
-                for (size_t i = lo; i < hi; i++) {
-                    double e = fabs((double)y[i] - (double)h[i]);
-                    if (e > 0.0) worst = e / bound > worst ? e / bound : worst;
-                }
-            }
-            be_free(c->be, x), be_free(c->be, q), be_free(c->be, sc), be_free(c->be, y);
+            double w = round_trip_worst(c, dt, h, n, QWZ_BLOCK, QWZ_BITS);
+            worst = w > worst ? w : worst;
         }
     free(flat);
     return worst;
