@@ -142,7 +142,7 @@ printf '%s\n' "${runs[@]}" > "$OUT/runs.tsv"
 import json, statistics, sys
 warmup, runs = int(sys.argv[1]), sys.argv[2]
 MB = 1e6
-print("| bandwidth | configuration | median step ms | x baseline | intra-host MB/step | cross-host MB/step | veth MB (run) |")
+print("| bandwidth | configuration | median step ms | speed-up over the baseline | intra-host MB/step | cross-host MB/step | veth MB (run) |")
 print("|---|---|---|---|---|---|---|")
 base_ms = None
 for line in open(runs):
