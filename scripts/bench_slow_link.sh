@@ -3,7 +3,9 @@
 # veth pair whose both ends `tc` limits (tbf) to each bandwidth given, 2 ranks on each host, and per bandwidth
 # each pair of configurations run side by side (a baseline and the technique that should beat it there): the
 # median step time after the warm-up, the bytes per step per link class (log.jsonl's link_bytes, summed over
-# the ranks) and the bytes that crossed the veth. Needs root, ip and tc (iproute2), unshare and an MPI build.
+# the ranks) and the bytes that crossed the veth; then per pair its ratio of cross-host bytes and the bandwidths
+# at which it was faster (table.md). Needs root, ip and tc (iproute2), unshare and an MPI build. Time it on an
+# otherwise idle machine.
 #
 #   scripts/bench_slow_link.sh [-bw "BW..."] [-p "BASE;OTHER"]... [-x STEPS] [-w WARMUP] [-o DIR] [-- FLAGS...]
 #
@@ -142,21 +144,34 @@ printf '%s\n' "${runs[@]}" > "$OUT/runs.tsv"
 import json, statistics, sys
 warmup, runs = int(sys.argv[1]), sys.argv[2]
 MB = 1e6
-print("| bandwidth | configuration | median step ms | speed-up over the baseline | intra-host MB/step | cross-host MB/step | veth MB (run) |")
-print("|---|---|---|---|---|---|---|")
-base_ms = None
-for line in open(runs):
-    bw, role, cfg, log, veth = line.rstrip("\n").split("\t")
+
+def measure(log):   # median step ms, mean MB per step per link class (all ranks), after the warm-up
     recs = [json.loads(l) for l in open(log)]
     ms = [r["dt_ms"] for r in recs if "dt_ms" in r and r["step"] >= warmup]
     links = [r["link_bytes"] for r in recs if "link_bytes" in r and r["step"] >= warmup]
     if not ms or not links:
         sys.exit("error: %s has no timed steps or no link_bytes after step %d" % (log, warmup))
-    median = statistics.median(ms)
-    if role == "base":
-        base_ms = median
     per_step = {k: sum(sum(l[k]) for l in links) / len(links) / MB for k in ("intra_host", "cross_host")}
-    print("| %s | `%s` | %.1f | %s | %.2f | %.2f | %.2f |" % (bw, cfg, median, "1.00" if role == "base" else "%.2f" % (base_ms / median),
-          per_step["intra_host"], per_step["cross_host"], int(veth) / MB))
+    return statistics.median(ms), per_step
+
+print("| bandwidth | configuration | median step ms | speed-up over the baseline | intra-host MB/step | cross-host MB/step | veth MB (run) |")
+print("|---|---|---|---|---|---|---|")
+base = None
+pays = {}   # (baseline, other): [(bandwidth, speed-up, cross-host bytes of the baseline over the other's)]
+for line in open(runs):
+    bw, role, cfg, log, veth = line.rstrip("\n").split("\t")
+    ms, per_step = measure(log)
+    if role == "base":
+        base = (cfg, ms, per_step["cross_host"])
+        speedup = "1.00"
+    else:
+        pays.setdefault((base[0], cfg), []).append((bw, base[1] / ms, base[2] / max(per_step["cross_host"], 1e-12)))
+        speedup = "%.2f" % (base[1] / ms)
+    print("| %s | `%s` | %.1f | %s | %.2f | %.2f | %.2f |" % (bw, cfg, ms, speedup, per_step["intra_host"],
+          per_step["cross_host"], int(veth) / MB))
+print()
+for (b, o), rows in pays.items():
+    faster = [bw for bw, x, _ in rows if x > 1]
+    print("- `%s` against `%s`: %.2fx fewer cross-host bytes; faster at %s" % (o, b, rows[0][2], ", ".join(faster) or "no bandwidth given"))
 PY
 cat "$OUT/table.md"
