@@ -60,6 +60,7 @@ done
 [ "$(id -u)" = 0 ] || die "must run as root (network namespaces, tc)"
 for tool in ip tc unshare mpirun; do command -v "$tool" >/dev/null 2>&1 || die "no $tool command"; done
 [ -x "$BIN" ] || die "$BIN not built (make train_gpt_cpu)"
+BIN=$(readlink -f "$BIN")   # host b's ranks start in the repository, so the path must not be relative
 ldd "$BIN" | grep libmpi >/dev/null || die "$BIN has no MPI (install openmpi-bin libopenmpi-dev and rebuild)"
 if [ ${#pairs[@]} = 0 ]; then
     qg=""
@@ -127,7 +128,7 @@ for bw in "${bandwidths[@]}"; do
             dir=$out_abs/$bw/$(echo "$cfg" | tr -c 'A-Za-z0-9\n' _)
             echo "$me: $bw: ${flags[*]}" >&2
             before=$(veth_bytes)
-            setsid timeout -k 5 "$RUN_TIMEOUT" "$hosts" exec a "${MPIRUN[@]}" "$PWD/$BIN" "${common[@]}" "${flags[@]}" \
+            setsid timeout -k 5 "$RUN_TIMEOUT" "$hosts" exec a "${MPIRUN[@]}" "$BIN" "${common[@]}" "${flags[@]}" \
                 "${extra[@]}" -o "$dir" > "$dir.txt" 2>&1 &
             run_pid=$!
             rc=0
@@ -172,6 +173,6 @@ for line in open(runs):
 print()
 for (b, o), rows in pays.items():
     faster = [bw for bw, x, _ in rows if x > 1]
-    print("- `%s` against `%s`: %.2fx fewer cross-host bytes; faster at %s" % (o, b, rows[0][2], ", ".join(faster) or "no bandwidth given"))
+    print("- `%s` against `%s`: %.2fx fewer cross-host bytes; faster at %s" % (o, b, rows[0][2], ", ".join(faster) or "none of the bandwidths"))
 PY
 cat "$OUT/table.md"
