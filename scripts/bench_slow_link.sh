@@ -91,7 +91,7 @@ limit() {   # bandwidth
     for ns in "$NETNS_A" "$NETNS_B"; do
         dev=${ns}0
         if [ "$1" = unlimited ]; then
-            if ip netns exec "$ns" tc qdisc show dev "$dev" | grep -q tbf; then
+            if ip netns exec "$ns" tc qdisc show dev "$dev" | grep tbf >/dev/null; then
                 ip netns exec "$ns" tc qdisc del dev "$dev" root || die "tc could not remove the limit on $dev"
             fi
             continue
