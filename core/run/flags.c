@@ -312,7 +312,8 @@ const Flag FLAGS[] = {
              "when there is none); refuses flags that change the run's results (-x, -l, -u, -q, -k and its options -wsd-decay, -wsd-shape, "
              "-warmup-type, -warmup-min-lr, -cycle-min-lr, -cycle-first, -cycle-second, -decay-step, -decay-lr-rate, "
              "-cycle-mom, -cycle-min-mom, -cycle-max-mom, -decay-mom-rate, -cycles, -power, -lr-end, -c, -beta1, "
-             "-beta2, -eps, -gc, -i, -sh, -pack, -long, -docmask, -lora-dropout, -dpu, and with -dpu -v, -s, -n); 2: resume with those changes, each printed"},
+             "-beta2, -eps, -gc, -freeze, -qw, -qg, -i, -sh, -pack, -long, -docmask, -lora-dropout, -dpu, and with -dpu -v, -s, -n); 2: "
+             "resume with those changes, each printed"},
     {EVAL, "-ow", "0|1", FIELD(start_over), RANGE(0, 1), .def = "0",
      .help = "start over in an -o that holds an earlier run: delete its log and checkpoints. Without it a fresh run "
              "(-y 0) refuses such a directory"},
