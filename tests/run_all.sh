@@ -2,7 +2,7 @@
 # Runs every CPU test: the C test programs in build/, then each tests/system/t_*.sh script. Every check prints
 # "ok NAME" or "FAIL NAME: why"; a program or script that exits non-zero without printing a FAIL counts
 # as one failure of its own; "skip NAME: why" is a check that cannot run here. Each program's or script's
-# wall time follows as a "# NAME: N s" line. Last line: "N passed, N failed, N skipped". Exit status 1 if
+# times follow as a "# NAME: N s, cpu M s" line (wall; user + system, its children's included). Last line: "N passed, N failed, N skipped". Exit status 1 if
 # anything failed.
 #
 # GPT_TEST_JOBS (default: the number of cores) programs and scripts run at once, each one's lines printed
@@ -23,11 +23,11 @@ running=()
 # jobs at once (singleton MPI_Init included) could otherwise pick the same one and fail to start.
 run_one() {   # name, command...
     local name=$1; shift
-    local start=$SECONDS
+    local start=$SECONDS TIMEFORMAT='%U %S'
     mkdir -p "$out_dir/$name.ompi"
-    OMPI_MCA_orte_tmpdir_base="$out_dir/$name.ompi" "$@" > "$out_dir/$name.out" 2>&1
+    { time OMPI_MCA_orte_tmpdir_base="$out_dir/$name.ompi" "$@" > "$out_dir/$name.out" 2>&1; } 2> "$out_dir/$name.cpu"
     echo $? > "$out_dir/$name.rc.tmp"
-    echo $((SECONDS - start)) > "$out_dir/$name.s"
+    echo "$((SECONDS - start)) s, cpu $(awk '{printf "%.0f", $1 + $2}' "$out_dir/$name.cpu") s" > "$out_dir/$name.s"
     mv "$out_dir/$name.rc.tmp" "$out_dir/$name.rc"
 }
 
@@ -35,7 +35,7 @@ run_one() {   # name, command...
 report() {   # name
     local name=$1 out rc p f s
     out=$(cat "$out_dir/$name.out"); rc=$(cat "$out_dir/$name.rc")
-    echo "# $name: $(cat "$out_dir/$name.s") s"   # where the suite's time goes
+    echo "# $name: $(cat "$out_dir/$name.s")"   # where the suite's time goes: wall, and user + system
     printf '%s\n' "$out" | grep -E '^(ok|FAIL|skip) ' || true
     p=$(printf '%s\n' "$out" | grep -c '^ok ')
     f=$(printf '%s\n' "$out" | grep -c '^FAIL ')

@@ -472,6 +472,7 @@ import os, runpy, signal, sys
 sys.path.append("scripts")
 import hf_format
 sig, write_json = getattr(signal, "SIG" + sys.argv[1]), hf_format.write_json
+signal.signal(signal.SIGINT, signal.default_int_handler)   # as Python sets it unless launched ignored (a background job)
 def signalled(*args):
     os.kill(os.getpid(), sig)
     write_json(*args)

@@ -194,6 +194,7 @@ shard = re.compile(r'n_(val|train)_[0-9]{6}\.bin')
 def names():
     return {e.name: e.inode() for e in os.scandir(d) if shard.fullmatch(e.name)}
 before, changed, seen = names(), 0, None
+signal.signal(signal.SIGINT, signal.SIG_DFL)   # not ignored, as it is in a background job's launch: the child inherits it
 with open(err, 'w') as f:
     p = subprocess.Popen([sys.executable, 'scripts/tokenize.py', corpus, '-o', d, '--name', 'n', '--shard-size', '1',
                           '-q'], stderr=f)
