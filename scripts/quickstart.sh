@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh run
-make -s train_gpt_cpu
+make -s -j"$(nproc)" train_gpt_cpu
 bash scripts/prepare_kjv.sh
 exec ./train_gpt_cpu -e L4C128H4T256 -b 8 -t 128 -x 600 -l 2e-3 -u 50 -q 0.1 -c 0.1 -v 100 -m 20 -s 200 -g 96 \
     -n 200 -y 1 -o out/quickstart "$@"
