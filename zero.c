@@ -14,12 +14,9 @@
 #include "zero.h"
 
 #include "base/common.h"
-#include <limits.h>
 #include <stdio.h>
 
-#include "core/util/fs.h"
 #include "core/zero/grad_slots.h"
-#include "core/zero/onebit_file.h"
 #include "core/zero/onebit_adam.h"
 #include "core/zero/param_slots.h"
 #include "core/zero/pieces.h"
@@ -794,32 +791,16 @@ ParamStore zero_param_store(Zero* z) {
 static void state_set_from_host(void* z, Backend* be, const float* flat) { zero_set_from_host((Zero*)z, be, flat); }
 static void state_master_to_host(void* z, Backend* be, float* flat) { zero_master_to_host((Zero*)z, be, flat); }
 
-// The holders' own per-rank files: 1-bit Adam's errors (onebit_file.h); qgZ's, qgz_rank<r>.bin, r this rank of
-// the data-parallel group (-qg runs no other parallelism).
-static void qgz_path(const Zero* z, const char* dir, char* p, size_t size) {
-    char name[64];
-    snprintf(name, sizeof(name), "qgz_rank%d.bin", z->pieces.rank);
-    path_join(p, size, dir, name);
-}
-
+// The holders' own per-rank files (feedback_file.h): 1-bit Adam's errors and qgZ's.
 static void state_save_own(void* ctx, Backend* be, const char* dir) {
     Zero* z = (Zero*)ctx;
-    char p[PATH_MAX];
-    if (z->caps.onebit) onebit_file_save(&z->onebit, be, &z->pieces, dir);
-    if (z->caps.qg) {
-        qgz_path(z, dir, p, sizeof(p));
-        qgz_save(&z->qgz, be, p);
-    }
+    if (z->caps.onebit) onebit_save(&z->onebit, be, &z->pieces, dir);
+    if (z->caps.qg) qgz_save(&z->qgz, be, &z->pieces, dir);
 }
 static void state_load_own(void* ctx, Backend* be, const char* dir) {
     Zero* z = (Zero*)ctx;
-    char p[PATH_MAX];
-    if (z->caps.onebit) onebit_file_load(&z->onebit, be, &z->pieces, dir);
-    if (z->caps.qg) {
-        qgz_path(z, dir, p, sizeof(p));
-        if (!path_exists(p)) fail("%s is missing: checkpoint %s was not written by a run with -qg 1", p, dir);
-        qgz_load(&z->qgz, be, p);
-    }
+    if (z->caps.onebit) onebit_load(&z->onebit, be, &z->pieces, dir);
+    if (z->caps.qg) qgz_load(&z->qgz, be, &z->pieces, dir);
 }
 
 ModelState zero_model_state(Zero* z) {

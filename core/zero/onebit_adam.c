@@ -8,12 +8,13 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "core/zero/feedback_file.h"
 #include "kernels/dtype.h"
 #include "kernels/host_elem.h"
 
 void onebit_init(OnebitBuffers* b, Backend* be, MemLedger* mem, const Pieces* pc, int shard_grads) {
     int last = pc->lay->num_units - 1;
-    *b = (OnebitBuffers){.whole = last < 0 ? 0 : pc->grad_offset[last] + pc->grad_len[last],
+    *b = (OnebitBuffers){.whole = feedback_whole_len(pc),
                          .mine = last < 0 ? 0 : pc->mine_offset[last] + pc->mine_len[last]};
     size_t largest = 0;
     for (int u = 0; u <= last; u++) {
@@ -36,6 +37,33 @@ void onebit_free(OnebitBuffers* b, Backend* be) {
         if (bufs[i]) be_free(be, bufs[i]);
     if (b->scratch.send) onebit_scratch_free(&b->scratch, be);
     *b = (OnebitBuffers){0};
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Checkpoints.
+
+static const FeedbackKind ONEBIT_FILE = {.name = "1-bit Adam", .prefix = "onebit", .magic = "ONEBIT2", .flag = "-opt adam1bit",
+                                         .has_chunks = 1};
+
+void onebit_save(const OnebitBuffers* b, Backend* be, const Pieces* pc, const char* dir) {
+    float* worker = (float*)xmalloc(b->whole * 4 + 4);
+    float* server = (float*)xmalloc(b->mine * 4 + 4);
+    be_download(be, worker, b->worker_err, b->whole * 4);
+    be_download(be, server, b->server_err, b->mine * 4);
+    feedback_file_save(&ONEBIT_FILE, pc, dir, worker, server);
+    free(worker), free(server);
+}
+
+void onebit_load(OnebitBuffers* b, Backend* be, const Pieces* pc, const char* dir) {
+    float* worker = (float*)xmalloc(b->whole * 4 + 4);
+    float* server = (float*)xmalloc(b->mine * 4 + 4);
+    int writers = feedback_file_load(&ONEBIT_FILE, pc, dir, worker, server);
+    if (writers != pc->size && pc->rank == 0)
+        printf("1-bit Adam: the errors of %d ranks resharded for %d: the server chunks recut, each worker error their mean\n", writers, pc->size);
+    be_upload(be, b->worker_err, worker, b->whole * 4);
+    be_upload(be, b->server_err, server, b->mine * 4);
+    b->has_momentum = 0;
+    free(worker), free(server);
 }
 
 // ---------------------------------------------------------------------------------------------------

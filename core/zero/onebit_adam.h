@@ -29,7 +29,8 @@
 // not apply: what is exchanged is momentum, never a gradient whose norm could be clipped.
 //
 // Checkpoints: m and v are AdamW's state pieces, resharded like any state; the errors go into a file of their
-// own per rank (onebit_file.h), which any -z and any data-parallel size reads.
+// own per rank, onebit_rank<r>.bin (feedback_file.h: the worker error as the whole-layout section, the server
+// error as the chunk section), which any -z and any data-parallel size reads.
 #pragma once
 #include "core/comm/onebit.h"
 #include "core/model/memory.h"
@@ -50,6 +51,10 @@ typedef struct {
 // The buffers (with be == NULL only counted into mem, as zero_plan does).
 void onebit_init(OnebitBuffers* b, Backend* be, MemLedger* mem, const Pieces* pc, int shard_grads);
 void onebit_free(OnebitBuffers* b, Backend* be);
+// The errors into this rank's onebit_rank<r>.bin in checkpoint dir, and back (a resume: the momentum is rebuilt
+// from the state at the next exchange).
+void onebit_save(const OnebitBuffers* b, Backend* be, const Pieces* pc, const char* dir);
+void onebit_load(OnebitBuffers* b, Backend* be, const Pieces* pc, const char* dir);
 
 // The exchange of step t >= S, in place of the gradient reduction: local is this rank's unreduced gradient
 // (whole layout, local_dt; b->local with shard_grads), reduced the buffer the update reads (reduced_dt; its

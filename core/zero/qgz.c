@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "base/crc32.h"
 #include "core/util/phase_timer.h"
+#include "core/zero/feedback_file.h"
 #include "kernels/host_elem.h"
 #include "kernels/quantize_common.h"
 
@@ -24,7 +24,7 @@ int qgz_covers(const Pieces* pc, int u) { return pc->mine_len[u] >= QGZ_MIN_PIEC
 size_t qgz_packet_bytes(size_t n) { return quant_bytes(n, QGZ_BITS) + (n + QGZ_BLOCK - 1) / QGZ_BLOCK * sizeof(float); }
 
 void qgz_init(Qgz* q, Backend* be, MemLedger* mem, const Pieces* pc) {
-    *q = (Qgz){.be = be, .dp_size = pc->size};
+    *q = (Qgz){.be = be};
     size_t largest = 0;
     for (int u = 0; u < pc->lay->num_units; u++) {
         if (!qgz_covers(pc, u)) continue;
@@ -166,41 +166,38 @@ void qgz_reduce_scatter(Qgz* q, const Pieces* pc, int u, void* buf) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Checkpoints: "QGZERR1\0", the error's element count and the data-parallel size (uint64), the error, its CRC-32.
+// Checkpoints.
 
-static const char QGZ_MAGIC[8] = "QGZERR1";
+static const FeedbackKind QGZ_FILE = {.name = "qgZ", .prefix = "qgz", .magic = "QGZERR2", .flag = "-qg 1", .group_sums = 1,
+                                      .retired_magic = "QGZERR1"};
 
-void qgz_save(const Qgz* q, Backend* be, const char* path) {
-    float* host = (float*)xmalloc(q->err_len * 4 + 4);
-    be_download(be, host, q->err, q->err_len * 4);
-    uint64_t counts[2] = {q->err_len, (uint64_t)q->dp_size};
-    uint32_t sum = crc32_of(host, q->err_len * 4);
-    FILE* f = xfopen(path, "wb");
-    xfwrite(QGZ_MAGIC, 1, sizeof(QGZ_MAGIC), f, path);
-    xfwrite(counts, sizeof(counts[0]), 2, f, path);
-    xfwrite(host, 4, q->err_len, f, path);
-    xfwrite(&sum, sizeof(sum), 1, f, path);
-    xfclose(f, path);
-    free(host);
+// Between the error (covered units, err_at) and the whole layout (grad_offset; the other units 0).
+static void error_to_whole(const Qgz* q, const Pieces* pc, const float* err, float* whole) {
+    memset(whole, 0, feedback_whole_len(pc) * 4);
+    for (int u = 0; u < pc->lay->num_units; u++)
+        if (qgz_covers(pc, u)) memcpy(whole + pc->grad_offset[u], err + q->err_at[u], pc->grad_len[u] * 4);
+}
+static void error_from_whole(const Qgz* q, const Pieces* pc, const float* whole, float* err) {
+    for (int u = 0; u < pc->lay->num_units; u++)
+        if (qgz_covers(pc, u)) memcpy(err + q->err_at[u], whole + pc->grad_offset[u], pc->grad_len[u] * 4);
 }
 
-void qgz_load(Qgz* q, Backend* be, const char* path) {
-    FILE* f = xfopen(path, "rb");
-    char magic[sizeof(QGZ_MAGIC)];
-    uint64_t counts[2];
-    if (fread(magic, 1, sizeof(magic), f) != sizeof(magic) || memcmp(magic, QGZ_MAGIC, sizeof(magic)) ||
-        fread(counts, sizeof(counts[0]), 2, f) != 2)
-        fail("%s is not a qgZ error file", path);
-    if (counts[1] != (uint64_t)q->dp_size || counts[0] != q->err_len)
-        fail("%s holds qgZ's errors of %llu data-parallel ranks (%llu elements), this run has %d (%zu): resume with the "
-             "data-parallel size that wrote it", path, (unsigned long long)counts[1], (unsigned long long)counts[0], q->dp_size,
-             q->err_len);
-    float* host = (float*)xmalloc(q->err_len * 4 + 4);
-    uint32_t sum;
-    if (fread(host, 4, q->err_len, f) != q->err_len || fread(&sum, sizeof(sum), 1, f) != 1)
-        fail("%s: truncated (qgZ's errors)", path);
-    if (sum != crc32_of(host, q->err_len * 4)) fail("%s: damaged (its CRC-32 does not match qgZ's errors it holds)", path);
-    xfclose(f, path);
-    be_upload(be, q->err, host, q->err_len * 4);
-    free(host);
+void qgz_save(const Qgz* q, Backend* be, const Pieces* pc, const char* dir) {
+    float* err = (float*)xmalloc(q->err_len * 4 + 4);
+    float* whole = (float*)xmalloc(feedback_whole_len(pc) * 4 + 4);
+    be_download(be, err, q->err, q->err_len * 4);
+    error_to_whole(q, pc, err, whole);
+    feedback_file_save(&QGZ_FILE, pc, dir, whole, NULL);
+    free(err), free(whole);
+}
+
+void qgz_load(Qgz* q, Backend* be, const Pieces* pc, const char* dir) {
+    float* err = (float*)xmalloc(q->err_len * 4 + 4);
+    float* whole = (float*)xmalloc(feedback_whole_len(pc) * 4 + 4);
+    int writers = feedback_file_load(&QGZ_FILE, pc, dir, whole, NULL);
+    if (writers != pc->size && pc->rank == 0)
+        printf("qgZ: the errors of %d ranks resharded for %d: each rank's error their sum over %d\n", writers, pc->size, pc->size);
+    error_from_whole(q, pc, whole, err);
+    be_upload(be, q->err, err, q->err_len * 4);
+    free(err), free(whole);
 }

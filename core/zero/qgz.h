@@ -25,10 +25,14 @@
 // reductions of what each rank sent equals the sum of its gradients minus the last e, within one step's
 // quantization error. Only the first quantization (the rank's own gradient) has an error buffer; the
 // requantization of the partial sums (step 4) does not, as in ZeRO++. The buffer is backend fp32, the whole
-// gradient layout of the units qgZ covers (category grads: --estimate counts it), one per rank of the group;
-// checkpoints keep it in qgz_rank<r>.bin, ending in the CRC-32 of its values, for a bit-exact resume with the
-// same data-parallel size (another size is a one-line error). Under fp16 the error is in the loss-scaled
-// units of the step that made it.
+// gradient layout of the units qgZ covers (category grads: --estimate counts it), one per rank of the group.
+// Checkpoints keep it in qgz_rank<r>.bin (feedback_file.h's whole-layout section): a resume with the same
+// data-parallel size is bit-exact; under another size each of the R ranks starts from the sum of the writers'
+// errors over R, since the reduction sums what every rank sends: the errors the readers add together are
+// those the writers would have (a mean would drop a share of them, or add one, whenever R differs from the
+// writers' count). A unit's coverage depends on its piece, so on the size: a unit the writer did not cover
+// holds zeros in its file, and a unit the reader does not cover leaves what its file holds unused. Under
+// fp16 the error is in the loss-scaled units of the step that made it.
 //
 // Overflow: a block holding a NaN or an infinity quantizes to scale NaN, so the sums dequantize to NaN and the
 // trainer's non-finite verdict skips the step (fp16: the loss scale shrinks). The error of such a block keeps
@@ -55,7 +59,6 @@ typedef struct {
     float* err;                   // backend fp32: unit u's error at err_at[u] (covered units only)
     size_t err_at[MAX_UNITS], err_len;
     void *send, *recv;            // backend: the all-to-alls' packets, pc->size of the largest covered piece's
-    int dp_size;
     double seconds;               // quantizing and dequantizing since qgz_take_seconds
 } Qgz;
 
@@ -76,5 +79,6 @@ void qgz_dequantize_add(float* out, const unsigned char* packet, size_t n);
 // mine_first. Collective over the data-parallel group; synchronous.
 void qgz_reduce_scatter(Qgz* q, const Pieces* pc, int u, void* buf);
 double qgz_take_seconds(Qgz* q);   // the time since the last call
-void qgz_save(const Qgz* q, Backend* be, const char* path);
-void qgz_load(Qgz* q, Backend* be, const char* path);
+// The error into this rank's qgz_rank<r>.bin in checkpoint dir, and back (Error feedback above).
+void qgz_save(const Qgz* q, Backend* be, const Pieces* pc, const char* dir);
+void qgz_load(Qgz* q, Backend* be, const Pieces* pc, const char* dir);

@@ -6,7 +6,7 @@
 # -freeze S, core/zero/onebit_adam.h) on two ranks: S >= the run's steps is AdamW bit for bit; past S the
 # loss falls under -z 0..3 in fp32, bf16 and fp16, and the gradients' reduce-scatters and all-reduces give
 # way to the all-to-all of bits; a checkpoint after the freeze resumes bit-exactly, written under -z 1 and
-# read under -z 3 (and another group size is refused); --estimate counts the worker momentum and errors as the run allocates them; bad input is
+# read under -z 3 (and 4 ranks reshard the errors of 2); --estimate counts the worker momentum and errors as the run allocates them; bad input is
 # one line each.
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
@@ -107,7 +107,7 @@ rm -rf "$TMP/split/ckpt_000016"
 run2 -x 16 -freeze 6 -opt adam1bit -z 3 -o "$TMP/split" -y 1 > "$TMP/split2.out" 2>&1
 t_check onebit_resume_bit_exact_z1_to_z3 "grep -q 'resumed from' '$TMP/split2.out' && [ -f '$TMP/split/ckpt_000010/onebit_rank1.bin' ] && diff <(losses '$TMP/z3') <(losses '$TMP/split') > /dev/null" \
     "$(tail -1 "$TMP/split2.out")"
-# Another data-parallel size reshards the errors (onebit_file.h): 4 ranks resume the 2 ranks' checkpoint at step
+# Another data-parallel size reshards the errors (feedback_file.h): 4 ranks resume the 2 ranks' checkpoint at step
 # 10, each worker error the writers' mean and the server chunks recut; the run continues within 2e-2 of the
 # straight 2-rank run (4 workers compress differently, so not bit for bit).
 cp -r "$TMP/split" "$TMP/wide" && rm -rf "$TMP/wide/ckpt_000016"

@@ -7,8 +7,9 @@
 #   (int4 + one fp32 scale per 64 = 9/16 byte per element, (L-1) H and (H-1) pieces of n/4 leaving each rank),
 #   where the exact reduce-scatter sends 3 (fp32: 3/4 of 4); what stays a reduce-scatter is the units under
 #   256 elements per piece;
-# - the error buffers are in the checkpoint: a resume is bit-exact; another data-parallel size and a damaged
-#   error file are refused in one line;
+# - the error buffers are in the checkpoint: a resume is bit-exact; 2 ranks resume the 4 ranks' checkpoint,
+#   resharding the errors, close to the straight run; a damaged error file, or one in qgZ's first format, is
+#   refused in one line;
 # - -z 3 with -qw 1 -hpz 2 in bf16 stays within 1e-2 of exact bf16;
 # - fp16 from an absurd loss scale: overflowing steps dequantize to NaN, are skipped, and training follows;
 # - pretended hosts that do not divide the group are refused in one line.
@@ -62,8 +63,24 @@ ok = len(exact_rs) == len(qg_rs) == len(intra) == len(inter) == 8
 print("ok" if ok and not bad else "%d/%d/%d/%d records; %s" % (len(exact_rs), len(qg_rs), len(intra), len(inter), bad[:2]))
 PY
 
-cp -r "$TMP/qg" "$TMP/qg_np2" && rm -rf "$TMP/qg_np2/ckpt_000008"
-refused qg_resume_other_dp_size_refused "resume with the data-parallel size that wrote it" 2 qg_np2 -qg 1 -y 1 -b 4
+# Another data-parallel size reshards the errors (core/zero/feedback_file.h): 2 ranks of 4 sequences resume the 4
+# ranks' checkpoint at step 4, each starting from the writers' errors summed over 2, and end within 1e-3 of the
+# straight 4-rank run (other ranks quantize other sums, so not bit for bit). test_feedback_file checks the values.
+cp -r "$TMP/qg" "$TMP/qg_np2" && rm -rf "$TMP/qg_np2/ckpt_000008" "$TMP/qg_np2/log.jsonl"   # the log: steps 4.. only
+run qg_np2 2 -qg 1 -y 1 -b 4
+t_check qg_resume_resharded_4_to_2 "grep -q '^qgZ: the errors of 4 ranks resharded for 2' '$TMP/qg_np2.txt' &&
+    [ -f '$TMP/qg_np2/ckpt_000008/qgz_rank1.bin' ] && [ ! -f '$TMP/qg_np2/ckpt_000008/qgz_rank2.bin' ]" "$(grep -m1 error "$TMP/qg_np2.txt")"
+py_check qg_resharded_close_to_straight "$TMP/qg_np2/log.jsonl" "$TMP/qg/log.jsonl" <<'PY'
+import json, sys
+def losses(path):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(path)) if "loss" in r}
+resumed, straight = losses(sys.argv[1]), losses(sys.argv[2])
+worst = max((abs(resumed[s] - straight[s]) / straight[s] for s in resumed), default=None)
+print("ok" if sorted(resumed) == [4, 5, 6, 7] and worst < 1e-3 else "steps %s, worst relative difference %s" % (sorted(resumed), worst))
+PY
+cp -r "$TMP/qg" "$TMP/qg_old" && rm -rf "$TMP/qg_old/ckpt_000008"   # the first format's magic
+printf 'QGZERR1\0' | dd of="$TMP/qg_old/ckpt_000004/qgz_rank0.bin" bs=1 conv=notrunc status=none
+refused qg_earlier_format_refused "in an earlier format (QGZERR1): resume it with the binary that wrote it" 4 qg_old -qg 1 -y 1
 cp -r "$TMP/qg" "$TMP/qg_damaged" && rm -rf "$TMP/qg_damaged/ckpt_000008"
 printf '\x55' | dd of="$TMP/qg_damaged/ckpt_000004/qgz_rank1.bin" bs=1 seek=100 conv=notrunc status=none
 refused qg_damaged_errors_refused "damaged (its CRC-32 does not match qgZ" 4 qg_damaged -qg 1 -y 1
