@@ -14,7 +14,6 @@
 # -z 3 -hpz 2 over the two hosts ends as -z 3 on one, and its hpz groups send no
 # cross-host bytes.
 # Needs root, ip (iproute2), unshare and an MPI build; otherwise one "skip" line.
-# run_all: alone
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/../.."
 skip() { t_skip t_multinode "$1"; exit 0; }
