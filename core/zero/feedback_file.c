@@ -100,28 +100,38 @@ static int take_header(Stream* s, const Pieces* pc, int r, int writers) {
     return (int)size;
 }
 
-// Writer r's file: its whole-layout values copied (add = 0) or added (add = 1) into whole, with has_chunks its
-// server chunks into `chunks` (the whole layout). Returns the writer's size.
-static int read_file(const FeedbackKind* k, const Pieces* pc, const char* dir, int r, int writers, int add, float* whole, float* chunks) {
-    char p[PATH_MAX];
-    file_path(k, dir, r, p, sizeof(p));
+// Opens writer r's file and reads its header (see take_header). Returns the writer's size.
+static int open_file(Stream* s, const FeedbackKind* k, const Pieces* pc, const char* dir, int r, int writers, char* p) {
+    file_path(k, dir, r, p, PATH_MAX);
     if (!path_exists(p) && r == 0) fail("%s is missing: checkpoint %s was not written by a run with %s", p, dir, k->flag);
     if (!path_exists(p)) fail("%s is missing: rank 0's file in checkpoint %s names a group of %d ranks", p, dir, writers);
-    Stream s = {.f = xfopen(p, "rb"), .path = p, .kind = k};
-    int size = take_header(&s, pc, r, writers);
+    *s = (Stream){.f = xfopen(p, "rb"), .path = p, .kind = k};
+    return take_header(s, pc, r, writers);
+}
+
+// The writers' size, from rank 0's header.
+static int writers_of(const FeedbackKind* k, const Pieces* pc, const char* dir) {
+    char p[PATH_MAX];
+    Stream s;
+    int size = open_file(&s, k, pc, dir, 0, 0, p);
+    xfclose(s.f, p);
+    return size;
+}
+
+// Writer r's file: its whole-layout values copied (add = 0) or added (add = 1) into whole, with has_chunks its
+// server chunks into `chunks` (the whole layout).
+static void read_file(const FeedbackKind* k, const Pieces* pc, const char* dir, int r, int writers, int add, float* whole, float* chunks) {
+    char p[PATH_MAX];
+    Stream s;
+    open_file(&s, k, pc, dir, r, writers, p);
     for (int u = 0; u < pc->lay->num_units; u++) {
         uint64_t n = take_u64(&s);
         if (n != real_of(pc, u)) fail("%s: unit %d holds %llu elements, this model's %zu", p, u, (unsigned long long)n, real_of(pc, u));
         float* dst = whole + pc->grad_offset[u];
-        if (!add) {
-            take(&s, dst, n * 4);
-            continue;
-        }
-        for (uint64_t i = 0; i < n; i++) {
-            float x;
-            take(&s, &x, sizeof x);
-            dst[i] += x;
-        }
+        float* in = add ? (float*)xmalloc(n * 4 + 4) : dst;
+        take(&s, in, n * 4);
+        for (uint64_t i = 0; add && i < n; i++) dst[i] += in[i];
+        if (add) free(in);
     }
     for (int u = 0; k->has_chunks && u < pc->lay->num_units; u++) {
         uint64_t first = take_u64(&s), n = take_u64(&s);
@@ -133,19 +143,17 @@ static int read_file(const FeedbackKind* k, const Pieces* pc, const char* dir, i
     uint32_t want = s.crc.crc, sum;
     if (fread(&sum, sizeof sum, 1, s.f) != 1 || sum != want) fail("%s: damaged (its CRC-32 does not match %s's errors it holds)", p, k->name);
     xfclose(s.f, p);
-    return size;
 }
 
 int feedback_file_load(const FeedbackKind* k, const Pieces* pc, const char* dir, float* whole, float* chunks) {
     size_t len = feedback_whole_len(pc);
     float* all_chunks = k->has_chunks ? (float*)xcalloc(len + 1, 4) : NULL;   // every writer's, whole layout
     memset(whole, 0, len * 4);
-    int writers = read_file(k, pc, dir, 0, 0, 1, whole, all_chunks);
+    int writers = writers_of(k, pc, dir);
     if (writers == pc->size) {   // this rank's own file: the bits it wrote
-        memset(whole, 0, len * 4);
         read_file(k, pc, dir, pc->rank, writers, 0, whole, all_chunks);
     } else {
-        for (int r = 1; r < writers; r++) read_file(k, pc, dir, r, writers, 1, whole, all_chunks);
+        for (int r = 0; r < writers; r++) read_file(k, pc, dir, r, writers, 1, whole, all_chunks);
         float share = (float)(k->group_sums ? pc->size : writers);
         for (size_t i = 0; i < len; i++) whole[i] /= share;
     }
